@@ -1,0 +1,43 @@
+// fuseops public API: errors.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace fuseops {
+
+/// What kind of failure an Error reports. Bindings map `invalid_argument` and `device_value` to Python's
+/// ValueError and the others to RuntimeError.
+enum class ErrorKind : int {
+  invalid_argument = 0,  ///< a host-checkable argument is wrong (rank, shape, dtype, device, alias, value)
+  device_value = 1,      ///< a value that lives on the device was out of range (reported by check_errors())
+  unsupported = 2,       ///< a valid request this build or machine cannot serve (no GPU, arch not built)
+  device_failure = 3,    ///< a CUDA call failed
+};
+
+/// The one exception type of the library. The message names the argument, what was expected and what was
+/// given, e.g. "silu_and_mul: input: expected last dim 2*d = 8, got 7".
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  ErrorKind kind() const { return kind_; }
+
+ private:
+  ErrorKind kind_;
+};
+
+/// Raises the first bad device-resident value that any op recorded on `device` (or on every device that has
+/// run an op, when `device` < 0) as an Error of kind `device_value` naming the op, the argument and the first
+/// bad index, then clears the record. Synchronises with that device. Never called by ops themselves, so ops
+/// stay free of host synchronisation and capturable in CUDA graphs. A no-op in a build without CUDA.
+void check_errors(int device = -1);
+
+/// Clears any recorded device error without raising it.
+void clear_errors(int device = -1);
+
+/// True when the environment variable FUSEOPS_DEBUG is set to a non-zero value: every op then synchronises
+/// its stream after launch and calls check_errors(), so a bad device value or a kernel fault surfaces at the
+/// op that caused it.
+bool debug_mode();
+
+}  // namespace fuseops

@@ -1,0 +1,7 @@
+// fuseops: fused operators for LLM training and inference. Umbrella header.
+#pragma once
+
+#include "fuseops/activation.h"
+#include "fuseops/error.h"
+#include "fuseops/tensor.h"
+#include "fuseops/version.h"

@@ -1,0 +1,81 @@
+// fuseops public API: tensors, devices, streams.
+// Host-only header: compiles without CUDA and without torch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+namespace fuseops {
+
+/// Element types a TensorView can hold.
+enum class DType : int32_t { f32 = 0, f16 = 1, bf16 = 2, i32 = 3, i64 = 4 };
+
+/// Size of one element in bytes.
+std::size_t dtype_size(DType dtype);
+/// "f32", "f16", "bf16", "i32", "i64".
+const char* dtype_name(DType dtype);
+/// True for f32, f16 and bf16.
+bool is_floating(DType dtype);
+
+/// Where a tensor lives.
+struct Device {
+  enum class Kind : int32_t { cpu = 0, cuda = 1 };
+  Kind kind = Kind::cpu;
+  int32_t index = 0;  ///< CUDA ordinal; 0 for the CPU.
+
+  static Device cpu() { return Device{Kind::cpu, 0}; }
+  static Device cuda(int32_t index = 0) { return Device{Kind::cuda, index}; }
+  bool is_cuda() const { return kind == Kind::cuda; }
+  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+};
+
+/// "cpu" or "cuda:N".
+std::string device_name(const Device& device);
+
+/// A non-owning view of a strided tensor: data pointer, dtype, device, shape and strides.
+/// Strides count elements, not bytes. Rank is at most kMaxRank. A rank-0 view is a scalar.
+struct TensorView {
+  static constexpr int kMaxRank = 8;
+
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  Device device{};
+  int32_t rank = 0;
+  int64_t shape[kMaxRank] = {};
+  int64_t strides[kMaxRank] = {};
+
+  TensorView() = default;
+  /// A contiguous (row-major) view. Throws fuseops::Error if the rank exceeds kMaxRank or a dim is negative.
+  TensorView(void* data, DType dtype, Device device, std::initializer_list<int64_t> shape);
+  /// A strided view; `strides` must have as many entries as `shape`.
+  TensorView(void* data, DType dtype, Device device, std::initializer_list<int64_t> shape,
+             std::initializer_list<int64_t> strides);
+  /// Same, from arrays of `rank` entries (for bindings).
+  static TensorView from_arrays(void* data, DType dtype, Device device, int32_t rank, const int64_t* shape,
+                                const int64_t* strides);
+
+  /// Number of elements (1 for rank 0).
+  int64_t numel() const;
+  /// Size of dim `i`; negative `i` counts from the end.
+  int64_t size(int i) const;
+  /// Stride of dim `i` in elements; negative `i` counts from the end.
+  int64_t stride(int i) const;
+  /// True if the strides are those of a row-major contiguous tensor (size-1 dims are ignored).
+  bool is_contiguous() const;
+  /// "[2, 64, 128]".
+  std::string shape_str() const;
+  /// A view of elements [start, start + length) of dim `dim` (same strides).
+  TensorView slice(int dim, int64_t start, int64_t length) const;
+};
+
+/// A CUDA stream handle (a `cudaStream_t`), or none for CPU work and the legacy default stream.
+struct Stream {
+  void* handle = nullptr;
+  Stream() = default;
+  explicit Stream(void* cuda_stream) : handle(cuda_stream) {}
+};
+
+}  // namespace fuseops

@@ -1,0 +1,130 @@
+// Error records, check_errors(), debug mode, version.
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "core/dispatch.h"
+#include "core/index_check.h"
+#include "core/validate.h"
+#include "cuda/device_error.h"
+#include "fuseops/error.h"
+#include "fuseops/version.h"
+
+#ifndef FUSEOPS_VERSION_STRING
+#define FUSEOPS_VERSION_STRING "0.0.0"
+#endif
+
+namespace fuseops {
+
+const char* version() { return FUSEOPS_VERSION_STRING; }
+
+#if !defined(FUSEOPS_WITH_CUDA)
+bool built_with_cuda() { return false; }
+int cuda_device_count() { return 0; }
+#endif
+
+bool debug_mode() {
+  static const bool on = [] {
+    const char* v = std::getenv("FUSEOPS_DEBUG");
+    return v && *v && std::strcmp(v, "0") != 0;
+  }();
+  return on;
+}
+
+namespace detail {
+namespace {
+std::mutex g_sites_mutex;
+std::deque<std::pair<std::string, std::string>> g_sites;  // index + 1 = site id; deque keeps c_str() stable
+std::mutex g_host_mutex;
+DeviceErrorRecord g_host_record{0u, 0u, ULLONG_MAX};
+}  // namespace
+
+uint32_t error_site(const char* op, const char* arg) {
+  std::lock_guard<std::mutex> lock(g_sites_mutex);
+  for (std::size_t i = 0; i < g_sites.size(); ++i) {
+    if (g_sites[i].first == op && g_sites[i].second == arg) return static_cast<uint32_t>(i + 1);
+  }
+  g_sites.emplace_back(op, arg);
+  return static_cast<uint32_t>(g_sites.size());
+}
+
+const char* error_site_op(uint32_t site) {
+  std::lock_guard<std::mutex> lock(g_sites_mutex);
+  return site >= 1 && site <= g_sites.size() ? g_sites[site - 1].first.c_str() : "unknown op";
+}
+
+const char* error_site_arg(uint32_t site) {
+  std::lock_guard<std::mutex> lock(g_sites_mutex);
+  return site >= 1 && site <= g_sites.size() ? g_sites[site - 1].second.c_str() : "unknown argument";
+}
+
+DeviceErrorRecord* host_error_record() { return &g_host_record; }
+
+void record_host_error(uint32_t site, int64_t index) {
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  if (g_host_record.site == 0u) g_host_record.site = site;
+  if (g_host_record.site == site && static_cast<unsigned long long>(index) < g_host_record.index) {
+    g_host_record.index = static_cast<unsigned long long>(index);
+  }
+}
+
+namespace {
+DeviceErrorRecord take_host_record() {
+  std::lock_guard<std::mutex> lock(g_host_mutex);
+  DeviceErrorRecord r = g_host_record;
+  g_host_record = DeviceErrorRecord{0u, 0u, ULLONG_MAX};
+  return r;
+}
+}  // namespace
+
+void check_index_range(const char* op, const char* arg, TensorView values, int64_t bound, Stream stream) {
+  check_dtype(op, arg, values, {DType::i32, DType::i64});
+  const Device device = common_device(op, {{arg, &values}});
+  if (values.rank != 1) fail_argument(op, arg, "rank 1 [N]", values.shape_str());
+  const uint32_t site = error_site(op, arg);
+  if (values.numel() == 0) return;
+  if (backend_for(op, device) == Backend::cuda) {
+#if defined(FUSEOPS_WITH_CUDA)
+    cuda::check_index_range(site, values, bound, device.index, stream.handle);
+#endif
+    return;
+  }
+  for (int64_t i = 0; i < values.shape[0]; ++i) {
+    const int64_t off = i * values.strides[0];
+    const int64_t v = values.dtype == DType::i32 ? static_cast<const int32_t*>(values.data)[off]
+                                                 : static_cast<const int64_t*>(values.data)[off];
+    if (v < 0 || v >= bound) record_host_error(site, i);
+  }
+  if (debug_mode()) check_errors(-1);
+}
+
+}  // namespace detail
+
+void check_errors(int device) {
+  const detail::DeviceErrorRecord host = detail::take_host_record();
+  if (host.site != 0u) {
+    throw Error(ErrorKind::device_value, std::string(detail::error_site_op(host.site)) + ": " +
+                                             detail::error_site_arg(host.site) + ": value out of range at index " +
+                                             std::to_string(host.index) + " (first bad index recorded on cpu)");
+  }
+#if defined(FUSEOPS_WITH_CUDA)
+  detail::cuda_check_errors(device);
+#else
+  (void)device;
+#endif
+}
+
+void clear_errors(int device) {
+  (void)detail::take_host_record();
+#if defined(FUSEOPS_WITH_CUDA)
+  detail::cuda_clear_errors(device);
+#else
+  (void)device;
+#endif
+}
+
+}  // namespace fuseops

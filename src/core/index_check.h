@@ -1,0 +1,21 @@
+// An internal op that exercises the device error record: the smallest way a kernel reports a bad
+// device-resident value. Used by the tests of check_errors() and FUSEOPS_DEBUG.
+#pragma once
+
+#include <cstdint>
+
+#include "fuseops/tensor.h"
+
+namespace fuseops::detail {
+
+/// For each element of `values` (1-D, i32 or i64, CPU or CUDA), records values[i] outside [0, bound) against the
+/// pair (op, arg) in the record of the tensor's device. Reads nothing out of bounds; asynchronous on CUDA.
+void check_index_range(const char* op, const char* arg, TensorView values, int64_t bound, Stream stream = {});
+
+#if defined(FUSEOPS_WITH_CUDA)
+namespace cuda {
+void check_index_range(uint32_t site, const TensorView& values, int64_t bound, int device, void* stream);
+}
+#endif
+
+}  // namespace fuseops::detail

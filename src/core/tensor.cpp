@@ -1,0 +1,132 @@
+// TensorView, DType and Device helpers.
+#include <sstream>
+
+#include "fuseops/error.h"
+#include "fuseops/tensor.h"
+
+namespace fuseops {
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return 4;
+    case DType::f16: return 2;
+    case DType::bf16: return 2;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+  }
+  throw Error(ErrorKind::invalid_argument, "dtype: unknown dtype code " + std::to_string(static_cast<int>(dtype)));
+}
+
+const char* dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "f32";
+    case DType::f16: return "f16";
+    case DType::bf16: return "bf16";
+    case DType::i32: return "i32";
+    case DType::i64: return "i64";
+  }
+  return "unknown";
+}
+
+bool is_floating(DType dtype) { return dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16; }
+
+std::string device_name(const Device& device) {
+  return device.is_cuda() ? "cuda:" + std::to_string(device.index) : std::string("cpu");
+}
+
+namespace {
+void fill_view(TensorView& v, int32_t rank, const int64_t* shape, const int64_t* strides) {
+  if (rank < 0 || rank > TensorView::kMaxRank) {
+    throw Error(ErrorKind::invalid_argument,
+                "TensorView: expected rank <= " + std::to_string(TensorView::kMaxRank) + ", got " + std::to_string(rank));
+  }
+  v.rank = rank;
+  int64_t running = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (shape[i] < 0) {
+      throw Error(ErrorKind::invalid_argument,
+                  "TensorView: expected non-negative sizes, got " + std::to_string(shape[i]) + " in dim " + std::to_string(i));
+    }
+    v.shape[i] = shape[i];
+    v.strides[i] = strides ? strides[i] : running;
+    running *= shape[i] > 0 ? shape[i] : 1;
+  }
+}
+}  // namespace
+
+TensorView::TensorView(void* data_, DType dtype_, Device device_, std::initializer_list<int64_t> shape_)
+    : data(data_), dtype(dtype_), device(device_) {
+  fill_view(*this, static_cast<int32_t>(shape_.size()), shape_.begin(), nullptr);
+}
+
+TensorView::TensorView(void* data_, DType dtype_, Device device_, std::initializer_list<int64_t> shape_,
+                       std::initializer_list<int64_t> strides_)
+    : data(data_), dtype(dtype_), device(device_) {
+  if (shape_.size() != strides_.size()) {
+    throw Error(ErrorKind::invalid_argument, "TensorView: expected as many strides as dims, got " +
+                                                 std::to_string(strides_.size()) + " strides for " +
+                                                 std::to_string(shape_.size()) + " dims");
+  }
+  fill_view(*this, static_cast<int32_t>(shape_.size()), shape_.begin(), strides_.begin());
+}
+
+TensorView TensorView::from_arrays(void* data, DType dtype, Device device, int32_t rank, const int64_t* shape,
+                                   const int64_t* strides) {
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.device = device;
+  fill_view(v, rank, shape, strides);
+  return v;
+}
+
+int64_t TensorView::numel() const {
+  int64_t n = 1;
+  for (int i = 0; i < rank; ++i) n *= shape[i];
+  return n;
+}
+
+static int wrap_dim(int i, int rank) {
+  int j = i < 0 ? i + rank : i;
+  if (j < 0 || j >= rank) {
+    throw Error(ErrorKind::invalid_argument,
+                "TensorView: dim " + std::to_string(i) + " out of range for rank " + std::to_string(rank));
+  }
+  return j;
+}
+
+int64_t TensorView::size(int i) const { return shape[wrap_dim(i, rank)]; }
+int64_t TensorView::stride(int i) const { return strides[wrap_dim(i, rank)]; }
+
+bool TensorView::is_contiguous() const {
+  int64_t expected = 1;
+  for (int i = rank - 1; i >= 0; --i) {
+    if (shape[i] == 1) continue;
+    if (strides[i] != expected) return false;
+    expected *= shape[i];
+  }
+  return true;
+}
+
+std::string TensorView::shape_str() const {
+  std::ostringstream os;
+  os << '[';
+  for (int i = 0; i < rank; ++i) os << (i ? ", " : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+TensorView TensorView::slice(int dim, int64_t start, int64_t length) const {
+  int d = wrap_dim(dim, rank);
+  if (start < 0 || length < 0 || start + length > shape[d]) {
+    throw Error(ErrorKind::invalid_argument, "TensorView::slice: range [" + std::to_string(start) + ", " +
+                                                 std::to_string(start + length) + ") outside dim " +
+                                                 std::to_string(d) + " of size " + std::to_string(shape[d]));
+  }
+  TensorView v = *this;
+  v.data = static_cast<char*>(data) + start * strides[d] * static_cast<int64_t>(dtype_size(dtype));
+  v.shape[d] = length;
+  return v;
+}
+
+}  // namespace fuseops

@@ -1,0 +1,118 @@
+#include "core/validate.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+
+namespace fuseops::detail {
+
+void fail_argument(const char* op, const std::string& arg, const std::string& expected, const std::string& got) {
+  throw Error(ErrorKind::invalid_argument, std::string(op) + ": " + arg + ": expected " + expected + ", got " + got);
+}
+
+std::string describe(const TensorView& v) {
+  return v.shape_str() + " " + dtype_name(v.dtype) + " on " + device_name(v.device);
+}
+
+void check_dtype(const char* op, const char* name, const TensorView& v, std::initializer_list<DType> allowed) {
+  for (DType d : allowed) {
+    if (v.dtype == d) return;
+  }
+  std::string expected = "dtype ";
+  bool first = true;
+  for (DType d : allowed) {
+    expected += (first ? "" : " | ");
+    expected += dtype_name(d);
+    first = false;
+  }
+  fail_argument(op, name, expected, dtype_name(v.dtype));
+}
+
+void check_same_dtype(const char* op, const char* name, const TensorView& v, const char* ref_name,
+                      const TensorView& ref) {
+  if (v.dtype != ref.dtype) {
+    fail_argument(op, name, std::string("dtype ") + dtype_name(ref.dtype) + " (the dtype of " + ref_name + ")",
+                  dtype_name(v.dtype));
+  }
+}
+
+Device common_device(const char* op, std::initializer_list<NamedView> args) {
+  const NamedView* first = nullptr;
+  for (const NamedView& a : args) {
+    if (a.view->numel() > 0 && a.view->data == nullptr) {
+      fail_argument(op, a.name, "a data pointer for " + std::to_string(a.view->numel()) + " elements", "null");
+    }
+    if (a.view->device.index < 0) {
+      fail_argument(op, a.name, "a device index >= 0", std::to_string(a.view->device.index));
+    }
+    if (!first) {
+      first = &a;
+    } else if (a.view->device != first->view->device) {
+      fail_argument(op, a.name, "device " + device_name(first->view->device) + " (the device of " + first->name + ")",
+                    device_name(a.view->device));
+    }
+  }
+  return first ? first->view->device : Device::cpu();
+}
+
+RowMatrix as_row_matrix(const char* op, const char* name, const TensorView& v) {
+  if (v.rank < 1) fail_argument(op, name, "rank >= 1 [..., d]", "rank 0");
+  RowMatrix m;
+  m.data = v.data;
+  m.dtype = v.dtype;
+  m.cols = v.shape[v.rank - 1];
+  m.rows = 1;
+  for (int i = 0; i < v.rank - 1; ++i) m.rows *= v.shape[i];
+  if (m.cols > 1 && v.strides[v.rank - 1] != 1) {
+    fail_argument(op, name, "innermost stride 1", "stride " + std::to_string(v.strides[v.rank - 1]) + " for " + v.shape_str());
+  }
+  // Leading dims (ignoring size-1 dims) must nest: stride[i] == stride[i+1] * shape[i+1].
+  int64_t row_stride = -1;
+  int64_t inner_extent = 0;  // elements spanned by one step of the previous (inner) leading dim
+  for (int i = v.rank - 2; i >= 0; --i) {
+    if (v.shape[i] == 1) continue;
+    if (row_stride < 0) {
+      row_stride = v.strides[i];
+      inner_extent = row_stride * v.shape[i];
+    } else {
+      if (v.strides[i] != inner_extent) {
+        std::ostringstream got;
+        got << "strides [";
+        for (int j = 0; j < v.rank; ++j) got << (j ? ", " : "") << v.strides[j];
+        got << "] for " << v.shape_str();
+        fail_argument(op, name, "leading dims that flatten into rows with one row stride", got.str());
+      }
+      inner_extent = v.strides[i] * v.shape[i];
+    }
+  }
+  if (row_stride < 0) row_stride = m.cols;  // at most one row
+  if (m.rows > 1 && row_stride < m.cols) {
+    fail_argument(op, name, "row stride >= " + std::to_string(m.cols) + " (rows must not overlap)",
+                  std::to_string(row_stride));
+  }
+  m.row_stride = row_stride;
+  return m;
+}
+
+void check_no_overlap(const char* op, const char* a_name, const RowMatrix& a, const char* b_name,
+                      const RowMatrix& b) {
+  if (a.rows == 0 || a.cols == 0 || b.rows == 0 || b.cols == 0) return;
+  const int64_t ea = static_cast<int64_t>(dtype_size(a.dtype));
+  const int64_t eb = static_cast<int64_t>(dtype_size(b.dtype));
+  const auto base_a = reinterpret_cast<std::uintptr_t>(a.data);
+  const auto base_b = reinterpret_cast<std::uintptr_t>(b.data);
+  const std::uintptr_t end_a = base_a + static_cast<std::uintptr_t>(((a.rows - 1) * a.row_stride + a.cols) * ea);
+  const std::uintptr_t end_b = base_b + static_cast<std::uintptr_t>(((b.rows - 1) * b.row_stride + b.cols) * eb);
+  if (end_a <= base_b || end_b <= base_a) return;  // disjoint extents
+  if (ea == eb && a.row_stride == b.row_stride && a.rows > 1 && b.rows > 1) {
+    // Same row pitch: the rows are disjoint iff their column intervals are disjoint modulo the pitch.
+    const int64_t pitch = a.row_stride * ea;
+    const int64_t delta = static_cast<int64_t>(base_b) - static_cast<int64_t>(base_a);
+    int64_t off = ((delta % pitch) + pitch) % pitch;  // start of b's row relative to a's, in [0, pitch)
+    const int64_t wa = a.cols * ea, wb = b.cols * eb;
+    if (off >= wa && off + wb <= pitch) return;
+  }
+  fail_argument(op, a_name, std::string("no overlap with ") + b_name, "overlapping memory");
+}
+
+}  // namespace fuseops::detail

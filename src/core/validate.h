@@ -1,0 +1,50 @@
+// Argument validation shared by every backend. Each op validates once, here, before dispatch.
+#pragma once
+
+#include <initializer_list>
+#include <string>
+
+#include "fuseops/error.h"
+#include "fuseops/tensor.h"
+
+namespace fuseops::detail {
+
+/// Throws Error(invalid_argument) with "<op>: <arg>: expected <expected>, got <got>".
+[[noreturn]] void fail_argument(const char* op, const std::string& arg, const std::string& expected,
+                                const std::string& got);
+
+/// A named tensor argument, for messages.
+struct NamedView {
+  const char* name;
+  const TensorView* view;
+};
+
+/// dtype must be one of `allowed`.
+void check_dtype(const char* op, const char* name, const TensorView& v, std::initializer_list<DType> allowed);
+/// v.dtype == ref.dtype.
+void check_same_dtype(const char* op, const char* name, const TensorView& v, const char* ref_name,
+                      const TensorView& ref);
+/// Every tensor is on the same device (and has a data pointer when it has elements); returns that device.
+Device common_device(const char* op, std::initializer_list<NamedView> args);
+
+/// A tensor seen as rows of contiguous elements: element (r, c) is at data + r * row_stride + c.
+struct RowMatrix {
+  void* data = nullptr;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  int64_t row_stride = 0;  // elements
+  DType dtype = DType::f32;
+};
+
+/// Flattens [..., cols] into rows: rank >= 1, innermost stride 1 (when cols > 1), leading dims expressible with
+/// one row stride, row stride >= cols (rows do not overlap).
+RowMatrix as_row_matrix(const char* op, const char* name, const TensorView& v);
+
+/// Error unless the elements of `a` and `b` are disjoint (exact for equal row strides, conservative otherwise).
+void check_no_overlap(const char* op, const char* a_name, const RowMatrix& a, const char* b_name,
+                      const RowMatrix& b);
+
+/// "[2, 64, 128]" with dtype and device, for messages.
+std::string describe(const TensorView& v);
+
+}  // namespace fuseops::detail

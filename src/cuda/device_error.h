@@ -1,0 +1,35 @@
+// The library-wide record of the first bad device-resident value (design.md, "The C++ API contract").
+// Host-visible declarations; the device-side recorder is in device_error.cuh.
+#pragma once
+
+#include <cstdint>
+
+namespace fuseops::detail {
+
+/// One record per device (and one for the CPU backend). `site` is 0 while nothing was recorded, else the id of
+/// the (op, argument) pair that recorded; `index` is the smallest bad index that pair reported.
+struct DeviceErrorRecord {
+  uint32_t site;
+  uint32_t reserved;
+  unsigned long long index;
+};
+
+/// Id (>= 1) of an (op, argument) pair; registered once, stable for the process.
+uint32_t error_site(const char* op, const char* arg);
+/// "op", "arg" of a site id.
+const char* error_site_op(uint32_t site);
+const char* error_site_arg(uint32_t site);
+
+/// The record of the CPU backend (host memory).
+DeviceErrorRecord* host_error_record();
+/// Records a bad value found by a CPU kernel (first site wins, smallest index kept).
+void record_host_error(uint32_t site, int64_t index);
+
+#if defined(FUSEOPS_WITH_CUDA)
+/// The record of CUDA device `device`, allocated on first use (also during stream capture).
+DeviceErrorRecord* cuda_error_record(int device);
+/// Reads (synchronising) and resets the records of one device (device >= 0) or all allocated ones.
+void cuda_check_errors(int device);
+void cuda_clear_errors(int device);
+#endif
+}  // namespace fuseops::detail

@@ -1,0 +1,145 @@
+// CUDA runtime helpers and the per-device error record.
+#include <climits>
+#include <mutex>
+#include <vector>
+
+#include "cuda/device_error.h"
+#include "cuda/launch.h"
+#include "fuseops/version.h"
+
+namespace fuseops {
+
+bool built_with_cuda() { return true; }
+
+int cuda_device_count() {
+  static const int count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      (void)cudaGetLastError();  // no driver or no device: clear the sticky-free error and report none
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+namespace detail {
+
+void check_cuda(cudaError_t status, const char* op, const char* what) {
+  if (status != cudaSuccess) {
+    throw Error(ErrorKind::device_failure,
+                std::string(op) + ": " + what + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
+  }
+}
+
+DeviceGuard::DeviceGuard(int device, const char* op) {
+  check_cuda(cudaGetDevice(&previous_), op, "cudaGetDevice");
+  if (previous_ != device) {
+    check_cuda(cudaSetDevice(device), op, "cudaSetDevice");
+  } else {
+    previous_ = -1;
+  }
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (previous_ >= 0) (void)cudaSetDevice(previous_);
+}
+
+int sm_count(int device) {
+  static std::mutex mutex;
+  static std::vector<int> counts;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (device >= static_cast<int>(counts.size())) counts.resize(device + 1, 0);
+  if (counts[device] == 0) {
+    int n = 0;
+    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "fuseops", "sm count");
+    counts[device] = n;
+  }
+  return counts[device];
+}
+
+namespace {
+std::mutex g_records_mutex;
+std::vector<DeviceErrorRecord*> g_records;  // per device, null until first use
+const DeviceErrorRecord kClearRecord{0u, 0u, ULLONG_MAX};
+}  // namespace
+
+DeviceErrorRecord* cuda_error_record(int device) {
+  std::lock_guard<std::mutex> lock(g_records_mutex);
+  if (device >= static_cast<int>(g_records.size())) g_records.resize(device + 1, nullptr);
+  if (!g_records[device]) {
+    // cudaMalloc is not allowed while a stream is being captured in global mode; the allocation is not part of
+    // the captured work, so switch this thread to relaxed mode for it.
+    cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+    check_cuda(cudaThreadExchangeStreamCaptureMode(&mode), "fuseops", "capture mode");
+    DeviceErrorRecord* rec = nullptr;
+    cudaError_t status = cudaMalloc(&rec, sizeof(DeviceErrorRecord));
+    if (status == cudaSuccess) {
+      status = cudaMemcpy(rec, &kClearRecord, sizeof(kClearRecord), cudaMemcpyHostToDevice);
+    }
+    cudaThreadExchangeStreamCaptureMode(&mode);
+    check_cuda(status, "fuseops", "allocating the device error record");
+    g_records[device] = rec;
+  }
+  return g_records[device];
+}
+
+namespace {
+// Reads and clears one record; returns the record as it was.
+DeviceErrorRecord take_record(int device) {
+  DeviceErrorRecord* rec = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_records_mutex);
+    if (device < static_cast<int>(g_records.size())) rec = g_records[device];
+  }
+  DeviceErrorRecord value = kClearRecord;
+  if (!rec) return value;
+  DeviceGuard guard(device, "check_errors");
+  check_cuda(cudaDeviceSynchronize(), "check_errors", "synchronising the device");
+  check_cuda(cudaMemcpy(&value, rec, sizeof(value), cudaMemcpyDeviceToHost), "check_errors", "reading the record");
+  if (value.site != 0u) {
+    check_cuda(cudaMemcpy(rec, &kClearRecord, sizeof(kClearRecord), cudaMemcpyHostToDevice), "check_errors",
+               "clearing the record");
+  }
+  return value;
+}
+
+std::vector<int> devices_to_check(int device) {
+  std::vector<int> devices;
+  if (device >= 0) {
+    devices.push_back(device);
+  } else {
+    std::lock_guard<std::mutex> lock(g_records_mutex);
+    for (int d = 0; d < static_cast<int>(g_records.size()); ++d) {
+      if (g_records[d]) devices.push_back(d);
+    }
+  }
+  return devices;
+}
+}  // namespace
+
+void cuda_check_errors(int device) {
+  for (int d : devices_to_check(device)) {
+    const DeviceErrorRecord rec = take_record(d);
+    if (rec.site != 0u) {
+      throw Error(ErrorKind::device_value, std::string(error_site_op(rec.site)) + ": " + error_site_arg(rec.site) +
+                                               ": value out of range at index " + std::to_string(rec.index) +
+                                               " (first bad index recorded on cuda:" + std::to_string(d) + ")");
+    }
+  }
+}
+
+void cuda_clear_errors(int device) {
+  for (int d : devices_to_check(device)) (void)take_record(d);
+}
+
+void after_launch(const char* op, cudaStream_t stream, int device) {
+  check_cuda(cudaGetLastError(), op, "kernel launch");
+  if (debug_mode()) {
+    check_cuda(cudaStreamSynchronize(stream), op, "kernel execution (FUSEOPS_DEBUG)");
+    cuda_check_errors(device);
+  }
+}
+
+}  // namespace detail
+}  // namespace fuseops

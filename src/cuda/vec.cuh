@@ -1,0 +1,71 @@
+// Vector loads and stores of N elements of a 16-bit or 32-bit storage type, converted to and from float.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+namespace fuseops::detail {
+
+template <typename T>
+__device__ __forceinline__ float to_float(T v);
+template <>
+__device__ __forceinline__ float to_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float to_float<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+template <typename T>
+__device__ __forceinline__ T from_float(float v);
+template <>
+__device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+/// Raw storage of `Bytes` bytes, loadable in one instruction.
+template <int Bytes>
+struct RawPack;
+template <>
+struct RawPack<16> { using type = uint4; };
+template <>
+struct RawPack<8> { using type = uint2; };
+template <>
+struct RawPack<4> { using type = uint32_t; };
+template <>
+struct RawPack<2> { using type = uint16_t; };
+
+/// N elements of T, converted to float.
+template <typename T, int N>
+struct FloatVec {
+  float v[N];
+
+  /// Loads N contiguous elements from `p` (aligned to N * sizeof(T)) through the read-only path.
+  __device__ __forceinline__ void load(const T* p) {
+    using Raw = typename RawPack<N * sizeof(T)>::type;
+    union {
+      Raw raw;
+      T elems[N];
+    } u;
+    u.raw = __ldg(reinterpret_cast<const Raw*>(p));
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = to_float(u.elems[i]);
+  }
+
+  /// Rounds to T once and stores N contiguous elements at `p`.
+  __device__ __forceinline__ void store(T* p) const {
+    using Raw = typename RawPack<N * sizeof(T)>::type;
+    union {
+      Raw raw;
+      T elems[N];
+    } u;
+#pragma unroll
+    for (int i = 0; i < N; ++i) u.elems[i] = from_float<T>(v[i]);
+    *reinterpret_cast<Raw*>(p) = u.raw;
+  }
+};
+
+}  // namespace fuseops::detail

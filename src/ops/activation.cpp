@@ -1,0 +1,160 @@
+// Gated activations: validation (once, for every backend) and dispatch.
+#include <string>
+
+#include "core/dispatch.h"
+#include "fuseops/activation.h"
+#include "ops/activation_impl.h"
+
+namespace fuseops {
+namespace detail {
+namespace {
+
+constexpr std::initializer_list<DType> kFloatTypes = {DType::f32, DType::f16, DType::bf16};
+
+Act gelu_act(GeluApproximate approximate) {
+  switch (approximate) {
+    case GeluApproximate::none: return Act::gelu;
+    case GeluApproximate::tanh: return Act::gelu_tanh;
+  }
+  throw Error(ErrorKind::invalid_argument,
+              "gelu: approximate: expected none | tanh, got code " + std::to_string(static_cast<int>(approximate)));
+}
+
+/// Same leading dims; last dim of `v` == last of `ref` * num / den.
+void check_shape_like(const char* op, const char* name, const TensorView& v, const char* ref_name,
+                      const TensorView& ref, int64_t expected_last) {
+  bool ok = v.rank == ref.rank && v.rank >= 1 && v.shape[v.rank - 1] == expected_last;
+  for (int i = 0; ok && i < v.rank - 1; ++i) ok = v.shape[i] == ref.shape[i];
+  if (!ok) {
+    std::string expected = "shape [";
+    for (int i = 0; i < ref.rank - 1; ++i) expected += std::to_string(ref.shape[i]) + ", ";
+    expected += std::to_string(expected_last) + "] (leading dims of " + std::string(ref_name) + ")";
+    fail_argument(op, name, expected, v.shape_str());
+  }
+}
+
+void run_forward(const char* op, const ActAndMulArgs& args, const Device& device, Stream stream) {
+  if (args.out.rows == 0 || args.out.cols == 0) return;
+  if (backend_for(op, device) == Backend::cuda) {
+    cuda::act_and_mul(op, args, device.index, stream.handle);
+  } else {
+    cpu::act_and_mul(args);
+  }
+}
+
+void fused_forward(const char* op, Act act, TensorView out, TensorView input, Stream stream) {
+  check_dtype(op, "input", input, kFloatTypes);
+  check_same_dtype(op, "out", out, "input", input);
+  const Device device = common_device(op, {{"out", &out}, {"input", &input}});
+  if (input.rank < 1) fail_argument(op, "input", "rank >= 1 [..., 2*d]", "rank 0");
+  const int64_t two_d = input.shape[input.rank - 1];
+  if (two_d < 2 || two_d % 2 != 0) {
+    fail_argument(op, "input", "an even last dim 2*d >= 2", std::to_string(two_d) + " in " + input.shape_str());
+  }
+  const int64_t d = two_d / 2;
+  check_shape_like(op, "out", out, "input", input, d);
+  const RowMatrix in = as_row_matrix(op, "input", input);
+  const RowMatrix o = as_row_matrix(op, "out", out);
+  check_no_overlap(op, "out", o, "input", in);
+  ActAndMulArgs args{act, o, in, in};
+  args.gate.cols = d;
+  args.up.cols = d;
+  args.up.data = static_cast<char*>(in.data) + d * static_cast<int64_t>(dtype_size(in.dtype));
+  run_forward(op, args, device, stream);
+}
+
+void split_forward(const char* op, Act act, TensorView out, TensorView gate, TensorView up, Stream stream) {
+  check_dtype(op, "gate", gate, kFloatTypes);
+  check_same_dtype(op, "up", up, "gate", gate);
+  check_same_dtype(op, "out", out, "gate", gate);
+  const Device device = common_device(op, {{"out", &out}, {"gate", &gate}, {"up", &up}});
+  if (gate.rank < 1) fail_argument(op, "gate", "rank >= 1 [..., d]", "rank 0");
+  const int64_t d = gate.shape[gate.rank - 1];
+  check_shape_like(op, "up", up, "gate", gate, d);
+  check_shape_like(op, "out", out, "gate", gate, d);
+  const ActAndMulArgs args{act, as_row_matrix(op, "out", out), as_row_matrix(op, "gate", gate),
+                           as_row_matrix(op, "up", up)};
+  check_no_overlap(op, "out", args.out, "gate", args.gate);
+  check_no_overlap(op, "out", args.out, "up", args.up);
+  run_forward(op, args, device, stream);
+}
+
+void backward(const char* op, Act act, TensorView dgate, TensorView dup, TensorView dout, TensorView gate,
+              TensorView up, Stream stream) {
+  check_dtype(op, "dout", dout, kFloatTypes);
+  check_same_dtype(op, "gate", gate, "dout", dout);
+  check_same_dtype(op, "up", up, "dout", dout);
+  check_same_dtype(op, "dgate", dgate, "dout", dout);
+  check_same_dtype(op, "dup", dup, "dout", dout);
+  const Device device =
+      common_device(op, {{"dgate", &dgate}, {"dup", &dup}, {"dout", &dout}, {"gate", &gate}, {"up", &up}});
+  if (dout.rank < 1) fail_argument(op, "dout", "rank >= 1 [..., d]", "rank 0");
+  const int64_t d = dout.shape[dout.rank - 1];
+  check_shape_like(op, "gate", gate, "dout", dout, d);
+  check_shape_like(op, "up", up, "dout", dout, d);
+  check_shape_like(op, "dgate", dgate, "dout", dout, d);
+  check_shape_like(op, "dup", dup, "dout", dout, d);
+  const ActAndMulBackwardArgs args{act,
+                                   as_row_matrix(op, "dgate", dgate),
+                                   as_row_matrix(op, "dup", dup),
+                                   as_row_matrix(op, "dout", dout),
+                                   as_row_matrix(op, "gate", gate),
+                                   as_row_matrix(op, "up", up)};
+  const NamedView outs[] = {{"dgate", &dgate}, {"dup", &dup}};
+  const RowMatrix* out_m[] = {&args.dgate, &args.dup};
+  const char* in_names[] = {"dout", "gate", "up"};
+  const RowMatrix* in_m[] = {&args.dout, &args.gate, &args.up};
+  for (int o = 0; o < 2; ++o) {
+    for (int i = 0; i < 3; ++i) check_no_overlap(op, outs[o].name, *out_m[o], in_names[i], *in_m[i]);
+  }
+  check_no_overlap(op, "dup", args.dup, "dgate", args.dgate);
+  if (args.dgate.rows == 0 || d == 0) return;
+  if (backend_for(op, device) == Backend::cuda) {
+    cuda::act_and_mul_backward(op, args, device.index, stream.handle);
+  } else {
+    cpu::act_and_mul_backward(args);
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+GeluApproximate parse_gelu_approximate(const std::string& approximate) {
+  if (approximate == "none") return GeluApproximate::none;
+  if (approximate == "tanh") return GeluApproximate::tanh;
+  throw Error(ErrorKind::invalid_argument, "gelu_and_mul: approximate: expected \"none\" | \"tanh\", got \"" +
+                                               approximate + "\"");
+}
+
+void silu_and_mul(TensorView out, TensorView input, Stream stream) {
+  detail::fused_forward("silu_and_mul", detail::Act::silu, out, input, stream);
+}
+
+void gelu_and_mul(TensorView out, TensorView input, GeluApproximate approximate, Stream stream) {
+  detail::fused_forward("gelu_and_mul", detail::gelu_act(approximate), out, input, stream);
+}
+
+void gelu_tanh_and_mul(TensorView out, TensorView input, Stream stream) {
+  detail::fused_forward("gelu_tanh_and_mul", detail::Act::gelu_tanh, out, input, stream);
+}
+
+void silu_and_mul_split(TensorView out, TensorView gate, TensorView up, Stream stream) {
+  detail::split_forward("silu_and_mul_split", detail::Act::silu, out, gate, up, stream);
+}
+
+void gelu_and_mul_split(TensorView out, TensorView gate, TensorView up, GeluApproximate approximate,
+                        Stream stream) {
+  detail::split_forward("gelu_and_mul_split", detail::gelu_act(approximate), out, gate, up, stream);
+}
+
+void silu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, TensorView gate, TensorView up,
+                           Stream stream) {
+  detail::backward("silu_and_mul_backward", detail::Act::silu, dgate, dup, dout, gate, up, stream);
+}
+
+void gelu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, TensorView gate, TensorView up,
+                           GeluApproximate approximate, Stream stream) {
+  detail::backward("gelu_and_mul_backward", detail::gelu_act(approximate), dgate, dup, dout, gate, up, stream);
+}
+
+}  // namespace fuseops

@@ -1,0 +1,308 @@
+// Case sets of the gated activations: check against the golden, and benchmark against the unfused two-kernel
+// form (activation rounded to the storage dtype, then the product: what PyTorch eager computes).
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "cases.h"
+#include "fuseops/activation.h"
+#include "gpu.h"
+#include "reference/activation.h"
+#include "testing/compare.h"
+#include "testing/host_tensor.h"
+#include "testing/parallel.h"
+
+namespace fuseops::cli {
+namespace {
+
+using detail::Act;
+using testing::Fill;
+using testing::HostTensor;
+
+enum class Form { fused, split, backward };
+
+struct Spec {
+  Act act;
+  Form form;
+  int64_t rows, d;
+  DType dtype;
+  Fill fill;
+};
+
+GeluApproximate approx(Act a) { return a == Act::gelu_tanh ? GeluApproximate::tanh : GeluApproximate::none; }
+
+std::string op_name(Act a, Form f) {
+  const bool silu = a == Act::silu;
+  switch (f) {
+    case Form::fused: return silu ? "silu_and_mul" : a == Act::gelu ? "gelu_and_mul" : "gelu_tanh_and_mul";
+    case Form::split: return silu ? "silu_and_mul_split" : a == Act::gelu ? "gelu_and_mul_split" : "gelu_and_mul_split(tanh)";
+    case Form::backward:
+      return silu ? "silu_and_mul_backward" : a == Act::gelu ? "gelu_and_mul_backward" : "gelu_and_mul_backward(tanh)";
+  }
+  return "?";
+}
+
+/// Calls the public op on views (host or device).
+void run_op(const Spec& s, const std::vector<TensorView>& out, const std::vector<TensorView>& in, Stream stream) {
+  switch (s.form) {
+    case Form::fused:
+      if (s.act == Act::silu) silu_and_mul(out[0], in[0], stream);
+      else if (s.act == Act::gelu) gelu_and_mul(out[0], in[0], GeluApproximate::none, stream);
+      else gelu_tanh_and_mul(out[0], in[0], stream);
+      return;
+    case Form::split:
+      if (s.act == Act::silu) silu_and_mul_split(out[0], in[0], in[1], stream);
+      else gelu_and_mul_split(out[0], in[0], in[1], approx(s.act), stream);
+      return;
+    case Form::backward:
+      if (s.act == Act::silu) silu_and_mul_backward(out[0], out[1], in[0], in[1], in[2], stream);
+      else gelu_and_mul_backward(out[0], out[1], in[0], in[1], in[2], approx(s.act), stream);
+      return;
+  }
+}
+
+class ActivationBench : public BenchProblem {
+ public:
+  explicit ActivationBench(const Spec& s) : s_(s) {}
+  std::size_t set_bytes() const override { return elems_per_set() * dtype_size(s_.dtype); }
+  double bytes() const override {
+    return static_cast<double>((s_.form == Form::backward ? 5 : 3) * s_.rows * s_.d * dtype_size(s_.dtype));
+  }
+  void allocate(int sets) override {
+    const int64_t n = s_.rows * s_.d;
+    for (int k = 0; k < sets; ++k) {
+      gpu::Buffer b(set_bytes());
+      // inputs first (random), outputs and the baseline's intermediate after them
+      const int64_t inputs = s_.form == Form::backward ? 3 * n : 2 * n;
+      gpu::fill_random(b.get(), s_.dtype, inputs, 1000 + k);
+      sets_.push_back(std::move(b));
+    }
+  }
+  void run(int set, void* stream) override {
+    std::vector<TensorView> out, in;
+    views(set, out, in);
+    run_op(s_, out, in, Stream(stream));
+  }
+  bool run_baseline(int set, void* stream) override {
+    char* base = static_cast<char*>(sets_[set].get());
+    const int64_t n = s_.rows * s_.d, es = static_cast<int64_t>(dtype_size(s_.dtype));
+    const int act = static_cast<int>(s_.act);
+    if (s_.form == Form::backward) {
+      gpu::unfused_act_and_mul_backward(act, s_.dtype, base + 3 * n * es, base + 4 * n * es, base, base + n * es,
+                                        base + 2 * n * es, s_.rows, s_.d, stream);
+    } else if (s_.form == Form::fused) {
+      // input [rows, 2d] at 0, out [rows, d] at 2n, tmp [rows, d] at 3n
+      gpu::unfused_act_and_mul(act, s_.dtype, base + 2 * n * es, base, base + s_.d * es, base + 3 * n * es, s_.rows,
+                               s_.d, s_.d, 2 * s_.d, 2 * s_.d, stream);
+    } else {
+      gpu::unfused_act_and_mul(act, s_.dtype, base + 2 * n * es, base, base + n * es, base + 3 * n * es, s_.rows,
+                               s_.d, s_.d, s_.d, s_.d, stream);
+    }
+    return true;
+  }
+
+ private:
+  std::size_t elems_per_set() const {
+    const int64_t n = s_.rows * s_.d;
+    return static_cast<std::size_t>(s_.form == Form::backward ? 5 * n : 4 * n);  // fwd: in 2n, out n, tmp n
+  }
+  void views(int set, std::vector<TensorView>& out, std::vector<TensorView>& in) const {
+    char* base = static_cast<char*>(sets_[set].get());
+    const int64_t n = s_.rows * s_.d, es = static_cast<int64_t>(dtype_size(s_.dtype));
+    const Device dev = Device::cuda(0);
+    auto mat = [&](int64_t offset_elems, int64_t cols) {
+      return TensorView(base + offset_elems * es, s_.dtype, dev, {s_.rows, cols});
+    };
+    if (s_.form == Form::fused) {
+      in = {mat(0, 2 * s_.d)};
+      out = {mat(2 * n, s_.d)};
+    } else if (s_.form == Form::split) {
+      in = {mat(0, s_.d), mat(n, s_.d)};
+      out = {mat(2 * n, s_.d)};
+    } else {
+      in = {mat(0, s_.d), mat(n, s_.d), mat(2 * n, s_.d)};
+      out = {mat(3 * n, s_.d), mat(4 * n, s_.d)};
+    }
+  }
+  Spec s_;
+  std::vector<gpu::Buffer> sets_;
+};
+
+class ActivationCase : public OpCase {
+ public:
+  explicit ActivationCase(const Spec& s) : s_(s) {
+    family = "activation";
+    op = op_name(s.act, s.form);
+    shape = std::to_string(s.rows) + "x" + std::to_string(s.d);
+    baseline = "unfused";
+    dtype = s.dtype;
+    rows = s.rows;
+    decode = s.rows <= 64;
+  }
+
+  CheckOutcome check(Device device, int64_t nrows, uint64_t seed) const override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t d = s_.d;
+    std::vector<HostTensor> in, out;
+    if (s_.form == Form::fused) {
+      in.emplace_back(s_.dtype, std::vector<int64_t>{nrows, 2 * d});
+    } else {
+      for (int k = 0; k < (s_.form == Form::split ? 2 : 3); ++k) in.emplace_back(s_.dtype, std::vector<int64_t>{nrows, d});
+    }
+    for (int k = 0; k < (s_.form == Form::backward ? 2 : 1); ++k) out.emplace_back(s_.dtype, std::vector<int64_t>{nrows, d});
+    for (std::size_t k = 0; k < in.size(); ++k) testing::fill_random_seeded(in[k], s_.fill, seed + 17 * k);
+    for (HostTensor& o : out) o.poison();
+
+    if (device.is_cuda()) {
+      std::vector<std::unique_ptr<testing::DeviceTensor>> din, dout;
+      std::vector<TensorView> vin, vout;
+      for (const HostTensor& h : in) {
+        din.push_back(std::make_unique<testing::DeviceTensor>(h, device.index));
+        vin.push_back(din.back()->view());
+      }
+      for (const HostTensor& h : out) {
+        dout.push_back(std::make_unique<testing::DeviceTensor>(h, device.index));
+        vout.push_back(dout.back()->view());
+      }
+      run_op(s_, vout, vin, Stream());
+      testing::device_synchronize(device.index);
+      for (std::size_t k = 0; k < out.size(); ++k) dout[k]->copy_to(out[k]);
+    } else {
+      std::vector<TensorView> vin, vout;
+      for (const HostTensor& h : in) vin.push_back(h.view());
+      for (const HostTensor& h : out) vout.push_back(h.view());
+      run_op(s_, vout, vin, Stream());
+    }
+
+    const testing::Tolerance tol = testing::Tolerance::for_dtype(s_.dtype, 16);
+    const int64_t block = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, d));
+    const int64_t chunks = (nrows + block - 1) / block;
+    std::vector<std::vector<testing::ComparisonAccumulator>> acc(
+        static_cast<std::size_t>(chunks),
+        std::vector<testing::ComparisonAccumulator>(out.size(), testing::ComparisonAccumulator(s_.dtype, tol, d)));
+    testing::parallel_chunks(nrows, block, [&](int64_t k, int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        for (int64_t c = 0; c < d; ++c) {
+          const int64_t i = r * d + c;
+          if (s_.form == Form::backward) {
+            const auto v = reference::act_and_mul_backward_at(s_.act, in[0].get(r, c), in[1].get(r, c), in[2].get(r, c));
+            acc[k][0].add(i, out[0].get(r, c), v.dgate.value, v.dgate.sensitivity);
+            acc[k][1].add(i, out[1].get(r, c), v.dup.value, v.dup.sensitivity);
+          } else {
+            const double g = in[0].get(r, c);
+            const double u = s_.form == Form::fused ? in[0].get(r, d + c) : in[1].get(r, c);
+            const auto v = reference::act_and_mul_at(s_.act, g, u);
+            acc[k][0].add(i, out[0].get(r, c), v.value, v.sensitivity);
+          }
+        }
+      }
+    });
+    CheckOutcome result;
+    result.pass = true;
+    for (std::size_t o = 0; o < out.size(); ++o) {
+      testing::ComparisonAccumulator total(s_.dtype, tol, d);
+      for (auto& a : acc) total.merge(a[o]);
+      const testing::Comparison c = total.finish();
+      result.max_abs_error = std::max(result.max_abs_error, c.max_abs_error);
+      result.rel_rms_error = std::max(result.rel_rms_error, c.rel_rms_error);
+      if (!c.pass && result.pass) {
+        result.pass = false;
+        result.detail = (out.size() > 1 ? (o == 0 ? "dgate: " : "dup: ") : "") + c.detail;
+      }
+    }
+    result.tolerance = tol.describe();
+    result.rows_checked = nrows;
+    result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return result;
+  }
+
+  double time_cpu_us(int64_t nrows) const override {
+    std::vector<HostTensor> in, out;
+    const int64_t d = s_.d;
+    in.emplace_back(s_.dtype, std::vector<int64_t>{nrows, s_.form == Form::fused ? 2 * d : d});
+    for (int k = 1; k < (s_.form == Form::fused ? 1 : s_.form == Form::split ? 2 : 3); ++k) {
+      in.emplace_back(s_.dtype, std::vector<int64_t>{nrows, d});
+    }
+    for (int k = 0; k < (s_.form == Form::backward ? 2 : 1); ++k) out.emplace_back(s_.dtype, std::vector<int64_t>{nrows, d});
+    for (std::size_t k = 0; k < in.size(); ++k) testing::fill_random_seeded(in[k], Fill::normal, 1 + k);
+    std::vector<TensorView> vin, vout;
+    for (const HostTensor& h : in) vin.push_back(h.view());
+    for (const HostTensor& h : out) vout.push_back(h.view());
+    std::vector<double> us;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      run_op(s_, vout, vin, Stream());
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  }
+
+  std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<ActivationBench>(s_); }
+
+ private:
+  Spec s_;
+};
+
+using Cases = std::vector<std::unique_ptr<OpCase>>;
+
+CaseFactory make(std::vector<Spec> specs) {
+  return [specs] {
+    Cases cases;
+    for (const Spec& s : specs) cases.push_back(std::make_unique<ActivationCase>(s));
+    return cases;
+  };
+}
+
+std::vector<Spec> rows_of(Act a, Form f, int64_t d, std::initializer_list<int64_t> rows, DType t = DType::bf16) {
+  std::vector<Spec> v;
+  for (int64_t r : rows) v.push_back(Spec{a, f, r, d, t, Fill::normal});
+  return v;
+}
+
+std::vector<Spec> concat(std::initializer_list<std::vector<Spec>> parts) {
+  std::vector<Spec> v;
+  for (const auto& p : parts) v.insert(v.end(), p.begin(), p.end());
+  return v;
+}
+
+}  // namespace
+
+void register_activation_cases(Registry& r) {
+  const Act silu = Act::silu, gelu = Act::gelu, tanh = Act::gelu_tanh;
+  r.add("llama3-8b", "Llama-3-8B: MLP intermediate 14336 (SwiGLU), decode and prefill; training backward", true,
+        make(concat({rows_of(silu, Form::fused, 14336, {1, 64, 4096, 8192}),
+                     rows_of(silu, Form::backward, 14336, {4096})})));
+  r.add("mixtral-8x7b", "Mixtral-8x7B: expert intermediate 14336 (SwiGLU)", true,
+        make(rows_of(silu, Form::fused, 14336, {1, 64, 4096, 8192})));
+  r.add("qwen3-next-80b",
+        "Qwen3-Next-80B-A3B: MoE expert intermediate 512 (SwiGLU); 40960 rows = 4096 tokens x 10 experts", true,
+        make(rows_of(silu, Form::fused, 512, {1, 64, 4096, 8192, 40960})));
+  r.add("qwen2.5-vl-vit", "Qwen2.5-VL vision MLP: intermediate 3420 (d % 8 != 0: 8-byte vectors)", true,
+        make(rows_of(silu, Form::fused, 3420, {1, 64, 4096, 8192})));
+  std::vector<Spec> flagos;
+  for (Act a : {silu, gelu, tanh}) {
+    for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 14336}, {64, 14336}, {4096, 4096}, {8192, 8192}, {1024, 11008}, {2048, 13824}, {8192, 14336}}) {
+      flagos.push_back(Spec{a, Form::fused, m, n, DType::bf16, Fill::normal});
+    }
+  }
+  r.add("flagos", "FlagOS / FlagGems benchmark shapes (M, N): x [M, 2N], silu and gelu none / tanh", true,
+        make(flagos));
+  std::vector<Spec> dtypes;
+  for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+    for (Act a : {silu, gelu, tanh}) {
+      for (Form f : {Form::fused, Form::split, Form::backward}) {
+        dtypes.push_back(Spec{a, f, 64, 3420, t, Fill::wide});
+        dtypes.push_back(Spec{a, f, 33, 1001, t, Fill::adversarial});
+      }
+      dtypes.push_back(Spec{a, Form::fused, 4096, 4096, t, Fill::normal});
+    }
+  }
+  r.add("activation-dtypes",
+        "every activation op and form in f32 / f16 / bf16, odd widths, wide and adversarial (inf, NaN) values", false,
+        make(dtypes));
+}
+
+}  // namespace fuseops::cli

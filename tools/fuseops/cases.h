@@ -1,0 +1,95 @@
+// Case sets of the `fuseops` command line: each op family adds cases (an op on concrete shapes and dtypes) to
+// named sets, mostly named after real models. A case can check itself against the float64 golden and can build a
+// benchmark problem on the GPU.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fuseops/tensor.h"
+
+namespace fuseops::cli {
+
+/// Result of checking one case against the golden (worst over the op's outputs).
+struct CheckOutcome {
+  bool pass = false;
+  double max_abs_error = 0;
+  double rel_rms_error = 0;
+  std::string tolerance;  ///< the bound, in words
+  std::string detail;     ///< first violation, if any
+  int64_t rows_checked = 0;
+  double seconds = 0;     ///< wall time of the check
+};
+
+/// One benchmark problem on a CUDA device: `sets` independent buffer sets so that consecutive launches can touch
+/// different memory (cold timing). Implementations allocate in `allocate` and free in the destructor.
+class BenchProblem {
+ public:
+  virtual ~BenchProblem() = default;
+  /// Device bytes of one buffer set.
+  virtual std::size_t set_bytes() const = 0;
+  /// Allocates and fills (random, never zeros) `sets` buffer sets on the current device.
+  virtual void allocate(int sets) = 0;
+  /// Enqueues the op on buffer set `set`.
+  virtual void run(int set, void* stream) = 0;
+  /// Enqueues the baseline (same math, unfused) on buffer set `set`; false if the op has none.
+  virtual bool run_baseline(int set, void* stream) = 0;
+  /// Bytes the op must move (each input read once, each output written once).
+  virtual double bytes() const = 0;
+  /// Floating-point operations (0 when the op is memory-bound and FLOPs are not reported).
+  virtual double flops() const { return 0; }
+};
+
+/// One case: an op, a shape, a dtype.
+class OpCase {
+ public:
+  virtual ~OpCase() = default;
+  std::string family;      ///< "activation"
+  std::string op;          ///< "silu_and_mul"
+  std::string shape;       ///< "8192x14336"
+  std::string baseline;    ///< name of the baseline run_baseline() times, e.g. "unfused"
+  DType dtype = DType::bf16;
+  bool decode = false;     ///< a decode-sized case: bench also reports the empty kernel's time
+  int64_t rows = 0;        ///< rows (tokens) of the full-size case
+
+  /// Runs the op on `device` with `rows` rows (<= this->rows; fewer for reduced CPU runs) and compares with the
+  /// golden. `seed` makes the random inputs.
+  virtual CheckOutcome check(Device device, int64_t rows, uint64_t seed) const = 0;
+  /// Median wall time of the op on the CPU backend with `rows` rows, microseconds.
+  virtual double time_cpu_us(int64_t rows) const = 0;
+  /// A benchmark problem at full size on the current CUDA device.
+  virtual std::unique_ptr<BenchProblem> bench() const = 0;
+};
+
+using CaseFactory = std::function<std::vector<std::unique_ptr<OpCase>>()>;
+
+/// A named case set.
+struct CaseSet {
+  std::string name;
+  std::string description;
+  bool real_model = true;  ///< part of the default `fuseops check` / `bench` run
+  std::vector<CaseFactory> factories;  ///< one per op family contributing to the set
+};
+
+/// All sets, in a stable order; families append to sets by name (creating them on first use).
+class Registry {
+ public:
+  void add(const std::string& set, const std::string& description, bool real_model, CaseFactory factory);
+  const std::vector<CaseSet>& sets() const { return sets_; }
+  const CaseSet* find(const std::string& name) const;
+
+ private:
+  std::vector<CaseSet> sets_;
+};
+
+/// The registry with every family's cases.
+const Registry& registry();
+
+/// Families register here (one function per family).
+void register_activation_cases(Registry& r);
+
+}  // namespace fuseops::cli

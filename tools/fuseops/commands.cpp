@@ -1,0 +1,252 @@
+#include "commands.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <string>
+
+#include "cases.h"
+#include "fuseops/error.h"
+#include "fuseops/version.h"
+#include "gpu.h"
+#include "testing/host_tensor.h"
+
+namespace fuseops::cli {
+namespace {
+
+/// The sets to run: the named ones (error for an unknown name), else every set (check) or the real-model ones.
+std::vector<const CaseSet*> select_sets(const std::vector<std::string>& names, bool real_model_only) {
+  std::vector<const CaseSet*> out;
+  for (const std::string& n : names) {
+    const CaseSet* s = registry().find(n);
+    if (!s) {
+      std::string known;
+      for (const CaseSet& k : registry().sets()) known += (known.empty() ? "" : ", ") + k.name;
+      throw Error(ErrorKind::invalid_argument, "--set: unknown case set \"" + n + "\" (known: " + known + ")");
+    }
+    out.push_back(s);
+  }
+  if (out.empty()) {
+    for (const CaseSet& s : registry().sets()) {
+      if (!real_model_only || s.real_model) out.push_back(&s);
+    }
+  }
+  return out;
+}
+
+/// "cpu" or "cuda" from --backend.
+bool use_cuda(const std::string& backend) {
+  const int gpus = cuda_device_count();
+  if (backend == "cuda") {
+    if (!built_with_cuda()) throw Error(ErrorKind::unsupported, "--backend cuda: this build of fuseops has no CUDA backend");
+    if (gpus == 0) throw Error(ErrorKind::unsupported, "--backend cuda: no CUDA device on this machine");
+    return true;
+  }
+  if (backend == "cpu") return false;
+  return gpus > 0;
+}
+
+void write_json(const std::string& path, const nlohmann::json& j) {
+  if (path.empty()) return;
+  std::ofstream f(path);
+  if (!f) throw Error(ErrorKind::invalid_argument, "--json: cannot write " + path);
+  f << j.dump(1) << "\n";
+}
+
+std::string today() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&t));
+  return buf;
+}
+
+bool matches(const OpCase& c, const std::string& filter) {
+  return filter.empty() || c.op.find(filter) != std::string::npos;
+}
+
+}  // namespace
+
+int run_list() {
+  std::printf("fuseops %s (%s)\n\nop families:\n", version(),
+              built_with_cuda() ? "CPU + CUDA backends" : "CPU backend only");
+  std::printf("  activation  silu_and_mul, gelu_and_mul (none | tanh), gelu_tanh_and_mul, *_split, *_backward\n");
+  std::printf("\ncase sets (* = part of the default bench run; check runs all by default):\n");
+  for (const CaseSet& s : registry().sets()) {
+    std::size_t n = 0;
+    for (const auto& f : s.factories) n += f().size();
+    std::printf("  %c %-18s %3zu cases  %s\n", s.real_model ? '*' : ' ', s.name.c_str(), n, s.description.c_str());
+  }
+  return 0;
+}
+
+int run_check(const Options& opts) {
+  const bool cuda = use_cuda(opts.backend);
+  const uint64_t seed = opts.seed ? opts.seed : testing::seed_from_env_or_clock();
+  const std::vector<const CaseSet*> sets = select_sets(opts.sets, false);
+  std::printf("fuseops check: backend %s, seed %llu (replay with --seed %llu)\n",
+              cuda ? ("cuda:0 (" + gpu::device_info(0).name + ")").c_str() : "cpu",
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
+  if (!cuda) {
+    std::printf("%s: running on the CPU with at most %lld rows per case (reduced sizes)\n",
+                opts.backend == "cpu" ? "--backend cpu" : "no CUDA device", static_cast<long long>(opts.cpu_rows));
+  }
+  std::printf("%-16s %-28s %-12s %-5s %6s %11s %11s  %-34s %s\n", "set", "op", "shape", "dtype", "rows", "max_abs_err",
+              "rel_rms_err", "tolerance", "result");
+  nlohmann::json rows = nlohmann::json::array();
+  int passed = 0, failed = 0;
+  for (const CaseSet* set : sets) {
+    for (const CaseFactory& factory : set->factories) {
+      for (const auto& c : factory()) {
+        if (!matches(*c, opts.filter)) continue;
+        const int64_t nrows = cuda ? c->rows : std::min(c->rows, opts.cpu_rows);
+        CheckOutcome o;
+        try {
+          o = c->check(cuda ? Device::cuda(0) : Device::cpu(), nrows, seed);
+        } catch (const Error& e) {
+          o.pass = false;
+          o.detail = e.what();
+        }
+        (o.pass ? passed : failed)++;
+        std::printf("%-16s %-28s %-12s %-5s %6lld %11.3e %11.3e  %-34s %s%s%s\n", set->name.c_str(), c->op.c_str(),
+                    c->shape.c_str(), dtype_name(c->dtype), static_cast<long long>(nrows), o.max_abs_error,
+                    o.rel_rms_error, o.tolerance.c_str(), o.pass ? "PASS" : "FAIL", o.detail.empty() ? "" : "  ",
+                    o.detail.c_str());
+        std::fflush(stdout);
+        rows.push_back({{"set", set->name}, {"family", c->family}, {"op", c->op}, {"shape", c->shape},
+                        {"dtype", dtype_name(c->dtype)}, {"rows", nrows}, {"backend", cuda ? "cuda" : "cpu"},
+                        {"max_abs_error", o.max_abs_error}, {"rel_rms_error", o.rel_rms_error},
+                        {"tolerance", o.tolerance}, {"pass", o.pass}, {"detail", o.detail}, {"seconds", o.seconds}});
+      }
+    }
+  }
+  write_json(opts.json, {{"command", "check"}, {"version", version()}, {"seed", seed}, {"results", rows}});
+  std::printf("check: %d passed, %d failed\n", passed, failed);
+  return failed ? 1 : 0;
+}
+
+namespace {
+
+struct BenchRow {
+  std::string set, op, shape, dtype, baseline;
+  bool decode = false;
+  double bytes = 0, warm = 0, cold = 0, base_warm = 0, base_cold = 0;
+  int cold_sets = 0;
+};
+
+/// Launches per graph for a problem whose single launch takes about `est_us`: enough for ~2 ms, 10..1000.
+int launches_for(double est_us) {
+  return static_cast<int>(std::clamp(2000.0 / std::max(est_us, 0.5), 10.0, 1000.0));
+}
+
+int bench_gpu(const Options& opts, const std::vector<const CaseSet*>& sets) {
+  const gpu::DeviceInfo info = gpu::device_info(0);
+  const double copy_tbps = gpu::copy_rate_tbps();
+  const double empty_us = gpu::empty_kernel_us();
+  std::printf("fuseops bench: %s, %d SMs, L2 %.0f MB; copy rate %.3f TB/s (1 GiB D2D, read + write); empty kernel %.2f us\n",
+              info.name.c_str(), info.sms, info.l2_bytes / 1e6, copy_tbps, empty_us);
+  std::printf("timing: median per launch under CUDA-graph replay; warm = same buffers, cold = rotating >= 4x L2\n");
+  std::printf("%-16s %-26s %-11s %-5s %9s %9s %7s %8s %6s %10s %10s %7s\n", "set", "op", "shape", "dtype", "warm_us",
+              "cold_us", "TB/s", "copy_us", "xcopy", "base_warm", "base_cold", "speedup");
+  std::vector<BenchRow> rows;
+  for (const CaseSet* set : sets) {
+    for (const CaseFactory& factory : set->factories) {
+      for (const auto& c : factory()) {
+        if (!matches(*c, opts.filter)) continue;
+        auto p = c->bench();
+        BenchRow r{set->name, c->op, c->shape, dtype_name(c->dtype), c->baseline, c->decode, p->bytes()};
+        const std::size_t set_bytes = std::max<std::size_t>(p->set_bytes(), 1);
+        int sets_cold = static_cast<int>(std::clamp<std::size_t>((4 * info.l2_bytes + set_bytes - 1) / set_bytes, 2, 4096));
+        const std::size_t budget = gpu::device_info(0).free_bytes * 8 / 10;
+        while (sets_cold > 2 && sets_cold * set_bytes > budget) sets_cold /= 2;
+        r.cold_sets = sets_cold;
+        p->allocate(sets_cold);
+        const double est = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, 5, 0.0, 3);
+        const int n = launches_for(est);
+        r.warm = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, n);
+        const int cold_n = std::max(sets_cold, (n / sets_cold) * sets_cold);
+        r.cold = gpu::time_graph_us([&](int i, void* s) { p->run(i % sets_cold, s); }, cold_n);
+        r.base_warm = gpu::time_graph_us([&](int, void* s) { p->run_baseline(0, s); }, n);
+        r.base_cold = gpu::time_graph_us([&](int i, void* s) { p->run_baseline(i % sets_cold, s); }, cold_n);
+        const double copy_us = r.bytes / (copy_tbps * 1e12) * 1e6;
+        std::printf("%-16s %-26s %-11s %-5s %9.2f %9.2f %7.3f %8.2f %6.2f %10.2f %10.2f %7.2f\n", r.set.c_str(),
+                    r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6, copy_us,
+                    r.cold / copy_us, r.base_warm, r.base_cold, r.base_cold / r.cold);
+        std::fflush(stdout);
+        rows.push_back(r);
+      }
+    }
+  }
+  nlohmann::json j = {{"command", "bench"}, {"version", version()}, {"device", info.name}, {"copy_tbps", copy_tbps},
+                      {"empty_kernel_us", empty_us}, {"date", today()}, {"note", opts.note}};
+  j["results"] = nlohmann::json::array();
+  for (const BenchRow& r : rows) {
+    j["results"].push_back({{"set", r.set}, {"op", r.op}, {"shape", r.shape}, {"dtype", r.dtype}, {"bytes", r.bytes},
+                            {"warm_us", r.warm}, {"cold_us", r.cold}, {"cold_sets", r.cold_sets},
+                            {"baseline", r.baseline}, {"baseline_warm_us", r.base_warm},
+                            {"baseline_cold_us", r.base_cold}, {"copy_rate_us", r.bytes / (copy_tbps * 1e6)}});
+  }
+  write_json(opts.json, j);
+  if (!opts.md.empty()) {
+    std::ofstream f(opts.md);
+    if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
+    f << "Device: " << info.name << " (" << info.sms << " SMs). Date: " << today() << ". fuseops " << version() << ".\n";
+    if (!opts.note.empty()) f << opts.note << "\n";
+    char buf[512];
+    std::snprintf(buf, sizeof buf,
+                  "\nCopy rate %.3f TB/s (1 GiB device-to-device cudaMemcpyAsync, bytes read + written); empty kernel "
+                  "%.2f us. Times: median per launch under CUDA-graph replay, us; warm = the same buffers every launch, "
+                  "cold = rotating buffer sets >= 4x L2. TB/s and x copy on the cold time; copy_us = bytes / copy rate. "
+                  "Baseline = the unfused two-kernel form in the same binary.\n\n",
+                  copy_tbps, empty_us);
+    f << buf;
+    f << "| set | op | shape | dtype | warm us | cold us | TB/s cold | copy us | x copy | unfused warm | unfused cold | speedup cold |\n";
+    f << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+    for (const BenchRow& r : rows) {
+      const double copy_us = r.bytes / (copy_tbps * 1e6);
+      std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+                    r.set.c_str(), r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6,
+                    copy_us, r.cold / copy_us, r.base_warm, r.base_cold, r.base_cold / r.cold);
+      f << buf;
+    }
+  }
+  std::printf("bench: %zu cases\n", rows.size());
+  return 0;
+}
+
+int bench_cpu(const Options& opts, const std::vector<const CaseSet*>& sets) {
+  std::printf("fuseops bench: no GPU in use: CPU backend times (median wall time, %lld rows at most per case); these "
+              "are not GPU numbers\n",
+              static_cast<long long>(opts.cpu_rows));
+  std::printf("%-16s %-26s %-11s %-5s %6s %12s\n", "set", "op", "shape", "dtype", "rows", "cpu_us");
+  nlohmann::json results = nlohmann::json::array();
+  for (const CaseSet* set : sets) {
+    for (const CaseFactory& factory : set->factories) {
+      for (const auto& c : factory()) {
+        if (!matches(*c, opts.filter)) continue;
+        const int64_t nrows = std::min(c->rows, opts.cpu_rows);
+        const double us = c->time_cpu_us(nrows);
+        std::printf("%-16s %-26s %-11s %-5s %6lld %12.1f\n", set->name.c_str(), c->op.c_str(), c->shape.c_str(),
+                    dtype_name(c->dtype), static_cast<long long>(nrows), us);
+        results.push_back({{"set", set->name}, {"op", c->op}, {"shape", c->shape}, {"dtype", dtype_name(c->dtype)},
+                           {"rows", nrows}, {"cpu_us", us}});
+      }
+    }
+  }
+  write_json(opts.json, {{"command", "bench"}, {"backend", "cpu"}, {"version", version()}, {"results", results}});
+  return 0;
+}
+
+}  // namespace
+
+int run_bench(const Options& opts) {
+  const bool cuda = use_cuda(opts.backend);
+  const std::vector<const CaseSet*> sets = select_sets(opts.sets, true);
+  return cuda ? bench_gpu(opts, sets) : bench_cpu(opts, sets);
+}
+
+}  // namespace fuseops::cli

@@ -1,0 +1,22 @@
+// The subcommands of the `fuseops` command line.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fuseops::cli {
+
+struct Options {
+  std::vector<std::string> sets;
+  std::string backend = "auto";
+  std::string json, md, filter, note;
+  uint64_t seed = 0;  ///< 0: from FUSEOPS_SEED or the clock
+  int64_t cpu_rows = 64;
+};
+
+int run_list();
+int run_check(const Options& opts);
+int run_bench(const Options& opts);
+
+}  // namespace fuseops::cli
