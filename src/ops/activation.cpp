@@ -36,7 +36,9 @@ void check_shape_like(const char* op, const char* name, const TensorView& v, con
 void run_forward(const char* op, const ActAndMulArgs& args, const Device& device, Stream stream) {
   if (args.out.rows == 0 || args.out.cols == 0) return;
   if (backend_for(op, device) == Backend::cuda) {
+#if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
     cuda::act_and_mul(op, args, device.index, stream.handle);
+#endif
   } else {
     cpu::act_and_mul(args);
   }
@@ -110,7 +112,9 @@ void backward(const char* op, Act act, TensorView dgate, TensorView dup, TensorV
   check_no_overlap(op, "dup", args.dup, "dgate", args.dgate);
   if (args.dgate.rows == 0 || d == 0) return;
   if (backend_for(op, device) == Backend::cuda) {
+#if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
     cuda::act_and_mul_backward(op, args, device.index, stream.handle);
+#endif
   } else {
     cpu::act_and_mul_backward(args);
   }

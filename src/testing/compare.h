@@ -20,7 +20,8 @@ struct Tolerance {
   double store_eps = 0;  ///< relative, on |ref|
   double math_ulps = 0;  ///< fp32 ulps (2^-24 relative) on the sensitivity
   double atol = 0;       ///< absolute
-  double rel_rms = 0;    ///< bound on ||out - ref|| / ||ref|| over finite elements
+  double rel_rms = 0;    ///< nominal ||out - ref|| / ||ref|| (store_eps + math_ulps 2^-24), for reports; compare()
+                         ///< requires ||out - ref|| <= the RMS of the element bounds instead
 
   /// The bound for an op whose fp32 math has `math_ulps` ulps of error, stored in `out_dtype`.
   static Tolerance for_dtype(DType out_dtype, double math_ulps);
@@ -55,7 +56,7 @@ class ComparisonAccumulator {
   double big_;
   int64_t cols_;
   Comparison c_;
-  double err2_ = 0, ref2_ = 0;
+  double err2_ = 0, ref2_ = 0, bound2_ = 0;
 };
 
 /// Compares `out` (host, [rows, cols] with its pitch) with the golden values and sensitivities.

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU machine's script: runs the stages named on the command line (default: all) with binaries built on a
+# development machine and carried in $FUSEOPS_BIN (default .carry/bin; make them with scripts/build-carry.sh:
+# the GPU image has no GoogleTest, CLI11 or nlohmann-json), and writes logs and tables under $OUT.
+#
+#   stages: info tests sanitizer check bench flaggems
+#   scripts/gpu.sh info tests sanitizer check      # one device command (< 10 min)
+#   scripts/gpu.sh bench flaggems                  # a second one
+#
+# flaggems needs .baselines (../shared/tools/prepare-baselines.sh) and the bench stage's bench.json in $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/fuseops-out}
+BIN=${FUSEOPS_BIN:-.carry/bin}
+mkdir -p "$OUT"
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(info tests sanitizer check bench flaggems)
+status=0
+note="fuseops ${FUSEOPS_COMMIT:-unknown commit}; command: scripts/gpu.sh ${stages[*]}"
+
+run_stage() {  # name, command...
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "=== $name: $*"
+  "$@" > "$OUT/$name.log" 2>&1
+  local rc=$?
+  tail -n 40 "$OUT/$name.log"
+  echo "=== $name: exit $rc after $((SECONDS - t0)) s"
+  [ $rc -eq 0 ] || status=1
+}
+
+for stage in "${stages[@]}"; do
+  case $stage in
+    info)
+      nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv
+      "$BIN/fuseops" --version; "$BIN/fuseops" list | head -3 ;;
+    tests)
+      run_stage tests "$BIN/fuseops_tests" --gtest_color=no ;;
+    sanitizer)
+      # A reduced suite: the CUDA tests without the multi-GiB cases, then a check set, under memcheck.
+      run_stage sanitizer bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $BIN/fuseops_tests \
+          --gtest_color=no --gtest_filter='*Cuda*:*cuda*:*Device*:-*Large*:*large*' && \
+        compute-sanitizer --tool memcheck --error-exitcode 3 $BIN/fuseops check --backend cuda --set activation-dtypes" ;;
+    check)
+      run_stage check "$BIN/fuseops" check --backend cuda --json "$OUT/check.json" ;;
+    bench)
+      run_stage bench "$BIN/fuseops" bench --json "$OUT/bench.json" --md "$OUT/bench.md" --note "$note" ;;
+    flaggems)
+      run_stage flaggems env PYTHONPATH=.baselines/flaggems/src:.baselines/pylib PYTHONUNBUFFERED=1 \
+        python3 bench/baselines/flaggems_activation.py "$OUT/bench.json" "$OUT/flaggems.md" ;;
+    *) echo "unknown stage $stage"; status=2 ;;
+  esac
+done
+exit $status

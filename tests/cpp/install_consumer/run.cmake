@@ -1,0 +1,36 @@
+# ctest driver (cmake -P): installs the build in BUILD_DIR into WORK_DIR/prefix, then configures, builds and runs
+# the consumer project in SOURCE_DIR against it. Optional: GENERATOR, CXX_COMPILER, BUILD_TYPE, CUDA_ROOT (where
+# find_dependency(CUDAToolkit) of the exported package looks, for a CUDA build).
+foreach(var BUILD_DIR SOURCE_DIR WORK_DIR)
+  if(NOT ${var})
+    message(FATAL_ERROR "run.cmake: ${var} is not set")
+  endif()
+endforeach()
+
+function(run_step what)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  message(STATUS "${what}:\n${out}${err}")
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "${what} failed (${rc})")
+  endif()
+endfunction()
+
+file(REMOVE_RECURSE "${WORK_DIR}")
+run_step("install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
+
+set(args -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix")
+if(GENERATOR)
+  list(APPEND args -G "${GENERATOR}")
+endif()
+if(CXX_COMPILER)
+  list(APPEND args "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}")
+endif()
+if(BUILD_TYPE)
+  list(APPEND args "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}")
+endif()
+if(CUDA_ROOT)
+  list(APPEND args "-DCUDAToolkit_ROOT=${CUDA_ROOT}")
+endif()
+run_step("configure the consumer" ${CMAKE_COMMAND} ${args})
+run_step("build the consumer" ${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+run_step("run the consumer" "${WORK_DIR}/build/fuseops_consumer")

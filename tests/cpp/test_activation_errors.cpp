@@ -1,0 +1,255 @@
+// Every validation error of the gated activations: fuseops::Error of the right kind whose message names the
+// op and the argument ("<op>: <arg>: expected ..., got ..."). All on CPU buffers; a view labelled cuda:N points at
+// host memory, so nothing can be touched if validation wrongly passed it on to a backend... except by a crash.
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace fuseops_test {
+namespace {
+
+using fuseops::Device;
+using fuseops::ErrorKind;
+using fuseops::GeluApproximate;
+
+/// Success when `f` throws fuseops::Error of `kind` whose message contains every string of `needles`.
+template <typename F>
+::testing::AssertionResult raises(F&& f, ErrorKind kind, std::vector<std::string> needles) {
+  try {
+    f();
+  } catch (const fuseops::Error& e) {
+    const std::string msg = e.what();
+    if (e.kind() != kind) {
+      return ::testing::AssertionFailure() << "Error kind " << static_cast<int>(e.kind()) << ", expected "
+                                           << static_cast<int>(kind) << ": " << msg;
+    }
+    for (const std::string& n : needles) {
+      if (msg.find(n) == std::string::npos) {
+        return ::testing::AssertionFailure() << "message \"" << msg << "\" does not contain \"" << n << "\"";
+      }
+    }
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw something other than fuseops::Error: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
+
+// The argument is named in the "<op>: <arg>: " prefix of the message.
+#define EXPECT_ARG_ERROR(statement, op, arg, ...)                                                              \
+  EXPECT_TRUE(raises([&] { statement; }, ErrorKind::invalid_argument,                                      \
+                     std::vector<std::string>{std::string(op) + ": " + (arg) + ": ", ##__VA_ARGS__}))
+
+constexpr DType f32 = DType::f32;
+const Device cpu = Device::cpu();
+
+class ActivationErrors : public ::testing::Test {
+ protected:
+  ActivationErrors() : buf_(1 << 14, 0.0f), other_(1 << 14, 0.0f) {}
+  /// Views into two separate host buffers; p(i) and q(i) are element i of each, as f32.
+  float* p(int64_t i = 0) { return buf_.data() + i; }
+  float* q(int64_t i = 0) { return other_.data() + i; }
+  TensorView v(void* data, std::initializer_list<int64_t> shape, DType dtype = f32, Device dev = cpu) {
+    return TensorView(data, dtype, dev, shape);
+  }
+  TensorView s(void* data, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides) {
+    return TensorView(data, f32, cpu, shape, strides);
+  }
+  std::vector<float> buf_, other_;
+  std::vector<float> b3_ = std::vector<float>(1 << 12), b4_ = std::vector<float>(1 << 12),
+                     b5_ = std::vector<float>(1 << 12);
+};
+
+TEST_F(ActivationErrors, WrongDtype) {
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}, DType::i32), v(q(), {4, 8}, DType::i32)), "silu_and_mul",
+                   "input", "f32 | f16 | bf16", "got i32");
+  EXPECT_ARG_ERROR(fuseops::gelu_and_mul_split(v(p(), {4, 4}), v(q(), {4, 4}, DType::i64), v(q(64), {4, 4})),
+                   "gelu_and_mul_split", "gate", "got i64");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_backward(v(p(), {4}), v(p(8), {4}), v(q(), {4}, DType::i32), v(q(8), {4}),
+                                                  v(q(16), {4})),
+                   "silu_and_mul_backward", "dout");
+}
+
+TEST_F(ActivationErrors, MixedDtypes) {
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}, DType::f16), v(q(), {4, 8})), "silu_and_mul", "out",
+                   "f32 (the dtype of input)", "got f16");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_split(v(p(), {4}), v(q(), {4}), v(q(8), {4}, DType::bf16)),
+                   "silu_and_mul_split", "up");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_split(v(p(), {4}, DType::bf16), v(q(), {4}), v(q(8), {4})),
+                   "silu_and_mul_split", "out");
+  const char* names[] = {"dgate", "dup", "gate", "up"};
+  for (int bad = 0; bad < 4; ++bad) {
+    auto dt = [&](int i) { return i == bad ? DType::f16 : f32; };
+    EXPECT_ARG_ERROR(fuseops::gelu_and_mul_backward(v(p(), {4}, dt(0)), v(p(8), {4}, dt(1)), v(q(), {4}),
+                                                    v(q(8), {4}, dt(2)), v(q(16), {4}, dt(3))),
+                     "gelu_and_mul_backward", names[bad], "got f16");
+  }
+}
+
+TEST_F(ActivationErrors, FusedLastDimOddOrZero) {
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 3}), v(q(), {4, 7})), "silu_and_mul", "input",
+                   "even last dim", "got 7");
+  EXPECT_ARG_ERROR(fuseops::gelu_tanh_and_mul(v(p(), {4, 0}), v(q(), {4, 0})), "gelu_tanh_and_mul", "input", "got 0");
+  EXPECT_ARG_ERROR(fuseops::gelu_and_mul(v(p(), {0}), v(q(), {1})), "gelu_and_mul", "input", "got 1");
+}
+
+TEST_F(ActivationErrors, ShapeMismatch) {
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 3}), v(q(), {4, 8})), "silu_and_mul", "out", "[4, 4]", "[4, 3]");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {5, 4}), v(q(), {4, 8})), "silu_and_mul", "out");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {16}), v(q(), {4, 8})), "silu_and_mul", "out");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {2, 2, 4}), v(q(), {4, 8})), "silu_and_mul", "out");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_split(v(p(), {4, 4}), v(q(), {4, 4}), v(q(64), {4, 5})),
+                   "silu_and_mul_split", "up");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_split(v(p(), {3, 4}), v(q(), {4, 4}), v(q(64), {4, 4})),
+                   "silu_and_mul_split", "out");
+  const char* names[] = {"dgate", "dup", "gate", "up"};
+  for (int bad = 0; bad < 4; ++bad) {
+    auto at = [&](float* data, int i) {  // [3, 4], or [3, 5] for the bad argument
+      return i == bad ? v(data, {3, 5}) : v(data, {3, 4});
+    };
+    EXPECT_ARG_ERROR(fuseops::silu_and_mul_backward(at(p(), 0), at(p(64), 1), v(q(), {3, 4}), at(q(64), 2),
+                                                    at(q(128), 3)),
+                     "silu_and_mul_backward", names[bad]);
+  }
+}
+
+TEST_F(ActivationErrors, RankZero) {
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {}), v(q(), {})), "silu_and_mul", "input", "rank");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {}), v(q(), {4, 8})), "silu_and_mul", "out");
+  EXPECT_ARG_ERROR(fuseops::gelu_and_mul_split(v(p(), {}), v(q(), {}), v(q(8), {})), "gelu_and_mul_split", "gate",
+                   "rank");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_backward(v(p(), {}), v(p(8), {}), v(q(), {}), v(q(8), {}), v(q(16), {})),
+                   "silu_and_mul_backward", "dout", "rank");
+}
+
+TEST_F(ActivationErrors, InnermostStrideNotOne) {
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}), s(q(), {4, 8}, {16, 2})), "silu_and_mul", "input",
+                   "innermost stride 1");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(s(p(), {4, 4}, {8, 2}), v(q(), {4, 8})), "silu_and_mul", "out");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_split(v(p(), {4, 4}), v(q(), {4, 4}), s(q(64), {4, 4}, {4, -1})),
+                   "silu_and_mul_split", "up");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_backward(v(p(), {4, 4}), s(p(64), {4, 4}, {1, 4}), v(q(), {4, 4}),
+                                                  v(q(64), {4, 4}), v(q(128), {4, 4})),
+                   "silu_and_mul_backward", "dup");
+  // A size-1 innermost dim may have any stride.
+  EXPECT_NO_THROW(fuseops::silu_and_mul_split(s(p(), {4, 1}, {1, 7}), v(q(), {4, 1}), v(q(64), {4, 1})));
+}
+
+TEST_F(ActivationErrors, LeadingDimsNotOneRowStride) {
+  // [2, 3, 8] whose outer stride is not 3 * 8: the rows are not evenly spaced.
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {2, 3, 4}), s(q(), {2, 3, 8}, {100, 8, 1})), "silu_and_mul", "input",
+                   "one row stride");
+  // A transposed view of the leading dims.
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(s(p(), {3, 2, 4}, {4, 12, 1}), v(q(), {3, 2, 8})), "silu_and_mul", "out",
+                   "one row stride");
+  // Rows closer together than their width overlap.
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}), s(q(), {4, 8}, {4, 1})), "silu_and_mul", "input",
+                   "must not overlap");
+  // Size-1 dims and a padded outer stride that still nests are fine.
+  EXPECT_NO_THROW(fuseops::silu_and_mul(s(p(), {2, 1, 3, 4}, {36, 999, 12, 1}), s(q(), {2, 1, 3, 8}, {48, 5, 16, 1})));
+}
+
+TEST_F(ActivationErrors, OutputOverlapsInput) {
+  // Same start.
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}), v(p(), {4, 8})), "silu_and_mul", "out",
+                   "no overlap with input");
+  // Partial: out starts inside the last row of input.
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(30), {4, 4}), v(p(), {4, 8})), "silu_and_mul", "out");
+  // Interleaved rows of one buffer (pitch 12): out in input's padding is fine, one column into input is not.
+  EXPECT_NO_THROW(fuseops::silu_and_mul(s(p(8), {4, 4}, {12, 1}), s(p(), {4, 8}, {12, 1})));
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(s(p(7), {4, 4}, {12, 1}), s(p(), {4, 8}, {12, 1})), "silu_and_mul", "out");
+  EXPECT_NO_THROW(fuseops::silu_and_mul(s(p(), {4, 4}, {12, 1}), s(p(4), {4, 8}, {12, 1})));
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(s(p(), {4, 4}, {12, 1}), s(p(3), {4, 8}, {12, 1})), "silu_and_mul", "out");
+  // Split: out over gate, out over up; gate and up may overlap each other (both are read only).
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_split(v(p(), {4, 4}), v(p(), {4, 4}), v(q(), {4, 4})), "silu_and_mul_split",
+                   "out", "no overlap with gate");
+  EXPECT_ARG_ERROR(fuseops::gelu_and_mul_split(v(p(2), {4, 4}), v(q(), {4, 4}), v(p(), {4, 4})), "gelu_and_mul_split",
+                   "out", "no overlap with up");
+  EXPECT_NO_THROW(fuseops::silu_and_mul_split(v(p(), {4, 4}), v(q(), {4, 4}), v(q(), {4, 4})));
+}
+
+TEST_F(ActivationErrors, GradientsOverlap) {
+  float* dout = b3_.data();
+  float* gate = b4_.data();
+  float* up = b5_.data();
+  auto bwd = [&](float* dg, float* du, float* d, float* g, float* u) {
+    fuseops::silu_and_mul_backward(v(dg, {4, 4}), v(du, {4, 4}), v(d, {4, 4}), v(g, {4, 4}), v(u, {4, 4}));
+  };
+  EXPECT_ARG_ERROR(bwd(gate, q(), dout, gate, up), "silu_and_mul_backward", "dgate", "no overlap with gate");
+  EXPECT_ARG_ERROR(bwd(p(), dout + 3, dout, gate, up), "silu_and_mul_backward", "dup", "no overlap with dout");
+  EXPECT_ARG_ERROR(bwd(p(), up, dout, gate, up), "silu_and_mul_backward", "dup", "no overlap with up");
+  EXPECT_ARG_ERROR(bwd(p(), p(15), dout, gate, up), "silu_and_mul_backward", "dup", "no overlap with dgate");
+  EXPECT_ARG_ERROR(bwd(p(), p(), dout, gate, up), "silu_and_mul_backward", "dup", "no overlap with dgate");
+  EXPECT_NO_THROW(bwd(p(), p(16), dout, gate, up));  // adjacent, not overlapping
+}
+
+TEST_F(ActivationErrors, MixedDevices) {
+  // Checked before any backend is chosen, so the message is about the device on every build and machine.
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}), v(q(), {4, 8}, f32, Device::cuda(0))), "silu_and_mul",
+                   "input", "expected device cpu (the device of out)", "got cuda:0");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}, f32, Device::cuda(0)), v(q(), {4, 8})), "silu_and_mul",
+                   "input", "expected device cuda:0", "got cpu");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}, f32, Device::cuda(0)), v(q(), {4, 8}, f32, Device::cuda(1))),
+                   "silu_and_mul", "input", "got cuda:1");
+  EXPECT_ARG_ERROR(fuseops::gelu_and_mul_backward(v(p(), {4}), v(p(8), {4}), v(q(), {4}), v(q(8), {4}),
+                                                  v(q(16), {4}, f32, Device::cuda(0))),
+                   "gelu_and_mul_backward", "up", "got cuda:0");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}, f32, Device::cuda(-1)), v(q(), {4, 8}, f32, Device::cuda(-1))),
+                   "silu_and_mul", "out", "device index >= 0");
+}
+
+TEST_F(ActivationErrors, CudaDeviceThatDoesNotExist) {
+  // cuda:N with N = the number of devices never exists: without a CUDA build that is `unsupported`, with one
+  // (with or without a GPU) `invalid_argument` naming the device. Never a silent pass.
+  const int n = fuseops::cuda_device_count();
+  const Device dev = Device::cuda(n);
+  const std::string name = "cuda:" + std::to_string(n);
+  auto run = [&] { fuseops::silu_and_mul(v(p(), {4, 4}, f32, dev), v(q(), {4, 8}, f32, dev)); };
+  if (!fuseops::built_with_cuda()) {
+    EXPECT_TRUE(raises(run, ErrorKind::unsupported, {"silu_and_mul", name, "no CUDA backend"}));
+  } else {
+    EXPECT_ARG_ERROR(run(), "silu_and_mul", "device", "got " + name);
+  }
+  auto bwd = [&] {
+    fuseops::gelu_and_mul_backward(v(p(), {4}, f32, dev), v(p(8), {4}, f32, dev), v(q(), {4}, f32, dev),
+                                   v(q(8), {4}, f32, dev), v(q(16), {4}, f32, dev), GeluApproximate::tanh);
+  };
+  EXPECT_TRUE(raises(bwd, fuseops::built_with_cuda() ? ErrorKind::invalid_argument : ErrorKind::unsupported,
+                     {"gelu_and_mul_backward", name}));
+}
+
+TEST_F(ActivationErrors, GeluApproximate) {
+  EXPECT_EQ(fuseops::parse_gelu_approximate("none"), GeluApproximate::none);
+  EXPECT_EQ(fuseops::parse_gelu_approximate("tanh"), GeluApproximate::tanh);
+  for (const char* bad : {"", "Tanh", "erf", "none "}) {
+    EXPECT_TRUE(raises([&] { fuseops::parse_gelu_approximate(bad); }, ErrorKind::invalid_argument,
+                       {"approximate", std::string("\"") + bad + "\""}));
+  }
+  const auto bad = static_cast<GeluApproximate>(7);
+  EXPECT_TRUE(raises([&] { fuseops::gelu_and_mul(v(p(), {4, 4}), v(q(), {4, 8}), bad); },
+                     ErrorKind::invalid_argument, {"approximate", "7"}));
+  EXPECT_TRUE(raises([&] { fuseops::gelu_and_mul_split(v(p(), {4}), v(q(), {4}), v(q(8), {4}), bad); },
+                     ErrorKind::invalid_argument, {"approximate"}));
+}
+
+TEST_F(ActivationErrors, NullDataWithElements) {
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}), v(nullptr, {4, 8})), "silu_and_mul", "input", "null");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(nullptr, {4, 4}), v(q(), {4, 8})), "silu_and_mul", "out", "null");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_split(v(p(), {4}), v(q(), {4}), v(nullptr, {4})), "silu_and_mul_split",
+                   "up", "null");
+  EXPECT_ARG_ERROR(fuseops::gelu_and_mul_backward(v(p(), {4}), v(nullptr, {4}), v(q(), {4}), v(q(8), {4}),
+                                                  v(q(16), {4})),
+                   "gelu_and_mul_backward", "dup", "null");
+}
+
+TEST_F(ActivationErrors, ErrorsWriteNothing) {
+  std::vector<float> out(16, -7.0f);
+  EXPECT_ANY_THROW(fuseops::silu_and_mul(v(out.data(), {4, 4}), v(q(), {4, 7})));
+  EXPECT_ANY_THROW(fuseops::silu_and_mul(v(out.data(), {4, 4}), v(out.data(), {2, 8})));
+  for (float x : out) EXPECT_EQ(x, -7.0f);
+}
+
+}  // namespace
+}  // namespace fuseops_test

@@ -1,0 +1,207 @@
+"""Forward and backward of every activation op against the float64 reference (docs/ops/activation.md tolerance), on
+CPU and CUDA, for float32 / float16 / bfloat16: the raw torch.ops, the functional API and the compat modules."""
+
+import pytest
+from common import (
+    DEVICES,
+    DTYPES,
+    KINDS,
+    assert_close,
+    kind_id,
+    poisoned,
+    randn,
+    reference_backward,
+    reference_forward,
+    torch,
+)
+
+import fuseops
+from fuseops.compat import flaggems, vllm
+
+# (leading dims, d): odd d, d not a multiple of 8, one element, zero rows, rank 3, a wide row.
+CASES = [((7,), 5), ((3, 4), 64), ((33,), 1000), ((0,), 8), ((1,), 1), ((2, 3, 2), 13), ((2,), 14336)]
+CASE_IDS = [f"{'x'.join(map(str, lead))}-d{d}" for lead, d in CASES]
+
+parametrize_all = [
+    pytest.mark.parametrize("device", DEVICES),
+    pytest.mark.parametrize("dtype", DTYPES, ids=str),
+    pytest.mark.parametrize("kind", KINDS, ids=kind_id),
+    pytest.mark.parametrize("lead,d", CASES, ids=CASE_IDS),
+]
+
+
+def all_cases(fn):
+    for mark in reversed(parametrize_all):
+        fn = mark(fn)
+    return fn
+
+
+def raw_fused(out, x, kind):
+    if kind is None:
+        fuseops.ops.silu_and_mul(out, x)
+    elif kind == "none":
+        fuseops.ops.gelu_and_mul(out, x)  # the schema's default approximate="none"
+    else:
+        fuseops.ops.gelu_tanh_and_mul(out, x)
+
+
+def functional_fused(x, kind, **kw):
+    if kind is None:
+        return fuseops.silu_and_mul(x, **kw)
+    if kind == "tanh" and not kw:
+        return fuseops.gelu_tanh_and_mul(x)
+    return fuseops.gelu_and_mul(x, kind, **kw)
+
+
+def functional_split(gate, up, kind, **kw):
+    if kind is None:
+        return fuseops.silu_and_mul_split(gate, up, **kw)
+    return fuseops.gelu_and_mul_split(gate, up, kind, **kw)
+
+
+@all_cases
+def test_fused_forward(device, dtype, kind, lead, d):
+    x = randn(lead + (2 * d,), dtype, device)
+    ref = reference_forward(x[..., :d], x[..., d:], kind)[0]
+    out = poisoned(lead + (d,), dtype, device)
+    raw_fused(out, x, kind)
+    assert_close(out, ref, "raw op")
+    if kind == "tanh":
+        out2 = poisoned(lead + (d,), dtype, device)
+        fuseops.ops.gelu_and_mul(out2, x, "tanh")
+        assert torch.equal(out2, out), "gelu_and_mul(tanh) != gelu_tanh_and_mul"
+    y = functional_fused(x, kind)
+    assert y.dtype == dtype and y.device == x.device
+    assert torch.equal(y, out), "functional != raw op"
+
+
+@all_cases
+def test_split_forward(device, dtype, kind, lead, d):
+    gate, up = randn(lead + (d,), dtype, device), randn(lead + (d,), dtype, device)
+    out = poisoned(lead + (d,), dtype, device)
+    if kind is None:
+        fuseops.ops.silu_and_mul_split(out, gate, up)
+    else:
+        fuseops.ops.gelu_and_mul_split(out, gate, up, kind)
+    assert_close(out, reference_forward(gate, up, kind)[0])
+    assert torch.equal(functional_split(gate, up, kind), out)
+
+
+@all_cases
+def test_backward(device, dtype, kind, lead, d):
+    dout, gate, up = (randn(lead + (d,), dtype, device) for _ in range(3))
+    (ref_dgate, ref_dup) = reference_backward(dout, gate, up, kind)
+    dgate, dup = poisoned(lead + (d,), dtype, device), poisoned(lead + (d,), dtype, device)
+    if kind is None:
+        fuseops.ops.silu_and_mul_backward(dgate, dup, dout, gate, up)
+        got = fuseops.silu_and_mul_backward(dout, gate, up)
+    else:
+        fuseops.ops.gelu_and_mul_backward(dgate, dup, dout, gate, up, kind)
+        got = fuseops.gelu_and_mul_backward(dout, gate, up, kind)
+    assert_close(dgate, ref_dgate, "dgate")
+    assert_close(dup, ref_dup, "dup")
+    assert torch.equal(got[0], dgate) and torch.equal(got[1], dup)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind", KINDS, ids=kind_id)
+def test_wide_value_range(device, dtype, kind):
+    """|g| up to ~20: the tails where the textbook formulas cancel (gelu for g < -3, tanh form for u < -2)."""
+    x = randn((64, 2 * 96), dtype, device, scale=5.0)
+    assert_close(functional_fused(x, kind), reference_forward(x[:, :96], x[:, 96:], kind)[0])
+    dout, gate, up = (randn((64, 96), dtype, device, scale=5.0) for _ in range(3))
+    if kind is None:
+        dgate, dup = fuseops.silu_and_mul_backward(dout, gate, up)
+    else:
+        dgate, dup = fuseops.gelu_and_mul_backward(dout, gate, up, kind)
+    ref = reference_backward(dout, gate, up, kind)
+    assert_close(dgate, ref[0], "dgate")
+    assert_close(dup, ref[1], "dup")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_strided_views(device, dtype):
+    """Rows further apart than their width, for inputs and outputs; gate and up as two halves of one buffer; padding
+    between output rows is never written."""
+    rows, d = 9, 24
+    wide = randn((rows, 2 * d + 8), dtype, device)
+    x = wide[:, 3 : 3 + 2 * d]
+    out_buf = torch.zeros((rows, d + 5), dtype=dtype, device=device)
+    out = out_buf[:, :d]
+    fuseops.silu_and_mul(x, out=out)
+    assert_close(out, reference_forward(x[:, :d], x[:, d:], None)[0])
+    assert torch.equal(out_buf[:, d:], torch.zeros_like(out_buf[:, d:])), "wrote into the padding between rows"
+    y = fuseops.gelu_and_mul_split(x[:, :d], x[:, d:], "tanh")
+    assert_close(y, reference_forward(x[:, :d], x[:, d:], "tanh")[0])
+    # dgate / dup as the two halves of one [rows, 2d] buffer (the layout autograd of the fused form uses).
+    grad = poisoned((rows, 2 * d), dtype, device)
+    dout = randn((rows, d), dtype, device)
+    fuseops.silu_and_mul_backward(dout, x[:, :d], x[:, d:], dgate=grad[:, :d], dup=grad[:, d:])
+    ref = reference_backward(dout, x[:, :d], x[:, d:], None)
+    assert_close(grad[:, :d], ref[0], "dgate")
+    assert_close(grad[:, d:], ref[1], "dup")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kind", KINDS, ids=kind_id)
+def test_nan_and_inf(device, kind):
+    """IEEE evaluation of the formula, as PyTorch: NaN in gives NaN out; act(-inf) * u is NaN; act(+inf) = +inf."""
+    g = torch.tensor([float("nan"), 1.0, float("inf"), float("-inf")], device=device)
+    u = torch.tensor([1.0, float("nan"), 2.0, 1.0], device=device)
+    y = fuseops.silu_and_mul(torch.cat([g, u])) if kind is None else fuseops.gelu_and_mul(torch.cat([g, u]), kind)
+    assert torch.isnan(y[:2]).all()
+    assert y[2].item() == float("inf")
+    assert torch.isnan(y[3])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_is_returned_and_written(device):
+    x = randn((4, 16), torch.bfloat16, device)
+    out = poisoned((4, 8), torch.bfloat16, device)
+    assert fuseops.silu_and_mul(x, out=out) is out
+    assert fuseops.gelu_tanh_and_mul(x, out=out) is out
+    assert fuseops.gelu_and_mul_split(x[:, :8], x[:, 8:], "none", out=out) is out
+    dgate, dup = poisoned((4, 8), torch.bfloat16, device), poisoned((4, 8), torch.bfloat16, device)
+    got = fuseops.gelu_and_mul_backward(x[:, :8], x[:, :8], x[:, 8:], dgate=dgate, dup=dup)
+    assert got[0] is dgate and got[1] is dup
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_compat_vllm(device, dtype):
+    """vLLM's order: (out, input), writes out, returns None."""
+    d = 40
+    x = randn((5, 2 * d), dtype, device)
+    for fn, kind in ((vllm.silu_and_mul, None), (vllm.gelu_and_mul, "none"), (vllm.gelu_tanh_and_mul, "tanh")):
+        out = poisoned((5, d), dtype, device)
+        assert fn(out, x) is None
+        assert_close(out, reference_forward(x[:, :d], x[:, d:], kind)[0], fn.__name__)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_compat_flaggems(device, dtype):
+    """FlagGems' signatures: silu_and_mul(A, B), silu_and_mul_out(A, B, out), gelu_and_mul(x, y, approximate);
+    new tensors, differentiable."""
+    a, b = randn((6, 33), dtype, device), randn((6, 33), dtype, device)
+    assert_close(flaggems.silu_and_mul(a, b), reference_forward(a, b, None)[0])
+    out = poisoned((6, 33), dtype, device)
+    assert flaggems.silu_and_mul_out(a, b, out) is out
+    assert_close(out, reference_forward(a, b, None)[0])
+    for kind in ("none", "tanh"):
+        assert_close(flaggems.gelu_and_mul(a, b, kind), reference_forward(a, b, kind)[0])
+    assert_close(flaggems.gelu_and_mul(a, b), reference_forward(a, b, "none")[0])
+    a.requires_grad_()
+    b.requires_grad_()
+    flaggems.gelu_and_mul(a, b, approximate="tanh").sum().backward()
+    ref = reference_backward(torch.ones_like(a), a, b, "tanh")
+    assert_close(a.grad, ref[0], "dA")
+    assert_close(b.grad, ref[1], "dB")
+
+
+def test_version_and_check_errors():
+    assert fuseops.__version__.count(".") == 2
+    fuseops.clear_errors()
+    fuseops.check_errors()  # nothing recorded by the activations: no error

@@ -1,0 +1,118 @@
+"""Bad arguments raise ValueError naming the op and the argument (design.md: "Python sees ValueError for bad
+arguments"), and never write into anything."""
+
+import pytest
+from common import DEVICES, poisoned, randn, requires_cuda, torch
+
+import fuseops
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dtype_not_supported_by_torch_binding(device):
+    x = torch.randn(4, 16, dtype=torch.float64, device=device)
+    with pytest.raises(ValueError, match=r"silu_and_mul: input: expected dtype .*got torch\.float64"):
+        fuseops.silu_and_mul(x, out=torch.empty(4, 8, device=device))
+    with pytest.raises(ValueError, match=r"silu_and_mul_split: gate: .*got torch\.float64"):
+        fuseops.silu_and_mul_split(x, x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dtype_not_supported_by_op(device):
+    x = torch.ones(4, 16, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=r"gelu_and_mul: input: expected dtype f32 \| f16 \| bf16, got i32"):
+        fuseops.gelu_and_mul(x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mixed_dtypes(device):
+    gate = randn((4, 8), torch.bfloat16, device)
+    with pytest.raises(ValueError, match=r"silu_and_mul_split: up: expected dtype bf16"):
+        fuseops.silu_and_mul_split(gate, gate.float())
+    with pytest.raises(ValueError, match=r"silu_and_mul: out: expected dtype bf16"):
+        fuseops.silu_and_mul(randn((4, 16), torch.bfloat16, device), out=torch.empty(4, 8, device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_odd_last_dim(device):
+    with pytest.raises(ValueError, match=r"silu_and_mul: input: expected an even last dim 2\*d >= 2, got 7"):
+        fuseops.silu_and_mul(randn((3, 7), torch.float16, device))
+    with pytest.raises(ValueError, match=r"gelu_tanh_and_mul: input: expected an even last dim"):
+        fuseops.gelu_tanh_and_mul(randn((3, 1), torch.float16, device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_shapes(device):
+    with pytest.raises(ValueError, match=r"silu_and_mul: out: expected shape \[3, 4\]"):
+        fuseops.silu_and_mul(randn((3, 8), torch.float32, device), out=torch.empty(3, 5, device=device))
+    with pytest.raises(ValueError, match=r"gelu_and_mul_split: up: expected shape \[3, 8\]"):
+        fuseops.gelu_and_mul_split(randn((3, 8), torch.float32, device), randn((3, 9), torch.float32, device))
+    with pytest.raises(ValueError, match=r"silu_and_mul: input: expected rank >= 1"):
+        fuseops.silu_and_mul(torch.tensor(1.0, device=device))
+    with pytest.raises(ValueError, match=r"silu_and_mul: input: expected rank <= 8"):
+        fuseops.silu_and_mul(torch.ones([1] * 9 + [4], device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_strides(device):
+    x = randn((16, 6), torch.float32, device).t()  # [6, 16], innermost stride 6
+    with pytest.raises(ValueError, match=r"silu_and_mul: input: expected innermost stride 1"):
+        fuseops.silu_and_mul(x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_aliasing_input(device):
+    x = randn((4, 16), torch.float32, device)
+    before = x.clone()
+    with pytest.raises(ValueError, match=r"silu_and_mul: out: expected no overlap with input"):
+        fuseops.silu_and_mul(x, out=x[:, :8])
+    gate, up = x[:, :8], x[:, 8:]
+    with pytest.raises(ValueError, match=r"silu_and_mul_split: out: expected no overlap with up"):
+        fuseops.silu_and_mul_split(gate, up, out=up)
+    with pytest.raises(ValueError, match=r"silu_and_mul_backward: dgate: expected no overlap with gate"):
+        fuseops.silu_and_mul_backward(up, gate, up, dgate=gate, dup=torch.empty_like(gate))
+    grad = torch.empty(4, 12, device=device)
+    with pytest.raises(ValueError, match=r"gelu_and_mul_backward: dup: expected no overlap with dgate"):
+        fuseops.gelu_and_mul_backward(gate, gate, up, dgate=grad[:, :8], dup=grad[:, 4:])
+    assert torch.equal(x, before), "an input was written"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_out_positional(device):
+    """A second positional tensor is never taken as `out` (vLLM's order is fuseops.compat.vllm)."""
+    x, y = randn((4, 16), torch.float32, device), poisoned((4, 8), torch.float32, device)
+    for fn in (fuseops.silu_and_mul, fuseops.gelu_tanh_and_mul):
+        with pytest.raises(ValueError, match=rf"{fn.__name__}: out: expected a keyword argument .*compat\.vllm"):
+            fn(x, y)
+    with pytest.raises(ValueError, match=r"gelu_and_mul: approximate: .*got a Tensor; out is keyword-only"):
+        fuseops.gelu_and_mul(x, y)
+    with pytest.raises(ValueError, match=r"silu_and_mul_split: out: expected a keyword argument"):
+        fuseops.silu_and_mul_split(x[:, :8], x[:, 8:], y)
+    with pytest.raises(ValueError, match=r"gelu_and_mul_split: approximate: .*got a Tensor"):
+        fuseops.gelu_and_mul_split(x[:, :8], x[:, 8:], y)
+    with pytest.raises(ValueError, match=r"silu_and_mul_backward: dgate: expected keyword arguments"):
+        fuseops.silu_and_mul_backward(y, y, y, y)
+    assert torch.isnan(y).all(), "the positional tensor was written"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_approximate(device):
+    x = randn((4, 16), torch.float32, device)
+    with pytest.raises(ValueError, match=r'gelu_and_mul: approximate: expected "none" \| "tanh", got \'erf\''):
+        fuseops.gelu_and_mul(x, "erf")
+    with pytest.raises(ValueError, match=r'gelu_and_mul: approximate: expected "none" \| "tanh", got "erf"'):
+        fuseops.ops.gelu_and_mul(torch.empty(4, 8, device=device), x, "erf")  # the binding's own check
+
+
+def test_not_a_tensor():
+    with pytest.raises(TypeError, match=r"silu_and_mul: input: expected a torch.Tensor, got list"):
+        fuseops.silu_and_mul([1.0, 2.0])
+
+
+@requires_cuda
+def test_devices_differ():
+    x = randn((4, 16), torch.float32, "cuda")
+    with pytest.raises(ValueError, match=r"silu_and_mul: input: expected device cuda:0 \(the device of out\), got cpu"):
+        fuseops.ops.silu_and_mul(torch.empty(4, 8, device="cuda"), x.cpu())
+    with pytest.raises(ValueError, match=r"silu_and_mul_split: up: expected device"):
+        fuseops.silu_and_mul_split(x[:, :8], x[:, 8:].cpu())
+

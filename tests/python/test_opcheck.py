@@ -1,0 +1,65 @@
+"""torch.library.opcheck on every op (schema and alias annotations, fake kernels, AOT dispatch), on CPU and CUDA."""
+
+import pytest
+from common import DEVICES, poisoned, randn, requires_opcheck, torch
+
+import fuseops
+
+pytestmark = requires_opcheck
+
+ops = fuseops.ops
+
+
+def samples(device, dtype=torch.bfloat16, rows=7, d=40):
+    """(op, args, kwargs) for every tensor op; outputs poisoned with NaN."""
+    x = randn((rows, 2 * d), dtype, device)
+    gate, up, dout = (randn((rows, d), dtype, device) for _ in range(3))
+
+    def out():
+        return poisoned((rows, d), dtype, device)
+
+    return [
+        (ops.silu_and_mul.default, (out(), x), {}),
+        (ops.gelu_and_mul.default, (out(), x), {}),
+        (ops.gelu_and_mul.default, (out(), x), {"approximate": "tanh"}),
+        (ops.gelu_tanh_and_mul.default, (out(), x), {}),
+        (ops.silu_and_mul_split.default, (out(), gate, up), {}),
+        (ops.gelu_and_mul_split.default, (out(), gate, up), {"approximate": "none"}),
+        (ops.gelu_and_mul_split.default, (out(), gate, up, "tanh"), {}),
+        (ops.silu_and_mul_backward.default, (out(), out(), dout, gate, up), {}),
+        (ops.gelu_and_mul_backward.default, (out(), out(), dout, gate, up), {}),
+        (ops.gelu_and_mul_backward.default, (out(), out(), dout, gate, up, "tanh"), {}),
+    ]
+
+
+def sample_id(sample):
+    op, args, kwargs = sample
+    return f"{op.__name__}-{len(args)}args-{'-'.join(map(str, kwargs.values())) or 'default'}"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("index", range(len(samples("cpu"))), ids=[sample_id(s) for s in samples("cpu")])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_opcheck(device, index, dtype):
+    op, args, kwargs = samples(device, dtype)[index]
+    torch.library.opcheck(op, args, kwargs)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck_zero_rows(device):
+    op, args, kwargs = samples(device, rows=0)[0]
+    torch.library.opcheck(op, args, kwargs)
+
+
+@pytest.mark.parametrize("op", ["check_errors", "clear_errors"])
+def test_opcheck_no_tensor_ops(op):
+    # No tensors: the autograd-registration and AOT-dispatch checks have nothing to check.
+    torch.library.opcheck(getattr(ops, op).default, (-1,), test_utils=("test_schema", "test_faketensor"))
+
+
+def test_every_op_has_a_fake():
+    from fuseops import _fake
+
+    assert _fake.registered
+    for name in _fake.OPS:
+        assert torch._C._dispatch_has_kernel_for_dispatch_key(f"fuseops::{name}", "Meta"), name
