@@ -3,7 +3,7 @@
 # development machine and carried in $FUSEOPS_BIN (default .carry/bin; make them with scripts/build-carry.sh:
 # the GPU image has no GoogleTest, CLI11 or nlohmann-json), and writes logs and tables under $OUT.
 #
-#   stages: info tests sanitizer check bench flaggems
+#   stages: info tests sanitizer check bench flaggems torch
 #   scripts/gpu.sh info tests sanitizer check      # one device command (< 10 min)
 #   scripts/gpu.sh bench flaggems                  # a second one
 #
@@ -38,7 +38,7 @@ for stage in "${stages[@]}"; do
       run_stage tests "$BIN/fuseops_tests" --gtest_color=no ;;
     sanitizer)
       # A reduced suite: the CUDA tests without the multi-GiB cases, then a check set, under memcheck.
-      run_stage sanitizer bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $BIN/fuseops_tests \
+      run_stage sanitizer timeout 300 bash -c "compute-sanitizer --tool memcheck --error-exitcode 3 $BIN/fuseops_tests \
           --gtest_color=no --gtest_filter='*Cuda*:*cuda*:*Device*:-*Large*:*large*' && \
         compute-sanitizer --tool memcheck --error-exitcode 3 $BIN/fuseops check --backend cuda --set activation-dtypes" ;;
     check)
@@ -48,6 +48,12 @@ for stage in "${stages[@]}"; do
     flaggems)
       run_stage flaggems env PYTHONPATH=.baselines/flaggems/src:.baselines/pylib PYTHONUNBUFFERED=1 \
         python3 bench/baselines/flaggems_activation.py "$OUT/bench.json" "$OUT/flaggems.md" ;;
+    torch)
+      # The PyTorch extension: build and install it here (torch, scikit-build-core and nvcc are on the image),
+      # then its pytest suite and the Python benchmark.
+      run_stage torch_install python3 -m pip install --no-build-isolation --no-deps --no-index -v .
+      run_stage torch_tests env PYTHONUNBUFFERED=1 python3 -m pytest tests/python -rs -q -p no:cacheprovider
+      run_stage torch_bench env PYTHONUNBUFFERED=1 python3 -m fuseops.bench --md "$OUT/torch_bench.md" ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

@@ -38,7 +38,7 @@ FUSEOPS_HD float exp_(float x) {
 #if defined(__CUDA_ARCH__)
   if constexpr (Fast) {
     float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
     return y;
   }
 #endif
@@ -51,7 +51,7 @@ FUSEOPS_HD float recip_(float y) {
 #if defined(__CUDA_ARCH__)
   if constexpr (Fast) {
     float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+    asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(y));
     return r;
   }
 #endif

@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <string>
 
 #include "fuseops/error.h"
@@ -30,5 +31,38 @@ void after_launch(const char* op, cudaStream_t stream, int device);
 
 /// Multiprocessor count of `device` (cached).
 int sm_count(int device);
+
+/// Whether kernels on `device` launch with programmatic dependent launch: compute capability >= 9.0, unless the
+/// environment sets FUSEOPS_PDL=0 (cached).
+bool pdl_enabled(int device);
+
+/// Launches `kernel` on `stream`, with programmatic dependent launch where enabled: the kernel may be scheduled
+/// while the previous kernel in the stream is finishing, and must call pdl_wait_and_release() before it reads
+/// anything that kernel may have written. Errors surface in after_launch().
+template <typename... KernelArgs, typename... Args>
+void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+                   int device, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = pdl_enabled(device) ? 1 : 0;
+  (void)cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
+}
+
+/// First statement of every kernel launched by launch_kernel(): waits until the previous kernel in the stream has
+/// completed and its memory is visible (a no-op when it was not launched as a dependent), then lets the next
+/// kernel start launching. No-op before sm_90.
+__device__ __forceinline__ void pdl_wait_and_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
 
 }  // namespace fuseops::detail

@@ -1,5 +1,7 @@
 // CUDA runtime helpers and the per-device error record.
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -56,6 +58,23 @@ int sm_count(int device) {
     counts[device] = n;
   }
   return counts[device];
+}
+
+bool pdl_enabled(int device) {
+  static const bool allowed = [] {
+    const char* v = std::getenv("FUSEOPS_PDL");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  if (!allowed) return false;
+  static std::mutex mutex;
+  static std::vector<int> major;  // 0 = not read yet
+  std::lock_guard<std::mutex> lock(mutex);
+  if (device >= static_cast<int>(major.size())) major.resize(device + 1, 0);
+  if (major[device] == 0) {
+    check_cuda(cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device), "fuseops",
+               "compute capability");
+  }
+  return major[device] >= 9;
 }
 
 namespace {

@@ -13,7 +13,11 @@ torch = pytest.importorskip("torch", reason="torch is not installed: the fuseops
 try:
     import fuseops
 except ImportError as e:
-    pytest.skip(f"the fuseops extension is not built or not importable: {e}", allow_module_level=True)
+    pytest.skip(
+        f"the fuseops extension is not importable ({e}): build it with `pip install --no-build-isolation --no-deps "
+        "--no-index .` or a CMake build with FUSEOPS_BUILD_TORCH=ON (python/README-python.md)",
+        allow_module_level=True,
+    )
 
 HAS_CUDA = torch.cuda.is_available()
 DEVICES = ["cpu"] + (["cuda"] if HAS_CUDA else [])

@@ -205,3 +205,35 @@ def test_version_and_check_errors():
     assert fuseops.__version__.count(".") == 2
     fuseops.clear_errors()
     fuseops.check_errors()  # nothing recorded by the activations: no error
+
+
+# rtol per docs/ops/activation.md (about 1 ulp of the output dtype); atol covers PyTorch's own float32 error where its
+# textbook formulas cancel (gelu's 1 + erf for g < -3) and values near a zero of the derivative.
+RTOL_VS_FP32 = {torch.float32: 1e-5, torch.float16: 2.0**-10, torch.bfloat16: 2.0**-7}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("kind", KINDS, ids=kind_id)
+def test_parity_with_pytorch_fp32(device, dtype, kind):
+    """Every op against plain PyTorch in float32 on the inputs upcast: F.silu(g) * u, F.gelu(g, approximate) * u, and
+    torch autograd of those for the backward."""
+    rows, d = 37, 300
+    x = randn((rows, 2 * d), dtype, device)
+    g, u = x[:, :d].float().requires_grad_(), x[:, d:].float().requires_grad_()
+    a = torch.nn.functional.silu(g) if kind is None else torch.nn.functional.gelu(g, approximate=kind)
+    ref = a * u
+    dout = randn((rows, d), dtype, device)
+    ref.backward(dout.float())
+
+    def check(got, want, what, atol=1e-6):  # `what` names the tensor in a failure's traceback
+        torch.testing.assert_close(got.float(), want.detach(), rtol=RTOL_VS_FP32[dtype], atol=atol)
+
+    check(functional_fused(x, kind), ref, "fused")
+    check(functional_split(x[:, :d], x[:, d:], kind), ref, "split")
+    if kind is None:
+        dgate, dup = fuseops.silu_and_mul_backward(dout, x[:, :d], x[:, d:])
+    else:
+        dgate, dup = fuseops.gelu_and_mul_backward(dout, x[:, :d], x[:, d:], kind)
+    check(dgate, g.grad, "dgate", atol=1e-5)
+    check(dup, u.grad, "dup", atol=1e-5)

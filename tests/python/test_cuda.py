@@ -14,22 +14,27 @@ def test_cuda_graph_capture_and_replay():
     out = poisoned((rows, d), torch.bfloat16, "cuda")
     gate, up, dout = (randn((rows, d), torch.float16, "cuda") for _ in range(3))
     dgate, dup = poisoned((rows, d), torch.float16, "cuda"), poisoned((rows, d), torch.float16, "cuda")
-    # Warm up on a side stream (as torch.cuda.graph's docs ask), then capture.
+
+    def work():
+        fuseops.gelu_and_mul(x, "tanh", out=out)
+        allocated = fuseops.silu_and_mul(x)  # during capture: an output from the graph's pool
+        fuseops.silu_and_mul_backward(dout, gate, up, dgate=dgate, dup=dup)
+        return allocated
+
+    # Warm up on a side stream (as torch.cuda.graph's docs ask: kernels load outside the capture), then capture.
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        fuseops.gelu_and_mul(x, "tanh", out=out)
+        work()
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        fuseops.gelu_and_mul(x, "tanh", out=out)
-        allocated = fuseops.silu_and_mul(x)  # an output from the graph's pool
-        fuseops.silu_and_mul_backward(dout, gate, up, dgate=dgate, dup=dup)
+        allocated = work()
     for _ in range(3):
         x.copy_(randn((rows, 2 * d), torch.bfloat16, "cuda"))
         dout.copy_(randn((rows, d), torch.float16, "cuda"))
-        out.fill_(float("nan"))
-        dgate.fill_(float("nan"))
+        for t in (out, allocated, dgate, dup):
+            t.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
         assert_close(out, reference_forward(x[:, :d], x[:, d:], "tanh")[0], "out")

@@ -1,0 +1,85 @@
+// torch kernels of the gated activations: convert, guard, current stream, call (include/fuseops/activation.h).
+// Inputs are converted before outputs, so a bad tensor that the Python API allocated an output from is reported
+// under the input's name.
+#include "fuseops/activation.h"
+
+#include "ops.h"
+#include "torch_utils.h"
+
+namespace fuseops::torch_binding {
+namespace {
+
+// Parsed here rather than by fuseops::parse_gelu_approximate so that no std::string crosses into the library: its
+// C++ ABI (_GLIBCXX_USE_CXX11_ABI) may differ from the one torch's headers select.
+GeluApproximate approximate_of(const char* op, c10::string_view approximate) {
+  if (approximate == "none") return GeluApproximate::none;
+  if (approximate == "tanh") return GeluApproximate::tanh;
+  TORCH_CHECK_VALUE(false, op, ": approximate: expected \"none\" | \"tanh\", got \"", approximate, "\"");
+  return GeluApproximate::none;  // unreachable
+}
+
+}  // namespace
+
+void silu_and_mul(at::Tensor& out, const at::Tensor& input) {
+  constexpr const char* op = "silu_and_mul";
+  const TensorView in = to_view(op, "input", input);
+  const TensorView o = to_view(op, "out", out);
+  run_on_device_of(out, [&](Stream s) { fuseops::silu_and_mul(o, in, s); });
+}
+
+void gelu_and_mul(at::Tensor& out, const at::Tensor& input, c10::string_view approximate) {
+  constexpr const char* op = "gelu_and_mul";
+  const GeluApproximate a = approximate_of(op, approximate);
+  const TensorView in = to_view(op, "input", input);
+  const TensorView o = to_view(op, "out", out);
+  run_on_device_of(out, [&](Stream s) { fuseops::gelu_and_mul(o, in, a, s); });
+}
+
+void gelu_tanh_and_mul(at::Tensor& out, const at::Tensor& input) {
+  constexpr const char* op = "gelu_tanh_and_mul";
+  const TensorView in = to_view(op, "input", input);
+  const TensorView o = to_view(op, "out", out);
+  run_on_device_of(out, [&](Stream s) { fuseops::gelu_tanh_and_mul(o, in, s); });
+}
+
+void silu_and_mul_split(at::Tensor& out, const at::Tensor& gate, const at::Tensor& up) {
+  constexpr const char* op = "silu_and_mul_split";
+  const TensorView g = to_view(op, "gate", gate);
+  const TensorView u = to_view(op, "up", up);
+  const TensorView o = to_view(op, "out", out);
+  run_on_device_of(out, [&](Stream s) { fuseops::silu_and_mul_split(o, g, u, s); });
+}
+
+void gelu_and_mul_split(at::Tensor& out, const at::Tensor& gate, const at::Tensor& up, c10::string_view approximate) {
+  constexpr const char* op = "gelu_and_mul_split";
+  const GeluApproximate a = approximate_of(op, approximate);
+  const TensorView g = to_view(op, "gate", gate);
+  const TensorView u = to_view(op, "up", up);
+  const TensorView o = to_view(op, "out", out);
+  run_on_device_of(out, [&](Stream s) { fuseops::gelu_and_mul_split(o, g, u, a, s); });
+}
+
+void silu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor& dout, const at::Tensor& gate,
+                           const at::Tensor& up) {
+  constexpr const char* op = "silu_and_mul_backward";
+  const TensorView dc = to_view(op, "dout", dout);
+  const TensorView g = to_view(op, "gate", gate);
+  const TensorView u = to_view(op, "up", up);
+  const TensorView dg = to_view(op, "dgate", dgate);
+  const TensorView du = to_view(op, "dup", dup);
+  run_on_device_of(dgate, [&](Stream s) { fuseops::silu_and_mul_backward(dg, du, dc, g, u, s); });
+}
+
+void gelu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor& dout, const at::Tensor& gate,
+                           const at::Tensor& up, c10::string_view approximate) {
+  constexpr const char* op = "gelu_and_mul_backward";
+  const GeluApproximate a = approximate_of(op, approximate);
+  const TensorView dc = to_view(op, "dout", dout);
+  const TensorView g = to_view(op, "gate", gate);
+  const TensorView u = to_view(op, "up", up);
+  const TensorView dg = to_view(op, "dgate", dgate);
+  const TensorView du = to_view(op, "dup", dup);
+  run_on_device_of(dgate, [&](Stream s) { fuseops::gelu_and_mul_backward(dg, du, dc, g, u, a, s); });
+}
+
+}  // namespace fuseops::torch_binding

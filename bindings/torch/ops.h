@@ -1,0 +1,28 @@
+// Kernels of the torch binding, one function per schema in registration.cpp. Each converts its tensors with
+// torch_utils.h and calls the C++ API; argument names match the schema's (they are named in error messages).
+#pragma once
+
+#include <torch/all.h>
+
+#include <cstdint>
+#include <string>
+
+namespace fuseops::torch_binding {
+
+// Gated activations (include/fuseops/activation.h, docs/ops/activation.md).
+void silu_and_mul(at::Tensor& out, const at::Tensor& input);
+void gelu_and_mul(at::Tensor& out, const at::Tensor& input, c10::string_view approximate);
+void gelu_tanh_and_mul(at::Tensor& out, const at::Tensor& input);
+void silu_and_mul_split(at::Tensor& out, const at::Tensor& gate, const at::Tensor& up);
+void gelu_and_mul_split(at::Tensor& out, const at::Tensor& gate, const at::Tensor& up, c10::string_view approximate);
+void silu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor& dout, const at::Tensor& gate,
+                           const at::Tensor& up);
+void gelu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor& dout, const at::Tensor& gate,
+                           const at::Tensor& up, c10::string_view approximate);
+
+// Library-wide (include/fuseops/error.h, version.h).
+void check_errors(int64_t device);
+void clear_errors(int64_t device);
+std::string version();
+
+}  // namespace fuseops::torch_binding

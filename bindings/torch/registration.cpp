@@ -1,0 +1,54 @@
+// The one schema file of torch.ops.fuseops (style.md rule 3): every op's schema, with exact alias annotations
+// (`Tensor!` for a tensor the op writes, `Tensor?` for an optional input), then its kernels. Ops that write their
+// outputs return (); their fakes (python/fuseops/_fake.py) are no-ops.
+//
+// Adding an op: its schema below, its kernel in <family>.cpp (declared in ops.h), one line in register_kernels(),
+// its name in python/fuseops/_fake.py, a Python wrapper, tests in tests/python/.
+#include "ops.h"
+
+TORCH_LIBRARY(fuseops, m) {
+  // Gated activations: docs/ops/activation.md.
+  m.def("silu_and_mul(Tensor! out, Tensor input) -> ()");
+  m.def("gelu_and_mul(Tensor! out, Tensor input, str approximate=\"none\") -> ()");
+  m.def("gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()");
+  m.def("silu_and_mul_split(Tensor! out, Tensor gate, Tensor up) -> ()");
+  m.def("gelu_and_mul_split(Tensor! out, Tensor gate, Tensor up, str approximate=\"none\") -> ()");
+  m.def("silu_and_mul_backward(Tensor! dgate, Tensor! dup, Tensor dout, Tensor gate, Tensor up) -> ()");
+  m.def("gelu_and_mul_backward(Tensor! dgate, Tensor! dup, Tensor dout, Tensor gate, Tensor up, "
+        "str approximate=\"none\") -> ()");
+
+  // Library-wide: the device error record (include/fuseops/error.h) and the version.
+  m.def("check_errors(int device=-1) -> ()");
+  m.def("clear_errors(int device=-1) -> ()");
+  m.def("version() -> str");
+}
+
+namespace {
+
+/// The kernels of every tensor op; the same functions serve CPU and CUDA tensors (the library dispatches by device).
+void register_kernels(torch::Library& m) {
+  using namespace fuseops::torch_binding;
+  m.impl("silu_and_mul", TORCH_FN(silu_and_mul));
+  m.impl("gelu_and_mul", TORCH_FN(gelu_and_mul));
+  m.impl("gelu_tanh_and_mul", TORCH_FN(gelu_tanh_and_mul));
+  m.impl("silu_and_mul_split", TORCH_FN(silu_and_mul_split));
+  m.impl("gelu_and_mul_split", TORCH_FN(gelu_and_mul_split));
+  m.impl("silu_and_mul_backward", TORCH_FN(silu_and_mul_backward));
+  m.impl("gelu_and_mul_backward", TORCH_FN(gelu_and_mul_backward));
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fuseops, CPU, m) { register_kernels(m); }
+
+#ifdef FUSEOPS_TORCH_CUDA  // set by bindings/torch/CMakeLists.txt when torch has CUDA and FUSEOPS_WITH_CUDA is on
+TORCH_LIBRARY_IMPL(fuseops, CUDA, m) { register_kernels(m); }
+#endif
+
+// No tensor arguments, so no backend to dispatch on.
+TORCH_LIBRARY_IMPL(fuseops, CompositeExplicitAutograd, m) {
+  using namespace fuseops::torch_binding;
+  m.impl("check_errors", TORCH_FN(check_errors));
+  m.impl("clear_errors", TORCH_FN(clear_errors));
+  m.impl("version", TORCH_FN(version));
+}

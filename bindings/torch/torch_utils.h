@@ -1,0 +1,115 @@
+// The one place where the torch binding converts arguments: at::Tensor -> fuseops::TensorView, the device guard,
+// the current CUDA stream, and fuseops::Error -> the Python exception (design.md, "Layers"; style.md rule 4).
+#pragma once
+
+#include <torch/all.h>
+
+#include "fuseops/fuseops.h"
+
+#ifdef FUSEOPS_TORCH_CUDA
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace fuseops::torch_binding {
+
+/// "torch.float64": how a Python user spells the dtypes that errors name.
+inline const char* torch_dtype_name(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "torch.float32";
+    case at::kHalf: return "torch.float16";
+    case at::kBFloat16: return "torch.bfloat16";
+    case at::kInt: return "torch.int32";
+    case at::kLong: return "torch.int64";
+    case at::kDouble: return "torch.float64";
+    case at::kShort: return "torch.int16";
+    case at::kChar: return "torch.int8";
+    case at::kByte: return "torch.uint8";
+    case at::kBool: return "torch.bool";
+    case at::kComplexFloat: return "torch.complex64";
+    case at::kComplexDouble: return "torch.complex128";
+    default: return c10::toString(t);
+  }
+}
+
+/// float32 / float16 / bfloat16 / int32 / int64; any other dtype is a ValueError naming the op and the argument.
+/// Which of these an op accepts is the library's check (it names the argument too).
+inline DType to_dtype(const char* op, const char* arg, at::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return DType::f32;
+    case at::kHalf: return DType::f16;
+    case at::kBFloat16: return DType::bf16;
+    case at::kInt: return DType::i32;
+    case at::kLong: return DType::i64;
+    default: break;
+  }
+  TORCH_CHECK_VALUE(false, op, ": ", arg,
+                    ": expected dtype torch.float32 | torch.float16 | torch.bfloat16 | torch.int32 | torch.int64, got ",
+                    torch_dtype_name(t));
+  return DType::f32;  // unreachable
+}
+
+/// cpu, or cuda:index; any other device type is a ValueError.
+inline Device to_device(const char* op, const char* arg, const at::Tensor& t) {
+  if (t.is_cpu()) return Device::cpu();
+  if (t.is_cuda()) return Device::cuda(static_cast<int32_t>(t.get_device()));
+  TORCH_CHECK_VALUE(false, op, ": ", arg, ": expected a cpu or cuda tensor, got a tensor on ", t.device());
+  return Device::cpu();  // unreachable
+}
+
+/// A view of `t`: data pointer (storage offset included), dtype, device, sizes and strides in elements, rank <= 8.
+inline TensorView to_view(const char* op, const char* arg, const at::Tensor& t) {
+  TORCH_CHECK_VALUE(t.defined(), op, ": ", arg, ": expected a tensor, got an undefined tensor");
+  TORCH_CHECK_VALUE(t.dim() <= TensorView::kMaxRank, op, ": ", arg, ": expected rank <= ", TensorView::kMaxRank,
+                    ", got rank ", t.dim(), " ", t.sizes());
+  const DType dtype = to_dtype(op, arg, t.scalar_type());
+  const Device device = to_device(op, arg, t);
+  return TensorView::from_arrays(t.data_ptr(), dtype, device, static_cast<int32_t>(t.dim()), t.sizes().data(),
+                                 t.strides().data());
+}
+
+/// Re-raises a library error as the Python exception design.md names, with the same message: ValueError for a bad
+/// argument or a bad device-resident value, RuntimeError for an unsupported request or a CUDA failure.
+[[noreturn]] inline void rethrow(const Error& e) {
+  switch (e.kind()) {
+    case ErrorKind::invalid_argument:
+    case ErrorKind::device_value: TORCH_CHECK_VALUE(false, e.what()); break;
+    case ErrorKind::unsupported:
+    case ErrorKind::device_failure: break;
+  }
+  TORCH_CHECK(false, e.what());
+  throw;  // unreachable: TORCH_CHECK(false, ...) throws
+}
+
+/// Calls `fn(stream)` on the device of `t`: for a CUDA tensor under a device guard with torch's current stream on that
+/// device (never the default stream unless it is the current one), for a CPU tensor with no stream. Library errors
+/// become Python exceptions (rethrow).
+template <class Fn>
+void run_on_device_of(const at::Tensor& t, Fn&& fn) {
+  try {
+#ifdef FUSEOPS_TORCH_CUDA
+    if (t.is_cuda()) {
+      const c10::cuda::OptionalCUDAGuard guard(t.device());
+      fn(Stream(c10::cuda::getCurrentCUDAStream(t.get_device()).stream()));  // = at::cuda::getCurrentCUDAStream
+      return;
+    }
+#else
+    (void)t;
+#endif
+    fn(Stream{});
+  } catch (const Error& e) {
+    rethrow(e);
+  }
+}
+
+/// Calls `fn()` and turns library errors into Python exceptions (for ops without tensors).
+template <class Fn>
+auto translate_errors(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    rethrow(e);
+  }
+}
+
+}  // namespace fuseops::torch_binding

@@ -1,0 +1,42 @@
+"""fuseops: fused operators for LLM training and inference, for PyTorch.
+
+The ops are ``torch.ops.fuseops.*`` (bindings/torch/registration.cpp): they write caller-given outputs and return
+nothing. This package wraps them in functions that allocate their outputs, support autograd and trace under
+``torch.compile(fullgraph=True)``::
+
+    import fuseops
+    y = fuseops.silu_and_mul(x)                          # x: [..., 2*d] -> y: [..., d]
+    y = fuseops.gelu_and_mul(x, approximate="tanh")
+
+Other projects' signatures: :mod:`fuseops.compat.vllm` (``silu_and_mul(out, input)``) and
+:mod:`fuseops.compat.flaggems` (``silu_and_mul(A, B)``). Benchmark: ``python -m fuseops.bench``.
+"""
+
+from . import _fake  # noqa: F401  (fake kernels for torch.compile)
+from ._ops import library_path, ops
+from .activation import (
+    gelu_and_mul,
+    gelu_and_mul_backward,
+    gelu_and_mul_split,
+    gelu_tanh_and_mul,
+    silu_and_mul,
+    silu_and_mul_backward,
+    silu_and_mul_split,
+)
+from .errors import check_errors, clear_errors
+
+__version__ = ops.version()
+
+__all__ = [
+    "check_errors",
+    "clear_errors",
+    "gelu_and_mul",
+    "gelu_and_mul_backward",
+    "gelu_and_mul_split",
+    "gelu_tanh_and_mul",
+    "library_path",
+    "ops",
+    "silu_and_mul",
+    "silu_and_mul_backward",
+    "silu_and_mul_split",
+]

@@ -1,0 +1,1 @@
+"""Other projects' signatures over the fuseops ops: :mod:`fuseops.compat.vllm`, :mod:`fuseops.compat.flaggems`."""

@@ -1,0 +1,28 @@
+"""The library-wide record of bad device-resident values (include/fuseops/error.h)."""
+
+import torch
+
+from ._ops import ops
+
+# They synchronise with the device: keep them out of compiled graphs (a graph break; an error under fullgraph=True).
+_eager_only = getattr(getattr(torch, "compiler", None), "disable", lambda fn: fn)
+
+
+@_eager_only
+def check_errors(device=-1):
+    """Raises the first bad device-resident value any op recorded, then clears the record.
+
+    Ops never synchronise (so they can be captured in CUDA graphs); a value that lives on the device and is out of
+    range (an index, a length) is recorded by the kernel instead. This call synchronises with ``device`` (a CUDA
+    ordinal; -1: every device that ran an op) and reads the record.
+
+    Raises:
+        ValueError: naming the op, the argument and the first bad index.
+    """
+    ops.check_errors.default(device)
+
+
+@_eager_only
+def clear_errors(device=-1):
+    """Clears any recorded device error without raising it (``device`` as :func:`check_errors`)."""
+    ops.clear_errors.default(device)
