@@ -57,4 +57,6 @@ for stage in "${stages[@]}"; do
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done
+# At most 8 files come back from a device run: keep the tables, pack the logs.
+(cd "$OUT" && ls ./*.log >/dev/null 2>&1 && tar czf logs.tar.gz ./*.log && rm -f ./*.log)
 exit $status
