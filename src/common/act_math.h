@@ -28,7 +28,9 @@ constexpr float kGeluTanhCubic = 0.044715f;
 //  - fast (Fast = true): the GPU's exp2 and reciprocal approximations (ex2.approx, rcp.approx: <= 2 ulp) and a
 //    polynomial erfc (below). Their error is a few fp32 ulp plus ~|x| ulp from rounding the exponent's argument,
 //    i.e. the exact function at an input perturbed by a few ulp: far below the rounding to f16 / bf16 at the
-//    store, for which this policy is used. It costs about half the instructions, which matters because at
+//    store, for which this policy is used. They flush subnormal results (below 2^-126) to zero; in every formula
+//    here such an intermediate is multiplied by factors of at most ~128 besides the op's other operands (up, dout),
+//    so the flush changes a result by at most 2^-119 times those operands' magnitudes (testing/compare.h). It costs about half the instructions, which matters because at
 //    ~45 instructions per element the precise form is as slow as the memory traffic (docs/ops/activation.md).
 // On the host exp_ and recip_ are the precise functions under either policy.
 
@@ -38,7 +40,7 @@ FUSEOPS_HD float exp_(float x) {
 #if defined(__CUDA_ARCH__)
   if constexpr (Fast) {
     float y;
-    asm("ex2.approx.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
     return y;
   }
 #endif
@@ -51,7 +53,7 @@ FUSEOPS_HD float recip_(float y) {
 #if defined(__CUDA_ARCH__)
   if constexpr (Fast) {
     float r;
-    asm("rcp.approx.f32 %0, %1;" : "=f"(r) : "f"(y));
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
     return r;
   }
 #endif

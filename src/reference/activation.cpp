@@ -54,15 +54,17 @@ double act_grad(Act a, double x) {
 GoldenValue act_and_mul_at(Act a, double g, double u) {
   // silu(-inf) = -inf * sigmoid(-inf) = NaN, as PyTorch; x * logistic(x) gives the same IEEE result.
   const double value = act(a, g) * u;
-  return {value, weight(value) + weight(g * act_grad(a, g) * u)};
+  return {value, weight(value) + weight(g * act_grad(a, g) * u), weight(u)};
 }
 
 GoldenBackwardValue act_and_mul_backward_at(Act a, double d, double g, double u) {
   GoldenBackwardValue v;
   v.dgate.value = d * u * act_grad(a, g);
   v.dgate.sensitivity = weight(v.dgate.value) + weight(g * d * u * act_grad2(a, g));
+  v.dgate.flush_scale = weight(d * u);
   v.dup.value = d * act(a, g);
   v.dup.sensitivity = weight(v.dup.value) + weight(g * d * act_grad(a, g));
+  v.dup.flush_scale = weight(d);
   return v;
 }
 
@@ -71,10 +73,12 @@ Golden act_and_mul(Act a, const testing::HostTensor& gate, const testing::HostTe
   Golden out;
   out.value.resize(g.size());
   out.sensitivity.resize(g.size());
+  out.flush_scale.resize(g.size());
   for (std::size_t i = 0; i < g.size(); ++i) {
     const GoldenValue v = act_and_mul_at(a, g[i], u[i]);
     out.value[i] = v.value;
     out.sensitivity[i] = v.sensitivity;
+    out.flush_scale[i] = v.flush_scale;
   }
   return out;
 }
@@ -100,6 +104,7 @@ GoldenBackward act_and_mul_backward(Act a, const testing::HostTensor& dout, cons
   for (Golden* x : {&out.dgate, &out.dup}) {
     x->value.resize(g.size());
     x->sensitivity.resize(g.size());
+    x->flush_scale.resize(g.size());
   }
   for (std::size_t i = 0; i < g.size(); ++i) {
     const GoldenBackwardValue v = act_and_mul_backward_at(a, d[i], g[i], u[i]);
@@ -107,6 +112,8 @@ GoldenBackward act_and_mul_backward(Act a, const testing::HostTensor& dout, cons
     out.dgate.sensitivity[i] = v.dgate.sensitivity;
     out.dup.value[i] = v.dup.value;
     out.dup.sensitivity[i] = v.dup.sensitivity;
+    out.dgate.flush_scale[i] = v.dgate.flush_scale;
+    out.dup.flush_scale[i] = v.dup.flush_scale;
   }
   return out;
 }

@@ -19,6 +19,7 @@ double act_grad(Act a, double x);
 struct GoldenValue {
   double value;
   double sensitivity;
+  double flush_scale;  ///< magnitude of the operands that multiply the activation (see testing/compare.h)
 };
 /// out = act(g) * u at one element.
 GoldenValue act_and_mul_at(Act a, double g, double u);
@@ -32,6 +33,7 @@ GoldenBackwardValue act_and_mul_backward_at(Act a, double dout, double g, double
 struct Golden {
   std::vector<double> value;
   std::vector<double> sensitivity;
+  std::vector<double> flush_scale;
 };
 
 /// out = act(gate) * up.

@@ -33,6 +33,8 @@ Tolerance Tolerance::for_dtype(DType out_dtype, double math_ulps) {
   // op here. f16 stores round subnormals to a spacing of 2^-24.
   t.atol = 1e-30 + (out_dtype == DType::f16 ? std::ldexp(1.0, -25) : 0.0);
   t.rel_rms = t.store_eps + math_ulps * std::ldexp(1.0, -24);
+  // The fast math policy (f16 / bf16 outputs) flushes subnormal intermediates: see common/act_math.h.
+  t.flush = out_dtype == DType::f32 ? 0.0 : std::ldexp(1.0, -119);
   return t;
 }
 
@@ -57,7 +59,7 @@ void ComparisonAccumulator::violate(int64_t i, double o, double r, const char* w
   }
 }
 
-void ComparisonAccumulator::add(int64_t i, double o, double r, double sens) {
+void ComparisonAccumulator::add(int64_t i, double o, double r, double sens, double flush_scale) {
   ++c_.count;
   if (std::isnan(r)) {
     if (!std::isnan(o)) violate(i, o, r, "expected NaN");
@@ -67,7 +69,8 @@ void ComparisonAccumulator::add(int64_t i, double o, double r, double sens) {
     if (!(std::isnan(o) || o == r)) violate(i, o, r, "expected a non-finite value");
     return;
   }
-  const double bound = tol_.store_eps * std::fabs(r) + tol_.math_ulps * std::ldexp(1.0, -24) * sens + tol_.atol;
+  const double bound = tol_.store_eps * std::fabs(r) + tol_.math_ulps * std::ldexp(1.0, -24) * sens +
+                       tol_.flush * flush_scale + tol_.atol;
   if (std::isinf(o)) {
     // Finite golden values may round past the dtype's largest finite value.
     if (!(std::fabs(r) + bound >= big_ && std::signbit(o) == std::signbit(r))) violate(i, o, r, "unexpected inf");
@@ -116,12 +119,13 @@ Comparison ComparisonAccumulator::finish() const {
 }
 
 Comparison compare(const HostTensor& out, const std::vector<double>& ref, const std::vector<double>& sensitivity,
-                   const Tolerance& tol) {
+                   const Tolerance& tol, const std::vector<double>& flush_scale) {
   const int64_t cols = out.cols();
   ComparisonAccumulator acc(out.dtype(), tol, cols);
   const int64_t n = static_cast<int64_t>(ref.size());
   for (int64_t i = 0; i < n; ++i) {
-    acc.add(i, out.get(cols ? i / cols : 0, cols ? i % cols : 0), ref[i], sensitivity[i]);
+    acc.add(i, out.get(cols ? i / cols : 0, cols ? i % cols : 0), ref[i], sensitivity[i],
+            flush_scale.empty() ? 0.0 : flush_scale[i]);
   }
   return acc.finish();
 }

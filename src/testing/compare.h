@@ -1,8 +1,10 @@
 // Comparison of an op's output with the float64 golden, with per-element bounds derived from the math
 // (docs/ops/activation.md, "Tolerances"):
-//   |out - ref| <= store_eps * |ref| + math_ulps * 2^-24 * sensitivity + atol
+//   |out - ref| <= store_eps * |ref| + math_ulps * 2^-24 * sensitivity + flush * flush_scale + atol
 // store_eps is the unit roundoff of the output dtype (one rounding at the store), math_ulps bounds the fp32
-// arithmetic before it, weighted by the golden's sensitivity |x dref/dx|, and atol covers fp32/f16 underflow.
+// arithmetic before it, weighted by the golden's sensitivity |x dref/dx|, flush covers the fast math policy's
+// flushing of subnormal intermediates (2^-119 times the magnitude of the operands that multiply them, f16 / bf16
+// outputs only; common/act_math.h), and atol covers fp32/f16 underflow.
 // Non-finite golden values must be non-finite in the output (the same infinity, or NaN where fp32's underflow
 // turns tiny * inf into 0 * inf); a NaN golden value must be NaN; a finite golden value must be finite unless it
 // rounds beyond the dtype's largest finite value.
@@ -20,6 +22,7 @@ struct Tolerance {
   double store_eps = 0;  ///< relative, on |ref|
   double math_ulps = 0;  ///< fp32 ulps (2^-24 relative) on the sensitivity
   double atol = 0;       ///< absolute
+  double flush = 0;      ///< on the golden's flush_scale
   double rel_rms = 0;    ///< nominal ||out - ref|| / ||ref|| (store_eps + math_ulps 2^-24), for reports; compare()
                          ///< requires ||out - ref|| <= the RMS of the element bounds instead
 
@@ -45,7 +48,7 @@ class ComparisonAccumulator {
  public:
   ComparisonAccumulator(DType out_dtype, const Tolerance& tol, int64_t cols);
   /// Element `index` (flat, row-major [rows, cols]) with output `out`, golden `ref` and sensitivity `sens`.
-  void add(int64_t index, double out, double ref, double sens);
+  void add(int64_t index, double out, double ref, double sens, double flush_scale = 0);
   /// Adds another accumulator's elements (the other's elements must come after this one's).
   void merge(const ComparisonAccumulator& other);
   Comparison finish() const;
@@ -60,7 +63,8 @@ class ComparisonAccumulator {
 };
 
 /// Compares `out` (host, [rows, cols] with its pitch) with the golden values and sensitivities.
+/// `flush_scale` may be empty (no flush term).
 Comparison compare(const HostTensor& out, const std::vector<double>& ref, const std::vector<double>& sensitivity,
-                   const Tolerance& tol);
+                   const Tolerance& tol, const std::vector<double>& flush_scale = {});
 
 }  // namespace fuseops::testing

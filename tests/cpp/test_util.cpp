@@ -262,7 +262,8 @@ void check_op(const OpCase& op, Where where, DType dtype, const std::vector<int6
   const ft::Tolerance tol = ft::Tolerance::for_dtype(dtype, 16);
   const std::vector<std::string> names = arg_names(op.form);
   for (int o = 0; o < nout; ++o) {
-    const ft::Comparison c = ft::compare(ws.read(regions[o]), gold[o].value, gold[o].sensitivity, tol);
+    const ft::Comparison c =
+        ft::compare(ws.read(regions[o]), gold[o].value, gold[o].sensitivity, tol, gold[o].flush_scale);
     EXPECT_TRUE(c.pass) << names[o] << ": " << c.violations << " of " << c.count << " elements outside "
                         << tol.describe() << "; first: " << c.detail << "; rel rms " << c.rel_rms_error;
   }

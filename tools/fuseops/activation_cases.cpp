@@ -187,13 +187,13 @@ class ActivationCase : public OpCase {
           const int64_t i = r * d + c;
           if (s_.form == Form::backward) {
             const auto v = reference::act_and_mul_backward_at(s_.act, in[0].get(r, c), in[1].get(r, c), in[2].get(r, c));
-            acc[k][0].add(i, out[0].get(r, c), v.dgate.value, v.dgate.sensitivity);
-            acc[k][1].add(i, out[1].get(r, c), v.dup.value, v.dup.sensitivity);
+            acc[k][0].add(i, out[0].get(r, c), v.dgate.value, v.dgate.sensitivity, v.dgate.flush_scale);
+            acc[k][1].add(i, out[1].get(r, c), v.dup.value, v.dup.sensitivity, v.dup.flush_scale);
           } else {
             const double g = in[0].get(r, c);
             const double u = s_.form == Form::fused ? in[0].get(r, d + c) : in[1].get(r, c);
             const auto v = reference::act_and_mul_at(s_.act, g, u);
-            acc[k][0].add(i, out[0].get(r, c), v.value, v.sensitivity);
+            acc[k][0].add(i, out[0].get(r, c), v.value, v.sensitivity, v.flush_scale);
           }
         }
       }
