@@ -12,8 +12,9 @@ Other projects' signatures: :mod:`fuseops.compat.vllm` (``silu_and_mul(out, inpu
 :mod:`fuseops.compat.flaggems` (``silu_and_mul(A, B)``). Benchmark: ``python -m fuseops.bench``.
 """
 
+# _ops loads the extension (which defines the ops) before _fake registers their fake kernels.
+from ._ops import library_path, ops  # isort: skip
 from . import _fake  # noqa: F401  (fake kernels for torch.compile)
-from ._ops import library_path, ops
 from .activation import (
     gelu_and_mul,
     gelu_and_mul_backward,

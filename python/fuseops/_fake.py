@@ -3,6 +3,8 @@ through every op. Each op writes caller-given outputs and returns ``()``, so eac
 
 import torch
 
+from . import _ops  # noqa: F401  (the ops must exist before their fakes are registered)
+
 # Every op of bindings/torch/registration.cpp except version() (a string, never traced).
 OPS = (
     "silu_and_mul",
