@@ -1,6 +1,8 @@
 // torch kernels of the gated activations: convert, guard, current stream, call (include/fuseops/activation.h).
 // Inputs are converted before outputs, so a bad tensor that the Python API allocated an output from is reported
 // under the input's name.
+#include <vector>
+
 #include "fuseops/activation.h"
 
 #include "ops.h"
@@ -80,6 +82,46 @@ void gelu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor&
   const TensorView dg = to_view(op, "dgate", dgate);
   const TensorView du = to_view(op, "dup", dup);
   run_on_device_of(dgate, [&](Stream s) { fuseops::gelu_and_mul_backward(dg, du, dc, g, u, a, s); });
+}
+
+namespace {
+/// [..., 2d] -> an uninitialised [..., d] like `input` (rank 0 is left to the op's validation via a [0] output).
+at::Tensor half_width_like(const char* op, const at::Tensor& input) {
+  TORCH_CHECK_VALUE(input.dim() >= 1, op, ": input: expected rank >= 1 [..., 2*d], got rank 0");
+  std::vector<int64_t> shape(input.sizes().begin(), input.sizes().end());
+  shape.back() /= 2;
+  return at::empty(shape, input.options());
+}
+}  // namespace
+
+at::Tensor silu_and_mul_functional(const at::Tensor& input) {
+  at::Tensor out = half_width_like("silu_and_mul", input);
+  silu_and_mul(out, input);
+  return out;
+}
+
+at::Tensor gelu_and_mul_functional(const at::Tensor& input, c10::string_view approximate) {
+  at::Tensor out = half_width_like("gelu_and_mul", input);
+  gelu_and_mul(out, input, approximate);
+  return out;
+}
+
+at::Tensor gelu_tanh_and_mul_functional(const at::Tensor& input) {
+  at::Tensor out = half_width_like("gelu_tanh_and_mul", input);
+  gelu_tanh_and_mul(out, input);
+  return out;
+}
+
+at::Tensor silu_and_mul_split_functional(const at::Tensor& gate, const at::Tensor& up) {
+  at::Tensor out = at::empty(gate.sizes(), gate.options());
+  silu_and_mul_split(out, gate, up);
+  return out;
+}
+
+at::Tensor gelu_and_mul_split_functional(const at::Tensor& gate, const at::Tensor& up, c10::string_view approximate) {
+  at::Tensor out = at::empty(gate.sizes(), gate.options());
+  gelu_and_mul_split(out, gate, up, approximate);
+  return out;
 }
 
 }  // namespace fuseops::torch_binding

@@ -20,6 +20,13 @@ void silu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor&
 void gelu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor& dout, const at::Tensor& gate,
                            const at::Tensor& up, c10::string_view approximate);
 
+// Functional overloads: allocate the output, then call the function above.
+at::Tensor silu_and_mul_functional(const at::Tensor& input);
+at::Tensor gelu_and_mul_functional(const at::Tensor& input, c10::string_view approximate);
+at::Tensor gelu_tanh_and_mul_functional(const at::Tensor& input);
+at::Tensor silu_and_mul_split_functional(const at::Tensor& gate, const at::Tensor& up);
+at::Tensor gelu_and_mul_split_functional(const at::Tensor& gate, const at::Tensor& up, c10::string_view approximate);
+
 // Library-wide (include/fuseops/error.h, version.h).
 void check_errors(int64_t device);
 void clear_errors(int64_t device);

@@ -13,6 +13,13 @@ TORCH_LIBRARY(fuseops, m) {
   m.def("gelu_tanh_and_mul(Tensor! out, Tensor input) -> ()");
   m.def("silu_and_mul_split(Tensor! out, Tensor gate, Tensor up) -> ()");
   m.def("gelu_and_mul_split(Tensor! out, Tensor gate, Tensor up, str approximate=\"none\") -> ()");
+  // Functional overloads: allocate the output inside the one dispatcher call (what the Python API calls when no
+  // `out` is given; allocating in Python costs more host time than the op itself at decode sizes).
+  m.def("silu_and_mul.functional(Tensor input) -> Tensor");
+  m.def("gelu_and_mul.functional(Tensor input, str approximate=\"none\") -> Tensor");
+  m.def("gelu_tanh_and_mul.functional(Tensor input) -> Tensor");
+  m.def("silu_and_mul_split.functional(Tensor gate, Tensor up) -> Tensor");
+  m.def("gelu_and_mul_split.functional(Tensor gate, Tensor up, str approximate=\"none\") -> Tensor");
   m.def("silu_and_mul_backward(Tensor! dgate, Tensor! dup, Tensor dout, Tensor gate, Tensor up) -> ()");
   m.def("gelu_and_mul_backward(Tensor! dgate, Tensor! dup, Tensor dout, Tensor gate, Tensor up, "
         "str approximate=\"none\") -> ()");
@@ -35,6 +42,11 @@ void register_kernels(torch::Library& m) {
   m.impl("gelu_and_mul_split", TORCH_FN(gelu_and_mul_split));
   m.impl("silu_and_mul_backward", TORCH_FN(silu_and_mul_backward));
   m.impl("gelu_and_mul_backward", TORCH_FN(gelu_and_mul_backward));
+  m.impl("silu_and_mul.functional", TORCH_FN(silu_and_mul_functional));
+  m.impl("gelu_and_mul.functional", TORCH_FN(gelu_and_mul_functional));
+  m.impl("gelu_tanh_and_mul.functional", TORCH_FN(gelu_tanh_and_mul_functional));
+  m.impl("silu_and_mul_split.functional", TORCH_FN(silu_and_mul_split_functional));
+  m.impl("gelu_and_mul_split.functional", TORCH_FN(gelu_and_mul_split_functional));
 }
 
 }  // namespace

@@ -23,6 +23,24 @@ def _writes_outputs_only(*args, **kwargs):
     return None
 
 
+def _half_width(input, *args):
+    return input.new_empty(input.shape[:-1] + (input.shape[-1] // 2,))
+
+
+def _like_gate(gate, up, *args):
+    return gate.new_empty(gate.shape)
+
+
+# The functional overloads, which allocate their output.
+FUNCTIONAL = {
+    "silu_and_mul.functional": _half_width,
+    "gelu_and_mul.functional": _half_width,
+    "gelu_tanh_and_mul.functional": _half_width,
+    "silu_and_mul_split.functional": _like_gate,
+    "gelu_and_mul_split.functional": _like_gate,
+}
+
+
 def _register():
     # torch >= 2.4: register_fake; 2.2 and 2.3: impl_abstract; older torch: eager use only.
     register = getattr(torch.library, "register_fake", None) or getattr(torch.library, "impl_abstract", None)
@@ -30,6 +48,8 @@ def _register():
         return False
     for name in OPS:
         register(f"fuseops::{name}")(_writes_outputs_only)
+    for name, fake in FUNCTIONAL.items():
+        register(f"fuseops::{name}")(fake)
     return True
 
 

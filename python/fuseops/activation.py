@@ -80,6 +80,11 @@ _silu_and_mul_split = ops.silu_and_mul_split.default
 _gelu_and_mul_split = ops.gelu_and_mul_split.default
 _silu_and_mul_backward = ops.silu_and_mul_backward.default
 _gelu_and_mul_backward = ops.gelu_and_mul_backward.default
+_silu_and_mul_fn = ops.silu_and_mul.functional
+_gelu_and_mul_fn = ops.gelu_and_mul.functional
+_gelu_tanh_and_mul_fn = ops.gelu_tanh_and_mul.functional
+_silu_and_mul_split_fn = ops.silu_and_mul_split.functional
+_gelu_and_mul_split_fn = ops.gelu_and_mul_split.functional
 
 
 def _fused_forward(op, out, input, approximate):
@@ -153,7 +158,11 @@ def _fused(op, input, approximate, out):
         _no_out_with_grad(op, out)
         return _FusedActAndMul.apply(input, approximate, op)
     if out is None:
-        out = _fused_out(op, input)
+        if approximate is None:
+            return _silu_and_mul_fn(input)
+        if op == "gelu_tanh_and_mul":
+            return _gelu_tanh_and_mul_fn(input)
+        return _gelu_and_mul_fn(input, approximate)
     _fused_forward(op, out, input, approximate)
     return out
 
@@ -165,7 +174,7 @@ def _split(op, gate, up, approximate, out):
         _no_out_with_grad(op, out)
         return _SplitActAndMul.apply(gate, up, approximate)
     if out is None:
-        out = gate.new_empty(gate.shape)
+        return _silu_and_mul_split_fn(gate, up) if approximate is None else _gelu_and_mul_split_fn(gate, up, approximate)
     _split_forward(out, gate, up, approximate)
     return out
 

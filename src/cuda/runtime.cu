@@ -1,4 +1,5 @@
 // CUDA runtime helpers and the per-device error record.
+#include <atomic>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -61,20 +62,23 @@ int sm_count(int device) {
 }
 
 bool pdl_enabled(int device) {
+  // Read on every launch: a lock-free cache per device (0 unknown, 1 off, 2 on).
   static const bool allowed = [] {
     const char* v = std::getenv("FUSEOPS_PDL");
     return !(v && std::strcmp(v, "0") == 0);
   }();
+  static std::atomic<int> cache[64];
   if (!allowed) return false;
-  static std::mutex mutex;
-  static std::vector<int> major;  // 0 = not read yet
-  std::lock_guard<std::mutex> lock(mutex);
-  if (device >= static_cast<int>(major.size())) major.resize(device + 1, 0);
-  if (major[device] == 0) {
-    check_cuda(cudaDeviceGetAttribute(&major[device], cudaDevAttrComputeCapabilityMajor, device), "fuseops",
+  if (device < 0 || device >= 64) return false;
+  int state = cache[device].load(std::memory_order_relaxed);
+  if (state == 0) {
+    int major = 0;
+    check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "fuseops",
                "compute capability");
+    state = major >= 9 ? 2 : 1;
+    cache[device].store(state, std::memory_order_relaxed);
   }
-  return major[device] >= 9;
+  return state == 2;
 }
 
 namespace {

@@ -29,12 +29,17 @@ def samples(device, dtype=torch.bfloat16, rows=7, d=40):
         (ops.silu_and_mul_backward.default, (out(), out(), dout, gate, up), {}),
         (ops.gelu_and_mul_backward.default, (out(), out(), dout, gate, up), {}),
         (ops.gelu_and_mul_backward.default, (out(), out(), dout, gate, up, "tanh"), {}),
+        (ops.silu_and_mul.functional, (x,), {}),
+        (ops.gelu_and_mul.functional, (x,), {"approximate": "tanh"}),
+        (ops.gelu_tanh_and_mul.functional, (x,), {}),
+        (ops.silu_and_mul_split.functional, (gate, up), {}),
+        (ops.gelu_and_mul_split.functional, (gate, up, "none"), {}),
     ]
 
 
 def sample_id(sample):
     op, args, kwargs = sample
-    return f"{op.__name__}-{len(args)}args-{'-'.join(map(str, kwargs.values())) or 'default'}"
+    return f"{str(op)}-{len(args)}args-{'-'.join(map(str, kwargs.values())) or 'default'}"
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -61,5 +66,5 @@ def test_every_op_has_a_fake():
     from fuseops import _fake
 
     assert _fake.registered
-    for name in _fake.OPS:
+    for name in list(_fake.OPS) + list(_fake.FUNCTIONAL):
         assert torch._C._dispatch_has_kernel_for_dispatch_key(f"fuseops::{name}", "Meta"), name
