@@ -10,7 +10,7 @@ build=${FUSEOPS_BUILD_DIR:-build}
 cuda=OFF
 command -v nvcc >/dev/null && cuda=ON
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFUSEOPS_WITH_CUDA="$cuda" -DFUSEOPS_CUDA_ARCHS=90a \
-  -DFUSEOPS_BUILD_TESTS=ON
+  -DFUSEOPS_BUILD_TESTS=ON -DFUSEOPS_TIME_COMPILE=ON
 cmake --build "$build" --parallel "$(nproc)"
 if [ -d python ]; then
   python3 -m compileall -q python

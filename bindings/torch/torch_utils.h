@@ -43,9 +43,8 @@ inline DType to_dtype(const char* op, const char* arg, at::ScalarType t) {
     case at::kLong: return DType::i64;
     default: break;
   }
-  TORCH_CHECK_VALUE(false, op, ": ", arg,
-                    ": expected dtype torch.float32 | torch.float16 | torch.bfloat16 | torch.int32 | torch.int64, got ",
-                    torch_dtype_name(t));
+  TORCH_CHECK_VALUE(false, op, ": ", arg, ": unsupported dtype ", torch_dtype_name(t),
+                    " (fuseops ops take float32, float16 or bfloat16 values and int32 or int64 indices)");
   return DType::f32;  // unreachable
 }
 

@@ -27,6 +27,7 @@ Rules for every function here:
 """
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from ._ops import ops
 
@@ -64,6 +65,11 @@ def _check_approximate(op, approximate, vllm_name=None):
 def _no_out_with_grad(op, out):
     if out is not None:
         raise ValueError(f"{op}: out: out= is not differentiable, but an input requires grad")
+
+
+def _check_out(op, out):
+    if out is not None and out.requires_grad:
+        raise ValueError(f"{op}: out: expected a tensor that does not require grad (the op writes it in place)")
 
 
 def _fused_out(op, input):
@@ -122,6 +128,7 @@ class _FusedActAndMul(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable  # the backward ops have no backward: double backward raises instead of going wrong
     def backward(ctx, dout):
         (input,) = ctx.saved_tensors
         d = input.shape[-1] // 2
@@ -143,6 +150,7 @@ class _SplitActAndMul(torch.autograd.Function):
         return out
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, dout):
         gate, up = ctx.saved_tensors
         dout = dout.contiguous()
@@ -157,6 +165,7 @@ def _fused(op, input, approximate, out):
     if input.requires_grad and torch.is_grad_enabled():
         _no_out_with_grad(op, out)
         return _FusedActAndMul.apply(input, approximate, op)
+    _check_out(op, out)
     if out is None:
         if approximate is None:
             return _silu_and_mul_fn(input)
@@ -173,6 +182,7 @@ def _split(op, gate, up, approximate, out):
     if (gate.requires_grad or up.requires_grad) and torch.is_grad_enabled():
         _no_out_with_grad(op, out)
         return _SplitActAndMul.apply(gate, up, approximate)
+    _check_out(op, out)
     if out is None:
         return _silu_and_mul_split_fn(gate, up) if approximate is None else _gelu_and_mul_split_fn(gate, up, approximate)
     _split_forward(out, gate, up, approximate)

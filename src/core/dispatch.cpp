@@ -14,6 +14,10 @@ Backend backend_for(const char* op, const Device& device) {
                                             " but this build of fuseops has no CUDA backend");
   }
   const int n = cuda_device_count();
+  if (n == 0) {
+    throw Error(ErrorKind::unsupported, std::string(op) + ": tensors are on " + device_name(device) +
+                                            " but this machine has no CUDA device");
+  }
   if (device.index >= n) {
     throw Error(ErrorKind::invalid_argument, std::string(op) + ": device: expected a CUDA device index < " +
                                                  std::to_string(n) + ", got " + device_name(device));

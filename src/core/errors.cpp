@@ -30,7 +30,11 @@ int cuda_device_count() { return 0; }
 bool debug_mode() {
   static const bool on = [] {
     const char* v = std::getenv("FUSEOPS_DEBUG");
-    return v && *v && std::strcmp(v, "0") != 0;
+    if (!v || !*v) return false;
+    for (const char* off : {"0", "false", "off", "no", "False", "OFF", "NO"}) {
+      if (std::strcmp(v, off) == 0) return false;
+    }
+    return true;
   }();
   return on;
 }
@@ -90,6 +94,8 @@ void check_index_range(const char* op, const char* arg, TensorView values, int64
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)
     cuda::check_index_range(site, values, bound, device.index, stream.handle);
+#else
+    (void)stream;
 #endif
     return;
   }

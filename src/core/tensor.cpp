@@ -1,4 +1,5 @@
 // TensorView, DType and Device helpers.
+#include <cstdint>
 #include <sstream>
 
 #include "fuseops/error.h"
@@ -37,9 +38,10 @@ std::string device_name(const Device& device) {
 namespace {
 void fill_view(TensorView& v, int32_t rank, const int64_t* shape, const int64_t* strides) {
   if (rank < 0 || rank > TensorView::kMaxRank) {
-    throw Error(ErrorKind::invalid_argument,
-                "TensorView: expected rank <= " + std::to_string(TensorView::kMaxRank) + ", got " + std::to_string(rank));
+    throw Error(ErrorKind::invalid_argument, "TensorView: expected rank in [0, " + std::to_string(TensorView::kMaxRank) +
+                                                 "], got " + std::to_string(rank));
   }
+  if (rank > 0 && !shape) throw Error(ErrorKind::invalid_argument, "TensorView: expected a shape array, got null");
   v.rank = rank;
   int64_t running = 1;
   for (int i = rank - 1; i >= 0; --i) {
@@ -49,7 +51,8 @@ void fill_view(TensorView& v, int32_t rank, const int64_t* shape, const int64_t*
     }
     v.shape[i] = shape[i];
     v.strides[i] = strides ? strides[i] : running;
-    running *= shape[i] > 0 ? shape[i] : 1;
+    // Contiguous strides of a tensor with more than 2^63 elements do not exist; checked by validate_extent().
+    if (!strides && shape[i] > 0 && __builtin_mul_overflow(running, shape[i], &running)) running = INT64_MAX;
   }
 }
 }  // namespace
@@ -82,7 +85,12 @@ TensorView TensorView::from_arrays(void* data, DType dtype, Device device, int32
 
 int64_t TensorView::numel() const {
   int64_t n = 1;
-  for (int i = 0; i < rank; ++i) n *= shape[i];
+  for (int i = 0; i < rank; ++i) {
+    if (shape[i] == 0) return 0;
+  }
+  for (int i = 0; i < rank; ++i) {
+    if (__builtin_mul_overflow(n, shape[i], &n)) return INT64_MAX;  // saturates; ops reject it (validate.cpp)
+  }
   return n;
 }
 

@@ -36,14 +36,44 @@ void check_same_dtype(const char* op, const char* name, const TensorView& v, con
   }
 }
 
+void check_layout(const char* op, const char* name, const TensorView& v) {
+  // Non-negative strides, and an element count and address span that fit in int64 (and in bytes).
+  int64_t span = 0, count = 1;
+  bool empty = false;
+  for (int i = 0; i < v.rank; ++i) {
+    if (v.shape[i] == 0) empty = true;
+  }
+  for (int i = 0; i < v.rank; ++i) {
+    if (v.strides[i] < 0) {
+      fail_argument(op, name, "non-negative strides", "stride " + std::to_string(v.strides[i]) + " in dim " +
+                                                          std::to_string(i) + " of " + v.shape_str());
+    }
+    int64_t step = 0;
+    const bool overflow = !empty && (__builtin_mul_overflow(count, v.shape[i], &count) ||
+                                     __builtin_mul_overflow(v.shape[i] - 1, v.strides[i], &step) ||
+                                     __builtin_add_overflow(span, step, &span));
+    if (overflow) fail_argument(op, name, "a size and strides whose extent fits in 64 bits", v.shape_str());
+  }
+  int64_t bytes = 0;
+  if (!empty && __builtin_mul_overflow(span + 1, static_cast<int64_t>(dtype_size(v.dtype)), &bytes)) {
+    fail_argument(op, name, "a size and strides whose extent fits in 64 bits", v.shape_str());
+  }
+}
+
 Device common_device(const char* op, std::initializer_list<NamedView> args) {
   const NamedView* first = nullptr;
   for (const NamedView& a : args) {
+    check_layout(op, a.name, *a.view);
     if (a.view->numel() > 0 && a.view->data == nullptr) {
       fail_argument(op, a.name, "a data pointer for " + std::to_string(a.view->numel()) + " elements", "null");
     }
-    if (a.view->device.index < 0) {
-      fail_argument(op, a.name, "a device index >= 0", std::to_string(a.view->device.index));
+    const Device& d = a.view->device;
+    if (d.kind != Device::Kind::cpu && d.kind != Device::Kind::cuda) {
+      fail_argument(op, a.name, "device kind cpu or cuda", "kind code " + std::to_string(static_cast<int>(d.kind)));
+    }
+    if (d.index < 0 || (d.kind == Device::Kind::cpu && d.index != 0)) {
+      fail_argument(op, a.name, d.kind == Device::Kind::cpu ? "cpu device index 0" : "a device index >= 0",
+                    std::to_string(d.index));
     }
     if (!first) {
       first = &a;
@@ -66,7 +96,12 @@ RowMatrix as_row_matrix(const char* op, const char* name, const TensorView& v) {
   if (m.cols > 1 && v.strides[v.rank - 1] != 1) {
     fail_argument(op, name, "innermost stride 1", "stride " + std::to_string(v.strides[v.rank - 1]) + " for " + v.shape_str());
   }
-  // Leading dims (ignoring size-1 dims) must nest: stride[i] == stride[i+1] * shape[i+1].
+  if (m.rows == 0 || m.cols == 0) {  // empty: no layout to check (e.g. [3, 0, 8])
+    m.row_stride = m.cols;
+    return m;
+  }
+  // Leading dims (ignoring size-1 dims) must nest: stride[i] == stride[i+1] * shape[i+1]. (Strides are
+  // non-negative and the extent fits in int64: check_layout().)
   int64_t row_stride = -1;
   int64_t inner_extent = 0;  // elements spanned by one step of the previous (inner) leading dim
   for (int i = v.rank - 2; i >= 0; --i) {

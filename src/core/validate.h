@@ -24,7 +24,10 @@ void check_dtype(const char* op, const char* name, const TensorView& v, std::ini
 /// v.dtype == ref.dtype.
 void check_same_dtype(const char* op, const char* name, const TensorView& v, const char* ref_name,
                       const TensorView& ref);
-/// Every tensor is on the same device (and has a data pointer when it has elements); returns that device.
+/// Non-negative strides and an extent (elements, address span in bytes) that fits in int64.
+void check_layout(const char* op, const char* name, const TensorView& v);
+/// Every tensor passes check_layout(), has a valid device and a data pointer when it has elements, and all are on the
+/// same device; returns that device.
 Device common_device(const char* op, std::initializer_list<NamedView> args);
 
 /// A tensor seen as rows of contiguous elements: element (r, c) is at data + r * row_stride + c.

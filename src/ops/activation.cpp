@@ -38,6 +38,8 @@ void run_forward(const char* op, const ActAndMulArgs& args, const Device& device
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
     cuda::act_and_mul(op, args, device.index, stream.handle);
+#else
+    (void)stream;
 #endif
   } else {
     cpu::act_and_mul(args);
@@ -114,6 +116,8 @@ void backward(const char* op, Act act, TensorView dgate, TensorView dup, TensorV
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
     cuda::act_and_mul_backward(op, args, device.index, stream.handle);
+#else
+    (void)stream;
 #endif
   } else {
     cpu::act_and_mul_backward(args);

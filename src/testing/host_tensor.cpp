@@ -1,6 +1,8 @@
 #include "testing/host_tensor.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -145,8 +147,20 @@ void fill_rows(HostTensor& t, Fill fill, std::mt19937_64& rng, int64_t row_begin
 }
 }  // namespace
 
+uint64_t parse_seed(const char* what, const std::string& text) {
+  const bool ok_start = !text.empty() && std::isdigit(static_cast<unsigned char>(text[0]));
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = ok_start ? std::strtoull(text.c_str(), &end, 0) : 0;
+  if (!ok_start || errno == ERANGE || !end || *end != '\0') {
+    throw Error(ErrorKind::invalid_argument,
+                std::string(what) + ": expected an integer seed in [0, 2^64 - 1], got \"" + text + "\"");
+  }
+  return static_cast<uint64_t>(v);
+}
+
 uint64_t seed_from_env_or_clock() {
-  if (const char* s = std::getenv("FUSEOPS_SEED")) return std::strtoull(s, nullptr, 0);
+  if (const char* s = std::getenv("FUSEOPS_SEED")) return parse_seed("FUSEOPS_SEED", s);
   return static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
 }
 

@@ -1,7 +1,9 @@
 // Every validation error of the gated activations: fuseops::Error of the right kind whose message names the
 // op and the argument ("<op>: <arg>: expected ..., got ..."). All on CPU buffers; a view labelled cuda:N points at
 // host memory, so nothing can be touched if validation wrongly passed it on to a backend... except by a crash.
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -201,14 +203,17 @@ TEST_F(ActivationErrors, MixedDevices) {
 }
 
 TEST_F(ActivationErrors, CudaDeviceThatDoesNotExist) {
-  // cuda:N with N = the number of devices never exists: without a CUDA build that is `unsupported`, with one
-  // (with or without a GPU) `invalid_argument` naming the device. Never a silent pass.
+  // cuda:N with N = the number of devices never exists: without a CUDA build, or on a machine without a GPU, that
+  // is `unsupported`; with GPUs it is `invalid_argument` naming the device. Never a silent pass.
   const int n = fuseops::cuda_device_count();
   const Device dev = Device::cuda(n);
   const std::string name = "cuda:" + std::to_string(n);
   auto run = [&] { fuseops::silu_and_mul(v(p(), {4, 4}, f32, dev), v(q(), {4, 8}, f32, dev)); };
+  const bool no_gpu = !fuseops::built_with_cuda() || n == 0;
   if (!fuseops::built_with_cuda()) {
     EXPECT_TRUE(raises(run, ErrorKind::unsupported, {"silu_and_mul", name, "no CUDA backend"}));
+  } else if (n == 0) {
+    EXPECT_TRUE(raises(run, ErrorKind::unsupported, {"silu_and_mul", name, "no CUDA device"}));
   } else {
     EXPECT_ARG_ERROR(run(), "silu_and_mul", "device", "got " + name);
   }
@@ -216,8 +221,7 @@ TEST_F(ActivationErrors, CudaDeviceThatDoesNotExist) {
     fuseops::gelu_and_mul_backward(v(p(), {4}, f32, dev), v(p(8), {4}, f32, dev), v(q(), {4}, f32, dev),
                                    v(q(8), {4}, f32, dev), v(q(16), {4}, f32, dev), GeluApproximate::tanh);
   };
-  EXPECT_TRUE(raises(bwd, fuseops::built_with_cuda() ? ErrorKind::invalid_argument : ErrorKind::unsupported,
-                     {"gelu_and_mul_backward", name}));
+  EXPECT_TRUE(raises(bwd, no_gpu ? ErrorKind::unsupported : ErrorKind::invalid_argument, {"gelu_and_mul_backward", name}));
 }
 
 TEST_F(ActivationErrors, GeluApproximate) {
@@ -249,6 +253,47 @@ TEST_F(ActivationErrors, ErrorsWriteNothing) {
   EXPECT_ANY_THROW(fuseops::silu_and_mul(v(out.data(), {4, 4}), v(q(), {4, 7})));
   EXPECT_ANY_THROW(fuseops::silu_and_mul(v(out.data(), {4, 4}), v(out.data(), {2, 8})));
   for (float x : out) EXPECT_EQ(x, -7.0f);
+}
+
+}  // namespace
+}  // namespace fuseops_test
+
+namespace fuseops_test {
+namespace {
+
+// Layouts a caller can describe but no op reads: negative strides, extents past 2^63, bad devices; and empty
+// tensors with a zero in any dim, which are valid.
+TEST(ActivationLayout, NegativeStridesOverflowAndBadDevicesAreErrors) {
+  std::vector<float> x(64), o(64);
+  const fuseops::Device cpu = fuseops::Device::cpu();
+  auto run = [&](fuseops::TensorView out, fuseops::TensorView in) { fuseops::silu_and_mul(out, in); };
+  auto expect = [](const std::function<void()>& f, const std::string& what) {
+    try {
+      f();
+      ADD_FAILURE() << "no error for " << what;
+    } catch (const fuseops::Error& e) {
+      EXPECT_EQ(e.kind(), fuseops::ErrorKind::invalid_argument) << e.what();
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos) << e.what();
+    }
+  };
+  expect([&] { run({o.data(), DType::f32, cpu, {2, 4}}, {x.data() + 8, DType::f32, cpu, {2, 8}, {-8, 1}}); },
+         "non-negative strides");
+  expect([&] { run({o.data() + 4, DType::f32, cpu, {2, 4}, {-4, 1}}, {x.data(), DType::f32, cpu, {2, 8}}); },
+         "non-negative strides");
+  expect([&] { run({o.data(), DType::f32, cpu, {int64_t{1} << 62, 1}}, {x.data(), DType::f32, cpu, {int64_t{1} << 62, 2}}); },
+         "fits in 64 bits");
+  expect([&] { run({o.data(), DType::f32, cpu, {4, 4}, {int64_t{1} << 62, 1}}, {x.data(), DType::f32, cpu, {4, 8}}); },
+         "fits in 64 bits");
+  fuseops::Device bad_kind{static_cast<fuseops::Device::Kind>(5), 0};
+  expect([&] { run({o.data(), DType::f32, bad_kind, {2, 4}}, {x.data(), DType::f32, bad_kind, {2, 8}}); },
+         "device kind");
+  fuseops::Device cpu3{fuseops::Device::Kind::cpu, 3};
+  expect([&] { run({o.data(), DType::f32, cpu3, {2, 4}}, {x.data(), DType::f32, cpu3, {2, 8}}); }, "cpu device index 0");
+  // Empty tensors with a zero in a middle dim are valid and write nothing.
+  std::fill(o.begin(), o.end(), -7.0f);
+  EXPECT_NO_THROW(run({o.data(), DType::f32, cpu, {3, 0, 4}}, {x.data(), DType::f32, cpu, {3, 0, 8}}));
+  EXPECT_NO_THROW(run({nullptr, DType::f32, cpu, {2, 3, 0, 4}}, {nullptr, DType::f32, cpu, {2, 3, 0, 8}}));
+  EXPECT_EQ(o[0], -7.0f);
 }
 
 }  // namespace

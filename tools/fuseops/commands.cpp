@@ -51,6 +51,14 @@ bool use_cuda(const std::string& backend) {
   return gpus > 0;
 }
 
+/// Fails early (before any case runs) if an output path given on the command line cannot be written.
+void check_writable(const char* option, const std::string& path, bool given) {
+  if (!given) return;
+  if (path.empty()) throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected a file path, got \"\"");
+  std::ofstream f(path, std::ios::app);
+  if (!f) throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path);
+}
+
 void write_json(const std::string& path, const nlohmann::json& j) {
   if (path.empty()) return;
   std::ofstream f(path);
@@ -85,8 +93,10 @@ int run_list() {
 }
 
 int run_check(const Options& opts) {
+  check_writable("--json", opts.json, opts.json_given);
   const bool cuda = use_cuda(opts.backend);
-  const uint64_t seed = opts.seed ? opts.seed : testing::seed_from_env_or_clock();
+  const uint64_t seed =
+      opts.seed_text.empty() ? testing::seed_from_env_or_clock() : testing::parse_seed("--seed", opts.seed_text);
   const std::vector<const CaseSet*> sets = select_sets(opts.sets, false);
   std::printf("fuseops check: backend %s, seed %llu (replay with --seed %llu)\n",
               cuda ? ("cuda:0 (" + gpu::device_info(0).name + ")").c_str() : "cpu",
@@ -238,12 +248,27 @@ int bench_cpu(const Options& opts, const std::vector<const CaseSet*>& sets) {
     }
   }
   write_json(opts.json, {{"command", "bench"}, {"backend", "cpu"}, {"version", version()}, {"results", results}});
+  if (!opts.md.empty()) {
+    std::ofstream f(opts.md);
+    if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
+    f << "CPU backend times (median wall time of 5 runs, at most " << opts.cpu_rows
+      << " rows per case); not GPU numbers. Date: " << today() << ". fuseops " << version() << ".\n";
+    if (!opts.note.empty()) f << opts.note << "\n";
+    f << "\n| set | op | shape | dtype | rows | cpu us |\n|---|---|---|---|---|---|\n";
+    for (const auto& r : results) {
+      f << "| " << r["set"].get<std::string>() << " | " << r["op"].get<std::string>() << " | "
+        << r["shape"].get<std::string>() << " | " << r["dtype"].get<std::string>() << " | " << r["rows"].get<int64_t>()
+        << " | " << r["cpu_us"].get<double>() << " |\n";
+    }
+  }
   return 0;
 }
 
 }  // namespace
 
 int run_bench(const Options& opts) {
+  check_writable("--json", opts.json, opts.json_given);
+  check_writable("--md", opts.md, opts.md_given);
   const bool cuda = use_cuda(opts.backend);
   const std::vector<const CaseSet*> sets = select_sets(opts.sets, true);
   return cuda ? bench_gpu(opts, sets) : bench_cpu(opts, sets);

@@ -11,7 +11,8 @@ struct Options {
   std::vector<std::string> sets;
   std::string backend = "auto";
   std::string json, md, filter, note;
-  uint64_t seed = 0;  ///< 0: from FUSEOPS_SEED or the clock
+  bool json_given = false, md_given = false;  ///< the option was on the command line (even with an empty value)
+  std::string seed_text;  ///< --seed; empty: from FUSEOPS_SEED or the clock
   int64_t cpu_rows = 64;
 };
 
