@@ -3,11 +3,12 @@
 # development machine and carried in $FUSEOPS_BIN (default .carry/bin; make them with scripts/build-carry.sh:
 # the GPU image has no GoogleTest, CLI11 or nlohmann-json), and writes logs and tables under $OUT.
 #
-#   stages: info tests sanitizer check bench flaggems torch
+#   stages: info tests sanitizer check bench flaggems fla torch
 #   scripts/gpu.sh info tests sanitizer check      # one device command (< 10 min)
 #   scripts/gpu.sh bench flaggems                  # a second one
 #
-# flaggems needs .baselines (../shared/tools/prepare-baselines.sh) and the bench stage's bench.json in $OUT.
+# flaggems and fla need .baselines (../shared/tools/prepare-baselines.sh) and the bench stage's bench.json in $OUT.
+# Extra arguments for `fuseops check` / `fuseops bench` (e.g. --set gdn-kkt-solve): FUSEOPS_CHECK_ARGS, FUSEOPS_BENCH_ARGS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fuseops-out}
@@ -42,12 +43,15 @@ for stage in "${stages[@]}"; do
           --gtest_color=no --gtest_filter='*Cuda*:*cuda*:*Device*:-*Large*:*large*' && \
         compute-sanitizer --tool memcheck --error-exitcode 3 $BIN/fuseops check --backend cuda --set activation-dtypes" ;;
     check)
-      run_stage check "$BIN/fuseops" check --backend cuda --json "$OUT/check.json" ;;
+      run_stage check "$BIN/fuseops" check --backend cuda --json "$OUT/check.json" ${FUSEOPS_CHECK_ARGS:-} ;;
     bench)
-      run_stage bench "$BIN/fuseops" bench --json "$OUT/bench.json" --md "$OUT/bench.md" --note "$note" ;;
+      run_stage bench "$BIN/fuseops" bench --json "$OUT/bench.json" --md "$OUT/bench.md" --note "$note" ${FUSEOPS_BENCH_ARGS:-} ;;
     flaggems)
       run_stage flaggems env PYTHONPATH=.baselines/flaggems/src:.baselines/pylib PYTHONUNBUFFERED=1 \
         python3 bench/baselines/flaggems_activation.py "$OUT/bench.json" "$OUT/flaggems.md" ;;
+    fla)
+      run_stage fla env PYTHONPATH=.baselines FLA_FLASH_QLA=0 PYTHONUNBUFFERED=1 \
+        python3 bench/baselines/fla_kkt_solve.py "$OUT/bench.json" "$OUT/fla.md" ;;
     torch)
       # The PyTorch extension: build and install it here (torch, scikit-build-core and nvcc are on the image),
       # then its pytest suite and the Python benchmark.

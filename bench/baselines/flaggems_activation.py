@@ -10,38 +10,13 @@ tensors (as in the anchors of reference/h200-anchors.md); our row is the fused [
 are skipped (FlagGems' backward runs through autograd, not as one op).
 """
 import json
-import math
-import statistics
+import os
 import sys
-import time
 
 import torch
 
-
-def time_graph_us(launch, launches, min_seconds=0.2, max_replays=50):
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for i in range(min(launches, 2)):
-            launch(i)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(launches):
-            launch(i)
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    per_launch = []
-    t0 = time.perf_counter()
-    for r in range(max_replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        per_launch.append(start.elapsed_time(end) * 1e3 / launches)
-        if r >= 4 and time.perf_counter() - t0 >= min_seconds:
-            break
-    return statistics.median(per_launch)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from timing import cold_sets, launches_for, time_graph_us  # noqa: E402
 
 
 def main():
@@ -51,7 +26,6 @@ def main():
     from flag_gems.fused.silu_and_mul import silu_and_mul
 
     ours = json.load(open(ours_path))
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
     dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
     rows = []
     for r in ours["results"]:
@@ -69,15 +43,11 @@ def main():
         m, n = (int(x) for x in r["shape"].split("x"))
         dt = dtypes[r["dtype"]]
         es = torch.tensor([], dtype=dt).element_size()
-        set_bytes = 3 * m * n * es  # a, b and the output FlagGems allocates
-        sets = max(2, min(4096, math.ceil(4 * l2 / set_bytes)))
-        free = torch.cuda.mem_get_info()[0] * 0.8
-        while sets > 2 and sets * set_bytes > free:
-            sets //= 2
+        sets = cold_sets(3 * m * n * es)  # a, b and the output FlagGems allocates
         a = torch.randn(sets, m, n, device="cuda", dtype=dt)
         b = torch.randn(sets, m, n, device="cuda", dtype=dt)
         est = time_graph_us(lambda i: fn(a[0], b[0]), 5, 0.0, 3)
-        launches = int(min(1000, max(10, 2000 / max(est, 0.5))))
+        launches = launches_for(est)
         warm = time_graph_us(lambda i: fn(a[0], b[0]), launches)
         cold_n = max(sets, (launches // sets) * sets)
         cold = time_graph_us(lambda i: fn(a[i % sets], b[i % sets]), cold_n)

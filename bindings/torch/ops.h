@@ -5,6 +5,7 @@
 #include <torch/all.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace fuseops::torch_binding {
@@ -26,6 +27,17 @@ at::Tensor gelu_and_mul_functional(const at::Tensor& input, c10::string_view app
 at::Tensor gelu_tanh_and_mul_functional(const at::Tensor& input);
 at::Tensor silu_and_mul_split_functional(const at::Tensor& gate, const at::Tensor& up);
 at::Tensor gelu_and_mul_split_functional(const at::Tensor& gate, const at::Tensor& up, c10::string_view approximate);
+
+// GDN intra-chunk stage (include/fuseops/gdn.h, docs/ops/gdn.md).
+void chunk_local_cumsum(at::Tensor& out, const at::Tensor& g, int64_t chunk_size,
+                        const c10::optional<at::Tensor>& cu_seqlens, bool reverse, c10::optional<double> scale);
+void chunk_scaled_dot_kkt_fwd(at::Tensor& A, const at::Tensor& k, const c10::optional<at::Tensor>& g,
+                              const c10::optional<at::Tensor>& beta, int64_t chunk_size,
+                              const c10::optional<at::Tensor>& cu_seqlens);
+void solve_tril(at::Tensor& Ai, const at::Tensor& A, const c10::optional<at::Tensor>& cu_seqlens);
+void chunk_gated_delta_rule_fwd_kkt_solve(at::Tensor& Ai, const at::Tensor& k, const c10::optional<at::Tensor>& g,
+                                          const c10::optional<at::Tensor>& beta, int64_t chunk_size,
+                                          const c10::optional<at::Tensor>& cu_seqlens);
 
 // Library-wide (include/fuseops/error.h, version.h).
 void check_errors(int64_t device);

@@ -24,6 +24,15 @@ TORCH_LIBRARY(fuseops, m) {
   m.def("gelu_and_mul_backward(Tensor! dgate, Tensor! dup, Tensor dout, Tensor gate, Tensor up, "
         "str approximate=\"none\") -> ()");
 
+  // GDN intra-chunk stage: docs/ops/gdn.md.
+  m.def("chunk_local_cumsum(Tensor! out, Tensor g, int chunk_size, Tensor? cu_seqlens=None, bool reverse=False, "
+        "float? scale=None) -> ()");
+  m.def("chunk_scaled_dot_kkt_fwd(Tensor! A, Tensor k, Tensor? g, Tensor? beta, int chunk_size, "
+        "Tensor? cu_seqlens=None) -> ()");
+  m.def("solve_tril(Tensor! Ai, Tensor A, Tensor? cu_seqlens=None) -> ()");
+  m.def("chunk_gated_delta_rule_fwd_kkt_solve(Tensor! Ai, Tensor k, Tensor? g, Tensor? beta, int chunk_size=64, "
+        "Tensor? cu_seqlens=None) -> ()");
+
   // Library-wide: the device error record (include/fuseops/error.h) and the version.
   m.def("check_errors(int device=-1) -> ()");
   m.def("clear_errors(int device=-1) -> ()");
@@ -47,6 +56,10 @@ void register_kernels(torch::Library& m) {
   m.impl("gelu_tanh_and_mul.functional", TORCH_FN(gelu_tanh_and_mul_functional));
   m.impl("silu_and_mul_split.functional", TORCH_FN(silu_and_mul_split_functional));
   m.impl("gelu_and_mul_split.functional", TORCH_FN(gelu_and_mul_split_functional));
+  m.impl("chunk_local_cumsum", TORCH_FN(chunk_local_cumsum));
+  m.impl("chunk_scaled_dot_kkt_fwd", TORCH_FN(chunk_scaled_dot_kkt_fwd));
+  m.impl("solve_tril", TORCH_FN(solve_tril));
+  m.impl("chunk_gated_delta_rule_fwd_kkt_solve", TORCH_FN(chunk_gated_delta_rule_fwd_kkt_solve));
 }
 
 }  // namespace

@@ -63,7 +63,8 @@ struct TensorView {
   int64_t size(int i) const;
   /// Stride of dim `i` in elements; negative `i` counts from the end.
   int64_t stride(int i) const;
-  /// True if the strides are those of a row-major contiguous tensor (size-1 dims are ignored).
+  /// True if the strides are those of a row-major contiguous tensor (size-1 dims are ignored; a tensor without
+  /// elements is contiguous, as in PyTorch).
   bool is_contiguous() const;
   /// "[2, 64, 128]".
   std::string shape_str() const;

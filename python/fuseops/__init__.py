@@ -25,11 +25,21 @@ from .activation import (
     silu_and_mul_split,
 )
 from .errors import check_errors, clear_errors
+from .gdn import (
+    chunk_gated_delta_rule_fwd_kkt_solve,
+    chunk_local_cumsum,
+    chunk_scaled_dot_kkt_fwd,
+    solve_tril,
+)
 
 __version__ = ops.version()
 
 __all__ = [
     "check_errors",
+    "chunk_gated_delta_rule_fwd_kkt_solve",
+    "chunk_local_cumsum",
+    "chunk_scaled_dot_kkt_fwd",
+    "solve_tril",
     "clear_errors",
     "gelu_and_mul",
     "gelu_and_mul_backward",

@@ -14,6 +14,10 @@ OPS = (
     "gelu_and_mul_split",
     "silu_and_mul_backward",
     "gelu_and_mul_backward",
+    "chunk_local_cumsum",
+    "chunk_scaled_dot_kkt_fwd",
+    "solve_tril",
+    "chunk_gated_delta_rule_fwd_kkt_solve",
     "check_errors",
     "clear_errors",
 )

@@ -107,6 +107,7 @@ int64_t TensorView::size(int i) const { return shape[wrap_dim(i, rank)]; }
 int64_t TensorView::stride(int i) const { return strides[wrap_dim(i, rank)]; }
 
 bool TensorView::is_contiguous() const {
+  if (numel() == 0) return true;  // as PyTorch: no element is out of place (strides of a 0-sized view vary)
   int64_t expected = 1;
   for (int i = rank - 1; i >= 0; --i) {
     if (shape[i] == 1) continue;

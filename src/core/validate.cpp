@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <sstream>
+#include <utility>
 
 namespace fuseops::detail {
 
@@ -147,6 +148,20 @@ void check_no_overlap(const char* op, const char* a_name, const RowMatrix& a, co
     const int64_t wa = a.cols * ea, wb = b.cols * eb;
     if (off >= wa && off + wb <= pitch) return;
   }
+  fail_argument(op, a_name, std::string("no overlap with ") + b_name, "overlapping memory");
+}
+
+void check_disjoint(const char* op, const char* a_name, const TensorView& a, const char* b_name, const TensorView& b) {
+  if (a.numel() == 0 || b.numel() == 0) return;
+  auto range = [](const TensorView& v) {
+    int64_t span = 0;
+    for (int i = 0; i < v.rank; ++i) span += (v.shape[i] - 1) * v.strides[i];  // fits: check_layout()
+    const auto lo = reinterpret_cast<std::uintptr_t>(v.data);
+    return std::pair<std::uintptr_t, std::uintptr_t>(lo, lo + static_cast<std::uintptr_t>((span + 1) *
+                                                                                          static_cast<int64_t>(dtype_size(v.dtype))));
+  };
+  const auto ra = range(a), rb = range(b);
+  if (ra.second <= rb.first || rb.second <= ra.first) return;
   fail_argument(op, a_name, std::string("no overlap with ") + b_name, "overlapping memory");
 }
 

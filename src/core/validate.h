@@ -47,6 +47,10 @@ RowMatrix as_row_matrix(const char* op, const char* name, const TensorView& v);
 void check_no_overlap(const char* op, const char* a_name, const RowMatrix& a, const char* b_name,
                       const RowMatrix& b);
 
+/// Error unless the address ranges spanned by `a` and `b` are disjoint (conservative: interleaved views that share
+/// no element are rejected too). Empty views never overlap.
+void check_disjoint(const char* op, const char* a_name, const TensorView& a, const char* b_name, const TensorView& b);
+
 /// "[2, 64, 128]" with dtype and device, for messages.
 std::string describe(const TensorView& v);
 

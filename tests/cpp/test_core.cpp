@@ -62,6 +62,9 @@ TEST(TensorView, Contiguity) {
   EXPECT_TRUE(TensorView(data, DType::f32, Device::cpu(), {2, 1, 3}, {3, 7, 1}).is_contiguous());
   EXPECT_TRUE(TensorView(data, DType::f32, Device::cpu(), {4}, {1}).is_contiguous());
   EXPECT_FALSE(TensorView(data, DType::f32, Device::cpu(), {4}, {2}).is_contiguous());
+  // No elements: contiguous whatever the strides (the constructor's and PyTorch's differ for a 0-sized dim).
+  EXPECT_TRUE(TensorView(data, DType::f32, Device::cpu(), {2, 0, 4, 8}).is_contiguous());
+  EXPECT_TRUE(TensorView(data, DType::f32, Device::cpu(), {2, 0, 4, 8}, {32, 32, 8, 1}).is_contiguous());
 }
 
 TEST(TensorView, Slice) {

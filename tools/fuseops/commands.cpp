@@ -83,6 +83,7 @@ int run_list() {
   std::printf("fuseops %s (%s)\n\nop families:\n", version(),
               built_with_cuda() ? "CPU + CUDA backends" : "CPU backend only");
   std::printf("  activation  silu_and_mul, gelu_and_mul (none | tanh), gelu_tanh_and_mul, *_split, *_backward\n");
+  std::printf("  gdn         chunk_gated_delta_rule_fwd_kkt_solve (fused kkt + solve_tril; cases: kkt_solve)\n");
   std::printf("\ncase sets (* = part of the default bench run; check runs all by default):\n");
   for (const CaseSet& s : registry().sets()) {
     std::size_t n = 0;

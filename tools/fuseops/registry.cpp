@@ -23,6 +23,7 @@ const Registry& registry() {
   static const Registry r = [] {
     Registry reg;
     register_activation_cases(reg);
+    register_gdn_cases(reg);
     return reg;
   }();
   return r;

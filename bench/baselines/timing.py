@@ -1,0 +1,48 @@
+"""Timing shared by the baseline scripts: the method of `fuseops bench` (median per launch under CUDA-graph replay,
+after a warm-up replay; warm = the same buffers every launch, cold = rotating buffer sets >= 4x L2)."""
+import math
+import statistics
+import time
+
+import torch
+
+
+def time_graph_us(launch, launches, min_seconds=0.2, max_replays=50):
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        for i in range(min(launches, 2)):
+            launch(i)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for i in range(launches):
+            launch(i)
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    per_launch = []
+    t0 = time.perf_counter()
+    for r in range(max_replays):
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        per_launch.append(start.elapsed_time(end) * 1e3 / launches)
+        if r >= 4 and time.perf_counter() - t0 >= min_seconds:
+            break
+    return statistics.median(per_launch)
+
+
+def launches_for(est_us):
+    """Launches per graph for a launch of about est_us: enough for ~2 ms, 10..1000 (as fuseops bench)."""
+    return int(min(1000, max(10, 2000 / max(est_us, 0.5))))
+
+
+def cold_sets(set_bytes):
+    """Buffer sets so that sets * set_bytes >= 4x L2 (2..4096), bounded by free memory."""
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    sets = max(2, min(4096, math.ceil(4 * l2 / max(set_bytes, 1))))
+    free = torch.cuda.mem_get_info()[0] * 0.8
+    while sets > 2 and sets * set_bytes > free:
+        sets //= 2
+    return sets

@@ -1,0 +1,39 @@
+// Chunk geometry shared by the CPU and CUDA backends of the GDN ops: sequence bounds from cu_seqlens (robust to
+// malformed values) and the map from a chunk slot to (sequence, chunk).
+#pragma once
+
+#include <cstdint>
+
+#include "ops/gdn_impl.h"
+
+#if defined(__CUDACC__)
+#define FUSEOPS_GDN_HD __host__ __device__ __forceinline__
+#else
+#define FUSEOPS_GDN_HD inline
+#endif
+
+namespace fuseops::detail {
+
+FUSEOPS_GDN_HD int64_t load_cu(const GdnGeometry& g, int64_t i) {
+  return g.cu_dtype == DType::i32 ? static_cast<const int32_t*>(g.cu_seqlens)[i]
+                                  : static_cast<const int64_t*>(g.cu_seqlens)[i];
+}
+
+/// Token range [bos, eos) of sequence n, within [0, T] and never decreasing. `bad` is set when cu_seqlens is
+/// malformed at n (cu[0] != 0, cu[N] != T, a decreasing pair, or a value outside [0, T]).
+struct SeqBounds {
+  int64_t batch, bos, eos;
+  bool bad;
+};
+FUSEOPS_GDN_HD SeqBounds sequence_bounds(const GdnGeometry& g, int64_t n) {
+  if (!g.cu_seqlens) return SeqBounds{n, 0, g.T, false};
+  const int64_t a = load_cu(g, n), b = load_cu(g, n + 1);
+  const bool bad = a < 0 || a > g.T || b < a || b > g.T || (n == 0 && a != 0) || (n + 1 == g.N && b != g.T);
+  const int64_t bos = a < 0 ? 0 : (a > g.T ? g.T : a);
+  const int64_t eos = b < bos ? bos : (b > g.T ? g.T : b);
+  return SeqBounds{0, bos, eos, bad};
+}
+
+FUSEOPS_GDN_HD int64_t chunks_of(int64_t len, int64_t bt) { return (len + bt - 1) / bt; }
+
+}  // namespace fuseops::detail

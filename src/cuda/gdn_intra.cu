@@ -1,0 +1,325 @@
+// CUDA backend of the GDN intra-chunk ops: chunk_local_cumsum, chunk_scaled_dot_kkt_fwd, solve_tril and the fused
+// chunk_gated_delta_rule_fwd_kkt_solve (include/fuseops/gdn.h; math in /work/shared/reference/gdn.md §2-5).
+//
+// Work decomposition. A "slot" is one chunk of one sequence: chunk_slots(geo) slots are launched along grid.x (a
+// grid-stride loop covers any count) and mapped to chunks on the device, without host synchronisation and without a
+// prefix sum over the sequences (resolve_chunk in gdn_intra.cuh; slots that hold no chunk exit). grid.y runs over
+// heads (looped past 65535).
+//  - kkt and fused: one 256-thread block per (chunk, KEY head). It loads the chunk's k rows once into shared memory,
+//    forms the Gram matrix K K^T once (tensor cores for f16 / bf16, FFMA for f32), then for each of the key head's
+//    value heads builds the fp32 kkt tile from it (beta, exp(g_i - g_j), mask) and either stores it (kkt) or inverts
+//    it in shared memory and stores the inverse (fused). When the grid would be too small to fill the GPU, the value
+//    heads of a key head are split over several blocks (each recomputes the Gram).
+//    Work that only feeds rows past a short chunk's end (Gram tiles, kkt rows, diagonal blocks, block merges) is
+//    skipped, so a chunk of 16 tokens costs far less than a full one (varlen batches of short sequences).
+//  - solve_tril: one block per (chunk, value head): load the strictly lower part as fp32, invert, store.
+//  - cumsum: one warp per chunk, a lane per head, sequential fp32 sums.
+// Kkt and fused are one kernel template (kSolve), and all numerics live in shared routines of gdn_intra.cuh: that is
+// what makes the fused op bitwise identical to kkt (f32 A) + solve_tril.
+#include <algorithm>
+#include <climits>
+#include <cstdint>
+
+#include "cuda/device_error.h"
+#include "cuda/gdn_intra.cuh"
+#include "cuda/launch.h"
+#include "fuseops/error.h"
+#include "ops/gdn_impl.h"
+
+namespace fuseops::detail::cuda {
+namespace {
+
+using gdn::ChunkRef;
+using gdn::kThreads;
+using gdn::kWarps;
+
+/// Register cap of the kkt / fused / solve_tril kernels: 4 blocks of 256 threads per SM (64 registers). The solve
+/// routines alone want ~60 registers; the few loop variables live across them are spilled around them (a handful
+/// of L1-resident stores and loads per value head) rather than dropping to 3 blocks per SM.
+constexpr int kMinBlocksPerSm = 4;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Kernels
+
+/// Launch-time constants of the kkt / fused kernel.
+struct KktParams {
+  int64_t slots;      ///< chunk slots along x
+  int group;          ///< G = HV / H value heads per key head
+  int heads_per_cta;  ///< value heads of one key head handled by one block
+  int parts;          ///< blocks per (chunk, key head) = ceil(G / heads_per_cta)
+  int kp;             ///< K padded to the Gram step (16 for f16 / bf16, 4 for f32)
+  int ld;             ///< k tile row stride (elements)
+  bool k_vec;         ///< 16-byte loads of k rows
+  bool out_vec;       ///< 16-byte stores of output rows
+  DeviceErrorRecord* errors;
+};
+
+/// Dynamic shared memory of kkt_kernel: the k tile [BT][ld] (TK) while the Gram is formed, then in the same bytes
+/// the fp32 Gram tile, the fp32 A tile (both [BT][BT + 4]) and, for the fused op, the merge scratch.
+template <typename TK, int BT, bool kSolve>
+std::size_t kkt_smem_bytes(int ld) {
+  const std::size_t k_bytes = static_cast<std::size_t>(BT) * ld * sizeof(TK);
+  const std::size_t f_bytes = (2 * gdn::kTileFloats<BT> + (kSolve ? gdn::kScratchFloats<BT> : 0)) * sizeof(float);
+  return std::max(k_bytes, f_bytes);
+}
+
+/// kSolve = false: chunk_scaled_dot_kkt_fwd (out = A). kSolve = true: the fused op (out = (I + A)^{-1}).
+template <typename TK, int BT, bool kSolve>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+    kkt_kernel(const KktArgs args, const GdnOut out, const KktParams prm) {
+  pdl_wait_and_release();
+  extern __shared__ float4 smem[];
+  TK* ks = reinterpret_cast<TK*>(smem);
+  float* gram_tile = reinterpret_cast<float*>(smem);
+  float* tile = gram_tile + gdn::kTileFloats<BT>;
+  float* scratch = tile + gdn::kTileFloats<BT>;
+  __shared__ ChunkRef chunk;
+  __shared__ float gate_beta[2 * BT];  // g then beta of the chunk's rows, current value head
+  const int tid = static_cast<int>(threadIdx.x);
+  const int key_units = static_cast<int>(args.geo.H) * prm.parts;
+
+  for (int64_t slot = blockIdx.x; slot < prm.slots; slot += gridDim.x) {
+    __syncthreads();  // the previous slot is done with `chunk` and the tiles
+    if (tid < 32) {
+      const ChunkRef c = gdn::resolve_chunk<BT>(args.geo, slot, prm.errors, blockIdx.y == 0);
+      if (tid == 0) chunk = c;
+    }
+    __syncthreads();
+    const ChunkRef ch = chunk;
+    if (ch.len == 0) continue;
+
+    for (int y = blockIdx.y; y < key_units; y += gridDim.y) {
+      const int hk = y / prm.parts;
+      const int hv_begin = hk * prm.group + (y - hk * prm.parts) * prm.heads_per_cta;
+      const int hv_end = min(hv_begin + prm.heads_per_cta, (hk + 1) * prm.group);
+
+      gdn::load_k_tile<TK, BT>(ks, prm.ld, prm.kp, args.k, args.geo.K, ch, hk, prm.k_vec);
+      float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(args, ch, hv_begin, tid) : 0.f;
+      if (tid < 2 * BT) gate_beta[tid] = gb;
+      __syncthreads();
+      {
+        gdn::Gram<TK, BT> gram;
+        gram.compute(ks, prm.ld, prm.kp, ch.len);
+        __syncthreads();  // the k tile is dead: the Gram and A tiles take its bytes
+        gram.store(gram_tile);
+      }
+      __syncthreads();
+
+      for (int hv = hv_begin; hv < hv_end; ++hv) {
+        gdn::build_kkt_tile<BT>(gram_tile, gate_beta, ch.len, tile);
+        __syncthreads();
+        const bool next = hv + 1 < hv_end;  // prefetch the next value head's g / beta behind the solve
+        if (next && tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(args, ch, hv + 1, tid);
+        if constexpr (kSolve) gdn::invert_unit_lower<BT>(tile, scratch, ch.len);
+        gdn::store_tile_rows<BT>(tile, out, ch, hv, prm.out_vec);
+        if (next && tid < 2 * BT) gate_beta[tid] = gb;
+        __syncthreads();
+      }
+    }
+  }
+}
+
+struct SolveParams {
+  int64_t slots;
+  bool a_vec;    ///< 16-byte loads of A rows
+  bool out_vec;  ///< 16-byte stores of Ai rows
+  DeviceErrorRecord* errors;
+};
+
+template <int BT>
+__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+    solve_tril_kernel(const GdnGeometry geo, const GdnIn A, const GdnOut out, const SolveParams prm) {
+  pdl_wait_and_release();
+  __shared__ __align__(16) float tile[gdn::kTileFloats<BT>];
+  __shared__ __align__(16) float scratch[gdn::kScratchFloats<BT> > 0 ? gdn::kScratchFloats<BT> : 4];
+  __shared__ ChunkRef chunk;
+  const int tid = static_cast<int>(threadIdx.x);
+
+  for (int64_t slot = blockIdx.x; slot < prm.slots; slot += gridDim.x) {
+    __syncthreads();
+    if (tid < 32) {
+      const ChunkRef c = gdn::resolve_chunk<BT>(geo, slot, prm.errors, blockIdx.y == 0);
+      if (tid == 0) chunk = c;
+    }
+    __syncthreads();
+    const ChunkRef ch = chunk;
+    if (ch.len == 0) continue;
+
+    for (int hv = blockIdx.y; hv < geo.HV; hv += gridDim.y) {
+      gdn::load_a_tile<BT>(tile, A, ch, hv, prm.a_vec);
+      __syncthreads();
+      gdn::invert_unit_lower<BT>(tile, scratch, ch.len);
+      gdn::store_tile_rows<BT>(tile, out, ch, hv, prm.out_vec);
+      __syncthreads();
+    }
+  }
+}
+
+/// Forward (prefix) or reverse (suffix) sum of g over the chunk's rows for head h, sequential in fp32, times scale.
+template <typename TG>
+__device__ void cumsum_head(const CumsumArgs& a, const ChunkRef& ch, int64_t h, float scale) {
+  const TG* src = static_cast<const TG*>(a.g.data) + ch.batch * a.g.stride_b + ch.t0 * a.g.stride_t + h * a.g.stride_h;
+  float* dst =
+      static_cast<float*>(a.out.data) + ch.batch * a.out.stride_b + ch.t0 * a.out.stride_t + h * a.out.stride_h;
+  constexpr int kBatch = 16;  // loads issued together ahead of the dependent adds
+  float s = 0.f;
+  for (int i0 = 0; i0 < ch.len; i0 += kBatch) {
+    float v[kBatch];
+#pragma unroll
+    for (int e = 0; e < kBatch; ++e) {
+      const int i = a.reverse ? ch.len - 1 - (i0 + e) : i0 + e;
+      v[e] = i0 + e < ch.len ? to_float(src[i * a.g.stride_t]) : 0.f;
+    }
+#pragma unroll
+    for (int e = 0; e < kBatch; ++e) {
+      if (i0 + e < ch.len) {
+        const int i = a.reverse ? ch.len - 1 - (i0 + e) : i0 + e;
+        s = __fadd_rn(s, v[e]);
+        dst[i * a.out.stride_t] = __fmul_rn(s, scale);
+      }
+    }
+  }
+}
+
+/// One warp per slot (8 per block), lanes over heads.
+template <int BT>
+__global__ void __launch_bounds__(kThreads)
+    cumsum_kernel(const CumsumArgs args, int64_t slots, float scale, DeviceErrorRecord* errors) {
+  pdl_wait_and_release();
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  for (int64_t slot = static_cast<int64_t>(blockIdx.x) * kWarps + warp; slot < slots;
+       slot += static_cast<int64_t>(gridDim.x) * kWarps) {
+    const ChunkRef ch = gdn::resolve_chunk<BT>(args.geo, slot, errors, true);
+    if (ch.len == 0) continue;
+    for (int64_t h = lane; h < args.geo.HV; h += 32) {
+      switch (args.g.dtype) {
+        case DType::f16: cumsum_head<__half>(args, ch, h, scale); break;
+        case DType::bf16: cumsum_head<__nv_bfloat16>(args, ch, h, scale); break;
+        default: cumsum_head<float>(args, ch, h, scale); break;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Host side
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+/// Whether 16-byte accesses of `vec` elements work at every (b, t, h) row start of x: base aligned and every stride
+/// of a dimension longer than 1 a multiple of `vec`.
+bool rows_vectorizable(const GdnIn& x, int64_t vec, int64_t B, int64_t T, int64_t heads) {
+  return aligned16(x.data) && (B <= 1 || x.stride_b % vec == 0) && (T <= 1 || x.stride_t % vec == 0) &&
+         (heads <= 1 || x.stride_h % vec == 0);
+}
+
+unsigned grid_x(int64_t slots) {
+  return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(slots, INT_MAX)));
+}
+unsigned grid_y(int64_t units) { return static_cast<unsigned>(std::max<int64_t>(1, std::min<int64_t>(units, 65535))); }
+
+template <typename TK, int BT, bool kSolve>
+void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int device, cudaStream_t stream) {
+  const GdnGeometry& geo = a.geo;
+  KktParams prm{};
+  prm.slots = gdn::chunk_slots(geo);
+  const int64_t group = geo.HV / geo.H;
+  // Split a key head's value heads over several blocks only when (chunks x key heads) cannot fill the GPU.
+  const int64_t units = prm.slots * geo.H;
+  const int64_t want = 4LL * sm_count(device);
+  int64_t parts = 1;
+  if (group > 1 && units < want) parts = std::min(group, (want + units - 1) / units);
+  const int64_t heads_per_cta = (group + parts - 1) / parts;
+  prm.group = static_cast<int>(group);
+  prm.heads_per_cta = static_cast<int>(heads_per_cta);
+  prm.parts = static_cast<int>((group + heads_per_cta - 1) / heads_per_cta);
+  prm.kp = static_cast<int>((geo.K + gdn::k_step<TK>() - 1) / gdn::k_step<TK>() * gdn::k_step<TK>());
+  prm.ld = gdn::k_tile_ld<TK>(prm.kp);
+  constexpr int64_t kVec = 16 / sizeof(TK);
+  prm.k_vec = geo.K % kVec == 0 && rows_vectorizable(a.k, kVec, geo.B, geo.T, geo.H);
+  prm.out_vec = aligned16(out.data);
+  prm.errors = geo.cu_seqlens ? cuda_error_record(device) : nullptr;
+
+  const std::size_t smem = kkt_smem_bytes<TK, BT, kSolve>(prm.ld);
+  auto kernel = kkt_kernel<TK, BT, kSolve>;
+  if (smem > 48 * 1024) {  // large K only (BT = 64, K = 256: f16 / bf16 33.8 KB, f32 66.5 KB)
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op,
+               "cudaFuncSetAttribute");
+  }
+  launch_kernel(kernel, dim3(grid_x(prm.slots), grid_y(geo.H * prm.parts)), dim3(kThreads), smem, stream, device, a,
+                out, prm);
+}
+
+template <typename TK, bool kSolve>
+void launch_kkt_bt(const char* op, const KktArgs& a, const GdnOut& out, int device, cudaStream_t stream) {
+  switch (a.geo.BT) {
+    case 16: launch_kkt_as<TK, 16, kSolve>(op, a, out, device, stream); break;
+    case 32: launch_kkt_as<TK, 32, kSolve>(op, a, out, device, stream); break;
+    case 64: launch_kkt_as<TK, 64, kSolve>(op, a, out, device, stream); break;
+    default: throw Error(ErrorKind::invalid_argument, std::string(op) + ": unsupported chunk size");
+  }
+}
+
+template <bool kSolve>
+void launch_kkt(const char* op, const KktArgs& a, const GdnOut& out, int device, void* stream) {
+  DeviceGuard guard(device, op);
+  const auto s = static_cast<cudaStream_t>(stream);
+  switch (a.k.dtype) {
+    case DType::f32: launch_kkt_bt<float, kSolve>(op, a, out, device, s); break;
+    case DType::f16: launch_kkt_bt<__half, kSolve>(op, a, out, device, s); break;
+    case DType::bf16: launch_kkt_bt<__nv_bfloat16, kSolve>(op, a, out, device, s); break;
+    default: throw Error(ErrorKind::invalid_argument, std::string(op) + ": unsupported k dtype");
+  }
+  after_launch(op, s, device);
+}
+
+}  // namespace
+
+void chunk_local_cumsum(const CumsumArgs& args, int device, void* stream) {
+  const char* op = "chunk_local_cumsum";
+  DeviceGuard guard(device, op);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const int64_t slots = gdn::chunk_slots(args.geo);
+  const unsigned blocks = grid_x((slots + kWarps - 1) / kWarps);
+  const float scale = args.has_scale ? static_cast<float>(args.scale) : 1.f;
+  DeviceErrorRecord* errors = args.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
+  auto go = [&](auto kernel) {
+    launch_kernel(kernel, dim3(blocks), dim3(kThreads), 0, s, device, args, slots, scale, errors);
+  };
+  switch (args.geo.BT) {
+    case 16: go(cumsum_kernel<16>); break;
+    case 32: go(cumsum_kernel<32>); break;
+    case 64: go(cumsum_kernel<64>); break;
+    default: throw Error(ErrorKind::invalid_argument, std::string(op) + ": unsupported chunk size");
+  }
+  after_launch(op, s, device);
+}
+
+void chunk_scaled_dot_kkt_fwd(const KktArgs& args, const GdnOut& A, int device, void* stream) {
+  launch_kkt<false>("chunk_scaled_dot_kkt_fwd", args, A, device, stream);
+}
+
+void chunk_gated_delta_rule_fwd_kkt_solve(const KktArgs& args, const GdnOut& Ai, int device, void* stream) {
+  launch_kkt<true>("chunk_gated_delta_rule_fwd_kkt_solve", args, Ai, device, stream);
+}
+
+void solve_tril(const GdnGeometry& geo, const GdnIn& A, const GdnOut& Ai, int device, void* stream) {
+  const char* op = "solve_tril";
+  DeviceGuard guard(device, op);
+  const auto s = static_cast<cudaStream_t>(stream);
+  SolveParams prm{};
+  prm.slots = gdn::chunk_slots(geo);
+  prm.a_vec = rows_vectorizable(A, static_cast<int64_t>(16 / dtype_size(A.dtype)), geo.B, geo.T, geo.HV);
+  prm.out_vec = aligned16(Ai.data);
+  prm.errors = geo.cu_seqlens ? cuda_error_record(device) : nullptr;
+  const dim3 grid(grid_x(prm.slots), grid_y(geo.HV));
+  switch (geo.BT) {
+    case 16: launch_kernel(solve_tril_kernel<16>, grid, dim3(kThreads), 0, s, device, geo, A, Ai, prm); break;
+    case 32: launch_kernel(solve_tril_kernel<32>, grid, dim3(kThreads), 0, s, device, geo, A, Ai, prm); break;
+    case 64: launch_kernel(solve_tril_kernel<64>, grid, dim3(kThreads), 0, s, device, geo, A, Ai, prm); break;
+    default: throw Error(ErrorKind::invalid_argument, std::string(op) + ": unsupported chunk size");
+  }
+  after_launch(op, s, device);
+}
+
+}  // namespace fuseops::detail::cuda

@@ -1,0 +1,603 @@
+// Device building blocks of the GDN intra-chunk kernels (gdn_intra.cu): chunk lookup, tile loads and stores, the
+// Gram matrix K K^T of a chunk, the kkt entry, and the unit-lower-triangular inverse.
+//
+// Bit identity contract (include/fuseops/gdn.h): the fused op must give the same bytes as kkt (into f32) followed by
+// solve_tril. Both paths therefore go through the SAME routines here, with every rounding step spelled out
+// (__fmaf_rn / __fmul_rn / __fsub_rn / mma.sync, never a contractible a * b + c), so the compiler cannot evaluate them
+// differently in the two kernels:
+//   Gram<TK, BT>                 -> fp32 <k_i, k_j> tile in smem     (kkt kernel and fused kernel)
+//   kkt_entry / build_kkt_tile   -> fp32 A tile in smem              (kkt stores it, exactly for an f32 A; fused
+//                                                                      keeps it)
+//   load_a_tile                  -> the same fp32 tile               (solve_tril reading that f32 A: exact)
+//   invert_unit_lower            -> (I + A)^{-1} in place            (solve_tril and fused)
+//   store_tile_rows              -> rounding to the output dtype     (all three)
+// All sums run in a fixed order that depends only on the chunk's own data (a sequence packed in a varlen batch gets
+// the same bytes as alone): no atomics, no split reductions, no TF32.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/gdn_chunks.h"
+#include "cuda/device_error.cuh"
+#include "cuda/vec.cuh"
+#include "ops/gdn_impl.h"
+
+namespace fuseops::detail::cuda::gdn {
+
+constexpr int kThreads = 256;  ///< every GDN kernel runs 256-thread blocks
+constexpr int kWarps = kThreads / 32;
+
+// ---------------------------------------------------------------------------------------------------------------
+// fp32 tiles in shared memory
+
+/// Row stride (floats) of a BT x BT fp32 tile. BT + 4 is 4 (mod 8) words, so 8 consecutive rows read as float4 (one
+/// shared-memory phase) hit 8 distinct bank quads, and every row starts 16-byte aligned.
+template <int BT>
+constexpr int kTileLd = BT + 4;
+template <int BT>
+constexpr int kTileFloats = BT * kTileLd<BT>;
+/// Scratch of the block merges of invert_unit_lower: the product P of the largest merge level, H x (H + 4) floats
+/// with H = BT / 2 (BT = 64: 32 x 36; BT = 32: 16 x 20; BT = 16: none).
+template <int BT>
+constexpr int kScratchFloats = BT >= 32 ? (BT / 2) * (BT / 2 + 4) : 0;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Chunks
+
+/// One chunk of one sequence: batch row, first token, number of valid rows (0: the slot holds no chunk).
+struct ChunkRef {
+  int64_t batch;
+  int64_t t0;
+  int len;
+};
+
+/// The last n in [0, N] with cu_seqlens[n] <= p, found by one whole warp. Each round probes 32 evenly spaced entries
+/// of the current range and keeps the gap after the last probe that passed, so it needs ceil(log32(N + 1)) rounds
+/// of loads (3 for N = 2050). cu must be non-decreasing for the answer to be exact; for a malformed cu it still
+/// terminates with some n whose entry is <= p (or 0), and the caller checks the bounds.
+__device__ __forceinline__ int64_t warp_find_sequence(const GdnGeometry& geo, int64_t p) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  int64_t lo = 0, hi = geo.N;  // invariant: the answer lies in [lo, hi] and cu[lo] <= p (or lo == 0)
+  while (lo < hi) {            // lo and hi are warp-uniform
+    const int64_t step = (hi - lo + 31) >> 5;
+    const int64_t q = lo + (lane + 1) * step;
+    const bool pass = q <= hi && load_cu(geo, q) <= p;
+    const unsigned ballot = __ballot_sync(0xffffffffu, pass);
+    const int first_fail = ballot == 0xffffffffu ? 32 : __ffs(~ballot) - 1;
+    lo += first_fail * step;  // the last passing probe (unchanged when probe 0 failed)
+    hi = min(hi, lo + step - 1);
+  }
+  return lo;
+}
+
+/// Number of chunk slots resolve_chunk() maps: fixed length B * ceil(T / BT) (exactly the chunks); varlen
+/// N + ceil(T / BT) (an upper bound). (GdnGeometry::max_chunks() is not used: without cu_seqlens it gives
+/// ceil(B * T / BT), which is short of B * ceil(T / BT) when BT does not divide T.)
+inline int64_t chunk_slots(const GdnGeometry& geo) {
+  const int64_t per_row = (geo.T + geo.BT - 1) / geo.BT;
+  return geo.cu_seqlens ? geo.N + per_row : geo.B * per_row;
+}
+
+/// Maps chunk slot `slot` (0 <= slot < chunk_slots(geo)) to its chunk. Called by all 32 lanes of one warp.
+///
+/// Fixed length: slot = b * NT + c, NT = ceil(T / BT).
+/// Varlen (B = 1), with no prefix sum over the sequences: slot n < N is chunk 0 of sequence n; slot N + s is the chunk
+/// c >= 1 whose previous chunk contains token p = s * BT, i.e. c = (p - bos) / BT + 1 for the sequence [bos, eos)
+/// holding p, when that chunk starts before eos. Every chunk c >= 1 has exactly one such p (the one multiple of BT in
+/// [bos + (c - 1) * BT, bos + c * BT)), so the N + ceil(T / BT) slots cover every chunk exactly once;
+/// the rest hold none. Lookup cost: O(1) or one warp_find_sequence.
+/// Malformed cu_seqlens: bounds come from sequence_bounds() (clamped); the bad sequence n is recorded once, by the
+/// slot n and only when `record` is set.
+template <int BT>
+__device__ ChunkRef resolve_chunk(const GdnGeometry& geo, int64_t slot, DeviceErrorRecord* errors, bool record) {
+  const ChunkRef none{0, 0, 0};
+  if (!geo.cu_seqlens) {
+    const int64_t nt = (geo.T + BT - 1) / BT;
+    // 32-bit division when it fits (inline code; a 64-bit one is a subroutine call)
+    const int64_t b = ((slot | nt) >> 31) != 0
+                          ? slot / nt
+                          : static_cast<int64_t>(static_cast<uint32_t>(slot) / static_cast<uint32_t>(nt));
+    const int64_t t0 = (slot - b * nt) * BT;
+    if (b >= geo.B) return none;
+    return ChunkRef{b, t0, static_cast<int>(min(static_cast<int64_t>(BT), geo.T - t0))};
+  }
+  if (slot < geo.N) {
+    const SeqBounds sb = sequence_bounds(geo, slot);
+    if (sb.bad && record && (threadIdx.x & 31) == 0) record_device_error(errors, geo.cu_site, slot);
+    if (sb.eos <= sb.bos) return none;
+    return ChunkRef{0, sb.bos, static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - sb.bos))};
+  }
+  const int64_t p = (slot - geo.N) * BT;
+  if (p >= geo.T) return none;
+  const int64_t n = warp_find_sequence(geo, p);
+  if (n >= geo.N) return none;
+  const SeqBounds sb = sequence_bounds(geo, n);
+  if (p < sb.bos || p >= sb.eos) return none;
+  const int64_t t0 = sb.bos + ((p - sb.bos) / BT + 1) * BT;
+  if (t0 >= sb.eos) return none;
+  return ChunkRef{0, t0, static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0))};
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Loads and stores
+
+/// 16-byte asynchronous copy global -> shared; `fill` false writes 16 zero bytes and reads nothing.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool fill) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(fill ? 16 : 0) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/// Padding granule of K in the k tile: the Gram reads whole 16-element steps (mma) or 4-element steps (FFMA).
+template <typename TK>
+__host__ __device__ constexpr int k_step() {
+  return sizeof(TK) == 2 ? 16 : 4;
+}
+/// Row stride (elements) of the k tile holding kp (padded K) columns: 4 (mod 8) 32-bit words, so the 8 rows that
+/// one mma fragment load (16-bit) or one float4 phase (f32) touches hit distinct banks.
+template <typename TK>
+__host__ __device__ constexpr int k_tile_ld(int kp) {
+  return sizeof(TK) == 2 ? kp + 8 : (kp % 8 == 0 ? kp + 4 : kp);
+}
+
+/// k rows of the chunk (key head hk) -> ks[BT][ld] in the input dtype; rows >= len and columns in [K, kp) are zero.
+/// `vec`: K, the base and the strides allow 16-byte copies (then cp.async, no register staging).
+template <typename TK, int BT>
+__device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, const ChunkRef& ch, int64_t hk,
+                            bool vec) {
+  const TK* src = static_cast<const TK*>(k.data) + ch.batch * k.stride_b + ch.t0 * k.stride_t + hk * k.stride_h;
+  if (vec) {
+    constexpr int kVec = 16 / sizeof(TK);
+    const int per_row = kp / kVec;
+    for (int u = threadIdx.x; u < BT * per_row; u += kThreads) {
+      const int i = u / per_row, col = (u - i * per_row) * kVec;
+      const bool valid = i < ch.len && col < K;
+      cp_async_16(ks + i * ld + col, valid ? src + i * k.stride_t + col : src, valid);
+    }
+    cp_async_wait_all();
+  } else {
+#pragma unroll 1
+    for (int u = threadIdx.x; u < BT * kp; u += kThreads) {
+      const int i = u / kp, col = u - i * kp;
+      ks[i * ld + col] = (i < ch.len && col < K) ? src[i * k.stride_t + col] : from_float<TK>(0.f);
+    }
+  }
+}
+
+/// Thread t < 2 * BT of the block: g of chunk row t (t < BT; 0 when g is absent) or beta of row t - BT (1 when
+/// absent), value head hv. Rows past the chunk give 0 / 1 (they are never used: kkt_entry selects them away).
+template <int BT>
+__device__ float load_gate_or_beta(const KktArgs& a, const ChunkRef& ch, int64_t hv, int t) {
+  if (t < BT) {
+    if (!a.g.data || t >= ch.len) return 0.f;
+    const int64_t off = ch.batch * a.g.stride_b + (ch.t0 + t) * a.g.stride_t + hv * a.g.stride_h;
+    return static_cast<const float*>(a.g.data)[off];
+  }
+  const int i = t - BT;
+  if (!a.beta.data || i >= ch.len) return 1.f;
+  const int64_t off = ch.batch * a.beta.stride_b + (ch.t0 + i) * a.beta.stride_t + hv * a.beta.stride_h;
+  switch (a.beta.dtype) {
+    case DType::f16: return __half2float(static_cast<const __half*>(a.beta.data)[off]);
+    case DType::bf16: return __bfloat162float(static_cast<const __nv_bfloat16*>(a.beta.data)[off]);
+    default: return static_cast<const float*>(a.beta.data)[off];
+  }
+}
+
+/// A rows of the chunk (value head hv, dtype TA) -> the fp32 tile: the strictly lower entries of the valid rows
+/// (j < i < len) converted exactly as loaded, exact 0 everywhere else. Chunks of 16 bytes wholly on or above the
+/// diagonal are not read at all; `vec`: the base and the strides allow 16-byte loads.
+template <typename TA, int BT>
+__device__ void load_a_tile_as(float* tile, const GdnIn& A, const ChunkRef& ch, int64_t hv, bool vec) {
+  constexpr int LD = kTileLd<BT>;
+  const TA* src = static_cast<const TA*>(A.data) + ch.batch * A.stride_b + ch.t0 * A.stride_t + hv * A.stride_h;
+  if (vec) {
+    constexpr int kVec = 16 / sizeof(TA), kPerRow = BT / kVec, kChunks = BT * kPerRow;
+#pragma unroll
+    for (int u0 = 0; u0 < kChunks; u0 += kThreads) {
+      const int u = u0 + static_cast<int>(threadIdx.x);
+      if (kChunks % kThreads == 0 || u < kChunks) {
+        const int i = u / kPerRow, j = (u % kPerRow) * kVec;
+        FloatVec<TA, kVec> v;
+        if (i < ch.len && j < i) {
+          v.load(src + i * A.stride_t + j);
+        } else {
+#pragma unroll
+          for (int e = 0; e < kVec; ++e) v.v[e] = 0.f;
+        }
+#pragma unroll
+        for (int q = 0; q < kVec / 4; ++q) {
+          float4 f;
+          f.x = j + 4 * q + 0 < i ? v.v[4 * q + 0] : 0.f;
+          f.y = j + 4 * q + 1 < i ? v.v[4 * q + 1] : 0.f;
+          f.z = j + 4 * q + 2 < i ? v.v[4 * q + 2] : 0.f;
+          f.w = j + 4 * q + 3 < i ? v.v[4 * q + 3] : 0.f;
+          *reinterpret_cast<float4*>(tile + i * LD + j + 4 * q) = f;
+        }
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int u = threadIdx.x; u < BT * BT; u += kThreads) {
+      const int i = u / BT, j = u % BT;
+      tile[i * LD + j] = (i < ch.len && j < i) ? to_float(src[i * A.stride_t + j]) : 0.f;
+    }
+  }
+}
+
+template <int BT>
+__device__ void load_a_tile(float* tile, const GdnIn& A, const ChunkRef& ch, int64_t hv, bool vec) {
+  switch (A.dtype) {
+    case DType::f16: load_a_tile_as<__half, BT>(tile, A, ch, hv, vec); break;
+    case DType::bf16: load_a_tile_as<__nv_bfloat16, BT>(tile, A, ch, hv, vec); break;
+    default: load_a_tile_as<float, BT>(tile, A, ch, hv, vec); break;
+  }
+}
+
+/// The valid rows (i < len) of the fp32 tile -> out rows t0 + i of value head hv, all BT columns, rounded once to
+/// TO (round to nearest even). Rows past the chunk are never written. `vec`: 16-byte stores (out is contiguous;
+/// only its base alignment matters).
+template <typename TO, int BT>
+__device__ void store_rows_as(const float* tile, const GdnOut& out, const ChunkRef& ch, int64_t hv, bool vec) {
+  constexpr int LD = kTileLd<BT>;
+  TO* dst = static_cast<TO*>(out.data) + ch.batch * out.stride_b + ch.t0 * out.stride_t + hv * out.stride_h;
+  if (vec) {
+    constexpr int kVec = 16 / sizeof(TO), kPerRow = BT / kVec, kChunks = BT * kPerRow;
+#pragma unroll
+    for (int u0 = 0; u0 < kChunks; u0 += kThreads) {
+      const int u = u0 + static_cast<int>(threadIdx.x);
+      const int i = u / kPerRow, j = (u % kPerRow) * kVec;
+      if ((kChunks % kThreads == 0 || u < kChunks) && i < ch.len) {
+        FloatVec<TO, kVec> v;
+#pragma unroll
+        for (int q = 0; q < kVec / 4; ++q) {
+          const float4 f = *reinterpret_cast<const float4*>(tile + i * LD + j + 4 * q);
+          v.v[4 * q + 0] = f.x;
+          v.v[4 * q + 1] = f.y;
+          v.v[4 * q + 2] = f.z;
+          v.v[4 * q + 3] = f.w;
+        }
+        v.store(dst + i * out.stride_t + j);
+      }
+    }
+  } else {
+#pragma unroll 1
+    for (int u = threadIdx.x; u < ch.len * BT; u += kThreads) {
+      const int i = u / BT, j = u % BT;
+      dst[i * out.stride_t + j] = from_float<TO>(tile[i * LD + j]);
+    }
+  }
+}
+
+template <int BT>
+__device__ void store_tile_rows(const float* tile, const GdnOut& out, const ChunkRef& ch, int64_t hv, bool vec) {
+  switch (out.dtype) {
+    case DType::f16: store_rows_as<__half, BT>(tile, out, ch, hv, vec); break;
+    case DType::bf16: store_rows_as<__nv_bfloat16, BT>(tile, out, ch, hv, vec); break;
+    default: store_rows_as<float, BT>(tile, out, ch, hv, vec); break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Gram matrix G[i][j] = <k_i, k_j> of one chunk, fp32. compute() forms it in registers (the BT x BT matrix spread
+// over the block, each element owned by one thread); store() writes it to an fp32 tile in shared memory, from which
+// build_kkt_tile reads it once per value head.
+
+/// d += A B for one 16 x 16 (row-major) by 16 x 8 (column-major) tile of f16 / bf16, fp32 accumulators.
+template <typename TK>
+__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<TK, __nv_bfloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+template <typename TK, int BT>
+struct GramMma {
+  static constexpr int kColBlocks = BT / 8;
+  static constexpr int kTiles = (BT / 16) * kColBlocks;
+  static constexpr int kTilesPerWarp = kTiles >= kWarps ? kTiles / kWarps : 1;
+
+  float v[kTilesPerWarp][4];  ///< mma accumulator fragments: v[tile][c] (c: 0 1 -> row r, 2 3 -> row r + 8)
+  int row;                    ///< this thread's first row (the second is row + 8)
+  int col;                    ///< this thread's first column in the warp's first tile (the second is col + 1)
+  bool active;                ///< false: this warp owns no tile (BT = 16)
+
+  /// ks: the k tile [BT][ld] (16-bit), kp (multiple of 16) columns, zero past K and past the chunk. Tiles wholly
+  /// in rows or columns >= len are left 0 (kkt_entry never reads them); the test is warp-uniform.
+  __device__ void compute(const TK* ks, int ld, int kp, int len) {
+    const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+    const int grp = lane / 4, tig = lane % 4;  // mma fragment coordinates: row group, thread in group
+    const int first = warp * kTilesPerWarp;
+    active = first < kTiles;
+    row = (first / kColBlocks) * 16 + grp;
+    col = (first % kColBlocks) * 8 + 2 * tig;
+#pragma unroll
+    for (int t = 0; t < kTilesPerWarp; ++t) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.f;
+    if (!active || row - grp >= len) return;
+    // Fragments straight from shared memory, 32 bits (2 elements along K) at a time. A (16 x 16, row-major) = k
+    // rows row.. of the tile; B (16 x 8, "col": column n contiguous along K) = k rows of the tile's column tokens.
+    // a0 / a1: rows row / row + 8, K pair tig; a2 / a3: same rows, K pair tig + 4;
+    // b0 / b1: the column tokens' rows, K pairs tig / tig + 4.
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(ks);
+    const int wld = ld / 2;
+    const uint32_t* arow = w + row * wld + tig;
+    const uint32_t* brow = w + (col - 2 * tig + grp) * wld + tig;
+    for (int kw = 0; kw < kp / 2; kw += 8) {  // 16 elements = 8 words per step, ascending
+      const uint32_t a[4] = {arow[kw], arow[8 * wld + kw], arow[kw + 4], arow[8 * wld + kw + 4]};
+#pragma unroll
+      for (int t = 0; t < kTilesPerWarp; ++t) {
+        if (col - 2 * tig + 8 * t < len) {
+          const uint32_t* b = brow + t * 8 * wld + kw;
+          mma_m16n8k16<TK>(v[t], a, b[0], b[4]);
+        }
+      }
+    }
+  }
+
+  /// G -> tile[BT][kTileLd<BT>] (fp32).
+  __device__ __forceinline__ void store(float* tile) const {
+    if (!active) return;
+#pragma unroll
+    for (int t = 0; t < kTilesPerWarp; ++t) {
+      float* p = tile + row * kTileLd<BT> + col + 8 * t;
+      *reinterpret_cast<float2*>(p) = make_float2(v[t][0], v[t][1]);
+      *reinterpret_cast<float2*>(p + 8 * kTileLd<BT>) = make_float2(v[t][2], v[t][3]);
+    }
+  }
+};
+
+/// f32: FFMA (no TF32), each thread an R x R block of elements (R = BT / 16) at rows tid % 16 + 16 a and columns
+/// tid / 16 + 16 b, summed over K in ascending order with one rounding per step.
+template <int BT>
+struct GramFfma {
+  static constexpr int R = BT / 16;
+  float v[R][R];
+
+  /// ks: the k tile [BT][ld] (f32), kp (multiple of 4) columns, zero past K and past the chunk. (Computes all
+  /// rows; `len` is for the interface of GramMma.)
+  __device__ void compute(const float* ks, int ld, int kp, int /*len*/) {
+    const int ti = static_cast<int>(threadIdx.x % 16), tj = static_cast<int>(threadIdx.x / 16);
+#pragma unroll
+    for (int a = 0; a < R; ++a) {
+#pragma unroll
+      for (int b = 0; b < R; ++b) v[a][b] = 0.f;
+    }
+    for (int kk = 0; kk < kp; kk += 4) {
+      float4 x[R], y[R];
+#pragma unroll
+      for (int a = 0; a < R; ++a) x[a] = *reinterpret_cast<const float4*>(ks + (ti + 16 * a) * ld + kk);
+#pragma unroll
+      for (int b = 0; b < R; ++b) y[b] = *reinterpret_cast<const float4*>(ks + (tj + 16 * b) * ld + kk);
+#pragma unroll
+      for (int a = 0; a < R; ++a) {
+#pragma unroll
+        for (int b = 0; b < R; ++b) {
+          float s = v[a][b];
+          s = __fmaf_rn(x[a].x, y[b].x, s);
+          s = __fmaf_rn(x[a].y, y[b].y, s);
+          s = __fmaf_rn(x[a].z, y[b].z, s);
+          s = __fmaf_rn(x[a].w, y[b].w, s);
+          v[a][b] = s;
+        }
+      }
+    }
+  }
+
+  /// G -> tile[BT][kTileLd<BT>] (fp32).
+  __device__ __forceinline__ void store(float* tile) const {
+    const int ti = static_cast<int>(threadIdx.x % 16), tj = static_cast<int>(threadIdx.x / 16);
+#pragma unroll
+    for (int a = 0; a < R; ++a) {
+#pragma unroll
+      for (int b = 0; b < R; ++b) tile[(ti + 16 * a) * kTileLd<BT> + tj + 16 * b] = v[a][b];
+    }
+  }
+};
+
+template <typename TK, int BT>
+using Gram = std::conditional_t<sizeof(TK) == 2, GramMma<TK, BT>, GramFfma<BT>>;
+
+// ---------------------------------------------------------------------------------------------------------------
+// The kkt matrix
+
+/// A[i][j] of one chunk from the Gram entry <k_i, k_j>: (gram * exp(g_i - g_j)) * beta_i for j < i < len, exactly 0
+/// elsewhere (a select: exp(g_i - g_j) may be inf above the diagonal). Absent g / beta arrive as 0 / 1, which makes
+/// their factor exactly 1. THE definition of a kkt entry: the kkt kernel stores it, the fused kernel inverts it.
+__device__ __forceinline__ float kkt_entry(float gram, int i, int j, int len, const float* g, const float* beta) {
+  if (!(j < i && i < len)) return 0.f;
+  return __fmul_rn(__fmul_rn(gram, expf(__fsub_rn(g[i], g[j]))), beta[i]);
+}
+
+/// tile := the whole BT x BT fp32 kkt tile, from the Gram tile (same layout) and gate_beta: g[0..BT) then
+/// beta[0..BT) of the chunk's rows. Thread t handles the float4 column groups t, t + 256, ... in row-major order.
+template <int BT>
+__device__ void build_kkt_tile(const float* gram, const float* gate_beta, int len, float* tile) {
+  constexpr int LD = kTileLd<BT>, kPerRow = BT / 4;
+  const float* g = gate_beta;
+  const float* beta = gate_beta + BT;
+#pragma unroll
+  for (int u0 = 0; u0 < BT * kPerRow; u0 += kThreads) {
+    const int u = u0 + static_cast<int>(threadIdx.x);
+    if ((BT * kPerRow) % kThreads == 0 || u < BT * kPerRow) {
+      const int i = u / kPerRow, j = (u % kPerRow) * 4;
+      float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
+      if (i < len) {  // rows past the chunk are all 0 (skipped warp by warp: a warp covers 2 rows)
+        const float4 x = *reinterpret_cast<const float4*>(gram + i * LD + j);
+        r.x = kkt_entry(x.x, i, j + 0, len, g, beta);
+        r.y = kkt_entry(x.y, i, j + 1, len, g, beta);
+        r.z = kkt_entry(x.z, i, j + 2, len, g, beta);
+        r.w = kkt_entry(x.w, i, j + 3, len, g, beta);
+      }
+      *reinterpret_cast<float4*>(tile + i * LD + j) = r;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// (I + A)^{-1} of a strictly lower triangular fp32 tile, in place
+//
+// Block algorithm on 16 x 16 blocks, fp32 FFMA in a fixed order, 1 + 2 log2(BT / 16) barriers:
+//  1. each diagonal block D = I + A_dd is inverted by forward substitution, one thread per column;
+//  2. merges of 2 x 2 block lower triangles, h = 16 then 32: for L = [[L11, 0], [A21, L22]] with X11 = L11^{-1} and
+//     X22 = L22^{-1} known, L^{-1} = [[X11, 0], [X21, X22]] with X21 = -X22 (A21 X11).
+// The tile must hold A below the diagonal and exact zeros on and above it, and zero rows from `len` on
+// (build_kkt_tile / load_a_tile guarantee it). On return rows [0, len) of the tile hold the inverse: X below the
+// diagonal, 1 on it, 0 above (also in columns >= len). Rows >= len are never stored, so the work that only feeds
+// them is skipped (a short chunk costs less): diagonal blocks starting at or past len, and merges whose lower half
+// starts at or past len. A row < len only ever reads rows < len, so the skips do not change its value. Ends with a
+// barrier.
+
+/// Step 1. Thread t < BT solves column c = t % 16 of diagonal block t / 16:
+///   X[i][c] = [i == c] - sum_{m < i} A[i][m] X[m][c]  (i = 0..15; X[m][c] = 0 for m < c)
+/// keeping the column in registers (rows read as float4; the 16 threads of a block share addresses: broadcast).
+/// The 16 threads of one block are in one warp, so a warp barrier separates their reads of A from their writes.
+template <int BT>
+__device__ void invert_diagonal_blocks(float* a, int len) {
+  constexpr int LD = kTileLd<BT>;
+  const int t = static_cast<int>(threadIdx.x);
+  if (t < BT) {
+    float* blk = a + (t / 16) * 16 * (LD + 1);  // top-left corner of the diagonal block
+    const int c = t % 16;
+    const bool needed = (t / 16) * 16 < len;  // uniform over the block's 16 threads
+    float x[16];
+    if (needed) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) {
+        float row[16];
+#pragma unroll
+        for (int q = 0; q < (i + 3) / 4; ++q) {
+          const float4 f = *reinterpret_cast<const float4*>(blk + i * LD + 4 * q);
+          row[4 * q + 0] = f.x;
+          row[4 * q + 1] = f.y;
+          row[4 * q + 2] = f.z;
+          row[4 * q + 3] = f.w;
+        }
+        float s = 0.f;
+#pragma unroll
+        for (int m = 0; m < i; ++m) s = __fmaf_rn(row[m], x[m], s);
+        x[i] = i < c ? 0.f : (i == c ? 1.f : -s);
+      }
+    }
+    __syncwarp(BT >= 32 ? 0xffffffffu : 0x0000ffffu);
+    if (needed) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) blk[i * LD + c] = x[i];
+    }
+  }
+  __syncthreads();
+}
+
+template <int E>
+__device__ __forceinline__ void load_floats(const float* p, float (&x)[E]) {
+  if constexpr (E == 4) {
+    const float4 f = *reinterpret_cast<const float4*>(p);
+    x[0] = f.x, x[1] = f.y, x[2] = f.z, x[3] = f.w;
+  } else if constexpr (E == 2) {
+    const float2 f = *reinterpret_cast<const float2*>(p);
+    x[0] = f.x, x[1] = f.y;
+  } else {
+    x[0] = p[0];
+  }
+}
+
+template <int E>
+__device__ __forceinline__ void store_floats(float* p, const float (&x)[E]) {
+  if constexpr (E == 4) {
+    *reinterpret_cast<float4*>(p) = make_float4(x[0], x[1], x[2], x[3]);
+  } else if constexpr (E == 2) {
+    *reinterpret_cast<float2*>(p) = make_float2(x[0], x[1]);
+  } else {
+    p[0] = x[0];
+  }
+}
+
+/// Step 2 at block size H: every pair of H x H diagonal blocks starting at base = pair * 2H. Two phases of
+/// E = pairs * H * H / 256 elements per thread, each sum over m ascending:
+///   phase 1: P[r][c] = sum_m A21[r][m] X11[m][c]     lanes over rows r, E consecutive columns per thread; X11 is
+///            lower triangular, so m starts at the float4 step holding the thread's first column (warp-uniform);
+///   phase 2: X21[r][c] = -sum_m X22[r][m] P[m][c]    lanes over columns c, E consecutive rows per thread; X22 is
+///            lower triangular, so m stops after the float4 step holding the thread's last row (warp-uniform).
+/// X21 overwrites A21 (not read again: later levels read other off-diagonal blocks of A). A pair whose lower half
+/// starts at or past len is skipped, and the whole level (barriers included: len is block-uniform) when pair 0 is.
+template <int BT, int H>
+__device__ void merge_level(float* a, float* p, int len) {
+  if (H >= len) return;
+  constexpr int LD = kTileLd<BT>, PLD = H + 4;
+  constexpr int kPairs = BT / (2 * H);
+  constexpr int E = kPairs * H * H / kThreads;  // BT 64: 2 (H 16), 4 (H 32); BT 32: 1
+  constexpr int kGroups = H / E;                // column / row groups of E per pair
+  static_assert(E >= 1 && kPairs * kGroups * H == kThreads, "merge mapping covers each element once");
+  const int t = static_cast<int>(threadIdx.x);
+  {
+    const int r = t % H, q = t / H, pair = q / kGroups, c0 = (q % kGroups) * E, base = pair * 2 * H;
+    const bool needed = base + H < len;
+    const float* lhs = a + (base + H + r) * LD + base;  // A21 row r
+    const float* rhs = a + base * LD + base + c0;       // X11, columns c0 .. c0 + E - 1
+    float acc[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] = 0.f;
+    for (int m = needed ? c0 & ~3 : H; m < H; m += 4) {
+      const float4 l = *reinterpret_cast<const float4*>(lhs + m);
+      const float lv[4] = {l.x, l.y, l.z, l.w};
+#pragma unroll
+      for (int mm = 0; mm < 4; ++mm) {
+        float x[E];
+        load_floats<E>(rhs + (m + mm) * LD, x);
+#pragma unroll
+        for (int e = 0; e < E; ++e) acc[e] = __fmaf_rn(lv[mm], x[e], acc[e]);
+      }
+    }
+    if (needed) store_floats<E>(p + (pair * H + r) * PLD + c0, acc);
+  }
+  __syncthreads();
+  {
+    const int c = t % H, q = t / H, pair = q / kGroups, r0 = (q % kGroups) * E, base = pair * 2 * H;
+    const bool needed = base + H < len;
+    const float* x22 = a + (base + H + r0) * LD + base + H;  // X22 rows r0 .. r0 + E - 1
+    const float* pc = p + pair * H * PLD + c;                // P column c
+    float acc[E];
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[e] = 0.f;
+    const int m_end = needed ? ((r0 + E - 1) | 3) + 1 : 0;
+    for (int m = 0; m < m_end; m += 4) {
+      const float pv[4] = {pc[(m + 0) * PLD], pc[(m + 1) * PLD], pc[(m + 2) * PLD], pc[(m + 3) * PLD]};
+#pragma unroll
+      for (int e = 0; e < E; ++e) {
+        const float4 l = *reinterpret_cast<const float4*>(x22 + e * LD + m);
+        float s = acc[e];
+        s = __fmaf_rn(l.x, pv[0], s);
+        s = __fmaf_rn(l.y, pv[1], s);
+        s = __fmaf_rn(l.z, pv[2], s);
+        s = __fmaf_rn(l.w, pv[3], s);
+        acc[e] = s;
+      }
+    }
+    if (needed) {
+#pragma unroll
+      for (int e = 0; e < E; ++e) a[(base + H + r0 + e) * LD + base + c] = -acc[e];
+    }
+  }
+  __syncthreads();
+}
+
+/// THE inverse: rows [0, len) of tile (BT x BT, row stride kTileLd<BT>) := those of (I + tile)^{-1};
+/// p: kScratchFloats<BT> floats.
+template <int BT>
+__device__ void invert_unit_lower(float* a, float* p, int len) {
+  invert_diagonal_blocks<BT>(a, len);
+  if constexpr (BT >= 32) merge_level<BT, 16>(a, p, len);
+  if constexpr (BT >= 64) merge_level<BT, 32>(a, p, len);
+}
+
+}  // namespace fuseops::detail::cuda::gdn

@@ -1,0 +1,75 @@
+// Internal interface between the GDN intra-chunk ops (validation, ops/gdn.cpp) and their backends.
+// All element strides are in elements; every pointer may be read only at valid (batch, token, head) positions.
+#pragma once
+
+#include <cstdint>
+
+#include "fuseops/tensor.h"
+
+namespace fuseops::detail {
+
+/// Sequences and chunks. Fixed length (cu_seqlens == nullptr): N = B sequences of T tokens, sequence b at batch
+/// row b. Varlen: B == 1, sequence n = tokens [cu[n], cu[n+1]) of batch row 0, read from `cu_seqlens` (on the
+/// op's device). A malformed cu_seqlens is handled by sequence_bounds() (common/gdn_chunks.h) and recorded against
+/// `cu_site` (cuda/device_error.h, record_host_error).
+struct GdnGeometry {
+  int64_t B = 0, T = 0, H = 0, HV = 0, K = 0, BT = 64;
+  const void* cu_seqlens = nullptr;
+  DType cu_dtype = DType::i64;
+  int64_t N = 0;  ///< number of sequences (B without cu_seqlens)
+  uint32_t cu_site = 0;
+  /// Upper bound on the number of chunks: B * ceil(T / BT) without cu_seqlens; with it (B == 1), the sum over
+  /// sequences of ceil(len / BT) <= ceil(T / BT) + N.
+  int64_t max_chunks() const { return cu_seqlens ? (T + BT - 1) / BT + N : B * ((T + BT - 1) / BT); }
+};
+
+/// A read-only strided tensor [B, T, heads(, inner)].
+struct GdnIn {
+  const void* data = nullptr;  ///< null: absent (g: no gating; beta: all ones)
+  DType dtype = DType::f32;
+  int64_t stride_b = 0, stride_t = 0, stride_h = 0;  ///< the innermost stride is 1 for 4-D tensors
+};
+
+/// A contiguous output [B, T, HV, BT] (A or its inverse) or [B, T, HV] (cumsum: any strides).
+struct GdnOut {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  int64_t stride_b = 0, stride_t = 0, stride_h = 0;
+};
+
+struct KktArgs {
+  GdnGeometry geo;
+  GdnIn k;     ///< [B, T, H, K]
+  GdnIn g;     ///< [B, T, HV] f32, natural-log chunk-local cumsum; optional
+  GdnIn beta;  ///< [B, T, HV]; optional
+};
+
+struct CumsumArgs {
+  GdnGeometry geo;  ///< HV = heads of g; H, K unused
+  GdnIn g;
+  GdnOut out;
+  bool reverse = false;
+  bool has_scale = false;
+  double scale = 1.0;
+};
+
+namespace cpu {
+void chunk_local_cumsum(const CumsumArgs& args);
+/// A (f32 / f16 / bf16): the strictly lower kkt matrix of every chunk.
+void chunk_scaled_dot_kkt_fwd(const KktArgs& args, const GdnOut& A);
+/// Ai = (I + A)^{-1} per chunk; A is [B, T, HV, BT] with innermost stride 1.
+void solve_tril(const GdnGeometry& geo, const GdnIn& A, const GdnOut& Ai);
+/// The fused stage (same result as chunk_scaled_dot_kkt_fwd into f32, then solve_tril).
+void chunk_gated_delta_rule_fwd_kkt_solve(const KktArgs& args, const GdnOut& Ai);
+}  // namespace cpu
+
+#if defined(FUSEOPS_WITH_CUDA)
+namespace cuda {
+void chunk_local_cumsum(const CumsumArgs& args, int device, void* stream);
+void chunk_scaled_dot_kkt_fwd(const KktArgs& args, const GdnOut& A, int device, void* stream);
+void solve_tril(const GdnGeometry& geo, const GdnIn& A, const GdnOut& Ai, int device, void* stream);
+void chunk_gated_delta_rule_fwd_kkt_solve(const KktArgs& args, const GdnOut& Ai, int device, void* stream);
+}  // namespace cuda
+#endif
+
+}  // namespace fuseops::detail

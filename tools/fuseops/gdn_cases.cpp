@@ -1,0 +1,385 @@
+// Case sets of the GDN intra-chunk stage (docs/ops/gdn.md): chunk_gated_delta_rule_fwd_kkt_solve on the anchor
+// shapes of reference/h200-anchors.md and on Qwen3-Next-80B. check() runs the fused op and our unfused chain (kkt into
+// an f32 scratch, then solve_tril) on realistic inputs (L2-normalised keys, g = chunk-local cumsum of log-sigmoid
+// decays, beta = sigmoid), requires them to be byte-identical, and compares the fused result with the float64 golden
+// (element bounds and the relative-RMS criterion). bench() times the fused op against the unfused chain.
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cstdio>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cases.h"
+#include "fuseops/error.h"
+#include "fuseops/gdn.h"
+#include "gpu.h"
+#include "reference/gdn.h"
+#include "testing/compare.h"
+#include "testing/host_tensor.h"
+#include "testing/parallel.h"
+
+namespace fuseops::cli {
+namespace {
+
+using testing::HostTensor;
+
+struct Spec {
+  int64_t B = 1, T = 0, H = 1, HV = 1, K = 128, BT = 64;
+  std::vector<int64_t> seqlens;  ///< varlen (B = 1, T = the sum) when non-empty
+  DType dtype = DType::bf16;     ///< k, beta and the output
+  std::string label;
+  bool varlen() const { return !seqlens.empty(); }
+};
+
+Spec fixed(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K) {
+  Spec s;
+  s.B = B;
+  s.T = T;
+  s.H = H;
+  s.HV = HV;
+  s.K = K;
+  s.label = std::to_string(B) + "x" + std::to_string(T) + "x" + std::to_string(H) + "x" + std::to_string(K);
+  if (HV != H) s.label += ",hv" + std::to_string(HV);
+  return s;
+}
+
+Spec varlen(std::vector<int64_t> seqlens, int64_t H, int64_t HV, int64_t K) {
+  Spec s = fixed(1, 0, H, HV, K);
+  for (int64_t l : seqlens) s.T += l;
+  s.label = std::to_string(seqlens.size()) + "seq:" + std::to_string(s.T) + "x" + std::to_string(H) + "x" +
+            std::to_string(K) + (HV != H ? ",hv" + std::to_string(HV) : "");
+  s.seqlens = std::move(seqlens);
+  return s;
+}
+
+/// The case at `rows` tokens at most (reduced CPU runs): fixed length keeps B and shortens T; varlen keeps the
+/// longest prefix of the sequences that fits (the last one cut).
+Spec reduced(const Spec& s, int64_t rows) {
+  if (rows >= s.B * s.T) return s;
+  Spec r = s;
+  if (!s.varlen()) {
+    r.T = std::max<int64_t>(1, rows / s.B);
+    return r;
+  }
+  r.seqlens.clear();
+  r.T = 0;
+  for (int64_t l : s.seqlens) {
+    const int64_t take = std::min(l, rows - r.T);
+    if (take <= 0) break;
+    r.seqlens.push_back(take);
+    r.T += take;
+  }
+  return r;
+}
+
+std::vector<int64_t> cu_of(const Spec& s) {
+  if (!s.varlen()) return {};
+  std::vector<int64_t> cu = {0};
+  for (int64_t l : s.seqlens) cu.push_back(cu.back() + l);
+  return cu;
+}
+
+int64_t total_chunks(const Spec& s) {
+  if (!s.varlen()) return s.B * ((s.T + s.BT - 1) / s.BT);
+  int64_t n = 0;
+  for (int64_t l : s.seqlens) n += (l + s.BT - 1) / s.BT;
+  return n;
+}
+
+/// Realistic inputs, generated in parallel with per-block generators (the same values for any thread count).
+struct HostInputs {
+  HostTensor k, g, beta, cu;
+  std::vector<int64_t> cu_values;
+};
+
+HostInputs make_inputs(const Spec& s, uint64_t seed) {
+  HostInputs in;
+  in.k = HostTensor(s.dtype, {s.B, s.T, s.H, s.K});
+  in.beta = HostTensor(s.dtype, {s.B, s.T, s.HV});
+  in.g = HostTensor(DType::f32, {s.B, s.T, s.HV});
+  auto rng_for = [&](uint64_t stream, int64_t block) {
+    return std::mt19937_64(seed ^ (0x9e3779b97f4a7c15ULL * (stream * 1000003ULL + static_cast<uint64_t>(block) + 1)));
+  };
+  testing::parallel_chunks(in.k.rows(), 2048, [&](int64_t blk, int64_t r0, int64_t r1) {
+    std::mt19937_64 rng = rng_for(1, blk);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    std::vector<double> row(static_cast<std::size_t>(s.K));
+    for (int64_t r = r0; r < r1; ++r) {
+      double n2 = 0;
+      for (double& x : row) {
+        x = normal(rng);
+        n2 += x * x;
+      }
+      const double f = 1.0 / std::sqrt(n2);
+      for (int64_t c = 0; c < s.K; ++c) in.k.set(r, c, static_cast<float>(row[c] * f));
+    }
+  });
+  testing::parallel_chunks(in.beta.rows(), 4096, [&](int64_t blk, int64_t r0, int64_t r1) {
+    std::mt19937_64 rng = rng_for(2, blk);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t h = 0; h < s.HV; ++h) in.beta.set(r, h, static_cast<float>(1.0 / (1.0 + std::exp(-normal(rng)))));
+  });
+  in.cu_values = cu_of(s);
+  const std::vector<reference::GdnChunk> chunks = reference::gdn_chunks(s.B, s.T, s.BT, in.cu_values);
+  testing::parallel_chunks(static_cast<int64_t>(chunks.size()), 64, [&](int64_t blk, int64_t c0, int64_t c1) {
+    std::mt19937_64 rng = rng_for(3, blk);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    for (int64_t c = c0; c < c1; ++c) {
+      const reference::GdnChunk& ch = chunks[c];
+      for (int64_t h = 0; h < s.HV; ++h) {
+        double sum = 0;  // chunk-local cumsum of log-sigmoid decays, natural log
+        for (int64_t i = 0; i < ch.len; ++i) {
+          const double x = normal(rng);
+          sum += x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x));
+          in.g.set(ch.batch * s.T + ch.row0 + i, h, static_cast<float>(sum));
+        }
+      }
+    }
+  });
+  if (s.varlen()) {
+    in.cu = HostTensor(DType::i32, {static_cast<int64_t>(in.cu_values.size())});
+    for (std::size_t i = 0; i < in.cu_values.size(); ++i) {
+      static_cast<int32_t*>(in.cu.data())[i] = static_cast<int32_t>(in.cu_values[i]);
+    }
+  }
+  return in;
+}
+
+/// The views of one input / output set (host or device memory).
+struct Views {
+  TensorView k, g, beta, cu, out, A32;
+  bool varlen = false;
+  void fused(int64_t BT, Stream stream) const {
+    chunk_gated_delta_rule_fwd_kkt_solve(out, k, &g, &beta, BT, varlen ? &cu : nullptr, stream);
+  }
+  /// Our unfused chain: kkt into the f32 scratch, then solve_tril into `into`.
+  void unfused(int64_t BT, const TensorView& into, Stream stream) const {
+    chunk_scaled_dot_kkt_fwd(A32, k, &g, &beta, BT, varlen ? &cu : nullptr, stream);
+    solve_tril(into, A32, varlen ? &cu : nullptr, stream);
+  }
+};
+
+class GdnBench : public BenchProblem {
+ public:
+  explicit GdnBench(const Spec& s) : s_(s) {}
+  std::size_t set_bytes() const override {
+    const std::size_t es = dtype_size(s_.dtype), tokens = static_cast<std::size_t>(s_.B * s_.T);
+    return tokens * (s_.H * s_.K * es + s_.HV * (4 + es) + s_.HV * s_.BT * (es + 4)) + 4 * (s_.seqlens.size() + 1);
+  }
+  /// k read once per key head, g (f32) and beta once per value head, the output written once.
+  double bytes() const override {
+    const double es = static_cast<double>(dtype_size(s_.dtype)), tokens = static_cast<double>(s_.B * s_.T);
+    return tokens * (s_.H * s_.K * es + s_.HV * (4.0 + es) + s_.HV * s_.BT * es);
+  }
+  /// The Gram matrices: 2 BT^2 K per chunk and key head.
+  double flops() const override {
+    return 2.0 * static_cast<double>(total_chunks(s_)) * s_.H * s_.BT * s_.BT * s_.K;
+  }
+  void allocate(int sets) override {
+    const HostInputs in = make_inputs(s_, 20261130);
+    const std::vector<int64_t> shape = {s_.B, s_.T, s_.HV, s_.BT};
+    for (int i = 0; i < sets; ++i) {
+      Set set;
+      set.k = std::make_unique<testing::DeviceTensor>(in.k);
+      set.g = std::make_unique<testing::DeviceTensor>(in.g);
+      set.beta = std::make_unique<testing::DeviceTensor>(in.beta);
+      if (s_.varlen()) set.cu = std::make_unique<testing::DeviceTensor>(in.cu);
+      set.out = gpu::Buffer(static_cast<std::size_t>(s_.B * s_.T * s_.HV * s_.BT) * dtype_size(s_.dtype));
+      set.A32 = gpu::Buffer(static_cast<std::size_t>(s_.B * s_.T * s_.HV * s_.BT) * 4);
+      const Device dev = Device::cuda(0);
+      set.views.k = set.k->view();
+      set.views.g = set.g->view();
+      set.views.beta = set.beta->view();
+      if (set.cu) set.views.cu = set.cu->view();
+      set.views.varlen = s_.varlen();
+      set.views.out = TensorView(set.out.get(), s_.dtype, dev, {s_.B, s_.T, s_.HV, s_.BT});
+      set.views.A32 = TensorView(set.A32.get(), DType::f32, dev, {s_.B, s_.T, s_.HV, s_.BT});
+      sets_.push_back(std::move(set));
+    }
+  }
+  void run(int set, void* stream) override { sets_[set].views.fused(s_.BT, Stream(stream)); }
+  bool run_baseline(int set, void* stream) override {
+    sets_[set].views.unfused(s_.BT, sets_[set].views.out, Stream(stream));
+    return true;
+  }
+
+ private:
+  struct Set {
+    std::unique_ptr<testing::DeviceTensor> k, g, beta, cu;
+    gpu::Buffer out, A32;
+    Views views;
+  };
+  Spec s_;
+  std::vector<Set> sets_;
+};
+
+class KktSolveCase : public OpCase {
+ public:
+  explicit KktSolveCase(const Spec& s) : s_(s) {
+    family = "gdn";
+    op = "kkt_solve";
+    shape = s.label;
+    baseline = "unfused (kkt f32 + solve_tril)";
+    dtype = s.dtype;
+    rows = s.B * s.T;
+    decode = false;
+  }
+
+  CheckOutcome check(Device device, int64_t nrows, uint64_t seed) const override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Spec s = reduced(s_, nrows);
+    const HostInputs in = make_inputs(s, seed);
+    const std::vector<int64_t> shape4 = {s.B, s.T, s.HV, s.BT};
+    HostTensor fused(s.dtype, shape4), unfused(s.dtype, shape4), A32(DType::f32, shape4);
+    fused.poison();
+    unfused.poison();
+    A32.poison();
+    if (device.is_cuda()) {
+      testing::DeviceTensor k(in.k, device.index), g(in.g, device.index), beta(in.beta, device.index),
+          out(fused, device.index), base(unfused, device.index), a(A32, device.index);
+      std::unique_ptr<testing::DeviceTensor> cu;
+      if (s.varlen()) cu = std::make_unique<testing::DeviceTensor>(in.cu, device.index);
+      const Views v{k.view(), g.view(), beta.view(), cu ? cu->view() : TensorView(), out.view(), a.view(), s.varlen()};
+      v.fused(s.BT, Stream());
+      v.unfused(s.BT, base.view(), Stream());
+      testing::device_synchronize(device.index);
+      out.copy_to(fused);
+      base.copy_to(unfused);
+    } else {
+      const Views v{in.k.view(), in.g.view(), in.beta.view(), s.varlen() ? in.cu.view() : TensorView(), fused.view(),
+                    A32.view(), s.varlen()};
+      v.fused(s.BT, Stream());
+      v.unfused(s.BT, unfused.view(), Stream());
+    }
+    check_errors();
+
+    // The golden, one (chunk, value head) at a time, in parallel blocks merged in order.
+    reference::KktInputs gi;
+    gi.k = &in.k;
+    gi.g = &in.g;
+    gi.beta = &in.beta;
+    gi.chunk_size = s.BT;
+    gi.cu_seqlens = in.cu_values;
+    const std::vector<reference::GdnChunk> chunks = reference::gdn_chunks(s.B, s.T, s.BT, in.cu_values);
+    const testing::Tolerance tol = reference::gdn_tolerance(reference::GdnStage::kkt_solve, s.dtype, s.K, s.BT);
+    const int64_t work = static_cast<int64_t>(chunks.size()) * s.HV, block = 32;
+    const int64_t nblocks = (work + block - 1) / block;
+    std::vector<testing::ComparisonAccumulator> acc(static_cast<std::size_t>(nblocks),
+                                                    testing::ComparisonAccumulator(s.dtype, tol, s.BT));
+    std::vector<double> err2(nblocks, 0.0), ref2(nblocks, 0.0);
+    std::vector<int64_t> count(nblocks, 0), nonfinite(nblocks, 0);
+    testing::parallel_chunks(work, block, [&](int64_t blk, int64_t w0, int64_t w1) {
+      for (int64_t w = w0; w < w1; ++w) {
+        const reference::GdnChunk& c = chunks[w / s.HV];
+        const int64_t hv = w % s.HV;
+        const reference::ChunkGolden gold = reference::kkt_solve_chunk(gi, c, hv);
+        for (int64_t i = 0; i < c.len; ++i) {
+          const int64_t r = (c.batch * s.T + c.row0 + i) * s.HV + hv;  // row of the [B*T*HV, BT] output
+          for (int64_t j = 0; j < s.BT; ++j) {
+            const double ref = j < c.len ? gold.X[i * c.len + j] : 0.0;
+            const double sens = j < c.len ? gold.X_sens[i * c.len + j] : 0.0;
+            const double o = fused.get(r, j);
+            acc[blk].add(r * s.BT + j, o, ref, sens);
+            if (!std::isfinite(o)) {
+              ++nonfinite[blk];
+              continue;
+            }
+            err2[blk] += (o - ref) * (o - ref);
+            ref2[blk] += ref * ref;
+            ++count[blk];
+          }
+        }
+      }
+    });
+    testing::ComparisonAccumulator total(s.dtype, tol, s.BT);
+    double e2 = 0, r2 = 0;
+    int64_t n = 0, bad = 0;
+    for (int64_t b = 0; b < nblocks; ++b) {
+      total.merge(acc[b]);
+      e2 += err2[b];
+      r2 += ref2[b];
+      n += count[b];
+      bad += nonfinite[b];
+    }
+    const testing::Comparison c = total.finish();
+    const double limit = reference::gdn_rel_rms_limit(s.dtype);
+    const bool rms_ok = bad == 0 && std::sqrt(e2) <= limit * std::sqrt(r2) + tol.atol * std::sqrt(static_cast<double>(n));
+    const bool same = std::memcmp(fused.data(), unfused.data(), fused.bytes()) == 0;
+
+    CheckOutcome o;
+    o.pass = c.pass && rms_ok && same;
+    o.max_abs_error = c.max_abs_error;
+    o.rel_rms_error = r2 > 0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
+    char buf[64];
+    o.tolerance = tol.describe() + ", ==unfused";
+    if (!same) o.detail = "fused and unfused (kkt f32 + solve_tril) results differ in bytes";
+    if (!c.pass) o.detail += (o.detail.empty() ? "" : "; ") + c.detail;
+    if (!rms_ok) {
+      std::snprintf(buf, sizeof buf, "relative RMS error above %.2e", limit);
+      o.detail += (o.detail.empty() ? "" : "; ") + std::string(buf) + (bad ? " (non-finite outputs)" : "");
+    }
+    o.rows_checked = s.B * s.T;
+    o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return o;
+  }
+
+  double time_cpu_us(int64_t nrows) const override {
+    const Spec s = reduced(s_, nrows);
+    const HostInputs in = make_inputs(s, 1);
+    HostTensor out(s.dtype, {s.B, s.T, s.HV, s.BT});
+    const Views v{in.k.view(), in.g.view(), in.beta.view(), s.varlen() ? in.cu.view() : TensorView(), out.view(),
+                  TensorView(), s.varlen()};
+    std::vector<double> us;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = std::chrono::steady_clock::now();
+      v.fused(s.BT, Stream());
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(us.begin(), us.end());
+    return us[us.size() / 2];
+  }
+
+  std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<GdnBench>(s_); }
+
+ private:
+  Spec s_;
+};
+
+CaseFactory make(std::vector<Spec> specs) {
+  return [specs] {
+    std::vector<std::unique_ptr<OpCase>> cases;
+    for (const Spec& s : specs) cases.push_back(std::make_unique<KktSolveCase>(s));
+    return cases;
+  };
+}
+
+/// Qwen3-Next-80B-A3B linear attention: 16 key heads, 32 value heads, head dim 128.
+std::vector<Spec> qwen3_next() { return {fixed(1, 4096, 16, 32, 128), fixed(1, 32768, 16, 32, 128)}; }
+
+}  // namespace
+
+void register_gdn_cases(Registry& r) {
+  std::vector<Spec> anchors;
+  for (auto [B, T, H] : std::vector<std::array<int64_t, 3>>{{1, 256, 8},    {1, 512, 8},    {1, 1024, 8},
+                                                            {1, 2048, 8},   {2, 2048, 4},   {1, 4096, 4},
+                                                            {1, 8192, 2},   {1, 8192, 4},   {1, 8192, 8},
+                                                            {1, 8192, 16},  {1, 16384, 8},  {2, 16384, 16},
+                                                            {2, 16384, 32}}) {
+    anchors.push_back(fixed(B, T, H, H, 128));
+  }
+  for (const Spec& s : qwen3_next()) anchors.push_back(s);
+  anchors.push_back(varlen({1, 63, 64, 65, 500, 1000, 2047, 4096}, 16, 32, 128));
+  r.add("gdn-kkt-solve",
+        "GDN intra-chunk stage (kkt + solve_tril, fused), chunk 64, bf16: the 13 FLA anchor shapes (B, T, H, K) with "
+        "HV = H, Qwen3-Next-80B (H 16, HV 32) at T 4096 / 32768, a varlen batch of 8 sequences",
+        true, make(anchors));
+  r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B", true, make(qwen3_next()));  // the set exists: appends
+}
+
+}  // namespace fuseops::cli
