@@ -62,5 +62,6 @@ for stage in "${stages[@]}"; do
   esac
 done
 # At most 8 files come back from a device run: keep the tables, pack the logs.
-(cd "$OUT" && ls ./*.log >/dev/null 2>&1 && tar czf logs.tar.gz ./*.log && rm -f ./*.log)
+archive="logs-$(IFS=-; echo "${stages[*]}").tar.gz"
+(cd "$OUT" && ls ./*.log >/dev/null 2>&1 && tar czf "$archive" ./*.log && rm -f ./*.log)
 exit $status
