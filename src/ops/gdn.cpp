@@ -162,40 +162,41 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   }
 }
 
-void chunk_scaled_dot_kkt_fwd(TensorView A, TensorView k, const TensorView* g, const TensorView* beta,
-                              int64_t chunk_size, const TensorView* cu_seqlens, Stream stream) {
-  using namespace detail;
-  const char* op = "chunk_scaled_dot_kkt_fwd";
+namespace detail {
+namespace {
+/// kkt (fused = false) or the fused kkt + solve (fused = true): the same checks, then the backend's function.
+void run_kkt(const char* op, bool fused, TensorView out, TensorView k, const TensorView* g, const TensorView* beta,
+             int64_t chunk_size, const TensorView* cu_seqlens, Stream stream) {
   KktArgs a;
-  const Device device = check_kkt(op, A, "A", k, g, beta, chunk_size, cu_seqlens, a);
-  if (A.numel() == 0) return;
+  const Device device = check_kkt(op, out, fused ? "Ai" : "A", k, g, beta, chunk_size, cu_seqlens, a);
+  if (out.numel() == 0) return;
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)
-    cuda::chunk_scaled_dot_kkt_fwd(a, out_view(A), device.index, stream.handle);
+    if (fused) {
+      cuda::chunk_gated_delta_rule_fwd_kkt_solve(a, out_view(out), device.index, stream.handle);
+    } else {
+      cuda::chunk_scaled_dot_kkt_fwd(a, out_view(out), device.index, stream.handle);
+    }
 #else
     (void)stream;
 #endif
+  } else if (fused) {
+    cpu::chunk_gated_delta_rule_fwd_kkt_solve(a, out_view(out));
   } else {
-    cpu::chunk_scaled_dot_kkt_fwd(a, out_view(A));
+    cpu::chunk_scaled_dot_kkt_fwd(a, out_view(out));
   }
+}
+}  // namespace
+}  // namespace detail
+
+void chunk_scaled_dot_kkt_fwd(TensorView A, TensorView k, const TensorView* g, const TensorView* beta,
+                              int64_t chunk_size, const TensorView* cu_seqlens, Stream stream) {
+  detail::run_kkt("chunk_scaled_dot_kkt_fwd", false, A, k, g, beta, chunk_size, cu_seqlens, stream);
 }
 
 void chunk_gated_delta_rule_fwd_kkt_solve(TensorView Ai, TensorView k, const TensorView* g, const TensorView* beta,
                                           int64_t chunk_size, const TensorView* cu_seqlens, Stream stream) {
-  using namespace detail;
-  const char* op = "chunk_gated_delta_rule_fwd_kkt_solve";
-  KktArgs a;
-  const Device device = check_kkt(op, Ai, "Ai", k, g, beta, chunk_size, cu_seqlens, a);
-  if (Ai.numel() == 0) return;
-  if (backend_for(op, device) == Backend::cuda) {
-#if defined(FUSEOPS_WITH_CUDA)
-    cuda::chunk_gated_delta_rule_fwd_kkt_solve(a, out_view(Ai), device.index, stream.handle);
-#else
-    (void)stream;
-#endif
-  } else {
-    cpu::chunk_gated_delta_rule_fwd_kkt_solve(a, out_view(Ai));
-  }
+  detail::run_kkt("chunk_gated_delta_rule_fwd_kkt_solve", true, Ai, k, g, beta, chunk_size, cu_seqlens, stream);
 }
 
 void solve_tril(TensorView Ai, TensorView A, const TensorView* cu_seqlens, Stream stream) {

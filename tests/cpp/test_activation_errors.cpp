@@ -16,33 +16,7 @@ using fuseops::Device;
 using fuseops::ErrorKind;
 using fuseops::GeluApproximate;
 
-/// Success when `f` throws fuseops::Error of `kind` whose message contains every string of `needles`.
-template <typename F>
-::testing::AssertionResult raises(F&& f, ErrorKind kind, std::vector<std::string> needles) {
-  try {
-    f();
-  } catch (const fuseops::Error& e) {
-    const std::string msg = e.what();
-    if (e.kind() != kind) {
-      return ::testing::AssertionFailure() << "Error kind " << static_cast<int>(e.kind()) << ", expected "
-                                           << static_cast<int>(kind) << ": " << msg;
-    }
-    for (const std::string& n : needles) {
-      if (msg.find(n) == std::string::npos) {
-        return ::testing::AssertionFailure() << "message \"" << msg << "\" does not contain \"" << n << "\"";
-      }
-    }
-    return ::testing::AssertionSuccess();
-  } catch (const std::exception& e) {
-    return ::testing::AssertionFailure() << "threw something other than fuseops::Error: " << e.what();
-  }
-  return ::testing::AssertionFailure() << "did not throw";
-}
 
-// The argument is named in the "<op>: <arg>: " prefix of the message.
-#define EXPECT_ARG_ERROR(statement, op, arg, ...)                                                              \
-  EXPECT_TRUE(raises([&] { statement; }, ErrorKind::invalid_argument,                                      \
-                     std::vector<std::string>{std::string(op) + ": " + (arg) + ": ", ##__VA_ARGS__}))
 
 constexpr DType f32 = DType::f32;
 const Device cpu = Device::cpu();

@@ -133,4 +133,33 @@ const char* layout_name(Layout layout);
 void check_op(const OpCase& op, Where where, DType dtype, const std::vector<int64_t>& lead, int64_t d,
               Layout layout, ft::Fill fill, std::mt19937_64& rng);
 
+/// Success when `f` throws fuseops::Error of `kind` whose message contains every string of `needles`.
+template <typename F>
+::testing::AssertionResult raises(F&& f, fuseops::ErrorKind kind, std::vector<std::string> needles) {
+  try {
+    f();
+  } catch (const fuseops::Error& e) {
+    const std::string msg = e.what();
+    if (e.kind() != kind) {
+      return ::testing::AssertionFailure() << "Error kind " << static_cast<int>(e.kind()) << ", expected "
+                                           << static_cast<int>(kind) << ": " << msg;
+    }
+    for (const std::string& n : needles) {
+      if (msg.find(n) == std::string::npos) {
+        return ::testing::AssertionFailure() << "message \"" << msg << "\" does not contain \"" << n << "\"";
+      }
+    }
+    return ::testing::AssertionSuccess();
+  } catch (const std::exception& e) {
+    return ::testing::AssertionFailure() << "threw something other than fuseops::Error: " << e.what();
+  }
+  return ::testing::AssertionFailure() << "did not throw";
+}
+
+
+// The argument is named in the "<op>: <arg>: " prefix of the message.
+#define EXPECT_ARG_ERROR(statement, op, arg, ...)                                                              \
+  EXPECT_TRUE(::fuseops_test::raises([&] { statement; }, fuseops::ErrorKind::invalid_argument,             \
+                     std::vector<std::string>{std::string(op) + ": " + (arg) + ": ", ##__VA_ARGS__}))
+
 }  // namespace fuseops_test
