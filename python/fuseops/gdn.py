@@ -7,7 +7,8 @@ natural-log chunk-local cumsum returned by :func:`chunk_local_cumsum` with ``sca
 log2-scaled values to exp2 internally; those are not accepted). docs/ops/gdn.md has the math and tolerances.
 
 Errors: ``ValueError`` naming the argument for bad shapes, dtypes, devices, chunk sizes; a malformed ``cu_seqlens``
-is reported by :func:`fuseops.check_errors` (the ops never synchronise).
+is reported by :func:`fuseops.check_errors` (the ops never synchronise). Forward only, as FLA's functions: the
+outputs do not require grad.
 """
 
 import torch
@@ -23,6 +24,16 @@ def _no_chunk_indices(op, chunk_indices):
             f"{op}: chunk_indices: expected None (fuseops derives the chunks from cu_seqlens on the device), "
             f"got a {type(chunk_indices).__name__}"
         )
+
+
+def _check_chunk_size(op, chunk_size):
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size not in (16, 32, 64):
+        raise ValueError(f"{op}: chunk_size: expected 16, 32 or 64, got {chunk_size!r}")
+
+
+def _check_optional(op, name, t):
+    if t is not None:
+        _check_rank(op, name, t, 3, "[B, T, HV]")
 
 
 def _heads(k, g, beta):
@@ -59,6 +70,7 @@ def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None
     if output_dtype not in (torch.float, None):
         raise ValueError(f"{op}: output_dtype: expected torch.float32, got {output_dtype}")
     _check_rank(op, "g", g, 3, "[B, T, HV]")
+    _check_chunk_size(op, chunk_size)
     out = torch.empty(g.shape, dtype=torch.float32, device=g.device)
     ops.chunk_local_cumsum(out, g, chunk_size, cu_seqlens, reverse, None if scale is None else float(scale))
     return out
@@ -75,6 +87,9 @@ def chunk_scaled_dot_kkt_fwd(k, g=None, beta=None, cu_seqlens=None, chunk_size=6
     op = "chunk_scaled_dot_kkt_fwd"
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
+    _check_optional(op, "g", g)
+    _check_optional(op, "beta", beta)
+    _check_chunk_size(op, chunk_size)
     if output_dtype not in _FLOAT:
         raise ValueError(f"{op}: output_dtype: expected torch.float32 | float16 | bfloat16, got {output_dtype}")
     B, T = k.shape[0], k.shape[1]
@@ -105,9 +120,13 @@ def chunk_gated_delta_rule_fwd_kkt_solve(k, g=None, beta=None, cu_seqlens=None, 
     """
     op = "chunk_gated_delta_rule_fwd_kkt_solve"
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
+    _check_optional(op, "g", g)
+    _check_optional(op, "beta", beta)
+    _check_chunk_size(op, chunk_size)
     dtype = k.dtype if output_dtype is None else output_dtype
     if dtype not in _FLOAT:
-        raise ValueError(f"{op}: output_dtype: expected torch.float32 | float16 | bfloat16, got {dtype}")
+        name = "k" if output_dtype is None else "output_dtype"
+        raise ValueError(f"{op}: {name}: expected torch.float32 | float16 | bfloat16, got {dtype}")
     B, T = k.shape[0], k.shape[1]
     Ai = torch.empty((B, T, _heads(k, g, beta), chunk_size), dtype=dtype, device=k.device)
     ops.chunk_gated_delta_rule_fwd_kkt_solve(Ai, k, g, beta, chunk_size, cu_seqlens)

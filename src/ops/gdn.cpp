@@ -64,6 +64,7 @@ void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& devic
   }
   check_dtype(op, "cu_seqlens", *cu, {DType::i32, DType::i64});
   if (cu->rank != 1 || cu->shape[0] < 1) fail_argument(op, "cu_seqlens", "rank 1 [N+1] with N >= 0", cu->shape_str());
+  common_device(op, {{"cu_seqlens", cu}});  // layout, a data pointer, a valid device
   if (cu->shape[0] > 1 && cu->strides[0] != 1) {
     fail_argument(op, "cu_seqlens", "a contiguous tensor", "stride " + std::to_string(cu->strides[0]));
   }
@@ -148,8 +149,7 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   a.reverse = reverse;
   a.has_scale = scale.has_value();
   a.scale = scale.value_or(1.0);
-  const RowMatrix o{out.data, out.numel(), 1, 1, out.dtype}, i{g.data, g.numel(), 1, 1, g.dtype};
-  if (out.numel() > 0 && out.is_contiguous() && g.is_contiguous()) check_no_overlap(op, "out", o, "g", i);
+  check_disjoint(op, "out", out, "g", g);
   if (g.numel() == 0) return;
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)
@@ -221,10 +221,7 @@ void solve_tril(TensorView Ai, TensorView A, const TensorView* cu_seqlens, Strea
   geo.H = geo.HV;
   geo.BT = BT;
   attach_cu_seqlens(op, cu_seqlens, device, geo);
-  if (Ai.numel() > 0 && A.is_contiguous()) {
-    const RowMatrix o{Ai.data, Ai.numel(), 1, 1, Ai.dtype}, i{A.data, A.numel(), 1, 1, A.dtype};
-    check_no_overlap(op, "Ai", o, "A", i);
-  }
+  check_disjoint(op, "Ai", Ai, "A", A);
   if (Ai.numel() == 0) return;
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)

@@ -287,3 +287,21 @@ TEST(GdnErrorsOverlap, OutputOverlappingAnInputIsAnError) {
 }
 
 }  // namespace
+
+namespace {
+
+// A cu_seqlens view without data (or on a bad device) is an error naming cu_seqlens, never a fixed-length run.
+TEST(GdnErrorsCuSeqlens, NullDataAndBadDeviceAreErrors) {
+  std::vector<float> k(37 * 4, 0.1f), A(37 * 64);
+  const fuseops::Device cpu = fuseops::Device::cpu();
+  const fuseops::TensorView kv(k.data(), fuseops::DType::f32, cpu, {1, 37, 1, 4});
+  const fuseops::TensorView Av(A.data(), fuseops::DType::f32, cpu, {1, 37, 1, 16});
+  const fuseops::TensorView null_cu(nullptr, fuseops::DType::i64, cpu, {5});
+  EXPECT_ARG_ERROR(fuseops::chunk_scaled_dot_kkt_fwd(Av, kv, nullptr, nullptr, 16, &null_cu),
+                   "chunk_scaled_dot_kkt_fwd", "cu_seqlens", "data pointer");
+  std::vector<int64_t> cu = {0, 37};
+  const fuseops::TensorView bad_device(cu.data(), fuseops::DType::i64, fuseops::Device{fuseops::Device::Kind::cpu, 3}, {2});
+  EXPECT_ARG_ERROR(fuseops::solve_tril(Av, Av, &bad_device), "solve_tril", "cu_seqlens", "cpu device index 0");
+}
+
+}  // namespace

@@ -10,9 +10,9 @@ import fuseops
 @pytest.mark.parametrize("device", DEVICES)
 def test_dtype_not_supported_by_torch_binding(device):
     x = torch.randn(4, 16, dtype=torch.float64, device=device)
-    with pytest.raises(ValueError, match=r"silu_and_mul: input: expected dtype .*got torch\.float64"):
+    with pytest.raises(ValueError, match=r"silu_and_mul: input: unsupported dtype torch\.float64"):
         fuseops.silu_and_mul(x, out=torch.empty(4, 8, device=device))
-    with pytest.raises(ValueError, match=r"silu_and_mul_split: gate: .*got torch\.float64"):
+    with pytest.raises(ValueError, match=r"silu_and_mul_split: gate: unsupported dtype torch\.float64"):
         fuseops.silu_and_mul_split(x, x)
 
 

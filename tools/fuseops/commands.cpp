@@ -24,6 +24,9 @@ std::vector<const CaseSet*> select_sets(const std::vector<std::string>& names, b
   std::vector<const CaseSet*> out;
   for (const std::string& n : names) {
     const CaseSet* s = registry().find(n);
+    bool seen = false;
+    for (const CaseSet* o : out) seen = seen || (s && o == s);
+    if (seen) continue;
     if (!s) {
       std::string known;
       for (const CaseSet& k : registry().sets()) known += (known.empty() ? "" : ", ") + k.name;
@@ -137,6 +140,10 @@ int run_check(const Options& opts) {
   }
   write_json(opts.json, {{"command", "check"}, {"version", version()}, {"seed", seed}, {"results", rows}});
   std::printf("check: %d passed, %d failed\n", passed, failed);
+  if (passed + failed == 0) {
+    std::fprintf(stderr, "fuseops: error: no case matched (--set / --filter)\n");
+    return 2;
+  }
   return failed ? 1 : 0;
 }
 
