@@ -29,8 +29,10 @@ void check_chunk_size(const char* op, int64_t chunk_size) {
   }
 }
 
-GdnIn in_view(const TensorView& v) {
-  GdnIn r;
+/// The backend's view (GdnIn or GdnOut) of a validated [B, T, heads(, ...)] tensor.
+template <typename View>
+View strided(const TensorView& v) {
+  View r;
   r.data = v.data;
   r.dtype = v.dtype;
   r.stride_b = v.strides[0];
@@ -38,16 +40,8 @@ GdnIn in_view(const TensorView& v) {
   r.stride_h = v.strides[2];
   return r;
 }
-
-GdnOut out_view(const TensorView& v) {
-  GdnOut r;
-  r.data = v.data;
-  r.dtype = v.dtype;
-  r.stride_b = v.strides[0];
-  r.stride_t = v.strides[1];
-  r.stride_h = v.strides[2];
-  return r;
-}
+GdnIn in_view(const TensorView& v) { return strided<GdnIn>(v); }
+GdnOut out_view(const TensorView& v) { return strided<GdnOut>(v); }
 
 /// [B, T, HV] of a per-token, per-head tensor.
 void check_token_head(const char* op, const char* name, const TensorView& v, int64_t B, int64_t T, int64_t HV) {
