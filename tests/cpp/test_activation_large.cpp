@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 #if defined(FUSEOPS_WITH_CUDA)
@@ -26,31 +27,10 @@ TEST(ActivationLargeGrid, RowsBeyondGridLimits) {
 }
 
 #if defined(FUSEOPS_WITH_CUDA)
-/// cudaMalloc'ed memory, freed on scope exit.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  cudaError_t status = cudaSuccess;
-  explicit DeviceBuffer(size_t bytes) {
-    status = cudaMalloc(&ptr, bytes);
-    if (status != cudaSuccess) (void)cudaGetLastError();
-  }
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-};
-
-/// Copies the `pattern` rows into the first rows of `dst` ([rows, cols] contiguous) and repeats them by doubling,
-/// so row r of `dst` equals pattern row r % pattern.rows().
-void fill_by_repetition(void* dst, int64_t rows, const HostTensor& pattern) {
+/// Row r of `dst` ([rows, cols] contiguous) equals pattern row r % pattern.rows().
+void fill_rows_by_repetition(void* dst, int64_t rows, const HostTensor& pattern) {
   const size_t row_bytes = pattern.cols() * fuseops::dtype_size(pattern.dtype());
-  size_t have = pattern.rows() * row_bytes;
-  const size_t total = rows * row_bytes;
-  ASSERT_EQ(cudaMemcpy(dst, pattern.data(), have, cudaMemcpyHostToDevice), cudaSuccess);
-  while (have < total) {
-    const size_t n = std::min(have, total - have);
-    ASSERT_EQ(cudaMemcpy(static_cast<char*>(dst) + have, dst, n, cudaMemcpyDeviceToDevice), cudaSuccess);
-    have += n;
-  }
+  fill_by_repetition(dst, rows * row_bytes, pattern.data(), pattern.rows() * row_bytes);
 }
 #endif
 
@@ -81,7 +61,7 @@ TEST(ActivationLargeGrid, MoreThan2Pow31Elements) {
       } else {
         patterns.emplace_back(dtype, std::vector<int64_t>{pattern_rows, cols});
         ft::fill_random(patterns.back(), ft::Fill::normal, rng);
-        fill_by_repetition(bufs.back()->ptr, rows, patterns.back());
+        fill_rows_by_repetition(bufs.back()->ptr, rows, patterns.back());
       }
       views.push_back(TensorView(bufs.back()->ptr, dtype, fuseops::Device::cuda(0), {rows, cols}));
     }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
 #include "gdn_test_util.h"
 
 #if defined(FUSEOPS_WITH_CUDA)
@@ -47,31 +48,6 @@ TEST(GdnLargeGrid, ManySequences) {
   EXPECT_TRUE(matches_golden(out.read(), ref::chunk_local_cumsum(g, 64, cu), ref::GdnStage::cumsum, 0, 64));
 }
 
-#if defined(FUSEOPS_WITH_CUDA)
-/// cudaMalloc'ed memory, freed on scope exit.
-struct DeviceBuffer {
-  void* ptr = nullptr;
-  cudaError_t status = cudaSuccess;
-  explicit DeviceBuffer(size_t bytes) {
-    status = cudaMalloc(&ptr, bytes);
-    if (status != cudaSuccess) (void)cudaGetLastError();
-  }
-  ~DeviceBuffer() {
-    if (ptr) cudaFree(ptr);
-  }
-};
-
-/// Copies `pattern` (bytes) into the start of `dst` and repeats it by doubling up to `total` bytes.
-void fill_by_repetition(void* dst, size_t total, const void* pattern, size_t pattern_bytes) {
-  size_t have = std::min(pattern_bytes, total);
-  ASSERT_EQ(cudaMemcpy(dst, pattern, have, cudaMemcpyHostToDevice), cudaSuccess);
-  while (have < total) {
-    const size_t n = std::min(have, total - have);
-    ASSERT_EQ(cudaMemcpy(static_cast<char*>(dst) + have, dst, n, cudaMemcpyDeviceToDevice), cudaSuccess);
-    have += n;
-  }
-}
-#endif
 
 // Ai of [1, 2^20 + 37, 32, 64] bf16: 2^31 + 75776 elements (4.3 GB); the last, partial chunk starts exactly at
 // element 2^31. The inputs repeat one random 64-token chunk (g is chunk-local, so every chunk has the same values).
