@@ -33,10 +33,12 @@ using gdn::ChunkRef;
 using gdn::kThreads;
 using gdn::kWarps;
 
-/// Register cap of the kkt / fused / solve_tril kernels: 4 blocks of 256 threads per SM (64 registers). The solve
-/// routines alone want ~60 registers; the few loop variables live across them are spilled around them (a handful
-/// of L1-resident stores and loads per value head) rather than dropping to 3 blocks per SM.
-constexpr int kMinBlocksPerSm = 4;
+/// Register caps. The kkt / fused kernel comes in two variants (bench/results/h200/gdn.md): kThroughputBlocks = 4
+/// blocks of 256 threads per SM (64 registers; the solve routines want ~60, a few loop variables are spilled around
+/// them to L1) for grids of several waves, and kLatencyBlocks = 2 (128 registers, no spills: each block finishes
+/// sooner) for grids that fit in one wave of 2 blocks per SM. solve_tril always uses the first.
+constexpr int kThroughputBlocks = 4;
+constexpr int kLatencyBlocks = 2;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Kernels
@@ -55,23 +57,23 @@ struct KktParams {
 };
 
 /// Dynamic shared memory of kkt_kernel: the k tile [BT][ld] (TK) while the Gram is formed, then in the same bytes
-/// the fp32 Gram tile, the fp32 A tile (both [BT][BT + 4]) and, for the fused op, the merge scratch.
+/// the fp32 A tile [BT][BT + 4] and, for the fused op, the merge scratch.
 template <typename TK, int BT, bool kSolve>
 std::size_t kkt_smem_bytes(int ld) {
   const std::size_t k_bytes = static_cast<std::size_t>(BT) * ld * sizeof(TK);
-  const std::size_t f_bytes = (2 * gdn::kTileFloats<BT> + (kSolve ? gdn::kScratchFloats<BT> : 0)) * sizeof(float);
+  const std::size_t f_bytes = (gdn::kTileFloats<BT> + (kSolve ? gdn::kScratchFloats<BT> : 0)) * sizeof(float);
   return std::max(k_bytes, f_bytes);
 }
 
 /// kSolve = false: chunk_scaled_dot_kkt_fwd (out = A). kSolve = true: the fused op (out = (I + A)^{-1}).
-template <typename TK, int BT, bool kSolve>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+/// kMinBlocks: kThroughputBlocks or kLatencyBlocks.
+template <typename TK, int BT, bool kSolve, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     kkt_kernel(const KktArgs args, const GdnOut out, const KktParams prm) {
   pdl_wait_and_release();
   extern __shared__ float4 smem[];
   TK* ks = reinterpret_cast<TK*>(smem);
-  float* gram_tile = reinterpret_cast<float*>(smem);
-  float* tile = gram_tile + gdn::kTileFloats<BT>;
+  float* tile = reinterpret_cast<float*>(smem);
   float* scratch = tile + gdn::kTileFloats<BT>;
   __shared__ ChunkRef chunk;
   __shared__ float gate_beta[2 * BT];  // g then beta of the chunk's rows, current value head
@@ -97,16 +99,12 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
       float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(args, ch, hv_begin, tid) : 0.f;
       if (tid < 2 * BT) gate_beta[tid] = gb;
       __syncthreads();
-      {
-        gdn::Gram<TK, BT> gram;
-        gram.compute(ks, prm.ld, prm.kp, ch.len);
-        __syncthreads();  // the k tile is dead: the Gram and A tiles take its bytes
-        gram.store(gram_tile);
-      }
-      __syncthreads();
+      gdn::Gram<TK, BT> gram;
+      gram.compute(ks, prm.ld, prm.kp, ch.len);
+      __syncthreads();  // the k tile is dead: the A tile takes its bytes
 
       for (int hv = hv_begin; hv < hv_end; ++hv) {
-        gdn::build_kkt_tile<BT>(gram_tile, gate_beta, ch.len, tile);
+        gram.kkt_tile(gate_beta, ch.len, tile);
         __syncthreads();
         const bool next = hv + 1 < hv_end;  // prefetch the next value head's g / beta behind the solve
         if (next && tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(args, ch, hv + 1, tid);
@@ -127,7 +125,7 @@ struct SolveParams {
 };
 
 template <int BT>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
+__global__ void __launch_bounds__(kThreads, kThroughputBlocks)
     solve_tril_kernel(const GdnGeometry geo, const GdnIn A, const GdnOut out, const SolveParams prm) {
   pdl_wait_and_release();
   __shared__ __align__(16) float tile[gdn::kTileFloats<BT>];
@@ -241,12 +239,18 @@ void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int devi
   prm.errors = geo.cu_seqlens ? cuda_error_record(device) : nullptr;
 
   const std::size_t smem = kkt_smem_bytes<TK, BT, kSolve>(prm.ld);
-  auto kernel = kkt_kernel<TK, BT, kSolve>;
-  if (smem > 48 * 1024) {  // large K only (BT = 64, K = 256: f16 / bf16 33.8 KB, f32 66.5 KB)
+  // At most kCtasPerSm blocks per SM in all: each block walks several chunk slots (the per-block setup is paid less
+  // often and the last wave is shorter); measured 1-3% faster than one block per slot on the large shapes.
+  constexpr int64_t kCtasPerSm = 8;
+  const int64_t gy = std::min<int64_t>(geo.H * prm.parts, 65535);
+  const int64_t gx = std::min<int64_t>(prm.slots, std::max<int64_t>(1, kCtasPerSm * sm_count(device) / gy));
+  auto kernel = gx * gy <= int64_t{kLatencyBlocks} * sm_count(device) ? kkt_kernel<TK, BT, kSolve, kLatencyBlocks>
+                                                                     : kkt_kernel<TK, BT, kSolve, kThroughputBlocks>;
+  if (smem > 48 * 1024) {  // f32 k with K > 188 at BT = 64 only (K = 256: 66.5 KB)
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op,
                "cudaFuncSetAttribute");
   }
-  launch_kernel(kernel, dim3(grid_x(prm.slots), grid_y(geo.H * prm.parts)), dim3(kThreads), smem, stream, device, a,
+  launch_kernel(kernel, dim3(grid_x(gx), grid_y(gy)), dim3(kThreads), smem, stream, device, a,
                 out, prm);
 }
 

@@ -5,8 +5,8 @@
 // solve_tril. Both paths therefore go through the SAME routines here, with every rounding step spelled out
 // (__fmaf_rn / __fmul_rn / __fsub_rn / mma.sync, never a contractible a * b + c), so the compiler cannot evaluate them
 // differently in the two kernels:
-//   Gram<TK, BT>                 -> fp32 <k_i, k_j> tile in smem     (kkt kernel and fused kernel)
-//   kkt_entry / build_kkt_tile   -> fp32 A tile in smem              (kkt stores it, exactly for an f32 A; fused
+//   Gram<TK, BT>::compute        -> fp32 <k_i, k_j> in registers      (kkt kernel and fused kernel)
+//   Gram<TK, BT>::kkt_tile       -> fp32 A tile in smem via kkt_entry (kkt stores it, exactly for an f32 A; fused
 //                                                                      keeps it)
 //   load_a_tile                  -> the same fp32 tile               (solve_tril reading that f32 A: exact)
 //   invert_unit_lower            -> (I + A)^{-1} in place            (solve_tril and fused)
@@ -152,11 +152,16 @@ __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, c
   const TK* src = static_cast<const TK*>(k.data) + ch.batch * k.stride_b + ch.t0 * k.stride_t + hk * k.stride_h;
   if (vec) {
     constexpr int kVec = 16 / sizeof(TK);
-    const int per_row = kp / kVec;
-    for (int u = threadIdx.x; u < BT * per_row; u += kThreads) {
-      const int i = u / per_row, col = (u - i * per_row) * kVec;
+    const int per_row = kp / kVec;  // <= 64 < kThreads
+    // unit u = i * per_row + c of thread t: t, t + kThreads, ...; (i, c) advanced without a division per unit
+    int i = static_cast<int>(threadIdx.x) / per_row, c = static_cast<int>(threadIdx.x) - i * per_row;
+    const int di = kThreads / per_row, dc = kThreads - di * per_row;
+    for (; i < BT; i += di) {
+      const int col = c * kVec;
       const bool valid = i < ch.len && col < K;
       cp_async_16(ks + i * ld + col, valid ? src + i * k.stride_t + col : src, valid);
+      c += dc;
+      if (c >= per_row) c -= per_row, ++i;
     }
     cp_async_wait_all();
   } else {
@@ -282,9 +287,18 @@ __device__ void store_tile_rows(const float* tile, const GdnOut& out, const Chun
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Gram matrix G[i][j] = <k_i, k_j> of one chunk, fp32. compute() forms it in registers (the BT x BT matrix spread
-// over the block, each element owned by one thread); store() writes it to an fp32 tile in shared memory, from which
-// build_kkt_tile reads it once per value head.
+// The kkt matrix A of one chunk, fp32, built in registers: Gram<TK, BT>::compute() forms G[i][j] = <k_i, k_j> (the
+// BT x BT matrix spread over the block, each element owned by one thread), kkt_tile() turns each owned element into
+// the kkt entry and writes the whole fp32 A tile to shared memory. The Gram stays in registers across a key head's
+// value heads, so no Gram tile lives in shared memory.
+
+/// A[i][j] of one chunk from the Gram entry <k_i, k_j>: (gram * exp(g_i - g_j)) * beta_i for j < i < len, exactly 0
+/// elsewhere (a select: exp(g_i - g_j) may be inf above the diagonal). Absent g / beta arrive as 0 / 1, which makes
+/// their factor exactly 1. THE definition of a kkt entry: the kkt kernel stores it, the fused kernel inverts it.
+__device__ __forceinline__ float kkt_entry(float gram, int i, int j, int len, float g_i, float g_j, float beta_i) {
+  if (!(j < i && i < len)) return 0.f;
+  return __fmul_rn(__fmul_rn(gram, expf(__fsub_rn(g_i, g_j))), beta_i);
+}
 
 /// d += A B for one 16 x 16 (row-major) by 16 x 8 (column-major) tile of f16 / bf16, fp32 accumulators.
 template <typename TK>
@@ -302,57 +316,98 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[
   }
 }
 
+/// Four (x4) or two (x2) 8 x 8 16-bit matrices from shared memory into mma fragments: lane l gives the address of
+/// row l % 8 of matrix l / 8; register m of every lane receives its fragment of matrix m.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* row) {
+  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(a));
+}
+
+/// f16 / bf16: tensor cores. The matrix is cut into 16 x 8 tiles (BT / 16 row blocks x BT / 8 column tiles); warp w
+/// owns kTilesPerWarp consecutive tiles of one row block. Tiles with no entry below the diagonal or inside the chunk
+/// are not computed (their kkt entries are 0 whatever the Gram).
 template <typename TK, int BT>
 struct GramMma {
   static constexpr int kColBlocks = BT / 8;
   static constexpr int kTiles = (BT / 16) * kColBlocks;
   static constexpr int kTilesPerWarp = kTiles >= kWarps ? kTiles / kWarps : 1;
+  static_assert(kTilesPerWarp == 1 || kTilesPerWarp % 2 == 0, "B fragments are loaded two tiles at a time");
 
   float v[kTilesPerWarp][4];  ///< mma accumulator fragments: v[tile][c] (c: 0 1 -> row r, 2 3 -> row r + 8)
   int row;                    ///< this thread's first row (the second is row + 8)
   int col;                    ///< this thread's first column in the warp's first tile (the second is col + 1)
+  int row_base, col_base;     ///< the warp's row block and its first tile's first column
   bool active;                ///< false: this warp owns no tile (BT = 16)
 
-  /// ks: the k tile [BT][ld] (16-bit), kp (multiple of 16) columns, zero past K and past the chunk. Tiles wholly
-  /// in rows or columns >= len are left 0 (kkt_entry never reads them); the test is warp-uniform.
+  /// Whether tile t of this warp holds an entry j < i < len, i.e. its first column is below both len and the row
+  /// block's last row (warp-uniform).
+  __device__ __forceinline__ bool needed(int t, int len) const {
+    const int c = col_base + 8 * t;
+    return c < len && c < row_base + 16;
+  }
+
+  /// ks: the k tile [BT][ld] (16-bit), kp (multiple of 16) columns, zero past K and past the chunk.
   __device__ void compute(const TK* ks, int ld, int kp, int len) {
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-    const int grp = lane / 4, tig = lane % 4;  // mma fragment coordinates: row group, thread in group
     const int first = warp * kTilesPerWarp;
     active = first < kTiles;
-    row = (first / kColBlocks) * 16 + grp;
-    col = (first % kColBlocks) * 8 + 2 * tig;
+    row_base = (first / kColBlocks) * 16;
+    col_base = (first % kColBlocks) * 8;
+    row = row_base + lane / 4;
+    col = col_base + 2 * (lane % 4);
 #pragma unroll
     for (int t = 0; t < kTilesPerWarp; ++t) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.f;
-    if (!active || row - grp >= len) return;
-    // Fragments straight from shared memory, 32 bits (2 elements along K) at a time. A (16 x 16, row-major) = k
-    // rows row.. of the tile; B (16 x 8, "col": column n contiguous along K) = k rows of the tile's column tokens.
-    // a0 / a1: rows row / row + 8, K pair tig; a2 / a3: same rows, K pair tig + 4;
-    // b0 / b1: the column tokens' rows, K pairs tig / tig + 4.
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(ks);
-    const int wld = ld / 2;
-    const uint32_t* arow = w + row * wld + tig;
-    const uint32_t* brow = w + (col - 2 * tig + grp) * wld + tig;
-    for (int kw = 0; kw < kp / 2; kw += 8) {  // 16 elements = 8 words per step, ascending
-      const uint32_t a[4] = {arow[kw], arow[8 * wld + kw], arow[kw + 4], arow[8 * wld + kw + 4]};
+    if (!active || row_base >= len) return;
+    // ldmatrix addresses. A (16 x 16 row-major): matrices rows 0-7 / 8-15 at K offset 0, then the same at 8.
+    // B (16 x 8 "col", i.e. the column tokens' k rows): per tile its 8 tokens at K offset 0, then at 8.
+    const TK* a_ptr = ks + (row_base + lane % 16) * ld + (lane / 16) * 8;
+    const TK* b_ptr = kTilesPerWarp == 1 ? ks + (col_base + lane % 8) * ld + ((lane / 8) & 1) * 8
+                                         : ks + (col_base + (lane / 16) * 8 + lane % 8) * ld + ((lane / 8) & 1) * 8;
+#pragma unroll 2
+    for (int kk = 0; kk < kp; kk += 16) {  // ascending over K
+      uint32_t a[4];
+      ldmatrix_x4(a, a_ptr + kk);
+      if constexpr (kTilesPerWarp == 1) {
+        uint32_t b0, b1;
+        ldmatrix_x2(b0, b1, b_ptr + kk);
+        if (needed(0, len)) mma_m16n8k16<TK>(v[0], a, b0, b1);
+      } else {
 #pragma unroll
-      for (int t = 0; t < kTilesPerWarp; ++t) {
-        if (col - 2 * tig + 8 * t < len) {
-          const uint32_t* b = brow + t * 8 * wld + kw;
-          mma_m16n8k16<TK>(v[t], a, b[0], b[4]);
+        for (int t = 0; t < kTilesPerWarp; t += 2) {
+          uint32_t b[4];
+          ldmatrix_x4(b, b_ptr + t * 8 * ld + kk);
+          if (needed(t, len)) mma_m16n8k16<TK>(v[t], a, b[0], b[1]);
+          if (needed(t + 1, len)) mma_m16n8k16<TK>(v[t + 1], a, b[2], b[3]);
         }
       }
     }
   }
 
-  /// G -> tile[BT][kTileLd<BT>] (fp32).
-  __device__ __forceinline__ void store(float* tile) const {
+  /// tile[BT][kTileLd<BT>] := the kkt matrix; gate_beta: g[0..BT) then beta[0..BT) of the chunk's rows.
+  __device__ void kkt_tile(const float* gate_beta, int len, float* tile) const {
     if (!active) return;
+    const float g0 = gate_beta[row], g1 = gate_beta[row + 8];
+    const float b0 = gate_beta[BT + row], b1 = gate_beta[BT + row + 8];
 #pragma unroll
     for (int t = 0; t < kTilesPerWarp; ++t) {
-      float* p = tile + row * kTileLd<BT> + col + 8 * t;
-      *reinterpret_cast<float2*>(p) = make_float2(v[t][0], v[t][1]);
-      *reinterpret_cast<float2*>(p + 8 * kTileLd<BT>) = make_float2(v[t][2], v[t][3]);
+      const int c = col + 8 * t;
+      float* p = tile + row * kTileLd<BT> + c;
+      if (!needed(t, len)) {  // all 0 (warp-uniform): no exp
+        *reinterpret_cast<float2*>(p) = make_float2(0.f, 0.f);
+        *reinterpret_cast<float2*>(p + 8 * kTileLd<BT>) = make_float2(0.f, 0.f);
+        continue;
+      }
+      const float gc0 = gate_beta[c], gc1 = gate_beta[c + 1];
+      *reinterpret_cast<float2*>(p) =
+          make_float2(kkt_entry(v[t][0], row, c, len, g0, gc0, b0), kkt_entry(v[t][1], row, c + 1, len, g0, gc1, b0));
+      *reinterpret_cast<float2*>(p + 8 * kTileLd<BT>) = make_float2(
+          kkt_entry(v[t][2], row + 8, c, len, g1, gc0, b1), kkt_entry(v[t][3], row + 8, c + 1, len, g1, gc1, b1));
     }
   }
 };
@@ -394,55 +449,23 @@ struct GramFfma {
     }
   }
 
-  /// G -> tile[BT][kTileLd<BT>] (fp32).
-  __device__ __forceinline__ void store(float* tile) const {
+  /// tile[BT][kTileLd<BT>] := the kkt matrix; gate_beta: g[0..BT) then beta[0..BT) of the chunk's rows.
+  __device__ void kkt_tile(const float* gate_beta, int len, float* tile) const {
     const int ti = static_cast<int>(threadIdx.x % 16), tj = static_cast<int>(threadIdx.x / 16);
 #pragma unroll
     for (int a = 0; a < R; ++a) {
+      const int i = ti + 16 * a;
 #pragma unroll
-      for (int b = 0; b < R; ++b) tile[(ti + 16 * a) * kTileLd<BT> + tj + 16 * b] = v[a][b];
+      for (int b = 0; b < R; ++b) {
+        const int j = tj + 16 * b;
+        tile[i * kTileLd<BT> + j] = kkt_entry(v[a][b], i, j, len, gate_beta[i], gate_beta[j], gate_beta[BT + i]);
+      }
     }
   }
 };
 
 template <typename TK, int BT>
 using Gram = std::conditional_t<sizeof(TK) == 2, GramMma<TK, BT>, GramFfma<BT>>;
-
-// ---------------------------------------------------------------------------------------------------------------
-// The kkt matrix
-
-/// A[i][j] of one chunk from the Gram entry <k_i, k_j>: (gram * exp(g_i - g_j)) * beta_i for j < i < len, exactly 0
-/// elsewhere (a select: exp(g_i - g_j) may be inf above the diagonal). Absent g / beta arrive as 0 / 1, which makes
-/// their factor exactly 1. THE definition of a kkt entry: the kkt kernel stores it, the fused kernel inverts it.
-__device__ __forceinline__ float kkt_entry(float gram, int i, int j, int len, const float* g, const float* beta) {
-  if (!(j < i && i < len)) return 0.f;
-  return __fmul_rn(__fmul_rn(gram, expf(__fsub_rn(g[i], g[j]))), beta[i]);
-}
-
-/// tile := the whole BT x BT fp32 kkt tile, from the Gram tile (same layout) and gate_beta: g[0..BT) then
-/// beta[0..BT) of the chunk's rows. Thread t handles the float4 column groups t, t + 256, ... in row-major order.
-template <int BT>
-__device__ void build_kkt_tile(const float* gram, const float* gate_beta, int len, float* tile) {
-  constexpr int LD = kTileLd<BT>, kPerRow = BT / 4;
-  const float* g = gate_beta;
-  const float* beta = gate_beta + BT;
-#pragma unroll
-  for (int u0 = 0; u0 < BT * kPerRow; u0 += kThreads) {
-    const int u = u0 + static_cast<int>(threadIdx.x);
-    if ((BT * kPerRow) % kThreads == 0 || u < BT * kPerRow) {
-      const int i = u / kPerRow, j = (u % kPerRow) * 4;
-      float4 r = make_float4(0.f, 0.f, 0.f, 0.f);
-      if (i < len) {  // rows past the chunk are all 0 (skipped warp by warp: a warp covers 2 rows)
-        const float4 x = *reinterpret_cast<const float4*>(gram + i * LD + j);
-        r.x = kkt_entry(x.x, i, j + 0, len, g, beta);
-        r.y = kkt_entry(x.y, i, j + 1, len, g, beta);
-        r.z = kkt_entry(x.z, i, j + 2, len, g, beta);
-        r.w = kkt_entry(x.w, i, j + 3, len, g, beta);
-      }
-      *reinterpret_cast<float4*>(tile + i * LD + j) = r;
-    }
-  }
-}
 
 // ---------------------------------------------------------------------------------------------------------------
 // (I + A)^{-1} of a strictly lower triangular fp32 tile, in place
@@ -452,7 +475,7 @@ __device__ void build_kkt_tile(const float* gram, const float* gate_beta, int le
 //  2. merges of 2 x 2 block lower triangles, h = 16 then 32: for L = [[L11, 0], [A21, L22]] with X11 = L11^{-1} and
 //     X22 = L22^{-1} known, L^{-1} = [[X11, 0], [X21, X22]] with X21 = -X22 (A21 X11).
 // The tile must hold A below the diagonal and exact zeros on and above it, and zero rows from `len` on
-// (build_kkt_tile / load_a_tile guarantee it). On return rows [0, len) of the tile hold the inverse: X below the
+// (Gram::kkt_tile / load_a_tile guarantee it). On return rows [0, len) of the tile hold the inverse: X below the
 // diagonal, 1 on it, 0 above (also in columns >= len). Rows >= len are never stored, so the work that only feeds
 // them is skipped (a short chunk costs less): diagonal blocks starting at or past len, and merges whose lower half
 // starts at or past len. A row < len only ever reads rows < len, so the skips do not change its value. Ends with a

@@ -76,8 +76,9 @@ std::string today() {
   return buf;
 }
 
-bool matches(const OpCase& c, const std::string& filter) {
-  return filter.empty() || c.op.find(filter) != std::string::npos;
+bool matches(const OpCase& c, const Options& opts) {
+  return (opts.filter.empty() || c.op.find(opts.filter) != std::string::npos) &&
+         (opts.shape.empty() || c.shape == opts.shape);
 }
 
 }  // namespace
@@ -116,7 +117,7 @@ int run_check(const Options& opts) {
   for (const CaseSet* set : sets) {
     for (const CaseFactory& factory : set->factories) {
       for (const auto& c : factory()) {
-        if (!matches(*c, opts.filter)) continue;
+        if (!matches(*c, opts)) continue;
         const int64_t nrows = cuda ? c->rows : std::min(c->rows, opts.cpu_rows);
         CheckOutcome o;
         try {
@@ -141,7 +142,7 @@ int run_check(const Options& opts) {
   write_json(opts.json, {{"command", "check"}, {"version", version()}, {"seed", seed}, {"results", rows}});
   std::printf("check: %d passed, %d failed\n", passed, failed);
   if (passed + failed == 0) {
-    std::fprintf(stderr, "fuseops: error: no case matched (--set / --filter)\n");
+    std::fprintf(stderr, "fuseops: error: no case matched (--set / --filter / --shape)\n");
     return 2;
   }
   return failed ? 1 : 0;
@@ -174,7 +175,7 @@ int bench_gpu(const Options& opts, const std::vector<const CaseSet*>& sets) {
   for (const CaseSet* set : sets) {
     for (const CaseFactory& factory : set->factories) {
       for (const auto& c : factory()) {
-        if (!matches(*c, opts.filter)) continue;
+        if (!matches(*c, opts)) continue;
         auto p = c->bench();
         BenchRow r{set->name, c->op, c->shape, dtype_name(c->dtype), c->baseline, c->decode, p->bytes()};
         const std::size_t set_bytes = std::max<std::size_t>(p->set_bytes(), 1);
@@ -245,7 +246,7 @@ int bench_cpu(const Options& opts, const std::vector<const CaseSet*>& sets) {
   for (const CaseSet* set : sets) {
     for (const CaseFactory& factory : set->factories) {
       for (const auto& c : factory()) {
-        if (!matches(*c, opts.filter)) continue;
+        if (!matches(*c, opts)) continue;
         const int64_t nrows = std::min(c->rows, opts.cpu_rows);
         const double us = c->time_cpu_us(nrows);
         std::printf("%-16s %-26s %-11s %-5s %6lld %12.1f\n", set->name.c_str(), c->op.c_str(), c->shape.c_str(),

@@ -11,6 +11,7 @@ struct Options {
   std::vector<std::string> sets;
   std::string backend = "auto";
   std::string json, md, filter, note;
+  std::string shape;  ///< only the case with exactly this shape text (as printed), e.g. 2x16384x32x128
   bool json_given = false, md_given = false;  ///< the option was on the command line (even with an empty value)
   std::string seed_text;  ///< --seed; empty: from FUSEOPS_SEED or the clock
   int64_t cpu_rows = 64;

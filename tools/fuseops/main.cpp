@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   check->add_option("--cpu-rows", check_opts.cpu_rows, "rows per case on the CPU backend (reduced sizes)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   check->add_option("--filter", check_opts.filter, "only cases whose op name contains this text");
+  check->add_option("--shape", check_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)");
 
   Options bench_opts;
   CLI::App* bench = app.add_subcommand("bench", "time cases (GPU: CUDA-graph replay, warm and cold)");
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
   bench->add_option("--cpu-rows", bench_opts.cpu_rows, "rows per case on the CPU backend")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   bench->add_option("--filter", bench_opts.filter, "only cases whose op name contains this text");
+  bench->add_option("--shape", bench_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)");
   bench->add_option("--note", bench_opts.note, "a line for the Markdown header (commit, command)");
 
   try {
