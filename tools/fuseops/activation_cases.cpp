@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "cases.h"
@@ -267,9 +268,42 @@ std::vector<Spec> concat(std::initializer_list<std::vector<Spec>> parts) {
   return v;
 }
 
+/// The case-file hook of one activation op (docs/cases.md): tokens, d, dtype, fill and, for the gelu forms that
+/// take it, approximate.
+OpSpec activation_op(Act act, Form form) {
+  OpSpec spec;
+  spec.family = "activation";
+  spec.name = op_name(act, form);
+  spec.help = "gated activation: x [tokens, 2d] (or gate and up [tokens, d]) -> out [tokens, d]";
+  spec.params = {integer_param("tokens", "rows (tokens)"), integer_param("d", "output width (intermediate size)"),
+                 dtype_param(),
+                 text_param("fill", "input values: normal N(0,1), wide (1e-3..300), adversarial (inf, NaN, large)",
+                            "normal", {"normal", "wide", "adversarial"})};
+  const bool takes_approximate = act == Act::gelu;  // approximate: tanh runs the gelu_tanh form
+  if (takes_approximate) spec.params.push_back(text_param("approximate", "gelu formula: none (erf) or tanh", "none", {"none", "tanh"}));
+  spec.make = [act, form, takes_approximate](const CaseParams& p) -> std::unique_ptr<OpCase> {
+    const int64_t rows = p.integer("tokens"), d = p.integer("d");
+    if (rows > (int64_t{1} << 40) / (2 * d)) {
+      throw ParamError("tokens", "tokens x 2d = " + std::to_string(rows) + " x " + std::to_string(2 * d) +
+                                     " elements is more than 2^40");
+    }
+    const Act a = takes_approximate && p.text("approximate") == "tanh" ? Act::gelu_tanh : act;
+    const std::string f = p.text("fill");
+    const Fill fill = f == "wide" ? Fill::wide : f == "adversarial" ? Fill::adversarial : Fill::normal;
+    return std::make_unique<ActivationCase>(Spec{a, form, rows, d, dtype_from_name("dtype", p.text("dtype")), fill});
+  };
+  return spec;
+}
+
 }  // namespace
 
 void register_activation_cases(Registry& r) {
+  for (Form f : {Form::fused, Form::split, Form::backward}) {
+    r.add_op(activation_op(Act::silu, f));
+    r.add_op(activation_op(Act::gelu, f));
+  }
+  r.add_op(activation_op(Act::gelu_tanh, Form::fused));
+
   const Act silu = Act::silu, gelu = Act::gelu, tanh = Act::gelu_tanh;
   r.add("llama3-8b", "Llama-3-8B: MLP intermediate 14336 (SwiGLU), decode and prefill; training backward", true,
         make(concat({rows_of(silu, Form::fused, 14336, {1, 64, 4096, 8192}),

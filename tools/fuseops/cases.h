@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "case_params.h"
 #include "fuseops/tensor.h"
 
 namespace fuseops::cli {
@@ -82,8 +83,15 @@ class Registry {
   const std::vector<CaseSet>& sets() const { return sets_; }
   const CaseSet* find(const std::string& name) const;
 
+  /// Ops that can be made from parameters (case files, `fuseops model`); see case_params.h.
+  void add_op(OpSpec spec);
+  const std::vector<OpSpec>& ops() const { return ops_; }
+  /// The op answering to `name` (its name or an alias), or nullptr.
+  const OpSpec* find_op(const std::string& name) const;
+
  private:
   std::vector<CaseSet> sets_;
+  std::vector<OpSpec> ops_;
 };
 
 /// The registry with every family's cases.

@@ -5,15 +5,21 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <vector>
 
+#include "case_file.h"
 #include "cases.h"
+#include "chart.h"
 #include "fuseops/error.h"
 #include "fuseops/version.h"
 #include "gpu.h"
+#include "progress.h"
 #include "testing/host_tensor.h"
 
 namespace fuseops::cli {
@@ -40,18 +46,6 @@ std::vector<const CaseSet*> select_sets(const std::vector<std::string>& names, b
     }
   }
   return out;
-}
-
-/// "cpu" or "cuda" from --backend.
-bool use_cuda(const std::string& backend) {
-  const int gpus = cuda_device_count();
-  if (backend == "cuda") {
-    if (!built_with_cuda()) throw Error(ErrorKind::unsupported, "--backend cuda: this build of fuseops has no CUDA backend");
-    if (gpus == 0) throw Error(ErrorKind::unsupported, "--backend cuda: no CUDA device on this machine");
-    return true;
-  }
-  if (backend == "cpu") return false;
-  return gpus > 0;
 }
 
 /// Fails early (before any case runs) if an output path given on the command line cannot be written.
@@ -81,7 +75,47 @@ bool matches(const OpCase& c, const Options& opts) {
          (opts.shape.empty() || c.shape == opts.shape);
 }
 
+/// One case to run, with the name of the set (or case file) it came from.
+struct Work {
+  std::string set;
+  std::unique_ptr<OpCase> c;
+  std::string label() const { return c->op + " " + c->shape + " " + dtype_name(c->dtype); }
+};
+
+/// The cases of the selected sets and case files (only the files when --cases is given without --set), filtered.
+std::vector<Work> collect(const Options& opts, bool real_model_only) {
+  std::vector<const CaseSet*> sets;
+  if (!opts.sets.empty() || opts.cases.empty()) sets = select_sets(opts.sets, real_model_only);
+  std::vector<CaseSet> files;
+  for (const std::string& path : opts.cases) files.push_back(read_case_file(path, registry()).as_set());
+  for (const CaseSet& f : files) sets.push_back(&f);
+  std::vector<Work> work;
+  for (const CaseSet* set : sets) {
+    for (const CaseFactory& factory : set->factories) {
+      for (auto& c : factory()) {
+        if (matches(*c, opts)) work.push_back({set->name, std::move(c)});
+      }
+    }
+  }
+  return work;
+}
+
 }  // namespace
+
+bool use_cuda(const std::string& backend) {
+  const int gpus = cuda_device_count();
+  if (backend == "cuda") {
+    if (!built_with_cuda()) throw Error(ErrorKind::unsupported, "--backend cuda: this build of fuseops has no CUDA backend");
+    if (gpus == 0) throw Error(ErrorKind::unsupported, "--backend cuda: no CUDA device on this machine");
+    return true;
+  }
+  if (backend == "cpu") return false;
+  return gpus > 0;
+}
+
+int launches_for(double est_us) {
+  return static_cast<int>(std::clamp(2000.0 / std::max(est_us, 0.5), 10.0, 1000.0));
+}
 
 int run_list() {
   std::printf("fuseops %s (%s)\n\nop families:\n", version(),
@@ -94,6 +128,13 @@ int run_list() {
     for (const auto& f : s.factories) n += f().size();
     std::printf("  %c %-18s %3zu cases  %s\n", s.real_model ? '*' : ' ', s.name.c_str(), n, s.description.c_str());
   }
+  std::printf("\nops in case files (--cases FILE, docs/cases.md) and their parameters:\n");
+  for (const OpSpec& o : registry().ops()) {
+    std::string params;
+    for (const ParamSpec& p : o.params) params += (params.empty() ? "" : ", ") + p.name + (p.default_value ? "" : "*");
+    std::printf("  %-11s %-37s %s\n", o.family.c_str(), o.name.c_str(), params.c_str());
+  }
+  std::printf("  (* = required)\n");
   return 0;
 }
 
@@ -102,7 +143,7 @@ int run_check(const Options& opts) {
   const bool cuda = use_cuda(opts.backend);
   const uint64_t seed =
       opts.seed_text.empty() ? testing::seed_from_env_or_clock() : testing::parse_seed("--seed", opts.seed_text);
-  const std::vector<const CaseSet*> sets = select_sets(opts.sets, false);
+  const std::vector<Work> work = collect(opts, false);
   std::printf("fuseops check: backend %s, seed %llu (replay with --seed %llu)\n",
               cuda ? ("cuda:0 (" + gpu::device_info(0).name + ")").c_str() : "cpu",
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
@@ -114,31 +155,31 @@ int run_check(const Options& opts) {
               "rel_rms_err", "tolerance", "result");
   nlohmann::json rows = nlohmann::json::array();
   int passed = 0, failed = 0;
-  for (const CaseSet* set : sets) {
-    for (const CaseFactory& factory : set->factories) {
-      for (const auto& c : factory()) {
-        if (!matches(*c, opts)) continue;
-        const int64_t nrows = cuda ? c->rows : std::min(c->rows, opts.cpu_rows);
-        CheckOutcome o;
-        try {
-          o = c->check(cuda ? Device::cuda(0) : Device::cpu(), nrows, seed);
-        } catch (const Error& e) {
-          o.pass = false;
-          o.detail = e.what();
-        }
-        (o.pass ? passed : failed)++;
-        std::printf("%-16s %-28s %-12s %-5s %6lld %11.3e %11.3e  %-34s %s%s%s\n", set->name.c_str(), c->op.c_str(),
-                    c->shape.c_str(), dtype_name(c->dtype), static_cast<long long>(nrows), o.max_abs_error,
-                    o.rel_rms_error, o.tolerance.c_str(), o.pass ? "PASS" : "FAIL", o.detail.empty() ? "" : "  ",
-                    o.detail.c_str());
-        std::fflush(stdout);
-        rows.push_back({{"set", set->name}, {"family", c->family}, {"op", c->op}, {"shape", c->shape},
-                        {"dtype", dtype_name(c->dtype)}, {"rows", nrows}, {"backend", cuda ? "cuda" : "cpu"},
-                        {"max_abs_error", o.max_abs_error}, {"rel_rms_error", o.rel_rms_error},
-                        {"tolerance", o.tolerance}, {"pass", o.pass}, {"detail", o.detail}, {"seconds", o.seconds}});
-      }
+  Progress progress(work.size(), Progress::on_terminal(opts.quiet));
+  for (std::size_t i = 0; i < work.size(); ++i) {
+    const OpCase* c = work[i].c.get();
+    progress.show(i, work[i].label());
+    const int64_t nrows = cuda ? c->rows : std::min(c->rows, opts.cpu_rows);
+    CheckOutcome o;
+    try {
+      o = c->check(cuda ? Device::cuda(0) : Device::cpu(), nrows, seed);
+    } catch (const Error& e) {
+      o.pass = false;
+      o.detail = e.what();
     }
+    (o.pass ? passed : failed)++;
+    progress.clear();
+    std::printf("%-16s %-28s %-12s %-5s %6lld %11.3e %11.3e  %-34s %s%s%s\n", work[i].set.c_str(), c->op.c_str(),
+                c->shape.c_str(), dtype_name(c->dtype), static_cast<long long>(nrows), o.max_abs_error,
+                o.rel_rms_error, o.tolerance.c_str(), o.pass ? "PASS" : "FAIL", o.detail.empty() ? "" : "  ",
+                o.detail.c_str());
+    std::fflush(stdout);
+    rows.push_back({{"set", work[i].set}, {"family", c->family}, {"op", c->op}, {"shape", c->shape},
+                    {"dtype", dtype_name(c->dtype)}, {"rows", nrows}, {"backend", cuda ? "cuda" : "cpu"},
+                    {"max_abs_error", o.max_abs_error}, {"rel_rms_error", o.rel_rms_error},
+                    {"tolerance", o.tolerance}, {"pass", o.pass}, {"detail", o.detail}, {"seconds", o.seconds}});
   }
+  progress.clear();
   write_json(opts.json, {{"command", "check"}, {"version", version()}, {"seed", seed}, {"results", rows}});
   std::printf("check: %d passed, %d failed\n", passed, failed);
   if (passed + failed == 0) {
@@ -153,16 +194,37 @@ namespace {
 struct BenchRow {
   std::string set, op, shape, dtype, baseline;
   bool decode = false;
-  double bytes = 0, warm = 0, cold = 0, base_warm = 0, base_cold = 0;
+  double bytes = 0, flops = 0, warm = 0, cold = 0, base_warm = 0, base_cold = 0;
   int cold_sets = 0;
 };
 
-/// Launches per graph for a problem whose single launch takes about `est_us`: enough for ~2 ms, 10..1000.
-int launches_for(double est_us) {
-  return static_cast<int>(std::clamp(2000.0 / std::max(est_us, 0.5), 10.0, 1000.0));
+
+void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double copy_tbps, double empty_us,
+                    const std::vector<BenchRow>& rows) {
+  std::ofstream f(opts.md);
+  if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
+  f << "Device: " << info.name << " (" << info.sms << " SMs). Date: " << today() << ". fuseops " << version() << ".\n";
+  if (!opts.note.empty()) f << opts.note << "\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "\nCopy rate %.3f TB/s (1 GiB device-to-device cudaMemcpyAsync, bytes read + written); empty kernel "
+                "%.2f us. Times: median per launch under CUDA-graph replay, us; warm = the same buffers every launch, "
+                "cold = rotating buffer sets >= 4x L2. TB/s and x copy on the cold time; copy_us = bytes / copy rate. "
+                "Baseline = the unfused two-kernel form in the same binary.\n\n",
+                copy_tbps, empty_us);
+  f << buf;
+  f << "| set | op | shape | dtype | warm us | cold us | TB/s cold | copy us | x copy | unfused warm | unfused cold | speedup cold |\n";
+  f << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const BenchRow& r : rows) {
+    const double copy_us = r.bytes / (copy_tbps * 1e6);
+    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+                  r.set.c_str(), r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6,
+                  copy_us, r.cold / copy_us, r.base_warm, r.base_cold, r.base_cold / r.cold);
+    f << buf;
+  }
 }
 
-int bench_gpu(const Options& opts, const std::vector<const CaseSet*>& sets) {
+int bench_gpu(const Options& opts, const std::vector<Work>& work) {
   const gpu::DeviceInfo info = gpu::device_info(0);
   const double copy_tbps = gpu::copy_rate_tbps();
   const double empty_us = gpu::empty_kernel_us();
@@ -172,91 +234,78 @@ int bench_gpu(const Options& opts, const std::vector<const CaseSet*>& sets) {
   std::printf("%-16s %-26s %-11s %-5s %9s %9s %7s %8s %6s %10s %10s %7s\n", "set", "op", "shape", "dtype", "warm_us",
               "cold_us", "TB/s", "copy_us", "xcopy", "base_warm", "base_cold", "speedup");
   std::vector<BenchRow> rows;
-  for (const CaseSet* set : sets) {
-    for (const CaseFactory& factory : set->factories) {
-      for (const auto& c : factory()) {
-        if (!matches(*c, opts)) continue;
-        auto p = c->bench();
-        BenchRow r{set->name, c->op, c->shape, dtype_name(c->dtype), c->baseline, c->decode, p->bytes()};
-        const std::size_t set_bytes = std::max<std::size_t>(p->set_bytes(), 1);
-        int sets_cold = static_cast<int>(std::clamp<std::size_t>((4 * info.l2_bytes + set_bytes - 1) / set_bytes, 2, 4096));
-        const std::size_t budget = gpu::device_info(0).free_bytes * 8 / 10;
-        while (sets_cold > 2 && sets_cold * set_bytes > budget) sets_cold /= 2;
-        r.cold_sets = sets_cold;
-        p->allocate(sets_cold);
-        const double est = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, 5, 0.0, 3);
-        const int n = launches_for(est);
-        r.warm = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, n);
-        const int cold_n = std::max(sets_cold, (n / sets_cold) * sets_cold);
-        r.cold = gpu::time_graph_us([&](int i, void* s) { p->run(i % sets_cold, s); }, cold_n);
-        r.base_warm = gpu::time_graph_us([&](int, void* s) { p->run_baseline(0, s); }, n);
-        r.base_cold = gpu::time_graph_us([&](int i, void* s) { p->run_baseline(i % sets_cold, s); }, cold_n);
-        const double copy_us = r.bytes / (copy_tbps * 1e12) * 1e6;
-        std::printf("%-16s %-26s %-11s %-5s %9.2f %9.2f %7.3f %8.2f %6.2f %10.2f %10.2f %7.2f\n", r.set.c_str(),
-                    r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6, copy_us,
-                    r.cold / copy_us, r.base_warm, r.base_cold, r.base_cold / r.cold);
-        std::fflush(stdout);
-        rows.push_back(r);
-      }
-    }
+  Progress progress(work.size(), Progress::on_terminal(opts.quiet));
+  for (std::size_t i = 0; i < work.size(); ++i) {
+    const OpCase* c = work[i].c.get();
+    progress.show(i, work[i].label());
+    auto p = c->bench();
+    BenchRow r{work[i].set, c->op, c->shape, dtype_name(c->dtype), c->baseline, c->decode, p->bytes(), p->flops()};
+    const std::size_t set_bytes = std::max<std::size_t>(p->set_bytes(), 1);
+    int sets_cold = static_cast<int>(std::clamp<std::size_t>((4 * info.l2_bytes + set_bytes - 1) / set_bytes, 2, 4096));
+    const std::size_t budget = gpu::device_info(0).free_bytes * 8 / 10;
+    while (sets_cold > 2 && sets_cold * set_bytes > budget) sets_cold /= 2;
+    r.cold_sets = sets_cold;
+    p->allocate(sets_cold);
+    const double est = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, 5, 0.0, 3);
+    const int n = launches_for(est);
+    r.warm = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, n);
+    const int cold_n = std::max(sets_cold, (n / sets_cold) * sets_cold);
+    r.cold = gpu::time_graph_us([&](int k, void* s) { p->run(k % sets_cold, s); }, cold_n);
+    r.base_warm = gpu::time_graph_us([&](int, void* s) { p->run_baseline(0, s); }, n);
+    r.base_cold = gpu::time_graph_us([&](int k, void* s) { p->run_baseline(k % sets_cold, s); }, cold_n);
+    const double copy_us = r.bytes / (copy_tbps * 1e12) * 1e6;
+    progress.clear();
+    std::printf("%-16s %-26s %-11s %-5s %9.2f %9.2f %7.3f %8.2f %6.2f %10.2f %10.2f %7.2f\n", r.set.c_str(),
+                r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6, copy_us,
+                r.cold / copy_us, r.base_warm, r.base_cold, r.base_cold / r.cold);
+    std::fflush(stdout);
+    rows.push_back(r);
   }
-  nlohmann::json j = {{"command", "bench"}, {"version", version()}, {"device", info.name}, {"copy_tbps", copy_tbps},
-                      {"empty_kernel_us", empty_us}, {"date", today()}, {"note", opts.note}};
+  progress.clear();
+  nlohmann::json j = {{"command", "bench"}, {"backend", "cuda"}, {"version", version()}, {"device", info.name},
+                      {"copy_tbps", copy_tbps}, {"empty_kernel_us", empty_us}, {"date", today()}, {"note", opts.note}};
   j["results"] = nlohmann::json::array();
   for (const BenchRow& r : rows) {
     j["results"].push_back({{"set", r.set}, {"op", r.op}, {"shape", r.shape}, {"dtype", r.dtype}, {"bytes", r.bytes},
-                            {"warm_us", r.warm}, {"cold_us", r.cold}, {"cold_sets", r.cold_sets},
+                            {"flops", r.flops}, {"warm_us", r.warm}, {"cold_us", r.cold}, {"cold_sets", r.cold_sets},
                             {"baseline", r.baseline}, {"baseline_warm_us", r.base_warm},
                             {"baseline_cold_us", r.base_cold}, {"copy_rate_us", r.bytes / (copy_tbps * 1e6)}});
   }
   write_json(opts.json, j);
-  if (!opts.md.empty()) {
-    std::ofstream f(opts.md);
-    if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
-    f << "Device: " << info.name << " (" << info.sms << " SMs). Date: " << today() << ". fuseops " << version() << ".\n";
-    if (!opts.note.empty()) f << opts.note << "\n";
-    char buf[512];
-    std::snprintf(buf, sizeof buf,
-                  "\nCopy rate %.3f TB/s (1 GiB device-to-device cudaMemcpyAsync, bytes read + written); empty kernel "
-                  "%.2f us. Times: median per launch under CUDA-graph replay, us; warm = the same buffers every launch, "
-                  "cold = rotating buffer sets >= 4x L2. TB/s and x copy on the cold time; copy_us = bytes / copy rate. "
-                  "Baseline = the unfused two-kernel form in the same binary.\n\n",
-                  copy_tbps, empty_us);
-    f << buf;
-    f << "| set | op | shape | dtype | warm us | cold us | TB/s cold | copy us | x copy | unfused warm | unfused cold | speedup cold |\n";
-    f << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-    for (const BenchRow& r : rows) {
-      const double copy_us = r.bytes / (copy_tbps * 1e6);
-      std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
-                    r.set.c_str(), r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6,
-                    copy_us, r.cold / copy_us, r.base_warm, r.base_cold, r.base_cold / r.cold);
-      f << buf;
-    }
-  }
+  if (!opts.md.empty()) write_bench_md(opts, info, copy_tbps, empty_us, rows);
+  write_charts(j, opts.svg, opts.html);
   std::printf("bench: %zu cases\n", rows.size());
   return 0;
 }
 
-int bench_cpu(const Options& opts, const std::vector<const CaseSet*>& sets) {
+int bench_cpu(const Options& opts, const std::vector<Work>& work) {
+  const double memcpy_tbps = cpu_memcpy_tbps();
   std::printf("fuseops bench: no GPU in use: CPU backend times (median wall time, %lld rows at most per case); these "
-              "are not GPU numbers\n",
-              static_cast<long long>(opts.cpu_rows));
-  std::printf("%-16s %-26s %-11s %-5s %6s %12s\n", "set", "op", "shape", "dtype", "rows", "cpu_us");
+              "are not GPU numbers. CPU memcpy rate %.4f TB/s (read + write)\n",
+              static_cast<long long>(opts.cpu_rows), memcpy_tbps);
+  std::printf("%-16s %-26s %-11s %-5s %6s %12s %9s\n", "set", "op", "shape", "dtype", "rows", "cpu_us", "GB/s");
   nlohmann::json results = nlohmann::json::array();
-  for (const CaseSet* set : sets) {
-    for (const CaseFactory& factory : set->factories) {
-      for (const auto& c : factory()) {
-        if (!matches(*c, opts)) continue;
-        const int64_t nrows = std::min(c->rows, opts.cpu_rows);
-        const double us = c->time_cpu_us(nrows);
-        std::printf("%-16s %-26s %-11s %-5s %6lld %12.1f\n", set->name.c_str(), c->op.c_str(), c->shape.c_str(),
-                    dtype_name(c->dtype), static_cast<long long>(nrows), us);
-        results.push_back({{"set", set->name}, {"op", c->op}, {"shape", c->shape}, {"dtype", dtype_name(c->dtype)},
-                           {"rows", nrows}, {"cpu_us", us}});
-      }
-    }
+  Progress progress(work.size(), Progress::on_terminal(opts.quiet));
+  for (std::size_t i = 0; i < work.size(); ++i) {
+    const OpCase* c = work[i].c.get();
+    progress.show(i, work[i].label());
+    const int64_t nrows = std::min(c->rows, opts.cpu_rows);
+    const double us = c->time_cpu_us(nrows);
+    // The full-size byte count scaled to the rows run (exact for row-wise ops; close for varlen cuts).
+    const double scale = c->rows > 0 ? static_cast<double>(nrows) / static_cast<double>(c->rows) : 0.0;
+    const auto problem = c->bench();
+    const double bytes = problem->bytes() * scale, flops = problem->flops() * scale;
+    progress.clear();
+    std::printf("%-16s %-26s %-11s %-5s %6lld %12.1f %9.2f\n", work[i].set.c_str(), c->op.c_str(), c->shape.c_str(),
+                dtype_name(c->dtype), static_cast<long long>(nrows), us, us > 0 ? bytes / us / 1e3 : 0.0);
+    std::fflush(stdout);
+    results.push_back({{"set", work[i].set}, {"op", c->op}, {"shape", c->shape}, {"dtype", dtype_name(c->dtype)},
+                       {"rows", nrows}, {"cpu_us", us}, {"bytes", bytes}, {"flops", flops}});
   }
-  write_json(opts.json, {{"command", "bench"}, {"backend", "cpu"}, {"version", version()}, {"results", results}});
+  progress.clear();
+  const nlohmann::json j = {{"command", "bench"}, {"backend", "cpu"}, {"version", version()}, {"date", today()},
+                            {"note", opts.note}, {"ceiling_tbps", memcpy_tbps}, {"results", results}};
+  write_json(opts.json, j);
   if (!opts.md.empty()) {
     std::ofstream f(opts.md);
     if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
@@ -270,17 +319,38 @@ int bench_cpu(const Options& opts, const std::vector<const CaseSet*>& sets) {
         << " | " << r["cpu_us"].get<double>() << " |\n";
     }
   }
+  write_charts(j, opts.svg, opts.html);
+  std::printf("bench: %zu cases\n", results.size());
   return 0;
 }
 
 }  // namespace
 
+double cpu_memcpy_tbps() {
+  const std::size_t n = std::size_t{64} << 20;
+  std::vector<char> a(n, 1), b(n, 0);
+  double best = 1e30;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::memcpy(b.data(), a.data(), n);
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    a[static_cast<std::size_t>(rep)] = b[n - 1 - static_cast<std::size_t>(rep)];  // keep the copies observable
+  }
+  return 2.0 * static_cast<double>(n) / best / 1e12;
+}
+
 int run_bench(const Options& opts) {
   check_writable("--json", opts.json, opts.json_given);
   check_writable("--md", opts.md, opts.md_given);
+  check_writable("--svg", opts.svg, opts.svg_given);
+  check_writable("--html", opts.html, opts.html_given);
   const bool cuda = use_cuda(opts.backend);
-  const std::vector<const CaseSet*> sets = select_sets(opts.sets, true);
-  return cuda ? bench_gpu(opts, sets) : bench_cpu(opts, sets);
+  const std::vector<Work> work = collect(opts, true);
+  if (work.empty()) {
+    std::fprintf(stderr, "fuseops: error: no case matched (--set / --cases / --filter / --shape)\n");
+    return 2;
+  }
+  return cuda ? bench_gpu(opts, work) : bench_cpu(opts, work);
 }
 
 }  // namespace fuseops::cli

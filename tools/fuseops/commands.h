@@ -9,16 +9,41 @@ namespace fuseops::cli {
 
 struct Options {
   std::vector<std::string> sets;
+  std::vector<std::string> cases;  ///< --cases: YAML case files (docs/cases.md)
   std::string backend = "auto";
-  std::string json, md, filter, note;
+  std::string json, md, svg, html, filter, note;
   std::string shape;  ///< only the case with exactly this shape text (as printed), e.g. 2x16384x32x128
   bool json_given = false, md_given = false;  ///< the option was on the command line (even with an empty value)
+  bool svg_given = false, html_given = false;
+  bool quiet = false;     ///< no progress line
   std::string seed_text;  ///< --seed; empty: from FUSEOPS_SEED or the clock
   int64_t cpu_rows = 64;
+};
+
+struct ModelOptions {
+  std::string name;
+  int64_t tokens = 4096;  ///< tokens per sequence
+  int64_t batch = 1;      ///< sequences
+  int64_t check_rows = 64;  ///< rows of the slice checked against the golden
+  std::string backend = "auto";
+  std::string json;
+  std::string seed_text;
+  bool quiet = false;
 };
 
 int run_list();
 int run_check(const Options& opts);
 int run_bench(const Options& opts);
+int run_model(const ModelOptions& opts);
+/// `fuseops model --list`-style text: the models and their layers' ops.
+int run_model_list();
+
+/// "cpu" or "cuda" from --backend (auto: the GPU when there is one); an error for cuda without one.
+bool use_cuda(const std::string& backend);
+/// Launches per timed graph for a problem whose single launch takes about `est_us`: enough for ~2 ms, 10..1000.
+int launches_for(double est_us);
+
+/// The CPU's memcpy rate (64 MiB, best of 3), bytes read + written per second, TB/s: the CPU bench's ceiling.
+double cpu_memcpy_tbps();
 
 }  // namespace fuseops::cli

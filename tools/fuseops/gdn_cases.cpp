@@ -362,9 +362,55 @@ CaseFactory make(std::vector<Spec> specs) {
 /// Qwen3-Next-80B-A3B linear attention: 16 key heads, 32 value heads, head dim 128.
 std::vector<Spec> qwen3_next() { return {fixed(1, 4096, 16, 32, 128), fixed(1, 32768, 16, 32, 128)}; }
 
+/// The case-file hook of chunk_gated_delta_rule_fwd_kkt_solve (docs/cases.md): fixed length (batch, seq_len) or
+/// varlen (seqlens, batch 1), heads, head dim, chunk size, dtype.
+OpSpec kkt_solve_op() {
+  OpSpec spec;
+  spec.family = "gdn";
+  spec.name = "chunk_gated_delta_rule_fwd_kkt_solve";
+  spec.aliases = {"kkt_solve"};
+  spec.help = "GDN intra-chunk stage, fused kkt + solve_tril: k [B, T, H, K] -> (I + A)^-1 [B, T, HV, BT]";
+  ParamSpec seqlens;
+  seqlens.name = "seqlens";
+  seqlens.kind = ParamKind::int_list;
+  seqlens.help = "varlen: the sequence lengths (cu_seqlens are their prefix sums; batch 1)";
+  seqlens.default_value = std::vector<int64_t>{};
+  spec.params = {integer_param("batch", "B", 1, 1),
+                 integer_param("seq_len", "T, tokens per sequence (fixed length)", 0, 0),
+                 seqlens,
+                 integer_param("num_heads", "H, key heads"),
+                 integer_param("num_v_heads", "HV, value heads, a multiple of H (0: H)", 0, 0),
+                 integer_param("head_k_dim", "K", 128, 1, 256),
+                 integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64),
+                 dtype_param()};
+  spec.make = [](const CaseParams& p) -> std::unique_ptr<OpCase> {
+    const int64_t B = p.integer("batch"), T = p.integer("seq_len"), H = p.integer("num_heads");
+    const int64_t HV = p.integer("num_v_heads") == 0 ? H : p.integer("num_v_heads"), BT = p.integer("chunk_size");
+    const std::vector<int64_t>& lens = p.int_list("seqlens");
+    if (BT != 16 && BT != 32 && BT != 64) throw ParamError("chunk_size", "expected 16, 32 or 64, got " + std::to_string(BT));
+    if (HV % H != 0) {
+      throw ParamError("num_v_heads", "num_v_heads " + std::to_string(HV) + " is not a multiple of num_heads " + std::to_string(H));
+    }
+    if (lens.empty() && T == 0) throw ParamError("seq_len", "give seq_len (fixed length) or seqlens (varlen)");
+    if (!lens.empty() && T != 0) throw ParamError("seq_len", "seq_len and seqlens exclude each other");
+    if (!lens.empty() && B != 1) throw ParamError("batch", "varlen (seqlens) runs with batch 1, got " + std::to_string(B));
+    for (int64_t l : lens) {
+      if (l < 0) throw ParamError("seqlens", "a sequence length is negative: " + std::to_string(l));
+    }
+    Spec s = lens.empty() ? fixed(B, T, H, HV, p.integer("head_k_dim")) : varlen(lens, H, HV, p.integer("head_k_dim"));
+    s.BT = BT;
+    s.dtype = dtype_from_name("dtype", p.text("dtype"));
+    if (BT != 64) s.label += ",bt" + std::to_string(BT);
+    return std::make_unique<KktSolveCase>(s);
+  };
+  return spec;
+}
+
 }  // namespace
 
 void register_gdn_cases(Registry& r) {
+  r.add_op(kkt_solve_op());
+
   std::vector<Spec> anchors;
   for (auto [B, T, H] : std::vector<std::array<int64_t, 3>>{{1, 256, 8},    {1, 512, 8},    {1, 1024, 8},
                                                             {1, 2048, 8},   {2, 2048, 4},   {1, 4096, 4},

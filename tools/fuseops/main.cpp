@@ -1,4 +1,5 @@
-// fuseops: the command line. `list` the case sets, `check` ops against the float64 golden, `bench` them.
+// fuseops: the command line. `list` the case sets, `check` ops against the float64 golden, `bench` them, `chart`
+// bench results, run a `model` layer.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -6,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "chart.h"
 #include "commands.h"
 #include "fuseops/error.h"
 #include "fuseops/version.h"
@@ -30,6 +32,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   check->add_option("--filter", check_opts.filter, "only cases whose op name contains this text");
   check->add_option("--shape", check_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)");
+  check->add_option("--cases", check_opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")
+      ->check(CLI::ExistingFile);
+  check->add_flag("--quiet", check_opts.quiet, "no progress line on a terminal");
 
   Options bench_opts;
   CLI::App* bench = app.add_subcommand("bench", "time cases (GPU: CUDA-graph replay, warm and cold)");
@@ -42,6 +47,33 @@ int main(int argc, char** argv) {
   bench->add_option("--filter", bench_opts.filter, "only cases whose op name contains this text");
   bench->add_option("--shape", bench_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)");
   bench->add_option("--note", bench_opts.note, "a line for the Markdown header (commit, command)");
+  bench->add_option("--cases", bench_opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")
+      ->check(CLI::ExistingFile);
+  bench->add_flag("--quiet", bench_opts.quiet, "no progress line on a terminal");
+  CLI::Option* bench_svg = bench->add_option("--svg", bench_opts.svg, "write a chart of the results (SVG) to this file");
+  CLI::Option* bench_html = bench->add_option("--html", bench_opts.html, "write a chart and table (HTML) to this file");
+
+  std::string chart_from, chart_svg, chart_html;
+  CLI::App* chart = app.add_subcommand("chart", "chart a bench result file (fuseops bench --json) as SVG / HTML");
+  chart->add_option("--from", chart_from, "the JSON of fuseops bench --json")->required()->check(CLI::ExistingFile);
+  chart->add_option("--svg", chart_svg, "write the SVG chart to this file");
+  chart->add_option("--html", chart_html, "write the HTML chart and table to this file");
+
+  ModelOptions model_opts;
+  bool model_list = false;
+  CLI::App* model = app.add_subcommand(
+      "model", "run the op sequence of one layer of a real model: golden check of a slice, time per op, share");
+  model->add_option("name", model_opts.name, "qwen3-next-80b | llama3-8b | deepseek-v3");
+  model->add_flag("--list", model_list, "list the models and the ops of their layers");
+  model->add_option("--tokens", model_opts.tokens, "tokens per sequence (default 4096)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  model->add_option("--batch", model_opts.batch, "sequences (default 1)")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  model->add_option("--check-rows", model_opts.check_rows, "rows of the slice checked against the golden (default 64)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  model->add_option("--backend", model_opts.backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+  model->add_option("--json", model_opts.json, "write the table as JSON to this file");
+  model->add_option("--seed", model_opts.seed_text, "random seed (default: FUSEOPS_SEED or the clock)");
+  model->add_flag("--quiet", model_opts.quiet, "no progress line on a terminal");
 
   try {
     app.parse(argc, argv);
@@ -58,10 +90,17 @@ int main(int argc, char** argv) {
   check_opts.json_given = check_json->count() > 0;
   bench_opts.json_given = bench_json->count() > 0;
   bench_opts.md_given = bench_md->count() > 0;
+  bench_opts.svg_given = bench_svg->count() > 0;
+  bench_opts.html_given = bench_html->count() > 0;
   try {
     if (app.got_subcommand("list")) return run_list();
     if (app.got_subcommand("check")) return run_check(check_opts);
     if (app.got_subcommand("bench")) return run_bench(bench_opts);
+    if (app.got_subcommand("chart")) return run_chart(chart_from, chart_svg, chart_html);
+    if (app.got_subcommand("model")) {
+      if (model_list || model_opts.name.empty()) return run_model_list();
+      return run_model(model_opts);
+    }
   } catch (const fuseops::Error& e) {
     std::fprintf(stderr, "fuseops: error: %s\n", e.what());
     return 2;

@@ -1,5 +1,7 @@
 #include "cases.h"
 
+#include <stdexcept>
+
 namespace fuseops::cli {
 
 void Registry::add(const std::string& set, const std::string& description, bool real_model, CaseFactory factory) {
@@ -15,6 +17,20 @@ void Registry::add(const std::string& set, const std::string& description, bool 
 const CaseSet* Registry::find(const std::string& name) const {
   for (const CaseSet& s : sets_) {
     if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+void Registry::add_op(OpSpec spec) {
+  for (const OpSpec& o : ops_) {
+    if (o.answers_to(spec.name)) throw std::logic_error("op registered twice: " + spec.name);
+  }
+  ops_.push_back(std::move(spec));
+}
+
+const OpSpec* Registry::find_op(const std::string& name) const {
+  for (const OpSpec& o : ops_) {
+    if (o.answers_to(name)) return &o;
   }
   return nullptr;
 }

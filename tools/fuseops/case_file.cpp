@@ -1,0 +1,269 @@
+#include "case_file.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace fuseops::cli {
+namespace {
+
+/// "path:line:col" of a node (yaml-cpp marks are 0-based).
+std::string at(const std::string& path, const YAML::Mark& m) {
+  return path + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+}
+
+[[noreturn]] void fail(const std::string& path, const YAML::Mark& m, const std::string& key, const std::string& msg) {
+  throw Error(ErrorKind::invalid_argument, at(path, m) + ": key \"" + key + "\": " + msg);
+}
+
+std::string scalar_text(const YAML::Node& n) {
+  if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
+  if (n.IsSequence()) return "a list";
+  if (n.IsMap()) return "a mapping";
+  return "nothing";
+}
+
+class EntryReader {
+ public:
+  EntryReader(const std::string& path, const std::string& key, const ParamSpec& spec)
+      : path_(path), key_(key), spec_(spec) {}
+
+  /// The alternatives a value node gives for the parameter.
+  std::vector<ParamValue> alternatives(const YAML::Node& n) const {
+    std::vector<ParamValue> out;
+    switch (spec_.kind) {
+      case ParamKind::integer:
+        if (n.IsMap()) return range(n);
+        if (n.IsSequence()) {
+          if (n.size() == 0) fail(path_, n.Mark(), key_, "an empty list gives no case");
+          for (const YAML::Node& e : n) out.push_back(integer(e));
+          return out;
+        }
+        return {integer(n)};
+      case ParamKind::text:
+      case ParamKind::boolean:
+      case ParamKind::number:
+        if (n.IsSequence()) {
+          if (n.size() == 0) fail(path_, n.Mark(), key_, "an empty list gives no case");
+          for (const YAML::Node& e : n) out.push_back(single(e));
+          return out;
+        }
+        return {single(n)};
+      case ParamKind::int_list:
+        if (!n.IsSequence()) fail(path_, n.Mark(), key_, "expected a list of integers, got " + scalar_text(n));
+        if (n.size() > 0 && n[0].IsSequence()) {
+          for (const YAML::Node& e : n) out.push_back(int_list(e));
+          return out;
+        }
+        return {int_list(n)};
+    }
+    return out;
+  }
+
+ private:
+  int64_t integer(const YAML::Node& n) const {
+    int64_t v = 0;
+    if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) {
+      fail(path_, n.Mark(), key_, "expected an integer, got " + scalar_text(n));
+    }
+    if (v < spec_.min || v > spec_.max) {
+      std::string range = "[" + std::to_string(spec_.min) + ", " + (spec_.max == INT64_MAX ? "inf" : std::to_string(spec_.max)) + "]";
+      fail(path_, n.Mark(), key_, "value " + std::to_string(v) + " outside " + range);
+    }
+    return v;
+  }
+
+  ParamValue single(const YAML::Node& n) const {
+    if (spec_.kind == ParamKind::number) {
+      double d = 0;
+      if (!n.IsScalar() || !YAML::convert<double>::decode(n, d)) {
+        fail(path_, n.Mark(), key_, "expected a number, got " + scalar_text(n));
+      }
+      return d;
+    }
+    if (spec_.kind == ParamKind::boolean) {
+      bool b = false;
+      if (!n.IsScalar() || !YAML::convert<bool>::decode(n, b)) {
+        fail(path_, n.Mark(), key_, "expected true or false, got " + scalar_text(n));
+      }
+      return b;
+    }
+    if (!n.IsScalar()) fail(path_, n.Mark(), key_, "expected a word, got " + scalar_text(n));
+    const std::string s = n.Scalar();
+    if (!spec_.choices.empty()) {
+      std::string known;
+      for (const std::string& c : spec_.choices) {
+        if (c == s) return s;
+        known += (known.empty() ? "" : ", ") + c;
+      }
+      fail(path_, n.Mark(), key_, "\"" + s + "\" is not one of " + known);
+    }
+    return s;
+  }
+
+  std::vector<int64_t> int_list(const YAML::Node& n) const {
+    if (!n.IsSequence()) fail(path_, n.Mark(), key_, "expected a list of integers, got " + scalar_text(n));
+    std::vector<int64_t> v;
+    for (const YAML::Node& e : n) v.push_back(integer(e));
+    return v;
+  }
+
+  /// {from: A, to: B, step: S} or {from: A, to: B, mul: M}: A, A+S, ... <= B or A, A*M, ... <= B.
+  std::vector<ParamValue> range(const YAML::Node& n) const {
+    const YAML::Node from = n["from"], to = n["to"], step = n["step"], mul = n["mul"];  // undefined when absent
+    for (const auto& kv : n) {
+      const std::string k = kv.first.Scalar();
+      if (k != "from" && k != "to" && k != "step" && k != "mul") {
+        fail(path_, kv.first.Mark(), key_ + "." + k, "unknown range key (known: from, to, step, mul)");
+      }
+    }
+    if (!from.IsDefined() || !to.IsDefined()) fail(path_, n.Mark(), key_, "a range needs from and to");
+    if (step.IsDefined() && mul.IsDefined()) fail(path_, n.Mark(), key_, "a range takes step or mul, not both");
+    const int64_t a = integer(from), b = integer(to);
+    if (a > b) fail(path_, to.Mark(), key_ + ".to", "to (" + std::to_string(b) + ") is below from (" + std::to_string(a) + ")");
+    int64_t s = 1, m = 0;
+    if (step.IsDefined() && (!step.IsScalar() || !YAML::convert<int64_t>::decode(step, s) || s < 1)) {
+      fail(path_, step.Mark(), key_ + ".step", "expected an integer >= 1, got " + scalar_text(step));
+    }
+    if (mul.IsDefined() && (!mul.IsScalar() || !YAML::convert<int64_t>::decode(mul, m) || m < 2)) {
+      fail(path_, mul.Mark(), key_ + ".mul", "expected an integer >= 2, got " + scalar_text(mul));
+    }
+    if (m >= 2 && a < 1) fail(path_, from.Mark(), key_ + ".from", "a multiplicative range starts at 1 or more");
+    std::vector<ParamValue> out;
+    for (int64_t v = a; v <= b;) {
+      out.push_back(v);
+      if (out.size() > kMaxCasesPerFile) fail(path_, n.Mark(), key_, "the range has more than " + std::to_string(kMaxCasesPerFile) + " values");
+      if (m >= 2) {
+        if (v > b / m) break;
+        v *= m;
+      } else {
+        if (v > b - s) break;
+        v += s;
+      }
+    }
+    return out;
+  }
+
+  const std::string& path_;
+  std::string key_;
+  const ParamSpec& spec_;
+};
+
+void read_entry(const std::string& path, const YAML::Node& entry, const Registry& reg, CaseFile& file) {
+  if (!entry.IsMap()) fail(path, entry.Mark(), "cases", "each case entry is a mapping with an op, got " + scalar_text(entry));
+  const YAML::Node op_node = entry["op"];
+  if (!op_node.IsDefined()) fail(path, entry.Mark(), "op", "missing: each entry names its op");
+  if (!op_node.IsScalar()) fail(path, op_node.Mark(), "op", "expected an op name, got " + scalar_text(op_node));
+  const OpSpec* op = reg.find_op(op_node.Scalar());
+  if (!op) {
+    std::string known;
+    for (const OpSpec& o : reg.ops()) known += (known.empty() ? "" : ", ") + o.name;
+    fail(path, op_node.Mark(), "op", "unknown op \"" + op_node.Scalar() + "\" (known: " + known + ")");
+  }
+  std::vector<std::pair<std::string, std::vector<ParamValue>>> axes;
+  std::map<std::string, YAML::Mark> marks;
+  for (const auto& kv : entry) {
+    const std::string key = kv.first.Scalar();
+    if (key == "op") continue;
+    const ParamSpec* p = op->param(key);
+    if (!p) {
+      std::string known;
+      for (const ParamSpec& q : op->params) known += (known.empty() ? "" : ", ") + q.name;
+      fail(path, kv.first.Mark(), key, "unknown key for op " + op->name + " (known: " + known + ")");
+    }
+    marks[key] = kv.first.Mark();
+    axes.emplace_back(key, EntryReader(path, key, *p).alternatives(kv.second));
+  }
+  for (const ParamSpec& p : op->params) {
+    if (!p.default_value && !marks.count(p.name)) fail(path, entry.Mark(), p.name, "required by op " + op->name + " (" + p.help + ")");
+  }
+  std::size_t total = 1;
+  for (const auto& a : axes) {
+    total *= a.second.size();
+    if (total + file.points.size() > kMaxCasesPerFile) {
+      fail(path, entry.Mark(), a.first, "the file expands to more than " + std::to_string(kMaxCasesPerFile) + " cases");
+    }
+  }
+  std::vector<std::size_t> idx(axes.size(), 0);
+  for (std::size_t n = 0; n < total; ++n) {
+    std::map<std::string, ParamValue> given;
+    for (std::size_t a = 0; a < axes.size(); ++a) given[axes[a].first] = axes[a].second[idx[a]];
+    CaseParams params = op->with_defaults(given);
+    try {
+      op->make(params);  // the hook rejects impossible combinations here, before anything runs
+    } catch (const ParamError& e) {
+      const auto m = marks.find(e.key());
+      fail(path, m != marks.end() ? m->second : entry.Mark(), e.key(),
+           std::string(e.what()) + " (op " + op->name + ", " + params.describe() + ")");
+    } catch (const Error& e) {
+      fail(path, entry.Mark(), "op", std::string(e.what()) + " (op " + op->name + ", " + params.describe() + ")");
+    }
+    file.points.push_back({op, std::move(params), at(path, entry.Mark())});
+    for (std::size_t a = axes.size(); a-- > 0;) {  // odometer: the last key written varies fastest
+      if (++idx[a] < axes[a].second.size()) break;
+      idx[a] = 0;
+    }
+  }
+}
+
+std::string stem(const std::string& path) {
+  std::string s = path.substr(path.find_last_of('/') == std::string::npos ? 0 : path.find_last_of('/') + 1);
+  const std::size_t dot = s.find_last_of('.');
+  return dot == std::string::npos || dot == 0 ? s : s.substr(0, dot);
+}
+
+}  // namespace
+
+std::vector<std::unique_ptr<OpCase>> CaseFile::make_cases() const {
+  std::vector<std::unique_ptr<OpCase>> out;
+  for (const Point& p : points) out.push_back(p.op->make(p.params));
+  return out;
+}
+
+CaseSet CaseFile::as_set() const {
+  // The points are copied into the factory so the set outlives this object.
+  auto copy = std::make_shared<CaseFile>(*this);
+  return CaseSet{name, description.empty() ? "cases from " + path : description, true, {[copy] { return copy->make_cases(); }}};
+}
+
+CaseFile parse_case_text(const std::string& text, const std::string& path, const Registry& reg) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::ParserException& e) {
+    throw Error(ErrorKind::invalid_argument, at(path, e.mark) + ": YAML syntax: " + e.msg);
+  }
+  CaseFile file;
+  file.path = path;
+  file.name = stem(path);
+  if (!root.IsMap()) fail(path, root.Mark(), "cases", "expected a mapping with a list under cases:, got " + scalar_text(root));
+  YAML::Node cases;
+  bool has_cases = false;
+  for (const auto& kv : root) {
+    const std::string key = kv.first.Scalar();
+    if (key == "name" || key == "description") {
+      if (!kv.second.IsScalar()) fail(path, kv.second.Mark(), key, "expected text, got " + scalar_text(kv.second));
+      (key == "name" ? file.name : file.description) = kv.second.Scalar();
+    } else if (key == "cases") {
+      cases = kv.second;
+      has_cases = true;
+    } else {
+      fail(path, kv.first.Mark(), key, "unknown top-level key (known: name, description, cases)");
+    }
+  }
+  if (!has_cases) fail(path, root.Mark(), "cases", "missing: the list of case entries");
+  if (!cases.IsSequence() || cases.size() == 0) fail(path, cases.Mark(), "cases", "expected a non-empty list of entries, got " + scalar_text(cases));
+  for (const YAML::Node& entry : cases) read_entry(path, entry, reg, file);
+  return file;
+}
+
+CaseFile read_case_file(const std::string& path, const Registry& reg) {
+  std::ifstream f(path);
+  if (!f) throw Error(ErrorKind::invalid_argument, "--cases: cannot read " + path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return parse_case_text(ss.str(), path, reg);
+}
+
+}  // namespace fuseops::cli

@@ -1,0 +1,108 @@
+// Cases made from parameters: each op family describes, per op, the parameters a case file (docs/cases.md) or a
+// model layer (`fuseops model`) may give, and a hook that makes one OpCase from one set of values. The case-file
+// reader checks names, kinds, ranges and choices against these descriptions, fills in defaults and expands lists
+// and ranges into a cross product; the hook itself only rejects impossible combinations (ParamError).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "fuseops/tensor.h"
+
+namespace fuseops::cli {
+
+class OpCase;
+
+/// The kind of one parameter's value.
+enum class ParamKind {
+  integer,   ///< `d: 14336`; alternatives as a list `[1, 64]` or a range `{from: 1, to: 8192, mul: 2}`
+  text,      ///< one of `choices`, e.g. `dtype: bf16`
+  boolean,   ///< `is_neox: true`
+  int_list,  ///< one value is a list, `seqlens: [1, 63, 64]`; alternatives are a list of lists
+  number,    ///< a real number, `routed_scaling_factor: 2.5`; alternatives as a list
+};
+
+using ParamValue = std::variant<int64_t, std::string, bool, std::vector<int64_t>, double>;
+
+/// One parameter of an op.
+struct ParamSpec {
+  std::string name;
+  ParamKind kind = ParamKind::integer;
+  std::string help;
+  std::optional<ParamValue> default_value;  ///< none: the parameter is required
+  std::vector<std::string> choices;         ///< text: the allowed values
+  int64_t min = 0;                          ///< integer and int_list elements: the allowed range
+  int64_t max = INT64_MAX;
+};
+
+/// An impossible combination found by a hook: `key` is the parameter to blame (the case-file reader adds the file,
+/// line and column of that key).
+class ParamError : public std::runtime_error {
+ public:
+  ParamError(std::string key, const std::string& message) : std::runtime_error(message), key_(std::move(key)) {}
+  const std::string& key() const { return key_; }
+
+ private:
+  std::string key_;
+};
+
+/// One point of the cross product: every parameter of the op has a value (given or default).
+class CaseParams {
+ public:
+  void set(const std::string& name, ParamValue v) { values_[name] = std::move(v); }
+  bool has(const std::string& name) const { return values_.count(name) > 0; }
+  int64_t integer(const std::string& name) const { return get<int64_t>(name); }
+  const std::string& text(const std::string& name) const { return get<std::string>(name); }
+  bool boolean(const std::string& name) const { return get<bool>(name); }
+  const std::vector<int64_t>& int_list(const std::string& name) const { return get<std::vector<int64_t>>(name); }
+  double number(const std::string& name) const { return get<double>(name); }
+  const std::map<std::string, ParamValue>& values() const { return values_; }
+  /// "d=14336 dtype=bf16 tokens=4096": for messages.
+  std::string describe() const;
+
+ private:
+  template <typename T>
+  const T& get(const std::string& name) const {
+    const auto it = values_.find(name);
+    if (it == values_.end() || !std::holds_alternative<T>(it->second)) {
+      throw ParamError(name, "parameter \"" + name + "\" is missing or of the wrong kind");
+    }
+    return std::get<T>(it->second);
+  }
+  std::map<std::string, ParamValue> values_;
+};
+
+/// An op that can be made from parameters: the per-family hook, registered with Registry::add_op from the
+/// family's register_<family>_cases().
+struct OpSpec {
+  std::string family;                ///< "activation"
+  std::string name;                  ///< the public op name, "silu_and_mul"
+  std::vector<std::string> aliases;  ///< other names it answers to, e.g. the OpCase::op of its built-in cases
+  std::string help;
+  std::vector<ParamSpec> params;
+  std::function<std::unique_ptr<OpCase>(const CaseParams&)> make;  ///< throws ParamError for an impossible combination
+
+  const ParamSpec* param(const std::string& n) const;
+  bool answers_to(const std::string& n) const;
+  /// The defaults plus `given` (names checked: an unknown one throws ParamError naming it).
+  CaseParams with_defaults(const std::map<std::string, ParamValue>& given) const;
+};
+
+/// Parameter descriptions for the families' hooks. `def` none: required.
+ParamSpec integer_param(const std::string& name, const std::string& help, std::optional<int64_t> def = std::nullopt,
+                        int64_t min = 1, int64_t max = INT64_MAX);
+ParamSpec text_param(const std::string& name, const std::string& help, const std::string& def,
+                     std::vector<std::string> choices);
+ParamSpec dtype_param(const std::string& default_dtype = "bf16", std::vector<std::string> choices = {"f32", "f16", "bf16"});
+std::string value_text(const ParamValue& v);
+/// "bf16" -> DType::bf16; ParamError naming `key` for anything else.
+DType dtype_from_name(const std::string& key, const std::string& name);
+
+}  // namespace fuseops::cli

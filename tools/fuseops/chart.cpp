@@ -1,0 +1,211 @@
+#include "chart.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "fuseops/error.h"
+
+namespace fuseops::cli {
+namespace {
+
+struct Row {
+  std::string label;
+  double time_us = 0, bytes = 0, flops = 0;
+  std::vector<std::pair<std::string, double>> baselines;  ///< name, time in us (same timing as time_us)
+  double tbps() const { return time_us > 0 ? bytes / time_us / 1e6 : 0; }
+};
+
+struct Results {
+  std::string title, timing, ceiling_name;
+  double ceiling_tbps = 0;
+  std::vector<Row> rows;
+};
+
+std::string text_of(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_string() ? j[key].get<std::string>() : std::string();
+}
+double num_of(const nlohmann::json& j, const char* key) {
+  return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
+}
+
+Results load(const nlohmann::json& j) {
+  if (!j.is_object() || !j.contains("results") || !j["results"].is_array() || text_of(j, "command") != "bench") {
+    throw Error(ErrorKind::invalid_argument, "chart: expected the JSON of `fuseops bench --json` (command \"bench\", results [...])");
+  }
+  Results r;
+  const bool cpu = text_of(j, "backend") == "cpu";
+  r.title = "fuseops " + text_of(j, "version") + " bench" + (cpu ? " (CPU backend: not GPU numbers)" : " on " + text_of(j, "device"));
+  if (!text_of(j, "date").empty()) r.title += ", " + text_of(j, "date");
+  r.timing = cpu ? "median wall time on the CPU" : "cold: median per launch under CUDA-graph replay, rotating buffers >= 4x L2";
+  r.ceiling_tbps = cpu ? num_of(j, "ceiling_tbps") : num_of(j, "copy_tbps");
+  r.ceiling_name = cpu ? "memcpy rate (read + write)" : "copy rate (1 GiB D2D, read + write)";
+  for (const auto& e : j["results"]) {
+    Row row;
+    row.label = text_of(e, "set") + "  " + text_of(e, "op") + "  " + text_of(e, "shape") + "  " + text_of(e, "dtype");
+    row.time_us = e.contains("cold_us") ? num_of(e, "cold_us") : num_of(e, "cpu_us");
+    row.bytes = num_of(e, "bytes");
+    row.flops = num_of(e, "flops");
+    if (num_of(e, "baseline_cold_us") > 0) {
+      row.baselines.emplace_back(text_of(e, "baseline").empty() ? "baseline" : text_of(e, "baseline"), num_of(e, "baseline_cold_us"));
+    }
+    if (e.contains("baselines") && e["baselines"].is_array()) {  // other baselines run side by side (name, cold_us)
+      for (const auto& b : e["baselines"]) {
+        if (num_of(b, "cold_us") > 0) row.baselines.emplace_back(text_of(b, "name"), num_of(b, "cold_us"));
+      }
+    }
+    r.rows.push_back(std::move(row));
+  }
+  return r;
+}
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default: o += c;
+    }
+  }
+  return o;
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+constexpr int kWidth = 1240, kLabelW = 450, kBarW = 440, kRowH = 20, kX0 = kLabelW + 10;
+
+/// The SVG element (without an XML prolog): the throughput section, then the baseline-ratio section.
+std::string svg_element(const Results& r) {
+  const int n = static_cast<int>(r.rows.size());
+  int nratio = 0;
+  double max_tbps = r.ceiling_tbps, max_ratio = 1.2;
+  for (const Row& row : r.rows) {
+    max_tbps = std::max(max_tbps, row.tbps());
+    for (const auto& b : row.baselines) max_ratio = std::max(max_ratio, b.second / std::max(row.time_us, 1e-9));
+    nratio += static_cast<int>(row.baselines.size());
+  }
+  max_tbps = max_tbps > 0 ? max_tbps * 1.08 : 1.0;
+  max_ratio *= 1.08;
+  const int top1 = 72, top2 = top1 + n * kRowH + 70;
+  const int height = top2 + std::max(nratio, 1) * kRowH + 30;
+  std::ostringstream s;
+  s << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\"" << height << "\" viewBox=\"0 0 "
+    << kWidth << " " << height << "\" font-family=\"sans-serif\" font-size=\"12\" data-cases=\"" << n << "\">\n";
+  s << "<style>.bar{fill:#3b7dd8}.ratio-bar{fill:#e08a2b}.ceiling{stroke:#c0392b;stroke-width:1.5;stroke-dasharray:5,3}"
+       ".unit{stroke:#555;stroke-width:1}text.v{fill:#222}</style>\n";
+  s << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
+  s << "<text x=\"8\" y=\"20\" font-size=\"15\" font-weight=\"bold\">" << esc(r.title) << "</text>\n";
+  s << "<text x=\"8\" y=\"40\">Achieved TB/s: bytes the op must move / time (" << esc(r.timing) << ")</text>\n";
+  s << "<text x=\"8\" y=\"56\">";
+  if (r.ceiling_tbps > 0) s << "Dashed line: the measured ceiling, " << esc(r.ceiling_name) << " " << fmt("%.3f", r.ceiling_tbps) << " TB/s";
+  else s << "No measured ceiling in these results";
+  s << "</text>\n";
+  for (int i = 0; i < n; ++i) {
+    const Row& row = r.rows[i];
+    const int y = top1 + i * kRowH;
+    const double w = kBarW * row.tbps() / max_tbps;
+    s << "<text x=\"8\" y=\"" << y + 14 << "\">" << esc(row.label) << "</text>\n";
+    s << "<rect class=\"bar\" x=\"" << kX0 << "\" y=\"" << y + 3 << "\" width=\"" << fmt("%.2f", w) << "\" height=\""
+      << kRowH - 6 << "\" data-value=\"" << fmt("%.6g", row.tbps()) << "\"><title>" << esc(row.label) << ": "
+      << fmt("%.2f", row.time_us) << " us</title></rect>\n";
+    std::string v = row.bytes <= 0 ? "no byte count" : row.tbps() < 0.1 ? fmt("%.2f GB/s", 1e3 * row.tbps()) : fmt("%.3f TB/s", row.tbps());
+    if (row.bytes > 0 && r.ceiling_tbps > 0) v += fmt(" (%.0f%% of ceiling)", 100 * row.tbps() / r.ceiling_tbps);
+    if (row.flops > 0 && row.time_us > 0) v += fmt(", %.2f TFLOP/s", row.flops / row.time_us / 1e6);
+    s << "<text class=\"v\" x=\"" << fmt("%.2f", kX0 + w + 4) << "\" y=\"" << y + 14 << "\">" << esc(v) << "</text>\n";
+  }
+  if (r.ceiling_tbps > 0) {
+    const double x = kX0 + kBarW * r.ceiling_tbps / max_tbps;
+    s << "<line class=\"ceiling\" x1=\"" << fmt("%.2f", x) << "\" x2=\"" << fmt("%.2f", x) << "\" y1=\"" << top1
+      << "\" y2=\"" << top1 + n * kRowH << "\"/>\n";
+  }
+  s << "<text x=\"8\" y=\"" << top2 - 20 << "\">Speed-up over each baseline (baseline time / fuseops time, same run; "
+    << "solid line: 1x)</text>\n";
+  if (nratio == 0) s << "<text x=\"8\" y=\"" << top2 + 14 << "\">no baseline in these results</text>\n";
+  int k = 0;
+  for (const Row& row : r.rows) {
+    for (const auto& b : row.baselines) {
+      const int y = top2 + k++ * kRowH;
+      const double ratio = b.second / std::max(row.time_us, 1e-9), w = kBarW * ratio / max_ratio;
+      s << "<text x=\"8\" y=\"" << y + 14 << "\">" << esc(row.label + "  vs " + b.first) << "</text>\n";
+      s << "<rect class=\"ratio-bar\" x=\"" << kX0 << "\" y=\"" << y + 3 << "\" width=\"" << fmt("%.2f", w)
+        << "\" height=\"" << kRowH - 6 << "\" data-value=\"" << fmt("%.6g", ratio) << "\"/>\n";
+      s << "<text class=\"v\" x=\"" << fmt("%.2f", kX0 + w + 4) << "\" y=\"" << y + 14 << "\">" << fmt("%.2fx", ratio)
+        << "</text>\n";
+    }
+  }
+  if (nratio > 0) {
+    const double x = kX0 + kBarW / max_ratio;
+    s << "<line class=\"unit\" x1=\"" << fmt("%.2f", x) << "\" x2=\"" << fmt("%.2f", x) << "\" y1=\"" << top2
+      << "\" y2=\"" << top2 + nratio * kRowH << "\"/>\n";
+  }
+  s << "</svg>\n";
+  return s.str();
+}
+
+}  // namespace
+
+std::string chart_svg(const nlohmann::json& bench) {
+  return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + svg_element(load(bench));
+}
+
+std::string chart_html(const nlohmann::json& bench) {
+  const Results r = load(bench);
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << esc(r.title) << "</title>\n"
+    << "<style>body{font-family:sans-serif;margin:16px}table{border-collapse:collapse;font-size:12px}"
+       "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}</style></head>\n"
+    << "<body data-cases=\"" << r.rows.size() << "\">\n" << svg_element(r)
+    << "<table><tr><th>case</th><th>time us</th><th>TB/s</th><th>TFLOP/s</th><th>baselines (us)</th></tr>\n";
+  for (const Row& row : r.rows) {
+    std::string b;
+    for (const auto& x : row.baselines) b += (b.empty() ? "" : ", ") + x.first + " " + fmt("%.2f", x.second);
+    h << "<tr><td>" << esc(row.label) << "</td><td>" << fmt("%.2f", row.time_us) << "</td><td>" << fmt("%.3f", row.tbps())
+      << "</td><td>" << (row.flops > 0 ? fmt("%.2f", row.flops / std::max(row.time_us, 1e-9) / 1e6) : "") << "</td><td>"
+      << esc(b) << "</td></tr>\n";
+  }
+  // Counts the bars the browser laid out (a non-zero box, or a zero value) for a test to read from the DOM.
+  h << "</table>\n<script>\n(function(){var n=0;document.querySelectorAll('rect.bar').forEach(function(e){"
+       "var b=e.getBBox();if(b.height>0&&(b.width>0||Number(e.dataset.value)===0))n++;});"
+       "document.body.setAttribute('data-rendered-bars',String(n));})();\n</script>\n</body></html>\n";
+  return h.str();
+}
+
+void write_charts(const nlohmann::json& bench, const std::string& svg_path, const std::string& html_path) {
+  auto write = [](const std::string& path, const std::string& text, const char* option) {
+    if (path.empty()) return;
+    std::ofstream f(path);
+    if (!f) throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path);
+    f << text;
+  };
+  write(svg_path, chart_svg(bench), "--svg");
+  write(html_path, chart_html(bench), "--html");
+}
+
+int run_chart(const std::string& from, const std::string& svg_path, const std::string& html_path) {
+  if (svg_path.empty() && html_path.empty()) throw Error(ErrorKind::invalid_argument, "chart: give --svg FILE and/or --html FILE");
+  std::ifstream f(from);
+  if (!f) throw Error(ErrorKind::invalid_argument, "--from: cannot read " + from);
+  nlohmann::json j;
+  try {
+    f >> j;
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::invalid_argument, "--from: " + from + " is not JSON: " + e.what());
+  }
+  write_charts(j, svg_path, html_path);
+  std::printf("chart: %zu cases from %s%s%s%s%s\n", j["results"].size(), from.c_str(), svg_path.empty() ? "" : " -> ",
+              svg_path.c_str(), html_path.empty() ? "" : " -> ", html_path.c_str());
+  return 0;
+}
+
+}  // namespace fuseops::cli

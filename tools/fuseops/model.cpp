@@ -1,0 +1,296 @@
+// `fuseops model NAME`: the fused-op sequence of one layer of a real model with its dimensions. Each step names the
+// op(s) it needs; the op is looked up at run time in the registry — first a family's parameter hook (made with the
+// model's parameters), else a built-in case of that op — so an op family that lands later appears here without a
+// change; a step whose op is in neither is listed as missing. Each present op is checked against the float64 golden
+// on a slice and timed (GPU: warm CUDA-graph replay; CPU: scaled from a slice, and said so).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cases.h"
+#include "commands.h"
+#include "fuseops/error.h"
+#include "fuseops/version.h"
+#include "gpu.h"
+#include "model.h"
+#include "progress.h"
+#include "testing/host_tensor.h"
+
+namespace fuseops::cli {
+namespace {
+
+using P = std::map<std::string, ParamValue>;
+
+Step step(std::string what, std::vector<std::string> names, P params, std::string not_added = "") {
+  return Step{std::move(what), std::move(names), std::move(params), std::move(not_added), "", 1};
+}
+
+Step part_of(const std::string& whole, Step s) {
+  s.inside_of = whole;
+  return s;
+}
+
+std::vector<Model> make_models() {
+  std::vector<Model> m;
+  // Qwen3-Next-80B-A3B: hidden 2048; GDN with 16 key / 32 value heads of 128; gated RMSNorm per value head; MoE with
+  // 512 experts, top 10, expert and shared-expert intermediate 512; full attention (1 layer in 4) with 16 / 2 heads of
+  // 256 and partial rotary 64 (NeoX).
+  m.push_back({"qwen3-next-80b", "Qwen3-Next-80B-A3B linear-attention (GDN) layer with MoE; rope of the full-attention layers",
+               [](int64_t T, int64_t B) {
+                 const int64_t N = T * B;
+                 return std::vector<Step>{
+                     part_of("chunk_gated_delta_rule",
+                             step("GDN: chunk-local cumsum of the decays", {"chunk_local_cumsum"},
+                                  {{"batch", B}, {"seq_len", T}, {"num_v_heads", int64_t{32}}, {"chunk_size", int64_t{64}}})),
+                     part_of("chunk_gated_delta_rule",
+                             step("GDN intra-chunk: kkt + solve_tril", {"chunk_gated_delta_rule_fwd_kkt_solve", "kkt_solve"},
+                                  {{"batch", B}, {"seq_len", T}, {"num_heads", int64_t{16}}, {"num_v_heads", int64_t{32}},
+                                   {"head_k_dim", int64_t{128}}})),
+                     step("GDN chunked forward", {"chunk_gated_delta_rule"},
+                          {{"batch", B}, {"seq_len", T}, {"num_heads", int64_t{16}}, {"num_v_heads", int64_t{32}},
+                           {"head_k_dim", int64_t{128}}, {"head_v_dim", int64_t{128}}}),
+                     step("gated RMSNorm (z gate, group 128)", {"layer_norm_fwd", "rms_norm_gated", "rmsnorm_gated"},
+                          {{"tokens", N}, {"hidden", int64_t{4096}}, {"group_size", int64_t{128}}, {"is_rms_norm", true},
+                           {"gate", true}, {"norm_before_gate", true}}),
+                     step("MoE router: softmax top-10 of 512", {"topk_softmax"},
+                          {{"tokens", N}, {"num_experts", int64_t{512}}, {"topk", int64_t{10}}, {"renormalize", true}}),
+                     step("MoE alignment to expert blocks", {"moe_align_block_size"},
+                          {{"tokens", N}, {"topk", int64_t{10}}, {"num_experts", int64_t{512}}, {"block_size", int64_t{64}}}),
+                     step("routed experts: SwiGLU (tokens x 10 rows)", {"silu_and_mul"},
+                          {{"tokens", N * 10}, {"d", int64_t{512}}}),
+                     step("routed experts, expert-major masked layout", {"silu_and_mul_masked"},
+                          {{"num_experts", int64_t{512}}, {"max_tokens", std::max<int64_t>(1, 2 * ((N * 10 + 511) / 512))},
+                           {"tokens_per_expert", std::max<int64_t>(1, (N * 10 + 511) / 512)}, {"d", int64_t{512}}},
+                          "an alternative layout of the row above"),
+                     step("shared expert: SwiGLU", {"silu_and_mul"}, {{"tokens", N}, {"d", int64_t{512}}}),
+                     step("rope, partial 64 of 256 (NeoX)", {"rotary_embedding"},
+                          {{"tokens", N}, {"num_heads", int64_t{16}}, {"num_kv_heads", int64_t{2}}, {"head_size", int64_t{256}},
+                           {"rotary_dim", int64_t{64}}, {"is_neox", true}},
+                          "full-attention layers only (1 in 4)"),
+                 };
+               }});
+  // Llama-3-8B: hidden 4096, 32 / 8 heads of 128, full rotary (NeoX), MLP intermediate 14336.
+  m.push_back({"llama3-8b", "Llama-3-8B decoder layer: RMSNorm x2, rope, SwiGLU MLP (attention and GEMMs not fused ops)",
+               [](int64_t T, int64_t B) {
+                 const int64_t N = T * B;
+                 Step norm = step("RMSNorm (input and post-attention)", {"layer_norm_fwd", "rms_norm"},
+                                  {{"tokens", N}, {"hidden", int64_t{4096}}, {"is_rms_norm", true}, {"gate", false}});
+                 norm.count = 2;
+                 return std::vector<Step>{
+                     norm,
+                     step("rope, 128 of 128 (NeoX)", {"rotary_embedding"},
+                          {{"tokens", N}, {"num_heads", int64_t{32}}, {"num_kv_heads", int64_t{8}}, {"head_size", int64_t{128}},
+                           {"rotary_dim", int64_t{128}}, {"is_neox", true}}),
+                     step("MLP: SwiGLU", {"silu_and_mul"}, {{"tokens", N}, {"d", int64_t{14336}}}),
+                 };
+               }});
+  // DeepSeek-V3: hidden 7168; MLA rope on 64 dims (GPT-J), 128 query heads, one shared rope key; 256 routed experts in
+  // 8 groups, top 4 groups, top 8, scaling 2.5, sigmoid scores with a bias; expert intermediate 2048, one shared expert.
+  m.push_back({"deepseek-v3", "DeepSeek-V3 MoE layer: RMSNorm x2, MLA rope, grouped top-k router, experts' SwiGLU",
+               [](int64_t T, int64_t B) {
+                 const int64_t N = T * B;
+                 Step norm = step("RMSNorm (input and post-attention)", {"layer_norm_fwd", "rms_norm"},
+                                  {{"tokens", N}, {"hidden", int64_t{7168}}, {"is_rms_norm", true}, {"gate", false}});
+                 norm.count = 2;
+                 return std::vector<Step>{
+                     norm,
+                     step("MLA rope, 64 dims (GPT-J)", {"rotary_embedding"},
+                          {{"tokens", N}, {"num_heads", int64_t{128}}, {"num_kv_heads", int64_t{1}}, {"head_size", int64_t{64}},
+                           {"rotary_dim", int64_t{64}}, {"is_neox", false}}),
+                     step("router: grouped top-8 of 256 (8 groups, top 4)", {"grouped_topk"},
+                          {{"tokens", N}, {"num_experts", int64_t{256}}, {"n_group", int64_t{8}}, {"topk_group", int64_t{4}},
+                           {"topk", int64_t{8}}, {"renormalize", true}, {"routed_scaling_factor", 2.5},
+                           {"scoring", std::string("sigmoid")}}),
+                     step("MoE alignment to expert blocks", {"moe_align_block_size"},
+                          {{"tokens", N}, {"topk", int64_t{8}}, {"num_experts", int64_t{256}}, {"block_size", int64_t{64}}}),
+                     step("routed experts: SwiGLU (tokens x 8 rows)", {"silu_and_mul"}, {{"tokens", N * 8}, {"d", int64_t{2048}}}),
+                     step("shared expert: SwiGLU", {"silu_and_mul"}, {{"tokens", N}, {"d", int64_t{2048}}}),
+                 };
+               }});
+  return m;
+}
+
+std::string show_params(const P& p) {
+  std::string out;
+  for (const auto& [k, v] : p) out += (out.empty() ? "" : " ") + k + "=" + value_text(v);
+  return out;
+}
+
+}  // namespace
+
+const std::vector<Model>& models() {
+  static const std::vector<Model> m = make_models();
+  return m;
+}
+
+Resolved resolve(const Step& s, const Registry& reg, const std::string& model) {
+  Resolved r;
+  for (const std::string& name : s.names) {
+    const OpSpec* spec = reg.find_op(name);
+    if (!spec) continue;
+    try {
+      r.c = spec->make(spec->with_defaults(s.params));
+      r.source = "hook " + spec->name;
+      return r;
+    } catch (const ParamError& e) {  // the hook does not take the model's parameters: say so, try a built-in case
+      r.note = spec->name + " rejects " + e.key() + ": " + e.what();
+    }
+  }
+  // A built-in case of the op, preferring the model's own set.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const CaseSet& set : reg.sets()) {
+      if ((pass == 0) != (set.name == model)) continue;
+      for (const CaseFactory& f : set.factories) {
+        for (auto& c : f()) {
+          if (std::find(s.names.begin(), s.names.end(), c->op) == s.names.end()) continue;
+          r.c = std::move(c);
+          r.source = "set " + set.name + " (its shape, not --tokens)";
+          return r;
+        }
+      }
+    }
+  }
+  return r;
+}
+
+int run_model_list() {
+  std::printf("models (fuseops model NAME [--tokens N] [--batch B]):\n");
+  for (const Model& m : models()) {
+    std::printf("  %-15s %s\n", m.name.c_str(), m.description.c_str());
+    for (const Step& s : m.layer(4096, 1)) {
+      const bool present = resolve(s, registry(), m.name).c != nullptr;
+      std::printf("      %-8s %-34s %s\n", present ? "" : "missing", s.names.front().c_str(), s.what.c_str());
+    }
+  }
+  return 0;
+}
+
+int run_model(const ModelOptions& opts) {
+  const Model* model = nullptr;
+  std::string known;
+  for (const Model& m : models()) {
+    if (m.name == opts.name) model = &m;
+    known += (known.empty() ? "" : ", ") + m.name;
+  }
+  if (!model) throw Error(ErrorKind::invalid_argument, "model: unknown model \"" + opts.name + "\" (known: " + known + ")");
+  const bool cuda = use_cuda(opts.backend);
+  const uint64_t seed =
+      opts.seed_text.empty() ? testing::seed_from_env_or_clock() : testing::parse_seed("--seed", opts.seed_text);
+  const std::vector<Step> steps = model->layer(opts.tokens, opts.batch);
+  std::printf("fuseops model %s: %s\n", model->name.c_str(), model->description.c_str());
+  std::printf("tokens %lld per sequence, batch %lld; seed %llu; golden check of a slice of %lld rows per op on %s\n",
+              static_cast<long long>(opts.tokens), static_cast<long long>(opts.batch),
+              static_cast<unsigned long long>(seed), static_cast<long long>(opts.check_rows), cuda ? "the GPU" : "the CPU");
+  if (cuda) {
+    std::printf("times: %s, median per launch under CUDA-graph replay, warm (the same buffers)\n",
+                gpu::device_info(0).name.c_str());
+  } else {
+    std::printf("times: NO GPU in use: CPU backend wall time on a slice of %lld rows, scaled linearly to the full "
+                "rows (not GPU numbers)\n",
+                static_cast<long long>(opts.check_rows));
+  }
+
+  struct Row {
+    const Step* step;
+    Resolved r;
+    CheckOutcome check;
+    double us = 0;
+  };
+  std::vector<Row> rows;
+  for (const Step& s : steps) rows.push_back({&s, resolve(s, registry(), model->name), {}, 0});
+  std::size_t present = 0;
+  for (const Row& r : rows) present += r.r.c ? 1 : 0;
+  Progress progress(present, Progress::on_terminal(opts.quiet));
+  std::size_t done = 0;
+  for (Row& row : rows) {
+    if (!row.r.c) continue;
+    const OpCase& c = *row.r.c;
+    progress.show(done++, c.op + " " + c.shape);
+    const int64_t slice = std::min(c.rows, opts.check_rows);
+    try {
+      row.check = c.check(cuda ? Device::cuda(0) : Device::cpu(), slice, seed);
+    } catch (const Error& e) {
+      row.check.pass = false;
+      row.check.detail = e.what();
+    }
+    if (cuda) {
+      auto p = c.bench();
+      p->allocate(1);
+      const double est = gpu::time_graph_us([&](int, void* st) { p->run(0, st); }, 5, 0.0, 3);
+      row.us = gpu::time_graph_us([&](int, void* st) { p->run(0, st); }, launches_for(est));
+    } else {
+      row.us = c.time_cpu_us(slice) * static_cast<double>(c.rows) / static_cast<double>(std::max<int64_t>(slice, 1));
+    }
+    row.us *= row.step->count;
+  }
+  progress.clear();
+
+  // A step is added to the layer total unless it says why not, or the op containing it is present too.
+  auto why_not_added = [&](const Row& row) -> std::string {
+    if (!row.step->not_added.empty()) return row.step->not_added;
+    if (row.step->inside_of.empty()) return "";
+    for (const Row& o : rows) {
+      if (o.r.c && &o != &row && o.step->names.front() == row.step->inside_of) return "a part of " + row.step->inside_of;
+    }
+    return "";
+  };
+  double total = 0;
+  for (const Row& r : rows) {
+    if (r.r.c && why_not_added(r).empty()) total += r.us;
+  }
+  std::printf("\n%-44s %-28s %-16s %-5s %-6s %11s %12s %7s\n", "step", "op", "shape", "dtype", "check", "rel_rms_err",
+              cuda ? "time_us" : "cpu_time_us", "share");
+  nlohmann::json out = {{"command", "model"}, {"model", model->name}, {"version", version()}, {"tokens", opts.tokens},
+                        {"batch", opts.batch}, {"backend", cuda ? "cuda" : "cpu"}, {"seed", seed}};
+  out["steps"] = nlohmann::json::array();
+  int failed = 0;
+  std::vector<const Row*> missing;
+  for (const Row& r : rows) {
+    const std::string what = r.step->what + (r.step->count > 1 ? " (x" + std::to_string(r.step->count) + ")" : "");
+    if (!r.r.c) {
+      missing.push_back(&r);
+      out["steps"].push_back({{"step", what}, {"op", r.step->names.front()}, {"missing", true}, {"note", r.r.note}});
+      continue;
+    }
+    failed += r.check.pass ? 0 : 1;
+    const std::string why = why_not_added(r);
+    const bool added = why.empty();
+    char share[32];
+    std::snprintf(share, sizeof share, added ? "%.1f%%" : "(%.1f%%)", total > 0 ? 100.0 * r.us / total : 0.0);
+    std::printf("%-44s %-28s %-16s %-5s %-6s %11.3e %12.2f %7s\n", what.c_str(), r.r.c->op.c_str(), r.r.c->shape.c_str(),
+                dtype_name(r.r.c->dtype), r.check.pass ? "PASS" : "FAIL", r.check.rel_rms_error, r.us, share);
+    if (!r.check.pass) std::printf("    FAIL: %s\n", r.check.detail.c_str());
+    if (!added) std::printf("    not added to the layer total: %s\n", why.c_str());
+    if (r.r.source.rfind("set ", 0) == 0) std::printf("    from %s\n", r.r.source.c_str());
+    out["steps"].push_back({{"step", what}, {"op", r.r.c->op}, {"shape", r.r.c->shape}, {"dtype", dtype_name(r.r.c->dtype)},
+                            {"source", r.r.source}, {"pass", r.check.pass}, {"rel_rms_error", r.check.rel_rms_error},
+                            {"max_abs_error", r.check.max_abs_error}, {"detail", r.check.detail}, {"time_us", r.us},
+                            {"added", added}, {"share", added && total > 0 ? r.us / total : 0.0}});
+  }
+  std::printf("layer total of the ops present: %.2f us (%s)\n", total, cuda ? "GPU" : "CPU, scaled; not GPU numbers");
+  if (!missing.empty()) {
+    std::printf("missing (no op or case in fuseops by these names yet; not timed):\n");
+    for (const Row* r : missing) {
+      std::printf("  %-28s %s  [%s]%s%s\n", r->step->names.front().c_str(), r->step->what.c_str(),
+                  show_params(r->step->params).c_str(), r->r.note.empty() ? "" : "  ", r->r.note.c_str());
+    }
+  }
+  out["total_us"] = total;
+  if (!opts.json.empty()) {
+    std::ofstream f(opts.json);
+    if (!f) throw Error(ErrorKind::invalid_argument, "--json: cannot write " + opts.json);
+    f << out.dump(1) << "\n";
+  }
+  std::printf("model: %zu ops present, %zu missing; check %d passed, %d failed\n", present, missing.size(),
+              static_cast<int>(present) - failed, failed);
+  return failed ? 1 : 0;
+}
+
+}  // namespace fuseops::cli

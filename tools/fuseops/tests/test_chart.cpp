@@ -1,0 +1,96 @@
+// Charts from bench results, and the progress line.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "chart.h"
+#include "fuseops/error.h"
+#include "progress.h"
+
+namespace fuseops::cli {
+namespace {
+
+std::size_t count(const std::string& text, const std::string& what) {
+  std::size_t n = 0;
+  for (std::size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+nlohmann::json gpu_results() {
+  return nlohmann::json::parse(R"({"command": "bench", "backend": "cuda", "version": "0.1.0", "device": "NVIDIA H200",
+    "copy_tbps": 4.0, "date": "2026-01-01", "results": [
+      {"set": "s", "op": "silu_and_mul", "shape": "8192x14336", "dtype": "bf16", "bytes": 704643072, "flops": 0,
+       "cold_us": 200.0, "baseline": "unfused", "baseline_cold_us": 400.0},
+      {"set": "s", "op": "kkt_solve", "shape": "1x4096x16x128", "dtype": "bf16", "bytes": 3e7, "flops": 2.1e9,
+       "cold_us": 10.0, "baseline": "unfused", "baseline_cold_us": 15.0,
+       "baselines": [{"name": "FLA", "cold_us": 30.0}]},
+      {"set": "<s&>", "op": "x", "shape": "1", "dtype": "f32", "bytes": 0, "cold_us": 1.0}]})");
+}
+
+TEST(Chart, OneBarPerCaseAndOneRatioBarPerBaseline) {
+  const std::string svg = chart_svg(gpu_results());
+  EXPECT_EQ(svg.rfind("<?xml", 0), 0u);
+  EXPECT_EQ(count(svg, "class=\"bar\""), 3u);
+  EXPECT_EQ(count(svg, "class=\"ratio-bar\""), 3u);  // unfused x2, FLA x1
+  EXPECT_EQ(count(svg, "class=\"ceiling\""), 1u);
+  EXPECT_NE(svg.find("3.523 TB/s"), std::string::npos);  // 704643072 B / 200 us
+  EXPECT_NE(svg.find("(88% of ceiling)"), std::string::npos);
+  EXPECT_NE(svg.find("210.00 TFLOP/s"), std::string::npos);  // 2.1e9 / 10 us
+  EXPECT_NE(svg.find("2.00x"), std::string::npos);
+  EXPECT_NE(svg.find("3.00x"), std::string::npos);
+  EXPECT_NE(svg.find("&lt;s&amp;&gt;"), std::string::npos);  // labels escaped
+  EXPECT_EQ(svg.find("<s&>"), std::string::npos);
+  const std::string html = chart_html(gpu_results());
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(count(html, "class=\"bar\""), 3u);
+  EXPECT_NE(html.find("data-cases=\"3\""), std::string::npos);
+  EXPECT_EQ(html.find("http://", html.find("</svg>")), std::string::npos);  // nothing fetched
+}
+
+TEST(Chart, CpuResultsWithoutBaselines) {
+  const auto j = nlohmann::json::parse(R"({"command": "bench", "backend": "cpu", "version": "0.1.0",
+    "ceiling_tbps": 0.01, "results": [{"set": "a", "op": "silu_and_mul", "shape": "4x8", "dtype": "bf16",
+    "cpu_us": 2.0, "bytes": 192}]})");
+  const std::string svg = chart_svg(j);
+  EXPECT_EQ(count(svg, "class=\"bar\""), 1u);
+  EXPECT_EQ(count(svg, "class=\"ratio-bar\""), 0u);
+  EXPECT_NE(svg.find("no baseline in these results"), std::string::npos);
+  EXPECT_NE(svg.find("not GPU numbers"), std::string::npos);
+  EXPECT_NE(svg.find("memcpy rate"), std::string::npos);
+}
+
+TEST(Chart, RejectsWhatIsNotABenchResult) {
+  EXPECT_THROW(chart_svg(nlohmann::json::parse(R"({"command": "check", "results": []})")), Error);
+  EXPECT_THROW(chart_html(nlohmann::json::parse(R"([1, 2])")), Error);
+  EXPECT_THROW(run_chart("/nonexistent/x.json", "a.svg", ""), Error);
+}
+
+TEST(Progress, LineAndTerminalOnly) {
+  EXPECT_EQ(Progress::line(3, 10, 65.4, "silu_and_mul 4x8 bf16"), "[3/10] 1:05 elapsed  silu_and_mul 4x8 bf16");
+  EXPECT_EQ(Progress::line(0, 2, 0, ""), "[0/2] 0:00 elapsed");
+  EXPECT_LE(Progress::line(1, 2, 0, std::string(300, 'x')).size(), 100u);
+  EXPECT_FALSE(Progress::on_terminal(true));  // --quiet
+  std::FILE* f = std::tmpfile();
+  ASSERT_NE(f, nullptr);
+  {
+    Progress off(5, false, f);
+    off.show(1, "a");
+    off.clear();
+  }
+  EXPECT_EQ(std::ftell(f), 0);  // nothing written when off
+  {
+    Progress on(5, true, f);
+    on.show(2, "b");
+  }  // cleared on destruction
+  std::rewind(f);
+  char buf[256] = {};
+  const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  const std::string written(buf, n);
+  EXPECT_NE(written.find("\r\033[K[2/5] 0:00 elapsed  b"), std::string::npos) << written;
+  EXPECT_EQ(written.substr(written.size() - 4), "\r\033[K");
+}
+
+}  // namespace
+}  // namespace fuseops::cli
