@@ -1,0 +1,1 @@
+namespace fuseops::cli { struct Registry; void register_moe_cases(Registry&) {} }
