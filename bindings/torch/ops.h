@@ -39,6 +39,20 @@ void chunk_gated_delta_rule_fwd_kkt_solve(at::Tensor& Ai, const at::Tensor& k, c
                                           const c10::optional<at::Tensor>& beta, int64_t chunk_size,
                                           const c10::optional<at::Tensor>& cu_seqlens);
 
+// MoE routing (include/fuseops/moe.h, docs/ops/moe.md).
+void topk_softmax(at::Tensor& topk_weights, at::Tensor& topk_ids, at::Tensor& token_expert_indices,
+                  const at::Tensor& gating_output, bool renormalize, const c10::optional<at::Tensor>& correction_bias);
+void grouped_topk(at::Tensor& topk_weights, at::Tensor& topk_ids, const at::Tensor& scores,
+                  const c10::optional<at::Tensor>& bias, int64_t n_group, int64_t topk_group, bool renormalize,
+                  double routed_scaling_factor, c10::string_view scoring);
+void moe_align_block_size(const at::Tensor& topk_ids, int64_t num_experts, int64_t block_size,
+                          at::Tensor& sorted_token_ids, at::Tensor& expert_ids, at::Tensor& num_tokens_post_pad,
+                          const c10::optional<at::Tensor>& expert_map);
+void moe_route(at::Tensor& topk_weights, at::Tensor& topk_ids, at::Tensor& sorted_token_ids, at::Tensor& expert_ids,
+               at::Tensor& num_tokens_post_pad, const at::Tensor& gating_output, const c10::optional<at::Tensor>& bias,
+               c10::string_view scoring, int64_t n_group, int64_t topk_group, bool renormalize,
+               double routed_scaling_factor, int64_t block_size);
+
 // Library-wide (include/fuseops/error.h, version.h).
 void check_errors(int64_t device);
 void clear_errors(int64_t device);

@@ -34,6 +34,16 @@ TORCH_LIBRARY(fuseops, m) {
         "Tensor? cu_seqlens=None) -> ()");
 
   // Library-wide: the device error record (include/fuseops/error.h) and the version.
+  // MoE routing: docs/ops/moe.md.
+  m.def("topk_softmax(Tensor! topk_weights, Tensor! topk_ids, Tensor! token_expert_indices, Tensor gating_output, "
+        "bool renormalize=False, Tensor? correction_bias=None) -> ()");
+  m.def("grouped_topk(Tensor! topk_weights, Tensor! topk_ids, Tensor scores, Tensor? bias, int n_group, "
+        "int topk_group, bool renormalize, float routed_scaling_factor, str scoring=\"sigmoid\") -> ()");
+  m.def("moe_align_block_size(Tensor topk_ids, int num_experts, int block_size, Tensor! sorted_token_ids, "
+        "Tensor! expert_ids, Tensor! num_tokens_post_pad, Tensor? expert_map=None) -> ()");
+  m.def("moe_route(Tensor! topk_weights, Tensor! topk_ids, Tensor! sorted_token_ids, Tensor! expert_ids, "
+        "Tensor! num_tokens_post_pad, Tensor gating_output, Tensor? bias, str scoring, int n_group, int topk_group, "
+        "bool renormalize, float routed_scaling_factor, int block_size) -> ()");
   m.def("check_errors(int device=-1) -> ()");
   m.def("clear_errors(int device=-1) -> ()");
   m.def("version() -> str");
@@ -44,6 +54,10 @@ namespace {
 /// The kernels of every tensor op; the same functions serve CPU and CUDA tensors (the library dispatches by device).
 void register_kernels(torch::Library& m) {
   using namespace fuseops::torch_binding;
+  m.impl("topk_softmax", TORCH_FN(topk_softmax));
+  m.impl("grouped_topk", TORCH_FN(grouped_topk));
+  m.impl("moe_align_block_size", TORCH_FN(moe_align_block_size));
+  m.impl("moe_route", TORCH_FN(moe_route));
   m.impl("silu_and_mul", TORCH_FN(silu_and_mul));
   m.impl("gelu_and_mul", TORCH_FN(gelu_and_mul));
   m.impl("gelu_tanh_and_mul", TORCH_FN(gelu_tanh_and_mul));

@@ -31,6 +31,7 @@ from .gdn import (
     chunk_scaled_dot_kkt_fwd,
     solve_tril,
 )
+from .moe import grouped_topk, moe_align_block_size, moe_align_sizes, moe_route, topk_softmax
 
 __version__ = ops.version()
 
@@ -45,9 +46,14 @@ __all__ = [
     "gelu_and_mul_backward",
     "gelu_and_mul_split",
     "gelu_tanh_and_mul",
+    "grouped_topk",
     "library_path",
+    "moe_align_block_size",
+    "moe_align_sizes",
+    "moe_route",
     "ops",
     "silu_and_mul",
     "silu_and_mul_backward",
     "silu_and_mul_split",
+    "topk_softmax",
 ]

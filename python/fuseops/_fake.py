@@ -18,6 +18,10 @@ OPS = (
     "chunk_scaled_dot_kkt_fwd",
     "solve_tril",
     "chunk_gated_delta_rule_fwd_kkt_solve",
+    "topk_softmax",
+    "grouped_topk",
+    "moe_align_block_size",
+    "moe_route",
     "check_errors",
     "clear_errors",
 )

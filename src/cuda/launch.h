@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <string>
+#include <utility>
 
 #include "fuseops/error.h"
 
@@ -36,23 +37,45 @@ int sm_count(int device);
 /// environment sets FUSEOPS_PDL=0 (cached).
 bool pdl_enabled(int device);
 
+/// Whether `device` has compute capability >= 9.0 (thread block clusters, PDL) (cached).
+bool is_sm90_or_newer(int device);
+
+/// launch_kernel() for a kernel that runs as thread block clusters of `cluster_x` blocks (sm_90+; grid.x must be a
+/// multiple of cluster_x); cluster_x == 1 launches without the cluster attribute.
+template <typename... KernelArgs, typename... Args>
+void launch_kernel_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::size_t smem,
+                           cudaStream_t stream, int device, unsigned cluster_x, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute[2];
+  unsigned n = 0;
+  if (pdl_enabled(device)) {
+    attribute[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster_x > 1) {
+    attribute[n].id = cudaLaunchAttributeClusterDimension;
+    attribute[n].val.clusterDim.x = cluster_x;
+    attribute[n].val.clusterDim.y = 1;
+    attribute[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  config.attrs = attribute;
+  config.numAttrs = n;
+  (void)cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
+}
+
 /// Launches `kernel` on `stream`, with programmatic dependent launch where enabled: the kernel may be scheduled
 /// while the previous kernel in the stream is finishing, and must call pdl_wait_and_release() before it reads
 /// anything that kernel may have written. Errors surface in after_launch().
 template <typename... KernelArgs, typename... Args>
 void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
                    int device, Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = pdl_enabled(device) ? 1 : 0;
-  (void)cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
+  launch_kernel_cluster(kernel, grid, block, smem, stream, device, 1u, std::forward<Args>(args)...);
 }
 
 /// First statement of every kernel launched by launch_kernel(): waits until the previous kernel in the stream has

@@ -61,14 +61,9 @@ int sm_count(int device) {
   return counts[device];
 }
 
-bool pdl_enabled(int device) {
-  // Read on every launch: a lock-free cache per device (0 unknown, 1 off, 2 on).
-  static const bool allowed = [] {
-    const char* v = std::getenv("FUSEOPS_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+bool is_sm90_or_newer(int device) {
+  // Read on every launch: a lock-free cache per device (0 unknown, 1 no, 2 yes).
   static std::atomic<int> cache[64];
-  if (!allowed) return false;
   if (device < 0 || device >= 64) return false;
   int state = cache[device].load(std::memory_order_relaxed);
   if (state == 0) {
@@ -79,6 +74,14 @@ bool pdl_enabled(int device) {
     cache[device].store(state, std::memory_order_relaxed);
   }
   return state == 2;
+}
+
+bool pdl_enabled(int device) {
+  static const bool allowed = [] {
+    const char* v = std::getenv("FUSEOPS_PDL");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return allowed && is_sm90_or_newer(device);
 }
 
 namespace {

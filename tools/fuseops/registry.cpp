@@ -40,6 +40,7 @@ const Registry& registry() {
     Registry reg;
     register_activation_cases(reg);
     register_gdn_cases(reg);
+    register_moe_cases(reg);
     return reg;
   }();
   return r;

@@ -7,6 +7,8 @@ tensors of the same shape [..., d]. Unlike FlagGems, no broadcasting: gate and u
 """
 
 from .. import activation as _activation
+from .. import moe as _moe
+from .._ops import ops as _ops
 
 
 def silu_and_mul(A, B):
@@ -22,3 +24,13 @@ def silu_and_mul_out(A, B, out):
 def gelu_and_mul(x, y, approximate="none"):
     """gelu(x, approximate) * y with approximate "none" (erf) or "tanh"; differentiable in x and y."""
     return _activation.gelu_and_mul_split(x, y, approximate)
+
+
+def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False):
+    """As ``flag_gems.topk_softmax``: fills the three outputs (FlagGems adds 1e-8 to its denominators; we do not)."""
+    _ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, None)
+
+
+def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad_sorted_ids=False):
+    """As ``flag_gems.moe_align_block_size``: returns (sorted_ids, expert_ids, num_tokens_post_pad)."""
+    return _moe.moe_align_block_size(topk_ids, block_size, num_experts, expert_map, pad_sorted_ids)

@@ -1,4 +1,4 @@
-"""vLLM's activation ops, with vLLM's argument order: they write ``out`` and return None.
+"""vLLM's activation and MoE routing ops, with vLLM's argument order: they write their outputs and return None.
 
 As ``torch.ops._C.silu_and_mul(out, input)`` and friends (vLLM ``csrc/activation_kernels.cu``), which vLLM's
 ``SiluAndMul.forward_cuda`` calls with an ``out`` it allocated. Not differentiable (vLLM's are not either). Shapes:
@@ -22,3 +22,30 @@ def gelu_and_mul(out, input):
 def gelu_tanh_and_mul(out, input):
     """out = gelu(input[..., :d]) * input[..., d:], tanh approximation."""
     ops.gelu_tanh_and_mul.default(out, input)
+
+
+def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False, bias=None):
+    """As ``torch.ops._moe_C.topk_softmax``: fills topk_weights, topk_indices (int32/int64), token_expert_indices."""
+    ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)
+
+
+def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_factor, bias, scoring_func=1):
+    """As ``torch.ops._moe_C.grouped_topk``: returns (topk_values float32, topk_indices int32).
+
+    scoring_func 1 is sigmoid; 0 ("none": scores already probabilities) is not supported (ValueError)."""
+    import torch
+
+    if scoring_func != 1:
+        raise ValueError(f"grouped_topk: scoring_func: expected 1 (sigmoid), got {scoring_func!r}")
+    w = torch.empty((scores.shape[0], topk), dtype=torch.float32, device=scores.device)
+    ids = torch.empty((scores.shape[0], topk), dtype=torch.int32, device=scores.device)
+    ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, float(routed_scaling_factor),
+                             "sigmoid")
+    return w, ids
+
+
+def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
+                         expert_map=None):
+    """As ``torch.ops._moe_C.moe_align_block_size`` (outputs preallocated by the caller)."""
+    ops.moe_align_block_size.default(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
+                                     num_tokens_post_pad, expert_map)

@@ -1,0 +1,147 @@
+"""MoE routing: top-k expert selection per token and the block schedule of the fused-MoE GEMM, with vLLM's names.
+
+Notation: T tokens, E experts, k experts per token. The functions allocate their outputs and return them; the ops
+never synchronise, so they run inside CUDA graphs. docs/ops/moe.md has the semantics (NaN/Inf rules, tie-breaking,
+the deterministic schedule order) and the tolerances.
+
+Errors: ``ValueError`` naming the argument for bad shapes, dtypes, devices and ranges; expert ids outside
+[-1, num_experts) (and bad ``expert_map`` entries) are skipped and reported by :func:`fuseops.check_errors`.
+Not differentiable (routing decisions are discrete; vLLM's are not either).
+"""
+
+import torch
+
+from ._ops import ops
+
+_SCORING = ("softmax", "sigmoid")
+
+
+def _check_tensor(op, name, t):
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{op}: {name}: expected a tensor, got {type(t).__name__}")
+
+
+def _check_int(op, name, v, lo, hi=None):
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
+        raise ValueError(f"{op}: {name}: expected an int {rng}, got {v!r}")
+
+
+def _rows(op, name, t):
+    _check_tensor(op, name, t)
+    if t.dim() != 2:
+        raise ValueError(f"{op}: {name}: expected rank 2 [T, E], got {list(t.shape)}")
+    return t.shape[0]
+
+
+def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, indices_dtype=torch.int32):
+    """Softmax top-k routing, as vLLM ``topk_softmax``.
+
+    Args:
+        gating_output: [T, E] float32 / float16 / bfloat16 logits, E <= 1024.
+        topk: k in [1, min(E, 32)].
+        renormalize: divide the k weights by their sum.
+        correction_bias: optional [E] float tensor added to the probabilities for selection only.
+        indices_dtype: torch.int32 or torch.int64 for ``topk_ids``.
+
+    Returns:
+        (topk_weights [T, k] float32, topk_ids [T, k], token_expert_indices [T, k] int32 with j*T + t).
+    """
+    op = "topk_softmax"
+    T = _rows(op, "gating_output", gating_output)
+    _check_int(op, "topk", topk, 1)
+    dev = gating_output.device
+    w = torch.empty((T, topk), dtype=torch.float32, device=dev)
+    ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)
+    src = torch.empty((T, topk), dtype=torch.int32, device=dev)
+    ops.topk_softmax.default(w, ids, src, gating_output, renormalize, correction_bias)
+    return w, ids, src
+
+
+def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_factor=1.0, bias=None,
+                 scoring="sigmoid", indices_dtype=torch.int32):
+    """Grouped top-k routing (DeepSeek-V3 noaux_tc, Kimi-K2 with n_group=1), as vLLM ``grouped_topk``.
+
+    Args:
+        scores: [T, E] float32 / float16 / bfloat16 router logits (scored with ``scoring``).
+        n_group, topk_group: E % n_group == 0, n_group <= 32, 1 <= topk_group <= n_group.
+        topk: k <= min(32, topk_group * E / n_group).
+        renormalize: divide the k weights by their sum; routed_scaling_factor multiplies them afterwards.
+        bias: optional [E] e_score_correction_bias of any float dtype (selection only).
+        scoring: "sigmoid" or "softmax".
+
+    Returns:
+        (topk_weights [T, k] float32, topk_ids [T, k] indices_dtype).
+    """
+    op = "grouped_topk"
+    T = _rows(op, "scores", scores)
+    _check_int(op, "topk", topk, 1)
+    if scoring not in _SCORING:
+        raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
+    w = torch.empty((T, topk), dtype=torch.float32, device=scores.device)
+    ids = torch.empty((T, topk), dtype=indices_dtype, device=scores.device)
+    ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, float(routed_scaling_factor),
+                             scoring)
+    return w, ids
+
+
+def moe_align_sizes(numel, num_experts, block_size, pad_sorted_ids=False):
+    """(len(sorted_token_ids), len(expert_ids)) as vLLM's ``moe_align_block_size`` wrapper allocates them."""
+    n = numel + num_experts * (block_size - 1)
+    if pad_sorted_ids:
+        n = (n + block_size - 1) // block_size * block_size
+    if numel < num_experts:
+        n = min(numel * block_size, n)
+    return n, (n + block_size - 1) // block_size
+
+
+def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad_sorted_ids=False):
+    """The block schedule of the fused-MoE GEMM, with vLLM's wrapper signature and outputs.
+
+    Region e of ``sorted_token_ids`` lists the flat indices of ``topk_ids`` routed to expert e in ascending order
+    (deterministic), padded with numel to a multiple of block_size; ``expert_ids`` gives each block's expert (-1 past
+    the end); ``num_tokens_post_pad`` [1] is the end of the last region. With ``expert_map`` ([num_experts] int32:
+    global id -> local id or -1) ids mapped to -1 are dropped and regions are in local-id order. Ids -1 are padding.
+
+    Returns:
+        (sorted_token_ids int32, expert_ids int32, num_tokens_post_pad int32 [1]).
+    """
+    op = "moe_align_block_size"
+    _check_tensor(op, "topk_ids", topk_ids)
+    _check_int(op, "block_size", block_size, 1)
+    _check_int(op, "num_experts", num_experts, 1)
+    n, blocks = moe_align_sizes(topk_ids.numel(), num_experts, block_size, pad_sorted_ids)
+    dev = topk_ids.device
+    sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
+    expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)
+    total = torch.empty((1,), dtype=torch.int32, device=dev)
+    ops.moe_align_block_size.default(topk_ids, num_experts, block_size, sorted_ids, expert_ids, total, expert_map)
+    return sorted_ids, expert_ids, total
+
+
+def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, scoring="softmax", n_group=1,
+              topk_group=1, routed_scaling_factor=1.0, indices_dtype=torch.int32):
+    """Fused router: grouped_topk (or topk_softmax for softmax without groups) then moe_align_block_size(ids, E).
+
+    Identical results to the two calls, in fewer kernel launches.
+
+    Returns:
+        (topk_weights, topk_ids, sorted_token_ids, expert_ids, num_tokens_post_pad).
+    """
+    op = "moe_route"
+    T = _rows(op, "gating_output", gating_output)
+    _check_int(op, "topk", topk, 1)
+    _check_int(op, "block_size", block_size, 1)
+    if scoring not in _SCORING:
+        raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
+    dev = gating_output.device
+    E = gating_output.shape[1]
+    n, blocks = moe_align_sizes(T * topk, E, block_size)
+    w = torch.empty((T, topk), dtype=torch.float32, device=dev)
+    ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)
+    sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
+    expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)
+    total = torch.empty((1,), dtype=torch.int32, device=dev)
+    ops.moe_route.default(w, ids, sorted_ids, expert_ids, total, gating_output, bias, scoring, n_group, topk_group,
+                          renormalize, float(routed_scaling_factor), block_size)
+    return w, ids, sorted_ids, expert_ids, total

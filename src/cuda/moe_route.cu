@@ -1,0 +1,56 @@
+// CUDA backend of moe_route: up to kFusedMaxTokens tokens, one launch of a thread block cluster whose blocks route
+// a contiguous range of tokens each (one warp per token, moe_topk.cuh) and then build the schedule of those tokens'
+// ids together (moe_align.cuh); above it, the router kernel over the whole GPU and then the schedule kernel (two
+// launches, the second overlapping the first's tail through programmatic dependent launch). Both paths run the same
+// device code as topk_softmax / grouped_topk and moe_align_block_size, so the results are identical.
+#include <algorithm>
+
+#include "cuda/moe_launch.h"
+
+namespace fuseops::detail::cuda {
+namespace {
+
+/// Tokens up to which one cluster routes and schedules (about one token per warp at 8 blocks of 32 warps).
+constexpr int64_t kFusedMaxTokens = 256;
+
+template <typename T, int VPT>
+__global__ void __launch_bounds__(1024) route_align_kernel(RouteParams rp, AlignParams ap) {
+  pdl_wait_and_release();
+  extern __shared__ int smem[];
+  const int cl = static_cast<int>(cluster_blocks()), rank = static_cast<int>(cluster_rank());
+  const int chunk = (rp.T + cl - 1) / cl;
+  const int tlo = min(rp.T, rank * chunk), thi = min(rp.T, tlo + chunk);
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int warps = static_cast<int>(blockDim.x) >> 5;
+  float* keys = reinterpret_cast<float*>(smem) + warp * 32 * VPT;
+  for (int t = tlo + warp; t < thi; t += warps) route_token<T, VPT>(rp, t, keys, lane);
+  __syncthreads();  // this block's ids are in global memory, visible to the block
+  align_schedule(ap, tlo * rp.k, thi * rp.k, smem);
+}
+
+}  // namespace
+
+void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int device, void* stream) {
+  if (r.T > kFusedMaxTokens) {
+    route(op, r, device, stream);
+    align(op, a, device, stream);
+    return;
+  }
+  DeviceGuard guard(device, op);
+  auto s = static_cast<cudaStream_t>(stream);
+  const RouteParams rp = route_params(r);
+  const AlignParams ap = align_params(a, device);
+  const AlignShape shape = align_shape(ap.numel, a.E, device);
+  const unsigned cluster =
+      is_sm90_or_newer(device) ? static_cast<unsigned>(std::min<int64_t>(kMaxCluster, std::max<int64_t>(1, (r.T + 31) / 32)))
+                                       : 1u;
+  dispatch_route(r.logits.dtype, r.E, [&](auto t, auto vpt) {
+    auto kernel = route_align_kernel<typename decltype(t)::type, decltype(vpt)::value>;
+    const std::size_t smem = std::max<std::size_t>(shape.smem, sizeof(float) * 32 * decltype(vpt)::value * shape.warps);
+    allow_smem(kernel, smem, op);
+    launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * shape.warps), smem, s, device, cluster, rp, ap);
+  });
+  after_launch(op, s, device);
+}
+
+}  // namespace fuseops::detail::cuda

@@ -1,0 +1,60 @@
+// CUDA backend of topk_softmax and grouped_topk: one warp per token (moe_topk.cuh), kRouteWarps warps per block,
+// a grid-stride loop over tokens.
+#include <algorithm>
+
+#include "cuda/moe_launch.h"
+
+namespace fuseops::detail::cuda {
+namespace {
+
+template <typename T, int VPT>
+__global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteParams p) {
+  pdl_wait_and_release();
+  __shared__ float keys[kRouteWarps][32 * VPT];
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
+       t += static_cast<int>(gridDim.x) * kRouteWarps) {
+    route_token<T, VPT>(p, t, keys[warp], lane);
+  }
+}
+
+}  // namespace
+
+RouteParams route_params(const RouteArgs& a) {
+  RouteParams p{};
+  p.logits = a.logits.data;
+  p.logits_stride = a.logits.row_stride;
+  p.bias = a.bias.data;
+  p.bias_stride = a.bias.stride;
+  p.bias_dtype = static_cast<int>(a.bias.dtype);
+  p.weights = static_cast<float*>(a.weights.data);
+  p.weights_stride = a.weights.row_stride;
+  p.ids = a.ids.data;
+  p.ids_stride = a.ids.row_stride;
+  p.ids_i64 = a.ids.dtype == DType::i64;
+  p.src_rows = static_cast<int32_t*>(a.src_rows.data);
+  p.src_stride = a.src_rows.row_stride;
+  p.T = static_cast<int>(a.T);
+  p.E = static_cast<int>(a.E);
+  p.k = static_cast<int>(a.k);
+  p.n_group = a.n_group;
+  p.topk_group = a.topk_group;
+  p.softmax = a.scoring == MoeScoring::softmax;
+  p.renormalize = a.renormalize;
+  p.scale = a.scale;
+  return p;
+}
+
+void route(const char* op, const RouteArgs& args, int device, void* stream) {
+  DeviceGuard guard(device, op);
+  auto s = static_cast<cudaStream_t>(stream);
+  const RouteParams p = route_params(args);
+  const int64_t blocks = std::min<int64_t>((args.T + kRouteWarps - 1) / kRouteWarps, 16 * sm_count(device));
+  dispatch_route(args.logits.dtype, args.E, [&](auto t, auto vpt) {
+    launch_kernel(route_kernel<typename decltype(t)::type, decltype(vpt)::value>, dim3(static_cast<unsigned>(blocks)),
+                  dim3(kRouteWarps * 32), 0, s, device, p);
+  });
+  after_launch(op, s, device);
+}
+
+}  // namespace fuseops::detail::cuda

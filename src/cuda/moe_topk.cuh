@@ -1,0 +1,196 @@
+// Device code of the MoE routers (topk_softmax, grouped_topk, the routing half of moe_route): one warp routes one
+// token. Lane l holds the VPT consecutive experts [l*VPT, l*VPT + VPT) in registers; maxima and every argmax are
+// warp reductions of order-preserving 32-bit keys (redux.sync: highest key, then lowest index), so ties go to the
+// lower expert and the result does not depend on the lane layout. Group scores are scanned by one lane per group
+// from the warp's keys in shared memory. Included by moe_topk.cu and moe_route.cu, which must produce identical
+// results.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "common/moe_math.h"
+#include "cuda/vec.cuh"
+#include "fuseops/tensor.h"
+
+namespace fuseops::detail::cuda {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+/// Kernel parameters of a router (see RouteArgs).
+struct RouteParams {
+  const void* logits;
+  int64_t logits_stride;
+  const void* bias;  ///< nullptr when absent
+  int64_t bias_stride;
+  int bias_dtype;    ///< DType of the bias
+  float* weights;
+  int64_t weights_stride;
+  void* ids;
+  int64_t ids_stride;
+  int ids_i64;
+  int32_t* src_rows;  ///< nullptr when absent
+  int64_t src_stride;
+  int T, E, k, n_group, topk_group, softmax, renormalize;
+  float scale;
+};
+
+__device__ __forceinline__ float load_any_float(const void* p, int dtype, int64_t i) {
+  if (dtype == static_cast<int>(DType::f16)) return __half2float(static_cast<const __half*>(p)[i]);
+  if (dtype == static_cast<int>(DType::bf16)) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+  return static_cast<const float*>(p)[i];
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);  // a + b == b + a: every lane agrees
+  return v;
+}
+
+/// Routes token t with the calling (full) warp; `keys` is this warp's shared scratch of 32 * VPT floats.
+template <typename T, int VPT>
+__device__ __forceinline__ void route_token(const RouteParams& p, int t, float* keys, int lane) {
+  const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride;
+  const int base = lane * VPT;
+  float x[VPT];
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) x[i] = base + i < p.E ? moe_sanitize(to_float(row[base + i])) : -FLT_MAX;
+  float s[VPT];
+  if (p.softmax) {
+    uint32_t mk = 0;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) mk = max(mk, moe_order_key(x[i]));
+    const float m = moe_key_float(__reduce_max_sync(kFullMask, mk));
+    float local = 0;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      s[i] = base + i < p.E ? expf(x[i] - m) : 0.0f;
+      local += s[i];
+    }
+    const float sum = warp_sum(local);
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) s[i] = s[i] / sum;
+  } else {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) s[i] = moe_sigmoid(x[i]);
+  }
+  // Selection keys: score + bias, or the logit itself (same order as the score) without a bias.
+  float key[VPT];
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    key[i] = x[i];
+    if (p.bias && base + i < p.E) key[i] = s[i] + moe_sanitize(load_any_float(p.bias, p.bias_dtype, (base + i) * p.bias_stride));
+  }
+  uint32_t kept = kFullMask;  // surviving groups
+  const int G = p.E / p.n_group;
+  if (p.topk_group < p.n_group) {
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      if (base + i < p.E) keys[base + i] = key[i];
+    }
+    __syncwarp();
+    uint32_t gk = 0;
+    if (lane < p.n_group) {
+      float top1 = -INFINITY, top2 = -INFINITY;
+      for (int e = lane * G; e < lane * G + G; ++e) {
+        const float v = keys[e];
+        if (v > top1) {
+          top2 = top1;
+          top1 = v;
+        } else if (v > top2) {
+          top2 = v;
+        }
+      }
+      gk = moe_order_key(!p.bias ? top1 : G == 1 ? top1 : top1 + top2);
+    }
+    kept = 0;
+    for (int i = 0; i < p.topk_group; ++i) {
+      const uint32_t best = __reduce_max_sync(kFullMask, gk);
+      const unsigned win = __reduce_min_sync(kFullMask, gk == best && lane < p.n_group ? lane : 32u);
+      kept |= 1u << win;
+      if (lane == static_cast<int>(win)) gk = 0;
+    }
+  }
+  uint32_t uk[VPT];
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    const int e = base + i;
+    uk[i] = e < p.E && ((kept >> (e / G)) & 1u) ? moe_order_key(key[i]) : 0u;
+  }
+  float my_w = 0;
+  int my_id = 0;
+  for (int j = 0; j < p.k; ++j) {
+    uint32_t lb = 0;
+    int li = 0;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      if (uk[i] > lb) {
+        lb = uk[i];
+        li = i;
+      }
+    }
+    const uint32_t best = __reduce_max_sync(kFullMask, lb);
+    const unsigned win = __reduce_min_sync(kFullMask, lb == best ? static_cast<unsigned>(base + li) : 0xffffffffu);
+    float sv = 0;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      if (static_cast<unsigned>(base + i) == win) {
+        sv = s[i];
+        uk[i] = 0;
+      }
+    }
+    sv = __shfl_sync(kFullMask, sv, static_cast<int>(win) / VPT);
+    if (lane == j) {
+      my_w = sv;
+      my_id = static_cast<int>(win);
+    }
+  }
+  if (p.renormalize) {
+    const float sum = warp_sum(lane < p.k ? my_w : 0.0f);
+    my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);
+  }
+  my_w = __fmul_rn(my_w, p.scale);
+  if (lane < p.k) {
+    p.weights[static_cast<int64_t>(t) * p.weights_stride + lane] = my_w;
+    if (p.ids_i64) static_cast<int64_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + lane] = my_id;
+    else static_cast<int32_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + lane] = my_id;
+    if (p.src_rows) p.src_rows[static_cast<int64_t>(t) * p.src_stride + lane] = lane * p.T + t;
+  }
+}
+
+/// The registers-per-lane bucket for E experts: the smallest power of two VPT with 32 * VPT >= E.
+inline int route_vpt(int64_t E) {
+  int vpt = 1;
+  while (32 * vpt < E) vpt *= 2;
+  return vpt;
+}
+
+/// Calls f(TypeTag<T>{}, std::integral_constant<int, VPT>{}) for the logits dtype and E.
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+template <typename F>
+void dispatch_route(DType dtype, int64_t E, F&& f) {
+  auto by_vpt = [&](auto tag) {
+    switch (route_vpt(E)) {
+      case 1: f(tag, std::integral_constant<int, 1>{}); break;
+      case 2: f(tag, std::integral_constant<int, 2>{}); break;
+      case 4: f(tag, std::integral_constant<int, 4>{}); break;
+      case 8: f(tag, std::integral_constant<int, 8>{}); break;
+      case 16: f(tag, std::integral_constant<int, 16>{}); break;
+      default: f(tag, std::integral_constant<int, 32>{}); break;
+    }
+  };
+  switch (dtype) {
+    case DType::f16: by_vpt(TypeTag<__half>{}); break;
+    case DType::bf16: by_vpt(TypeTag<__nv_bfloat16>{}); break;
+    default: by_vpt(TypeTag<float>{}); break;
+  }
+}
+
+}  // namespace fuseops::detail::cuda

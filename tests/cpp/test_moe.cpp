@@ -1,0 +1,287 @@
+// MoE routing ops against the golden on the CPU and CUDA backends: routers (topk_softmax, grouped_topk, moe_route)
+// over the expert counts and k of real models and odd ones, special rows (NaN, equal, +-inf, ties), T = 0, 1, 3 and
+// large; the schedule (moe_align_block_size) exactly, including the ascending-flat-index order inside each expert
+// region, padding ids, expert maps and bad ids (device error record); moe_route identical to its parts.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "testing/moe_run.h"
+
+namespace fuseops_test {
+namespace {
+
+using fuseops::Device;
+using fuseops::MoeScoring;
+using ft::AlignProblem;
+using ft::RouteOp;
+using ft::RouteProblem;
+
+Device device_of(Where where) { return where == Where::cuda ? Device::cuda(0) : Device::cpu(); }
+
+class MoeTest : public ::testing::TestWithParam<Where> {
+ protected:
+  void SetUp() override { FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam()); }
+  void check(const RouteProblem& p) {
+    const uint64_t seed = test_rng()();
+    const auto c = ft::check_route(p, device_of(GetParam()), seed);
+    EXPECT_TRUE(c.pass) << p.describe() << " seed " << seed << ": " << c.violations << " violations, first: " << c.detail;
+  }
+  void check(const AlignProblem& p) {
+    const uint64_t seed = test_rng()();
+    const auto c = ft::check_align(p, device_of(GetParam()), seed);
+    EXPECT_TRUE(c.pass) << p.describe() << " seed " << seed << ": " << c.violations << " violations, first: " << c.detail;
+  }
+  bool large() const { return GetParam() == Where::cuda; }
+};
+
+RouteProblem softmax_problem(int64_t T, int64_t E, int64_t k, DType dtype) {
+  RouteProblem p;
+  p.op = RouteOp::topk_softmax;
+  p.T = T;
+  p.E = E;
+  p.k = k;
+  p.dtype = dtype;
+  return p;
+}
+
+RouteProblem grouped_problem(int64_t T, int64_t E, int64_t k, int64_t ng, int64_t tg, bool bias, MoeScoring scoring) {
+  RouteProblem p = softmax_problem(T, E, k, DType::bf16);
+  p.op = RouteOp::grouped_topk;
+  p.spec.n_group = ng;
+  p.spec.topk_group = tg;
+  p.spec.scoring = scoring;
+  p.spec.renormalize = true;
+  p.spec.scale = 2.5;
+  p.bias = bias;
+  return p;
+}
+
+TEST_P(MoeTest, TopkSoftmaxExpertCounts) {
+  const DType dtypes[] = {DType::f32, DType::bf16, DType::f16};
+  const int64_t Es[] = {8, 60, 64, 128, 160, 256, 384, 512, 1024};
+  const int64_t ks[] = {1, 2, 6, 8, 10, 32};
+  int n = 0;
+  for (int64_t E : Es) {
+    for (int64_t k : ks) {
+      if (k > E) continue;
+      RouteProblem p = softmax_problem(n % 3 == 0 ? 3 : 19, E, k, dtypes[n % 3]);
+      p.spec.renormalize = n % 2 == 0;
+      p.ids_dtype = n % 4 == 1 ? DType::i64 : DType::i32;
+      p.special_rows = n % 5 == 0;
+      ++n;
+      check(p);
+    }
+  }
+}
+
+TEST_P(MoeTest, TopkSoftmaxCorrectionBiasAndPitch) {
+  for (int64_t E : {8, 128, 384, 1024}) {
+    RouteProblem p = softmax_problem(33, E, std::min<int64_t>(E, 8), DType::bf16);
+    p.bias = true;
+    p.bias_dtype = E == 128 ? DType::bf16 : DType::f32;
+    p.spec.renormalize = true;
+    p.row_pitch = E + 24;
+    check(p);
+  }
+}
+
+TEST_P(MoeTest, TopkSoftmaxSpecialRows) {
+  for (int64_t E : {8, 64, 160, 1024}) {
+    for (bool renorm : {false, true}) {
+      RouteProblem p = softmax_problem(6, E, std::min<int64_t>(E, 10), DType::f32);
+      p.special_rows = true;
+      p.spec.renormalize = renorm;
+      check(p);
+      p.bias = true;
+      check(p);
+    }
+  }
+}
+
+TEST_P(MoeTest, TopkSoftmaxNoTokensAndOneToken) {
+  check(softmax_problem(0, 64, 6, DType::bf16));
+  check(softmax_problem(1, 64, 6, DType::bf16));
+  check(softmax_problem(1, 1, 1, DType::f32));
+}
+
+TEST_P(MoeTest, GroupedTopkModels) {
+  check(grouped_problem(37, 256, 8, 8, 4, true, MoeScoring::sigmoid));   // DeepSeek-V3
+  check(grouped_problem(37, 384, 8, 1, 1, true, MoeScoring::sigmoid));   // Kimi-K2
+  check(grouped_problem(37, 160, 6, 8, 3, false, MoeScoring::softmax));  // DeepSeek-V2 style
+  check(grouped_problem(37, 64, 10, 32, 7, true, MoeScoring::sigmoid));  // groups of 2
+  check(grouped_problem(37, 60, 5, 30, 30, true, MoeScoring::softmax));  // every group kept
+  check(grouped_problem(37, 1024, 32, 16, 4, true, MoeScoring::sigmoid));
+  check(grouped_problem(37, 96, 3, 32, 3, true, MoeScoring::sigmoid));   // groups of 3, 3 candidates per group
+  RouteProblem p = grouped_problem(9, 256, 8, 8, 4, true, MoeScoring::sigmoid);
+  p.special_rows = true;
+  check(p);
+  p.bias = false;
+  check(p);
+  p.spec.renormalize = false;
+  p.spec.scale = 1.0;
+  p.ids_dtype = DType::i64;
+  p.bias_dtype = DType::bf16;
+  p.bias = true;
+  check(p);
+}
+
+TEST_P(MoeTest, GroupedTopkTiesPickLowerGroupsAndExperts) {
+  // All-equal rows: every group score ties, so the lowest topk_group groups survive and the lowest experts win.
+  RouteProblem p = grouped_problem(2, 256, 8, 8, 4, false, MoeScoring::sigmoid);
+  p.special_rows = true;  // rows 0 (NaN) and 1 (equal)
+  check(p);
+}
+
+TEST_P(MoeTest, AlignShapes) {
+  const int64_t Es[] = {8, 60, 64, 256, 1024, 4096};
+  int n = 0;
+  for (int64_t E : Es) {
+    for (int64_t T : {0, 1, 3, 200}) {
+      for (int64_t bs : {1, 16, 64}) {
+        AlignProblem p;
+        p.T = T;
+        p.k = n % 3 == 0 ? 1 : n % 3 == 1 ? 8 : 6;
+        p.E = E;
+        p.block_size = bs;
+        p.pad_sorted_ids = n % 2 == 1;
+        p.ids_dtype = n % 4 == 3 ? DType::i64 : DType::i32;
+        p.padding_fraction = n % 5 == 0 ? 0.2 : 0;
+        ++n;
+        check(p);
+      }
+    }
+  }
+}
+
+TEST_P(MoeTest, AlignExpertMapAndSkew) {
+  for (int64_t E : {8, 256, 1024}) {
+    AlignProblem p;
+    p.T = 300;
+    p.k = 8;
+    p.E = E;
+    p.block_size = 16;
+    p.expert_map = true;
+    p.padding_fraction = 0.1;
+    check(p);
+    p.expert_map = false;
+    p.skewed = true;
+    check(p);
+  }
+}
+
+// The order promise at sizes where the CUDA schedule runs as a cluster of blocks: each region lists its flat indices
+// in ascending order (the golden's stable sort), and repeated runs are bitwise identical.
+TEST_P(MoeTest, AlignDeterministicLarge) {
+  const int64_t T = large() ? 16384 : 2048;
+  AlignProblem p;
+  p.T = T;
+  p.k = 8;
+  p.E = 256;
+  p.block_size = 64;
+  check(p);
+  p.skewed = true;
+  p.block_size = 128;
+  check(p);
+  p.E = 1024;
+  p.k = 10;
+  p.skewed = false;
+  p.expert_map = true;
+  check(p);
+  const uint64_t seed = test_rng()();
+  const HostTensor ids = ft::make_ids(p, seed);
+  const HostTensor map = ft::make_expert_map(p, seed);
+  const auto a = ft::run_align(p, ids, &map, device_of(GetParam()));
+  const auto b = ft::run_align(p, ids, &map, device_of(GetParam()));
+  EXPECT_EQ(0, std::memcmp(a.sorted.data(), b.sorted.data(), a.sorted.bytes()));
+}
+
+TEST_P(MoeTest, AlignBadIdsAreSkippedAndRecorded) {
+  fuseops::clear_errors();
+  AlignProblem p;
+  p.T = 50;
+  p.k = 4;
+  p.E = 16;
+  p.block_size = 8;
+  const uint64_t seed = test_rng()();
+  HostTensor ids = ft::make_ids(p, seed);
+  auto* v = static_cast<int32_t*>(ids.data());
+  v[17] = 16;   // >= E
+  v[90] = -7;   // < -1
+  v[120] = 1000;
+  v[3] = -1;    // padding: skipped silently
+  const auto out = ft::run_align(p, ids, nullptr, device_of(GetParam()));
+  const auto sz = fuseops::moe_align_sizes(p.T * p.k, p.E, p.block_size);
+  const auto g = fuseops::reference::align(ids, p.E, p.block_size, sz.sorted_len, sz.blocks, nullptr);
+  const auto c = fuseops::reference::compare_align(g, out.sorted, out.expert_ids, out.total);
+  EXPECT_TRUE(c.pass) << c.detail;
+  EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value,
+                     {"moe_align_block_size: topk_ids", "index 17"}));
+  EXPECT_NO_THROW(fuseops::check_errors());
+
+  // A bad map entry: recorded against expert_map with the global id.
+  p.expert_map = true;
+  HostTensor map = ft::make_expert_map(p, seed);
+  ids = ft::make_ids(p, seed);
+  v = static_cast<int32_t*>(ids.data());
+  for (int64_t i = 0; i < ids.numel(); ++i) v[i] = static_cast<int32_t>(i % p.E);
+  static_cast<int32_t*>(map.data())[5] = 99;
+  const auto out2 = ft::run_align(p, ids, &map, device_of(GetParam()));
+  const auto g2 = fuseops::reference::align(ids, p.E, p.block_size, sz.sorted_len, sz.blocks, &map);
+  const auto c2 = fuseops::reference::compare_align(g2, out2.sorted, out2.expert_ids, out2.total);
+  EXPECT_TRUE(c2.pass) << c2.detail;
+  EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value,
+                     {"moe_align_block_size: expert_map", "index 5"}));
+}
+
+TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
+  // Sizes on both sides of the fused path's token limit.
+  for (int64_t T : {0, 1, 16, 64, 300}) {
+    RouteProblem p = grouped_problem(T, 256, 8, 8, 4, true, MoeScoring::sigmoid);
+    p.op = RouteOp::moe_route;
+    check(p);
+    RouteProblem q = softmax_problem(T, 128, 8, DType::bf16);
+    q.op = RouteOp::moe_route;
+    q.spec.renormalize = true;
+    q.block_size = 16;
+    check(q);
+    // Identical to the parts, bit for bit.
+    const uint64_t seed = test_rng()();
+    const HostTensor logits = ft::make_logits(p, seed);
+    const HostTensor bias = ft::make_bias(p, seed);
+    const auto fused = ft::run_route(p, logits, &bias, device_of(GetParam()));
+    RouteProblem parts = p;
+    parts.op = RouteOp::grouped_topk;
+    const auto sep = ft::run_route(parts, logits, &bias, device_of(GetParam()));
+    EXPECT_EQ(0, std::memcmp(fused.weights.data(), sep.weights.data(), fused.weights.bytes())) << "T=" << T;
+    EXPECT_EQ(0, std::memcmp(fused.ids.data(), sep.ids.data(), fused.ids.bytes())) << "T=" << T;
+    AlignProblem a;
+    a.T = T;
+    a.k = p.k;
+    a.E = p.E;
+    a.block_size = p.block_size;
+    const auto sched = ft::run_align(a, sep.ids, nullptr, device_of(GetParam()));
+    EXPECT_EQ(0, std::memcmp(fused.sorted.data(), sched.sorted.data(), fused.sorted.bytes())) << "T=" << T;
+    EXPECT_EQ(0, std::memcmp(fused.expert_ids.data(), sched.expert_ids.data(), fused.expert_ids.bytes()));
+    EXPECT_EQ(0, std::memcmp(fused.total.data(), sched.total.data(), 4));
+  }
+}
+
+TEST_P(MoeTest, LargeRouting) {
+  if (!large()) GTEST_SKIP() << "16384-token routing runs on CUDA only (CPU time in CI)";
+  check(softmax_problem(16384, 512, 10, DType::bf16));
+  check(grouped_problem(16384, 256, 8, 8, 4, true, MoeScoring::sigmoid));
+  RouteProblem p = softmax_problem(16384, 1024, 32, DType::f32);
+  p.bias = true;
+  check(p);
+  p = grouped_problem(4096, 256, 8, 8, 4, true, MoeScoring::sigmoid);
+  p.op = RouteOp::moe_route;
+  check(p);
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, MoeTest, ::testing::Values(Where::cpu, Where::cuda),
+                         [](const ::testing::TestParamInfo<Where>& i) { return std::string(where_name(i.param)); });
+
+}  // namespace
+}  // namespace fuseops_test

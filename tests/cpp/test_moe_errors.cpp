@@ -1,0 +1,131 @@
+// Every bad argument of the MoE routing ops raises fuseops::Error naming the op and the argument.
+#include <cstdint>
+#include <vector>
+
+#include "test_util.h"
+
+namespace fuseops_test {
+namespace {
+
+using fuseops::Device;
+using fuseops::MoeScoring;
+
+struct Bufs {
+  std::vector<float> logits = std::vector<float>(4 * 256), weights = std::vector<float>(4 * 8), bias = std::vector<float>(256);
+  std::vector<int32_t> ids = std::vector<int32_t>(4 * 8), src = std::vector<int32_t>(4 * 8);
+  std::vector<int32_t> sorted = std::vector<int32_t>(32 + 256 * 63), eids = std::vector<int32_t>(300),
+                       total = std::vector<int32_t>(1), map = std::vector<int32_t>(256);
+  TensorView L(std::initializer_list<int64_t> s = {4, 256}) { return TensorView(logits.data(), DType::f32, Device::cpu(), s); }
+  TensorView W(std::initializer_list<int64_t> s = {4, 8}) { return TensorView(weights.data(), DType::f32, Device::cpu(), s); }
+  TensorView I(std::initializer_list<int64_t> s = {4, 8}) { return TensorView(ids.data(), DType::i32, Device::cpu(), s); }
+  TensorView S() { return TensorView(src.data(), DType::i32, Device::cpu(), {4, 8}); }
+  TensorView B(int64_t n = 256) { return TensorView(bias.data(), DType::f32, Device::cpu(), {n}); }
+  TensorView sorted_v(int64_t n = 32 + 256 * 63) { return TensorView(sorted.data(), DType::i32, Device::cpu(), {n}); }
+  TensorView eids_v(int64_t n = 300) { return TensorView(eids.data(), DType::i32, Device::cpu(), {n}); }
+  TensorView total_v() { return TensorView(total.data(), DType::i32, Device::cpu(), {1}); }
+  TensorView map_v(int64_t n = 256) { return TensorView(map.data(), DType::i32, Device::cpu(), {n}); }
+};
+
+TEST(MoeErrors, TopkSoftmax) {
+  Bufs b;
+  const char* op = "topk_softmax";
+  EXPECT_NO_THROW(fuseops::topk_softmax(b.W(), b.I(), b.S(), b.L(), true));
+  TensorView half(b.logits.data(), DType::i32, Device::cpu(), {4, 256});
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), b.S(), half, true), op, "gating_output");
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), b.S(), b.L({1024}), true), op, "gating_output");
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), b.S(), b.L({1, 1025}), true), op, "gating_output");
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W({3, 8}), b.I(), b.S(), b.L(), true), op, "topk_weights");
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W({1, 33}), b.I({1, 33}), b.S(), b.L({1, 256}), true), op, "topk_weights");
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W({4, 3}), b.I({4, 3}), b.S(), b.L({4, 2}), true), op, "topk_weights");
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I({4, 7}), b.S(), b.L(), true), op, "topk_ids");
+  TensorView fids(b.ids.data(), DType::f32, Device::cpu(), {4, 8});
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), fids, b.S(), b.L(), true), op, "topk_ids");
+  TensorView i64src(b.src.data(), DType::i64, Device::cpu(), {4, 4});
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), i64src, b.L(), true), op, "token_expert_indices");
+  TensorView bias = b.B(255);
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), b.S(), b.L(), true, &bias), op, "bias");
+  TensorView alias(b.logits.data(), DType::f32, Device::cpu(), {4, 8});
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(alias, b.I(), b.S(), b.L(), true), op, "topk_weights");
+  TensorView strided(b.logits.data(), DType::f32, Device::cpu(), {4, 128}, {256, 2});
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), b.S(), strided, true), op, "gating_output");
+  TensorView on_gpu = b.I();
+  on_gpu.device = Device::cuda(0);
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), on_gpu, b.S(), b.L(), true), op, "topk_ids");
+}
+
+TEST(MoeErrors, GroupedTopk) {
+  Bufs b;
+  const char* op = "grouped_topk";
+  TensorView bias = b.B();
+  EXPECT_NO_THROW(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 8, 4, true, 2.5));
+  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 7, 4, true, 2.5), op, "n_group");
+  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 64, 4, true, 2.5), op, "n_group");
+  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 8, 9, true, 2.5), op, "topk_group");
+  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 8, 0, true, 2.5), op, "topk_group");
+  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L({4, 16}), &bias, 8, 2, true, 2.5), op, "bias");
+  TensorView small_bias = b.B(16);
+  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L({4, 16}), &small_bias, 8, 2, true, 2.5), op, "topk");
+  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 8, 4, true, INFINITY), op,
+                   "routed_scaling_factor");
+  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 8, 4, true, 1.0, static_cast<MoeScoring>(7)), op,
+                   "scoring");
+  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L({256}), &bias, 8, 4, true, 1.0), op, "scores");
+}
+
+TEST(MoeErrors, AlignBlockSize) {
+  Bufs b;
+  const char* op = "moe_align_block_size";
+  EXPECT_NO_THROW(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), b.I(), 256, 64));
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), b.I(), 0, 64), op, "num_experts");
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), b.I(), 4097, 64), op,
+                   "num_experts");
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), b.I(), 256, 0), op, "block_size");
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(100), b.eids_v(), b.total_v(), b.I(), 256, 64), op,
+                   "sorted_token_ids");
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(10), b.total_v(), b.I(), 256, 64), op,
+                   "expert_ids");
+  TensorView two(b.total.data(), DType::i32, Device::cpu(), {2});
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.eids_v(2), b.I(), 256, 64), op,
+                   "num_tokens_post_padded");
+  (void)two;
+  TensorView fids(b.ids.data(), DType::f32, Device::cpu(), {4, 8});
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), fids, 256, 64), op, "topk_ids");
+  TensorView map = b.map_v(255);
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), b.I(), 256, 64, &map), op,
+                   "expert_map");
+  TensorView overlap(b.sorted.data() + 10, DType::i32, Device::cpu(), {300});
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), overlap, b.total_v(), b.I(), 256, 64), op, "expert_ids");
+  TensorView strided(b.sorted.data(), DType::i32, Device::cpu(), {2048}, {2});
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(strided, b.eids_v(), b.total_v(), b.I(), 256, 64), op,
+                   "sorted_token_ids");
+}
+
+TEST(MoeErrors, MoeRoute) {
+  Bufs b;
+  const char* op = "moe_route";
+  fuseops::MoeRouterConfig c;
+  c.scoring = MoeScoring::sigmoid;
+  c.n_group = 8;
+  c.topk_group = 4;
+  EXPECT_NO_THROW(fuseops::moe_route(b.W(), b.I(), b.sorted_v(), b.eids_v(), b.total_v(), b.L(), nullptr, c, 64));
+  EXPECT_ARG_ERROR(fuseops::moe_route(b.W(), b.I(), b.sorted_v(), b.eids_v(), b.total_v(), b.L(), nullptr, c, 0), op,
+                   "block_size");
+  c.n_group = 3;
+  EXPECT_ARG_ERROR(fuseops::moe_route(b.W(), b.I(), b.sorted_v(), b.eids_v(), b.total_v(), b.L(), nullptr, c, 64), op,
+                   "n_group");
+  c.n_group = 8;
+  EXPECT_ARG_ERROR(fuseops::moe_route(b.W(), b.I(), b.sorted_v(20), b.eids_v(), b.total_v(), b.L(), nullptr, c, 64), op,
+                   "sorted_token_ids");
+}
+
+TEST(MoeErrors, AlignSizes) {
+  EXPECT_EQ(fuseops::moe_align_sizes(16, 8, 4).sorted_len, 16 + 8 * 3);
+  EXPECT_EQ(fuseops::moe_align_sizes(17, 8, 4, true).sorted_len, 44);  // 17 + 24 = 41 -> 44
+  EXPECT_EQ(fuseops::moe_align_sizes(2, 256, 64).sorted_len, 128);     // numel < E: numel * block_size
+  EXPECT_EQ(fuseops::moe_align_sizes(2, 256, 64).blocks, 2);
+  EXPECT_EQ(fuseops::moe_align_sizes(0, 256, 64).sorted_len, 0);
+  EXPECT_THROW(fuseops::moe_align_sizes(1, 0, 64), fuseops::Error);
+}
+
+}  // namespace
+}  // namespace fuseops_test

@@ -1,0 +1,137 @@
+"""MoE routing through torch: the allocating functions against plain-PyTorch references (float64), vLLM's wrapper
+order for moe_align_block_size, the compat entries, errors, and CUDA-graph capture on a GPU."""
+
+import pytest
+
+from common import DEVICES, requires_cuda, torch  # noqa: F401  (skips the module without torch / fuseops)
+
+import fuseops
+from fuseops.compat import vllm as vllm_compat
+
+
+def _ref_topk_softmax(logits, k, renormalize):
+    p = torch.softmax(logits.double(), dim=-1)
+    # Stable descending order: ties go to the lower index.
+    order = torch.sort(-p, dim=-1, stable=True).indices[:, :k]
+    w = p.gather(1, order)
+    if renormalize:
+        w = w / w.sum(-1, keepdim=True)
+    return w, order
+
+
+def _ref_align(ids, block_size, E):
+    flat = ids.flatten().tolist()
+    n, blocks = fuseops.moe_align_sizes(len(flat), E, block_size)
+    sorted_ids = [len(flat)] * n
+    expert_ids = [-1] * blocks
+    pos = 0
+    for e in range(E):
+        idx = [i for i, v in enumerate(flat) if v == e]
+        sorted_ids[pos:pos + len(idx)] = idx
+        padded = (len(idx) + block_size - 1) // block_size * block_size
+        for b in range(pos // block_size, (pos + padded) // block_size):
+            expert_ids[b] = e
+        pos += padded
+    return sorted_ids, expert_ids, pos
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("E,k", [(8, 2), (60, 6), (128, 8), (512, 10)])
+def test_topk_softmax(device, E, k):
+    g = torch.randn(37, E, device=device)
+    w, ids, src = fuseops.topk_softmax(g, k, renormalize=True)
+    rw, rids = _ref_topk_softmax(g.cpu(), k, True)
+    assert torch.equal(ids.cpu().long(), rids)
+    torch.testing.assert_close(w.cpu().double(), rw, rtol=2e-5, atol=1e-7)
+    T = g.shape[0]
+    expected = torch.arange(k).view(1, k) * T + torch.arange(T).view(T, 1)
+    assert torch.equal(src.cpu().long(), expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_topk_softmax_nan_rows(device):
+    g = torch.full((2, 64), float("nan"), device=device)
+    w, ids, _ = fuseops.topk_softmax(g, 8, renormalize=True)
+    assert ids.cpu().tolist() == [list(range(8))] * 2
+    torch.testing.assert_close(w.cpu(), torch.full((2, 8), 1 / 8))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_grouped_topk_deepseek(device):
+    T, E, ng, tg, k = 19, 256, 8, 4, 8
+    x = torch.randn(T, E, device=device)
+    bias = torch.randn(E, device=device).to(torch.bfloat16)
+    w, ids = fuseops.grouped_topk(x, ng, tg, k, True, 2.5, bias=bias)
+    s = torch.sigmoid(x.cpu().double())
+    b = s + bias.cpu().double()
+    grp = b.view(T, ng, -1).topk(2, dim=-1).values.sum(-1)
+    keep = torch.sort(-grp, dim=-1, stable=True).indices[:, :tg]
+    mask = torch.zeros(T, ng, dtype=torch.bool).scatter_(1, keep, True)
+    masked = b.masked_fill(~mask.repeat_interleave(E // ng, dim=1), float("-inf"))
+    rids = torch.sort(-masked, dim=-1, stable=True).indices[:, :k]
+    rw = s.gather(1, rids)
+    rw = rw / rw.sum(-1, keepdim=True) * 2.5
+    assert torch.equal(ids.cpu().long(), rids)
+    torch.testing.assert_close(w.cpu().double(), rw, rtol=2e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("T,k,E,bs", [(0, 8, 64, 16), (1, 8, 256, 64), (33, 6, 60, 16), (500, 8, 256, 64)])
+def test_moe_align_block_size(device, T, k, E, bs):
+    ids = torch.stack([torch.randperm(E)[:k] for _ in range(T)]) if T else torch.empty(0, k, dtype=torch.long)
+    ids = ids.to(torch.int32).to(device)
+    sorted_ids, expert_ids, total = fuseops.moe_align_block_size(ids, bs, E)
+    rs, re, rt = _ref_align(ids.cpu(), bs, E)
+    assert sorted_ids.cpu().tolist() == rs
+    assert expert_ids.cpu().tolist() == re
+    assert total.cpu().tolist() == [rt]
+    # vLLM's op order writes the same outputs.
+    s2, e2, t2 = torch.empty_like(sorted_ids), torch.empty_like(expert_ids), torch.empty_like(total)
+    vllm_compat.moe_align_block_size(ids, E, bs, s2, e2, t2)
+    assert torch.equal(s2, sorted_ids) and torch.equal(e2, expert_ids) and torch.equal(t2, total)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_moe_route_equals_parts(device):
+    x = torch.randn(70, 256, device=device, dtype=torch.bfloat16)
+    bias = torch.randn(256, device=device)
+    w, ids, s, e, t = fuseops.moe_route(x, 8, 64, renormalize=True, bias=bias, scoring="sigmoid", n_group=8,
+                                        topk_group=4, routed_scaling_factor=2.5)
+    w2, ids2 = fuseops.grouped_topk(x, 8, 4, 8, True, 2.5, bias=bias)
+    s2, e2, t2 = fuseops.moe_align_block_size(ids2, 64, 256)
+    for a, b in ((w, w2), (ids, ids2), (s, s2), (e, e2), (t, t2)):
+        assert torch.equal(a, b)
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="grouped_topk: n_group"):
+        fuseops.grouped_topk(torch.randn(2, 256), 7, 4, 8, True)
+    with pytest.raises(ValueError, match="topk_softmax: topk_weights"):
+        fuseops.topk_softmax(torch.randn(2, 8), 9)
+    with pytest.raises(ValueError, match="moe_align_block_size: block_size"):
+        fuseops.moe_align_block_size(torch.zeros(2, 2, dtype=torch.int32), 0, 8)
+    with pytest.raises(ValueError, match="moe_route: scoring"):
+        fuseops.moe_route(torch.randn(2, 8), 2, 16, scoring="relu")
+
+
+def test_bad_ids_are_recorded():
+    fuseops.clear_errors()
+    ids = torch.tensor([[0, 9], [-1, 3]], dtype=torch.int32)
+    s, e, t = fuseops.moe_align_block_size(ids, 4, 8)
+    assert t.tolist() == [8]
+    with pytest.raises(ValueError, match="topk_ids.*index 1"):
+        fuseops.check_errors()
+
+
+@requires_cuda
+def test_cuda_graph_capture():
+    x = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16)
+    bias = torch.randn(256, device="cuda")
+    out = fuseops.moe_route(x, 8, 64, True, bias, "sigmoid", 8, 4, 2.5)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        cap = fuseops.moe_route(x, 8, 64, True, bias, "sigmoid", 8, 4, 2.5)
+    g.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(out, cap):
+        assert torch.equal(a, b)
