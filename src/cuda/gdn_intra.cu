@@ -242,7 +242,7 @@ void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int devi
   // At most kCtasPerSm blocks per SM in all: each block walks several chunk slots (the per-block setup is paid less
   // often and the last wave is shorter); measured 1-3% faster than one block per slot on the large shapes.
   constexpr int64_t kCtasPerSm = 8;
-  const int64_t gy = std::min<int64_t>(geo.H * prm.parts, 65535);
+  const int64_t gy = std::max<int64_t>(1, std::min<int64_t>(geo.H * prm.parts, 65535));
   const int64_t gx = std::min<int64_t>(prm.slots, std::max<int64_t>(1, kCtasPerSm * sm_count(device) / gy));
   auto kernel = gx * gy <= int64_t{kLatencyBlocks} * sm_count(device) ? kkt_kernel<TK, BT, kSolve, kLatencyBlocks>
                                                                      : kkt_kernel<TK, BT, kSolve, kThroughputBlocks>;

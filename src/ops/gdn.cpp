@@ -50,6 +50,10 @@ void check_token_head(const char* op, const char* name, const TensorView& v, int
   }
 }
 
+/// Whether an op with no output elements must still run: cu_seqlens names sequences, whose bounds the backend checks
+/// (a malformed cu_seqlens with T = 0 or no heads is recorded like any other; nothing is written).
+bool has_sequences(const GdnGeometry& geo) { return geo.cu_seqlens != nullptr && geo.N > 0; }
+
 /// cu_seqlens: [N+1] i32 / i64, B == 1; fills geo.cu_*.
 void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& device, GdnGeometry& geo) {
   if (!cu) {
@@ -144,7 +148,7 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   a.has_scale = scale.has_value();
   a.scale = scale.value_or(1.0);
   check_disjoint(op, "out", out, "g", g);
-  if (g.numel() == 0) return;
+  if (g.numel() == 0 && !has_sequences(a.geo)) return;
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)
     cuda::chunk_local_cumsum(a, device.index, stream.handle);
@@ -163,7 +167,7 @@ void run_kkt(const char* op, bool fused, TensorView out, TensorView k, const Ten
              int64_t chunk_size, const TensorView* cu_seqlens, Stream stream) {
   KktArgs a;
   const Device device = check_kkt(op, out, fused ? "Ai" : "A", k, g, beta, chunk_size, cu_seqlens, a);
-  if (out.numel() == 0) return;
+  if (out.numel() == 0 && !(has_sequences(a.geo) && a.geo.H > 0)) return;
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)
     if (fused) {
@@ -216,7 +220,7 @@ void solve_tril(TensorView Ai, TensorView A, const TensorView* cu_seqlens, Strea
   geo.BT = BT;
   attach_cu_seqlens(op, cu_seqlens, device, geo);
   check_disjoint(op, "Ai", Ai, "A", A);
-  if (Ai.numel() == 0) return;
+  if (Ai.numel() == 0 && !has_sequences(geo)) return;
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)
     cuda::solve_tril(geo, in_view(A), out_view(Ai), device.index, stream.handle);

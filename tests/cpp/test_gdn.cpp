@@ -380,6 +380,8 @@ const std::vector<BadCu>& bad_cus() {
       {"beyond T in the middle", {0, 100, 70}, 70},
       {"all zero with T > 0", {0, 0, 0}, 70},
       {"huge", {0, int64_t{1} << 40, 70}, 70},
+      {"last > T = 0", {0, 3}, 0},
+      {"negative with T = 0", {0, -1, 0}, 0},
   };
   return cases;
 }
