@@ -108,8 +108,25 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
   const int64_t slots = static_cast<int64_t>(gridDim.y) * blockDim.y;
   const bool recorder = threadIdx.x == 0 && slot == 0;
   const float sign = a.inverse ? -1.0f : 1.0f;
+  // Input and output of head `hd` (q heads first, then k heads) of token t.
+  auto locate = [&](int64_t hd, int64_t t, const T*& in, T*& out) {
+    const bool is_q = hd < a.q.heads;
+    const RopeHeads& hs = is_q ? a.q : a.k;
+    const int64_t head = is_q ? hd : hd - a.q.heads;
+    in = static_cast<const T*>(hs.data) + t * hs.token_stride + head * hs.head_stride;
+    out = static_cast<T*>(hs.out) + t * hs.out_token_stride + head * hs.out_head_stride;
+  };
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
+    // The first head's data does not depend on the position: issue its loads before the position -> angle chain.
+    Pack<T, P> x, y;
+    const T* in = nullptr;
+    T* out = nullptr;
+    if (slot < total_heads) {
+      locate(slot, t, in, out);
+      x.load(in + offA);
+      y.load(in + offB);
+    }
     int64_t pos[AXES];
     bool valid = true;
 #pragma unroll
@@ -131,16 +148,12 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
       for (int i = 0; i < P; ++i) s[i] *= sign;
     }
     for (int64_t hd = slot; hd < total_heads; hd += slots) {
-      const bool is_q = hd < a.q.heads;
-      const int64_t head = is_q ? hd : hd - a.q.heads;
-      const T* in = static_cast<const T*>(is_q ? a.q.data : a.k.data) +
-                    t * (is_q ? a.q.token_stride : a.k.token_stride) + head * (is_q ? a.q.head_stride : a.k.head_stride);
-      T* out = static_cast<T*>(is_q ? a.q.out : a.k.out) + t * (is_q ? a.q.out_token_stride : a.k.out_token_stride) +
-               head * (is_q ? a.q.out_head_stride : a.k.out_head_stride);
+      if (hd != slot) {
+        locate(hd, t, in, out);
+        x.load(in + offA);
+        y.load(in + offB);
+      }
       if (!valid && in == out) continue;  // in place: unrotated = untouched
-      Pack<T, P> x, y;
-      x.load(in + offA);
-      y.load(in + offB);
       if (valid) {
         if constexpr (NEOX || P == 1) {
 #pragma unroll
