@@ -18,6 +18,10 @@ OPS = (
     "chunk_scaled_dot_kkt_fwd",
     "solve_tril",
     "chunk_gated_delta_rule_fwd_kkt_solve",
+    "rotary_embedding",
+    "apply_rotary_pos_emb",
+    "apply_rotary_pos_emb_inplace",
+    "mrope",
     "check_errors",
     "clear_errors",
 )

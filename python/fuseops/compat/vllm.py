@@ -1,4 +1,4 @@
-"""vLLM's activation ops, with vLLM's argument order: they write ``out`` and return None.
+"""vLLM's activation and rotary-embedding ops, with vLLM's argument order: they write ``out`` and return None.
 
 As ``torch.ops._C.silu_and_mul(out, input)`` and friends (vLLM ``csrc/activation_kernels.cu``), which vLLM's
 ``SiluAndMul.forward_cuda`` calls with an ``out`` it allocated. Not differentiable (vLLM's are not either). Shapes:
@@ -22,3 +22,8 @@ def gelu_and_mul(out, input):
 def gelu_tanh_and_mul(out, input):
     """out = gelu(input[..., :d]) * input[..., d:], tanh approximation."""
     ops.gelu_tanh_and_mul.default(out, input)
+
+
+def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
+    """In place on query and key (key may be None), as ``torch.ops._C.rotary_embedding`` (docs/ops/rope.md)."""
+    ops.rotary_embedding.default(positions, query, key, head_size, cos_sin_cache, is_neox, False)
