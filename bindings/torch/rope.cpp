@@ -27,10 +27,9 @@ void rotary_embedding(const at::Tensor& positions, at::Tensor& query, const c10:
   const TensorView p = to_view(op, "positions", positions);
   const TensorView c = to_view(op, "cos_sin_cache", cos_sin_cache);
   const TensorView q = to_view(op, "query", query);
-  const bool has_key = key.has_value() && key->defined();
-  const TensorView k = has_key ? to_view(op, "key", *key) : TensorView();
+  const OptionalView k(op, "key", key);
   run_on_device_of(query, [&](Stream s) {
-    fuseops::rotary_embedding(p, q, has_key ? &k : nullptr, head_size, c, is_neox, inverse, s);
+    fuseops::rotary_embedding(p, q, k.get(), head_size, c, is_neox, inverse, s);
   });
 }
 
@@ -40,11 +39,10 @@ void apply_rotary_pos_emb(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor
   constexpr const char* op = "apply_rotary_pos_emb";
   const TensorView qv = to_view(op, "q", q), kv = to_view(op, "k", k);
   const TensorView cv = to_view(op, "cos", cos), sv = to_view(op, "sin", sin);
-  const bool has_ids = position_ids.has_value() && position_ids->defined();
-  const TensorView ids = has_ids ? to_view(op, "position_ids", *position_ids) : TensorView();
+  const OptionalView ids(op, "position_ids", position_ids);
   const TensorView qo = to_view(op, "q_out", q_out), ko = to_view(op, "k_out", k_out);
   run_on_device_of(q, [&](Stream s) {
-    fuseops::apply_rotary_pos_emb(qo, ko, qv, kv, cv, sv, has_ids ? &ids : nullptr, rotary_interleaved, inverse, s);
+    fuseops::apply_rotary_pos_emb(qo, ko, qv, kv, cv, sv, ids.get(), rotary_interleaved, inverse, s);
   });
 }
 
@@ -65,10 +63,9 @@ void mrope(const at::Tensor& positions, at::Tensor& query, const c10::optional<a
   const TensorView p = to_view(op, "positions", positions);
   const TensorView c = to_view(op, "cos_sin_cache", cos_sin_cache);
   const TensorView q = to_view(op, "query", query);
-  const bool has_key = key.has_value() && key->defined();
-  const TensorView k = has_key ? to_view(op, "key", *key) : TensorView();
+  const OptionalView k(op, "key", key);
   run_on_device_of(query, [&](Stream s) {
-    fuseops::mrope(p, q, has_key ? &k : nullptr, head_size, rotary_dim, c, section, is_neox, l, inverse, s);
+    fuseops::mrope(p, q, k.get(), head_size, rotary_dim, c, section, is_neox, l, inverse, s);
   });
 }
 

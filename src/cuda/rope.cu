@@ -203,7 +203,8 @@ Plan plan(const RopeArgs& a, int p, int sms) {
   const int64_t heads = a.q.heads + a.k.heads;
   const int64_t resident = static_cast<int64_t>(sms) * 2048;
   const int64_t work = a.tokens * heads * lanes;
-  const int64_t hpt = std::clamp<int64_t>((work + resident - 1) / resident, 1, std::min<int64_t>(kMaxHeadsPerThread, heads));
+  const int64_t hpt =
+      std::clamp<int64_t>((work + resident - 1) / resident, 1, std::min<int64_t>(kMaxHeadsPerThread, heads));
   const int64_t slots = (heads + hpt - 1) / hpt;
   const int64_t max_slots = std::max<int64_t>(1, kThreads / lanes);
   const int64_t gy = std::min<int64_t>((slots + max_slots - 1) / max_slots, 65535);

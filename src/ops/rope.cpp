@@ -98,25 +98,22 @@ void check_self_overlap(const char* op, const char* name, int64_t tokens, int64_
   }
 }
 
-/// One token's rotated span of `h` as a row, for the overlap check between two head sets.
-RowMatrix span_rows(const void* data, DType dtype, int64_t tokens, int64_t heads, int64_t r, int64_t ts, int64_t hs) {
+/// The rotated parts of a head set ([tokens, heads, r] at token stride ts, head stride hs) as rows of one token's
+/// span, for the overlap checks between head sets (exact for equal token strides, conservative otherwise).
+RowMatrix span_rows(const void* data, const RopeArgs& a, int64_t heads, int64_t ts, int64_t hs) {
   RowMatrix m;
   m.data = const_cast<void*>(data);
-  m.dtype = dtype;
-  m.rows = heads > 0 ? tokens : 0;
-  m.cols = (heads - 1) * hs + r;
+  m.dtype = a.dtype;
+  m.rows = heads > 0 ? a.tokens : 0;
+  m.cols = (heads - 1) * hs + a.rotary_dim;
   m.row_stride = ts;
   return m;
 }
-
-void check_heads_disjoint(const char* op, const char* a_name, const void* a, const RopeHeads& ha, bool a_out,
-                          const char* b_name, const void* b, const RopeHeads& hb, bool b_out, const RopeArgs& args) {
-  if (!a || !b) return;
-  const RowMatrix ma = span_rows(a, args.dtype, args.tokens, ha.heads, args.rotary_dim,
-                                 a_out ? ha.out_token_stride : ha.token_stride, a_out ? ha.out_head_stride : ha.head_stride);
-  const RowMatrix mb = span_rows(b, args.dtype, args.tokens, hb.heads, args.rotary_dim,
-                                 b_out ? hb.out_token_stride : hb.token_stride, b_out ? hb.out_head_stride : hb.head_stride);
-  check_no_overlap(op, a_name, ma, b_name, mb);
+RowMatrix in_rows(const RopeHeads& h, const RopeArgs& a) {
+  return span_rows(h.data, a, h.heads, h.token_stride, h.head_stride);
+}
+RowMatrix out_rows(const RopeHeads& h, const RopeArgs& a) {
+  return span_rows(h.out, a, h.heads, h.out_token_stride, h.out_head_stride);
 }
 
 /// positions (or position_ids): dtype, device, shape `lead`, one token stride.
@@ -165,7 +162,7 @@ void finish_and_run(const char* op, RopeArgs& a, const Device& device, Stream st
                     const char* kn) {
   check_self_overlap(op, qn, a.tokens, a.q.heads, a.rotary_dim, a.q.token_stride, a.q.head_stride);
   if (a.k.data) check_self_overlap(op, kn, a.tokens, a.k.heads, a.rotary_dim, a.k.token_stride, a.k.head_stride);
-  check_heads_disjoint(op, kn, a.k.data, a.k, false, qn, a.q.data, a.q, false, a);
+  if (a.k.data) check_no_overlap(op, kn, in_rows(a.k, a), qn, in_rows(a.q, a));
   if (a.tokens == 0 || a.q.heads + a.k.heads == 0) return;
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
@@ -286,7 +283,9 @@ void flaggems_form(const char* op, TensorView q_out, TensorView k_out, TensorVie
     fail_argument(op, qn, "an even head dim D in [2, " + std::to_string(2 * kRopeMaxPairs) + "]", q.shape_str());
   }
   for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"cos", &cos}, {"sin", &sin}}) {
-    if (t->rank != 2 || t->shape[1] != D / 2) fail_argument(op, name, "shape [max_seq, D / 2 = " + std::to_string(D / 2) + "]", t->shape_str());
+    if (t->rank != 2 || t->shape[1] != D / 2) {
+      fail_argument(op, name, "shape [max_seq, D / 2 = " + std::to_string(D / 2) + "]", t->shape_str());
+    }
     if (t->strides[1] != 1) fail_argument(op, name, "innermost stride 1", "stride " + std::to_string(t->strides[1]));
   }
   if (sin.shape[0] != cos.shape[0]) fail_argument(op, "sin", "the shape of cos " + cos.shape_str(), sin.shape_str());
@@ -308,7 +307,9 @@ void flaggems_form(const char* op, TensorView q_out, TensorView k_out, TensorVie
     const TensorView& p = *position_ids;
     bool same = p.rank == nlead;
     for (int i = 0; same && i < nlead; ++i) same = p.shape[i] == q.shape[i];
-    if (!same) fail_argument(op, "position_ids", "shape " + dims_str(q.shape, nlead) + " (the token dims of q)", p.shape_str());
+    if (!same) {
+      fail_argument(op, "position_ids", "shape " + dims_str(q.shape, nlead) + " (the token dims of q)", p.shape_str());
+    }
     attach_positions(op, "position_ids", p, device, 1, a);
   } else {
     if (q.rank != 4) fail_argument(op, qn, "rank 4 [B, S, Hq, D] without position_ids", q.shape_str());
@@ -321,8 +322,12 @@ void flaggems_form(const char* op, TensorView q_out, TensorView k_out, TensorVie
   // Outputs: the inputs themselves (in place) or views of the same shapes that overlap nothing else.
   const RopeHeads qo = heads_of(op, qon, q_out, q.shape, nlead, D, false);
   const RopeHeads ko = heads_of(op, kon, k_out, q.shape, nlead, D, false);
-  if (qo.heads != a.q.heads) fail_argument(op, qon, "the shape of " + std::string(qn) + " " + q.shape_str(), q_out.shape_str());
-  if (ko.heads != a.k.heads) fail_argument(op, kon, "the shape of " + std::string(kn) + " " + k.shape_str(), k_out.shape_str());
+  if (qo.heads != a.q.heads) {
+    fail_argument(op, qon, "the shape of " + std::string(qn) + " " + q.shape_str(), q_out.shape_str());
+  }
+  if (ko.heads != a.k.heads) {
+    fail_argument(op, kon, "the shape of " + std::string(kn) + " " + k.shape_str(), k_out.shape_str());
+  }
   auto same_view = [](const RopeHeads& o, const RopeHeads& i) {
     return o.data == i.data && o.token_stride == i.token_stride && o.head_stride == i.head_stride;
   };
@@ -333,17 +338,18 @@ void flaggems_form(const char* op, TensorView q_out, TensorView k_out, TensorVie
   a.k.out = ko.data;
   a.k.out_token_stride = ko.token_stride;
   a.k.out_head_stride = ko.head_stride;
+  const RowMatrix q_in = in_rows(a.q, a), k_in = in_rows(a.k, a), q_o = out_rows(a.q, a), k_o = out_rows(a.k, a);
   if (!q_in_place) {
     check_self_overlap(op, qon, a.tokens, qo.heads, D, qo.token_stride, qo.head_stride);
-    check_heads_disjoint(op, qon, qo.data, a.q, true, qn, q.data, a.q, false, a);
-    check_heads_disjoint(op, qon, qo.data, a.q, true, kn, k.data, a.k, false, a);
+    check_no_overlap(op, qon, q_o, qn, q_in);
+    check_no_overlap(op, qon, q_o, kn, k_in);
   }
   if (!k_in_place) {
     check_self_overlap(op, kon, a.tokens, ko.heads, D, ko.token_stride, ko.head_stride);
-    check_heads_disjoint(op, kon, ko.data, a.k, true, qn, q.data, a.q, false, a);
-    check_heads_disjoint(op, kon, ko.data, a.k, true, kn, k.data, a.k, false, a);
+    check_no_overlap(op, kon, k_o, qn, q_in);
+    check_no_overlap(op, kon, k_o, kn, k_in);
   }
-  check_heads_disjoint(op, kon, ko.data, a.k, true, qon, qo.data, a.q, true, a);
+  check_no_overlap(op, kon, k_o, qon, q_o);
   finish_and_run(op, a, device, stream, qn, kn);
 }
 

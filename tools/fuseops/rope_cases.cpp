@@ -206,7 +206,8 @@ class RopeBench : public BenchProblem {
     const int64_t h = s_.r / 2;
     gpu::RopeHeadsView q{st.q.get(), s_.hq, s_.hq * s_.hs(), s_.hs()}, k{st.k.get(), s_.hk, s_.hk * s_.hs(), s_.hs()};
     const void* cos = split ? st.cos->data() : st.cache->data();
-    const void* sin = split ? st.sin->data() : static_cast<const char*>(st.cache->data()) + h * dtype_size(s_.cache_dtype);
+    const void* sin =
+        split ? st.sin->data() : static_cast<const char*>(st.cache->data()) + h * dtype_size(s_.cache_dtype);
     gpu::unfused_rope(s_.dtype, q, k, s_.tokens, s_.r, s_.neox, s_.cache_dtype, cos, sin, split ? h : s_.r,
                       static_cast<const int64_t*>(st.pos->data()), s_.axes(), axes_.data(), tmp_.get(), stream);
     return true;
