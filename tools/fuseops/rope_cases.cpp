@@ -35,11 +35,15 @@ struct Spec {
   int64_t hs() const { return head_stride ? head_stride : d; }
 };
 
+/// "4096x32/8x128" (tokens x Hq / Hk x D), then "r64" (rotary_dim < D), "j" (GPT-J), ",hs192" (head stride),
+/// ",B4" (batch of apply_rotary_pos_emb), ",cache f32" (cache dtype != data dtype): bench/baselines parses it.
 std::string shape_of(const Spec& s) {
   std::string v = std::to_string(s.tokens) + "x" + std::to_string(s.hq) + "/" + std::to_string(s.hk) + "x" +
                   std::to_string(s.d);
   if (s.r != s.d) v += "r" + std::to_string(s.r);
   v += s.neox ? "" : "j";
+  if (s.head_stride) v += ",hs" + std::to_string(s.head_stride);
+  if (s.batch) v += ",B" + std::to_string(s.batch);
   return s.cache_dtype == s.dtype ? v : v + ",cache " + dtype_name(s.cache_dtype);
 }
 
