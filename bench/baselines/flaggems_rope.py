@@ -21,7 +21,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import cold_sets, launches_for, time_graph_us  # noqa: E402
+from timing import cold_sets, warm_cold_us  # noqa: E402
 
 SHAPE = re.compile(r"^(\d+)x(\d+)/(\d+)x(\d+)(?:r(\d+))?(j?)(?:,hs(\d+))?(?:,B(\d+))?(?:,cache (\w+))?$")
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
@@ -128,11 +128,7 @@ def main():
         except Exception as e:  # a shape FlagGems rejects: reported, not timed
             print("flaggems %s %s fails: %s" % (r["op"], r["shape"], repr(e)[:200]), flush=True)
             continue
-        est = time_graph_us(lambda i: fn(args[0]), 5, 0.0, 3)
-        launches = launches_for(est)
-        warm = time_graph_us(lambda i: fn(args[0]), launches)
-        cold_n = max(sets, (launches // sets) * sets)
-        cold = time_graph_us(lambda i: fn(args[i % sets]), cold_n)
+        warm, cold = warm_cold_us(lambda i: fn(args[i]), sets)
         del args, first
         torch.cuda.empty_cache()
         row = dict(set=r["set"], op=r["op"], shape=r["shape"], dtype=r["dtype"], bytes=r["bytes"],
