@@ -3,7 +3,7 @@
 # development machine and carried in $FUSEOPS_BIN (default .carry/bin; make them with scripts/build-carry.sh:
 # the GPU image has no GoogleTest, CLI11 or nlohmann-json), and writes logs and tables under $OUT.
 #
-#   stages: info tests sanitizer check bench flaggems fla torch
+#   stages: info tests sanitizer check bench flaggems fla baseline:<bench/baselines script> cases torch
 #   scripts/gpu.sh info tests sanitizer check      # one device command (< 10 min)
 #   scripts/gpu.sh bench flaggems                  # a second one
 #
@@ -52,6 +52,23 @@ for stage in "${stages[@]}"; do
     fla)
       run_stage fla env PYTHONPATH=.baselines FLA_FLASH_QLA=0 PYTHONUNBUFFERED=1 \
         python3 bench/baselines/fla_kkt_solve.py "$OUT/bench.json" "$OUT/fla.md" ;;
+    baseline:*)
+      # Any side-by-side script of bench/baselines on the bench stage's results: baseline:flaggems_moe, baseline:fla_norm
+      script=${stage#baseline:}
+      case $script in
+        flaggems_*) path=.baselines/flaggems/src:.baselines/pylib ;;
+        *) path=.baselines ;;
+      esac
+      run_stage "$script" env PYTHONPATH=$path FLA_FLASH_QLA=0 PYTHONUNBUFFERED=1 \
+        timeout "${FUSEOPS_BASELINE_TIMEOUT:-240}" python3 "bench/baselines/$script.py" "$OUT/bench.json" "$OUT/$script.md" ;;
+    cases)
+      # The example case files (check on the GPU, bench with charts) and the model layers.
+      run_stage cases_check "$BIN/fuseops" check --backend cuda --quiet $(printf -- '--cases %s ' bench/cases/*.yaml)
+      run_stage cases_bench "$BIN/fuseops" bench --quiet --cases bench/cases/qwen3-next-80b.yaml \
+        --json "$OUT/cases.json" --html "$OUT/cases.html" --svg "$OUT/cases.svg"
+      for m in qwen3-next-80b llama3-8b deepseek-v3; do
+        run_stage "model_$m" "$BIN/fuseops" model "$m" --quiet --json "$OUT/model-$m.json"
+      done ;;
     torch)
       # The PyTorch extension: build and install it here (torch, scikit-build-core and nvcc are on the image),
       # then its pytest suite and the Python benchmark.
@@ -61,7 +78,8 @@ for stage in "${stages[@]}"; do
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done
-# At most 8 files come back from a device run: keep the tables, pack the logs.
-archive="logs-$(IFS=-; echo "${stages[*]}").tar.gz"
-(cd "$OUT" && ls ./*.log >/dev/null 2>&1 && tar czf "$archive" ./*.log && rm -f ./*.log)
+# At most 8 files come back from a device run: keep the Markdown tables, pack the rest (logs, JSON, charts).
+archive="logs-$(IFS=-; echo "${stages[*]}" | tr -c 'A-Za-z0-9_.\n-' '_').tar.gz"
+(cd "$OUT" && files=$(ls ./*.log ./*.json ./*.svg ./*.html ./*.png 2>/dev/null) && [ -n "$files" ] &&
+  tar czf "$archive" $files && rm -f $files)
 exit $status

@@ -16,7 +16,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import cold_sets, launches_for, time_graph_us  # noqa: E402
+from timing import cold_sets, warm_cold_us  # noqa: E402
 
 
 def main():
@@ -46,11 +46,7 @@ def main():
         sets = cold_sets(3 * m * n * es)  # a, b and the output FlagGems allocates
         a = torch.randn(sets, m, n, device="cuda", dtype=dt)
         b = torch.randn(sets, m, n, device="cuda", dtype=dt)
-        est = time_graph_us(lambda i: fn(a[0], b[0]), 5, 0.0, 3)
-        launches = launches_for(est)
-        warm = time_graph_us(lambda i: fn(a[0], b[0]), launches)
-        cold_n = max(sets, (launches // sets) * sets)
-        cold = time_graph_us(lambda i: fn(a[i % sets], b[i % sets]), cold_n)
+        warm, cold = warm_cold_us(lambda i: fn(a[i], b[i]), sets)
         del a, b
         torch.cuda.empty_cache()
         row = dict(set=r["set"], op=op, shape=r["shape"], dtype=r["dtype"], bytes=r["bytes"], ours_warm=r["warm_us"],

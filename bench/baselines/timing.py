@@ -33,6 +33,15 @@ def time_graph_us(launch, launches, min_seconds=0.2, max_replays=50):
     return statistics.median(per_launch)
 
 
+def warm_cold_us(launch_on_set, sets):
+    """(warm, cold) us of launch_on_set(i): warm always on set 0, cold rotating over the `sets` sets."""
+    est = time_graph_us(lambda i: launch_on_set(0), 5, 0.0, 3)
+    launches = launches_for(est)
+    warm = time_graph_us(lambda i: launch_on_set(0), launches)
+    cold = time_graph_us(lambda i: launch_on_set(i % sets), max(sets, (launches // sets) * sets))
+    return warm, cold
+
+
 def launches_for(est_us):
     """Launches per graph for a launch of about est_us: enough for ~2 ms, 10..1000 (as fuseops bench)."""
     return int(min(1000, max(10, 2000 / max(est_us, 0.5))))

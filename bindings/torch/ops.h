@@ -52,6 +52,17 @@ void moe_route(at::Tensor& topk_weights, at::Tensor& topk_ids, at::Tensor& sorte
                at::Tensor& num_tokens_post_pad, const at::Tensor& gating_output, const c10::optional<at::Tensor>& bias,
                c10::string_view scoring, int64_t n_group, int64_t topk_group, bool renormalize,
                double routed_scaling_factor, int64_t block_size);
+// Rotary embeddings (include/fuseops/rope.h, docs/ops/rope.md). The *_backward ops are these with inverse = true.
+void rotary_embedding(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key,
+                      int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox, bool inverse);
+void apply_rotary_pos_emb(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& cos, const at::Tensor& sin, const c10::optional<at::Tensor>& position_ids,
+                          bool rotary_interleaved, bool inverse);
+void apply_rotary_pos_emb_inplace(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+                                  const c10::optional<at::Tensor>& position_ids, bool rotary_interleaved, bool inverse);
+void mrope(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key, int64_t head_size,
+           int64_t rotary_dim, const at::Tensor& cos_sin_cache, at::IntArrayRef mrope_section, bool is_neox,
+           c10::string_view layout, bool inverse);
 
 // Library-wide (include/fuseops/error.h, version.h).
 void check_errors(int64_t device);

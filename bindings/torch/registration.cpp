@@ -33,6 +33,18 @@ TORCH_LIBRARY(fuseops, m) {
   m.def("chunk_gated_delta_rule_fwd_kkt_solve(Tensor! Ai, Tensor k, Tensor? g, Tensor? beta, int chunk_size=64, "
         "Tensor? cu_seqlens=None) -> ()");
 
+  // Rotary embeddings: docs/ops/rope.md. In place on query / key (vLLM); apply_rotary_pos_emb writes q_out / k_out
+  // (FlagGems' inplace=False) or, as apply_rotary_pos_emb_inplace, q and k. inverse=True is the backward.
+  m.def("rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, Tensor cos_sin_cache, "
+        "bool is_neox, bool inverse=False) -> ()");
+  m.def("apply_rotary_pos_emb(Tensor! q_out, Tensor! k_out, Tensor q, Tensor k, Tensor cos, Tensor sin, "
+        "Tensor? position_ids=None, bool rotary_interleaved=False, bool inverse=False) -> ()");
+  m.def("apply_rotary_pos_emb_inplace(Tensor(a!) q, Tensor(b!) k, Tensor cos, Tensor sin, Tensor? position_ids=None, "
+        "bool rotary_interleaved=False, bool inverse=False) -> ()");
+  m.def("mrope(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, int rotary_dim, "
+        "Tensor cos_sin_cache, int[] mrope_section, bool is_neox=True, str layout=\"chunked\", "
+        "bool inverse=False) -> ()");
+
   // Library-wide: the device error record (include/fuseops/error.h) and the version.
   // MoE routing: docs/ops/moe.md.
   m.def("topk_softmax(Tensor! topk_weights, Tensor! topk_ids, Tensor! token_expert_indices, Tensor gating_output, "
@@ -74,6 +86,10 @@ void register_kernels(torch::Library& m) {
   m.impl("chunk_scaled_dot_kkt_fwd", TORCH_FN(chunk_scaled_dot_kkt_fwd));
   m.impl("solve_tril", TORCH_FN(solve_tril));
   m.impl("chunk_gated_delta_rule_fwd_kkt_solve", TORCH_FN(chunk_gated_delta_rule_fwd_kkt_solve));
+  m.impl("rotary_embedding", TORCH_FN(rotary_embedding));
+  m.impl("apply_rotary_pos_emb", TORCH_FN(apply_rotary_pos_emb));
+  m.impl("apply_rotary_pos_emb_inplace", TORCH_FN(apply_rotary_pos_emb_inplace));
+  m.impl("mrope", TORCH_FN(mrope));
 }
 
 }  // namespace

@@ -67,7 +67,7 @@ inline TensorView to_view(const char* op, const char* arg, const at::Tensor& t) 
                                  t.strides().data());
 }
 
-/// An optional tensor argument as an optional view (nullptr when absent).
+/// An optional tensor argument as an optional view (nullptr when absent or undefined).
 struct OptionalView {
   TensorView view;
   bool present = false;

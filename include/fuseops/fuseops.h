@@ -5,5 +5,6 @@
 #include "fuseops/error.h"
 #include "fuseops/gdn.h"
 #include "fuseops/moe.h"
+#include "fuseops/rope.h"
 #include "fuseops/tensor.h"
 #include "fuseops/version.h"

@@ -25,6 +25,14 @@ from .activation import (
     silu_and_mul_split,
 )
 from .errors import check_errors, clear_errors
+from .rope import (
+    apply_rotary_pos_emb,
+    apply_rotary_pos_emb_backward,
+    mrope,
+    mrope_backward,
+    rotary_embedding,
+    rotary_embedding_backward,
+)
 from .gdn import (
     chunk_gated_delta_rule_fwd_kkt_solve,
     chunk_local_cumsum,
@@ -36,6 +44,12 @@ from .moe import grouped_topk, moe_align_block_size, moe_align_sizes, moe_route,
 __version__ = ops.version()
 
 __all__ = [
+    "apply_rotary_pos_emb",
+    "apply_rotary_pos_emb_backward",
+    "mrope",
+    "mrope_backward",
+    "rotary_embedding",
+    "rotary_embedding_backward",
     "check_errors",
     "chunk_gated_delta_rule_fwd_kkt_solve",
     "chunk_local_cumsum",

@@ -22,6 +22,10 @@ OPS = (
     "grouped_topk",
     "moe_align_block_size",
     "moe_route",
+    "rotary_embedding",
+    "apply_rotary_pos_emb",
+    "apply_rotary_pos_emb_inplace",
+    "mrope",
     "check_errors",
     "clear_errors",
 )

@@ -230,14 +230,7 @@ class ActivationCase : public OpCase {
     std::vector<TensorView> vin, vout;
     for (const HostTensor& h : in) vin.push_back(h.view());
     for (const HostTensor& h : out) vout.push_back(h.view());
-    std::vector<double> us;
-    for (int rep = 0; rep < 5; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      run_op(s_, vout, vin, Stream());
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(us.begin(), us.end());
-    return us[us.size() / 2];
+    return median_wall_us([&] { run_op(s_, vout, vin, Stream()); });
   }
 
   std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<ActivationBench>(s_); }

@@ -66,6 +66,9 @@ class OpCase {
   virtual std::unique_ptr<BenchProblem> bench() const = 0;
 };
 
+/// Median wall time of `reps` calls of `fn`, microseconds (OpCase::time_cpu_us).
+double median_wall_us(const std::function<void()>& fn, int reps = 5);
+
 using CaseFactory = std::function<std::vector<std::unique_ptr<OpCase>>()>;
 
 /// A named case set.
@@ -101,5 +104,6 @@ const Registry& registry();
 void register_activation_cases(Registry& r);
 void register_gdn_cases(Registry& r);
 void register_moe_cases(Registry& r);
+void register_rope_cases(Registry& r);
 
 }  // namespace fuseops::cli

@@ -59,4 +59,17 @@ void unfused_act_and_mul(int act, DType dtype, void* out, const void* gate, cons
 void unfused_act_and_mul_backward(int act, DType dtype, void* dgate, void* dup, const void* dout, const void* gate,
                                   const void* up, int64_t rows, int64_t d, void* stream);
 
+/// One head set of the rope baseline: element (t, head, i) at data[t * token_stride + head * head_stride + i].
+struct RopeHeadsView {
+  void* data = nullptr;
+  int64_t heads = 0, token_stride = 0, head_stride = 0;
+};
+
+/// Rope baseline, the unfused form (HF eager / vLLM's M-RoPE path): a gather kernel writes cos / sin of every token
+/// and pair into `tmp` (f32 [T, rotary_dim]; positions i64 [axes, T], pair j uses axis axis_map[j] when axes = 3),
+/// then one kernel per head set rotates in place, one thread per pair, reading the gathered angles.
+void unfused_rope(DType dtype, const RopeHeadsView& q, const RopeHeadsView& k, int64_t tokens, int64_t rotary_dim,
+                  bool is_neox, DType cache_dtype, const void* cos, const void* sin, int64_t cache_stride,
+                  const int64_t* positions, int axes, const unsigned char* axis_map, void* tmp, void* stream);
+
 }  // namespace fuseops::cli::gpu

@@ -91,6 +91,38 @@ __global__ void dgate_kernel(T* dgate, const T* dout, const T* gate, const T* up
   }
 }
 
+/// Up to 256 pairs' axes, passed by value.
+struct AxisMap {
+  unsigned char axis[256];
+};
+
+template <typename C>
+__global__ void rope_gather_kernel(float* tmp, const C* cos, const C* sin, int64_t stride, const int64_t* pos,
+                                   int axes, AxisMap map, int64_t tokens, int64_t half) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < tokens * half;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / half, j = i % half;
+    const int64_t p = pos[(axes == 3 ? map.axis[j] : 0) * tokens + t];
+    tmp[t * 2 * half + j] = detail::to_float(cos[p * stride + j]);
+    tmp[t * 2 * half + half + j] = detail::to_float(sin[p * stride + j]);
+  }
+}
+
+template <typename T>
+__global__ void rope_rotate_kernel(T* x, int64_t heads, int64_t ts, int64_t hs, const float* tmp, int64_t tokens,
+                                   int64_t half, bool neox) {
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < tokens * heads * half;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = i % half, head = (i / half) % heads, t = i / (half * heads);
+    T* h = x + t * ts + head * hs;
+    const int64_t a = neox ? j : 2 * j, b = neox ? j + half : 2 * j + 1;
+    const float c = tmp[t * 2 * half + j], s = tmp[t * 2 * half + half + j];
+    const float xa = detail::to_float(h[a]), xb = detail::to_float(h[b]);
+    h[a] = detail::from_float<T>(xa * c - xb * s);
+    h[b] = detail::from_float<T>(xb * c + xa * s);
+  }
+}
+
 int blocks_for(int64_t n) { return static_cast<int>(std::min<int64_t>((n + 255) / 256, 1 << 20)); }
 
 template <typename F>
@@ -172,6 +204,30 @@ void unfused_act_and_mul_backward(int act, DType dtype, void* dgate, void* dup, 
                                                            static_cast<const T*>(gate), static_cast<const T*>(up), n);
       }
     });
+  });
+}
+
+void unfused_rope(DType dtype, const RopeHeadsView& q, const RopeHeadsView& k, int64_t tokens, int64_t rotary_dim,
+                  bool is_neox, DType cache_dtype, const void* cos, const void* sin, int64_t cache_stride,
+                  const int64_t* positions, int axes, const unsigned char* axis_map, void* tmp, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  const int64_t half = rotary_dim / 2;
+  AxisMap map{};
+  if (axes == 3) std::copy(axis_map, axis_map + std::min<int64_t>(half, 256), map.axis);
+  with_type(cache_dtype, [&](auto tag) {
+    using C = decltype(tag);
+    rope_gather_kernel<C><<<blocks_for(tokens * half), 256, 0, s>>>(static_cast<float*>(tmp), static_cast<const C*>(cos),
+                                                                    static_cast<const C*>(sin), cache_stride, positions,
+                                                                    axes, map, tokens, half);
+  });
+  with_type(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (const RopeHeadsView* h : {&q, &k}) {
+      if (!h->data || h->heads == 0) continue;
+      rope_rotate_kernel<T><<<blocks_for(tokens * h->heads * half), 256, 0, s>>>(
+          static_cast<T*>(h->data), h->heads, h->token_stride, h->head_stride, static_cast<const float*>(tmp), tokens,
+          half, is_neox);
+    }
   });
 }
 

@@ -25,4 +25,9 @@ void unfused_act_and_mul_backward(int, DType, void*, void*, const void*, const v
   no_cuda();
 }
 
+void unfused_rope(DType, const RopeHeadsView&, const RopeHeadsView&, int64_t, int64_t, bool, DType, const void*,
+                  const void*, int64_t, const int64_t*, int, const unsigned char*, void*, void*) {
+  no_cuda();
+}
+
 }  // namespace fuseops::cli::gpu

@@ -1,6 +1,8 @@
 #include "cases.h"
 
 #include <stdexcept>
+#include <algorithm>
+#include <chrono>
 
 namespace fuseops::cli {
 
@@ -35,12 +37,24 @@ const OpSpec* Registry::find_op(const std::string& name) const {
   return nullptr;
 }
 
+double median_wall_us(const std::function<void()>& fn, int reps) {
+  std::vector<double> us;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    fn();
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 const Registry& registry() {
   static const Registry r = [] {
     Registry reg;
     register_activation_cases(reg);
     register_gdn_cases(reg);
     register_moe_cases(reg);
+    register_rope_cases(reg);
     return reg;
   }();
   return r;

@@ -1,4 +1,7 @@
-"""FlagGems' gated activations, with FlagGems' signatures: new tensors, with autograd.
+"""FlagGems' gated activations and rotary embeddings, with FlagGems' signatures.
+
+Rotary: ``apply_rotary_pos_emb`` and ``mrope`` as in ``src/flag_gems/fused/rotary_embedding.py`` and ``mrope.py``
+(docs/ops/rope.md). Activations: new tensors, with autograd.
 
 As ``flag_gems.silu_and_mul(A, B)``, ``flag_gems.silu_and_mul_out(A, B, out)`` and
 ``flag_gems.gelu_and_mul(x, y, approximate="none")`` (FlagGems ``src/flag_gems/fused/``): ``act(gate) * up`` on two
@@ -9,6 +12,7 @@ tensors of the same shape [..., d]. Unlike FlagGems, no broadcasting: gate and u
 from .. import activation as _activation
 from .. import moe as _moe
 from .._ops import ops as _ops
+from .. import rope as _rope
 
 
 def silu_and_mul(A, B):
@@ -34,3 +38,21 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
 def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad_sorted_ids=False):
     """As ``flag_gems.moe_align_block_size``: returns (sorted_ids, expert_ids, num_tokens_post_pad)."""
     return _moe.moe_align_block_size(topk_ids, block_size, num_experts, expert_map, pad_sorted_ids)
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=False, inplace=False):
+    """As ``flag_gems.fused.apply_rotary_pos_emb``: returns (q_embed, k_embed); differentiable unless inplace."""
+    return _rope.apply_rotary_pos_emb(q, k, cos, sin, position_ids, rotary_interleaved, inplace)
+
+
+def mrope(query, key, cos_sin_cache, positions, section_t, section_h, section_w, head_size, rotary_dim,
+          is_interleaved=False, is_interleaved_glm=False, is_neox_style=True, axis_map=None):
+    """As ``flag_gems.fused.mrope.mrope``, in place on query and key. ``axis_map`` must be None: the GLM map is
+    derived from the sections (docs/ops/rope.md)."""
+    if axis_map is not None:
+        raise ValueError("mrope: axis_map: expected None (the interleaved_glm map is derived from the sections)")
+    if is_interleaved and is_interleaved_glm:
+        raise ValueError("mrope: is_interleaved_glm: expected False when is_interleaved is True, got True")
+    layout = "interleaved_glm" if is_interleaved_glm else "interleaved" if is_interleaved else "chunked"
+    _rope.mrope(query, key, cos_sin_cache, positions, [section_t, section_h, section_w], head_size, rotary_dim,
+                is_neox_style, layout)

@@ -1,4 +1,5 @@
-"""vLLM's activation and MoE routing ops, with vLLM's argument order: they write their outputs and return None.
+"""vLLM's activation, rotary-embedding and MoE routing ops, with vLLM's argument order: they write their outputs
+and return None.
 
 As ``torch.ops._C.silu_and_mul(out, input)`` and friends (vLLM ``csrc/activation_kernels.cu``), which vLLM's
 ``SiluAndMul.forward_cuda`` calls with an ``out`` it allocated. Not differentiable (vLLM's are not either). Shapes:
@@ -49,3 +50,8 @@ def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, ex
     """As ``torch.ops._moe_C.moe_align_block_size`` (outputs preallocated by the caller)."""
     ops.moe_align_block_size.default(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
                                      num_tokens_post_pad, expert_map)
+
+
+def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
+    """In place on query and key (key may be None), as ``torch.ops._C.rotary_embedding`` (docs/ops/rope.md)."""
+    ops.rotary_embedding.default(positions, query, key, head_size, cos_sin_cache, is_neox, False)

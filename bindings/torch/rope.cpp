@@ -1,0 +1,72 @@
+// torch kernels of the rotary embeddings: convert, guard, current stream, call (include/fuseops/rope.h).
+#include <array>
+
+#include "fuseops/rope.h"
+
+#include "ops.h"
+#include "torch_utils.h"
+
+namespace fuseops::torch_binding {
+namespace {
+
+// Parsed here so that no std::string crosses into the library (see activation.cpp).
+MropeLayout layout_of(c10::string_view layout) {
+  if (layout == "chunked") return MropeLayout::chunked;
+  if (layout == "interleaved") return MropeLayout::interleaved;
+  if (layout == "interleaved_glm") return MropeLayout::interleaved_glm;
+  TORCH_CHECK_VALUE(false, "mrope: layout: expected \"chunked\" | \"interleaved\" | \"interleaved_glm\", got \"",
+                    layout, "\"");
+  return MropeLayout::chunked;  // unreachable
+}
+
+}  // namespace
+
+void rotary_embedding(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key,
+                      int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox, bool inverse) {
+  constexpr const char* op = "rotary_embedding";
+  const TensorView p = to_view(op, "positions", positions);
+  const TensorView c = to_view(op, "cos_sin_cache", cos_sin_cache);
+  const TensorView q = to_view(op, "query", query);
+  const OptionalView k(op, "key", key);
+  run_on_device_of(query, [&](Stream s) {
+    fuseops::rotary_embedding(p, q, k.get(), head_size, c, is_neox, inverse, s);
+  });
+}
+
+void apply_rotary_pos_emb(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& cos, const at::Tensor& sin, const c10::optional<at::Tensor>& position_ids,
+                          bool rotary_interleaved, bool inverse) {
+  constexpr const char* op = "apply_rotary_pos_emb";
+  const TensorView qv = to_view(op, "q", q), kv = to_view(op, "k", k);
+  const TensorView cv = to_view(op, "cos", cos), sv = to_view(op, "sin", sin);
+  const OptionalView ids(op, "position_ids", position_ids);
+  const TensorView qo = to_view(op, "q_out", q_out), ko = to_view(op, "k_out", k_out);
+  run_on_device_of(q, [&](Stream s) {
+    fuseops::apply_rotary_pos_emb(qo, ko, qv, kv, cv, sv, ids.get(), rotary_interleaved, inverse, s);
+  });
+}
+
+void apply_rotary_pos_emb_inplace(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
+                                  const c10::optional<at::Tensor>& position_ids, bool rotary_interleaved,
+                                  bool inverse) {
+  apply_rotary_pos_emb(q, k, q, k, cos, sin, position_ids, rotary_interleaved, inverse);
+}
+
+void mrope(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key, int64_t head_size,
+           int64_t rotary_dim, const at::Tensor& cos_sin_cache, at::IntArrayRef mrope_section, bool is_neox,
+           c10::string_view layout, bool inverse) {
+  constexpr const char* op = "mrope";
+  TORCH_CHECK_VALUE(mrope_section.size() == 3, op, ": mrope_section: expected 3 sections [s_t, s_h, s_w], got ",
+                    mrope_section.size(), " values");
+  const std::array<int64_t, 3> section = {mrope_section[0], mrope_section[1], mrope_section[2]};
+  const MropeLayout l = layout_of(layout);
+  const TensorView p = to_view(op, "positions", positions);
+  const TensorView c = to_view(op, "cos_sin_cache", cos_sin_cache);
+  const TensorView q = to_view(op, "query", query);
+  const OptionalView k(op, "key", key);
+  run_on_device_of(query, [&](Stream s) {
+    fuseops::mrope(p, q, k.get(), head_size, rotary_dim, c, section, is_neox, l, inverse, s);
+  });
+}
+
+}  // namespace fuseops::torch_binding

@@ -1,0 +1,106 @@
+"""Rotary position embeddings: vLLM's ``rotary_embedding`` (in place), FlagGems' ``apply_rotary_pos_emb`` and
+multimodal ``mrope`` (chunked Qwen2/2.5-VL, interleaved Qwen3-VL, GLM-4.1V round-robin), with their backward.
+
+Math (docs/ops/rope.md): with r = rotary_dim and h = r / 2, NeoX (``is_neox=True``) rotates the pairs (j, j + h) of
+the first r dims of every head, GPT-J (``is_neox=False`` / ``rotary_interleaved=True``) the pairs (2j, 2j + 1), by
+the angle of cache row ``positions[t]`` (``[cos θ_0..θ_{h-1}, sin θ_0..θ_{h-1}]``); dims past r pass through.
+``inverse=True`` rotates by -θ, which is also the gradient: the ``*_backward`` functions. fp32 math, one rounding.
+
+Out-of-range positions never read out of bounds: the token is left unrotated and the fault is recorded on the
+device; :func:`fuseops.check_errors` raises it as ``ValueError("<op>: positions: value out of range at index i ...")``
+(``FUSEOPS_DEBUG=1`` raises after every op). The ops never synchronise. Other bad arguments raise ``ValueError``
+naming the argument.
+"""
+
+import torch
+
+from ._ops import ops
+
+_LAYOUTS = ("chunked", "interleaved", "interleaved_glm")
+
+
+def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox=True, inverse=False):
+    """Rotates ``query`` and ``key`` in place, as vLLM ``rotary_embedding``; returns ``(query, key)``.
+
+    Args:
+        positions: [T] or [B, S] int32 / int64.
+        query: [tokens..., Hq * head_size] or [tokens..., Hq, head_size] (a view into a fused qkv buffer is fine).
+        key: the same with Hk heads, or None.
+        head_size: D.
+        cos_sin_cache: [max_position, rotary_dim] float32 / float16 / bfloat16; rotary_dim even, <= head_size.
+        is_neox: NeoX (rotate-half) pairing, else GPT-J (interleaved).
+        inverse: rotate by -θ.
+    """
+    ops.rotary_embedding(positions, query, key, int(head_size), cos_sin_cache, bool(is_neox), bool(inverse))
+    return query, key
+
+
+def rotary_embedding_backward(positions, grad_query, grad_key, head_size, cos_sin_cache, is_neox=True):
+    """Gradient of :func:`rotary_embedding` with respect to query and key, in place on the gradients."""
+    return rotary_embedding(positions, grad_query, grad_key, head_size, cos_sin_cache, is_neox, inverse=True)
+
+
+class _ApplyRotaryPosEmb(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, cos, sin, position_ids, rotary_interleaved):
+        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+        ops.apply_rotary_pos_emb(q_out, k_out, q, k, cos, sin, position_ids, rotary_interleaved, False)
+        ctx.save_for_backward(cos, sin, position_ids)
+        ctx.rotary_interleaved = rotary_interleaved
+        return q_out, k_out
+
+    @staticmethod
+    def backward(ctx, grad_q, grad_k):
+        cos, sin, position_ids = ctx.saved_tensors
+        dq, dk = apply_rotary_pos_emb_backward(grad_q, grad_k, cos, sin, position_ids, ctx.rotary_interleaved)
+        return dq, dk, None, None, None, None
+
+
+def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=False, inplace=False):
+    """As FlagGems ``apply_rotary_pos_emb``: returns ``(q_embed, k_embed)``.
+
+    Args:
+        q: [tokens..., Hq, D]; k: [tokens..., Hk, D] (same token dims).
+        cos, sin: [max_seq, D / 2].
+        position_ids: [tokens...] int32 / int64, or None: then q is [B, S, Hq, D] and the position is the index in S.
+        rotary_interleaved: GPT-J pairing (FlagGems' name), else NeoX.
+        inplace: rotate q and k themselves and return them (not differentiable); otherwise new tensors, with autograd
+            for q and k.
+    """
+    if inplace:
+        ops.apply_rotary_pos_emb_inplace(q, k, cos, sin, position_ids, bool(rotary_interleaved), False)
+        return q, k
+    return _ApplyRotaryPosEmb.apply(q, k, cos, sin, position_ids, bool(rotary_interleaved))
+
+
+def apply_rotary_pos_emb_backward(grad_q, grad_k, cos, sin, position_ids=None, rotary_interleaved=False):
+    """Gradient of :func:`apply_rotary_pos_emb`: new tensors ``(grad_q_in, grad_k_in)``."""
+    dq, dk = torch.empty_like(grad_q), torch.empty_like(grad_k)
+    ops.apply_rotary_pos_emb(dq, dk, grad_q, grad_k, cos, sin, position_ids, bool(rotary_interleaved), True)
+    return dq, dk
+
+
+def mrope(query, key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim, is_neox=True,
+          layout="chunked", inverse=False):
+    """Multimodal RoPE in place, as vLLM ``MRotaryEmbedding`` / FlagGems ``mrope``; returns ``(query, key)``.
+
+    Args:
+        query: [T, Hq * head_size] or [T, Hq, head_size]; key: the same with Hk heads, or None.
+        cos_sin_cache: [max_position, rotary_dim].
+        positions: [3, T] (temporal, height, width) or [T] (ordinary RoPE), int32 / int64.
+        mrope_section: [s_t, s_h, s_w], summing to rotary_dim / 2.
+        layout: "chunked" (Qwen2-VL, Qwen2.5-VL), "interleaved" (Qwen3-VL) or "interleaved_glm" (GLM-4.1V).
+    """
+    if layout not in _LAYOUTS:
+        raise ValueError(f"mrope: layout: expected one of {', '.join(_LAYOUTS)}, got {layout!r}")
+    section = [int(s) for s in mrope_section]
+    ops.mrope(positions, query, key, int(head_size), int(rotary_dim), cos_sin_cache, section, bool(is_neox), layout,
+              bool(inverse))
+    return query, key
+
+
+def mrope_backward(grad_query, grad_key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim,
+                   is_neox=True, layout="chunked"):
+    """Gradient of :func:`mrope` with respect to query and key, in place on the gradients."""
+    return mrope(grad_query, grad_key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim, is_neox,
+                 layout, inverse=True)

@@ -1,0 +1,257 @@
+// CUDA backend of the rotary embeddings (rotary_embedding, apply_rotary_pos_emb, mrope, their inverse).
+//
+// Memory-bound: each (token, head) reads and writes its first rotary_dim dims once; the angles of a token are a
+// few hundred bytes shared by all its heads. A thread owns P consecutive frequency pairs of one token ("lane"
+// of the token's h / P lanes) and walks over several of its heads: it reads the position(s) and its P cos / sin
+// values once, keeps them in registers, then per head loads the two P-element vectors that hold its pairs
+// (NeoX: x[j0..] and x[h + j0..]; GPT-J: x[2 j0..] and x[2 j0 + P..]), rotates in fp32 and stores them. With
+// 16-bit data P = 8 (16-byte accesses), with f32 P = 4; a scalar variant (P = 1) serves views whose pointers or
+// strides are not aligned to P elements. Block = (lanes, head slots, tokens); the number of heads per thread grows
+// with the problem so that decode (1-64 tokens) spreads over the SMs (one head per thread) and prefill reuses the
+// angles over up to 8 heads. Bad positions: the token is left unrotated (copied when out of place) and recorded in
+// the device error record; no address derived from a bad position is formed.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/device_error.cuh"
+#include "cuda/launch.h"
+#include "cuda/vec.cuh"
+#include "ops/rope_impl.h"
+
+namespace fuseops::detail::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxHeadsPerThread = 8;
+
+/// N elements of T in one access of N * sizeof(T) <= 16 bytes; plain (coherent) loads, since in place the same
+/// addresses are written by this kernel.
+template <typename T, int N>
+struct Pack {
+  using Raw = typename RawPack<N * sizeof(T)>::type;
+  union {
+    Raw raw;
+    T e[N];
+  } u;
+  __device__ __forceinline__ void load(const T* p) { u.raw = *reinterpret_cast<const Raw*>(p); }
+  __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Raw*>(p) = u.raw; }
+  __device__ __forceinline__ float get(int i) const { return to_float(u.e[i]); }
+  __device__ __forceinline__ void set(int i, float v) { u.e[i] = from_float<T>(v); }
+};
+
+/// N consecutive cache values (read-only) as floats, in accesses of at most 16 bytes.
+template <typename C, int N>
+__device__ __forceinline__ void load_angles(const C* p, float* out) {
+  constexpr int W = N * sizeof(C) > 16 ? static_cast<int>(16 / sizeof(C)) : N;
+#pragma unroll
+  for (int k = 0; k < N; k += W) {
+    FloatVec<C, W> v;
+    v.load(p + k);
+#pragma unroll
+    for (int i = 0; i < W; ++i) out[k + i] = v.v[i];
+  }
+}
+
+__device__ __forceinline__ int64_t load_position(const RopeArgs& a, int axis, int64_t t) {
+  if (a.positions == nullptr) return t % a.seq_len;
+  const int64_t i = axis * a.pos_axis_stride + t * a.pos_token_stride;
+  return a.pos_dtype == DType::i32 ? static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[i])
+                                   : static_cast<const int64_t*>(a.positions)[i];
+}
+
+/// cos / sin of pairs j0 .. j0 + P - 1 (of a cache of type C) for the token's positions.
+template <typename C, int P, int AXES>
+__device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[AXES], int64_t j0, float* c,
+                                              float* s) {
+  const C* cos = static_cast<const C*>(a.cos);
+  const C* sin = static_cast<const C*>(a.sin);
+  if constexpr (AXES == 1) {
+    load_angles<C, P>(cos + pos[0] * a.cos_stride + j0, c);
+    load_angles<C, P>(sin + pos[0] * a.sin_stride + j0, s);
+  } else {
+    auto row = [&](int axis) { return axis == 0 ? pos[0] : axis == 1 ? pos[1] : pos[2]; };
+    const int first = a.axis[j0];
+    bool uniform = true;
+#pragma unroll
+    for (int i = 1; i < P; ++i) uniform = uniform && a.axis[j0 + i] == first;
+    if (uniform) {  // every pair of the chunk reads one row (chunked sections): vector loads
+      const int64_t p = row(first);
+      load_angles<C, P>(cos + p * a.cos_stride + j0, c);
+      load_angles<C, P>(sin + p * a.sin_stride + j0, s);
+    } else {  // interleaved: each pair its own row
+#pragma unroll
+      for (int i = 0; i < P; ++i) {
+        const int64_t p = row(a.axis[j0 + i]);
+        c[i] = to_float(__ldg(cos + p * a.cos_stride + j0 + i));
+        s[i] = to_float(__ldg(sin + p * a.sin_stride + j0 + i));
+      }
+    }
+  }
+}
+
+template <typename T, int P>
+__device__ __forceinline__ void rotate_pair(Pack<T, P>& x, int i0, Pack<T, P>& y, int i1, float c, float s) {
+  const float a = x.get(i0), b = y.get(i1);
+  x.set(i0, a * c - b * s);
+  y.set(i1, b * c + a * s);
+}
+
+template <typename T, int P, bool NEOX, int AXES>
+__global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  pdl_wait_and_release();
+  const int64_t h = a.rotary_dim / 2;
+  const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
+  const int64_t offA = NEOX ? j0 : 2 * j0;
+  const int64_t offB = NEOX ? h + j0 : 2 * j0 + P;
+  const int64_t total_heads = a.q.heads + a.k.heads;
+  const int64_t slot = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const int64_t slots = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  const bool recorder = threadIdx.x == 0 && slot == 0;
+  const float sign = a.inverse ? -1.0f : 1.0f;
+  // Input and output of head `hd` (q heads first, then k heads) of token t.
+  auto locate = [&](int64_t hd, int64_t t, const T*& in, T*& out) {
+    const bool is_q = hd < a.q.heads;
+    const RopeHeads& hs = is_q ? a.q : a.k;
+    const int64_t head = is_q ? hd : hd - a.q.heads;
+    in = static_cast<const T*>(hs.data) + t * hs.token_stride + head * hs.head_stride;
+    out = static_cast<T*>(hs.out) + t * hs.out_token_stride + head * hs.out_head_stride;
+  };
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
+    // The first head's data does not depend on the position: issue its loads before the position -> angle chain.
+    Pack<T, P> x, y;
+    const T* in = nullptr;
+    T* out = nullptr;
+    if (slot < total_heads) {
+      locate(slot, t, in, out);
+      x.load(in + offA);
+      y.load(in + offB);
+    }
+    int64_t pos[AXES];
+    bool valid = true;
+#pragma unroll
+    for (int ax = 0; ax < AXES; ++ax) {
+      pos[ax] = load_position(a, ax, t);
+      if (pos[ax] < 0 || pos[ax] >= a.max_position) {
+        if (recorder && valid) record_device_error(rec, a.error_site, ax * a.tokens + t);
+        valid = false;
+      }
+    }
+    float c[P], s[P];
+    if (valid) {
+      switch (a.cache_dtype) {
+        case DType::f16: gather_angles<__half, P, AXES>(a, pos, j0, c, s); break;
+        case DType::bf16: gather_angles<__nv_bfloat16, P, AXES>(a, pos, j0, c, s); break;
+        default: gather_angles<float, P, AXES>(a, pos, j0, c, s); break;
+      }
+#pragma unroll
+      for (int i = 0; i < P; ++i) s[i] *= sign;
+    }
+    for (int64_t hd = slot; hd < total_heads; hd += slots) {
+      if (hd != slot) {
+        locate(hd, t, in, out);
+        x.load(in + offA);
+        y.load(in + offB);
+      }
+      if (!valid && in == out) continue;  // in place: unrotated = untouched
+      if (valid) {
+        if constexpr (NEOX || P == 1) {
+#pragma unroll
+          for (int i = 0; i < P; ++i) rotate_pair(x, i, y, i, c[i], s[i]);
+        } else {
+#pragma unroll
+          for (int m = 0; m < P / 2; ++m) {
+            rotate_pair(x, 2 * m, x, 2 * m + 1, c[m], s[m]);
+            rotate_pair(y, 2 * m, y, 2 * m + 1, c[P / 2 + m], s[P / 2 + m]);
+          }
+        }
+      }
+      x.store(out + offA);
+      y.store(out + offB);
+    }
+  }
+}
+
+/// P elements (16 bytes of T) when every pointer and stride allows it, else 1.
+int pick_pairs_per_thread(const RopeArgs& a) {
+  const int64_t esize = static_cast<int64_t>(dtype_size(a.dtype));
+  const int64_t p = 16 / esize;
+  const int64_t h = a.rotary_dim / 2;
+  auto aligned = [](const void* ptr, int64_t bytes) {
+    return reinterpret_cast<std::uintptr_t>(ptr) % static_cast<std::uintptr_t>(bytes) == 0;
+  };
+  bool ok = h % p == 0;
+  for (const RopeHeads* hs : {&a.q, &a.k}) {
+    if (!hs->data || hs->heads == 0) continue;
+    ok = ok && aligned(hs->data, p * esize) && aligned(hs->out, p * esize);
+    if (a.tokens > 1) ok = ok && hs->token_stride % p == 0 && hs->out_token_stride % p == 0;
+    if (hs->heads > 1) ok = ok && hs->head_stride % p == 0 && hs->out_head_stride % p == 0;
+  }
+  const int64_t csize = static_cast<int64_t>(dtype_size(a.cache_dtype));
+  const int64_t piece = std::min<int64_t>(p * csize, 16);
+  ok = ok && aligned(a.cos, piece) && aligned(a.sin, piece);
+  if (a.max_position > 1) ok = ok && a.cos_stride % p == 0 && a.sin_stride % p == 0;
+  return ok ? static_cast<int>(p) : 1;
+}
+
+struct Plan {
+  dim3 grid, block;
+};
+
+Plan plan(const RopeArgs& a, int p, int sms) {
+  const int64_t lanes = a.rotary_dim / 2 / p;  // <= kRopeMaxPairs = kThreads
+  const int64_t heads = a.q.heads + a.k.heads;
+  const int64_t resident = static_cast<int64_t>(sms) * 2048;
+  const int64_t work = a.tokens * heads * lanes;
+  const int64_t hpt =
+      std::clamp<int64_t>((work + resident - 1) / resident, 1, std::min<int64_t>(kMaxHeadsPerThread, heads));
+  const int64_t slots = (heads + hpt - 1) / hpt;
+  const int64_t max_slots = std::max<int64_t>(1, kThreads / lanes);
+  const int64_t gy = std::min<int64_t>((slots + max_slots - 1) / max_slots, 65535);
+  const int64_t slots_per_block = std::min<int64_t>((slots + gy - 1) / gy, max_slots);
+  int64_t tb = std::max<int64_t>(1, kThreads / (lanes * slots_per_block));
+  tb = std::min<int64_t>({tb, 64, std::max<int64_t>(1, (a.tokens + 2 * sms - 1) / (2 * sms))});
+  const int64_t gx = std::min<int64_t>((a.tokens + tb - 1) / tb, int64_t{1} << 30);
+  Plan pl;
+  pl.block = dim3(static_cast<unsigned>(lanes), static_cast<unsigned>(slots_per_block), static_cast<unsigned>(tb));
+  pl.grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
+  return pl;
+}
+
+template <typename T, int P>
+void launch_for(const RopeArgs& a, const Plan& pl, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
+  auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
+  if (a.num_axes == 3) {
+    if (a.is_neox) go(rope_kernel<T, P, true, 3>);
+    else go(rope_kernel<T, P, false, 3>);
+  } else {
+    if (a.is_neox) go(rope_kernel<T, P, true, 1>);
+    else go(rope_kernel<T, P, false, 1>);
+  }
+}
+
+template <typename T>
+void launch_typed(const RopeArgs& a, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
+  constexpr int kVec = static_cast<int>(16 / sizeof(T));
+  const int p = pick_pairs_per_thread(a);
+  const Plan pl = plan(a, p, sm_count(device));
+  if (p == kVec) launch_for<T, kVec>(a, pl, rec, stream, device);
+  else launch_for<T, 1>(a, pl, rec, stream, device);
+}
+
+}  // namespace
+
+void rope(const char* op, const RopeArgs& args, int device, void* stream) {
+  DeviceGuard guard(device, op);
+  auto s = static_cast<cudaStream_t>(stream);
+  DeviceErrorRecord* rec = cuda_error_record(device);
+  switch (args.dtype) {
+    case DType::f32: launch_typed<float>(args, rec, s, device); break;
+    case DType::f16: launch_typed<__half>(args, rec, s, device); break;
+    case DType::bf16: launch_typed<__nv_bfloat16>(args, rec, s, device); break;
+    default: throw Error(ErrorKind::invalid_argument, std::string(op) + ": unsupported dtype");
+  }
+  after_launch(op, s, device);
+}
+
+}  // namespace fuseops::detail::cuda

@@ -1,0 +1,61 @@
+// Internal interface between the rotary-embedding ops (validation, ops/rope.cpp) and their backends. One
+// description serves rotary_embedding, apply_rotary_pos_emb and mrope: heads of query and key, where each token's
+// angles come from (a cos table and a sin table, indexed by one position per M-RoPE axis), and how pairs are formed.
+#pragma once
+
+#include <cstdint>
+
+#include "fuseops/tensor.h"
+
+namespace fuseops::detail {
+
+/// Largest rotary_dim / 2 the ops accept (the M-RoPE axis table has one entry per pair).
+constexpr int kRopeMaxPairs = 256;
+
+/// The heads of query or key: element (t, head, i) is data[t * token_stride + head * head_stride + i] (input) and
+/// out[t * out_token_stride + head * out_head_stride + i] (output; out == data and equal strides in place).
+struct RopeHeads {
+  void* data = nullptr;  ///< null: absent (key=None)
+  void* out = nullptr;
+  int64_t heads = 0;
+  int64_t token_stride = 0, head_stride = 0;
+  int64_t out_token_stride = 0, out_head_stride = 0;
+};
+
+struct RopeArgs {
+  DType dtype = DType::bf16;  ///< of query and key
+  int64_t tokens = 0;
+  int64_t rotary_dim = 0;  ///< r, even; pairs h = r / 2
+  bool is_neox = true;
+  bool inverse = false;
+  RopeHeads q, k;
+
+  /// Angles: cos of pair j at position p is cos[p * cos_stride + j], sin likewise (elements of cache_dtype).
+  const void* cos = nullptr;
+  const void* sin = nullptr;
+  DType cache_dtype = DType::f32;
+  int64_t cos_stride = 0, sin_stride = 0;
+  int64_t max_position = 0;  ///< rows of the tables; valid positions are [0, max_position)
+
+  /// Positions: axis a of token t is positions[a * pos_axis_stride + t * pos_token_stride]; null: the position
+  /// of token t is t % seq_len (FlagGems apply_rotary_pos_emb without position_ids).
+  const void* positions = nullptr;
+  DType pos_dtype = DType::i64;
+  int num_axes = 1;  ///< 1 (RoPE) or 3 (M-RoPE)
+  int64_t pos_axis_stride = 0, pos_token_stride = 0;
+  int64_t seq_len = 1;
+  /// M-RoPE (num_axes == 3): the axis (0 T, 1 H, 2 W) of each pair j < h.
+  uint8_t axis[kRopeMaxPairs] = {};
+
+  uint32_t error_site = 0;  ///< (op, "positions"), for out-of-range positions
+};
+
+namespace cpu {
+void rope(const RopeArgs& args);
+}  // namespace cpu
+
+namespace cuda {
+void rope(const char* op, const RopeArgs& args, int device, void* stream);
+}  // namespace cuda
+
+}  // namespace fuseops::detail

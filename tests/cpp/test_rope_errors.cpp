@@ -1,0 +1,139 @@
+// Every validation error of the rotary embeddings (src/ops/rope.cpp): fuseops::Error of kind invalid_argument whose
+// message names the op and the argument. All on CPU buffers (large enough for every view below).
+#include <array>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+
+namespace fuseops_test {
+namespace {
+
+using fuseops::Device;
+using fuseops::MropeLayout;
+
+constexpr DType f32 = DType::f32, bf16 = DType::bf16, i32 = DType::i32, i64 = DType::i64;
+const Device cpu = Device::cpu();
+constexpr const char* re = "rotary_embedding";
+constexpr const char* mr = "mrope";
+constexpr const char* ap = "apply_rotary_pos_emb";
+
+/// T = 4 tokens, Hq = 2, Hk = 1, D = 64, cache [16, 64].
+class RopeErrors : public ::testing::Test {
+ protected:
+  void* buf(int i) { return bufs_[i].data(); }
+  TensorView v(int i, std::initializer_list<int64_t> shape, DType dt = f32, Device dev = cpu) {
+    return TensorView(buf(i), dt, dev, shape);
+  }
+  TensorView s(int i, std::initializer_list<int64_t> shape, std::initializer_list<int64_t> strides, DType dt = f32) {
+    return TensorView(buf(i), dt, cpu, shape, strides);
+  }
+  TensorView pos() { return v(0, {4}, i64); }
+  TensorView q() { return v(1, {4, 128}); }
+  TensorView k() { return v(2, {4, 64}); }
+  TensorView cache() { return v(3, {16, 64}); }
+  std::vector<std::vector<int64_t>> bufs_ = std::vector<std::vector<int64_t>>(8, std::vector<int64_t>(4096, 0));
+};
+
+TEST_F(RopeErrors, ValidCallsPass) {
+  const TensorView kv = k();
+  EXPECT_NO_THROW(fuseops::rotary_embedding(pos(), q(), &kv, 64, cache(), true));
+  EXPECT_NO_THROW(fuseops::rotary_embedding(pos(), q(), nullptr, 64, v(3, {16, 32}), false));
+  EXPECT_NO_THROW(fuseops::mrope(v(0, {3, 4}, i32), q(), &kv, 64, 64, cache(), {8, 12, 12}, true,
+                                 MropeLayout::interleaved));
+  const TensorView q3 = v(1, {4, 2, 64}), k3 = v(2, {4, 1, 64}), cs = v(3, {16, 32}), sn = v(4, {16, 32});
+  const TensorView ids = pos();
+  EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(q3, k3, q3, k3, cs, sn, &ids, false));
+  EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(v(5, {4, 2, 64}), v(6, {4, 1, 64}), q3, k3, cs, sn, &ids, true));
+}
+
+TEST_F(RopeErrors, RotaryEmbeddingArguments) {
+  const TensorView kv = k();
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(0, {4}, f32), q(), &kv, 64, cache(), true), re, "positions", "i32");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(0, {1, 2, 2}, i64), q(), &kv, 64, cache(), true), re, "positions");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(0, {5}, i64), q(), &kv, 64, cache(), true), re, "query");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), v(1, {4, 100}), &kv, 64, cache(), true), re, "query",
+                   "multiple of head_size");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), v(1, {4, 2, 32}), &kv, 64, cache(), true), re, "query");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), v(1, {4, 2, 64}, i32), &kv, 64, cache(), true), re, "query");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kv, 1, cache(), true), re, "head_size");
+  const TensorView kb = v(2, {4, 64}, bf16);
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kb, 64, cache(), true), re, "key", "dtype f32");
+  const TensorView k5 = v(2, {5, 64});
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &k5, 64, cache(), true), re, "key");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kv, 64, v(3, {16, 31}), true), re, "cos_sin_cache", "even");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kv, 64, v(3, {16, 66}), true), re, "cos_sin_cache");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kv, 64, v(3, {16, 2, 32}), true), re, "cos_sin_cache");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kv, 64, v(3, {16, 64}, i32), true), re, "cos_sin_cache");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kv, 64, s(3, {16, 64}, {128, 2}), true), re,
+                   "cos_sin_cache", "innermost stride 1");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), s(1, {4, 128}, {256, 2}), &kv, 64, cache(), true), re, "query",
+                   "innermost stride 1");
+  // Heads whose rotated parts overlap (head stride 32 < rotary_dim 64), tokens that overlap.
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), s(1, {4, 2, 64}, {128, 32, 1}), &kv, 64, cache(), true), re,
+                   "query", "do not overlap");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), s(1, {4, 2, 64}, {64, 64, 1}), &kv, 64, cache(), true), re,
+                   "query", "do not overlap");
+  // key overlapping query (views of one buffer).
+  const TensorView kq = s(1, {4, 64}, {128, 1});
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kq, 64, cache(), true), re, "key", "no overlap");
+  // Devices.
+  const TensorView kc = v(2, {4, 64}, f32, Device::cuda(0));
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kc, 64, cache(), true), re, "key", "device cpu");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(0, {4}, i64, Device::cuda(0)), q(), &kv, 64, cache(), true), re,
+                   "positions", "device cpu");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding_backward(v(0, {4}, f32), q(), &kv, 64, cache(), true),
+                   "rotary_embedding_backward", "positions");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding_backward(pos(), v(1, {4, 100}), &kv, 64, cache(), true),
+                   "rotary_embedding_backward", "grad_query");
+}
+
+TEST_F(RopeErrors, MropeArguments) {
+  const TensorView kv = k(), p3 = v(0, {3, 4}, i64);
+  const std::array<int64_t, 3> sec = {8, 12, 12};
+  EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 64, cache(), {8, 12, 11}, true), mr, "mrope_section", "32");
+  EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 64, cache(), {-4, 24, 12}, true), mr, "mrope_section");
+  EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 32, cache(), sec, true), mr, "rotary_dim", "64");
+  EXPECT_ARG_ERROR(fuseops::mrope(v(0, {2, 4}, i64), q(), &kv, 64, 64, cache(), sec, true), mr, "positions",
+                   "[3, T]");
+  EXPECT_ARG_ERROR(fuseops::mrope(v(0, {3, 5}, i64), q(), &kv, 64, 64, cache(), sec, true), mr, "query");
+  EXPECT_ARG_ERROR(fuseops::mrope(v(0, {3, 4}, bf16), q(), &kv, 64, 64, cache(), sec, true), mr, "positions");
+  EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 64, cache(), sec, true, static_cast<MropeLayout>(7)), mr,
+                   "layout");
+  EXPECT_ARG_ERROR(fuseops::mrope_backward(p3, q(), &kv, 64, 64, cache(), {1, 1, 1}, true), "mrope_backward",
+                   "mrope_section");
+  EXPECT_ARG_ERROR(fuseops::parse_mrope_layout("qwen3"), mr, "layout");
+  EXPECT_EQ(fuseops::parse_mrope_layout("interleaved_glm"), MropeLayout::interleaved_glm);
+}
+
+TEST_F(RopeErrors, ApplyRotaryPosEmbArguments) {
+  const TensorView q3 = v(1, {4, 2, 64}), k3 = v(2, {4, 1, 64}), cs = v(3, {16, 32}), sn = v(4, {16, 32});
+  const TensorView ids = pos();
+  auto call = [&](TensorView qo, TensorView ko, TensorView q, TensorView k, TensorView c, TensorView s_,
+                  const TensorView* p) { fuseops::apply_rotary_pos_emb(qo, ko, q, k, c, s_, p, false); };
+  EXPECT_ARG_ERROR(call(q3, k3, q3, k3, v(3, {16, 64}), sn, &ids), ap, "cos", "D / 2 = 32");
+  EXPECT_ARG_ERROR(call(q3, k3, q3, k3, cs, v(4, {8, 32}), &ids), ap, "sin");
+  EXPECT_ARG_ERROR(call(q3, k3, q3, k3, cs, v(4, {16, 32}, bf16), &ids), ap, "sin", "dtype f32");
+  EXPECT_ARG_ERROR(call(q3, k3, q3, k3, s(3, {16, 32}, {64, 2}), sn, &ids), ap, "cos", "innermost stride 1");
+  const TensorView bad_ids = v(0, {5}, i64);
+  EXPECT_ARG_ERROR(call(q3, k3, q3, k3, cs, sn, &bad_ids), ap, "position_ids");
+  EXPECT_ARG_ERROR(call(q3, k3, q3, k3, cs, sn, nullptr), ap, "q", "rank 4");
+  const TensorView q4 = v(1, {1, 20, 1, 64}), k4 = v(2, {1, 20, 1, 64});
+  EXPECT_ARG_ERROR(call(q4, k4, q4, k4, cs, sn, nullptr), ap, "cos", "S = 20");
+  EXPECT_ARG_ERROR(call(q3, k3, v(1, {128}), k3, cs, sn, &ids), ap, "q", "rank >= 2");
+  EXPECT_ARG_ERROR(call(q3, k3, q3, v(2, {3, 1, 64}), cs, sn, &ids), ap, "k");
+  EXPECT_ARG_ERROR(call(q3, k3, q3, v(2, {4, 1, 64}, bf16), cs, sn, &ids), ap, "k", "dtype f32");
+  EXPECT_ARG_ERROR(call(v(5, {4, 3, 64}), k3, q3, k3, cs, sn, &ids), ap, "q_out");
+  EXPECT_ARG_ERROR(call(v(5, {4, 2, 64}, bf16), k3, q3, k3, cs, sn, &ids), ap, "q_out", "dtype f32");
+  // An output that overlaps an input without being it, and outputs that overlap each other.
+  const TensorView shifted = s(1, {4, 2, 64}, {128, 64, 1});
+  EXPECT_ARG_ERROR(call(TensorView(static_cast<float*>(buf(1)) + 32, f32, cpu, {4, 2, 64}), k3, q3, k3, cs, sn, &ids),
+                   ap, "q_out", "no overlap");
+  EXPECT_ARG_ERROR(call(v(5, {4, 2, 64}), v(5, {4, 1, 64}), q3, k3, cs, sn, &ids), ap, "k_out", "no overlap");
+  EXPECT_ARG_ERROR(call(shifted, v(2, {4, 1, 64}), q3, v(1, {4, 1, 64}), cs, sn, &ids), ap, "k", "no overlap");
+  EXPECT_ARG_ERROR(fuseops::apply_rotary_pos_emb_backward(q3, k3, q3, k3, cs, v(4, {16, 31}), &ids, false),
+                   "apply_rotary_pos_emb_backward", "sin");
+}
+
+}  // namespace
+}  // namespace fuseops_test

@@ -1,0 +1,230 @@
+"""Rotary embeddings from PyTorch: parity with a plain-PyTorch float64 reference (NeoX / GPT-J, partial rotary,
+fused-qkv views, GQA, M-RoPE layouts), autograd of apply_rotary_pos_emb, the compat names, bad positions, errors,
+opcheck."""
+
+import pytest
+from common import DEVICES, DTYPES, requires_cuda, requires_opcheck, torch
+
+import fuseops
+from fuseops.compat import flaggems as fg
+from fuseops.compat import vllm
+
+TOL = {torch.float32: 2e-6, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+def cache_of(max_pos, r, dtype, device, base=10000.0):
+    inv = base ** (-torch.arange(0, r, 2, dtype=torch.float64) / r)
+    ang = torch.outer(torch.arange(max_pos, dtype=torch.float64), inv)
+    return torch.cat((ang.cos(), ang.sin()), -1).to(dtype).to(device)
+
+
+def rotate_ref(x, cos, sin, is_neox, inverse=False):
+    """x [..., r] float64; cos / sin [..., r / 2] broadcastable."""
+    if inverse:
+        sin = -sin
+    if is_neox:
+        a, b = x.chunk(2, -1)
+        return torch.cat((a * cos - b * sin, b * cos + a * sin), -1)
+    a, b = x[..., ::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, b * cos + a * sin), -1).flatten(-2)
+
+
+def rope_ref(x, pos, cache, head_size, is_neox, inverse=False):
+    """x [T, H * D] -> float64 result; cache rows by pos [T]."""
+    T = x.shape[0]
+    r = cache.shape[1]
+    xd = x.double().cpu().view(T, -1, head_size).clone()
+    c = cache.double().cpu()[pos.cpu().long()]
+    cos, sin = c[:, None, : r // 2], c[:, None, r // 2:]
+    xd[..., :r] = rotate_ref(xd[..., :r], cos, sin, is_neox, inverse)
+    return xd.view(T, -1)
+
+
+def close(out, ref, dtype):
+    err = (out.double().cpu() - ref).abs().max().item()
+    assert err <= TOL[dtype] * max(1.0, ref.abs().max().item()), err
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("D,r", [(128, 128), (256, 64), (128, 80)])
+def test_rotary_embedding_fused_qkv(device, dtype, is_neox, D, r):
+    T, Hq, Hk = 7, 4, 2
+    gen = torch.Generator().manual_seed(1)
+    qkv = torch.randn(T, (Hq + 2 * Hk) * D, generator=gen).to(dtype).to(device)
+    q, k = qkv[:, : Hq * D], qkv[:, Hq * D: (Hq + Hk) * D]
+    v0 = qkv[:, (Hq + Hk) * D:].clone()
+    cache = cache_of(64, r, dtype, device)
+    pos = torch.randint(0, 64, (T,), generator=gen).to(device)
+    qr, kr = rope_ref(q, pos, cache, D, is_neox), rope_ref(k, pos, cache, D, is_neox)
+    out_q, out_k = fuseops.rotary_embedding(pos, q, k, D, cache, is_neox)
+    assert out_q.data_ptr() == q.data_ptr()
+    close(q, qr, dtype)
+    close(k, kr, dtype)
+    assert torch.equal(qkv[:, (Hq + Hk) * D:], v0)
+    # vLLM's name; key=None; the backward brings q back.
+    vllm.rotary_embedding(pos, q, None, D, cache, is_neox)
+    fuseops.rotary_embedding_backward(pos, q, None, D, cache, is_neox)
+    close(q, qr, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout,section,r,is_neox", [
+    ("chunked", [16, 24, 24], 128, True),
+    ("interleaved", [24, 20, 20], 128, True),
+    ("interleaved_glm", [8, 12, 12], 64, False),
+    ("interleaved", [24, 20, 20], 128, False),
+])
+def test_mrope(device, layout, section, r, is_neox):
+    T, Hq, Hk, D, dtype = 6, 4, 1, 128, torch.float32
+    gen = torch.Generator().manual_seed(2)
+    q = torch.randn(T, Hq * D, generator=gen).to(device)
+    k = torch.randn(T, Hk * D, generator=gen).to(device)
+    cache = cache_of(32, r, dtype, device)
+    pos = torch.randint(0, 32, (3, T), generator=gen).to(device)
+    h = r // 2
+    if layout == "chunked":
+        axis = [0] * section[0] + [1] * section[1] + [2] * section[2]
+    elif layout == "interleaved":
+        axis = [1 if (j % 3 == 1 and j < 3 * section[1]) else 2 if (j % 3 == 2 and j < 3 * section[2]) else 0
+                for j in range(h)]
+    else:
+        axis = [0 if c == "T" else 1 if c == "H" else 2 for c in "THWTHWTHWTHWTHWTHWTHWTHWHHWHHWWW"]
+    c = cache.double().cpu()
+    rows = pos.cpu()[torch.tensor(axis)]  # [h, T]
+    cos = torch.stack([c[rows[j], j] for j in range(h)], -1)[:, None]  # [T, 1, h]
+    sin = torch.stack([c[rows[j], h + j] for j in range(h)], -1)[:, None]
+
+    def ref(x):
+        xd = x.double().cpu().view(T, -1, D).clone()
+        xd[..., :r] = rotate_ref(xd[..., :r], cos, sin, is_neox)
+        return xd.view(T, -1)
+
+    qr, kr = ref(q), ref(k)
+    if layout == "interleaved_glm":
+        fg.mrope(q, k, cache, pos, *section, D, r, is_interleaved_glm=True, is_neox_style=is_neox)
+    else:
+        fuseops.mrope(q, k, cache, pos, section, D, r, is_neox, layout)
+    close(q, qr, dtype)
+    close(k, kr, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("with_ids", [False, True])
+def test_apply_rotary_pos_emb(device, dtype, interleaved, with_ids):
+    B, S, Hq, Hk, D = 2, 5, 4, 2, 64
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(B, S, Hq, D, generator=gen).to(dtype).to(device)
+    k = torch.randn(B, S, Hk, D, generator=gen).to(dtype).to(device)
+    cache = cache_of(16, D, dtype, device)
+    cos, sin = cache[:, : D // 2].contiguous(), cache[:, D // 2:].contiguous()
+    ids = torch.randint(0, 16, (B, S), generator=gen).to(device) if with_ids else None
+    p = (ids if with_ids else torch.arange(S, device=device).repeat(B, 1)).cpu().long()
+    c, s = cos.double().cpu()[p][:, :, None], sin.double().cpu()[p][:, :, None]
+    qr = rotate_ref(q.double().cpu(), c, s, not interleaved)
+    kr = rotate_ref(k.double().cpu(), c, s, not interleaved)
+    qe, ke = fg.apply_rotary_pos_emb(q, k, cos, sin, ids, interleaved)
+    close(qe, qr, dtype)
+    close(ke, kr, dtype)
+    qi, ki = q.clone(), k.clone()
+    fuseops.apply_rotary_pos_emb(qi, ki, cos, sin, ids, interleaved, inplace=True)
+    close(qi, qr, dtype)
+    close(ki, kr, dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_apply_rotary_pos_emb_autograd(device):
+    B, S, H, D = 1, 4, 2, 32
+    gen = torch.Generator().manual_seed(4)
+    q = torch.randn(B, S, H, D, generator=gen, dtype=torch.float64).float().to(device).requires_grad_()
+    k = torch.randn(B, S, H, D, generator=gen, dtype=torch.float64).float().to(device).requires_grad_()
+    cache = cache_of(8, D, torch.float32, device)
+    cos, sin = cache[:, : D // 2].contiguous(), cache[:, D // 2:].contiguous()
+    qe, ke = fuseops.apply_rotary_pos_emb(q, k, cos, sin)
+    gq, gk = torch.randn_like(qe), torch.randn_like(ke)
+    (qe * gq + ke * gk).sum().backward()
+    # Reference: autograd through the float64 formula.
+    qd, kd = q.detach().double().cpu().requires_grad_(), k.detach().double().cpu().requires_grad_()
+    p = torch.arange(S)[None].repeat(B, 1)
+    c, s = cos.double().cpu()[p][:, :, None], sin.double().cpu()[p][:, :, None]
+    (rotate_ref(qd, c, s, True) * gq.double().cpu() + rotate_ref(kd, c, s, True) * gk.double().cpu()).sum().backward()
+    assert torch.allclose(q.grad.double().cpu(), qd.grad, atol=1e-5)
+    assert torch.allclose(k.grad.double().cpu(), kd.grad, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_bad_position_leaves_token_and_is_reported(device):
+    T, H, D = 4, 2, 64
+    q = torch.randn(T, H * D).to(device)
+    q0 = q.clone()
+    cache = cache_of(8, D, torch.float32, device)
+    pos = torch.tensor([1, 8, 2, -1]).to(device)
+    fuseops.clear_errors()
+    fuseops.rotary_embedding(pos, q, None, D, cache, True)
+    assert torch.equal(q[1], q0[1]) and torch.equal(q[3], q0[3])
+    assert not torch.equal(q[0], q0[0])
+    with pytest.raises(ValueError, match="rotary_embedding: positions: value out of range at index 1"):
+        fuseops.check_errors()
+    fuseops.check_errors()  # cleared
+
+
+def test_errors_name_the_argument():
+    q = torch.randn(4, 128)
+    cache = cache_of(8, 64, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="rotary_embedding: positions"):
+        fuseops.rotary_embedding(torch.zeros(4), q, None, 64, cache)
+    with pytest.raises(ValueError, match="rotary_embedding: query"):
+        fuseops.rotary_embedding(torch.zeros(4, dtype=torch.long), torch.randn(4, 100), None, 64, cache)
+    with pytest.raises(ValueError, match="mrope: mrope_section"):
+        fuseops.mrope(q, None, cache, torch.zeros(3, 4, dtype=torch.long), [8, 8, 8], 64, 64)
+    with pytest.raises(ValueError, match="mrope: layout"):
+        fuseops.mrope(q, None, cache, torch.zeros(3, 4, dtype=torch.long), [8, 12, 12], 64, 64, layout="qwen")
+    with pytest.raises(ValueError, match="apply_rotary_pos_emb: cos"):
+        fuseops.apply_rotary_pos_emb(torch.randn(1, 4, 2, 64), torch.randn(1, 4, 2, 64), cache, cache)
+
+
+@requires_opcheck
+@pytest.mark.parametrize("device", DEVICES)
+def test_opcheck(device):
+    T, H, D = 4, 2, 64
+    q, k = torch.randn(T, H * D, device=device), torch.randn(T, H * D, device=device)
+    cache = cache_of(8, D, torch.float32, device)
+    pos = torch.arange(T, device=device)
+    torch.library.opcheck(torch.ops.fuseops.rotary_embedding.default, (pos, q, k, D, cache, True, False))
+    torch.library.opcheck(torch.ops.fuseops.mrope.default,
+                          (pos.repeat(3, 1), q, k, D, D, cache, [8, 12, 12], True, "interleaved", False))
+    q4, k4 = q.view(1, T, H, D), k.view(1, T, H, D)
+    cos, sin = cache[:, : D // 2].contiguous(), cache[:, D // 2:].contiguous()
+    torch.library.opcheck(torch.ops.fuseops.apply_rotary_pos_emb.default,
+                          (torch.empty_like(q4), torch.empty_like(k4), q4, k4, cos, sin, None, False, False))
+    torch.library.opcheck(torch.ops.fuseops.apply_rotary_pos_emb_inplace.default,
+                          (q4.clone(), k4.clone(), cos, sin, None, False, False))
+
+
+@requires_cuda
+def test_cuda_graph_with_bad_position():
+    """Capturable: no synchronisation inside; the bad position recorded during replay is raised afterwards."""
+    T, H, D = 64, 8, 128
+    q = torch.randn(T, H * D, device="cuda", dtype=torch.bfloat16)
+    k = torch.randn(T, 2 * D, device="cuda", dtype=torch.bfloat16)
+    cache = cache_of(4096, D, torch.bfloat16, "cuda")
+    pos = torch.arange(T, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fuseops.rotary_embedding(pos, q, k, D, cache, True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fuseops.rotary_embedding(pos, q, k, D, cache, True)
+    q0 = q.clone()
+    pos[5] = 4096
+    fuseops.clear_errors()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(q[5], q0[5])
+    with pytest.raises(ValueError, match="rotary_embedding: positions: value out of range at index 5"):
+        fuseops.check_errors()
