@@ -18,6 +18,11 @@ FUSEOPS_GDN_HD int64_t chunk_slot(const GdnGeometry& g, int64_t n, int64_t bos, 
   return t0 == bos ? n : g.N + (t0 - 1) / g.BT;
 }
 
+/// Element offset of state (b, slot, hv) in h [B, NS, HV, K, V].
+FUSEOPS_GDN_HD int64_t state_offset(const GdnStates& h, int64_t b, int64_t slot, int64_t hv, int64_t HV, int64_t KV) {
+  return ((b * h.slots + slot) * HV + hv) * KV;
+}
+
 /// Index entry i of an i32 / i64 device-resident array.
 FUSEOPS_GDN_HD int64_t load_index(const void* p, DType dtype, int64_t i) {
   return dtype == DType::i32 ? static_cast<const int32_t*>(p)[i] : static_cast<const int64_t*>(p)[i];

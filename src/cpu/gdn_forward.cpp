@@ -91,7 +91,7 @@ void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a) {
       for (int64_t e = 0; e < K * V; ++e) S[e] = a.h0 ? load(a.h0, a.h0_dtype, state0 + e) : 0.f;
       for (int64_t t0 = s.bos; t0 < s.eos; t0 += BT) {
         const int64_t L = std::min(BT, s.eos - t0);
-        const int64_t hoff = a.h.offset(s.batch, chunk_slot(a.geo, n, s.bos, t0), hv, HV, K * V);
+        const int64_t hoff = state_offset(a.h, s.batch, chunk_slot(a.geo, n, s.bos, t0), hv, HV, K * V);
         for (int64_t e = 0; e < K * V; ++e) store(a.h.data, a.h.dtype, hoff + e, S[e]);
         for (int64_t i = 0; i < L; ++i) {
           gc[i] = load_scalar(a.g, s.batch, t0 + i, hv, 0.f);
@@ -136,7 +136,7 @@ void chunk_fwd_o(const FwdOArgs& a) {
     for (int64_t t0 = s.bos; t0 < s.eos; t0 += BT) {
       const int64_t L = std::min(BT, s.eos - t0), slot = chunk_slot(a.geo, n, s.bos, t0);
       for (int64_t hv = 0; hv < HV; ++hv) {
-        const int64_t hk = hv / group, hoff = a.h.offset(s.batch, slot, hv, HV, K * V);
+        const int64_t hk = hv / group, hoff = state_offset(a.h, s.batch, slot, hv, HV, K * V);
         for (int64_t e = 0; e < K * V; ++e) hs[e] = load(a.h.data, a.h.dtype, hoff + e);
         for (int64_t i = 0; i < L; ++i) {
           load_row(a.q, s.batch, t0 + i, hk, K, &qr[i * K]);

@@ -14,9 +14,6 @@ struct GdnStates {
   void* data = nullptr;
   DType dtype = DType::f32;
   int64_t slots = 0;  ///< NS
-  int64_t offset(int64_t b, int64_t slot, int64_t hv, int64_t HV, int64_t KV) const {
-    return ((b * slots + slot) * HV + hv) * KV;
-  }
 };
 
 /// l2 normalisation of rows: y = x / sqrt(sum x^2 + 1e-6), in f32, rounded to y's dtype. x, y: [B, T, H, K].
