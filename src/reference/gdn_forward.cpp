@@ -73,6 +73,7 @@ RecurrenceGolden gated_delta_rule_recurrence(const RecurrenceInputs& in) {
     std::vector<double> S(static_cast<std::size_t>(KV)), sk(static_cast<std::size_t>(V));
     for (int64_t w = begin; w < end; ++w) {
       const int64_t n = w / HV, h = w % HV, hk = h / G, b = batches[n];
+      if (!in.heads.empty() && std::find(in.heads.begin(), in.heads.end(), h) == in.heads.end()) continue;
       for (int64_t e = 0; e < KV; ++e) S[e] = in.h0 ? in.h0->get((n * HV + h) * K + e / V, e % V) : 0.0;
       for (int64_t t = starts[n]; t < ends[n]; ++t) {
         const std::vector<double> q = row(*in.q, b, t, hk, in.l2norm, in.round_normalized);

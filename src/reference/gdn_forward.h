@@ -25,6 +25,7 @@ struct RecurrenceInputs {
   bool round_normalized = false;  ///< round the normalised q, k to q's dtype
   std::vector<int64_t> cu_seqlens;  ///< empty: fixed length
   bool keep_token_states = false;   ///< also return the state after every token
+  std::vector<int64_t> heads;       ///< value heads to evaluate (empty: all); the others stay 0
 };
 
 struct RecurrenceGolden {

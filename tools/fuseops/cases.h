@@ -92,5 +92,6 @@ const Registry& registry();
 /// Families register here (one function per family).
 void register_activation_cases(Registry& r);
 void register_gdn_cases(Registry& r);
+void register_gdn_forward_cases(Registry& r);
 
 }  // namespace fuseops::cli

@@ -24,6 +24,7 @@ const Registry& registry() {
     Registry reg;
     register_activation_cases(reg);
     register_gdn_cases(reg);
+    register_gdn_forward_cases(reg);
     return reg;
   }();
   return r;
