@@ -26,9 +26,15 @@ from .activation import (
 )
 from .errors import check_errors, clear_errors
 from .gdn import (
+    chunk_fwd_o,
+    chunk_gated_delta_rule,
+    chunk_gated_delta_rule_fwd_h,
     chunk_gated_delta_rule_fwd_kkt_solve,
     chunk_local_cumsum,
     chunk_scaled_dot_kkt_fwd,
+    fused_recurrent_gated_delta_rule,
+    fused_sigmoid_gating_delta_rule_update,
+    recompute_w_u_fwd,
     solve_tril,
 )
 
@@ -36,18 +42,24 @@ __version__ = ops.version()
 
 __all__ = [
     "check_errors",
+    "chunk_fwd_o",
+    "chunk_gated_delta_rule",
+    "chunk_gated_delta_rule_fwd_h",
     "chunk_gated_delta_rule_fwd_kkt_solve",
     "chunk_local_cumsum",
     "chunk_scaled_dot_kkt_fwd",
-    "solve_tril",
     "clear_errors",
+    "fused_recurrent_gated_delta_rule",
+    "fused_sigmoid_gating_delta_rule_update",
     "gelu_and_mul",
     "gelu_and_mul_backward",
     "gelu_and_mul_split",
     "gelu_tanh_and_mul",
     "library_path",
     "ops",
+    "recompute_w_u_fwd",
     "silu_and_mul",
     "silu_and_mul_backward",
     "silu_and_mul_split",
+    "solve_tril",
 ]

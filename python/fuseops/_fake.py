@@ -18,6 +18,13 @@ OPS = (
     "chunk_scaled_dot_kkt_fwd",
     "solve_tril",
     "chunk_gated_delta_rule_fwd_kkt_solve",
+    "recompute_w_u_fwd",
+    "chunk_gated_delta_rule_fwd_h",
+    "chunk_fwd_o",
+    "chunk_gated_delta_rule",
+    "fused_recurrent_gated_delta_rule",
+    "fused_recurrent_gated_delta_rule_update",
+    "fused_sigmoid_gating_delta_rule_update",
     "check_errors",
     "clear_errors",
 )
