@@ -44,6 +44,26 @@ TORCH_LIBRARY(fuseops, m) {
   m.def("mrope(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, int rotary_dim, "
         "Tensor cos_sin_cache, int[] mrope_section, bool is_neox=True, str layout=\"chunked\", "
         "bool inverse=False) -> ()");
+  // GDN forward: prefill stages, the chunked op, decode (docs/ops/gdn.md).
+  m.def("recompute_w_u_fwd(Tensor! w, Tensor! u, Tensor k, Tensor v, Tensor beta, Tensor A, Tensor? g=None, "
+        "Tensor? cu_seqlens=None) -> ()");
+  m.def("chunk_gated_delta_rule_fwd_h(Tensor! h, Tensor! v_new, Tensor(a!)? final_state, Tensor k, Tensor w, "
+        "Tensor u, Tensor? g=None, Tensor? initial_state=None, int chunk_size=64, Tensor? cu_seqlens=None) -> ()");
+  m.def("chunk_fwd_o(Tensor! o, Tensor q, Tensor k, Tensor v_new, Tensor h, Tensor? g, float scale, "
+        "int chunk_size=64, Tensor? cu_seqlens=None) -> ()");
+  m.def("chunk_gated_delta_rule(Tensor! o, Tensor(a!)? final_state, Tensor q, Tensor k, Tensor v, Tensor g, "
+        "Tensor beta, float? scale=None, Tensor? initial_state=None, bool use_qk_l2norm_in_kernel=False, "
+        "Tensor? cu_seqlens=None, int chunk_size=64) -> ()");
+  m.def("fused_recurrent_gated_delta_rule(Tensor! o, Tensor(a!)? final_state, Tensor q, Tensor k, Tensor v, "
+        "Tensor? g=None, Tensor? beta=None, float? scale=None, Tensor? initial_state=None, "
+        "bool use_qk_l2norm_in_kernel=False, Tensor? cu_seqlens=None) -> ()");
+  m.def("fused_recurrent_gated_delta_rule_update(Tensor! o, Tensor! state_pool, Tensor q, Tensor k, Tensor v, "
+        "Tensor? g, Tensor? beta, float? scale, Tensor ssm_state_indices, Tensor? num_accepted_tokens=None, "
+        "bool use_qk_l2norm_in_kernel=False, Tensor? cu_seqlens=None) -> ()");
+  m.def("fused_sigmoid_gating_delta_rule_update(Tensor! o, Tensor! state_pool, Tensor A_log, Tensor a, "
+        "Tensor dt_bias, Tensor q, Tensor k, Tensor v, Tensor b, float? scale, Tensor ssm_state_indices, "
+        "Tensor? num_accepted_tokens=None, bool use_qk_l2norm_in_kernel=False, Tensor? cu_seqlens=None, "
+        "float softplus_beta=1.0, float softplus_threshold=20.0) -> ()");
 
   // Library-wide: the device error record (include/fuseops/error.h) and the version.
   // MoE routing: docs/ops/moe.md.
@@ -90,6 +110,13 @@ void register_kernels(torch::Library& m) {
   m.impl("apply_rotary_pos_emb", TORCH_FN(apply_rotary_pos_emb));
   m.impl("apply_rotary_pos_emb_inplace", TORCH_FN(apply_rotary_pos_emb_inplace));
   m.impl("mrope", TORCH_FN(mrope));
+  m.impl("recompute_w_u_fwd", TORCH_FN(recompute_w_u_fwd));
+  m.impl("chunk_gated_delta_rule_fwd_h", TORCH_FN(chunk_gated_delta_rule_fwd_h));
+  m.impl("chunk_fwd_o", TORCH_FN(chunk_fwd_o));
+  m.impl("chunk_gated_delta_rule", TORCH_FN(chunk_gated_delta_rule));
+  m.impl("fused_recurrent_gated_delta_rule", TORCH_FN(fused_recurrent_gated_delta_rule));
+  m.impl("fused_recurrent_gated_delta_rule_update", TORCH_FN(fused_recurrent_gated_delta_rule_update));
+  m.impl("fused_sigmoid_gating_delta_rule_update", TORCH_FN(fused_sigmoid_gating_delta_rule_update));
 }
 
 }  // namespace

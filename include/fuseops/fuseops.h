@@ -6,5 +6,6 @@
 #include "fuseops/gdn.h"
 #include "fuseops/moe.h"
 #include "fuseops/rope.h"
+#include "fuseops/gdn_forward.h"
 #include "fuseops/tensor.h"
 #include "fuseops/version.h"

@@ -34,9 +34,15 @@ from .rope import (
     rotary_embedding_backward,
 )
 from .gdn import (
+    chunk_fwd_o,
+    chunk_gated_delta_rule,
+    chunk_gated_delta_rule_fwd_h,
     chunk_gated_delta_rule_fwd_kkt_solve,
     chunk_local_cumsum,
     chunk_scaled_dot_kkt_fwd,
+    fused_recurrent_gated_delta_rule,
+    fused_sigmoid_gating_delta_rule_update,
+    recompute_w_u_fwd,
     solve_tril,
 )
 from .moe import grouped_topk, moe_align_block_size, moe_align_sizes, moe_route, topk_softmax
@@ -51,11 +57,15 @@ __all__ = [
     "rotary_embedding",
     "rotary_embedding_backward",
     "check_errors",
+    "chunk_fwd_o",
+    "chunk_gated_delta_rule",
+    "chunk_gated_delta_rule_fwd_h",
     "chunk_gated_delta_rule_fwd_kkt_solve",
     "chunk_local_cumsum",
     "chunk_scaled_dot_kkt_fwd",
-    "solve_tril",
     "clear_errors",
+    "fused_recurrent_gated_delta_rule",
+    "fused_sigmoid_gating_delta_rule_update",
     "gelu_and_mul",
     "gelu_and_mul_backward",
     "gelu_and_mul_split",
@@ -66,8 +76,10 @@ __all__ = [
     "moe_align_sizes",
     "moe_route",
     "ops",
+    "recompute_w_u_fwd",
     "silu_and_mul",
     "silu_and_mul_backward",
     "silu_and_mul_split",
     "topk_softmax",
+    "solve_tril",
 ]

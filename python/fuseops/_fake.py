@@ -26,6 +26,13 @@ OPS = (
     "apply_rotary_pos_emb",
     "apply_rotary_pos_emb_inplace",
     "mrope",
+    "recompute_w_u_fwd",
+    "chunk_gated_delta_rule_fwd_h",
+    "chunk_fwd_o",
+    "chunk_gated_delta_rule",
+    "fused_recurrent_gated_delta_rule",
+    "fused_recurrent_gated_delta_rule_update",
+    "fused_sigmoid_gating_delta_rule_update",
     "check_errors",
     "clear_errors",
 )

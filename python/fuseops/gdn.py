@@ -1,4 +1,4 @@
-"""Gated DeltaNet (GDN) intra-chunk stage, with flash-linear-attention's (FLA 0.5.2) names and signatures.
+"""Gated DeltaNet (GDN): the intra-chunk stage, the chunked forward (prefill) and the decode, with flash-linear-attention's (FLA 0.5.2) names and signatures.
 
 Notation: B batch, T tokens, H key heads, HV value heads (a multiple of H; value head h reads key head h // (HV // H)),
 K head dim (1..256), BT chunk size (16, 32 or 64). With ``cu_seqlens`` ([N+1] int32/int64 on the tensors' device),
@@ -131,3 +131,164 @@ def chunk_gated_delta_rule_fwd_kkt_solve(k, g=None, beta=None, cu_seqlens=None, 
     Ai = torch.empty((B, T, _heads(k, g, beta), chunk_size), dtype=dtype, device=k.device)
     ops.chunk_gated_delta_rule_fwd_kkt_solve(Ai, k, g, beta, chunk_size, cu_seqlens)
     return Ai
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Forward: prefill stages, the chunked op, decode (include/fuseops/gdn_forward.h, docs/ops/gdn.md).
+
+# FLA keyword arguments fuseops does not implement: passing one (whatever its value) is a ValueError naming it.
+_UNSUPPORTED_CHUNK = ("use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v_first", "transpose_state_layout",
+                      "use_gate_in_kernel", "A_log", "dt_bias", "head_first", "cu_seqlens_cpu", "chunk_indices",
+                      "cp_context", "gk", "gv")
+
+
+def _reject_kwargs(op, kwargs, allowed=()):
+    for name in kwargs:
+        if name in allowed:
+            continue
+        why = "not supported by fuseops" if name in _UNSUPPORTED_CHUNK else "unknown argument"
+        raise ValueError(f"{op}: {name}: {why} (fuseops implements FLA's default layout and gating)")
+
+
+def _num_seqs(q, cu_seqlens):
+    return q.shape[0] if cu_seqlens is None else cu_seqlens.shape[0] - 1
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, cu_seqlens=None, chunk_size=64, **kwargs):
+    """The chunked GDN forward, as FLA ``chunk_gated_delta_rule`` (forward only).
+
+    Args:
+        q, k: [B, T, H, K]; v: [B, T, HV, V] (one dtype: float32 / float16 / bfloat16).
+        g: [B, T, HV] raw per-token log-decay (the chunk-local cumsum is done inside); beta: [B, T, HV].
+        scale: default K ** -0.5. initial_state: [N, HV, K, V] any float dtype (read as float32).
+        output_final_state: return the final state [N, HV, K, V] float32 (else None).
+        use_qk_l2norm_in_kernel: q, k <- x / sqrt(sum x^2 + 1e-6), rounded to the input dtype.
+        cu_seqlens: [N+1] int32 / int64 (B == 1). chunk_size: 16, 32 or 64.
+    Returns:
+        (o [B, T, HV, V] in q.dtype, final_state or None).
+    Unsupported FLA keyword arguments (state_v_first, use_gate_in_kernel, head_first, ...) raise ValueError.
+    """
+    op = "chunk_gated_delta_rule"
+    _reject_kwargs(op, kwargs)
+    _check_rank(op, "q", q, 4, "[B, T, H, K]")
+    _check_rank(op, "v", v, 4, "[B, T, HV, V]")
+    _check_chunk_size(op, chunk_size)
+    B, T, HV, V = v.shape
+    o = torch.empty((B, T, HV, V), dtype=q.dtype, device=q.device)
+    ht = None
+    if output_final_state:
+        ht = torch.empty((_num_seqs(q, cu_seqlens), HV, q.shape[3], V), dtype=torch.float32, device=q.device)
+    ops.chunk_gated_delta_rule(o, ht, q, k, v, g, beta, None if scale is None else float(scale), initial_state,
+                               bool(use_qk_l2norm_in_kernel), cu_seqlens, chunk_size)
+    return o, ht
+
+
+def recompute_w_u_fwd(k, v, beta, A, g=None, cu_seqlens=None, chunk_indices=None):
+    """w = A (beta e^g k), u = A (beta v) per chunk, as FLA ``recompute_w_u_fwd``. ``g``: natural-log chunk-local
+    cumsum (float32) or None. Returns (w [B, T, HV, K] in k.dtype, u [B, T, HV, V] in v.dtype)."""
+    op = "recompute_w_u_fwd"
+    _no_chunk_indices(op, chunk_indices)
+    _check_rank(op, "k", k, 4, "[B, T, H, K]")
+    _check_rank(op, "A", A, 4, "[B, T, HV, BT]")
+    _check_rank(op, "v", v, 4, "[B, T, HV, V]")
+    B, T, HV = A.shape[0], A.shape[1], A.shape[2]
+    w = torch.empty((B, T, HV, k.shape[3]), dtype=k.dtype, device=k.device)
+    u = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    ops.recompute_w_u_fwd(w, u, k, v, beta, A, g, cu_seqlens)
+    return w, u
+
+
+def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, initial_state=None, output_final_state=False, chunk_size=64,
+                                 save_new_value=True, cu_seqlens=None, **kwargs):
+    """The state recurrence across chunks, as FLA ``chunk_gated_delta_rule_fwd_h`` (default state layout).
+
+    Returns (h [B, NS, HV, K, V] in k.dtype, v_new [B, T, HV, V] in u.dtype (ungated), final_state or None). h is
+    indexed by chunk slot: NS = ceil(T / BT) per batch row, or N + ceil(T / BT) with cu_seqlens (see
+    include/fuseops/gdn_forward.h, gdn_chunk_slots), not FLA's compacted chunk list.
+    """
+    op = "chunk_gated_delta_rule_fwd_h"
+    _reject_kwargs(op, kwargs)
+    if not save_new_value:
+        raise ValueError(f"{op}: save_new_value: expected True (v_new is always stored), got False")
+    _check_rank(op, "k", k, 4, "[B, T, H, K]")
+    _check_rank(op, "u", u, 4, "[B, T, HV, V]")
+    _check_chunk_size(op, chunk_size)
+    B, T, HV, V = u.shape
+    N = _num_seqs(k, cu_seqlens)
+    per_row = (T + chunk_size - 1) // chunk_size
+    NS = per_row if cu_seqlens is None else N + per_row
+    h = torch.empty((B, NS, HV, k.shape[3], V), dtype=k.dtype, device=k.device)
+    v_new = torch.empty(u.shape, dtype=u.dtype, device=u.device)
+    ht = torch.empty((N, HV, k.shape[3], V), dtype=torch.float32, device=k.device) if output_final_state else None
+    ops.chunk_gated_delta_rule_fwd_h(h, v_new, ht, k, w, u, g, initial_state, chunk_size, cu_seqlens)
+    return h, v_new, ht
+
+
+def chunk_fwd_o(q, k, v, h, g=None, scale=None, cu_seqlens=None, chunk_size=64, **kwargs):
+    """o = scale (e^g q h + causal gated (q k^T) v) per chunk, as FLA ``chunk_fwd_o``; ``v`` is v_new and ``h`` the
+    per-chunk states of :func:`chunk_gated_delta_rule_fwd_h`. Returns o [B, T, HV, V] in v.dtype."""
+    op = "chunk_fwd_o"
+    _reject_kwargs(op, kwargs)
+    _check_rank(op, "q", q, 4, "[B, T, H, K]")
+    _check_rank(op, "v", v, 4, "[B, T, HV, V]")
+    _check_chunk_size(op, chunk_size)
+    o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    ops.chunk_fwd_o(o, q, k, v, h, g, q.shape[3] ** -0.5 if scale is None else float(scale), chunk_size, cu_seqlens)
+    return o
+
+
+def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None,
+                                     output_final_state=False, use_qk_l2norm_in_kernel=False, cu_seqlens=None,
+                                     ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False,
+                                     **kwargs):
+    """The token recurrence (decode, any T), as FLA ``fused_recurrent_gated_delta_rule``.
+
+    FLA form: ``initial_state`` [N, HV, K, V] is read-only; returns (o [B, T, HV, V] in v.dtype, final_state float32
+    or None). vLLM serving form (``ssm_state_indices`` given, or ``inplace_final_state=True``): ``initial_state`` is
+    the state pool [S, HV, K, V] (float32 / bfloat16) updated in place; ``ssm_state_indices`` [N] or [N, Tmax] (with
+    ``num_accepted_tokens`` [N]); index -1 is a padding slot. Returns (o, initial_state).
+    """
+    op = "fused_recurrent_gated_delta_rule"
+    _reject_kwargs(op, kwargs)
+    _check_rank(op, "v", v, 4, "[B, T, HV, V]")
+    o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    sc = None if scale is None else float(scale)
+    if ssm_state_indices is not None or inplace_final_state:
+        if initial_state is None or ssm_state_indices is None:
+            raise ValueError(f"{op}: ssm_state_indices: expected a tensor together with the state pool initial_state "
+                             "(inplace_final_state)")
+        ops.fused_recurrent_gated_delta_rule_update(o, initial_state, q, k, v, g, beta, sc, ssm_state_indices,
+                                                    num_accepted_tokens, bool(use_qk_l2norm_in_kernel), cu_seqlens)
+        return o, initial_state
+    if num_accepted_tokens is not None:
+        raise ValueError(f"{op}: num_accepted_tokens: expected None without ssm_state_indices")
+    ht = None
+    if output_final_state:
+        ht = torch.empty((_num_seqs(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3]), dtype=torch.float32,
+                         device=q.device)
+    ops.fused_recurrent_gated_delta_rule(o, ht, q, k, v, g, beta, sc, initial_state, bool(use_qk_l2norm_in_kernel),
+                                         cu_seqlens)
+    return o, ht
+
+
+def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, softplus_threshold, q, k, v, b,
+                                           initial_state_source, initial_state_indices, scale=None,
+                                           use_qk_l2norm_in_kernel=False, cu_seqlens=None, num_accepted_tokens=None,
+                                           **kwargs):
+    """vLLM's fused sigmoid-gating decode: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) inside the kernel,
+    the state pool ``initial_state_source`` [S, HV, K, V] updated in place at ``initial_state_indices``.
+    ``a``, ``b``: [B, T, HV] (a 2-D [T, HV] is taken as B = 1). Returns o [B, T, HV, V] in v.dtype."""
+    op = "fused_sigmoid_gating_delta_rule_update"
+    _reject_kwargs(op, kwargs)
+    _check_rank(op, "v", v, 4, "[B, T, HV, V]")
+    if isinstance(a, torch.Tensor) and a.dim() == 2:
+        a = a.unsqueeze(0)
+    if isinstance(b, torch.Tensor) and b.dim() == 2:
+        b = b.unsqueeze(0)
+    o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    ops.fused_sigmoid_gating_delta_rule_update(o, initial_state_source, A_log, a, dt_bias, q, k, v, b,
+                                               None if scale is None else float(scale), initial_state_indices,
+                                               num_accepted_tokens, bool(use_qk_l2norm_in_kernel), cu_seqlens,
+                                               float(softplus_beta), float(softplus_threshold))
+    return o

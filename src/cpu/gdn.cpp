@@ -12,52 +12,11 @@
 #include "common/half.h"
 #include "cuda/device_error.h"
 #include "fuseops/error.h"
+#include "cpu/gdn_cpu.h"
 #include "ops/gdn_impl.h"
 
 namespace fuseops::detail::cpu {
 namespace {
-
-inline float load(const void* p, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::f16: return f16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
-inline void store(void* p, DType dtype, int64_t i, float v) {
-  switch (dtype) {
-    case DType::f16: static_cast<uint16_t*>(p)[i] = float_to_f16(v); break;
-    case DType::bf16: static_cast<uint16_t*>(p)[i] = float_to_bf16(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
-
-/// Element offset of (b, t, h) in a strided [B, T, heads(, inner)] tensor.
-inline int64_t offset(const GdnIn& x, int64_t b, int64_t t, int64_t h) {
-  return b * x.stride_b + t * x.stride_t + h * x.stride_h;
-}
-inline int64_t offset(const GdnOut& x, int64_t b, int64_t t, int64_t h) {
-  return b * x.stride_b + t * x.stride_t + h * x.stride_h;
-}
-
-/// Calls fn(batch, first token, valid rows) for every chunk of every sequence, in order. A malformed sequence of
-/// cu_seqlens is recorded in the CPU error record (index = the sequence) and runs on its bounds as sequence_bounds()
-/// clamps them into [0, T] (common/gdn_chunks.h), as on CUDA: nothing outside the tensors is touched and rows outside
-/// every sequence's clamped range are not written. In debug mode (FUSEOPS_DEBUG=1) a recorded error is raised.
-template <typename Fn>
-void for_each_chunk(const GdnGeometry& geo, Fn fn) {
-  bool bad = false;
-  for (int64_t n = 0; n < geo.N; ++n) {
-    const SeqBounds s = sequence_bounds(geo, n);
-    if (s.bad) {
-      record_host_error(geo.cu_site, n);
-      bad = true;
-    }
-    for (int64_t t0 = s.bos; t0 < s.eos; t0 += geo.BT) fn(s.batch, t0, std::min(geo.BT, s.eos - t0));
-  }
-  if (bad && debug_mode()) check_errors(-1);
-}
 
 /// The fp32 Gram matrix of one key head over the chunk's L valid rows: gram[i * BT + j] = <k_i, k_j> for j < i,
 /// summed in order of the head dim.

@@ -6,12 +6,10 @@
 #include "cuda/device_error.h"
 #include "fuseops/gdn.h"
 #include "ops/gdn_impl.h"
+#include "ops/gdn_validate.h"
 
 namespace fuseops {
 namespace detail {
-namespace {
-
-constexpr std::initializer_list<DType> kFloat = {DType::f32, DType::f16, DType::bf16};
 
 std::string dims(std::initializer_list<int64_t> d) {
   std::string s = "[";
@@ -73,6 +71,8 @@ void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& devic
   geo.N = cu->shape[0] - 1;
   geo.cu_site = error_site(op, "cu_seqlens");
 }
+
+namespace {
 
 /// Shared checks of kkt and the fused op; returns the device.
 Device check_kkt(const char* op, const TensorView& out, const char* out_name, const TensorView& k, const TensorView* g,

@@ -58,7 +58,6 @@ std::vector<int64_t> cumulative(const std::vector<int64_t>& lengths) {
   return cu;
 }
 
-namespace {
 double log_sigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
 
 double draw_decay(Decay d, int64_t hv, std::mt19937_64& rng) {
@@ -82,7 +81,6 @@ double draw_decay(Decay d, int64_t hv, std::mt19937_64& rng) {
   }
   return 0.0;
 }
-}  // namespace
 
 Inputs make_inputs(const Spec& s, std::mt19937_64& rng) {
   Inputs in;

@@ -29,6 +29,9 @@ enum class Decay {
   mixed,      ///< per token one of 0, -1e-3, log-sigmoid, -30, -100, -1e4
 };
 const char* decay_name(Decay d);
+/// One per-token log-decay of the distribution (value head hv).
+double draw_decay(Decay d, int64_t hv, std::mt19937_64& rng);
+double log_sigmoid(double x);
 
 /// Keys: L2-normalised per token (realistic), or with norms 10^U(-3, 1.5) (the inverse may overflow: kkt only).
 enum class Keys { normalized, wide };

@@ -55,6 +55,7 @@ const Registry& registry() {
     register_gdn_cases(reg);
     register_moe_cases(reg);
     register_rope_cases(reg);
+    register_gdn_forward_cases(reg);
     return reg;
   }();
   return r;

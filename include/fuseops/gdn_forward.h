@@ -1,0 +1,126 @@
+// fuseops public API: Gated DeltaNet (GDN) forward — the chunked prefill (`chunk_gated_delta_rule` and its stages)
+// and the token-by-token decode (`fused_recurrent_gated_delta_rule` and the vLLM serving forms).
+//
+// Semantics: flash-linear-attention (FLA) 0.5.2 `chunk_gated_delta_rule`, `recompute_w_u_fwd`,
+// `chunk_gated_delta_rule_fwd_h`, `chunk_fwd_o`, `fused_recurrent_gated_delta_rule`; vLLM's `fused_recurrent`
+// (state pool, `ssm_state_indices`, `num_accepted_tokens`) and `fused_sigmoid_gating_delta_rule_update`
+// (reference/gdn.md §6-11). Per sequence and value head, with state S (K x V, fp32) and the token recurrence
+//   S <- exp(g_t) S;  v'_t = beta_t (v_t - S^T k_t);  S <- S + k_t v'_t^T;  o_t = scale S^T q_t.
+// The chunked ops compute exactly this (to rounding) in chunks of BT tokens; docs/ops/gdn.md has the math, the
+// stages, the tolerances and the performance.
+//
+// Notation as in fuseops/gdn.h: B batch, T tokens per batch row, H key heads, HV value heads (a multiple of H; value
+// head h reads key head h / (HV / H)), K key head dim and V value head dim (1..256), BT chunk size (16, 32 or 64),
+// N sequences (B, or cu_seqlens.shape[0] - 1 with cu_seqlens, then B = 1). Sequences, chunks and the handling of a
+// malformed cu_seqlens are those of fuseops/gdn.h. g of the stages is the natural-log CHUNK-LOCAL cumsum (f32) of the
+// per-token log-decays (chunk_local_cumsum); g of the top-level op and of the decode ops is the raw per-token log-decay.
+// Valid data has finite g <= 0 (the chunk sums must stay finite in fp32: |g| summed over a chunk < 3e38).
+//
+// State layout [N, HV, K, V] (FLA's default; `state_v_first` is not supported). Every op writes every element of
+// its outputs that is defined, never synchronises with the host and is capturable in a CUDA graph.
+//
+// Errors: fuseops::Error (invalid_argument) naming the argument for a bad rank, shape, dtype, device, stride, overlap
+// or chunk size; unsupported for CUDA tensors in a build without CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "fuseops/tensor.h"
+
+namespace fuseops {
+
+/// Number of per-chunk state slots NS of `h` for chunk_gated_delta_rule_fwd_h / chunk_fwd_o: ceil(T / BT) per batch
+/// row without cu_seqlens; with cu_seqlens (B = 1, N sequences) N + ceil(T / BT) slots, an upper bound on the chunk
+/// count found without reading cu_seqlens (chunk 0 of sequence n is slot n; chunk c >= 1 starting at token t is slot
+/// N + (t - 1) / BT; other slots are not written).
+int64_t gdn_chunk_slots(int64_t T, int64_t N, int64_t chunk_size, bool varlen);
+
+/// w = Ai (beta * exp(g) * k), u = Ai (beta * v), chunk by chunk (the WY representation).
+/// k: [B, T, H, K]; v: [B, T, HV, V]; beta: [B, T, HV]; A (the solved (I + A)^{-1} of
+/// chunk_gated_delta_rule_fwd_kkt_solve): [B, T, HV, BT]; g (optional chunk-local cumsum): [B, T, HV] f32.
+/// w (out): [B, T, HV, K]; u (out): [B, T, HV, V]; contiguous. Inputs f32 / f16 / bf16 with innermost stride 1,
+/// BT = A.shape[3]. As FLA `recompute_w_u_fwd(k, v, beta, A, g, cu_seqlens)`.
+void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, TensorView beta, TensorView A,
+                       const TensorView* g = nullptr, const TensorView* cu_seqlens = nullptr, Stream stream = {});
+
+/// The state recurrence across chunks. Per sequence and value head, from S = initial_state (0 when absent), for each
+/// chunk c in order: h[slot(c)] = S; v_new = u - w S; S = exp(g_last) S + k^T (exp(g_last - g) * v_new), g_last = g
+/// of the chunk's last valid row. final_state = S after the last chunk (the initial state for an empty sequence).
+/// k: [B, T, H, K]; w: [B, T, HV, K]; u: [B, T, HV, V]; g (optional): [B, T, HV] f32 chunk-local cumsum;
+/// initial_state (optional): [N, HV, K, V] any float dtype, read as f32.
+/// h (out): [B, NS, HV, K, V] (NS = gdn_chunk_slots), f32 / f16 / bf16; v_new (out): [B, T, HV, V] (ungated);
+/// final_state (out, optional): [N, HV, K, V] f32. Outputs contiguous. As FLA `chunk_gated_delta_rule_fwd_h`, with
+/// h indexed by chunk slot (see gdn_chunk_slots) rather than FLA's compacted chunk list.
+void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* final_state, TensorView k,
+                                  TensorView w, TensorView u, const TensorView* g, const TensorView* initial_state,
+                                  int64_t chunk_size = 64, const TensorView* cu_seqlens = nullptr, Stream stream = {});
+
+/// o_i = scale * (exp(g_i) q_i^T h[chunk] + sum_{j <= i in the chunk} (q_i . k_j) exp(g_i - g_j) v_new_j).
+/// q, k: [B, T, H, K]; v_new: [B, T, HV, V]; h: [B, NS, HV, K, V] from chunk_gated_delta_rule_fwd_h; g (optional):
+/// [B, T, HV] f32 chunk-local cumsum. o (out): [B, T, HV, V] f32 / f16 / bf16, contiguous. As FLA `chunk_fwd_o`.
+void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, TensorView h, const TensorView* g,
+                 double scale, int64_t chunk_size = 64, const TensorView* cu_seqlens = nullptr, Stream stream = {});
+
+/// Bytes of device (or host, for CPU tensors) scratch memory chunk_gated_delta_rule needs for these arguments.
+std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
+                                                  const TensorView* cu_seqlens = nullptr,
+                                                  bool use_qk_l2norm_in_kernel = false, int64_t chunk_size = 64);
+
+/// The chunked GDN forward (prefill), as FLA `chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state,
+/// output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: optional l2 normalisation of q and k
+/// (x / sqrt(sum x^2 + 1e-6), rounded to the input dtype), chunk_local_cumsum of g, the fused kkt + solve, then
+/// recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h and chunk_fwd_o.
+/// q, k: [B, T, H, K]; v: [B, T, HV, V] (q, k, v one dtype: f32 / f16 / bf16, innermost stride 1); g (raw per-token
+/// log-decay): [B, T, HV] f32 / f16 / bf16; beta: [B, T, HV] f32 / f16 / bf16; initial_state (optional):
+/// [N, HV, K, V] any float dtype. o (out): [B, T, HV, V] in q's dtype, contiguous; final_state (out, optional):
+/// [N, HV, K, V] f32 contiguous. scale: none = K^-0.5. workspace: a contiguous tensor of any dtype on the op's
+/// device with at least chunk_gated_delta_rule_workspace_size() bytes, 16-byte aligned.
+void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k, TensorView v,
+                            TensorView g, TensorView beta, std::optional<double> scale,
+                            const TensorView* initial_state, bool use_qk_l2norm_in_kernel,
+                            const TensorView* cu_seqlens, TensorView workspace, int64_t chunk_size = 64,
+                            Stream stream = {});
+
+/// The token recurrence for any number of tokens (decode), as FLA `fused_recurrent_gated_delta_rule(q, k, v, g,
+/// beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: q, k, v, g (raw, absent:
+/// 0), beta (absent: 1) as in chunk_gated_delta_rule; l2 normalisation in f32, not re-rounded. initial_state
+/// (optional, read-only): [N, HV, K, V] any float dtype. o (out): [B, T, HV, V] f32 / f16 / bf16; final_state (out,
+/// optional): [N, HV, K, V] f32. Outputs contiguous.
+void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k,
+                                      TensorView v, const TensorView* g, const TensorView* beta,
+                                      std::optional<double> scale, const TensorView* initial_state,
+                                      bool use_qk_l2norm_in_kernel = false, const TensorView* cu_seqlens = nullptr,
+                                      Stream stream = {});
+
+/// The serving form of vLLM's `fused_recurrent_gated_delta_rule` (inplace_final_state): the states live in a pool
+/// state_pool [S, HV, K, V] (f32 or bf16, contiguous), updated in place. ssm_state_indices (i32 / i64, contiguous):
+///  - [N]: sequence n reads and, after its last token, writes slot ssm_state_indices[n];
+///  - [N, Tmax] (speculative decoding): sequence n reads slot ssm_state_indices[n, num_accepted_tokens[n] - 1]
+///    (column 0 without num_accepted_tokens) and writes the state after its token t to slot ssm_state_indices[n, t].
+/// A negative index is a padding slot: nothing is read (a padding start slot: the sequence's o rows are written as
+/// 0 and no state is written) or written there. An index >= S, a num_accepted_tokens outside [1, Tmax] or a sequence
+/// longer than Tmax is recorded in the device error record (check_errors()) and treated as padding.
+/// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. Other arguments as in
+/// fused_recurrent_gated_delta_rule. Sequences must not read a slot another sequence writes in the same call.
+void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool, TensorView q, TensorView k,
+                                             TensorView v, const TensorView* g, const TensorView* beta,
+                                             std::optional<double> scale, TensorView ssm_state_indices,
+                                             const TensorView* num_accepted_tokens = nullptr,
+                                             bool use_qk_l2norm_in_kernel = false,
+                                             const TensorView* cu_seqlens = nullptr, Stream stream = {});
+
+/// fused_recurrent_gated_delta_rule_update with the gates computed from the raw projections inside the kernel, as
+/// vLLM's `fused_sigmoid_gating_delta_rule_update`: g = -exp(A_log[h]) * softplus(a + dt_bias[h]) and
+/// beta = sigmoid(b), softplus(x) = log(1 + exp(softplus_beta x)) / softplus_beta, or x where softplus_beta x >
+/// softplus_threshold. A_log, dt_bias: [HV] f32 / f16 / bf16; a, b: [B, T, HV] f32 / f16 / bf16.
+void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool, TensorView A_log, TensorView a,
+                                            TensorView dt_bias, TensorView q, TensorView k, TensorView v,
+                                            TensorView b, std::optional<double> scale, TensorView ssm_state_indices,
+                                            const TensorView* num_accepted_tokens = nullptr,
+                                            bool use_qk_l2norm_in_kernel = false,
+                                            const TensorView* cu_seqlens = nullptr, double softplus_beta = 1.0,
+                                            double softplus_threshold = 20.0, Stream stream = {});
+
+}  // namespace fuseops

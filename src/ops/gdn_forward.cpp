@@ -1,0 +1,661 @@
+// GDN forward ops: validation (once, for every backend), dispatch, and the prefill pipeline of
+// chunk_gated_delta_rule (l2norm -> chunk_local_cumsum -> fused kkt + solve -> recompute_w_u -> fwd_h -> fwd_o).
+#include <cmath>
+#include <string>
+
+#include "core/dispatch.h"
+#include "core/validate.h"
+#include "cuda/device_error.h"
+#include "fuseops/gdn_forward.h"
+#include "ops/gdn_forward_impl.h"
+#include "ops/gdn_impl.h"
+#include "ops/gdn_validate.h"
+
+#if defined(FUSEOPS_WITH_CUDA)
+#define FUSEOPS_GDN_RUN(op, device, stream, fn, args)                   \
+  do {                                                                  \
+    if (backend_for(op, device) == Backend::cuda) {                     \
+      cuda::fn(args, (device).index, (stream).handle);                  \
+    } else {                                                            \
+      cpu::fn(args);                                                    \
+    }                                                                   \
+  } while (0)
+#else
+#define FUSEOPS_GDN_RUN(op, device, stream, fn, args) \
+  do {                                                \
+    (void)(stream);                                   \
+    (void)backend_for(op, device);                    \
+    cpu::fn(args);                                    \
+  } while (0)
+#endif
+
+namespace fuseops {
+namespace detail {
+namespace {
+
+using std::to_string;
+
+/// Rank-4 [B, T, heads, dim] float input with innermost stride 1; heads / dim < 0: any. Returns nothing; names the
+/// expected shape in the error.
+void check_input4(const char* op, const char* name, const TensorView& t, int64_t B, int64_t T, int64_t heads,
+                  int64_t dim, const char* dims_name) {
+  check_dtype(op, name, t, kFloat);
+  if (t.rank != 4) fail_argument(op, name, std::string("rank 4 ") + dims_name, t.shape_str());
+  if ((B >= 0 && t.shape[0] != B) || (T >= 0 && t.shape[1] != T) || (heads >= 0 && t.shape[2] != heads) ||
+      (dim >= 0 && t.shape[3] != dim)) {
+    fail_argument(op, name, std::string("shape ") + dims_name + " = " +
+                                dims({B >= 0 ? B : t.shape[0], T >= 0 ? T : t.shape[1],
+                                      heads >= 0 ? heads : t.shape[2], dim >= 0 ? dim : t.shape[3]}),
+                  t.shape_str());
+  }
+  if (t.shape[3] > 1 && t.strides[3] != 1) fail_argument(op, name, "innermost stride 1", to_string(t.strides[3]));
+}
+
+/// Head dim in [1, 256].
+void check_head_dim(const char* op, const char* name, const TensorView& t) {
+  if (t.shape[3] < 1 || t.shape[3] > 256) {
+    fail_argument(op, name, "head dim in [1, 256]", to_string(t.shape[3]) + " in " + t.shape_str());
+  }
+  if (t.shape[2] < 1) fail_argument(op, name, "at least one head", t.shape_str());
+}
+
+/// A contiguous output of exactly `shape`.
+void check_output(const char* op, const char* name, const TensorView& t, std::initializer_list<DType> dtypes,
+                  std::initializer_list<int64_t> shape, const char* dims_name) {
+  check_dtype(op, name, t, dtypes);
+  bool ok = t.rank == static_cast<int32_t>(shape.size());
+  int i = 0;
+  for (int64_t d : shape) ok = ok && t.shape[i++] == d;
+  if (!ok) fail_argument(op, name, std::string("shape ") + dims_name + " = " + dims(shape), t.shape_str());
+  if (!t.is_contiguous()) fail_argument(op, name, "a contiguous tensor", "strided");
+}
+
+/// A state [N, HV, K, V], contiguous.
+void check_state(const char* op, const char* name, const TensorView& t, std::initializer_list<DType> dtypes, int64_t N,
+                 int64_t HV, int64_t K, int64_t V) {
+  check_output(op, name, t, dtypes, {N, HV, K, V}, "[N, HV, K, V]");
+}
+
+/// HV a multiple of H.
+void check_grouping(const char* op, const char* name, int64_t HV, int64_t H) {
+  if (HV < H || HV % H != 0) fail_argument(op, name, "HV (heads) a multiple of H = " + to_string(H), to_string(HV));
+}
+
+/// Every pair (output, other) is disjoint.
+void check_outputs_disjoint(const char* op, std::initializer_list<NamedView> outputs,
+                            std::initializer_list<NamedView> all) {
+  for (const NamedView& o : outputs) {
+    if (!o.view) continue;
+    for (const NamedView& x : all) {
+      if (!x.view || x.view == o.view) continue;
+      check_disjoint(op, o.name, *o.view, x.name, *x.view);
+    }
+  }
+}
+
+GdnGeometry geometry(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t BT) {
+  GdnGeometry g;
+  g.B = B;
+  g.T = T;
+  g.H = H;
+  g.HV = HV;
+  g.K = K;
+  g.BT = BT;
+  return g;
+}
+
+GdnStates states_view(const TensorView& h) {
+  GdnStates s;
+  s.data = h.data;
+  s.dtype = h.dtype;
+  s.slots = h.shape[1];
+  return s;
+}
+
+GdnIn vector_view(const TensorView& t) {  // [HV] as (0, 0, stride)
+  GdnIn r;
+  r.data = t.data;
+  r.dtype = t.dtype;
+  r.stride_h = t.strides[0];
+  return r;
+}
+
+double default_scale(const char* op, std::optional<double> scale, int64_t K) {
+  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(K)));
+  if (!std::isfinite(s)) fail_argument(op, "scale", "a finite value", std::to_string(s));
+  return s;
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Workspace of chunk_gated_delta_rule
+
+struct FwdLayout {
+  std::size_t qn = 0, kn = 0, gcum = 0, Ai = 0, w = 0, u = 0, v_new = 0, h = 0, total = 0;
+};
+
+/// Byte offsets of the intermediates (each 256-byte aligned). Intermediates are stored in the input dtype (as FLA
+/// does); gcum in f32.
+FwdLayout fwd_layout(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, int64_t NS, int64_t BT,
+                     DType dtype, bool l2norm) {
+  const std::size_t e = dtype_size(dtype);
+  FwdLayout L;
+  std::size_t at = 0;
+  auto take = [&](std::size_t bytes) {
+    const std::size_t off = at;
+    at += (bytes + 255) / 256 * 256;
+    return off;
+  };
+  const auto n = [](int64_t x) { return static_cast<std::size_t>(x); };
+  if (l2norm) {
+    L.qn = take(n(B * T * H * K) * e);
+    L.kn = take(n(B * T * H * K) * e);
+  }
+  L.gcum = take(n(B * T * HV) * 4);
+  L.Ai = take(n(B * T * HV * BT) * e);
+  L.w = take(n(B * T * HV * K) * e);
+  L.u = take(n(B * T * HV * V) * e);
+  L.v_new = take(n(B * T * HV * V) * e);
+  L.h = take(n(B * NS * HV * K * V) * e);
+  L.total = at;
+  return L;
+}
+
+/// A contiguous [B, T, heads, dim] (dim 0: [B, T, heads]) view at `base + offset`.
+GdnOut contiguous_out(void* base, std::size_t offset, DType dtype, int64_t T, int64_t heads, int64_t dim) {
+  GdnOut r;
+  r.data = static_cast<unsigned char*>(base) + offset;
+  r.dtype = dtype;
+  const int64_t inner = dim > 0 ? dim : 1;
+  r.stride_h = inner;
+  r.stride_t = heads * inner;
+  r.stride_b = T * heads * inner;
+  return r;
+}
+GdnIn as_in(const GdnOut& o) {
+  GdnIn r;
+  r.data = o.data;
+  r.dtype = o.dtype;
+  r.stride_b = o.stride_b;
+  r.stride_t = o.stride_t;
+  r.stride_h = o.stride_h;
+  return r;
+}
+
+}  // namespace
+}  // namespace detail
+
+int64_t gdn_chunk_slots(int64_t T, int64_t N, int64_t chunk_size, bool varlen) {
+  detail::check_chunk_size("gdn_chunk_slots", chunk_size);
+  const int64_t per_row = (T + chunk_size - 1) / chunk_size;
+  return varlen ? N + per_row : per_row;
+}
+
+void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, TensorView beta, TensorView A,
+                       const TensorView* g, const TensorView* cu_seqlens, Stream stream) {
+  using namespace detail;
+  const char* op = "recompute_w_u_fwd";
+  check_input4(op, "k", k, -1, -1, -1, -1, "[B, T, H, K]");
+  check_head_dim(op, "k", k);
+  const int64_t B = k.shape[0], T = k.shape[1], H = k.shape[2], K = k.shape[3];
+  check_input4(op, "A", A, B, T, -1, -1, "[B, T, HV, BT]");
+  const int64_t HV = A.shape[2], BT = A.shape[3];
+  if (BT != 16 && BT != 32 && BT != 64) fail_argument(op, "A", "last dim BT in {16, 32, 64}", A.shape_str());
+  check_grouping(op, "A", HV, H);
+  check_input4(op, "v", v, B, T, HV, -1, "[B, T, HV, V]");
+  check_head_dim(op, "v", v);
+  const int64_t V = v.shape[3];
+  check_dtype(op, "beta", beta, kFloat);
+  check_token_head(op, "beta", beta, B, T, HV);
+  if (g) {
+    check_dtype(op, "g", *g, {DType::f32});
+    check_token_head(op, "g", *g, B, T, HV);
+  }
+  check_output(op, "w", w, kFloat, {B, T, HV, K}, "[B, T, HV, K]");
+  check_output(op, "u", u, kFloat, {B, T, HV, V}, "[B, T, HV, V]");
+  const Device device = common_device(op, {{"w", &w}, {"u", &u}, {"k", &k}, {"v", &v}, {"beta", &beta}, {"A", &A}});
+  if (g) common_device(op, {{"k", &k}, {"g", g}});
+  check_outputs_disjoint(op, {{"w", &w}, {"u", &u}},
+                         {{"w", &w}, {"u", &u}, {"k", &k}, {"v", &v}, {"beta", &beta}, {"A", &A}, {"g", g}});
+  WuArgs a;
+  a.geo = geometry(B, T, H, HV, K, BT);
+  attach_cu_seqlens(op, cu_seqlens, device, a.geo);
+  a.V = V;
+  a.k = in_view(k);
+  a.v = in_view(v);
+  a.beta = in_view(beta);
+  a.A = in_view(A);
+  if (g) a.g = in_view(*g);
+  a.w = out_view(w);
+  a.u = out_view(u);
+  if (w.numel() == 0) return;
+  FUSEOPS_GDN_RUN(op, device, stream, recompute_w_u_fwd, a);
+}
+
+void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* final_state, TensorView k,
+                                  TensorView w, TensorView u, const TensorView* g, const TensorView* initial_state,
+                                  int64_t chunk_size, const TensorView* cu_seqlens, Stream stream) {
+  using namespace detail;
+  const char* op = "chunk_gated_delta_rule_fwd_h";
+  check_chunk_size(op, chunk_size);
+  check_input4(op, "k", k, -1, -1, -1, -1, "[B, T, H, K]");
+  check_head_dim(op, "k", k);
+  const int64_t B = k.shape[0], T = k.shape[1], H = k.shape[2], K = k.shape[3];
+  check_input4(op, "w", w, B, T, -1, K, "[B, T, HV, K]");
+  const int64_t HV = w.shape[2];
+  check_grouping(op, "w", HV, H);
+  check_input4(op, "u", u, B, T, HV, -1, "[B, T, HV, V]");
+  check_head_dim(op, "u", u);
+  const int64_t V = u.shape[3];
+  if (g) {
+    check_dtype(op, "g", *g, {DType::f32});
+    check_token_head(op, "g", *g, B, T, HV);
+  }
+  FwdHArgs a;
+  a.geo = geometry(B, T, H, HV, K, chunk_size);
+  const Device device = common_device(op, {{"k", &k}, {"w", &w}, {"u", &u}});
+  attach_cu_seqlens(op, cu_seqlens, device, a.geo);
+  const int64_t N = a.geo.N;
+  const int64_t NS = gdn_chunk_slots(T, N, chunk_size, cu_seqlens != nullptr);
+  check_output(op, "h", h, kFloat, {B, NS, HV, K, V}, "[B, NS, HV, K, V]");
+  check_output(op, "v_new", v_new, kFloat, {B, T, HV, V}, "[B, T, HV, V]");
+  if (final_state) check_state(op, "final_state", *final_state, {DType::f32}, N, HV, K, V);
+  if (initial_state) check_state(op, "initial_state", *initial_state, kFloat, N, HV, K, V);
+  common_device(op, {{"k", &k}, {"h", &h}, {"v_new", &v_new}});
+  if (g) common_device(op, {{"k", &k}, {"g", g}});
+  if (final_state) common_device(op, {{"k", &k}, {"final_state", final_state}});
+  if (initial_state) common_device(op, {{"k", &k}, {"initial_state", initial_state}});
+  check_outputs_disjoint(op, {{"h", &h}, {"v_new", &v_new}, {"final_state", final_state}},
+                         {{"h", &h}, {"v_new", &v_new}, {"final_state", final_state}, {"k", &k}, {"w", &w},
+                          {"u", &u}, {"g", g}, {"initial_state", initial_state}});
+  a.V = V;
+  a.k = in_view(k);
+  a.w = in_view(w);
+  a.u = in_view(u);
+  if (g) a.g = in_view(*g);
+  if (initial_state) {
+    a.h0 = initial_state->data;
+    a.h0_dtype = initial_state->dtype;
+  }
+  a.h = states_view(h);
+  a.v_new = out_view(v_new);
+  a.ht = final_state ? static_cast<float*>(final_state->data) : nullptr;
+  if (N == 0 || (T == 0 && !final_state)) return;
+  FUSEOPS_GDN_RUN(op, device, stream, chunk_gated_delta_rule_fwd_h, a);
+}
+
+void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, TensorView h, const TensorView* g,
+                 double scale, int64_t chunk_size, const TensorView* cu_seqlens, Stream stream) {
+  using namespace detail;
+  const char* op = "chunk_fwd_o";
+  check_chunk_size(op, chunk_size);
+  check_input4(op, "q", q, -1, -1, -1, -1, "[B, T, H, K]");
+  check_head_dim(op, "q", q);
+  const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3];
+  check_input4(op, "k", k, B, T, H, K, "[B, T, H, K]");
+  check_input4(op, "v_new", v_new, B, T, -1, -1, "[B, T, HV, V]");
+  check_head_dim(op, "v_new", v_new);
+  const int64_t HV = v_new.shape[2], V = v_new.shape[3];
+  check_grouping(op, "v_new", HV, H);
+  if (g) {
+    check_dtype(op, "g", *g, {DType::f32});
+    check_token_head(op, "g", *g, B, T, HV);
+  }
+  if (!std::isfinite(scale)) fail_argument(op, "scale", "a finite value", std::to_string(scale));
+  FwdOArgs a;
+  a.geo = geometry(B, T, H, HV, K, chunk_size);
+  const Device device = common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v_new", &v_new}, {"h", &h}});
+  if (g) common_device(op, {{"q", &q}, {"g", g}});
+  attach_cu_seqlens(op, cu_seqlens, device, a.geo);
+  const int64_t NS = gdn_chunk_slots(T, a.geo.N, chunk_size, cu_seqlens != nullptr);
+  check_dtype(op, "h", h, kFloat);
+  if (h.rank != 5 || h.shape[0] != B || h.shape[1] != NS || h.shape[2] != HV || h.shape[3] != K || h.shape[4] != V) {
+    fail_argument(op, "h", "shape [B, NS, HV, K, V] = " + dims({B, NS, HV, K, V}), h.shape_str());
+  }
+  if (!h.is_contiguous()) fail_argument(op, "h", "a contiguous tensor", "strided");
+  check_output(op, "o", o, kFloat, {B, T, HV, V}, "[B, T, HV, V]");
+  check_outputs_disjoint(op, {{"o", &o}}, {{"q", &q}, {"k", &k}, {"v_new", &v_new}, {"h", &h}, {"g", g}});
+  a.V = V;
+  a.q = in_view(q);
+  a.k = in_view(k);
+  a.v_new = in_view(v_new);
+  if (g) a.g = in_view(*g);
+  a.h = states_view(h);
+  a.o = out_view(o);
+  a.scale = static_cast<float>(scale);
+  if (o.numel() == 0) return;
+  FUSEOPS_GDN_RUN(op, device, stream, chunk_fwd_o, a);
+}
+
+namespace detail {
+namespace {
+
+/// Shapes of the top-level op from q and v (validated by the caller).
+struct FwdDims {
+  int64_t B, T, H, HV, K, V, N, NS;
+};
+
+FwdDims forward_dims(const char* op, const TensorView& q, const TensorView& v, const TensorView* cu, int64_t BT) {
+  check_chunk_size(op, BT);
+  check_input4(op, "q", q, -1, -1, -1, -1, "[B, T, H, K]");
+  check_head_dim(op, "q", q);
+  check_input4(op, "v", v, q.shape[0], q.shape[1], -1, -1, "[B, T, HV, V]");
+  check_head_dim(op, "v", v);
+  check_grouping(op, "v", v.shape[2], q.shape[2]);
+  FwdDims d{q.shape[0], q.shape[1], q.shape[2], v.shape[2], q.shape[3], v.shape[3], q.shape[0], 0};
+  if (cu) {
+    check_dtype(op, "cu_seqlens", *cu, {DType::i32, DType::i64});
+    if (cu->rank != 1 || cu->shape[0] < 1) fail_argument(op, "cu_seqlens", "rank 1 [N+1] with N >= 0", cu->shape_str());
+    d.N = cu->shape[0] - 1;
+  }
+  d.NS = gdn_chunk_slots(d.T, d.N, BT, cu != nullptr);
+  return d;
+}
+
+}  // namespace
+}  // namespace detail
+
+std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
+                                                  const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
+                                                  int64_t chunk_size) {
+  using namespace detail;
+  const FwdDims d = forward_dims("chunk_gated_delta_rule_workspace_size", q, v, cu_seqlens, chunk_size);
+  return fwd_layout(d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel).total;
+}
+
+void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k, TensorView v,
+                            TensorView g, TensorView beta, std::optional<double> scale,
+                            const TensorView* initial_state, bool use_qk_l2norm_in_kernel,
+                            const TensorView* cu_seqlens, TensorView workspace, int64_t chunk_size, Stream stream) {
+  using namespace detail;
+  const char* op = "chunk_gated_delta_rule";
+  const FwdDims d = forward_dims(op, q, v, cu_seqlens, chunk_size);
+  check_input4(op, "k", k, d.B, d.T, d.H, d.K, "[B, T, H, K]");
+  check_same_dtype(op, "k", k, "q", q);
+  check_same_dtype(op, "v", v, "q", q);
+  check_dtype(op, "g", g, kFloat);
+  check_token_head(op, "g", g, d.B, d.T, d.HV);
+  check_dtype(op, "beta", beta, kFloat);
+  check_token_head(op, "beta", beta, d.B, d.T, d.HV);
+  if (initial_state) check_state(op, "initial_state", *initial_state, kFloat, d.N, d.HV, d.K, d.V);
+  check_output(op, "o", o, {q.dtype}, {d.B, d.T, d.HV, d.V}, "[B, T, HV, V]");
+  if (final_state) check_state(op, "final_state", *final_state, {DType::f32}, d.N, d.HV, d.K, d.V);
+  const double s = default_scale(op, scale, d.K);
+  const Device device =
+      common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", &g}, {"beta", &beta}, {"workspace", &workspace}});
+  if (initial_state) common_device(op, {{"q", &q}, {"initial_state", initial_state}});
+  if (final_state) common_device(op, {{"q", &q}, {"final_state", final_state}});
+  GdnGeometry geo = geometry(d.B, d.T, d.H, d.HV, d.K, chunk_size);
+  attach_cu_seqlens(op, cu_seqlens, device, geo);
+  const FwdLayout L = fwd_layout(d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel);
+  if (!workspace.is_contiguous()) fail_argument(op, "workspace", "a contiguous tensor", "strided");
+  const std::size_t ws_bytes = static_cast<std::size_t>(workspace.numel()) * dtype_size(workspace.dtype);
+  if (ws_bytes < L.total) {
+    fail_argument(op, "workspace", "at least " + std::to_string(L.total) + " bytes (chunk_gated_delta_rule_workspace_size)",
+                  std::to_string(ws_bytes) + " bytes");
+  }
+  if (L.total > 0 && reinterpret_cast<std::uintptr_t>(workspace.data) % 16 != 0) {
+    fail_argument(op, "workspace", "a 16-byte aligned data pointer", "misaligned");
+  }
+  check_outputs_disjoint(op, {{"o", &o}, {"final_state", final_state}, {"workspace", &workspace}},
+                         {{"o", &o}, {"final_state", final_state}, {"workspace", &workspace}, {"q", &q}, {"k", &k},
+                          {"v", &v}, {"g", &g}, {"beta", &beta}, {"initial_state", initial_state}});
+  if (d.N == 0 || (d.T == 0 && !final_state)) return;
+
+  void* ws = workspace.data;
+  const DType dt = q.dtype;
+  GdnIn qn = in_view(q), kn = in_view(k);
+  if (d.T > 0) {
+    if (use_qk_l2norm_in_kernel) {
+      L2NormArgs la;
+      la.geo = geo;
+      la.x = in_view(q);
+      la.y = contiguous_out(ws, L.qn, dt, d.T, d.H, d.K);
+      FUSEOPS_GDN_RUN(op, device, stream, l2norm_fwd, la);
+      qn = as_in(la.y);
+      la.x = in_view(k);
+      la.y = contiguous_out(ws, L.kn, dt, d.T, d.H, d.K);
+      FUSEOPS_GDN_RUN(op, device, stream, l2norm_fwd, la);
+      kn = as_in(la.y);
+    }
+    CumsumArgs ca;
+    ca.geo = geo;
+    ca.geo.H = d.HV;
+    ca.g = in_view(g);
+    ca.out = contiguous_out(ws, L.gcum, DType::f32, d.T, d.HV, 0);
+    FUSEOPS_GDN_RUN(op, device, stream, chunk_local_cumsum, ca);
+
+    KktArgs ka;
+    ka.geo = geo;
+    ka.k = kn;
+    ka.g = as_in(ca.out);
+    ka.beta = in_view(beta);
+    const GdnOut Ai = contiguous_out(ws, L.Ai, dt, d.T, d.HV, chunk_size);
+#if defined(FUSEOPS_WITH_CUDA)
+    if (backend_for(op, device) == Backend::cuda) {
+      cuda::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai, device.index, stream.handle);
+    } else {
+      cpu::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai);
+    }
+#else
+    cpu::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai);
+#endif
+
+    WuArgs wa;
+    wa.geo = geo;
+    wa.V = d.V;
+    wa.k = kn;
+    wa.v = in_view(v);
+    wa.beta = in_view(beta);
+    wa.A = as_in(Ai);
+    wa.g = ka.g;
+    wa.w = contiguous_out(ws, L.w, dt, d.T, d.HV, d.K);
+    wa.u = contiguous_out(ws, L.u, dt, d.T, d.HV, d.V);
+    FUSEOPS_GDN_RUN(op, device, stream, recompute_w_u_fwd, wa);
+  }
+  FwdHArgs ha;
+  ha.geo = geo;
+  ha.V = d.V;
+  ha.k = kn;
+  ha.w = as_in(contiguous_out(ws, L.w, dt, d.T, d.HV, d.K));
+  ha.u = as_in(contiguous_out(ws, L.u, dt, d.T, d.HV, d.V));
+  ha.g = as_in(contiguous_out(ws, L.gcum, DType::f32, d.T, d.HV, 0));
+  if (initial_state) {
+    ha.h0 = initial_state->data;
+    ha.h0_dtype = initial_state->dtype;
+  }
+  ha.h.data = static_cast<unsigned char*>(ws) + L.h;
+  ha.h.dtype = dt;
+  ha.h.slots = d.NS;
+  ha.v_new = contiguous_out(ws, L.v_new, dt, d.T, d.HV, d.V);
+  ha.ht = final_state ? static_cast<float*>(final_state->data) : nullptr;
+  FUSEOPS_GDN_RUN(op, device, stream, chunk_gated_delta_rule_fwd_h, ha);
+  if (d.T == 0) return;
+
+  FwdOArgs oa;
+  oa.geo = geo;
+  oa.V = d.V;
+  oa.q = qn;
+  oa.k = kn;
+  oa.v_new = as_in(ha.v_new);
+  oa.g = ha.g;
+  oa.h = ha.h;
+  oa.o = out_view(o);
+  oa.scale = static_cast<float>(s);
+  FUSEOPS_GDN_RUN(op, device, stream, chunk_fwd_o, oa);
+}
+
+// ------------------------------------------------------------------------------------------------------------
+// Decode
+
+namespace detail {
+namespace {
+
+/// Shared checks of the three decode ops: q, k, v, o, scale, cu_seqlens; fills a.geo, a.V, views, scale, l2norm.
+Device check_decode(const char* op, const TensorView& o, const TensorView& q, const TensorView& k,
+                    const TensorView& v, std::optional<double> scale, bool l2norm, const TensorView* cu,
+                    DecodeArgs& a) {
+  check_input4(op, "q", q, -1, -1, -1, -1, "[B, T, H, K]");
+  check_head_dim(op, "q", q);
+  const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3];
+  check_input4(op, "k", k, B, T, H, K, "[B, T, H, K]");
+  check_input4(op, "v", v, B, T, -1, -1, "[B, T, HV, V]");
+  check_head_dim(op, "v", v);
+  const int64_t HV = v.shape[2], V = v.shape[3];
+  check_grouping(op, "v", HV, H);
+  check_output(op, "o", o, kFloat, {B, T, HV, V}, "[B, T, HV, V]");
+  const Device device = common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v", &v}});
+  a.geo = geometry(B, T, H, HV, K, 64);
+  attach_cu_seqlens(op, cu, device, a.geo);
+  a.V = V;
+  a.q = in_view(q);
+  a.k = in_view(k);
+  a.v = in_view(v);
+  a.o = out_view(o);
+  a.scale = static_cast<float>(default_scale(op, scale, K));
+  a.l2norm = l2norm;
+  return device;
+}
+
+void check_gate(const char* op, const char* name, const TensorView* t, const DecodeArgs& a, const Device& device,
+                GdnIn& view) {
+  if (!t) return;
+  check_dtype(op, name, *t, kFloat);
+  check_token_head(op, name, *t, a.geo.B, a.geo.T, a.geo.HV);
+  if (t->device != device) fail_argument(op, name, "device " + device_name(device), device_name(t->device));
+  common_device(op, {{name, t}});
+  view = in_view(*t);
+}
+
+/// Pool, indices and num_accepted_tokens of the serving forms.
+void check_pool(const char* op, const TensorView& pool, const TensorView& idx, const TensorView* acc,
+                const Device& device, DecodeArgs& a) {
+  check_dtype(op, "state_pool", pool, {DType::f32, DType::bf16});
+  if (pool.rank != 4 || pool.shape[1] != a.geo.HV || pool.shape[2] != a.geo.K || pool.shape[3] != a.V) {
+    fail_argument(op, "state_pool", "shape [S, HV, K, V] = " + dims({pool.rank == 4 ? pool.shape[0] : -1, a.geo.HV, a.geo.K, a.V}),
+                  pool.shape_str());
+  }
+  if (!pool.is_contiguous()) fail_argument(op, "state_pool", "a contiguous tensor", "strided");
+  check_dtype(op, "ssm_state_indices", idx, {DType::i32, DType::i64});
+  const int64_t N = a.geo.N;
+  if (!((idx.rank == 1 && idx.shape[0] == N) || (idx.rank == 2 && idx.shape[0] == N && idx.shape[1] >= 1))) {
+    fail_argument(op, "ssm_state_indices", "shape [N] or [N, Tmax] with N = " + std::to_string(N), idx.shape_str());
+  }
+  if (!idx.is_contiguous()) fail_argument(op, "ssm_state_indices", "a contiguous tensor", "strided");
+  common_device(op, {{"state_pool", &pool}, {"ssm_state_indices", &idx}});
+  if (pool.device != device) fail_argument(op, "state_pool", "device " + device_name(device), device_name(pool.device));
+  if (idx.device != device) {
+    fail_argument(op, "ssm_state_indices", "device " + device_name(device), device_name(idx.device));
+  }
+  if (acc) {
+    if (idx.rank != 2) fail_argument(op, "num_accepted_tokens", "absent with [N] ssm_state_indices", "a tensor");
+    check_dtype(op, "num_accepted_tokens", *acc, {DType::i32, DType::i64});
+    if (acc->rank != 1 || acc->shape[0] != N) {
+      fail_argument(op, "num_accepted_tokens", "shape [N] = " + dims({N}), acc->shape_str());
+    }
+    if (!acc->is_contiguous()) fail_argument(op, "num_accepted_tokens", "a contiguous tensor", "strided");
+    common_device(op, {{"num_accepted_tokens", acc}});
+    if (acc->device != device) {
+      fail_argument(op, "num_accepted_tokens", "device " + device_name(device), device_name(acc->device));
+    }
+    a.num_accepted = acc->data;
+    a.acc_dtype = acc->dtype;
+    a.acc_site = error_site(op, "num_accepted_tokens");
+  }
+  a.pool = pool.data;
+  a.pool_dtype = pool.dtype;
+  a.pool_slots = pool.shape[0];
+  a.indices = idx.data;
+  a.idx_dtype = idx.dtype;
+  a.idx_cols = idx.rank == 2 ? idx.shape[1] : 0;
+  a.idx_site = error_site(op, "ssm_state_indices");
+}
+
+}  // namespace
+}  // namespace detail
+
+void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k,
+                                      TensorView v, const TensorView* g, const TensorView* beta,
+                                      std::optional<double> scale, const TensorView* initial_state,
+                                      bool use_qk_l2norm_in_kernel, const TensorView* cu_seqlens, Stream stream) {
+  using namespace detail;
+  const char* op = "fused_recurrent_gated_delta_rule";
+  DecodeArgs a;
+  const Device device = check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a);
+  check_gate(op, "g", g, a, device, a.g);
+  check_gate(op, "beta", beta, a, device, a.beta);
+  const int64_t N = a.geo.N, HV = a.geo.HV, K = a.geo.K, V = a.V;
+  if (initial_state) {
+    check_state(op, "initial_state", *initial_state, kFloat, N, HV, K, V);
+    common_device(op, {{"q", &q}, {"initial_state", initial_state}});
+    a.h0 = initial_state->data;
+    a.h0_dtype = initial_state->dtype;
+  }
+  if (final_state) {
+    check_state(op, "final_state", *final_state, {DType::f32}, N, HV, K, V);
+    common_device(op, {{"q", &q}, {"final_state", final_state}});
+    a.ht = static_cast<float*>(final_state->data);
+  }
+  check_outputs_disjoint(op, {{"o", &o}, {"final_state", final_state}},
+                         {{"o", &o}, {"final_state", final_state}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},
+                          {"beta", beta}, {"initial_state", initial_state}});
+  if (N == 0 || (a.geo.T == 0 && !final_state)) return;
+  FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
+}
+
+void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool, TensorView q, TensorView k,
+                                             TensorView v, const TensorView* g, const TensorView* beta,
+                                             std::optional<double> scale, TensorView ssm_state_indices,
+                                             const TensorView* num_accepted_tokens, bool use_qk_l2norm_in_kernel,
+                                             const TensorView* cu_seqlens, Stream stream) {
+  using namespace detail;
+  const char* op = "fused_recurrent_gated_delta_rule_update";
+  DecodeArgs a;
+  const Device device = check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a);
+  check_gate(op, "g", g, a, device, a.g);
+  check_gate(op, "beta", beta, a, device, a.beta);
+  check_pool(op, state_pool, ssm_state_indices, num_accepted_tokens, device, a);
+  check_outputs_disjoint(op, {{"o", &o}, {"state_pool", &state_pool}},
+                         {{"o", &o}, {"state_pool", &state_pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},
+                          {"beta", beta}, {"ssm_state_indices", &ssm_state_indices},
+                          {"num_accepted_tokens", num_accepted_tokens}});
+  if (a.geo.N == 0 || a.geo.T == 0) return;
+  FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
+}
+
+void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool, TensorView A_log, TensorView a_in,
+                                            TensorView dt_bias, TensorView q, TensorView k, TensorView v,
+                                            TensorView b, std::optional<double> scale, TensorView ssm_state_indices,
+                                            const TensorView* num_accepted_tokens, bool use_qk_l2norm_in_kernel,
+                                            const TensorView* cu_seqlens, double softplus_beta,
+                                            double softplus_threshold, Stream stream) {
+  using namespace detail;
+  const char* op = "fused_sigmoid_gating_delta_rule_update";
+  DecodeArgs a;
+  const Device device = check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a);
+  a.fused_gating = true;
+  check_gate(op, "a", &a_in, a, device, a.a);
+  check_gate(op, "b", &b, a, device, a.b);
+  for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"A_log", &A_log}, {"dt_bias", &dt_bias}}) {
+    check_dtype(op, name, *t, kFloat);
+    if (t->rank != 1 || t->shape[0] != a.geo.HV) fail_argument(op, name, "shape [HV] = " + dims({a.geo.HV}), t->shape_str());
+    common_device(op, {{name, t}});
+    if (t->device != device) fail_argument(op, name, "device " + device_name(device), device_name(t->device));
+  }
+  a.A_log = vector_view(A_log);
+  a.dt_bias = vector_view(dt_bias);
+  if (!(softplus_beta > 0) || !std::isfinite(softplus_beta)) {
+    fail_argument(op, "softplus_beta", "a finite value > 0", std::to_string(softplus_beta));
+  }
+  if (std::isnan(softplus_threshold)) fail_argument(op, "softplus_threshold", "a number", "nan");
+  a.softplus_beta = static_cast<float>(softplus_beta);
+  a.softplus_threshold = static_cast<float>(softplus_threshold);
+  check_pool(op, state_pool, ssm_state_indices, num_accepted_tokens, device, a);
+  check_outputs_disjoint(op, {{"o", &o}, {"state_pool", &state_pool}},
+                         {{"o", &o}, {"state_pool", &state_pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"a", &a_in},
+                          {"b", &b}, {"A_log", &A_log}, {"dt_bias", &dt_bias},
+                          {"ssm_state_indices", &ssm_state_indices}, {"num_accepted_tokens", num_accepted_tokens}});
+  if (a.geo.N == 0 || a.geo.T == 0) return;
+  FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
+}
+
+}  // namespace fuseops

@@ -1,0 +1,100 @@
+// Internal interface between the GDN forward ops (validation and the prefill pipeline, ops/gdn_forward.cpp) and
+// their backends. Geometry, strided views and chunk lookup are those of the intra-chunk ops (ops/gdn_impl.h,
+// common/gdn_chunks.h). All strides are in elements.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/gdn_impl.h"
+
+namespace fuseops::detail {
+
+/// A per-chunk state tensor h [B, NS, HV, K, V] (contiguous): slot s of batch row b, value head hv.
+struct GdnStates {
+  void* data = nullptr;
+  DType dtype = DType::f32;
+  int64_t slots = 0;  ///< NS
+};
+
+/// l2 normalisation of rows: y = x / sqrt(sum x^2 + 1e-6), in f32, rounded to y's dtype. x, y: [B, T, H, K].
+struct L2NormArgs {
+  GdnGeometry geo;  ///< B, T, H, K
+  GdnIn x;
+  GdnOut y;  ///< contiguous
+};
+
+struct WuArgs {
+  GdnGeometry geo;  ///< BT = A.shape[3]
+  int64_t V = 0;
+  GdnIn k, v, beta, A, g;  ///< g optional
+  GdnOut w, u;             ///< contiguous
+};
+
+struct FwdHArgs {
+  GdnGeometry geo;
+  int64_t V = 0;
+  GdnIn k, w, u, g;     ///< g optional
+  const void* h0 = nullptr;  ///< [N, HV, K, V] contiguous, optional
+  DType h0_dtype = DType::f32;
+  GdnStates h;          ///< out
+  GdnOut v_new;         ///< out, contiguous
+  float* ht = nullptr;  ///< [N, HV, K, V] f32 contiguous, optional
+};
+
+struct FwdOArgs {
+  GdnGeometry geo;
+  int64_t V = 0;
+  GdnIn q, k, v_new, g;  ///< g optional
+  GdnStates h;
+  GdnOut o;  ///< contiguous
+  float scale = 1.f;
+};
+
+/// The decode recurrence: FLA form (h0 / ht) or pool form (pool != null).
+struct DecodeArgs {
+  GdnGeometry geo;
+  int64_t V = 0;
+  GdnIn q, k, v;
+  GdnOut o;  ///< contiguous
+  // gates: direct (g, beta: optional [B, T, HV]) or fused sigmoid gating (a, b, A_log, dt_bias)
+  bool fused_gating = false;
+  GdnIn g, beta, a, b;
+  GdnIn A_log, dt_bias;  ///< [HV] viewed with stride_h = stride; other strides 0
+  float softplus_beta = 1.f, softplus_threshold = 20.f;
+  float scale = 1.f;
+  bool l2norm = false;
+  // FLA form
+  const void* h0 = nullptr;  ///< [N, HV, K, V] contiguous, optional
+  DType h0_dtype = DType::f32;
+  float* ht = nullptr;  ///< [N, HV, K, V] f32 contiguous, optional
+  // pool form
+  void* pool = nullptr;  ///< [S, HV, K, V] contiguous
+  DType pool_dtype = DType::f32;
+  int64_t pool_slots = 0;
+  const void* indices = nullptr;  ///< [N] or [N, idx_cols], contiguous
+  DType idx_dtype = DType::i32;
+  int64_t idx_cols = 0;  ///< 0: [N]
+  const void* num_accepted = nullptr;  ///< [N], optional
+  DType acc_dtype = DType::i32;
+  uint32_t idx_site = 0, acc_site = 0;
+};
+
+namespace cpu {
+void l2norm_fwd(const L2NormArgs& a);
+void recompute_w_u_fwd(const WuArgs& a);
+void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a);
+void chunk_fwd_o(const FwdOArgs& a);
+void fused_recurrent_gated_delta_rule(const DecodeArgs& a);
+}  // namespace cpu
+
+#if defined(FUSEOPS_WITH_CUDA)
+namespace cuda {
+void l2norm_fwd(const L2NormArgs& a, int device, void* stream);
+void recompute_w_u_fwd(const WuArgs& a, int device, void* stream);
+void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream);
+void chunk_fwd_o(const FwdOArgs& a, int device, void* stream);
+void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* stream);
+}  // namespace cuda
+#endif
+
+}  // namespace fuseops::detail

@@ -1,0 +1,27 @@
+// Validation helpers shared by the GDN op families (ops/gdn.cpp, ops/gdn_forward.cpp).
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+#include "fuseops/tensor.h"
+#include "ops/gdn_impl.h"
+
+namespace fuseops::detail {
+
+constexpr std::initializer_list<DType> kFloat = {DType::f32, DType::f16, DType::bf16};
+
+/// "[2, 64, 128]".
+std::string dims(std::initializer_list<int64_t> d);
+/// chunk_size in {16, 32, 64}.
+void check_chunk_size(const char* op, int64_t chunk_size);
+/// The backend's view of a validated [B, T, heads(, ...)] tensor.
+GdnIn in_view(const TensorView& v);
+GdnOut out_view(const TensorView& v);
+/// [B, T, HV] of a per-token, per-head tensor (HV < 0: any).
+void check_token_head(const char* op, const char* name, const TensorView& v, int64_t B, int64_t T, int64_t HV);
+/// cu_seqlens: [N+1] i32 / i64 on `device`, B == 1; fills geo.cu_* and geo.N (B without cu_seqlens).
+void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& device, GdnGeometry& geo);
+
+}  // namespace fuseops::detail

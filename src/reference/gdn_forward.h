@@ -1,0 +1,79 @@
+// Float64 golden of the GDN forward ops (docs/ops/gdn.md): the token-by-token recurrence of reference/gdn.md §0,
+// evaluated in double, per sequence and value head, independent of the chunked algorithm:
+//   S <- exp(g_t) S;  v'_t = beta_t (v_t - S^T k_t);  S <- S + k_t v'_t^T;  o_t = scale S^T q_t.
+// Optional l2 normalisation of q and k (x / sqrt(sum x^2 + 1e-6)), rounded to the inputs' dtype when the op does so
+// (the chunked path, as FLA), kept exact otherwise (the decode ops).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "fuseops/tensor.h"
+#include "testing/host_tensor.h"
+
+namespace fuseops::reference {
+
+struct RecurrenceInputs {
+  const testing::HostTensor* q = nullptr;  ///< [B, T, H, K]
+  const testing::HostTensor* k = nullptr;  ///< [B, T, H, K]
+  const testing::HostTensor* v = nullptr;  ///< [B, T, HV, V]
+  std::vector<double> g;                   ///< raw log-decays [B * T * HV] (empty: 0)
+  std::vector<double> beta;                ///< [B * T * HV] (empty: 1)
+  const testing::HostTensor* h0 = nullptr;  ///< [N, HV, K, V] (null: 0)
+  double scale = 1.0;
+  bool l2norm = false;
+  bool round_normalized = false;  ///< round the normalised q, k to q's dtype
+  std::vector<int64_t> cu_seqlens;  ///< empty: fixed length
+  bool keep_token_states = false;   ///< also return the state after every token
+  std::vector<int64_t> heads;       ///< value heads to evaluate (empty: all); the others stay 0
+};
+
+struct RecurrenceGolden {
+  std::vector<double> o;             ///< [B, T, HV, V]
+  std::vector<double> final_state;   ///< [N, HV, K, V]
+  std::vector<double> token_states;  ///< [B, T, HV, K, V] when requested
+};
+
+RecurrenceGolden gated_delta_rule_recurrence(const RecurrenceInputs& in);
+
+/// Stage goldens: each stage's formula in double from the stage's own inputs (as stored, exact), fixed length or varlen.
+/// g: the chunk-local cumsum [B, T, HV] (empty: no gating). Outputs are compact row-major.
+struct StageInputs {
+  int64_t B = 0, T = 0, H = 0, HV = 0, K = 0, V = 0, BT = 64;
+  std::vector<int64_t> cu_seqlens;
+  std::vector<double> g;
+};
+/// w = A (beta e^g k), u = A (beta v): A [B, T, HV, BT] (lower part incl. the diagonal is read), k [B, T, H, K],
+/// v [B, T, HV, V], beta [B, T, HV].
+void recompute_w_u_golden(const StageInputs& s, const std::vector<double>& A, const std::vector<double>& k,
+                          const std::vector<double>& v, const std::vector<double>& beta, std::vector<double>& w,
+                          std::vector<double>& u);
+/// h [B, NS, HV, K, V] (slots as gdn_chunk_slots; unused slots 0), v_new [B, T, HV, V], final [N, HV, K, V] from
+/// k, w [B, T, HV, K], u [B, T, HV, V], h0 [N, HV, K, V] (empty: 0).
+void fwd_h_golden(const StageInputs& s, const std::vector<double>& k, const std::vector<double>& w,
+                  const std::vector<double>& u, const std::vector<double>& h0, std::vector<double>& h,
+                  std::vector<double>& v_new, std::vector<double>& final_state);
+/// o [B, T, HV, V] from q, k [B, T, H, K], v_new [B, T, HV, V], h [B, NS, HV, K, V].
+void fwd_o_golden(const StageInputs& s, const std::vector<double>& q, const std::vector<double>& k,
+                  const std::vector<double>& v_new, const std::vector<double>& h, double scale,
+                  std::vector<double>& o);
+
+/// All elements of a host tensor as double (row-major).
+std::vector<double> values_of(const testing::HostTensor& t);
+
+/// The relative-RMS criterion of the GDN forward ops, by the dtype of the inputs (q, k, v): 5e-3 for f16 / bf16,
+/// 1e-4 for f32 (docs/ops/gdn.md, "Tolerances").
+double gdn_forward_rel_rms_limit(DType input_dtype);
+
+struct ForwardCheck {
+  bool pass = false;
+  double rel_rms_error = 0;
+  double limit = 0;
+  int64_t nonfinite = 0;
+};
+/// ||out - ref|| <= limit * ||ref|| + 1e-12 sqrt(n), every output element finite. `out`'s row-major elements
+/// correspond to `ref`. limit: gdn_forward_rel_rms_limit(input_dtype) unless `limit_override` > 0.
+ForwardCheck gdn_forward_check(const testing::HostTensor& out, const std::vector<double>& ref, DType input_dtype,
+                               double limit_override = 0);
+
+}  // namespace fuseops::reference

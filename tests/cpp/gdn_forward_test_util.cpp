@@ -1,0 +1,225 @@
+#include "gdn_forward_test_util.h"
+
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <sstream>
+
+namespace fuseops_test::gdn_forward {
+
+namespace ref = fuseops::reference;
+using gdn::Placed;
+
+std::string Spec::describe() const {
+  std::ostringstream os;
+  os << "B=" << B << " T=" << T << " H=" << H << " HV=" << HV << " K=" << K << " V=" << V << " BT=" << BT;
+  if (varlen()) {
+    os << " seqlens=[";
+    for (std::size_t i = 0; i < seqlens.size(); ++i) os << (i ? "," : "") << seqlens[i];
+    os << "]";
+  }
+  os << " " << fuseops::dtype_name(dtype) << " gates " << fuseops::dtype_name(gate_dtype) << " h0 "
+     << (has_h0 ? fuseops::dtype_name(h0_dtype) : "none") << " decay " << gdn::decay_name(decay)
+     << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << ", FUSEOPS_SEED=" << run_seed();
+  return os.str();
+}
+
+Spec fixed(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, DType dtype) {
+  Spec s;
+  s.B = B;
+  s.T = T;
+  s.H = H;
+  s.HV = HV;
+  s.K = K;
+  s.V = V;
+  s.dtype = dtype;
+  return s;
+}
+
+Spec varlen(std::vector<int64_t> seqlens, int64_t H, int64_t HV, int64_t K, int64_t V, DType dtype) {
+  Spec s = fixed(1, 0, H, HV, K, V, dtype);
+  for (int64_t l : seqlens) s.T += l;
+  s.seqlens = std::move(seqlens);
+  return s;
+}
+
+Inputs make_inputs(const Spec& s, std::mt19937_64& rng) {
+  Inputs in;
+  std::normal_distribution<double> normal(0.0, 1.0);
+  in.q = HostTensor(s.dtype, {s.B, s.T, s.H, s.K});
+  in.k = HostTensor(s.dtype, {s.B, s.T, s.H, s.K});
+  in.v = HostTensor(s.dtype, {s.B, s.T, s.HV, s.V});
+  std::vector<double> row(static_cast<std::size_t>(s.K));
+  for (int64_t r = 0; r < in.q.rows(); ++r) {
+    for (int64_t c = 0; c < s.K; ++c) in.q.set(r, c, static_cast<float>(normal(rng)));
+    double n2 = 0;
+    for (double& x : row) {
+      x = normal(rng);
+      n2 += x * x;
+    }
+    const double f = s.l2norm ? 1.0 : 1.0 / std::sqrt(n2);  // unit keys unless the op normalises
+    for (int64_t c = 0; c < s.K; ++c) in.k.set(r, c, static_cast<float>(row[c] * f));
+  }
+  for (int64_t r = 0; r < in.v.rows(); ++r) {
+    for (int64_t c = 0; c < s.V; ++c) in.v.set(r, c, static_cast<float>(normal(rng)));
+  }
+  in.g = HostTensor(s.gate_dtype, {s.B, s.T, s.HV});
+  in.beta = HostTensor(s.gate_dtype, {s.B, s.T, s.HV});
+  for (int64_t r = 0; r < in.g.rows(); ++r) {
+    for (int64_t h = 0; h < s.HV; ++h) {
+      in.g.set(r, h, static_cast<float>(gdn::draw_decay(s.decay, h, rng)));
+      in.beta.set(r, h, static_cast<float>(1.0 / (1.0 + std::exp(-normal(rng)))));
+    }
+  }
+  if (s.has_h0) {
+    in.h0 = HostTensor(s.h0_dtype, {s.N(), s.HV, s.K, s.V});
+    for (int64_t r = 0; r < in.h0.rows(); ++r) {
+      for (int64_t c = 0; c < s.V; ++c) in.h0.set(r, c, static_cast<float>(0.5 * normal(rng)));
+    }
+  } else {
+    in.h0 = HostTensor(DType::f32, {0});
+  }
+  if (s.varlen()) in.cu = gdn::cumulative(s.seqlens);
+  return in;
+}
+
+ref::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normalized, bool keep_token_states) {
+  ref::RecurrenceInputs r;
+  r.q = &in.q;
+  r.k = &in.k;
+  r.v = &in.v;
+  r.g = in.g.to_double();
+  r.beta = in.beta.to_double();
+  r.h0 = s.has_h0 ? &in.h0 : nullptr;
+  r.scale = 1.0 / std::sqrt(static_cast<double>(s.K));
+  r.l2norm = s.l2norm;
+  r.round_normalized = round_normalized;
+  r.cu_seqlens = in.cu;
+  r.keep_token_states = keep_token_states;
+  return ref::gated_delta_rule_recurrence(r);
+}
+
+namespace {
+
+HostTensor cu_tensor(const Spec& s, const Inputs& in) {
+  HostTensor cu(s.cu_dtype, {static_cast<int64_t>(in.cu.size())});
+  for (std::size_t i = 0; i < in.cu.size(); ++i) {
+    if (s.cu_dtype == DType::i32) {
+      static_cast<int32_t*>(cu.data())[i] = static_cast<int32_t>(in.cu[i]);
+    } else {
+      static_cast<int64_t*>(cu.data())[i] = in.cu[i];
+    }
+  }
+  return cu;
+}
+
+/// Placed inputs and outputs of one run.
+struct Run {
+  Placed q, k, v, g, beta;
+  std::unique_ptr<Placed> h0, cu;
+  Placed o, ht;
+  Run(Where w, const Spec& s, const Inputs& in)
+      : q(w, in.q, s.padded ? 3 : 0),
+        k(w, in.k, s.padded ? 5 : 0),
+        v(w, in.v, s.padded ? 2 : 0),
+        g(w, in.g),
+        beta(w, in.beta),
+        o(w, s.dtype, {s.B, s.T, s.HV, s.V}),
+        ht(w, DType::f32, {s.N(), s.HV, s.K, s.V}) {
+    if (s.has_h0) h0 = std::make_unique<Placed>(w, in.h0);
+    if (s.varlen()) cu = std::make_unique<Placed>(w, cu_tensor(s, in), 0, 0);
+    for (Placed* p : {&q, &k, &v, &g, &beta, &o, &ht}) p->upload();
+    if (h0) h0->upload();
+    if (cu) cu->upload();
+  }
+  void finish(Outputs& out) {
+    for (Placed* p : {&q, &k, &v, &g, &beta, &o, &ht}) p->download();
+    if (h0) h0->download();
+    for (Placed* p : {&q, &k, &v, &g, &beta}) EXPECT_TRUE(p->untouched_outside(false));
+    if (h0) {
+      EXPECT_TRUE(h0->untouched_outside(false));
+    }
+    EXPECT_TRUE(o.untouched_outside(true));
+    EXPECT_TRUE(ht.untouched_outside(true));
+    out.o = o.read();
+    out.final_state = ht.read();
+  }
+};
+
+}  // namespace
+
+Outputs run_chunk(Where where, const Spec& s, const Inputs& in) {
+  Run r(where, s, in);
+  TensorView h0v, cuv, htv = r.ht.view();
+  if (r.h0) h0v = r.h0->view();
+  if (r.cu) cuv = r.cu->view();
+  const TensorView qv = r.q.view(), vv = r.v.view();
+  const std::size_t bytes =
+      fuseops::chunk_gated_delta_rule_workspace_size(qv, vv, r.cu ? &cuv : nullptr, s.l2norm, s.BT);
+  Placed ws(where, DType::f32, {static_cast<int64_t>(bytes / 4 + 1)}, 0);
+  ws.upload();
+  fuseops::chunk_gated_delta_rule(r.o.view(), &htv, qv, r.k.view(), vv, r.g.view(), r.beta.view(), std::nullopt,
+                                  r.h0 ? &h0v : nullptr, s.l2norm, r.cu ? &cuv : nullptr, ws.view(), s.BT);
+  Outputs out;
+  r.finish(out);
+  return out;
+}
+
+Outputs run_recurrent(Where where, const Spec& s, const Inputs& in) {
+  Run r(where, s, in);
+  TensorView h0v, cuv, htv = r.ht.view();
+  if (r.h0) h0v = r.h0->view();
+  if (r.cu) cuv = r.cu->view();
+  const TensorView gv = r.g.view(), bv = r.beta.view();
+  fuseops::fused_recurrent_gated_delta_rule(r.o.view(), &htv, r.q.view(), r.k.view(), r.v.view(), &gv, &bv,
+                                            std::nullopt, r.h0 ? &h0v : nullptr, s.l2norm,
+                                            r.cu ? &cuv : nullptr);
+  Outputs out;
+  r.finish(out);
+  return out;
+}
+
+::testing::AssertionResult matches(const HostTensor& out, const std::vector<double>& ref, DType input_dtype,
+                                   const std::string& what, double limit) {
+  const ref::ForwardCheck c = ref::gdn_forward_check(out, ref, input_dtype, limit);
+  if (c.pass) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": relative RMS error " << c.rel_rms_error << " (limit " << c.limit
+                                       << "), " << c.nonfinite << " non-finite elements";
+}
+
+double max_abs_cumsum(const Spec& s, const Inputs& in) {
+  double m = 0;
+  for (const ref::GdnChunk& c : ref::gdn_chunks(s.B, s.T, s.BT, in.cu)) {
+    for (int64_t h = 0; h < s.HV; ++h) {
+      double sum = 0;
+      for (int64_t i = 0; i < c.len; ++i) {
+        sum += in.g.get(c.batch * s.T + c.row0 + i, h);
+        m = std::max(m, std::fabs(sum));
+      }
+    }
+  }
+  return m;
+}
+
+HostTensor tokens(const HostTensor& x, int64_t t0, int64_t t1) {
+  std::vector<int64_t> shape = x.shape();
+  const int64_t T = shape[1];
+  shape[1] = t1 - t0;
+  HostTensor out(x.dtype(), shape);
+  const int64_t per_token = x.rows() / (shape[0] * T);  // rows of one token
+  for (int64_t b = 0; b < shape[0]; ++b) {
+    for (int64_t t = t0; t < t1; ++t) {
+      for (int64_t r = 0; r < per_token; ++r) {
+        for (int64_t c = 0; c < x.cols(); ++c) {
+          out.set((b * (t1 - t0) + t - t0) * per_token + r, c,
+                  static_cast<float>(x.get((b * T + t) * per_token + r, c)));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace fuseops_test::gdn_forward

@@ -1,0 +1,64 @@
+// Helpers of the GDN forward tests: inputs, runs of the prefill and decode ops on placed tensors (guards and padding
+// checked), and the float64 recurrence golden (src/reference/gdn_forward.h).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gdn_test_util.h"
+#include "reference/gdn_forward.h"
+
+namespace fuseops_test::gdn_forward {
+
+using gdn::Decay;
+
+struct Spec {
+  int64_t B = 1, T = 0, H = 1, HV = 1, K = 64, V = 64, BT = 64;
+  std::vector<int64_t> seqlens;  ///< varlen when non-empty (B = 1, T = the sum)
+  DType dtype = DType::bf16;     ///< q, k, v
+  DType gate_dtype = DType::f32;  ///< g, beta
+  DType h0_dtype = DType::f32;
+  bool has_h0 = true;
+  bool l2norm = false;  ///< then q, k are raw normal vectors, else k is unit-norm
+  bool padded = false;  ///< q, k, v rows padded (non-contiguous)
+  Decay decay = Decay::realistic;
+  DType cu_dtype = DType::i32;
+  bool varlen() const { return !seqlens.empty(); }
+  int64_t N() const { return varlen() ? static_cast<int64_t>(seqlens.size()) : B; }
+  std::string describe() const;
+};
+Spec fixed(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, DType dtype);
+Spec varlen(std::vector<int64_t> seqlens, int64_t H, int64_t HV, int64_t K, int64_t V, DType dtype);
+
+struct Inputs {
+  HostTensor q, k, v, g, beta, h0;  ///< g: raw per-token log-decays; h0 empty (shape {0}) when absent
+  std::vector<int64_t> cu;
+};
+Inputs make_inputs(const Spec& s, std::mt19937_64& rng);
+
+/// The golden of the spec's inputs (token recurrence; `round_normalized` for the chunked path).
+fuseops::reference::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normalized,
+                                            bool keep_token_states = false);
+
+struct Outputs {
+  HostTensor o, final_state;
+};
+/// chunk_gated_delta_rule on placed copies of `in` (output_final_state = true); guards and inputs checked.
+Outputs run_chunk(Where where, const Spec& s, const Inputs& in);
+/// fused_recurrent_gated_delta_rule (FLA form) on placed copies of `in`.
+Outputs run_recurrent(Where where, const Spec& s, const Inputs& in);
+
+/// o and final_state against the golden (gtest assertion with the spec and the errors).
+/// `limit` > 0 replaces the dtype's limit (documented cases only).
+::testing::AssertionResult matches(const HostTensor& out, const std::vector<double>& ref, DType input_dtype,
+                                   const std::string& what, double limit = 0);
+/// The largest |chunk-local cumsum of g| of the spec's inputs: the decay factors exp(g_i - g_j) of the chunked
+/// algorithm carry a relative error up to about this times 2^-24 (fp32 rounding of the cumsum).
+double max_abs_cumsum(const Spec& s, const Inputs& in);
+
+/// The tokens [t0, t1) of every batch row of a compact [B, T, ...] tensor.
+HostTensor tokens(const HostTensor& x, int64_t t0, int64_t t1);
+
+}  // namespace fuseops_test::gdn_forward

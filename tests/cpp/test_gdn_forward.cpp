@@ -1,0 +1,339 @@
+// The GDN forward ops (fuseops/gdn_forward.h) against the float64 token recurrence (src/reference/gdn_forward.h),
+// on the CPU backend always and on CUDA when a device is present: the chunked prefill for dtypes, head dims, chunk
+// sizes, grouped heads, varlen with empty sequences, decays from zero to extreme, l2 normalisation; split runs and
+// the prefill-then-decode hand-off; each stage against its own double golden; the decode ops in the FLA form, the
+// state-pool form (padding slots, per-token writes with num_accepted_tokens) and the fused sigmoid-gating form.
+// Criterion: relative RMS error <= 5e-3 (f16 / bf16 inputs) or 1e-4 (f32), docs/ops/gdn.md "Tolerances"; outputs are
+// NaN-poisoned first and nothing outside them may change.
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gdn_forward_test_util.h"
+
+namespace fuseops_test::gdn_forward {
+namespace {
+
+namespace ref = fuseops::reference;
+using gdn::Placed;
+constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
+
+class GdnForward : public ::testing::TestWithParam<Where> {};
+
+std::string where_param_name(const ::testing::TestParamInfo<Where>& info) { return where_name(info.param); }
+
+/// Runs the chunked op (and the recurrent op when `recurrent`) and compares o and final_state with the golden.
+/// The chunked algorithm's decay factors exp(g_i - g_j) come from the fp32 chunk-local cumsum, whose rounding is a
+/// relative error of up to max|cumsum| 2^-24 per factor (docs/ops/gdn.md "Tolerances"): the limit of f32 inputs
+/// grows by that where the decays make it exceed 1e-4 (the adversarial -1e4-per-token decays only).
+void check_spec(Where where, const Spec& s, std::mt19937_64& rng, bool recurrent = false) {
+  SCOPED_TRACE(s.describe());
+  const Inputs in = make_inputs(s, rng);
+  const ref::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/true);
+  const Outputs out = run_chunk(where, s, in);
+  const double limit = ref::gdn_forward_rel_rms_limit(s.dtype) + std::ldexp(max_abs_cumsum(s, in), -24);
+  EXPECT_TRUE(matches(out.o, gold.o, s.dtype, "chunk o", limit));
+  EXPECT_TRUE(matches(out.final_state, gold.final_state, s.dtype, "chunk final_state", limit));
+  if (recurrent) {
+    const ref::RecurrenceGolden gr = golden(s, in, /*round_normalized=*/false);
+    const Outputs r = run_recurrent(where, s, in);
+    EXPECT_TRUE(matches(r.o, gr.o, s.dtype, "recurrent o"));
+    EXPECT_TRUE(matches(r.final_state, gr.final_state, s.dtype, "recurrent final_state"));
+  }
+}
+
+TEST_P(GdnForward, Dtypes) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType dt : {f32, f16, bf16}) {
+    Spec s = fixed(2, 77, 2, 4, 64, 32, dt);
+    s.gate_dtype = dt;
+    s.h0_dtype = dt == f32 ? bf16 : f32;
+    check_spec(GetParam(), s, rng, true);
+    if (HasFailure()) return;
+  }
+}
+
+// K = V = 128 (the main case) and 256, head dims that are no multiple of 16, chunk sizes 16 / 32 / 64, padded rows.
+TEST_P(GdnForward, HeadDimsAndChunkSizes) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  struct C {
+    int64_t T, H, HV, K, V, BT;
+    DType dt;
+    bool padded;
+  };
+  for (const C& c : {C{130, 1, 2, 128, 128, 64, bf16, false}, C{70, 1, 1, 256, 256, 64, bf16, false},
+                     C{75, 2, 2, 60, 100, 32, f16, true}, C{50, 1, 3, 100, 60, 16, f32, true},
+                     C{33, 1, 2, 1, 7, 16, f32, false}, C{64, 1, 1, 32, 200, 64, bf16, false}}) {
+    Spec s = fixed(1, c.T, c.H, c.HV, c.K, c.V, c.dt);
+    s.BT = c.BT;
+    s.padded = c.padded;
+    check_spec(GetParam(), s, rng, c.K <= 128);
+    if (HasFailure()) return;
+  }
+}
+
+// Varlen with empty sequences (first, middle, last), a one-token sequence, chunk-boundary lengths; i32 and i64
+// cu_seqlens; grouped heads. Empty sequences return their initial state exactly.
+TEST_P(GdnForward, VarlenWithEmptySequences) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType cu : {DType::i32, DType::i64}) {
+    for (int64_t BT : {32, 64}) {
+      Spec s = varlen({0, 5, 64, 0, 130, 1, 0}, 2, 4, 64, 64, bf16);
+      s.cu_dtype = cu;
+      s.BT = BT;
+      SCOPED_TRACE(s.describe());
+      const Inputs in = make_inputs(s, rng);
+      const ref::RecurrenceGolden gold = golden(s, in, true);
+      for (bool chunked : {true, false}) {
+        const Outputs out = chunked ? run_chunk(GetParam(), s, in) : run_recurrent(GetParam(), s, in);
+        EXPECT_TRUE(matches(out.o, gold.o, s.dtype, chunked ? "chunk o" : "recurrent o"));
+        EXPECT_TRUE(matches(out.final_state, gold.final_state, s.dtype, "final_state"));
+        const int64_t per_seq = s.HV * s.K * s.V;
+        for (int64_t n : {0, 3, 6}) {  // empty sequences: final state == initial state, exactly
+          for (int64_t e = 0; e < per_seq; ++e) {
+            const int64_t i = n * per_seq + e;
+            ASSERT_EQ(out.final_state.get(i / s.V, i % s.V), in.h0.get(i / s.V, i % s.V)) << "sequence " << n;
+          }
+        }
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Zero, strong, mixed and extreme decays (docs/ops/gdn.md: |g| summed over a chunk stays finite in fp32).
+TEST_P(GdnForward, Decays) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (Decay d : {Decay::zero, Decay::strong, Decay::mixed, Decay::extreme}) {
+    for (DType dt : {f32, bf16}) {
+      Spec s = fixed(1, 100, 1, 2, 64, 64, dt);
+      s.decay = d;
+      check_spec(GetParam(), s, rng, true);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+TEST_P(GdnForward, L2NormInKernelAndNoInitialState) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType dt : {f32, bf16}) {
+    Spec s = fixed(2, 90, 2, 4, 64, 64, dt);
+    s.l2norm = true;
+    s.has_h0 = dt == f32;
+    check_spec(GetParam(), s, rng, true);
+    if (HasFailure()) return;
+  }
+}
+
+// Running T1 tokens, then the remaining T2 from the returned state, equals running T1 + T2 at once (T1 not a
+// multiple of the chunk size).
+TEST_P(GdnForward, SplitRun) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType dt : {f32, bf16}) {
+    const int64_t T1 = 45, T2 = 100;
+    Spec s = fixed(2, T1 + T2, 1, 2, 64, 64, dt);
+    SCOPED_TRACE(s.describe());
+    const Inputs in = make_inputs(s, rng);
+    const ref::RecurrenceGolden gold = golden(s, in, true);
+    Spec s1 = s, s2 = s;
+    s1.T = T1;
+    s2.T = T2;
+    Inputs in1, in2;
+    for (auto [dst, t0, t1] : {std::tuple{&in1, int64_t{0}, T1}, std::tuple{&in2, T1, T1 + T2}}) {
+      dst->q = tokens(in.q, t0, t1);
+      dst->k = tokens(in.k, t0, t1);
+      dst->v = tokens(in.v, t0, t1);
+      dst->g = tokens(in.g, t0, t1);
+      dst->beta = tokens(in.beta, t0, t1);
+    }
+    in1.h0 = in.h0;
+    const Outputs o1 = run_chunk(GetParam(), s1, in1);
+    in2.h0 = o1.final_state;
+    s2.h0_dtype = f32;
+    const Outputs o2 = run_chunk(GetParam(), s2, in2);
+    HostTensor o(dt, {s.B, s.T, s.HV, s.V});
+    for (int64_t b = 0; b < s.B; ++b) {
+      for (int64_t t = 0; t < s.T; ++t) {
+        for (int64_t h = 0; h < s.HV; ++h) {
+          for (int64_t c = 0; c < s.V; ++c) {
+            const double x = t < T1 ? o1.o.get((b * T1 + t) * s.HV + h, c) : o2.o.get((b * T2 + t - T1) * s.HV + h, c);
+            o.set((b * s.T + t) * s.HV + h, c, static_cast<float>(x));
+          }
+        }
+      }
+    }
+    EXPECT_TRUE(matches(o, gold.o, dt, "split o"));
+    EXPECT_TRUE(matches(o2.final_state, gold.final_state, dt, "split final_state"));
+    if (HasFailure()) return;
+  }
+}
+
+HostTensor index_tensor(DType dt, std::vector<int64_t> shape, const std::vector<int64_t>& values) {
+  HostTensor t(dt, std::move(shape));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (dt == DType::i32) {
+      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(values[i]);
+    } else {
+      static_cast<int64_t*>(t.data())[i] = values[i];
+    }
+  }
+  return t;
+}
+
+// Prefill T tokens (chunked), then decode token T + 1 from the returned state, in the FLA form and in the pool form
+// (the state in slot 2 of an f32 pool); both equal the golden of T + 1 tokens.
+TEST_P(GdnForward, PrefillThenDecode) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType dt : {f32, bf16}) {
+    const int64_t T = 70;
+    Spec s = fixed(1, T + 1, 2, 4, 64, 64, dt);
+    SCOPED_TRACE(s.describe());
+    const Inputs in = make_inputs(s, rng);
+    const ref::RecurrenceGolden gold = golden(s, in, true);
+    Spec sp = s, sd = s;
+    sp.T = T;
+    sd.T = 1;
+    Inputs ip, id;
+    for (auto [dst, t0, t1] : {std::tuple{&ip, int64_t{0}, T}, std::tuple{&id, T, T + 1}}) {
+      dst->q = tokens(in.q, t0, t1);
+      dst->k = tokens(in.k, t0, t1);
+      dst->v = tokens(in.v, t0, t1);
+      dst->g = tokens(in.g, t0, t1);
+      dst->beta = tokens(in.beta, t0, t1);
+    }
+    ip.h0 = in.h0;
+    const Outputs pre = run_chunk(GetParam(), sp, ip);
+    id.h0 = pre.final_state;
+    sd.h0_dtype = f32;
+    const Outputs dec = run_recurrent(GetParam(), sd, id);
+    const std::size_t last = static_cast<std::size_t>(T * s.HV * s.V);
+    const std::vector<double> o_last(gold.o.begin() + static_cast<std::ptrdiff_t>(last), gold.o.end());
+    EXPECT_TRUE(matches(dec.o, o_last, dt, "decode o"));
+    EXPECT_TRUE(matches(dec.final_state, gold.final_state, dt, "decode final_state"));
+
+    // pool form: 3 slots, the sequence's state in slot 2
+    const int64_t KV = s.K * s.V, per = s.HV * KV;
+    HostTensor pool(f32, {3, s.HV, s.K, s.V});
+    pool.poison();
+    for (int64_t e = 0; e < per; ++e) pool.set((2 * per + e) / s.V, e % s.V, static_cast<float>(pre.final_state.get(e / s.V, e % s.V)));
+    Placed P(GetParam(), pool, 0, 0), Q(GetParam(), id.q), Kt(GetParam(), id.k), Vt(GetParam(), id.v),
+        G(GetParam(), id.g), Bt(GetParam(), id.beta), O(GetParam(), dt, {1, 1, s.HV, s.V}),
+        I(GetParam(), index_tensor(DType::i64, {1}, {2}), 0, 0);
+    for (Placed* p : {&P, &Q, &Kt, &Vt, &G, &Bt, &O, &I}) p->upload();
+    const TensorView gv = G.view(), bv = Bt.view();
+    fuseops::fused_recurrent_gated_delta_rule_update(O.view(), P.view(), Q.view(), Kt.view(), Vt.view(), &gv, &bv,
+                                                     std::nullopt, I.view());
+    for (Placed* p : {&P, &O}) p->download();
+    EXPECT_TRUE(matches(O.read(), o_last, dt, "pool o"));
+    const HostTensor after = P.read();
+    HostTensor slot2(f32, {1, s.HV, s.K, s.V});
+    for (int64_t e = 0; e < per; ++e) slot2.set(e / s.V, e % s.V, static_cast<float>(after.get((2 * per + e) / s.V, e % s.V)));
+    EXPECT_TRUE(matches(slot2, gold.final_state, dt, "pool state"));
+    for (int64_t e = 0; e < 2 * per; ++e) ASSERT_TRUE(std::isnan(after.get(e / s.V, e % s.V))) << "slot 0/1 written";
+    if (HasFailure()) return;
+  }
+}
+
+// Each stage on its own against its double golden computed from the stage's actual inputs (varlen, chunk 32,
+// grouped heads, f32 intermediates).
+TEST_P(GdnForward, Stages) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  Spec s = varlen({0, 40, 1, 70}, 1, 2, 48, 40, f32);
+  s.BT = 32;
+  SCOPED_TRACE(s.describe());
+  const Inputs in = make_inputs(s, rng);
+  const Where w = GetParam();
+  const int64_t NS = fuseops::gdn_chunk_slots(s.T, s.N(), s.BT, true);
+  // chunk-local cumsum of g and the inverse, by the intra-chunk ops
+  Placed cu(w, index_tensor(DType::i64, {static_cast<int64_t>(in.cu.size())}, in.cu), 0, 0);
+  Placed g(w, in.g), gc(w, f32, {1, s.T, s.HV}), k(w, in.k), q(w, in.q), v(w, in.v), beta(w, in.beta),
+      Ai(w, f32, {1, s.T, s.HV, s.BT}), W(w, f32, {1, s.T, s.HV, s.K}), U(w, f32, {1, s.T, s.HV, s.V}),
+      Hs(w, f32, {1, NS, s.HV, s.K, s.V}), Vn(w, f32, {1, s.T, s.HV, s.V}), Ht(w, f32, {s.N(), s.HV, s.K, s.V}),
+      H0(w, in.h0), O(w, f32, {1, s.T, s.HV, s.V});
+  for (Placed* p : {&cu, &g, &gc, &k, &q, &v, &beta, &Ai, &W, &U, &Hs, &Vn, &Ht, &H0, &O}) p->upload();
+  const TensorView cuv = cu.view(), gcv = gc.view(), bv = beta.view(), h0v = H0.view();
+  TensorView htv = Ht.view();
+  fuseops::chunk_local_cumsum(gc.view(), g.view(), s.BT, &cuv);
+  fuseops::chunk_gated_delta_rule_fwd_kkt_solve(Ai.view(), k.view(), &gcv, &bv, s.BT, &cuv);
+  fuseops::recompute_w_u_fwd(W.view(), U.view(), k.view(), v.view(), beta.view(), Ai.view(), &gcv, &cuv);
+  fuseops::chunk_gated_delta_rule_fwd_h(Hs.view(), Vn.view(), &htv, k.view(), W.view(), U.view(), &gcv, &h0v, s.BT,
+                                        &cuv);
+  const double scale = 0.3;
+  fuseops::chunk_fwd_o(O.view(), q.view(), k.view(), Vn.view(), Hs.view(), &gcv, scale, s.BT, &cuv);
+  for (Placed* p : {&gc, &Ai, &W, &U, &Hs, &Vn, &Ht, &O}) p->download();
+
+  ref::StageInputs si;
+  si.B = 1;
+  si.T = s.T;
+  si.H = s.H;
+  si.HV = s.HV;
+  si.K = s.K;
+  si.V = s.V;
+  si.BT = s.BT;
+  si.cu_seqlens = in.cu;
+  si.g = gc.read().to_double();
+  std::vector<double> w_ref, u_ref, h_ref, vn_ref, ht_ref, o_ref;
+  ref::recompute_w_u_golden(si, Ai.read().to_double(), in.k.to_double(), in.v.to_double(), in.beta.to_double(), w_ref,
+                            u_ref);
+  EXPECT_TRUE(matches(W.read(), w_ref, f32, "w"));
+  EXPECT_TRUE(matches(U.read(), u_ref, f32, "u"));
+  const HostTensor Wr = W.read(), Ur = U.read();
+  ref::fwd_h_golden(si, in.k.to_double(), Wr.to_double(), Ur.to_double(), in.h0.to_double(), h_ref, vn_ref, ht_ref);
+  // only the written slots of h are defined: compare slot by slot where the golden has a chunk
+  HostTensor hs = Hs.read();
+  for (int64_t e = 0; e < hs.numel(); ++e) {
+    if (std::isnan(hs.get(e / s.V, e % s.V))) hs.set(e / s.V, e % s.V, 0.f);  // unused slots stay poisoned
+  }
+  EXPECT_TRUE(matches(hs, h_ref, f32, "h"));
+  EXPECT_TRUE(matches(Vn.read(), vn_ref, f32, "v_new"));
+  EXPECT_TRUE(matches(Ht.read(), ht_ref, f32, "final_state"));
+  ref::fwd_o_golden(si, in.q.to_double(), in.k.to_double(), Vn.read().to_double(), hs.to_double(), scale, o_ref);
+  EXPECT_TRUE(matches(O.read(), o_ref, f32, "o"));
+  // and the whole pipeline equals the recurrence
+  ref::RecurrenceInputs ri;
+  ri.q = &in.q;
+  ri.k = &in.k;
+  ri.v = &in.v;
+  ri.g = in.g.to_double();
+  ri.beta = in.beta.to_double();
+  ri.h0 = &in.h0;
+  ri.scale = scale;
+  ri.cu_seqlens = in.cu;
+  const ref::RecurrenceGolden gold = ref::gated_delta_rule_recurrence(ri);
+  EXPECT_TRUE(matches(O.read(), gold.o, f32, "stages o vs recurrence"));
+  EXPECT_TRUE(matches(Ht.read(), gold.final_state, f32, "stages final_state vs recurrence"));
+}
+
+// T = 0 (fixed length) and varlen with only empty sequences: final_state = initial_state, nothing else written.
+TEST_P(GdnForward, NoTokens) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (bool vl : {false, true}) {
+    Spec s = vl ? varlen({0, 0, 0}, 1, 2, 32, 16, bf16) : fixed(2, 0, 1, 2, 32, 16, bf16);
+    SCOPED_TRACE(s.describe());
+    const Inputs in = make_inputs(s, rng);
+    for (bool chunked : {true, false}) {
+      const Outputs out = chunked ? run_chunk(GetParam(), s, in) : run_recurrent(GetParam(), s, in);
+      for (int64_t e = 0; e < in.h0.numel(); ++e) {
+        ASSERT_EQ(out.final_state.get(e / s.V, e % s.V), in.h0.get(e / s.V, e % s.V));
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GdnForward, ::testing::Values(Where::cpu, Where::cuda), where_param_name);
+
+}  // namespace
+}  // namespace fuseops_test::gdn_forward

@@ -1,0 +1,243 @@
+// The serving forms of the GDN decode (fuseops/gdn_forward.h) against the float64 recurrence: a state pool addressed
+// by ssm_state_indices [N] (padding slots -1, f32 and bf16 pools, multi-token sequences), per-token state writes with
+// [N, Tmax] indices and num_accepted_tokens (speculative decoding), the fused sigmoid-gating form, and bad indices
+// (recorded, treated as padding). Untouched pool slots must keep their bytes.
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "gdn_forward_test_util.h"
+
+namespace fuseops_test::gdn_forward {
+namespace {
+
+namespace ref = fuseops::reference;
+using gdn::Placed;
+constexpr DType f32 = DType::f32, bf16 = DType::bf16;
+
+class GdnDecode : public ::testing::TestWithParam<Where> {};
+
+std::string where_param_name(const ::testing::TestParamInfo<Where>& info) { return where_name(info.param); }
+
+HostTensor ints(DType dt, std::vector<int64_t> shape, const std::vector<int64_t>& values) {
+  HostTensor t(dt, std::move(shape));
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (dt == DType::i32) {
+      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(values[i]);
+    } else {
+      static_cast<int64_t*>(t.data())[i] = values[i];
+    }
+  }
+  return t;
+}
+
+/// One pool run: inputs of `s` (varlen), a pool of `slots` random states, indices (and num_accepted), optional fused
+/// gating from raw a, b, A_log, dt_bias. Compares o, every written slot and every untouched slot.
+struct PoolCase {
+  Spec s;
+  int64_t slots = 8;
+  DType pool_dtype = f32;
+  std::vector<int64_t> idx;  ///< [N] or [N, cols]
+  int64_t cols = 0;
+  std::vector<int64_t> accepted;  ///< empty: none
+  bool fused_gating = false;
+  std::vector<int64_t> bad_rows;  ///< sequences with a bad index / count (padding + recorded)
+};
+
+void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
+  const Spec& s = pc.s;
+  SCOPED_TRACE(s.describe() + (pc.fused_gating ? " fused gating" : "") + " pool " + fuseops::dtype_name(pc.pool_dtype));
+  Spec sg = s;
+  sg.has_h0 = false;
+  Inputs in = make_inputs(sg, rng);
+  const int64_t N = s.N(), HV = s.HV, KV = s.K * s.V, per = HV * KV;
+  HostTensor pool(pc.pool_dtype, {pc.slots, HV, s.K, s.V});
+  std::normal_distribution<double> normal(0.0, 0.5);
+  for (int64_t r = 0; r < pool.rows(); ++r)
+    for (int64_t c = 0; c < s.V; ++c) pool.set(r, c, static_cast<float>(normal(rng)));
+  // gates
+  HostTensor a_raw(f32, {s.B, s.T, HV}), b_raw(f32, {s.B, s.T, HV}), A_log(f32, {HV}), dt_bias(f32, {HV});
+  std::vector<double> g(static_cast<std::size_t>(s.B * s.T * HV)), beta(g.size());
+  if (pc.fused_gating) {
+    std::uniform_real_distribution<double> uni(-3.0, 3.0);
+    for (int64_t h = 0; h < HV; ++h) {
+      A_log.set(0, h, static_cast<float>(uni(rng) * 0.5));
+      dt_bias.set(0, h, static_cast<float>(uni(rng)));
+    }
+    for (int64_t r = 0; r < a_raw.rows(); ++r) {
+      for (int64_t h = 0; h < HV; ++h) {
+        a_raw.set(r, h, static_cast<float>(r % 5 == 4 ? 25.0 + uni(rng) : 2.0 * uni(rng)));  // some past the threshold
+        b_raw.set(r, h, static_cast<float>(2.0 * uni(rng)));
+        const double x = a_raw.get(r, h) + dt_bias.get(0, h);
+        const double sp = x > 20.0 ? x : std::log1p(std::exp(x));
+        g[r * HV + h] = -std::exp(static_cast<double>(A_log.get(0, h))) * sp;
+        beta[r * HV + h] = 1.0 / (1.0 + std::exp(-static_cast<double>(b_raw.get(r, h))));
+      }
+    }
+  } else {
+    g = in.g.to_double();
+    beta = in.beta.to_double();
+  }
+  // golden: initial states gathered from the pool
+  HostTensor h0(f32, {N, HV, s.K, s.V});
+  std::vector<int64_t> start(static_cast<std::size_t>(N), -1);
+  for (int64_t n = 0; n < N; ++n) {
+    bool bad = false;
+    for (int64_t b : pc.bad_rows) bad = bad || b == n;
+    const int64_t col = pc.cols == 0 ? 0 : (pc.accepted.empty() ? 0 : pc.accepted[n] - 1);
+    const int64_t slot = bad ? -1 : pc.idx[pc.cols == 0 ? n : n * pc.cols + col];
+    start[n] = slot;
+    for (int64_t e = 0; e < per; ++e) {
+      h0.set((n * per + e) / s.V, e % s.V, slot >= 0 ? static_cast<float>(pool.get((slot * per + e) / s.V, e % s.V)) : 0.f);
+    }
+  }
+  ref::RecurrenceInputs ri;
+  ri.q = &in.q;
+  ri.k = &in.k;
+  ri.v = &in.v;
+  ri.g = g;
+  ri.beta = beta;
+  ri.h0 = &h0;
+  ri.scale = 1.0 / std::sqrt(static_cast<double>(s.K));
+  ri.l2norm = s.l2norm;
+  ri.cu_seqlens = in.cu;
+  ri.keep_token_states = true;
+  ref::RecurrenceGolden gold = ref::gated_delta_rule_recurrence(ri);
+  // expected pool and o
+  std::vector<double> want = pool.to_double();
+  std::vector<bool> written(static_cast<std::size_t>(pc.slots), false);
+  for (int64_t n = 0; n < N; ++n) {
+    const int64_t bos = in.cu.empty() ? 0 : in.cu[n], eos = in.cu.empty() ? s.T : in.cu[n + 1];
+    const int64_t bb = in.cu.empty() ? n : 0;
+    if (start[n] < 0) {
+      for (int64_t t = bos; t < eos; ++t)
+        for (int64_t e = 0; e < HV * s.V; ++e) gold.o[static_cast<std::size_t>((bb * s.T + t) * HV * s.V + e)] = 0.0;
+      continue;
+    }
+    for (int64_t t = bos; t < eos; ++t) {
+      const int64_t slot = pc.cols > 0 ? pc.idx[n * pc.cols + (t - bos)] : (t == eos - 1 ? pc.idx[n] : -1);
+      if (slot < 0) continue;
+      written[slot] = true;
+      for (int64_t e = 0; e < per; ++e) {
+        want[static_cast<std::size_t>(slot * per + e)] = gold.token_states[static_cast<std::size_t>((bb * s.T + t) * per + e)];
+      }
+    }
+  }
+  // run
+  HostTensor cu_t = ints(DType::i32, {static_cast<int64_t>(in.cu.size())}, in.cu);
+  HostTensor idx_t = ints(DType::i64, pc.cols ? std::vector<int64_t>{N, pc.cols} : std::vector<int64_t>{N}, pc.idx);
+  HostTensor acc_t = ints(DType::i32, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
+  Placed P(where, pool, 0, 0), Q(where, in.q), Kt(where, in.k), Vt(where, in.v), G(where, in.g), Bt(where, in.beta),
+      O(where, s.dtype, {s.B, s.T, HV, s.V}), I(where, idx_t, 0, 0), Acc(where, acc_t, 0, 0), Cu(where, cu_t, 0, 0),
+      Ar(where, a_raw), Br(where, b_raw), Al(where, A_log, 0, 0), Db(where, dt_bias, 0, 0);
+  for (Placed* p : {&P, &Q, &Kt, &Vt, &G, &Bt, &O, &I, &Acc, &Cu, &Ar, &Br, &Al, &Db}) p->upload();
+  const TensorView gv = G.view(), bv = Bt.view(), accv = Acc.view(), cuv = Cu.view();
+  const TensorView* acc = pc.accepted.empty() ? nullptr : &accv;
+  const TensorView* cu = in.cu.empty() ? nullptr : &cuv;
+  fuseops::clear_errors();
+  if (pc.fused_gating) {
+    fuseops::fused_sigmoid_gating_delta_rule_update(O.view(), P.view(), Al.view(), Ar.view(), Db.view(), Q.view(),
+                                                    Kt.view(), Vt.view(), Br.view(), std::nullopt, I.view(), acc,
+                                                    s.l2norm, cu);
+  } else {
+    fuseops::fused_recurrent_gated_delta_rule_update(O.view(), P.view(), Q.view(), Kt.view(), Vt.view(), &gv, &bv,
+                                                     std::nullopt, I.view(), acc, s.l2norm, cu);
+  }
+  for (Placed* p : {&P, &O}) p->download();
+  if (pc.bad_rows.empty()) {
+    EXPECT_NO_THROW(fuseops::check_errors());
+  } else {
+    EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value, {}));
+  }
+  EXPECT_TRUE(O.untouched_outside(true));
+  EXPECT_TRUE(matches(O.read(), gold.o, s.dtype == f32 && pc.pool_dtype == f32 ? f32 : bf16, "o"));
+  const HostTensor after = P.read();
+  for (int64_t slot = 0; slot < pc.slots; ++slot) {
+    HostTensor got(pc.pool_dtype, {1, HV, s.K, s.V});
+    std::vector<double> exp(want.begin() + slot * per, want.begin() + (slot + 1) * per);
+    for (int64_t e = 0; e < per; ++e) got.set(e / s.V, e % s.V, static_cast<float>(after.get((slot * per + e) / s.V, e % s.V)));
+    if (written[slot]) {
+      EXPECT_TRUE(matches(got, exp, s.dtype == f32 && pc.pool_dtype == f32 ? f32 : bf16, "slot " + std::to_string(slot)));
+    } else {
+      for (int64_t e = 0; e < per; ++e) ASSERT_EQ(got.get(e / s.V, e % s.V), exp[e]) << "untouched slot " << slot;
+    }
+  }
+}
+
+// One token per sequence (the decode step) and multi-token sequences, padding slots, f32 / bf16 pools.
+TEST_P(GdnDecode, PoolPerSequence) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType pd : {f32, bf16}) {
+    for (DType dt : {f32, bf16}) {
+      PoolCase pc;
+      pc.s = fixed(5, 1, 2, 4, 64, 64, dt);
+      pc.pool_dtype = pd;
+      pc.idx = {3, -1, 0, 7, 5};
+      run_pool_case(GetParam(), pc, rng);
+      PoolCase mt;
+      mt.s = varlen({2, 0, 3, 1}, 1, 2, 48, 40, dt);
+      mt.s.l2norm = true;
+      mt.pool_dtype = pd;
+      mt.idx = {6, 1, 2, -1};
+      run_pool_case(GetParam(), mt, rng);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Speculative decoding: [N, Tmax] indices, the start slot picked by num_accepted_tokens, a state written after every
+// token (skipped where the index is -1).
+TEST_P(GdnDecode, PoolPerTokenWrites) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  PoolCase pc;
+  pc.s = varlen({3, 4, 1}, 2, 4, 64, 64, bf16);
+  pc.slots = 16;
+  pc.cols = 4;
+  pc.idx = {0, 1, 2, -1, /**/ 4, 5, 6, 7, /**/ 8, -1, -1, -1};
+  pc.accepted = {2, 4, 1};  // start slots 1, 7, 8 (each also written later: read before written)
+  run_pool_case(GetParam(), pc, rng);
+  PoolCase no_acc = pc;  // without num_accepted_tokens: column 0
+  no_acc.accepted.clear();
+  no_acc.s.dtype = f32;
+  run_pool_case(GetParam(), no_acc, rng);
+}
+
+TEST_P(GdnDecode, SigmoidGating) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType dt : {f32, bf16}) {
+    PoolCase pc;
+    pc.s = fixed(6, 2, 2, 4, 128, 128, dt);
+    pc.s.l2norm = true;
+    pc.idx = {7, 6, 5, -1, 1, 0};
+    pc.fused_gating = true;
+    run_pool_case(GetParam(), pc, rng);
+    if (HasFailure()) return;
+  }
+}
+
+// An index >= S and a num_accepted_tokens outside [1, Tmax] are recorded and make their sequence padding.
+TEST_P(GdnDecode, BadIndicesAreRecorded) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  PoolCase pc;
+  pc.s = fixed(3, 1, 1, 2, 32, 32, f32);
+  pc.idx = {1, 99, 2};
+  pc.bad_rows = {1};
+  run_pool_case(GetParam(), pc, rng);
+  PoolCase acc;
+  acc.s = varlen({2, 2}, 1, 2, 32, 32, f32);
+  acc.cols = 2;
+  acc.idx = {0, 1, 2, 3};
+  acc.accepted = {1, 5};
+  acc.bad_rows = {1};
+  run_pool_case(GetParam(), acc, rng);
+  fuseops::clear_errors();
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, GdnDecode, ::testing::Values(Where::cpu, Where::cuda), where_param_name);
+
+}  // namespace
+}  // namespace fuseops_test::gdn_forward

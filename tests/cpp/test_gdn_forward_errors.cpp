@@ -1,0 +1,162 @@
+// Error paths of the GDN forward ops: every bad argument raises fuseops::Error naming the op and the argument, before
+// anything is written.
+#include <optional>
+#include <vector>
+
+#include "gdn_forward_test_util.h"
+
+namespace fuseops_test::gdn_forward {
+namespace {
+
+constexpr DType f32 = DType::f32, bf16 = DType::bf16, i32 = DType::i32;
+
+/// Host tensors of a small valid problem (B = 1, T = 8, H = 1, HV = 2, K = 16, V = 8, BT = 16).
+struct Valid {
+  HostTensor q{bf16, {1, 8, 1, 16}}, k{bf16, {1, 8, 1, 16}}, v{bf16, {1, 8, 2, 8}}, g{f32, {1, 8, 2}},
+      beta{f32, {1, 8, 2}}, o{bf16, {1, 8, 2, 8}}, ht{f32, {1, 2, 16, 8}}, h0{f32, {1, 2, 16, 8}},
+      A{bf16, {1, 8, 2, 16}}, w{bf16, {1, 8, 2, 16}}, u{bf16, {1, 8, 2, 8}}, h{bf16, {1, 1, 2, 16, 8}},
+      vn{bf16, {1, 8, 2, 8}}, pool{f32, {4, 2, 16, 8}}, idx{i32, {1}}, ws{f32, {1 << 16}}, cu{i32, {2}},
+      A_log{f32, {2}}, dt_bias{f32, {2}};
+  Valid() {
+    static_cast<int32_t*>(cu.data())[1] = 8;
+  }
+};
+
+TEST(GdnForwardErrors, ChunkGatedDeltaRule) {
+  Valid x;
+  TensorView ht = x.ht.view(), h0 = x.h0.view(), cu = x.cu.view();
+  const char* op = "chunk_gated_delta_rule";
+  auto call = [&](TensorView o, TensorView q, TensorView k, TensorView v, TensorView g, TensorView beta,
+                  const TensorView* h0p, const TensorView* cup, TensorView ws, int64_t bt = 16) {
+    fuseops::chunk_gated_delta_rule(o, &ht, q, k, v, g, beta, std::nullopt, h0p, false, cup, ws, bt);
+  };
+  EXPECT_NO_THROW(call(x.o.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), &h0, &cu,
+                       x.ws.view()));
+  HostTensor q3(bf16, {1, 8, 16}), qf(f32, {1, 8, 1, 16}), v3heads(bf16, {1, 8, 3, 8}), big(bf16, {1, 8, 1, 300});
+  HostTensor g_bad(f32, {1, 8, 3}), o_bad(f32, {1, 8, 2, 8}), h0_bad(f32, {2, 2, 16, 8}), small_ws(f32, {4});
+  HostTensor cu64(DType::f32, {2});
+  EXPECT_ARG_ERROR(call(x.o.view(), q3.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), &h0, &cu, x.ws.view()), op, "q");
+  EXPECT_ARG_ERROR(call(x.o.view(), big.view(), big.view(), x.v.view(), x.g.view(), x.beta.view(), &h0, &cu, x.ws.view()), op, "q");
+  EXPECT_ARG_ERROR(call(x.o.view(), x.q.view(), qf.view(), x.v.view(), x.g.view(), x.beta.view(), &h0, &cu, x.ws.view()), op, "k");
+  EXPECT_ARG_ERROR(call(x.o.view(), x.q.view(), x.k.view(), x.v.view(), g_bad.view(), x.beta.view(), &h0, &cu, x.ws.view()), op, "g");
+  EXPECT_ARG_ERROR(call(x.o.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), g_bad.view(), &h0, &cu, x.ws.view()), op, "beta");
+  EXPECT_ARG_ERROR(call(o_bad.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), &h0, &cu, x.ws.view()), op, "o");
+  EXPECT_ARG_ERROR(call(x.o.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), nullptr, &cu, small_ws.view()), op, "workspace");
+  EXPECT_ARG_ERROR(call(x.o.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), nullptr, &cu, x.ws.view(), 48), op, "chunk_size");
+  const TensorView h0b = h0_bad.view(), cub = cu64.view();
+  EXPECT_ARG_ERROR(call(x.o.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), &h0b, &cu, x.ws.view()), op, "initial_state");
+  EXPECT_ARG_ERROR(call(x.o.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), &h0, &cub, x.ws.view()), op, "cu_seqlens");
+  // HV not a multiple of H
+  HostTensor q2(bf16, {1, 8, 2, 16}), v3(bf16, {1, 8, 3, 8});
+  EXPECT_ARG_ERROR(call(x.o.view(), q2.view(), q2.view(), v3.view(), x.g.view(), x.beta.view(), &h0, &cu, x.ws.view()), op, "v");
+  // an output overlapping an input
+  EXPECT_ARG_ERROR(call(x.v.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), &h0, &cu, x.ws.view()), op, "o");
+  TensorView nan_scale_o = x.o.view();
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(nan_scale_o, &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                   x.beta.view(), std::nan(""), &h0, false, &cu, x.ws.view(), 16),
+                   op, "scale");
+}
+
+TEST(GdnForwardErrors, Stages) {
+  Valid x;
+  TensorView ht = x.ht.view(), g = x.g.view();
+  HostTensor A_bad(bf16, {1, 8, 2, 24}), w_bad(bf16, {1, 8, 2, 15}), h_bad(bf16, {1, 2, 2, 16, 8}), gh(DType::f16, {1, 8, 2});
+  const TensorView ghv = gh.view();
+  EXPECT_NO_THROW(fuseops::recompute_w_u_fwd(x.w.view(), x.u.view(), x.k.view(), x.v.view(), x.beta.view(), x.A.view(), &g));
+  EXPECT_ARG_ERROR(fuseops::recompute_w_u_fwd(x.w.view(), x.u.view(), x.k.view(), x.v.view(), x.beta.view(), A_bad.view(), &g),
+                   "recompute_w_u_fwd", "A");
+  EXPECT_ARG_ERROR(fuseops::recompute_w_u_fwd(w_bad.view(), x.u.view(), x.k.view(), x.v.view(), x.beta.view(), x.A.view(), &g),
+                   "recompute_w_u_fwd", "w");
+  EXPECT_ARG_ERROR(fuseops::recompute_w_u_fwd(x.w.view(), x.u.view(), x.k.view(), x.v.view(), x.beta.view(), x.A.view(), &ghv),
+                   "recompute_w_u_fwd", "g");
+  EXPECT_ARG_ERROR(fuseops::recompute_w_u_fwd(x.w.view(), x.w.view(), x.k.view(), x.v.view(), x.beta.view(), x.A.view(), &g),
+                   "recompute_w_u_fwd", "u");
+  EXPECT_NO_THROW(fuseops::chunk_gated_delta_rule_fwd_h(x.h.view(), x.vn.view(), &ht, x.k.view(), x.w.view(), x.u.view(), &g,
+                                                        nullptr, 16));
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_fwd_h(h_bad.view(), x.vn.view(), &ht, x.k.view(), x.w.view(), x.u.view(), &g,
+                                                         nullptr, 16),
+                   "chunk_gated_delta_rule_fwd_h", "h");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_fwd_h(x.h.view(), x.vn.view(), &ht, x.k.view(), w_bad.view(), x.u.view(), &g,
+                                                         nullptr, 16),
+                   "chunk_gated_delta_rule_fwd_h", "w");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_fwd_h(x.h.view(), x.vn.view(), &ht, x.k.view(), x.w.view(), x.u.view(), &g,
+                                                         nullptr, 17),
+                   "chunk_gated_delta_rule_fwd_h", "chunk_size");
+  HostTensor ht_bf(bf16, {1, 2, 16, 8});
+  TensorView htb = ht_bf.view();
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_fwd_h(x.h.view(), x.vn.view(), &htb, x.k.view(), x.w.view(), x.u.view(), &g,
+                                                         nullptr, 16),
+                   "chunk_gated_delta_rule_fwd_h", "final_state");
+  EXPECT_NO_THROW(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), x.k.view(), x.vn.view(), x.h.view(), &g, 0.25, 16));
+  EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), x.k.view(), x.vn.view(), h_bad.view(), &g, 0.25, 16),
+                   "chunk_fwd_o", "h");
+  EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), x.k.view(), x.vn.view(), x.h.view(), &g, 0.25, 17),
+                   "chunk_fwd_o", "chunk_size");
+  EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.vn.view(), x.q.view(), x.k.view(), x.vn.view(), x.h.view(), &g, 0.25, 16),
+                   "chunk_fwd_o", "o");
+}
+
+TEST(GdnForwardErrors, Decode) {
+  Valid x;
+  TensorView ht = x.ht.view(), g = x.g.view(), beta = x.beta.view(), h0 = x.h0.view();
+  const char* op = "fused_recurrent_gated_delta_rule";
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g,
+                                                            &beta, std::nullopt, &h0));
+  HostTensor beta4(f32, {1, 8, 2, 8}), h0_bad(f32, {1, 2, 8, 16});
+  const TensorView b4 = beta4.view(), h0b = h0_bad.view();
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g,
+                                                             &b4, std::nullopt, &h0),
+                   op, "beta");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g,
+                                                             &beta, std::nullopt, &h0b),
+                   op, "initial_state");
+  const char* up = "fused_recurrent_gated_delta_rule_update";
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
+                                                                   x.v.view(), &g, &beta, std::nullopt, x.idx.view()));
+  HostTensor pool_bad(DType::f16, {4, 2, 16, 8}), pool_shape(f32, {4, 2, 8, 16}), idx_bad(i32, {2}), idx2(i32, {1, 3}),
+      idxf(f32, {1}), acc(i32, {1}), acc_bad(i32, {2});
+  const TensorView accv = acc.view(), accb = acc_bad.view();
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), pool_bad.view(), x.q.view(), x.k.view(),
+                                                                    x.v.view(), &g, &beta, std::nullopt, x.idx.view()),
+                   up, "state_pool");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), pool_shape.view(), x.q.view(), x.k.view(),
+                                                                    x.v.view(), &g, &beta, std::nullopt, x.idx.view()),
+                   up, "state_pool");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
+                                                                    x.v.view(), &g, &beta, std::nullopt, idx_bad.view()),
+                   up, "ssm_state_indices");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
+                                                                    x.v.view(), &g, &beta, std::nullopt, idxf.view()),
+                   up, "ssm_state_indices");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
+                                                                    x.v.view(), &g, &beta, std::nullopt, x.idx.view(), &accv),
+                   up, "num_accepted_tokens");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
+                                                                    x.v.view(), &g, &beta, std::nullopt, idx2.view(), &accb),
+                   up, "num_accepted_tokens");
+  const char* sg = "fused_sigmoid_gating_delta_rule_update";
+  EXPECT_NO_THROW(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(), x.g.view(),
+                                                                  x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),
+                                                                  x.beta.view(), std::nullopt, x.idx.view()));
+  HostTensor alog_bad(f32, {3});
+  EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), alog_bad.view(), x.g.view(),
+                                                                   x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),
+                                                                   x.beta.view(), std::nullopt, x.idx.view()),
+                   sg, "A_log");
+  EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(), x.g.view(),
+                                                                   alog_bad.view(), x.q.view(), x.k.view(), x.v.view(),
+                                                                   x.beta.view(), std::nullopt, x.idx.view()),
+                   sg, "dt_bias");
+  EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(), x.A_log.view(),
+                                                                   x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),
+                                                                   x.beta.view(), std::nullopt, x.idx.view()),
+                   sg, "a");
+  EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(), x.g.view(),
+                                                                   x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),
+                                                                   x.beta.view(), std::nullopt, x.idx.view(), nullptr,
+                                                                   false, nullptr, 0.0),
+                   sg, "softplus_beta");
+}
+
+}  // namespace
+}  // namespace fuseops_test::gdn_forward

@@ -1,0 +1,155 @@
+"""GDN forward from PyTorch: chunk_gated_delta_rule and the decode forms against a plain-PyTorch float64 token
+recurrence (relative RMS <= 5e-3 for 16-bit inputs, 1e-4 for float32: docs/ops/gdn.md), varlen with empty
+sequences, prefill-then-decode, the state pool, unsupported FLA keyword arguments, CUDA-graph capture."""
+
+import pytest
+from common import DEVICES, requires_cuda, torch
+
+import fuseops
+
+F = torch.nn.functional
+
+
+def recurrence(q, k, v, g, beta, h0, scale, cu_seqlens=None, l2norm=False):
+    """float64 token recurrence of reference/gdn.md §0; returns (o, final_state)."""
+    q, k, v, g, beta = (x.double().cpu() for x in (q, k, v, g, beta))
+    if l2norm:
+        q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+        k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    bounds = [(b, 0, T) for b in range(B)] if cu_seqlens is None else [
+        (0, s, e) for s, e in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist())]
+    o = torch.zeros(B, T, HV, V, dtype=torch.float64)
+    ht = torch.zeros(len(bounds), HV, K, V, dtype=torch.float64)
+    for n, (b, s, e) in enumerate(bounds):
+        for h in range(HV):
+            hk = h // (HV // H)
+            S = h0[n, h].double().cpu().clone() if h0 is not None else torch.zeros(K, V, dtype=torch.float64)
+            for t in range(s, e):
+                S = S * torch.exp(g[b, t, h])
+                vp = beta[b, t, h] * (v[b, t, h] - S.T @ k[b, t, hk])
+                S = S + torch.outer(k[b, t, hk], vp)
+                o[b, t, h] = scale * (S.T @ q[b, t, hk])
+            ht[n, h] = S
+    return o, ht
+
+
+def rel_rms(x, ref):
+    x = x.double().cpu()
+    return ((x - ref).norm() / ref.norm()).item()
+
+
+def inputs(B, T, H, HV, K, V, dtype, device, N=None, seed=0):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(B, T, H, K, generator=gen).to(dtype).to(device)
+    k = F.normalize(torch.randn(B, T, H, K, generator=gen), dim=-1).to(dtype).to(device)
+    v = torch.randn(B, T, HV, V, generator=gen).to(dtype).to(device)
+    g = F.logsigmoid(torch.randn(B, T, HV, generator=gen)).to(device)
+    beta = torch.rand(B, T, HV, generator=gen).to(device)
+    h0 = (0.5 * torch.randn(N or B, HV, K, V, generator=gen)).to(device)
+    return q, k, v, g, beta, h0
+
+
+def limit(dtype):
+    return 1e-4 if dtype == torch.float32 else 5e-3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_chunk_matches_recurrence(device, dtype):
+    q, k, v, g, beta, h0 = inputs(2, 75, 2, 4, 32, 16, dtype, device)
+    o, ht = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    ro, rht = recurrence(q, k, v, g, beta, h0, 32 ** -0.5)
+    assert o.dtype == dtype and ht.dtype == torch.float32
+    assert rel_rms(o, ro) <= limit(dtype) and rel_rms(ht, rht) <= limit(dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_varlen_empty_sequences_and_l2norm(device):
+    lens = [0, 5, 64, 0, 70]
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=device)
+    q, k, v, g, beta, h0 = inputs(1, sum(lens), 1, 2, 32, 32, torch.bfloat16, device, N=len(lens))
+    q, k = q * 3, k * 3  # unnormalised: the kernel normalises
+    o, ht = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                           use_qk_l2norm_in_kernel=True, cu_seqlens=cu)
+    ro, rht = recurrence(q, k, v, g, beta, h0, 32 ** -0.5, cu, l2norm=True)
+    assert rel_rms(o, ro) <= 5e-3 and rel_rms(ht, rht) <= 5e-3
+    assert torch.equal(ht[0], h0[0]) and torch.equal(ht[3], h0[3])  # empty sequences keep their state
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_prefill_then_decode_and_pool(device):
+    q, k, v, g, beta, h0 = inputs(1, 41, 1, 2, 32, 32, torch.float32, device)
+    ro, rht = recurrence(q, k, v, g, beta, h0, 32 ** -0.5)
+    _, ht = fuseops.chunk_gated_delta_rule(q[:, :40], k[:, :40], v[:, :40], g[:, :40], beta[:, :40],
+                                           initial_state=h0, output_final_state=True)
+    o1, ht1 = fuseops.fused_recurrent_gated_delta_rule(q[:, 40:], k[:, 40:], v[:, 40:], g[:, 40:], beta[:, 40:],
+                                                       initial_state=ht, output_final_state=True)
+    assert rel_rms(o1, ro[:, 40:]) <= 1e-4 and rel_rms(ht1, rht) <= 1e-4
+    pool = torch.full((3, 2, 32, 32), float("nan"), device=device)
+    pool[1] = ht[0]
+    o2, _ = fuseops.fused_recurrent_gated_delta_rule(q[:, 40:], k[:, 40:], v[:, 40:], g[:, 40:], beta[:, 40:],
+                                                     initial_state=pool, inplace_final_state=True,
+                                                     ssm_state_indices=torch.tensor([1], device=device))
+    assert rel_rms(o2, ro[:, 40:]) <= 1e-4 and rel_rms(pool[1:2], rht) <= 1e-4
+    assert torch.isnan(pool[0]).all() and torch.isnan(pool[2]).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_sigmoid_gating_decode(device):
+    N, HV = 4, 4
+    q, k, v, _, _, _ = inputs(N, 1, 2, HV, 32, 32, torch.bfloat16, device)
+    gen = torch.Generator().manual_seed(1)
+    A_log, dt_bias = torch.randn(HV, generator=gen).to(device), torch.randn(HV, generator=gen).to(device)
+    a, b = torch.randn(N, 1, HV, generator=gen).to(device), torch.randn(N, 1, HV, generator=gen).to(device)
+    pool = torch.randn(6, HV, 32, 32, generator=gen).to(device)
+    idx = torch.tensor([5, -1, 0, 2], dtype=torch.int32, device=device)
+    start = pool.clone()
+    o = fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool, idx,
+                                                       use_qk_l2norm_in_kernel=True)
+    g = -torch.exp(A_log.double()) * F.softplus(a.double() + dt_bias.double())
+    beta = torch.sigmoid(b.double())
+    h0 = torch.stack([start[i] if i >= 0 else torch.zeros_like(start[0]) for i in idx.tolist()])
+    ro, rht = recurrence(q, k, v, g, beta, h0, 32 ** -0.5, l2norm=True)
+    ro[1] = 0  # padding slot: o is 0
+    assert rel_rms(o, ro) <= 5e-3
+    for n, i in enumerate(idx.tolist()):
+        if i >= 0:
+            assert rel_rms(pool[i], rht[n]) <= 5e-3
+    assert torch.equal(pool[1], start[1]) and torch.equal(pool[3], start[3]) and torch.equal(pool[4], start[4])
+
+
+@pytest.mark.parametrize("name", ["state_v_first", "use_gate_in_kernel", "head_first", "allow_neg_eigval"])
+def test_unsupported_fla_kwargs(name):
+    q, k, v, g, beta, _ = inputs(1, 8, 1, 1, 16, 16, torch.float32, "cpu")
+    with pytest.raises(ValueError, match=f"chunk_gated_delta_rule: {name}"):
+        fuseops.chunk_gated_delta_rule(q, k, v, g, beta, **{name: False})
+
+
+def test_errors_name_the_argument():
+    q, k, v, g, beta, _ = inputs(1, 8, 1, 2, 16, 16, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="chunk_gated_delta_rule: beta"):
+        fuseops.chunk_gated_delta_rule(q, k, v, g, beta[:, :, :1])
+    with pytest.raises(ValueError, match="fused_recurrent_gated_delta_rule: initial_state"):
+        fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=torch.zeros(1, 2, 16, 8))
+
+
+@requires_cuda
+def test_cuda_graph_capture():
+    q, k, v, g, beta, h0 = inputs(1, 130, 2, 4, 64, 64, torch.bfloat16, "cuda")
+    o_ref, ht_ref = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    pool = h0.clone()
+    idx = torch.tensor([0], device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fuseops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)  # warm-up
+        with torch.cuda.graph(graph, stream=stream):
+            o, ht = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+            od, _ = fuseops.fused_recurrent_gated_delta_rule(q[:, :1], k[:, :1], v[:, :1], g[:, :1], beta[:, :1],
+                                                             initial_state=pool, inplace_final_state=True,
+                                                             ssm_state_indices=idx)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(o, o_ref) and torch.equal(ht, ht_ref)

@@ -1,0 +1,417 @@
+// Case sets of the GDN forward (docs/ops/gdn.md): `gdn-prefill` runs chunk_gated_delta_rule on the ten anchor
+// configurations of reference/h200-anchors.md (K = V = 128, bf16, an initial state per sequence, l2 normalisation of
+// q and k in the kernel) and on Qwen3-Next-80B; `gdn-decode` runs one decode step (one token per sequence) of the
+// serving form, fused_recurrent_gated_delta_rule_update on an f32 state pool, and of the fused sigmoid-gating form,
+// for 1, 64 and 256 sequences of Qwen3-Next-80B (H 16, HV 32). check() compares o and the final state with the float64
+// token recurrence (relative RMS, docs/ops/gdn.md "Tolerances"); for long prefill cases the golden runs on four value
+// heads (the recurrence costs ~4 K V flops per token and head in double). bench() times the op alone; the FLA
+// baseline runs side by side from bench/baselines/fla_gdn_forward.py.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cases.h"
+#include "fuseops/error.h"
+#include "fuseops/gdn_forward.h"
+#include "gpu.h"
+#include "reference/gdn_forward.h"
+#include "testing/host_tensor.h"
+#include "testing/parallel.h"
+
+namespace fuseops::cli {
+namespace {
+
+using testing::HostTensor;
+
+struct Spec {
+  int64_t B = 1, T = 0, H = 16, HV = 32, K = 128, V = 128, BT = 64;
+  std::vector<int64_t> seqlens;  ///< varlen (B = 1) when non-empty
+  bool decode = false;           ///< one token per sequence (B sequences, T = 1), state pool
+  bool sigmoid_gating = false;   ///< decode with the fused gating form
+  DType dtype = DType::bf16;
+  std::string label;
+  bool varlen() const { return !seqlens.empty(); }
+  int64_t N() const { return varlen() ? static_cast<int64_t>(seqlens.size()) : B; }
+};
+
+Spec prefill(int64_t H, int64_t HV, std::vector<int64_t> seqlens) {
+  Spec s;
+  s.H = H;
+  s.HV = HV;
+  std::string lens;
+  if (seqlens.size() == 1) {
+    s.T = seqlens[0];
+    lens = std::to_string(s.T);
+  } else {
+    for (int64_t l : seqlens) s.T += l;
+    const bool same = std::all_of(seqlens.begin(), seqlens.end(), [&](int64_t l) { return l == seqlens[0]; });
+    lens = same ? std::to_string(seqlens.size()) + "x" + std::to_string(seqlens[0]) : std::to_string(seqlens.size()) + "seq";
+    s.seqlens = std::move(seqlens);
+  }
+  s.label = std::to_string(H) + "/" + std::to_string(HV) + ":" + lens;
+  return s;
+}
+
+Spec decode(int64_t N, int64_t H, int64_t HV, bool gating) {
+  Spec s;
+  s.B = N;
+  s.T = 1;
+  s.H = H;
+  s.HV = HV;
+  s.decode = true;
+  s.sigmoid_gating = gating;
+  s.label = std::to_string(H) + "/" + std::to_string(HV) + ":N" + std::to_string(N) + (gating ? ",gating" : "");
+  return s;
+}
+
+/// At most `rows` tokens (reduced CPU runs): fixed length shortens T, varlen keeps a prefix of the sequences,
+/// decode keeps the first sequences.
+Spec reduced(const Spec& s, int64_t rows) {
+  if (rows >= s.B * s.T) return s;
+  Spec r = s;
+  if (s.decode) {
+    r.B = std::max<int64_t>(1, rows);
+  } else if (!s.varlen()) {
+    r.T = std::max<int64_t>(1, rows);
+  } else {
+    r.seqlens.clear();
+    r.T = 0;
+    for (int64_t l : s.seqlens) {
+      const int64_t take = std::min(l, rows - r.T);
+      if (take <= 0) break;
+      r.seqlens.push_back(take);
+      r.T += take;
+    }
+  }
+  return r;
+}
+
+struct HostInputs {
+  HostTensor q, k, v, g, beta, h0, cu, idx, A_log, dt_bias;  ///< decode with gating: g holds a, beta holds b
+  std::vector<int64_t> cu_values;
+  std::vector<double> g_gold, beta_gold;  ///< the gates the golden uses
+};
+
+double log_sigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
+
+HostInputs make_inputs(const Spec& s, uint64_t seed) {
+  HostInputs in;
+  in.q = HostTensor(s.dtype, {s.B, s.T, s.H, s.K});
+  in.k = HostTensor(s.dtype, {s.B, s.T, s.H, s.K});
+  in.v = HostTensor(s.dtype, {s.B, s.T, s.HV, s.V});
+  testing::fill_random_seeded(in.q, testing::Fill::normal, seed ^ 1);
+  testing::fill_random_seeded(in.k, testing::Fill::normal, seed ^ 2);
+  testing::fill_random_seeded(in.v, testing::Fill::normal, seed ^ 3);
+  in.g = HostTensor(DType::f32, {s.B, s.T, s.HV});
+  in.beta = HostTensor(s.dtype, {s.B, s.T, s.HV});
+  in.h0 = HostTensor(DType::f32, {s.N(), s.HV, s.K, s.V});
+  testing::fill_random_seeded(in.h0, testing::Fill::normal, seed ^ 4);
+  in.A_log = HostTensor(DType::f32, {s.HV});
+  in.dt_bias = HostTensor(DType::f32, {s.HV});
+  std::mt19937_64 rng(seed ^ 5);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int64_t h = 0; h < s.HV; ++h) {
+    in.A_log.set(0, h, static_cast<float>(0.5 * normal(rng)));
+    in.dt_bias.set(0, h, static_cast<float>(normal(rng)));
+  }
+  const int64_t n = in.g.rows() * s.HV;
+  in.g_gold.resize(static_cast<std::size_t>(n));
+  in.beta_gold.resize(static_cast<std::size_t>(n));
+  testing::parallel_chunks(in.g.rows(), 4096, [&](int64_t blk, int64_t r0, int64_t r1) {
+    std::mt19937_64 r(seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(blk + 7)));
+    std::normal_distribution<double> nd(0.0, 1.0);
+    for (int64_t row = r0; row < r1; ++row) {
+      for (int64_t h = 0; h < s.HV; ++h) {
+        const double x = nd(r), y = nd(r);
+        in.g.set(row, h, static_cast<float>(s.sigmoid_gating ? x : log_sigmoid(x)));
+        in.beta.set(row, h, static_cast<float>(s.sigmoid_gating ? y : 1.0 / (1.0 + std::exp(-y))));
+        const double gv = in.g.get(row, h), bv = in.beta.get(row, h);
+        if (s.sigmoid_gating) {
+          const double a = gv + in.dt_bias.get(0, h);
+          in.g_gold[row * s.HV + h] = -std::exp(static_cast<double>(in.A_log.get(0, h))) * (a > 20 ? a : std::log1p(std::exp(a)));
+          in.beta_gold[row * s.HV + h] = 1.0 / (1.0 + std::exp(-bv));
+        } else {
+          in.g_gold[row * s.HV + h] = gv;
+          in.beta_gold[row * s.HV + h] = bv;
+        }
+      }
+    }
+  });
+  if (s.varlen()) {
+    in.cu_values = {0};
+    for (int64_t l : s.seqlens) in.cu_values.push_back(in.cu_values.back() + l);
+    in.cu = HostTensor(DType::i32, {static_cast<int64_t>(in.cu_values.size())});
+    for (std::size_t i = 0; i < in.cu_values.size(); ++i) static_cast<int32_t*>(in.cu.data())[i] = static_cast<int32_t>(in.cu_values[i]);
+  }
+  in.idx = HostTensor(DType::i32, {s.N()});
+  for (int64_t i = 0; i < s.N(); ++i) static_cast<int32_t*>(in.idx.data())[i] = static_cast<int32_t>(i);
+  return in;
+}
+
+/// Views of one run (host or device memory); ws / out / ht / pool are outputs.
+struct Views {
+  TensorView q, k, v, g, beta, h0, cu, idx, A_log, dt_bias, o, ht, ws;
+  void run(const Spec& s, Stream stream) const {
+    if (s.decode) {  // the pool is h0 (read and written in place)
+      if (s.sigmoid_gating) {
+        fused_sigmoid_gating_delta_rule_update(o, h0, A_log, g, dt_bias, q, k, v, beta, std::nullopt, idx, nullptr,
+                                               true, nullptr, 1.0, 20.0, stream);
+      } else {
+        fused_recurrent_gated_delta_rule_update(o, h0, q, k, v, &g, &beta, std::nullopt, idx, nullptr, true, nullptr,
+                                                stream);
+      }
+      return;
+    }
+    TensorView final_state = ht;
+    chunk_gated_delta_rule(o, &final_state, q, k, v, g, beta, std::nullopt, &h0, true, s.varlen() ? &cu : nullptr, ws,
+                           s.BT, stream);
+  }
+};
+
+std::size_t workspace_bytes(const Spec& s) {
+  if (s.decode) return 16;
+  const TensorView q(nullptr, s.dtype, Device::cpu(), {s.B, s.T, s.H, s.K});
+  const TensorView v(nullptr, s.dtype, Device::cpu(), {s.B, s.T, s.HV, s.V});
+  const TensorView cu(nullptr, DType::i32, Device::cpu(), {static_cast<int64_t>(s.seqlens.size()) + 1});
+  return chunk_gated_delta_rule_workspace_size(q, v, s.varlen() ? &cu : nullptr, true, s.BT);
+}
+
+class ForwardBench : public BenchProblem {
+ public:
+  explicit ForwardBench(const Spec& s) : s_(s) {}
+  std::size_t set_bytes() const override {
+    const std::size_t es = dtype_size(s_.dtype), tok = static_cast<std::size_t>(s_.B * s_.T);
+    return tok * (2 * s_.H * s_.K * es + 2 * s_.HV * s_.V * es + s_.HV * (4 + es)) +
+           static_cast<std::size_t>(s_.N() * s_.HV * s_.K * s_.V) * 8 + workspace_bytes(s_);
+  }
+  double bytes() const override {  // q, k, v, g, beta, o once; the state read once and written once
+    const double es = static_cast<double>(dtype_size(s_.dtype)), tok = static_cast<double>(s_.B * s_.T);
+    return tok * (2.0 * s_.H * s_.K * es + 2.0 * s_.HV * s_.V * es + s_.HV * (4.0 + es)) +
+           2.0 * 4.0 * static_cast<double>(s_.N() * s_.HV * s_.K * s_.V);
+  }
+  double flops() const override {  // docs/ops/gdn.md "Performance": the chunked algorithm's multiply-adds x 2
+    const double tok = static_cast<double>(s_.B * s_.T), K = static_cast<double>(s_.K), V = static_cast<double>(s_.V);
+    if (s_.decode) return tok * s_.HV * 2.0 * 4.0 * K * V;
+    const double BT = static_cast<double>(s_.BT);
+    return tok * s_.HV * 2.0 * (BT * (3.0 * K + 2.0 * V) + 3.0 * K * V);
+  }
+  void allocate(int sets) override {
+    const HostInputs in = make_inputs(s_, 20261130);
+    const Device dev = Device::cuda(0);
+    for (int i = 0; i < sets; ++i) {
+      Set st;
+      for (const HostTensor* t : {&in.q, &in.k, &in.v, &in.g, &in.beta, &in.h0, &in.idx, &in.A_log, &in.dt_bias}) {
+        st.inputs.push_back(std::make_unique<testing::DeviceTensor>(*t));
+      }
+      if (s_.varlen()) st.inputs.push_back(std::make_unique<testing::DeviceTensor>(in.cu));
+      st.o = gpu::Buffer(static_cast<std::size_t>(s_.B * s_.T * s_.HV * s_.V) * dtype_size(s_.dtype));
+      st.ht = gpu::Buffer(static_cast<std::size_t>(s_.N() * s_.HV * s_.K * s_.V) * 4);
+      const std::size_t wsb = workspace_bytes(s_);
+      st.ws = gpu::Buffer(wsb);
+      Views& v = st.views;
+      v.q = st.inputs[0]->view();
+      v.k = st.inputs[1]->view();
+      v.v = st.inputs[2]->view();
+      v.g = st.inputs[3]->view();
+      v.beta = st.inputs[4]->view();
+      v.h0 = st.inputs[5]->view();
+      v.idx = st.inputs[6]->view();
+      v.A_log = st.inputs[7]->view();
+      v.dt_bias = st.inputs[8]->view();
+      if (s_.varlen()) v.cu = st.inputs[9]->view();
+      v.o = TensorView(st.o.get(), s_.dtype, dev, {s_.B, s_.T, s_.HV, s_.V});
+      v.ht = TensorView(st.ht.get(), DType::f32, dev, {s_.N(), s_.HV, s_.K, s_.V});
+      v.ws = TensorView(st.ws.get(), DType::f32, dev, {static_cast<int64_t>(wsb / 4)});
+      sets_.push_back(std::move(st));
+    }
+  }
+  void run(int set, void* stream) override { sets_[set].views.run(s_, Stream(stream)); }
+  bool run_baseline(int, void*) override { return false; }
+
+ private:
+  struct Set {
+    std::vector<std::unique_ptr<testing::DeviceTensor>> inputs;
+    gpu::Buffer o, ht, ws;
+    Views views;
+  };
+  Spec s_;
+  std::vector<Set> sets_;
+};
+
+class ForwardCase : public OpCase {
+ public:
+  explicit ForwardCase(const Spec& s) : s_(s) {
+    family = "gdn";
+    op = s.decode ? (s.sigmoid_gating ? "fused_sigmoid_gating_delta_rule_update" : "fused_recurrent_gated_delta_rule_update")
+                  : "chunk_gated_delta_rule";
+    shape = s.label;
+    baseline = "";
+    dtype = s.dtype;
+    rows = s.B * s.T;
+    decode = s.decode;
+  }
+
+  CheckOutcome check(Device device, int64_t nrows, uint64_t seed) const override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Spec s = reduced(s_, nrows);
+    const HostInputs in = make_inputs(s, seed);
+    HostTensor o(s.dtype, {s.B, s.T, s.HV, s.V}), ht(DType::f32, {s.N(), s.HV, s.K, s.V});
+    o.poison();
+    ht.poison();
+    HostTensor pool = in.h0;  // decode: the pool, updated in place
+    const std::size_t wsb = workspace_bytes(s);
+    HostTensor ws(DType::f32, {static_cast<int64_t>(wsb / 4 + 1)});
+    auto views_of = [&](auto view) {
+      Views v;
+      v.q = view(in.q);
+      v.k = view(in.k);
+      v.v = view(in.v);
+      v.g = view(in.g);
+      v.beta = view(in.beta);
+      v.idx = view(in.idx);
+      v.A_log = view(in.A_log);
+      v.dt_bias = view(in.dt_bias);
+      if (s.varlen()) v.cu = view(in.cu);
+      return v;
+    };
+    if (device.is_cuda()) {
+      std::vector<std::unique_ptr<testing::DeviceTensor>> keep;
+      auto up = [&](const HostTensor& t) {
+        keep.push_back(std::make_unique<testing::DeviceTensor>(t, device.index));
+        return keep.back()->view();
+      };
+      Views v = views_of(up);
+      testing::DeviceTensor od(o, device.index), hd(ht, device.index), pd(s.decode ? pool : in.h0, device.index),
+          wd(ws, device.index);
+      v.o = od.view();
+      v.ht = hd.view();
+      v.h0 = pd.view();
+      v.ws = wd.view();
+      v.run(s, Stream());
+      testing::device_synchronize(device.index);
+      od.copy_to(o);
+      hd.copy_to(ht);
+      if (s.decode) pd.copy_to(pool);
+    } else {
+      Views v = views_of([](const HostTensor& t) { return t.view(); });
+      v.o = o.view();
+      v.ht = ht.view();
+      v.h0 = s.decode ? pool.view() : in.h0.view();
+      v.ws = ws.view();
+      v.run(s, Stream());
+    }
+    check_errors();
+
+    reference::RecurrenceInputs ri;
+    ri.q = &in.q;
+    ri.k = &in.k;
+    ri.v = &in.v;
+    ri.g = in.g_gold;
+    ri.beta = in.beta_gold;
+    ri.h0 = &in.h0;
+    ri.scale = 1.0 / std::sqrt(static_cast<double>(s.K));
+    ri.l2norm = true;
+    ri.round_normalized = !s.decode;
+    ri.cu_seqlens = in.cu_values;
+    const double cost = static_cast<double>(s.B * s.T) * s.HV * s.K * s.V;
+    if (cost > 4e9) ri.heads = {0, s.HV / 3, (2 * s.HV) / 3, s.HV - 1};  // long cases: four value heads
+    const reference::RecurrenceGolden gold = reference::gated_delta_rule_recurrence(ri);
+    const HostTensor& state = s.decode ? pool : ht;
+    auto rms = [&](const HostTensor& out, const std::vector<double>& ref, int64_t inner, double& err) {
+      double e2 = 0, r2 = 0;
+      bool finite = true;
+      for (std::size_t e = 0; e < ref.size(); ++e) {
+        const int64_t i = static_cast<int64_t>(e), h = (i / inner) % s.HV;
+        if (!ri.heads.empty() && std::find(ri.heads.begin(), ri.heads.end(), h) == ri.heads.end()) continue;
+        const double x = out.get(i / out.cols(), i % out.cols());
+        finite = finite && std::isfinite(x);
+        e2 += (x - ref[e]) * (x - ref[e]);
+        r2 += ref[e] * ref[e];
+      }
+      err = r2 > 0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
+      return finite;
+    };
+    double eo = 0, es = 0;
+    const bool fo = rms(o, gold.o, s.V, eo), fs = rms(state, gold.final_state, s.K * s.V, es);
+    const double limit = reference::gdn_forward_rel_rms_limit(s.dtype);
+    CheckOutcome r;
+    r.pass = fo && fs && eo <= limit && es <= limit;
+    r.rel_rms_error = std::max(eo, es);
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "rel RMS <= %.0e (o %.2e, final_state %.2e%s)", limit, eo, es,
+                  ri.heads.empty() ? "" : ", 4 heads");
+    r.tolerance = buf;
+    if (!r.pass) r.detail = (fo && fs) ? "relative RMS error above the limit" : "non-finite outputs";
+    r.rows_checked = s.B * s.T;
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+
+  double time_cpu_us(int64_t nrows) const override {
+    const Spec s = reduced(s_, nrows);
+    const HostInputs in = make_inputs(s, 1);
+    HostTensor o(s.dtype, {s.B, s.T, s.HV, s.V}), ht(DType::f32, {s.N(), s.HV, s.K, s.V}), pool = in.h0;
+    HostTensor ws(DType::f32, {static_cast<int64_t>(workspace_bytes(s) / 4 + 1)});
+    Views v;
+    v.q = in.q.view();
+    v.k = in.k.view();
+    v.v = in.v.view();
+    v.g = in.g.view();
+    v.beta = in.beta.view();
+    v.idx = in.idx.view();
+    v.A_log = in.A_log.view();
+    v.dt_bias = in.dt_bias.view();
+    if (s.varlen()) v.cu = in.cu.view();
+    v.o = o.view();
+    v.ht = ht.view();
+    v.h0 = pool.view();
+    v.ws = ws.view();
+    const auto t0 = std::chrono::steady_clock::now();
+    v.run(s, Stream());
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  }
+
+  std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<ForwardBench>(s_); }
+
+ private:
+  Spec s_;
+};
+
+CaseFactory make(std::vector<Spec> specs) {
+  return [specs] {
+    std::vector<std::unique_ptr<OpCase>> cases;
+    for (const Spec& s : specs) cases.push_back(std::make_unique<ForwardCase>(s));
+    return cases;
+  };
+}
+
+}  // namespace
+
+void register_gdn_forward_cases(Registry& r) {
+  const std::vector<int64_t> eight_1k(8, 1024), eight_4k(8, 4096);
+  std::vector<Spec> pre = {prefill(2, 8, {32768}),  prefill(2, 8, {8192}),        prefill(2, 8, {2048}),
+                           prefill(2, 8, eight_1k), prefill(16, 64, {32768}),     prefill(16, 64, {8192}),
+                           prefill(16, 64, {4096, 4096}), prefill(16, 32, {8192}), prefill(16, 32, eight_4k),
+                           prefill(2, 8, {16384, 16384}), prefill(16, 32, {4096}),  prefill(16, 32, {32768})};
+  r.add("gdn-prefill",
+        "GDN chunked forward chunk_gated_delta_rule, K = V = 128, bf16, chunk 64, initial state per sequence, q/k "
+        "l2norm in kernel: the 10 FlashQLA / FlashInfer H200 anchor configurations (h_qk/h_v: sequence lengths) and "
+        "Qwen3-Next-80B (16/32) at 4096 and 32768 tokens",
+        true, make(pre));
+  std::vector<Spec> dec;
+  for (int64_t n : {1, 64, 256}) dec.push_back(decode(n, 16, 32, false));
+  dec.push_back(decode(256, 16, 32, true));
+  r.add("gdn-decode",
+        "GDN decode step (one token per sequence) on an f32 state pool, Qwen3-Next-80B (H 16, HV 32, K = V = 128), "
+        "bf16: 1, 64 and 256 sequences; 256 with the fused sigmoid gating",
+        true, make(dec));
+  std::vector<Spec> qwen = {prefill(16, 32, {4096}), decode(256, 16, 32, false)};
+  r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B", true, make(qwen));  // appends to the existing set
+}
+
+}  // namespace fuseops::cli
