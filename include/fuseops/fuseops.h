@@ -4,5 +4,6 @@
 #include "fuseops/activation.h"
 #include "fuseops/error.h"
 #include "fuseops/gdn.h"
+#include "fuseops/norm.h"
 #include "fuseops/tensor.h"
 #include "fuseops/version.h"

@@ -1,29 +1,11 @@
 // CPU backend of the gated activations: fp32 math (common/act_math.h), one rounding at the store.
 #include <cstdint>
 
-#include "common/half.h"
+#include "cpu/row_access.h"
 #include "ops/activation_impl.h"
 
 namespace fuseops::detail::cpu {
 namespace {
-
-inline float load(const RowMatrix& m, int64_t r, int64_t c) {
-  const int64_t i = r * m.row_stride + c;
-  switch (m.dtype) {
-    case DType::f16: return f16_to_float(static_cast<const uint16_t*>(m.data)[i]);
-    case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(m.data)[i]);
-    default: return static_cast<const float*>(m.data)[i];
-  }
-}
-
-inline void store(const RowMatrix& m, int64_t r, int64_t c, float v) {
-  const int64_t i = r * m.row_stride + c;
-  switch (m.dtype) {
-    case DType::f16: static_cast<uint16_t*>(m.data)[i] = float_to_f16(v); break;
-    case DType::bf16: static_cast<uint16_t*>(m.data)[i] = float_to_bf16(v); break;
-    default: static_cast<float*>(m.data)[i] = v; break;
-  }
-}
 
 template <Act A>
 void forward(const ActAndMulArgs& a) {

@@ -13,6 +13,7 @@
 
 #include "cuda/launch.h"
 #include "cuda/vec.cuh"
+#include "cuda/vec_width.h"
 #include "ops/activation_impl.h"
 
 namespace fuseops::detail::cuda {
@@ -76,20 +77,6 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// The widest vector (in elements, at most 16 bytes) that divides d, every row stride and every base address.
-int pick_vec(std::initializer_list<const RowMatrix*> ms, int64_t cols) {
-  const int64_t esize = static_cast<int64_t>(dtype_size((*ms.begin())->dtype));
-  for (int vec = static_cast<int>(16 / esize); vec > 1; vec /= 2) {
-    bool ok = cols % vec == 0;
-    for (const RowMatrix* m : ms) {
-      ok = ok && (m->rows <= 1 || m->row_stride % vec == 0) &&
-           reinterpret_cast<std::uintptr_t>(m->data) % static_cast<std::uintptr_t>(vec * esize) == 0;
-    }
-    if (ok) return vec;
-  }
-  return 1;
-}
-
 struct Launch {
   dim3 grid, block;
   Tile tile;
@@ -145,27 +132,16 @@ void launch_backward(const ActAndMulBackwardArgs& a, int device, cudaStream_t st
   }
 }
 
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
 /// Calls f(TypeTag<T>{}, std::integral_constant<Act, A>{}) for the runtime dtype and activation.
 template <typename F>
 void dispatch(DType dtype, Act act, F&& f) {
-  auto by_act = [&](auto tag) {
+  with_float_type(dtype, [&](auto tag) {
     switch (act) {
       case Act::silu: f(tag, std::integral_constant<Act, Act::silu>{}); break;
       case Act::gelu: f(tag, std::integral_constant<Act, Act::gelu>{}); break;
       case Act::gelu_tanh: f(tag, std::integral_constant<Act, Act::gelu_tanh>{}); break;
     }
-  };
-  switch (dtype) {
-    case DType::f32: by_act(TypeTag<float>{}); break;
-    case DType::f16: by_act(TypeTag<__half>{}); break;
-    case DType::bf16: by_act(TypeTag<__nv_bfloat16>{}); break;
-    default: throw Error(ErrorKind::invalid_argument, "act_and_mul: unsupported dtype");
-  }
+  });
 }
 
 }  // namespace

@@ -6,6 +6,9 @@
 
 #include <cstdint>
 
+#include "fuseops/error.h"
+#include "fuseops/tensor.h"
+
 namespace fuseops::detail {
 
 template <typename T>
@@ -67,5 +70,22 @@ struct FloatVec {
     *reinterpret_cast<Raw*>(p) = u.raw;
   }
 };
+
+/// A storage type as a value, for generic lambdas.
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+/// Calls f(TypeTag<T>{}) with T = float, __half or __nv_bfloat16 for f32, f16 or bf16.
+template <typename F>
+void with_float_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: f(TypeTag<float>{}); break;
+    case DType::f16: f(TypeTag<__half>{}); break;
+    case DType::bf16: f(TypeTag<__nv_bfloat16>{}); break;
+    default: throw Error(ErrorKind::invalid_argument, std::string("unsupported storage dtype ") + dtype_name(dtype));
+  }
+}
 
 }  // namespace fuseops::detail

@@ -20,19 +20,6 @@ Act gelu_act(GeluApproximate approximate) {
               "gelu: approximate: expected none | tanh, got code " + std::to_string(static_cast<int>(approximate)));
 }
 
-/// Same leading dims; last dim of `v` == last of `ref` * num / den.
-void check_shape_like(const char* op, const char* name, const TensorView& v, const char* ref_name,
-                      const TensorView& ref, int64_t expected_last) {
-  bool ok = v.rank == ref.rank && v.rank >= 1 && v.shape[v.rank - 1] == expected_last;
-  for (int i = 0; ok && i < v.rank - 1; ++i) ok = v.shape[i] == ref.shape[i];
-  if (!ok) {
-    std::string expected = "shape [";
-    for (int i = 0; i < ref.rank - 1; ++i) expected += std::to_string(ref.shape[i]) + ", ";
-    expected += std::to_string(expected_last) + "] (leading dims of " + std::string(ref_name) + ")";
-    fail_argument(op, name, expected, v.shape_str());
-  }
-}
-
 void run_forward(const char* op, const ActAndMulArgs& args, const Device& device, Stream stream) {
   if (args.out.rows == 0 || args.out.cols == 0) return;
   if (backend_for(op, device) == Backend::cuda) {
