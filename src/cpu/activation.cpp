@@ -2,6 +2,7 @@
 #include <cstdint>
 
 #include "cpu/row_access.h"
+#include "cuda/device_error.h"
 #include "ops/activation_impl.h"
 
 namespace fuseops::detail::cpu {
@@ -27,7 +28,34 @@ void backward(const ActAndMulBackwardArgs& a) {
   }
 }
 
+template <Act A>
+void masked(const MaskedActArgs& a) {
+  const int64_t es = static_cast<int64_t>(dtype_size(a.dtype));
+  for (int64_t e = 0; e < a.E; ++e) {
+    const int64_t i = e * a.m_stride;
+    const int64_t m = a.m_dtype == DType::i32 ? static_cast<const int32_t*>(a.masked_m)[i]
+                                              : static_cast<const int64_t*>(a.masked_m)[i];
+    if (m < 0 || m > a.T_max) record_host_error(a.site, e);
+    const int64_t rows = m < 0 ? 0 : m > a.T_max ? a.T_max : m;
+    // The valid rows of expert e as matrices: gate = the first d columns of input, up = the next d.
+    RowMatrix out{static_cast<char*>(a.out) + e * a.out_stride_e * es, rows, a.d, a.out_stride_t, a.dtype};
+    RowMatrix gate{const_cast<char*>(static_cast<const char*>(a.input)) + e * a.in_stride_e * es, rows, a.d,
+                   a.in_stride_t, a.dtype};
+    RowMatrix up = gate;
+    up.data = static_cast<char*>(gate.data) + a.d * es;
+    forward<A>(ActAndMulArgs{a.act, out, gate, up});
+  }
+}
+
 }  // namespace
+
+void act_and_mul_masked(const MaskedActArgs& args) {
+  switch (args.act) {
+    case Act::silu: return masked<Act::silu>(args);
+    case Act::gelu: return masked<Act::gelu>(args);
+    case Act::gelu_tanh: return masked<Act::gelu_tanh>(args);
+  }
+}
 
 void act_and_mul(const ActAndMulArgs& args) {
   switch (args.act) {
