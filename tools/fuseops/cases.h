@@ -86,11 +86,15 @@ class Registry {
   std::vector<CaseSet> sets_;
 };
 
+/// Median wall time of `run()` over `reps` calls, microseconds (OpCase::time_cpu_us).
+double median_wall_us(const std::function<void()>& run, int reps = 5);
+
 /// The registry with every family's cases.
 const Registry& registry();
 
 /// Families register here (one function per family).
 void register_activation_cases(Registry& r);
 void register_gdn_cases(Registry& r);
+void register_norm_cases(Registry& r);
 
 }  // namespace fuseops::cli

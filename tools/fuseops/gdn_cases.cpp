@@ -335,14 +335,7 @@ class KktSolveCase : public OpCase {
     HostTensor out(s.dtype, {s.B, s.T, s.HV, s.BT});
     const Views v{in.k.view(), in.g.view(), in.beta.view(), s.varlen() ? in.cu.view() : TensorView(), out.view(),
                   TensorView(), s.varlen()};
-    std::vector<double> us;
-    for (int rep = 0; rep < 5; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      v.fused(s.BT, Stream());
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(us.begin(), us.end());
-    return us[us.size() / 2];
+    return median_wall_us([&] { v.fused(s.BT, Stream()); });
   }
 
   std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<GdnBench>(s_); }

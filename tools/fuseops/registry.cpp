@@ -1,5 +1,8 @@
 #include "cases.h"
 
+#include <algorithm>
+#include <chrono>
+
 namespace fuseops::cli {
 
 void Registry::add(const std::string& set, const std::string& description, bool real_model, CaseFactory factory) {
@@ -19,11 +22,23 @@ const CaseSet* Registry::find(const std::string& name) const {
   return nullptr;
 }
 
+double median_wall_us(const std::function<void()>& run, int reps) {
+  std::vector<double> us;
+  for (int rep = 0; rep < reps; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
 const Registry& registry() {
   static const Registry r = [] {
     Registry reg;
     register_activation_cases(reg);
     register_gdn_cases(reg);
+    register_norm_cases(reg);
     return reg;
   }();
   return r;
