@@ -7,23 +7,6 @@
 #include "torch_utils.h"
 
 namespace fuseops::torch_binding {
-namespace {
-
-/// An optional tensor argument as an optional view (nullptr when absent).
-struct OptionalView {
-  TensorView view;
-  bool present = false;
-  OptionalView(const char* op, const char* arg, const c10::optional<at::Tensor>& t) {
-    if (t.has_value() && t->defined()) {
-      view = to_view(op, arg, *t);
-      present = true;
-    }
-  }
-  const TensorView* get() const { return present ? &view : nullptr; }
-};
-
-}  // namespace
-
 void chunk_local_cumsum(at::Tensor& out, const at::Tensor& g, int64_t chunk_size,
                         const c10::optional<at::Tensor>& cu_seqlens, bool reverse, c10::optional<double> scale) {
   constexpr const char* op = "chunk_local_cumsum";

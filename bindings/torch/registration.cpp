@@ -24,6 +24,10 @@ TORCH_LIBRARY(fuseops, m) {
   m.def("gelu_and_mul_backward(Tensor! dgate, Tensor! dup, Tensor dout, Tensor gate, Tensor up, "
         "str approximate=\"none\") -> ()");
 
+  // Masked expert-major activations (rows r < masked_m[e] only): docs/ops/activation.md.
+  m.def("silu_and_mul_masked(Tensor! out, Tensor input, Tensor masked_m) -> ()");
+  m.def("gelu_and_mul_masked(Tensor! out, Tensor input, Tensor masked_m, str approximate=\"none\") -> ()");
+
   // GDN intra-chunk stage: docs/ops/gdn.md.
   m.def("chunk_local_cumsum(Tensor! out, Tensor g, int chunk_size, Tensor? cu_seqlens=None, bool reverse=False, "
         "float? scale=None) -> ()");
@@ -32,6 +36,11 @@ TORCH_LIBRARY(fuseops, m) {
   m.def("solve_tril(Tensor! Ai, Tensor A, Tensor? cu_seqlens=None) -> ()");
   m.def("chunk_gated_delta_rule_fwd_kkt_solve(Tensor! Ai, Tensor k, Tensor? g, Tensor? beta, int chunk_size=64, "
         "Tensor? cu_seqlens=None) -> ()");
+
+  // Gated norm: docs/ops/norm.md.
+  m.def("layer_norm_fwd(Tensor(a!) out, Tensor(b!)? mean, Tensor(c!)? rstd, Tensor x, Tensor weight, "
+        "Tensor? bias=None, Tensor? z=None, float eps=1e-6, int group_size=0, bool norm_before_gate=True, "
+        "bool is_rms_norm=False) -> ()");
 
   // Library-wide: the device error record (include/fuseops/error.h) and the version.
   m.def("check_errors(int device=-1) -> ()");
@@ -56,6 +65,9 @@ void register_kernels(torch::Library& m) {
   m.impl("gelu_tanh_and_mul.functional", TORCH_FN(gelu_tanh_and_mul_functional));
   m.impl("silu_and_mul_split.functional", TORCH_FN(silu_and_mul_split_functional));
   m.impl("gelu_and_mul_split.functional", TORCH_FN(gelu_and_mul_split_functional));
+  m.impl("silu_and_mul_masked", TORCH_FN(silu_and_mul_masked));
+  m.impl("gelu_and_mul_masked", TORCH_FN(gelu_and_mul_masked));
+  m.impl("layer_norm_fwd", TORCH_FN(layer_norm_fwd));
   m.impl("chunk_local_cumsum", TORCH_FN(chunk_local_cumsum));
   m.impl("chunk_scaled_dot_kkt_fwd", TORCH_FN(chunk_scaled_dot_kkt_fwd));
   m.impl("solve_tril", TORCH_FN(solve_tril));

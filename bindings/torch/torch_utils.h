@@ -67,6 +67,19 @@ inline TensorView to_view(const char* op, const char* arg, const at::Tensor& t) 
                                  t.strides().data());
 }
 
+/// An optional tensor argument as an optional view (nullptr when absent).
+struct OptionalView {
+  TensorView view;
+  bool present = false;
+  OptionalView(const char* op, const char* arg, const c10::optional<at::Tensor>& t) {
+    if (t.has_value() && t->defined()) {
+      view = to_view(op, arg, *t);
+      present = true;
+    }
+  }
+  const TensorView* get() const { return present ? &view : nullptr; }
+};
+
 /// Re-raises a library error as the Python exception design.md names, with the same message: ValueError for a bad
 /// argument or a bad device-resident value, RuntimeError for an unsupported request or a CUDA failure.
 [[noreturn]] inline void rethrow(const Error& e) {

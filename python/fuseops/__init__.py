@@ -18,10 +18,12 @@ from . import _fake  # noqa: F401  (fake kernels for torch.compile)
 from .activation import (
     gelu_and_mul,
     gelu_and_mul_backward,
+    gelu_and_mul_masked,
     gelu_and_mul_split,
     gelu_tanh_and_mul,
     silu_and_mul,
     silu_and_mul_backward,
+    silu_and_mul_masked,
     silu_and_mul_split,
 )
 from .errors import check_errors, clear_errors
@@ -31,6 +33,7 @@ from .gdn import (
     chunk_scaled_dot_kkt_fwd,
     solve_tril,
 )
+from .norm import layer_norm_fwd, layernorm_fn, rmsnorm_fn
 
 __version__ = ops.version()
 
@@ -43,11 +46,16 @@ __all__ = [
     "clear_errors",
     "gelu_and_mul",
     "gelu_and_mul_backward",
+    "gelu_and_mul_masked",
     "gelu_and_mul_split",
     "gelu_tanh_and_mul",
+    "layer_norm_fwd",
+    "layernorm_fn",
     "library_path",
     "ops",
+    "rmsnorm_fn",
     "silu_and_mul",
     "silu_and_mul_backward",
+    "silu_and_mul_masked",
     "silu_and_mul_split",
 ]
