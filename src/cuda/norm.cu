@@ -201,7 +201,7 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
   p.nv = static_cast<int>((vecs + p.tpg - 1) / p.tpg);  // <= kThreadElems / vec: group_size <= kMaxNormGroup
   // Blocks of 256 threads, fewer when that leaves SMs idle (decode), never less than one segment or one warp.
   const int64_t spread = (p.items * p.tpg + sm_count(device) - 1) / sm_count(device);
-  const int block = std::max(p.tpg, static_cast<int>(std::min<int64_t>(256, std::max<int64_t>(32, next_pow2(spread)))));
+  const int block = std::max(p.tpg, std::max(32, next_pow2(std::min<int64_t>(256, spread))));
   const int64_t per_block = block / p.tpg;
   const int64_t grid = std::min<int64_t>((p.items + per_block - 1) / per_block, int64_t{1} << 20);
   auto go = [&](auto kernel) { launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), 0, stream, device, p); };
