@@ -98,17 +98,20 @@ __global__ void __launch_bounds__(kMaxThreads) layer_norm_fwd_kernel(const NormP
     auto inside = [&](int i) { return valid && i < p.nv && col(i) < G; };
 
     float xs[kMaxVecs][VEC];
+    // z in storage form. With few vectors per thread, a gate after the norm is loaded together with x (twice the
+    // bytes in flight per thread); with many, at its use, to stay within 64 registers.
+    constexpr bool kEarlyZ = NV <= 2;
+    StorageVec<T, VEC> zs[kMaxVecs];
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMaxVecs; ++i) {
       if (inside(i)) {
         FloatVec<T, VEC> v;
         v.load(x + col(i));
+        if (p.gate == NormGate::before_norm || (kEarlyZ && p.gate == NormGate::after_norm)) zs[i].load(z + col(i));
         if (p.gate == NormGate::before_norm) {
-          FloatVec<T, VEC> g;
-          g.load(z + col(i));
 #pragma unroll
-          for (int k = 0; k < VEC; ++k) v.v[k] *= act_fwd<Act::silu, kFast>(g.v[k]);
+          for (int k = 0; k < VEC; ++k) v.v[k] *= act_fwd<Act::silu, kFast>(zs[i].get(k));
         }
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
@@ -153,10 +156,9 @@ __global__ void __launch_bounds__(kMaxThreads) layer_norm_fwd_kernel(const NormP
         if (p.bias) y.v[k] += b[k];
       }
       if (p.gate == NormGate::after_norm) {
-        FloatVec<T, VEC> g;
-        g.load(z + col(i));
+        if (!kEarlyZ) zs[i].load(z + col(i));
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) y.v[k] *= act_fwd<Act::silu, kFast>(g.v[k]);
+        for (int k = 0; k < VEC; ++k) y.v[k] *= act_fwd<Act::silu, kFast>(zs[i].get(k));
       }
       y.store(out + col(i));
     }

@@ -41,6 +41,21 @@ struct RawPack<4> { using type = uint32_t; };
 template <>
 struct RawPack<2> { using type = uint16_t; };
 
+/// N elements of T kept in their storage form (N * sizeof(T) bytes of registers), for a load issued early and
+/// converted late.
+template <typename T, int N>
+struct StorageVec {
+  union {
+    typename RawPack<N * sizeof(T)>::type raw;
+    T elems[N];
+  } u;
+  /// Loads N contiguous elements from `p` (aligned to N * sizeof(T)) through the read-only path.
+  __device__ __forceinline__ void load(const T* p) {
+    u.raw = __ldg(reinterpret_cast<const typename RawPack<N * sizeof(T)>::type*>(p));
+  }
+  __device__ __forceinline__ float get(int i) const { return to_float(u.elems[i]); }
+};
+
 /// N elements of T, converted to float.
 template <typename T, int N>
 struct FloatVec {

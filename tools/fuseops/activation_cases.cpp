@@ -340,22 +340,27 @@ class MaskedCase : public OpCase {
     }
     check_errors();
     const testing::Tolerance tol = testing::Tolerance::for_dtype(s_.dtype, 16);
-    testing::ComparisonAccumulator acc(s_.dtype, tol, d);
-    bool untouched = true;
-    for (int64_t e = 0; e < s_.E; ++e) {
+    // One accumulator per expert (in parallel), merged in expert order.
+    std::vector<testing::ComparisonAccumulator> acc(static_cast<std::size_t>(s_.E),
+                                                    testing::ComparisonAccumulator(s_.dtype, tol, d));
+    std::vector<char> written(static_cast<std::size_t>(s_.E), 0);
+    testing::parallel_chunks(s_.E, 1, [&](int64_t e, int64_t, int64_t) {
       for (int64_t r = 0; r < T; ++r) {
         const int64_t row = e * T + r;
         for (int64_t c = 0; c < d; ++c) {
           if (r < counts[e]) {
             const auto v = reference::act_and_mul_at(s_.act, in.get(row, c), in.get(row, d + c));
-            acc.add(row * d + c, out.get(row, c), v.value, v.sensitivity, v.flush_scale);
+            acc[e].add(row * d + c, out.get(row, c), v.value, v.sensitivity, v.flush_scale);
           } else if (!std::isnan(out.get(row, c))) {
-            untouched = false;
+            written[e] = 1;
           }
         }
       }
-    }
-    const testing::Comparison c = acc.finish();
+    });
+    testing::ComparisonAccumulator total(s_.dtype, tol, d);
+    for (const auto& a : acc) total.merge(a);
+    const bool untouched = std::find(written.begin(), written.end(), 1) == written.end();
+    const testing::Comparison c = total.finish();
     CheckOutcome o;
     o.pass = c.pass && untouched;
     o.max_abs_error = c.max_abs_error;
