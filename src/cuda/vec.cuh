@@ -63,14 +63,10 @@ struct FloatVec {
 
   /// Loads N contiguous elements from `p` (aligned to N * sizeof(T)) through the read-only path.
   __device__ __forceinline__ void load(const T* p) {
-    using Raw = typename RawPack<N * sizeof(T)>::type;
-    union {
-      Raw raw;
-      T elems[N];
-    } u;
-    u.raw = __ldg(reinterpret_cast<const Raw*>(p));
+    StorageVec<T, N> raw;
+    raw.load(p);
 #pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = to_float(u.elems[i]);
+    for (int i = 0; i < N; ++i) v[i] = raw.get(i);
   }
 
   /// Rounds to T once and stores N contiguous elements at `p`.
