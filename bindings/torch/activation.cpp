@@ -84,6 +84,24 @@ void gelu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor&
   run_on_device_of(dgate, [&](Stream s) { fuseops::gelu_and_mul_backward(dg, du, dc, g, u, a, s); });
 }
 
+void silu_and_mul_masked(at::Tensor& out, const at::Tensor& input, const at::Tensor& masked_m) {
+  constexpr const char* op = "silu_and_mul_masked";
+  const TensorView in = to_view(op, "input", input);
+  const TensorView m = to_view(op, "masked_m", masked_m);
+  const TensorView o = to_view(op, "out", out);
+  run_on_device_of(out, [&](Stream s) { fuseops::silu_and_mul_masked(o, in, m, s); });
+}
+
+void gelu_and_mul_masked(at::Tensor& out, const at::Tensor& input, const at::Tensor& masked_m,
+                         c10::string_view approximate) {
+  constexpr const char* op = "gelu_and_mul_masked";
+  const GeluApproximate a = approximate_of(op, approximate);
+  const TensorView in = to_view(op, "input", input);
+  const TensorView m = to_view(op, "masked_m", masked_m);
+  const TensorView o = to_view(op, "out", out);
+  run_on_device_of(out, [&](Stream s) { fuseops::gelu_and_mul_masked(o, in, m, a, s); });
+}
+
 namespace {
 /// [..., 2d] -> an uninitialised [..., d] like `input` (rank 0 is left to the op's validation via a [0] output).
 at::Tensor half_width_like(const char* op, const at::Tensor& input) {

@@ -21,6 +21,10 @@ void silu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor&
 void gelu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor& dout, const at::Tensor& gate,
                            const at::Tensor& up, c10::string_view approximate);
 
+void silu_and_mul_masked(at::Tensor& out, const at::Tensor& input, const at::Tensor& masked_m);
+void gelu_and_mul_masked(at::Tensor& out, const at::Tensor& input, const at::Tensor& masked_m,
+                         c10::string_view approximate);
+
 // Functional overloads: allocate the output, then call the function above.
 at::Tensor silu_and_mul_functional(const at::Tensor& input);
 at::Tensor gelu_and_mul_functional(const at::Tensor& input, c10::string_view approximate);
@@ -63,6 +67,11 @@ void apply_rotary_pos_emb_inplace(at::Tensor& q, at::Tensor& k, const at::Tensor
 void mrope(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key, int64_t head_size,
            int64_t rotary_dim, const at::Tensor& cos_sin_cache, at::IntArrayRef mrope_section, bool is_neox,
            c10::string_view layout, bool inverse);
+// Gated norm (include/fuseops/norm.h, docs/ops/norm.md).
+void layer_norm_fwd(at::Tensor& out, const c10::optional<at::Tensor>& mean, const c10::optional<at::Tensor>& rstd,
+                    const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,
+                    const c10::optional<at::Tensor>& z, double eps, int64_t group_size, bool norm_before_gate,
+                    bool is_rms_norm);
 
 // Library-wide (include/fuseops/error.h, version.h).
 void check_errors(int64_t device);

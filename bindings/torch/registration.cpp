@@ -24,6 +24,10 @@ TORCH_LIBRARY(fuseops, m) {
   m.def("gelu_and_mul_backward(Tensor! dgate, Tensor! dup, Tensor dout, Tensor gate, Tensor up, "
         "str approximate=\"none\") -> ()");
 
+  // Masked expert-major activations (rows r < masked_m[e] only): docs/ops/activation.md.
+  m.def("silu_and_mul_masked(Tensor! out, Tensor input, Tensor masked_m) -> ()");
+  m.def("gelu_and_mul_masked(Tensor! out, Tensor input, Tensor masked_m, str approximate=\"none\") -> ()");
+
   // GDN intra-chunk stage: docs/ops/gdn.md.
   m.def("chunk_local_cumsum(Tensor! out, Tensor g, int chunk_size, Tensor? cu_seqlens=None, bool reverse=False, "
         "float? scale=None) -> ()");
@@ -64,6 +68,10 @@ TORCH_LIBRARY(fuseops, m) {
         "Tensor dt_bias, Tensor q, Tensor k, Tensor v, Tensor b, float? scale, Tensor ssm_state_indices, "
         "Tensor? num_accepted_tokens=None, bool use_qk_l2norm_in_kernel=False, Tensor? cu_seqlens=None, "
         "float softplus_beta=1.0, float softplus_threshold=20.0) -> ()");
+  // Gated norm: docs/ops/norm.md.
+  m.def("layer_norm_fwd(Tensor(a!) out, Tensor(b!)? mean, Tensor(c!)? rstd, Tensor x, Tensor weight, "
+        "Tensor? bias=None, Tensor? z=None, float eps=1e-6, int group_size=0, bool norm_before_gate=True, "
+        "bool is_rms_norm=False) -> ()");
 
   // Library-wide: the device error record (include/fuseops/error.h) and the version.
   // MoE routing: docs/ops/moe.md.
@@ -102,6 +110,9 @@ void register_kernels(torch::Library& m) {
   m.impl("gelu_tanh_and_mul.functional", TORCH_FN(gelu_tanh_and_mul_functional));
   m.impl("silu_and_mul_split.functional", TORCH_FN(silu_and_mul_split_functional));
   m.impl("gelu_and_mul_split.functional", TORCH_FN(gelu_and_mul_split_functional));
+  m.impl("silu_and_mul_masked", TORCH_FN(silu_and_mul_masked));
+  m.impl("gelu_and_mul_masked", TORCH_FN(gelu_and_mul_masked));
+  m.impl("layer_norm_fwd", TORCH_FN(layer_norm_fwd));
   m.impl("chunk_local_cumsum", TORCH_FN(chunk_local_cumsum));
   m.impl("chunk_scaled_dot_kkt_fwd", TORCH_FN(chunk_scaled_dot_kkt_fwd));
   m.impl("solve_tril", TORCH_FN(solve_tril));

@@ -60,4 +60,19 @@ void silu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, Te
 void gelu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, TensorView gate, TensorView up,
                            GeluApproximate approximate = GeluApproximate::none, Stream stream = {});
 
+/// Masked expert-major form of silu_and_mul (MoE expert outputs in the DeepEP low-latency / DeepGEMM masked layout,
+/// as SGLang's `silu_and_mul_masked_post_quant_fwd` and vLLM's `masked_moe_activation` without the quantisation):
+///   out[e, r, i] = silu(input[e, r, i]) * input[e, r, d + i]    for r < n_e = min(masked_m[e], T_max), 0 <= i < d
+/// Rows r >= n_e of `out` are neither read nor written (they keep whatever they held); rows r >= n_e of `input` are
+/// never read. input: [E, T_max, 2*d]; out: [E, T_max, d] (same dtype; innermost stride 1, any non-negative expert
+/// and row strides); masked_m: [E] int32 or int64 on the same device (any stride), E <= 4096. The work is spread
+/// over the valid rows only (a few busy experts still fill the GPU) and read on the device without synchronising:
+/// masked_m[e] > T_max is treated as T_max and masked_m[e] < 0 as 0, and either records the first such e in the
+/// device error record (check_errors()). out must not overlap input. Same numerics as silu_and_mul.
+void silu_and_mul_masked(TensorView out, TensorView input, TensorView masked_m, Stream stream = {});
+
+/// gelu_and_mul (none / tanh) in the masked expert-major form of silu_and_mul_masked.
+void gelu_and_mul_masked(TensorView out, TensorView input, TensorView masked_m,
+                         GeluApproximate approximate = GeluApproximate::none, Stream stream = {});
+
 }  // namespace fuseops

@@ -7,5 +7,6 @@
 #include "fuseops/moe.h"
 #include "fuseops/rope.h"
 #include "fuseops/gdn_forward.h"
+#include "fuseops/norm.h"
 #include "fuseops/tensor.h"
 #include "fuseops/version.h"

@@ -18,10 +18,12 @@ from . import _fake  # noqa: F401  (fake kernels for torch.compile)
 from .activation import (
     gelu_and_mul,
     gelu_and_mul_backward,
+    gelu_and_mul_masked,
     gelu_and_mul_split,
     gelu_tanh_and_mul,
     silu_and_mul,
     silu_and_mul_backward,
+    silu_and_mul_masked,
     silu_and_mul_split,
 )
 from .errors import check_errors, clear_errors
@@ -46,6 +48,7 @@ from .gdn import (
     solve_tril,
 )
 from .moe import grouped_topk, moe_align_block_size, moe_align_sizes, moe_route, topk_softmax
+from .norm import layer_norm_fwd, layernorm_fn, rmsnorm_fn
 
 __version__ = ops.version()
 
@@ -68,17 +71,22 @@ __all__ = [
     "fused_sigmoid_gating_delta_rule_update",
     "gelu_and_mul",
     "gelu_and_mul_backward",
+    "gelu_and_mul_masked",
     "gelu_and_mul_split",
     "gelu_tanh_and_mul",
     "grouped_topk",
+    "layer_norm_fwd",
+    "layernorm_fn",
     "library_path",
     "moe_align_block_size",
     "moe_align_sizes",
     "moe_route",
     "ops",
     "recompute_w_u_fwd",
+    "rmsnorm_fn",
     "silu_and_mul",
     "silu_and_mul_backward",
+    "silu_and_mul_masked",
     "silu_and_mul_split",
     "topk_softmax",
     "solve_tril",

@@ -309,3 +309,51 @@ def gelu_and_mul_backward(dout, gate, up, approximate="none", *, dgate=None, dup
     """
     _check_approximate("gelu_and_mul_backward", approximate)
     return _backward_call("gelu_and_mul_backward", dout, gate, up, approximate, dgate, dup)
+
+
+# Masked expert-major forms (MoE, DeepEP low-latency / DeepGEMM masked layout).
+_silu_and_mul_masked = ops.silu_and_mul_masked.default
+_gelu_and_mul_masked = ops.gelu_and_mul_masked.default
+
+
+def _masked(op, input, masked_m, approximate, out):
+    _check_tensor(op, "input", input)
+    _check_tensor(op, "masked_m", masked_m)
+    if input.dim() != 3:
+        raise ValueError(f"{op}: input: expected rank 3 [E, T_max, 2*d], got {list(input.shape)}")
+    if input.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"{op}: the masked form is forward only (its rows past masked_m are undefined)")
+    if out is None:
+        out = input.new_empty(input.shape[:-1] + (input.shape[-1] // 2,))
+    else:
+        _check_out(op, out)
+    if approximate is None:
+        _silu_and_mul_masked(out, input, masked_m)
+    else:
+        _gelu_and_mul_masked(out, input, masked_m, approximate)
+    return out
+
+
+def silu_and_mul_masked(input, masked_m, *, out=None):
+    """SwiGLU on the valid rows of an expert-major buffer: for each expert e and row r < min(masked_m[e], T_max),
+    ``out[e, r] = silu(input[e, r, :d]) * input[e, r, d:]``.
+
+    The semantics of SGLang's ``silu_and_mul_masked_post_quant_fwd`` and vLLM's ``masked_moe_activation`` without
+    the fp8 quantisation (docs/ops/activation.md, "Masked expert-major form"): rows past masked_m[e] are neither read
+    nor written, so in an allocated ``out`` they are uninitialised; masked_m[e] > T_max is treated as T_max (and
+    masked_m[e] < 0 as 0) and recorded for :func:`fuseops.check_errors`; nothing is synchronised.
+
+    Args:
+        input: [E, T_max, 2*d], float32 / float16 / bfloat16.
+        masked_m: [E] int32 / int64 on input's device.
+        out: optional [E, T_max, d] (keyword-only).
+    Returns:
+        out: [E, T_max, d].
+    """
+    return _masked("silu_and_mul_masked", input, masked_m, None, out)
+
+
+def gelu_and_mul_masked(input, masked_m, approximate="none", *, out=None):
+    """GeGLU (approximate "none" | "tanh") in the masked expert-major form of :func:`silu_and_mul_masked`."""
+    _check_approximate("gelu_and_mul_masked", approximate)
+    return _masked("gelu_and_mul_masked", input, masked_m, approximate, out)

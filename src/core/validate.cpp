@@ -165,4 +165,16 @@ void check_disjoint(const char* op, const char* a_name, const TensorView& a, con
   fail_argument(op, a_name, std::string("no overlap with ") + b_name, "overlapping memory");
 }
 
+void check_shape_like(const char* op, const char* name, const TensorView& v, const char* ref_name,
+                      const TensorView& ref, int64_t expected_last) {
+  bool ok = v.rank == ref.rank && v.rank >= 1 && v.shape[v.rank - 1] == expected_last;
+  for (int i = 0; ok && i < v.rank - 1; ++i) ok = v.shape[i] == ref.shape[i];
+  if (!ok) {
+    std::string expected = "shape [";
+    for (int i = 0; i < ref.rank - 1; ++i) expected += std::to_string(ref.shape[i]) + ", ";
+    expected += std::to_string(expected_last) + "] (leading dims of " + std::string(ref_name) + ")";
+    fail_argument(op, name, expected, v.shape_str());
+  }
+}
+
 }  // namespace fuseops::detail

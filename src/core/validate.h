@@ -51,6 +51,10 @@ void check_no_overlap(const char* op, const char* a_name, const RowMatrix& a, co
 /// no element are rejected too). Empty views never overlap.
 void check_disjoint(const char* op, const char* a_name, const TensorView& a, const char* b_name, const TensorView& b);
 
+/// Same rank and leading dims as `ref`, and a last dim of `expected_last`; the message names `name` and `ref_name`.
+void check_shape_like(const char* op, const char* name, const TensorView& v, const char* ref_name,
+                      const TensorView& ref, int64_t expected_last);
+
 /// "[2, 64, 128]" with dtype and device, for messages.
 std::string describe(const TensorView& v);
 

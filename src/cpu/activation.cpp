@@ -1,29 +1,12 @@
 // CPU backend of the gated activations: fp32 math (common/act_math.h), one rounding at the store.
 #include <cstdint>
 
-#include "common/half.h"
+#include "cpu/row_access.h"
+#include "cuda/device_error.h"
 #include "ops/activation_impl.h"
 
 namespace fuseops::detail::cpu {
 namespace {
-
-inline float load(const RowMatrix& m, int64_t r, int64_t c) {
-  const int64_t i = r * m.row_stride + c;
-  switch (m.dtype) {
-    case DType::f16: return f16_to_float(static_cast<const uint16_t*>(m.data)[i]);
-    case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(m.data)[i]);
-    default: return static_cast<const float*>(m.data)[i];
-  }
-}
-
-inline void store(const RowMatrix& m, int64_t r, int64_t c, float v) {
-  const int64_t i = r * m.row_stride + c;
-  switch (m.dtype) {
-    case DType::f16: static_cast<uint16_t*>(m.data)[i] = float_to_f16(v); break;
-    case DType::bf16: static_cast<uint16_t*>(m.data)[i] = float_to_bf16(v); break;
-    default: static_cast<float*>(m.data)[i] = v; break;
-  }
-}
 
 template <Act A>
 void forward(const ActAndMulArgs& a) {
@@ -45,7 +28,34 @@ void backward(const ActAndMulBackwardArgs& a) {
   }
 }
 
+template <Act A>
+void masked(const MaskedActArgs& a) {
+  const int64_t es = static_cast<int64_t>(dtype_size(a.dtype));
+  for (int64_t e = 0; e < a.E; ++e) {
+    const int64_t i = e * a.m_stride;
+    const int64_t m = a.m_dtype == DType::i32 ? static_cast<const int32_t*>(a.masked_m)[i]
+                                              : static_cast<const int64_t*>(a.masked_m)[i];
+    if (m < 0 || m > a.T_max) record_host_error(a.site, e);
+    const int64_t rows = m < 0 ? 0 : m > a.T_max ? a.T_max : m;
+    // The valid rows of expert e as matrices: gate = the first d columns of input, up = the next d.
+    RowMatrix out{static_cast<char*>(a.out) + e * a.out_stride_e * es, rows, a.d, a.out_stride_t, a.dtype};
+    RowMatrix gate{const_cast<char*>(static_cast<const char*>(a.input)) + e * a.in_stride_e * es, rows, a.d,
+                   a.in_stride_t, a.dtype};
+    RowMatrix up = gate;
+    up.data = static_cast<char*>(gate.data) + a.d * es;
+    forward<A>(ActAndMulArgs{a.act, out, gate, up});
+  }
+}
+
 }  // namespace
+
+void act_and_mul_masked(const MaskedActArgs& args) {
+  switch (args.act) {
+    case Act::silu: return masked<Act::silu>(args);
+    case Act::gelu: return masked<Act::gelu>(args);
+    case Act::gelu_tanh: return masked<Act::gelu_tanh>(args);
+  }
+}
 
 void act_and_mul(const ActAndMulArgs& args) {
   switch (args.act) {

@@ -9,10 +9,9 @@
 #include <vector>
 
 #include "common/gdn_chunks.h"
-#include "common/half.h"
+#include "cpu/gdn_cpu.h"
 #include "cuda/device_error.h"
 #include "fuseops/error.h"
-#include "cpu/gdn_cpu.h"
 #include "ops/gdn_impl.h"
 
 namespace fuseops::detail::cpu {

@@ -1,33 +1,17 @@
-// Helpers shared by the CPU backends of the GDN ops (cpu/gdn.cpp, cpu/gdn_forward.cpp): element access in any
-// float dtype, strided offsets, and the walk over sequences and chunks.
+// Helpers shared by the CPU backends of the GDN ops (cpu/gdn.cpp, cpu/gdn_forward.cpp): strided offsets and the
+// walk over sequences and chunks (element access: cpu/row_access.h).
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
 #include "common/gdn_chunks.h"
-#include "common/half.h"
+#include "cpu/row_access.h"
 #include "cuda/device_error.h"
 #include "fuseops/error.h"
 #include "ops/gdn_impl.h"
 
 namespace fuseops::detail::cpu {
-
-inline float load(const void* p, DType dtype, int64_t i) {
-  switch (dtype) {
-    case DType::f16: return f16_to_float(static_cast<const uint16_t*>(p)[i]);
-    case DType::bf16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
-inline void store(void* p, DType dtype, int64_t i, float v) {
-  switch (dtype) {
-    case DType::f16: static_cast<uint16_t*>(p)[i] = float_to_f16(v); break;
-    case DType::bf16: static_cast<uint16_t*>(p)[i] = float_to_bf16(v); break;
-    default: static_cast<float*>(p)[i] = v; break;
-  }
-}
 
 /// Element offset of (b, t, h) in a strided [B, T, heads(, inner)] tensor.
 inline int64_t offset(const GdnIn& x, int64_t b, int64_t t, int64_t h) {

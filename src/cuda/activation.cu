@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "cuda/device_error.cuh"
 #include "cuda/launch.h"
 #include "cuda/vec.cuh"
+#include "cuda/vec_width.h"
 #include "ops/activation_impl.h"
 
 namespace fuseops::detail::cuda {
@@ -28,6 +30,17 @@ struct Tile {
 template <typename T>
 constexpr bool kFast = sizeof(T) == 2;
 
+/// One vector: out[0, VEC) = act(gate[0, VEC)) * up[0, VEC), rounded once.
+template <typename T, Act A, int VEC>
+__device__ __forceinline__ void act_and_mul_vec(T* out, const T* gate, const T* up) {
+  FloatVec<T, VEC> g, u;
+  g.load(gate);
+  u.load(up);
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) g.v[i] = act_fwd<A, kFast<T>>(g.v[i]) * u.v[i];
+  g.store(out);
+}
+
 template <typename T, Act A, int VEC>
 __global__ void __launch_bounds__(kThreads) act_and_mul_kernel(T* __restrict__ out, const T* __restrict__ gate,
                                                                const T* __restrict__ up, Tile tile,
@@ -39,12 +52,8 @@ __global__ void __launch_bounds__(kThreads) act_and_mul_kernel(T* __restrict__ o
   for (int64_t r = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y; r < tile.rows; r += row_step) {
     for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < tile.vecs_per_row;
          c += col_step) {
-      FloatVec<T, VEC> g, u;
-      g.load(gate + r * gate_stride + c * VEC);
-      u.load(up + r * up_stride + c * VEC);
-#pragma unroll
-      for (int i = 0; i < VEC; ++i) g.v[i] = act_fwd<A, kFast<T>>(g.v[i]) * u.v[i];
-      g.store(out + r * out_stride + c * VEC);
+      act_and_mul_vec<T, A, VEC>(out + r * out_stride + c * VEC, gate + r * gate_stride + c * VEC,
+                                 up + r * up_stride + c * VEC);
     }
   }
 }
@@ -76,18 +85,83 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-/// The widest vector (in elements, at most 16 bytes) that divides d, every row stride and every base address.
-int pick_vec(std::initializer_list<const RowMatrix*> ms, int64_t cols) {
-  const int64_t esize = static_cast<int64_t>(dtype_size((*ms.begin())->dtype));
-  for (int vec = static_cast<int>(16 / esize); vec > 1; vec /= 2) {
-    bool ok = cols % vec == 0;
-    for (const RowMatrix* m : ms) {
-      ok = ok && (m->rows <= 1 || m->row_stride % vec == 0) &&
-           reinterpret_cast<std::uintptr_t>(m->data) % static_cast<std::uintptr_t>(vec * esize) == 0;
-    }
-    if (ok) return vec;
+// ---------------------------------------------------------------------------------------------------------------
+// Masked expert-major form. Every block first turns masked_m into an exclusive prefix sum of the valid row counts
+// n_e = clamp(masked_m[e], 0, T_max) in shared memory (E <= kMaxMaskedExperts; masked_m is a few KB, read from L2
+// by every block), then the grid loops over the flattened valid rows v in [0, sum n_e): row v belongs to the expert
+// e with prefix[e] <= v < prefix[e + 1] (a binary search, uniform across the threads of a row), at row
+// v - prefix[e]. So the work, and the grid, follow the valid rows only, however they are spread over the experts.
+
+template <typename T>
+struct MaskedParams {
+  T* out;
+  const T* input;
+  const void* masked_m;
+  int64_t E, T_max, d, vecs_per_row;
+  int64_t out_stride_e, out_stride_t, in_stride_e, in_stride_t, m_stride;
+  bool m_int64;
+  DeviceErrorRecord* errors;
+  uint32_t site;
+};
+
+/// prefix[0..E] = exclusive prefix sum of the clamped counts, by every thread of the block; returns prefix[E].
+/// Block 0 records the first out-of-range masked_m.
+template <typename T>
+__device__ int64_t masked_prefix(const MaskedParams<T>& p, int64_t* prefix) {
+  __shared__ int64_t warp_total[kThreads / 32];
+  const int nthreads = static_cast<int>(blockDim.x * blockDim.y);
+  const int tid = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x), lane = tid & 31, warp = tid / 32;
+  const int64_t per_thread = (p.E + nthreads - 1) / nthreads;
+  const int64_t e0 = min(p.E, tid * per_thread), e1 = min(p.E, e0 + per_thread);
+  auto count = [&](int64_t e) {
+    const int64_t i = e * p.m_stride;
+    const int64_t m = p.m_int64 ? static_cast<const int64_t*>(p.masked_m)[i]
+                                : static_cast<int64_t>(static_cast<const int32_t*>(p.masked_m)[i]);
+    if ((m < 0 || m > p.T_max) && blockIdx.x == 0) record_device_error(p.errors, p.site, e);
+    return m < 0 ? int64_t{0} : m > p.T_max ? p.T_max : m;
+  };
+  int64_t local = 0;
+  for (int64_t e = e0; e < e1; ++e) local += count(e);
+  // Exclusive scan of the per-thread sums: within warps by shuffles, then across the warp totals.
+  int64_t incl = local;
+  for (int o = 1; o < 32; o *= 2) {
+    const int64_t t = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += t;
   }
-  return 1;
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+  int64_t before = 0;
+  for (int w = 0; w < warp; ++w) before += warp_total[w];
+  int64_t run = before + incl - local;
+  for (int64_t e = e0; e < e1; ++e) {
+    prefix[e] = run;
+    run += count(e);  // a second read of the same few bytes (L1), instead of a per-thread buffer
+  }
+  if (tid == nthreads - 1) prefix[p.E] = run;
+  __syncthreads();
+  return prefix[p.E];
+}
+
+template <typename T, Act A, int VEC>
+__global__ void __launch_bounds__(kThreads) act_and_mul_masked_kernel(const MaskedParams<T> p) {
+  extern __shared__ int64_t prefix[];  // [E + 1]
+  pdl_wait_and_release();
+  const int64_t total = masked_prefix(p, prefix);
+  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; v < total;
+       v += static_cast<int64_t>(gridDim.x) * blockDim.y) {
+    int64_t lo = 0, hi = p.E;  // invariant: prefix[lo] <= v < prefix[hi]
+    while (hi - lo > 1) {
+      const int64_t mid = (lo + hi) / 2;
+      if (prefix[mid] <= v) lo = mid;
+      else hi = mid;
+    }
+    const int64_t r = v - prefix[lo];
+    T* out = p.out + lo * p.out_stride_e + r * p.out_stride_t;
+    const T* gate = p.input + lo * p.in_stride_e + r * p.in_stride_t;
+    for (int64_t c = threadIdx.x; c < p.vecs_per_row; c += blockDim.x) {
+      act_and_mul_vec<T, A, VEC>(out + c * VEC, gate + c * VEC, gate + p.d + c * VEC);
+    }
+  }
 }
 
 struct Launch {
@@ -128,6 +202,44 @@ void launch_forward(const ActAndMulArgs& a, int device, cudaStream_t stream) {
 }
 
 template <typename T, Act A>
+void launch_masked(const MaskedActArgs& a, int device, cudaStream_t stream) {
+  // Vector width: d, both strides of out and input, and both base addresses (the up half follows at d elements).
+  const RowMatrix out_rows{a.out, a.T_max, a.d, a.out_stride_t, a.dtype}, out_experts{a.out, a.E, a.d, a.out_stride_e, a.dtype};
+  const RowMatrix in_rows{const_cast<void*>(a.input), a.T_max, a.d, a.in_stride_t, a.dtype};
+  const RowMatrix in_experts{const_cast<void*>(a.input), a.E, a.d, a.in_stride_e, a.dtype};
+  const int vec = pick_vec({&out_rows, &out_experts, &in_rows, &in_experts}, a.d);
+  MaskedParams<T> p;
+  p.out = static_cast<T*>(a.out);
+  p.input = static_cast<const T*>(a.input);
+  p.masked_m = a.masked_m;
+  p.E = a.E;
+  p.T_max = a.T_max;
+  p.d = a.d;
+  p.vecs_per_row = a.d / vec;
+  p.out_stride_e = a.out_stride_e;
+  p.out_stride_t = a.out_stride_t;
+  p.in_stride_e = a.in_stride_e;
+  p.in_stride_t = a.in_stride_t;
+  p.m_stride = a.m_stride;
+  p.m_int64 = a.m_dtype == DType::i64;
+  p.errors = cuda_error_record(device);
+  p.site = a.site;
+  // Rows of the flattened valid list per block: as plan(); the grid fills the GPU (8 blocks of 256 threads per SM),
+  // bounded by the rows there can be.
+  const Launch l = plan(a.E * a.T_max, a.d, vec);
+  const int64_t max_blocks = std::max<int64_t>(1, (a.E * a.T_max + l.block.y - 1) / l.block.y);
+  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(max_blocks, 8 * int64_t{sm_count(device)}));
+  const std::size_t smem = static_cast<std::size_t>(a.E + 1) * sizeof(int64_t);
+  auto go = [&](auto kernel) { launch_kernel(kernel, dim3(grid), l.block, smem, stream, device, p); };
+  switch (vec) {
+    case 8: if constexpr (sizeof(T) == 2) go(act_and_mul_masked_kernel<T, A, 8>); break;
+    case 4: go(act_and_mul_masked_kernel<T, A, 4>); break;
+    case 2: go(act_and_mul_masked_kernel<T, A, 2>); break;
+    default: go(act_and_mul_masked_kernel<T, A, 1>); break;
+  }
+}
+
+template <typename T, Act A>
 void launch_backward(const ActAndMulBackwardArgs& a, int device, cudaStream_t stream) {
   const int vec = pick_vec({&a.dgate, &a.dup, &a.dout, &a.gate, &a.up}, a.dgate.cols);
   const Launch l = plan(a.dgate.rows, a.dgate.cols, vec);
@@ -145,27 +257,16 @@ void launch_backward(const ActAndMulBackwardArgs& a, int device, cudaStream_t st
   }
 }
 
-template <typename T>
-struct TypeTag {
-  using type = T;
-};
-
 /// Calls f(TypeTag<T>{}, std::integral_constant<Act, A>{}) for the runtime dtype and activation.
 template <typename F>
 void dispatch(DType dtype, Act act, F&& f) {
-  auto by_act = [&](auto tag) {
+  with_float_type(dtype, [&](auto tag) {
     switch (act) {
       case Act::silu: f(tag, std::integral_constant<Act, Act::silu>{}); break;
       case Act::gelu: f(tag, std::integral_constant<Act, Act::gelu>{}); break;
       case Act::gelu_tanh: f(tag, std::integral_constant<Act, Act::gelu_tanh>{}); break;
     }
-  };
-  switch (dtype) {
-    case DType::f32: by_act(TypeTag<float>{}); break;
-    case DType::f16: by_act(TypeTag<__half>{}); break;
-    case DType::bf16: by_act(TypeTag<__nv_bfloat16>{}); break;
-    default: throw Error(ErrorKind::invalid_argument, "act_and_mul: unsupported dtype");
-  }
+  });
 }
 
 }  // namespace
@@ -184,6 +285,19 @@ void act_and_mul_backward(const char* op, const ActAndMulBackwardArgs& args, int
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(args.dgate.dtype, args.act, [&](auto t, auto a) {
     launch_backward<typename decltype(t)::type, decltype(a)::value>(args, device, s);
+  });
+  after_launch(op, s, device);
+}
+
+}  // namespace fuseops::detail::cuda
+
+namespace fuseops::detail::cuda {
+
+void act_and_mul_masked(const char* op, const MaskedActArgs& args, int device, void* stream) {
+  DeviceGuard guard(device, op);
+  auto s = static_cast<cudaStream_t>(stream);
+  dispatch(args.dtype, args.act, [&](auto t, auto a) {
+    launch_masked<typename decltype(t)::type, decltype(a)::value>(args, device, s);
   });
   after_launch(op, s, device);
 }

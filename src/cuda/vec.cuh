@@ -6,6 +6,9 @@
 
 #include <cstdint>
 
+#include "fuseops/error.h"
+#include "fuseops/tensor.h"
+
 namespace fuseops::detail {
 
 template <typename T>
@@ -38,6 +41,21 @@ struct RawPack<4> { using type = uint32_t; };
 template <>
 struct RawPack<2> { using type = uint16_t; };
 
+/// N elements of T kept in their storage form (N * sizeof(T) bytes of registers), for a load issued early and
+/// converted late.
+template <typename T, int N>
+struct StorageVec {
+  union {
+    typename RawPack<N * sizeof(T)>::type raw;
+    T elems[N];
+  } u;
+  /// Loads N contiguous elements from `p` (aligned to N * sizeof(T)) through the read-only path.
+  __device__ __forceinline__ void load(const T* p) {
+    u.raw = __ldg(reinterpret_cast<const typename RawPack<N * sizeof(T)>::type*>(p));
+  }
+  __device__ __forceinline__ float get(int i) const { return to_float(u.elems[i]); }
+};
+
 /// N elements of T, converted to float.
 template <typename T, int N>
 struct FloatVec {
@@ -45,14 +63,10 @@ struct FloatVec {
 
   /// Loads N contiguous elements from `p` (aligned to N * sizeof(T)) through the read-only path.
   __device__ __forceinline__ void load(const T* p) {
-    using Raw = typename RawPack<N * sizeof(T)>::type;
-    union {
-      Raw raw;
-      T elems[N];
-    } u;
-    u.raw = __ldg(reinterpret_cast<const Raw*>(p));
+    StorageVec<T, N> raw;
+    raw.load(p);
 #pragma unroll
-    for (int i = 0; i < N; ++i) v[i] = to_float(u.elems[i]);
+    for (int i = 0; i < N; ++i) v[i] = raw.get(i);
   }
 
   /// Rounds to T once and stores N contiguous elements at `p`.
@@ -67,5 +81,22 @@ struct FloatVec {
     *reinterpret_cast<Raw*>(p) = u.raw;
   }
 };
+
+/// A storage type as a value, for generic lambdas.
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+/// Calls f(TypeTag<T>{}) with T = float, __half or __nv_bfloat16 for f32, f16 or bf16.
+template <typename F>
+void with_float_type(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::f32: f(TypeTag<float>{}); break;
+    case DType::f16: f(TypeTag<__half>{}); break;
+    case DType::bf16: f(TypeTag<__nv_bfloat16>{}); break;
+    default: throw Error(ErrorKind::invalid_argument, std::string("unsupported storage dtype ") + dtype_name(dtype));
+  }
+}
 
 }  // namespace fuseops::detail

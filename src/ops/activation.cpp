@@ -2,6 +2,7 @@
 #include <string>
 
 #include "core/dispatch.h"
+#include "cuda/device_error.h"
 #include "fuseops/activation.h"
 #include "ops/activation_impl.h"
 
@@ -18,19 +19,6 @@ Act gelu_act(GeluApproximate approximate) {
   }
   throw Error(ErrorKind::invalid_argument,
               "gelu: approximate: expected none | tanh, got code " + std::to_string(static_cast<int>(approximate)));
-}
-
-/// Same leading dims; last dim of `v` == last of `ref` * num / den.
-void check_shape_like(const char* op, const char* name, const TensorView& v, const char* ref_name,
-                      const TensorView& ref, int64_t expected_last) {
-  bool ok = v.rank == ref.rank && v.rank >= 1 && v.shape[v.rank - 1] == expected_last;
-  for (int i = 0; ok && i < v.rank - 1; ++i) ok = v.shape[i] == ref.shape[i];
-  if (!ok) {
-    std::string expected = "shape [";
-    for (int i = 0; i < ref.rank - 1; ++i) expected += std::to_string(ref.shape[i]) + ", ";
-    expected += std::to_string(expected_last) + "] (leading dims of " + std::string(ref_name) + ")";
-    fail_argument(op, name, expected, v.shape_str());
-  }
 }
 
 void run_forward(const char* op, const ActAndMulArgs& args, const Device& device, Stream stream) {
@@ -124,6 +112,61 @@ void backward(const char* op, Act act, TensorView dgate, TensorView dup, TensorV
   }
 }
 
+/// [E, T_max, width] with innermost stride 1 (any other non-negative strides: check_layout).
+void check_expert_major(const char* op, const char* name, const TensorView& v, const std::string& dims) {
+  if (v.rank != 3) fail_argument(op, name, "rank 3 " + dims, v.shape_str());
+  if (v.shape[2] > 1 && v.strides[2] != 1) {
+    fail_argument(op, name, "innermost stride 1", "stride " + std::to_string(v.strides[2]));
+  }
+}
+
+void masked_forward(const char* op, Act act, TensorView out, TensorView input, TensorView masked_m, Stream stream) {
+  check_dtype(op, "input", input, kFloatTypes);
+  check_same_dtype(op, "out", out, "input", input);
+  check_dtype(op, "masked_m", masked_m, {DType::i32, DType::i64});
+  const Device device = common_device(op, {{"out", &out}, {"input", &input}, {"masked_m", &masked_m}});
+  check_expert_major(op, "input", input, "[E, T_max, 2*d]");
+  const int64_t E = input.shape[0], T_max = input.shape[1], two_d = input.shape[2];
+  if (two_d < 2 || two_d % 2 != 0) {
+    fail_argument(op, "input", "an even last dim 2*d >= 2", std::to_string(two_d) + " in " + input.shape_str());
+  }
+  check_expert_major(op, "out", out, "[E, T_max, d]");
+  check_shape_like(op, "out", out, "input", input, two_d / 2);
+  if (masked_m.rank != 1 || masked_m.shape[0] != E) {
+    fail_argument(op, "masked_m", "shape [E] = [" + std::to_string(E) + "]", masked_m.shape_str());
+  }
+  if (E > kMaxMaskedExperts) {
+    fail_argument(op, "input", "at most " + std::to_string(kMaxMaskedExperts) + " experts", std::to_string(E));
+  }
+  check_disjoint(op, "out", out, "input", input);
+  MaskedActArgs a;
+  a.act = act;
+  a.dtype = input.dtype;
+  a.E = E;
+  a.T_max = T_max;
+  a.d = two_d / 2;
+  a.out = out.data;
+  a.input = input.data;
+  a.out_stride_e = out.strides[0];
+  a.out_stride_t = out.strides[1];
+  a.in_stride_e = input.strides[0];
+  a.in_stride_t = input.strides[1];
+  a.masked_m = masked_m.data;
+  a.m_dtype = masked_m.dtype;
+  a.m_stride = masked_m.strides[0];
+  a.site = error_site(op, "masked_m");
+  if (E == 0) return;  // with T_max == 0 the kernel still checks masked_m
+  if (backend_for(op, device) == Backend::cuda) {
+#if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
+    cuda::act_and_mul_masked(op, a, device.index, stream.handle);
+#else
+    (void)stream;
+#endif
+  } else {
+    cpu::act_and_mul_masked(a);
+  }
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -163,6 +206,15 @@ void silu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, Te
 void gelu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, TensorView gate, TensorView up,
                            GeluApproximate approximate, Stream stream) {
   detail::backward("gelu_and_mul_backward", detail::gelu_act(approximate), dgate, dup, dout, gate, up, stream);
+}
+
+void silu_and_mul_masked(TensorView out, TensorView input, TensorView masked_m, Stream stream) {
+  detail::masked_forward("silu_and_mul_masked", detail::Act::silu, out, input, masked_m, stream);
+}
+
+void gelu_and_mul_masked(TensorView out, TensorView input, TensorView masked_m, GeluApproximate approximate,
+                         Stream stream) {
+  detail::masked_forward("gelu_and_mul_masked", detail::gelu_act(approximate), out, input, masked_m, stream);
 }
 
 }  // namespace fuseops

@@ -18,14 +18,33 @@ struct ActAndMulBackwardArgs {
   RowMatrix dgate, dup, dout, gate, up;
 };
 
+/// The largest expert count of the masked form (the CUDA kernel scans masked_m in shared memory).
+constexpr int64_t kMaxMaskedExperts = 4096;
+
+/// out[e, r, :] = act(input[e, r, :d]) * input[e, r, d:] for r < clamp(masked_m[e], 0, T_max).
+struct MaskedActArgs {
+  Act act;
+  DType dtype;
+  int64_t E = 0, T_max = 0, d = 0;
+  void* out = nullptr;
+  const void* input = nullptr;
+  int64_t out_stride_e = 0, out_stride_t = 0, in_stride_e = 0, in_stride_t = 0;  ///< elements
+  const void* masked_m = nullptr;
+  DType m_dtype = DType::i32;
+  int64_t m_stride = 1;
+  uint32_t site = 0;  ///< (op, "masked_m") in the device error record
+};
+
 namespace cpu {
 void act_and_mul(const ActAndMulArgs& args);
 void act_and_mul_backward(const ActAndMulBackwardArgs& args);
+void act_and_mul_masked(const MaskedActArgs& args);
 }  // namespace cpu
 
 namespace cuda {
 void act_and_mul(const char* op, const ActAndMulArgs& args, int device, void* stream);
 void act_and_mul_backward(const char* op, const ActAndMulBackwardArgs& args, int device, void* stream);
+void act_and_mul_masked(const char* op, const MaskedActArgs& args, int device, void* stream);
 }  // namespace cuda
 
 }  // namespace fuseops::detail

@@ -20,18 +20,6 @@ namespace {
 using fuseops::Device;
 using fuseops::ErrorKind;
 
-/// The message of the Error(device_value) that check_errors(device) raises, or "" (with a failure) if none.
-std::string take_device_error(int device = -1) {
-  try {
-    fuseops::check_errors(device);
-  } catch (const fuseops::Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::device_value) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "check_errors() did not raise";
-  return "";
-}
-
 #define SKIP_IN_DEBUG_MODE() \
   if (fuseops::debug_mode()) GTEST_SKIP() << "FUSEOPS_DEBUG is set: ops raise at once (see DebugMode.*)"
 

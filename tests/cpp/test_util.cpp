@@ -23,6 +23,17 @@ std::mt19937_64 test_rng() {
   return std::mt19937_64(seq);
 }
 
+std::string take_device_error(int device) {
+  try {
+    fuseops::check_errors(device);
+  } catch (const fuseops::Error& e) {
+    EXPECT_EQ(e.kind(), fuseops::ErrorKind::device_value) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "check_errors() did not raise";
+  return "";
+}
+
 const char* where_name(Where where) { return where == Where::cpu ? "cpu" : "cuda"; }
 
 bool cuda_available() { return fuseops::built_with_cuda() && fuseops::cuda_device_count() > 0; }

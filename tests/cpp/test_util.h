@@ -157,6 +157,9 @@ template <typename F>
 }
 
 
+/// The message of the Error(device_value) that check_errors(device) raises, or "" (with a failure) if none.
+std::string take_device_error(int device = -1);
+
 // The argument is named in the "<op>: <arg>: " prefix of the message.
 #define EXPECT_ARG_ERROR(statement, op, arg, ...)                                                              \
   EXPECT_TRUE(::fuseops_test::raises([&] { statement; }, fuseops::ErrorKind::invalid_argument,             \

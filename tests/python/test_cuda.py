@@ -80,3 +80,38 @@ def test_check_errors_on_device():
     fuseops.clear_errors(0)
     fuseops.check_errors(0)
     fuseops.check_errors()
+
+
+def test_cuda_graph_norm_and_masked():
+    """layer_norm_fwd (statistics allocated inside the capture) and silu_and_mul_masked (masked_m read on the device
+    at replay: changing it between replays changes which rows are written)."""
+    x, z = randn((64, 4096), torch.bfloat16, "cuda"), randn((64, 4096), torch.bfloat16, "cuda")
+    w = torch.ones(4096, dtype=torch.bfloat16, device="cuda")
+    xm = randn((4, 16, 64), torch.float32, "cuda")
+    m = torch.tensor([16, 0, 5, 1], dtype=torch.int32, device="cuda")
+    om = poisoned((4, 16, 32), torch.float32, "cuda")
+
+    def work():
+        fuseops.silu_and_mul_masked(xm, m, out=om)
+        return fuseops.layer_norm_fwd(x, w, None, 1e-6, z=z, group_size=128, is_rms_norm=True)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        work()
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out, _, rstd = work()
+    for counts in ([16, 0, 5, 1], [0, 3, 16, 2]):
+        m.copy_(torch.tensor(counts, dtype=torch.int32))
+        om.fill_(float("nan"))
+        x.copy_(randn((64, 4096), torch.bfloat16, "cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager, _, eager_rstd = fuseops.layer_norm_fwd(x, w, None, 1e-6, z=z, group_size=128, is_rms_norm=True)
+        assert torch.equal(out, eager) and torch.equal(rstd, eager_rstd)  # deterministic: same bits
+        ref = fuseops.silu_and_mul(xm)
+        for e, n in enumerate(counts):
+            assert torch.equal(om[e, :n], ref[e, :n]), f"expert {e}"
+            assert torch.isnan(om[e, n:]).all(), f"expert {e}: a row past masked_m was written"

@@ -18,6 +18,18 @@ def samples(device, dtype=torch.bfloat16, rows=7, d=40):
     def out():
         return poisoned((rows, d), dtype, device)
 
+    # Gated norm: [rows, 2d] in groups of d / 2, float32 weight and bias [2d]; statistics [4 * rows].
+    xn, zn = randn((rows, 2 * d), dtype, device), randn((rows, 2 * d), dtype, device)
+    w, b = randn((2 * d,), torch.float32, device), randn((2 * d,), torch.float32, device)
+
+    def stat():
+        return poisoned((4 * rows,), torch.float32, device)
+
+    # Masked: 3 experts of rows // 2 + 1 rows; zeros rather than NaN past masked_m (those rows are never written).
+    tm = rows // 2 + 1
+    xm = randn((3, tm, 2 * d), dtype, device)
+    masked_m = torch.tensor([tm, 0, tm // 2], dtype=torch.int32, device=device)
+
     return [
         (ops.silu_and_mul.default, (out(), x), {}),
         (ops.gelu_and_mul.default, (out(), x), {}),
@@ -29,6 +41,13 @@ def samples(device, dtype=torch.bfloat16, rows=7, d=40):
         (ops.silu_and_mul_backward.default, (out(), out(), dout, gate, up), {}),
         (ops.gelu_and_mul_backward.default, (out(), out(), dout, gate, up), {}),
         (ops.gelu_and_mul_backward.default, (out(), out(), dout, gate, up, "tanh"), {}),
+        (ops.layer_norm_fwd.default, (poisoned((rows, 2 * d), dtype, device), stat(), stat(), xn, w, b),
+         {"group_size": d // 2}),
+        (ops.layer_norm_fwd.default, (poisoned((rows, 2 * d), dtype, device), None, stat(), xn, w, None, zn),
+         {"group_size": d // 2, "is_rms_norm": True}),
+        (ops.silu_and_mul_masked.default, (torch.zeros((3, tm, d), dtype=dtype, device=device), xm, masked_m), {}),
+        (ops.gelu_and_mul_masked.default, (torch.zeros((3, tm, d), dtype=dtype, device=device), xm, masked_m, "tanh"),
+         {}),
         (ops.silu_and_mul.functional, (x,), {}),
         (ops.gelu_and_mul.functional, (x,), {"approximate": "tanh"}),
         (ops.gelu_tanh_and_mul.functional, (x,), {}),

@@ -1,6 +1,7 @@
 // Case sets of the gated activations: check against the golden, and benchmark against the unfused two-kernel
 // form (activation rounded to the storage dtype, then the product: what PyTorch eager computes).
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -8,6 +9,7 @@
 
 #include "cases.h"
 #include "fuseops/activation.h"
+#include "fuseops/error.h"
 #include "gpu.h"
 #include "reference/activation.h"
 #include "testing/compare.h"
@@ -239,7 +241,163 @@ class ActivationCase : public OpCase {
   Spec s_;
 };
 
+// ---------------------------------------------------------------------------------------------------------------
+// The masked expert-major form: input [E, T_max, 2d], masked_m [E]; `busy` experts hold `busy_rows` valid rows, the
+// others none. Bytes count the valid rows only (2d read + d written per row, and masked_m). Baseline: the dense
+// silu_and_mul over all E * T_max rows, what a caller without the masked op runs.
+
+struct MaskedSpec {
+  Act act;
+  int64_t E, T_max, d, busy, busy_rows;
+  DType dtype;
+};
+
+/// masked_m: experts spread evenly over [0, E) are busy (busy_rows each, at most T_max), the rest 0.
+std::vector<int32_t> masked_counts(const MaskedSpec& s, int64_t T_max) {
+  std::vector<int32_t> m(static_cast<std::size_t>(s.E), 0);
+  for (int64_t k = 0; k < s.busy; ++k) m[k * s.E / s.busy] = static_cast<int32_t>(std::min(s.busy_rows, T_max));
+  return m;
+}
+
+void run_masked(const MaskedSpec& s, const TensorView& out, const TensorView& in, const TensorView& m, Stream st) {
+  if (s.act == Act::silu) silu_and_mul_masked(out, in, m, st);
+  else gelu_and_mul_masked(out, in, m, approx(s.act), st);
+}
+
+class MaskedBench : public BenchProblem {
+ public:
+  explicit MaskedBench(const MaskedSpec& s) : s_(s) {}
+  std::size_t set_bytes() const override { return 3 * rows() * s_.d * dtype_size(s_.dtype) + 4 * s_.E; }
+  double bytes() const override {
+    const double valid = static_cast<double>(s_.busy * std::min(s_.busy_rows, s_.T_max));
+    return 3.0 * valid * s_.d * dtype_size(s_.dtype) + 4.0 * s_.E;
+  }
+  void allocate(int sets) override {
+    const std::vector<int32_t> m = masked_counts(s_, s_.T_max);
+    for (int k = 0; k < sets; ++k) {
+      gpu::Buffer b(set_bytes());
+      gpu::fill_random(b.get(), s_.dtype, 2 * rows() * s_.d, 3000 + k);
+      gpu::copy_to_device(counts(b), m.data(), m.size() * sizeof(int32_t));
+      sets_.push_back(std::move(b));
+    }
+  }
+  void run(int set, void* stream) override {
+    const Device dev = Device::cuda(0);
+    char* base = static_cast<char*>(sets_[set].get());
+    const TensorView in(base, s_.dtype, dev, {s_.E, s_.T_max, 2 * s_.d});
+    const TensorView out(base + 2 * rows() * s_.d * dtype_size(s_.dtype), s_.dtype, dev, {s_.E, s_.T_max, s_.d});
+    run_masked(s_, out, in, TensorView(counts(sets_[set]), DType::i32, dev, {s_.E}), Stream(stream));
+  }
+  bool run_baseline(int set, void* stream) override {
+    const Device dev = Device::cuda(0);
+    char* base = static_cast<char*>(sets_[set].get());
+    const TensorView in(base, s_.dtype, dev, {rows(), 2 * s_.d});
+    const TensorView out(base + 2 * rows() * s_.d * dtype_size(s_.dtype), s_.dtype, dev, {rows(), s_.d});
+    if (s_.act == Act::silu) silu_and_mul(out, in, Stream(stream));
+    else gelu_and_mul(out, in, approx(s_.act), Stream(stream));
+    return true;
+  }
+
+ private:
+  int64_t rows() const { return s_.E * s_.T_max; }
+  void* counts(const gpu::Buffer& b) const { return static_cast<char*>(b.get()) + 3 * rows() * s_.d * dtype_size(s_.dtype); }
+  MaskedSpec s_;
+  std::vector<gpu::Buffer> sets_;
+};
+
+class MaskedCase : public OpCase {
+ public:
+  explicit MaskedCase(const MaskedSpec& s) : s_(s) {
+    family = "activation";
+    op = s.act == Act::silu ? "silu_and_mul_masked" : s.act == Act::gelu ? "gelu_and_mul_masked" : "gelu_and_mul_masked(tanh)";
+    shape = std::to_string(s.E) + "x" + std::to_string(s.T_max) + "x" + std::to_string(s.d) + ":" +
+            std::to_string(s.busy) + "@" + std::to_string(s.busy_rows);
+    baseline = "dense silu_and_mul over E*T_max rows";
+    dtype = s.dtype;
+    rows = s.T_max;  // check(rows) runs with T_max reduced to `rows`
+    decode = s.busy * s.busy_rows <= 64;
+  }
+
+  /// The op at T_max = nrows on random inputs; the valid rows are compared with the golden, the others must keep
+  /// their poison.
+  CheckOutcome check(Device device, int64_t nrows, uint64_t seed) const override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t T = nrows, d = s_.d;
+    HostTensor in(s_.dtype, {s_.E * T, 2 * d}), out(s_.dtype, {s_.E * T, d}), m(DType::i32, {s_.E});
+    testing::fill_random_seeded(in, Fill::normal, seed);
+    out.poison();
+    const std::vector<int32_t> counts = masked_counts(s_, T);
+    std::copy(counts.begin(), counts.end(), static_cast<int32_t*>(m.data()));
+    auto shaped = [&](const TensorView& v, int64_t w) {
+      return TensorView(v.data, v.dtype, v.device, {s_.E, T, w});
+    };
+    if (device.is_cuda()) {
+      testing::DeviceTensor din(in, device.index), dout(out, device.index), dm(m, device.index);
+      run_masked(s_, shaped(dout.view(), d), shaped(din.view(), 2 * d), dm.view(), Stream());
+      testing::device_synchronize(device.index);
+      dout.copy_to(out);
+    } else {
+      run_masked(s_, shaped(out.view(), d), shaped(in.view(), 2 * d), m.view(), Stream());
+    }
+    check_errors();
+    const testing::Tolerance tol = testing::Tolerance::for_dtype(s_.dtype, 16);
+    // One accumulator per expert (in parallel), merged in expert order.
+    std::vector<testing::ComparisonAccumulator> acc(static_cast<std::size_t>(s_.E),
+                                                    testing::ComparisonAccumulator(s_.dtype, tol, d));
+    std::vector<char> written(static_cast<std::size_t>(s_.E), 0);
+    testing::parallel_chunks(s_.E, 1, [&](int64_t e, int64_t, int64_t) {
+      for (int64_t r = 0; r < T; ++r) {
+        const int64_t row = e * T + r;
+        for (int64_t c = 0; c < d; ++c) {
+          if (r < counts[e]) {
+            const auto v = reference::act_and_mul_at(s_.act, in.get(row, c), in.get(row, d + c));
+            acc[e].add(row * d + c, out.get(row, c), v.value, v.sensitivity, v.flush_scale);
+          } else if (!std::isnan(out.get(row, c))) {
+            written[e] = 1;
+          }
+        }
+      }
+    });
+    testing::ComparisonAccumulator total(s_.dtype, tol, d);
+    for (const auto& a : acc) total.merge(a);
+    const bool untouched = std::find(written.begin(), written.end(), 1) == written.end();
+    const testing::Comparison c = total.finish();
+    CheckOutcome o;
+    o.pass = c.pass && untouched;
+    o.max_abs_error = c.max_abs_error;
+    o.rel_rms_error = c.rel_rms_error;
+    o.tolerance = tol.describe();
+    o.detail = !untouched ? "a row past masked_m was written" : c.detail;
+    o.rows_checked = T;
+    o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return o;
+  }
+
+  double time_cpu_us(int64_t nrows) const override {
+    HostTensor in(s_.dtype, {s_.E * nrows, 2 * s_.d}), out(s_.dtype, {s_.E * nrows, s_.d}), m(DType::i32, {s_.E});
+    testing::fill_random_seeded(in, Fill::normal, 1);
+    const std::vector<int32_t> counts = masked_counts(s_, nrows);
+    std::copy(counts.begin(), counts.end(), static_cast<int32_t*>(m.data()));
+    const TensorView vin(in.data(), s_.dtype, Device::cpu(), {s_.E, nrows, 2 * s_.d});
+    const TensorView vout(out.data(), s_.dtype, Device::cpu(), {s_.E, nrows, s_.d});
+    return median_wall_us([&] { run_masked(s_, vout, vin, m.view(), Stream()); });
+  }
+
+  std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<MaskedBench>(s_); }
+
+ private:
+  MaskedSpec s_;
+};
+
 using Cases = std::vector<std::unique_ptr<OpCase>>;
+
+CaseFactory make_masked(std::vector<MaskedSpec> specs) {
+  return [specs] {
+    Cases cases;
+    for (const MaskedSpec& s : specs) cases.push_back(std::make_unique<MaskedCase>(s));
+    return cases;
+  };
+}
 
 CaseFactory make(std::vector<Spec> specs) {
   return [specs] {
@@ -306,6 +464,17 @@ void register_activation_cases(Registry& r) {
   r.add("qwen3-next-80b",
         "Qwen3-Next-80B-A3B: MoE expert intermediate 512 (SwiGLU); 40960 rows = 4096 tokens x 10 experts", true,
         make(rows_of(silu, Form::fused, 512, {1, 64, 4096, 8192, 40960})));
+  // DeepEP low-latency layout: 64 local experts, up to 4096 tokens each, expert intermediate 2048; 8 busy experts.
+  const MaskedSpec moe_masked{silu, 64, 4096, 2048, 8, 4096, DType::bf16};
+  r.add("moe-masked",
+        "masked expert-major silu_and_mul (E 64, T_max 4096, d 2048): 8 experts full, the rest empty; all 64 at 64 "
+        "rows; decode (8 experts x 1 row); gelu modes",
+        true,
+        make_masked({moe_masked, MaskedSpec{silu, 64, 4096, 2048, 64, 64, DType::bf16},
+                     MaskedSpec{silu, 64, 4096, 2048, 8, 1, DType::bf16},
+                     MaskedSpec{gelu, 64, 1024, 2048, 16, 1000, DType::bf16},
+                     MaskedSpec{tanh, 64, 1024, 2048, 16, 1000, DType::f16}}));
+  r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B", true, make_masked({moe_masked}));
   r.add("qwen2.5-vl-vit", "Qwen2.5-VL vision MLP: intermediate 3420 (d % 8 != 0: 8-byte vectors)", true,
         make(rows_of(silu, Form::fused, 3420, {1, 64, 4096, 8192})));
   std::vector<Spec> flagos;

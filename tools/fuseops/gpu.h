@@ -38,6 +38,9 @@ class Buffer {
   std::size_t bytes_ = 0;
 };
 
+/// Copies `bytes` host bytes to device memory (synchronous).
+void copy_to_device(void* dst, const void* src, std::size_t bytes);
+
 /// Fills `count` elements of a float dtype with N(0, scale)-like random values from `seed` (never zeros).
 void fill_random(void* data, DType dtype, int64_t count, uint64_t seed, float scale = 1.0f);
 

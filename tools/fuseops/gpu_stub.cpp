@@ -13,6 +13,7 @@ Buffer::~Buffer() = default;
 Buffer::Buffer(Buffer&&) noexcept {}
 Buffer& Buffer::operator=(Buffer&&) noexcept { return *this; }
 void fill_random(void*, DType, int64_t, uint64_t, float) { no_cuda(); }
+void copy_to_device(void*, const void*, std::size_t) { no_cuda(); }
 double time_graph_us(const std::function<void(int, void*)>&, int, double, int) { no_cuda(); }
 double copy_rate_tbps() { no_cuda(); }
 double empty_kernel_us() { no_cuda(); }

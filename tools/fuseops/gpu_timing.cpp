@@ -45,6 +45,10 @@ struct Events {
 };
 }  // namespace
 
+void copy_to_device(void* dst, const void* src, std::size_t bytes) {
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "copy to device");
+}
+
 DeviceInfo device_info(int device) {
   cudaDeviceProp p{};
   check(cudaGetDeviceProperties(&p, device), "device properties");

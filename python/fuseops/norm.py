@@ -1,0 +1,88 @@
+"""Gated normalisation, as flash-linear-attention's ``fla/modules/layernorm_gated.py`` (docs/ops/norm.md).
+
+RMSNorm or LayerNorm over the last dim, or over groups of ``group_size`` consecutive elements of it, with an optional
+SiLU gate ``z`` applied after the norm (``norm_before_gate=True``) or to x before it; statistics in fp32::
+
+    x' = x * silu(z)                          if z is not None and not norm_before_gate, else x
+    rstd = 1 / sqrt(mean(x'^2) + eps)         RMSNorm     y = x' * rstd * weight (+ bias)
+    rstd = 1 / sqrt(var(x') + eps)            LayerNorm   y = (x' - mean(x')) * rstd * weight (+ bias)
+    y = y * silu(z)                           if z is not None and norm_before_gate
+
+This is the output norm of Qwen3-Next's Gated DeltaNet layers (RMSNorm per value head, gate after the norm).
+
+Rules: x, z, out: float32 / float16 / bfloat16 of one dtype, shape [..., N] (any leading dims, flattened into rows;
+innermost stride 1). weight, bias: [N], float32 or x's dtype (read as float32). ``group_size`` None means N; it must
+divide N and be at most 16384. Output in x's dtype; mean and rstd float32 [N / group_size * M], group-major (entry
+g * M + m), as FLA. CUDA work runs on the current stream without host synchronisation. Forward only: FLA's backward
+is not implemented, so these functions raise when an input requires grad with grad mode on.
+
+Errors: ValueError naming the argument; RuntimeError when an input requires grad.
+"""
+
+import torch
+
+from ._ops import ops
+
+_layer_norm_fwd = ops.layer_norm_fwd.default
+
+
+def _no_grad(op, *tensors):
+    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
+        raise RuntimeError(f"{op}: the backward of the gated norm is not implemented in fuseops (forward only)")
+
+
+def _group(op, group_size):
+    if group_size is None:
+        return 0
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"{op}: group_size: expected None or an int >= 1, got {group_size!r}")
+    return group_size
+
+
+def _check_x(op, x):
+    if not isinstance(x, torch.Tensor):
+        raise ValueError(f"{op}: x: expected a tensor, got {type(x).__name__}")
+    if x.dim() == 0:
+        raise ValueError(f"{op}: x: expected rank >= 1 [..., N], got rank 0")
+
+
+def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=None, norm_before_gate=True,
+                   is_rms_norm=False):
+    """FLA ``layer_norm_fwd(x, weight, bias, eps, z=None, out=None, group_size=None, norm_before_gate=True,
+    is_rms_norm=False) -> (out, mean, rstd)``, with FLA's argument order (``bias`` and ``eps`` may be given
+    positionally) and any leading dims (FLA requires [M, N]).
+
+    Returns out (x's shape and dtype), mean (float32 [N / group_size * M], None for RMSNorm) and rstd (float32, same
+    shape).
+    """
+    op = "layer_norm_fwd"
+    _check_x(op, x)
+    _no_grad(op, x, weight, bias, z)
+    g = _group(op, group_size)
+    N = x.shape[-1]
+    M = x.numel() // N if N else 0
+    ngroups = N // g if g and N % g == 0 else 1
+    if out is None:
+        out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    mean = None if is_rms_norm else torch.empty(ngroups * M, dtype=torch.float32, device=x.device)
+    rstd = torch.empty(ngroups * M, dtype=torch.float32, device=x.device)
+    _layer_norm_fwd(out, mean, rstd, x, weight, bias, z, float(eps), g, bool(norm_before_gate), bool(is_rms_norm))
+    return out, mean, rstd
+
+
+def layernorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, is_rms_norm=False):
+    """FLA ``layernorm_fn``: ``norm(x) * silu(z)`` if norm_before_gate else ``norm(x * silu(z))``; returns y only
+    (no statistics are stored)."""
+    op = "layernorm_fn"
+    _check_x(op, x)
+    _no_grad(op, x, weight, bias, z)
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    _layer_norm_fwd(out, None, None, x, weight, bias, z, float(eps), _group(op, group_size), bool(norm_before_gate),
+                    bool(is_rms_norm))
+    return out
+
+
+def rmsnorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True):
+    """FLA ``rmsnorm_fn``: :func:`layernorm_fn` with ``is_rms_norm=True``."""
+    return layernorm_fn(x, weight, bias, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate,
+                        is_rms_norm=True)

@@ -1,0 +1,235 @@
+// CUDA backend of the gated norm (docs/ops/norm.md, "Performance").
+//
+// Memory-bound: per element it reads x (and z) and writes out once; weight and bias ([N]) stay in L2 / L1. Each
+// (row, group) is owned by a segment of TPG threads (a power of two: part of a warp, a warp, or up to 1024 threads of
+// a block), each thread holding up to kThreadElems elements of the group in registers as VEC-element vectors, so x
+// and z are read from memory exactly once. The statistics are a fixed-order tree (warp shuffles, then shared memory
+// across the warps of a segment): every run gives the same bits, and a row's result does not depend on other rows.
+// Blocks loop over (row, group) items with a block-uniform trip count, so every thread reaches the reductions.
+#include <algorithm>
+#include <type_traits>
+
+#include "common/act_math.h"
+#include "cuda/launch.h"
+#include "cuda/vec.cuh"
+#include "cuda/vec_width.h"
+#include "ops/norm_impl.h"
+
+namespace fuseops::detail::cuda {
+namespace {
+
+constexpr int kThreadElems = 16;  // elements of a group held per thread: groups up to 16 * 1024 = kMaxNormGroup
+constexpr int kMaxThreads = 1024;
+static_assert(kThreadElems * kMaxThreads == kMaxNormGroup, "the on-chip capacity is the validated group limit");
+
+/// f16 / bf16 outputs take the fast SiLU policy (common/act_math.h); f32 the precise one.
+template <typename T>
+constexpr bool kFastSilu = sizeof(T) == 2;
+
+template <typename T, typename W>
+struct NormParams {
+  T* out;
+  const T* x;
+  const T* z;
+  const W* weight;
+  const W* bias;
+  float* mean;
+  float* rstd;
+  int64_t out_stride, x_stride, z_stride;
+  int64_t rows, ngroups, group_size, items;  // items = rows * ngroups
+  int tpg;  // threads per (row, group): a power of two
+  int nv;   // vectors per thread
+  float eps;
+  NormGate gate;
+  bool rms;
+};
+
+/// VEC elements of W at p (aligned to min(16, VEC * sizeof(W)) bytes) as floats, in loads of at most 16 bytes.
+template <typename W, int VEC>
+__device__ __forceinline__ void load_floats(const W* p, float (&out)[VEC]) {
+  constexpr int kChunk = VEC * sizeof(W) <= 16 ? VEC : static_cast<int>(16 / sizeof(W));
+#pragma unroll
+  for (int c = 0; c < VEC; c += kChunk) {
+    FloatVec<W, kChunk> v;
+    v.load(p + c);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) out[c + i] = v.v[i];
+  }
+}
+
+/// Sum over the segment of `tpg` threads containing this thread; every thread of the segment gets the same bits.
+/// Called by every thread of the block (block-uniform control flow). `red` holds one float per warp.
+__device__ __forceinline__ float segment_sum(float v, int tpg, float* red) {
+  for (int o = min(tpg, 32) / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (tpg <= 32) return v;
+  const int warp = static_cast<int>(threadIdx.x) / 32, per_segment = tpg / 32;
+  const int first = warp / per_segment * per_segment;
+  __syncthreads();  // the previous call's readers are done with red
+  if ((threadIdx.x & 31) == 0) red[warp] = v;
+  __syncthreads();
+  float t = 0.0f;
+  for (int w = 0; w < per_segment; ++w) t += red[first + w];
+  return t;
+}
+
+/// NV: vectors per thread held in registers (p.nv <= NV); 1 for groups of up to 1024 vectors.
+template <typename T, typename W, int VEC, int NV>
+__global__ void __launch_bounds__(kMaxThreads) layer_norm_fwd_kernel(const NormParams<T, W> p) {
+  constexpr int kMaxVecs = NV;
+  static_assert(NV * VEC <= kThreadElems, "registers per thread");
+  constexpr bool kFast = kFastSilu<T>;
+  __shared__ float red[kMaxThreads / 32];
+  pdl_wait_and_release();
+  const int tpg = p.tpg;
+  const int seg = static_cast<int>(threadIdx.x) / tpg, lane = static_cast<int>(threadIdx.x) & (tpg - 1);
+  const int64_t per_block = blockDim.x / tpg;
+  const int64_t G = p.group_size;
+  const float n = static_cast<float>(G);
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * per_block; base < p.items;
+       base += static_cast<int64_t>(gridDim.x) * per_block) {
+    const int64_t item = base + seg;
+    const bool valid = item < p.items;
+    const int64_t row = valid ? item / p.ngroups : 0, group = valid ? item % p.ngroups : 0;
+    const int64_t c0 = group * G;
+    const T* x = p.x + row * p.x_stride + c0;
+    const T* z = p.z + row * p.z_stride + c0;  // used only with a gate
+    // Element offset (within the group) of vector i of this thread, and whether it is inside the group.
+    auto col = [&](int i) { return static_cast<int64_t>(i * tpg + lane) * VEC; };
+    auto inside = [&](int i) { return valid && i < p.nv && col(i) < G; };
+
+    float xs[kMaxVecs][VEC];
+    // z in storage form. With few vectors per thread, a gate after the norm is loaded together with x (twice the
+    // bytes in flight per thread); with many, at its use, to stay within 64 registers.
+    constexpr bool kEarlyZ = NV <= 2;
+    StorageVec<T, VEC> zs[kMaxVecs];
+    float sum = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxVecs; ++i) {
+      if (inside(i)) {
+        FloatVec<T, VEC> v;
+        v.load(x + col(i));
+        if (p.gate == NormGate::before_norm || (kEarlyZ && p.gate == NormGate::after_norm)) zs[i].load(z + col(i));
+        if (p.gate == NormGate::before_norm) {
+#pragma unroll
+          for (int k = 0; k < VEC; ++k) v.v[k] *= act_fwd<Act::silu, kFast>(zs[i].get(k));
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          xs[i][k] = v.v[k];
+          sum += v.v[k];
+        }
+      } else {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) xs[i][k] = 0.0f;
+      }
+    }
+    float mean = 0.0f;
+    if (!p.rms) mean = segment_sum(sum, tpg, red) / n;
+    float sq = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kMaxVecs; ++i) {
+      if (inside(i)) {
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+          const float c = xs[i][k] - mean;
+          sq += c * c;
+        }
+      }
+    }
+    const float rstd = 1.0f / sqrtf(segment_sum(sq, tpg, red) / n + p.eps);
+    if (valid && lane == 0) {
+      const int64_t s = group * p.rows + row;  // group-major, as FLA
+      if (p.mean) p.mean[s] = mean;
+      if (p.rstd) p.rstd[s] = rstd;
+    }
+    T* out = p.out + row * p.out_stride + c0;
+#pragma unroll
+    for (int i = 0; i < kMaxVecs; ++i) {
+      if (!inside(i)) continue;
+      float w[VEC], b[VEC];
+      load_floats<W, VEC>(p.weight + c0 + col(i), w);
+      if (p.bias) load_floats<W, VEC>(p.bias + c0 + col(i), b);
+      FloatVec<T, VEC> y;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        y.v[k] = (xs[i][k] - mean) * rstd * w[k];
+        if (p.bias) y.v[k] += b[k];
+      }
+      if (p.gate == NormGate::after_norm) {
+        if (!kEarlyZ) zs[i].load(z + col(i));
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) y.v[k] *= act_fwd<Act::silu, kFast>(zs[i].get(k));
+      }
+      y.store(out + col(i));
+    }
+  }
+}
+
+int next_pow2(int64_t v) {
+  int p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+template <typename T, typename W>
+void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
+  NormParams<T, W> p;
+  p.out = static_cast<T*>(a.out.data);
+  p.x = static_cast<const T*>(a.x.data);
+  p.z = a.z.data ? static_cast<const T*>(a.z.data) : p.x;
+  p.weight = static_cast<const W*>(a.weight);
+  p.bias = static_cast<const W*>(a.bias);
+  p.mean = a.mean;
+  p.rstd = a.rstd;
+  p.out_stride = a.out.row_stride;
+  p.x_stride = a.x.row_stride;
+  p.z_stride = a.z.data ? a.z.row_stride : a.x.row_stride;
+  p.rows = a.x.rows;
+  p.ngroups = a.ngroups;
+  p.group_size = a.group_size;
+  p.items = a.x.rows * a.ngroups;
+  p.eps = a.eps;
+  p.gate = a.gate;
+  p.rms = a.rms;
+
+  // 16-byte vectors where x, z, out (rows and groups) and weight, bias allow; else scalars.
+  constexpr int kVec = static_cast<int>(16 / sizeof(T));
+  int vec = a.z.data ? pick_vec({&a.out, &a.x, &a.z}, a.group_size) : pick_vec({&a.out, &a.x}, a.group_size);
+  const int64_t w_align = std::min<int64_t>(16, kVec * static_cast<int64_t>(sizeof(W)));
+  if (vec != kVec || !aligned_to(a.weight, w_align) || (a.bias && !aligned_to(a.bias, w_align))) vec = 1;
+
+  const int64_t vecs = a.group_size / vec;
+  p.tpg = std::min(kMaxThreads, next_pow2(vecs));
+  p.nv = static_cast<int>((vecs + p.tpg - 1) / p.tpg);  // <= kThreadElems / vec: group_size <= kMaxNormGroup
+  // Blocks of 256 threads, fewer when that leaves SMs idle (decode), never less than one segment or one warp.
+  const int64_t spread = (p.items * p.tpg + sm_count(device) - 1) / sm_count(device);
+  const int block = std::max(p.tpg, std::max(32, next_pow2(std::min<int64_t>(256, spread))));
+  const int64_t per_block = block / p.tpg;
+  const int64_t grid = std::min<int64_t>((p.items + per_block - 1) / per_block, int64_t{1} << 20);
+  auto go = [&](auto kernel) { launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), 0, stream, device, p); };
+  if (vec == kVec) {
+    if (p.nv == 1) go(layer_norm_fwd_kernel<T, W, kVec, 1>);
+    else go(layer_norm_fwd_kernel<T, W, kVec, kThreadElems / kVec>);
+  } else {
+    if (p.nv == 1) go(layer_norm_fwd_kernel<T, W, 1, 1>);
+    else go(layer_norm_fwd_kernel<T, W, 1, kThreadElems>);
+  }
+}
+
+}  // namespace
+
+void layer_norm_fwd(const char* op, const LayerNormArgs& args, int device, void* stream) {
+  DeviceGuard guard(device, op);
+  auto s = static_cast<cudaStream_t>(stream);
+  with_float_type(args.x.dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    if (args.w_dtype == DType::f32) {
+      launch<T, float>(args, device, s);
+    } else if constexpr (!std::is_same_v<T, float>) {
+      launch<T, T>(args, device, s);  // weight in x's dtype (validated)
+    }
+  });
+  after_launch(op, s, device);
+}
+
+}  // namespace fuseops::detail::cuda

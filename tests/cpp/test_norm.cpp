@@ -1,0 +1,210 @@
+// Accuracy of the gated norm (layer_norm_fwd) against the float64 golden, on the CPU backend always and on the CUDA
+// backend when a device is present: every dtype x weight dtype x backend is one test that sweeps RMS / LayerNorm,
+// the three gate modes, bias, group sizes (one group, many groups, groups past a warp and past 1024 vectors), value
+// distributions and layouts (contiguous, pitched rows, misaligned starts that force the scalar path). Outputs and
+// statistics are poisoned with NaN first, and padding between output rows must stay untouched.
+#include <array>
+#include <cstring>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "reference/norm.h"
+#include "test_util.h"
+
+namespace fuseops_test {
+namespace {
+
+using fuseops::reference::NormGate;
+
+struct Param {
+  Where where;
+  DType dtype;
+  bool f32_weight;
+};
+
+std::string param_name(const Param& p) {
+  return std::string(where_name(p.where)) + "_" + fuseops::dtype_name(p.dtype) + (p.f32_weight ? "_w32" : "");
+}
+void PrintTo(const Param& p, std::ostream* os) { *os << param_name(p); }
+
+std::vector<Param> all_params() {
+  std::vector<Param> v;
+  for (Where where : {Where::cpu, Where::cuda}) {
+    for (DType t : {DType::f32, DType::f16, DType::bf16}) {
+      v.push_back({where, t, false});
+      if (t != DType::f32) v.push_back({where, t, true});
+    }
+  }
+  return v;
+}
+
+struct NormCase {
+  int64_t rows, N, G;  // G = 0: one group
+  NormGate gate;
+  bool rms, bias, stats;
+  bool misaligned = false, pitched = false;
+  ft::Fill fill = ft::Fill::normal;
+  double eps = 1e-6;
+};
+
+std::string describe(const NormCase& c) {
+  const char* gate = c.gate == NormGate::none ? "none" : c.gate == NormGate::after_norm ? "after" : "before";
+  return std::string(c.rms ? "rms" : "layer") + " [" + std::to_string(c.rows) + ", " + std::to_string(c.N) +
+         "] G=" + std::to_string(c.G) + " gate=" + gate + (c.bias ? " bias" : "") + (c.stats ? " stats" : "") +
+         (c.misaligned ? " misaligned" : "") + (c.pitched ? " pitched" : "") + " fill=" + ft::fill_name(c.fill);
+}
+
+/// Runs one case and records gtest failures.
+void check_norm(const Param& p, const NormCase& c, std::mt19937_64& rng) {
+  SCOPED_TRACE(param_name(p) + ": " + describe(c) + ", FUSEOPS_SEED=" + std::to_string(run_seed()));
+  const DType wdt = p.f32_weight ? DType::f32 : p.dtype;
+  const int64_t off = c.misaligned ? 1 : 0, pitch = c.pitched ? c.N + 16 : c.misaligned ? c.N + 1 : 0;
+  const bool gated = c.gate != NormGate::none;
+  Workspace ws(p.where, p.dtype), wsw(p.where, wdt), wss(p.where, DType::f32);
+  const Region rx = ws.region({c.rows, c.N}, off, pitch), rout = ws.region({c.rows, c.N}, off, pitch);
+  const Region rz = ws.region({c.rows, c.N}, off, pitch);
+  const Region rw = wsw.region({c.N}, off), rb = wsw.region({c.N}, off);
+  const int64_t nstat = (c.G == 0 ? 1 : c.N / c.G) * c.rows;
+  const Region rmean = wss.region({nstat}), rrstd = wss.region({nstat});
+
+  HostTensor x(p.dtype, {c.rows, c.N}), z(p.dtype, {c.rows, c.N}), w(wdt, {c.N}), b(wdt, {c.N});
+  ft::fill_random(x, c.fill, rng);
+  ft::fill_random(z, c.fill == ft::Fill::adversarial ? ft::Fill::adversarial : ft::Fill::normal, rng);
+  ft::fill_random(w, ft::Fill::normal, rng);
+  ft::fill_random(b, ft::Fill::normal, rng);
+  ws.write(rx, x);
+  ws.write(rz, z);
+  wsw.write(rw, w);
+  wsw.write(rb, b);
+  ws.upload();
+  wsw.upload();
+  wss.upload();
+  const TensorView vz = ws.view(rz), vb = wsw.view(rb), vmean = wss.view(rmean), vrstd = wss.view(rrstd);
+  fuseops::layer_norm_fwd(ws.view(rout), c.stats && !c.rms ? &vmean : nullptr, c.stats ? &vrstd : nullptr,
+                          ws.view(rx), wsw.view(rw), c.bias ? &vb : nullptr, gated ? &vz : nullptr, c.eps, c.G,
+                          c.gate != NormGate::before_norm, c.rms);
+  ws.download();
+  wss.download();
+
+  const auto gold = fuseops::reference::layer_norm_fwd(x, gated ? &z : nullptr, w, c.bias ? &b : nullptr, c.eps, c.G,
+                                                       c.gate, c.rms);
+  const double ulps = fuseops::reference::kNormMathUlps;
+  const ft::Comparison co =
+      ft::compare(ws.read(rout), gold.out, gold.out_sens, ft::Tolerance::for_dtype(p.dtype, ulps), gold.out_flush);
+  EXPECT_TRUE(co.pass) << "out: " << co.detail;
+  EXPECT_TRUE(ws.unchanged_outside({rout})) << "x, z or the padding of out changed";
+  std::vector<Region> stats_written;
+  if (c.stats) {
+    const ft::Tolerance t32 = ft::Tolerance::for_dtype(DType::f32, ulps);
+    const ft::Comparison cr = ft::compare(wss.read(rrstd), gold.rstd, gold.rstd_sens, t32);
+    EXPECT_TRUE(cr.pass) << "rstd: " << cr.detail;
+    stats_written.push_back(rrstd);
+    if (!c.rms) {
+      const ft::Comparison cm = ft::compare(wss.read(rmean), gold.mean, gold.mean_sens, t32);
+      EXPECT_TRUE(cm.pass) << "mean: " << cm.detail;
+      stats_written.push_back(rmean);
+    }
+  }
+  EXPECT_TRUE(wss.unchanged_outside(stats_written)) << "a statistic that was not requested was written";
+}
+
+class NormAccuracy : public ::testing::TestWithParam<Param> {};
+
+TEST_P(NormAccuracy, MatchesGolden) {
+  const Param p = GetParam();
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(p.where);
+  std::mt19937_64 rng = test_rng();
+  const NormGate gates[] = {NormGate::none, NormGate::after_norm, NormGate::before_norm};
+  // (rows, N, G): one group, Qwen3-Next's 128-wide heads, odd widths, > 32 and > 1024 vectors per group.
+  const std::vector<std::array<int64_t, 3>> shapes = {
+      {0, 64, 0}, {1, 1, 0}, {3, 7, 0}, {5, 128, 0}, {2, 512, 128}, {3, 60, 20}, {2, 1000, 500}, {1, 4096, 0},
+      {2, 2048, 1024}};
+  for (const auto& [rows, N, G] : shapes) {
+    for (bool rms : {true, false}) {
+      for (NormGate gate : gates) {
+        for (int variant = 0; variant < 2; ++variant) {
+          NormCase c{rows, N, G, gate, rms, variant == 1, variant == 0};
+          c.fill = variant == 0 ? ft::Fill::normal : ft::Fill::wide;
+          c.pitched = variant == 1;
+          c.misaligned = variant == 0 && N == 128;
+          check_norm(p, c, rng);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+  // Adversarial values (inf, NaN, huge, tiny) propagate as IEEE arithmetic does in the golden.
+  for (NormGate gate : gates) {
+    check_norm(p, NormCase{4, 96, 32, gate, false, true, true, false, false, ft::Fill::adversarial}, rng);
+    check_norm(p, NormCase{4, 96, 0, gate, true, false, true, false, false, ft::Fill::adversarial}, rng);
+  }
+  // eps matters: small values whose variance is below eps; eps = 0.
+  check_norm(p, NormCase{3, 256, 64, NormGate::after_norm, true, false, true, false, false, ft::Fill::wide, 1e-2}, rng);
+  check_norm(p, NormCase{3, 256, 64, NormGate::none, false, true, true, false, false, ft::Fill::normal, 0.0}, rng);
+}
+
+INSTANTIATE_TEST_SUITE_P(All, NormAccuracy, ::testing::ValuesIn(all_params()),
+                         [](const ::testing::TestParamInfo<Param>& info) { return param_name(info.param); });
+
+// The largest group (16384 elements) on every path: 16-byte vectors with two vectors per thread, and the scalar path
+// (misaligned rows) with sixteen elements per thread. CUDA only: the CPU path is the same loop as every other case.
+TEST(NormLargeGroup, BothVectorPaths) {
+  FUSEOPS_SKIP_WITHOUT_CUDA();
+  std::mt19937_64 rng = test_rng();
+  for (DType t : {DType::bf16, DType::f32}) {
+    for (bool misaligned : {false, true}) {
+      NormCase c{3, 16384, 0, NormGate::after_norm, false, true, true};
+      c.misaligned = misaligned;
+      check_norm(Param{Where::cuda, t, false}, c, rng);
+      c.rms = true;
+      c.gate = NormGate::before_norm;
+      check_norm(Param{Where::cuda, t, true}, c, rng);
+    }
+  }
+}
+
+// Many rows of Qwen3-Next's shape (groups of 128 = 16 threads of a warp each).
+TEST(NormLargeGroup, ManyRows) {
+  FUSEOPS_SKIP_WITHOUT_CUDA();
+  std::mt19937_64 rng = test_rng();
+  check_norm(Param{Where::cuda, DType::bf16, false},
+             NormCase{4096, 4096, 128, NormGate::after_norm, true, false, true}, rng);
+}
+
+// Repeated runs give the same bits (fixed reduction order), and a row's result does not depend on the other rows.
+TEST(NormDeterminism, BitwiseRepeatableAndRowIndependent) {
+  for (Where where : {Where::cpu, Where::cuda}) {
+    if (where == Where::cuda && !cuda_available()) continue;
+    std::mt19937_64 rng = test_rng();
+    const int64_t rows = 64, N = 1024;
+    HostTensor x(DType::bf16, {rows, N}), z(DType::bf16, {rows, N}), w(DType::bf16, {N});
+    for (HostTensor* t : {&x, &z, &w}) ft::fill_random(*t, ft::Fill::normal, rng);
+    auto run = [&](int64_t nrows) {
+      Workspace ws(where, DType::bf16);
+      const Region rx = ws.region({nrows, N}), rz = ws.region({nrows, N}), ro = ws.region({nrows, N}),
+                   rw = ws.region({N});
+      HostTensor xs(DType::bf16, {nrows, N}), zs(DType::bf16, {nrows, N});
+      for (int64_t r = 0; r < nrows; ++r) {
+        for (int64_t c = 0; c < N; ++c) {
+          xs.set(r, c, static_cast<float>(x.get(r, c)));
+          zs.set(r, c, static_cast<float>(z.get(r, c)));
+        }
+      }
+      ws.write(rx, xs);
+      ws.write(rz, zs);
+      ws.write(rw, w);
+      ws.upload();
+      const TensorView vz = ws.view(rz);
+      fuseops::layer_norm_fwd(ws.view(ro), nullptr, nullptr, ws.view(rx), ws.view(rw), nullptr, &vz, 1e-6, 256);
+      ws.download();
+      return ws.read(ro);
+    };
+    const HostTensor a = run(rows), b = run(rows), one = run(1);
+    EXPECT_EQ(std::memcmp(a.data(), b.data(), a.bytes()), 0) << where_name(where) << ": repeated runs differ";
+    EXPECT_EQ(std::memcmp(a.data(), one.data(), one.bytes()), 0) << where_name(where) << ": row 0 depends on the batch";
+  }
+}
+
+}  // namespace
+}  // namespace fuseops_test
