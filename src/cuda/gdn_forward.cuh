@@ -51,13 +51,5 @@ __device__ __forceinline__ int64_t state_slot(const GdnGeometry& geo, int64_t sl
   return ch.t0 / geo.BT;
 }
 
-/// Sets the max dynamic shared memory of `kernel` when it needs more than the default 48 KB.
-template <typename Kernel>
-void allow_smem(Kernel kernel, std::size_t bytes, const char* op) {
-  if (bytes > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), op,
-               "cudaFuncSetAttribute");
-  }
-}
 
 }  // namespace fuseops::detail::cuda::gdn

@@ -95,7 +95,7 @@ void launch_fwd_h(const FwdHArgs& a, int device, cudaStream_t s) {
   const std::size_t smem =
       (static_cast<std::size_t>(a.geo.K) * kBV + 2 * static_cast<std::size_t>(BT) * a.geo.K + BT * kBV) * sizeof(float);
   auto kernel = fwd_h_kernel<BT>;
-  gdn::allow_smem(kernel, smem, op);
+  allow_smem(kernel, smem, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   launch_kernel(kernel, dim3(gdn::grid_x(units)), dim3(kThreads), smem, s, device, a, vblocks, units, errors);
 }

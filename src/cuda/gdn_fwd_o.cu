@@ -90,7 +90,7 @@ void launch_fwd_o(const FwdOArgs& a, int device, cudaStream_t s) {
   const std::size_t K = static_cast<std::size_t>(a.geo.K);
   const std::size_t smem = (2 * BT * (K + 1) + K * kBV + BT * kBV + BT * BT) * sizeof(float);
   auto kernel = fwd_o_kernel<BT>;
-  gdn::allow_smem(kernel, smem, op);
+  allow_smem(kernel, smem, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   launch_kernel(kernel, dim3(gdn::grid_x(slots), gdn::grid_y(a.geo.HV * vblocks)), dim3(kThreads), smem, s, device, a,
                 slots, vblocks, errors);

@@ -246,10 +246,7 @@ void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int devi
   const int64_t gx = std::min<int64_t>(prm.slots, std::max<int64_t>(1, kCtasPerSm * sm_count(device) / gy));
   auto kernel = gx * gy <= int64_t{kLatencyBlocks} * sm_count(device) ? kkt_kernel<TK, BT, kSolve, kLatencyBlocks>
                                                                      : kkt_kernel<TK, BT, kSolve, kThroughputBlocks>;
-  if (smem > 48 * 1024) {  // f32 k with K > 188 at BT = 64 only (K = 256: 66.5 KB)
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)), op,
-               "cudaFuncSetAttribute");
-  }
+  allow_smem(kernel, smem, op);  // f32 k with K > 160 at BT = 64 (K = 256: 66.5 KB)
   launch_kernel(kernel, dim3(grid_x(gx), grid_y(gy)), dim3(kThreads), smem, stream, device, a,
                 out, prm);
 }

@@ -107,7 +107,7 @@ void launch_wu(const WuArgs& a, int device, cudaStream_t s) {
   const int dmax = static_cast<int>(a.geo.K > a.V ? a.geo.K : a.V);
   const std::size_t smem = (static_cast<std::size_t>(BT) * BT + static_cast<std::size_t>(BT) * dmax) * sizeof(float);
   auto kernel = recompute_w_u_kernel<BT>;
-  gdn::allow_smem(kernel, smem, op);
+  allow_smem(kernel, smem, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   launch_kernel(kernel, dim3(gdn::grid_x(slots), gdn::grid_y(a.geo.HV)), dim3(kThreads), smem, s, device, a, slots,
                 dmax, errors);

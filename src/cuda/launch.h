@@ -69,6 +69,17 @@ void launch_kernel_cluster(void (*kernel)(KernelArgs...), dim3 grid, dim3 block,
   (void)cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
 }
 
+/// Lets `kernel` start with `bytes` of dynamic shared memory. The default limit (48 KiB) holds for static and
+/// dynamic shared memory together, so a kernel opts in above 40 KiB of dynamic memory (the static shared memory of
+/// every fuseops kernel is below 8 KiB). Errors name `op`.
+template <typename Kernel>
+void allow_smem(Kernel kernel, std::size_t bytes, const char* op) {
+  constexpr std::size_t kDefaultLimit = 48 * 1024, kStaticBound = 8 * 1024;
+  if (bytes + kStaticBound <= kDefaultLimit) return;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), op,
+             "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+}
+
 /// Launches `kernel` on `stream`, with programmatic dependent launch where enabled: the kernel may be scheduled
 /// while the previous kernel in the stream is finishing, and must call pdl_wait_and_release() before it reads
 /// anything that kernel may have written. Errors surface in after_launch().

@@ -137,7 +137,7 @@ __device__ __forceinline__ void block_exclusive_scan(int* v, int n, int* scratch
 
 /// The schedule of the flat ids [lo, hi) of this block; every block of the cluster calls it with its own slice
 /// (slices ascending with the block rank). `smem`: align_smem_words(blockDim.x / 32, E) ints.
-__device__ void align_schedule(const AlignParams& p, int lo, int hi, int* smem) {
+inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int* smem) {
   const int E = p.E, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, warps = nt >> 5;
   const unsigned cl = cluster_blocks(), rank = cluster_rank();
   int* cnt = smem;                 // [warps][E]

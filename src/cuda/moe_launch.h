@@ -34,13 +34,5 @@ AlignParams align_params(const AlignArgs& a, int device);
 /// Kernel parameters of a router.
 RouteParams route_params(const RouteArgs& a);
 
-/// Raises the kernel's dynamic shared memory limit to `bytes` when above the default 48 KiB.
-template <typename Kernel>
-void allow_smem(Kernel kernel, std::size_t bytes, const char* op) {
-  if (bytes > 48 * 1024) {
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), op,
-               "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
-  }
-}
 
 }  // namespace fuseops::detail::cuda
