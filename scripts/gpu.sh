@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU machine's script: runs the stages named on the command line (default: all) with binaries built on a
 # development machine and carried in $FUSEOPS_BIN (default .carry/bin; make them with scripts/build-carry.sh:
-# the GPU image has no GoogleTest, CLI11 or nlohmann-json), and writes logs and tables under $OUT.
+# the GPU image has no GoogleTest, CLI11 or nlohmann-json; carry .pack, which build-carry.sh fills), and writes logs
+# and tables under $OUT.
 #
 #   stages: info tests sanitizer check bench flaggems fla baseline:<bench/baselines script> cases torch
 #   scripts/gpu.sh info tests sanitizer check      # one device command (< 10 min)
@@ -14,6 +15,9 @@ cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/fuseops-out}
 BIN=${FUSEOPS_BIN:-.carry/bin}
 mkdir -p "$OUT"
+# Binaries and baselines carried packed (scripts/build-carry.sh): unpack what is missing.
+[ -f .pack/bin.tar.xz ] && [ ! -x "$BIN/fuseops" ] && mkdir -p .carry && tar xJf .pack/bin.tar.xz -C .carry
+[ -f .pack/baselines.tar.xz ] && [ ! -d .baselines ] && tar xJf .pack/baselines.tar.xz
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(info tests sanitizer check bench flaggems)
 status=0
