@@ -154,6 +154,12 @@ Sequences sequences_of(const CaseParams& p) {
   return s;
 }
 
+int64_t chunk_size_of(const CaseParams& p) {
+  const int64_t BT = p.integer("chunk_size");
+  if (BT != 16 && BT != 32 && BT != 64) throw ParamError("chunk_size", "expected 16, 32 or 64, got " + std::to_string(BT));
+  return BT;
+}
+
 int64_t value_heads_of(const CaseParams& p) {
   const int64_t H = p.integer("num_heads"), HV = p.integer("num_v_heads") == 0 ? H : p.integer("num_v_heads");
   if (HV % H != 0) {

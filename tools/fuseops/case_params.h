@@ -121,6 +121,8 @@ struct Sequences {
 std::vector<ParamSpec> sequence_params();
 /// Checks them (ParamError naming seq_len, seqlens or batch: no tokens, both given, varlen with batch > 1, sizes).
 Sequences sequences_of(const CaseParams& p);
+/// chunk_size of the GDN ops: 16, 32 or 64 (ParamError naming chunk_size).
+int64_t chunk_size_of(const CaseParams& p);
 /// num_v_heads (0: num_heads), a multiple of num_heads (ParamError naming num_v_heads).
 int64_t value_heads_of(const CaseParams& p);
 

@@ -486,13 +486,6 @@ CaseFactory make(std::vector<Spec> specs) {
 /// Qwen3-Next-80B-A3B linear attention: 16 key heads, 32 value heads, head dim 128.
 std::vector<Spec> qwen3_next() { return {fixed(1, 4096, 16, 32, 128), fixed(1, 32768, 16, 32, 128)}; }
 
-/// The chunk size of a GDN hook: 16, 32 or 64.
-int64_t chunk_size_of(const CaseParams& p) {
-  const int64_t BT = p.integer("chunk_size");
-  if (BT != 16 && BT != 32 && BT != 64) throw ParamError("chunk_size", "expected 16, 32 or 64, got " + std::to_string(BT));
-  return BT;
-}
-
 /// The Spec of a GDN hook's sequences and heads (H = 1 and K = 1 where the op has none).
 Spec gdn_spec_of(const CaseParams& p, int64_t H, int64_t HV, int64_t K) {
   const Sequences q = sequences_of(p);
