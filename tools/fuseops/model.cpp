@@ -200,7 +200,9 @@ int run_model_list() {
   return 0;
 }
 
-int run_model(const ModelOptions& opts) {
+int run_model(const ModelOptions& opts) { return run_model(opts, registry()); }
+
+int run_model(const ModelOptions& opts, const Registry& reg) {
   const Model* model = nullptr;
   std::string known;
   for (const Model& m : models()) {
@@ -232,7 +234,7 @@ int run_model(const ModelOptions& opts) {
     double us = 0;
   };
   std::vector<Row> rows;
-  for (const Step& s : steps) rows.push_back({&s, resolve(s, registry(), model->name), {}, 0});
+  for (const Step& s : steps) rows.push_back({&s, resolve(s, reg, model->name), {}, 0});
   std::size_t present = 0;
   for (const Row& r : rows) present += r.r.c ? 1 : 0;
   Progress progress(present, Progress::on_terminal(opts.quiet));
