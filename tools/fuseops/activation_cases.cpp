@@ -434,14 +434,43 @@ OpSpec activation_op(Act act, Form form) {
   if (takes_approximate) spec.params.push_back(text_param("approximate", "gelu formula: none (erf) or tanh", "none", {"none", "tanh"}));
   spec.make = [act, form, takes_approximate](const CaseParams& p) -> std::unique_ptr<OpCase> {
     const int64_t rows = p.integer("tokens"), d = p.integer("d");
-    if (rows > (int64_t{1} << 40) / (2 * d)) {
-      throw ParamError("tokens", "tokens x 2d = " + std::to_string(rows) + " x " + std::to_string(2 * d) +
-                                     " elements is more than 2^40");
-    }
+    bounded_product({{"tokens", rows}, {"d", d}}, 39);  // x is [tokens, 2d]
     const Act a = takes_approximate && p.text("approximate") == "tanh" ? Act::gelu_tanh : act;
     const std::string f = p.text("fill");
     const Fill fill = f == "wide" ? Fill::wide : f == "adversarial" ? Fill::adversarial : Fill::normal;
     return std::make_unique<ActivationCase>(Spec{a, form, rows, d, dtype_from_name("dtype", p.text("dtype")), fill});
+  };
+  return spec;
+}
+
+/// The case-file hook of the masked expert-major forms (docs/cases.md): input [num_experts, max_tokens, 2d] with
+/// busy_experts experts (0: all) holding tokens_per_expert valid rows each, the others none.
+OpSpec masked_op(Act act) {
+  OpSpec spec;
+  spec.family = "activation";
+  spec.name = act == Act::silu ? "silu_and_mul_masked" : "gelu_and_mul_masked";
+  spec.help = "masked expert-major gated activation: x [E, T_max, 2d], masked_m [E] -> out [E, T_max, d]";
+  spec.params = {integer_param("num_experts", "E, local experts"),
+                 integer_param("max_tokens", "T_max, rows per expert"),
+                 integer_param("tokens_per_expert", "valid rows (masked_m) of each busy expert, <= max_tokens", std::nullopt, 0),
+                 integer_param("d", "output width (expert intermediate size)"),
+                 integer_param("busy_experts", "experts with valid rows, spread evenly (0: all)", 0, 0),
+                 dtype_param()};
+  if (act == Act::gelu) spec.params.push_back(text_param("approximate", "gelu formula: none (erf) or tanh", "none", {"none", "tanh"}));
+  spec.make = [act](const CaseParams& p) -> std::unique_ptr<OpCase> {
+    const int64_t E = p.integer("num_experts"), T = p.integer("max_tokens"), d = p.integer("d");
+    const int64_t rows = p.integer("tokens_per_expert"), busy = p.integer("busy_experts") == 0 ? E : p.integer("busy_experts");
+    bounded_product({{"max_tokens", T}, {"num_experts", E}, {"d", d}}, 39);
+    if (T > INT32_MAX) throw ParamError("max_tokens", "max_tokens " + std::to_string(T) + " is more than 2^31 - 1");
+    if (rows > T) {
+      throw ParamError("tokens_per_expert",
+                       "tokens_per_expert " + std::to_string(rows) + " is more than max_tokens " + std::to_string(T));
+    }
+    if (busy > E) {
+      throw ParamError("busy_experts", "busy_experts " + std::to_string(busy) + " is more than num_experts " + std::to_string(E));
+    }
+    const Act a = act == Act::gelu && p.text("approximate") == "tanh" ? Act::gelu_tanh : act;
+    return std::make_unique<MaskedCase>(MaskedSpec{a, E, T, d, busy, rows, dtype_from_name("dtype", p.text("dtype"))});
   };
   return spec;
 }
@@ -454,6 +483,8 @@ void register_activation_cases(Registry& r) {
     r.add_op(activation_op(Act::gelu, f));
   }
   r.add_op(activation_op(Act::gelu_tanh, Form::fused));
+  r.add_op(masked_op(Act::silu));
+  r.add_op(masked_op(Act::gelu));
 
   const Act silu = Act::silu, gelu = Act::gelu, tanh = Act::gelu_tanh;
   r.add("llama3-8b", "Llama-3-8B: MLP intermediate 14336 (SwiGLU), decode and prefill; training backward", true,

@@ -2,15 +2,32 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
 namespace fuseops::cli {
 namespace {
 
-/// "path:line:col" of a node (yaml-cpp marks are 0-based).
+/// "path:line:col" of a node (yaml-cpp marks are 0-based; the null mark of an empty document is -1: line 1).
 std::string at(const std::string& path, const YAML::Mark& m) {
-  return path + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1);
+  return path + ":" + std::to_string(std::max(m.line, 0) + 1) + ":" + std::to_string(std::max(m.column, 0) + 1);
+}
+
+/// The keys of a mapping in order; a key written twice is an error at its second place (yaml-cpp keeps both).
+std::vector<std::pair<std::string, YAML::Mark>> keys_of(const std::string& path, const YAML::Node& map) {
+  std::vector<std::pair<std::string, YAML::Mark>> keys;
+  for (const auto& kv : map) {
+    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    for (const auto& [k, m] : keys) {
+      if (k == key) {
+        throw Error(ErrorKind::invalid_argument, at(path, kv.first.Mark()) + ": key \"" + key +
+                                                     "\": duplicate key (first at " + at(path, m) + ")");
+      }
+    }
+    keys.emplace_back(key, kv.first.Mark());
+  }
+  return keys;
 }
 
 [[noreturn]] void fail(const std::string& path, const YAML::Mark& m, const std::string& key, const std::string& msg) {
@@ -65,6 +82,11 @@ class EntryReader {
   int64_t integer(const YAML::Node& n) const {
     int64_t v = 0;
     if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) {
+      const std::string t = n.IsScalar() ? n.Scalar() : "";
+      const std::size_t digits = !t.empty() && (t[0] == '-' || t[0] == '+') ? 1 : 0;  // after the sign
+      if (t.size() > digits && t.find_first_not_of("0123456789", digits) == std::string::npos) {
+        fail(path_, n.Mark(), key_, "integer " + t + " does not fit in 64 bits");
+      }
       fail(path_, n.Mark(), key_, "expected an integer, got " + scalar_text(n));
     }
     if (v < spec_.min || v > spec_.max) {
@@ -112,10 +134,9 @@ class EntryReader {
   /// {from: A, to: B, step: S} or {from: A, to: B, mul: M}: A, A+S, ... <= B or A, A*M, ... <= B.
   std::vector<ParamValue> range(const YAML::Node& n) const {
     const YAML::Node from = n["from"], to = n["to"], step = n["step"], mul = n["mul"];  // undefined when absent
-    for (const auto& kv : n) {
-      const std::string k = kv.first.Scalar();
+    for (const auto& [k, mark] : keys_of(path_, n)) {
       if (k != "from" && k != "to" && k != "step" && k != "mul") {
-        fail(path_, kv.first.Mark(), key_ + "." + k, "unknown range key (known: from, to, step, mul)");
+        fail(path_, mark, key_ + "." + k, "unknown range key (known: from, to, step, mul)");
       }
     }
     if (!from.IsDefined() || !to.IsDefined()) fail(path_, n.Mark(), key_, "a range needs from and to");
@@ -152,6 +173,7 @@ class EntryReader {
 
 void read_entry(const std::string& path, const YAML::Node& entry, const Registry& reg, CaseFile& file) {
   if (!entry.IsMap()) fail(path, entry.Mark(), "cases", "each case entry is a mapping with an op, got " + scalar_text(entry));
+  keys_of(path, entry);  // no key twice
   const YAML::Node op_node = entry["op"];
   if (!op_node.IsDefined()) fail(path, entry.Mark(), "op", "missing: each entry names its op");
   if (!op_node.IsScalar()) fail(path, op_node.Mark(), "op", "expected an op name, got " + scalar_text(op_node));
@@ -237,6 +259,10 @@ CaseFile parse_case_text(const std::string& text, const std::string& path, const
   CaseFile file;
   file.path = path;
   file.name = stem(path);
+  if (!root.IsDefined() || root.IsNull()) {
+    fail(path, YAML::Mark::null_mark(), "cases", "the file is empty: expected a mapping with a list under cases:");
+  }
+  keys_of(path, root);  // no top-level key twice
   if (!root.IsMap()) fail(path, root.Mark(), "cases", "expected a mapping with a list under cases:, got " + scalar_text(root));
   YAML::Node cases;
   bool has_cases = false;

@@ -72,6 +72,34 @@ ParamSpec text_param(const std::string& name, const std::string& help, const std
   return p;
 }
 
+ParamSpec bool_param(const std::string& name, const std::string& help, bool def) {
+  ParamSpec p;
+  p.name = name;
+  p.kind = ParamKind::boolean;
+  p.help = help;
+  p.default_value = def;
+  return p;
+}
+
+int64_t bounded_product(const std::vector<std::pair<std::string, int64_t>>& factors, int limit_log2) {
+  const int64_t limit = int64_t{1} << limit_log2;
+  const std::string bound = " is more than 2^" + std::to_string(limit_log2) + " elements";
+  std::string names, values;
+  for (const auto& [name, v] : factors) {
+    if (v > limit) throw ParamError(name, name + " " + std::to_string(v) + bound);
+    names += (names.empty() ? "" : " x ") + name;
+    values += (values.empty() ? "" : " x ") + std::to_string(v);
+  }
+  int64_t prod = 1;
+  for (const auto& f : factors) {
+    if (f.second != 0 && prod > limit / f.second) {
+      throw ParamError(factors.front().first, names + " = " + values + bound);
+    }
+    prod *= f.second;
+  }
+  return prod;
+}
+
 ParamSpec dtype_param(const std::string& default_dtype, std::vector<std::string> choices) {
   return text_param("dtype", "storage dtype of the inputs and outputs", default_dtype, std::move(choices));
 }
@@ -81,6 +109,63 @@ DType dtype_from_name(const std::string& key, const std::string& name) {
     if (name == dtype_name(t)) return t;
   }
   throw ParamError(key, "unknown dtype \"" + name + "\"");
+}
+
+int64_t Sequences::tokens() const {
+  if (seqlens.empty()) return batch * seq_len;
+  int64_t n = 0;
+  for (int64_t l : seqlens) n += l;
+  return n;
+}
+
+std::vector<ParamSpec> sequence_params() {
+  ParamSpec seqlens;
+  seqlens.name = "seqlens";
+  seqlens.kind = ParamKind::int_list;
+  seqlens.help = "varlen: the sequence lengths (cu_seqlens are their prefix sums; batch 1)";
+  seqlens.default_value = std::vector<int64_t>{};
+  return {integer_param("batch", "B", 1, 1), integer_param("seq_len", "T, tokens per sequence (fixed length)", 0, 0),
+          seqlens};
+}
+
+Sequences sequences_of(const CaseParams& p) {
+  Sequences s;
+  s.batch = p.integer("batch");
+  s.seq_len = p.integer("seq_len");
+  s.seqlens = p.int_list("seqlens");
+  if (s.seqlens.empty() && s.seq_len == 0) {
+    throw ParamError("seq_len", "seq_len 0 gives no tokens: give seq_len (fixed length) or seqlens (varlen)");
+  }
+  if (!s.seqlens.empty() && s.seq_len != 0) throw ParamError("seq_len", "seq_len and seqlens exclude each other");
+  if (!s.seqlens.empty() && s.batch != 1) {
+    throw ParamError("batch", "varlen (seqlens) runs with batch 1, got " + std::to_string(s.batch));
+  }
+  if (s.seqlens.empty()) {
+    bounded_product({{"seq_len", s.seq_len}, {"batch", s.batch}});
+    return s;
+  }
+  int64_t sum = 0;
+  for (int64_t l : s.seqlens) {
+    if (l < 0) throw ParamError("seqlens", "a sequence length is negative: " + std::to_string(l));
+    if (l > (int64_t{1} << 40) - sum) throw ParamError("seqlens", "the sequences hold more than 2^40 tokens");
+    sum += l;
+  }
+  if (sum == 0) throw ParamError("seqlens", "the sequences hold no tokens");
+  return s;
+}
+
+int64_t chunk_size_of(const CaseParams& p) {
+  const int64_t BT = p.integer("chunk_size");
+  if (BT != 16 && BT != 32 && BT != 64) throw ParamError("chunk_size", "expected 16, 32 or 64, got " + std::to_string(BT));
+  return BT;
+}
+
+int64_t value_heads_of(const CaseParams& p) {
+  const int64_t H = p.integer("num_heads"), HV = p.integer("num_v_heads") == 0 ? H : p.integer("num_v_heads");
+  if (HV % H != 0) {
+    throw ParamError("num_v_heads", "num_v_heads " + std::to_string(HV) + " is not a multiple of num_heads " + std::to_string(H));
+  }
+  return HV;
 }
 
 }  // namespace fuseops::cli

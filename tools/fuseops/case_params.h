@@ -11,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -101,8 +102,28 @@ ParamSpec integer_param(const std::string& name, const std::string& help, std::o
 ParamSpec text_param(const std::string& name, const std::string& help, const std::string& def,
                      std::vector<std::string> choices);
 ParamSpec dtype_param(const std::string& default_dtype = "bf16", std::vector<std::string> choices = {"f32", "f16", "bf16"});
+ParamSpec bool_param(const std::string& name, const std::string& help, bool def);
 std::string value_text(const ParamValue& v);
+/// The product of `factors` (parameter name, value >= 0), checked against 2^`limit_log2` elements (sizes of the
+/// problem's buffers): ParamError naming a factor that is above the limit by itself, else naming the first factor
+/// (the rows) when the product is. Never overflows.
+int64_t bounded_product(const std::vector<std::pair<std::string, int64_t>>& factors, int limit_log2 = 40);
 /// "bf16" -> DType::bf16; ParamError naming `key` for anything else.
 DType dtype_from_name(const std::string& key, const std::string& name);
+
+/// The sequence parameters of the GDN ops: batch and seq_len (fixed length, B sequences of T tokens) or seqlens
+/// (varlen: batch 1, sequence lengths whose prefix sums are cu_seqlens).
+struct Sequences {
+  int64_t batch = 1, seq_len = 0;
+  std::vector<int64_t> seqlens;  ///< empty: fixed length
+  int64_t tokens() const;        ///< B x T, or the sum of seqlens
+};
+std::vector<ParamSpec> sequence_params();
+/// Checks them (ParamError naming seq_len, seqlens or batch: no tokens, both given, varlen with batch > 1, sizes).
+Sequences sequences_of(const CaseParams& p);
+/// chunk_size of the GDN ops: 16, 32 or 64 (ParamError naming chunk_size).
+int64_t chunk_size_of(const CaseParams& p);
+/// num_v_heads (0: num_heads), a multiple of num_heads (ParamError naming num_v_heads).
+int64_t value_heads_of(const CaseParams& p);
 
 }  // namespace fuseops::cli

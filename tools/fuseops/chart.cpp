@@ -32,6 +32,25 @@ std::string text_of(const nlohmann::json& j, const char* key) {
 double num_of(const nlohmann::json& j, const char* key) {
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : 0.0;
 }
+std::string fmt_g(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+[[noreturn]] void bad_entry(std::size_t i, const nlohmann::json& e, const std::string& msg) {
+  std::string what = "chart: results[" + std::to_string(i) + "]";
+  if (e.is_object() && !text_of(e, "op").empty()) what += " (" + text_of(e, "op") + " " + text_of(e, "shape") + ")";
+  throw Error(ErrorKind::invalid_argument, what + ": " + msg);
+}
+
+/// A time of entry `e` in microseconds: a number >= 0 (an error naming the key otherwise).
+double time_of(std::size_t i, const nlohmann::json& e, const nlohmann::json& holder, const char* key, const std::string& who) {
+  if (!holder[key].is_number()) bad_entry(i, e, who + "\"" + key + "\" is not a number");
+  const double t = holder[key].get<double>();
+  if (!(t >= 0)) bad_entry(i, e, who + "\"" + key + "\" is negative (" + fmt_g(t) + ")");
+  return t;
+}
 
 Results load(const nlohmann::json& j) {
   if (!j.is_object() || !j.contains("results") || !j["results"].is_array() || text_of(j, "command") != "bench") {
@@ -42,20 +61,36 @@ Results load(const nlohmann::json& j) {
   r.title = "fuseops " + text_of(j, "version") + " bench" + (cpu ? " (CPU backend: not GPU numbers)" : " on " + text_of(j, "device"));
   if (!text_of(j, "date").empty()) r.title += ", " + text_of(j, "date");
   r.timing = cpu ? "median wall time on the CPU" : "cold: median per launch under CUDA-graph replay, rotating buffers >= 4x L2";
-  r.ceiling_tbps = cpu ? num_of(j, "ceiling_tbps") : num_of(j, "copy_tbps");
-  r.ceiling_name = cpu ? "memcpy rate (read + write)" : "copy rate (1 GiB D2D, read + write)";
-  for (const auto& e : j["results"]) {
+  // The ceiling measured in the same run: the GPU copy rate (copy_tbps); a result that gives its own ceiling_tbps
+  // (the CPU memcpy rate, or a GPU result from elsewhere) has that one.
+  const bool copy = !cpu && num_of(j, "copy_tbps") > 0;
+  r.ceiling_tbps = copy ? num_of(j, "copy_tbps") : num_of(j, "ceiling_tbps");
+  r.ceiling_name = cpu ? "memcpy rate (read + write)" : copy ? "copy rate (1 GiB D2D, read + write)" : "ceiling_tbps of the results";
+  const auto& results = j["results"];
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const nlohmann::json& e = results[i];
+    if (!e.is_object()) bad_entry(i, e, "expected an object with op, shape and a time");
+    for (const char* key : {"op", "shape"}) {
+      if (!e.contains(key) || !e[key].is_string()) bad_entry(i, e, std::string("missing \"") + key + "\" (text)");
+    }
+    const char* time_key = e.contains("cold_us") ? "cold_us" : e.contains("cpu_us") ? "cpu_us" : nullptr;
+    if (!time_key) bad_entry(i, e, "missing a time: \"cold_us\" (GPU) or \"cpu_us\" (CPU backend)");
     Row row;
     row.label = text_of(e, "set") + "  " + text_of(e, "op") + "  " + text_of(e, "shape") + "  " + text_of(e, "dtype");
-    row.time_us = e.contains("cold_us") ? num_of(e, "cold_us") : num_of(e, "cpu_us");
+    row.time_us = time_of(i, e, e, time_key, "");
     row.bytes = num_of(e, "bytes");
     row.flops = num_of(e, "flops");
-    if (num_of(e, "baseline_cold_us") > 0) {
+    if (e.contains("baseline_cold_us") && time_of(i, e, e, "baseline_cold_us", "") > 0) {
       row.baselines.emplace_back(text_of(e, "baseline").empty() ? "baseline" : text_of(e, "baseline"), num_of(e, "baseline_cold_us"));
     }
-    if (e.contains("baselines") && e["baselines"].is_array()) {  // other baselines run side by side (name, cold_us)
+    if (e.contains("baselines")) {  // other baselines run side by side (name, cold_us)
+      if (!e["baselines"].is_array()) bad_entry(i, e, "\"baselines\" is not a list of {name, cold_us}");
       for (const auto& b : e["baselines"]) {
-        if (num_of(b, "cold_us") > 0) row.baselines.emplace_back(text_of(b, "name"), num_of(b, "cold_us"));
+        const std::string who = "baseline \"" + (b.is_object() ? text_of(b, "name") : std::string()) + "\": ";
+        if (!b.is_object() || !b.contains("cold_us")) {
+          bad_entry(i, e, who + "no \"cold_us\" (its cold time in microseconds, run side by side with this case)");
+        }
+        if (time_of(i, e, b, "cold_us", who) > 0) row.baselines.emplace_back(text_of(b, "name"), num_of(b, "cold_us"));
       }
     }
     r.rows.push_back(std::move(row));

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -117,11 +118,33 @@ int launches_for(double est_us) {
   return static_cast<int>(std::clamp(2000.0 / std::max(est_us, 0.5), 10.0, 1000.0));
 }
 
+std::map<std::string, std::vector<std::string>> op_families(const Registry& reg) {
+  std::map<std::string, std::vector<std::string>> out;
+  auto add = [&](const std::string& family, const std::string& op) {
+    std::vector<std::string>& ops = out[family];
+    if (std::find(ops.begin(), ops.end(), op) == ops.end()) ops.push_back(op);
+  };
+  for (const OpSpec& o : reg.ops()) add(o.family, o.name);
+  for (const CaseSet& s : reg.sets()) {  // a family without hooks: the ops of its built-in cases
+    for (const auto& f : s.factories) {
+      for (const auto& c : f()) {
+        if (std::none_of(reg.ops().begin(), reg.ops().end(), [&](const OpSpec& o) { return o.family == c->family; })) {
+          add(c->family, c->op);
+        }
+      }
+    }
+  }
+  return out;
+}
+
 int run_list() {
   std::printf("fuseops %s (%s)\n\nop families:\n", version(),
               built_with_cuda() ? "CPU + CUDA backends" : "CPU backend only");
-  std::printf("  activation  silu_and_mul, gelu_and_mul (none | tanh), gelu_tanh_and_mul, *_split, *_backward\n");
-  std::printf("  gdn         chunk_gated_delta_rule_fwd_kkt_solve (fused kkt + solve_tril; cases: kkt_solve)\n");
+  for (const auto& [family, ops] : op_families(registry())) {
+    std::string names;
+    for (const std::string& o : ops) names += (names.empty() ? "" : ", ") + o;
+    std::printf("  %-11s %s\n", family.c_str(), names.c_str());
+  }
   std::printf("\ncase sets (* = part of the default bench run; check runs all by default):\n");
   for (const CaseSet& s : registry().sets()) {
     std::size_t n = 0;

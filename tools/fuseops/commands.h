@@ -2,10 +2,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
 namespace fuseops::cli {
+
+class Registry;
 
 struct Options {
   std::vector<std::string> sets;
@@ -35,6 +38,10 @@ int run_list();
 int run_check(const Options& opts);
 int run_bench(const Options& opts);
 int run_model(const ModelOptions& opts);
+/// Op family -> its ops (the hooks' names; the built-in cases' ops for a family without hooks), for `list`.
+std::map<std::string, std::vector<std::string>> op_families(const Registry& reg);
+/// The same with the ops of `reg` (tests).
+int run_model(const ModelOptions& opts, const Registry& reg);
 /// `fuseops model --list`-style text: the models and their layers' ops.
 int run_model_list();
 

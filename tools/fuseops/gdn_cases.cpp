@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,7 +32,9 @@ using testing::HostTensor;
 struct Spec {
   int64_t B = 1, T = 0, H = 1, HV = 1, K = 128, BT = 64;
   std::vector<int64_t> seqlens;  ///< varlen (B = 1, T = the sum) when non-empty
-  DType dtype = DType::bf16;     ///< k, beta and the output
+  DType dtype = DType::bf16;     ///< k, beta and the output (chunk_local_cumsum: g)
+  bool reverse = false;          ///< chunk_local_cumsum
+  double scale = 1.0;            ///< chunk_local_cumsum
   std::string label;
   bool varlen() const { return !seqlens.empty(); }
 };
@@ -344,6 +347,134 @@ class KktSolveCase : public OpCase {
   Spec s_;
 };
 
+// ---------------------------------------------------------------------------------------------------------------
+// chunk_local_cumsum: g [B, T, HV] (log-sigmoid decays in the spec's dtype) -> out [B, T, HV] f32, compared with the
+// float64 golden (element bounds of gdn_tolerance(cumsum) and the relative-RMS criterion). No built-in baseline.
+
+struct CumsumInputs {
+  HostTensor g, cu;
+  std::vector<int64_t> cu_values;
+};
+
+CumsumInputs make_cumsum_inputs(const Spec& s, uint64_t seed) {
+  CumsumInputs in;
+  in.g = HostTensor(s.dtype, {s.B, s.T, s.HV});
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int64_t r = 0; r < in.g.rows(); ++r) {
+    for (int64_t h = 0; h < s.HV; ++h) {
+      const double x = normal(rng);
+      in.g.set(r, h, static_cast<float>(x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x))));
+    }
+  }
+  in.cu_values = cu_of(s);
+  if (s.varlen()) {
+    in.cu = HostTensor(DType::i32, {static_cast<int64_t>(in.cu_values.size())});
+    for (std::size_t i = 0; i < in.cu_values.size(); ++i) {
+      static_cast<int32_t*>(in.cu.data())[i] = static_cast<int32_t>(in.cu_values[i]);
+    }
+  }
+  return in;
+}
+
+void run_cumsum(const Spec& s, const TensorView& out, const TensorView& g, const TensorView* cu, Stream stream) {
+  chunk_local_cumsum(out, g, s.BT, s.varlen() ? cu : nullptr, s.reverse,
+                     s.scale == 1.0 ? std::nullopt : std::optional<double>(s.scale), stream);
+}
+
+class CumsumBench : public BenchProblem {
+ public:
+  explicit CumsumBench(const Spec& s) : s_(s) {}
+  std::size_t set_bytes() const override { return static_cast<std::size_t>(bytes()) + 4 * (s_.seqlens.size() + 1); }
+  /// g read once, the f32 output written once.
+  double bytes() const override {
+    return static_cast<double>(s_.B * s_.T * s_.HV) * (static_cast<double>(dtype_size(s_.dtype)) + 4.0);
+  }
+  void allocate(int sets) override {
+    const CumsumInputs in = make_cumsum_inputs(s_, 20261130);
+    for (int i = 0; i < sets; ++i) {
+      Set set;
+      set.g = std::make_unique<testing::DeviceTensor>(in.g);
+      if (s_.varlen()) set.cu = std::make_unique<testing::DeviceTensor>(in.cu);
+      set.out = gpu::Buffer(static_cast<std::size_t>(s_.B * s_.T * s_.HV) * 4);
+      sets_.push_back(std::move(set));
+    }
+  }
+  void run(int set, void* stream) override {
+    const Set& st = sets_[set];
+    const TensorView out(st.out.get(), DType::f32, Device::cuda(0), {s_.B, s_.T, s_.HV});
+    const TensorView cu = st.cu ? st.cu->view() : TensorView();
+    run_cumsum(s_, out, st.g->view(), &cu, Stream(stream));
+  }
+  bool run_baseline(int, void*) override { return false; }
+
+ private:
+  struct Set {
+    std::unique_ptr<testing::DeviceTensor> g, cu;
+    gpu::Buffer out;
+  };
+  Spec s_;
+  std::vector<Set> sets_;
+};
+
+class CumsumCase : public OpCase {
+ public:
+  explicit CumsumCase(const Spec& s) : s_(s) {
+    family = "gdn";
+    op = "chunk_local_cumsum";
+    shape = s.label;
+    dtype = s.dtype;
+    rows = s.B * s.T;
+  }
+
+  CheckOutcome check(Device device, int64_t nrows, uint64_t seed) const override {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Spec s = reduced(s_, nrows);
+    const CumsumInputs in = make_cumsum_inputs(s, seed);
+    HostTensor out(DType::f32, {s.B, s.T, s.HV});
+    out.poison();
+    if (device.is_cuda()) {
+      testing::DeviceTensor g(in.g, device.index), o(out, device.index);
+      std::unique_ptr<testing::DeviceTensor> cu;
+      if (s.varlen()) cu = std::make_unique<testing::DeviceTensor>(in.cu, device.index);
+      const TensorView cv = cu ? cu->view() : TensorView();
+      run_cumsum(s, o.view(), g.view(), &cv, Stream());
+      testing::device_synchronize(device.index);
+      o.copy_to(out);
+    } else {
+      const TensorView cv = in.cu.view();
+      run_cumsum(s, out.view(), in.g.view(), &cv, Stream());
+    }
+    check_errors();
+    const reference::GdnGolden gold = reference::chunk_local_cumsum(in.g, s.BT, in.cu_values, s.reverse, s.scale);
+    const testing::Tolerance tol = reference::gdn_tolerance(reference::GdnStage::cumsum, DType::f32, 0, s.BT);
+    const testing::Comparison c = testing::compare(out, gold.value, gold.sensitivity, tol);
+    const reference::RmsCheck rms = reference::gdn_rms_check(out, gold.value);
+    CheckOutcome o;
+    o.pass = c.pass && rms.pass;
+    o.max_abs_error = c.max_abs_error;
+    o.rel_rms_error = rms.rel_rms_error;
+    o.tolerance = tol.describe();
+    o.detail = !c.pass ? c.detail : rms.pass ? "" : "relative RMS error above the limit or non-finite outputs";
+    o.rows_checked = s.B * s.T;
+    o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return o;
+  }
+
+  double time_cpu_us(int64_t nrows) const override {
+    const Spec s = reduced(s_, nrows);
+    const CumsumInputs in = make_cumsum_inputs(s, 1);
+    HostTensor out(DType::f32, {s.B, s.T, s.HV});
+    const TensorView cv = in.cu.view();
+    return median_wall_us([&] { run_cumsum(s, out.view(), in.g.view(), &cv, Stream()); });
+  }
+
+  std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<CumsumBench>(s_); }
+
+ private:
+  Spec s_;
+};
+
 CaseFactory make(std::vector<Spec> specs) {
   return [specs] {
     std::vector<std::unique_ptr<OpCase>> cases;
@@ -355,6 +486,16 @@ CaseFactory make(std::vector<Spec> specs) {
 /// Qwen3-Next-80B-A3B linear attention: 16 key heads, 32 value heads, head dim 128.
 std::vector<Spec> qwen3_next() { return {fixed(1, 4096, 16, 32, 128), fixed(1, 32768, 16, 32, 128)}; }
 
+/// The Spec of a GDN hook's sequences and heads (H = 1 and K = 1 where the op has none).
+Spec gdn_spec_of(const CaseParams& p, int64_t H, int64_t HV, int64_t K) {
+  const Sequences q = sequences_of(p);
+  Spec s = q.seqlens.empty() ? fixed(q.batch, q.seq_len, H, HV, K) : varlen(q.seqlens, H, HV, K);
+  s.BT = chunk_size_of(p);
+  s.dtype = dtype_from_name("dtype", p.text("dtype"));
+  bounded_product({{q.seqlens.empty() ? "seq_len" : "seqlens", q.tokens()}, {"num_v_heads", HV}, {"head_k_dim", std::max(K, s.BT)}});
+  return s;
+}
+
 /// The case-file hook of chunk_gated_delta_rule_fwd_kkt_solve (docs/cases.md): fixed length (batch, seq_len) or
 /// varlen (seqlens, batch 1), heads, head dim, chunk size, dtype.
 OpSpec kkt_solve_op() {
@@ -363,38 +504,45 @@ OpSpec kkt_solve_op() {
   spec.name = "chunk_gated_delta_rule_fwd_kkt_solve";
   spec.aliases = {"kkt_solve"};
   spec.help = "GDN intra-chunk stage, fused kkt + solve_tril: k [B, T, H, K] -> (I + A)^-1 [B, T, HV, BT]";
-  ParamSpec seqlens;
-  seqlens.name = "seqlens";
-  seqlens.kind = ParamKind::int_list;
-  seqlens.help = "varlen: the sequence lengths (cu_seqlens are their prefix sums; batch 1)";
-  seqlens.default_value = std::vector<int64_t>{};
-  spec.params = {integer_param("batch", "B", 1, 1),
-                 integer_param("seq_len", "T, tokens per sequence (fixed length)", 0, 0),
-                 seqlens,
-                 integer_param("num_heads", "H, key heads"),
-                 integer_param("num_v_heads", "HV, value heads, a multiple of H (0: H)", 0, 0),
-                 integer_param("head_k_dim", "K", 128, 1, 256),
-                 integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64),
-                 dtype_param()};
+  spec.params = sequence_params();
+  for (ParamSpec q : {integer_param("num_heads", "H, key heads"),
+                      integer_param("num_v_heads", "HV, value heads, a multiple of H (0: H)", 0, 0),
+                      integer_param("head_k_dim", "K", 128, 1, 256), integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64),
+                      dtype_param()}) {
+    spec.params.push_back(q);
+  }
   spec.make = [](const CaseParams& p) -> std::unique_ptr<OpCase> {
-    const int64_t B = p.integer("batch"), T = p.integer("seq_len"), H = p.integer("num_heads");
-    const int64_t HV = p.integer("num_v_heads") == 0 ? H : p.integer("num_v_heads"), BT = p.integer("chunk_size");
-    const std::vector<int64_t>& lens = p.int_list("seqlens");
-    if (BT != 16 && BT != 32 && BT != 64) throw ParamError("chunk_size", "expected 16, 32 or 64, got " + std::to_string(BT));
-    if (HV % H != 0) {
-      throw ParamError("num_v_heads", "num_v_heads " + std::to_string(HV) + " is not a multiple of num_heads " + std::to_string(H));
-    }
-    if (lens.empty() && T == 0) throw ParamError("seq_len", "give seq_len (fixed length) or seqlens (varlen)");
-    if (!lens.empty() && T != 0) throw ParamError("seq_len", "seq_len and seqlens exclude each other");
-    if (!lens.empty() && B != 1) throw ParamError("batch", "varlen (seqlens) runs with batch 1, got " + std::to_string(B));
-    for (int64_t l : lens) {
-      if (l < 0) throw ParamError("seqlens", "a sequence length is negative: " + std::to_string(l));
-    }
-    Spec s = lens.empty() ? fixed(B, T, H, HV, p.integer("head_k_dim")) : varlen(lens, H, HV, p.integer("head_k_dim"));
-    s.BT = BT;
-    s.dtype = dtype_from_name("dtype", p.text("dtype"));
-    if (BT != 64) s.label += ",bt" + std::to_string(BT);
+    Spec s = gdn_spec_of(p, p.integer("num_heads"), value_heads_of(p), p.integer("head_k_dim"));
+    if (s.BT != 64) s.label += ",bt" + std::to_string(s.BT);
     return std::make_unique<KktSolveCase>(s);
+  };
+  return spec;
+}
+
+/// The case-file hook of chunk_local_cumsum (docs/cases.md): sequences, value heads, chunk size, reverse, scale and
+/// the dtype of g.
+OpSpec cumsum_op() {
+  OpSpec spec;
+  spec.family = "gdn";
+  spec.name = "chunk_local_cumsum";
+  spec.help = "chunk-local cumsum of the log-decays: g [B, T, HV] -> f32 [B, T, HV], restarting every chunk";
+  spec.params = sequence_params();
+  for (ParamSpec q : {integer_param("num_v_heads", "HV, value heads"), integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64),
+                      bool_param("reverse", "sum from t to the chunk's end", false),
+                      ParamSpec{"scale", ParamKind::number, "multiplies the sums", 1.0, {}, 0, INT64_MAX},
+                      dtype_param("f32")}) {
+    spec.params.push_back(q);
+  }
+  spec.make = [](const CaseParams& p) -> std::unique_ptr<OpCase> {
+    Spec s = gdn_spec_of(p, 1, p.integer("num_v_heads"), 1);
+    s.reverse = p.boolean("reverse");
+    s.scale = p.number("scale");
+    if (!std::isfinite(s.scale)) throw ParamError("scale", "must be finite");
+    const std::string seqs = s.varlen() ? std::to_string(s.seqlens.size()) + "seq:" + std::to_string(s.T)
+                                        : std::to_string(s.B) + "x" + std::to_string(s.T);
+    s.label = seqs + "x" + std::to_string(s.HV) + (s.BT != 64 ? ",bt" + std::to_string(s.BT) : "") +
+              (s.reverse ? ",rev" : "");
+    return std::make_unique<CumsumCase>(s);
   };
   return spec;
 }
@@ -403,6 +551,7 @@ OpSpec kkt_solve_op() {
 
 void register_gdn_cases(Registry& r) {
   r.add_op(kkt_solve_op());
+  r.add_op(cumsum_op());
 
   std::vector<Spec> anchors;
   for (auto [B, T, H] : std::vector<std::array<int64_t, 3>>{{1, 256, 8},    {1, 512, 8},    {1, 1024, 8},
@@ -419,6 +568,16 @@ void register_gdn_cases(Registry& r) {
         "HV = H, Qwen3-Next-80B (H 16, HV 32) at T 4096 / 32768, a varlen batch of 8 sequences",
         true, make(anchors));
   r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B", true, make(qwen3_next()));  // the set exists: appends
+  r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B", true, [] {
+    std::vector<std::unique_ptr<OpCase>> cases;
+    for (const Spec& q : qwen3_next()) {
+      Spec s = q;
+      s.dtype = DType::f32;
+      s.label = "1x" + std::to_string(s.T) + "x" + std::to_string(s.HV);
+      cases.push_back(std::make_unique<CumsumCase>(s));
+    }
+    return cases;
+  });
 }
 
 }  // namespace fuseops::cli

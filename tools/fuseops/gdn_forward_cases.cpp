@@ -33,6 +33,7 @@ struct Spec {
   std::vector<int64_t> seqlens;  ///< varlen (B = 1) when non-empty
   bool decode = false;           ///< one token per sequence (B sequences, T = 1), state pool
   bool sigmoid_gating = false;   ///< decode with the fused gating form
+  bool pool = true;              ///< decode: the serving form on a state pool (false: fused_recurrent_gated_delta_rule)
   DType dtype = DType::bf16;
   std::string label;
   bool varlen() const { return !seqlens.empty(); }
@@ -75,7 +76,7 @@ Spec reduced(const Spec& s, int64_t rows) {
   if (rows >= s.B * s.T) return s;
   Spec r = s;
   if (s.decode) {
-    r.B = std::max<int64_t>(1, rows);
+    r.B = std::max<int64_t>(1, rows / s.T);
   } else if (!s.varlen()) {
     r.T = std::max<int64_t>(1, rows);
   } else {
@@ -157,6 +158,11 @@ HostInputs make_inputs(const Spec& s, uint64_t seed) {
 struct Views {
   TensorView q, k, v, g, beta, h0, cu, idx, A_log, dt_bias, o, ht, ws;
   void run(const Spec& s, Stream stream) const {
+    if (s.decode && !s.pool) {  // the plain recurrence: h0 read, the final state written to ht
+      TensorView final_state = ht;
+      fused_recurrent_gated_delta_rule(o, &final_state, q, k, v, &g, &beta, std::nullopt, &h0, true, nullptr, stream);
+      return;
+    }
     if (s.decode) {  // the pool is h0 (read and written in place)
       if (s.sigmoid_gating) {
         fused_sigmoid_gating_delta_rule_update(o, h0, A_log, g, dt_bias, q, k, v, beta, std::nullopt, idx, nullptr,
@@ -247,8 +253,10 @@ class ForwardCase : public OpCase {
  public:
   explicit ForwardCase(const Spec& s) : s_(s) {
     family = "gdn";
-    op = s.decode ? (s.sigmoid_gating ? "fused_sigmoid_gating_delta_rule_update" : "fused_recurrent_gated_delta_rule_update")
-                  : "chunk_gated_delta_rule";
+    op = !s.decode ? "chunk_gated_delta_rule"
+         : !s.pool ? "fused_recurrent_gated_delta_rule"
+         : s.sigmoid_gating ? "fused_sigmoid_gating_delta_rule_update"
+                            : "fused_recurrent_gated_delta_rule_update";
     shape = s.label;
     baseline = "";
     dtype = s.dtype;
@@ -264,6 +272,7 @@ class ForwardCase : public OpCase {
     o.poison();
     ht.poison();
     HostTensor pool = in.h0;  // decode: the pool, updated in place
+    const bool in_pool = s.decode && s.pool;
     const std::size_t wsb = workspace_bytes(s);
     HostTensor ws(DType::f32, {static_cast<int64_t>(wsb / 4 + 1)});
     auto views_of = [&](auto view) {
@@ -286,7 +295,7 @@ class ForwardCase : public OpCase {
         return keep.back()->view();
       };
       Views v = views_of(up);
-      testing::DeviceTensor od(o, device.index), hd(ht, device.index), pd(s.decode ? pool : in.h0, device.index),
+      testing::DeviceTensor od(o, device.index), hd(ht, device.index), pd(in_pool ? pool : in.h0, device.index),
           wd(ws, device.index);
       v.o = od.view();
       v.ht = hd.view();
@@ -296,12 +305,12 @@ class ForwardCase : public OpCase {
       testing::device_synchronize(device.index);
       od.copy_to(o);
       hd.copy_to(ht);
-      if (s.decode) pd.copy_to(pool);
+      if (in_pool) pd.copy_to(pool);
     } else {
       Views v = views_of([](const HostTensor& t) { return t.view(); });
       v.o = o.view();
       v.ht = ht.view();
-      v.h0 = s.decode ? pool.view() : in.h0.view();
+      v.h0 = in_pool ? pool.view() : in.h0.view();
       v.ws = ws.view();
       v.run(s, Stream());
     }
@@ -321,7 +330,7 @@ class ForwardCase : public OpCase {
     const double cost = static_cast<double>(s.B * s.T) * s.HV * s.K * s.V;
     if (cost > 4e9) ri.heads = {0, s.HV / 3, (2 * s.HV) / 3, s.HV - 1};  // long cases: four value heads
     const reference::RecurrenceGolden gold = reference::gated_delta_rule_recurrence(ri);
-    const HostTensor& state = s.decode ? pool : ht;
+    const HostTensor& state = in_pool ? pool : ht;
     auto rms = [&](const HostTensor& out, const std::vector<double>& ref, int64_t inner, double& err) {
       double e2 = 0, r2 = 0;
       bool finite = true;
@@ -390,9 +399,90 @@ CaseFactory make(std::vector<Spec> specs) {
   };
 }
 
+/// Heads and head dims of the GDN forward hooks.
+std::vector<ParamSpec> head_params() {
+  return {integer_param("num_heads", "H, query / key heads"),
+          integer_param("num_v_heads", "HV, value heads, a multiple of H (0: H)", 0, 0),
+          integer_param("head_k_dim", "K", 128, 1, 256), integer_param("head_v_dim", "V", 128, 1, 256)};
+}
+
+Spec with_heads(Spec s, const CaseParams& p) {
+  s.H = p.integer("num_heads");
+  s.HV = value_heads_of(p);
+  s.K = p.integer("head_k_dim");
+  s.V = p.integer("head_v_dim");
+  s.dtype = dtype_from_name("dtype", p.text("dtype"));
+  const int64_t tokens = s.B * s.T;
+  bounded_product({{s.decode ? "batch" : s.varlen() ? "seqlens" : "seq_len", tokens}, {"num_v_heads", s.HV}, {"head_v_dim", std::max(s.K, s.V)}});
+  bounded_product({{"batch", s.N()}, {"num_v_heads", s.HV}, {"head_k_dim", s.K}, {"head_v_dim", s.V}}, 36);  // states
+  return s;
+}
+
+/// The case-file hook of chunk_gated_delta_rule (docs/cases.md): fixed length (batch, seq_len) or varlen (seqlens),
+/// heads, head dims, chunk size, dtype; an initial state per sequence, q / k l2-normalised in the kernel.
+OpSpec chunk_op() {
+  OpSpec spec;
+  spec.family = "gdn";
+  spec.name = "chunk_gated_delta_rule";
+  spec.help = "GDN chunked forward (prefill): q, k [B, T, H, K], v [B, T, HV, V] -> o, final state [N, HV, K, V]";
+  spec.params = sequence_params();
+  for (const ParamSpec& q : head_params()) spec.params.push_back(q);
+  spec.params.push_back(integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64));
+  spec.params.push_back(dtype_param());
+  spec.make = [](const CaseParams& p) -> std::unique_ptr<OpCase> {
+    const Sequences q = sequences_of(p);
+    Spec s = q.seqlens.empty() ? Spec{} : prefill(1, 1, q.seqlens);
+    if (q.seqlens.empty()) {
+      s.B = q.batch;
+      s.T = q.seq_len;
+    } else if (q.seqlens.size() == 1) {  // one sequence: prefill() made it fixed length
+      s.T = q.seqlens[0];
+    }
+    s.BT = chunk_size_of(p);
+    s = with_heads(s, p);
+    const std::string lens = q.seqlens.empty() ? (s.B > 1 ? std::to_string(s.B) + "x" : "") + std::to_string(s.T)
+                                               : s.label.substr(s.label.find(':') + 1);
+    s.label = std::to_string(s.H) + "/" + std::to_string(s.HV) + ":" + lens + (s.K != 128 || s.V != 128 ?
+              ",k" + std::to_string(s.K) + "v" + std::to_string(s.V) : "") + (s.BT != 64 ? ",bt" + std::to_string(s.BT) : "");
+    return std::make_unique<ForwardCase>(s);
+  };
+  return spec;
+}
+
+/// The case-file hooks of the decode ops (docs/cases.md): `batch` sequences; fused_recurrent_gated_delta_rule runs
+/// seq_len tokens of each from an initial state to a final state, the serving forms one token of each on a state
+/// pool (the fused sigmoid gating computes g and beta from the raw projections).
+OpSpec decode_op(bool pool, bool gating) {
+  OpSpec spec;
+  spec.family = "gdn";
+  spec.name = !pool ? "fused_recurrent_gated_delta_rule"
+              : gating ? "fused_sigmoid_gating_delta_rule_update" : "fused_recurrent_gated_delta_rule_update";
+  spec.help = !pool ? "GDN token recurrence: q, k, v of batch sequences of seq_len tokens, initial -> final state"
+                    : "GDN decode step of batch sequences (one token each) on an f32 state pool, in place";
+  spec.params = {integer_param("batch", "N, sequences")};
+  if (!pool) spec.params.push_back(integer_param("seq_len", "tokens per sequence", 1, 1));
+  for (const ParamSpec& q : head_params()) spec.params.push_back(q);
+  spec.params.push_back(dtype_param());
+  spec.make = [pool, gating](const CaseParams& p) -> std::unique_ptr<OpCase> {
+    Spec s = decode(p.integer("batch"), p.integer("num_heads"), 1, gating);
+    s.pool = pool;
+    if (!pool) s.T = p.integer("seq_len");
+    s = with_heads(s, p);
+    s.label = std::to_string(s.H) + "/" + std::to_string(s.HV) + ":N" + std::to_string(s.B) +
+              (s.T > 1 ? "x" + std::to_string(s.T) : "") + (gating ? ",gating" : "") +
+              (s.K != 128 || s.V != 128 ? ",k" + std::to_string(s.K) + "v" + std::to_string(s.V) : "");
+    return std::make_unique<ForwardCase>(s);
+  };
+  return spec;
+}
+
 }  // namespace
 
 void register_gdn_forward_cases(Registry& r) {
+  r.add_op(chunk_op());
+  r.add_op(decode_op(false, false));
+  r.add_op(decode_op(true, false));
+  r.add_op(decode_op(true, true));
   const std::vector<int64_t> eight_1k(8, 1024), eight_4k(8, 4096);
   std::vector<Spec> pre = {prefill(2, 8, {32768}),  prefill(2, 8, {8192}),        prefill(2, 8, {2048}),
                            prefill(2, 8, eight_1k), prefill(16, 64, {32768}),     prefill(16, 64, {8192}),

@@ -39,13 +39,21 @@ Step part_of(const std::string& whole, Step s) {
 
 std::vector<Model> make_models() {
   std::vector<Model> m;
-  // Qwen3-Next-80B-A3B: hidden 2048; GDN with 16 key / 32 value heads of 128; gated RMSNorm per value head; MoE with
-  // 512 experts, top 10, expert and shared-expert intermediate 512; full attention (1 layer in 4) with 16 / 2 heads of
-  // 256 and partial rotary 64 (NeoX).
+  // Qwen3-Next-80B-A3B (config.json): hidden 2048, RMSNorm eps 1e-6 on the input and after the attention; GDN with
+  // 16 key / 32 value heads of 128 (short conv of width 4 over q, k, v: 2 x 16 x 128 + 32 x 128 = 8192 channels);
+  // gated RMSNorm per value head (groups of 128 over 32 x 128); MoE with 512 experts, top 10 (norm_topk_prob), expert
+  // and shared-expert intermediate 512; full attention (1 layer in 4) with 16 / 2 heads of 256, partial rotary 64
+  // (factor 0.25, NeoX), rope theta 1e7.
   m.push_back({"qwen3-next-80b", "Qwen3-Next-80B-A3B linear-attention (GDN) layer with MoE; rope of the full-attention layers",
                [](int64_t T, int64_t B) {
                  const int64_t N = T * B;
+                 Step norm = step("RMSNorm (input and post-attention), hidden 2048", {"layer_norm_fwd", "rms_norm"},
+                                  {{"tokens", N}, {"hidden", int64_t{2048}}, {"is_rms_norm", true}, {"gate", false}});
+                 norm.count = 2;
                  return std::vector<Step>{
+                     norm,
+                     step("GDN: short causal conv1d over q, k, v (width 4)", {"causal_conv1d_fn", "causal_conv1d"},
+                          {{"tokens", N}, {"dim", int64_t{8192}}, {"width", int64_t{4}}, {"activation", std::string("silu")}}),
                      part_of("chunk_gated_delta_rule",
                              step("GDN: chunk-local cumsum of the decays", {"chunk_local_cumsum"},
                                   {{"batch", B}, {"seq_len", T}, {"num_v_heads", int64_t{32}}, {"chunk_size", int64_t{64}}})),
@@ -59,10 +67,15 @@ std::vector<Model> make_models() {
                      step("gated RMSNorm (z gate, group 128)", {"layer_norm_fwd", "rms_norm_gated", "rmsnorm_gated"},
                           {{"tokens", N}, {"hidden", int64_t{4096}}, {"group_size", int64_t{128}}, {"is_rms_norm", true},
                            {"gate", true}, {"norm_before_gate", true}}),
-                     step("MoE router: softmax top-10 of 512", {"topk_softmax"},
-                          {{"tokens", N}, {"num_experts", int64_t{512}}, {"topk", int64_t{10}}, {"renormalize", true}}),
-                     step("MoE alignment to expert blocks", {"moe_align_block_size"},
-                          {{"tokens", N}, {"topk", int64_t{10}}, {"num_experts", int64_t{512}}, {"block_size", int64_t{64}}}),
+                     part_of("moe_route", step("MoE router: softmax top-10 of 512", {"topk_softmax"},
+                                               {{"tokens", N}, {"num_experts", int64_t{512}}, {"topk", int64_t{10}},
+                                                {"renormalize", true}})),
+                     part_of("moe_route", step("MoE alignment to expert blocks", {"moe_align_block_size"},
+                                               {{"tokens", N}, {"topk", int64_t{10}}, {"num_experts", int64_t{512}},
+                                                {"block_size", int64_t{64}}})),
+                     step("MoE router + alignment, fused", {"moe_route"},
+                          {{"tokens", N}, {"num_experts", int64_t{512}}, {"topk", int64_t{10}}, {"renormalize", true},
+                           {"block_size", int64_t{64}}}),
                      step("routed experts: SwiGLU (tokens x 10 rows)", {"silu_and_mul"},
                           {{"tokens", N * 10}, {"d", int64_t{512}}}),
                      step("routed experts, expert-major masked layout", {"silu_and_mul_masked"},
@@ -72,11 +85,12 @@ std::vector<Model> make_models() {
                      step("shared expert: SwiGLU", {"silu_and_mul"}, {{"tokens", N}, {"d", int64_t{512}}}),
                      step("rope, partial 64 of 256 (NeoX)", {"rotary_embedding"},
                           {{"tokens", N}, {"num_heads", int64_t{16}}, {"num_kv_heads", int64_t{2}}, {"head_size", int64_t{256}},
-                           {"rotary_dim", int64_t{64}}, {"is_neox", true}},
+                           {"rotary_dim", int64_t{64}}, {"is_neox", true}, {"theta", 1e7}},
                           "full-attention layers only (1 in 4)"),
                  };
                }});
-  // Llama-3-8B: hidden 4096, 32 / 8 heads of 128, full rotary (NeoX), MLP intermediate 14336.
+  // Llama-3-8B (config.json): hidden 4096, 32 / 8 heads of 128, full rotary (NeoX) with theta 500000, MLP
+  // intermediate 14336.
   m.push_back({"llama3-8b", "Llama-3-8B decoder layer: RMSNorm x2, rope, SwiGLU MLP (attention and GEMMs not fused ops)",
                [](int64_t T, int64_t B) {
                  const int64_t N = T * B;
@@ -87,29 +101,39 @@ std::vector<Model> make_models() {
                      norm,
                      step("rope, 128 of 128 (NeoX)", {"rotary_embedding"},
                           {{"tokens", N}, {"num_heads", int64_t{32}}, {"num_kv_heads", int64_t{8}}, {"head_size", int64_t{128}},
-                           {"rotary_dim", int64_t{128}}, {"is_neox", true}}),
+                           {"rotary_dim", int64_t{128}}, {"is_neox", true}, {"theta", 500000.0}}),
                      step("MLP: SwiGLU", {"silu_and_mul"}, {{"tokens", N}, {"d", int64_t{14336}}}),
                  };
                }});
-  // DeepSeek-V3: hidden 7168; MLA rope on 64 dims (GPT-J), 128 query heads, one shared rope key; 256 routed experts in
-  // 8 groups, top 4 groups, top 8, scaling 2.5, sigmoid scores with a bias; expert intermediate 2048, one shared expert.
+  // DeepSeek-V3 (config.json): hidden 7168; MLA with q_lora_rank 1536 and kv_lora_rank 512 (RMSNorm on both latents),
+  // rope on qk_rope_head_dim 64 (GPT-J, theta 10000; YaRN only changes the cache) of 128 query heads (the last 64 of
+  // each 192-wide q head) and one shared rope key; 256 routed experts in 8 groups, top 4 groups, top 8, scaling 2.5,
+  // sigmoid scores with e_score_correction_bias; expert intermediate 2048, one shared expert (MoE layers 3..60).
   m.push_back({"deepseek-v3", "DeepSeek-V3 MoE layer: RMSNorm x2, MLA rope, grouped top-k router, experts' SwiGLU",
                [](int64_t T, int64_t B) {
                  const int64_t N = T * B;
                  Step norm = step("RMSNorm (input and post-attention)", {"layer_norm_fwd", "rms_norm"},
                                   {{"tokens", N}, {"hidden", int64_t{7168}}, {"is_rms_norm", true}, {"gate", false}});
                  norm.count = 2;
+                 const P router = {{"tokens", N},           {"num_experts", int64_t{256}}, {"n_group", int64_t{8}},
+                                   {"topk_group", int64_t{4}}, {"topk", int64_t{8}},         {"renormalize", true},
+                                   {"routed_scaling_factor", 2.5}, {"scoring", std::string("sigmoid")}, {"bias", true}};
+                 P fused = router;
+                 fused["block_size"] = int64_t{64};
                  return std::vector<Step>{
                      norm,
-                     step("MLA rope, 64 dims (GPT-J)", {"rotary_embedding"},
+                     step("MLA: RMSNorm of the q latent (1536)", {"layer_norm_fwd", "rms_norm"},
+                          {{"tokens", N}, {"hidden", int64_t{1536}}, {"is_rms_norm", true}, {"gate", false}}),
+                     step("MLA: RMSNorm of the kv latent (512)", {"layer_norm_fwd", "rms_norm"},
+                          {{"tokens", N}, {"hidden", int64_t{512}}, {"is_rms_norm", true}, {"gate", false}}),
+                     step("MLA rope, 64 dims (GPT-J), q head stride 192", {"rotary_embedding"},
                           {{"tokens", N}, {"num_heads", int64_t{128}}, {"num_kv_heads", int64_t{1}}, {"head_size", int64_t{64}},
-                           {"rotary_dim", int64_t{64}}, {"is_neox", false}}),
-                     step("router: grouped top-8 of 256 (8 groups, top 4)", {"grouped_topk"},
-                          {{"tokens", N}, {"num_experts", int64_t{256}}, {"n_group", int64_t{8}}, {"topk_group", int64_t{4}},
-                           {"topk", int64_t{8}}, {"renormalize", true}, {"routed_scaling_factor", 2.5},
-                           {"scoring", std::string("sigmoid")}}),
-                     step("MoE alignment to expert blocks", {"moe_align_block_size"},
-                          {{"tokens", N}, {"topk", int64_t{8}}, {"num_experts", int64_t{256}}, {"block_size", int64_t{64}}}),
+                           {"rotary_dim", int64_t{64}}, {"head_stride", int64_t{192}}, {"is_neox", false}, {"theta", 10000.0}}),
+                     part_of("moe_route", step("router: grouped top-8 of 256 (8 groups, top 4)", {"grouped_topk"}, router)),
+                     part_of("moe_route", step("MoE alignment to expert blocks", {"moe_align_block_size"},
+                                               {{"tokens", N}, {"topk", int64_t{8}}, {"num_experts", int64_t{256}},
+                                                {"block_size", int64_t{64}}})),
+                     step("MoE router + alignment, fused", {"moe_route"}, fused),
                      step("routed experts: SwiGLU (tokens x 8 rows)", {"silu_and_mul"}, {{"tokens", N * 8}, {"d", int64_t{2048}}}),
                      step("shared expert: SwiGLU", {"silu_and_mul"}, {{"tokens", N}, {"d", int64_t{2048}}}),
                  };
@@ -141,6 +165,8 @@ Resolved resolve(const Step& s, const Registry& reg, const std::string& model) {
       return r;
     } catch (const ParamError& e) {  // the hook does not take the model's parameters: say so, try a built-in case
       r.note = spec->name + " rejects " + e.key() + ": " + e.what();
+    } catch (const Error& e) {
+      r.note = spec->name + " rejects the parameters: " + e.what();
     }
   }
   // A built-in case of the op, preferring the model's own set.
@@ -165,14 +191,18 @@ int run_model_list() {
   for (const Model& m : models()) {
     std::printf("  %-15s %s\n", m.name.c_str(), m.description.c_str());
     for (const Step& s : m.layer(4096, 1)) {
-      const bool present = resolve(s, registry(), m.name).c != nullptr;
-      std::printf("      %-8s %-34s %s\n", present ? "" : "missing", s.names.front().c_str(), s.what.c_str());
+      const Resolved r = resolve(s, registry(), m.name);
+      std::printf("      %-8s %-34s %s\n", r.c ? "" : r.note.empty() ? "missing" : "rejected", s.names.front().c_str(),
+                  s.what.c_str());
+      if (!r.note.empty()) std::printf("               %s\n", r.note.c_str());
     }
   }
   return 0;
 }
 
-int run_model(const ModelOptions& opts) {
+int run_model(const ModelOptions& opts) { return run_model(opts, registry()); }
+
+int run_model(const ModelOptions& opts, const Registry& reg) {
   const Model* model = nullptr;
   std::string known;
   for (const Model& m : models()) {
@@ -204,7 +234,7 @@ int run_model(const ModelOptions& opts) {
     double us = 0;
   };
   std::vector<Row> rows;
-  for (const Step& s : steps) rows.push_back({&s, resolve(s, registry(), model->name), {}, 0});
+  for (const Step& s : steps) rows.push_back({&s, resolve(s, reg, model->name), {}, 0});
   std::size_t present = 0;
   for (const Row& r : rows) present += r.r.c ? 1 : 0;
   Progress progress(present, Progress::on_terminal(opts.quiet));
@@ -251,12 +281,13 @@ int run_model(const ModelOptions& opts) {
                         {"batch", opts.batch}, {"backend", cuda ? "cuda" : "cpu"}, {"seed", seed}};
   out["steps"] = nlohmann::json::array();
   int failed = 0;
-  std::vector<const Row*> missing;
+  std::vector<const Row*> missing, rejected;  // rejected: the op exists, its hook rejects the model's parameters
   for (const Row& r : rows) {
     const std::string what = r.step->what + (r.step->count > 1 ? " (x" + std::to_string(r.step->count) + ")" : "");
     if (!r.r.c) {
-      missing.push_back(&r);
-      out["steps"].push_back({{"step", what}, {"op", r.step->names.front()}, {"missing", true}, {"note", r.r.note}});
+      (r.r.note.empty() ? missing : rejected).push_back(&r);
+      out["steps"].push_back({{"step", what}, {"op", r.step->names.front()}, {"missing", r.r.note.empty()},
+                              {"rejected", !r.r.note.empty()}, {"note", r.r.note}});
       continue;
     }
     failed += r.check.pass ? 0 : 1;
@@ -268,18 +299,26 @@ int run_model(const ModelOptions& opts) {
                 dtype_name(r.r.c->dtype), r.check.pass ? "PASS" : "FAIL", r.check.rel_rms_error, r.us, share);
     if (!r.check.pass) std::printf("    FAIL: %s\n", r.check.detail.c_str());
     if (!added) std::printf("    not added to the layer total: %s\n", why.c_str());
+    if (!r.r.note.empty()) std::printf("    %s\n", r.r.note.c_str());
     if (r.r.source.rfind("set ", 0) == 0) std::printf("    from %s\n", r.r.source.c_str());
     out["steps"].push_back({{"step", what}, {"op", r.r.c->op}, {"shape", r.r.c->shape}, {"dtype", dtype_name(r.r.c->dtype)},
                             {"source", r.r.source}, {"pass", r.check.pass}, {"rel_rms_error", r.check.rel_rms_error},
                             {"max_abs_error", r.check.max_abs_error}, {"detail", r.check.detail}, {"time_us", r.us},
-                            {"added", added}, {"share", added && total > 0 ? r.us / total : 0.0}});
+                            {"added", added}, {"share", added && total > 0 ? r.us / total : 0.0}, {"note", r.r.note}});
   }
   std::printf("layer total of the ops present: %.2f us (%s)\n", total, cuda ? "GPU" : "CPU, scaled; not GPU numbers");
+  if (!rejected.empty()) {
+    std::printf("not run (the op's hook rejects the model's parameters and it has no built-in case):\n");
+    for (const Row* r : rejected) {
+      std::printf("  %-28s %s  [%s]\n    %s\n", r->step->names.front().c_str(), r->step->what.c_str(),
+                  show_params(r->step->params).c_str(), r->r.note.c_str());
+    }
+  }
   if (!missing.empty()) {
     std::printf("missing (no op or case in fuseops by these names yet; not timed):\n");
     for (const Row* r : missing) {
-      std::printf("  %-28s %s  [%s]%s%s\n", r->step->names.front().c_str(), r->step->what.c_str(),
-                  show_params(r->step->params).c_str(), r->r.note.empty() ? "" : "  ", r->r.note.c_str());
+      std::printf("  %-28s %s  [%s]\n", r->step->names.front().c_str(), r->step->what.c_str(),
+                  show_params(r->step->params).c_str());
     }
   }
   out["total_us"] = total;
@@ -288,8 +327,8 @@ int run_model(const ModelOptions& opts) {
     if (!f) throw Error(ErrorKind::invalid_argument, "--json: cannot write " + opts.json);
     f << out.dump(1) << "\n";
   }
-  std::printf("model: %zu ops present, %zu missing; check %d passed, %d failed\n", present, missing.size(),
-              static_cast<int>(present) - failed, failed);
+  std::printf("model: %zu ops present, %zu missing, %zu rejected; check %d passed, %d failed\n", present,
+              missing.size(), rejected.size(), static_cast<int>(present) - failed, failed);
   return failed ? 1 : 0;
 }
 

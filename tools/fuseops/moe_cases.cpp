@@ -3,6 +3,7 @@
 // two parts launched back to back. Decode (1, 16, 64 tokens) and prefill (4096, 16384 tokens).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -196,9 +197,80 @@ RouteProblem softmax_router(int64_t E, int64_t k) {
   return p;
 }
 
+/// The case-file hooks of the MoE ops (docs/cases.md). Routers: tokens, num_experts, topk, renormalize, bias
+/// (a correction bias, as DeepSeek's e_score_correction_bias), dtype of the logits; grouped_topk and moe_route add
+/// n_group, topk_group, routed_scaling_factor and scoring; moe_align_block_size and moe_route take block_size.
+OpSpec moe_op(Kind kind, RouteOp router) {
+  OpSpec spec;
+  spec.family = "moe";
+  const bool grouped = kind == Kind::route || router == RouteOp::grouped_topk;
+  spec.name = kind == Kind::router ? route_op_name(router) : kind == Kind::align ? "moe_align_block_size" : "moe_route";
+  spec.help = kind == Kind::router ? "router: logits [T, E] -> top-k weights and ids [T, k]"
+              : kind == Kind::align ? "block schedule of the fused-MoE GEMM for topk_ids [T, k] (ids of a router)"
+                                    : "fused router: top-k weights and ids, then the block schedule";
+  spec.params = {integer_param("tokens", "T"),
+                 integer_param("num_experts", "E", std::nullopt, 1, kind == Kind::align ? kMaxAlignExperts : kMaxRouterExperts),
+                 integer_param("topk", "k, experts per token", std::nullopt, 1, kMaxRouterTopk)};
+  if (kind != Kind::align) {
+    spec.params.push_back(bool_param("renormalize", "the k weights sum to 1", false));
+    spec.params.push_back(bool_param("bias", "a correction bias [E] added for the selection", false));
+    spec.params.push_back(dtype_param());
+  }
+  if (grouped) {
+    spec.params.push_back(integer_param("n_group", "expert groups, dividing num_experts", 1, 1, 32));
+    spec.params.push_back(integer_param("topk_group", "groups kept, <= n_group", 1, 1, 32));
+    spec.params.push_back(ParamSpec{"routed_scaling_factor", ParamKind::number, "scales the weights", 1.0, {}, 0, INT64_MAX});
+    spec.params.push_back(text_param("scoring", "scores: softmax or sigmoid", kind == Kind::route ? "softmax" : "sigmoid",
+                                     {"softmax", "sigmoid"}));
+  }
+  if (kind != Kind::router) spec.params.push_back(integer_param("block_size", "rows of a GEMM block", 64, 1, int64_t{1} << 20));
+  spec.make = [kind, router, grouped](const CaseParams& p) -> std::unique_ptr<OpCase> {
+    RouteProblem rp = softmax_router(p.integer("num_experts"), p.integer("topk"));
+    rp.op = router;
+    rp.T = p.integer("tokens");
+    if (rp.k > rp.E) {
+      throw ParamError("topk", "topk " + std::to_string(rp.k) + " is more than num_experts " + std::to_string(rp.E));
+    }
+    bounded_product({{"tokens", rp.T}, {"num_experts", rp.E}}, 36);
+    if (kind != Kind::align) {
+      rp.spec.renormalize = p.boolean("renormalize");
+      rp.bias = p.boolean("bias");
+      rp.dtype = dtype_from_name("dtype", p.text("dtype"));
+    }
+    if (grouped) {
+      rp.spec.n_group = p.integer("n_group");
+      rp.spec.topk_group = p.integer("topk_group");
+      rp.spec.scale = p.number("routed_scaling_factor");
+      rp.spec.scoring = p.text("scoring") == "sigmoid" ? MoeScoring::sigmoid : MoeScoring::softmax;
+      if (rp.E % rp.spec.n_group != 0) {
+        throw ParamError("n_group", "num_experts " + std::to_string(rp.E) + " is not a multiple of n_group " +
+                                        std::to_string(rp.spec.n_group));
+      }
+      if (rp.spec.topk_group > rp.spec.n_group) {
+        throw ParamError("topk_group", "topk_group " + std::to_string(rp.spec.topk_group) + " is more than n_group " +
+                                           std::to_string(rp.spec.n_group));
+      }
+      if (rp.k > rp.spec.topk_group * (rp.E / rp.spec.n_group)) {
+        throw ParamError("topk", "topk " + std::to_string(rp.k) + " is more than the experts of topk_group groups, " +
+                                     std::to_string(rp.spec.topk_group * (rp.E / rp.spec.n_group)));
+      }
+      if (!std::isfinite(rp.spec.scale)) throw ParamError("routed_scaling_factor", "must be finite");
+      const bool plain = rp.spec.n_group == 1 && rp.spec.scale == 1.0 && rp.spec.scoring == MoeScoring::softmax;
+      if (kind == Kind::route && !plain) rp.op = RouteOp::grouped_topk;  // the router moe_route runs
+    }
+    if (kind != Kind::router) rp.block_size = p.integer("block_size");
+    return std::make_unique<MoeCase>(Spec{kind, rp});
+  };
+  return spec;
+}
+
 }  // namespace
 
 void register_moe_cases(Registry& r) {
+  r.add_op(moe_op(Kind::router, RouteOp::topk_softmax));
+  r.add_op(moe_op(Kind::router, RouteOp::grouped_topk));
+  r.add_op(moe_op(Kind::align, RouteOp::topk_softmax));
+  r.add_op(moe_op(Kind::route, RouteOp::topk_softmax));
   const auto tokens = {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{4096}, int64_t{16384}};
   r.add("mixtral-8x7b", "Mixtral-8x7B: 8 experts, top-2 softmax routing", true, make(softmax_router(8, 2), tokens));
   r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B: 512 experts, top-10 softmax routing", true,

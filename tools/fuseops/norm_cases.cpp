@@ -188,9 +188,46 @@ std::vector<Spec> qwen3_next() {
   return v;
 }
 
+/// The case-file hook of layer_norm_fwd (docs/cases.md): tokens, hidden (N), group_size (0: the whole row),
+/// is_rms_norm, gate (a SiLU gate z), norm_before_gate, bias, dtype, weight_dtype.
+OpSpec layer_norm_op() {
+  OpSpec spec;
+  spec.family = "norm";
+  spec.name = "layer_norm_fwd";
+  spec.aliases = {"rms_norm", "rms_norm_gated", "rmsnorm_gated", "layer_norm"};
+  spec.help = "gated RMSNorm / LayerNorm per group: x, z [tokens, hidden] -> out, rstd (and mean)";
+  spec.params = {integer_param("tokens", "rows"),
+                 integer_param("hidden", "N, the normalised width"),
+                 integer_param("group_size", "G, dividing hidden (0: one group per row)", 0, 0, 16384),
+                 bool_param("is_rms_norm", "RMSNorm (true) or LayerNorm (false)", true),
+                 bool_param("gate", "multiply by silu(z)", false),
+                 bool_param("norm_before_gate", "the gate after the norm (true) or before it (false)", true),
+                 bool_param("bias", "add a bias [hidden]", false),
+                 dtype_param(),
+                 text_param("weight_dtype", "dtype of weight and bias (same: x's)", "same", {"same", "f32"})};
+  spec.make = [](const CaseParams& p) -> std::unique_ptr<OpCase> {
+    Spec s{p.integer("tokens"), p.integer("hidden"), p.integer("group_size")};
+    bounded_product({{"tokens", s.rows}, {"hidden", s.N}});
+    if (s.G > s.N || (s.G != 0 && s.N % s.G != 0)) {
+      throw ParamError("group_size", "group_size " + std::to_string(s.G) + " does not divide hidden " + std::to_string(s.N));
+    }
+    if (s.G == 0 && s.N > 16384) {
+      throw ParamError("hidden", "hidden " + std::to_string(s.N) + " in one group is more than 16384 (give group_size)");
+    }
+    s.rms = p.boolean("is_rms_norm");
+    s.gate = !p.boolean("gate") ? NormGate::none : p.boolean("norm_before_gate") ? NormGate::after_norm : NormGate::before_norm;
+    s.bias = p.boolean("bias");
+    s.dtype = dtype_from_name("dtype", p.text("dtype"));
+    s.wdtype = p.text("weight_dtype") == "f32" ? DType::f32 : s.dtype;
+    return std::make_unique<NormCase>(s);
+  };
+  return spec;
+}
+
 }  // namespace
 
 void register_norm_cases(Registry& r) {
+  r.add_op(layer_norm_op());
   std::vector<Spec> all = qwen3_next();
   all.push_back(Spec{4096, 4096, 0, false, NormGate::after_norm, true});               // LayerNorm, bias, one group
   all.push_back(Spec{4096, 4096, 128, true, NormGate::before_norm});                  // Mamba-2 style: gate first

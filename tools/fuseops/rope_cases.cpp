@@ -4,6 +4,7 @@
 // an f32 scratch, then rotate q and k one thread per pair: HF eager and vLLM's M-RoPE path).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <vector>
 
@@ -326,9 +327,102 @@ Spec flaggems(int64_t b, int64_t seq, int64_t hq, int64_t hk, int64_t d, bool ne
   return s;
 }
 
+/// The parameters every rope hook takes (docs/cases.md).
+std::vector<ParamSpec> rope_params(bool rotary_dim, bool head_stride) {
+  std::vector<ParamSpec> v = {integer_param("tokens", "T (all sequences)"), integer_param("num_heads", "Hq, query heads"),
+                              integer_param("num_kv_heads", "Hk, key heads"),
+                              integer_param("head_size", "D (even)", std::nullopt, 2)};
+  if (rotary_dim) v.push_back(integer_param("rotary_dim", "rotated dims, even, <= head_size (0: head_size)", 0, 0));
+  if (head_stride) v.push_back(integer_param("head_stride", "elements between heads, >= head_size (0: head_size)", 0, 0));
+  v.push_back(bool_param("is_neox", "NeoX (true: halves) or GPT-J (false: adjacent pairs)", true));
+  v.push_back(ParamSpec{"theta", ParamKind::number, "rope base", 10000.0, {}, 0, INT64_MAX});
+  v.push_back(integer_param("max_position", "rows of the cos / sin cache", 32768, 1, int64_t{1} << 24));
+  v.push_back(dtype_param());
+  v.push_back(text_param("cache_dtype", "dtype of the cos / sin cache (same: the data's)", "same", {"same", "f32", "f16", "bf16"}));
+  return v;
+}
+
+/// The Spec of a rope hook's parameters, with the checks common to every rope op.
+Spec rope_spec_of(const CaseParams& p, RopeOp op) {
+  Spec s;
+  s.op = op;
+  s.tokens = p.integer("tokens");
+  s.hq = p.integer("num_heads");
+  s.hk = p.integer("num_kv_heads");
+  s.d = p.integer("head_size");
+  s.r = p.has("rotary_dim") && p.integer("rotary_dim") != 0 ? p.integer("rotary_dim") : s.d;
+  s.head_stride = p.has("head_stride") ? p.integer("head_stride") : 0;
+  s.neox = p.boolean("is_neox");
+  s.theta = p.number("theta");
+  s.max_position = p.integer("max_position");
+  s.dtype = dtype_from_name("dtype", p.text("dtype"));
+  s.cache_dtype = p.text("cache_dtype") == "same" ? s.dtype : dtype_from_name("cache_dtype", p.text("cache_dtype"));
+  if (s.d % 2 != 0) throw ParamError("head_size", "head_size " + std::to_string(s.d) + " is odd");
+  if (s.r % 2 != 0 || s.r > s.d) {
+    throw ParamError("rotary_dim", "rotary_dim " + std::to_string(s.r) + " must be even and <= head_size " + std::to_string(s.d));
+  }
+  if (s.head_stride != 0 && s.head_stride < s.d) {
+    throw ParamError("head_stride", "head_stride " + std::to_string(s.head_stride) + " is below head_size " + std::to_string(s.d));
+  }
+  if (!(s.theta > 1.0) || !std::isfinite(s.theta)) throw ParamError("theta", "theta must be finite and above 1");
+  bounded_product({{"tokens", s.tokens}, {"num_heads", s.hq}, {"head_size", s.hs()}});
+  bounded_product({{"tokens", s.tokens}, {"num_kv_heads", s.hk}, {"head_size", s.hs()}});
+  return s;
+}
+
+OpSpec rope_op(RopeOp op, bool backward) {
+  OpSpec spec;
+  spec.family = "rope";
+  spec.name = testing::rope_op_name(op, backward);
+  const bool mrope = op == RopeOp::mrope, apply = op == RopeOp::apply_rotary_pos_emb;
+  spec.help = apply ? "rotary embedding of q, k [batch, seq, H, D] from cos / sin tables (FlagGems), out of place"
+              : mrope ? "multimodal rotary embedding (3 position axes) of q, k [T, H, D] in place"
+                      : "rotary embedding of q, k [T, H, D] in place from a cos / sin cache (vLLM)";
+  if (mrope) spec.aliases = {"mrope(chunked)", "mrope(interleaved)", "mrope(interleaved_glm)"};
+  spec.params = rope_params(!apply, op == RopeOp::rotary_embedding);
+  if (apply) spec.params.insert(spec.params.begin() + 1, integer_param("batch", "sequences; tokens = batch x seq", 1));
+  if (mrope) {
+    ParamSpec section;
+    section.name = "mrope_section";
+    section.kind = ParamKind::int_list;
+    section.help = "[s_t, s_h, s_w], summing to rotary_dim / 2";
+    spec.params.push_back(section);  // required
+    spec.params.push_back(text_param("mrope_layout", "axis of each pair: chunked (Qwen2-VL), interleaved (Qwen3-VL), "
+                                     "interleaved_glm (GLM-4.1V)", "chunked", {"chunked", "interleaved", "interleaved_glm"}));
+  }
+  spec.make = [op, backward, mrope, apply](const CaseParams& p) -> std::unique_ptr<OpCase> {
+    Spec s = rope_spec_of(p, op);
+    s.backward = backward;
+    if (apply) {
+      s.batch = p.integer("batch");
+      if (s.tokens % s.batch != 0) {
+        throw ParamError("batch", "tokens " + std::to_string(s.tokens) + " is not a multiple of batch " + std::to_string(s.batch));
+      }
+    }
+    if (mrope) {
+      const std::vector<int64_t>& sec = p.int_list("mrope_section");
+      if (sec.size() != 3) throw ParamError("mrope_section", "expected 3 values [s_t, s_h, s_w], got " + std::to_string(sec.size()));
+      if (sec[0] + sec[1] + sec[2] != s.r / 2) {
+        throw ParamError("mrope_section", "the sections sum to " + std::to_string(sec[0] + sec[1] + sec[2]) +
+                                              ", not rotary_dim / 2 = " + std::to_string(s.r / 2));
+      }
+      s.section = {sec[0], sec[1], sec[2]};
+      const std::string l = p.text("mrope_layout");
+      s.layout = l == "interleaved" ? MropeLayout::interleaved : l == "interleaved_glm" ? MropeLayout::interleaved_glm
+                                                                                       : MropeLayout::chunked;
+    }
+    return std::make_unique<RopeCase>(s);
+  };
+  return spec;
+}
+
 }  // namespace
 
 void register_rope_cases(Registry& r) {
+  r.add_op(rope_op(RopeOp::rotary_embedding, false));
+  r.add_op(rope_op(RopeOp::rotary_embedding, true));
+  r.add_op(rope_op(RopeOp::apply_rotary_pos_emb, false));
+  r.add_op(rope_op(RopeOp::mrope, false));
   const std::initializer_list<int64_t> tokens = {1, 64, 4096, 16384};
   Spec llama = rope(32, 8, 128, 128, true, 500000);
   std::vector<Spec> llama_cases = at_tokens(llama, tokens);

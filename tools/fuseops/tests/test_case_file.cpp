@@ -170,6 +170,147 @@ TEST(CaseFile, ExamplesParse) {
   }
 }
 
+// Every op family's hook: one entry per op, checked through the cases it makes (op name, shape, rows).
+TEST(CaseFile, EveryFamilysHooksParse) {
+  const CaseFile f = parse(
+      "cases:\n"
+      "  - op: rotary_embedding\n    tokens: 30\n    num_heads: 128\n    num_kv_heads: 1\n    head_size: 64\n"
+      "    head_stride: 192\n    is_neox: false\n"
+      "  - op: rotary_embedding_backward\n    tokens: 8\n    num_heads: 8\n    num_kv_heads: 2\n    head_size: 128\n"
+      "    rotary_dim: 64\n"
+      "  - op: apply_rotary_pos_emb\n    tokens: 40\n    batch: 4\n    num_heads: 4\n    num_kv_heads: 2\n    head_size: 64\n"
+      "  - op: mrope\n    tokens: 50\n    num_heads: 4\n    num_kv_heads: 2\n    head_size: 128\n"
+      "    mrope_section: [24, 20, 20]\n    mrope_layout: interleaved\n"
+      "  - op: topk_softmax\n    tokens: 33\n    num_experts: 512\n    topk: 10\n    renormalize: true\n"
+      "  - op: grouped_topk\n    tokens: 33\n    num_experts: 256\n    n_group: 8\n    topk_group: 4\n    topk: 8\n"
+      "    routed_scaling_factor: 2.5\n    bias: true\n"
+      "  - op: moe_align_block_size\n    tokens: 33\n    num_experts: 64\n    topk: 6\n    block_size: 16\n"
+      "  - op: moe_route\n    tokens: 33\n    num_experts: 64\n    topk: 8\n"
+      "  - op: rms_norm_gated\n    tokens: 20\n    hidden: 4096\n    group_size: 128\n    gate: true\n"
+      "  - op: silu_and_mul_masked\n    num_experts: 8\n    max_tokens: 32\n    tokens_per_expert: 7\n    busy_experts: 3\n"
+      "    d: 64\n"
+      "  - op: gelu_and_mul_masked\n    num_experts: 8\n    max_tokens: 32\n    tokens_per_expert: 32\n    d: 64\n"
+      "    approximate: tanh\n"
+      "  - op: chunk_gated_delta_rule\n    batch: 2\n    seq_len: 100\n    num_heads: 2\n    num_v_heads: 4\n"
+      "  - op: chunk_gated_delta_rule\n    seqlens: [1, 63, 65]\n    num_heads: 2\n    chunk_size: 32\n"
+      "  - op: fused_recurrent_gated_delta_rule\n    batch: 3\n    seq_len: 5\n    num_heads: 2\n"
+      "  - op: fused_recurrent_gated_delta_rule_update\n    batch: 3\n    num_heads: 2\n"
+      "  - op: fused_sigmoid_gating_delta_rule_update\n    batch: 3\n    num_heads: 2\n    num_v_heads: 4\n"
+      "  - op: chunk_local_cumsum\n    seqlens: [3, 70, 0, 5]\n    num_v_heads: 3\n    reverse: true\n");
+  const auto cases = f.make_cases();
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"rotary_embedding", "30x128/1x64j,hs192"},
+      {"rotary_embedding_backward", "8x8/2x128r64"},
+      {"apply_rotary_pos_emb", "40x4/2x64,B4"},
+      {"mrope(interleaved)", "50x4/2x128"},
+      {"topk_softmax", "33x512 k10"},
+      {"grouped_topk", "33x256 k8"},
+      {"moe_align_block_size", "33x64 k6 bs16"},
+      {"moe_route", "33x64 k8 bs64"},
+      {"rms_norm,gate", "20x4096/g128"},
+      {"silu_and_mul_masked", "8x32x64:3@7"},
+      {"gelu_and_mul_masked(tanh)", "8x32x64:8@32"},
+      {"chunk_gated_delta_rule", "2/4:2x100"},
+      {"chunk_gated_delta_rule", "2/2:3seq,bt32"},
+      {"fused_recurrent_gated_delta_rule", "2/2:N3x5"},
+      {"fused_recurrent_gated_delta_rule_update", "2/2:N3"},
+      {"fused_sigmoid_gating_delta_rule_update", "2/4:N3,gating"},
+      {"chunk_local_cumsum", "4seq:78x3,rev"}};
+  ASSERT_EQ(cases.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(cases[i]->op, want[i].first) << i;
+    EXPECT_EQ(cases[i]->shape, want[i].second) << i;
+  }
+  EXPECT_EQ(cases[0]->family, "rope");
+  EXPECT_EQ(cases[5]->family, "moe");
+  EXPECT_EQ(cases[8]->family, "norm");
+  EXPECT_EQ(cases[11]->rows, 200);  // batch x seq_len
+  EXPECT_EQ(cases[13]->rows, 15);
+  EXPECT_EQ(cases[16]->rows, 78);
+  EXPECT_EQ(cases[16]->dtype, DType::f32);  // g of the cumsum: f32 by default
+}
+
+// Every op family that has built-in cases has a hook, so that case files and `fuseops model` reach it.
+TEST(CaseFile, EveryFamilyHasAHook) {
+  for (const CaseSet& s : registry().sets()) {
+    for (const auto& f : s.factories) {
+      for (const auto& c : f()) {
+        bool hooked = false;
+        for (const OpSpec& o : registry().ops()) hooked = hooked || o.family == c->family;
+        EXPECT_TRUE(hooked) << c->family << " (" << c->op << " in set " << s.name << ")";
+      }
+    }
+  }
+  for (const char* op : {"rotary_embedding", "apply_rotary_pos_emb", "mrope", "topk_softmax", "grouped_topk",
+                         "moe_align_block_size", "moe_route", "layer_norm_fwd", "silu_and_mul_masked",
+                         "gelu_and_mul_masked", "chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule",
+                         "chunk_local_cumsum"}) {
+    EXPECT_NE(registry().find_op(op), nullptr) << op;
+  }
+}
+
+TEST(CaseFile, HooksRejectImpossibleCombinations) {
+  EXPECT_CASE_ERROR("cases:\n  - op: rotary_embedding\n    tokens: 4\n    num_heads: 2\n    num_kv_heads: 1\n"
+                    "    head_size: 64\n    rotary_dim: 33\n", "f.yaml:7:5", "rotary_dim", "must be even");
+  EXPECT_CASE_ERROR("cases:\n  - op: mrope\n    tokens: 4\n    num_heads: 2\n    num_kv_heads: 1\n    head_size: 128\n"
+                    "    mrope_section: [16, 24, 20]\n", "f.yaml:7:5", "mrope_section", "not rotary_dim / 2 = 64");
+  EXPECT_CASE_ERROR("cases:\n  - op: apply_rotary_pos_emb\n    tokens: 10\n    batch: 4\n    num_heads: 2\n"
+                    "    num_kv_heads: 1\n    head_size: 64\n", "f.yaml:4:5", "batch", "not a multiple of batch 4");
+  EXPECT_CASE_ERROR("cases:\n  - op: grouped_topk\n    tokens: 4\n    num_experts: 100\n    n_group: 8\n    topk: 2\n",
+                    "f.yaml:5:5", "n_group", "not a multiple of n_group 8");
+  EXPECT_CASE_ERROR("cases:\n  - op: grouped_topk\n    tokens: 4\n    num_experts: 64\n    n_group: 8\n    topk_group: 1\n"
+                    "    topk: 9\n", "f.yaml:7:5", "topk", "more than the experts of topk_group groups, 8");
+  EXPECT_CASE_ERROR("cases:\n  - op: topk_softmax\n    tokens: 4\n    num_experts: 4\n    topk: 8\n", "f.yaml:5:5", "topk",
+                    "more than num_experts 4");
+  EXPECT_CASE_ERROR("cases:\n  - op: layer_norm_fwd\n    tokens: 4\n    hidden: 100\n    group_size: 64\n", "f.yaml:5:5",
+                    "group_size", "does not divide hidden 100");
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul_masked\n    num_experts: 4\n    max_tokens: 8\n    tokens_per_expert: 9\n"
+                    "    d: 8\n", "f.yaml:5:5", "tokens_per_expert", "more than max_tokens 8");
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    seq_len: 64\n    num_heads: 4\n    num_v_heads: 6\n",
+                    "f.yaml:5:5", "num_v_heads", "not a multiple of num_heads 4");
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seqlens: [0, 0]\n    num_v_heads: 4\n", "f.yaml:3:5",
+                    "seqlens", "the sequences hold no tokens");
+}
+
+TEST(CaseFile, SeqLenZeroSaysWhatToGive) {
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    seq_len: 0\n    num_heads: 2\n", "f.yaml:3:5", "seq_len",
+                    "seq_len 0 gives no tokens: give seq_len (fixed length) or seqlens (varlen)");
+  EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n    seq_len: [64, 0]\n    num_heads: 2\n", "f.yaml:3:5", "seq_len",
+                    "seq_len 0 gives no tokens");
+}
+
+TEST(CaseFile, DuplicateKeysAreErrors) {
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n    d: 16\n", "f.yaml:5:5", "d",
+                    "duplicate key (first at f.yaml:4:5)");
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    op: gelu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:3:5", "op",
+                    "duplicate key");
+  EXPECT_CASE_ERROR("name: a\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\nname: b\n", "f.yaml:6:1", "name",
+                    "duplicate key (first at f.yaml:1:1)");
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: {from: 1, to: 4, from: 2}\n    d: 8\n", "f.yaml:3:30",
+                    "from", "duplicate key");
+}
+
+TEST(CaseFile, SizesThatOverflowNameTheirKey) {
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: 99999999999999999999\n    d: 8\n", "f.yaml:3:13", "tokens",
+                    "does not fit in 64 bits");
+  // d alone is too large: d is to blame, not tokens (2 d would overflow)
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 4611686018427387904\n", "f.yaml:4:5", "d",
+                    "is more than 2^39 elements");
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: 4000000000\n    d: 4000\n", "f.yaml:3:5", "tokens",
+                    "tokens x d = 4000000000 x 4000 is more than 2^39 elements");
+  EXPECT_CASE_ERROR("cases:\n  - op: rotary_embedding\n    tokens: 4\n    num_heads: 9223372036854775807\n"
+                    "    num_kv_heads: 1\n    head_size: 64\n", "f.yaml:4:5", "num_heads", "more than 2^40");
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seqlens: [9223372036854775807, 9223372036854775807]\n"
+                    "    num_v_heads: 4\n", "f.yaml:3:5", "seqlens", "more than 2^40 tokens");
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    batch: 4294967296\n    seq_len: 4294967296\n"
+                    "    num_heads: 1\n", "f.yaml:4:5", "seq_len", "seq_len x batch");
+}
+
+TEST(CaseFile, EmptyFilePointsAtLineOne) {
+  EXPECT_CASE_ERROR("", "f.yaml:1:1", "cases", "the file is empty");
+  EXPECT_CASE_ERROR("# nothing but a comment\n", "f.yaml:1:1", "cases", "the file is empty");
+}
+
 TEST(CaseParams, HooksRejectUnknownAndMissingParameters) {
   const OpSpec* op = registry().find_op("silu_and_mul");
   ASSERT_NE(op, nullptr);

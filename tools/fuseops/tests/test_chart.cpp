@@ -48,6 +48,42 @@ TEST(Chart, OneBarPerCaseAndOneRatioBarPerBaseline) {
   EXPECT_EQ(html.find("http://", html.find("</svg>")), std::string::npos);  // nothing fetched
 }
 
+/// The message chart_svg raises for `results` (one entry) of a GPU bench ("" when it renders).
+std::string chart_error(const std::string& entry) {
+  try {
+    chart_svg(nlohmann::json::parse(R"({"command": "bench", "backend": "cuda", "copy_tbps": 4.0, "results": [)" + entry + "]}"));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Chart, RejectsIncompleteOrNegativeEntries) {
+  EXPECT_NE(chart_error(R"({"shape": "1", "cold_us": 1})").find("results[0]: missing \"op\""), std::string::npos);
+  EXPECT_NE(chart_error(R"({"op": "x", "cold_us": 1})").find("results[0] (x ): missing \"shape\""), std::string::npos);
+  EXPECT_NE(chart_error(R"({"op": "x", "shape": "1"})").find("missing a time: \"cold_us\""), std::string::npos);
+  EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": -2})").find("\"cold_us\" is negative (-2)"), std::string::npos);
+  EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": "fast"})").find("\"cold_us\" is not a number"),
+            std::string::npos);
+  EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": 1, "baseline_cold_us": -1})").find("\"baseline_cold_us\" is negative"),
+            std::string::npos);
+  const std::string no_cold = chart_error(R"({"op": "x", "shape": "1", "cold_us": 1, "baselines": [{"name": "FLA", "warm_us": 3}]})");
+  EXPECT_NE(no_cold.find("baseline \"FLA\": no \"cold_us\""), std::string::npos) << no_cold;
+  EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": 1, "baselines": [{"name": "FLA", "cold_us": -3}]})")
+                .find("baseline \"FLA\": \"cold_us\" is negative"),
+            std::string::npos);
+  EXPECT_EQ(chart_error(R"({"op": "x", "shape": "1", "cold_us": 0})"), "");  // zero is a time
+}
+
+TEST(Chart, GpuResultWithItsOwnCeiling) {
+  const auto j = nlohmann::json::parse(R"({"command": "bench", "backend": "cuda", "ceiling_tbps": 4.0, "results": [
+    {"set": "s", "op": "silu_and_mul", "shape": "8192x14336", "dtype": "bf16", "bytes": 704643072, "cold_us": 200.0}]})");
+  const std::string svg = chart_svg(j);
+  EXPECT_EQ(count(svg, "class=\"ceiling\""), 1u);
+  EXPECT_NE(svg.find("(88% of ceiling)"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("ceiling_tbps of the results 4.000 TB/s"), std::string::npos) << svg;
+}
+
 TEST(Chart, CpuResultsWithoutBaselines) {
   const auto j = nlohmann::json::parse(R"({"command": "bench", "backend": "cpu", "version": "0.1.0",
     "ceiling_tbps": 0.01, "results": [{"set": "a", "op": "silu_and_mul", "shape": "4x8", "dtype": "bf16",

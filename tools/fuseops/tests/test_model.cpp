@@ -2,7 +2,11 @@
 // runs on the CPU.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
 #include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "commands.h"
 #include "fuseops/error.h"
@@ -42,9 +46,10 @@ class StubCase : public OpCase {
 TEST(Model, TheThreeModels) {
   for (const char* name : {"qwen3-next-80b", "llama3-8b", "deepseek-v3"}) EXPECT_FALSE(model(name).layer(64, 2).empty());
   const auto steps = model("qwen3-next-80b").layer(100, 3);
-  const Step& experts = steps[6];
+  const Step& experts = step_of(steps, "silu_and_mul");
   EXPECT_EQ(experts.names.front(), "silu_and_mul");
   EXPECT_EQ(std::get<int64_t>(experts.params.at("tokens")), 3000);  // tokens x batch x top-10
+  EXPECT_EQ(experts.what, "routed experts: SwiGLU (tokens x 10 rows)");
   EXPECT_EQ(std::get<int64_t>(step_of(steps, "chunk_gated_delta_rule_fwd_kkt_solve").params.at("seq_len")), 100);
 }
 
@@ -53,7 +58,7 @@ TEST(Model, OpsResolveByNameAtRunTime) {
   register_activation_cases(only_activation);
   const auto steps = model("qwen3-next-80b").layer(64, 1);
   // present through the activation family's hook, with the model's shape
-  const Resolved act = resolve(steps[6], only_activation, "qwen3-next-80b");
+  const Resolved act = resolve(step_of(steps, "silu_and_mul"), only_activation, "qwen3-next-80b");
   ASSERT_NE(act.c, nullptr);
   EXPECT_EQ(act.c->shape, "640x512");
   EXPECT_EQ(act.source, "hook silu_and_mul");
@@ -84,14 +89,147 @@ TEST(Model, OpsResolveByNameAtRunTime) {
   EXPECT_NE(r2.note.find("rotary_embedding rejects"), std::string::npos) << r2.note;
 }
 
-TEST(Model, RunsALayerOnTheCpu) {
+/// `fuseops model NAME --tokens T --check-rows R --backend cpu --quiet --seed 7`.
+ModelOptions cpu_options(const std::string& name, int64_t tokens, int64_t check_rows) {
   ModelOptions o;
-  o.name = "qwen3-next-80b";
-  o.tokens = 32;
-  o.check_rows = 8;
+  o.name = name;
+  o.tokens = tokens;
+  o.check_rows = check_rows;
   o.backend = "cpu";
   o.quiet = true;
   o.seed_text = "7";
+  return o;
+}
+
+/// Whether any hook or built-in case of `reg` answers to one of the step's names.
+bool exists(const Step& s, const Registry& reg) {
+  for (const std::string& n : s.names) {
+    if (reg.find_op(n)) return true;
+    for (const CaseSet& set : reg.sets()) {
+      for (const auto& f : set.factories) {
+        for (const auto& c : f()) {
+          if (c->op == n) return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
+// Every step of every model is built by its op's hook at the model's dims and the given tokens; only ops that do not
+// exist in the library are missing.
+TEST(Model, EveryOpThroughItsHookNoFalseMissing) {
+  for (const Model& m : models()) {
+    for (const Step& s : m.layer(64, 2)) {
+      const Resolved r = resolve(s, registry(), m.name);
+      if (!exists(s, registry())) {
+        EXPECT_EQ(r.c, nullptr) << m.name << ": " << s.names.front();
+        continue;
+      }
+      ASSERT_NE(r.c, nullptr) << m.name << ": " << s.names.front() << " " << r.note;
+      EXPECT_EQ(r.source.rfind("hook ", 0), 0u) << m.name << ": " << s.names.front() << " from " << r.source;
+      EXPECT_TRUE(r.note.empty()) << r.note;
+      if (s.params.count("tokens")) {
+        EXPECT_EQ(r.c->rows, std::get<int64_t>(s.params.at("tokens"))) << s.names.front();
+      }
+    }
+  }
+  const auto steps = model("qwen3-next-80b").layer(64, 1);
+  EXPECT_EQ(resolve(step_of(steps, "chunk_gated_delta_rule"), registry(), "qwen3-next-80b").c->shape, "16/32:64");
+  EXPECT_EQ(resolve(step_of(steps, "chunk_local_cumsum"), registry(), "qwen3-next-80b").c->shape, "1x64x32");
+  EXPECT_EQ(resolve(step_of(steps, "rotary_embedding"), registry(), "qwen3-next-80b").c->shape, "64x16/2x256r64");
+  EXPECT_EQ(resolve(step_of(steps, "topk_softmax"), registry(), "qwen3-next-80b").c->shape, "64x512 k10");
+  const auto ds = model("deepseek-v3").layer(64, 1);
+  EXPECT_EQ(resolve(step_of(ds, "rotary_embedding"), registry(), "deepseek-v3").c->shape, "64x128/1x64j,hs192");
+  EXPECT_EQ(resolve(step_of(ds, "grouped_topk"), registry(), "deepseek-v3").c->shape, "64x256 k8");
+  // the only step of the three models whose op the library lacks
+  std::vector<std::string> missing;
+  for (const Model& m : models()) {
+    for (const Step& s : m.layer(64, 1)) {
+      if (!resolve(s, registry(), m.name).c) missing.push_back(m.name + ":" + s.names.front());
+    }
+  }
+  EXPECT_EQ(missing, std::vector<std::string>{"qwen3-next-80b:causal_conv1d_fn"});
+}
+
+// The models' dimensions (config.json of each model).
+TEST(Model, DimensionsOfTheRealModels) {
+  const auto q = model("qwen3-next-80b").layer(10, 1);
+  auto i = [](const Step& s, const char* k) { return std::get<int64_t>(s.params.at(k)); };
+  EXPECT_EQ(i(q[0], "hidden"), 2048);
+  EXPECT_EQ(q[0].count, 2);
+  const Step& gdn = step_of(q, "chunk_gated_delta_rule");
+  EXPECT_EQ(i(gdn, "num_heads"), 16);
+  EXPECT_EQ(i(gdn, "num_v_heads"), 32);
+  EXPECT_EQ(i(gdn, "head_k_dim"), 128);
+  EXPECT_EQ(i(gdn, "head_v_dim"), 128);
+  EXPECT_EQ(i(step_of(q, "layer_norm_fwd"), "hidden"), 2048);
+  const Step& router = step_of(q, "moe_route");
+  EXPECT_EQ(i(router, "num_experts"), 512);
+  EXPECT_EQ(i(router, "topk"), 10);
+  const Step& rope = step_of(q, "rotary_embedding");
+  EXPECT_EQ(i(rope, "head_size"), 256);
+  EXPECT_EQ(i(rope, "rotary_dim"), 64);
+  EXPECT_EQ(std::get<double>(rope.params.at("theta")), 1e7);
+  const auto l = model("llama3-8b").layer(10, 1);
+  EXPECT_EQ(i(l[0], "hidden"), 4096);
+  EXPECT_EQ(i(step_of(l, "silu_and_mul"), "d"), 14336);
+  EXPECT_EQ(i(step_of(l, "rotary_embedding"), "num_heads"), 32);
+  EXPECT_EQ(i(step_of(l, "rotary_embedding"), "num_kv_heads"), 8);
+  EXPECT_EQ(std::get<double>(step_of(l, "rotary_embedding").params.at("theta")), 500000.0);
+  const auto d = model("deepseek-v3").layer(10, 1);
+  EXPECT_EQ(i(d[0], "hidden"), 7168);
+  const Step& g = step_of(d, "grouped_topk");
+  EXPECT_EQ(i(g, "num_experts"), 256);
+  EXPECT_EQ(i(g, "n_group"), 8);
+  EXPECT_EQ(i(g, "topk_group"), 4);
+  EXPECT_EQ(i(g, "topk"), 8);
+  EXPECT_EQ(std::get<double>(g.params.at("routed_scaling_factor")), 2.5);
+  EXPECT_TRUE(std::get<bool>(g.params.at("bias")));
+  EXPECT_EQ(i(step_of(d, "silu_and_mul"), "d"), 2048);
+  EXPECT_FALSE(std::get<bool>(step_of(d, "rotary_embedding").params.at("is_neox")));
+}
+
+// A hook that rejects the model's parameters: a "rejects" line in the table and in --json, and the op is not listed
+// as missing.
+TEST(Model, RejectionsArePrintedAndInTheJson) {
+  Registry reg;
+  register_activation_cases(reg);
+  OpSpec picky;
+  picky.family = "stub";
+  picky.name = "rotary_embedding";
+  for (const char* k : {"tokens", "num_heads", "num_kv_heads", "head_size", "rotary_dim"}) {
+    picky.params.push_back(integer_param(k, "", 0, 0));
+  }
+  picky.params.push_back(bool_param("is_neox", "", true));
+  picky.params.push_back(ParamSpec{"theta", ParamKind::number, "", 1.0, {}, 0, INT64_MAX});
+  picky.make = [](const CaseParams&) -> std::unique_ptr<OpCase> { throw ParamError("head_size", "only 96 here"); };
+  reg.add_op(picky);
+  ModelOptions o = cpu_options("llama3-8b", 4, 4);
+  o.json = ::testing::TempDir() + "fuseops_model_reject.json";
+  ::testing::internal::CaptureStdout();
+  const int rc = run_model(o, reg);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("rotary_embedding rejects head_size: only 96 here"), std::string::npos) << out;
+  EXPECT_NE(out.find("1 missing, 1 rejected"), std::string::npos) << out;  // layer_norm_fwd is not in `reg`
+  std::ifstream f(o.json);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  bool seen = false;
+  for (const auto& s : j["steps"]) {
+    if (s["op"] == "rotary_embedding") {
+      seen = true;
+      EXPECT_TRUE(s["rejected"].get<bool>());
+      EXPECT_FALSE(s["missing"].get<bool>());
+      EXPECT_NE(s["note"].get<std::string>().find("rejects head_size"), std::string::npos);
+    }
+  }
+  EXPECT_TRUE(seen);
+  std::remove(o.json.c_str());
+}
+
+TEST(Model, RunsALayerOnTheCpu) {
+  ModelOptions o = cpu_options("qwen3-next-80b", 32, 8);
   ::testing::internal::CaptureStdout();
   const int rc = run_model(o);
   const std::string out = ::testing::internal::GetCapturedStdout();
