@@ -64,9 +64,15 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
                  double scale, int64_t chunk_size = 64, const TensorView* cu_seqlens = nullptr, Stream stream = {});
 
 /// Bytes of device (or host, for CPU tensors) scratch memory chunk_gated_delta_rule needs for these arguments.
+/// Validates them as chunk_gated_delta_rule does (Error naming chunk_gated_delta_rule_workspace_size and the argument).
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
                                                   const TensorView* cu_seqlens = nullptr,
                                                   bool use_qk_l2norm_in_kernel = false, int64_t chunk_size = 64);
+/// The same query for a caller that sizes the workspace on behalf of an op the user called (a binding of
+/// chunk_gated_delta_rule): errors name `op` instead.
+std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& v,
+                                                      const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
+                                                      int64_t chunk_size);
 
 /// The chunked GDN forward (prefill), as FLA `chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state,
 /// output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: optional l2 normalisation of q and k

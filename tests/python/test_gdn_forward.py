@@ -135,6 +135,23 @@ def test_errors_name_the_argument():
         fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=torch.zeros(1, 2, 16, 8))
 
 
+def test_chunk_errors_name_the_op_the_user_called():
+    # The arguments that size the workspace (q, v, cu_seqlens) are checked before the op runs: still a ValueError
+    # naming chunk_gated_delta_rule, not the workspace query.
+    q, k, v, g, beta, _ = inputs(1, 8, 2, 4, 16, 16, torch.float32, "cpu")
+    op = fuseops.chunk_gated_delta_rule
+    cases = [
+        ("cu_seqlens", lambda: op(q, k, v, g, beta, cu_seqlens=torch.tensor([0.0, 8.0]))),
+        ("v", lambda: op(q, k, v[:, :, :3], g[:, :, :3], beta[:, :, :3])),  # HV = 3, not a multiple of H = 2
+        ("q", lambda: op(*inputs(1, 8, 2, 4, 257, 16, torch.float32, "cpu")[:5])),
+        ("v", lambda: op(q, k, v[..., :0], g, beta)),
+        ("v", lambda: op(q, k, torch.randn(1, 8, 4, 32)[..., ::2], g, beta)),
+    ]
+    for name, call in cases:
+        with pytest.raises(ValueError, match=f"^chunk_gated_delta_rule: {name}: "):
+            call()
+
+
 @requires_cuda
 def test_cuda_graph_capture():
     q, k, v, g, beta, h0 = inputs(1, 130, 2, 4, 64, 64, torch.bfloat16, "cuda")
