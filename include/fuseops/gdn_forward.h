@@ -105,8 +105,8 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
 ///  - [N]: sequence n reads and, after its last token, writes slot ssm_state_indices[n];
 ///  - [N, Tmax] (speculative decoding): sequence n reads slot ssm_state_indices[n, num_accepted_tokens[n] - 1]
 ///    (column 0 without num_accepted_tokens) and writes the state after its token t to slot ssm_state_indices[n, t].
-/// A negative index is a padding slot: nothing is read (a padding start slot: the sequence's o rows are written as
-/// 0 and no state is written) or written there. An index >= S, a num_accepted_tokens outside [1, Tmax] or a sequence
+/// Index -1 is a padding slot: nothing is read (a padding start slot: the sequence's o rows are written as 0 and no
+/// state is written) or written there. An index < -1 or >= S, a num_accepted_tokens outside [1, Tmax] or a sequence
 /// longer than Tmax is recorded in the device error record (check_errors()) and treated as padding.
 /// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. Other arguments as in
 /// fused_recurrent_gated_delta_rule. Sequences must not read a slot another sequence writes in the same call.

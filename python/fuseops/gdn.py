@@ -247,7 +247,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     FLA form: ``initial_state`` [N, HV, K, V] is read-only; returns (o [B, T, HV, V] in v.dtype, final_state float32
     or None). vLLM serving form (``ssm_state_indices`` given, or ``inplace_final_state=True``): ``initial_state`` is
     the state pool [S, HV, K, V] (float32 / bfloat16) updated in place; ``ssm_state_indices`` [N] or [N, Tmax] (with
-    ``num_accepted_tokens`` [N]); index -1 is a padding slot. Returns (o, initial_state).
+    ``num_accepted_tokens`` [N]); index -1 is a padding slot, any other index outside [0, S) is recorded for
+    :func:`fuseops.check_errors` (and its sequence treated as padding). Returns (o, initial_state).
     """
     op = "fused_recurrent_gated_delta_rule"
     _reject_kwargs(op, kwargs)
