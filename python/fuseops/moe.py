@@ -86,7 +86,17 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
 
 
 def moe_align_sizes(numel, num_experts, block_size, pad_sorted_ids=False):
-    """(len(sorted_token_ids), len(expert_ids)) as vLLM's ``moe_align_block_size`` wrapper allocates them."""
+    """(len(sorted_token_ids), len(expert_ids)) as vLLM's ``moe_align_block_size`` wrapper allocates them.
+    ``numel`` >= 0, ``num_experts`` >= 1, ``block_size`` >= 1 (ints), else ValueError naming the argument."""
+    op = "moe_align_sizes"
+    _check_int(op, "numel", numel, 0)
+    _check_int(op, "num_experts", num_experts, 1)
+    _check_int(op, "block_size", block_size, 1)
+    return _align_sizes(numel, num_experts, block_size, pad_sorted_ids)
+
+
+def _align_sizes(numel, num_experts, block_size, pad_sorted_ids):
+    # numel may be symbolic under torch.compile; the caller has checked the arguments.
     n = numel + num_experts * (block_size - 1)
     if pad_sorted_ids:
         n = (n + block_size - 1) // block_size * block_size
@@ -110,7 +120,7 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
     _check_tensor(op, "topk_ids", topk_ids)
     _check_int(op, "block_size", block_size, 1)
     _check_int(op, "num_experts", num_experts, 1)
-    n, blocks = moe_align_sizes(topk_ids.numel(), num_experts, block_size, pad_sorted_ids)
+    n, blocks = _align_sizes(topk_ids.numel(), num_experts, block_size, pad_sorted_ids)
     dev = topk_ids.device
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
     expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)

@@ -201,16 +201,27 @@ void run_route(const char* op, const RouteArgs& a, const Device& device, Stream 
 }  // namespace detail
 
 MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_size, bool pad_sorted_ids) {
-  if (numel < 0 || num_experts < 1 || block_size < 1) {
-    throw Error(ErrorKind::invalid_argument, "moe_align_sizes: expected numel >= 0, num_experts >= 1, block_size >= 1, got " +
-                                                 std::to_string(numel) + ", " + std::to_string(num_experts) + ", " +
-                                                 std::to_string(block_size));
+  const char* op = "moe_align_sizes";
+  if (numel < 0) detail::fail_argument(op, "numel", ">= 0", std::to_string(numel));
+  if (num_experts < 1) detail::fail_argument(op, "num_experts", ">= 1", std::to_string(num_experts));
+  if (block_size < 1) detail::fail_argument(op, "block_size", ">= 1", std::to_string(block_size));
+  // sorted_len = numel + num_experts * (block_size - 1), rounded up to block_size (pad_sorted_ids): every step must
+  // fit in int64 (then numel * block_size below is at most it, or capped by it).
+  int64_t pad = 0, len = 0;
+  bool overflow = __builtin_mul_overflow(num_experts, block_size - 1, &pad) || __builtin_add_overflow(numel, pad, &len);
+  if (!overflow && pad_sorted_ids) overflow = len > std::numeric_limits<int64_t>::max() - (block_size - 1);
+  if (overflow) {
+    detail::fail_argument(op, "numel", "numel + num_experts * (block_size - 1) < 2^63 (num_experts " +
+                                           std::to_string(num_experts) + ", block_size " + std::to_string(block_size) + ")",
+                          std::to_string(numel));
   }
   MoeAlignSizes s;
-  s.sorted_len = numel + num_experts * (block_size - 1);
-  if (pad_sorted_ids) s.sorted_len = detail::moe_round_up(s.sorted_len, block_size);
-  if (numel < num_experts) s.sorted_len = std::min(numel * block_size, s.sorted_len);
-  s.blocks = (s.sorted_len + block_size - 1) / block_size;
+  s.sorted_len = pad_sorted_ids ? detail::moe_round_up(len, block_size) : len;
+  if (numel < num_experts) {
+    int64_t cap = 0;
+    if (!__builtin_mul_overflow(numel, block_size, &cap)) s.sorted_len = std::min(cap, s.sorted_len);
+  }
+  s.blocks = s.sorted_len / block_size + (s.sorted_len % block_size != 0);
   return s;
 }
 

@@ -114,6 +114,15 @@ def test_errors():
         fuseops.moe_route(torch.randn(2, 8), 2, 16, scoring="relu")
 
 
+def test_moe_align_sizes_arguments():
+    assert fuseops.moe_align_sizes(16, 8, 4) == (40, 10)
+    assert fuseops.moe_align_sizes(2, 256, 64) == (128, 2)
+    for args, name in (((-5, 8, 4), "numel"), ((5, 0, 4), "num_experts"), ((5, 8, 0), "block_size"),
+                       ((5.0, 8, 4), "numel"), ((5, True, 4), "num_experts")):
+        with pytest.raises(ValueError, match=f"moe_align_sizes: {name}: "):
+            fuseops.moe_align_sizes(*args)
+
+
 def test_bad_ids_are_recorded():
     fuseops.clear_errors()
     ids = torch.tensor([[0, 9], [-1, 3]], dtype=torch.int32)
