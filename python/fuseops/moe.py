@@ -27,6 +27,11 @@ def _check_int(op, name, v, lo, hi=None):
         raise ValueError(f"{op}: {name}: expected an int {rng}, got {v!r}")
 
 
+def _check_topk(op, topk, E):
+    """k in [1, min(E, 32)], named as the caller passed it (the op itself can only name topk_weights' shape)."""
+    _check_int(op, "topk", topk, 1, min(E, 32) if E >= 1 else None)
+
+
 def _rows(op, name, t):
     _check_tensor(op, name, t)
     if t.dim() != 2:
@@ -49,7 +54,7 @@ def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, i
     """
     op = "topk_softmax"
     T = _rows(op, "gating_output", gating_output)
-    _check_int(op, "topk", topk, 1)
+    _check_topk(op, topk, gating_output.shape[1])
     dev = gating_output.device
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)
@@ -75,7 +80,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     """
     op = "grouped_topk"
     T = _rows(op, "scores", scores)
-    _check_int(op, "topk", topk, 1)
+    _check_topk(op, topk, scores.shape[1])
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     w = torch.empty((T, topk), dtype=torch.float32, device=scores.device)
@@ -140,13 +145,13 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     """
     op = "moe_route"
     T = _rows(op, "gating_output", gating_output)
-    _check_int(op, "topk", topk, 1)
+    _check_topk(op, topk, gating_output.shape[1])
     _check_int(op, "block_size", block_size, 1)
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     dev = gating_output.device
     E = gating_output.shape[1]
-    n, blocks = moe_align_sizes(T * topk, E, block_size)
+    n, blocks = _align_sizes(T * topk, E, block_size, False)
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)

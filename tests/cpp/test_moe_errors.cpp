@@ -44,7 +44,7 @@ TEST(MoeErrors, TopkSoftmax) {
   TensorView i64src(b.src.data(), DType::i64, Device::cpu(), {4, 4});
   EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), i64src, b.L(), true), op, "token_expert_indices");
   TensorView bias = b.B(255);
-  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), b.S(), b.L(), true, &bias), op, "bias");
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), b.S(), b.L(), true, &bias), op, "correction_bias");
   TensorView alias(b.logits.data(), DType::f32, Device::cpu(), {4, 8});
   EXPECT_ARG_ERROR(fuseops::topk_softmax(alias, b.I(), b.S(), b.L(), true), op, "topk_weights");
   TensorView strided(b.logits.data(), DType::f32, Device::cpu(), {4, 128}, {256, 2});
