@@ -86,6 +86,7 @@ RopeHeads heads_of(const char* op, const char* name, const TensorView& v, const 
 /// The rotated parts ([tokens, heads, r] at the given strides) of distinct (token, head) pairs do not overlap.
 void check_self_overlap(const char* op, const char* name, int64_t tokens, int64_t heads, int64_t r, int64_t ts,
                         int64_t hs) {
+  if (tokens == 0 || heads == 0) return;  // no elements
   std::pair<int64_t, int64_t> d[2] = {{ts, tokens}, {hs, heads}};  // (stride, size)
   if (d[0].first > d[1].first) std::swap(d[0], d[1]);
   int64_t extent = r;

@@ -48,13 +48,15 @@ TEST_F(RopeErrors, ValidCallsPass) {
   EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(v(5, {4, 2, 64}), v(6, {4, 1, 64}), q3, k3, cs, sn, &ids, true));
 }
 
-// Zero tokens with 2-D positions: the token dims have no single stride to find (torch gives a [2, 0] tensor strides
+// Zero tokens with 2-D positions (and zero heads): the token dims have no single stride to find (torch gives a [2, 0] tensor strides
 // [1, 1]), and none is needed: nothing runs.
 TEST_F(RopeErrors, ZeroTokensWithTwoDimPositionsPass) {
   const TensorView none = v(2, {2, 0, 64});
   EXPECT_NO_THROW(fuseops::rotary_embedding(s(0, {2, 0}, {1, 1}, i64), v(1, {2, 0, 128}), &none, 64, cache(), true));
   const TensorView k0 = v(2, {0, 64});
   EXPECT_NO_THROW(fuseops::mrope(s(0, {3, 0}, {1, 1}, i64), v(1, {0, 128}), &k0, 64, 64, cache(), {8, 12, 12}, true));
+  // Zero heads ([T, 0], strides [1, 1] from torch): no elements, nothing overlaps.
+  EXPECT_NO_THROW(fuseops::rotary_embedding(pos(), s(1, {4, 0}, {1, 1}), nullptr, 64, cache(), true));
 }
 
 TEST_F(RopeErrors, RotaryEmbeddingArguments) {

@@ -191,6 +191,8 @@ def test_zero_tokens_with_two_dim_positions(device):
     fuseops.rotary_embedding(torch.zeros(2, 0, dtype=torch.long, device=device), q, None, 8, cache)
     fuseops.mrope(torch.randn(0, 16, device=device), None, cache, torch.zeros(3, 0, dtype=torch.long, device=device),
                   [2, 1, 1], 8, 8)
+    fuseops.rotary_embedding(torch.arange(5, device=device), torch.randn(5, 0, device=device), None, 16,
+                             cache_of(32, 8, torch.float32, device))  # zero heads
 
 
 @pytest.mark.parametrize("device", DEVICES)
