@@ -118,6 +118,14 @@ def test_sigmoid_gating_decode(device):
         if i >= 0:
             assert rel_rms(pool[i], rht[n]) <= 5e-3
     assert torch.equal(pool[1], start[1]) and torch.equal(pool[3], start[3]) and torch.equal(pool[4], start[4])
+    # vLLM passes a, b as [num_tokens, HV]: the same as [N, 1, HV] for q [N, 1, H, K], bitwise.
+    pool2 = start.clone()
+    o2 = fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a[:, 0], dt_bias, 1.0, 20.0, q, k, v, b[:, 0], pool2,
+                                                        idx, use_qk_l2norm_in_kernel=True)
+    assert torch.equal(o2, o) and torch.equal(pool2, pool)
+    with pytest.raises(ValueError, match=r"fused_sigmoid_gating_delta_rule_update: a: .*got \[3, 4\]"):
+        fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a[:3, 0], dt_bias, 1.0, 20.0, q, k, v, b[:, 0], pool2,
+                                                       idx)
 
 
 @pytest.mark.parametrize("name", ["state_v_first", "use_gate_in_kernel", "head_first", "allow_neg_eigval"])
