@@ -115,12 +115,13 @@ void chunk_gated_delta_rule(at::Tensor& o, const c10::optional<at::Tensor>& fina
                    vv = to_view(op, "v", v), gv = to_view(op, "g", g), bv = to_view(op, "beta", beta);
   OptionalOut ht(op, "final_state", final_state);
   const OptionalView h0(op, "initial_state", initial_state), cu(op, "cu_seqlens", cu_seqlens);
-  // The workspace comes from torch's allocator (stream-ordered, capturable), on o's device.
-  const std::size_t bytes =
-      fuseops::chunk_gated_delta_rule_workspace_size(qv, vv, cu.get(), use_qk_l2norm_in_kernel, chunk_size);
-  at::Tensor ws = at::empty({static_cast<int64_t>(bytes / 4 + 1)}, o.options().dtype(at::kFloat));
-  const TensorView wsv = to_view(op, "workspace", ws);
   run_on_device_of(o, [&](Stream s) {
+    // The workspace comes from torch's allocator (stream-ordered, capturable), on o's device. Sized inside the error
+    // translation, with errors naming the op the user called.
+    const std::size_t bytes = fuseops::chunk_gated_delta_rule_workspace_size_for(op, qv, vv, cu.get(),
+                                                                                 use_qk_l2norm_in_kernel, chunk_size);
+    at::Tensor ws = at::empty({static_cast<int64_t>(bytes / 4 + 1)}, o.options().dtype(at::kFloat));
+    const TensorView wsv = to_view(op, "workspace", ws);
     fuseops::chunk_gated_delta_rule(ov, ht.get(), qv, kv, vv, gv, bv, opt(scale), h0.get(), use_qk_l2norm_in_kernel,
                                     cu.get(), wsv, chunk_size, s);
   });

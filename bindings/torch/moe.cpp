@@ -22,7 +22,7 @@ void topk_softmax(at::Tensor& topk_weights, at::Tensor& topk_ids, at::Tensor& to
                   const at::Tensor& gating_output, bool renormalize, const c10::optional<at::Tensor>& correction_bias) {
   constexpr const char* op = "topk_softmax";
   const TensorView g = to_view(op, "gating_output", gating_output);
-  const OptionalView b(op, "bias", correction_bias);
+  const OptionalView b(op, "correction_bias", correction_bias);
   const TensorView w = to_view(op, "topk_weights", topk_weights), i = to_view(op, "topk_ids", topk_ids);
   const TensorView s = to_view(op, "token_expert_indices", token_expert_indices);
   run_on_device_of(topk_weights, [&](Stream st) { fuseops::topk_softmax(w, i, s, g, renormalize, b.get(), st); });

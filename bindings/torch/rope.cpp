@@ -36,13 +36,19 @@ void rotary_embedding(const at::Tensor& positions, at::Tensor& query, const c10:
 void apply_rotary_pos_emb(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
                           const at::Tensor& cos, const at::Tensor& sin, const c10::optional<at::Tensor>& position_ids,
                           bool rotary_interleaved, bool inverse) {
-  constexpr const char* op = "apply_rotary_pos_emb";
-  const TensorView qv = to_view(op, "q", q), kv = to_view(op, "k", k);
+  // inverse = the backward (python/fuseops/rope.py, apply_rotary_pos_emb_backward): errors name its gradients.
+  const char* op = inverse ? "apply_rotary_pos_emb_backward" : "apply_rotary_pos_emb";
+  const TensorView qv = to_view(op, inverse ? "grad_q" : "q", q), kv = to_view(op, inverse ? "grad_k" : "k", k);
   const TensorView cv = to_view(op, "cos", cos), sv = to_view(op, "sin", sin);
   const OptionalView ids(op, "position_ids", position_ids);
-  const TensorView qo = to_view(op, "q_out", q_out), ko = to_view(op, "k_out", k_out);
+  const TensorView qo = to_view(op, inverse ? "grad_q_out" : "q_out", q_out),
+                   ko = to_view(op, inverse ? "grad_k_out" : "k_out", k_out);
   run_on_device_of(q, [&](Stream s) {
-    fuseops::apply_rotary_pos_emb(qo, ko, qv, kv, cv, sv, ids.get(), rotary_interleaved, inverse, s);
+    if (inverse) {
+      fuseops::apply_rotary_pos_emb_backward(qo, ko, qv, kv, cv, sv, ids.get(), rotary_interleaved, s);
+    } else {
+      fuseops::apply_rotary_pos_emb(qo, ko, qv, kv, cv, sv, ids.get(), rotary_interleaved, false, s);
+    }
   });
 }
 

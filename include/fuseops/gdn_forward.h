@@ -49,7 +49,7 @@ void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, T
 /// chunk c in order: h[slot(c)] = S; v_new = u - w S; S = exp(g_last) S + k^T (exp(g_last - g) * v_new), g_last = g
 /// of the chunk's last valid row. final_state = S after the last chunk (the initial state for an empty sequence).
 /// k: [B, T, H, K]; w: [B, T, HV, K]; u: [B, T, HV, V]; g (optional): [B, T, HV] f32 chunk-local cumsum;
-/// initial_state (optional): [N, HV, K, V] any float dtype, read as f32.
+/// initial_state (optional): [N, HV, K, V] f32 / f16 / bf16 (read as f32), contiguous.
 /// h (out): [B, NS, HV, K, V] (NS = gdn_chunk_slots), f32 / f16 / bf16; v_new (out): [B, T, HV, V] (ungated);
 /// final_state (out, optional): [N, HV, K, V] f32. Outputs contiguous. As FLA `chunk_gated_delta_rule_fwd_h`, with
 /// h indexed by chunk slot (see gdn_chunk_slots) rather than FLA's compacted chunk list.
@@ -64,9 +64,15 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
                  double scale, int64_t chunk_size = 64, const TensorView* cu_seqlens = nullptr, Stream stream = {});
 
 /// Bytes of device (or host, for CPU tensors) scratch memory chunk_gated_delta_rule needs for these arguments.
+/// Validates them as chunk_gated_delta_rule does (Error naming chunk_gated_delta_rule_workspace_size and the argument).
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
                                                   const TensorView* cu_seqlens = nullptr,
                                                   bool use_qk_l2norm_in_kernel = false, int64_t chunk_size = 64);
+/// The same query for a caller that sizes the workspace on behalf of an op the user called (a binding of
+/// chunk_gated_delta_rule): errors name `op` instead.
+std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& v,
+                                                      const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
+                                                      int64_t chunk_size);
 
 /// The chunked GDN forward (prefill), as FLA `chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state,
 /// output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: optional l2 normalisation of q and k
@@ -74,7 +80,7 @@ std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const Ten
 /// recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h and chunk_fwd_o.
 /// q, k: [B, T, H, K]; v: [B, T, HV, V] (q, k, v one dtype: f32 / f16 / bf16, innermost stride 1); g (raw per-token
 /// log-decay): [B, T, HV] f32 / f16 / bf16; beta: [B, T, HV] f32 / f16 / bf16; initial_state (optional):
-/// [N, HV, K, V] any float dtype. o (out): [B, T, HV, V] in q's dtype, contiguous; final_state (out, optional):
+/// [N, HV, K, V] f32 / f16 / bf16 (read as f32), contiguous. o (out): [B, T, HV, V] in q's dtype, contiguous; final_state (out, optional):
 /// [N, HV, K, V] f32 contiguous. scale: none = K^-0.5. workspace: a contiguous tensor of any dtype on the op's
 /// device with at least chunk_gated_delta_rule_workspace_size() bytes, 16-byte aligned.
 void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k, TensorView v,
@@ -86,7 +92,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
 /// The token recurrence for any number of tokens (decode), as FLA `fused_recurrent_gated_delta_rule(q, k, v, g,
 /// beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: q, k, v, g (raw, absent:
 /// 0), beta (absent: 1) as in chunk_gated_delta_rule; l2 normalisation in f32, not re-rounded. initial_state
-/// (optional, read-only): [N, HV, K, V] any float dtype. o (out): [B, T, HV, V] f32 / f16 / bf16; final_state (out,
+/// (optional, read-only): [N, HV, K, V] f32 / f16 / bf16, contiguous. o (out): [B, T, HV, V] f32 / f16 / bf16; final_state (out,
 /// optional): [N, HV, K, V] f32. Outputs contiguous.
 void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k,
                                       TensorView v, const TensorView* g, const TensorView* beta,
@@ -99,8 +105,8 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
 ///  - [N]: sequence n reads and, after its last token, writes slot ssm_state_indices[n];
 ///  - [N, Tmax] (speculative decoding): sequence n reads slot ssm_state_indices[n, num_accepted_tokens[n] - 1]
 ///    (column 0 without num_accepted_tokens) and writes the state after its token t to slot ssm_state_indices[n, t].
-/// A negative index is a padding slot: nothing is read (a padding start slot: the sequence's o rows are written as
-/// 0 and no state is written) or written there. An index >= S, a num_accepted_tokens outside [1, Tmax] or a sequence
+/// Index -1 is a padding slot: nothing is read (a padding start slot: the sequence's o rows are written as 0 and no
+/// state is written) or written there. An index < -1 or >= S, a num_accepted_tokens outside [1, Tmax] or a sequence
 /// longer than Tmax is recorded in the device error record (check_errors()) and treated as padding.
 /// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. Other arguments as in
 /// fused_recurrent_gated_delta_rule. Sequences must not read a slot another sequence writes in the same call.

@@ -72,6 +72,8 @@ struct MoeAlignSizes {
   int64_t sorted_len = 0;
   int64_t blocks = 0;
 };
+/// Error (invalid_argument) naming the argument for numel < 0, num_experts < 1, block_size < 1, or sizes that do not
+/// fit in int64.
 MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_size, bool pad_sorted_ids = false);
 
 /// The block schedule of the fused-MoE GEMM for topk_ids [T, k] (i32 | i64; numel = T*k):

@@ -36,7 +36,7 @@ _APPROXIMATE = ("none", "tanh")
 
 def _check_tensor(op, name, t):
     if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{op}: {name}: expected a torch.Tensor, got {type(t).__name__}")
+        raise ValueError(f"{op}: {name}: expected a torch.Tensor, got {type(t).__name__}")
 
 
 def _vllm_hint(vllm_name):
@@ -334,7 +334,7 @@ def _masked(op, input, masked_m, approximate, out):
     return out
 
 
-def silu_and_mul_masked(input, masked_m, *, out=None):
+def silu_and_mul_masked(input, masked_m, *args, out=None):
     """SwiGLU on the valid rows of an expert-major buffer: for each expert e and row r < min(masked_m[e], T_max),
     ``out[e, r] = silu(input[e, r, :d]) * input[e, r, d:]``.
 
@@ -349,7 +349,11 @@ def silu_and_mul_masked(input, masked_m, *, out=None):
         out: optional [E, T_max, d] (keyword-only).
     Returns:
         out: [E, T_max, d].
+    Raises:
+        ValueError: naming the argument (also for an ``out`` passed positionally, or a masked_m that is no tensor).
     """
+    if args:
+        _reject_positional("silu_and_mul_masked", args, "(input, masked_m, *, out=None)")
     return _masked("silu_and_mul_masked", input, masked_m, None, out)
 
 

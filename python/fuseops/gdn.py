@@ -161,7 +161,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     Args:
         q, k: [B, T, H, K]; v: [B, T, HV, V] (one dtype: float32 / float16 / bfloat16).
         g: [B, T, HV] raw per-token log-decay (the chunk-local cumsum is done inside); beta: [B, T, HV].
-        scale: default K ** -0.5. initial_state: [N, HV, K, V] any float dtype (read as float32).
+        scale: default K ** -0.5. initial_state: [N, HV, K, V] float32 / float16 / bfloat16 (read as
+            float32), contiguous.
         output_final_state: return the final state [N, HV, K, V] float32 (else None).
         use_qk_l2norm_in_kernel: q, k <- x / sqrt(sum x^2 + 1e-6), rounded to the input dtype.
         cu_seqlens: [N+1] int32 / int64 (B == 1). chunk_size: 16, 32 or 64.
@@ -247,7 +248,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     FLA form: ``initial_state`` [N, HV, K, V] is read-only; returns (o [B, T, HV, V] in v.dtype, final_state float32
     or None). vLLM serving form (``ssm_state_indices`` given, or ``inplace_final_state=True``): ``initial_state`` is
     the state pool [S, HV, K, V] (float32 / bfloat16) updated in place; ``ssm_state_indices`` [N] or [N, Tmax] (with
-    ``num_accepted_tokens`` [N]); index -1 is a padding slot. Returns (o, initial_state).
+    ``num_accepted_tokens`` [N]); index -1 is a padding slot, any other index outside [0, S) is recorded for
+    :func:`fuseops.check_errors` (and its sequence treated as padding). Returns (o, initial_state).
     """
     op = "fused_recurrent_gated_delta_rule"
     _reject_kwargs(op, kwargs)
@@ -272,20 +274,30 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     return o, ht
 
 
+def _per_token(op, name, x, v):
+    """vLLM passes the gate inputs as [num_tokens, HV]: view them as [B, T, HV] over v's [B, T] token dims."""
+    if not (isinstance(x, torch.Tensor) and x.dim() == 2):
+        return x
+    B, T = v.shape[0], v.shape[1]
+    if x.shape[0] != B * T:
+        raise ValueError(f"{op}: {name}: expected [B, T, HV] or [B * T, HV] with B * T = {B * T} tokens (v is "
+                         f"{list(v.shape)}), got {list(x.shape)}")
+    return x.view(B, T, x.shape[1])
+
+
 def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, softplus_threshold, q, k, v, b,
                                            initial_state_source, initial_state_indices, scale=None,
                                            use_qk_l2norm_in_kernel=False, cu_seqlens=None, num_accepted_tokens=None,
                                            **kwargs):
     """vLLM's fused sigmoid-gating decode: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) inside the kernel,
     the state pool ``initial_state_source`` [S, HV, K, V] updated in place at ``initial_state_indices``.
-    ``a``, ``b``: [B, T, HV] (a 2-D [T, HV] is taken as B = 1). Returns o [B, T, HV, V] in v.dtype."""
+    ``a``, ``b``: [B, T, HV], or vLLM's 2-D [B * T, HV] (the tokens of q / v flattened). Returns o [B, T, HV, V] in
+    v.dtype."""
     op = "fused_sigmoid_gating_delta_rule_update"
     _reject_kwargs(op, kwargs)
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
-    if isinstance(a, torch.Tensor) and a.dim() == 2:
-        a = a.unsqueeze(0)
-    if isinstance(b, torch.Tensor) and b.dim() == 2:
-        b = b.unsqueeze(0)
+    a = _per_token(op, "a", a, v)
+    b = _per_token(op, "b", b, v)
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     ops.fused_sigmoid_gating_delta_rule_update(o, initial_state_source, A_log, a, dt_bias, q, k, v, b,
                                                None if scale is None else float(scale), initial_state_indices,

@@ -27,6 +27,11 @@ def _check_int(op, name, v, lo, hi=None):
         raise ValueError(f"{op}: {name}: expected an int {rng}, got {v!r}")
 
 
+def _check_topk(op, topk, E):
+    """k in [1, min(E, 32)], named as the caller passed it (the op itself can only name topk_weights' shape)."""
+    _check_int(op, "topk", topk, 1, min(E, 32) if E >= 1 else None)
+
+
 def _rows(op, name, t):
     _check_tensor(op, name, t)
     if t.dim() != 2:
@@ -49,7 +54,7 @@ def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, i
     """
     op = "topk_softmax"
     T = _rows(op, "gating_output", gating_output)
-    _check_int(op, "topk", topk, 1)
+    _check_topk(op, topk, gating_output.shape[1])
     dev = gating_output.device
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)
@@ -75,7 +80,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     """
     op = "grouped_topk"
     T = _rows(op, "scores", scores)
-    _check_int(op, "topk", topk, 1)
+    _check_topk(op, topk, scores.shape[1])
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     w = torch.empty((T, topk), dtype=torch.float32, device=scores.device)
@@ -86,7 +91,17 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
 
 
 def moe_align_sizes(numel, num_experts, block_size, pad_sorted_ids=False):
-    """(len(sorted_token_ids), len(expert_ids)) as vLLM's ``moe_align_block_size`` wrapper allocates them."""
+    """(len(sorted_token_ids), len(expert_ids)) as vLLM's ``moe_align_block_size`` wrapper allocates them.
+    ``numel`` >= 0, ``num_experts`` >= 1, ``block_size`` >= 1 (ints), else ValueError naming the argument."""
+    op = "moe_align_sizes"
+    _check_int(op, "numel", numel, 0)
+    _check_int(op, "num_experts", num_experts, 1)
+    _check_int(op, "block_size", block_size, 1)
+    return _align_sizes(numel, num_experts, block_size, pad_sorted_ids)
+
+
+def _align_sizes(numel, num_experts, block_size, pad_sorted_ids):
+    # numel may be symbolic under torch.compile; the caller has checked the arguments.
     n = numel + num_experts * (block_size - 1)
     if pad_sorted_ids:
         n = (n + block_size - 1) // block_size * block_size
@@ -110,7 +125,7 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
     _check_tensor(op, "topk_ids", topk_ids)
     _check_int(op, "block_size", block_size, 1)
     _check_int(op, "num_experts", num_experts, 1)
-    n, blocks = moe_align_sizes(topk_ids.numel(), num_experts, block_size, pad_sorted_ids)
+    n, blocks = _align_sizes(topk_ids.numel(), num_experts, block_size, pad_sorted_ids)
     dev = topk_ids.device
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
     expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)
@@ -130,13 +145,13 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     """
     op = "moe_route"
     T = _rows(op, "gating_output", gating_output)
-    _check_int(op, "topk", topk, 1)
+    _check_topk(op, topk, gating_output.shape[1])
     _check_int(op, "block_size", block_size, 1)
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     dev = gating_output.device
     E = gating_output.shape[1]
-    n, blocks = moe_align_sizes(T * topk, E, block_size)
+    n, blocks = _align_sizes(T * topk, E, block_size, False)
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)

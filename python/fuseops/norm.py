@@ -70,19 +70,29 @@ def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=
     return out, mean, rstd
 
 
-def layernorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, is_rms_norm=False):
-    """FLA ``layernorm_fn``: ``norm(x) * silu(z)`` if norm_before_gate else ``norm(x * silu(z))``; returns y only
-    (no statistics are stored)."""
-    op = "layernorm_fn"
+def _norm_fn(op, x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm):
     _check_x(op, x)
     _no_grad(op, x, weight, bias, z)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
-    _layer_norm_fwd(out, None, None, x, weight, bias, z, float(eps), _group(op, group_size), bool(norm_before_gate),
-                    bool(is_rms_norm))
+    g = _group(op, group_size)
+    try:
+        _layer_norm_fwd(out, None, None, x, weight, bias, z, float(eps), g, bool(norm_before_gate), bool(is_rms_norm))
+    except ValueError as e:
+        # The op's errors name layer_norm_fwd and x / weight / bias / z / eps / group_size, which are this function's
+        # arguments too: name the function the user called.
+        prefix = "layer_norm_fwd: "
+        if not str(e).startswith(prefix):
+            raise
+        raise ValueError(f"{op}: {str(e)[len(prefix):]}") from None
     return out
+
+
+def layernorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True, is_rms_norm=False):
+    """FLA ``layernorm_fn``: ``norm(x) * silu(z)`` if norm_before_gate else ``norm(x * silu(z))``; returns y only
+    (no statistics are stored)."""
+    return _norm_fn("layernorm_fn", x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm)
 
 
 def rmsnorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_gate=True):
     """FLA ``rmsnorm_fn``: :func:`layernorm_fn` with ``is_rms_norm=True``."""
-    return layernorm_fn(x, weight, bias, z=z, eps=eps, group_size=group_size, norm_before_gate=norm_before_gate,
-                        is_rms_norm=True)
+    return _norm_fn("rmsnorm_fn", x, weight, bias, z, eps, group_size, norm_before_gate, True)

@@ -19,6 +19,16 @@ from ._ops import ops
 _LAYOUTS = ("chunked", "interleaved", "interleaved_glm")
 
 
+def _not_tracked(op, **tensors):
+    """The in-place forms are not recorded by autograd: refuse a tensor that requires grad while grad mode is on (as
+    the gated norm and the masked activations do) rather than change it behind autograd's back."""
+    if torch.is_grad_enabled():
+        for name, t in tensors.items():
+            if isinstance(t, torch.Tensor) and t.requires_grad:
+                raise RuntimeError(f"{op}: {name}: rotates in place, which autograd does not track, but {name} "
+                                   "requires grad (use apply_rotary_pos_emb for autograd, or torch.no_grad())")
+
+
 def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox=True, inverse=False):
     """Rotates ``query`` and ``key`` in place, as vLLM ``rotary_embedding``; returns ``(query, key)``.
 
@@ -31,6 +41,7 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox=Tr
         is_neox: NeoX (rotate-half) pairing, else GPT-J (interleaved).
         inverse: rotate by -θ.
     """
+    _not_tracked("rotary_embedding", query=query, key=key)
     ops.rotary_embedding(positions, query, key, int(head_size), cos_sin_cache, bool(is_neox), bool(inverse))
     return query, key
 
@@ -52,7 +63,10 @@ class _ApplyRotaryPosEmb(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_q, grad_k):
         cos, sin, position_ids = ctx.saved_tensors
-        dq, dk = apply_rotary_pos_emb_backward(grad_q, grad_k, cos, sin, position_ids, ctx.rotary_interleaved)
+        # Incoming gradients may have any layout (.sum() gives an expanded one, all strides 0); the op needs
+        # innermost stride 1 and non-overlapping heads.
+        dq, dk = apply_rotary_pos_emb_backward(grad_q.contiguous(), grad_k.contiguous(), cos, sin, position_ids,
+                                               ctx.rotary_interleaved)
         return dq, dk, None, None, None, None
 
 
@@ -68,6 +82,7 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=F
             for q and k.
     """
     if inplace:
+        _not_tracked("apply_rotary_pos_emb", q=q, k=k)
         ops.apply_rotary_pos_emb_inplace(q, k, cos, sin, position_ids, bool(rotary_interleaved), False)
         return q, k
     return _ApplyRotaryPosEmb.apply(q, k, cos, sin, position_ids, bool(rotary_interleaved))
@@ -93,6 +108,7 @@ def mrope(query, key, cos_sin_cache, positions, mrope_section, head_size, rotary
     """
     if layout not in _LAYOUTS:
         raise ValueError(f"mrope: layout: expected one of {', '.join(_LAYOUTS)}, got {layout!r}")
+    _not_tracked("mrope", query=query, key=key)
     section = [int(s) for s in mrope_section]
     ops.mrope(positions, query, key, int(head_size), int(rotary_dim), cos_sin_cache, section, bool(is_neox), layout,
               bool(inverse))

@@ -28,6 +28,9 @@ FUSEOPS_GDN_HD int64_t load_index(const void* p, DType dtype, int64_t i) {
   return dtype == DType::i32 ? static_cast<const int32_t*>(p)[i] : static_cast<const int64_t*>(p)[i];
 }
 
+/// A pool index is bad unless it is -1 (padding) or in [0, S).
+FUSEOPS_GDN_HD bool bad_pool_index(const DecodeArgs& a, int64_t s) { return s < -1 || s >= a.pool_slots; }
+
 /// The pool slots of sequence n (pool form). start: the slot read first (-1: padding, skip the sequence).
 /// A bad value sets `bad_site` / `bad_index` (to be recorded) and makes the sequence padding.
 struct PoolSeq {
@@ -46,11 +49,11 @@ FUSEOPS_GDN_HD PoolSeq pool_sequence(const DecodeArgs& a, int64_t n, int64_t len
   }
   const int64_t e = a.idx_cols > 0 ? n * a.idx_cols + col : n;
   const int64_t s = load_index(a.indices, a.idx_dtype, e);
-  if (s >= a.pool_slots) return PoolSeq{-1, a.idx_site, e};
-  return PoolSeq{s < 0 ? -1 : s, 0u, 0};
+  if (bad_pool_index(a, s)) return PoolSeq{-1, a.idx_site, e};
+  return PoolSeq{s, 0u, 0};
 }
 /// Slot written after token t (0-based within the sequence) of sequence n, or -1 (none or padding); `bad` when the
-/// entry is >= S (a bad value: not written, recorded by the caller).
+/// entry is < -1 or >= S (a bad value: not written, recorded by the caller).
 FUSEOPS_GDN_HD int64_t pool_write_slot(const DecodeArgs& a, int64_t n, int64_t t, int64_t len, bool* bad) {
   *bad = false;
   int64_t e;
@@ -61,11 +64,11 @@ FUSEOPS_GDN_HD int64_t pool_write_slot(const DecodeArgs& a, int64_t n, int64_t t
     e = n;
   }
   const int64_t s = load_index(a.indices, a.idx_dtype, e);
-  if (s >= a.pool_slots) {
+  if (bad_pool_index(a, s)) {
     *bad = true;
     return -1;
   }
-  return s < 0 ? -1 : s;
+  return s;
 }
 
 /// softplus as vLLM's gating: log(1 + exp(beta x)) / beta, or x where beta x > threshold.

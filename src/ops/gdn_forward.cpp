@@ -354,12 +354,19 @@ FwdDims forward_dims(const char* op, const TensorView& q, const TensorView& v, c
 }  // namespace
 }  // namespace detail
 
+std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& v,
+                                                      const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
+                                                      int64_t chunk_size) {
+  using namespace detail;
+  const FwdDims d = forward_dims(op, q, v, cu_seqlens, chunk_size);
+  return fwd_layout(d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel).total;
+}
+
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
                                                   const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
                                                   int64_t chunk_size) {
-  using namespace detail;
-  const FwdDims d = forward_dims("chunk_gated_delta_rule_workspace_size", q, v, cu_seqlens, chunk_size);
-  return fwd_layout(d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel).total;
+  return chunk_gated_delta_rule_workspace_size_for("chunk_gated_delta_rule_workspace_size", q, v, cu_seqlens,
+                                                   use_qk_l2norm_in_kernel, chunk_size);
 }
 
 void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k, TensorView v,

@@ -50,9 +50,11 @@ int32_t* contiguous_i32(const char* op, const char* name, const TensorView& v) {
   return static_cast<int32_t*>(v.data);
 }
 
-/// Shared checks of the routers; fills everything of `a` but the config. Returns the device.
+/// Shared checks of the routers; fills everything of `a` but the config. Returns the device. `bias_name`: the
+/// op's name of its bias argument.
 Device check_route(const char* op, TensorView& weights, TensorView& ids, const TensorView* src_rows,
-                   const TensorView& logits, const char* logits_name, const TensorView* bias, RouteArgs& a) {
+                   const TensorView& logits, const char* logits_name, const TensorView* bias, const char* bias_name,
+                   RouteArgs& a) {
   check_dtype(op, logits_name, logits, kFloatTypes);
   check_dtype(op, "topk_weights", weights, {DType::f32});
   check_dtype(op, "topk_ids", ids, kIdTypes);
@@ -78,9 +80,9 @@ Device check_route(const char* op, TensorView& weights, TensorView& ids, const T
     views.push_back({"token_expert_indices", src_rows});
   }
   if (bias) {
-    check_dtype(op, "bias", *bias, kFloatTypes);
-    a.bias = vector(op, "bias", *bias, "[E]", a.E);
-    views.push_back({"bias", bias});
+    check_dtype(op, bias_name, *bias, kFloatTypes);
+    a.bias = vector(op, bias_name, *bias, "[E]", a.E);
+    views.push_back({bias_name, bias});
   }
   Device device = Device::cpu();
   // common_device takes an initializer list; check pairwise against the first view.
@@ -101,9 +103,9 @@ Device check_route(const char* op, TensorView& weights, TensorView& ids, const T
     check_no_overlap(op, "token_expert_indices", a.src_rows, logits_name, a.logits);
   }
   if (bias) {
-    check_disjoint(op, "topk_weights", weights, "bias", *bias);
-    check_disjoint(op, "topk_ids", ids, "bias", *bias);
-    if (src_rows) check_disjoint(op, "token_expert_indices", *src_rows, "bias", *bias);
+    check_disjoint(op, "topk_weights", weights, bias_name, *bias);
+    check_disjoint(op, "topk_ids", ids, bias_name, *bias);
+    if (src_rows) check_disjoint(op, "token_expert_indices", *src_rows, bias_name, *bias);
   }
   return device;
 }
@@ -201,16 +203,27 @@ void run_route(const char* op, const RouteArgs& a, const Device& device, Stream 
 }  // namespace detail
 
 MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_size, bool pad_sorted_ids) {
-  if (numel < 0 || num_experts < 1 || block_size < 1) {
-    throw Error(ErrorKind::invalid_argument, "moe_align_sizes: expected numel >= 0, num_experts >= 1, block_size >= 1, got " +
-                                                 std::to_string(numel) + ", " + std::to_string(num_experts) + ", " +
-                                                 std::to_string(block_size));
+  const char* op = "moe_align_sizes";
+  if (numel < 0) detail::fail_argument(op, "numel", ">= 0", std::to_string(numel));
+  if (num_experts < 1) detail::fail_argument(op, "num_experts", ">= 1", std::to_string(num_experts));
+  if (block_size < 1) detail::fail_argument(op, "block_size", ">= 1", std::to_string(block_size));
+  // sorted_len = numel + num_experts * (block_size - 1), rounded up to block_size (pad_sorted_ids): every step must
+  // fit in int64 (then numel * block_size below is at most it, or capped by it).
+  int64_t pad = 0, len = 0;
+  bool overflow = __builtin_mul_overflow(num_experts, block_size - 1, &pad) || __builtin_add_overflow(numel, pad, &len);
+  if (!overflow && pad_sorted_ids) overflow = len > std::numeric_limits<int64_t>::max() - (block_size - 1);
+  if (overflow) {
+    detail::fail_argument(op, "numel", "numel + num_experts * (block_size - 1) < 2^63 (num_experts " +
+                                           std::to_string(num_experts) + ", block_size " + std::to_string(block_size) + ")",
+                          std::to_string(numel));
   }
   MoeAlignSizes s;
-  s.sorted_len = numel + num_experts * (block_size - 1);
-  if (pad_sorted_ids) s.sorted_len = detail::moe_round_up(s.sorted_len, block_size);
-  if (numel < num_experts) s.sorted_len = std::min(numel * block_size, s.sorted_len);
-  s.blocks = (s.sorted_len + block_size - 1) / block_size;
+  s.sorted_len = pad_sorted_ids ? detail::moe_round_up(len, block_size) : len;
+  if (numel < num_experts) {
+    int64_t cap = 0;
+    if (!__builtin_mul_overflow(numel, block_size, &cap)) s.sorted_len = std::min(cap, s.sorted_len);
+  }
+  s.blocks = s.sorted_len / block_size + (s.sorted_len % block_size != 0);
   return s;
 }
 
@@ -219,7 +232,7 @@ void topk_softmax(TensorView topk_weights, TensorView topk_ids, TensorView token
   const char* op = "topk_softmax";
   detail::RouteArgs a;
   const Device device = detail::check_route(op, topk_weights, topk_ids, &token_expert_indices, gating_output,
-                                            "gating_output", correction_bias, a);
+                                            "gating_output", correction_bias, "correction_bias", a);
   a.scoring = MoeScoring::softmax;
   a.renormalize = renormalize;
   detail::run_route(op, a, device, stream);
@@ -231,7 +244,7 @@ void grouped_topk(TensorView topk_weights, TensorView topk_ids, TensorView score
   const char* op = "grouped_topk";
   detail::check_scoring(op, scoring);
   detail::RouteArgs a;
-  const Device device = detail::check_route(op, topk_weights, topk_ids, nullptr, scores, "scores", bias, a);
+  const Device device = detail::check_route(op, topk_weights, topk_ids, nullptr, scores, "scores", bias, "bias", a);
   detail::check_groups(op, a, n_group, topk_group, routed_scaling_factor);
   a.scoring = scoring;
   a.renormalize = renormalize;
@@ -262,7 +275,7 @@ void moe_route(TensorView topk_weights, TensorView topk_ids, TensorView sorted_t
   detail::check_scoring(op, config.scoring);
   detail::RouteArgs r;
   const Device device =
-      detail::check_route(op, topk_weights, topk_ids, nullptr, gating_output, "gating_output", bias, r);
+      detail::check_route(op, topk_weights, topk_ids, nullptr, gating_output, "gating_output", bias, "bias", r);
   detail::check_groups(op, r, config.n_group, config.topk_group, config.routed_scaling_factor);
   r.scoring = config.scoring;
   r.renormalize = config.renormalize;

@@ -15,8 +15,8 @@ constexpr std::initializer_list<DType> kFloatTypes = {DType::f32, DType::f16, DT
 /// weight / bias: [N], stride 1, f32 or x's dtype.
 void check_affine(const char* op, const char* name, const TensorView& v, const TensorView& x, int64_t N) {
   if (v.dtype != DType::f32 && v.dtype != x.dtype) {
-    fail_argument(op, name, std::string("dtype f32 or ") + dtype_name(x.dtype) + " (the dtype of x)",
-                  dtype_name(v.dtype));
+    const std::string of_x = std::string(dtype_name(x.dtype)) + " (the dtype of x)";
+    fail_argument(op, name, "dtype " + (x.dtype == DType::f32 ? of_x : "f32 or " + of_x), dtype_name(v.dtype));
   }
   if (v.rank != 1 || v.shape[0] != N) fail_argument(op, name, "shape [N] = [" + std::to_string(N) + "]", v.shape_str());
   if (N > 1 && v.strides[0] != 1) fail_argument(op, name, "stride 1", "stride " + std::to_string(v.strides[0]));

@@ -23,8 +23,16 @@ std::string dims_str(const int64_t* d, int n) {
   return s + "]";
 }
 
-/// The single stride that steps through dims [0, lead) of `v` flattened (size-1 dims ignored), or fails.
+int64_t count(const TensorView& v, int lead) {
+  int64_t n = 1;
+  for (int i = 0; i < lead; ++i) n *= v.shape[i];
+  return n;
+}
+
+/// The single stride that steps through dims [0, lead) of `v` flattened (size-1 dims ignored), or fails; `fallback`
+/// when no stride is needed (at most one element, or none: zero tokens).
 int64_t flat_stride(const char* op, const char* name, const TensorView& v, int lead, int64_t fallback) {
+  if (count(v, lead) == 0) return fallback;
   int64_t stride = -1, extent = 0;
   for (int i = lead - 1; i >= 0; --i) {
     if (v.shape[i] == 1) continue;
@@ -37,12 +45,6 @@ int64_t flat_stride(const char* op, const char* name, const TensorView& v, int l
     extent = v.strides[i] * v.shape[i];
   }
   return stride < 0 ? fallback : stride;
-}
-
-int64_t count(const TensorView& v, int lead) {
-  int64_t n = 1;
-  for (int i = 0; i < lead; ++i) n *= v.shape[i];
-  return n;
 }
 
 /// `v` is [lead dims..., H * head_size] or [lead dims..., H, head_size] with the given lead dims.
@@ -84,6 +86,7 @@ RopeHeads heads_of(const char* op, const char* name, const TensorView& v, const 
 /// The rotated parts ([tokens, heads, r] at the given strides) of distinct (token, head) pairs do not overlap.
 void check_self_overlap(const char* op, const char* name, int64_t tokens, int64_t heads, int64_t r, int64_t ts,
                         int64_t hs) {
+  if (tokens == 0 || heads == 0) return;  // no elements
   std::pair<int64_t, int64_t> d[2] = {{ts, tokens}, {hs, heads}};  // (stride, size)
   if (d[0].first > d[1].first) std::swap(d[0], d[1]);
   int64_t extent = r;
@@ -116,7 +119,8 @@ RowMatrix out_rows(const RopeHeads& h, const RopeArgs& a) {
   return span_rows(h.out, a, h.heads, h.out_token_stride, h.out_head_stride);
 }
 
-/// positions (or position_ids): dtype, device, shape `lead`, one token stride.
+/// positions (or position_ids): dtype, device, one token stride. lead_axes 3: [3, T] (dim 0 the axis, dim 1 the
+/// tokens, any strides); else every dim is a token dim.
 void attach_positions(const char* op, const char* name, const TensorView& p, const Device& device, int lead_axes,
                       RopeArgs& a) {
   check_dtype(op, name, p, kIndex);
@@ -124,10 +128,11 @@ void attach_positions(const char* op, const char* name, const TensorView& p, con
   if (p.device != device) fail_argument(op, name, "device " + device_name(device), device_name(p.device));
   a.positions = p.data;
   a.pos_dtype = p.dtype;
-  a.pos_token_stride = flat_stride(op, name, p, p.rank, 1);
   if (lead_axes == 3) {
     a.pos_token_stride = p.strides[1];
     a.pos_axis_stride = p.strides[0];
+  } else {
+    a.pos_token_stride = flat_stride(op, name, p, p.rank, 1);
   }
   a.error_site = error_site(op, name);
 }
@@ -252,7 +257,10 @@ void mrope_form(const char* op, TensorView positions, TensorView query, const Te
   if (three) {
     const std::string got = "[" + std::to_string(section[0]) + ", " + std::to_string(section[1]) + ", " +
                             std::to_string(section[2]) + "]";
-    if (section[0] < 0 || section[1] < 0 || section[2] < 0 || section[0] + section[1] + section[2] != pairs) {
+    // Each section in [0, pairs] before the sum, so that the sum cannot wrap.
+    bool ok = true;
+    for (int64_t s : section) ok = ok && s >= 0 && s <= pairs;
+    if (!ok || section[0] + section[1] + section[2] != pairs) {
       fail_argument(op, "mrope_section", "3 sections >= 0 summing to rotary_dim / 2 = " + std::to_string(pairs), got);
     }
     a.num_axes = 3;

@@ -1,7 +1,7 @@
 // The serving forms of the GDN decode (fuseops/gdn_forward.h) against the float64 recurrence: a state pool addressed
 // by ssm_state_indices [N] (padding slots -1, f32 and bf16 pools, multi-token sequences), per-token state writes with
 // [N, Tmax] indices and num_accepted_tokens (speculative decoding), the fused sigmoid-gating form, and bad indices
-// (recorded, treated as padding). Untouched pool slots must keep their bytes.
+// (< -1 or >= S: recorded, treated as padding). Untouched pool slots must keep their bytes.
 #include <cmath>
 #include <optional>
 #include <vector>
@@ -42,6 +42,7 @@ struct PoolCase {
   std::vector<int64_t> accepted;  ///< empty: none
   bool fused_gating = false;
   std::vector<int64_t> bad_rows;  ///< sequences with a bad index / count (padding + recorded)
+  bool bad_write = false;         ///< a bad per-token write index (skipped + recorded; the sequence runs)
 };
 
 void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
@@ -144,7 +145,7 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
                                                      std::nullopt, I.view(), acc, s.l2norm, cu);
   }
   for (Placed* p : {&P, &O}) p->download();
-  if (pc.bad_rows.empty()) {
+  if (pc.bad_rows.empty() && !pc.bad_write) {
     EXPECT_NO_THROW(fuseops::check_errors());
   } else {
     EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value, {}));
@@ -234,6 +235,32 @@ TEST_P(GdnDecode, BadIndicesAreRecorded) {
   acc.accepted = {1, 5};
   acc.bad_rows = {1};
   run_pool_case(GetParam(), acc, rng);
+  fuseops::clear_errors();
+}
+
+// Only -1 is padding: an index < -1 is recorded like one >= S, whether it is the slot read first (the sequence
+// becomes padding) or a per-token write (skipped).
+TEST_P(GdnDecode, IndicesBelowMinusOneAreRecorded) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  PoolCase pc;
+  pc.s = fixed(4, 1, 1, 2, 32, 32, f32);
+  pc.idx = {3, -2, 0, 5};
+  pc.bad_rows = {1};
+  run_pool_case(GetParam(), pc, rng);
+  PoolCase start;
+  start.s = varlen({2, 2}, 1, 2, 32, 32, f32);
+  start.cols = 2;
+  start.idx = {0, 1, -7, 3};  // sequence 1 starts at column 0: -7
+  start.bad_rows = {1};
+  run_pool_case(GetParam(), start, rng);
+  PoolCase write;
+  write.s = varlen({2, 2}, 1, 2, 32, 32, f32);
+  write.cols = 2;
+  write.idx = {0, 1, 2, -5};  // written after sequence 1's second token: -5
+  write.accepted = {1, 1};
+  write.bad_write = true;
+  run_pool_case(GetParam(), write, rng);
   fuseops::clear_errors();
 }
 

@@ -57,6 +57,22 @@ TEST(GdnForwardErrors, ChunkGatedDeltaRule) {
                    op, "scale");
 }
 
+// The workspace query validates q, v, cu_seqlens, chunk_size and names itself, or the op a binding sizes it for.
+TEST(GdnForwardErrors, WorkspaceQuery) {
+  Valid x;
+  HostTensor q2(bf16, {1, 8, 2, 16}), v3(bf16, {1, 8, 3, 8}), cuf(f32, {2});
+  const TensorView cu = x.cu.view(), cub = cuf.view();
+  EXPECT_GT(fuseops::chunk_gated_delta_rule_workspace_size(x.q.view(), x.v.view(), &cu, true, 16), 0u);
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size(q2.view(), v3.view(), &cu, false, 16),
+                   "chunk_gated_delta_rule_workspace_size", "v");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size_for("chunk_gated_delta_rule", q2.view(), v3.view(),
+                                                                      &cu, false, 16),
+                   "chunk_gated_delta_rule", "v");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size_for("chunk_gated_delta_rule", x.q.view(),
+                                                                      x.v.view(), &cub, false, 16),
+                   "chunk_gated_delta_rule", "cu_seqlens");
+}
+
 TEST(GdnForwardErrors, Stages) {
   Valid x;
   TensorView ht = x.ht.view(), g = x.g.view();

@@ -1,5 +1,6 @@
 // Every bad argument of the MoE routing ops raises fuseops::Error naming the op and the argument.
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 #include "test_util.h"
@@ -43,7 +44,7 @@ TEST(MoeErrors, TopkSoftmax) {
   TensorView i64src(b.src.data(), DType::i64, Device::cpu(), {4, 4});
   EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), i64src, b.L(), true), op, "token_expert_indices");
   TensorView bias = b.B(255);
-  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), b.S(), b.L(), true, &bias), op, "bias");
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), b.S(), b.L(), true, &bias), op, "correction_bias");
   TensorView alias(b.logits.data(), DType::f32, Device::cpu(), {4, 8});
   EXPECT_ARG_ERROR(fuseops::topk_softmax(alias, b.I(), b.S(), b.L(), true), op, "topk_weights");
   TensorView strided(b.logits.data(), DType::f32, Device::cpu(), {4, 128}, {256, 2});
@@ -125,6 +126,20 @@ TEST(MoeErrors, AlignSizes) {
   EXPECT_EQ(fuseops::moe_align_sizes(2, 256, 64).blocks, 2);
   EXPECT_EQ(fuseops::moe_align_sizes(0, 256, 64).sorted_len, 0);
   EXPECT_THROW(fuseops::moe_align_sizes(1, 0, 64), fuseops::Error);
+  const char* op = "moe_align_sizes";
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(-5, 8, 4), op, "numel");
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(5, 0, 4), op, "num_experts");
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(5, 8, 0), op, "block_size");
+  // Sizes past int64: an error, never a negative (wrapped) size.
+  constexpr int64_t max = std::numeric_limits<int64_t>::max();
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(max, 4096, 1 << 20), op, "numel", "2^63");
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(1, max, 3), op, "numel", "2^63");
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(max - 7, 1, 8, true), op, "numel");  // fits, its round-up does not
+  const auto edge = fuseops::moe_align_sizes(max - 7, 1, 8);                      // fits exactly
+  EXPECT_EQ(edge.sorted_len, max);
+  EXPECT_EQ(edge.blocks, max / 8 + 1);
+  const auto few = fuseops::moe_align_sizes(2, max / 8, 8);  // numel < num_experts: numel * block_size
+  EXPECT_EQ(few.sorted_len, 16);
 }
 
 }  // namespace

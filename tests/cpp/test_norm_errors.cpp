@@ -55,6 +55,9 @@ TEST_F(NormErrors, EveryArgument) {
   const TensorView b_bad = v(b_, {64, 1}), b_f16 = v(b_, {64}, DType::f16);
   EXPECT_ARG_ERROR(call(out, x, w, &b_bad, &z, &mean, &rstd), op, "bias", "[64]");
   EXPECT_ARG_ERROR(call(out, x, w, &b_f16, &z, &mean, &rstd), op, "bias", "got f16");
+  // f32 x: one allowed dtype, said once
+  EXPECT_ARG_ERROR(call(out, x, v(w_, {64}, DType::f16), &b, &z, &mean, &rstd), op, "weight",
+                   "expected dtype f32 (the dtype of x), got f16");
   // bf16 x with an f16 weight: neither f32 nor x's dtype
   std::vector<float> xb(1 << 12), ob(1 << 12);
   EXPECT_ARG_ERROR(call(v(ob, {4, 64}, DType::bf16), v(xb, {4, 64}, DType::bf16), v(w_, {64}, DType::f16), nullptr,

@@ -3,6 +3,7 @@
 // full and partial rotary (64 of 256, 80 of 128), key absent, q / k as views of one fused qkv buffer, padded
 // (unaligned) views, Hk > Hq and Hk < Hq, T = 0 and 1, 2-D positions, i32 / i64 positions, fp32 / 16-bit caches,
 // the inverse and the backward, and out-of-range positions (token left unrotated, fault recorded).
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -278,6 +279,55 @@ TEST(RopeRoundTrip, BackwardUndoesForward) {
     for (int64_t t = 0; t < T; ++t) {
       for (int64_t c = 0; c < H * D; ++c) EXPECT_NEAR(q.get(t, c), q0.get(t, c), 1e-5) << where_name(where) << " " << t;
     }
+  }
+}
+
+// mrope with [3, T] positions whose token stride is not 1 (a transposed [T, 3] tensor: strides [1, 3]) gives bitwise
+// the result of the same positions stored [3, T] contiguous, on every backend present.
+TEST(RopeStrides, MropeTokenMajorPositions) {
+  for (Where where : {Where::cpu, Where::cuda}) {
+    if (where == Where::cuda && !cuda_available()) continue;
+    const int64_t T = 7, H = 3, D = 16, P = 50;
+    const fuseops::Device dev = where == Where::cpu ? fuseops::Device::cpu() : fuseops::Device::cuda(0);
+    ft::HostTensor q(DType::f32, {T, H * D}), cache(DType::f32, {P, D});
+    ft::HostTensor by_axis(DType::i64, {3, T}), by_token(DType::i64, {T, 3});
+    ft::fill_random_seeded(q, ft::Fill::normal, 11);
+    ft::fill_random_seeded(cache, ft::Fill::normal, 12);
+    for (int64_t a = 0; a < 3; ++a) {
+      for (int64_t t = 0; t < T; ++t) {
+        const int64_t p = (7 * t + 13 * a + 5) % P;
+        static_cast<int64_t*>(by_axis.data())[a * T + t] = p;
+        static_cast<int64_t*>(by_token.data())[t * 3 + a] = p;
+      }
+    }
+    ft::HostTensor out_axis = q, out_token = q;
+    std::vector<std::unique_ptr<ft::DeviceTensor>> keep;
+    auto place = [&](ft::HostTensor& h) -> void* {
+      if (where == Where::cpu) return h.data();
+      keep.push_back(std::make_unique<ft::DeviceTensor>(h));
+      return keep.back()->data();
+    };
+    void* qa = place(out_axis);
+    void* qt = place(out_token);
+    const TensorView c(place(cache), DType::f32, dev, {P, D});
+    const TensorView pa(place(by_axis), DType::i64, dev, {3, T});
+    const TensorView pt(place(by_token), DType::i64, dev, {3, T}, {1, 3});
+    fuseops::mrope(pa, TensorView(qa, DType::f32, dev, {T, H * D}), nullptr, D, D, c, {2, 3, 3}, true);
+    fuseops::mrope(pt, TensorView(qt, DType::f32, dev, {T, H * D}), nullptr, D, D, c, {2, 3, 3}, true);
+    if (where == Where::cuda) {
+      ft::device_synchronize();
+      keep[0]->copy_to(out_axis);
+      keep[1]->copy_to(out_token);
+    }
+    EXPECT_NO_THROW(fuseops::check_errors());
+    bool rotated = false;
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t j = 0; j < H * D; ++j) {
+        ASSERT_EQ(out_token.get(t, j), out_axis.get(t, j)) << where_name(where) << " token " << t << " dim " << j;
+        rotated = rotated || out_axis.get(t, j) != q.get(t, j);
+      }
+    }
+    EXPECT_TRUE(rotated) << where_name(where);
   }
 }
 

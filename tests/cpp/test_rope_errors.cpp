@@ -1,6 +1,7 @@
 // Every validation error of the rotary embeddings (src/ops/rope.cpp): fuseops::Error of kind invalid_argument whose
 // message names the op and the argument. All on CPU buffers (large enough for every view below).
 #include <array>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,17 @@ TEST_F(RopeErrors, ValidCallsPass) {
   const TensorView ids = pos();
   EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(q3, k3, q3, k3, cs, sn, &ids, false));
   EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(v(5, {4, 2, 64}), v(6, {4, 1, 64}), q3, k3, cs, sn, &ids, true));
+}
+
+// Zero tokens with 2-D positions (and zero heads): the token dims have no single stride to find (torch gives a [2, 0] tensor strides
+// [1, 1]), and none is needed: nothing runs.
+TEST_F(RopeErrors, ZeroTokensWithTwoDimPositionsPass) {
+  const TensorView none = v(2, {2, 0, 64});
+  EXPECT_NO_THROW(fuseops::rotary_embedding(s(0, {2, 0}, {1, 1}, i64), v(1, {2, 0, 128}), &none, 64, cache(), true));
+  const TensorView k0 = v(2, {0, 64});
+  EXPECT_NO_THROW(fuseops::mrope(s(0, {3, 0}, {1, 1}, i64), v(1, {0, 128}), &k0, 64, 64, cache(), {8, 12, 12}, true));
+  // Zero heads ([T, 0], strides [1, 1] from torch): no elements, nothing overlaps.
+  EXPECT_NO_THROW(fuseops::rotary_embedding(pos(), s(1, {4, 0}, {1, 1}), nullptr, 64, cache(), true));
 }
 
 TEST_F(RopeErrors, RotaryEmbeddingArguments) {
@@ -93,6 +105,9 @@ TEST_F(RopeErrors, MropeArguments) {
   const std::array<int64_t, 3> sec = {8, 12, 12};
   EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 64, cache(), {8, 12, 11}, true), mr, "mrope_section", "32");
   EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 64, cache(), {-4, 24, 12}, true), mr, "mrope_section");
+  // Sections whose int64 sum wraps to rotary_dim / 2 (INT64_MAX + INT64_MAX + 34 = 32).
+  constexpr int64_t big = std::numeric_limits<int64_t>::max();
+  EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 64, cache(), {big, big, 34}, true), mr, "mrope_section");
   EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 32, cache(), sec, true), mr, "rotary_dim", "64");
   EXPECT_ARG_ERROR(fuseops::mrope(v(0, {2, 4}, i64), q(), &kv, 64, 64, cache(), sec, true), mr, "positions",
                    "[3, T]");

@@ -42,3 +42,11 @@ def test_masked_errors():
         fuseops.silu_and_mul_masked(torch.randn(4, 2, 8), torch.zeros(3, dtype=torch.int32))
     with pytest.raises(ValueError, match="gelu_and_mul_masked: approximate: "):
         fuseops.gelu_and_mul_masked(torch.randn(4, 2, 8), torch.zeros(4, dtype=torch.int32), "exact")
+    # A list for masked_m and a positional out: ValueError naming the argument, not TypeError.
+    with pytest.raises(ValueError, match="silu_and_mul_masked: masked_m: expected a torch.Tensor, got list"):
+        fuseops.silu_and_mul_masked(torch.randn(4, 2, 8), [1, 2, 1, 0])
+    x, m = torch.randn(4, 2, 8), torch.ones(4, dtype=torch.int32)
+    with pytest.raises(ValueError, match=r"silu_and_mul_masked: out: expected a keyword argument \(out=\.\.\.\)"):
+        fuseops.silu_and_mul_masked(x, m, torch.empty(4, 2, 4))
+    with pytest.raises(ValueError, match="gelu_and_mul_masked: approximate: .*out is keyword-only"):
+        fuseops.gelu_and_mul_masked(x, m, torch.empty(4, 2, 4))

@@ -104,7 +104,7 @@ def test_approximate(device):
 
 
 def test_not_a_tensor():
-    with pytest.raises(TypeError, match=r"silu_and_mul: input: expected a torch.Tensor, got list"):
+    with pytest.raises(ValueError, match=r"silu_and_mul: input: expected a torch.Tensor, got list"):
         fuseops.silu_and_mul([1.0, 2.0])
 
 

@@ -118,6 +118,14 @@ def test_sigmoid_gating_decode(device):
         if i >= 0:
             assert rel_rms(pool[i], rht[n]) <= 5e-3
     assert torch.equal(pool[1], start[1]) and torch.equal(pool[3], start[3]) and torch.equal(pool[4], start[4])
+    # vLLM passes a, b as [num_tokens, HV]: the same as [N, 1, HV] for q [N, 1, H, K], bitwise.
+    pool2 = start.clone()
+    o2 = fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a[:, 0], dt_bias, 1.0, 20.0, q, k, v, b[:, 0], pool2,
+                                                        idx, use_qk_l2norm_in_kernel=True)
+    assert torch.equal(o2, o) and torch.equal(pool2, pool)
+    with pytest.raises(ValueError, match=r"fused_sigmoid_gating_delta_rule_update: a: .*got \[3, 4\]"):
+        fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a[:3, 0], dt_bias, 1.0, 20.0, q, k, v, b[:, 0], pool2,
+                                                       idx)
 
 
 @pytest.mark.parametrize("name", ["state_v_first", "use_gate_in_kernel", "head_first", "allow_neg_eigval"])
@@ -133,6 +141,23 @@ def test_errors_name_the_argument():
         fuseops.chunk_gated_delta_rule(q, k, v, g, beta[:, :, :1])
     with pytest.raises(ValueError, match="fused_recurrent_gated_delta_rule: initial_state"):
         fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=torch.zeros(1, 2, 16, 8))
+
+
+def test_chunk_errors_name_the_op_the_user_called():
+    # The arguments that size the workspace (q, v, cu_seqlens) are checked before the op runs: still a ValueError
+    # naming chunk_gated_delta_rule, not the workspace query.
+    q, k, v, g, beta, _ = inputs(1, 8, 2, 4, 16, 16, torch.float32, "cpu")
+    op = fuseops.chunk_gated_delta_rule
+    cases = [
+        ("cu_seqlens", lambda: op(q, k, v, g, beta, cu_seqlens=torch.tensor([0.0, 8.0]))),
+        ("v", lambda: op(q, k, v[:, :, :3], g[:, :, :3], beta[:, :, :3])),  # HV = 3, not a multiple of H = 2
+        ("q", lambda: op(*inputs(1, 8, 2, 4, 257, 16, torch.float32, "cpu")[:5])),
+        ("v", lambda: op(q, k, v[..., :0], g, beta)),
+        ("v", lambda: op(q, k, torch.randn(1, 8, 4, 32)[..., ::2], g, beta)),
+    ]
+    for name, call in cases:
+        with pytest.raises(ValueError, match=f"^chunk_gated_delta_rule: {name}: "):
+            call()
 
 
 @requires_cuda

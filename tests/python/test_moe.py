@@ -106,12 +106,30 @@ def test_moe_route_equals_parts(device):
 def test_errors():
     with pytest.raises(ValueError, match="grouped_topk: n_group"):
         fuseops.grouped_topk(torch.randn(2, 256), 7, 4, 8, True)
-    with pytest.raises(ValueError, match="topk_softmax: topk_weights"):
+    # The arguments the user passed: topk (not the topk_weights the wrapper allocates), correction_bias.
+    with pytest.raises(ValueError, match=r"topk_softmax: topk: expected an int in \[1, 8\], got 9"):
         fuseops.topk_softmax(torch.randn(2, 8), 9)
+    with pytest.raises(ValueError, match=r"topk_softmax: topk: expected an int in \[1, 16\], got 17"):
+        fuseops.topk_softmax(torch.randn(2, 16), 17)
+    with pytest.raises(ValueError, match="topk_softmax: correction_bias: "):
+        fuseops.topk_softmax(torch.randn(2, 16), 2, correction_bias=torch.randn(15))
+    with pytest.raises(ValueError, match="grouped_topk: topk: "):
+        fuseops.grouped_topk(torch.randn(2, 256), 8, 4, 33, True)
+    with pytest.raises(ValueError, match="moe_route: topk: "):
+        fuseops.moe_route(torch.randn(2, 8), 9, 16)
     with pytest.raises(ValueError, match="moe_align_block_size: block_size"):
         fuseops.moe_align_block_size(torch.zeros(2, 2, dtype=torch.int32), 0, 8)
     with pytest.raises(ValueError, match="moe_route: scoring"):
         fuseops.moe_route(torch.randn(2, 8), 2, 16, scoring="relu")
+
+
+def test_moe_align_sizes_arguments():
+    assert fuseops.moe_align_sizes(16, 8, 4) == (40, 10)
+    assert fuseops.moe_align_sizes(2, 256, 64) == (128, 2)
+    for args, name in (((-5, 8, 4), "numel"), ((5, 0, 4), "num_experts"), ((5, 8, 0), "block_size"),
+                       ((5.0, 8, 4), "numel"), ((5, True, 4), "num_experts")):
+        with pytest.raises(ValueError, match=f"moe_align_sizes: {name}: "):
+            fuseops.moe_align_sizes(*args)
 
 
 def test_bad_ids_are_recorded():

@@ -93,7 +93,14 @@ def test_errors_and_forward_only():
         fuseops.layer_norm_fwd(x, w, z=torch.randn(4, 32))
     with pytest.raises(ValueError, match="layernorm_fn: group_size: "):
         fuseops.layernorm_fn(x, w, None, group_size=0)
-    with pytest.raises(RuntimeError, match="forward only"):
+    # Errors name the function the user called, the library's checks included.
+    with pytest.raises(ValueError, match="rmsnorm_fn: group_size: "):
+        fuseops.rmsnorm_fn(x, w, None, group_size=0)
+    with pytest.raises(ValueError, match=r"^rmsnorm_fn: weight: expected shape \[N\] = \[64\], got \[16\]"):
+        fuseops.rmsnorm_fn(x, w[:16], None)
+    with pytest.raises(ValueError, match=r"^layernorm_fn: weight: expected dtype f32 \(the dtype of x\), got f16"):
+        fuseops.layernorm_fn(x, w.half(), None)
+    with pytest.raises(RuntimeError, match="^rmsnorm_fn: .*forward only"):
         fuseops.rmsnorm_fn(x.requires_grad_(), w, None)
     with torch.no_grad():
         fuseops.rmsnorm_fn(x, w, None)

@@ -156,6 +156,85 @@ def test_apply_rotary_pos_emb_autograd(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_apply_rotary_pos_emb_backward_of_sum(device):
+    # .sum() hands backward an expanded (all strides 0) gradient: each q / k element gets the sum over the outputs it
+    # feeds, i.e. the inverse rotation of a ones tensor.
+    B, S, Hq, Hk, D = 2, 5, 4, 2, 8
+    q = torch.randn(B, S, Hq, D, device=device, requires_grad=True)
+    k = torch.randn(B, S, Hk, D, device=device, requires_grad=True)
+    cache = cache_of(16, D, torch.float32, device)
+    cos, sin = cache[:, : D // 2].contiguous(), cache[:, D // 2:].contiguous()
+    qe, ke = fuseops.apply_rotary_pos_emb(q, k, cos, sin)
+    (qe.sum() + ke.sum()).backward()
+    want_q, want_k = fuseops.apply_rotary_pos_emb_backward(torch.ones(B, S, Hq, D, device=device),
+                                                           torch.ones(B, S, Hk, D, device=device), cos, sin)
+    assert torch.equal(q.grad, want_q) and torch.equal(k.grad, want_k)
+    q.grad = k.grad = None
+    qe, ke = fuseops.apply_rotary_pos_emb(q, k, cos, sin)
+    qe[:, :, 0].sum().backward()  # a gradient that is zero outside head 0, k's all zero
+    assert torch.equal(q.grad[:, :, 0], want_q[:, :, 0]) and not q.grad[:, :, 1:].any() and not k.grad.any()
+
+
+def test_apply_rotary_pos_emb_backward_errors_name_the_gradient():
+    cache = cache_of(8, 64, torch.float32, "cpu")
+    cos, sin = cache[:, :32].contiguous(), cache[:, 32:].contiguous()
+    g = torch.randn(1, 4, 2, 64)
+    with pytest.raises(ValueError, match="apply_rotary_pos_emb_backward: grad_q: expected innermost stride 1"):
+        fuseops.apply_rotary_pos_emb_backward(torch.randn(1, 4, 2, 128)[..., ::2], g, cos, sin)
+    with pytest.raises(ValueError, match="apply_rotary_pos_emb_backward: grad_k"):
+        fuseops.apply_rotary_pos_emb_backward(g, torch.randn(1, 3, 2, 64), cos, sin)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_zero_tokens_with_two_dim_positions(device):
+    q, cache = torch.randn(2, 0, 16, device=device), cache_of(8, 8, torch.float32, device)
+    fuseops.rotary_embedding(torch.zeros(2, 0, dtype=torch.long, device=device), q, None, 8, cache)
+    fuseops.mrope(torch.randn(0, 16, device=device), None, cache, torch.zeros(3, 0, dtype=torch.long, device=device),
+                  [2, 1, 1], 8, 8)
+    fuseops.rotary_embedding(torch.arange(5, device=device), torch.randn(5, 0, device=device), None, 16,
+                             cache_of(32, 8, torch.float32, device))  # zero heads
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mrope_positions_with_any_token_stride(device):
+    T, D, P = 7, 16, 50
+    cache = cache_of(P, D, torch.float32, device)
+    pos = torch.randint(0, P, (T, 3), device=device).t()  # [3, T], strides [1, 3]
+    q = torch.randn(T, 3 * D, device=device)
+    want, got = q.clone(), q.clone()
+    fuseops.mrope(want, None, cache, pos.contiguous(), [2, 3, 3], D, D)
+    fuseops.mrope(got, None, cache, pos, [2, 3, 3], D, D)
+    assert torch.equal(got, want) and not torch.equal(got, q)
+
+
+def test_mrope_section_sum_that_wraps_is_rejected():
+    with pytest.raises(ValueError, match="mrope: mrope_section"):
+        fuseops.mrope(torch.randn(4, 128), None, cache_of(8, 12, torch.float32, "cpu"),
+                      torch.zeros(3, 4, dtype=torch.long), [2**63 - 1, 2**63 - 1, 8], 64, 12)
+
+
+@pytest.mark.parametrize("call", ["rotary_embedding", "mrope", "apply_inplace"])
+def test_in_place_rotation_of_a_tensor_that_requires_grad_raises(call):
+    q, k = torch.randn(5, 64, requires_grad=True), torch.randn(5, 64)
+    cache = cache_of(32, 16, torch.float32, "cpu")
+    cos, sin = cache[:, :8].contiguous(), cache[:, 8:].contiguous()
+    run = {
+        "rotary_embedding": lambda q, k: fuseops.rotary_embedding(torch.arange(5), k, q, 16, cache),
+        "mrope": lambda q, k: fuseops.mrope(q, k, cache, torch.arange(5).expand(3, 5), [2, 3, 3], 16, 16),
+        "apply_inplace": lambda q, k: fuseops.apply_rotary_pos_emb(k.view(1, 5, 4, 16), q.view(1, 5, 4, 16), cos, sin,
+                                                                   inplace=True),
+    }[call]
+    name = {"rotary_embedding": "key", "mrope": "query", "apply_inplace": "k"}[call]
+    q0 = q.detach().clone()
+    with pytest.raises(RuntimeError, match=f"{'apply_rotary_pos_emb' if call == 'apply_inplace' else call}: {name}: "):
+        run(q, k)
+    assert torch.equal(q.detach(), q0)
+    with torch.no_grad():
+        run(q, k)
+    assert not torch.equal(q.detach(), q0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_bad_position_leaves_token_and_is_reported(device):
     T, H, D = 4, 2, 64
     q = torch.randn(T, H * D).to(device)
