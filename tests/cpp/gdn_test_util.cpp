@@ -219,12 +219,7 @@ Results run_all(Where where, const Spec& s, const Inputs& in) {
   if (s.has_g()) g = std::make_unique<Placed>(where, in.g, pad);
   if (s.has_beta) beta = std::make_unique<Placed>(where, in.beta, pad);
   if (s.varlen()) {
-    HostTensor c(s.cu_dtype, {static_cast<int64_t>(in.cu.size())});
-    for (std::size_t i = 0; i < in.cu.size(); ++i) {
-      if (s.cu_dtype == DType::i32) static_cast<int32_t*>(c.data())[i] = static_cast<int32_t>(in.cu[i]);
-      else static_cast<int64_t*>(c.data())[i] = in.cu[i];
-    }
-    cu = std::make_unique<Placed>(where, c);
+    cu = std::make_unique<Placed>(where, ft::index_tensor(s.cu_dtype, in.cu));
   }
   const std::vector<int64_t> shape = {s.B, s.T, s.HV, s.BT};
   Placed A(where, s.out_dtype, shape), A32(where, DType::f32, shape), Ai_unfused(where, s.out_dtype, shape),

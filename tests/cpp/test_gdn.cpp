@@ -276,12 +276,7 @@ HostTensor run_cumsum(Where where, const HostTensor& g, int64_t BT, const std::v
   Placed out(where, DType::f32, g.shape());
   std::unique_ptr<Placed> cup;
   if (!cu.empty()) {
-    HostTensor c(cu_dtype, {static_cast<int64_t>(cu.size())});
-    for (std::size_t i = 0; i < cu.size(); ++i) {
-      if (cu_dtype == DType::i32) static_cast<int32_t*>(c.data())[i] = static_cast<int32_t>(cu[i]);
-      else static_cast<int64_t*>(c.data())[i] = cu[i];
-    }
-    cup = std::make_unique<Placed>(where, c);
+    cup = std::make_unique<Placed>(where, ft::index_tensor(cu_dtype, cu));
     cup->upload();
   }
   in.upload();
@@ -420,11 +415,7 @@ TEST_P(GdnMalformed, CuSeqlensIsRecordedAndNothingOutsideIsWritten) {
       Spec s = fixed(1, bad.T, 1, 2, 32, 16);
       s.out_dtype = bf16;
       const Inputs in = make_inputs(s, rng);
-      HostTensor cu(cd, {static_cast<int64_t>(bad.cu.size())});
-      for (std::size_t i = 0; i < bad.cu.size(); ++i) {
-        if (cd == DType::i32) static_cast<int32_t*>(cu.data())[i] = static_cast<int32_t>(bad.cu[i]);
-        else static_cast<int64_t*>(cu.data())[i] = bad.cu[i];
-      }
+      const HostTensor cu = ft::index_tensor(cd, bad.cu);
       Placed k(where, in.k), g(where, in.g), beta(where, in.beta), cup(where, cu);
       for (const char* op : {"chunk_local_cumsum", "chunk_scaled_dot_kkt_fwd", "solve_tril",
                              "chunk_gated_delta_rule_fwd_kkt_solve"}) {

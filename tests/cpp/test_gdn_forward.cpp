@@ -178,17 +178,7 @@ TEST_P(GdnForward, SplitRun) {
   }
 }
 
-HostTensor index_tensor(DType dt, std::vector<int64_t> shape, const std::vector<int64_t>& values) {
-  HostTensor t(dt, std::move(shape));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (dt == DType::i32) {
-      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(values[i]);
-    } else {
-      static_cast<int64_t*>(t.data())[i] = values[i];
-    }
-  }
-  return t;
-}
+using ft::index_tensor;
 
 // Prefill T tokens (chunked), then decode token T + 1 from the returned state, in the FLA form and in the pool form
 // (the state in slot 2 of an f32 pool); both equal the golden of T + 1 tokens.

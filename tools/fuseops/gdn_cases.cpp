@@ -145,12 +145,7 @@ HostInputs make_inputs(const Spec& s, uint64_t seed) {
       }
     }
   });
-  if (s.varlen()) {
-    in.cu = HostTensor(DType::i32, {static_cast<int64_t>(in.cu_values.size())});
-    for (std::size_t i = 0; i < in.cu_values.size(); ++i) {
-      static_cast<int32_t*>(in.cu.data())[i] = static_cast<int32_t>(in.cu_values[i]);
-    }
-  }
+  if (s.varlen()) in.cu = testing::index_tensor(DType::i32, in.cu_values);
   return in;
 }
 
@@ -368,12 +363,7 @@ CumsumInputs make_cumsum_inputs(const Spec& s, uint64_t seed) {
     }
   }
   in.cu_values = cu_of(s);
-  if (s.varlen()) {
-    in.cu = HostTensor(DType::i32, {static_cast<int64_t>(in.cu_values.size())});
-    for (std::size_t i = 0; i < in.cu_values.size(); ++i) {
-      static_cast<int32_t*>(in.cu.data())[i] = static_cast<int32_t>(in.cu_values[i]);
-    }
-  }
+  if (s.varlen()) in.cu = testing::index_tensor(DType::i32, in.cu_values);
   return in;
 }
 

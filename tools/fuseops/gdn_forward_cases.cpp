@@ -146,8 +146,7 @@ HostInputs make_inputs(const Spec& s, uint64_t seed) {
   if (s.varlen()) {
     in.cu_values = {0};
     for (int64_t l : s.seqlens) in.cu_values.push_back(in.cu_values.back() + l);
-    in.cu = HostTensor(DType::i32, {static_cast<int64_t>(in.cu_values.size())});
-    for (std::size_t i = 0; i < in.cu_values.size(); ++i) static_cast<int32_t*>(in.cu.data())[i] = static_cast<int32_t>(in.cu_values[i]);
+    in.cu = testing::index_tensor(DType::i32, in.cu_values);
   }
   in.idx = HostTensor(DType::i32, {s.N()});
   for (int64_t i = 0; i < s.N(); ++i) static_cast<int32_t*>(in.idx.data())[i] = static_cast<int32_t>(i);
