@@ -83,6 +83,14 @@ std::vector<double> inverse_sensitivity(const std::vector<double>& X, const std:
 
 }  // namespace
 
+std::vector<int64_t> cu_seqlens_of(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> cu = {0};
+  for (int64_t l : lengths) cu.push_back(cu.back() + l);
+  return cu;
+}
+
+double log_sigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
+
 std::vector<GdnChunk> gdn_chunks(int64_t B, int64_t T, int64_t BT, const std::vector<int64_t>& cu) {
   if (BT <= 0) fail("chunk_size must be positive");
   std::vector<GdnChunk> chunks;

@@ -39,6 +39,12 @@ struct GdnChunk {
 /// only describes well-formed inputs).
 std::vector<GdnChunk> gdn_chunks(int64_t B, int64_t T, int64_t chunk_size, const std::vector<int64_t>& cu_seqlens);
 
+/// cu_seqlens of sequences of `lengths` tokens: [0, l0, l0 + l1, ...].
+std::vector<int64_t> cu_seqlens_of(const std::vector<int64_t>& lengths);
+
+/// log(sigmoid(x)) without overflow: the per-token log-decays that g accumulates.
+double log_sigmoid(double x);
+
 /// out[t] = scale * sum of g over t's chunk up to t (reverse: from t to the chunk's end). g: [B, T, HV] (compact,
 /// any float dtype); result [B, T, HV].
 GdnGolden chunk_local_cumsum(const testing::HostTensor& g, int64_t chunk_size,

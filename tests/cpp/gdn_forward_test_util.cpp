@@ -81,7 +81,7 @@ Inputs make_inputs(const Spec& s, std::mt19937_64& rng) {
   } else {
     in.h0 = HostTensor(DType::f32, {0});
   }
-  if (s.varlen()) in.cu = gdn::cumulative(s.seqlens);
+  if (s.varlen()) in.cu = gdn::cu_seqlens_of(s.seqlens);
   return in;
 }
 

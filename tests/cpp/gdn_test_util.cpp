@@ -52,14 +52,6 @@ Spec varlen(std::vector<int64_t> seqlens, int64_t H, int64_t HV, int64_t K, int6
   return s;
 }
 
-std::vector<int64_t> cumulative(const std::vector<int64_t>& lengths) {
-  std::vector<int64_t> cu = {0};
-  for (int64_t l : lengths) cu.push_back(cu.back() + l);
-  return cu;
-}
-
-double log_sigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
-
 double draw_decay(Decay d, int64_t hv, std::mt19937_64& rng) {
   std::normal_distribution<double> normal(0.0, 1.0);
   std::uniform_real_distribution<double> uni(0.0, 1.0);
@@ -98,7 +90,7 @@ Inputs make_inputs(const Spec& s, std::mt19937_64& rng) {
     const double f = norm2 > 0 ? target / std::sqrt(norm2) : 0.0;
     for (int64_t c = 0; c < s.K; ++c) in.k.set(r, c, static_cast<float>(row[c] * f));
   }
-  if (s.varlen()) in.cu = cumulative(s.seqlens);
+  if (s.varlen()) in.cu = cu_seqlens_of(s.seqlens);
   if (s.has_g()) {
     in.g = HostTensor(DType::f32, {s.B, s.T, s.HV});
     for (const ref::GdnChunk& c : ref::gdn_chunks(s.B, s.T, s.BT, in.cu)) {

@@ -304,7 +304,7 @@ TEST_P(GdnCumsum, MatchesGolden) {
       for (bool var : {false, true}) {
         for (bool reverse : {false, true}) {
           const std::vector<int64_t> lengths = {1, 0, 17, 64, 0, 65, 130};
-          const std::vector<int64_t> cu = var ? cumulative(lengths) : std::vector<int64_t>{};
+          const std::vector<int64_t> cu = var ? cu_seqlens_of(lengths) : std::vector<int64_t>{};
           const int64_t B = var ? 1 : 2, T = var ? cu.back() : 77, HV = 3;
           HostTensor g(gd, {B, T, HV});
           const bool signed_values = i % 2;
@@ -335,7 +335,7 @@ TEST_P(GdnCumsum, VarlenSequenceMatchesItsRunAlone) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
   std::normal_distribution<double> normal(0.0, 1.0);
-  const std::vector<int64_t> cu = cumulative({3, 0, 64, 100, 1});
+  const std::vector<int64_t> cu = cu_seqlens_of({3, 0, 64, 100, 1});
   HostTensor g(f32, {1, cu.back(), 2});
   for (int64_t r = 0; r < g.rows(); ++r)
     for (int64_t h = 0; h < 2; ++h) g.set(r, h, static_cast<float>(normal(rng)));

@@ -30,7 +30,7 @@ TEST(GdnLargeGrid, ManySequences) {
   check_spec(Where::cuda, s, rng);
 
   // chunk_local_cumsum over the same sequences.
-  const std::vector<int64_t> cu = cumulative(s.seqlens);
+  const std::vector<int64_t> cu = cu_seqlens_of(s.seqlens);
   HostTensor g(DType::f32, {1, s.T, s.HV});
   std::normal_distribution<double> normal(0.0, 1.0);
   for (int64_t r = 0; r < g.rows(); ++r)

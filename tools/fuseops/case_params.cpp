@@ -128,6 +128,18 @@ std::vector<ParamSpec> sequence_params() {
           seqlens};
 }
 
+std::vector<int64_t> seqlens_prefix(const std::vector<int64_t>& seqlens, int64_t rows) {
+  std::vector<int64_t> prefix;
+  int64_t tokens = 0;
+  for (int64_t l : seqlens) {
+    const int64_t take = std::min(l, rows - tokens);
+    if (take <= 0) break;
+    prefix.push_back(take);
+    tokens += take;
+  }
+  return prefix;
+}
+
 Sequences sequences_of(const CaseParams& p) {
   Sequences s;
   s.batch = p.integer("batch");
