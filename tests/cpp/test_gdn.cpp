@@ -24,8 +24,6 @@ constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
 
 class GdnIntra : public ::testing::TestWithParam<Where> {};
 
-std::string where_param_name(const ::testing::TestParamInfo<Where>& info) { return where_name(info.param); }
-
 // Chunk sizes 16 / 32 / 64 x head dims 1, 60, 64, 100, 128, 256; T = 77 is no multiple of any chunk size; odd head
 // dims take padded (non-contiguous) inputs.
 TEST_P(GdnIntra, ChunkSizesAndHeadDims) {

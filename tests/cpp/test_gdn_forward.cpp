@@ -24,8 +24,6 @@ constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
 
 class GdnForward : public ::testing::TestWithParam<Where> {};
 
-std::string where_param_name(const ::testing::TestParamInfo<Where>& info) { return where_name(info.param); }
-
 /// Runs the chunked op (and the recurrent op when `recurrent`) and compares o and final_state with the golden.
 /// The chunked algorithm's decay factors exp(g_i - g_j) come from the fp32 chunk-local cumsum, whose rounding is a
 /// relative error of up to max|cumsum| 2^-24 per factor (docs/ops/gdn.md "Tolerances"): the limit of f32 inputs

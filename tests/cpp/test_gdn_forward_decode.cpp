@@ -17,8 +17,6 @@ constexpr DType f32 = DType::f32, bf16 = DType::bf16;
 
 class GdnDecode : public ::testing::TestWithParam<Where> {};
 
-std::string where_param_name(const ::testing::TestParamInfo<Where>& info) { return where_name(info.param); }
-
 /// One pool run: inputs of `s` (varlen), a pool of `slots` random states, indices (and num_accepted), optional fused
 /// gating from raw a, b, A_log, dt_bias. Compares o, every written slot and every untouched slot.
 struct PoolCase {

@@ -166,6 +166,8 @@ Sequences sequences_of(const CaseParams& p) {
   return s;
 }
 
+ParamSpec chunk_size_param() { return integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64); }
+
 int64_t chunk_size_of(const CaseParams& p) {
   const int64_t BT = p.integer("chunk_size");
   if (BT != 16 && BT != 32 && BT != 64) throw ParamError("chunk_size", "expected 16, 32 or 64, got " + std::to_string(BT));

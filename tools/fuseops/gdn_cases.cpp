@@ -481,7 +481,7 @@ OpSpec kkt_solve_op() {
   spec.params = sequence_params();
   for (ParamSpec q : {integer_param("num_heads", "H, key heads"),
                       integer_param("num_v_heads", "HV, value heads, a multiple of H (0: H)", 0, 0),
-                      integer_param("head_k_dim", "K", 128, 1, 256), integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64),
+                      integer_param("head_k_dim", "K", 128, 1, 256), chunk_size_param(),
                       dtype_param()}) {
     spec.params.push_back(q);
   }
@@ -501,7 +501,7 @@ OpSpec cumsum_op() {
   spec.name = "chunk_local_cumsum";
   spec.help = "chunk-local cumsum of the log-decays: g [B, T, HV] -> f32 [B, T, HV], restarting every chunk";
   spec.params = sequence_params();
-  for (ParamSpec q : {integer_param("num_v_heads", "HV, value heads"), integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64),
+  for (ParamSpec q : {integer_param("num_v_heads", "HV, value heads"), chunk_size_param(),
                       bool_param("reverse", "sum from t to the chunk's end", false),
                       ParamSpec{"scale", ParamKind::number, "multiplies the sums", 1.0, {}, 0, INT64_MAX},
                       dtype_param("f32")}) {

@@ -411,7 +411,7 @@ OpSpec chunk_op() {
   spec.help = "GDN chunked forward (prefill): q, k [B, T, H, K], v [B, T, HV, V] -> o, final state [N, HV, K, V]";
   spec.params = sequence_params();
   for (const ParamSpec& q : head_params()) spec.params.push_back(q);
-  spec.params.push_back(integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64));
+  spec.params.push_back(chunk_size_param());
   spec.params.push_back(dtype_param());
   spec.make = [](const CaseParams& p) -> std::unique_ptr<OpCase> {
     const Sequences q = sequences_of(p);
