@@ -251,23 +251,11 @@ RmsCheck gdn_rms_check(const HostTensor& out, const std::vector<double>& ref) {
   RmsCheck r;
   r.limit = gdn_rel_rms_limit(out.dtype());
   const double atol = testing::Tolerance::for_dtype(out.dtype(), 0).atol;
-  const int64_t cols = out.cols();
-  double err2 = 0, ref2 = 0;
-  int64_t n = 0;
-  for (std::size_t e = 0; e < ref.size(); ++e) {
-    const int64_t i = static_cast<int64_t>(e);
-    const double o = out.get(i / cols, i % cols);
-    if (!std::isfinite(o)) {
-      ++r.nonfinite;
-      continue;
-    }
-    if (!std::isfinite(ref[e])) continue;
-    err2 += (o - ref[e]) * (o - ref[e]);
-    ref2 += ref[e] * ref[e];
-    ++n;
-  }
-  r.rel_rms_error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  r.pass = r.nonfinite == 0 && std::sqrt(err2) <= r.limit * std::sqrt(ref2) + atol * std::sqrt(static_cast<double>(n));
+  const RmsSums s = rms_sums(out, ref, [&](std::size_t e) { return std::isfinite(ref[e]); });
+  r.nonfinite = s.nonfinite;
+  r.rel_rms_error = s.rel_rms_error();
+  r.pass = r.nonfinite == 0 &&
+           std::sqrt(s.err2) <= r.limit * std::sqrt(s.ref2) + atol * std::sqrt(static_cast<double>(s.n));
   return r;
 }
 

@@ -14,6 +14,8 @@
 // The tolerance constants per op and dtype are derived in docs/ops/gdn.md ("Tolerances") and gdn_tolerance().
 #pragma once
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -101,5 +103,33 @@ struct RmsCheck {
 };
 /// `out`: compact host tensor whose row-major elements correspond to `ref`.
 RmsCheck gdn_rms_check(const testing::HostTensor& out, const std::vector<double>& ref);
+
+/// Sums of a relative-RMS comparison of `out` (compact host tensor, row-major elements matching `ref`) with `ref`:
+/// non-finite outputs are counted and left out; of the other elements, those with keep(e) are summed.
+struct RmsSums {
+  double err2 = 0, ref2 = 0;  ///< sum of (out - ref)^2 and of ref^2
+  int64_t n = 0;              ///< elements summed
+  int64_t nonfinite = 0;      ///< non-finite outputs
+  /// ||out - ref|| / ||ref|| (||out - ref|| when ref is all 0).
+  double rel_rms_error() const { return ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2); }
+};
+template <typename Keep>
+RmsSums rms_sums(const testing::HostTensor& out, const std::vector<double>& ref, Keep keep) {
+  RmsSums s;
+  const int64_t cols = out.cols();
+  for (std::size_t e = 0; e < ref.size(); ++e) {
+    const int64_t i = static_cast<int64_t>(e);
+    const double o = out.get(i / cols, i % cols);
+    if (!std::isfinite(o)) {
+      ++s.nonfinite;
+      continue;
+    }
+    if (!keep(e)) continue;
+    s.err2 += (o - ref[e]) * (o - ref[e]);
+    s.ref2 += ref[e] * ref[e];
+    ++s.n;
+  }
+  return s;
+}
 
 }  // namespace fuseops::reference
