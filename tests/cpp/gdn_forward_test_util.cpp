@@ -15,11 +15,7 @@ using gdn::Placed;
 std::string Spec::describe() const {
   std::ostringstream os;
   os << "B=" << B << " T=" << T << " H=" << H << " HV=" << HV << " K=" << K << " V=" << V << " BT=" << BT;
-  if (varlen()) {
-    os << " seqlens=[";
-    for (std::size_t i = 0; i < seqlens.size(); ++i) os << (i ? "," : "") << seqlens[i];
-    os << "]";
-  }
+  if (varlen()) os << " seqlens=" << gdn::seqlens_text(seqlens);
   os << " " << fuseops::dtype_name(dtype) << " gates " << fuseops::dtype_name(gate_dtype) << " h0 "
      << (has_h0 ? fuseops::dtype_name(h0_dtype) : "none") << " decay " << gdn::decay_name(decay)
      << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << ", FUSEOPS_SEED=" << run_seed();

@@ -20,14 +20,18 @@ const char* decay_name(Decay d) {
   return "?";
 }
 
+std::string seqlens_text(const std::vector<int64_t>& seqlens) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < seqlens.size(); ++i) os << (i ? "," : "") << seqlens[i];
+  os << "]";
+  return os.str();
+}
+
 std::string Spec::describe() const {
   std::ostringstream os;
   os << "B=" << B << " T=" << T << " H=" << H << " HV=" << HV << " K=" << K << " BT=" << BT;
-  if (varlen()) {
-    os << " seqlens=[";
-    for (std::size_t i = 0; i < seqlens.size(); ++i) os << (i ? "," : "") << seqlens[i];
-    os << "] cu " << fuseops::dtype_name(cu_dtype);
-  }
+  if (varlen()) os << " seqlens=" << seqlens_text(seqlens) << " cu " << fuseops::dtype_name(cu_dtype);
   os << " k " << fuseops::dtype_name(k_dtype) << " beta " << (has_beta ? fuseops::dtype_name(beta_dtype) : "none")
      << " out " << fuseops::dtype_name(out_dtype) << " decay " << decay_name(decay)
      << (keys == Keys::wide ? " wide keys" : "") << (strided ? " strided" : "") << ", FUSEOPS_SEED=" << run_seed();

@@ -51,6 +51,9 @@ struct Spec {
   std::string describe() const;
 };
 
+/// "[3,0,64]", for describe().
+std::string seqlens_text(const std::vector<int64_t>& seqlens);
+
 /// A spec for one sequence per batch row, or varlen sequences (sets B = 1, T = sum).
 Spec fixed(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t BT);
 Spec varlen(std::vector<int64_t> seqlens, int64_t H, int64_t HV, int64_t K, int64_t BT);
