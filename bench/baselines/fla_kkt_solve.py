@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import triton
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import cold_sets, launches_for, time_graph_us  # noqa: E402
+from timing import cold_sets, warm_cold_us  # noqa: E402
 
 
 def main():
@@ -62,10 +62,7 @@ def main():
         for name, fn in (("fla_fused", fused), ("fla_unfused", unfused)):
             try:
                 fn(0)
-                est = time_graph_us(lambda i: fn(0), 3, 0.0, 3)
-                n = launches_for(est)
-                res[name + "_warm"] = time_graph_us(lambda i: fn(0), n)
-                res[name + "_cold"] = time_graph_us(lambda i: fn(i % sets), max(sets, (n // sets) * sets))
+                res[name + "_warm"], res[name + "_cold"] = warm_cold_us(fn, sets, est_launches=3)
             except Exception as e:  # report, keep going
                 print("FLA", name, r["shape"], "failed:", repr(e)[:200])
         row = dict(shape=r["shape"], bytes=r["bytes"], ours_warm=r["warm_us"], ours_cold=r["cold_us"],

@@ -16,7 +16,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import cold_sets, launches_for, time_graph_us  # noqa: E402
+from timing import cold_sets, warm_cold_us  # noqa: E402
 
 DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
 
@@ -67,10 +67,7 @@ def main():
         for name, fn in impls:
             try:
                 fn(0)
-                est = time_graph_us(lambda i: fn(0), 3, 0.0, 3)
-                n = launches_for(est)
-                res[name + "_warm"] = time_graph_us(lambda i: fn(0), n)
-                res[name + "_cold"] = time_graph_us(lambda i: fn(i % sets), max(sets, (n // sets) * sets))
+                res[name + "_warm"], res[name + "_cold"] = warm_cold_us(fn, sets, est_launches=3)
             except Exception as e:  # report, keep going
                 print(name, r["op"], r["shape"], "failed:", repr(e)[:200])
         if fuseops:  # the two agree (same math in fp32; rounding differences of the output dtype at most)

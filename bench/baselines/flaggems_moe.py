@@ -17,7 +17,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from timing import cold_sets, launches_for, time_graph_us  # noqa: E402
+from timing import cold_sets, warm_cold_us  # noqa: E402
 
 # Router settings of each set (the same as tools/fuseops/moe_cases.cpp).
 SETS = {
@@ -64,10 +64,7 @@ def main():
             fn = lambda i: moe_align_block_size(router(i), 64, E)
         else:
             fn = router
-        est = time_graph_us(lambda i: fn(0), 5, 0.0, 3)
-        launches = launches_for(est)
-        warm = time_graph_us(lambda i: fn(0), launches)
-        cold = time_graph_us(lambda i: fn(i % sets), max(sets, (launches // sets) * sets))
+        warm, cold = warm_cold_us(fn, sets)
         del logits, w, ids, tei
         torch.cuda.empty_cache()
         row = dict(set=r["set"], op=r["op"], shape=r["shape"], ours_warm=r["warm_us"], ours_cold=r["cold_us"],

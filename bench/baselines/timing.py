@@ -33,9 +33,10 @@ def time_graph_us(launch, launches, min_seconds=0.2, max_replays=50):
     return statistics.median(per_launch)
 
 
-def warm_cold_us(launch_on_set, sets):
-    """(warm, cold) us of launch_on_set(i): warm always on set 0, cold rotating over the `sets` sets."""
-    est = time_graph_us(lambda i: launch_on_set(0), 5, 0.0, 3)
+def warm_cold_us(launch_on_set, sets, est_launches=5):
+    """(warm, cold) us of launch_on_set(i): warm always on set 0, cold rotating over the `sets` sets; the launches
+    per graph follow from an estimate over a graph of `est_launches` launches."""
+    est = time_graph_us(lambda i: launch_on_set(0), est_launches, 0.0, 3)
     launches = launches_for(est)
     warm = time_graph_us(lambda i: launch_on_set(0), launches)
     cold = time_graph_us(lambda i: launch_on_set(i % sets), max(sets, (launches // sets) * sets))

@@ -86,6 +86,10 @@ Device common_device(const char* op, std::initializer_list<NamedView> args) {
   return first ? first->view->device : Device::cpu();
 }
 
+void check_on_device(const char* op, const char* name, const TensorView& v, const Device& device) {
+  if (v.device != device) fail_argument(op, name, "device " + device_name(device), device_name(v.device));
+}
+
 RowMatrix as_row_matrix(const char* op, const char* name, const TensorView& v) {
   if (v.rank < 1) fail_argument(op, name, "rank >= 1 [..., d]", "rank 0");
   RowMatrix m;

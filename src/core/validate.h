@@ -29,6 +29,8 @@ void check_layout(const char* op, const char* name, const TensorView& v);
 /// Every tensor passes check_layout(), has a valid device and a data pointer when it has elements, and all are on the
 /// same device; returns that device.
 Device common_device(const char* op, std::initializer_list<NamedView> args);
+/// v.device == device (the op's device, from common_device of its other arguments).
+void check_on_device(const char* op, const char* name, const TensorView& v, const Device& device);
 
 /// A tensor seen as rows of contiguous elements: element (r, c) is at data + r * row_stride + c.
 struct RowMatrix {

@@ -64,7 +64,7 @@ void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& devic
   if (cu->shape[0] > 1 && cu->strides[0] != 1) {
     fail_argument(op, "cu_seqlens", "a contiguous tensor", "stride " + std::to_string(cu->strides[0]));
   }
-  if (cu->device != device) fail_argument(op, "cu_seqlens", "device " + device_name(device), device_name(cu->device));
+  check_on_device(op, "cu_seqlens", *cu, device);
   if (geo.B != 1) fail_argument(op, "B", "1 with cu_seqlens (sequences packed along T)", std::to_string(geo.B));
   geo.cu_seqlens = cu->data;
   geo.cu_dtype = cu->dtype;

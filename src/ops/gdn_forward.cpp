@@ -81,6 +81,29 @@ void check_grouping(const char* op, const char* name, int64_t HV, int64_t H) {
   if (HV < H || HV % H != 0) fail_argument(op, name, "HV (heads) a multiple of H = " + to_string(H), to_string(HV));
 }
 
+/// The optional g of the stage ops: the f32 chunk-local cumsum [B, T, HV].
+void check_cumsum_g(const char* op, const TensorView* g, int64_t B, int64_t T, int64_t HV) {
+  if (!g) return;
+  check_dtype(op, "g", *g, {DType::f32});
+  check_token_head(op, "g", *g, B, T, HV);
+}
+
+struct QkvDims {
+  int64_t B, T, H, HV, K, V;
+};
+
+/// q, k [B, T, H, K] and v (named `v_name`) [B, T, HV, V] with HV a multiple of H, in this order.
+QkvDims check_qkv(const char* op, const TensorView& q, const TensorView& k, const TensorView& v, const char* v_name) {
+  check_input4(op, "q", q, -1, -1, -1, -1, "[B, T, H, K]");
+  check_head_dim(op, "q", q);
+  const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3];
+  check_input4(op, "k", k, B, T, H, K, "[B, T, H, K]");
+  check_input4(op, v_name, v, B, T, -1, -1, "[B, T, HV, V]");
+  check_head_dim(op, v_name, v);
+  check_grouping(op, v_name, v.shape[2], H);
+  return {B, T, H, v.shape[2], K, v.shape[3]};
+}
+
 /// Every pair (output, other) is disjoint.
 void check_outputs_disjoint(const char* op, std::initializer_list<NamedView> outputs,
                             std::initializer_list<NamedView> all) {
@@ -206,10 +229,7 @@ void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, T
   const int64_t V = v.shape[3];
   check_dtype(op, "beta", beta, kFloat);
   check_token_head(op, "beta", beta, B, T, HV);
-  if (g) {
-    check_dtype(op, "g", *g, {DType::f32});
-    check_token_head(op, "g", *g, B, T, HV);
-  }
+  check_cumsum_g(op, g, B, T, HV);
   check_output(op, "w", w, kFloat, {B, T, HV, K}, "[B, T, HV, K]");
   check_output(op, "u", u, kFloat, {B, T, HV, V}, "[B, T, HV, V]");
   const Device device = common_device(op, {{"w", &w}, {"u", &u}, {"k", &k}, {"v", &v}, {"beta", &beta}, {"A", &A}});
@@ -246,10 +266,7 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   check_input4(op, "u", u, B, T, HV, -1, "[B, T, HV, V]");
   check_head_dim(op, "u", u);
   const int64_t V = u.shape[3];
-  if (g) {
-    check_dtype(op, "g", *g, {DType::f32});
-    check_token_head(op, "g", *g, B, T, HV);
-  }
+  check_cumsum_g(op, g, B, T, HV);
   FwdHArgs a;
   a.geo = geometry(B, T, H, HV, K, chunk_size);
   const Device device = common_device(op, {{"k", &k}, {"w", &w}, {"u", &u}});
@@ -288,18 +305,8 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
   using namespace detail;
   const char* op = "chunk_fwd_o";
   check_chunk_size(op, chunk_size);
-  check_input4(op, "q", q, -1, -1, -1, -1, "[B, T, H, K]");
-  check_head_dim(op, "q", q);
-  const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3];
-  check_input4(op, "k", k, B, T, H, K, "[B, T, H, K]");
-  check_input4(op, "v_new", v_new, B, T, -1, -1, "[B, T, HV, V]");
-  check_head_dim(op, "v_new", v_new);
-  const int64_t HV = v_new.shape[2], V = v_new.shape[3];
-  check_grouping(op, "v_new", HV, H);
-  if (g) {
-    check_dtype(op, "g", *g, {DType::f32});
-    check_token_head(op, "g", *g, B, T, HV);
-  }
+  const auto [B, T, H, HV, K, V] = check_qkv(op, q, k, v_new, "v_new");
+  check_cumsum_g(op, g, B, T, HV);
   if (!std::isfinite(scale)) fail_argument(op, "scale", "a finite value", std::to_string(scale));
   FwdOArgs a;
   a.geo = geometry(B, T, H, HV, K, chunk_size);
@@ -501,14 +508,7 @@ namespace {
 Device check_decode(const char* op, const TensorView& o, const TensorView& q, const TensorView& k,
                     const TensorView& v, std::optional<double> scale, bool l2norm, const TensorView* cu,
                     DecodeArgs& a) {
-  check_input4(op, "q", q, -1, -1, -1, -1, "[B, T, H, K]");
-  check_head_dim(op, "q", q);
-  const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3];
-  check_input4(op, "k", k, B, T, H, K, "[B, T, H, K]");
-  check_input4(op, "v", v, B, T, -1, -1, "[B, T, HV, V]");
-  check_head_dim(op, "v", v);
-  const int64_t HV = v.shape[2], V = v.shape[3];
-  check_grouping(op, "v", HV, H);
+  const auto [B, T, H, HV, K, V] = check_qkv(op, q, k, v, "v");
   check_output(op, "o", o, kFloat, {B, T, HV, V}, "[B, T, HV, V]");
   const Device device = common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v", &v}});
   a.geo = geometry(B, T, H, HV, K, 64);
@@ -528,7 +528,7 @@ void check_gate(const char* op, const char* name, const TensorView* t, const Dec
   if (!t) return;
   check_dtype(op, name, *t, kFloat);
   check_token_head(op, name, *t, a.geo.B, a.geo.T, a.geo.HV);
-  if (t->device != device) fail_argument(op, name, "device " + device_name(device), device_name(t->device));
+  check_on_device(op, name, *t, device);
   common_device(op, {{name, t}});
   view = in_view(*t);
 }
@@ -549,10 +549,8 @@ void check_pool(const char* op, const TensorView& pool, const TensorView& idx, c
   }
   if (!idx.is_contiguous()) fail_argument(op, "ssm_state_indices", "a contiguous tensor", "strided");
   common_device(op, {{"state_pool", &pool}, {"ssm_state_indices", &idx}});
-  if (pool.device != device) fail_argument(op, "state_pool", "device " + device_name(device), device_name(pool.device));
-  if (idx.device != device) {
-    fail_argument(op, "ssm_state_indices", "device " + device_name(device), device_name(idx.device));
-  }
+  check_on_device(op, "state_pool", pool, device);
+  check_on_device(op, "ssm_state_indices", idx, device);
   if (acc) {
     if (idx.rank != 2) fail_argument(op, "num_accepted_tokens", "absent with [N] ssm_state_indices", "a tensor");
     check_dtype(op, "num_accepted_tokens", *acc, {DType::i32, DType::i64});
@@ -561,9 +559,7 @@ void check_pool(const char* op, const TensorView& pool, const TensorView& idx, c
     }
     if (!acc->is_contiguous()) fail_argument(op, "num_accepted_tokens", "a contiguous tensor", "strided");
     common_device(op, {{"num_accepted_tokens", acc}});
-    if (acc->device != device) {
-      fail_argument(op, "num_accepted_tokens", "device " + device_name(device), device_name(acc->device));
-    }
+    check_on_device(op, "num_accepted_tokens", *acc, device);
     a.num_accepted = acc->data;
     a.acc_dtype = acc->dtype;
     a.acc_site = error_site(op, "num_accepted_tokens");
@@ -646,7 +642,7 @@ void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool,
     check_dtype(op, name, *t, kFloat);
     if (t->rank != 1 || t->shape[0] != a.geo.HV) fail_argument(op, name, "shape [HV] = " + dims({a.geo.HV}), t->shape_str());
     common_device(op, {{name, t}});
-    if (t->device != device) fail_argument(op, name, "device " + device_name(device), device_name(t->device));
+    check_on_device(op, name, *t, device);
   }
   a.A_log = vector_view(A_log);
   a.dt_bias = vector_view(dt_bias);

@@ -125,7 +125,7 @@ void attach_positions(const char* op, const char* name, const TensorView& p, con
                       RopeArgs& a) {
   check_dtype(op, name, p, kIndex);
   common_device(op, {{name, &p}});
-  if (p.device != device) fail_argument(op, name, "device " + device_name(device), device_name(p.device));
+  check_on_device(op, name, p, device);
   a.positions = p.data;
   a.pos_dtype = p.dtype;
   if (lead_axes == 3) {

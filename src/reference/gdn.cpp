@@ -83,6 +83,14 @@ std::vector<double> inverse_sensitivity(const std::vector<double>& X, const std:
 
 }  // namespace
 
+std::vector<int64_t> cu_seqlens_of(const std::vector<int64_t>& lengths) {
+  std::vector<int64_t> cu = {0};
+  for (int64_t l : lengths) cu.push_back(cu.back() + l);
+  return cu;
+}
+
+double log_sigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
+
 std::vector<GdnChunk> gdn_chunks(int64_t B, int64_t T, int64_t BT, const std::vector<int64_t>& cu) {
   if (BT <= 0) fail("chunk_size must be positive");
   std::vector<GdnChunk> chunks;
@@ -243,23 +251,11 @@ RmsCheck gdn_rms_check(const HostTensor& out, const std::vector<double>& ref) {
   RmsCheck r;
   r.limit = gdn_rel_rms_limit(out.dtype());
   const double atol = testing::Tolerance::for_dtype(out.dtype(), 0).atol;
-  const int64_t cols = out.cols();
-  double err2 = 0, ref2 = 0;
-  int64_t n = 0;
-  for (std::size_t e = 0; e < ref.size(); ++e) {
-    const int64_t i = static_cast<int64_t>(e);
-    const double o = out.get(i / cols, i % cols);
-    if (!std::isfinite(o)) {
-      ++r.nonfinite;
-      continue;
-    }
-    if (!std::isfinite(ref[e])) continue;
-    err2 += (o - ref[e]) * (o - ref[e]);
-    ref2 += ref[e] * ref[e];
-    ++n;
-  }
-  r.rel_rms_error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
-  r.pass = r.nonfinite == 0 && std::sqrt(err2) <= r.limit * std::sqrt(ref2) + atol * std::sqrt(static_cast<double>(n));
+  const RmsSums s = rms_sums(out, ref, [&](std::size_t e) { return std::isfinite(ref[e]); });
+  r.nonfinite = s.nonfinite;
+  r.rel_rms_error = s.rel_rms_error();
+  r.pass = r.nonfinite == 0 &&
+           std::sqrt(s.err2) <= r.limit * std::sqrt(s.ref2) + atol * std::sqrt(static_cast<double>(s.n));
   return r;
 }
 

@@ -14,6 +14,8 @@
 // The tolerance constants per op and dtype are derived in docs/ops/gdn.md ("Tolerances") and gdn_tolerance().
 #pragma once
 
+#include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -38,6 +40,12 @@ struct GdnChunk {
 /// B == 1 and sequence n = tokens [cu[n], cu[n+1]); throws fuseops::Error if `cu_seqlens` is malformed (the golden
 /// only describes well-formed inputs).
 std::vector<GdnChunk> gdn_chunks(int64_t B, int64_t T, int64_t chunk_size, const std::vector<int64_t>& cu_seqlens);
+
+/// cu_seqlens of sequences of `lengths` tokens: [0, l0, l0 + l1, ...].
+std::vector<int64_t> cu_seqlens_of(const std::vector<int64_t>& lengths);
+
+/// log(sigmoid(x)) without overflow: the per-token log-decays that g accumulates.
+double log_sigmoid(double x);
 
 /// out[t] = scale * sum of g over t's chunk up to t (reverse: from t to the chunk's end). g: [B, T, HV] (compact,
 /// any float dtype); result [B, T, HV].
@@ -95,5 +103,33 @@ struct RmsCheck {
 };
 /// `out`: compact host tensor whose row-major elements correspond to `ref`.
 RmsCheck gdn_rms_check(const testing::HostTensor& out, const std::vector<double>& ref);
+
+/// Sums of a relative-RMS comparison of `out` (compact host tensor, row-major elements matching `ref`) with `ref`:
+/// non-finite outputs are counted and left out; of the other elements, those with keep(e) are summed.
+struct RmsSums {
+  double err2 = 0, ref2 = 0;  ///< sum of (out - ref)^2 and of ref^2
+  int64_t n = 0;              ///< elements summed
+  int64_t nonfinite = 0;      ///< non-finite outputs
+  /// ||out - ref|| / ||ref|| (||out - ref|| when ref is all 0).
+  double rel_rms_error() const { return ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2); }
+};
+template <typename Keep>
+RmsSums rms_sums(const testing::HostTensor& out, const std::vector<double>& ref, Keep keep) {
+  RmsSums s;
+  const int64_t cols = out.cols();
+  for (std::size_t e = 0; e < ref.size(); ++e) {
+    const int64_t i = static_cast<int64_t>(e);
+    const double o = out.get(i / cols, i % cols);
+    if (!std::isfinite(o)) {
+      ++s.nonfinite;
+      continue;
+    }
+    if (!keep(e)) continue;
+    s.err2 += (o - ref[e]) * (o - ref[e]);
+    s.ref2 += ref[e] * ref[e];
+    ++s.n;
+  }
+  return s;
+}
 
 }  // namespace fuseops::reference

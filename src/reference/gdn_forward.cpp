@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "fuseops/error.h"
+#include "reference/gdn.h"
 #include "testing/parallel.h"
 
 namespace fuseops::reference {
@@ -229,21 +230,11 @@ ForwardCheck gdn_forward_check(const HostTensor& out, const std::vector<double>&
                                double limit_override) {
   ForwardCheck r;
   r.limit = limit_override > 0 ? limit_override : gdn_forward_rel_rms_limit(input_dtype);
-  const int64_t cols = out.cols();
-  double err2 = 0, ref2 = 0;
-  for (std::size_t e = 0; e < ref.size(); ++e) {
-    const int64_t i = static_cast<int64_t>(e);
-    const double o = out.get(i / cols, i % cols);
-    if (!std::isfinite(o)) {
-      ++r.nonfinite;
-      continue;
-    }
-    err2 += (o - ref[e]) * (o - ref[e]);
-    ref2 += ref[e] * ref[e];
-  }
-  r.rel_rms_error = ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2);
+  const RmsSums s = rms_sums(out, ref, [](std::size_t) { return true; });
+  r.nonfinite = s.nonfinite;
+  r.rel_rms_error = s.rel_rms_error();
   r.pass = r.nonfinite == 0 && static_cast<int64_t>(ref.size()) == out.numel() &&
-           std::sqrt(err2) <= r.limit * std::sqrt(ref2) + 1e-12 * std::sqrt(static_cast<double>(ref.size()));
+           std::sqrt(s.err2) <= r.limit * std::sqrt(s.ref2) + 1e-12 * std::sqrt(static_cast<double>(ref.size()));
   return r;
 }
 

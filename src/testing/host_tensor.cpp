@@ -97,6 +97,28 @@ void HostTensor::poison() {
   }
 }
 
+HostTensor index_tensor(DType dtype, std::vector<int64_t> shape, const std::vector<int64_t>& values) {
+  if (dtype != DType::i32 && dtype != DType::i64) {
+    throw Error(ErrorKind::invalid_argument, "index_tensor: dtype must be i32 or i64");
+  }
+  HostTensor t(dtype, std::move(shape));
+  if (static_cast<int64_t>(values.size()) > t.numel()) {
+    throw Error(ErrorKind::invalid_argument, "index_tensor: more values than elements");
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    if (dtype == DType::i32) {
+      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(values[i]);
+    } else {
+      static_cast<int64_t*>(t.data())[i] = values[i];
+    }
+  }
+  return t;
+}
+
+HostTensor index_tensor(DType dtype, const std::vector<int64_t>& values) {
+  return index_tensor(dtype, {static_cast<int64_t>(values.size())}, values);
+}
+
 const char* fill_name(Fill fill) {
   switch (fill) {
     case Fill::normal: return "normal";

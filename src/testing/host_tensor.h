@@ -49,6 +49,13 @@ class HostTensor {
   std::vector<unsigned char> storage_;
 };
 
+/// A contiguous i32 or i64 tensor of `shape` whose first values.size() elements (row-major) are `values`, stored
+/// exactly (cu_seqlens, slot indices; i32 values are truncated like static_cast<int32_t>). Throws Error for another
+/// dtype or more values than elements.
+HostTensor index_tensor(DType dtype, std::vector<int64_t> shape, const std::vector<int64_t>& values);
+/// The 1-D index tensor [values.size()] holding `values`.
+HostTensor index_tensor(DType dtype, const std::vector<int64_t>& values);
+
 /// Value distributions for random inputs.
 enum class Fill {
   normal,       ///< N(0, 1)

@@ -15,11 +15,7 @@ using gdn::Placed;
 std::string Spec::describe() const {
   std::ostringstream os;
   os << "B=" << B << " T=" << T << " H=" << H << " HV=" << HV << " K=" << K << " V=" << V << " BT=" << BT;
-  if (varlen()) {
-    os << " seqlens=[";
-    for (std::size_t i = 0; i < seqlens.size(); ++i) os << (i ? "," : "") << seqlens[i];
-    os << "]";
-  }
+  if (varlen()) os << " seqlens=" << gdn::seqlens_text(seqlens);
   os << " " << fuseops::dtype_name(dtype) << " gates " << fuseops::dtype_name(gate_dtype) << " h0 "
      << (has_h0 ? fuseops::dtype_name(h0_dtype) : "none") << " decay " << gdn::decay_name(decay)
      << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << ", FUSEOPS_SEED=" << run_seed();
@@ -81,7 +77,7 @@ Inputs make_inputs(const Spec& s, std::mt19937_64& rng) {
   } else {
     in.h0 = HostTensor(DType::f32, {0});
   }
-  if (s.varlen()) in.cu = gdn::cumulative(s.seqlens);
+  if (s.varlen()) in.cu = gdn::cu_seqlens_of(s.seqlens);
   return in;
 }
 
@@ -103,18 +99,6 @@ ref::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normali
 
 namespace {
 
-HostTensor cu_tensor(const Spec& s, const Inputs& in) {
-  HostTensor cu(s.cu_dtype, {static_cast<int64_t>(in.cu.size())});
-  for (std::size_t i = 0; i < in.cu.size(); ++i) {
-    if (s.cu_dtype == DType::i32) {
-      static_cast<int32_t*>(cu.data())[i] = static_cast<int32_t>(in.cu[i]);
-    } else {
-      static_cast<int64_t*>(cu.data())[i] = in.cu[i];
-    }
-  }
-  return cu;
-}
-
 /// Placed inputs and outputs of one run.
 struct Run {
   Placed q, k, v, g, beta;
@@ -129,7 +113,7 @@ struct Run {
         o(w, s.dtype, {s.B, s.T, s.HV, s.V}),
         ht(w, DType::f32, {s.N(), s.HV, s.K, s.V}) {
     if (s.has_h0) h0 = std::make_unique<Placed>(w, in.h0);
-    if (s.varlen()) cu = std::make_unique<Placed>(w, cu_tensor(s, in), 0, 0);
+    if (s.varlen()) cu = std::make_unique<Placed>(w, ft::index_tensor(s.cu_dtype, in.cu), 0, 0);
     for (Placed* p : {&q, &k, &v, &g, &beta, &o, &ht}) p->upload();
     if (h0) h0->upload();
     if (cu) cu->upload();

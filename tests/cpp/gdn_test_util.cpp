@@ -20,14 +20,18 @@ const char* decay_name(Decay d) {
   return "?";
 }
 
+std::string seqlens_text(const std::vector<int64_t>& seqlens) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < seqlens.size(); ++i) os << (i ? "," : "") << seqlens[i];
+  os << "]";
+  return os.str();
+}
+
 std::string Spec::describe() const {
   std::ostringstream os;
   os << "B=" << B << " T=" << T << " H=" << H << " HV=" << HV << " K=" << K << " BT=" << BT;
-  if (varlen()) {
-    os << " seqlens=[";
-    for (std::size_t i = 0; i < seqlens.size(); ++i) os << (i ? "," : "") << seqlens[i];
-    os << "] cu " << fuseops::dtype_name(cu_dtype);
-  }
+  if (varlen()) os << " seqlens=" << seqlens_text(seqlens) << " cu " << fuseops::dtype_name(cu_dtype);
   os << " k " << fuseops::dtype_name(k_dtype) << " beta " << (has_beta ? fuseops::dtype_name(beta_dtype) : "none")
      << " out " << fuseops::dtype_name(out_dtype) << " decay " << decay_name(decay)
      << (keys == Keys::wide ? " wide keys" : "") << (strided ? " strided" : "") << ", FUSEOPS_SEED=" << run_seed();
@@ -51,14 +55,6 @@ Spec varlen(std::vector<int64_t> seqlens, int64_t H, int64_t HV, int64_t K, int6
   s.seqlens = std::move(seqlens);
   return s;
 }
-
-std::vector<int64_t> cumulative(const std::vector<int64_t>& lengths) {
-  std::vector<int64_t> cu = {0};
-  for (int64_t l : lengths) cu.push_back(cu.back() + l);
-  return cu;
-}
-
-double log_sigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
 
 double draw_decay(Decay d, int64_t hv, std::mt19937_64& rng) {
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -98,7 +94,7 @@ Inputs make_inputs(const Spec& s, std::mt19937_64& rng) {
     const double f = norm2 > 0 ? target / std::sqrt(norm2) : 0.0;
     for (int64_t c = 0; c < s.K; ++c) in.k.set(r, c, static_cast<float>(row[c] * f));
   }
-  if (s.varlen()) in.cu = cumulative(s.seqlens);
+  if (s.varlen()) in.cu = cu_seqlens_of(s.seqlens);
   if (s.has_g()) {
     in.g = HostTensor(DType::f32, {s.B, s.T, s.HV});
     for (const ref::GdnChunk& c : ref::gdn_chunks(s.B, s.T, s.BT, in.cu)) {
@@ -219,12 +215,7 @@ Results run_all(Where where, const Spec& s, const Inputs& in) {
   if (s.has_g()) g = std::make_unique<Placed>(where, in.g, pad);
   if (s.has_beta) beta = std::make_unique<Placed>(where, in.beta, pad);
   if (s.varlen()) {
-    HostTensor c(s.cu_dtype, {static_cast<int64_t>(in.cu.size())});
-    for (std::size_t i = 0; i < in.cu.size(); ++i) {
-      if (s.cu_dtype == DType::i32) static_cast<int32_t*>(c.data())[i] = static_cast<int32_t>(in.cu[i]);
-      else static_cast<int64_t*>(c.data())[i] = in.cu[i];
-    }
-    cu = std::make_unique<Placed>(where, c);
+    cu = std::make_unique<Placed>(where, ft::index_tensor(s.cu_dtype, in.cu));
   }
   const std::vector<int64_t> shape = {s.B, s.T, s.HV, s.BT};
   Placed A(where, s.out_dtype, shape), A32(where, DType::f32, shape), Ai_unfused(where, s.out_dtype, shape),

@@ -31,7 +31,7 @@ enum class Decay {
 const char* decay_name(Decay d);
 /// One per-token log-decay of the distribution (value head hv).
 double draw_decay(Decay d, int64_t hv, std::mt19937_64& rng);
-double log_sigmoid(double x);
+using fuseops::reference::log_sigmoid;
 
 /// Keys: L2-normalised per token (realistic), or with norms 10^U(-3, 1.5) (the inverse may overflow: kkt only).
 enum class Keys { normalized, wide };
@@ -51,6 +51,9 @@ struct Spec {
   std::string describe() const;
 };
 
+/// "[3,0,64]", for describe().
+std::string seqlens_text(const std::vector<int64_t>& seqlens);
+
 /// A spec for one sequence per batch row, or varlen sequences (sets B = 1, T = sum).
 Spec fixed(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t BT);
 Spec varlen(std::vector<int64_t> seqlens, int64_t H, int64_t HV, int64_t K, int64_t BT);
@@ -63,8 +66,7 @@ struct Inputs {
   fuseops::reference::KktInputs golden_inputs(const Spec& s) const;
 };
 Inputs make_inputs(const Spec& s, std::mt19937_64& rng);
-/// cu_seqlens [0, l0, l0 + l1, ...].
-std::vector<int64_t> cumulative(const std::vector<int64_t>& lengths);
+using fuseops::reference::cu_seqlens_of;  ///< cu_seqlens [0, l0, l0 + l1, ...]
 
 /// A tensor in its own buffer between `guard` poisoned elements, rows padded by `pad` poisoned elements; on the host
 /// and, for CUDA, mirrored on the device. Usage: construct -> upload() -> view() -> op -> download() -> read().

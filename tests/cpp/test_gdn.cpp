@@ -24,8 +24,6 @@ constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
 
 class GdnIntra : public ::testing::TestWithParam<Where> {};
 
-std::string where_param_name(const ::testing::TestParamInfo<Where>& info) { return where_name(info.param); }
-
 // Chunk sizes 16 / 32 / 64 x head dims 1, 60, 64, 100, 128, 256; T = 77 is no multiple of any chunk size; odd head
 // dims take padded (non-contiguous) inputs.
 TEST_P(GdnIntra, ChunkSizesAndHeadDims) {
@@ -276,12 +274,7 @@ HostTensor run_cumsum(Where where, const HostTensor& g, int64_t BT, const std::v
   Placed out(where, DType::f32, g.shape());
   std::unique_ptr<Placed> cup;
   if (!cu.empty()) {
-    HostTensor c(cu_dtype, {static_cast<int64_t>(cu.size())});
-    for (std::size_t i = 0; i < cu.size(); ++i) {
-      if (cu_dtype == DType::i32) static_cast<int32_t*>(c.data())[i] = static_cast<int32_t>(cu[i]);
-      else static_cast<int64_t*>(c.data())[i] = cu[i];
-    }
-    cup = std::make_unique<Placed>(where, c);
+    cup = std::make_unique<Placed>(where, ft::index_tensor(cu_dtype, cu));
     cup->upload();
   }
   in.upload();
@@ -309,7 +302,7 @@ TEST_P(GdnCumsum, MatchesGolden) {
       for (bool var : {false, true}) {
         for (bool reverse : {false, true}) {
           const std::vector<int64_t> lengths = {1, 0, 17, 64, 0, 65, 130};
-          const std::vector<int64_t> cu = var ? cumulative(lengths) : std::vector<int64_t>{};
+          const std::vector<int64_t> cu = var ? cu_seqlens_of(lengths) : std::vector<int64_t>{};
           const int64_t B = var ? 1 : 2, T = var ? cu.back() : 77, HV = 3;
           HostTensor g(gd, {B, T, HV});
           const bool signed_values = i % 2;
@@ -340,7 +333,7 @@ TEST_P(GdnCumsum, VarlenSequenceMatchesItsRunAlone) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
   std::normal_distribution<double> normal(0.0, 1.0);
-  const std::vector<int64_t> cu = cumulative({3, 0, 64, 100, 1});
+  const std::vector<int64_t> cu = cu_seqlens_of({3, 0, 64, 100, 1});
   HostTensor g(f32, {1, cu.back(), 2});
   for (int64_t r = 0; r < g.rows(); ++r)
     for (int64_t h = 0; h < 2; ++h) g.set(r, h, static_cast<float>(normal(rng)));
@@ -420,11 +413,7 @@ TEST_P(GdnMalformed, CuSeqlensIsRecordedAndNothingOutsideIsWritten) {
       Spec s = fixed(1, bad.T, 1, 2, 32, 16);
       s.out_dtype = bf16;
       const Inputs in = make_inputs(s, rng);
-      HostTensor cu(cd, {static_cast<int64_t>(bad.cu.size())});
-      for (std::size_t i = 0; i < bad.cu.size(); ++i) {
-        if (cd == DType::i32) static_cast<int32_t*>(cu.data())[i] = static_cast<int32_t>(bad.cu[i]);
-        else static_cast<int64_t*>(cu.data())[i] = bad.cu[i];
-      }
+      const HostTensor cu = ft::index_tensor(cd, bad.cu);
       Placed k(where, in.k), g(where, in.g), beta(where, in.beta), cup(where, cu);
       for (const char* op : {"chunk_local_cumsum", "chunk_scaled_dot_kkt_fwd", "solve_tril",
                              "chunk_gated_delta_rule_fwd_kkt_solve"}) {

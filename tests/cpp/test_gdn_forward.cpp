@@ -24,8 +24,6 @@ constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
 
 class GdnForward : public ::testing::TestWithParam<Where> {};
 
-std::string where_param_name(const ::testing::TestParamInfo<Where>& info) { return where_name(info.param); }
-
 /// Runs the chunked op (and the recurrent op when `recurrent`) and compares o and final_state with the golden.
 /// The chunked algorithm's decay factors exp(g_i - g_j) come from the fp32 chunk-local cumsum, whose rounding is a
 /// relative error of up to max|cumsum| 2^-24 per factor (docs/ops/gdn.md "Tolerances"): the limit of f32 inputs
@@ -178,17 +176,7 @@ TEST_P(GdnForward, SplitRun) {
   }
 }
 
-HostTensor index_tensor(DType dt, std::vector<int64_t> shape, const std::vector<int64_t>& values) {
-  HostTensor t(dt, std::move(shape));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (dt == DType::i32) {
-      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(values[i]);
-    } else {
-      static_cast<int64_t*>(t.data())[i] = values[i];
-    }
-  }
-  return t;
-}
+using ft::index_tensor;
 
 // Prefill T tokens (chunked), then decode token T + 1 from the returned state, in the FLA form and in the pool form
 // (the state in slot 2 of an f32 pool); both equal the golden of T + 1 tokens.

@@ -17,20 +17,6 @@ constexpr DType f32 = DType::f32, bf16 = DType::bf16;
 
 class GdnDecode : public ::testing::TestWithParam<Where> {};
 
-std::string where_param_name(const ::testing::TestParamInfo<Where>& info) { return where_name(info.param); }
-
-HostTensor ints(DType dt, std::vector<int64_t> shape, const std::vector<int64_t>& values) {
-  HostTensor t(dt, std::move(shape));
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    if (dt == DType::i32) {
-      static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(values[i]);
-    } else {
-      static_cast<int64_t*>(t.data())[i] = values[i];
-    }
-  }
-  return t;
-}
-
 /// One pool run: inputs of `s` (varlen), a pool of `slots` random states, indices (and num_accepted), optional fused
 /// gating from raw a, b, A_log, dt_bias. Compares o, every written slot and every untouched slot.
 struct PoolCase {
@@ -125,9 +111,9 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
     }
   }
   // run
-  HostTensor cu_t = ints(DType::i32, {static_cast<int64_t>(in.cu.size())}, in.cu);
-  HostTensor idx_t = ints(DType::i64, pc.cols ? std::vector<int64_t>{N, pc.cols} : std::vector<int64_t>{N}, pc.idx);
-  HostTensor acc_t = ints(DType::i32, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
+  HostTensor cu_t = ft::index_tensor(DType::i32, {static_cast<int64_t>(in.cu.size())}, in.cu);
+  HostTensor idx_t = ft::index_tensor(DType::i64, pc.cols ? std::vector<int64_t>{N, pc.cols} : std::vector<int64_t>{N}, pc.idx);
+  HostTensor acc_t = ft::index_tensor(DType::i32, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
   Placed P(where, pool, 0, 0), Q(where, in.q), Kt(where, in.k), Vt(where, in.v), G(where, in.g), Bt(where, in.beta),
       O(where, s.dtype, {s.B, s.T, HV, s.V}), I(where, idx_t, 0, 0), Acc(where, acc_t, 0, 0), Cu(where, cu_t, 0, 0),
       Ar(where, a_raw), Br(where, b_raw), Al(where, A_log, 0, 0), Db(where, dt_bias, 0, 0);

@@ -30,16 +30,12 @@ TEST(GdnLargeGrid, ManySequences) {
   check_spec(Where::cuda, s, rng);
 
   // chunk_local_cumsum over the same sequences.
-  const std::vector<int64_t> cu = cumulative(s.seqlens);
+  const std::vector<int64_t> cu = cu_seqlens_of(s.seqlens);
   HostTensor g(DType::f32, {1, s.T, s.HV});
   std::normal_distribution<double> normal(0.0, 1.0);
   for (int64_t r = 0; r < g.rows(); ++r)
     for (int64_t h = 0; h < s.HV; ++h) g.set(r, h, static_cast<float>(-std::log1p(std::exp(normal(rng)))));
-  Placed in(Where::cuda, g), out(Where::cuda, DType::f32, g.shape()), cup(Where::cuda, [&] {
-    HostTensor c(DType::i32, {static_cast<int64_t>(cu.size())});
-    for (std::size_t i = 0; i < cu.size(); ++i) static_cast<int32_t*>(c.data())[i] = static_cast<int32_t>(cu[i]);
-    return c;
-  }());
+  Placed in(Where::cuda, g), out(Where::cuda, DType::f32, g.shape()), cup(Where::cuda, ft::index_tensor(DType::i32, cu));
   for (Placed* p : {&in, &out, &cup}) p->upload();
   const TensorView cv = cup.view();
   fuseops::chunk_local_cumsum(out.view(), in.view(), 64, &cv);

@@ -33,6 +33,8 @@ std::mt19937_64 test_rng();
 /// Where an op runs.
 enum class Where { cpu, cuda };
 const char* where_name(Where where);
+/// Test-name suffix of a Where parameter (INSTANTIATE_TEST_SUITE_P).
+inline std::string where_param_name(const ::testing::TestParamInfo<Where>& info) { return where_name(info.param); }
 /// True when this build has CUDA and the machine has at least one device.
 bool cuda_available();
 

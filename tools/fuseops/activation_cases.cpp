@@ -389,23 +389,9 @@ class MaskedCase : public OpCase {
   MaskedSpec s_;
 };
 
-using Cases = std::vector<std::unique_ptr<OpCase>>;
+CaseFactory make_masked(std::vector<MaskedSpec> specs) { return case_factory<MaskedCase>(std::move(specs)); }
 
-CaseFactory make_masked(std::vector<MaskedSpec> specs) {
-  return [specs] {
-    Cases cases;
-    for (const MaskedSpec& s : specs) cases.push_back(std::make_unique<MaskedCase>(s));
-    return cases;
-  };
-}
-
-CaseFactory make(std::vector<Spec> specs) {
-  return [specs] {
-    Cases cases;
-    for (const Spec& s : specs) cases.push_back(std::make_unique<ActivationCase>(s));
-    return cases;
-  };
-}
+CaseFactory make(std::vector<Spec> specs) { return case_factory<ActivationCase>(std::move(specs)); }
 
 std::vector<Spec> rows_of(Act a, Form f, int64_t d, std::initializer_list<int64_t> rows, DType t = DType::bf16) {
   std::vector<Spec> v;

@@ -128,6 +128,18 @@ std::vector<ParamSpec> sequence_params() {
           seqlens};
 }
 
+std::vector<int64_t> seqlens_prefix(const std::vector<int64_t>& seqlens, int64_t rows) {
+  std::vector<int64_t> prefix;
+  int64_t tokens = 0;
+  for (int64_t l : seqlens) {
+    const int64_t take = std::min(l, rows - tokens);
+    if (take <= 0) break;
+    prefix.push_back(take);
+    tokens += take;
+  }
+  return prefix;
+}
+
 Sequences sequences_of(const CaseParams& p) {
   Sequences s;
   s.batch = p.integer("batch");
@@ -153,6 +165,8 @@ Sequences sequences_of(const CaseParams& p) {
   if (sum == 0) throw ParamError("seqlens", "the sequences hold no tokens");
   return s;
 }
+
+ParamSpec chunk_size_param() { return integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64); }
 
 int64_t chunk_size_of(const CaseParams& p) {
   const int64_t BT = p.integer("chunk_size");

@@ -119,9 +119,13 @@ struct Sequences {
   int64_t tokens() const;        ///< B x T, or the sum of seqlens
 };
 std::vector<ParamSpec> sequence_params();
+/// The longest prefix of the sequences `seqlens` that holds at most `rows` tokens, the last one cut to fit (reduced
+/// CPU runs of varlen cases; a sequence of 0 tokens ends the prefix).
+std::vector<int64_t> seqlens_prefix(const std::vector<int64_t>& seqlens, int64_t rows);
 /// Checks them (ParamError naming seq_len, seqlens or batch: no tokens, both given, varlen with batch > 1, sizes).
 Sequences sequences_of(const CaseParams& p);
-/// chunk_size of the GDN ops: 16, 32 or 64 (ParamError naming chunk_size).
+/// The chunk_size parameter of the GDN ops (default 64) and its value: 16, 32 or 64 (ParamError naming chunk_size).
+ParamSpec chunk_size_param();
 int64_t chunk_size_of(const CaseParams& p);
 /// num_v_heads (0: num_heads), a multiple of num_heads (ParamError naming num_v_heads).
 int64_t value_heads_of(const CaseParams& p);

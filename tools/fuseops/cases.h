@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -70,6 +71,16 @@ class OpCase {
 double median_wall_us(const std::function<void()>& fn, int reps = 5);
 
 using CaseFactory = std::function<std::vector<std::unique_ptr<OpCase>>()>;
+
+/// A factory making one `Case` (an OpCase constructed from a spec) per spec, in order.
+template <class Case, class Spec>
+CaseFactory case_factory(std::vector<Spec> specs) {
+  return [specs = std::move(specs)] {
+    std::vector<std::unique_ptr<OpCase>> cases;
+    for (const Spec& s : specs) cases.push_back(std::make_unique<Case>(s));
+    return cases;
+  };
+}
 
 /// A named case set.
 struct CaseSet {

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -69,23 +70,12 @@ Spec reduced(const Spec& s, int64_t rows) {
     r.T = std::max<int64_t>(1, rows / s.B);
     return r;
   }
-  r.seqlens.clear();
-  r.T = 0;
-  for (int64_t l : s.seqlens) {
-    const int64_t take = std::min(l, rows - r.T);
-    if (take <= 0) break;
-    r.seqlens.push_back(take);
-    r.T += take;
-  }
+  r.seqlens = seqlens_prefix(s.seqlens, rows);
+  r.T = std::accumulate(r.seqlens.begin(), r.seqlens.end(), int64_t{0});
   return r;
 }
 
-std::vector<int64_t> cu_of(const Spec& s) {
-  if (!s.varlen()) return {};
-  std::vector<int64_t> cu = {0};
-  for (int64_t l : s.seqlens) cu.push_back(cu.back() + l);
-  return cu;
-}
+std::vector<int64_t> cu_of(const Spec& s) { return s.varlen() ? reference::cu_seqlens_of(s.seqlens) : std::vector<int64_t>{}; }
 
 int64_t total_chunks(const Spec& s) {
   if (!s.varlen()) return s.B * ((s.T + s.BT - 1) / s.BT);
@@ -139,18 +129,13 @@ HostInputs make_inputs(const Spec& s, uint64_t seed) {
         double sum = 0;  // chunk-local cumsum of log-sigmoid decays, natural log
         for (int64_t i = 0; i < ch.len; ++i) {
           const double x = normal(rng);
-          sum += x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x));
+          sum += reference::log_sigmoid(x);
           in.g.set(ch.batch * s.T + ch.row0 + i, h, static_cast<float>(sum));
         }
       }
     }
   });
-  if (s.varlen()) {
-    in.cu = HostTensor(DType::i32, {static_cast<int64_t>(in.cu_values.size())});
-    for (std::size_t i = 0; i < in.cu_values.size(); ++i) {
-      static_cast<int32_t*>(in.cu.data())[i] = static_cast<int32_t>(in.cu_values[i]);
-    }
-  }
+  if (s.varlen()) in.cu = testing::index_tensor(DType::i32, in.cu_values);
   return in;
 }
 
@@ -364,16 +349,11 @@ CumsumInputs make_cumsum_inputs(const Spec& s, uint64_t seed) {
   for (int64_t r = 0; r < in.g.rows(); ++r) {
     for (int64_t h = 0; h < s.HV; ++h) {
       const double x = normal(rng);
-      in.g.set(r, h, static_cast<float>(x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x))));
+      in.g.set(r, h, static_cast<float>(reference::log_sigmoid(x)));
     }
   }
   in.cu_values = cu_of(s);
-  if (s.varlen()) {
-    in.cu = HostTensor(DType::i32, {static_cast<int64_t>(in.cu_values.size())});
-    for (std::size_t i = 0; i < in.cu_values.size(); ++i) {
-      static_cast<int32_t*>(in.cu.data())[i] = static_cast<int32_t>(in.cu_values[i]);
-    }
-  }
+  if (s.varlen()) in.cu = testing::index_tensor(DType::i32, in.cu_values);
   return in;
 }
 
@@ -475,13 +455,7 @@ class CumsumCase : public OpCase {
   Spec s_;
 };
 
-CaseFactory make(std::vector<Spec> specs) {
-  return [specs] {
-    std::vector<std::unique_ptr<OpCase>> cases;
-    for (const Spec& s : specs) cases.push_back(std::make_unique<KktSolveCase>(s));
-    return cases;
-  };
-}
+CaseFactory make(std::vector<Spec> specs) { return case_factory<KktSolveCase>(std::move(specs)); }
 
 /// Qwen3-Next-80B-A3B linear attention: 16 key heads, 32 value heads, head dim 128.
 std::vector<Spec> qwen3_next() { return {fixed(1, 4096, 16, 32, 128), fixed(1, 32768, 16, 32, 128)}; }
@@ -507,7 +481,7 @@ OpSpec kkt_solve_op() {
   spec.params = sequence_params();
   for (ParamSpec q : {integer_param("num_heads", "H, key heads"),
                       integer_param("num_v_heads", "HV, value heads, a multiple of H (0: H)", 0, 0),
-                      integer_param("head_k_dim", "K", 128, 1, 256), integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64),
+                      integer_param("head_k_dim", "K", 128, 1, 256), chunk_size_param(),
                       dtype_param()}) {
     spec.params.push_back(q);
   }
@@ -527,7 +501,7 @@ OpSpec cumsum_op() {
   spec.name = "chunk_local_cumsum";
   spec.help = "chunk-local cumsum of the log-decays: g [B, T, HV] -> f32 [B, T, HV], restarting every chunk";
   spec.params = sequence_params();
-  for (ParamSpec q : {integer_param("num_v_heads", "HV, value heads"), integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64),
+  for (ParamSpec q : {integer_param("num_v_heads", "HV, value heads"), chunk_size_param(),
                       bool_param("reverse", "sum from t to the chunk's end", false),
                       ParamSpec{"scale", ParamKind::number, "multiplies the sums", 1.0, {}, 0, INT64_MAX},
                       dtype_param("f32")}) {

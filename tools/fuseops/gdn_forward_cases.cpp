@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "fuseops/error.h"
 #include "fuseops/gdn_forward.h"
 #include "gpu.h"
+#include "reference/gdn.h"
 #include "reference/gdn_forward.h"
 #include "testing/host_tensor.h"
 #include "testing/parallel.h"
@@ -80,14 +82,8 @@ Spec reduced(const Spec& s, int64_t rows) {
   } else if (!s.varlen()) {
     r.T = std::max<int64_t>(1, rows);
   } else {
-    r.seqlens.clear();
-    r.T = 0;
-    for (int64_t l : s.seqlens) {
-      const int64_t take = std::min(l, rows - r.T);
-      if (take <= 0) break;
-      r.seqlens.push_back(take);
-      r.T += take;
-    }
+    r.seqlens = seqlens_prefix(s.seqlens, rows);
+    r.T = std::accumulate(r.seqlens.begin(), r.seqlens.end(), int64_t{0});
   }
   return r;
 }
@@ -97,8 +93,6 @@ struct HostInputs {
   std::vector<int64_t> cu_values;
   std::vector<double> g_gold, beta_gold;  ///< the gates the golden uses
 };
-
-double log_sigmoid(double x) { return x >= 0 ? -std::log1p(std::exp(-x)) : x - std::log1p(std::exp(x)); }
 
 HostInputs make_inputs(const Spec& s, uint64_t seed) {
   HostInputs in;
@@ -129,7 +123,7 @@ HostInputs make_inputs(const Spec& s, uint64_t seed) {
     for (int64_t row = r0; row < r1; ++row) {
       for (int64_t h = 0; h < s.HV; ++h) {
         const double x = nd(r), y = nd(r);
-        in.g.set(row, h, static_cast<float>(s.sigmoid_gating ? x : log_sigmoid(x)));
+        in.g.set(row, h, static_cast<float>(s.sigmoid_gating ? x : reference::log_sigmoid(x)));
         in.beta.set(row, h, static_cast<float>(s.sigmoid_gating ? y : 1.0 / (1.0 + std::exp(-y))));
         const double gv = in.g.get(row, h), bv = in.beta.get(row, h);
         if (s.sigmoid_gating) {
@@ -144,10 +138,8 @@ HostInputs make_inputs(const Spec& s, uint64_t seed) {
     }
   });
   if (s.varlen()) {
-    in.cu_values = {0};
-    for (int64_t l : s.seqlens) in.cu_values.push_back(in.cu_values.back() + l);
-    in.cu = HostTensor(DType::i32, {static_cast<int64_t>(in.cu_values.size())});
-    for (std::size_t i = 0; i < in.cu_values.size(); ++i) static_cast<int32_t*>(in.cu.data())[i] = static_cast<int32_t>(in.cu_values[i]);
+    in.cu_values = reference::cu_seqlens_of(s.seqlens);
+    in.cu = testing::index_tensor(DType::i32, in.cu_values);
   }
   in.idx = HostTensor(DType::i32, {s.N()});
   for (int64_t i = 0; i < s.N(); ++i) static_cast<int32_t*>(in.idx.data())[i] = static_cast<int32_t>(i);
@@ -380,9 +372,7 @@ class ForwardCase : public OpCase {
     v.ht = ht.view();
     v.h0 = pool.view();
     v.ws = ws.view();
-    const auto t0 = std::chrono::steady_clock::now();
-    v.run(s, Stream());
-    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    return median_wall_us([&] { v.run(s, Stream()); }, 1);  // one run (the pool is updated in place)
   }
 
   std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<ForwardBench>(s_); }
@@ -391,13 +381,7 @@ class ForwardCase : public OpCase {
   Spec s_;
 };
 
-CaseFactory make(std::vector<Spec> specs) {
-  return [specs] {
-    std::vector<std::unique_ptr<OpCase>> cases;
-    for (const Spec& s : specs) cases.push_back(std::make_unique<ForwardCase>(s));
-    return cases;
-  };
-}
+CaseFactory make(std::vector<Spec> specs) { return case_factory<ForwardCase>(std::move(specs)); }
 
 /// Heads and head dims of the GDN forward hooks.
 std::vector<ParamSpec> head_params() {
@@ -427,7 +411,7 @@ OpSpec chunk_op() {
   spec.help = "GDN chunked forward (prefill): q, k [B, T, H, K], v [B, T, HV, V] -> o, final state [N, HV, K, V]";
   spec.params = sequence_params();
   for (const ParamSpec& q : head_params()) spec.params.push_back(q);
-  spec.params.push_back(integer_param("chunk_size", "BT: 16, 32 or 64", 64, 16, 64));
+  spec.params.push_back(chunk_size_param());
   spec.params.push_back(dtype_param());
   spec.make = [](const CaseParams& p) -> std::unique_ptr<OpCase> {
     const Sequences q = sequences_of(p);

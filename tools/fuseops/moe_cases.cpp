@@ -159,14 +159,8 @@ class MoeCase : public OpCase {
   }
 
   double time_cpu_us(int64_t nrows) const override {
-    std::vector<double> us;
-    for (int rep = 0; rep < 3; ++rep) {
-      const auto t0 = std::chrono::steady_clock::now();
-      (void)check(Device::cpu(), nrows, 1 + rep);  // includes the golden: an upper bound
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-    }
-    std::sort(us.begin(), us.end());
-    return us[1];
+    uint64_t seed = 1;  // a new input set each time
+    return median_wall_us([&] { (void)check(Device::cpu(), nrows, seed++); }, 3);  // includes the golden: an upper bound
   }
 
   std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<MoeBench>(s_); }

@@ -173,13 +173,7 @@ class NormCase : public OpCase {
   Spec s_;
 };
 
-CaseFactory make(std::vector<Spec> specs) {
-  return [specs] {
-    std::vector<std::unique_ptr<OpCase>> cases;
-    for (const Spec& s : specs) cases.push_back(std::make_unique<NormCase>(s));
-    return cases;
-  };
-}
+CaseFactory make(std::vector<Spec> specs) { return case_factory<NormCase>(std::move(specs)); }
 
 /// Qwen3-Next-80B-A3B GDN output norm: RMSNorm per value head (HV 32 x V 128), SiLU(z) gate after the norm, bf16.
 std::vector<Spec> qwen3_next() {

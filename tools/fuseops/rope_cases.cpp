@@ -285,13 +285,7 @@ class RopeCase : public OpCase {
   Spec s_;
 };
 
-CaseFactory make(std::vector<Spec> specs) {
-  return [specs] {
-    std::vector<std::unique_ptr<OpCase>> cases;
-    for (const Spec& s : specs) cases.push_back(std::make_unique<RopeCase>(s));
-    return cases;
-  };
-}
+CaseFactory make(std::vector<Spec> specs) { return case_factory<RopeCase>(std::move(specs)); }
 
 /// `proto` at each token count.
 std::vector<Spec> at_tokens(Spec proto, std::initializer_list<int64_t> tokens) {
