@@ -1,58 +1,14 @@
-"""Timing shared by the baseline scripts: the method of `fuseops bench` (median per launch under CUDA-graph replay,
-after a warm-up replay; warm = the same buffers every launch, cold = rotating buffer sets >= 4x L2)."""
-import math
-import statistics
-import time
+"""Timing shared by the baseline scripts: python/fuseops/timing.py (the method of `fuseops bench`), loaded by path so
+that the scripts run without the fuseops extension (FlagGems / FLA alone on PYTHONPATH)."""
+import importlib.util
+import pathlib
 
-import torch
+_path = pathlib.Path(__file__).resolve().parents[2] / "python" / "fuseops" / "timing.py"
+_spec = importlib.util.spec_from_file_location("fuseops_timing", _path)
+_timing = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_timing)
 
-
-def time_graph_us(launch, launches, min_seconds=0.2, max_replays=50):
-    stream = torch.cuda.Stream()
-    with torch.cuda.stream(stream):
-        for i in range(min(launches, 2)):
-            launch(i)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(launches):
-            launch(i)
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    per_launch = []
-    t0 = time.perf_counter()
-    for r in range(max_replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        per_launch.append(start.elapsed_time(end) * 1e3 / launches)
-        if r >= 4 and time.perf_counter() - t0 >= min_seconds:
-            break
-    return statistics.median(per_launch)
-
-
-def warm_cold_us(launch_on_set, sets, est_launches=5):
-    """(warm, cold) us of launch_on_set(i): warm always on set 0, cold rotating over the `sets` sets; the launches
-    per graph follow from an estimate over a graph of `est_launches` launches."""
-    est = time_graph_us(lambda i: launch_on_set(0), est_launches, 0.0, 3)
-    launches = launches_for(est)
-    warm = time_graph_us(lambda i: launch_on_set(0), launches)
-    cold = time_graph_us(lambda i: launch_on_set(i % sets), max(sets, (launches // sets) * sets))
-    return warm, cold
-
-
-def launches_for(est_us):
-    """Launches per graph for a launch of about est_us: enough for ~2 ms, 10..1000 (as fuseops bench)."""
-    return int(min(1000, max(10, 2000 / max(est_us, 0.5))))
-
-
-def cold_sets(set_bytes):
-    """Buffer sets so that sets * set_bytes >= 4x L2 (2..4096), bounded by free memory."""
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    sets = max(2, min(4096, math.ceil(4 * l2 / max(set_bytes, 1))))
-    free = torch.cuda.mem_get_info()[0] * 0.8
-    while sets > 2 and sets * set_bytes > free:
-        sets //= 2
-    return sets
+time_graph_us = _timing.time_graph_us
+launches_for = _timing.launches_for
+cold_sets = _timing.cold_sets
+warm_cold_us = _timing.warm_cold_us

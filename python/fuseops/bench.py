@@ -22,38 +22,12 @@ import torch.nn.functional as F
 
 import fuseops
 
+from .timing import cold_sets, launches_for, time_graph_us
+
 D = 14336  # Llama-3-8B / Mixtral MLP intermediate size
 FULL = [("silu", r, D) for r in (1, 64, 4096, 8192)] + [("silu", 40960, 512)]
 FULL += [(k, r, D) for k in ("gelu", "gelu_tanh") for r in (64, 8192)] + [("silu_backward", 4096, D)]
 QUICK = [("silu", 64, D), ("silu", 8192, D), ("gelu", 8192, D), ("silu_backward", 4096, D)]
-
-
-def time_graph_us(launch, launches, min_seconds=0.2, max_replays=50):
-    """Median time per launch of launch(i), i < launches, captured in one CUDA graph and replayed."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(min(launches, 2)):  # eager first: lazy initialisation and errors outside the capture
-            launch(i)
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(launches):
-            launch(i)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    graph.replay()  # warm-up replay
-    torch.cuda.synchronize()
-    per_launch, t0 = [], time.perf_counter()
-    for r in range(max_replays):
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        per_launch.append(start.elapsed_time(end) * 1e3 / launches)
-        if r >= 4 and time.perf_counter() - t0 >= min_seconds:
-            break
-    del graph
-    return statistics.median(per_launch)
 
 
 def copy_rate_tbps():
@@ -111,12 +85,10 @@ def _buffer_sets(kind, rows, d, sets, dtype=torch.bfloat16):
     return result
 
 
-def bench_case(kind, rows, d, l2_bytes, copy_tbps):
+def bench_case(kind, rows, d, copy_tbps):
     elem = 2  # bfloat16
     per_set = (5 if kind == "silu_backward" else 3) * rows * d * elem
-    sets = max(2, min(4096, -(-4 * l2_bytes // per_set)))
-    while sets > 2 and sets * per_set > 0.6 * torch.cuda.mem_get_info()[0]:
-        sets //= 2
+    sets = cold_sets(per_set, free_fraction=0.6)
     bufs = _buffer_sets(kind, rows, d, sets)
     formula, op = _formula(kind), _fuseops_op(kind)
     torch._dynamo.reset()  # a fresh cache per case: no recompile limit across shapes
@@ -128,7 +100,7 @@ def bench_case(kind, rows, d, l2_bytes, copy_tbps):
     }
     row = {"op": kind, "rows": rows, "d": d, "dtype": "bf16", "bytes": per_set, "cold_sets": sets}
     est = time_graph_us(lambda i: impls["fuseops"](0), 5, 0.0, 3)
-    n = int(min(1000, max(10, 2000 / max(est, 0.5))))
+    n = launches_for(est)
     cold_n = max(sets, (n // sets) * sets)
     for name, fn in impls.items():
         try:
@@ -223,7 +195,7 @@ def main(argv=None):
     print(head + "\n" + method)
     results = []
     for kind, rows, d in QUICK if args.quick else FULL:
-        results.append(bench_case(kind, rows, d, l2_bytes, copy_tbps))
+        results.append(bench_case(kind, rows, d, copy_tbps))
         r = results[-1]
         print(f"{kind:14} {rows:6}x{d:<6} fuseops {_fmt(r['fuseops_warm_us']):>8} / {_fmt(r['fuseops_cold_us']):>8} us"
               f" ({r['tbps_cold']:.2f} TB/s)  eager {_fmt(r['eager_warm_us']):>8} / {_fmt(r['eager_cold_us']):>8}"
