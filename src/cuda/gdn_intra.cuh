@@ -23,6 +23,7 @@
 
 #include "common/gdn_chunks.h"
 #include "cuda/device_error.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/vec.cuh"
 #include "ops/gdn_impl.h"
 
@@ -124,13 +125,6 @@ __device__ ChunkRef resolve_chunk(const GdnGeometry& geo, int64_t slot, DeviceEr
 
 // ---------------------------------------------------------------------------------------------------------------
 // Loads and stores
-
-/// 16-byte asynchronous copy global -> shared; `fill` false writes 16 zero bytes and reads nothing.
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool fill) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(fill ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 /// Padding granule of K in the k tile: the Gram reads whole 16-element steps (mma) or 4-element steps (FFMA).
 template <typename TK>
@@ -298,35 +292,6 @@ __device__ void store_tile_rows(const float* tile, const GdnOut& out, const Chun
 __device__ __forceinline__ float kkt_entry(float gram, int i, int j, int len, float g_i, float g_j, float beta_i) {
   if (!(j < i && i < len)) return 0.f;
   return __fmul_rn(__fmul_rn(gram, expf(__fsub_rn(g_i, g_j))), beta_i);
-}
-
-/// d += A B for one 16 x 16 (row-major) by 16 x 8 (column-major) tile of f16 / bf16, fp32 accumulators.
-template <typename TK>
-__device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  if constexpr (std::is_same_v<TK, __nv_bfloat16>) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-}
-
-/// Four (x4) or two (x2) 8 x 8 16-bit matrices from shared memory into mma fragments: lane l gives the address of
-/// row l % 8 of matrix l / 8; register m of every lane receives its fragment of matrix m.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(a));
-}
-__device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* row) {
-  const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(a));
 }
 
 /// f16 / bf16: tensor cores. The matrix is cut into 16 x 8 tiles (BT / 16 row blocks x BT / 8 column tiles); warp w
