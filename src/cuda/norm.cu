@@ -44,19 +44,6 @@ struct NormParams {
   bool rms;
 };
 
-/// VEC elements of W at p (aligned to min(16, VEC * sizeof(W)) bytes) as floats, in loads of at most 16 bytes.
-template <typename W, int VEC>
-__device__ __forceinline__ void load_floats(const W* p, float (&out)[VEC]) {
-  constexpr int kChunk = VEC * sizeof(W) <= 16 ? VEC : static_cast<int>(16 / sizeof(W));
-#pragma unroll
-  for (int c = 0; c < VEC; c += kChunk) {
-    FloatVec<W, kChunk> v;
-    v.load(p + c);
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) out[c + i] = v.v[i];
-  }
-}
-
 /// Sum over the segment of `tpg` threads containing this thread; every thread of the segment gets the same bits.
 /// Called by every thread of the block (block-uniform control flow). `red` holds one float per warp.
 __device__ __forceinline__ float segment_sum(float v, int tpg, float* red) {
@@ -147,8 +134,8 @@ __global__ void __launch_bounds__(kMaxThreads) layer_norm_fwd_kernel(const NormP
     for (int i = 0; i < kMaxVecs; ++i) {
       if (!inside(i)) continue;
       float w[VEC], b[VEC];
-      load_floats<W, VEC>(p.weight + c0 + col(i), w);
-      if (p.bias) load_floats<W, VEC>(p.bias + c0 + col(i), b);
+      load_as_floats<W, VEC>(p.weight + c0 + col(i), w);
+      if (p.bias) load_as_floats<W, VEC>(p.bias + c0 + col(i), b);
       FloatVec<T, VEC> y;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
