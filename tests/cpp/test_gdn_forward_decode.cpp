@@ -270,8 +270,9 @@ TEST_P(GdnDecode, KernelVariantsFlaForm) {
   for (Dims d : {Dims{64, 64}, Dims{128, 128}, Dims{256, 128}, Dims{128, 100}, Dims{64, 36}, Dims{60, 100},
                  Dims{100, 60}, Dims{128, 62}}) {
     for (int variant = 0; variant < 5; ++variant) {
-      Spec s = variant == 1 || variant == 4 ? varlen({2, 0, 1}, 1, 2, d.K, d.V, variant == 1 ? f32 : bf16)
-                                            : fixed(2, variant == 0 ? 1 : 3, 1, 2, d.K, d.V, variant == 3 ? DType::f16 : bf16);
+      const DType dt = variant == 1 ? f32 : variant == 3 ? DType::f16 : bf16;
+      Spec s = variant == 1 || variant == 4 ? varlen({2, 0, 1}, 1, 2, d.K, d.V, dt)
+                                            : fixed(2, variant == 0 ? 1 : 3, 1, 2, d.K, d.V, dt);
       s.aligned = variant != 4;
       s.has_h0 = variant != 1;
       s.l2norm = variant == 2 || variant == 4;
