@@ -9,7 +9,8 @@
 // reaches the reductions.
 //
 // Two launch variants of the one kernel: the general one (TPG = the group's vectors rounded up to a power of two, at
-// most 1024; up to kThreadElems elements per thread) and, for wide groups on 16-byte vectors (kWideThreads to
+// most 1024, halved for 16-byte vectors and 16 to 1024 vectors so each thread holds two; up to kThreadElems elements
+// per thread) and, for wide groups on 16-byte vectors (kWideThreads to
 // kWideThreads * kWideElems / VEC vectors: whole-row norms of 2048-8192 elements), one block of kWideThreads threads
 // per (row, group) with up to kWideElems elements per thread: more bytes in flight per thread and more groups per
 // SM than 1024 threads holding one vector each.
@@ -221,6 +222,9 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
     return;
   }
   p.tpg = std::min(kMaxThreads, next_pow2(vecs));
+  // Grouped (16-byte vectors, 16 to kMaxThreads vectors per group: Qwen3-Next's groups of 128): two vectors per
+  // thread, half the threads per group; twice the bytes of x and z in flight per thread at the same 64 registers.
+  if (vec == kVec && vecs >= 16 && next_pow2(vecs) <= kMaxThreads) p.tpg /= 2;
   p.nv = static_cast<int>((vecs + p.tpg - 1) / p.tpg);  // <= kThreadElems / vec: group_size <= kMaxNormGroup
   // Blocks of 256 threads, fewer when that leaves SMs idle (decode), never less than one segment or one warp.
   const int64_t spread = (p.items * p.tpg + sm_count(device) - 1) / sm_count(device);

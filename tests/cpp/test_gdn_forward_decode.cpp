@@ -211,48 +211,53 @@ TEST_P(GdnDecode, SigmoidGating) {
 }
 
 // An index >= S and a num_accepted_tokens outside [1, Tmax] are recorded and make their sequence padding.
+// K = 32 takes the fallback CUDA kernel, K = 64 the fast one.
 TEST_P(GdnDecode, BadIndicesAreRecorded) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  PoolCase pc;
-  pc.s = fixed(3, 1, 1, 2, 32, 32, f32);
-  pc.idx = {1, 99, 2};
-  pc.bad_rows = {1};
-  run_pool_case(GetParam(), pc, rng);
-  PoolCase acc;
-  acc.s = varlen({2, 2}, 1, 2, 32, 32, f32);
-  acc.cols = 2;
-  acc.idx = {0, 1, 2, 3};
-  acc.accepted = {1, 5};
-  acc.bad_rows = {1};
-  run_pool_case(GetParam(), acc, rng);
-  fuseops::clear_errors();
+  for (int64_t K : {32, 64}) {
+    PoolCase pc;
+    pc.s = fixed(3, 1, 1, 2, K, 32, f32);
+    pc.idx = {1, 99, 2};
+    pc.bad_rows = {1};
+    run_pool_case(GetParam(), pc, rng);
+    PoolCase acc;
+    acc.s = varlen({2, 2}, 1, 2, K, 32, f32);
+    acc.cols = 2;
+    acc.idx = {0, 1, 2, 3};
+    acc.accepted = {1, 5};
+    acc.bad_rows = {1};
+    run_pool_case(GetParam(), acc, rng);
+    fuseops::clear_errors();
+  }
 }
 
 // Only -1 is padding: an index < -1 is recorded like one >= S, whether it is the slot read first (the sequence
-// becomes padding) or a per-token write (skipped).
+// becomes padding) or a per-token write (skipped). K = 32: the fallback CUDA kernel, K = 64: the fast one.
 TEST_P(GdnDecode, IndicesBelowMinusOneAreRecorded) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  PoolCase pc;
-  pc.s = fixed(4, 1, 1, 2, 32, 32, f32);
-  pc.idx = {3, -2, 0, 5};
-  pc.bad_rows = {1};
-  run_pool_case(GetParam(), pc, rng);
-  PoolCase start;
-  start.s = varlen({2, 2}, 1, 2, 32, 32, f32);
-  start.cols = 2;
-  start.idx = {0, 1, -7, 3};  // sequence 1 starts at column 0: -7
-  start.bad_rows = {1};
-  run_pool_case(GetParam(), start, rng);
-  PoolCase write;
-  write.s = varlen({2, 2}, 1, 2, 32, 32, f32);
-  write.cols = 2;
-  write.idx = {0, 1, 2, -5};  // written after sequence 1's second token: -5
-  write.accepted = {1, 1};
-  write.bad_write = true;
-  run_pool_case(GetParam(), write, rng);
-  fuseops::clear_errors();
+  for (int64_t K : {32, 64}) {
+    PoolCase pc;
+    pc.s = fixed(4, 1, 1, 2, K, 32, f32);
+    pc.idx = {3, -2, 0, 5};
+    pc.bad_rows = {1};
+    run_pool_case(GetParam(), pc, rng);
+    PoolCase start;
+    start.s = varlen({2, 2}, 1, 2, K, 32, f32);
+    start.cols = 2;
+    start.idx = {0, 1, -7, 3};  // sequence 1 starts at column 0: -7
+    start.bad_rows = {1};
+    run_pool_case(GetParam(), start, rng);
+    PoolCase write;
+    write.s = varlen({2, 2}, 1, 2, K, 32, f32);
+    write.cols = 2;
+    write.idx = {0, 1, 2, -5};  // written after sequence 1's second token: -5
+    write.accepted = {1, 1};
+    write.bad_write = true;
+    run_pool_case(GetParam(), write, rng);
+    fuseops::clear_errors();
+  }
 }
 
 // The two CUDA decode kernels (docs/ops/gdn.md "decode kernel"), FLA form: the fast one (K 64 / 128 / 256, V % 4 == 0,

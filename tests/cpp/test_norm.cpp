@@ -166,7 +166,7 @@ TEST(NormLargeGroup, BothVectorPaths) {
   }
 }
 
-// Many rows of Qwen3-Next's shape (groups of 128 = 16 threads of a warp each).
+// Many rows of Qwen3-Next's shape (groups of 128 = 8 threads of a warp each, two 16-byte vectors per thread).
 TEST(NormLargeGroup, ManyRows) {
   FUSEOPS_SKIP_WITHOUT_CUDA();
   std::mt19937_64 rng = test_rng();
