@@ -1,18 +1,28 @@
 // CUDA backend of the decode ops: fused_recurrent_gated_delta_rule (FLA form), fused_recurrent_gated_delta_rule_update
-// (state pool) and fused_sigmoid_gating_delta_rule_update (gates from the raw projections); one kernel, the form is
-// chosen by the arguments (include/fuseops/gdn_forward.h; reference/gdn.md §11).
-//
-// A bandwidth problem: per (sequence, value head) the fp32 state is read once and written once. One 256-thread block
-// per (sequence, value head, block of 32 state columns); the state slice stays in registers for all the sequence's
-// tokens: lane l of warp w holds columns 4 (l % 8) .. 4 (l % 8) + 3 of the rows r = 4 w + l / 8 + 32 j (j < 8, K <=
-// 256), so one warp-wide access covers 4 rows x 128 contiguous bytes. Per token:
-//   S *= exp(g); (S^T k, S^T q) reduced over K (shuffles over the 4 row lanes, then the 8 warps through shared
-//   memory, fixed order); v' = beta (v - S^T k); S += k v'^T; o = scale (S^T q + v' (k . q)) (= scale S_new^T q).
+// (state pool) and fused_sigmoid_gating_delta_rule_update (gates from the raw projections); the form is chosen by the
+// arguments (include/fuseops/gdn_forward.h; reference/gdn.md §11). Per token, in both kernels:
+//   S *= exp(g); (S^T k, S^T q) reduced over K; v' = beta (v - S^T k); S += k v'^T; o = scale (S^T q + v' (k . q))
+//   (= scale S_new^T q); with use_qk_l2norm_in_kernel q and k are first divided by sqrt(sum x^2 + 1e-6).
 // Sums run in a fixed order: results do not depend on the other sequences of the batch.
+//
+// A bandwidth problem: per (sequence, value head) the fp32 state is read once and written once.
+//
+// Fast kernel (decode_warp_kernel, docs/ops/gdn.md "decode kernel"): one warp per (sequence, value head, slice of
+// 128 / KG state columns), no shared memory, no barrier. Lane = kg * (32 / KG) + vl holds the 4 columns
+// slice * 128 / KG + 4 vl .. + 3 of the kRows consecutive rows kg kRows .. kg kRows + kRows - 1 (K = KG kRows) in fp32
+// registers for all the sequence's tokens; sums over K run over the lane's rows, then over the KG groups by xor
+// shuffles (every lane of a column gets the same bits: fp addition is commutative).
+//
+// Fallback kernel (decode_kernel): one 256-thread block per (sequence, value head, block of 32 state columns), three
+// block barriers per token; taken when K is not 64, 128 or 256, V % 4 != 0, or a state tensor (pool,
+// initial_state, final_state) is not 16-byte aligned. Lane l of warp w holds columns 4 (l % 8) .. 4 (l % 8) + 3 of
+// the rows r = 4 w + l / 8 + 32 j (j < 8, K <= 256), so one warp-wide access covers 4 rows x 128 contiguous bytes;
+// the sums over K reduce over the 4 row lanes by shuffles, then over the 8 warps through shared memory.
 #include <cstdint>
 
 #include "cuda/device_error.cuh"
 #include "cuda/gdn_forward.cuh"
+#include "cuda/vec.cuh"
 #include "fuseops/error.h"
 
 namespace fuseops::detail::cuda {
@@ -68,6 +78,42 @@ __device__ __forceinline__ void store4(void* p, DType dt, int64_t i, int n, bool
   for (int e = 0; e < 4; ++e) {
     if (e < n) gdn::store_f(p, dt, i + e, x[e]);
   }
+}
+
+/// exp(A_log[hv]) and dt_bias[hv] of the fused gating form (unused otherwise).
+struct HeadGate {
+  float A = 0.f, bias = 0.f;
+};
+__device__ __forceinline__ HeadGate head_gate(const DecodeArgs& a, int64_t hv) {
+  HeadGate h;
+  if (a.fused_gating) {
+    h.A = expf(gdn::load_f(a.A_log.data, a.A_log.dtype, hv * a.A_log.stride_h));
+    h.bias = gdn::load_f(a.dt_bias.data, a.dt_bias.dtype, hv * a.dt_bias.stride_h);
+  }
+  return h;
+}
+
+/// g (log decay) and beta of token t (batch row b) of value head hv: given, or from the raw a, b (fused gating).
+__device__ __forceinline__ void token_gates(const DecodeArgs& a, const HeadGate& h, int64_t b, int64_t t, int64_t hv,
+                                            float& g, float& beta) {
+  if (a.fused_gating) {
+    const float x = gdn::load_f(a.a.data, a.a.dtype, gdn::at(a.a, b, t, hv)) + h.bias;
+    g = -h.A * softplus_gate(x, a.softplus_beta, a.softplus_threshold);
+    beta = sigmoid_gate(gdn::load_f(a.b.data, a.b.dtype, gdn::at(a.b, b, t, hv)));
+  } else {
+    g = a.g.data ? gdn::load_f(a.g.data, a.g.dtype, gdn::at(a.g, b, t, hv)) : 0.f;
+    beta = a.beta.data ? gdn::load_f(a.beta.data, a.beta.dtype, gdn::at(a.beta, b, t, hv)) : 1.f;
+  }
+}
+
+/// Pool slot written after token `tr` (0-based in the sequence) of sequence n, or -1; a bad entry is recorded when
+/// `leader`.
+__device__ __forceinline__ int64_t write_slot(const DecodeArgs& a, int64_t n, int64_t tr, int64_t len, bool leader,
+                                              DeviceErrorRecord* errors) {
+  bool bad = false;
+  const int64_t slot = pool_write_slot(a, n, tr, len, &bad);
+  if (bad && leader) record_device_error(errors, a.idx_site, a.idx_cols > 0 ? n * a.idx_cols + tr : n);
+  return slot;
 }
 
 struct DecodeParams {
@@ -130,11 +176,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
         }
       }
     }
-    float A = 0.f, bias = 0.f;
-    if (a.fused_gating) {
-      A = expf(gdn::load_f(a.A_log.data, a.A_log.dtype, hv * a.A_log.stride_h));
-      bias = gdn::load_f(a.dt_bias.data, a.dt_bias.dtype, hv * a.dt_bias.stride_h);
-    }
+    const HeadGate hg = head_gate(a, hv);
 
     for (int64_t t = sb.bos; t < sb.eos; ++t) {
       __syncthreads();  // the previous token (or unit) is done with the shared buffers
@@ -148,14 +190,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
       }
       if (tid == kBV) {
         float g, beta;
-        if (a.fused_gating) {
-          const float x = gdn::load_f(a.a.data, a.a.dtype, gdn::at(a.a, sb.batch, t, hv)) + bias;
-          g = -A * softplus_gate(x, a.softplus_beta, a.softplus_threshold);
-          beta = sigmoid_gate(gdn::load_f(a.b.data, a.b.dtype, gdn::at(a.b, sb.batch, t, hv)));
-        } else {
-          g = a.g.data ? gdn::load_f(a.g.data, a.g.dtype, gdn::at(a.g, sb.batch, t, hv)) : 0.f;
-          beta = a.beta.data ? gdn::load_f(a.beta.data, a.beta.dtype, gdn::at(a.beta, sb.batch, t, hv)) : 1.f;
-        }
+        token_gates(a, hg, sb.batch, t, hv, g, beta);
         scal[0] = g;
         scal[1] = beta;
       }
@@ -222,11 +257,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
       }
       if (warp == 0 && lane < 8) store4(a.o.data, a.o.dtype, gdn::at(a.o, sb.batch, t, hv) + col, ncols, false, o);
       if (a.pool) {
-        bool bad = false;
-        const int64_t slot = pool_write_slot(a, n, t - sb.bos, len, &bad);
-        if (bad && leader) {
-          record_device_error(prm.errors, a.idx_site, a.idx_cols > 0 ? n * a.idx_cols + (t - sb.bos) : n);
-        }
+        const int64_t slot = write_slot(a, n, t - sb.bos, len, leader, prm.errors);
         if (slot >= 0) {
           const int64_t base = (slot * HV + hv) * KV;
 #pragma unroll
@@ -248,7 +279,221 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------------
+// Fast kernel: one warp per (sequence, value head, column slice)
+
+constexpr int kRows = 16;       ///< state rows per lane (K = KG kRows)
+constexpr int kWarpBlock = 4;   ///< warps per block of the fast kernel
+
+struct WarpParams {
+  int64_t slices, units;       ///< column slices per head (ceil(V / (128 / KG))); N * HV * slices
+  bool q_vec, k_vec;           ///< 16-byte loads of the lane's kRows elements of q / k (pointer and strides allow)
+  bool v_vec, o_vec;           ///< 4-element vector loads of v / stores of o
+  DeviceErrorRecord* errors;
+};
+
+/// x / d and x % d, in 32 bits when both fit (a 64-bit division is a subroutine call).
+__device__ __forceinline__ void divmod(int64_t x, int64_t d, int64_t& q, int64_t& r) {
+  if (((x | d) >> 31) == 0) {
+    const uint32_t qq = static_cast<uint32_t>(x) / static_cast<uint32_t>(d);
+    q = qq;
+    r = x - static_cast<int64_t>(qq) * d;
+  } else {
+    q = x / d;
+    r = x - q * d;
+  }
+}
+
+/// kRows consecutive elements of a q / k row at element index i, as f32; 16-byte loads when `vec`.
+__device__ __forceinline__ void load_rows(const void* p, DType dt, int64_t i, bool vec, float (&x)[kRows]) {
+  if (vec) {
+    switch (dt) {
+      case DType::f32: load_as_floats(static_cast<const float*>(p) + i, x); return;
+      case DType::bf16: load_as_floats(static_cast<const __nv_bfloat16*>(p) + i, x); return;
+      case DType::f16: load_as_floats(static_cast<const __half*>(p) + i, x); return;
+      default: break;
+    }
+  }
+#pragma unroll
+  for (int e = 0; e < kRows; ++e) x[e] = gdn::load_f(p, dt, i + e);
+}
+
+/// Sum over the KG row groups of a warp (lane = kg * (32 / KG) + vl), by xor shuffles; the same bits in every lane.
+template <int KG>
+__device__ __forceinline__ float sum_groups(float x) {
+#pragma unroll
+  for (int m = 16; m >= 32 / KG; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+
+/// 4 consecutive state elements of storage type ST (aligned to 4 elements) as f32; a plain load (the pool is read
+/// and written by the same kernel, so not through the read-only path).
+template <typename ST>
+__device__ __forceinline__ void load_state4(const ST* p, float (&x)[4]) {
+  using Raw = typename RawPack<4 * sizeof(ST)>::type;
+  union {
+    Raw raw;
+    ST elems[4];
+  } u;
+  u.raw = *reinterpret_cast<const Raw*>(p);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) x[e] = to_float(u.elems[e]);
+}
+template <typename ST>
+__device__ __forceinline__ void store_state4(ST* p, const float (&x)[4]) {
+  FloatVec<ST, 4> f;
+#pragma unroll
+  for (int e = 0; e < 4; ++e) f.v[e] = x[e];
+  f.store(p);
+}
+
+/// ST: storage type of the state read (the pool's dtype, else initial_state's; float when there is none).
+template <int KG, typename ST>
+__global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const DecodeArgs a, const WarpParams prm) {
+  pdl_wait_and_release();
+  constexpr int kLanesV = 32 / KG, kCols = 4 * kLanesV;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const int vl = lane % kLanesV, kg = lane / kLanesV;
+  const int64_t HV = a.geo.HV, V = a.V, KV = a.geo.K * V, group = HV / a.geo.H;
+  const int64_t row0 = static_cast<int64_t>(kg) * kRows;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpBlock;
+
+  for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarpBlock + threadIdx.x / 32; unit < prm.units;
+       unit += stride) {
+    int64_t nh, sl, n, hv, hk, hr;
+    divmod(unit, prm.slices, nh, sl);
+    divmod(nh, HV, n, hv);
+    divmod(hv, group, hk, hr);
+    const int64_t col = sl * kCols + vl * 4;
+    const bool active = col < V;  // V % 4 == 0: the lane's 4 columns are all in range or all past V
+    const bool leader = hv == 0 && sl == 0 && lane == 0;  // records bad device values once per sequence
+    const SeqBounds sb = sequence_bounds(a.geo, n);
+    if (sb.bad && leader) record_device_error(prm.errors, a.geo.cu_site, n);
+    const int64_t len = sb.eos - sb.bos;
+    const ST* src = nullptr;
+    if (a.pool) {
+      const PoolSeq ps = pool_sequence(a, n, len);
+      if (ps.bad_site && leader) record_device_error(prm.errors, ps.bad_site, ps.bad_index);
+      if (ps.start < 0) {  // padding: o rows 0, nothing read or written
+        if (kg == 0 && active) {
+          const float z[4] = {0.f, 0.f, 0.f, 0.f};
+          for (int64_t t = sb.bos; t < sb.eos; ++t) {
+            store4(a.o.data, a.o.dtype, gdn::at(a.o, sb.batch, t, hv) + col, 4, prm.o_vec, z);
+          }
+        }
+        continue;
+      }
+      src = static_cast<const ST*>(a.pool) + (ps.start * HV + hv) * KV;
+    } else if (a.h0) {
+      src = static_cast<const ST*>(a.h0) + (n * HV + hv) * KV;
+    }
+    // every state load first: kRows x 16 bytes in flight per lane
+    float S[kRows][4];
+    if (src && active) {
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) load_state4(src + (row0 + j) * V + col, S[j]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S[j][e] = 0.f;
+      }
+    }
+    const HeadGate hg = head_gate(a, hv);
+
+    for (int64_t t = sb.bos; t < sb.eos; ++t) {
+      float q[kRows], k[kRows], v[4] = {0.f, 0.f, 0.f, 0.f};
+      load_rows(a.q.data, a.q.dtype, gdn::at(a.q, sb.batch, t, hk) + row0, prm.q_vec, q);
+      load_rows(a.k.data, a.k.dtype, gdn::at(a.k, sb.batch, t, hk) + row0, prm.k_vec, k);
+      if (active) load4(a.v.data, a.v.dtype, gdn::at(a.v, sb.batch, t, hv) + col, 4, prm.v_vec, v);
+      float g, beta;
+      token_gates(a, hg, sb.batch, t, hv, g, beta);
+      if (a.l2norm) {
+        float sqq = 0.f, skk = 0.f;
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) {
+          sqq = fmaf(q[j], q[j], sqq);
+          skk = fmaf(k[j], k[j], skk);
+        }
+        const float qd = sqrtf(sum_groups<KG>(sqq) + 1e-6f), kd = sqrtf(sum_groups<KG>(skk) + 1e-6f);
+#pragma unroll
+        for (int j = 0; j < kRows; ++j) {
+          q[j] = q[j] / qd;
+          k[j] = k[j] / kd;
+        }
+      }
+      float kq = 0.f;
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) kq = fmaf(k[j], q[j], kq);
+      kq = sum_groups<KG>(kq);
+      const float decay = expf(g);
+      float sk[4] = {0.f, 0.f, 0.f, 0.f}, sq[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          S[j][e] *= decay;
+          sk[e] = fmaf(S[j][e], k[j], sk[e]);
+          sq[e] = fmaf(S[j][e], q[j], sq[e]);
+        }
+      }
+      float vp[4], o[4];
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        vp[e] = beta * (v[e] - sum_groups<KG>(sk[e]));
+        o[e] = a.scale * fmaf(vp[e], kq, sum_groups<KG>(sq[e]));
+      }
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) S[j][e] = fmaf(k[j], vp[e], S[j][e]);
+      }
+      if (kg == 0 && active) store4(a.o.data, a.o.dtype, gdn::at(a.o, sb.batch, t, hv) + col, 4, prm.o_vec, o);
+      if (a.pool) {
+        const int64_t slot = write_slot(a, n, t - sb.bos, len, leader, prm.errors);
+        if (slot >= 0 && active) {
+          ST* dst = static_cast<ST*>(a.pool) + (slot * HV + hv) * KV;
+#pragma unroll
+          for (int j = 0; j < kRows; ++j) store_state4(dst + (row0 + j) * V + col, S[j]);
+        }
+      }
+    }
+    if (a.ht && active) {
+      float* dst = a.ht + (n * HV + hv) * KV;
+#pragma unroll
+      for (int j = 0; j < kRows; ++j) store_state4(dst + (row0 + j) * V + col, S[j]);
+    }
+  }
+}
+
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+/// 16-byte aligned pointer and strides of whole 16-byte steps: every kRows-element run at a multiple of 8 elements
+/// loads in 16-byte pieces.
+bool rows_vec(const GdnIn& x) {
+  const int64_t step = 16 / static_cast<int64_t>(dtype_size(x.dtype));
+  return aligned16(x.data) && x.stride_b % step == 0 && x.stride_t % step == 0 && x.stride_h % step == 0;
+}
+
+/// Row groups KG of the fast kernel for K (K = KG kRows), or 0 when K takes the fallback.
+int fast_groups(int64_t K) {
+  switch (K) {
+    case 64: return 4;
+    case 128: return 8;
+    case 256: return 16;
+    default: return 0;
+  }
+}
+
+template <typename ST>
+void launch_warp_kernel(int kg, const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device) {
+  const dim3 grid(gdn::grid_x((prm.units + kWarpBlock - 1) / kWarpBlock)), block(kWarpBlock * 32);
+  switch (kg) {
+    case 4: launch_kernel(decode_warp_kernel<4, ST>, grid, block, 0, s, device, a, prm); break;
+    case 8: launch_kernel(decode_warp_kernel<8, ST>, grid, block, 0, s, device, a, prm); break;
+    default: launch_kernel(decode_warp_kernel<16, ST>, grid, block, 0, s, device, a, prm); break;
+  }
+}
 
 }  // namespace
 
@@ -258,12 +503,28 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* str
                                   : "fused_recurrent_gated_delta_rule";
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
-  DecodeParams prm{};
-  prm.vblocks = (a.V + kBV - 1) / kBV;
-  prm.units = a.geo.N * a.geo.HV * prm.vblocks;
-  prm.vec = a.V % 4 == 0 && aligned16(a.pool) && aligned16(a.h0) && aligned16(a.ht);
-  prm.errors = cuda_error_record(device);
-  launch_kernel(decode_kernel, dim3(gdn::grid_x(prm.units)), dim3(kThreads), 0, s, device, a, prm);
+  const int kg = fast_groups(a.geo.K);
+  if (kg > 0 && a.V % 4 == 0 && aligned16(a.pool) && aligned16(a.h0) && aligned16(a.ht)) {
+    WarpParams prm{};
+    prm.slices = (a.V + 128 / kg - 1) / (128 / kg);
+    prm.units = a.geo.N * a.geo.HV * prm.slices;
+    prm.q_vec = rows_vec(a.q);
+    prm.k_vec = rows_vec(a.k);
+    prm.v_vec = aligned16(a.v.data) && a.v.stride_b % 4 == 0 && a.v.stride_t % 4 == 0 && a.v.stride_h % 4 == 0;
+    prm.o_vec = aligned16(a.o.data);
+    prm.errors = cuda_error_record(device);
+    const DType state_dtype = a.pool ? a.pool_dtype : a.h0 ? a.h0_dtype : DType::f32;
+    with_float_type(state_dtype, [&](auto tag) {
+      launch_warp_kernel<typename decltype(tag)::type>(kg, a, prm, s, device);
+    });
+  } else {
+    DecodeParams prm{};
+    prm.vblocks = (a.V + kBV - 1) / kBV;
+    prm.units = a.geo.N * a.geo.HV * prm.vblocks;
+    prm.vec = a.V % 4 == 0 && aligned16(a.pool) && aligned16(a.h0) && aligned16(a.ht);
+    prm.errors = cuda_error_record(device);
+    launch_kernel(decode_kernel, dim3(gdn::grid_x(prm.units)), dim3(kThreads), 0, s, device, a, prm);
+  }
   after_launch(op, s, device);
 }
 

@@ -4,8 +4,16 @@
 // (row, group) is owned by a segment of TPG threads (a power of two: part of a warp, a warp, or up to 1024 threads of
 // a block), each thread holding up to kThreadElems elements of the group in registers as VEC-element vectors, so x
 // and z are read from memory exactly once. The statistics are a fixed-order tree (warp shuffles, then shared memory
-// across the warps of a segment): every run gives the same bits, and a row's result does not depend on other rows.
-// Blocks loop over (row, group) items with a block-uniform trip count, so every thread reaches the reductions.
+// across the warps of a segment, one barrier per reduction): every run gives the same bits, and a row's result does
+// not depend on other rows. Blocks loop over (row, group) items with a block-uniform trip count, so every thread
+// reaches the reductions.
+//
+// Two launch variants of the one kernel: the general one (TPG = the group's vectors rounded up to a power of two, at
+// most 1024, halved for 16-byte vectors and 16 to 1024 vectors so each thread holds two; up to kThreadElems elements
+// per thread) and, for wide groups on 16-byte vectors (kWideThreads to
+// kWideThreads * kWideElems / VEC vectors: whole-row norms of 2048-8192 elements), one block of kWideThreads threads
+// per (row, group) with up to kWideElems elements per thread: more bytes in flight per thread and more groups per
+// SM than 1024 threads holding one vector each.
 #include <algorithm>
 #include <type_traits>
 
@@ -21,6 +29,11 @@ namespace {
 constexpr int kThreadElems = 16;  // elements of a group held per thread: groups up to 16 * 1024 = kMaxNormGroup
 constexpr int kMaxThreads = 1024;
 static_assert(kThreadElems * kMaxThreads == kMaxNormGroup, "the on-chip capacity is the validated group limit");
+constexpr int kWideThreads = 256;  // threads per group of the wide variant (one block)
+constexpr int kWideElems = 32;     // elements per thread of the wide variant: groups up to 8192
+/// Blocks per SM the wide variant is compiled for (bounds its registers without spills): 4 with 16 elements per
+/// thread (64 registers), 3 with 32 16-bit elements (80), 2 with 32 f32 elements.
+constexpr int wide_min_blocks(int elems, int elem_bytes) { return elems <= 16 ? 4 : elems * elem_bytes <= 64 ? 3 : 2; }
 
 /// f16 / bf16 outputs take the fast SiLU policy (common/act_math.h); f32 the precise one.
 template <typename T>
@@ -44,41 +57,34 @@ struct NormParams {
   bool rms;
 };
 
-/// VEC elements of W at p (aligned to min(16, VEC * sizeof(W)) bytes) as floats, in loads of at most 16 bytes.
-template <typename W, int VEC>
-__device__ __forceinline__ void load_floats(const W* p, float (&out)[VEC]) {
-  constexpr int kChunk = VEC * sizeof(W) <= 16 ? VEC : static_cast<int>(16 / sizeof(W));
-#pragma unroll
-  for (int c = 0; c < VEC; c += kChunk) {
-    FloatVec<W, kChunk> v;
-    v.load(p + c);
-#pragma unroll
-    for (int i = 0; i < kChunk; ++i) out[c + i] = v.v[i];
-  }
-}
-
 /// Sum over the segment of `tpg` threads containing this thread; every thread of the segment gets the same bits.
-/// Called by every thread of the block (block-uniform control flow). `red` holds one float per warp.
-__device__ __forceinline__ float segment_sum(float v, int tpg, float* red) {
+/// Called by every thread of the block (block-uniform control flow). `red` holds two buffers of one float per warp,
+/// used in turn (`turn` flips per call): a call writes the buffer that the call before last read, and every thread
+/// passed the previous call's barrier after its reads of that buffer, so one barrier per call suffices.
+__device__ __forceinline__ float segment_sum(float v, int tpg, float (*red)[kMaxThreads / 32], int& turn) {
   for (int o = min(tpg, 32) / 2; o > 0; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
   if (tpg <= 32) return v;
+  float* buf = red[turn];
+  turn ^= 1;
   const int warp = static_cast<int>(threadIdx.x) / 32, per_segment = tpg / 32;
   const int first = warp / per_segment * per_segment;
-  __syncthreads();  // the previous call's readers are done with red
-  if ((threadIdx.x & 31) == 0) red[warp] = v;
+  if ((threadIdx.x & 31) == 0) buf[warp] = v;
   __syncthreads();
   float t = 0.0f;
-  for (int w = 0; w < per_segment; ++w) t += red[first + w];
+  for (int w = 0; w < per_segment; ++w) t += buf[first + w];
   return t;
 }
 
-/// NV: vectors per thread held in registers (p.nv <= NV); 1 for groups of up to 1024 vectors.
-template <typename T, typename W, int VEC, int NV>
-__global__ void __launch_bounds__(kMaxThreads) layer_norm_fwd_kernel(const NormParams<T, W> p) {
+/// NV: vectors per thread held in registers (p.nv <= NV); 1 for groups of up to 1024 vectors. BLOCK: the largest
+/// block it is launched with (kMaxThreads, or kWideThreads for the wide variant: more registers per thread).
+template <typename T, typename W, int VEC, int NV, int BLOCK = kMaxThreads>
+__global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blocks(NV * VEC, sizeof(T)))
+    layer_norm_fwd_kernel(const NormParams<T, W> p) {
   constexpr int kMaxVecs = NV;
-  static_assert(NV * VEC <= kThreadElems, "registers per thread");
+  static_assert(NV * VEC <= (BLOCK == kMaxThreads ? kThreadElems : kWideElems), "registers per thread");
   constexpr bool kFast = kFastSilu<T>;
-  __shared__ float red[kMaxThreads / 32];
+  __shared__ float red[2][kMaxThreads / 32];
+  int turn = 0;
   pdl_wait_and_release();
   const int tpg = p.tpg;
   const int seg = static_cast<int>(threadIdx.x) / tpg, lane = static_cast<int>(threadIdx.x) & (tpg - 1);
@@ -99,7 +105,7 @@ __global__ void __launch_bounds__(kMaxThreads) layer_norm_fwd_kernel(const NormP
 
     float xs[kMaxVecs][VEC];
     // z in storage form. With few vectors per thread, a gate after the norm is loaded together with x (twice the
-    // bytes in flight per thread); with many, at its use, to stay within 64 registers.
+    // bytes in flight per thread); with many, at its use, to stay within the registers of the launch bounds.
     constexpr bool kEarlyZ = NV <= 2;
     StorageVec<T, VEC> zs[kMaxVecs];
     float sum = 0.0f;
@@ -124,7 +130,7 @@ __global__ void __launch_bounds__(kMaxThreads) layer_norm_fwd_kernel(const NormP
       }
     }
     float mean = 0.0f;
-    if (!p.rms) mean = segment_sum(sum, tpg, red) / n;
+    if (!p.rms) mean = segment_sum(sum, tpg, red, turn) / n;
     float sq = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMaxVecs; ++i) {
@@ -136,7 +142,7 @@ __global__ void __launch_bounds__(kMaxThreads) layer_norm_fwd_kernel(const NormP
         }
       }
     }
-    const float rstd = 1.0f / sqrtf(segment_sum(sq, tpg, red) / n + p.eps);
+    const float rstd = 1.0f / sqrtf(segment_sum(sq, tpg, red, turn) / n + p.eps);
     if (valid && lane == 0) {
       const int64_t s = group * p.rows + row;  // group-major, as FLA
       if (p.mean) p.mean[s] = mean;
@@ -147,8 +153,8 @@ __global__ void __launch_bounds__(kMaxThreads) layer_norm_fwd_kernel(const NormP
     for (int i = 0; i < kMaxVecs; ++i) {
       if (!inside(i)) continue;
       float w[VEC], b[VEC];
-      load_floats<W, VEC>(p.weight + c0 + col(i), w);
-      if (p.bias) load_floats<W, VEC>(p.bias + c0 + col(i), b);
+      load_as_floats<W, VEC>(p.weight + c0 + col(i), w);
+      if (p.bias) load_as_floats<W, VEC>(p.bias + c0 + col(i), b);
       FloatVec<T, VEC> y;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
@@ -199,7 +205,26 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
   if (vec != kVec || !aligned_to(a.weight, w_align) || (a.bias && !aligned_to(a.bias, w_align))) vec = 1;
 
   const int64_t vecs = a.group_size / vec;
+  constexpr int kWideVecs = kWideElems / kVec;
+  if (vec == kVec && vecs >= kWideThreads && vecs <= int64_t{kWideThreads} * kWideVecs) {
+    // wide groups: one block of kWideThreads threads per (row, group), up to kWideElems elements per thread (half
+    // as many registers for groups that need at most half of them)
+    p.tpg = kWideThreads;
+    p.nv = static_cast<int>((vecs + kWideThreads - 1) / kWideThreads);
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.items, int64_t{1} << 20)));
+    if (p.nv <= kWideVecs / 2) {
+      launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs / 2, kWideThreads>, grid, dim3(kWideThreads), 0,
+                    stream, device, p);
+    } else {
+      launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs, kWideThreads>, grid, dim3(kWideThreads), 0, stream,
+                    device, p);
+    }
+    return;
+  }
   p.tpg = std::min(kMaxThreads, next_pow2(vecs));
+  // Grouped (16-byte vectors, 16 to kMaxThreads vectors per group: Qwen3-Next's groups of 128): two vectors per
+  // thread, half the threads per group; twice the bytes of x and z in flight per thread at the same 64 registers.
+  if (vec == kVec && vecs >= 16 && next_pow2(vecs) <= kMaxThreads) p.tpg /= 2;
   p.nv = static_cast<int>((vecs + p.tpg - 1) / p.tpg);  // <= kThreadElems / vec: group_size <= kMaxNormGroup
   // Blocks of 256 threads, fewer when that leaves SMs idle (decode), never less than one segment or one warp.
   const int64_t spread = (p.items * p.tpg + sm_count(device) - 1) / sm_count(device);

@@ -82,6 +82,20 @@ struct FloatVec {
   }
 };
 
+/// N consecutive elements of T at p (aligned to min(16, N * sizeof(T)) bytes) as floats, in read-only loads of at
+/// most 16 bytes.
+template <typename T, int N>
+__device__ __forceinline__ void load_as_floats(const T* p, float (&out)[N]) {
+  constexpr int kChunk = N * sizeof(T) <= 16 ? N : static_cast<int>(16 / sizeof(T));
+#pragma unroll
+  for (int c = 0; c < N; c += kChunk) {
+    FloatVec<T, kChunk> v;
+    v.load(p + c);
+#pragma unroll
+    for (int i = 0; i < kChunk; ++i) out[c + i] = v.v[i];
+  }
+}
+
 /// A storage type as a value, for generic lambdas.
 template <typename T>
 struct TypeTag {

@@ -23,6 +23,9 @@ struct Spec {
   bool has_h0 = true;
   bool l2norm = false;  ///< then q, k are raw normal vectors, else k is unit-norm
   bool padded = false;  ///< q, k, v rows padded (non-contiguous)
+  /// Every tensor starts 16-byte aligned (a guard of 8 elements, not 5): the decode ops' fast kernel needs aligned
+  /// states (docs/ops/gdn.md "decode kernel"); misaligned ones take the fallback.
+  bool aligned = false;
   Decay decay = Decay::realistic;
   DType cu_dtype = DType::i32;
   bool varlen() const { return !seqlens.empty(); }

@@ -29,11 +29,14 @@ struct PoolCase {
   bool fused_gating = false;
   std::vector<int64_t> bad_rows;  ///< sequences with a bad index / count (padding + recorded)
   bool bad_write = false;         ///< a bad per-token write index (skipped + recorded; the sequence runs)
+  int64_t guard = 5;       ///< guard elements of q, k, v, gates and o (8: 16-byte aligned, 5: misaligned)
+  int64_t pool_guard = 0;  ///< guard elements of the pool (0: aligned, the fast kernel; 1: misaligned, the fallback)
 };
 
 void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   const Spec& s = pc.s;
-  SCOPED_TRACE(s.describe() + (pc.fused_gating ? " fused gating" : "") + " pool " + fuseops::dtype_name(pc.pool_dtype));
+  SCOPED_TRACE(s.describe() + (pc.fused_gating ? " fused gating" : "") + " pool " + fuseops::dtype_name(pc.pool_dtype) +
+               " guards " + std::to_string(pc.guard) + "/" + std::to_string(pc.pool_guard));
   Spec sg = s;
   sg.has_h0 = false;
   Inputs in = make_inputs(sg, rng);
@@ -114,9 +117,11 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   HostTensor cu_t = ft::index_tensor(DType::i32, {static_cast<int64_t>(in.cu.size())}, in.cu);
   HostTensor idx_t = ft::index_tensor(DType::i64, pc.cols ? std::vector<int64_t>{N, pc.cols} : std::vector<int64_t>{N}, pc.idx);
   HostTensor acc_t = ft::index_tensor(DType::i32, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
-  Placed P(where, pool, 0, 0), Q(where, in.q), Kt(where, in.k), Vt(where, in.v), G(where, in.g), Bt(where, in.beta),
-      O(where, s.dtype, {s.B, s.T, HV, s.V}), I(where, idx_t, 0, 0), Acc(where, acc_t, 0, 0), Cu(where, cu_t, 0, 0),
-      Ar(where, a_raw), Br(where, b_raw), Al(where, A_log, 0, 0), Db(where, dt_bias, 0, 0);
+  const int64_t gd = pc.guard;
+  Placed P(where, pool, 0, pc.pool_guard), Q(where, in.q, 0, gd), Kt(where, in.k, 0, gd), Vt(where, in.v, 0, gd),
+      G(where, in.g, 0, gd), Bt(where, in.beta, 0, gd), O(where, s.dtype, {s.B, s.T, HV, s.V}, gd),
+      I(where, idx_t, 0, 0), Acc(where, acc_t, 0, 0), Cu(where, cu_t, 0, 0), Ar(where, a_raw, 0, gd),
+      Br(where, b_raw, 0, gd), Al(where, A_log, 0, 0), Db(where, dt_bias, 0, 0);
   for (Placed* p : {&P, &Q, &Kt, &Vt, &G, &Bt, &O, &I, &Acc, &Cu, &Ar, &Br, &Al, &Db}) p->upload();
   const TensorView gv = G.view(), bv = Bt.view(), accv = Acc.view(), cuv = Cu.view();
   const TensorView* acc = pc.accepted.empty() ? nullptr : &accv;
@@ -206,48 +211,135 @@ TEST_P(GdnDecode, SigmoidGating) {
 }
 
 // An index >= S and a num_accepted_tokens outside [1, Tmax] are recorded and make their sequence padding.
+// K = 32 takes the fallback CUDA kernel, K = 64 the fast one.
 TEST_P(GdnDecode, BadIndicesAreRecorded) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  PoolCase pc;
-  pc.s = fixed(3, 1, 1, 2, 32, 32, f32);
-  pc.idx = {1, 99, 2};
-  pc.bad_rows = {1};
-  run_pool_case(GetParam(), pc, rng);
-  PoolCase acc;
-  acc.s = varlen({2, 2}, 1, 2, 32, 32, f32);
-  acc.cols = 2;
-  acc.idx = {0, 1, 2, 3};
-  acc.accepted = {1, 5};
-  acc.bad_rows = {1};
-  run_pool_case(GetParam(), acc, rng);
-  fuseops::clear_errors();
+  for (int64_t K : {32, 64}) {
+    PoolCase pc;
+    pc.s = fixed(3, 1, 1, 2, K, 32, f32);
+    pc.idx = {1, 99, 2};
+    pc.bad_rows = {1};
+    run_pool_case(GetParam(), pc, rng);
+    PoolCase acc;
+    acc.s = varlen({2, 2}, 1, 2, K, 32, f32);
+    acc.cols = 2;
+    acc.idx = {0, 1, 2, 3};
+    acc.accepted = {1, 5};
+    acc.bad_rows = {1};
+    run_pool_case(GetParam(), acc, rng);
+    fuseops::clear_errors();
+  }
 }
 
 // Only -1 is padding: an index < -1 is recorded like one >= S, whether it is the slot read first (the sequence
-// becomes padding) or a per-token write (skipped).
+// becomes padding) or a per-token write (skipped). K = 32: the fallback CUDA kernel, K = 64: the fast one.
 TEST_P(GdnDecode, IndicesBelowMinusOneAreRecorded) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  PoolCase pc;
-  pc.s = fixed(4, 1, 1, 2, 32, 32, f32);
-  pc.idx = {3, -2, 0, 5};
-  pc.bad_rows = {1};
-  run_pool_case(GetParam(), pc, rng);
-  PoolCase start;
-  start.s = varlen({2, 2}, 1, 2, 32, 32, f32);
-  start.cols = 2;
-  start.idx = {0, 1, -7, 3};  // sequence 1 starts at column 0: -7
-  start.bad_rows = {1};
-  run_pool_case(GetParam(), start, rng);
-  PoolCase write;
-  write.s = varlen({2, 2}, 1, 2, 32, 32, f32);
-  write.cols = 2;
-  write.idx = {0, 1, 2, -5};  // written after sequence 1's second token: -5
-  write.accepted = {1, 1};
-  write.bad_write = true;
-  run_pool_case(GetParam(), write, rng);
-  fuseops::clear_errors();
+  for (int64_t K : {32, 64}) {
+    PoolCase pc;
+    pc.s = fixed(4, 1, 1, 2, K, 32, f32);
+    pc.idx = {3, -2, 0, 5};
+    pc.bad_rows = {1};
+    run_pool_case(GetParam(), pc, rng);
+    PoolCase start;
+    start.s = varlen({2, 2}, 1, 2, K, 32, f32);
+    start.cols = 2;
+    start.idx = {0, 1, -7, 3};  // sequence 1 starts at column 0: -7
+    start.bad_rows = {1};
+    run_pool_case(GetParam(), start, rng);
+    PoolCase write;
+    write.s = varlen({2, 2}, 1, 2, K, 32, f32);
+    write.cols = 2;
+    write.idx = {0, 1, 2, -5};  // written after sequence 1's second token: -5
+    write.accepted = {1, 1};
+    write.bad_write = true;
+    run_pool_case(GetParam(), write, rng);
+    fuseops::clear_errors();
+  }
+}
+
+// The two CUDA decode kernels (docs/ops/gdn.md "decode kernel"), FLA form: the fast one (K 64 / 128 / 256, V % 4 == 0,
+// 16-byte aligned states; q, k, v, o at any alignment or stride, 16-byte q / k loads only where they allow) and the
+// fallback (other K, V % 4 != 0, a misaligned state). Per shape: one token per sequence; several tokens, varlen with
+// an empty sequence and no initial state; l2 normalisation in the kernel with a bf16 initial state and padded q, k, v
+// rows (element loads); f16 inputs and initial state; misaligned tensors (the fallback for every shape).
+TEST_P(GdnDecode, KernelVariantsFlaForm) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  struct Dims {
+    int64_t K, V;
+  };
+  // fast: 64/64, 128/128, 256/128, 128/100 and 64/36 (a partial last column slice); fallback: 60/100, 100/60, 128/62
+  for (Dims d : {Dims{64, 64}, Dims{128, 128}, Dims{256, 128}, Dims{128, 100}, Dims{64, 36}, Dims{60, 100},
+                 Dims{100, 60}, Dims{128, 62}}) {
+    for (int variant = 0; variant < 5; ++variant) {
+      const DType dt = variant == 1 ? f32 : variant == 3 ? DType::f16 : bf16;
+      Spec s = variant == 1 || variant == 4 ? varlen({2, 0, 1}, 1, 2, d.K, d.V, dt)
+                                            : fixed(2, variant == 0 ? 1 : 3, 1, 2, d.K, d.V, dt);
+      s.aligned = variant != 4;
+      s.has_h0 = variant != 1;
+      s.l2norm = variant == 2 || variant == 4;
+      s.padded = variant == 2;
+      s.h0_dtype = variant == 2 ? bf16 : variant == 3 ? DType::f16 : f32;
+      SCOPED_TRACE(s.describe());
+      const Inputs in = make_inputs(s, rng);
+      const fuseops::reference::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/false);
+      const Outputs r = run_recurrent(GetParam(), s, in);
+      EXPECT_TRUE(matches(r.o, gold.o, s.dtype, "o"));
+      EXPECT_TRUE(matches(r.final_state, gold.final_state, s.dtype, "final_state"));
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// The pool forms on both kernels: aligned q, k, v, o (16-byte loads) at K = V = 128 with l2 normalisation and at
+// K = 256 with multi-token sequences, per-token writes at K = 128, fused gating at K = 64 (fast); K = 100 and a
+// misaligned pool (fallback); f32 and bf16 pools.
+TEST_P(GdnDecode, PoolKernelVariants) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType pd : {f32, bf16}) {
+    PoolCase step;
+    step.s = fixed(4, 1, 2, 4, 128, 128, bf16);
+    step.s.l2norm = true;
+    step.pool_dtype = pd;
+    step.idx = {2, -1, 5, 0};
+    step.guard = 8;
+    run_pool_case(GetParam(), step, rng);
+    PoolCase wide;
+    wide.s = varlen({1, 3, 0, 2}, 1, 2, 256, 64, f32);
+    wide.pool_dtype = pd;
+    wide.idx = {1, 3, 4, -1};
+    wide.guard = 8;
+    run_pool_case(GetParam(), wide, rng);
+    PoolCase spec;
+    spec.s = varlen({3, 1, 2}, 2, 4, 128, 128, bf16);
+    spec.pool_dtype = pd;
+    spec.cols = 3;
+    spec.idx = {0, 1, 2, /**/ 3, -1, -1, /**/ 4, -1, 6};
+    spec.accepted = {3, 1, 2};  // start slots 2, 3, -1 (the last sequence is padding)
+    spec.guard = 8;
+    run_pool_case(GetParam(), spec, rng);
+    PoolCase gating;
+    gating.s = fixed(3, 2, 1, 2, 64, 64, f32);
+    gating.fused_gating = true;
+    gating.pool_dtype = pd;
+    gating.idx = {4, 0, 7};
+    gating.guard = 8;
+    run_pool_case(GetParam(), gating, rng);
+    PoolCase odd;
+    odd.s = fixed(3, 1, 1, 2, 100, 60, bf16);
+    odd.s.l2norm = true;
+    odd.pool_dtype = pd;
+    odd.idx = {1, 0, -1};
+    run_pool_case(GetParam(), odd, rng);
+    PoolCase misaligned = step;
+    misaligned.pool_guard = 1;
+    run_pool_case(GetParam(), misaligned, rng);
+    if (HasFailure()) return;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GdnDecode, ::testing::Values(Where::cpu, Where::cuda), where_param_name);

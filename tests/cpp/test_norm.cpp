@@ -116,10 +116,12 @@ TEST_P(NormAccuracy, MatchesGolden) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(p.where);
   std::mt19937_64 rng = test_rng();
   const NormGate gates[] = {NormGate::none, NormGate::after_norm, NormGate::before_norm};
-  // (rows, N, G): one group, Qwen3-Next's 128-wide heads, odd widths, > 32 and > 1024 vectors per group.
+  // (rows, N, G): one group, Qwen3-Next's 128-wide heads, odd widths, > 32 and > 1024 vectors per group; the wide
+  // variant of the CUDA kernel (aligned groups of 2048-8192 16-bit / 1024-8192 f32 elements; 16 or 32 elements per
+  // thread, a partly filled last vector slot at 6144): 4096, 8192, 6144, 2048, and 1024 for f32.
   const std::vector<std::array<int64_t, 3>> shapes = {
       {0, 64, 0}, {1, 1, 0}, {3, 7, 0}, {5, 128, 0}, {2, 512, 128}, {3, 60, 20}, {2, 1000, 500}, {1, 4096, 0},
-      {2, 2048, 1024}};
+      {2, 2048, 1024}, {2, 8192, 0}, {3, 6144, 0}, {2, 4096, 2048}};
   for (const auto& [rows, N, G] : shapes) {
     for (bool rms : {true, false}) {
       for (NormGate gate : gates) {
@@ -164,12 +166,23 @@ TEST(NormLargeGroup, BothVectorPaths) {
   }
 }
 
-// Many rows of Qwen3-Next's shape (groups of 128 = 16 threads of a warp each).
+// Many rows of Qwen3-Next's shape (groups of 128 = 8 threads of a warp each, two 16-byte vectors per thread).
 TEST(NormLargeGroup, ManyRows) {
   FUSEOPS_SKIP_WITHOUT_CUDA();
   std::mt19937_64 rng = test_rng();
   check_norm(Param{Where::cuda, DType::bf16, false},
              NormCase{4096, 4096, 128, NormGate::after_norm, true, false, true}, rng);
+}
+
+// Whole-row norms of the bench (the wide variant) over many rows: LayerNorm with bias and gate, RMSNorm without.
+TEST(NormLargeGroup, WideRows) {
+  FUSEOPS_SKIP_WITHOUT_CUDA();
+  std::mt19937_64 rng = test_rng();
+  check_norm(Param{Where::cuda, DType::bf16, false},
+             NormCase{4096, 4096, 0, NormGate::after_norm, false, true, true}, rng);
+  check_norm(Param{Where::cuda, DType::bf16, true}, NormCase{2048, 8192, 0, NormGate::none, true, false, true}, rng);
+  check_norm(Param{Where::cuda, DType::f32, false},
+             NormCase{512, 8192, 4096, NormGate::before_norm, false, true, true}, rng);
 }
 
 // Repeated runs give the same bits (fixed reduction order), and a row's result does not depend on the other rows.
