@@ -1,11 +1,13 @@
 // CUDA backend of chunk_fwd_o, tensor-core variant for f16 / bf16 inputs (q, k, v_new and h of one 16-bit dtype TK;
 // docs/ops/gdn.md "chunk_fwd_o kernel"):
 //   o_i = scale (exp(g_i) q_i^T h[chunk] + sum_{j <= i} (q_i . k_j) exp(g_i - g_j) v_new_j).
-// One 128-thread block per (chunk slot, value head, block of kBV = 64 columns of V); work items are numbered with the
-// V blocks, then the value heads innermost, so the blocks that share a chunk's q and k rows run side by side (L2).
-// q, k [BT][K], h [K][kBV] and v_new [BT][kBV] are staged in shared memory in TK (K rounded up to 16 with zeros,
-// columns past V zero). Warp w: rows 16 (w % RW) .. + 16 (RW = BT / 16 row warps), columns kWarpCols (w / RW) .. of
-// the block. mma.sync m16n8k16 with fp32 accumulators:
+// One block of BV / 16 warps per (chunk slot, value head, block of BV columns of V): BV = 128 (8 warps) when V > 64
+// and K <= 128, else 64 (4 warps; V <= 64, or K > 128 where the tiles would hold one block per SM). Work items are
+// numbered with the V blocks, then the value heads innermost, so the blocks that share a chunk's q and k rows run
+// side by side (L2). q, k [BT][K], h [K][BV] and v_new [BT][BV] are staged in shared memory in TK (K rounded up to 16
+// with zeros, columns past V zero). Warp w: rows 16 (w % RW) .. + 16 (RW = BT / 16 row warps), columns
+// kWarpCols (w / RW) .. of the block (kWarpCols = 64 / 32 / 16 for BT = 64 / 32 / 16). mma.sync m16n8k16 with fp32
+// accumulators:
 //   S = q k^T            (only the 16 x 16 blocks on or below the diagonal that hold chunk rows)
 //   P = S exp(g_i - g_j) for j <= i, else 0   (a select: the exponent is formed only where it is <= 0), rounded to TK
 //   O = exp(g_i) (q h) + P v_new;  o = scale O, rounded once to o's dtype.
@@ -20,11 +22,13 @@
 namespace fuseops::detail::cuda {
 namespace {
 
-constexpr int kBV = 64;                  ///< columns of V per block
-constexpr int kWarpsO = 4;
-constexpr int kThreadsO = 32 * kWarpsO;
-constexpr int kPad = 8;                  ///< row padding (elements, 16 bytes): ldmatrix rows in distinct banks
-constexpr int kLdV = kBV + kPad;         ///< row stride of the h and v_new tiles (144 bytes: 9 bank quads)
+constexpr int kPad = 8;  ///< row padding (elements, 16 bytes): ldmatrix rows in distinct banks
+/// Threads of a block for BV columns of V.
+template <int BV>
+constexpr int kThreadsFor = 2 * BV;
+/// Row stride (elements) of the h and v_new tiles: 144 / 272 bytes, an odd number of 16-byte units.
+template <int BV>
+constexpr int kLdVFor = BV + kPad;
 
 /// Which inputs allow 16-byte copies (bits of the kernel's `vec`), and whether o takes two-element stores.
 enum : unsigned { kVecQ = 1u, kVecK = 2u, kVecV = 4u, kVecH = 8u, kPairO = 16u };
@@ -34,22 +38,22 @@ enum : unsigned { kVecQ = 1u, kVecK = 2u, kVecV = 4u, kVecH = 8u, kPairO = 16u }
 __host__ __device__ constexpr int qk_ld(int kp) { return kp + kPad; }
 
 /// dst[i][c] (row stride ld) = src[i * src_ld + c] for i < valid_rows, c < valid_cols; 0 elsewhere in rows x cols
-/// (cols a multiple of 8). `vec`: 16-byte cp.async (src 16-byte aligned; src_ld, valid_cols multiples of 8), else
-/// element loads. The copies complete at the caller's cp_async_wait.
-template <typename TK>
+/// (cols a multiple of 8), by NT threads. `vec`: 16-byte cp.async (src 16-byte aligned; src_ld, valid_cols multiples
+/// of 8), else element loads. The copies complete at the caller's cp_async_wait.
+template <int NT, typename TK>
 __device__ __forceinline__ void stage_tile(TK* dst, int ld, const TK* src, int64_t src_ld, int rows, int cols,
                                            int valid_rows, int valid_cols, bool vec) {
   if (vec) {
     const int per_row = cols / 8;
 #pragma unroll 1
-    for (int e = static_cast<int>(threadIdx.x); e < rows * per_row; e += kThreadsO) {
+    for (int e = static_cast<int>(threadIdx.x); e < rows * per_row; e += NT) {
       const int i = e / per_row, c = (e - i * per_row) * 8;
       const bool ok = i < valid_rows && c < valid_cols;
       cp_async_16(dst + i * ld + c, ok ? src + i * src_ld + c : src, ok);
     }
   } else {
 #pragma unroll 1
-    for (int e = static_cast<int>(threadIdx.x); e < rows * cols; e += kThreadsO) {
+    for (int e = static_cast<int>(threadIdx.x); e < rows * cols; e += NT) {
       const int i = e / cols, c = e - i * cols;
       dst[i * ld + c] = (i < valid_rows && c < valid_cols) ? src[i * src_ld + c] : from_float<TK>(0.f);
     }
@@ -79,15 +83,17 @@ __device__ __forceinline__ float gated_score(float s, int i, int j, int len, flo
   return gated ? s * expf(g_i - g_j) : s;
 }
 
-template <typename TK, int BT>
-__global__ void __launch_bounds__(kThreadsO) fwd_o_mma_kernel(const FwdOArgs a, int64_t slots, int64_t vblocks,
-                                                              unsigned vec, DeviceErrorRecord* errors) {
-  constexpr int kRowWarps = BT / 16;              // warps along the chunk's rows
-  constexpr int kColWarps = kWarpsO / kRowWarps;  // warps along the block's columns
-  constexpr int kWarpCols = kBV / kColWarps;      // 64 / 32 / 16 for BT = 64 / 32 / 16
-  constexpr int kNT = kWarpCols / 8;              // 8-column tiles of O per warp
-  constexpr int kST = BT / 8;                     // 8-column tiles of a score row block
-  static_assert(kRowWarps * kColWarps == kWarpsO && kNT % 2 == 0, "warp layout");
+template <typename TK, int BT, int BV>
+__global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(const FwdOArgs a, int64_t slots,
+                                                                             int64_t vblocks, unsigned vec,
+                                                                             DeviceErrorRecord* errors) {
+  constexpr int kThreads = kThreadsFor<BV>, kWarps = kThreads / 32, kLdV = kLdVFor<BV>;
+  constexpr int kRowWarps = BT / 16;             // warps along the chunk's rows
+  constexpr int kColWarps = kWarps / kRowWarps;  // warps along the block's columns
+  constexpr int kWarpCols = BV / kColWarps;      // = BT
+  constexpr int kNT = kWarpCols / 8;             // 8-column tiles of O per warp
+  constexpr int kST = BT / 8;                    // 8-column tiles of a score row block
+  static_assert(kRowWarps * kColWarps == kWarps && kWarpCols == BT && kNT % 2 == 0, "warp layout");
   pdl_wait_and_release();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float gs[BT];
@@ -121,19 +127,19 @@ __global__ void __launch_bounds__(kThreadsO) fwd_o_mma_kernel(const FwdOArgs a, 
     const gdn::ChunkRef ch = chunk;
     if (ch.len == 0) continue;
     const int L = ch.len;
-    const int64_t hv = u / vblocks, v0 = (u - hv * vblocks) * kBV, hk = hv / group;
-    const int vcols = static_cast<int>(min(static_cast<int64_t>(kBV), V - v0));
+    const int64_t hv = u / vblocks, v0 = (u - hv * vblocks) * BV, hk = hv / group;
+    const int vcols = static_cast<int>(min(static_cast<int64_t>(BV), V - v0));
 
     // group 0: q, k; group 1: h, v_new (the scores only wait for group 0)
-    stage_tile(qs, ldk, static_cast<const TK*>(a.q.data) + gdn::at(a.q, ch.batch, ch.t0, hk), a.q.stride_t, BT, kp, L,
+    stage_tile<kThreads>(qs, ldk, static_cast<const TK*>(a.q.data) + gdn::at(a.q, ch.batch, ch.t0, hk), a.q.stride_t, BT, kp, L,
                K, vec & kVecQ);
-    stage_tile(ks, ldk, static_cast<const TK*>(a.k.data) + gdn::at(a.k, ch.batch, ch.t0, hk), a.k.stride_t, BT, kp, L,
+    stage_tile<kThreads>(ks, ldk, static_cast<const TK*>(a.k.data) + gdn::at(a.k, ch.batch, ch.t0, hk), a.k.stride_t, BT, kp, L,
                K, vec & kVecK);
     cp_async_commit();
     const int64_t hoff = state_offset(a.h, ch.batch, gdn::state_slot(a.geo, slot, ch), hv, HV, KV) + v0;
-    stage_tile(hs, kLdV, static_cast<const TK*>(a.h.data) + hoff, V, kp, kBV, K, vcols, vec & kVecH);
-    stage_tile(vs, kLdV, static_cast<const TK*>(a.v_new.data) + gdn::at(a.v_new, ch.batch, ch.t0, hv) + v0,
-               a.v_new.stride_t, BT, kBV, L, vcols, vec & kVecV);
+    stage_tile<kThreads>(hs, kLdV, static_cast<const TK*>(a.h.data) + hoff, V, kp, BV, K, vcols, vec & kVecH);
+    stage_tile<kThreads>(vs, kLdV, static_cast<const TK*>(a.v_new.data) + gdn::at(a.v_new, ch.batch, ch.t0, hv) + v0,
+                         a.v_new.stride_t, BT, BV, L, vcols, vec & kVecV);
     cp_async_commit();
     if (tid < BT) {
       gs[tid] = gated && tid < L ? static_cast<const float*>(a.g.data)[gdn::at(a.g, ch.batch, ch.t0 + tid, hv)] : 0.f;
@@ -172,6 +178,16 @@ __global__ void __launch_bounds__(kThreadsO) fwd_o_mma_kernel(const FwdOArgs a, 
         s[t][3] = gated_score(s[t][3], row_b, c + 1, L, gb, g1, gated);
       }
     }
+    // P rounded to TK now (fewer live registers): the accumulator fragments of score tiles 2 jp and 2 jp + 1 are
+    // the A fragment of the 16 x 16 block jp (rows g / g + 8, columns 2 t, 2 t + 1, then + 8)
+    uint32_t pk[BT / 16][4];
+#pragma unroll
+    for (int jp = 0; jp < BT / 16; ++jp) {
+      pk[jp][0] = pack2<TK>(s[2 * jp][0], s[2 * jp][1]);
+      pk[jp][1] = pack2<TK>(s[2 * jp][2], s[2 * jp][3]);
+      pk[jp][2] = pack2<TK>(s[2 * jp + 1][0], s[2 * jp + 1][1]);
+      pk[jp][3] = pack2<TK>(s[2 * jp + 1][2], s[2 * jp + 1][3]);
+    }
     cp_async_wait<0>();
     __syncthreads();
     if (!active) continue;
@@ -202,17 +218,14 @@ __global__ void __launch_bounds__(kThreadsO) fwd_o_mma_kernel(const FwdOArgs a, 
       }
     }
 #pragma unroll
-    for (int jp = 0; jp < BT / 16; ++jp) {  // + P v_new; P's accumulator fragments are the A fragments
+    for (int jp = 0; jp < BT / 16; ++jp) {  // + P v_new
       if (jp <= rw && 16 * jp < L) {
-        const uint32_t pa[4] = {pack2<TK>(s[2 * jp][0], s[2 * jp][1]), pack2<TK>(s[2 * jp][2], s[2 * jp][3]),
-                                pack2<TK>(s[2 * jp + 1][0], s[2 * jp + 1][1]),
-                                pack2<TK>(s[2 * jp + 1][2], s[2 * jp + 1][3])};
 #pragma unroll
         for (int np = 0; np < kNT / 2; ++np) {
           uint32_t b[4];
           ldmatrix_x4_trans(b, vs + tb_off + jp * 16 * kLdV + np * 16);
-          mma_m16n8k16<TK>(o[2 * np], pa, b[0], b[1]);
-          mma_m16n8k16<TK>(o[2 * np + 1], pa, b[2], b[3]);
+          mma_m16n8k16<TK>(o[2 * np], pk[jp], b[0], b[1]);
+          mma_m16n8k16<TK>(o[2 * np + 1], pk[jp], b[2], b[3]);
         }
       }
     }
@@ -238,12 +251,12 @@ bool vec_input(const GdnIn& x, int64_t dim) {
   return aligned16(x.data) && dim % 8 == 0 && x.stride_b % 8 == 0 && x.stride_t % 8 == 0 && x.stride_h % 8 == 0;
 }
 
-template <typename TK, int BT>
+template <typename TK, int BT, int BV>
 void launch_mma(const FwdOArgs& a, int device, cudaStream_t s) {
   const int64_t slots = gdn::chunk_slots(a.geo);
-  const int64_t vblocks = (a.V + kBV - 1) / kBV;
+  const int64_t vblocks = (a.V + BV - 1) / BV;
   const int kp = (static_cast<int>(a.geo.K) + 15) & ~15;
-  const std::size_t smem = (2 * BT * qk_ld(kp) + (kp + BT) * kLdV) * sizeof(TK);
+  const std::size_t smem = (2 * BT * qk_ld(kp) + (kp + BT) * kLdVFor<BV>) * sizeof(TK);
   const std::size_t osize = dtype_size(a.o.dtype);
   unsigned vec = 0;
   if (vec_input(a.q, a.geo.K)) vec |= kVecQ;
@@ -254,19 +267,28 @@ void launch_mma(const FwdOArgs& a, int device, cudaStream_t s) {
       a.o.stride_h % 2 == 0) {
     vec |= kPairO;
   }
-  auto kernel = fwd_o_mma_kernel<TK, BT>;
+  auto kernel = fwd_o_mma_kernel<TK, BT, BV>;
   allow_smem(kernel, smem, "chunk_fwd_o");
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
-  launch_kernel(kernel, dim3(gdn::grid_x(slots * a.geo.HV * vblocks)), dim3(kThreadsO), smem, s, device, a, slots,
+  launch_kernel(kernel, dim3(gdn::grid_x(slots * a.geo.HV * vblocks)), dim3(kThreadsFor<BV>), smem, s, device, a, slots,
                 vblocks, vec, errors);
 }
 
-template <typename TK>
+template <typename TK, int BV>
 void launch_mma_bt(const FwdOArgs& a, int device, cudaStream_t s) {
   switch (a.geo.BT) {
-    case 16: launch_mma<TK, 16>(a, device, s); break;
-    case 32: launch_mma<TK, 32>(a, device, s); break;
-    default: launch_mma<TK, 64>(a, device, s); break;  // the chunk size was validated (16, 32, 64)
+    case 16: launch_mma<TK, 16, BV>(a, device, s); break;
+    case 32: launch_mma<TK, 32, BV>(a, device, s); break;
+    default: launch_mma<TK, 64, BV>(a, device, s); break;  // the chunk size was validated (16, 32, 64)
+  }
+}
+
+template <typename TK>
+void launch_mma_bv(const FwdOArgs& a, int device, cudaStream_t s) {
+  if (a.V > 64 && a.geo.K <= 128) {
+    launch_mma_bt<TK, 128>(a, device, s);
+  } else {
+    launch_mma_bt<TK, 64>(a, device, s);
   }
 }
 
@@ -275,9 +297,9 @@ void launch_mma_bt(const FwdOArgs& a, int device, cudaStream_t s) {
 /// q, k, v_new and h are all f16 or all bf16 (chosen by the caller, gdn_fwd_o.cu).
 void chunk_fwd_o_mma(const FwdOArgs& a, int device, cudaStream_t s) {
   if (a.q.dtype == DType::bf16) {
-    launch_mma_bt<__nv_bfloat16>(a, device, s);
+    launch_mma_bv<__nv_bfloat16>(a, device, s);
   } else {
-    launch_mma_bt<__half>(a, device, s);
+    launch_mma_bv<__half>(a, device, s);
   }
 }
 

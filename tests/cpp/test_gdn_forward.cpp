@@ -310,9 +310,9 @@ TEST_P(GdnForward, Stages) {
   EXPECT_TRUE(matches(Ht.read(), gold.final_state, f32, "stages final_state vs recurrence"));
 }
 
-// chunk_fwd_o on its own with 16-bit inputs (on CUDA the tensor-core kernel) against its double golden from the same
-// stored inputs: chunk sizes 16 / 32 / 64; K, V = 128, 256 and sizes that are no multiple of 8 or 16; a partial last
-// block of 64 columns of V; grouped heads; varlen with empty sequences; no g; views that allow 16-byte copies (rows
+// chunk_fwd_o on its own with 16-bit inputs (on CUDA the tensor-core kernel, blocks of 64 and 128 columns of V with
+// each chunk size) against its double golden from the same stored inputs: chunk sizes 16 / 32 / 64; K, V = 128, 256
+// and sizes that are no multiple of 8 or 16; a partial last block of V; grouped heads; varlen with empty sequences; no g; views that allow 16-byte copies (rows
 // padded by 8 elements, 16-byte aligned) and views that do not (odd padding, misaligned bases); o in another dtype.
 TEST_P(GdnForward, OutputStage16Bit) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
@@ -327,7 +327,9 @@ TEST_P(GdnForward, OutputStage16Bit) {
   const std::vector<C> cases = {
       {fixed(1, 130, 1, 2, 128, 128, bf16), 64, 0, 8, bf16, true},
       {fixed(1, 75, 2, 4, 60, 100, f16), 32, 3, 5, f16, true},
-      {fixed(1, 40, 1, 1, 256, 64, bf16), 16, 8, 8, f32, true},
+      {fixed(1, 40, 1, 1, 256, 96, bf16), 16, 8, 8, f32, true},
+      {fixed(1, 50, 1, 2, 128, 128, f16), 16, 0, 8, f16, true},
+      {fixed(1, 45, 1, 2, 48, 64, f16), 32, 0, 8, f32, true},
       {varlen({0, 5, 64, 0, 130, 1, 0}, 2, 4, 64, 128, f16), 64, 0, 8, f16, true},
       {fixed(2, 70, 1, 2, 128, 128, bf16), 32, 8, 8, bf16, true},
       {fixed(1, 64, 1, 1, 32, 200, f16), 64, 0, 8, bf16, true},
