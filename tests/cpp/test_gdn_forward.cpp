@@ -235,16 +235,7 @@ TEST_P(GdnForward, PrefillThenDecode) {
 
 /// The stage goldens' geometry of a spec (g left empty: no gating).
 ref::StageInputs stage_inputs(const Spec& s, const Inputs& in) {
-  ref::StageInputs si;
-  si.B = s.B;
-  si.T = s.T;
-  si.H = s.H;
-  si.HV = s.HV;
-  si.K = s.K;
-  si.V = s.V;
-  si.BT = s.BT;
-  si.cu_seqlens = in.cu;
-  return si;
+  return ref::StageInputs{s.B, s.T, s.H, s.HV, s.K, s.V, s.BT, in.cu, {}};
 }
 
 // Each stage on its own against its double golden computed from the stage's actual inputs (varlen, chunk 32,
