@@ -1,6 +1,8 @@
 // CUDA backend of chunk_fwd_o (include/fuseops/gdn_forward.h; reference/gdn.md §8):
 //   o_i = scale (exp(g_i) q_i^T h[chunk] + sum_{j <= i} (q_i . k_j) exp(g_i - g_j) v_new_j).
-// One 256-thread block per (chunk slot, value head, block of kBV = 32 columns of V). The chunk's q and k rows (fp32),
+// Two variants: q, k, v_new and h all f16 or all bf16 -> tensor cores (gdn_fwd_o_mma.cu, every shape); anything else
+// (f32 inputs, mixed dtypes) -> the FFMA kernel below (fp32, no TF32).
+// FFMA kernel: one 256-thread block per (chunk slot, value head, block of kBV = 32 columns of V). The chunk's q and k rows (fp32),
 // the gated causal score tile P [BT][BT] and the block's columns of h and v_new are staged in shared memory; thread
 // (rg = tid / 32, c = tid % 32) computes column c of the rows rg, rg + 8, ... fp32 FFMA, fixed summation order.
 #include <cstdint>
@@ -16,7 +18,7 @@ constexpr int kBV = 32;
 constexpr int kRowGroups = kThreads / kBV;
 
 template <int BT>
-__global__ void __launch_bounds__(kThreads) fwd_o_kernel(const FwdOArgs a, int64_t slots, int64_t vblocks,
+__global__ void __launch_bounds__(kThreads) fwd_o_ffma_kernel(const FwdOArgs a, int64_t slots, int64_t vblocks,
                                                          DeviceErrorRecord* errors) {
   pdl_wait_and_release();
   extern __shared__ float smem[];
@@ -89,7 +91,7 @@ void launch_fwd_o(const FwdOArgs& a, int device, cudaStream_t s) {
   const int64_t vblocks = (a.V + kBV - 1) / kBV;
   const std::size_t K = static_cast<std::size_t>(a.geo.K);
   const std::size_t smem = (2 * BT * (K + 1) + K * kBV + BT * kBV + BT * BT) * sizeof(float);
-  auto kernel = fwd_o_kernel<BT>;
+  auto kernel = fwd_o_ffma_kernel<BT>;
   allow_smem(kernel, smem, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   launch_kernel(kernel, dim3(gdn::grid_x(slots), gdn::grid_y(a.geo.HV * vblocks)), dim3(kThreads), smem, s, device, a,
@@ -98,10 +100,19 @@ void launch_fwd_o(const FwdOArgs& a, int device, cudaStream_t s) {
 
 }  // namespace
 
+void chunk_fwd_o_mma(const FwdOArgs& a, int device, cudaStream_t s);  // gdn_fwd_o_mma.cu
+
 void chunk_fwd_o(const FwdOArgs& a, int device, void* stream) {
   const char* op = "chunk_fwd_o";
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
+  const DType dt = a.q.dtype;
+  if ((dt == DType::f16 || dt == DType::bf16) && a.k.dtype == dt && a.v_new.dtype == dt && a.h.dtype == dt &&
+      (a.geo.BT == 16 || a.geo.BT == 32 || a.geo.BT == 64)) {
+    chunk_fwd_o_mma(a, device, s);
+    after_launch(op, s, device);
+    return;
+  }
   switch (a.geo.BT) {
     case 16: launch_fwd_o<16>(a, device, s); break;
     case 32: launch_fwd_o<32>(a, device, s); break;

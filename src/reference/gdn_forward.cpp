@@ -207,15 +207,20 @@ void fwd_o_golden(const StageInputs& s, const std::vector<double>& q, const std:
       for (int64_t i = 0; i < c.len; ++i) {
         const int64_t ti = (c.b * s.T + c.t0 + i) * s.HV + hv, qi = ((c.b * s.T + c.t0 + i) * s.H + hv / G) * s.K;
         const double gi = gate(s, c.b, c.t0 + i, hv);
+        std::vector<double> p(static_cast<std::size_t>(i + 1));  // (q_i . k_j) exp(g_i - g_j)
+        for (int64_t j = 0; j <= i; ++j) {
+          const int64_t kj = ((c.b * s.T + c.t0 + j) * s.H + hv / G) * s.K;
+          double qk = 0;
+          for (int64_t r = 0; r < s.K; ++r) qk += q[qi + r] * k[kj + r];
+          p[static_cast<std::size_t>(j)] = qk * std::exp(gi - gate(s, c.b, c.t0 + j, hv));
+        }
         for (int64_t x = 0; x < s.V; ++x) {
           double acc = 0;
           for (int64_t r = 0; r < s.K; ++r) acc += q[qi + r] * h[hb + r * s.V + x];
           acc *= std::exp(gi);
           for (int64_t j = 0; j <= i; ++j) {
-            const int64_t tj = (c.b * s.T + c.t0 + j) * s.HV + hv, kj = ((c.b * s.T + c.t0 + j) * s.H + hv / G) * s.K;
-            double qk = 0;
-            for (int64_t r = 0; r < s.K; ++r) qk += q[qi + r] * k[kj + r];
-            acc += qk * std::exp(gi - gate(s, c.b, c.t0 + j, hv)) * v_new[tj * s.V + x];
+            const int64_t tj = (c.b * s.T + c.t0 + j) * s.HV + hv;
+            acc += p[static_cast<std::size_t>(j)] * v_new[tj * s.V + x];
           }
           o[ti * s.V + x] = scale * acc;
         }

@@ -233,6 +233,11 @@ TEST_P(GdnForward, PrefillThenDecode) {
   }
 }
 
+/// The stage goldens' geometry of a spec (g left empty: no gating).
+ref::StageInputs stage_inputs(const Spec& s, const Inputs& in) {
+  return ref::StageInputs{s.B, s.T, s.H, s.HV, s.K, s.V, s.BT, in.cu, {}};
+}
+
 // Each stage on its own against its double golden computed from the stage's actual inputs (varlen, chunk 32,
 // grouped heads, f32 intermediates).
 TEST_P(GdnForward, Stages) {
@@ -262,15 +267,7 @@ TEST_P(GdnForward, Stages) {
   fuseops::chunk_fwd_o(O.view(), q.view(), k.view(), Vn.view(), Hs.view(), &gcv, scale, s.BT, &cuv);
   for (Placed* p : {&gc, &Ai, &W, &U, &Hs, &Vn, &Ht, &O}) p->download();
 
-  ref::StageInputs si;
-  si.B = 1;
-  si.T = s.T;
-  si.H = s.H;
-  si.HV = s.HV;
-  si.K = s.K;
-  si.V = s.V;
-  si.BT = s.BT;
-  si.cu_seqlens = in.cu;
+  ref::StageInputs si = stage_inputs(s, in);
   si.g = gc.read().to_double();
   std::vector<double> w_ref, u_ref, h_ref, vn_ref, ht_ref, o_ref;
   ref::recompute_w_u_golden(si, Ai.read().to_double(), in.k.to_double(), in.v.to_double(), in.beta.to_double(), w_ref,
@@ -302,6 +299,69 @@ TEST_P(GdnForward, Stages) {
   const ref::RecurrenceGolden gold = ref::gated_delta_rule_recurrence(ri);
   EXPECT_TRUE(matches(O.read(), gold.o, f32, "stages o vs recurrence"));
   EXPECT_TRUE(matches(Ht.read(), gold.final_state, f32, "stages final_state vs recurrence"));
+}
+
+// chunk_fwd_o on its own with 16-bit inputs (on CUDA the tensor-core kernel, blocks of 64 and 128 columns of V with
+// each chunk size) against its double golden from the same stored inputs: chunk sizes 16 / 32 / 64; K, V = 128, 256
+// and sizes that are no multiple of 8 or 16; a partial last block of V; grouped heads; varlen with empty sequences; no g; views that allow 16-byte copies (rows
+// padded by 8 elements, 16-byte aligned) and views that do not (odd padding, misaligned bases); o in another dtype.
+TEST_P(GdnForward, OutputStage16Bit) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  std::normal_distribution<double> normal(0.0, 1.0);
+  struct C {
+    Spec s;
+    int64_t BT, pad, guard;  // pad: elements added to every row of q, k, v_new; guard: elements before each tensor
+    DType o_dtype;
+    bool has_g;
+  };
+  const std::vector<C> cases = {
+      {fixed(1, 130, 1, 2, 128, 128, bf16), 64, 0, 8, bf16, true},
+      {fixed(1, 75, 2, 4, 60, 100, f16), 32, 3, 5, f16, true},
+      {fixed(1, 40, 1, 1, 256, 96, bf16), 16, 8, 8, f32, true},
+      {fixed(1, 50, 1, 2, 128, 128, f16), 16, 0, 8, f16, true},
+      {fixed(1, 45, 1, 2, 48, 64, f16), 32, 0, 8, f32, true},
+      {varlen({0, 5, 64, 0, 130, 1, 0}, 2, 4, 64, 128, f16), 64, 0, 8, f16, true},
+      {fixed(2, 70, 1, 2, 128, 128, bf16), 32, 8, 8, bf16, true},
+      {fixed(1, 64, 1, 1, 32, 200, f16), 64, 0, 8, bf16, true},
+      {fixed(1, 100, 1, 3, 64, 64, bf16), 64, 0, 5, bf16, false},
+      {fixed(1, 33, 1, 2, 1, 7, bf16), 16, 0, 5, bf16, true},
+      {varlen({3, 0, 40}, 1, 2, 128, 128, bf16), 32, 8, 8, bf16, true},
+  };
+  const Where w = GetParam();
+  for (const C& c : cases) {
+    Spec s = c.s;
+    s.BT = c.BT;
+    SCOPED_TRACE(s.describe() + " pad " + std::to_string(c.pad) + " guard " + std::to_string(c.guard) + " o " +
+                 fuseops::dtype_name(c.o_dtype) + (c.has_g ? "" : " no g"));
+    const Inputs in = make_inputs(s, rng);
+    const int64_t NS = fuseops::gdn_chunk_slots(s.T, s.N(), s.BT, s.varlen());
+    HostTensor h(s.dtype, {s.B, NS, s.HV, s.K, s.V});
+    for (int64_t r = 0; r < h.rows(); ++r) {
+      for (int64_t x = 0; x < s.V; ++x) h.set(r, x, static_cast<float>(0.5 * normal(rng)));
+    }
+    std::unique_ptr<Placed> cu;
+    if (s.varlen()) cu = std::make_unique<Placed>(w, index_tensor(DType::i64, {static_cast<int64_t>(in.cu.size())}, in.cu), 0, 0);
+    Placed q(w, in.q, c.pad, c.guard), k(w, in.k, c.pad, c.guard), vn(w, in.v, c.pad, c.guard), hs(w, h, 0, c.guard),
+        g(w, in.g), gc(w, f32, {s.B, s.T, s.HV}), O(w, c.o_dtype, {s.B, s.T, s.HV, s.V}, c.guard);
+    for (Placed* p : {&q, &k, &vn, &hs, &g, &gc, &O}) p->upload();
+    if (cu) cu->upload();
+    const TensorView cuv = cu ? cu->view() : TensorView{}, gcv = gc.view();
+    const TensorView* cup = cu ? &cuv : nullptr;
+    fuseops::chunk_local_cumsum(gc.view(), g.view(), s.BT, cup);
+    const double scale = 0.125;
+    fuseops::chunk_fwd_o(O.view(), q.view(), k.view(), vn.view(), hs.view(), c.has_g ? &gcv : nullptr, scale, s.BT,
+                         cup);
+    for (Placed* p : {&q, &k, &vn, &hs, &gc, &O}) p->download();
+    for (Placed* p : {&q, &k, &vn, &hs}) EXPECT_TRUE(p->untouched_outside(false));
+    EXPECT_TRUE(O.untouched_outside(true));
+    ref::StageInputs si = stage_inputs(s, in);
+    if (c.has_g) si.g = gc.read().to_double();
+    std::vector<double> o_ref;
+    ref::fwd_o_golden(si, in.q.to_double(), in.k.to_double(), in.v.to_double(), h.to_double(), scale, o_ref);
+    EXPECT_TRUE(matches(O.read(), o_ref, s.dtype, "o"));
+    if (HasFailure()) return;
+  }
 }
 
 // T = 0 (fixed length) and varlen with only empty sequences: final_state = initial_state, nothing else written.

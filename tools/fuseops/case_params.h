@@ -4,10 +4,12 @@
 // and ranges into a cross product; the hook itself only rejects impossible combinations (ParamError).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -122,6 +124,20 @@ std::vector<ParamSpec> sequence_params();
 /// The longest prefix of the sequences `seqlens` that holds at most `rows` tokens, the last one cut to fit (reduced
 /// CPU runs of varlen cases; a sequence of 0 tokens ends the prefix).
 std::vector<int64_t> seqlens_prefix(const std::vector<int64_t>& seqlens, int64_t rows);
+/// A case spec with fields B, T, seqlens and varlen() cut to at most `rows` tokens (reduced CPU runs): fixed length
+/// keeps rows / B tokens per batch row, varlen the seqlens_prefix.
+template <class Spec>
+Spec reduced_tokens(const Spec& s, int64_t rows) {
+  if (rows >= s.B * s.T) return s;
+  Spec r = s;
+  if (!s.varlen()) {
+    r.T = std::max<int64_t>(1, rows / s.B);
+    return r;
+  }
+  r.seqlens = seqlens_prefix(s.seqlens, rows);
+  r.T = std::accumulate(r.seqlens.begin(), r.seqlens.end(), int64_t{0});
+  return r;
+}
 /// Checks them (ParamError naming seq_len, seqlens or batch: no tokens, both given, varlen with batch > 1, sizes).
 Sequences sequences_of(const CaseParams& p);
 /// The chunk_size parameter of the GDN ops (default 64) and its value: 16, 32 or 64 (ParamError naming chunk_size).

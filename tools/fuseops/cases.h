@@ -117,6 +117,7 @@ void register_gdn_cases(Registry& r);
 void register_moe_cases(Registry& r);
 void register_rope_cases(Registry& r);
 void register_gdn_forward_cases(Registry& r);
+void register_gdn_fwd_o_cases(Registry& r);
 void register_norm_cases(Registry& r);
 
 }  // namespace fuseops::cli

@@ -56,6 +56,7 @@ const Registry& registry() {
     register_moe_cases(reg);
     register_rope_cases(reg);
     register_gdn_forward_cases(reg);
+    register_gdn_fwd_o_cases(reg);
     register_norm_cases(reg);
     return reg;
   }();

@@ -1,0 +1,306 @@
+// CUDA backend of chunk_fwd_o, tensor-core variant for f16 / bf16 inputs (q, k, v_new and h of one 16-bit dtype TK;
+// docs/ops/gdn.md "chunk_fwd_o kernel"):
+//   o_i = scale (exp(g_i) q_i^T h[chunk] + sum_{j <= i} (q_i . k_j) exp(g_i - g_j) v_new_j).
+// One block of BV / 16 warps per (chunk slot, value head, block of BV columns of V): BV = 128 (8 warps) when V > 64
+// and K <= 128, else 64 (4 warps; V <= 64, or K > 128 where the tiles would hold one block per SM). Work items are
+// numbered with the V blocks, then the value heads innermost, so the blocks that share a chunk's q and k rows run
+// side by side (L2). q, k [BT][K], h [K][BV] and v_new [BT][BV] are staged in shared memory in TK (K rounded up to 16
+// with zeros, columns past V zero). Warp w: rows 16 (w % RW) .. + 16 (RW = BT / 16 row warps), columns
+// kWarpCols (w / RW) .. of the block (kWarpCols = 64 / 32 / 16 for BT = 64 / 32 / 16). mma.sync m16n8k16 with fp32
+// accumulators:
+//   S = q k^T            (only the 16 x 16 blocks on or below the diagonal that hold chunk rows)
+//   P = S exp(g_i - g_j) for j <= i, else 0   (a select: the exponent is formed only where it is <= 0), rounded to TK
+//   O = exp(g_i) (q h) + P v_new;  o = scale O, rounded once to o's dtype.
+// Every shape takes this path: 16-byte cp.async where the base, the strides and K / V allow it, element loads
+// otherwise (K or V not a multiple of 8, odd strides, misaligned views).
+#include <cstdint>
+
+#include "cuda/gdn_forward.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/vec.cuh"
+
+namespace fuseops::detail::cuda {
+namespace {
+
+constexpr int kPad = 8;  ///< row padding (elements, 16 bytes): ldmatrix rows in distinct banks
+/// Threads of a block for BV columns of V.
+template <int BV>
+constexpr int kThreadsFor = 2 * BV;
+/// Row stride (elements) of the h and v_new tiles: 144 / 272 bytes, an odd number of 16-byte units.
+template <int BV>
+constexpr int kLdVFor = BV + kPad;
+
+/// Which inputs allow 16-byte copies (bits of the kernel's `vec`), and whether o takes two-element stores.
+enum : unsigned { kVecQ = 1u, kVecK = 2u, kVecV = 4u, kVecH = 8u, kPairO = 16u };
+
+/// Row stride (elements) of the q and k tiles for kp (K rounded up to 16) columns: kp + 8, an odd number of 16-byte
+/// units, so the 8 rows of one ldmatrix matrix fall in distinct bank quads.
+__host__ __device__ constexpr int qk_ld(int kp) { return kp + kPad; }
+
+/// dst[i][c] (row stride ld) = src[i * src_ld + c] for i < valid_rows, c < valid_cols; 0 elsewhere in rows x cols
+/// (cols a multiple of 8), by NT threads. `vec`: 16-byte cp.async (src 16-byte aligned; src_ld, valid_cols multiples
+/// of 8), else element loads. The copies complete at the caller's cp_async_wait.
+template <int NT, typename TK>
+__device__ __forceinline__ void stage_tile(TK* dst, int ld, const TK* src, int64_t src_ld, int rows, int cols,
+                                           int valid_rows, int valid_cols, bool vec) {
+  if (vec) {
+    const int per_row = cols / 8;
+#pragma unroll 1
+    for (int e = static_cast<int>(threadIdx.x); e < rows * per_row; e += NT) {
+      const int i = e / per_row, c = (e - i * per_row) * 8;
+      const bool ok = i < valid_rows && c < valid_cols;
+      cp_async_16(dst + i * ld + c, ok ? src + i * src_ld + c : src, ok);
+    }
+  } else {
+#pragma unroll 1
+    for (int e = static_cast<int>(threadIdx.x); e < rows * cols; e += NT) {
+      const int i = e / cols, c = e - i * cols;
+      dst[i * ld + c] = (i < valid_rows && c < valid_cols) ? src[i * src_ld + c] : from_float<TK>(0.f);
+    }
+  }
+}
+
+/// Stores x at element i of o and, when `two`, y at i + 1, rounded to o's dtype; `pair`: one 2-element store
+/// (i even and o's base aligned to two elements).
+__device__ __forceinline__ void store_two(const GdnOut& o, int64_t i, float x, float y, bool two, bool pair) {
+  if (two && pair) {
+    switch (o.dtype) {
+      case DType::f16: *reinterpret_cast<__half2*>(static_cast<__half*>(o.data) + i) = __floats2half2_rn(x, y); return;
+      case DType::bf16:
+        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(o.data) + i) = __floats2bfloat162_rn(x, y);
+        return;
+      default: *reinterpret_cast<float2*>(static_cast<float*>(o.data) + i) = make_float2(x, y); return;
+    }
+  }
+  gdn::store_f(o.data, o.dtype, i, x);
+  if (two) gdn::store_f(o.data, o.dtype, i + 1, y);
+}
+
+/// Score entry (i, j) of the chunk: s exp(g_i - g_j) for j <= i < len (s without g), 0 above the diagonal and in
+/// rows past the chunk (never stored; their g is a placeholder 0).
+__device__ __forceinline__ float gated_score(float s, int i, int j, int len, float g_i, float g_j, bool gated) {
+  if (j > i || i >= len) return 0.f;
+  return gated ? s * expf(g_i - g_j) : s;
+}
+
+template <typename TK, int BT, int BV>
+__global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(const FwdOArgs a, int64_t slots,
+                                                                             int64_t vblocks, unsigned vec,
+                                                                             DeviceErrorRecord* errors) {
+  constexpr int kThreads = kThreadsFor<BV>, kWarps = kThreads / 32, kLdV = kLdVFor<BV>;
+  constexpr int kRowWarps = BT / 16;             // warps along the chunk's rows
+  constexpr int kColWarps = kWarps / kRowWarps;  // warps along the block's columns
+  constexpr int kWarpCols = BV / kColWarps;      // = BT
+  constexpr int kNT = kWarpCols / 8;             // 8-column tiles of O per warp
+  constexpr int kST = BT / 8;                    // 8-column tiles of a score row block
+  static_assert(kRowWarps * kColWarps == kWarps && kWarpCols == BT && kNT % 2 == 0, "warp layout");
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ float gs[BT];
+  __shared__ gdn::ChunkRef chunk;
+  const int K = static_cast<int>(a.geo.K), kp = (K + 15) & ~15, ldk = qk_ld(kp);
+  TK* qs = reinterpret_cast<TK*>(smem_raw);  // [BT][ldk]
+  TK* ks = qs + BT * ldk;                     // [BT][ldk]
+  TK* hs = ks + BT * ldk;                     // [kp][kLdV]
+  TK* vs = hs + kp * kLdV;                    // [BT][kLdV]
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  const int rw = warp % kRowWarps, r0 = 16 * rw, cb = (warp / kRowWarps) * kWarpCols;
+  const int row_a = r0 + lane / 4, row_b = row_a + 8;  // this thread's two rows of every fragment
+  const int64_t HV = a.geo.HV, V = a.V, KV = static_cast<int64_t>(K) * V, group = HV / a.geo.H;
+  const int64_t units = HV * vblocks, items = slots * units;
+  const bool gated = a.g.data != nullptr;
+  // ldmatrix lane addresses (element offsets inside a tile). A (16 x 16 row-major, q rows): matrices rows 0-7 / 8-15
+  // at column 0, then at column 8. B from k (rows = score columns j): rows 0-7 at K offset 0 / 8, then rows 8-15.
+  // B from h / v_new stored [k][n] (transposed load): rows 0-7 / 8-15 at column 0, then at column 8.
+  const int a_off = (r0 + lane % 16) * ldk + (lane / 16) * 8;
+  const int kb_off = ((lane / 16) * 8 + lane % 8) * ldk + ((lane / 8) & 1) * 8;
+  const int tb_off = (lane % 8 + ((lane / 8) & 1) * 8) * kLdV + cb + (lane / 16) * 8;
+
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t slot = item / units, u = item - slot * units;
+    __syncthreads();  // the previous item is done with the tiles, gs and chunk
+    if (warp == 0) {
+      const gdn::ChunkRef ch = gdn::resolve_chunk<BT>(a.geo, slot, errors, u == 0);
+      if (lane == 0) chunk = ch;
+    }
+    __syncthreads();
+    const gdn::ChunkRef ch = chunk;
+    if (ch.len == 0) continue;
+    const int L = ch.len;
+    const int64_t hv = u / vblocks, v0 = (u - hv * vblocks) * BV, hk = hv / group;
+    const int vcols = static_cast<int>(min(static_cast<int64_t>(BV), V - v0));
+
+    // group 0: q, k; group 1: h, v_new (the scores only wait for group 0)
+    stage_tile<kThreads>(qs, ldk, static_cast<const TK*>(a.q.data) + gdn::at(a.q, ch.batch, ch.t0, hk), a.q.stride_t, BT, kp, L,
+               K, vec & kVecQ);
+    stage_tile<kThreads>(ks, ldk, static_cast<const TK*>(a.k.data) + gdn::at(a.k, ch.batch, ch.t0, hk), a.k.stride_t, BT, kp, L,
+               K, vec & kVecK);
+    cp_async_commit();
+    const int64_t hoff = state_offset(a.h, ch.batch, gdn::state_slot(a.geo, slot, ch), hv, HV, KV) + v0;
+    stage_tile<kThreads>(hs, kLdV, static_cast<const TK*>(a.h.data) + hoff, V, kp, BV, K, vcols, vec & kVecH);
+    stage_tile<kThreads>(vs, kLdV, static_cast<const TK*>(a.v_new.data) + gdn::at(a.v_new, ch.batch, ch.t0, hv) + v0,
+                         a.v_new.stride_t, BT, BV, L, vcols, vec & kVecV);
+    cp_async_commit();
+    if (tid < BT) {
+      gs[tid] = gated && tid < L ? static_cast<const float*>(a.g.data)[gdn::at(a.g, ch.batch, ch.t0 + tid, hv)] : 0.f;
+    }
+    cp_async_wait<1>();
+    __syncthreads();
+
+    const bool active = r0 < L;  // warp-uniform: the warp's rows hold chunk rows
+    float s[kST][4];
+#pragma unroll
+    for (int t = 0; t < kST; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.f;
+    if (active) {
+#pragma unroll 2
+      for (int kk = 0; kk < kp; kk += 16) {
+        uint32_t af[4];
+        ldmatrix_x4(af, qs + a_off + kk);
+#pragma unroll
+        for (int jp = 0; jp < BT / 16; ++jp) {
+          if (jp <= rw && 16 * jp < L) {
+            uint32_t b[4];
+            ldmatrix_x4(b, ks + kb_off + jp * 16 * ldk + kk);
+            mma_m16n8k16<TK>(s[2 * jp], af, b[0], b[1]);
+            mma_m16n8k16<TK>(s[2 * jp + 1], af, b[2], b[3]);
+          }
+        }
+      }
+      const float ga = gs[row_a], gb = gs[row_b];
+#pragma unroll
+      for (int t = 0; t < kST; ++t) {
+        if (t / 2 > rw) continue;  // above the diagonal block: stays 0
+        const int c = 8 * t + 2 * (lane % 4);
+        const float g0 = gs[c], g1 = gs[c + 1];
+        s[t][0] = gated_score(s[t][0], row_a, c, L, ga, g0, gated);
+        s[t][1] = gated_score(s[t][1], row_a, c + 1, L, ga, g1, gated);
+        s[t][2] = gated_score(s[t][2], row_b, c, L, gb, g0, gated);
+        s[t][3] = gated_score(s[t][3], row_b, c + 1, L, gb, g1, gated);
+      }
+    }
+    // P rounded to TK now (fewer live registers): the accumulator fragments of score tiles 2 jp and 2 jp + 1 are
+    // the A fragment of the 16 x 16 block jp (rows g / g + 8, columns 2 t, 2 t + 1, then + 8)
+    uint32_t pk[BT / 16][4];
+#pragma unroll
+    for (int jp = 0; jp < BT / 16; ++jp) {
+      pk[jp][0] = pack2<TK>(s[2 * jp][0], s[2 * jp][1]);
+      pk[jp][1] = pack2<TK>(s[2 * jp][2], s[2 * jp][3]);
+      pk[jp][2] = pack2<TK>(s[2 * jp + 1][0], s[2 * jp + 1][1]);
+      pk[jp][3] = pack2<TK>(s[2 * jp + 1][2], s[2 * jp + 1][3]);
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (!active) continue;
+
+    float o[kNT][4];
+#pragma unroll
+    for (int t = 0; t < kNT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
+#pragma unroll 2
+    for (int kk = 0; kk < kp; kk += 16) {  // q h
+      uint32_t af[4];
+      ldmatrix_x4(af, qs + a_off + kk);
+#pragma unroll
+      for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, hs + tb_off + kk * kLdV + np * 16);
+        mma_m16n8k16<TK>(o[2 * np], af, b[0], b[1]);
+        mma_m16n8k16<TK>(o[2 * np + 1], af, b[2], b[3]);
+      }
+    }
+    if (gated) {
+      const float ea = expf(gs[row_a]), eb = expf(gs[row_b]);
+#pragma unroll
+      for (int t = 0; t < kNT; ++t) {
+        o[t][0] *= ea;
+        o[t][1] *= ea;
+        o[t][2] *= eb;
+        o[t][3] *= eb;
+      }
+    }
+#pragma unroll
+    for (int jp = 0; jp < BT / 16; ++jp) {  // + P v_new
+      if (jp <= rw && 16 * jp < L) {
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + tb_off + jp * 16 * kLdV + np * 16);
+          mma_m16n8k16<TK>(o[2 * np], pk[jp], b[0], b[1]);
+          mma_m16n8k16<TK>(o[2 * np + 1], pk[jp], b[2], b[3]);
+        }
+      }
+    }
+
+    const float sc = a.scale;
+    const bool pair = (vec & kPairO) != 0;
+    const int64_t oa = gdn::at(a.o, ch.batch, ch.t0 + row_a, hv), ob = oa + 8 * a.o.stride_t;
+#pragma unroll
+    for (int t = 0; t < kNT; ++t) {
+      const int c = cb + 8 * t + 2 * (lane % 4);
+      if (c >= vcols) continue;
+      const bool two = c + 1 < vcols;
+      if (row_a < L) store_two(a.o, oa + v0 + c, sc * o[t][0], sc * o[t][1], two, pair);
+      if (row_b < L) store_two(a.o, ob + v0 + c, sc * o[t][2], sc * o[t][3], two, pair);
+    }
+  }
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+/// 16-byte copies of a [B, T, heads, dim] input: aligned base, dim and the strides multiples of 8 elements.
+bool vec_input(const GdnIn& x, int64_t dim) {
+  return aligned16(x.data) && dim % 8 == 0 && x.stride_b % 8 == 0 && x.stride_t % 8 == 0 && x.stride_h % 8 == 0;
+}
+
+template <typename TK, int BT, int BV>
+void launch_mma(const FwdOArgs& a, int device, cudaStream_t s) {
+  const int64_t slots = gdn::chunk_slots(a.geo);
+  const int64_t vblocks = (a.V + BV - 1) / BV;
+  const int kp = (static_cast<int>(a.geo.K) + 15) & ~15;
+  const std::size_t smem = (2 * BT * qk_ld(kp) + (kp + BT) * kLdVFor<BV>) * sizeof(TK);
+  const std::size_t osize = dtype_size(a.o.dtype);
+  unsigned vec = 0;
+  if (vec_input(a.q, a.geo.K)) vec |= kVecQ;
+  if (vec_input(a.k, a.geo.K)) vec |= kVecK;
+  if (vec_input(a.v_new, a.V)) vec |= kVecV;
+  if (aligned16(a.h.data) && a.V % 8 == 0) vec |= kVecH;  // h is contiguous: every row starts at a multiple of V
+  if (reinterpret_cast<uintptr_t>(a.o.data) % (2 * osize) == 0 && a.o.stride_b % 2 == 0 && a.o.stride_t % 2 == 0 &&
+      a.o.stride_h % 2 == 0) {
+    vec |= kPairO;
+  }
+  auto kernel = fwd_o_mma_kernel<TK, BT, BV>;
+  allow_smem(kernel, smem, "chunk_fwd_o");
+  DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
+  launch_kernel(kernel, dim3(gdn::grid_x(slots * a.geo.HV * vblocks)), dim3(kThreadsFor<BV>), smem, s, device, a, slots,
+                vblocks, vec, errors);
+}
+
+template <typename TK, int BV>
+void launch_mma_bt(const FwdOArgs& a, int device, cudaStream_t s) {
+  switch (a.geo.BT) {
+    case 16: launch_mma<TK, 16, BV>(a, device, s); break;
+    case 32: launch_mma<TK, 32, BV>(a, device, s); break;
+    default: launch_mma<TK, 64, BV>(a, device, s); break;  // the chunk size was validated (16, 32, 64)
+  }
+}
+
+template <typename TK>
+void launch_mma_bv(const FwdOArgs& a, int device, cudaStream_t s) {
+  if (a.V > 64 && a.geo.K <= 128) {
+    launch_mma_bt<TK, 128>(a, device, s);
+  } else {
+    launch_mma_bt<TK, 64>(a, device, s);
+  }
+}
+
+}  // namespace
+
+/// q, k, v_new and h are all f16 or all bf16 (chosen by the caller, gdn_fwd_o.cu).
+void chunk_fwd_o_mma(const FwdOArgs& a, int device, cudaStream_t s) {
+  if (a.q.dtype == DType::bf16) {
+    launch_mma_bv<__nv_bfloat16>(a, device, s);
+  } else {
+    launch_mma_bv<__half>(a, device, s);
+  }
+}
+
+}  // namespace fuseops::detail::cuda
