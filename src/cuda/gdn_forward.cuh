@@ -53,6 +53,19 @@ __device__ __forceinline__ int64_t state_slot(const GdnGeometry& geo, int64_t sl
   return ch.t0 / geo.BT;
 }
 
+/// The chunk of slot `slot` (resolve_chunk, recorded by the blocks with blockIdx.y == 0), looked up by warp 0 and
+/// shared with the whole block through `shared`; begins and ends with a block barrier.
+template <int BT>
+__device__ ChunkRef block_chunk(const GdnGeometry& geo, int64_t slot, DeviceErrorRecord* errors, ChunkRef& shared) {
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const ChunkRef c = resolve_chunk<BT>(geo, slot, errors, blockIdx.y == 0);
+    if (threadIdx.x == 0) shared = c;
+  }
+  __syncthreads();
+  return shared;
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // 16-bit tiles of the tensor-core kernels (gdn_recompute.cu, gdn_fwd_h.cu)
 

@@ -131,6 +131,23 @@ struct FwdHMma {
 
 __device__ __forceinline__ void st_pair(void* p, uint32_t v) { *static_cast<uint32_t*>(p) = v; }
 
+/// f(row, col, element) for every element of this thread's state fragments S[m][j][e]: warp w owns the row tiles
+/// w MT .. w MT + MT - 1 of 16 rows; element e of an mma accumulator sits at row lane / 4 (+ 8 for e >= 2) and
+/// column 2 (lane % 4) + e % 2 of its 16 x 8 tile.
+template <int MT, int NV, typename F>
+__device__ __forceinline__ void for_each_state(float (&S)[MT][NV][4], int warp, int lane, F&& f) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        f((warp * MT + m) * 16 + lane / 4 + (e >= 2 ? 8 : 0), j * 8 + 2 * (lane % 4) + (e & 1), S[m][j][e]);
+      }
+    }
+  }
+}
+
 template <typename TK, int KP, int BT, int BV>
 __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units,
                                                              FwdHVec vec, DeviceErrorRecord* errors) {
@@ -166,18 +183,9 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
     if (sb.bad && hv == 0 && vb == 0 && tid == 0) record_device_error(errors, a.geo.cu_site, n);
     const int64_t state0 = (n * HV + hv) * KV;
     float S[C::kMT][C::kNV][4];
-#pragma unroll
-    for (int m = 0; m < C::kMT; ++m) {
-#pragma unroll
-      for (int j = 0; j < C::kNV; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int row = (warp * C::kMT + m) * 16 + qr + (e >= 2 ? 8 : 0), col = j * 8 + qc + (e & 1);
-          S[m][j][e] = (a.h0 && row < K && col < vcols) ? gdn::load_f(a.h0, a.h0_dtype, state0 + row * V + col0 + col)
-                                                        : 0.f;
-        }
-      }
-    }
+    for_each_state(S, warp, lane, [&](int row, int col, float& x) {
+      x = (a.h0 && row < K && col < vcols) ? gdn::load_f(a.h0, a.h0_dtype, state0 + row * V + col0 + col) : 0.f;
+    });
     // w, k, u rows of the chunk at t0 -> buffer `buf` (cp.async, committed by the caller)
     auto issue = [&](int64_t t0, int buf) {
       const int L = static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0));
@@ -291,14 +299,7 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
 
         // 3. S = exp(g_last) S + k^T v_gated, ascending over the chunk's rows
         const float decay = gated ? expf(glast) : 1.f;
-#pragma unroll
-        for (int m = 0; m < C::kMT; ++m) {
-#pragma unroll
-          for (int j = 0; j < C::kNV; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) S[m][j][e] *= decay;
-          }
-        }
+        for_each_state(S, warp, lane, [&](int, int, float& x) { x *= decay; });
         const TK* const kt = ksm + buf * C::kWTile;
         const int lp = (L + 15) / 16 * 16;
         for (int kk = 0; kk < lp; kk += 16) {
@@ -325,17 +326,9 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
       }
     }
     if (a.ht) {
-#pragma unroll
-      for (int m = 0; m < C::kMT; ++m) {
-#pragma unroll
-        for (int j = 0; j < C::kNV; ++j) {
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int row = (warp * C::kMT + m) * 16 + qr + (e >= 2 ? 8 : 0), col = j * 8 + qc + (e & 1);
-            if (row < K && col < vcols) a.ht[state0 + row * V + col0 + col] = S[m][j][e];
-          }
-        }
-      }
+      for_each_state(S, warp, lane, [&](int row, int col, float& x) {
+        if (row < K && col < vcols) a.ht[state0 + row * V + col0 + col] = x;
+      });
     }
   }
 }

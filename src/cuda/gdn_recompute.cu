@@ -31,13 +31,7 @@ __global__ void __launch_bounds__(kThreads) recompute_w_u_ffma_kernel(const WuAr
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t K = a.geo.K, V = a.V, group = a.geo.HV / a.geo.H;
   for (int64_t slot = blockIdx.x; slot < slots; slot += gridDim.x) {
-    __syncthreads();
-    if (tid < 32) {
-      const gdn::ChunkRef c = gdn::resolve_chunk<BT>(a.geo, slot, errors, blockIdx.y == 0);
-      if (tid == 0) chunk = c;
-    }
-    __syncthreads();
-    const gdn::ChunkRef ch = chunk;
+    const gdn::ChunkRef ch = gdn::block_chunk<BT>(a.geo, slot, errors, chunk);
     if (ch.len == 0) continue;
     const int L = ch.len;
     for (int64_t hv = blockIdx.y; hv < a.geo.HV; hv += gridDim.y) {
@@ -199,13 +193,7 @@ __global__ void __launch_bounds__(kThreads) recompute_w_u_mma_kernel(const WuArg
   const int K = static_cast<int>(a.geo.K), V = static_cast<int>(a.V);
   const int64_t group = a.geo.HV / a.geo.H;
   for (int64_t slot = blockIdx.x; slot < slots; slot += gridDim.x) {
-    __syncthreads();
-    if (tid < 32) {
-      const gdn::ChunkRef c = gdn::resolve_chunk<BT>(a.geo, slot, errors, blockIdx.y == 0);
-      if (tid == 0) chunk = c;
-    }
-    __syncthreads();
-    const gdn::ChunkRef ch = chunk;
+    const gdn::ChunkRef ch = gdn::block_chunk<BT>(a.geo, slot, errors, chunk);
     if (ch.len == 0) continue;
     const int L = ch.len;
     for (int64_t hv = blockIdx.y; hv < a.geo.HV; hv += gridDim.y) {

@@ -18,7 +18,7 @@ std::string Spec::describe() const {
   if (varlen()) os << " seqlens=" << gdn::seqlens_text(seqlens);
   os << " " << fuseops::dtype_name(dtype) << " gates " << fuseops::dtype_name(gate_dtype) << " h0 "
      << (has_h0 ? fuseops::dtype_name(h0_dtype) : "none") << " decay " << gdn::decay_name(decay)
-     << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << ", FUSEOPS_SEED=" << run_seed();
+     << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << (aligned ? " aligned" : "") << ", FUSEOPS_SEED=" << run_seed();
   return os.str();
 }
 
@@ -99,18 +99,20 @@ ref::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normali
 
 namespace {
 
+int64_t guard(const Spec& s) { return s.aligned ? 8 : 5; }
+
 /// Placed inputs and outputs of one run.
 struct Run {
   Placed q, k, v, g, beta;
   std::unique_ptr<Placed> h0, cu;
   Placed o, ht;
   Run(Where w, const Spec& s, const Inputs& in)
-      : q(w, in.q, s.padded ? 3 : 0),
-        k(w, in.k, s.padded ? 5 : 0),
-        v(w, in.v, s.padded ? 2 : 0),
+      : q(w, in.q, s.padded ? (s.aligned ? 8 : 3) : 0, guard(s)),
+        k(w, in.k, s.padded ? (s.aligned ? 8 : 5) : 0, guard(s)),
+        v(w, in.v, s.padded ? (s.aligned ? 8 : 2) : 0, guard(s)),
         g(w, in.g),
         beta(w, in.beta),
-        o(w, s.dtype, {s.B, s.T, s.HV, s.V}),
+        o(w, s.dtype, {s.B, s.T, s.HV, s.V}, guard(s)),
         ht(w, DType::f32, {s.N(), s.HV, s.K, s.V}) {
     if (s.has_h0) h0 = std::make_unique<Placed>(w, in.h0);
     if (s.varlen()) cu = std::make_unique<Placed>(w, ft::index_tensor(s.cu_dtype, in.cu), 0, 0);

@@ -23,6 +23,9 @@ struct Spec {
   bool has_h0 = true;
   bool l2norm = false;  ///< then q, k are raw normal vectors, else k is unit-norm
   bool padded = false;  ///< q, k, v rows padded (non-contiguous)
+  /// q, k, v, o placed 16-byte aligned (guard, and padding when `padded`, of 8 elements): the 16-byte vector paths
+  /// of the CUDA kernels; otherwise guards of 5 elements (and padding of 3 / 5 / 2) keep rows misaligned.
+  bool aligned = false;
   Decay decay = Decay::realistic;
   DType cu_dtype = DType::i32;
   bool varlen() const { return !seqlens.empty(); }
