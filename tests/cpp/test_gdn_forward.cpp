@@ -56,24 +56,32 @@ TEST_P(GdnForward, Dtypes) {
   }
 }
 
+/// One fixed-length case (batch 1) of the shape tests.
+struct Shape {
+  int64_t T, H, HV, K, V, BT;
+  DType dt;
+  bool padded = false, aligned = false;
+};
+/// check_spec for each shape, with the recurrent op too where K <= 128 when `recurrent`.
+void check_shapes(Where where, std::initializer_list<Shape> shapes, std::mt19937_64& rng, bool recurrent) {
+  for (const Shape& c : shapes) {
+    Spec s = fixed(1, c.T, c.H, c.HV, c.K, c.V, c.dt);
+    s.BT = c.BT;
+    s.padded = c.padded;
+    s.aligned = c.aligned;
+    check_spec(where, s, rng, recurrent && c.K <= 128);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // K = V = 128 (the main case) and 256, head dims that are no multiple of 16, chunk sizes 16 / 32 / 64, padded rows.
 TEST_P(GdnForward, HeadDimsAndChunkSizes) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  struct C {
-    int64_t T, H, HV, K, V, BT;
-    DType dt;
-    bool padded;
-  };
-  for (const C& c : {C{130, 1, 2, 128, 128, 64, bf16, false}, C{70, 1, 1, 256, 256, 64, bf16, false},
-                     C{75, 2, 2, 60, 100, 32, f16, true}, C{50, 1, 3, 100, 60, 16, f32, true},
-                     C{33, 1, 2, 1, 7, 16, f32, false}, C{64, 1, 1, 32, 200, 64, bf16, false}}) {
-    Spec s = fixed(1, c.T, c.H, c.HV, c.K, c.V, c.dt);
-    s.BT = c.BT;
-    s.padded = c.padded;
-    check_spec(GetParam(), s, rng, c.K <= 128);
-    if (HasFailure()) return;
-  }
+  check_shapes(GetParam(),
+               {{130, 1, 2, 128, 128, 64, bf16}, {70, 1, 1, 256, 256, 64, bf16}, {75, 2, 2, 60, 100, 32, f16, true},
+                {50, 1, 3, 100, 60, 16, f32, true}, {33, 1, 2, 1, 7, 16, f32}, {64, 1, 1, 32, 200, 64, bf16}},
+               rng, true);
 }
 
 // The CUDA tensor-core variants of recompute_w_u / fwd_h (f16 / bf16; src/cuda/gdn_fwd_h.cu picks the V block BV from
@@ -84,22 +92,14 @@ TEST_P(GdnForward, HeadDimsAndChunkSizes) {
 TEST_P(GdnForward, TensorCoreVariants) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  struct C {
-    int64_t T, H, HV, K, V, BT;
-    DType dt;
-    bool aligned, padded;
-  };
-  for (const C& c : {C{70, 16, 64, 128, 128, 64, bf16, true, false}, C{70, 8, 32, 128, 128, 64, f16, true, true},
-                     C{50, 1, 2, 128, 64, 16, f16, true, false}, C{45, 1, 2, 96, 128, 16, bf16, false, true},
-                     C{40, 1, 1, 200, 136, 32, bf16, true, false}, C{40, 1, 1, 136, 24, 16, f16, false, false},
-                     C{90, 1, 2, 128, 128, 32, f16, true, true}}) {
-    Spec s = fixed(1, c.T, c.H, c.HV, c.K, c.V, c.dt);
-    s.BT = c.BT;
-    s.aligned = c.aligned;
-    s.padded = c.padded;
-    check_spec(GetParam(), s, rng);
-    if (HasFailure()) return;
-  }
+  //             T   H  HV    K    V  BT  dtype padded aligned
+  check_shapes(GetParam(),
+               {{70, 16, 64, 128, 128, 64, bf16, false, true}, {70, 8, 32, 128, 128, 64, f16, true, true},
+                {50, 1, 2, 128, 64, 16, f16, false, true}, {45, 1, 2, 96, 128, 16, bf16, true, false},
+                {40, 1, 1, 200, 136, 32, bf16, false, true}, {40, 1, 1, 136, 24, 16, f16},
+                {90, 1, 2, 128, 128, 32, f16, true, true}},
+               rng, false);
+  if (HasFailure()) return;
   Spec s = varlen({0, 37, 64, 0, 100, 1, 0}, 4, 16, 128, 128, bf16);
   s.aligned = true;
   check_spec(GetParam(), s, rng);
