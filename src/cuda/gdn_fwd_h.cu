@@ -8,9 +8,10 @@
 // fwd_h_mma_kernel (k, w, u, h, v_new all f16 or all bf16; every K, V in [1, 256] and every chunk size): tensor cores.
 // The state slice S [KP][BV] (K padded to KP = 128 or 256) stays in fp32 mma accumulators; warp w owns rows
 // [w KP / 8, (w + 1) KP / 8). Per chunk S is rounded once into shared memory, where it is both h[slot] (written out
-// with 16-byte stores) and the B operand of w S; the gated v_new is rounded into the same buffer as the B operand of
+// with 16-byte stores) and the B operand of w S; the gated v_new is rounded into a second tile as the B operand of
 // k^T v_new (k^T through ldmatrix.trans). The next chunk's w, k, u tiles are prefetched with cp.async into the second
-// of two buffers while the current chunk is computed. Tiles are zero past K, V and the chunk's rows.
+// of two buffers while the current chunk is computed; two block barriers per chunk. Tiles are zero past K, V and the
+// chunk's rows.
 //
 // fwd_h_ffma_kernel (f32 inputs and any mix of dtypes): S [K][32] in shared memory, fp32 FFMA (no TF32); thread
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
@@ -123,9 +124,9 @@ struct FwdHMma {
   static constexpr int kNV = BV / 8;                 ///< 8-column tiles of S and v_new
   static constexpr int kVT = (BT / 16) * kNV;        ///< 16 x 8 tiles of v_new
   static constexpr int kNPW = kVT >= gdn::kWarps ? kVT / gdn::kWarps : 1;  ///< v_new tiles per warp (one row block)
-  static constexpr int kWTile = BT * kLdK, kUTile = BT * kLdV, kSTile = (KP > BT ? KP : BT) * kLdV;
-  /// w, k, u double-buffered, the S / v_new tile, g double-buffered
-  static constexpr std::size_t kSmem = (2 * (2 * kWTile + kUTile) + kSTile) * sizeof(TK) + 2 * BT * sizeof(float);
+  static constexpr int kWTile = BT * kLdK, kUTile = BT * kLdV, kSTile = KP * kLdV;
+  /// w, k, u double-buffered, the S tile, the gated v_new tile (the size of a u tile), g double-buffered
+  static constexpr std::size_t kSmem = (2 * (2 * kWTile + kUTile) + kSTile + kUTile) * sizeof(TK) + 2 * BT * sizeof(float);
   static_assert(kMT >= 1 && kNV % 2 == 0 && kNV % kNPW == 0 && (kNPW == 1 || kNPW % 2 == 0), "tile split");
 };
 
@@ -157,8 +158,9 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
   TK* const wsm = reinterpret_cast<TK*>(smem_raw);  // [2][BT][kLdK]
   TK* const ksm = wsm + 2 * C::kWTile;              // [2][BT][kLdK]
   TK* const usm = ksm + 2 * C::kWTile;              // [2][BT][kLdV]
-  TK* const ssm = usm + 2 * C::kUTile;              // S [KP][kLdV], then the gated v_new [BT][kLdV]
-  float* const gsm = reinterpret_cast<float*>(ssm + C::kSTile);  // [2][BT]
+  TK* const ssm = usm + 2 * C::kUTile;              // S [KP][kLdV]
+  TK* const vsm = ssm + C::kSTile;                  // the gated v_new [BT][kLdV]
+  float* const gsm = reinterpret_cast<float*>(vsm + C::kUTile);  // [2][BT]
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int qr = lane / 4, qc = 2 * (lane % 4);  // accumulator fragment: rows qr, qr + 8; columns qc, qc + 1
   const int K = static_cast<int>(a.geo.K), kp = (K + 15) / 16 * 16;
@@ -205,16 +207,11 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
       cp_async_commit();
       if (tid < BT) gsm[tid] = load_g(sb.bos);
       int buf = 0;
+      // Two block barriers per chunk. The S tile is last read (w S, h) before barrier B of the previous chunk, the
+      // v_new tile and buffer buf ^ 1 (k) before barrier A of this one, g[buf ^ 1] before barrier A too.
       for (int64_t t0 = sb.bos; t0 < sb.eos; t0 += BT, buf ^= 1) {
         const int L = static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0));
         const bool has_next = t0 + BT < sb.eos;
-        __syncthreads();  // the previous chunk is done with the S / v_new tile and with buffer buf ^ 1
-        float g_next = 0.f;
-        if (has_next) {
-          issue(t0 + BT, buf ^ 1);
-          g_next = load_g(t0 + BT);  // stored to shared memory at the end of this chunk
-        }
-        cp_async_commit();  // (an empty group when there is no next chunk: the wait below stays uniform)
 
         // 1. S -> shared memory (rounded once): h[slot] and the B operand of w S. Rows >= K are zero.
 #pragma unroll
@@ -226,12 +223,18 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
             st_pair(ssm + (row + 8) * C::kLdV + j * 8 + qc, pack2<TK>(S[m][j][2], S[m][j][3]));
           }
         }
-        cp_async_wait<1>();  // this chunk's tiles have landed (the next chunk's may still be in flight)
-        __syncthreads();
+        cp_async_wait<0>();  // this chunk's tiles have landed
+        __syncthreads();     // barrier A
+        float g_next = 0.f;
+        if (has_next) {  // prefetch the next chunk into the other buffers while this one is computed
+          issue(t0 + BT, buf ^ 1);
+          cp_async_commit();
+          g_next = load_g(t0 + BT);  // stored to shared memory at the end of this chunk
+        }
         const int64_t hoff = state_offset(a.h, sb.batch, chunk_slot(a.geo, n, sb.bos, t0), hv, HV, KV);
         gdn::store_tile(hp + hoff + col0, V, ssm, C::kLdV, K, vcols, vec.h, kThreads);
 
-        // 2. v_new = u - w S for this warp's tiles; stored ungated, kept gated (0 past the chunk) in registers
+        // 2. v_new = u - w S for this warp's tiles; stored ungated, and gated (0 past the chunk) into the v_new tile
         const float* const gc = gsm + buf * BT;
         const float glast = gc[L - 1];
         float vacc[C::kNPW][4];
@@ -281,21 +284,11 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
                   if (col + 1 < vcols) vrow[col + 1] = from_float<TK>(v1);
                 }
               }
-              vacc[p][2 * hr] = v0 * f;
-              vacc[p][2 * hr + 1] = v1 * f;
+              st_pair(vsm + i * C::kLdV + col, pack2<TK>(v0 * f, v1 * f));
             }
           }
         }
-        __syncthreads();  // every warp is done reading S from the shared tile
-        if (v_active) {
-#pragma unroll
-          for (int p = 0; p < C::kNPW; ++p) {
-            TK* const dst = ssm + (vm * 16 + qr) * C::kLdV + (vn0 + p) * 8 + qc;
-            st_pair(dst, pack2<TK>(vacc[p][0], vacc[p][1]));
-            st_pair(dst + 8 * C::kLdV, pack2<TK>(vacc[p][2], vacc[p][3]));
-          }
-        }
-        __syncthreads();
+        __syncthreads();  // barrier B
 
         // 3. S = exp(g_last) S + k^T v_gated, ascending over the chunk's rows
         const float decay = gated ? expf(glast) : 1.f;
@@ -306,7 +299,7 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
           uint32_t bf[C::kNV / 2][4];
 #pragma unroll
           for (int p = 0; p < C::kNV / 2; ++p) {
-            ldmatrix_x4_trans(bf[p], ssm + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kLdV + (2 * p + (lane >> 4)) * 8);
+            ldmatrix_x4_trans(bf[p], vsm + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kLdV + (2 * p + (lane >> 4)) * 8);
           }
 #pragma unroll
           for (int m = 0; m < C::kMT; ++m) {
