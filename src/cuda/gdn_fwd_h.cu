@@ -1,6 +1,6 @@
 // CUDA backend of chunk_gated_delta_rule_fwd_h: the state recurrence across chunks (include/fuseops/gdn_forward.h;
-// reference/gdn.md §7). Two kernels, both one block per (sequence, value head, block of V columns), sequential over the
-// sequence's chunks (the blocks of one (sequence, head) split V for parallelism). Per chunk:
+// reference/gdn.md §7). Two kernels, both one block per (sequence, value head, block of V columns), sequential over
+// the sequence's chunks (the blocks of one (sequence, head) split V for parallelism). Per chunk:
 //   1. h[slot] = S (rounded to h's dtype);
 //   2. v_new = u - w S (stored ungated);
 //   3. S = exp(g_last) S + k^T (v_new * exp(g_last - g_i)).
@@ -126,7 +126,8 @@ struct FwdHMma {
   static constexpr int kNPW = kVT >= gdn::kWarps ? kVT / gdn::kWarps : 1;  ///< v_new tiles per warp (one row block)
   static constexpr int kWTile = BT * kLdK, kUTile = BT * kLdV, kSTile = KP * kLdV;
   /// w, k, u double-buffered, the S tile, the gated v_new tile (the size of a u tile), g double-buffered
-  static constexpr std::size_t kSmem = (2 * (2 * kWTile + kUTile) + kSTile + kUTile) * sizeof(TK) + 2 * BT * sizeof(float);
+  static constexpr std::size_t kSmem =
+      (2 * (2 * kWTile + kUTile) + kSTile + kUTile) * sizeof(TK) + 2 * BT * sizeof(float);
   static_assert(kMT >= 1 && kNV % 2 == 0 && kNV % kNPW == 0 && (kNPW == 1 || kNPW % 2 == 0), "tile split");
 };
 
@@ -243,26 +244,39 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
         if (v_active) {
           if (vm * 16 < L) {  // warp-uniform
             const TK* const a_ptr = wsm + buf * C::kWTile + (vm * 16 + (lane & 15)) * C::kLdK + (lane >> 4) * 8;
-            const TK* const b_ptr = C::kNPW == 1
-                                        ? ssm + (lane & 15) * C::kLdV + vn0 * 8
-                                        : ssm + ((lane & 7) + ((lane >> 3) & 1) * 8) * C::kLdV + (vn0 + (lane >> 4)) * 8;
-#pragma unroll 2
-            for (int kk = 0; kk < kp; kk += 16) {  // ascending over K
+            const int b_row = C::kNPW == 1 ? (lane & 15) : (lane & 7) + ((lane >> 3) & 1) * 8;
+            const int b_col = C::kNPW == 1 ? vn0 * 8 : (vn0 + (lane >> 4)) * 8;
+            const TK* const b_ptr = ssm + b_row * C::kLdV + b_col;
+            // two accumulator sets (even and odd 16-column steps of K, each ascending, added at the end) halve the
+            // chain of dependent mma
+            float vodd[C::kNPW][4];
+#pragma unroll
+            for (int p = 0; p < C::kNPW; ++p) vodd[p][0] = vodd[p][1] = vodd[p][2] = vodd[p][3] = 0.f;
+            auto step = [&](int kk, float (&acc)[C::kNPW][4]) {
               uint32_t af[4];
               ldmatrix_x4(af, a_ptr + kk);
               if constexpr (C::kNPW == 1) {
                 uint32_t b0, b1;
                 ldmatrix_x2_trans(b0, b1, b_ptr + kk * C::kLdV);
-                mma_m16n8k16<TK>(vacc[0], af, b0, b1);
+                mma_m16n8k16<TK>(acc[0], af, b0, b1);
               } else {
 #pragma unroll
                 for (int p = 0; p < C::kNPW; p += 2) {
                   uint32_t b[4];
                   ldmatrix_x4_trans(b, b_ptr + kk * C::kLdV + p * 8);
-                  mma_m16n8k16<TK>(vacc[p], af, b[0], b[1]);
-                  mma_m16n8k16<TK>(vacc[p + 1], af, b[2], b[3]);
+                  mma_m16n8k16<TK>(acc[p], af, b[0], b[1]);
+                  mma_m16n8k16<TK>(acc[p + 1], af, b[2], b[3]);
                 }
               }
+            };
+            for (int kk = 0; kk < kp; kk += 32) {
+              step(kk, vacc);
+              if (kk + 16 < kp) step(kk + 16, vodd);
+            }
+#pragma unroll
+            for (int p = 0; p < C::kNPW; ++p) {
+#pragma unroll
+              for (int e = 0; e < 4; ++e) vacc[p][e] += vodd[p][e];
             }
           }
           const TK* const ut = usm + buf * C::kUTile;
@@ -299,7 +313,8 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
           uint32_t bf[C::kNV / 2][4];
 #pragma unroll
           for (int p = 0; p < C::kNV / 2; ++p) {
-            ldmatrix_x4_trans(bf[p], vsm + (kk + (lane & 7) + ((lane >> 3) & 1) * 8) * C::kLdV + (2 * p + (lane >> 4)) * 8);
+            const int row = kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+            ldmatrix_x4_trans(bf[p], vsm + row * C::kLdV + (2 * p + (lane >> 4)) * 8);
           }
 #pragma unroll
           for (int m = 0; m < C::kMT; ++m) {

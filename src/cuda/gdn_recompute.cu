@@ -111,7 +111,6 @@ void launch_wu_ffma(const WuArgs& a, int device, cudaStream_t s) {
                 dmax, errors);
 }
 
-
 // ---------------------------------------------------------------------------------------------------------------
 // Tensor-core kernel (f16 / bf16)
 
@@ -179,8 +178,8 @@ __device__ void lower_times(const TK* As, const TK* X, int ld, TK* O, int len, i
 /// output staging tile [BT][ld], ld = dp + 8 with dp = max(K, V) rounded up to 32 (zero past K / V and the chunk).
 /// Registers bounded for 3 blocks per SM (61 KB of shared memory each at BT = 64, K = V = 128; no spills).
 template <typename TK, int BT>
-__global__ void __launch_bounds__(kThreads, 3) recompute_w_u_mma_kernel(const WuArgs a, int64_t slots, int dp, WuVec vec,
-                                                                     DeviceErrorRecord* errors) {
+__global__ void __launch_bounds__(kThreads, 3)
+    recompute_w_u_mma_kernel(const WuArgs a, int64_t slots, int dp, WuVec vec, DeviceErrorRecord* errors) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int ld = dp + 8;

@@ -18,7 +18,8 @@ std::string Spec::describe() const {
   if (varlen()) os << " seqlens=" << gdn::seqlens_text(seqlens);
   os << " " << fuseops::dtype_name(dtype) << " gates " << fuseops::dtype_name(gate_dtype) << " h0 "
      << (has_h0 ? fuseops::dtype_name(h0_dtype) : "none") << " decay " << gdn::decay_name(decay)
-     << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << (aligned ? " aligned" : "") << ", FUSEOPS_SEED=" << run_seed();
+     << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << (aligned ? " aligned" : "")
+     << ", FUSEOPS_SEED=" << run_seed();
   return os.str();
 }
 
