@@ -2,7 +2,13 @@
 `gdn-decode` sets, by the method of `fuseops bench` (timing.py: median per launch under CUDA-graph replay, warm =
 same buffers), and writes a Markdown table with the ratio to FLA and to FlashQLA's / FlashInfer's published H200 times.
 
-    PYTHONPATH=python:.baselines FLA_FLASH_QLA=0 python3 bench/baselines/fla_gdn_forward.py OUT.md [--only prefill|decode]
+    PYTHONPATH=python:.baselines FLA_FLASH_QLA=0 python3 bench/baselines/fla_gdn_forward.py OUT.md \
+        [--only prefill|decode|stages]
+
+`--only stages` times the two stages recompute_w_u_fwd and chunk_gated_delta_rule_fwd_h alone against FLA's
+(fla.ops.gated_delta_rule.wy_fast.recompute_w_u_fwd, fla.ops.common.chunk_delta_h.chunk_gated_delta_rule_fwd_h) on the
+single-sequence prefill cases, both fed the same bf16 k, v, beta, A (our kkt_solve), w, u and fp32 g, h0 (FLA reads
+g as a log2 cumsum, fuseops as a natural-log one: the same work, other values).
 
 FLA is flash-linear-attention from a fetched, uncommitted checkout (../shared/tools/prepare-baselines.sh);
 FLA_FLASH_QLA=0 keeps FLA on its own Triton kernels (reference/gdn.md §9). Prefill: chunk_gated_delta_rule(q, k, v, g,
@@ -61,6 +67,44 @@ def prefill_inputs(H, HV, lens):
     return q, k, v, gate, beta, h0, cu
 
 
+def stage_rows(fuseops, out_md):
+    """recompute_w_u_fwd and chunk_gated_delta_rule_fwd_h alone, fuseops vs FLA, single-sequence prefill cases."""
+    from fla.ops.common.chunk_delta_h import chunk_gated_delta_rule_fwd_h as fla_fwd_h
+    from fla.ops.gated_delta_rule.wy_fast import recompute_w_u_fwd as fla_wu
+
+    rows = []
+    for H, HV, lens in PREFILL:
+        if len(lens) != 1:
+            continue
+        q, k, v, gate, beta, h0, _ = prefill_inputs(H, HV, lens)
+        k = F.normalize(k.float(), dim=-1).bfloat16()
+        g = fuseops.chunk_local_cumsum(gate, 64)
+        A = fuseops.chunk_gated_delta_rule_fwd_kkt_solve(k, g, beta, chunk_size=64)
+        w, u = fuseops.recompute_w_u_fwd(k, v, beta, A, g)
+        cases = [
+            ("recompute_w_u_fwd", lambda: fuseops.recompute_w_u_fwd(k, v, beta, A, g),
+             lambda: fla_wu(k, v, beta, A, g)),
+            ("chunk_gated_delta_rule_fwd_h",
+             lambda: fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, g, initial_state=h0, output_final_state=True),
+             lambda: fla_fwd_h(k, w, u, g=g, initial_state=h0, output_final_state=True)),
+        ]
+        T = lens[0]
+        for name, ours, fla in cases:
+            t_ours, t_fla = time_us(ours), time_us(fla)
+            rows.append((label(H, HV, lens), name, t_ours, t_fla))
+            print("%-16s %-30s ours %9.1f us  FLA %9.1f us  x%.2f" % (rows[-1][0], name, t_ours, t_fla,
+                                                                       t_fla / t_ours), flush=True)
+        del q, k, v, gate, beta, h0, g, A, w, u
+        torch.cuda.empty_cache()
+    with open(out_md, "w") as f:
+        f.write("Side by side in one process on %s (FLA_FLASH_QLA=%s): the GDN forward stages alone, fuseops vs FLA "
+                "Triton, bf16, K = V = 128, chunk 64. Median us per launch under CUDA-graph replay (warm).\n\n" % (
+                    torch.cuda.get_device_name(), os.environ.get("FLA_FLASH_QLA", "unset")))
+        f.write("| case (h_qk/h_v:T) | stage | fuseops us | FLA us | speedup vs FLA |\n|---|---|---|---|---|\n")
+        for case, name, to, tf in rows:
+            f.write("| %s | %s | %.1f | %.1f | %.2f |\n" % (case, name, to, tf, tf / to))
+
+
 def main():
     out_md = sys.argv[1]
     only = sys.argv[3] if len(sys.argv) > 3 and sys.argv[2] == "--only" else None
@@ -69,6 +113,9 @@ def main():
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_recurrent
 
     rows = []
+    if only == "stages":
+        stage_rows(fuseops, out_md)
+        return
     if only in (None, "prefill"):
         for H, HV, lens in PREFILL:
             q, k, v, gate, beta, h0, cu = prefill_inputs(H, HV, lens)

@@ -12,6 +12,8 @@
 
 #include "common/gdn_forward_common.h"
 #include "cuda/gdn_intra.cuh"
+#include "cuda/mma.cuh"
+#include "cuda/vec.cuh"
 #include "cuda/launch.h"
 #include "ops/gdn_forward_impl.h"
 
@@ -51,5 +53,87 @@ __device__ __forceinline__ int64_t state_slot(const GdnGeometry& geo, int64_t sl
   return ch.t0 / geo.BT;
 }
 
+/// The chunk of slot `slot` (resolve_chunk, recorded by the blocks with blockIdx.y == 0), looked up by warp 0 and
+/// shared with the whole block through `shared`; begins and ends with a block barrier.
+template <int BT>
+__device__ ChunkRef block_chunk(const GdnGeometry& geo, int64_t slot, DeviceErrorRecord* errors, ChunkRef& shared) {
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const ChunkRef c = resolve_chunk<BT>(geo, slot, errors, blockIdx.y == 0);
+    if (threadIdx.x == 0) shared = c;
+  }
+  __syncthreads();
+  return shared;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 16-bit tiles of the tensor-core kernels (gdn_recompute.cu, gdn_fwd_h.cu)
+
+/// Whether the rows of a [B, T, heads, dim] view can move as 16-byte vectors of 16-bit elements: dim, the strides and
+/// the base a multiple of 8 elements / 16 bytes.
+inline bool rows_16b(const void* data, int64_t dim, int64_t stride_b, int64_t stride_t, int64_t stride_h) {
+  return reinterpret_cast<std::uintptr_t>(data) % 16 == 0 && dim % 8 == 0 && stride_b % 8 == 0 &&
+         stride_t % 8 == 0 && stride_h % 8 == 0;
+}
+inline bool rows_16b(const GdnIn& x, int64_t dim) { return rows_16b(x.data, dim, x.stride_b, x.stride_t, x.stride_h); }
+inline bool rows_16b(const GdnOut& x, int64_t dim) { return rows_16b(x.data, dim, x.stride_b, x.stride_t, x.stride_h); }
+
+/// Global rows (row stride `stride`, `rows` x `cols` valid) -> shared tile [ROWS][ld] with `pcols` columns (a multiple
+/// of 8), zero past the valid part. `vec`: 16-byte cp.async copies (cols a multiple of 8, rows 16-byte aligned; the
+/// caller commits and waits), else element loads. Called by all `threads` threads of the block.
+template <typename T, int ROWS>
+__device__ __forceinline__ void load_tile(T* dst, int ld, int pcols, const T* src, int64_t stride, int rows, int cols,
+                                          bool vec, int threads) {
+  if (vec) {
+    const int per_row = pcols / 8;
+#pragma unroll 4
+    for (int u = static_cast<int>(threadIdx.x); u < ROWS * per_row; u += threads) {
+      const int i = u / per_row, c = (u - i * per_row) * 8;
+      const bool ok = i < rows && c < cols;
+      cp_async_16(dst + i * ld + c, ok ? src + i * stride + c : src, ok);
+    }
+  } else {
+#pragma unroll 1
+    for (int u = static_cast<int>(threadIdx.x); u < ROWS * pcols; u += threads) {
+      const int i = u / pcols, c = u - i * pcols;
+      dst[i * ld + c] = (i < rows && c < cols) ? src[i * stride + c] : from_float<T>(0.f);
+    }
+  }
+}
+
+/// Shared tile [rows][ld] -> global rows (row stride `stride`), `cols` columns. `vec`: 16-byte stores (cols, stride
+/// and dst 16-byte multiples), else element stores.
+template <typename T>
+__device__ __forceinline__ void store_tile(T* dst, int64_t stride, const T* src, int ld, int rows, int cols, bool vec,
+                                           int threads) {
+  if (vec) {
+    const int per_row = cols / 8;
+#pragma unroll 4
+    for (int u = static_cast<int>(threadIdx.x); u < rows * per_row; u += threads) {
+      const int i = u / per_row, c = (u - i * per_row) * 8;
+      *reinterpret_cast<uint4*>(dst + i * stride + c) = *reinterpret_cast<const uint4*>(src + i * ld + c);
+    }
+  } else {
+#pragma unroll 1
+    for (int u = static_cast<int>(threadIdx.x); u < rows * cols; u += threads) {
+      const int i = u / cols, c = u - i * cols;
+      dst[i * stride + c] = src[i * ld + c];
+    }
+  }
+}
+
+/// The 16-bit type of a run-time dtype (f16 / bf16) for dispatch; f32 has none.
+template <typename F>
+bool with_16bit(DType dt, F&& f) {
+  if (dt == DType::f16) {
+    f(__half{});
+    return true;
+  }
+  if (dt == DType::bf16) {
+    f(__nv_bfloat16{});
+    return true;
+  }
+  return false;
+}
 
 }  // namespace fuseops::detail::cuda::gdn

@@ -1,9 +1,13 @@
 // CUDA backend of recompute_w_u_fwd (w = A (beta e^g k), u = A (beta v) per chunk) and of the l2 normalisation of
 // q and k used by chunk_gated_delta_rule (include/fuseops/gdn_forward.h; reference/gdn.md §6).
 //
-// recompute_w_u: one 256-thread block per (chunk slot, value head); fp32 FFMA in shared memory, each output a sum
-// over j <= i in ascending order. The A tile (lower part with the diagonal, fp32) and one operand tile (beta e^g k,
-// then beta v) live in shared memory. l2norm: one warp per row.
+// recompute_w_u, one 256-thread block per (chunk slot, value head), in one of two kernels:
+// - recompute_w_u_mma_kernel (k, v, A, w, u all f16 or all bf16; any K, V, chunk size): the A tile (lower part with
+//   the diagonal), beta e^g k and beta v (rounded once to the input dtype, as FLA) in shared memory; m16n8k16 mma
+//   over the lower-triangular blocks, fp32 accumulators, outputs staged in shared memory and stored as rows.
+// - recompute_w_u_ffma_kernel (f32 and any mix of dtypes): fp32 FFMA in shared memory (no TF32), each output a sum
+//   over j <= i in ascending order; the A tile (fp32) and one operand tile (beta e^g k, then beta v).
+// l2norm: one warp per row.
 #include <cstdint>
 
 #include "cuda/device_error.h"
@@ -16,7 +20,7 @@ namespace {
 using gdn::kThreads;
 
 template <int BT>
-__global__ void __launch_bounds__(kThreads) recompute_w_u_kernel(const WuArgs a, int64_t slots, int dmax,
+__global__ void __launch_bounds__(kThreads) recompute_w_u_ffma_kernel(const WuArgs a, int64_t slots, int dmax,
                                                                  DeviceErrorRecord* errors) {
   pdl_wait_and_release();
   extern __shared__ float smem[];
@@ -27,13 +31,7 @@ __global__ void __launch_bounds__(kThreads) recompute_w_u_kernel(const WuArgs a,
   const int tid = static_cast<int>(threadIdx.x);
   const int64_t K = a.geo.K, V = a.V, group = a.geo.HV / a.geo.H;
   for (int64_t slot = blockIdx.x; slot < slots; slot += gridDim.x) {
-    __syncthreads();
-    if (tid < 32) {
-      const gdn::ChunkRef c = gdn::resolve_chunk<BT>(a.geo, slot, errors, blockIdx.y == 0);
-      if (tid == 0) chunk = c;
-    }
-    __syncthreads();
-    const gdn::ChunkRef ch = chunk;
+    const gdn::ChunkRef ch = gdn::block_chunk<BT>(a.geo, slot, errors, chunk);
     if (ch.len == 0) continue;
     const int L = ch.len;
     for (int64_t hv = blockIdx.y; hv < a.geo.HV; hv += gridDim.y) {
@@ -101,16 +99,171 @@ __global__ void __launch_bounds__(kThreads) l2norm_kernel(const L2NormArgs a, in
 }
 
 template <int BT>
-void launch_wu(const WuArgs& a, int device, cudaStream_t s) {
+void launch_wu_ffma(const WuArgs& a, int device, cudaStream_t s) {
   const char* op = "recompute_w_u_fwd";
   const int64_t slots = gdn::chunk_slots(a.geo);
   const int dmax = static_cast<int>(a.geo.K > a.V ? a.geo.K : a.V);
   const std::size_t smem = (static_cast<std::size_t>(BT) * BT + static_cast<std::size_t>(BT) * dmax) * sizeof(float);
-  auto kernel = recompute_w_u_kernel<BT>;
+  auto kernel = recompute_w_u_ffma_kernel<BT>;
   allow_smem(kernel, smem, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   launch_kernel(kernel, dim3(gdn::grid_x(slots), gdn::grid_y(a.geo.HV)), dim3(kThreads), smem, s, device, a, slots,
                 dmax, errors);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Tensor-core kernel (f16 / bf16)
+
+/// Which tensors move as 16-byte rows (cp.async / vector stores).
+struct WuVec {
+  bool k, v, A, w, u;
+};
+
+/// Row stride of the BT x BT A tile (16-bit): 8 rows of an ldmatrix hit distinct banks.
+template <int BT>
+constexpr int kLdA = BT + 8;
+
+/// Row i of X [BT][ld] (i < rows, columns < cols) times f1[i] (and f2[i]), rounded once to TK; one warp per row.
+template <typename TK>
+__device__ void scale_rows(TK* X, int ld, int rows, int cols, const float* f1, const float* f2) {
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  for (int i = warp; i < rows; i += gdn::kWarps) {
+    const float a = f1[i], b = f2 ? f2[i] : 1.f;
+    for (int c = lane; c < cols; c += 32) {
+      const float x = to_float(X[i * ld + c]) * a;
+      X[i * ld + c] = from_float<TK>(f2 ? x * b : x);
+    }
+  }
+}
+
+/// O[i][c] = sum_{j <= i} A[i][j] X[j][c] for rows i < len and columns c < cols (rounded once to TK). Work items of
+/// 16 rows x 32 columns are dealt to the warps, the row blocks in reverse order on odd rounds so that the triangle's
+/// work is spread evenly; each sums over the blocks j0 <= i0 only (A is zero above the diagonal), ascending.
+template <typename TK, int BT>
+__device__ void lower_times(const TK* As, const TK* X, int ld, TK* O, int len, int cols) {
+  constexpr int MB = BT / 16;
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  const int qr = lane / 4, qc = 2 * (lane % 4);
+  const int items = MB * ((cols + 31) / 32);
+  for (int item = warp; item < items; item += gdn::kWarps) {
+    const int r = item % MB;
+    const int mi = (item / gdn::kWarps) % 2 ? MB - 1 - r : r, n0 = (item / MB) * 32;
+    if (mi * 16 >= len) continue;  // warp-uniform
+    float acc[4][4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+    const TK* const a_ptr = As + (mi * 16 + (lane & 15)) * kLdA<BT> + (lane >> 4) * 8;
+    const TK* const b_ptr = X + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8;
+    for (int kk = 0; kk <= mi * 16; kk += 16) {
+      uint32_t af[4];
+      ldmatrix_x4(af, a_ptr + kk);
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, b_ptr + kk * ld + p * 16);
+        mma_m16n8k16<TK>(acc[2 * p], af, b[0], b[1]);
+        mma_m16n8k16<TK>(acc[2 * p + 1], af, b[2], b[3]);
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      TK* const dst = O + (mi * 16 + qr) * ld + n0 + t * 8 + qc;
+      *reinterpret_cast<uint32_t*>(dst) = pack2<TK>(acc[t][0], acc[t][1]);
+      *reinterpret_cast<uint32_t*>(dst + 8 * ld) = pack2<TK>(acc[t][2], acc[t][3]);
+    }
+  }
+}
+
+/// One block per (chunk slot, value head): shared A tile [BT][kLdA], beta e^g k and beta v tiles [BT][ld] and the
+/// output staging tile [BT][ld], ld = dp + 8 with dp = max(K, V) rounded up to 32 (zero past K / V and the chunk).
+/// Registers bounded for 3 blocks per SM (61 KB of shared memory each at BT = 64, K = V = 128; no spills).
+template <typename TK, int BT>
+__global__ void __launch_bounds__(kThreads, 3)
+    recompute_w_u_mma_kernel(const WuArgs a, int64_t slots, int dp, WuVec vec, DeviceErrorRecord* errors) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int ld = dp + 8;
+  TK* const As = reinterpret_cast<TK*>(smem_raw);
+  TK* const Xk = As + BT * kLdA<BT>;
+  TK* const Xv = Xk + BT * ld;
+  TK* const Os = Xv + BT * ld;
+  __shared__ float beta_s[BT], eg_s[BT];
+  __shared__ gdn::ChunkRef chunk;
+  const int tid = static_cast<int>(threadIdx.x);
+  const int K = static_cast<int>(a.geo.K), V = static_cast<int>(a.V);
+  const int64_t group = a.geo.HV / a.geo.H;
+  for (int64_t slot = blockIdx.x; slot < slots; slot += gridDim.x) {
+    const gdn::ChunkRef ch = gdn::block_chunk<BT>(a.geo, slot, errors, chunk);
+    if (ch.len == 0) continue;
+    const int L = ch.len;
+    for (int64_t hv = blockIdx.y; hv < a.geo.HV; hv += gridDim.y) {
+      const int64_t hk = hv / group;
+      __syncthreads();  // the previous head is done with the tiles
+      gdn::load_tile<TK, BT>(As, kLdA<BT>, BT, static_cast<const TK*>(a.A.data) + gdn::at(a.A, ch.batch, ch.t0, hv),
+                             a.A.stride_t, L, BT, vec.A, kThreads);
+      gdn::load_tile<TK, BT>(Xk, ld, dp, static_cast<const TK*>(a.k.data) + gdn::at(a.k, ch.batch, ch.t0, hk),
+                             a.k.stride_t, L, K, vec.k, kThreads);
+      gdn::load_tile<TK, BT>(Xv, ld, dp, static_cast<const TK*>(a.v.data) + gdn::at(a.v, ch.batch, ch.t0, hv),
+                             a.v.stride_t, L, V, vec.v, kThreads);
+      cp_async_commit();
+      if (tid < L) {
+        beta_s[tid] = gdn::load_f(a.beta.data, a.beta.dtype, gdn::at(a.beta, ch.batch, ch.t0 + tid, hv));
+        eg_s[tid] = a.g.data ? expf(static_cast<const float*>(a.g.data)[gdn::at(a.g, ch.batch, ch.t0 + tid, hv)]) : 1.f;
+      }
+      cp_async_wait<0>();
+      __syncthreads();
+      for (int e = tid; e < BT * BT; e += kThreads) {  // only the lower triangle with the diagonal is read
+        const int i = e / BT, j = e % BT;
+        if (j > i) As[i * kLdA<BT> + j] = from_float<TK>(0.f);
+      }
+      scale_rows(Xk, ld, L, K, beta_s, eg_s);  // (k beta) e^g, as the FFMA kernel and FLA
+      scale_rows(Xv, ld, L, V, beta_s, static_cast<const float*>(nullptr));
+      __syncthreads();
+      TK* const wdst = static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv);
+      TK* const udst = static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv);
+      lower_times<TK, BT>(As, Xk, ld, Os, L, K);
+      __syncthreads();
+      gdn::store_tile(wdst, a.w.stride_t, Os, ld, L, K, vec.w, kThreads);
+      __syncthreads();
+      lower_times<TK, BT>(As, Xv, ld, Os, L, V);
+      __syncthreads();
+      gdn::store_tile(udst, a.u.stride_t, Os, ld, L, V, vec.u, kThreads);
+    }
+  }
+}
+
+template <typename TK, int BT>
+void launch_wu_mma(const WuArgs& a, const WuVec& vec, int device, cudaStream_t s) {
+  const char* op = "recompute_w_u_fwd";
+  const int64_t slots = gdn::chunk_slots(a.geo);
+  const int dp = static_cast<int>((std::max(a.geo.K, a.V) + 31) / 32 * 32);
+  const std::size_t smem = (static_cast<std::size_t>(BT) * kLdA<BT> + 3 * static_cast<std::size_t>(BT) * (dp + 8)) * 2;
+  auto kernel = recompute_w_u_mma_kernel<TK, BT>;
+  allow_smem(kernel, smem, op);
+  DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
+  launch_kernel(kernel, dim3(gdn::grid_x(slots), gdn::grid_y(a.geo.HV)), dim3(kThreads), smem, s, device, a, slots,
+                dp, vec, errors);
+}
+
+/// The tensor-core path: k, v, A, w and u all in one 16-bit dtype (beta any). Returns false (nothing launched)
+/// otherwise.
+bool launch_wu_tc(const WuArgs& a, int device, cudaStream_t s) {
+  const DType dt = a.k.dtype;
+  if (a.v.dtype != dt || a.A.dtype != dt || a.w.dtype != dt || a.u.dtype != dt) return false;
+  WuVec vec;
+  vec.k = gdn::rows_16b(a.k, a.geo.K);
+  vec.v = gdn::rows_16b(a.v, a.V);
+  vec.A = gdn::rows_16b(a.A, a.geo.BT);
+  vec.w = gdn::rows_16b(a.w, a.geo.K);
+  vec.u = gdn::rows_16b(a.u, a.V);
+  return gdn::with_16bit(dt, [&](auto tag) {
+    using TK = decltype(tag);
+    switch (a.geo.BT) {
+      case 16: launch_wu_mma<TK, 16>(a, vec, device, s); break;
+      case 32: launch_wu_mma<TK, 32>(a, vec, device, s); break;
+      default: launch_wu_mma<TK, 64>(a, vec, device, s); break;
+    }
+  });
 }
 
 }  // namespace
@@ -119,11 +272,15 @@ void recompute_w_u_fwd(const WuArgs& a, int device, void* stream) {
   const char* op = "recompute_w_u_fwd";
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
-  switch (a.geo.BT) {
-    case 16: launch_wu<16>(a, device, s); break;
-    case 32: launch_wu<32>(a, device, s); break;
-    case 64: launch_wu<64>(a, device, s); break;
-    default: throw Error(ErrorKind::invalid_argument, std::string(op) + ": unsupported chunk size");
+  if (a.geo.BT != 16 && a.geo.BT != 32 && a.geo.BT != 64) {
+    throw Error(ErrorKind::invalid_argument, std::string(op) + ": unsupported chunk size");
+  }
+  if (!launch_wu_tc(a, device, s)) {
+    switch (a.geo.BT) {
+      case 16: launch_wu_ffma<16>(a, device, s); break;
+      case 32: launch_wu_ffma<32>(a, device, s); break;
+      default: launch_wu_ffma<64>(a, device, s); break;
+    }
   }
   after_launch(op, s, device);
 }

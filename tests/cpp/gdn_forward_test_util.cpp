@@ -109,9 +109,9 @@ struct Run {
   std::unique_ptr<Placed> h0, cu;
   Placed o, ht;
   Run(Where w, const Spec& s, const Inputs& in)
-      : q(w, in.q, s.padded ? 3 : 0, guard(s)),
-        k(w, in.k, s.padded ? 5 : 0, guard(s)),
-        v(w, in.v, s.padded ? 2 : 0, guard(s)),
+      : q(w, in.q, s.padded ? (s.aligned ? 8 : 3) : 0, guard(s)),
+        k(w, in.k, s.padded ? (s.aligned ? 8 : 5) : 0, guard(s)),
+        v(w, in.v, s.padded ? (s.aligned ? 8 : 2) : 0, guard(s)),
         g(w, in.g, 0, guard(s)),
         beta(w, in.beta, 0, guard(s)),
         o(w, s.dtype, {s.B, s.T, s.HV, s.V}, guard(s)),

@@ -23,8 +23,9 @@ struct Spec {
   bool has_h0 = true;
   bool l2norm = false;  ///< then q, k are raw normal vectors, else k is unit-norm
   bool padded = false;  ///< q, k, v rows padded (non-contiguous)
-  /// Every tensor starts 16-byte aligned (a guard of 8 elements, not 5): the decode ops' fast kernel needs aligned
-  /// states (docs/ops/gdn.md "decode kernel"); misaligned ones take the fallback.
+  /// Every tensor starts 16-byte aligned (guards, and padding when `padded`, of 8 elements): the 16-byte vector
+  /// paths of the CUDA kernels (the decode fast kernel needs aligned states, docs/ops/gdn.md "decode kernel");
+  /// otherwise guards of 5 elements (and padding of 3 / 5 / 2) keep rows misaligned.
   bool aligned = false;
   Decay decay = Decay::realistic;
   DType cu_dtype = DType::i32;

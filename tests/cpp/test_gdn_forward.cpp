@@ -56,24 +56,53 @@ TEST_P(GdnForward, Dtypes) {
   }
 }
 
+/// One fixed-length case (batch 1) of the shape tests.
+struct Shape {
+  int64_t T, H, HV, K, V, BT;
+  DType dt;
+  bool padded = false, aligned = false;
+};
+/// check_spec for each shape, with the recurrent op too where K <= 128 when `recurrent`.
+void check_shapes(Where where, std::initializer_list<Shape> shapes, std::mt19937_64& rng, bool recurrent) {
+  for (const Shape& c : shapes) {
+    Spec s = fixed(1, c.T, c.H, c.HV, c.K, c.V, c.dt);
+    s.BT = c.BT;
+    s.padded = c.padded;
+    s.aligned = c.aligned;
+    check_spec(where, s, rng, recurrent && c.K <= 128);
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // K = V = 128 (the main case) and 256, head dims that are no multiple of 16, chunk sizes 16 / 32 / 64, padded rows.
 TEST_P(GdnForward, HeadDimsAndChunkSizes) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  struct C {
-    int64_t T, H, HV, K, V, BT;
-    DType dt;
-    bool padded;
-  };
-  for (const C& c : {C{130, 1, 2, 128, 128, 64, bf16, false}, C{70, 1, 1, 256, 256, 64, bf16, false},
-                     C{75, 2, 2, 60, 100, 32, f16, true}, C{50, 1, 3, 100, 60, 16, f32, true},
-                     C{33, 1, 2, 1, 7, 16, f32, false}, C{64, 1, 1, 32, 200, 64, bf16, false}}) {
-    Spec s = fixed(1, c.T, c.H, c.HV, c.K, c.V, c.dt);
-    s.BT = c.BT;
-    s.padded = c.padded;
-    check_spec(GetParam(), s, rng, c.K <= 128);
-    if (HasFailure()) return;
-  }
+  check_shapes(GetParam(),
+               {{130, 1, 2, 128, 128, 64, bf16}, {70, 1, 1, 256, 256, 64, bf16}, {75, 2, 2, 60, 100, 32, f16, true},
+                {50, 1, 3, 100, 60, 16, f32, true}, {33, 1, 2, 1, 7, 16, f32}, {64, 1, 1, 32, 200, 64, bf16}},
+               rng, true);
+}
+
+// The CUDA tensor-core variants of recompute_w_u / fwd_h (f16 / bf16; src/cuda/gdn_fwd_h.cu picks the V block BV from
+// the number of blocks N HV ceil(V / BV)): BV 64 (N HV = 64), 32 (N HV = 32), 16 (the small specs of the other
+// tests); chunk sizes 16 and 32 (BV 32); K padded to 256 at BT 16 / 32; 16-byte aligned inputs (cp.async) with
+// contiguous and padded rows, misaligned padded rows (element loads); varlen with empty sequences at BV 64.
+// (The CPU backend has one code path; it runs the same specs.)
+TEST_P(GdnForward, TensorCoreVariants) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  //             T   H  HV    K    V  BT  dtype padded aligned
+  check_shapes(GetParam(),
+               {{70, 16, 64, 128, 128, 64, bf16, false, true}, {70, 8, 32, 128, 128, 64, f16, true, true},
+                {50, 1, 2, 128, 64, 16, f16, false, true}, {45, 1, 2, 96, 128, 16, bf16, true, false},
+                {40, 1, 1, 200, 136, 32, bf16, false, true}, {40, 1, 1, 136, 24, 16, f16},
+                {90, 1, 2, 128, 128, 32, f16, true, true}},
+               rng, false);
+  if (HasFailure()) return;
+  Spec s = varlen({0, 37, 64, 0, 100, 1, 0}, 4, 16, 128, 128, bf16);
+  s.aligned = true;
+  check_spec(GetParam(), s, rng);
 }
 
 // Varlen with empty sequences (first, middle, last), a one-token sequence, chunk-boundary lengths; i32 and i64
@@ -238,23 +267,20 @@ ref::StageInputs stage_inputs(const Spec& s, const Inputs& in) {
   return ref::StageInputs{s.B, s.T, s.H, s.HV, s.K, s.V, s.BT, in.cu, {}};
 }
 
-// Each stage on its own against its double golden computed from the stage's actual inputs (varlen, chunk 32,
-// grouped heads, f32 intermediates).
-TEST_P(GdnForward, Stages) {
-  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
-  std::mt19937_64 rng = test_rng();
-  Spec s = varlen({0, 40, 1, 70}, 1, 2, 48, 40, f32);
-  s.BT = 32;
+// Each stage on its own against its double golden computed from the stage's actual inputs (varlen, grouped heads;
+// inputs and intermediates in the spec's dtype: f32 takes the FFMA kernels, f16 / bf16 the tensor-core kernels of
+// CUDA with misaligned rows, i.e. element loads and stores).
+void check_stages(Where w, const Spec& s, std::mt19937_64& rng) {
   SCOPED_TRACE(s.describe());
+  const DType dt = s.dtype;
   const Inputs in = make_inputs(s, rng);
-  const Where w = GetParam();
   const int64_t NS = fuseops::gdn_chunk_slots(s.T, s.N(), s.BT, true);
   // chunk-local cumsum of g and the inverse, by the intra-chunk ops
   Placed cu(w, index_tensor(DType::i64, {static_cast<int64_t>(in.cu.size())}, in.cu), 0, 0);
   Placed g(w, in.g), gc(w, f32, {1, s.T, s.HV}), k(w, in.k), q(w, in.q), v(w, in.v), beta(w, in.beta),
-      Ai(w, f32, {1, s.T, s.HV, s.BT}), W(w, f32, {1, s.T, s.HV, s.K}), U(w, f32, {1, s.T, s.HV, s.V}),
-      Hs(w, f32, {1, NS, s.HV, s.K, s.V}), Vn(w, f32, {1, s.T, s.HV, s.V}), Ht(w, f32, {s.N(), s.HV, s.K, s.V}),
-      H0(w, in.h0), O(w, f32, {1, s.T, s.HV, s.V});
+      Ai(w, dt, {1, s.T, s.HV, s.BT}), W(w, dt, {1, s.T, s.HV, s.K}), U(w, dt, {1, s.T, s.HV, s.V}),
+      Hs(w, dt, {1, NS, s.HV, s.K, s.V}), Vn(w, dt, {1, s.T, s.HV, s.V}), Ht(w, f32, {s.N(), s.HV, s.K, s.V}),
+      H0(w, in.h0), O(w, dt, {1, s.T, s.HV, s.V});
   for (Placed* p : {&cu, &g, &gc, &k, &q, &v, &beta, &Ai, &W, &U, &Hs, &Vn, &Ht, &H0, &O}) p->upload();
   const TensorView cuv = cu.view(), gcv = gc.view(), bv = beta.view(), h0v = H0.view();
   TensorView htv = Ht.view();
@@ -272,8 +298,8 @@ TEST_P(GdnForward, Stages) {
   std::vector<double> w_ref, u_ref, h_ref, vn_ref, ht_ref, o_ref;
   ref::recompute_w_u_golden(si, Ai.read().to_double(), in.k.to_double(), in.v.to_double(), in.beta.to_double(), w_ref,
                             u_ref);
-  EXPECT_TRUE(matches(W.read(), w_ref, f32, "w"));
-  EXPECT_TRUE(matches(U.read(), u_ref, f32, "u"));
+  EXPECT_TRUE(matches(W.read(), w_ref, dt, "w"));
+  EXPECT_TRUE(matches(U.read(), u_ref, dt, "u"));
   const HostTensor Wr = W.read(), Ur = U.read();
   ref::fwd_h_golden(si, in.k.to_double(), Wr.to_double(), Ur.to_double(), in.h0.to_double(), h_ref, vn_ref, ht_ref);
   // only the written slots of h are defined: compare slot by slot where the golden has a chunk
@@ -281,11 +307,11 @@ TEST_P(GdnForward, Stages) {
   for (int64_t e = 0; e < hs.numel(); ++e) {
     if (std::isnan(hs.get(e / s.V, e % s.V))) hs.set(e / s.V, e % s.V, 0.f);  // unused slots stay poisoned
   }
-  EXPECT_TRUE(matches(hs, h_ref, f32, "h"));
-  EXPECT_TRUE(matches(Vn.read(), vn_ref, f32, "v_new"));
-  EXPECT_TRUE(matches(Ht.read(), ht_ref, f32, "final_state"));
+  EXPECT_TRUE(matches(hs, h_ref, dt, "h"));
+  EXPECT_TRUE(matches(Vn.read(), vn_ref, dt, "v_new"));
+  EXPECT_TRUE(matches(Ht.read(), ht_ref, dt, "final_state"));
   ref::fwd_o_golden(si, in.q.to_double(), in.k.to_double(), Vn.read().to_double(), hs.to_double(), scale, o_ref);
-  EXPECT_TRUE(matches(O.read(), o_ref, f32, "o"));
+  EXPECT_TRUE(matches(O.read(), o_ref, dt, "o"));
   // and the whole pipeline equals the recurrence
   ref::RecurrenceInputs ri;
   ri.q = &in.q;
@@ -297,8 +323,19 @@ TEST_P(GdnForward, Stages) {
   ri.scale = scale;
   ri.cu_seqlens = in.cu;
   const ref::RecurrenceGolden gold = ref::gated_delta_rule_recurrence(ri);
-  EXPECT_TRUE(matches(O.read(), gold.o, f32, "stages o vs recurrence"));
-  EXPECT_TRUE(matches(Ht.read(), gold.final_state, f32, "stages final_state vs recurrence"));
+  EXPECT_TRUE(matches(O.read(), gold.o, dt, "stages o vs recurrence"));
+  EXPECT_TRUE(matches(Ht.read(), gold.final_state, dt, "stages final_state vs recurrence"));
+}
+
+TEST_P(GdnForward, Stages) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType dt : {f32, bf16, f16}) {
+    Spec s = varlen({0, 40, 1, 70}, 1, 2, 48, 40, dt);
+    s.BT = dt == f16 ? 16 : 32;
+    check_stages(GetParam(), s, rng);
+    if (HasFailure()) return;
+  }
 }
 
 // chunk_fwd_o on its own with 16-bit inputs (on CUDA the tensor-core kernel, blocks of 64 and 128 columns of V with
