@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "reference/rope.h"
+#include "rope_test_util.h"
 #include "test_util.h"
 #include "testing/rope_problem.h"
 
@@ -43,17 +44,7 @@ std::vector<Param> all_params() {
 }
 
 RopeSpec base(RopeOp op, DType dtype, bool neox, int64_t T, int64_t hq, int64_t hk, int64_t d, int64_t r) {
-  RopeSpec s;
-  s.op = op;
-  s.dtype = dtype;
-  s.cache_dtype = dtype;
-  s.is_neox = neox;
-  s.tokens = T;
-  s.q_heads = hq;
-  s.k_heads = hk;
-  s.head_size = d;
-  s.rotary_dim = r;
-  return s;
+  return rope_spec(op, dtype, neox, T, hq, hk, d, r);
 }
 
 std::vector<RopeSpec> rotary_specs(DType dtype) {
@@ -108,24 +99,8 @@ std::vector<RopeSpec> rotary_specs(DType dtype) {
 
 std::vector<RopeSpec> mrope_specs(DType dtype) {
   std::vector<RopeSpec> v;
-  struct L {
-    MropeLayout layout;
-    std::array<int64_t, 3> section;
-    int64_t d, r;
-  };
-  const L layouts[] = {{MropeLayout::chunked, {16, 24, 24}, 128, 128},
-                       {MropeLayout::interleaved, {24, 20, 20}, 128, 128},
-                       {MropeLayout::interleaved_glm, {8, 12, 12}, 128, 64},
-                       {MropeLayout::interleaved, {16, 24, 24}, 128, 128},  // the formula, not the counts
-                       {MropeLayout::chunked, {8, 12, 12}, 96, 64},
-                       {MropeLayout::interleaved_glm, {24, 20, 20}, 128, 128}};
   for (bool neox : {true, false}) {
-    for (const L& l : layouts) {
-      RopeSpec s = base(RopeOp::mrope, dtype, neox, 7, 4, 2, l.d, l.r);
-      s.layout = l.layout;
-      s.section = l.section;
-      v.push_back(s);
-    }
+    for (const RopeSpec& s : mrope_layout_specs(dtype, neox, 7, 4, 2)) v.push_back(s);
     RopeSpec s = base(RopeOp::mrope, dtype, neox, 5, 3, 1, 128, 128);
     s.layout = MropeLayout::interleaved;
     s.section = {24, 20, 20};
