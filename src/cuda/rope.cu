@@ -8,12 +8,13 @@
 // read its P cos / sin values from the cache row(s) (the one dependent load: positions -> cache row), rotate every
 // head in fp32 and store. With 16-bit data P = 8 (16-byte accesses), with f32 P = 4; a scalar variant (P = 1)
 // serves views whose pointers or strides are not aligned to P elements. M-RoPE reads the lane's vector from each
-// of the (at most three) rows its pairs name and picks per pair by a 2-bit axis code (one 32-bit word of kernel
-// parameters per lane, computed on the host from the layout's map). Block = (lanes, groups, tokens); the heads per
-// thread grow with the problem (1, 2 or 4; M-RoPE 1 or 2) so that decode spreads one head per thread over the SMs
-// and prefill keeps 4 heads (128 bytes with 16-bit data) of loads in flight per thread. One kernel per (data type,
-// cache type, P, NeoX / GPT-J, 1 or 3 position axes). Bad positions: the token is left unrotated (copied when out
-// of place) and recorded in the device error record; no address derived from a bad position is formed.
+// of the (at most three) rows its pairs name and picks per pair, in the storage type, by a 2-bit axis code (one
+// 32-bit word of kernel parameters per lane, computed on the host from the layout's map). Block = (lanes, groups,
+// tokens); the heads per thread grow with the problem (1, 2 or 4) so that decode spreads one head per thread over
+// the SMs and prefill keeps 4 heads (128 bytes with 16-bit data) of loads in flight per thread. One kernel per
+// (data type, cache type, P, NeoX / GPT-J, 1 or 3 position axes). Bad positions: the token is left unrotated
+// (copied when out of place) and recorded in the device error record; no address derived from a bad position is
+// formed.
 #include <algorithm>
 #include <cstdint>
 
@@ -26,12 +27,13 @@ namespace fuseops::detail::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-/// Heads per thread at most: 4 for RoPE (8 16-byte loads in flight), 2 for M-RoPE, whose three cache rows take
-/// the registers of two more heads (4 spill within kMinBlocksPerSm's 80 registers).
-template <int AXES>
-constexpr int kMaxHeadsPerThread = AXES == 3 ? 2 : 4;
+/// Heads per thread at most: 4 (8 16-byte loads in flight), but 2 for M-RoPE with 32-byte cache pieces (f32 cache,
+/// 16-bit data), whose three rows in flight take the registers of two more heads (4 spill within
+/// kMinBlocksPerSm's 80 registers).
+template <typename C, int P, int AXES>
+constexpr int kMaxHeadsPerThread = AXES == 3 && P * sizeof(C) > 16 ? 2 : 4;
 /// Resident blocks of kThreads per SM asked of the compiler: at most 80 registers per thread (64 make the 4-head
-/// RoPE and the 2-head M-RoPE kernels spill).
+/// kernels spill).
 constexpr int kMinBlocksPerSm = 3;
 
 /// The M-RoPE axis (0 T, 1 H, 2 W) of pair j as bits [2 (j % 16), 2 (j % 16) + 2) of word j / 16. The P <= 8 pairs
@@ -90,6 +92,33 @@ __device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (
     (void)code;
     load_angles<C, P>(cos + pos[0] * a.cos_stride + j0, c);
     load_angles<C, P>(sin + pos[0] * a.sin_stride + j0, s);
+  } else if constexpr (P * sizeof(C) <= 16) {
+    // Picks in the storage type (half the registers of floats), widens once at the end.
+    StorageVec<C, P> pc, ps;
+    pc.u.raw = ps.u.raw = {};
+#pragma unroll
+    for (int ax = 0; ax < 3; ++ax) {
+      bool needed = false;
+#pragma unroll
+      for (int i = 0; i < P; ++i) needed = needed || ((code >> (2 * i)) & 3u) == static_cast<uint32_t>(ax);
+      if (needed) {
+        StorageVec<C, P> vc, vs;
+        vc.load(cos + pos[ax] * a.cos_stride + j0);
+        vs.load(sin + pos[ax] * a.sin_stride + j0);
+#pragma unroll
+        for (int i = 0; i < P; ++i) {
+          if (((code >> (2 * i)) & 3u) == static_cast<uint32_t>(ax)) {
+            pc.u.elems[i] = vc.u.elems[i];
+            ps.u.elems[i] = vs.u.elems[i];
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < P; ++i) {
+      c[i] = pc.get(i);
+      s[i] = ps.get(i);
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < P; ++i) c[i] = s[i] = 0.0f;
@@ -130,7 +159,7 @@ __device__ __forceinline__ void locate(const RopeArgs& a, int64_t hd, int64_t t,
   out = static_cast<T*>(hs.out) + t * hs.out_token_stride + head * hs.out_head_stride;
 }
 
-/// Thread (lane x, group y, token z) of the block; `hpt` heads per group (1 .. kMaxHeadsPerThread<AXES>). T: q / k
+/// Thread (lane x, group y, token z) of the block; `hpt` heads per group (1 .. kMaxHeadsPerThread). T: q / k
 /// storage type, C: cache storage type.
 template <typename T, typename C, int P, bool NEOX, int AXES>
 __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
@@ -156,9 +185,9 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
 #pragma unroll
       for (int ax = 0; ax < AXES; ++ax) pos[ax] = load_position(a, ax, t);
       // 2. Every head's data, independent of the positions, before anything waits for them.
-      Pack<T, P> x[kMaxHeadsPerThread<AXES>], y[kMaxHeadsPerThread<AXES>];
+      Pack<T, P> x[kMaxHeadsPerThread<C, P, AXES>], y[kMaxHeadsPerThread<C, P, AXES>];
 #pragma unroll
-      for (int k = 0; k < kMaxHeadsPerThread<AXES>; ++k) {
+      for (int k = 0; k < kMaxHeadsPerThread<C, P, AXES>; ++k) {
         if (k < n) {
           const T* in;
           T* out;
@@ -187,7 +216,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
       }
       // 5. Rotate and store.
 #pragma unroll
-      for (int k = 0; k < kMaxHeadsPerThread<AXES>; ++k) {
+      for (int k = 0; k < kMaxHeadsPerThread<C, P, AXES>; ++k) {
         if (k >= n) continue;
         const T* in;
         T* out;
@@ -272,14 +301,17 @@ AxisCodes axis_codes(const RopeArgs& a) {
 }
 
 template <typename T, int P>
-void launch_for(const RopeArgs& a, const Plan& pl, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
+void launch_for(const RopeArgs& a, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   const AxisCodes codes = axis_codes(a);
-  auto go = [&](auto kernel) {
-    launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, codes, pl.heads_per_thread, rec);
-  };
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
-    if (a.num_axes == 3) {
+    const bool m = a.num_axes == 3;
+    const Plan pl =
+        plan(a, P, sm_count(device), m ? kMaxHeadsPerThread<C, P, 3> : kMaxHeadsPerThread<C, P, 1>);
+    auto go = [&](auto kernel) {
+      launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, codes, pl.heads_per_thread, rec);
+    };
+    if (m) {
       if (a.is_neox) go(rope_kernel<T, C, P, true, 3>);
       else go(rope_kernel<T, C, P, false, 3>);
     } else {
@@ -292,10 +324,8 @@ void launch_for(const RopeArgs& a, const Plan& pl, DeviceErrorRecord* rec, cudaS
 template <typename T>
 void launch_typed(const RopeArgs& a, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   constexpr int kVec = static_cast<int>(16 / sizeof(T));
-  const int p = pick_pairs_per_thread(a);
-  const Plan pl = plan(a, p, sm_count(device), a.num_axes == 3 ? kMaxHeadsPerThread<3> : kMaxHeadsPerThread<1>);
-  if (p == kVec) launch_for<T, kVec>(a, pl, rec, stream, device);
-  else launch_for<T, 1>(a, pl, rec, stream, device);
+  if (pick_pairs_per_thread(a) == kVec) launch_for<T, kVec>(a, rec, stream, device);
+  else launch_for<T, 1>(a, rec, stream, device);
 }
 
 }  // namespace

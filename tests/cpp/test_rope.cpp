@@ -112,6 +112,9 @@ std::vector<RopeSpec> mrope_specs(DType dtype) {
     s.backward = false;
     s.bad_tokens = {1, 2, 4};  // axis t % 3 bad: H of 1 (the first flat index, T + 1), W of 2, H of 4
     v.push_back(s);
+    s.bad_tokens = {};
+    s.cache_dtype = dtype == DType::f32 ? DType::bf16 : DType::f32;  // 16-bit data: 32-byte cache pieces
+    v.push_back(s);
     s = rope_spec(RopeOp::mrope, dtype, neox, 1, 4, 1, 128, 128);
     s.section = {16, 24, 24};
     v.push_back(s);

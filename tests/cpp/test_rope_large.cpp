@@ -1,10 +1,11 @@
 // The CUDA rotary kernels at prefill sizes, against the float64 golden (testing/rope_problem.h). The CUDA backend
-// gives each thread 1, 2 or 4 heads of one token (M-RoPE: 1 or 2), the fewest whose grid fits in one wave of
-// resident threads (on an H200, 132 SMs x 768 threads), else the most; the small problems of test_rope.cpp all
-// take one head per thread. These sizes reach 2 and 4 heads per thread (counted for 132 SMs in the comments; other
-// GPUs land on other counts), with a thread's last group partly filled, groups that span the last query heads and
-// the first key heads, every dtype, NeoX and GPT-J, partial rotary, fused-qkv views, the scalar path, key absent,
-// Hk > Hq, the inverse, an fp32 cache, out-of-place outputs, bad positions, and the three M-RoPE layouts.
+// gives each thread 1, 2 or 4 heads of one token (2 at most for M-RoPE with an f32 cache and 16-bit data), the
+// fewest whose grid fits in one wave of resident threads (on an H200, 132 SMs x 768 threads), else the most; the
+// small problems of test_rope.cpp all take one head per thread. These sizes reach 2 and 4 heads per thread (counted
+// for 132 SMs in the comments; other GPUs land on other counts), with a thread's last group partly filled, groups
+// that span the last query heads and the first key heads, every dtype, NeoX and GPT-J, partial rotary, fused-qkv
+// views, the scalar path, key absent, Hk > Hq, the inverse, an fp32 cache, out-of-place outputs, bad positions, and
+// the M-RoPE layouts of rope_test_util.h.
 #include <string>
 #include <vector>
 
@@ -76,11 +77,11 @@ std::vector<RopeSpec> rotary_specs(DType dtype) {
   return v;
 }
 
-// M-RoPE: at most 2 heads per thread; 5000 tokens of 7 heads take 2 (16-bit r 128 and r 64, f32).
+// M-RoPE, 5000 tokens of 7 heads: 16-bit r 128 and f32 take 4 per thread ({q0..q3} {q4,k0,k1}), 16-bit r 64 2
+// ({q0,q1} {q2,q3} {q4,k0} {k1}); 16-bit data with an f32 cache (three 32-byte row pieces) at most 2.
 std::vector<RopeSpec> mrope_specs(DType dtype) {
   std::vector<RopeSpec> v;
   for (bool neox : {true, false}) {
-    // 7 heads: groups {q0,q1} {q2,q3} {q4,k0} {k1}.
     for (RopeSpec s : mrope_layout_specs(dtype, neox, 5000, 5, 2)) {
       s.max_position = 4096;
       v.push_back(s);
