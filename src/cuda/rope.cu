@@ -92,52 +92,40 @@ __device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (
     (void)code;
     load_angles<C, P>(cos + pos[0] * a.cos_stride + j0, c);
     load_angles<C, P>(sin + pos[0] * a.sin_stride + j0, s);
-  } else if constexpr (P * sizeof(C) <= 16) {
-    // Picks in the storage type (half the registers of floats), widens once at the end.
-    StorageVec<C, P> pc, ps;
-    pc.u.raw = ps.u.raw = {};
+  } else {
+    // Pieces of at most 16 bytes; each pair's value is picked in the storage type (half the registers of floats
+    // for 16-bit caches) and widened once at the end.
+    constexpr int W = P * sizeof(C) > 16 ? static_cast<int>(16 / sizeof(C)) : P;
+    auto takes = [&](int i, int ax) { return ((code >> (2 * i)) & 3u) == static_cast<uint32_t>(ax); };
+    StorageVec<C, W> pc[P / W], ps[P / W];
+#pragma unroll
+    for (int k = 0; k < P / W; ++k) pc[k].u.raw = ps[k].u.raw = {};
 #pragma unroll
     for (int ax = 0; ax < 3; ++ax) {
-      bool needed = false;
+      bool used = false;
 #pragma unroll
-      for (int i = 0; i < P; ++i) needed = needed || ((code >> (2 * i)) & 3u) == static_cast<uint32_t>(ax);
-      if (needed) {
-        StorageVec<C, P> vc, vs;
-        vc.load(cos + pos[ax] * a.cos_stride + j0);
-        vs.load(sin + pos[ax] * a.sin_stride + j0);
+      for (int i = 0; i < P; ++i) used = used || takes(i, ax);
+      if (!used) continue;
+      const C* row_c = cos + pos[ax] * a.cos_stride + j0;
+      const C* row_s = sin + pos[ax] * a.sin_stride + j0;
 #pragma unroll
-        for (int i = 0; i < P; ++i) {
-          if (((code >> (2 * i)) & 3u) == static_cast<uint32_t>(ax)) {
-            pc.u.elems[i] = vc.u.elems[i];
-            ps.u.elems[i] = vs.u.elems[i];
+      for (int k = 0; k < P / W; ++k) {
+        StorageVec<C, W> vc, vs;
+        vc.load(row_c + k * W);
+        vs.load(row_s + k * W);
+#pragma unroll
+        for (int e = 0; e < W; ++e) {
+          if (takes(k * W + e, ax)) {
+            pc[k].u.elems[e] = vc.u.elems[e];
+            ps[k].u.elems[e] = vs.u.elems[e];
           }
         }
       }
     }
 #pragma unroll
     for (int i = 0; i < P; ++i) {
-      c[i] = pc.get(i);
-      s[i] = ps.get(i);
-    }
-  } else {
-#pragma unroll
-    for (int i = 0; i < P; ++i) c[i] = s[i] = 0.0f;
-#pragma unroll
-    for (int ax = 0; ax < 3; ++ax) {
-      bool needed = false;
-#pragma unroll
-      for (int i = 0; i < P; ++i) needed = needed || ((code >> (2 * i)) & 3u) == static_cast<uint32_t>(ax);
-      if (needed) {
-        float vc[P], vs[P];
-        load_angles<C, P>(cos + pos[ax] * a.cos_stride + j0, vc);
-        load_angles<C, P>(sin + pos[ax] * a.sin_stride + j0, vs);
-#pragma unroll
-        for (int i = 0; i < P; ++i) {
-          const bool mine = ((code >> (2 * i)) & 3u) == static_cast<uint32_t>(ax);
-          c[i] = mine ? vc[i] : c[i];
-          s[i] = mine ? vs[i] : s[i];
-        }
-      }
+      c[i] = pc[i / W].get(i % W);
+      s[i] = ps[i / W].get(i % W);
     }
   }
 }
