@@ -25,13 +25,19 @@ __global__ void __launch_bounds__(1024) route_align_kernel(RouteParams rp, Align
   float* keys = reinterpret_cast<float*>(smem) + warp * 32 * VPT;
   for (int t = tlo + warp; t < thi; t += warps) route_token<T, VPT>(rp, t, keys, lane);
   __syncthreads();  // this block's ids are in global memory, visible to the block
-  align_schedule(ap, tlo * rp.k, thi * rp.k, smem);
+  align_schedule<1>(ap, tlo * rp.k, thi * rp.k, smem);
 }
 
 }  // namespace
 
 void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int device, void* stream) {
-  if (r.T > kFusedMaxTokens) {
+  // One cluster of up to 8 blocks, about 32 tokens each; the schedule holds one id per lane (rounds 1).
+  const unsigned cluster =
+      is_sm90_or_newer(device) ? static_cast<unsigned>(std::min<int64_t>(kMaxCluster, std::max<int64_t>(1, (r.T + 31) / 32)))
+                               : 1u;
+  const int warps = moe_align_warps(a.E, 1, kMoeAlignSmemWords);
+  const int64_t chunk = (r.T + cluster - 1) / cluster;
+  if (r.T > kFusedMaxTokens || warps < 1 || (chunk * r.k + warps - 1) / warps > 32) {
     route(op, r, device, stream);
     align(op, a, device, stream);
     return;
@@ -40,15 +46,12 @@ void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int
   auto s = static_cast<cudaStream_t>(stream);
   const RouteParams rp = route_params(r);
   const AlignParams ap = align_params(a, device);
-  const AlignShape shape = align_shape(ap.numel, a.E, device);
-  const unsigned cluster =
-      is_sm90_or_newer(device) ? static_cast<unsigned>(std::min<int64_t>(kMaxCluster, std::max<int64_t>(1, (r.T + 31) / 32)))
-                                       : 1u;
+  const std::size_t align_smem = static_cast<std::size_t>(moe_align_smem_words(warps, a.E, 1)) * sizeof(int);
   dispatch_route(r.logits.dtype, r.E, [&](auto t, auto vpt) {
     auto kernel = route_align_kernel<typename decltype(t)::type, decltype(vpt)::value>;
-    const std::size_t smem = std::max<std::size_t>(shape.smem, sizeof(float) * 32 * decltype(vpt)::value * shape.warps);
+    const std::size_t smem = std::max<std::size_t>(align_smem, sizeof(float) * 32 * decltype(vpt)::value * warps);
     allow_smem(kernel, smem, op);
-    launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * shape.warps), smem, s, device, cluster, rp, ap);
+    launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * warps), smem, s, device, cluster, rp, ap);
   });
   after_launch(op, s, device);
 }

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/moe_math.h"
 #include "test_util.h"
 #include "testing/moe_run.h"
 
@@ -195,6 +196,64 @@ TEST_P(MoeTest, AlignDeterministicLarge) {
   const auto a = ft::run_align(p, ids, &map, device_of(GetParam()));
   const auto b = ft::run_align(p, ids, &map, device_of(GetParam()));
   EXPECT_EQ(0, std::memcmp(a.sorted.data(), b.sorted.data(), a.sorted.bytes()));
+}
+
+// The sizes where the CUDA schedule changes variant (fuseops::detail::moe_align_plan on sm_90): the most ids each
+// register variant takes (rounds 1 and 4 on one block; 4, 16 and 32 on a cluster of 8), so that `cap` runs one
+// variant and `cap + 1` the next (or the streamed fallback).
+std::vector<int64_t> align_switch_sizes(int64_t E) {
+  std::vector<int64_t> sizes;
+  for (int rounds : {1, 4, 16, 32}) {
+    const int64_t per_block =
+        int64_t{fuseops::detail::moe_align_warps(E, rounds, fuseops::detail::kMoeAlignSmemWords)} * 32 * rounds;
+    if (rounds <= 4) sizes.push_back(per_block);
+    if (rounds >= 4) sizes.push_back(8 * per_block);
+  }
+  return sizes;
+}
+
+TEST(MoeAlignPlan, SwitchSizesChangeVariant) {
+  for (int64_t E : {8, 60, 160, 256, 1024, 4096}) {
+    for (int64_t cap : align_switch_sizes(E)) {
+      const auto a = fuseops::detail::moe_align_plan(cap, E, 8, fuseops::detail::kMoeAlignSmemWords);
+      const auto b = fuseops::detail::moe_align_plan(cap + 1, E, 8, fuseops::detail::kMoeAlignSmemWords);
+      EXPECT_GT(a.rounds, 0) << "E " << E << " numel " << cap;
+      EXPECT_TRUE(a.rounds != b.rounds || a.cluster != b.cluster) << "E " << E << " numel " << cap;
+      EXPECT_LE(a.smem_words, fuseops::detail::kMoeAlignSmemWords);
+      EXPECT_LE(b.smem_words, fuseops::detail::kMoeAlignSmemWords);
+    }
+  }
+  // Decode sizes run on one block with one id per lane; 16384 x 8 on a cluster of 8 with 16 per lane.
+  EXPECT_EQ(1, fuseops::detail::moe_align_plan(64 * 8, 256, 8, fuseops::detail::kMoeAlignSmemWords).cluster);
+  const auto big = fuseops::detail::moe_align_plan(16384 * 8, 256, 8, fuseops::detail::kMoeAlignSmemWords);
+  EXPECT_EQ(16, big.rounds);
+  EXPECT_EQ(8, big.cluster);
+}
+
+// Every variant of the CUDA schedule on both sides of every switch: exact schedules against the golden, the
+// ascending-flat-index order inside each region included; skew (long runs of one expert across lanes, warps and
+// blocks), padding ids, expert maps, i64 ids and pad_sorted_ids spread over the cases.
+TEST_P(MoeTest, AlignVariantSwitches) {
+  if (!large()) GTEST_SKIP() << "the switch sizes are those of the CUDA schedule (up to 164K ids)";
+  int n = 0;
+  for (int64_t E : {8, 60, 160, 256, 1024, 4096}) {
+    for (int64_t cap : align_switch_sizes(E)) {
+      for (int64_t numel : {cap, cap + 1}) {
+        AlignProblem p;
+        p.k = numel % 8 == 0 ? 8 : 1;
+        p.T = numel / p.k;
+        p.E = E;
+        p.block_size = n % 3 == 0 ? 16 : n % 3 == 1 ? 64 : 128;
+        p.skewed = n % 2 == 0;
+        p.padding_fraction = n % 4 == 1 ? 0.05 : 0;
+        p.expert_map = n % 5 == 2;
+        p.ids_dtype = n % 7 == 3 ? DType::i64 : DType::i32;
+        p.pad_sorted_ids = n % 3 == 2;
+        ++n;
+        check(p);
+      }
+    }
+  }
 }
 
 TEST_P(MoeTest, AlignBadIdsAreSkippedAndRecorded) {
