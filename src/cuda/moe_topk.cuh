@@ -1,9 +1,10 @@
 // Device code of the MoE routers (topk_softmax, grouped_topk, the routing half of moe_route): one warp routes one
-// token. Lane l holds the VPT consecutive experts [l*VPT, l*VPT + VPT) in registers; maxima and every argmax are
-// warp reductions of order-preserving 32-bit keys (redux.sync: highest key, then lowest index), so ties go to the
-// lower expert and the result does not depend on the lane layout. Group scores are scanned by one lane per group
-// from the warp's keys in shared memory. Included by moe_topk.cu and moe_route.cu, which must produce identical
-// results.
+// token. Lane l holds the VPT consecutive experts [l*VPT, l*VPT + VPT) in registers (vector loads); maxima are warp
+// reductions of order-preserving 32-bit keys (redux.sync) and every argmax takes the lowest lane holding the
+// maximum (ballot; lanes ascend with experts, a lane's best is its first position of the key), so ties go to the
+// lower expert. Group scores: the top two keys of each lane merged by shuffles over the group's lanes (or, for
+// groups not made of whole lanes, scanned by one lane per group from the warp's keys in shared memory). Included
+// by moe_topk.cu and moe_route.cu, which must produce identical results.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -50,14 +51,95 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+/// Lane `base`'s VPT logits, sanitised (-FLT_MAX past E): vector loads of up to 16 bytes when the lane's range is
+/// inside the row and the row is aligned, else one load per element.
+template <typename T, int VPT>
+__device__ __forceinline__ void load_logits(const T* row, int base, int E, float (&x)[VPT]) {
+  constexpr int CH = VPT * static_cast<int>(sizeof(T)) > 16 ? 16 / static_cast<int>(sizeof(T)) : VPT;
+  if (base + VPT <= E && reinterpret_cast<uintptr_t>(row) % (CH * sizeof(T)) == 0) {
+#pragma unroll
+    for (int c = 0; c < VPT; c += CH) {
+      FloatVec<T, CH> v;
+      v.load(row + base + c);
+#pragma unroll
+      for (int i = 0; i < CH; ++i) x[c + i] = moe_sanitize(v.v[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) x[i] = base + i < E ? moe_sanitize(to_float(row[base + i])) : -FLT_MAX;
+  }
+}
+
+/// The lane's highest key and its first (lowest) position.
+template <int VPT>
+__device__ __forceinline__ void lane_best(const uint32_t (&uk)[VPT], uint32_t& lb, int& li) {
+  lb = 0;
+  li = 0;
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    if (uk[i] > lb) {
+      lb = uk[i];
+      li = i;
+    }
+  }
+}
+
+/// Group of every lane and the group's score key (0 for lanes past the groups). When a group spans a power of two
+/// of whole lanes (E/n_group a multiple of VPT), every lane takes the top two of its keys and the group's lanes
+/// merge them with shuffles; otherwise the keys go to the warp's shared scratch and lane g scans group g.
+template <int VPT>
+__device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float (&key)[VPT], float* keys, int lane,
+                                              int& group) {
+  const int G = p.E / p.n_group, base = lane * VPT;
+  const int lpg = G / VPT;  // lanes per group when aligned
+  float top1 = -INFINITY, top2 = -INFINITY;
+  auto take = [&](float v) {
+    if (v > top1) {
+      top2 = top1;
+      top1 = v;
+    } else if (v > top2) {
+      top2 = v;
+    }
+  };
+  if (G % VPT == 0 && (lpg & (lpg - 1)) == 0) {  // warp-uniform
+    group = lane / lpg;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      if (base + i < p.E) take(key[i]);
+    }
+    for (int o = 1; o < lpg; o <<= 1) {
+      const float b1 = __shfl_xor_sync(kFullMask, top1, o), b2 = __shfl_xor_sync(kFullMask, top2, o);
+      // top two of {top1, top2, b1, b2} as a multiset (top1 >= top2, b1 >= b2)
+      if (top1 >= b1) {
+        top2 = fmaxf(top2, b1);
+      } else {
+        top2 = fmaxf(top1, b2);
+        top1 = b1;
+      }
+    }
+  } else {
+    group = lane;
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      if (base + i < p.E) keys[base + i] = key[i];
+    }
+    __syncwarp();
+    if (lane < p.n_group) {
+      for (int e = lane * G; e < lane * G + G; ++e) take(keys[e]);
+    }
+  }
+  if (group >= p.n_group) return 0u;
+  return moe_order_key(!p.bias ? top1 : G == 1 ? top1 : top1 + top2);
+}
+
 /// Routes token t with the calling (full) warp; `keys` is this warp's shared scratch of 32 * VPT floats.
 template <typename T, int VPT>
 __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* keys, int lane) {
   const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride;
   const int base = lane * VPT;
   float x[VPT];
-#pragma unroll
-  for (int i = 0; i < VPT; ++i) x[i] = base + i < p.E ? moe_sanitize(to_float(row[base + i])) : -FLT_MAX;
+  load_logits<T, VPT>(row, base, p.E, x);
   float s[VPT];
   if (p.softmax) {
     uint32_t mk = 0;
@@ -87,32 +169,15 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
   uint32_t kept = kFullMask;  // surviving groups
   const int G = p.E / p.n_group;
   if (p.topk_group < p.n_group) {
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-      if (base + i < p.E) keys[base + i] = key[i];
-    }
-    __syncwarp();
-    uint32_t gk = 0;
-    if (lane < p.n_group) {
-      float top1 = -INFINITY, top2 = -INFINITY;
-      for (int e = lane * G; e < lane * G + G; ++e) {
-        const float v = keys[e];
-        if (v > top1) {
-          top2 = top1;
-          top1 = v;
-        } else if (v > top2) {
-          top2 = v;
-        }
-      }
-      gk = moe_order_key(!p.bias ? top1 : G == 1 ? top1 : top1 + top2);
-    }
+    int group;
+    uint32_t gk = group_key<VPT>(p, key, keys, lane, group);
+    // topk_group rounds: the highest group key, the lowest lane holding it (lanes ascend with groups).
     kept = 0;
     for (int i = 0; i < p.topk_group; ++i) {
       const uint32_t best = __reduce_max_sync(kFullMask, gk);
-      const unsigned win = __reduce_min_sync(kFullMask, gk == best && lane < p.n_group ? lane : 32u);
+      const int win = __shfl_sync(kFullMask, group, __ffs(__ballot_sync(kFullMask, gk == best)) - 1);
       kept |= 1u << win;
-      if (lane == static_cast<int>(win)) gk = 0;
+      if (group == win) gk = 0;
     }
   }
   uint32_t uk[VPT];
@@ -121,32 +186,33 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
     const int e = base + i;
     uk[i] = e < p.E && ((kept >> (e / G)) & 1u) ? moe_order_key(key[i]) : 0u;
   }
+  // k rounds: the highest key of the warp, the lowest lane holding it (lanes ascend with experts; a lane's best is
+  // its first position of that key), which takes it out and finds its next best.
+  uint32_t lb;
+  int li;
+  lane_best<VPT>(uk, lb, li);
   float my_w = 0;
   int my_id = 0;
   for (int j = 0; j < p.k; ++j) {
-    uint32_t lb = 0;
-    int li = 0;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-      if (uk[i] > lb) {
-        lb = uk[i];
-        li = i;
-      }
-    }
     const uint32_t best = __reduce_max_sync(kFullMask, lb);
-    const unsigned win = __reduce_min_sync(kFullMask, lb == best ? static_cast<unsigned>(base + li) : 0xffffffffu);
+    const int wl = __ffs(__ballot_sync(kFullMask, lb == best)) - 1;
+    const int pick = li;
     float sv = 0;
+    if (lane == wl) {
 #pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-      if (static_cast<unsigned>(base + i) == win) {
-        sv = s[i];
-        uk[i] = 0;
+      for (int i = 0; i < VPT; ++i) {
+        if (i == pick) {
+          sv = s[i];
+          uk[i] = 0;
+        }
       }
+      lane_best<VPT>(uk, lb, li);
     }
-    sv = __shfl_sync(kFullMask, sv, static_cast<int>(win) / VPT);
+    const float wv = __shfl_sync(kFullMask, sv, wl);
+    const int wi = __shfl_sync(kFullMask, pick, wl);
     if (lane == j) {
-      my_w = sv;
-      my_id = static_cast<int>(win);
+      my_w = wv;
+      my_id = wl * VPT + wi;
     }
   }
   if (p.renormalize) {
