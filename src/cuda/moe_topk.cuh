@@ -70,18 +70,28 @@ __device__ __forceinline__ void load_logits(const T* row, int base, int E, float
   }
 }
 
-/// The lane's highest key and its first (lowest) position.
+/// The lane's highest key and its first (lowest) position: a tree over adjacent pairs (the lower half of a pair
+/// holds the lower positions, so it wins ties), log2(VPT) steps deep.
 template <int VPT>
 __device__ __forceinline__ void lane_best(const uint32_t (&uk)[VPT], uint32_t& lb, int& li) {
-  lb = 0;
-  li = 0;
+  uint32_t k[VPT];
+  int at[VPT];
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {
-    if (uk[i] > lb) {
-      lb = uk[i];
-      li = i;
+    k[i] = uk[i];
+    at[i] = i;
+  }
+#pragma unroll
+  for (int n = VPT; n > 1; n /= 2) {
+#pragma unroll
+    for (int i = 0; i < n / 2; ++i) {
+      const bool hi = k[2 * i + 1] > k[2 * i];
+      k[i] = hi ? k[2 * i + 1] : k[2 * i];
+      at[i] = hi ? at[2 * i + 1] : at[2 * i];
     }
   }
+  lb = k[0];
+  li = at[0];
 }
 
 /// Group of every lane and the group's score key (0 for lanes past the groups). When a group spans a power of two

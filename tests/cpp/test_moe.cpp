@@ -86,6 +86,13 @@ TEST_P(MoeTest, TopkSoftmaxCorrectionBiasAndPitch) {
     p.row_pitch = E + 24;
     check(p);
   }
+  // Rows not aligned for the vector loads (odd pitch: every other row takes the per-element loads), and an E that
+  // ends inside a lane's range.
+  for (int64_t E : {100, 128, 512}) {
+    RouteProblem p = softmax_problem(9, E, 7, E == 512 ? DType::f32 : DType::f16);
+    p.row_pitch = E + 1;
+    check(p);
+  }
 }
 
 TEST_P(MoeTest, TopkSoftmaxSpecialRows) {
@@ -115,6 +122,12 @@ TEST_P(MoeTest, GroupedTopkModels) {
   check(grouped_problem(37, 60, 5, 30, 30, true, MoeScoring::softmax));  // every group kept
   check(grouped_problem(37, 1024, 32, 16, 4, true, MoeScoring::sigmoid));
   check(grouped_problem(37, 96, 3, 32, 3, true, MoeScoring::sigmoid));   // groups of 3, 3 candidates per group
+  // Group scores merged over whole lanes (a power of two of them per group) or scanned from shared memory: groups
+  // of one expert on one lane, lanes past the last group, three lanes per group (scanned).
+  check(grouped_problem(37, 32, 4, 32, 5, true, MoeScoring::sigmoid));
+  check(grouped_problem(37, 192, 8, 6, 2, true, MoeScoring::sigmoid));
+  check(grouped_problem(37, 384, 8, 8, 4, true, MoeScoring::sigmoid));
+  check(grouped_problem(37, 512, 10, 16, 5, false, MoeScoring::softmax));
   RouteProblem p = grouped_problem(9, 256, 8, 8, 4, true, MoeScoring::sigmoid);
   p.special_rows = true;
   check(p);
