@@ -14,7 +14,7 @@ namespace {
 constexpr int64_t kFusedMaxTokens = 256;
 
 template <typename T, int VPT>
-__global__ void __launch_bounds__(1024) route_align_kernel(RouteParams rp, AlignParams ap) {
+__global__ void __launch_bounds__(1024, 1) route_align_kernel(RouteParams rp, AlignParams ap) {
   pdl_wait_and_release();
   extern __shared__ int smem[];
   const int cl = static_cast<int>(cluster_blocks()), rank = static_cast<int>(cluster_rank());

@@ -148,8 +148,12 @@ template <typename T, int VPT>
 __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* keys, int lane) {
   const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride;
   const int base = lane * VPT;
-  float x[VPT];
+  float x[VPT], b[VPT];
   load_logits<T, VPT>(row, base, p.E, x);
+  if (p.bias) {  // issued with the logits' loads, before any math waits on them
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) b[i] = base + i < p.E ? load_any_float(p.bias, p.bias_dtype, (base + i) * p.bias_stride) : 0.0f;
+  }
   float s[VPT];
   if (p.softmax) {
     uint32_t mk = 0;
@@ -174,7 +178,7 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {
     key[i] = x[i];
-    if (p.bias && base + i < p.E) key[i] = s[i] + moe_sanitize(load_any_float(p.bias, p.bias_dtype, (base + i) * p.bias_stride));
+    if (p.bias && base + i < p.E) key[i] = s[i] + moe_sanitize(b[i]);
   }
   uint32_t kept = kFullMask;  // surviving groups
   const int G = p.E / p.n_group;
@@ -191,10 +195,19 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
     }
   }
   uint32_t uk[VPT];
+  if (kept == kFullMask) {
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) {
-    const int e = base + i;
-    uk[i] = e < p.E && ((kept >> (e / G)) & 1u) ? moe_order_key(key[i]) : 0u;
+    for (int i = 0; i < VPT; ++i) uk[i] = base + i < p.E ? moe_order_key(key[i]) : 0u;
+  } else {
+    int g = base / G, r = base - g * G;  // group of expert base + i, stepped without a division per expert
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      uk[i] = base + i < p.E && ((kept >> g) & 1u) ? moe_order_key(key[i]) : 0u;
+      if (++r == G) {
+        r = 0;
+        ++g;
+      }
+    }
   }
   // k rounds: the highest key of the warp, the lowest lane holding it (lanes ascend with experts; a lane's best is
   // its first position of that key), which takes it out and finds its next best.
