@@ -251,6 +251,69 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
   }
 }
 
+/// Max and sum over the L lanes of a segment: xor butterflies with offsets L/2 .. 1. For the lanes of a token these
+/// are the additions warp_sum makes when the lanes past the token's hold zeros (adding +0 is exact), so the weights
+/// equal route_token's bit for bit.
+template <int L>
+__device__ __forceinline__ uint32_t segment_max(uint32_t v) {
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+template <int L>
+__device__ __forceinline__ float segment_sum(float v) {
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+/// Routes token t (E <= L, no group selection) with the L-lane segment of the calling (full) warp that holds
+/// `lane`: one expert per lane, 32 / L tokens per warp. Same selection and arithmetic as route_token with VPT 1.
+/// Segments with t >= T compute and store nothing.
+template <typename T, int L>
+__device__ __forceinline__ void route_token_lanes(const RouteParams& p, int t, int lane) {
+  const int sub = lane & (L - 1);
+  const bool on = t < p.T && sub < p.E;
+  const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t < p.T ? t : 0) * p.logits_stride;
+  const float x = on ? moe_sanitize(to_float(row[sub])) : -FLT_MAX;
+  const float b = on && p.bias ? load_any_float(p.bias, p.bias_dtype, sub * p.bias_stride) : 0.0f;
+  float s;
+  if (p.softmax) {
+    const float m = moe_key_float(segment_max<L>(moe_order_key(x)));
+    s = sub < p.E ? expf(x - m) : 0.0f;
+    s = s / segment_sum<L>(s);
+  } else {
+    s = moe_sigmoid(x);
+  }
+  const float key = p.bias && sub < p.E ? s + moe_sanitize(b) : x;
+  uint32_t uk = sub < p.E ? moe_order_key(key) : 0u;
+  const unsigned segment = (L == 32 ? kFullMask : (1u << L) - 1u) << (lane & ~(L - 1));
+  float my_w = 0;
+  int my_id = 0;
+  for (int j = 0; j < p.k; ++j) {
+    const uint32_t best = segment_max<L>(uk);
+    const int wl = __ffs(__ballot_sync(kFullMask, uk == best) & segment) - 1;  // lowest expert holding it
+    const float wv = __shfl_sync(kFullMask, s, wl);
+    if (sub == j) {
+      my_w = wv;
+      my_id = wl & (L - 1);
+    }
+    if (lane == wl) uk = 0;
+  }
+  if (p.renormalize) {
+    const float sum = segment_sum<L>(sub < p.k ? my_w : 0.0f);
+    my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);
+  }
+  my_w = __fmul_rn(my_w, p.scale);
+  if (t < p.T && sub < p.k) {
+    p.weights[static_cast<int64_t>(t) * p.weights_stride + sub] = my_w;
+    if (p.ids_i64) static_cast<int64_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + sub] = my_id;
+    else static_cast<int32_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + sub] = my_id;
+    if (p.src_rows) p.src_rows[static_cast<int64_t>(t) * p.src_stride + sub] = sub * p.T + t;
+  }
+}
+
 /// The registers-per-lane bucket for E experts: the smallest power of two VPT with 32 * VPT >= E.
 inline int route_vpt(int64_t E) {
   int vpt = 1;

@@ -114,6 +114,41 @@ TEST_P(MoeTest, TopkSoftmaxNoTokensAndOneToken) {
   check(softmax_problem(1, 1, 1, DType::f32));
 }
 
+// Small E at many tokens: the CUDA router packs 32 / L tokens into a warp (E <= 8: 4, E <= 16: 2; from 1024
+// tokens). Against the golden (T not a multiple of the tokens per warp, so the last warp has idle segments; E not a
+// power of two; bias; special rows; k up to E), and bit for bit equal to one token per warp (the same rows routed
+// at T < 1024).
+TEST_P(MoeTest, TopkSoftmaxSmallExpertsManyTokens) {
+  struct Case {
+    int64_t T, E, k;
+    DType dtype;
+    bool bias, renormalize;
+  };
+  const Case cases[] = {{4099, 8, 2, DType::bf16, false, true}, {1025, 5, 5, DType::f32, true, false},
+                        {2051, 12, 7, DType::f16, true, true},  {1030, 16, 1, DType::bf16, false, false},
+                        {1027, 3, 2, DType::f32, false, true}};
+  for (const Case& c : cases) {
+    RouteProblem p = softmax_problem(c.T, c.E, c.k, c.dtype);
+    p.bias = c.bias;
+    p.spec.renormalize = c.renormalize;
+    p.special_rows = c.E != 16;
+    check(p);
+    const uint64_t seed = test_rng()();
+    const HostTensor logits = ft::make_logits(p, seed);
+    const HostTensor bias = ft::make_bias(p, seed);
+    const auto many = ft::run_route(p, logits, p.bias ? &bias : nullptr, device_of(GetParam()));
+    RouteProblem q = p;
+    q.T = 200;
+    HostTensor head(p.dtype, {q.T, p.E});
+    std::memcpy(head.data(), logits.data(), head.bytes());
+    const auto few = ft::run_route(q, head, q.bias ? &bias : nullptr, device_of(GetParam()));
+    EXPECT_EQ(0, std::memcmp(many.weights.data(), few.weights.data(), few.weights.bytes())) << p.describe();
+    EXPECT_EQ(0, std::memcmp(many.ids.data(), few.ids.data(), few.ids.bytes())) << p.describe();
+  }
+  // grouped_topk with every group kept takes the same path.
+  check(grouped_problem(2000, 16, 4, 4, 4, true, MoeScoring::sigmoid));
+}
+
 TEST_P(MoeTest, GroupedTopkModels) {
   check(grouped_problem(37, 256, 8, 8, 4, true, MoeScoring::sigmoid));   // DeepSeek-V3
   check(grouped_problem(37, 384, 8, 1, 1, true, MoeScoring::sigmoid));   // Kimi-K2
