@@ -7,14 +7,14 @@
 namespace fuseops::detail::cuda {
 namespace {
 
-template <typename T, int VPT>
+template <typename T, int VPT, bool BIAS>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteParams p) {
   pdl_wait_and_release();
   __shared__ float keys[kRouteWarps][32 * VPT];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
-    route_token<T, VPT>(p, t, keys[warp], lane);
+    route_token<T, VPT, BIAS>(p, t, keys[warp], lane);
   }
 }
 
@@ -76,8 +76,8 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
     return;
   }
   const int64_t blocks = std::min<int64_t>((args.T + kRouteWarps - 1) / kRouteWarps, 16 * sm_count(device));
-  dispatch_route(args.logits.dtype, args.E, [&](auto t, auto vpt) {
-    launch_kernel(route_kernel<typename decltype(t)::type, decltype(vpt)::value>, dim3(static_cast<unsigned>(blocks)),
+  dispatch_route(args.logits.dtype, args.E, p.bias != nullptr, [&](auto t, auto vpt, auto bias) {
+    launch_kernel(route_kernel<typename decltype(t)::type, decltype(vpt)::value, decltype(bias)::value>, dim3(static_cast<unsigned>(blocks)),
                   dim3(kRouteWarps * 32), 0, s, device, p);
   });
   after_launch(op, s, device);

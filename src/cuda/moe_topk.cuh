@@ -97,7 +97,7 @@ __device__ __forceinline__ void lane_best(const uint32_t (&uk)[VPT], uint32_t& l
 /// Group of every lane and the group's score key (0 for lanes past the groups). When a group spans a power of two
 /// of whole lanes (E/n_group a multiple of VPT), every lane takes the top two of its keys and the group's lanes
 /// merge them with shuffles; otherwise the keys go to the warp's shared scratch and lane g scans group g.
-template <int VPT>
+template <int VPT, bool BIAS>
 __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float (&key)[VPT], float* keys, int lane,
                                               int& group) {
   const int G = p.E / p.n_group, base = lane * VPT;
@@ -140,33 +140,36 @@ __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float 
     }
   }
   if (group >= p.n_group) return 0u;
-  return moe_order_key(!p.bias ? top1 : G == 1 ? top1 : top1 + top2);
+  return moe_order_key(!BIAS ? top1 : G == 1 ? top1 : top1 + top2);
 }
 
-/// Routes token t with the calling (full) warp; `keys` is this warp's shared scratch of 32 * VPT floats.
-template <typename T, int VPT>
+/// Routes token t with the calling (full) warp; `keys` is this warp's shared scratch of 32 * VPT floats. BIAS: the
+/// router has a bias (p.bias set). Without one the key is the logit, so a pick's weight is recomputed from its key
+/// (the same expression on the same value as the score array, which is then not kept: fewer registers).
+template <typename T, int VPT, bool BIAS>
 __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* keys, int lane) {
   const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride;
   const int base = lane * VPT;
   float x[VPT], b[VPT];
   load_logits<T, VPT>(row, base, p.E, x);
-  if (p.bias) {  // issued with the logits' loads, before any math waits on them
+  if constexpr (BIAS) {  // issued with the logits' loads, before any math waits on them
 #pragma unroll
     for (int i = 0; i < VPT; ++i) b[i] = base + i < p.E ? load_any_float(p.bias, p.bias_dtype, (base + i) * p.bias_stride) : 0.0f;
   }
   float s[VPT];
+  float m = 0, sum = 1;
   if (p.softmax) {
     uint32_t mk = 0;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) mk = max(mk, moe_order_key(x[i]));
-    const float m = moe_key_float(__reduce_max_sync(kFullMask, mk));
+    m = moe_key_float(__reduce_max_sync(kFullMask, mk));
     float local = 0;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
       s[i] = base + i < p.E ? expf(x[i] - m) : 0.0f;
       local += s[i];
     }
-    const float sum = warp_sum(local);
+    sum = warp_sum(local);
 #pragma unroll
     for (int i = 0; i < VPT; ++i) s[i] = s[i] / sum;
   } else {
@@ -178,13 +181,15 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {
     key[i] = x[i];
-    if (p.bias && base + i < p.E) key[i] = s[i] + moe_sanitize(b[i]);
+    if constexpr (BIAS) {
+      if (base + i < p.E) key[i] = s[i] + moe_sanitize(b[i]);
+    }
   }
   uint32_t kept = kFullMask;  // surviving groups
   const int G = p.E / p.n_group;
   if (p.topk_group < p.n_group) {
     int group;
-    uint32_t gk = group_key<VPT>(p, key, keys, lane, group);
+    uint32_t gk = group_key<VPT, BIAS>(p, key, keys, lane, group);
     // topk_group rounds: the highest group key, the lowest lane holding it (lanes ascend with groups).
     kept = 0;
     for (int i = 0; i < p.topk_group; ++i) {
@@ -222,10 +227,14 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
     const int pick = li;
     float sv = 0;
     if (lane == wl) {
+      if constexpr (!BIAS) {
+        const float xv = moe_key_float(lb);  // the logit of the pick, bit for bit
+        sv = p.softmax ? expf(xv - m) / sum : moe_sigmoid(xv);
+      }
 #pragma unroll
       for (int i = 0; i < VPT; ++i) {
         if (i == pick) {
-          sv = s[i];
+          if constexpr (BIAS) sv = s[i];
           uk[i] = 0;
         }
       }
@@ -321,27 +330,32 @@ inline int route_vpt(int64_t E) {
   return vpt;
 }
 
-/// Calls f(TypeTag<T>{}, std::integral_constant<int, VPT>{}) for the logits dtype and E.
+/// Calls f(TypeTag<T>{}, std::integral_constant<int, VPT>{}, std::bool_constant<BIAS>{}) for the logits dtype, E and
+/// whether there is a bias.
 template <typename T>
 struct TypeTag {
   using type = T;
 };
 template <typename F>
-void dispatch_route(DType dtype, int64_t E, F&& f) {
-  auto by_vpt = [&](auto tag) {
+void dispatch_route(DType dtype, int64_t E, bool bias, F&& f) {
+  auto by_vpt = [&](auto tag, auto has_bias) {
     switch (route_vpt(E)) {
-      case 1: f(tag, std::integral_constant<int, 1>{}); break;
-      case 2: f(tag, std::integral_constant<int, 2>{}); break;
-      case 4: f(tag, std::integral_constant<int, 4>{}); break;
-      case 8: f(tag, std::integral_constant<int, 8>{}); break;
-      case 16: f(tag, std::integral_constant<int, 16>{}); break;
-      default: f(tag, std::integral_constant<int, 32>{}); break;
+      case 1: f(tag, std::integral_constant<int, 1>{}, has_bias); break;
+      case 2: f(tag, std::integral_constant<int, 2>{}, has_bias); break;
+      case 4: f(tag, std::integral_constant<int, 4>{}, has_bias); break;
+      case 8: f(tag, std::integral_constant<int, 8>{}, has_bias); break;
+      case 16: f(tag, std::integral_constant<int, 16>{}, has_bias); break;
+      default: f(tag, std::integral_constant<int, 32>{}, has_bias); break;
     }
   };
+  auto by_bias = [&](auto tag) {
+    if (bias) by_vpt(tag, std::true_type{});
+    else by_vpt(tag, std::false_type{});
+  };
   switch (dtype) {
-    case DType::f16: by_vpt(TypeTag<__half>{}); break;
-    case DType::bf16: by_vpt(TypeTag<__nv_bfloat16>{}); break;
-    default: by_vpt(TypeTag<float>{}); break;
+    case DType::f16: by_bias(TypeTag<__half>{}); break;
+    case DType::bf16: by_bias(TypeTag<__nv_bfloat16>{}); break;
+    default: by_bias(TypeTag<float>{}); break;
   }
 }
 
