@@ -1,8 +1,8 @@
-// CUDA backend of moe_route: up to kFusedMaxTokens tokens, one launch of a thread block cluster whose blocks route
-// a contiguous range of tokens each (one warp per token, moe_topk.cuh) and then build the schedule of those tokens'
-// ids together (moe_align.cuh); above it, the router kernel over the whole GPU and then the schedule kernel (two
-// launches, the second overlapping the first's tail through programmatic dependent launch). Both paths run the same
-// device code as topk_softmax / grouped_topk and moe_align_block_size, so the results are identical.
+// CUDA backend of moe_route: up to kFusedMaxTokens tokens (and not E > 256 with a bias), one launch of a thread
+// block cluster whose blocks route a contiguous range of tokens each (one warp per token, moe_topk.cuh) and then
+// build the schedule of those tokens' ids together (moe_align.cuh); otherwise, the router kernel over the whole GPU
+// and then the schedule kernel (two launches, the second overlapping the first's tail through programmatic
+// dependent launch). Both paths run the same device code as topk_softmax / grouped_topk and moe_align_block_size, so the results are identical.
 #include <algorithm>
 
 #include "cuda/moe_launch.h"
@@ -37,7 +37,10 @@ void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int
                                : 1u;
   const int warps = moe_align_warps(a.E, 1, kMoeAlignSmemWords);
   const int64_t chunk = (r.T + cluster - 1) / cluster;
-  if (r.T > kFusedMaxTokens || warps < 1 || (chunk * r.k + warps - 1) / warps > 32) {
+  // With a bias and 16+ experts per lane the router needs more than the 64 registers of a 1024-thread block (it
+  // would spill hundreds of bytes per thread, past what L1 holds beside the schedule's shared memory).
+  const bool spills = r.bias.data != nullptr && route_vpt(r.E) >= 16;
+  if (r.T > kFusedMaxTokens || spills || warps < 1 || (chunk * r.k + warps - 1) / warps > 32) {
     route(op, r, device, stream);
     align(op, a, device, stream);
     return;

@@ -375,6 +375,13 @@ TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
   }
 }
 
+TEST_P(MoeTest, MoeRouteWideBiasedRouter) {
+  // Kimi-K2-like (384 experts, bias): the CUDA moe_route runs the router and the schedule as two launches there.
+  RouteProblem p = grouped_problem(16, 384, 8, 1, 1, true, MoeScoring::sigmoid);
+  p.op = RouteOp::moe_route;
+  check(p);
+}
+
 TEST_P(MoeTest, LargeRouting) {
   if (!large()) GTEST_SKIP() << "16384-token routing runs on CUDA only (CPU time in CI)";
   check(softmax_problem(16384, 512, 10, DType::bf16));
