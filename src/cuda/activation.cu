@@ -152,7 +152,8 @@ __device__ __forceinline__ int64_t masked_expert(const int64_t* prefix, int64_t 
 
 /// out = act(gate) * up for one vector already loaded in storage form (the numerics of act_and_mul_vec).
 template <typename T, Act A, int VEC>
-__device__ __forceinline__ void act_and_mul_loaded(T* out, const StorageVec<T, VEC>& gate, const StorageVec<T, VEC>& up) {
+__device__ __forceinline__ void act_and_mul_loaded(T* out, const StorageVec<T, VEC>& gate,
+                                                   const StorageVec<T, VEC>& up) {
   FloatVec<T, VEC> r;
 #pragma unroll
   for (int i = 0; i < VEC; ++i) r.v[i] = act_fwd<A, kFast<T>>(gate.get(i)) * up.get(i);
@@ -259,7 +260,8 @@ void launch_masked(const char* op, const MaskedActArgs& a, int device, cudaStrea
   const std::size_t smem = static_cast<std::size_t>(a.E + 1) * sizeof(int64_t);
   auto go = [&](auto kernel) {
     const int64_t resident = resident_blocks(kernel, static_cast<int>(l.block.x * l.block.y), smem, device, op);
-    launch_kernel(kernel, dim3(static_cast<unsigned>(std::min(max_blocks, resident))), l.block, smem, stream, device, p);
+    const unsigned grid = static_cast<unsigned>(std::min(max_blocks, resident));
+    launch_kernel(kernel, dim3(grid), l.block, smem, stream, device, p);
   };
   switch (vec) {
     case 8: if constexpr (sizeof(T) == 2) go(act_and_mul_masked_kernel<T, A, 8>); break;

@@ -2,7 +2,8 @@
 // block cluster whose blocks route a contiguous range of tokens each (one warp per token, moe_topk.cuh) and then
 // build the schedule of those tokens' ids together (moe_align.cuh); otherwise, the router kernel over the whole GPU
 // and then the schedule kernel (two launches, the second overlapping the first's tail through programmatic
-// dependent launch). Both paths run the same device code as topk_softmax / grouped_topk and moe_align_block_size, so the results are identical.
+// dependent launch). Both paths run the same device code as topk_softmax / grouped_topk and moe_align_block_size,
+// so the results are identical.
 #include <algorithm>
 
 #include "cuda/moe_launch.h"
@@ -32,9 +33,8 @@ __global__ void __launch_bounds__(1024, 1) route_align_kernel(RouteParams rp, Al
 
 void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int device, void* stream) {
   // One cluster of up to 8 blocks, about 32 tokens each; the schedule holds one id per lane (rounds 1).
-  const unsigned cluster =
-      is_sm90_or_newer(device) ? static_cast<unsigned>(std::min<int64_t>(kMaxCluster, std::max<int64_t>(1, (r.T + 31) / 32)))
-                               : 1u;
+  const int64_t cluster_wanted = std::min<int64_t>(kMaxCluster, std::max<int64_t>(1, (r.T + 31) / 32));
+  const unsigned cluster = is_sm90_or_newer(device) ? static_cast<unsigned>(cluster_wanted) : 1u;
   const int warps = moe_align_warps(a.E, 1, kMoeAlignSmemWords);
   const int64_t chunk = (r.T + cluster - 1) / cluster;
   // With a bias and 16+ experts per lane the router needs more than the 64 registers of a 1024-thread block (it

@@ -77,8 +77,8 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
   }
   const int64_t blocks = std::min<int64_t>((args.T + kRouteWarps - 1) / kRouteWarps, 16 * sm_count(device));
   dispatch_route(args.logits.dtype, args.E, p.bias != nullptr, [&](auto t, auto vpt, auto bias) {
-    launch_kernel(route_kernel<typename decltype(t)::type, decltype(vpt)::value, decltype(bias)::value>, dim3(static_cast<unsigned>(blocks)),
-                  dim3(kRouteWarps * 32), 0, s, device, p);
+    launch_kernel(route_kernel<typename decltype(t)::type, decltype(vpt)::value, decltype(bias)::value>,
+                  dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
   });
   after_launch(op, s, device);
 }

@@ -154,7 +154,9 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
   load_logits<T, VPT>(row, base, p.E, x);
   if constexpr (BIAS) {  // issued with the logits' loads, before any math waits on them
 #pragma unroll
-    for (int i = 0; i < VPT; ++i) b[i] = base + i < p.E ? load_any_float(p.bias, p.bias_dtype, (base + i) * p.bias_stride) : 0.0f;
+    for (int i = 0; i < VPT; ++i) {
+      b[i] = base + i < p.E ? load_any_float(p.bias, p.bias_dtype, (base + i) * p.bias_stride) : 0.0f;
+    }
   }
   float s[VPT];
   float m = 0, sum = 1;
