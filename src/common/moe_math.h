@@ -2,6 +2,7 @@
 // or bias value is made finite, the scores, and the total order used for every selection.
 #pragma once
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -42,5 +43,66 @@ FUSEOPS_HD float moe_key_float(uint32_t k) {
 
 /// ceil(a / b) * b for a >= 0, b >= 1.
 FUSEOPS_HD int64_t moe_round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+
+}  // namespace fuseops::detail
+
+namespace fuseops::detail {
+
+/// Shared memory budget of the CUDA schedule kernel, in int32 words (200 KiB of the 227 KiB an sm_90 block may have).
+constexpr int64_t kMoeAlignSmemWords = 200 * 1024 / 4;
+
+/// How the CUDA schedule of moe_align_block_size runs for `numel` ids over E experts (docs/ops/moe.md, "CUDA
+/// design"): `cluster` blocks of `warps` warps, every lane holding up to `rounds` ids in registers (rounds 0: the
+/// streamed two-pass fallback, which has no staging buffer). Shared with the tests, which size their cases on both
+/// sides of every switch.
+struct MoeAlignPlan {
+  int rounds = 1;
+  int warps = 32;
+  int cluster = 1;
+  int64_t smem_words = 0;
+};
+
+/// Shared memory words of the schedule: per-warp counters [warps][E], five [E (+1)] arrays, the scan scratch and,
+/// when rounds > 0, the block's staging buffer of warps * 32 * rounds ids.
+inline int64_t moe_align_smem_words(int warps, int64_t E, int rounds) {
+  return warps * (E + 32 * int64_t{rounds}) + 5 * E + 2 + 32;
+}
+
+/// Warps per block of the schedule with `rounds` ids per lane: 32 (1024 threads of at most 64 registers), 20 for
+/// 32 rounds (640 threads of up to 96 registers: the 32 ids of a lane stay in registers without spilling).
+FUSEOPS_HD constexpr int moe_align_max_warps(int rounds) { return rounds >= 32 ? 20 : 32; }
+
+/// The largest warp count (<= moe_align_max_warps) whose shared memory fits `budget_words`, 0 if none.
+inline int moe_align_warps(int64_t E, int rounds, int64_t budget_words) {
+  const int64_t w = (budget_words - 5 * E - 34) / (E + 32 * int64_t{rounds}), cap = moe_align_max_warps(rounds);
+  return static_cast<int>(w < 0 ? 0 : w > cap ? cap : w);
+}
+
+/// Register rounds 1 and 4 on one block; then 4, 16, 32 on a cluster of up to `max_cluster` blocks (1 before
+/// sm_90, where 16 and 32 run on one block); else the streamed fallback on up to max_cluster blocks.
+inline MoeAlignPlan moe_align_plan(int64_t numel, int64_t E, int max_cluster, int64_t budget_words) {
+  MoeAlignPlan p;
+  auto fits = [&](int rounds, int64_t blocks_max) {
+    const int w = moe_align_warps(E, rounds, budget_words);
+    if (w < 1) return false;
+    const int64_t per_block = int64_t{w} * 32 * rounds;
+    const int64_t blocks = numel == 0 ? 1 : (numel + per_block - 1) / per_block;
+    if (blocks > blocks_max) return false;
+    p.rounds = rounds;
+    p.warps = w;
+    p.cluster = static_cast<int>(blocks);
+    p.smem_words = moe_align_smem_words(w, E, rounds);
+    return true;
+  };
+  if (fits(1, 1) || fits(4, 1)) return p;
+  for (int rounds : {4, 16, 32}) {
+    if (fits(rounds, max_cluster)) return p;
+  }
+  p.rounds = 0;
+  p.warps = moe_align_warps(E, 0, budget_words);
+  p.cluster = static_cast<int>(std::min<int64_t>(max_cluster, std::max<int64_t>(1, (numel + 4095) / 4096)));
+  p.smem_words = moe_align_smem_words(p.warps, E, 0);
+  return p;
+}
 
 }  // namespace fuseops::detail

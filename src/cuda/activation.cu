@@ -89,8 +89,9 @@ __global__ void __launch_bounds__(kThreads)
 // Masked expert-major form. Every block first turns masked_m into an exclusive prefix sum of the valid row counts
 // n_e = clamp(masked_m[e], 0, T_max) in shared memory (E <= kMaxMaskedExperts; masked_m is a few KB, read from L2
 // by every block), then the grid loops over the flattened valid rows v in [0, sum n_e): row v belongs to the expert
-// e with prefix[e] <= v < prefix[e + 1] (a binary search, uniform across the threads of a row), at row
-// v - prefix[e]. So the work, and the grid, follow the valid rows only, however they are spread over the experts.
+// e with prefix[e] <= v < prefix[e + 1] (searched upwards from the thread's previous row, uniform across the threads
+// of a row), at row v - prefix[e]. So the work, and the grid, follow the valid rows only, however they are spread
+// over the experts. Each thread takes two rows per iteration, both loaded before either is computed.
 
 template <typename T>
 struct MaskedParams {
@@ -142,24 +143,52 @@ __device__ int64_t masked_prefix(const MaskedParams<T>& p, int64_t* prefix) {
   return prefix[p.E];
 }
 
+/// The expert of flattened valid row v: the e with prefix[e] <= v < prefix[e + 1], searched upwards from `e` (rows
+/// of one thread only grow, so this is one shared load per row in the common case).
+__device__ __forceinline__ int64_t masked_expert(const int64_t* prefix, int64_t e, int64_t v) {
+  while (prefix[e + 1] <= v) ++e;
+  return e;
+}
+
+/// out = act(gate) * up for one vector already loaded in storage form (the numerics of act_and_mul_vec).
+template <typename T, Act A, int VEC>
+__device__ __forceinline__ void act_and_mul_loaded(T* out, const StorageVec<T, VEC>& gate,
+                                                   const StorageVec<T, VEC>& up) {
+  FloatVec<T, VEC> r;
+#pragma unroll
+  for (int i = 0; i < VEC; ++i) r.v[i] = act_fwd<A, kFast<T>>(gate.get(i)) * up.get(i);
+  r.store(out);
+}
+
+/// Two rows per thread and iteration (v and v + step of the grid-stride order), both rows' loads in flight before
+/// any math, so that the row lookup and the stores of one row do not leave the memory system idle.
 template <typename T, Act A, int VEC>
 __global__ void __launch_bounds__(kThreads) act_and_mul_masked_kernel(const MaskedParams<T> p) {
   extern __shared__ int64_t prefix[];  // [E + 1]
   pdl_wait_and_release();
   const int64_t total = masked_prefix(p, prefix);
-  for (int64_t v = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; v < total;
-       v += static_cast<int64_t>(gridDim.x) * blockDim.y) {
-    int64_t lo = 0, hi = p.E;  // invariant: prefix[lo] <= v < prefix[hi]
-    while (hi - lo > 1) {
-      const int64_t mid = (lo + hi) / 2;
-      if (prefix[mid] <= v) lo = mid;
-      else hi = mid;
-    }
-    const int64_t r = v - prefix[lo];
-    T* out = p.out + lo * p.out_stride_e + r * p.out_stride_t;
-    const T* gate = p.input + lo * p.in_stride_e + r * p.in_stride_t;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.y;
+  int64_t e0 = 0;
+  for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; v0 < total; v0 += 2 * step) {
+    const int64_t v1 = v0 + step;
+    const bool two = v1 < total;
+    e0 = masked_expert(prefix, e0, v0);
+    const int64_t e1 = two ? masked_expert(prefix, e0, v1) : e0;
+    const int64_t r0 = v0 - prefix[e0], r1 = two ? v1 - prefix[e1] : r0;
+    T* out0 = p.out + e0 * p.out_stride_e + r0 * p.out_stride_t;
+    T* out1 = p.out + e1 * p.out_stride_e + r1 * p.out_stride_t;
+    const T* in0 = p.input + e0 * p.in_stride_e + r0 * p.in_stride_t;
+    const T* in1 = p.input + e1 * p.in_stride_e + r1 * p.in_stride_t;
     for (int64_t c = threadIdx.x; c < p.vecs_per_row; c += blockDim.x) {
-      act_and_mul_vec<T, A, VEC>(out + c * VEC, gate + c * VEC, gate + p.d + c * VEC);
+      StorageVec<T, VEC> g0, u0, g1, u1;
+      g0.load(in0 + c * VEC);
+      u0.load(in0 + p.d + c * VEC);
+      if (two) {
+        g1.load(in1 + c * VEC);
+        u1.load(in1 + p.d + c * VEC);
+      }
+      act_and_mul_loaded<T, A, VEC>(out0 + c * VEC, g0, u0);
+      if (two) act_and_mul_loaded<T, A, VEC>(out1 + c * VEC, g1, u1);
     }
   }
 }
@@ -202,7 +231,7 @@ void launch_forward(const ActAndMulArgs& a, int device, cudaStream_t stream) {
 }
 
 template <typename T, Act A>
-void launch_masked(const MaskedActArgs& a, int device, cudaStream_t stream) {
+void launch_masked(const char* op, const MaskedActArgs& a, int device, cudaStream_t stream) {
   // Vector width: d, both strides of out and input, and both base addresses (the up half follows at d elements).
   const RowMatrix out_rows{a.out, a.T_max, a.d, a.out_stride_t, a.dtype}, out_experts{a.out, a.E, a.d, a.out_stride_e, a.dtype};
   const RowMatrix in_rows{const_cast<void*>(a.input), a.T_max, a.d, a.in_stride_t, a.dtype};
@@ -224,13 +253,16 @@ void launch_masked(const MaskedActArgs& a, int device, cudaStream_t stream) {
   p.m_int64 = a.m_dtype == DType::i64;
   p.errors = cuda_error_record(device);
   p.site = a.site;
-  // Rows of the flattened valid list per block: as plan(); the grid fills the GPU (8 blocks of 256 threads per SM),
-  // bounded by the rows there can be.
+  // Rows of the flattened valid list per block: as plan(); the grid is the blocks the GPU holds at once (one wave:
+  // a second, partial wave would leave most SMs idle at the end), bounded by the row pairs there can be.
   const Launch l = plan(a.E * a.T_max, a.d, vec);
-  const int64_t max_blocks = std::max<int64_t>(1, (a.E * a.T_max + l.block.y - 1) / l.block.y);
-  const unsigned grid = static_cast<unsigned>(std::min<int64_t>(max_blocks, 8 * int64_t{sm_count(device)}));
+  const int64_t max_blocks = std::max<int64_t>(1, (a.E * a.T_max + 2 * l.block.y - 1) / (2 * l.block.y));
   const std::size_t smem = static_cast<std::size_t>(a.E + 1) * sizeof(int64_t);
-  auto go = [&](auto kernel) { launch_kernel(kernel, dim3(grid), l.block, smem, stream, device, p); };
+  auto go = [&](auto kernel) {
+    const int64_t resident = resident_blocks(kernel, static_cast<int>(l.block.x * l.block.y), smem, device, op);
+    const unsigned grid = static_cast<unsigned>(std::min(max_blocks, resident));
+    launch_kernel(kernel, dim3(grid), l.block, smem, stream, device, p);
+  };
   switch (vec) {
     case 8: if constexpr (sizeof(T) == 2) go(act_and_mul_masked_kernel<T, A, 8>); break;
     case 4: go(act_and_mul_masked_kernel<T, A, 4>); break;
@@ -297,7 +329,7 @@ void act_and_mul_masked(const char* op, const MaskedActArgs& args, int device, v
   DeviceGuard guard(device, op);
   auto s = static_cast<cudaStream_t>(stream);
   dispatch(args.dtype, args.act, [&](auto t, auto a) {
-    launch_masked<typename decltype(t)::type, decltype(a)::value>(args, device, s);
+    launch_masked<typename decltype(t)::type, decltype(a)::value>(op, args, device, s);
   });
   after_launch(op, s, device);
 }

@@ -3,7 +3,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -78,6 +80,17 @@ void allow_smem(Kernel kernel, std::size_t bytes, const char* op) {
   if (bytes + kStaticBound <= kDefaultLimit) return;
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), op,
              "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
+}
+
+/// Blocks of `threads` threads and `smem` bytes of dynamic shared memory that `kernel` can keep resident on the
+/// whole of `device` at once (at least 1): the grid of a grid-stride kernel that fills the GPU in one wave. Errors
+/// name `op`.
+template <typename Kernel>
+int64_t resident_blocks(Kernel kernel, int threads, std::size_t smem, int device, const char* op) {
+  int per_sm = 0;
+  check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), op,
+             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
+  return std::max<int64_t>(1, int64_t{per_sm} * sm_count(device));
 }
 
 /// Launches `kernel` on `stream`, with programmatic dependent launch where enabled: the kernel may be scheduled

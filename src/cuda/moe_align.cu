@@ -1,4 +1,5 @@
-// CUDA backend of moe_align_block_size: one launch of a thread block cluster (moe_align.cuh).
+// CUDA backend of moe_align_block_size: one launch of a thread block cluster (moe_align.cuh), the variant (ids per
+// lane in registers, cluster size) chosen by moe_align_plan.
 #include <algorithm>
 
 #include "cuda/launch.h"
@@ -9,13 +10,14 @@
 namespace fuseops::detail::cuda {
 namespace {
 
-__global__ void __launch_bounds__(1024) align_kernel(AlignParams p) {
+template <int ROUNDS>
+__global__ void __launch_bounds__(32 * moe_align_max_warps(ROUNDS)) align_kernel(AlignParams p) {
   pdl_wait_and_release();
   extern __shared__ int smem[];
   const int cl = static_cast<int>(cluster_blocks()), rank = static_cast<int>(cluster_rank());
   const int chunk = (p.numel + cl - 1) / cl;
   const int lo = min(p.numel, rank * chunk), hi = min(p.numel, lo + chunk);
-  align_schedule(p, lo, hi, smem);
+  align_schedule<ROUNDS>(p, lo, hi, smem);
 }
 
 }  // namespace
@@ -42,25 +44,28 @@ AlignParams align_params(const AlignArgs& a, int device) {
   return p;
 }
 
-AlignShape align_shape(int64_t numel, int64_t E, int device) {
-  AlignShape s;
-  s.warps = static_cast<int>(std::min<int64_t>(32, std::max<int64_t>(1, kAlignSmemWords / E - 4)));
-  s.smem = static_cast<std::size_t>(align_smem_words(s.warps, E)) * sizeof(int);
-  s.cluster = 1;
-  if (is_sm90_or_newer(device)) {
-    s.cluster = static_cast<unsigned>(std::min<int64_t>(kMaxCluster, std::max<int64_t>(1, (numel + kIdsPerBlock - 1) / kIdsPerBlock)));
-  }
-  return s;
+MoeAlignPlan align_plan(int64_t numel, int64_t E, int device) {
+  return moe_align_plan(numel, E, is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1, kMoeAlignSmemWords);
 }
 
 void align(const char* op, const AlignArgs& args, int device, void* stream) {
   DeviceGuard guard(device, op);
   auto s = static_cast<cudaStream_t>(stream);
   const AlignParams p = align_params(args, device);
-  const AlignShape shape = align_shape(p.numel, args.E, device);
-  allow_smem(align_kernel, shape.smem, op);
-  launch_kernel_cluster(align_kernel, dim3(shape.cluster), dim3(32 * shape.warps), shape.smem, s, device,
-                        shape.cluster, p);
+  const MoeAlignPlan plan = align_plan(p.numel, args.E, device);
+  const std::size_t smem = static_cast<std::size_t>(plan.smem_words) * sizeof(int);
+  auto go = [&](auto kernel) {
+    allow_smem(kernel, smem, op);
+    launch_kernel_cluster(kernel, dim3(plan.cluster), dim3(32 * plan.warps), smem, s, device,
+                          static_cast<unsigned>(plan.cluster), p);
+  };
+  switch (plan.rounds) {
+    case 1: go(align_kernel<1>); break;
+    case 4: go(align_kernel<4>); break;
+    case 16: go(align_kernel<16>); break;
+    case 32: go(align_kernel<32>); break;
+    default: go(align_kernel<0>); break;
+  }
   after_launch(op, s, device);
 }
 

@@ -1,16 +1,22 @@
 // Device code of moe_align_block_size (and the schedule half of moe_route): one kernel of CL thread blocks forming a
-// thread block cluster (sm_90; CL = 1 elsewhere and for small inputs). Block r owns the flat ids [lo_r, hi_r), each
-// warp a contiguous slice of them, so "ascending flat index" is (block, warp, round, lane) order:
-//  1. count: every warp counts its slice per expert in its own shared row cnt[w][.] (shared atomics);
-//  2. per expert: exclusive prefix of the warp counts (in place) and the block total; cluster barrier; every block
-//     reads the other blocks' totals through distributed shared memory: the expert's total and the count of the
-//     blocks before it; cluster barrier (no block leaves while others read its shared memory);
-//  3. region starts: block-wide exclusive scan of the totals rounded up to block_size;
-//  4. scatter: the warp walks its slice again in order; lanes routed to the same expert find each other with
-//     __match_any_sync, take consecutive ranks in lane order, and the lowest of them advances the warp's counter;
-//  5. padding (numel), expert_ids of every block (binary search of the region starts; -1 past the end) and
-//     num_tokens_post_padded, spread over all threads of the cluster.
-// Nothing is written at an address derived from a bad id: those are skipped (and recorded in the count pass).
+// thread block cluster (sm_90; CL = 1 elsewhere and for small inputs), sized by moe_align_plan (common/moe_math.h).
+// Block r owns the flat ids [lo_r, hi_r), each warp a contiguous slice of them, read in rounds of 32 (lane l of
+// round j: id wlo + 32 j + l), so "ascending flat index" is (block, warp, round, lane) order. ROUNDS > 0:
+//  1. load: every lane loads its ROUNDS ids at once (independent loads) and keeps them in registers;
+//  2. rank: per round, lanes routed to the same expert find each other with __match_any_sync and take consecutive
+//     ranks in lane order after the warp's running count of that expert (cnt[w][e] in shared memory);
+//  3. per expert: exclusive prefix of the warp counts (in place) and the block total; block-local region starts
+//     (scan of the totals); every id goes to its block-local sorted position in a shared staging buffer — while
+//     the other blocks of the cluster reach the barrier;
+//  4. cluster view: every block reads the other blocks' totals through distributed shared memory (the expert's
+//     total and the count of the blocks before it), then scans the padded totals into region starts;
+//  5. copy-out: the staging buffer goes to sorted_token_ids in order, so runs of one expert are written together
+//     (coalesced) instead of one scattered store per id;
+//  6. padding (numel), expert_ids and num_tokens_post_padded: one warp per few experts writes that expert's padding
+//     run and its blocks, then the tail past the last region, spread over all threads of the cluster.
+// ROUNDS == 0 (streamed fallback for inputs above the register capacity): 1-2 read the ids twice, counting with
+// shared atomics, then scattering directly to global memory with the same match_any ranks.
+// Nothing is written at an address derived from a bad id: those are skipped (and recorded in the load/count pass).
 #pragma once
 
 #include <cooperative_groups.h>
@@ -41,9 +47,6 @@ struct AlignParams {
   uint32_t ids_site, map_site;
 };
 
-/// Shared memory of the schedule for `warps` warps and E experts, in int32 words.
-inline int64_t align_smem_words(int warps, int64_t E) { return (warps + 4) * E + 1 + 32; }
-
 __device__ __forceinline__ unsigned cluster_blocks() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   return cooperative_groups::this_cluster().num_blocks();
@@ -60,16 +63,21 @@ __device__ __forceinline__ unsigned cluster_rank() {
 #endif
 }
 
-/// Barrier of every thread of the cluster (of the block when not launched as a cluster).
-__device__ __forceinline__ void cluster_barrier(unsigned blocks) {
+/// Split cluster barrier: every thread arrives (release: its earlier shared writes become visible to the cluster)
+/// and later waits (acquire) for all threads of the cluster to have arrived. Arrive and wait alternate; both are
+/// no-ops unless launched as a cluster of more than one block.
+__device__ __forceinline__ void cluster_arrive(unsigned blocks) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if (blocks > 1) {
-    cooperative_groups::this_cluster().sync();
-    return;
-  }
+  if (blocks > 1) asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 #endif
   (void)blocks;
-  __syncthreads();
+}
+
+__device__ __forceinline__ void cluster_wait(unsigned blocks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (blocks > 1) asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+  (void)blocks;
 }
 
 /// `p` (in this block's shared memory) as seen in block `rank` of the cluster.
@@ -82,26 +90,34 @@ __device__ __forceinline__ const int* cluster_peer(int* p, unsigned rank) {
 #endif
 }
 
-/// The local expert of flat id i, or -1 when it is skipped; records bad values when `record`.
-__device__ __forceinline__ int align_expert(const AlignParams& p, int i, bool record) {
-  const int r = i / p.ids_cols, c = i - r * p.ids_cols;
-  const int64_t off = static_cast<int64_t>(r) * p.ids_stride + c;
+/// Raw id of flat index i, as the schedule sees it: the id when in [-1, E), -2 when bad (no side effects, so that
+/// a lane's loads can all be in flight at once).
+__device__ __forceinline__ int align_load_id(const AlignParams& p, int i) {
+  int64_t off = i;
+  if (p.ids_stride != p.ids_cols) {  // rows with a pitch
+    const int r = i / p.ids_cols, c = i - r * p.ids_cols;
+    off = static_cast<int64_t>(r) * p.ids_stride + c;
+  }
   const int64_t id = p.ids_i64 ? static_cast<const int64_t*>(p.ids)[off] : static_cast<const int32_t*>(p.ids)[off];
-  if (id == -1) return -1;
-  if (id < -1 || id >= p.E) {
-    if (record) record_device_error(p.record, p.ids_site, i);
-    return -1;
-  }
-  if (!p.expert_map) return static_cast<int>(id);
-  const int l = p.expert_map[id * p.map_stride];
-  if (l < -1 || l >= p.E) {
-    if (record) record_device_error(p.record, p.map_site, id);
-    return -1;
-  }
-  return l;
+  return id < -1 || id >= p.E ? -2 : static_cast<int>(id);
 }
 
-/// In-place exclusive scan of v[0..n) by the whole block; v[n] = the total. `scratch`: 32 ints.
+/// The local expert of a raw id >= 0: the map entry when in [-1, E), -3 when bad; the id itself without a map.
+__device__ __forceinline__ int align_map(const AlignParams& p, int id) {
+  if (!p.expert_map || id < 0) return id;
+  const int l = p.expert_map[id * p.map_stride];
+  return l < -1 || l >= p.E ? -3 : l;
+}
+
+/// Records a bad id (-2) or map entry (-3) of flat index i; returns the expert (-1: skipped).
+__device__ __forceinline__ int align_settle(const AlignParams& p, int i, int e) {
+  if (e == -2) record_device_error(p.record, p.ids_site, i);
+  if (e == -3) record_device_error(p.record, p.map_site, align_load_id(p, i));
+  return e < -1 ? -1 : e;
+}
+
+/// In-place exclusive scan of v[0..n) by the whole block; v[n] = the total. `scratch`: 32 ints. Callers make v
+/// visible to the block (__syncthreads) before; it ends with one.
 __device__ __forceinline__ void block_exclusive_scan(int* v, int n, int* scratch) {
   const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
   const int per = (n + nt - 1) / nt, lo = min(n, tid * per), hi = min(n, lo + per);
@@ -135,90 +151,200 @@ __device__ __forceinline__ void block_exclusive_scan(int* v, int n, int* scratch
   __syncthreads();
 }
 
-/// The schedule of the flat ids [lo, hi) of this block; every block of the cluster calls it with its own slice
-/// (slices ascending with the block rank). `smem`: align_smem_words(blockDim.x / 32, E) ints.
-inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int* smem) {
-  const int E = p.E, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, warps = nt >> 5;
-  const unsigned cl = cluster_blocks(), rank = cluster_rank();
-  int* cnt = smem;                 // [warps][E]
-  int* block_total = cnt + warps * E;  // [E], read by the other blocks
-  int* before = block_total + E;   // [E]: ids of this expert in earlier blocks
-  int* count = before + E;         // [E]: ids of this expert in all blocks
-  int* start = count + E;          // [E + 1]: padded counts, then region starts
-  int* scratch = start + E + 1;    // [32]
-  for (int i = tid; i < warps * E; i += nt) cnt[i] = 0;
-  __syncthreads();
-  const int per_warp = (hi - lo + warps - 1) / warps;
-  const int wlo = min(hi, lo + warp * per_warp), whi = min(hi, wlo + per_warp);
-  int* my_cnt = cnt + warp * E;
-  // 1. Count.
-  for (int b = wlo; b < whi; b += 32) {
-    const int i = b + lane;
-    const int e = i < whi ? align_expert(p, i, true) : -1;
-    if (e >= 0) atomicAdd(&my_cnt[e], 1);
+/// Shared memory of the schedule (moe_align_smem_words ints).
+struct AlignSmem {
+  int* cnt;          // [warps][E]: per-warp counts, then their exclusive prefix over warps
+  int* block_total;  // [E]: ids of this expert in this block, read by the other blocks
+  int* local_start;  // [E + 1]: block-local region starts (ROUNDS > 0)
+  int* before;       // [E]: ids of this expert in earlier blocks, then the copy-out shift
+  int* count;        // [E]: ids of this expert in all blocks
+  int* start;        // [E + 1]: padded counts, then region starts
+  int* scratch;      // [32]
+  unsigned* stage;   // [warps * 32 * ROUNDS]: (expert << 16) | (flat - lo) at the block-local sorted position
+  __device__ AlignSmem(int* s, int warps, int E) {
+    cnt = s;
+    block_total = cnt + warps * E;
+    local_start = block_total + E;
+    before = local_start + E + 1;
+    count = before + E;
+    start = count + E;
+    scratch = start + E + 1;
+    stage = reinterpret_cast<unsigned*>(scratch + 32);
   }
-  __syncthreads();
-  // 2. Per expert: prefix over warps, block total; then the cluster-wide view.
-  for (int e = tid; e < E; e += nt) {
-    int run = 0;
-    for (int w = 0; w < warps; ++w) {
-      const int c = cnt[w * E + e];
-      cnt[w * E + e] = run;
+};
+
+/// Step 6: padding, expert_ids and num_tokens_post_padded from the region starts, by all threads of the cluster.
+inline __device__ void align_fill(const AlignParams& p, const AlignSmem& s, unsigned cl, unsigned rank) {
+  const int E = p.E, bs = p.block_size, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+  const int gw = static_cast<int>(rank) * warps + (threadIdx.x >> 5), gws = static_cast<int>(cl) * warps;
+  const int per = min(32, max(1, (E + gws - 1) / gws));  // experts per warp and pass
+  const int total = s.start[E];
+  for (int e0 = gw * per; e0 < E; e0 += gws * per) {
+    const int e = e0 + lane;
+    int lo = 0, used = 0, hi = 0;
+    if (lane < per && e < E) {
+      lo = s.start[e];
+      used = lo + s.count[e];
+      hi = s.start[e + 1];
+    }
+    unsigned busy = __ballot_sync(0xffffffffu, hi > lo);
+    while (busy) {
+      const int src = __ffs(busy) - 1;
+      busy &= busy - 1;
+      const int l = __shfl_sync(0xffffffffu, lo, src), u = __shfl_sync(0xffffffffu, used, src);
+      const int h = __shfl_sync(0xffffffffu, hi, src);
+      for (int j = u + lane; j < h; j += 32) p.sorted[j] = p.numel;
+      for (int b = l / bs + lane; b < h / bs; b += 32) p.expert_ids[b] = e0 + src;
+    }
+  }
+  const int gt = static_cast<int>(rank * blockDim.x + threadIdx.x), gs = static_cast<int>(cl * blockDim.x);
+  for (int j = total + gt; j < p.sorted_len; j += gs) p.sorted[j] = p.numel;
+  for (int b = total / bs + gt; b < p.blocks; b += gs) p.expert_ids[b] = -1;
+  if (gt == 0) *p.total = total;
+}
+
+/// Step 3's first half: cnt[w][e] -> exclusive prefix over the warps, block_total[e] = the block's count.
+inline __device__ void align_warp_prefix(const AlignSmem& s, int E, int warps) {
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int run = 0, w = 0;
+    for (; w + 8 <= warps; w += 8) {
+      int c[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) c[u] = s.cnt[(w + u) * E + e];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        s.cnt[(w + u) * E + e] = run;
+        run += c[u];
+      }
+    }
+    for (; w < warps; ++w) {
+      const int c = s.cnt[w * E + e];
+      s.cnt[w * E + e] = run;
       run += c;
     }
-    block_total[e] = run;
+    s.block_total[e] = run;
+    s.local_start[e] = run;
   }
-  cluster_barrier(cl);
-  for (int e = tid; e < E; e += nt) {
+}
+
+/// Step 4: the cluster's totals (after the first cluster barrier), then the region starts. Arrives at the second
+/// cluster barrier once the peers' memory has been read; the caller waits on it before leaving.
+inline __device__ void align_regions(const AlignParams& p, const AlignSmem& s, unsigned cl, unsigned rank) {
+  const int E = p.E;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int all = 0, earlier = 0;
     for (unsigned r = 0; r < cl; ++r) {
-      const int c = cluster_peer(block_total, r)[e];
+      const int c = r == rank ? s.block_total[e] : cluster_peer(s.block_total, r)[e];
       all += c;
       if (r < rank) earlier += c;
     }
-    before[e] = earlier;
-    start[e] = static_cast<int>(moe_round_up(all, p.block_size));
-    count[e] = all;
+    s.before[e] = earlier;
+    s.start[e] = static_cast<int>(moe_round_up(all, p.block_size));
+    s.count[e] = all;
   }
-  cluster_barrier(cl);
-  // 3. Region starts.
-  block_exclusive_scan(start, E, scratch);
-  const int total = start[E];
-  for (int i = tid; i < warps * E; i += nt) cnt[i] += start[i % E] + before[i % E];
+  cluster_arrive(cl);
   __syncthreads();
-  // 4. Scatter in flat-index order.
+  block_exclusive_scan(s.start, E, s.scratch);
+}
+
+/// The schedule of the flat ids [lo, hi) of this block; every block of the cluster calls it with its own slice
+/// (slices ascending with the block rank). `smem`: moe_align_smem_words(blockDim.x / 32, E, ROUNDS) ints; every
+/// warp's slice holds at most 32 * ROUNDS ids when ROUNDS > 0.
+template <int ROUNDS>
+inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int* smem) {
+  const int E = p.E, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5, warps = nt >> 5;
+  const unsigned cl = cluster_blocks(), rank = cluster_rank();
+  const AlignSmem s(smem, warps, E);
+  for (int i = tid; i < warps * E; i += nt) s.cnt[i] = 0;
+  const int per_warp = (hi - lo + warps - 1) / warps;
+  const int wlo = min(hi, lo + warp * per_warp), whi = min(hi, wlo + per_warp);
+  int* my_cnt = s.cnt + warp * E;
   const unsigned lt = (1u << lane) - 1u;
-  for (int b = wlo; b < whi; b += 32) {
-    const int i = b + lane;
-    const int e = i < whi ? align_expert(p, i, false) : -1;
-    const unsigned peers = __match_any_sync(0xffffffffu, e);
-    const int pos = e >= 0 ? my_cnt[e] + __popc(peers & lt) : 0;
-    __syncwarp();
-    if (e >= 0 && (peers & lt) == 0) my_cnt[e] += __popc(peers);
-    __syncwarp();
-    if (e >= 0) p.sorted[pos] = i;
-  }
-  // 5. Padding, expert_ids, num_tokens_post_padded.
-  const int gt = static_cast<int>(rank) * nt + tid, gstride = static_cast<int>(cl) * nt;
-  for (int e = gt; e < E; e += gstride) {
-    for (int j = start[e] + count[e]; j < start[e + 1]; ++j) p.sorted[j] = p.numel;
-  }
-  for (int j = total + gt; j < p.sorted_len; j += gstride) p.sorted[j] = p.numel;
-  for (int blk = gt; blk < p.blocks; blk += gstride) {
-    int v = -1;
-    const int64_t pos = static_cast<int64_t>(blk) * p.block_size;
-    if (pos < total) {
-      int a = 0, z = E - 1;  // largest e with start[e] <= pos
-      while (a < z) {
-        const int m = (a + z + 1) >> 1;
-        if (start[m] <= pos) a = m;
-        else z = m - 1;
-      }
-      v = a;
+  if constexpr (ROUNDS > 0) {
+    // 1. Load (all of this lane's ids in flight together), then map and record.
+    int slot[ROUNDS];
+#pragma unroll
+    for (int j = 0; j < ROUNDS; ++j) {
+      const int i = wlo + 32 * j + lane;
+      slot[j] = i < whi ? align_load_id(p, i) : -1;
     }
-    p.expert_ids[blk] = v;
+    if (p.expert_map) {
+#pragma unroll
+      for (int j = 0; j < ROUNDS; ++j) slot[j] = align_map(p, slot[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < ROUNDS; ++j) {
+      if (slot[j] < -1) slot[j] = align_settle(p, wlo + 32 * j + lane, slot[j]);
+    }
+    __syncthreads();  // counters zeroed
+    // 2. Ranks within the warp: slot = (expert << 16) | rank, or -1.
+#pragma unroll
+    for (int j = 0; j < ROUNDS; ++j) {
+      if (wlo + 32 * j >= whi) break;  // warp-uniform
+      const int e = slot[j];
+      const unsigned peers = __match_any_sync(0xffffffffu, e);
+      const int r = e >= 0 ? my_cnt[e] + __popc(peers & lt) : 0;
+      __syncwarp();
+      if (e >= 0 && (peers & lt) == 0) my_cnt[e] += __popc(peers);
+      __syncwarp();
+      slot[j] = e >= 0 ? (e << 16) | r : -1;
+    }
+    __syncthreads();
+    // 3. Warp prefixes, block totals; block-local starts and staging while the other blocks arrive.
+    align_warp_prefix(s, E, warps);
+    cluster_arrive(cl);
+    __syncthreads();
+    block_exclusive_scan(s.local_start, E, s.scratch);
+#pragma unroll
+    for (int j = 0; j < ROUNDS; ++j) {
+      if (slot[j] >= 0) {
+        const int e = slot[j] >> 16;
+        const int q = s.local_start[e] + my_cnt[e] + (slot[j] & 0xffff);
+        s.stage[q] = (static_cast<unsigned>(e) << 16) | static_cast<unsigned>(wlo + 32 * j + lane - lo);
+      }
+    }
+    // 4. The cluster's view and the region starts.
+    cluster_wait(cl);
+    align_regions(p, s, cl, rank);
+    for (int e = tid; e < E; e += nt) s.before[e] += s.start[e] - s.local_start[e];
+    __syncthreads();
+    // 5. Copy-out in block-local sorted order.
+    const int n = s.local_start[E];
+    for (int q = tid; q < n; q += nt) {
+      const unsigned v = s.stage[q];
+      p.sorted[q + s.before[v >> 16]] = lo + static_cast<int>(v & 0xffffu);
+    }
+  } else {
+    __syncthreads();
+    // 1-2. Count.
+    for (int b = wlo; b < whi; b += 32) {
+      const int i = b + lane;
+      const int e = i < whi ? align_settle(p, i, align_map(p, align_load_id(p, i))) : -1;
+      if (e >= 0) atomicAdd(&my_cnt[e], 1);
+    }
+    __syncthreads();
+    align_warp_prefix(s, E, warps);
+    cluster_arrive(cl);
+    cluster_wait(cl);
+    align_regions(p, s, cl, rank);
+    for (int e = tid; e < E; e += nt) s.before[e] += s.start[e];
+    __syncthreads();
+    // 5. Scatter in flat-index order.
+    for (int b = wlo; b < whi; b += 32) {
+      const int i = b + lane;
+      int e = i < whi ? align_map(p, align_load_id(p, i)) : -1;
+      e = e < -1 ? -1 : e;
+      const unsigned peers = __match_any_sync(0xffffffffu, e);
+      const int pos = e >= 0 ? s.before[e] + my_cnt[e] + __popc(peers & lt) : 0;
+      __syncwarp();
+      if (e >= 0 && (peers & lt) == 0) my_cnt[e] += __popc(peers);
+      __syncwarp();
+      if (e >= 0) p.sorted[pos] = i;
+    }
   }
-  if (gt == 0) *p.total = total;
+  // 6. Padding, expert_ids, num_tokens_post_padded.
+  align_fill(p, s, cl, rank);
+  cluster_wait(cl);  // no block leaves while another may still read its block totals
 }
 
 }  // namespace fuseops::detail::cuda

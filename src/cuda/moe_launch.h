@@ -13,22 +13,13 @@
 
 namespace fuseops::detail::cuda {
 
-/// Shared memory budget of the schedule kernel, in int32 words (200 KiB of the 227 KiB an sm_90 block may have).
-constexpr int64_t kAlignSmemWords = 200 * 1024 / 4;
-/// Largest (portable) cluster, and the flat ids a block of the schedule should own before another joins.
+/// Largest (portable) cluster.
 constexpr int64_t kMaxCluster = 8;
-constexpr int64_t kIdsPerBlock = 4096;
 /// Warps per block of the router kernel.
 constexpr int kRouteWarps = 4;
 
-struct AlignShape {
-  int warps = 32;
-  std::size_t smem = 0;
-  unsigned cluster = 1;
-};
-
-/// Warps, dynamic shared memory and cluster size of the schedule for `numel` ids over E experts.
-AlignShape align_shape(int64_t numel, int64_t E, int device);
+/// Variant of the schedule kernel for `numel` ids over E experts on `device` (moe_align_plan).
+MoeAlignPlan align_plan(int64_t numel, int64_t E, int device);
 /// Kernel parameters of the schedule.
 AlignParams align_params(const AlignArgs& a, int device);
 /// Kernel parameters of a router.

@@ -7,16 +7,31 @@
 namespace fuseops::detail::cuda {
 namespace {
 
-template <typename T, int VPT>
+template <typename T, int VPT, bool BIAS>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteParams p) {
   pdl_wait_and_release();
   __shared__ float keys[kRouteWarps][32 * VPT];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
-    route_token<T, VPT>(p, t, keys[warp], lane);
+    route_token<T, VPT, BIAS>(p, t, keys[warp], lane);
   }
 }
+
+/// 32 / L tokens per warp (route_token_lanes): for E <= L without group selection, at many tokens.
+template <typename T, int L>
+__global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RouteParams p) {
+  pdl_wait_and_release();
+  constexpr int kPerWarp = 32 / L;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int first = (static_cast<int>(blockIdx.x) * kRouteWarps + warp) * kPerWarp;
+  const int step = static_cast<int>(gridDim.x) * kRouteWarps * kPerWarp;
+  for (int t0 = first; t0 < p.T; t0 += step) route_token_lanes<T, L>(p, t0 + lane / L, lane);  // warp-uniform
+}
+
+/// Tokens from which small-E routing packs several tokens into a warp (below, one token per warp has the shorter
+/// dependent chain: one redux per maximum instead of log2(L) shuffles).
+constexpr int64_t kLanesMinTokens = 1024;
 
 }  // namespace
 
@@ -49,10 +64,21 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
   DeviceGuard guard(device, op);
   auto s = static_cast<cudaStream_t>(stream);
   const RouteParams p = route_params(args);
+  if (args.T >= kLanesMinTokens && args.E <= 16 && args.topk_group >= args.n_group) {
+    const int lanes = args.E <= 8 ? 8 : 16, per_block = kRouteWarps * (32 / lanes);
+    const int64_t blocks = std::min<int64_t>((args.T + per_block - 1) / per_block, 16 * sm_count(device));
+    with_float_type(args.logits.dtype, [&](auto t) {
+      using T = typename decltype(t)::type;
+      launch_kernel(lanes == 8 ? route_lanes_kernel<T, 8> : route_lanes_kernel<T, 16>,
+                    dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
+    });
+    after_launch(op, s, device);
+    return;
+  }
   const int64_t blocks = std::min<int64_t>((args.T + kRouteWarps - 1) / kRouteWarps, 16 * sm_count(device));
-  dispatch_route(args.logits.dtype, args.E, [&](auto t, auto vpt) {
-    launch_kernel(route_kernel<typename decltype(t)::type, decltype(vpt)::value>, dim3(static_cast<unsigned>(blocks)),
-                  dim3(kRouteWarps * 32), 0, s, device, p);
+  dispatch_route(args.logits.dtype, args.E, p.bias != nullptr, [&](auto t, auto vpt, auto bias) {
+    launch_kernel(route_kernel<typename decltype(t)::type, decltype(vpt)::value, decltype(bias)::value>,
+                  dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
   });
   after_launch(op, s, device);
 }

@@ -1,9 +1,10 @@
 // Device code of the MoE routers (topk_softmax, grouped_topk, the routing half of moe_route): one warp routes one
-// token. Lane l holds the VPT consecutive experts [l*VPT, l*VPT + VPT) in registers; maxima and every argmax are
-// warp reductions of order-preserving 32-bit keys (redux.sync: highest key, then lowest index), so ties go to the
-// lower expert and the result does not depend on the lane layout. Group scores are scanned by one lane per group
-// from the warp's keys in shared memory. Included by moe_topk.cu and moe_route.cu, which must produce identical
-// results.
+// token. Lane l holds the VPT consecutive experts [l*VPT, l*VPT + VPT) in registers (vector loads); maxima are warp
+// reductions of order-preserving 32-bit keys (redux.sync) and every argmax takes the lowest lane holding the
+// maximum (ballot; lanes ascend with experts, a lane's best is its first position of the key), so ties go to the
+// lower expert. Group scores: the top two keys of each lane merged by shuffles over the group's lanes (or, for
+// groups not made of whole lanes, scanned by one lane per group from the warp's keys in shared memory). Included
+// by moe_topk.cu and moe_route.cu, which must produce identical results.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -50,27 +51,127 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-/// Routes token t with the calling (full) warp; `keys` is this warp's shared scratch of 32 * VPT floats.
+/// Lane `base`'s VPT logits, sanitised (-FLT_MAX past E): vector loads of up to 16 bytes when the lane's range is
+/// inside the row and the row is aligned, else one load per element.
 template <typename T, int VPT>
+__device__ __forceinline__ void load_logits(const T* row, int base, int E, float (&x)[VPT]) {
+  constexpr int CH = VPT * static_cast<int>(sizeof(T)) > 16 ? 16 / static_cast<int>(sizeof(T)) : VPT;
+  if (base + VPT <= E && reinterpret_cast<uintptr_t>(row) % (CH * sizeof(T)) == 0) {
+#pragma unroll
+    for (int c = 0; c < VPT; c += CH) {
+      FloatVec<T, CH> v;
+      v.load(row + base + c);
+#pragma unroll
+      for (int i = 0; i < CH; ++i) x[c + i] = moe_sanitize(v.v[i]);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) x[i] = base + i < E ? moe_sanitize(to_float(row[base + i])) : -FLT_MAX;
+  }
+}
+
+/// The lane's highest key and its first (lowest) position: a tree over adjacent pairs (the lower half of a pair
+/// holds the lower positions, so it wins ties), log2(VPT) steps deep.
+template <int VPT>
+__device__ __forceinline__ void lane_best(const uint32_t (&uk)[VPT], uint32_t& lb, int& li) {
+  uint32_t k[VPT];
+  int at[VPT];
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) {
+    k[i] = uk[i];
+    at[i] = i;
+  }
+#pragma unroll
+  for (int n = VPT; n > 1; n /= 2) {
+#pragma unroll
+    for (int i = 0; i < n / 2; ++i) {
+      const bool hi = k[2 * i + 1] > k[2 * i];
+      k[i] = hi ? k[2 * i + 1] : k[2 * i];
+      at[i] = hi ? at[2 * i + 1] : at[2 * i];
+    }
+  }
+  lb = k[0];
+  li = at[0];
+}
+
+/// Group of every lane and the group's score key (0 for lanes past the groups). When a group spans a power of two
+/// of whole lanes (E/n_group a multiple of VPT), every lane takes the top two of its keys and the group's lanes
+/// merge them with shuffles; otherwise the keys go to the warp's shared scratch and lane g scans group g.
+template <int VPT, bool BIAS>
+__device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float (&key)[VPT], float* keys, int lane,
+                                              int& group) {
+  const int G = p.E / p.n_group, base = lane * VPT;
+  const int lpg = G / VPT;  // lanes per group when aligned
+  float top1 = -INFINITY, top2 = -INFINITY;
+  auto take = [&](float v) {
+    if (v > top1) {
+      top2 = top1;
+      top1 = v;
+    } else if (v > top2) {
+      top2 = v;
+    }
+  };
+  if (G % VPT == 0 && (lpg & (lpg - 1)) == 0) {  // warp-uniform
+    group = lane / lpg;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      if (base + i < p.E) take(key[i]);
+    }
+    for (int o = 1; o < lpg; o <<= 1) {
+      const float b1 = __shfl_xor_sync(kFullMask, top1, o), b2 = __shfl_xor_sync(kFullMask, top2, o);
+      // top two of {top1, top2, b1, b2} as a multiset (top1 >= top2, b1 >= b2)
+      if (top1 >= b1) {
+        top2 = fmaxf(top2, b1);
+      } else {
+        top2 = fmaxf(top1, b2);
+        top1 = b1;
+      }
+    }
+  } else {
+    group = lane;
+    __syncwarp();
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      if (base + i < p.E) keys[base + i] = key[i];
+    }
+    __syncwarp();
+    if (lane < p.n_group) {
+      for (int e = lane * G; e < lane * G + G; ++e) take(keys[e]);
+    }
+  }
+  if (group >= p.n_group) return 0u;
+  return moe_order_key(!BIAS ? top1 : G == 1 ? top1 : top1 + top2);
+}
+
+/// Routes token t with the calling (full) warp; `keys` is this warp's shared scratch of 32 * VPT floats. BIAS: the
+/// router has a bias (p.bias set). Without one the key is the logit, so a pick's weight is recomputed from its key
+/// (the same expression on the same value as the score array, which is then not kept: fewer registers).
+template <typename T, int VPT, bool BIAS>
 __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* keys, int lane) {
   const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride;
   const int base = lane * VPT;
-  float x[VPT];
+  float x[VPT], b[VPT];
+  load_logits<T, VPT>(row, base, p.E, x);
+  if constexpr (BIAS) {  // issued with the logits' loads, before any math waits on them
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) x[i] = base + i < p.E ? moe_sanitize(to_float(row[base + i])) : -FLT_MAX;
+    for (int i = 0; i < VPT; ++i) {
+      b[i] = base + i < p.E ? load_any_float(p.bias, p.bias_dtype, (base + i) * p.bias_stride) : 0.0f;
+    }
+  }
   float s[VPT];
+  float m = 0, sum = 1;
   if (p.softmax) {
     uint32_t mk = 0;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) mk = max(mk, moe_order_key(x[i]));
-    const float m = moe_key_float(__reduce_max_sync(kFullMask, mk));
+    m = moe_key_float(__reduce_max_sync(kFullMask, mk));
     float local = 0;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
       s[i] = base + i < p.E ? expf(x[i] - m) : 0.0f;
       local += s[i];
     }
-    const float sum = warp_sum(local);
+    sum = warp_sum(local);
 #pragma unroll
     for (int i = 0; i < VPT; ++i) s[i] = s[i] / sum;
   } else {
@@ -82,71 +183,70 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
 #pragma unroll
   for (int i = 0; i < VPT; ++i) {
     key[i] = x[i];
-    if (p.bias && base + i < p.E) key[i] = s[i] + moe_sanitize(load_any_float(p.bias, p.bias_dtype, (base + i) * p.bias_stride));
+    if constexpr (BIAS) {
+      if (base + i < p.E) key[i] = s[i] + moe_sanitize(b[i]);
+    }
   }
   uint32_t kept = kFullMask;  // surviving groups
   const int G = p.E / p.n_group;
   if (p.topk_group < p.n_group) {
-    __syncwarp();
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-      if (base + i < p.E) keys[base + i] = key[i];
-    }
-    __syncwarp();
-    uint32_t gk = 0;
-    if (lane < p.n_group) {
-      float top1 = -INFINITY, top2 = -INFINITY;
-      for (int e = lane * G; e < lane * G + G; ++e) {
-        const float v = keys[e];
-        if (v > top1) {
-          top2 = top1;
-          top1 = v;
-        } else if (v > top2) {
-          top2 = v;
-        }
-      }
-      gk = moe_order_key(!p.bias ? top1 : G == 1 ? top1 : top1 + top2);
-    }
+    int group;
+    uint32_t gk = group_key<VPT, BIAS>(p, key, keys, lane, group);
+    // topk_group rounds: the highest group key, the lowest lane holding it (lanes ascend with groups).
     kept = 0;
     for (int i = 0; i < p.topk_group; ++i) {
       const uint32_t best = __reduce_max_sync(kFullMask, gk);
-      const unsigned win = __reduce_min_sync(kFullMask, gk == best && lane < p.n_group ? lane : 32u);
+      const int win = __shfl_sync(kFullMask, group, __ffs(__ballot_sync(kFullMask, gk == best)) - 1);
       kept |= 1u << win;
-      if (lane == static_cast<int>(win)) gk = 0;
+      if (group == win) gk = 0;
     }
   }
   uint32_t uk[VPT];
+  if (kept == kFullMask) {
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) {
-    const int e = base + i;
-    uk[i] = e < p.E && ((kept >> (e / G)) & 1u) ? moe_order_key(key[i]) : 0u;
+    for (int i = 0; i < VPT; ++i) uk[i] = base + i < p.E ? moe_order_key(key[i]) : 0u;
+  } else {
+    int g = base / G, r = base - g * G;  // group of expert base + i, stepped without a division per expert
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) {
+      uk[i] = base + i < p.E && ((kept >> g) & 1u) ? moe_order_key(key[i]) : 0u;
+      if (++r == G) {
+        r = 0;
+        ++g;
+      }
+    }
   }
+  // k rounds: the highest key of the warp, the lowest lane holding it (lanes ascend with experts; a lane's best is
+  // its first position of that key), which takes it out and finds its next best.
+  uint32_t lb;
+  int li;
+  lane_best<VPT>(uk, lb, li);
   float my_w = 0;
   int my_id = 0;
   for (int j = 0; j < p.k; ++j) {
-    uint32_t lb = 0;
-    int li = 0;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-      if (uk[i] > lb) {
-        lb = uk[i];
-        li = i;
-      }
-    }
     const uint32_t best = __reduce_max_sync(kFullMask, lb);
-    const unsigned win = __reduce_min_sync(kFullMask, lb == best ? static_cast<unsigned>(base + li) : 0xffffffffu);
+    const int wl = __ffs(__ballot_sync(kFullMask, lb == best)) - 1;
+    const int pick = li;
     float sv = 0;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) {
-      if (static_cast<unsigned>(base + i) == win) {
-        sv = s[i];
-        uk[i] = 0;
+    if (lane == wl) {
+      if constexpr (!BIAS) {
+        const float xv = moe_key_float(lb);  // the logit of the pick, bit for bit
+        sv = p.softmax ? expf(xv - m) / sum : moe_sigmoid(xv);
       }
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        if (i == pick) {
+          if constexpr (BIAS) sv = s[i];
+          uk[i] = 0;
+        }
+      }
+      lane_best<VPT>(uk, lb, li);
     }
-    sv = __shfl_sync(kFullMask, sv, static_cast<int>(win) / VPT);
+    const float wv = __shfl_sync(kFullMask, sv, wl);
+    const int wi = __shfl_sync(kFullMask, pick, wl);
     if (lane == j) {
-      my_w = sv;
-      my_id = static_cast<int>(win);
+      my_w = wv;
+      my_id = wl * VPT + wi;
     }
   }
   if (p.renormalize) {
@@ -162,6 +262,69 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
   }
 }
 
+/// Max and sum over the L lanes of a segment: xor butterflies with offsets L/2 .. 1. For the lanes of a token these
+/// are the additions warp_sum makes when the lanes past the token's hold zeros (adding +0 is exact), so the weights
+/// equal route_token's bit for bit.
+template <int L>
+__device__ __forceinline__ uint32_t segment_max(uint32_t v) {
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+template <int L>
+__device__ __forceinline__ float segment_sum(float v) {
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+/// Routes token t (E <= L, no group selection) with the L-lane segment of the calling (full) warp that holds
+/// `lane`: one expert per lane, 32 / L tokens per warp. Same selection and arithmetic as route_token with VPT 1.
+/// Segments with t >= T compute and store nothing.
+template <typename T, int L>
+__device__ __forceinline__ void route_token_lanes(const RouteParams& p, int t, int lane) {
+  const int sub = lane & (L - 1);
+  const bool on = t < p.T && sub < p.E;
+  const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t < p.T ? t : 0) * p.logits_stride;
+  const float x = on ? moe_sanitize(to_float(row[sub])) : -FLT_MAX;
+  const float b = on && p.bias ? load_any_float(p.bias, p.bias_dtype, sub * p.bias_stride) : 0.0f;
+  float s;
+  if (p.softmax) {
+    const float m = moe_key_float(segment_max<L>(moe_order_key(x)));
+    s = sub < p.E ? expf(x - m) : 0.0f;
+    s = s / segment_sum<L>(s);
+  } else {
+    s = moe_sigmoid(x);
+  }
+  const float key = p.bias && sub < p.E ? s + moe_sanitize(b) : x;
+  uint32_t uk = sub < p.E ? moe_order_key(key) : 0u;
+  const unsigned segment = (L == 32 ? kFullMask : (1u << L) - 1u) << (lane & ~(L - 1));
+  float my_w = 0;
+  int my_id = 0;
+  for (int j = 0; j < p.k; ++j) {
+    const uint32_t best = segment_max<L>(uk);
+    const int wl = __ffs(__ballot_sync(kFullMask, uk == best) & segment) - 1;  // lowest expert holding it
+    const float wv = __shfl_sync(kFullMask, s, wl);
+    if (sub == j) {
+      my_w = wv;
+      my_id = wl & (L - 1);
+    }
+    if (lane == wl) uk = 0;
+  }
+  if (p.renormalize) {
+    const float sum = segment_sum<L>(sub < p.k ? my_w : 0.0f);
+    my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);
+  }
+  my_w = __fmul_rn(my_w, p.scale);
+  if (t < p.T && sub < p.k) {
+    p.weights[static_cast<int64_t>(t) * p.weights_stride + sub] = my_w;
+    if (p.ids_i64) static_cast<int64_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + sub] = my_id;
+    else static_cast<int32_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + sub] = my_id;
+    if (p.src_rows) p.src_rows[static_cast<int64_t>(t) * p.src_stride + sub] = sub * p.T + t;
+  }
+}
+
 /// The registers-per-lane bucket for E experts: the smallest power of two VPT with 32 * VPT >= E.
 inline int route_vpt(int64_t E) {
   int vpt = 1;
@@ -169,27 +332,32 @@ inline int route_vpt(int64_t E) {
   return vpt;
 }
 
-/// Calls f(TypeTag<T>{}, std::integral_constant<int, VPT>{}) for the logits dtype and E.
+/// Calls f(TypeTag<T>{}, std::integral_constant<int, VPT>{}, std::bool_constant<BIAS>{}) for the logits dtype, E and
+/// whether there is a bias.
 template <typename T>
 struct TypeTag {
   using type = T;
 };
 template <typename F>
-void dispatch_route(DType dtype, int64_t E, F&& f) {
-  auto by_vpt = [&](auto tag) {
+void dispatch_route(DType dtype, int64_t E, bool bias, F&& f) {
+  auto by_vpt = [&](auto tag, auto has_bias) {
     switch (route_vpt(E)) {
-      case 1: f(tag, std::integral_constant<int, 1>{}); break;
-      case 2: f(tag, std::integral_constant<int, 2>{}); break;
-      case 4: f(tag, std::integral_constant<int, 4>{}); break;
-      case 8: f(tag, std::integral_constant<int, 8>{}); break;
-      case 16: f(tag, std::integral_constant<int, 16>{}); break;
-      default: f(tag, std::integral_constant<int, 32>{}); break;
+      case 1: f(tag, std::integral_constant<int, 1>{}, has_bias); break;
+      case 2: f(tag, std::integral_constant<int, 2>{}, has_bias); break;
+      case 4: f(tag, std::integral_constant<int, 4>{}, has_bias); break;
+      case 8: f(tag, std::integral_constant<int, 8>{}, has_bias); break;
+      case 16: f(tag, std::integral_constant<int, 16>{}, has_bias); break;
+      default: f(tag, std::integral_constant<int, 32>{}, has_bias); break;
     }
   };
+  auto by_bias = [&](auto tag) {
+    if (bias) by_vpt(tag, std::true_type{});
+    else by_vpt(tag, std::false_type{});
+  };
   switch (dtype) {
-    case DType::f16: by_vpt(TypeTag<__half>{}); break;
-    case DType::bf16: by_vpt(TypeTag<__nv_bfloat16>{}); break;
-    default: by_vpt(TypeTag<float>{}); break;
+    case DType::f16: by_bias(TypeTag<__half>{}); break;
+    case DType::bf16: by_bias(TypeTag<__nv_bfloat16>{}); break;
+    default: by_bias(TypeTag<float>{}); break;
   }
 }
 

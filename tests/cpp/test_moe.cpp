@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/moe_math.h"
 #include "test_util.h"
 #include "testing/moe_run.h"
 
@@ -85,6 +86,13 @@ TEST_P(MoeTest, TopkSoftmaxCorrectionBiasAndPitch) {
     p.row_pitch = E + 24;
     check(p);
   }
+  // Rows not aligned for the vector loads (odd pitch: every other row takes the per-element loads), and an E that
+  // ends inside a lane's range.
+  for (int64_t E : {100, 128, 512}) {
+    RouteProblem p = softmax_problem(9, E, 7, E == 512 ? DType::f32 : DType::f16);
+    p.row_pitch = E + 1;
+    check(p);
+  }
 }
 
 TEST_P(MoeTest, TopkSoftmaxSpecialRows) {
@@ -106,6 +114,41 @@ TEST_P(MoeTest, TopkSoftmaxNoTokensAndOneToken) {
   check(softmax_problem(1, 1, 1, DType::f32));
 }
 
+// Small E at many tokens: the CUDA router packs 32 / L tokens into a warp (E <= 8: 4, E <= 16: 2; from 1024
+// tokens). Against the golden (T not a multiple of the tokens per warp, so the last warp has idle segments; E not a
+// power of two; bias; special rows; k up to E), and bit for bit equal to one token per warp (the same rows routed
+// at T < 1024).
+TEST_P(MoeTest, TopkSoftmaxSmallExpertsManyTokens) {
+  struct Case {
+    int64_t T, E, k;
+    DType dtype;
+    bool bias, renormalize;
+  };
+  const Case cases[] = {{4099, 8, 2, DType::bf16, false, true}, {1025, 5, 5, DType::f32, true, false},
+                        {2051, 12, 7, DType::f16, true, true},  {1030, 16, 1, DType::bf16, false, false},
+                        {1027, 3, 2, DType::f32, false, true}};
+  for (const Case& c : cases) {
+    RouteProblem p = softmax_problem(c.T, c.E, c.k, c.dtype);
+    p.bias = c.bias;
+    p.spec.renormalize = c.renormalize;
+    p.special_rows = c.E != 16;
+    check(p);
+    const uint64_t seed = test_rng()();
+    const HostTensor logits = ft::make_logits(p, seed);
+    const HostTensor bias = ft::make_bias(p, seed);
+    const auto many = ft::run_route(p, logits, p.bias ? &bias : nullptr, device_of(GetParam()));
+    RouteProblem q = p;
+    q.T = 200;
+    HostTensor head(p.dtype, {q.T, p.E});
+    std::memcpy(head.data(), logits.data(), head.bytes());
+    const auto few = ft::run_route(q, head, q.bias ? &bias : nullptr, device_of(GetParam()));
+    EXPECT_EQ(0, std::memcmp(many.weights.data(), few.weights.data(), few.weights.bytes())) << p.describe();
+    EXPECT_EQ(0, std::memcmp(many.ids.data(), few.ids.data(), few.ids.bytes())) << p.describe();
+  }
+  // grouped_topk with every group kept takes the same path.
+  check(grouped_problem(2000, 16, 4, 4, 4, true, MoeScoring::sigmoid));
+}
+
 TEST_P(MoeTest, GroupedTopkModels) {
   check(grouped_problem(37, 256, 8, 8, 4, true, MoeScoring::sigmoid));   // DeepSeek-V3
   check(grouped_problem(37, 384, 8, 1, 1, true, MoeScoring::sigmoid));   // Kimi-K2
@@ -114,6 +157,12 @@ TEST_P(MoeTest, GroupedTopkModels) {
   check(grouped_problem(37, 60, 5, 30, 30, true, MoeScoring::softmax));  // every group kept
   check(grouped_problem(37, 1024, 32, 16, 4, true, MoeScoring::sigmoid));
   check(grouped_problem(37, 96, 3, 32, 3, true, MoeScoring::sigmoid));   // groups of 3, 3 candidates per group
+  // Group scores merged over whole lanes (a power of two of them per group) or scanned from shared memory: groups
+  // of one expert on one lane, lanes past the last group, three lanes per group (scanned).
+  check(grouped_problem(37, 32, 4, 32, 5, true, MoeScoring::sigmoid));
+  check(grouped_problem(37, 192, 8, 6, 2, true, MoeScoring::sigmoid));
+  check(grouped_problem(37, 384, 8, 8, 4, true, MoeScoring::sigmoid));
+  check(grouped_problem(37, 512, 10, 16, 5, false, MoeScoring::softmax));
   RouteProblem p = grouped_problem(9, 256, 8, 8, 4, true, MoeScoring::sigmoid);
   p.special_rows = true;
   check(p);
@@ -197,6 +246,64 @@ TEST_P(MoeTest, AlignDeterministicLarge) {
   EXPECT_EQ(0, std::memcmp(a.sorted.data(), b.sorted.data(), a.sorted.bytes()));
 }
 
+// The sizes where the CUDA schedule changes variant (fuseops::detail::moe_align_plan on sm_90): the most ids each
+// register variant takes (rounds 1 and 4 on one block; 4, 16 and 32 on a cluster of 8), so that `cap` runs one
+// variant and `cap + 1` the next (or the streamed fallback).
+std::vector<int64_t> align_switch_sizes(int64_t E) {
+  std::vector<int64_t> sizes;
+  for (int rounds : {1, 4, 16, 32}) {
+    const int64_t per_block =
+        int64_t{fuseops::detail::moe_align_warps(E, rounds, fuseops::detail::kMoeAlignSmemWords)} * 32 * rounds;
+    if (rounds <= 4) sizes.push_back(per_block);
+    if (rounds >= 4) sizes.push_back(8 * per_block);
+  }
+  return sizes;
+}
+
+TEST(MoeAlignPlan, SwitchSizesChangeVariant) {
+  for (int64_t E : {8, 60, 160, 256, 1024, 4096}) {
+    for (int64_t cap : align_switch_sizes(E)) {
+      const auto a = fuseops::detail::moe_align_plan(cap, E, 8, fuseops::detail::kMoeAlignSmemWords);
+      const auto b = fuseops::detail::moe_align_plan(cap + 1, E, 8, fuseops::detail::kMoeAlignSmemWords);
+      EXPECT_GT(a.rounds, 0) << "E " << E << " numel " << cap;
+      EXPECT_TRUE(a.rounds != b.rounds || a.cluster != b.cluster) << "E " << E << " numel " << cap;
+      EXPECT_LE(a.smem_words, fuseops::detail::kMoeAlignSmemWords);
+      EXPECT_LE(b.smem_words, fuseops::detail::kMoeAlignSmemWords);
+    }
+  }
+  // Decode sizes run on one block with one id per lane; 16384 x 8 on a cluster of 8 with 16 per lane.
+  EXPECT_EQ(1, fuseops::detail::moe_align_plan(64 * 8, 256, 8, fuseops::detail::kMoeAlignSmemWords).cluster);
+  const auto big = fuseops::detail::moe_align_plan(16384 * 8, 256, 8, fuseops::detail::kMoeAlignSmemWords);
+  EXPECT_EQ(16, big.rounds);
+  EXPECT_EQ(8, big.cluster);
+}
+
+// Every variant of the CUDA schedule on both sides of every switch: exact schedules against the golden, the
+// ascending-flat-index order inside each region included; skew (long runs of one expert across lanes, warps and
+// blocks), padding ids, expert maps, i64 ids and pad_sorted_ids spread over the cases.
+TEST_P(MoeTest, AlignVariantSwitches) {
+  if (!large()) GTEST_SKIP() << "the switch sizes are those of the CUDA schedule (up to 164K ids)";
+  int n = 0;
+  for (int64_t E : {8, 60, 160, 256, 1024, 4096}) {
+    for (int64_t cap : align_switch_sizes(E)) {
+      for (int64_t numel : {cap, cap + 1}) {
+        AlignProblem p;
+        p.k = numel % 8 == 0 ? 8 : 1;
+        p.T = numel / p.k;
+        p.E = E;
+        p.block_size = n % 3 == 0 ? 16 : n % 3 == 1 ? 64 : 128;
+        p.skewed = n % 2 == 0;
+        p.padding_fraction = n % 4 == 1 ? 0.05 : 0;
+        p.expert_map = n % 5 == 2;
+        p.ids_dtype = n % 7 == 3 ? DType::i64 : DType::i32;
+        p.pad_sorted_ids = n % 3 == 2;
+        ++n;
+        check(p);
+      }
+    }
+  }
+}
+
 TEST_P(MoeTest, AlignBadIdsAreSkippedAndRecorded) {
   fuseops::clear_errors();
   AlignProblem p;
@@ -266,6 +373,13 @@ TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
     EXPECT_EQ(0, std::memcmp(fused.expert_ids.data(), sched.expert_ids.data(), fused.expert_ids.bytes()));
     EXPECT_EQ(0, std::memcmp(fused.total.data(), sched.total.data(), 4));
   }
+}
+
+TEST_P(MoeTest, MoeRouteWideBiasedRouter) {
+  // Kimi-K2-like (384 experts, bias): the CUDA moe_route runs the router and the schedule as two launches there.
+  RouteProblem p = grouped_problem(16, 384, 8, 1, 1, true, MoeScoring::sigmoid);
+  p.op = RouteOp::moe_route;
+  check(p);
 }
 
 TEST_P(MoeTest, LargeRouting) {
