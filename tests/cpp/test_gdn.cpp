@@ -157,6 +157,37 @@ TEST_P(GdnIntra, AdversarialDecays) {
   check_spec(GetParam(), s, rng);
 }
 
+// The tensor-core inverse (16-bit outputs, chunk sizes 32 and 64: split-tf32 block merges, docs/ops/gdn.md
+// "Numerics") against the golden on adversarial inputs: every decay kind, K = 1 and 256, k in f32 and bf16, and
+// varlen batches whose chunks end inside every 16-row block (the merges' row-block skips).
+TEST_P(GdnIntra, TensorCoreInverseAdversarial) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (Decay d : {Decay::none, Decay::zero, Decay::strong, Decay::extreme, Decay::mixed}) {
+    for (int64_t BT : {32, 64}) {
+      for (DType od : {f16, bf16}) {
+        for (int64_t K : {1, 256}) {
+          Spec s = fixed(1, 2 * BT + 7, 1, 2, K, BT);
+          s.decay = d;
+          s.out_dtype = od;
+          s.k_dtype = K == 1 ? f32 : bf16;
+          check_spec(GetParam(), s, rng);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+  for (int64_t BT : {32, 64}) {
+    for (Decay d : {Decay::realistic, Decay::mixed}) {
+      Spec s = varlen({17, 33, 48, 63, 64, 1, 31, 16, 0, 130}, 2, 4, 128, BT);
+      s.decay = d;
+      s.out_dtype = d == Decay::mixed ? f16 : bf16;
+      check_spec(GetParam(), s, rng);
+      if (HasFailure()) return;
+    }
+  }
+}
+
 // Keys of any norm (1e-3 .. 30): the kkt stage alone (the inverse of such an A may overflow; it is not compared).
 TEST_P(GdnIntra, WideKeysKkt) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
