@@ -100,7 +100,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       const int hv_end = min(hv_begin + prm.heads_per_cta, (hk + 1) * prm.group);
 
       gdn::load_k_tile<TK, BT>(ks, prm.ld, prm.kp, args.k, args.geo.K, ch, hk, prm.k_vec);
-      float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(args, ch, hv_begin, tid) : 0.f;
+      float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(args, ch, hv_begin, tid) : 0.f;  // in flight with the copies
+      cp_async_wait_all();
       if (tid < 2 * BT) gate_beta[tid] = gb;
       __syncthreads();
       gdn::Gram<TK, BT> gram;

@@ -141,7 +141,8 @@ __host__ __device__ constexpr int k_tile_ld(int kp) {
 }
 
 /// k rows of the chunk (key head hk) -> ks[BT][ld] in the input dtype; rows >= len and columns in [K, kp) are zero.
-/// `vec`: K, the base and the strides allow 16-byte copies (then cp.async, no register staging).
+/// `vec`: K, the base and the strides allow 16-byte copies (then cp.async, no register staging: the copies are only
+/// issued here, the caller waits with cp_async_wait_all() before its barrier, so other loads can overlap them).
 template <typename TK, int BT>
 __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, const ChunkRef& ch, int64_t hk,
                             bool vec) {
@@ -159,7 +160,6 @@ __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, c
       c += dc;
       if (c >= per_row) c -= per_row, ++i;
     }
-    cp_async_wait_all();
   } else {
 #pragma unroll 1
     for (int u = threadIdx.x; u < BT * kp; u += kThreads) {
