@@ -75,13 +75,11 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
-/// x rounded to tf32 (11 significant bits, to nearest, ties away from zero) as the fp32 bit pattern (low 13 bits
-/// zero) that an mma .tf32 operand register holds.
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
+/// Finite x rounded to tf32 (11 significant bits, to nearest, ties away from zero: what cvt.rna.tf32.f32 gives) as
+/// the fp32 bit pattern (low 13 bits zero) that an mma .tf32 operand register holds. Two integer instructions (half an
+/// ulp added to the magnitude, carrying into the exponent, then truncated); cvt.rna compiles to more on sm_90 (the
+/// tensor-core inverse was ~240 instructions longer with it). Non-finite x is not supported (inf becomes NaN).
+__device__ __forceinline__ uint32_t to_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 
 /// Error-compensated split of an fp32 value into two tf32 values: x = hi + lo + e with |e| <= 2^-22 |x|
 /// (|x - hi| <= 2^-11 |x| is exact in fp32; lo is that difference rounded to tf32).
