@@ -685,7 +685,7 @@ __device__ void merge16_tc(float* a, float* p, int len, int pair) {
 }
 
 /// Level 32 (BT = 64, one pair), all 8 warps; ends with a block barrier. Skipped whole when 32 >= len.
-__device__ void merge32_tc(float* a, float* p, int len) {
+__device__ __forceinline__ void merge32_tc(float* a, float* p, int len) {
   constexpr int LD = kTileLd<64>, PLD = 32 + 4;
   if (32 >= len) return;  // block-uniform
   const int warp = static_cast<int>(threadIdx.x / 32), rb = warp / 4, nt = warp % 4;
