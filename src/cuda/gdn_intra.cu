@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/device_error.h"
 #include "cuda/gdn_intra.cuh"
@@ -36,7 +37,9 @@ using gdn::kWarps;
 /// Register caps. The kkt / fused kernel comes in two variants (bench/results/h200/gdn.md): kThroughputBlocks = 4
 /// blocks of 256 threads per SM (64 registers; the solve routines want ~60, a few loop variables are spilled around
 /// them to L1) for grids of several waves, and kLatencyBlocks = 2 (128 registers, no spills: each block finishes
-/// sooner) for grids that fit in one wave of 2 blocks per SM. solve_tril always uses the first.
+/// sooner) for grids that fit in one wave of 2 blocks per SM. solve_tril always uses the first. The fused kernel and
+/// solve_tril also come in an FFMA-inverse and a tensor-core-inverse variant (kTc, by output dtype), so neither holds
+/// the registers of both; docs/ops/gdn.md "Performance" lists registers and spills of each.
 constexpr int kThroughputBlocks = 4;
 constexpr int kLatencyBlocks = 2;
 
@@ -66,8 +69,9 @@ std::size_t kkt_smem_bytes(int ld) {
 }
 
 /// kSolve = false: chunk_scaled_dot_kkt_fwd (out = A). kSolve = true: the fused op (out = (I + A)^{-1}).
-/// kMinBlocks: kThroughputBlocks or kLatencyBlocks.
-template <typename TK, int BT, bool kSolve, int kMinBlocks>
+/// kMinBlocks: kThroughputBlocks or kLatencyBlocks. kTc: gdn::tensor_core_inverse(out.dtype) (false without kSolve);
+/// a template parameter so each variant holds the registers of one inverse only.
+template <typename TK, int BT, bool kSolve, int kMinBlocks, bool kTc>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)
     kkt_kernel(const KktArgs args, const GdnOut out, const KktParams prm) {
   pdl_wait_and_release();
@@ -96,7 +100,8 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
       const int hv_end = min(hv_begin + prm.heads_per_cta, (hk + 1) * prm.group);
 
       gdn::load_k_tile<TK, BT>(ks, prm.ld, prm.kp, args.k, args.geo.K, ch, hk, prm.k_vec);
-      float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(args, ch, hv_begin, tid) : 0.f;
+      float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(args, ch, hv_begin, tid) : 0.f;  // in flight with the copies
+      cp_async_wait_all();
       if (tid < 2 * BT) gate_beta[tid] = gb;
       __syncthreads();
       gdn::Gram<TK, BT> gram;
@@ -108,7 +113,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
         __syncthreads();
         const bool next = hv + 1 < hv_end;  // prefetch the next value head's g / beta behind the solve
         if (next && tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(args, ch, hv + 1, tid);
-        if constexpr (kSolve) gdn::invert_unit_lower<BT>(tile, scratch, ch.len);
+        if constexpr (kSolve) gdn::invert_unit_lower<BT, kTc>(tile, scratch, ch.len);
         gdn::store_tile_rows<BT>(tile, out, ch, hv, prm.out_vec);
         if (next && tid < 2 * BT) gate_beta[tid] = gb;
         __syncthreads();
@@ -124,7 +129,8 @@ struct SolveParams {
   DeviceErrorRecord* errors;
 };
 
-template <int BT>
+/// kTc: gdn::tensor_core_inverse(out.dtype), the same rule as the fused kkt_kernel.
+template <int BT, bool kTc>
 __global__ void __launch_bounds__(kThreads, kThroughputBlocks)
     solve_tril_kernel(const GdnGeometry geo, const GdnIn A, const GdnOut out, const SolveParams prm) {
   pdl_wait_and_release();
@@ -146,7 +152,7 @@ __global__ void __launch_bounds__(kThreads, kThroughputBlocks)
     for (int hv = blockIdx.y; hv < geo.HV; hv += gridDim.y) {
       gdn::load_a_tile<BT>(tile, A, ch, hv, prm.a_vec);
       __syncthreads();
-      gdn::invert_unit_lower<BT>(tile, scratch, ch.len);
+      gdn::invert_unit_lower<BT, kTc>(tile, scratch, ch.len);
       gdn::store_tile_rows<BT>(tile, out, ch, hv, prm.out_vec);
       __syncthreads();
     }
@@ -244,8 +250,15 @@ void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int devi
   constexpr int64_t kCtasPerSm = 8;
   const int64_t gy = std::max<int64_t>(1, std::min<int64_t>(geo.H * prm.parts, 65535));
   const int64_t gx = std::min<int64_t>(prm.slots, std::max<int64_t>(1, kCtasPerSm * sm_count(device) / gy));
-  auto kernel = gx * gy <= int64_t{kLatencyBlocks} * sm_count(device) ? kkt_kernel<TK, BT, kSolve, kLatencyBlocks>
-                                                                     : kkt_kernel<TK, BT, kSolve, kThroughputBlocks>;
+  const bool latency = gx * gy <= int64_t{kLatencyBlocks} * sm_count(device);
+  auto pick = [latency](auto tc) {
+    constexpr bool kTc = decltype(tc)::value;
+    return latency ? kkt_kernel<TK, BT, kSolve, kLatencyBlocks, kTc>
+                   : kkt_kernel<TK, BT, kSolve, kThroughputBlocks, kTc>;
+  };
+  // the inverse by output dtype, as in solve_tril (BT = 16 has no merges: one variant)
+  auto kernel = kSolve && gdn::tensor_core_inverse(out.dtype) ? pick(std::bool_constant<kSolve && BT >= 32>{})
+                                                              : pick(std::false_type{});
   allow_smem(kernel, smem, op);  // f32 k with K > 160 at BT = 64 (K = 256: 66.5 KB)
   launch_kernel(kernel, dim3(grid_x(gx), grid_y(gy)), dim3(kThreads), smem, stream, device, a,
                 out, prm);
@@ -314,10 +327,12 @@ void solve_tril(const GdnGeometry& geo, const GdnIn& A, const GdnOut& Ai, int de
   prm.out_vec = aligned16(Ai.data);
   prm.errors = geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   const dim3 grid(grid_x(prm.slots), grid_y(geo.HV));
+  auto go = [&](auto kernel) { launch_kernel(kernel, grid, dim3(kThreads), 0, s, device, geo, A, Ai, prm); };
+  const bool tc = gdn::tensor_core_inverse(Ai.dtype);  // the same rule as the fused op
   switch (geo.BT) {
-    case 16: launch_kernel(solve_tril_kernel<16>, grid, dim3(kThreads), 0, s, device, geo, A, Ai, prm); break;
-    case 32: launch_kernel(solve_tril_kernel<32>, grid, dim3(kThreads), 0, s, device, geo, A, Ai, prm); break;
-    case 64: launch_kernel(solve_tril_kernel<64>, grid, dim3(kThreads), 0, s, device, geo, A, Ai, prm); break;
+    case 16: go(solve_tril_kernel<16, false>); break;
+    case 32: tc ? go(solve_tril_kernel<32, true>) : go(solve_tril_kernel<32, false>); break;
+    case 64: tc ? go(solve_tril_kernel<64, true>) : go(solve_tril_kernel<64, false>); break;
     default: throw Error(ErrorKind::invalid_argument, std::string(op) + ": unsupported chunk size");
   }
   after_launch(op, s, device);

@@ -9,10 +9,12 @@
 //   Gram<TK, BT>::kkt_tile       -> fp32 A tile in smem via kkt_entry (kkt stores it, exactly for an f32 A; fused
 //                                                                      keeps it)
 //   load_a_tile                  -> the same fp32 tile               (solve_tril reading that f32 A: exact)
-//   invert_unit_lower            -> (I + A)^{-1} in place            (solve_tril and fused)
+//   invert_unit_lower<BT, kTc>   -> (I + A)^{-1} in place            (solve_tril and fused; kTc =
+//                                                                      tensor_core_inverse(output dtype) in both)
 //   store_tile_rows              -> rounding to the output dtype     (all three)
 // All sums run in a fixed order that depends only on the chunk's own data (a sequence packed in a varlen batch gets
-// the same bytes as alone): no atomics, no split reductions, no TF32.
+// the same bytes as alone): no atomics, no split reductions, no TF32 rounding of data (the tensor-core inverse of
+// 16-bit outputs uses tf32 only in the error-compensated hi + lo split, ~fp32 accurate).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -139,7 +141,8 @@ __host__ __device__ constexpr int k_tile_ld(int kp) {
 }
 
 /// k rows of the chunk (key head hk) -> ks[BT][ld] in the input dtype; rows >= len and columns in [K, kp) are zero.
-/// `vec`: K, the base and the strides allow 16-byte copies (then cp.async, no register staging).
+/// `vec`: K, the base and the strides allow 16-byte copies (then cp.async, no register staging: the copies are only
+/// issued here, the caller waits with cp_async_wait_all() before its barrier, so other loads can overlap them).
 template <typename TK, int BT>
 __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, const ChunkRef& ch, int64_t hk,
                             bool vec) {
@@ -157,7 +160,6 @@ __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, c
       c += dc;
       if (c >= per_row) c -= per_row, ++i;
     }
-    cp_async_wait_all();
   } else {
 #pragma unroll 1
     for (int u = threadIdx.x; u < BT * kp; u += kThreads) {
@@ -435,7 +437,8 @@ using Gram = std::conditional_t<sizeof(TK) == 2, GramMma<TK, BT>, GramFfma<BT>>;
 // ---------------------------------------------------------------------------------------------------------------
 // (I + A)^{-1} of a strictly lower triangular fp32 tile, in place
 //
-// Block algorithm on 16 x 16 blocks, fp32 FFMA in a fixed order, 1 + 2 log2(BT / 16) barriers:
+// Block algorithm on 16 x 16 blocks in a fixed order; FFMA here (f32 outputs: 1 + 2 log2(BT / 16) barriers), the
+// merges on tensor cores further below (f16 / bf16 outputs: 1 barrier at BT = 32, 3 at BT = 64):
 //  1. each diagonal block D = I + A_dd is inverted by forward substitution, one thread per column;
 //  2. merges of 2 x 2 block lower triangles, h = 16 then 32: for L = [[L11, 0], [A21, L22]] with X11 = L11^{-1} and
 //     X22 = L22^{-1} known, L^{-1} = [[X11, 0], [X21, X22]] with X21 = -X22 (A21 X11).
@@ -450,7 +453,7 @@ using Gram = std::conditional_t<sizeof(TK) == 2, GramMma<TK, BT>, GramFfma<BT>>;
 ///   X[i][c] = [i == c] - sum_{m < i} A[i][m] X[m][c]  (i = 0..15; X[m][c] = 0 for m < c)
 /// keeping the column in registers (rows read as float4; the 16 threads of a block share addresses: broadcast).
 /// The 16 threads of one block are in one warp, so a warp barrier separates their reads of A from their writes.
-template <int BT>
+template <int BT, bool kBarrier = true>
 __device__ void invert_diagonal_blocks(float* a, int len) {
   constexpr int LD = kTileLd<BT>;
   const int t = static_cast<int>(threadIdx.x);
@@ -483,7 +486,7 @@ __device__ void invert_diagonal_blocks(float* a, int len) {
       for (int i = 0; i < 16; ++i) blk[i * LD + c] = x[i];
     }
   }
-  __syncthreads();
+  if constexpr (kBarrier) __syncthreads();
 }
 
 template <int E>
@@ -579,13 +582,176 @@ __device__ void merge_level(float* a, float* p, int len) {
   __syncthreads();
 }
 
-/// THE inverse: rows [0, len) of tile (BT x BT, row stride kTileLd<BT>) := those of (I + tile)^{-1};
-/// p: kScratchFloats<BT> floats.
+// ---------------------------------------------------------------------------------------------------------------
+// Tensor-core block merges (f16 / bf16 outputs)
+//
+// The same block algorithm as merge_level, with each product of the merges on mma.m16n8k8 tf32 in the
+// error-compensated split form (mma_m16n8k8_split: x = hi + lo, three products, fp32 accumulation; <= 3 * 2^-22
+// relative error per term, docs/ops/gdn.md "Numerics"). Order of the products: P = A21 X11, then X21 = -X22 P.
+// Each warp owns one 16 x 8 output tile of a product; P goes through the scratch transposed (P^T, row stride
+// H + 4), so the second product loads it with ldmatrix like the A operands.
+//  - level 16: warp w merges pair w (diagonal blocks 2w, 2w + 1), which is exactly what warp w inverted in step 1;
+//    so step 1 and level 16 need only warp barriers, and one block barrier ends both.
+//  - level 32 (BT = 64): 8 warps, warp (rb, nt) = (w / 4, w % 4) owns rows 16 rb .. and columns 8 nt .. of P and
+//    of X21; a block barrier between the products and one at the end.
+// Same skips as merge_level (pairs whose lower half starts at or past len; here also row blocks of X21 starting at
+// or past len, whose P rows are then never read). Fixed order, no atomics: bitwise reproducible.
+
+/// The A operand (16 x 8) of an mma at m (fp32, row stride ld, 16-byte aligned rows), split. ldmatrix of 32-bit data:
+/// lane l receives word l % 4 of row l / 4 of each 8 x 4 fp32 block, which is the tf32 A fragment when the four
+/// blocks are rows 0-7 / 8-15 at columns 0-3, then the same at columns 4-7.
+__device__ __forceinline__ void load_a_split(const float* m, int ld, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  uint32_t r[4];
+  ldmatrix_x4(r, m + (lane % 8 + 8 * ((lane / 8) & 1)) * ld + 4 * (lane / 16));
+#pragma unroll
+  for (int e = 0; e < 4; ++e) split_tf32(__uint_as_float(r[e]), hi[e], lo[e]);
+}
+
+/// The B operand (8 x 8, k x n) of an mma from a row-major [k][n] fp32 matrix at m (row stride ld), split.
+__device__ __forceinline__ void load_b_split(const float* m, int ld, uint32_t (&hi)[2], uint32_t (&lo)[2]) {
+  const int lane = static_cast<int>(threadIdx.x & 31), g = lane / 4, t = lane % 4;
+  split_tf32(m[t * ld + g], hi[0], lo[0]);
+  split_tf32(m[(t + 4) * ld + g], hi[1], lo[1]);
+}
+
+/// The B operands of two consecutive k steps (k 0-7, then 8-15; n 0-7) from a TRANSPOSED [n][k] fp32 matrix at mt
+/// (row stride ld, 16-byte aligned rows), split: one ldmatrix_x4, blocks at k columns 0, 4, 8, 12.
+__device__ __forceinline__ void load_bt2_split(const float* mt, int ld, uint32_t (&hi)[4], uint32_t (&lo)[4]) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  uint32_t r[4];
+  ldmatrix_x4(r, mt + (lane % 8) * ld + 4 * (lane / 8));
+#pragma unroll
+  for (int e = 0; e < 4; ++e) split_tf32(__uint_as_float(r[e]), hi[e], lo[e]);
+}
+
+/// d (one 16 x 8 accumulator tile, rows r0.., columns c0..) -> pt[c][r] (transposed, row stride ld).
+__device__ __forceinline__ void store_transposed(float* pt, int ld, const float (&d)[4]) {
+  const int lane = static_cast<int>(threadIdx.x & 31), g = lane / 4, t = lane % 4;
+  pt[(2 * t) * ld + g] = d[0];
+  pt[(2 * t + 1) * ld + g] = d[1];
+  pt[(2 * t) * ld + g + 8] = d[2];
+  pt[(2 * t + 1) * ld + g + 8] = d[3];
+}
+
+/// -d (one 16 x 8 accumulator tile) -> m (row stride ld) at rows 0-15, columns 0-7.
+__device__ __forceinline__ void store_negated(float* m, int ld, const float (&d)[4]) {
+  const int lane = static_cast<int>(threadIdx.x & 31), g = lane / 4, t = lane % 4;
+  *reinterpret_cast<float2*>(m + g * ld + 2 * t) = make_float2(-d[0], -d[1]);
+  *reinterpret_cast<float2*>(m + (g + 8) * ld + 2 * t) = make_float2(-d[2], -d[3]);
+}
+
+/// Level 16, pair `pair` (diagonal blocks 2 pair and 2 pair + 1), by one whole warp; warp barriers only.
 template <int BT>
+__device__ void merge16_tc(float* a, float* p, int len, int pair) {
+  constexpr int LD = kTileLd<BT>, PLD = 16 + 4;
+  const int base = pair * 32;
+  if (base + 16 >= len) return;  // warp-uniform
+  const float* x11 = a + base * LD + base;
+  float* a21 = a + (base + 16) * LD + base;  // A21, then X21
+  const float* x22 = a21 + 16;
+  float* pt = p + pair * 16 * PLD;
+  // P = A21 X11, columns 0-7 (k 0-15) and 8-15 (k 8-15: X11 is lower triangular)
+  float p0[4] = {0.f, 0.f, 0.f, 0.f}, p1[4] = {0.f, 0.f, 0.f, 0.f};
+  {
+    uint32_t ah[4], al[4], bh[2], bl[2];
+    load_a_split(a21, LD, ah, al);
+    load_b_split(x11, LD, bh, bl);
+    mma_m16n8k8_split(p0, ah, al, bh[0], bh[1], bl[0], bl[1]);
+    load_a_split(a21 + 8, LD, ah, al);
+    load_b_split(x11 + 8 * LD, LD, bh, bl);
+    mma_m16n8k8_split(p0, ah, al, bh[0], bh[1], bl[0], bl[1]);
+    load_b_split(x11 + 8 * LD + 8, LD, bh, bl);
+    mma_m16n8k8_split(p1, ah, al, bh[0], bh[1], bl[0], bl[1]);
+  }
+  store_transposed(pt, PLD, p0);
+  store_transposed(pt + 8 * PLD, PLD, p1);
+  __syncwarp();  // P^T complete; every read of A21 is done (its values fed the mma above)
+  // X21 = -X22 P, both column tiles, k 0-15
+  float x0[4] = {0.f, 0.f, 0.f, 0.f}, x1[4] = {0.f, 0.f, 0.f, 0.f};
+  {
+    uint32_t b0h[4], b0l[4], b1h[4], b1l[4], ah[4], al[4];
+    load_bt2_split(pt, PLD, b0h, b0l);
+    load_bt2_split(pt + 8 * PLD, PLD, b1h, b1l);
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      load_a_split(x22 + 8 * s, LD, ah, al);
+      mma_m16n8k8_split(x0, ah, al, b0h[2 * s], b0h[2 * s + 1], b0l[2 * s], b0l[2 * s + 1]);
+      mma_m16n8k8_split(x1, ah, al, b1h[2 * s], b1h[2 * s + 1], b1l[2 * s], b1l[2 * s + 1]);
+    }
+  }
+  store_negated(a21, LD, x0);
+  store_negated(a21 + 8, LD, x1);
+}
+
+/// Level 32 (BT = 64, one pair), all 8 warps; ends with a block barrier. Skipped whole when 32 >= len.
+__device__ __forceinline__ void merge32_tc(float* a, float* p, int len) {
+  constexpr int LD = kTileLd<64>, PLD = 32 + 4;
+  if (32 >= len) return;  // block-uniform
+  const int warp = static_cast<int>(threadIdx.x / 32), rb = warp / 4, nt = warp % 4;
+  const bool needed = 32 + 16 * rb < len;  // warp-uniform
+  float* a21 = a + (32 + 16 * rb) * LD;     // rows 16 rb .. of A21, then of X21
+  if (needed) {
+    // P[16 rb.., 8 nt..] = A21 X11: k from 8 nt (X11 is lower triangular)
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      if (s < nt) continue;
+      uint32_t ah[4], al[4], bh[2], bl[2];
+      load_a_split(a21 + 8 * s, LD, ah, al);
+      load_b_split(a + (8 * s) * LD + 8 * nt, LD, bh, bl);
+      mma_m16n8k8_split(d, ah, al, bh[0], bh[1], bl[0], bl[1]);
+    }
+    store_transposed(p + (8 * nt) * PLD + 16 * rb, PLD, d);
+  }
+  __syncthreads();
+  if (needed) {
+    // X21[16 rb.., 8 nt..] = -X22 P: k up to 16 rb + 15 (X22 is lower triangular); P rows of row blocks <= rb,
+    // which were computed (needed) above
+    float d[4] = {0.f, 0.f, 0.f, 0.f};
+    const float* x22 = a21 + 32;
+#pragma unroll
+    for (int s2 = 0; s2 < 2; ++s2) {  // pairs of k steps: k 16 s2 .. 16 s2 + 15
+      if (s2 > rb) continue;
+      uint32_t bh[4], bl[4];
+      load_bt2_split(p + (8 * nt) * PLD + 16 * s2, PLD, bh, bl);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        uint32_t ah[4], al[4];
+        load_a_split(x22 + 16 * s2 + 8 * h, LD, ah, al);
+        mma_m16n8k8_split(d, ah, al, bh[2 * h], bh[2 * h + 1], bl[2 * h], bl[2 * h + 1]);
+      }
+    }
+    store_negated(a21 + 8 * nt, LD, d);
+  }
+  __syncthreads();
+}
+
+/// Which inverse a kernel runs, chosen by the OUTPUT dtype alone, so the fused kernel and solve_tril always agree:
+/// 16-bit outputs take the tensor-core merges (their error, <= ~2^-19 relative per product, is far below the output
+/// rounding and within the fp32 budget of the tolerances), f32 outputs the FFMA merges. Host side: it picks the
+/// kernel variant (kTc) of both ops.
+inline bool tensor_core_inverse(DType out) { return out != DType::f32; }
+
+/// THE inverse: rows [0, len) of tile (BT x BT, row stride kTileLd<BT>) := those of (I + tile)^{-1};
+/// p: kScratchFloats<BT> floats; kTc: tensor_core_inverse(output dtype) (BT = 16 has no merges: both are one path).
+/// Ends with a block barrier.
+template <int BT, bool kTc>
 __device__ void invert_unit_lower(float* a, float* p, int len) {
-  invert_diagonal_blocks<BT>(a, len);
-  if constexpr (BT >= 32) merge_level<BT, 16>(a, p, len);
-  if constexpr (BT >= 64) merge_level<BT, 32>(a, p, len);
+  if constexpr (BT == 16 || !kTc) {
+    invert_diagonal_blocks<BT>(a, len);
+    if constexpr (BT >= 32) merge_level<BT, 16>(a, p, len);
+    if constexpr (BT >= 64) merge_level<BT, 32>(a, p, len);
+  } else {
+    invert_diagonal_blocks<BT, false>(a, len);
+    const int warp = static_cast<int>(threadIdx.x / 32);
+    if (warp < BT / 32) {
+      __syncwarp();  // the warp's two diagonal blocks are inverted
+      merge16_tc<BT>(a, p, len, warp);
+    }
+    __syncthreads();
+    if constexpr (BT >= 64) merge32_tc(a, p, len);
+  }
 }
 
 }  // namespace fuseops::detail::cuda::gdn

@@ -1,5 +1,6 @@
 // Warp-level tensor-core and asynchronous-copy primitives shared by the CUDA kernels: cp.async 16-byte copies,
-// ldmatrix fragment loads (plain and transposed) and the m16n8k16 f16 / bf16 mma with fp32 accumulators.
+// ldmatrix fragment loads (plain and transposed), the m16n8k16 f16 / bf16 mma with fp32 accumulators, and the
+// m16n8k8 tf32 mma with its error-compensated (split hi / lo, "3xTF32") form.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -72,6 +73,38 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     const __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const uint32_t*>(&v);
   }
+}
+
+/// Finite x rounded to tf32 (11 significant bits, to nearest, ties away from zero: what cvt.rna.tf32.f32 gives) as
+/// the fp32 bit pattern (low 13 bits zero) that an mma .tf32 operand register holds. Two integer instructions (half an
+/// ulp added to the magnitude, carrying into the exponent, then truncated); cvt.rna compiles to more on sm_90 (the
+/// tensor-core inverse was ~240 instructions longer with it). Non-finite x is not supported (inf becomes NaN).
+__device__ __forceinline__ uint32_t to_tf32(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
+
+/// Error-compensated split of an fp32 value into two tf32 values: x = hi + lo + e with |e| <= 2^-22 |x|
+/// (|x - hi| <= 2^-11 |x| is exact in fp32; lo is that difference rounded to tf32).
+__device__ __forceinline__ void split_tf32(float x, uint32_t& hi, uint32_t& lo) {
+  hi = to_tf32(x);
+  lo = to_tf32(__fsub_rn(x, __uint_as_float(hi)));
+}
+
+/// d += A B for one 16 x 8 (row-major) by 8 x 8 (column-major) tile of tf32, fp32 accumulators. Fragments (g = lane
+/// / 4, t = lane % 4): a0 (g, t), a1 (g + 8, t), a2 (g, t + 4), a3 (g + 8, t + 4); b0 (k = t, n = g), b1 (k = t + 4,
+/// n = g); d0 d1 (g, 2t, 2t + 1), d2 d3 (g + 8, 2t, 2t + 1).
+__device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/// d += A B with both operands given as split_tf32 pairs ("3xTF32"): the small cross terms first, then hi x hi; the
+/// dropped lo x lo term and the two splits err by <= 3 * 2^-22 |a| |b| per product.
+__device__ __forceinline__ void mma_m16n8k8_split(float (&d)[4], const uint32_t (&a_hi)[4], const uint32_t (&a_lo)[4],
+                                                  uint32_t b0_hi, uint32_t b1_hi, uint32_t b0_lo, uint32_t b1_lo) {
+  mma_m16n8k8_tf32(d, a_lo, b0_hi, b1_hi);
+  mma_m16n8k8_tf32(d, a_hi, b0_lo, b1_lo);
+  mma_m16n8k8_tf32(d, a_hi, b0_hi, b1_hi);
 }
 
 }  // namespace fuseops::detail::cuda

@@ -24,8 +24,8 @@ constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
 
 class GdnIntra : public ::testing::TestWithParam<Where> {};
 
-// Chunk sizes 16 / 32 / 64 x head dims 1, 60, 64, 100, 128, 256; T = 77 is no multiple of any chunk size; odd head
-// dims take padded (non-contiguous) inputs.
+// Chunk sizes 16 / 32 / 64 x head dims 1, 60, 64, 100, 128, 256, each with an f32 and a 16-bit output; T = 77 is no
+// multiple of any chunk size; odd head dims take padded (non-contiguous) inputs.
 TEST_P(GdnIntra, ChunkSizesAndHeadDims) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
@@ -34,10 +34,8 @@ TEST_P(GdnIntra, ChunkSizesAndHeadDims) {
       Spec s = fixed(2, 77, 1, 2, K, BT);
       s.strided = K == 60 || K == 100;
       check_spec(GetParam(), s, rng);
-      if (K == 64 || K == 128) {
-        s.out_dtype = bf16;
-        check_spec(GetParam(), s, rng);
-      }
+      s.out_dtype = K % 3 == 1 ? f16 : bf16;  // 16-bit outputs: the tensor-core inverse at chunk 32 / 64
+      check_spec(GetParam(), s, rng);
       if (HasFailure()) return;
     }
   }
@@ -155,6 +153,37 @@ TEST_P(GdnIntra, AdversarialDecays) {
   Spec s = varlen({3, 0, 70, 64, 1}, 1, 2, 64, 32);
   s.decay = Decay::mixed;
   check_spec(GetParam(), s, rng);
+}
+
+// The tensor-core inverse (16-bit outputs, chunk sizes 32 and 64: split-tf32 block merges, docs/ops/gdn.md
+// "Numerics") against the golden on adversarial inputs: every decay kind, K = 1 and 256, k in f32 and bf16, and
+// varlen batches whose chunks end inside every 16-row block (the merges' row-block skips).
+TEST_P(GdnIntra, TensorCoreInverseAdversarial) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (Decay d : {Decay::none, Decay::zero, Decay::strong, Decay::extreme, Decay::mixed}) {
+    for (int64_t BT : {32, 64}) {
+      for (DType od : {f16, bf16}) {
+        for (int64_t K : {1, 256}) {
+          Spec s = fixed(1, 2 * BT + 7, 1, 2, K, BT);
+          s.decay = d;
+          s.out_dtype = od;
+          s.k_dtype = K == 1 ? f32 : bf16;
+          check_spec(GetParam(), s, rng);
+          if (HasFailure()) return;
+        }
+      }
+    }
+  }
+  for (int64_t BT : {32, 64}) {
+    for (Decay d : {Decay::realistic, Decay::mixed}) {
+      Spec s = varlen({17, 33, 48, 63, 64, 1, 31, 16, 0, 130}, 2, 4, 128, BT);
+      s.decay = d;
+      s.out_dtype = d == Decay::mixed ? f16 : bf16;
+      check_spec(GetParam(), s, rng);
+      if (HasFailure()) return;
+    }
+  }
 }
 
 // Keys of any norm (1e-3 .. 30): the kkt stage alone (the inverse of such an A may overflow; it is not compared).
