@@ -115,8 +115,9 @@ struct FwdHVec {
   bool w, k, u, h, v_new_pairs;
 };
 
-/// Compile-time shape: state rows KP (K padded: 128 or 256), chunk BT, V block BV.
-template <typename TK, int KP, int BT, int BV>
+/// Compile-time shape: state rows KP (K padded: 128 or 256), chunk BT, V block BV, NS buffers of the w, k, u tiles
+/// (the chunks in flight: NS - 1 are loading while one is computed).
+template <typename TK, int KP, int BT, int BV, int NS>
 struct FwdHMma {
   static constexpr int kLdK = KP + 8;  ///< row stride of the w / k tiles: 8 rows of an ldmatrix hit distinct banks
   static constexpr int kLdV = BV + 8;  ///< row stride of the u and S / v_new tiles
@@ -125,9 +126,10 @@ struct FwdHMma {
   static constexpr int kVT = (BT / 16) * kNV;        ///< 16 x 8 tiles of v_new
   static constexpr int kNPW = kVT >= gdn::kWarps ? kVT / gdn::kWarps : 1;  ///< v_new tiles per warp (one row block)
   static constexpr int kWTile = BT * kLdK, kUTile = BT * kLdV, kSTile = KP * kLdV;
-  /// w, k, u double-buffered, the S tile, the gated v_new tile (the size of a u tile), g double-buffered
+  /// w, k, u in NS buffers, the S tile, the gated v_new tile (the size of a u tile), g double-buffered
   static constexpr std::size_t kSmem =
-      (2 * (2 * kWTile + kUTile) + kSTile + kUTile) * sizeof(TK) + 2 * BT * sizeof(float);
+      (NS * (2 * kWTile + kUTile) + kSTile + kUTile) * sizeof(TK) + 2 * BT * sizeof(float);
+  static_assert(NS >= 2, "at least double buffering");
   static_assert(kMT >= 1 && kNV % 2 == 0 && kNV % kNPW == 0 && (kNPW == 1 || kNPW % 2 == 0), "tile split");
 };
 
@@ -150,16 +152,16 @@ __device__ __forceinline__ void for_each_state(float (&S)[MT][NV][4], int warp, 
   }
 }
 
-template <typename TK, int KP, int BT, int BV>
+template <typename TK, int KP, int BT, int BV, int NS>
 __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units,
                                                              FwdHVec vec, DeviceErrorRecord* errors) {
-  using C = FwdHMma<TK, KP, BT, BV>;
+  using C = FwdHMma<TK, KP, BT, BV, NS>;
   pdl_wait_and_release();
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  TK* const wsm = reinterpret_cast<TK*>(smem_raw);  // [2][BT][kLdK]
-  TK* const ksm = wsm + 2 * C::kWTile;              // [2][BT][kLdK]
-  TK* const usm = ksm + 2 * C::kWTile;              // [2][BT][kLdV]
-  TK* const ssm = usm + 2 * C::kUTile;              // S [KP][kLdV]
+  TK* const wsm = reinterpret_cast<TK*>(smem_raw);  // [NS][BT][kLdK]
+  TK* const ksm = wsm + NS * C::kWTile;             // [NS][BT][kLdK]
+  TK* const usm = ksm + NS * C::kWTile;             // [NS][BT][kLdV]
+  TK* const ssm = usm + NS * C::kUTile;             // S [KP][kLdV]
   TK* const vsm = ssm + C::kSTile;                  // the gated v_new [BT][kLdV]
   float* const gsm = reinterpret_cast<float*>(vsm + C::kUTile);  // [2][BT]
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
@@ -204,13 +206,19 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
     };
     if (sb.eos > sb.bos) {
       __syncthreads();  // the previous unit is done with the shared tiles
-      issue(sb.bos, 0);
-      cp_async_commit();
+      // Prologue: chunks 0 .. NS - 2 into buffers 0 .. NS - 2, one cp.async group each (empty past the sequence), so
+      // that before chunk c the groups committed are NS - 1 + c and waiting until NS - 2 remain lands chunk c.
+#pragma unroll
+      for (int p = 0; p < NS - 1; ++p) {
+        if (sb.bos + p * BT < sb.eos) issue(sb.bos + p * BT, p);
+        cp_async_commit();
+      }
       if (tid < BT) gsm[tid] = load_g(sb.bos);
-      int buf = 0;
-      // Two block barriers per chunk. The S tile is last read (w S, h) before barrier B of the previous chunk, the
-      // v_new tile and buffer buf ^ 1 (k) before barrier A of this one, g[buf ^ 1] before barrier A too.
-      for (int64_t t0 = sb.bos; t0 < sb.eos; t0 += BT, buf ^= 1) {
+      int buf = 0, gbuf = 0;  // tile buffer of this chunk (chunk index mod NS); g buffer (chunk index mod 2)
+      // Two block barriers per chunk. The S tile is last read (w S, h) before barrier B of the previous chunk; the
+      // v_new tile and the previous chunk's tile buffer (k) before barrier A of this one, g[gbuf ^ 1] before
+      // barrier A too.
+      for (int64_t t0 = sb.bos; t0 < sb.eos; t0 += BT, buf = buf + 1 == NS ? 0 : buf + 1, gbuf ^= 1) {
         const int L = static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0));
         const bool has_next = t0 + BT < sb.eos;
 
@@ -224,19 +232,17 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
             st_pair(ssm + (row + 8) * C::kLdV + j * 8 + qc, pack2<TK>(S[m][j][2], S[m][j][3]));
           }
         }
-        cp_async_wait<0>();  // this chunk's tiles have landed
-        __syncthreads();     // barrier A
-        float g_next = 0.f;
-        if (has_next) {  // prefetch the next chunk into the other buffers while this one is computed
-          issue(t0 + BT, buf ^ 1);
-          cp_async_commit();
-          g_next = load_g(t0 + BT);  // stored to shared memory at the end of this chunk
-        }
+        cp_async_wait<NS - 2>();  // this chunk's tiles have landed
+        __syncthreads();          // barrier A
+        // chunk c + NS - 1 into the buffer of chunk c - 1 (free since barrier A) while this one is computed
+        if (t0 + (NS - 1) * BT < sb.eos) issue(t0 + (NS - 1) * BT, buf == 0 ? NS - 1 : buf - 1);
+        cp_async_commit();
+        const float g_next = has_next ? load_g(t0 + BT) : 0.f;  // stored to shared memory at the end of this chunk
         const int64_t hoff = state_offset(a.h, sb.batch, chunk_slot(a.geo, n, sb.bos, t0), hv, HV, KV);
         gdn::store_tile(hp + hoff + col0, V, ssm, C::kLdV, K, vcols, vec.h, kThreads);
 
         // 2. v_new = u - w S for this warp's tiles; stored ungated, and gated (0 past the chunk) into the v_new tile
-        const float* const gc = gsm + buf * BT;
+        const float* const gc = gsm + gbuf * BT;
         const float glast = gc[L - 1];
         float vacc[C::kNPW][4];
 #pragma unroll
@@ -330,7 +336,7 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
             }
           }
         }
-        if (has_next && tid < BT) gsm[(buf ^ 1) * BT + tid] = g_next;
+        if (has_next && tid < BT) gsm[(gbuf ^ 1) * BT + tid] = g_next;
       }
     }
     if (a.ht) {
@@ -341,13 +347,13 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
   }
 }
 
-template <typename TK, int KP, int BT, int BV>
+template <typename TK, int KP, int BT, int BV, int NS>
 void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, int device, cudaStream_t s) {
-  using C = FwdHMma<TK, KP, BT, BV>;
+  using C = FwdHMma<TK, KP, BT, BV, NS>;
   const char* op = "chunk_gated_delta_rule_fwd_h";
   const int64_t vblocks = (a.V + BV - 1) / BV;
   const int64_t units = a.geo.N * a.geo.HV * vblocks;
-  auto kernel = fwd_h_mma_kernel<TK, KP, BT, BV>;
+  auto kernel = fwd_h_mma_kernel<TK, KP, BT, BV, NS>;
   allow_smem(kernel, C::kSmem, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   launch_kernel(kernel, dim3(gdn::grid_x(units)), dim3(kThreads), C::kSmem, s, device, a, vblocks, units, vec, errors);
@@ -356,6 +362,26 @@ void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, int device, cudaStr
 /// Blocks the V split of one variant gives.
 int64_t fwd_h_blocks(const FwdHArgs& a, int bv) { return a.geo.N * a.geo.HV * ((a.V + bv - 1) / bv); }
 
+/// Pipeline depth of a V block width. A block walks its chunks in order and each chunk's compute is short (a few
+/// dependent mma), so a chunk's tile loads must be issued several chunks ahead to hide the memory latency. KP = 256:
+/// double buffering (the tiles fill shared memory). BV = 64: three buffers (one block per SM by registers anyway).
+/// BV = 16 / 32: four buffers when the grid is one block per SM at most, else two (two blocks per SM then share
+/// the latency instead).
+template <typename TK, int KP, int BT, int BV>
+void launch_fwd_h_ns(const FwdHArgs& a, const FwdHVec& vec, int device, cudaStream_t s) {
+  if constexpr (KP > 128) {
+    launch_fwd_h_mma<TK, KP, BT, BV, 2>(a, vec, device, s);
+  } else if constexpr (BV == 64) {
+    launch_fwd_h_mma<TK, KP, BT, BV, 3>(a, vec, device, s);
+  } else {
+    if (fwd_h_blocks(a, BV) <= sm_count(device)) {
+      launch_fwd_h_mma<TK, KP, BT, BV, 4>(a, vec, device, s);
+    } else {
+      launch_fwd_h_mma<TK, KP, BT, BV, 2>(a, vec, device, s);
+    }
+  }
+}
+
 /// BV: BT = 64: the widest of 64 / 32 that still gives >= kFillBlocks blocks (about one per SM), else 16;
 /// BT = 16 / 32: 32.
 constexpr int64_t kFillBlocks = 128;
@@ -363,14 +389,14 @@ template <typename TK, int KP, int BT>
 void launch_fwd_h_bv(const FwdHArgs& a, const FwdHVec& vec, int device, cudaStream_t s) {
   if constexpr (BT == 64) {
     if (fwd_h_blocks(a, 64) >= kFillBlocks) {
-      launch_fwd_h_mma<TK, KP, BT, 64>(a, vec, device, s);
+      launch_fwd_h_ns<TK, KP, BT, 64>(a, vec, device, s);
     } else if (fwd_h_blocks(a, 32) >= kFillBlocks) {
-      launch_fwd_h_mma<TK, KP, BT, 32>(a, vec, device, s);
+      launch_fwd_h_ns<TK, KP, BT, 32>(a, vec, device, s);
     } else {
-      launch_fwd_h_mma<TK, KP, BT, 16>(a, vec, device, s);
+      launch_fwd_h_ns<TK, KP, BT, 16>(a, vec, device, s);
     }
   } else {
-    launch_fwd_h_mma<TK, KP, BT, 32>(a, vec, device, s);
+    launch_fwd_h_ns<TK, KP, BT, 32>(a, vec, device, s);
   }
 }
 
