@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "reference/rope.h"
+#include "rope_test_util.h"
 #include "test_util.h"
 #include "testing/rope_problem.h"
 
@@ -42,25 +43,11 @@ std::vector<Param> all_params() {
   return v;
 }
 
-RopeSpec base(RopeOp op, DType dtype, bool neox, int64_t T, int64_t hq, int64_t hk, int64_t d, int64_t r) {
-  RopeSpec s;
-  s.op = op;
-  s.dtype = dtype;
-  s.cache_dtype = dtype;
-  s.is_neox = neox;
-  s.tokens = T;
-  s.q_heads = hq;
-  s.k_heads = hk;
-  s.head_size = d;
-  s.rotary_dim = r;
-  return s;
-}
-
 std::vector<RopeSpec> rotary_specs(DType dtype) {
   std::vector<RopeSpec> v;
   for (bool neox : {true, false}) {
     const auto b = [&](int64_t T, int64_t hq, int64_t hk, int64_t d, int64_t r) {
-      return base(RopeOp::rotary_embedding, dtype, neox, T, hq, hk, d, r);
+      return rope_spec(RopeOp::rotary_embedding, dtype, neox, T, hq, hk, d, r);
     };
     v.push_back(b(7, 4, 2, 128, 128));
     v.push_back(b(5, 3, 1, 256, 64));  // Qwen3-Next partial rotary
@@ -108,25 +95,9 @@ std::vector<RopeSpec> rotary_specs(DType dtype) {
 
 std::vector<RopeSpec> mrope_specs(DType dtype) {
   std::vector<RopeSpec> v;
-  struct L {
-    MropeLayout layout;
-    std::array<int64_t, 3> section;
-    int64_t d, r;
-  };
-  const L layouts[] = {{MropeLayout::chunked, {16, 24, 24}, 128, 128},
-                       {MropeLayout::interleaved, {24, 20, 20}, 128, 128},
-                       {MropeLayout::interleaved_glm, {8, 12, 12}, 128, 64},
-                       {MropeLayout::interleaved, {16, 24, 24}, 128, 128},  // the formula, not the counts
-                       {MropeLayout::chunked, {8, 12, 12}, 96, 64},
-                       {MropeLayout::interleaved_glm, {24, 20, 20}, 128, 128}};
   for (bool neox : {true, false}) {
-    for (const L& l : layouts) {
-      RopeSpec s = base(RopeOp::mrope, dtype, neox, 7, 4, 2, l.d, l.r);
-      s.layout = l.layout;
-      s.section = l.section;
-      v.push_back(s);
-    }
-    RopeSpec s = base(RopeOp::mrope, dtype, neox, 5, 3, 1, 128, 128);
+    for (const RopeSpec& s : mrope_layout_specs(dtype, neox, 7, 4, 2)) v.push_back(s);
+    RopeSpec s = rope_spec(RopeOp::mrope, dtype, neox, 5, 3, 1, 128, 128);
     s.layout = MropeLayout::interleaved;
     s.section = {24, 20, 20};
     s.mrope_axes = 1;  // [T] positions: ordinary RoPE
@@ -141,7 +112,10 @@ std::vector<RopeSpec> mrope_specs(DType dtype) {
     s.backward = false;
     s.bad_tokens = {1, 2, 4};  // axis t % 3 bad: H of 1 (the first flat index, T + 1), W of 2, H of 4
     v.push_back(s);
-    s = base(RopeOp::mrope, dtype, neox, 1, 4, 1, 128, 128);
+    s.bad_tokens = {};
+    s.cache_dtype = dtype == DType::f32 ? DType::bf16 : DType::f32;  // 16-bit data: 32-byte cache pieces
+    v.push_back(s);
+    s = rope_spec(RopeOp::mrope, dtype, neox, 1, 4, 1, 128, 128);
     s.section = {16, 24, 24};
     v.push_back(s);
     s.tokens = 0;
@@ -154,7 +128,7 @@ std::vector<RopeSpec> apply_specs(DType dtype) {
   std::vector<RopeSpec> v;
   for (bool neox : {true, false}) {
     for (bool out_of_place : {false, true}) {
-      RopeSpec s = base(RopeOp::apply_rotary_pos_emb, dtype, neox, 6, 4, 2, 128, 128);
+      RopeSpec s = rope_spec(RopeOp::apply_rotary_pos_emb, dtype, neox, 6, 4, 2, 128, 128);
       s.out_of_place = out_of_place;
       v.push_back(s);
       s.batch = 2;
@@ -162,7 +136,7 @@ std::vector<RopeSpec> apply_specs(DType dtype) {
       v.push_back(s);
       s.position_ids = true;  // position_ids [2, 3]
       v.push_back(s);
-      s = base(RopeOp::apply_rotary_pos_emb, dtype, neox, 5, 2, 3, 64, 64);
+      s = rope_spec(RopeOp::apply_rotary_pos_emb, dtype, neox, 5, 2, 3, 64, 64);
       s.out_of_place = out_of_place;
       s.head_pad = 1;
       s.backward = true;
@@ -205,19 +179,19 @@ TEST(RopeLarge, ModelShapesOnCuda) {
   FUSEOPS_SKIP_WITHOUT_CUDA();
   std::mt19937_64 rng = test_rng();
   std::vector<RopeSpec> specs;
-  RopeSpec s = base(RopeOp::rotary_embedding, DType::bf16, true, 3000, 32, 8, 128, 128);  // Llama-3-8B
+  RopeSpec s = rope_spec(RopeOp::rotary_embedding, DType::bf16, true, 3000, 32, 8, 128, 128);  // Llama-3-8B
   s.max_position = 8192;
   s.theta = 500000;
   specs.push_back(s);
-  s = base(RopeOp::rotary_embedding, DType::bf16, false, 2000, 128, 1, 64, 64);  // DeepSeek-V3 q_pe / k_pe
+  s = rope_spec(RopeOp::rotary_embedding, DType::bf16, false, 2000, 128, 1, 64, 64);  // DeepSeek-V3 q_pe / k_pe
   s.head_pad = 128;
   s.cache_dtype = DType::f32;
   specs.push_back(s);
-  s = base(RopeOp::mrope, DType::bf16, true, 3000, 32, 4, 128, 128);  // Qwen3-VL
+  s = rope_spec(RopeOp::mrope, DType::bf16, true, 3000, 32, 4, 128, 128);  // Qwen3-VL
   s.layout = MropeLayout::interleaved;
   s.section = {24, 20, 20};
   specs.push_back(s);
-  s = base(RopeOp::apply_rotary_pos_emb, DType::bf16, true, 2048, 32, 32, 128, 128);  // FlagOS
+  s = rope_spec(RopeOp::apply_rotary_pos_emb, DType::bf16, true, 2048, 32, 32, 128, 128);  // FlagOS
   s.batch = 2;
   s.position_ids = false;
   s.out_of_place = true;
