@@ -161,11 +161,13 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
       x.load(in + offA);
       y.load(in + offB);
     }
+    // All the positions before any check: a recording atomic between them would keep M-RoPE's three loads in order.
     int64_t pos[AXES];
+#pragma unroll
+    for (int ax = 0; ax < AXES; ++ax) pos[ax] = load_position(a, ax, t);
     bool valid = true;
 #pragma unroll
     for (int ax = 0; ax < AXES; ++ax) {
-      pos[ax] = load_position(a, ax, t);
       if (pos[ax] < 0 || pos[ax] >= a.max_position) {
         if (recorder && valid) record_device_error(rec, a.error_site, ax * a.tokens + t);
         valid = false;
