@@ -2,19 +2,20 @@
 //
 // Memory-bound: each (token, head) reads and writes its first rotary_dim dims once; the angles of a token are a
 // few hundred bytes shared by all its heads. A thread owns P consecutive frequency pairs of one token ("lane" of
-// the token's h / P lanes) in up to kMaxHeadsPerThread consecutive heads (a "group"). It issues every global load
-// that does not depend on a position first: its position(s), then the two P-element vectors of each of its heads
-// (NeoX: x[j0..] and x[h + j0..]; GPT-J: x[2 j0..] and x[2 j0 + P..]); only then does it wait for the positions,
-// read its P cos / sin values from the cache row(s) (the one dependent load: positions -> cache row), rotate every
-// head in fp32 and store. With 16-bit data P = 8 (16-byte accesses), with f32 P = 4; a scalar variant (P = 1)
-// serves views whose pointers or strides are not aligned to P elements. M-RoPE reads the lane's vector from each
-// of the (at most three) rows its pairs name and picks per pair, in the storage type, by a 2-bit axis code (one
-// 32-bit word of kernel parameters per lane, computed on the host from the layout's map). Block = (lanes, groups,
-// tokens); the heads per thread grow with the problem (1, 2 or 4) so that decode spreads one head per thread over
-// the SMs and prefill keeps 4 heads (128 bytes with 16-bit data) of loads in flight per thread. One kernel per
-// (data type, cache type, P, NeoX / GPT-J, 1 or 3 position axes). Bad positions: the token is left unrotated
-// (copied when out of place) and recorded in the device error record; no address derived from a bad position is
-// formed.
+// the token's h / P lanes) and rotates them in one or more heads: it loads the two P-element vectors that hold its
+// pairs (NeoX: x[j0..] and x[h + j0..]; GPT-J: x[2 j0..] and x[2 j0 + P..]), its P cos / sin values from the
+// cache row of the position, rotates in fp32 and stores. With 16-bit data P = 8 (16-byte accesses), with f32
+// P = 4; a scalar variant (P = 1) serves views whose pointers or strides are not aligned to P elements.
+// Two kernels, chosen on the host by the work per resident thread:
+// - walk (rope_kernel): every case but heavy prefill, and every M-RoPE case. A thread reads its position(s) and
+//   angles once and walks over heads slot, slot + slots, ... (1 to 8; decode one head per thread), issuing the
+//   first head's loads before the position -> angle chain. M-RoPE picks each pair's row by the layout's axis map.
+// - group (rope_group_kernel): 1-D positions, vector path, when the walk kernel would give every thread 8 heads
+//   (>= 7 heads per resident thread): 4 consecutive heads per thread, all 8 loads issued before the position ->
+//   angle chain, one kernel per cache type. Measured faster there (DeepSeek-V3 q_pe, Llama 16384 tokens, FlagOS
+//   8192-token shapes) and slower everywhere else (docs/ops/rope.md, Performance).
+// Bad positions: the token is left unrotated (copied when out of place) and recorded in the device error record;
+// no address derived from a bad position is formed.
 #include <algorithm>
 #include <cstdint>
 
@@ -27,21 +28,15 @@ namespace fuseops::detail::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-/// Heads per thread at most: 4 (8 16-byte loads in flight), but 2 for M-RoPE with 32-byte cache pieces (f32 cache,
-/// 16-bit data), whose three rows in flight take the registers of two more heads (4 spill within
-/// kMinBlocksPerSm's 80 registers).
-template <typename C, int P, int AXES>
-constexpr int kMaxHeadsPerThread = AXES == 3 && P * sizeof(C) > 16 ? 2 : 4;
-/// Resident blocks of kThreads per SM asked of the compiler: at most 80 registers per thread (64 make the 4-head
-/// kernels spill).
-constexpr int kMinBlocksPerSm = 3;
+/// Walk kernel: heads per thread at most.
+constexpr int kMaxHeadsPerThread = 8;
+/// Group kernel: heads per thread (8 16-byte loads in flight), and the resident blocks of kThreads per SM asked
+/// of the compiler (at most 80 registers per thread; 64 make it spill).
+constexpr int kGroupHeads = 4;
+constexpr int kGroupMinBlocksPerSm = 3;
 
-/// The M-RoPE axis (0 T, 1 H, 2 W) of pair j as bits [2 (j % 16), 2 (j % 16) + 2) of word j / 16. The P <= 8 pairs
-/// of a lane start at a multiple of P, so they lie in one word.
-struct AxisCodes {
-  uint32_t w[kRopeMaxPairs / 16] = {};
-};
-
+/// N elements of T in one access of N * sizeof(T) <= 16 bytes; plain (coherent) loads, since in place the same
+/// addresses are written by this kernel.
 template <typename T, int N>
 struct Pack {
   using Raw = typename RawPack<N * sizeof(T)>::type;
@@ -80,52 +75,32 @@ __device__ __forceinline__ int64_t load_position(const RopeArgs& a, int axis, in
                                    : static_cast<const int64_t*>(a.positions)[i];
 }
 
-/// cos / sin of pairs j0 .. j0 + P - 1 (of a cache of type C) for the token's valid positions. M-RoPE: `code`
-/// holds the pairs' 2-bit axes; each row some pair names is read with vector loads (all issued before any is used)
-/// and each pair takes its value from its own row.
+/// cos / sin of pairs j0 .. j0 + P - 1 (of a cache of type C) for the token's valid positions.
 template <typename C, int P, int AXES>
-__device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[AXES], uint32_t code,
-                                              int64_t j0, float* c, float* s) {
+__device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[AXES], int64_t j0, float* c,
+                                              float* s) {
   const C* cos = static_cast<const C*>(a.cos);
   const C* sin = static_cast<const C*>(a.sin);
   if constexpr (AXES == 1) {
-    (void)code;
     load_angles<C, P>(cos + pos[0] * a.cos_stride + j0, c);
     load_angles<C, P>(sin + pos[0] * a.sin_stride + j0, s);
   } else {
-    // Pieces of at most 16 bytes; each pair's value is picked in the storage type (half the registers of floats
-    // for 16-bit caches) and widened once at the end.
-    constexpr int W = P * sizeof(C) > 16 ? static_cast<int>(16 / sizeof(C)) : P;
-    auto takes = [&](int i, int ax) { return ((code >> (2 * i)) & 3u) == static_cast<uint32_t>(ax); };
-    StorageVec<C, W> pc[P / W], ps[P / W];
+    auto row = [&](int axis) { return axis == 0 ? pos[0] : axis == 1 ? pos[1] : pos[2]; };
+    const int first = a.axis[j0];
+    bool uniform = true;
 #pragma unroll
-    for (int k = 0; k < P / W; ++k) pc[k].u.raw = ps[k].u.raw = {};
+    for (int i = 1; i < P; ++i) uniform = uniform && a.axis[j0 + i] == first;
+    if (uniform) {  // every pair of the chunk reads one row (chunked sections): vector loads
+      const int64_t p = row(first);
+      load_angles<C, P>(cos + p * a.cos_stride + j0, c);
+      load_angles<C, P>(sin + p * a.sin_stride + j0, s);
+    } else {  // interleaved: each pair its own row
 #pragma unroll
-    for (int ax = 0; ax < 3; ++ax) {
-      bool used = false;
-#pragma unroll
-      for (int i = 0; i < P; ++i) used = used || takes(i, ax);
-      if (!used) continue;
-      const C* row_c = cos + pos[ax] * a.cos_stride + j0;
-      const C* row_s = sin + pos[ax] * a.sin_stride + j0;
-#pragma unroll
-      for (int k = 0; k < P / W; ++k) {
-        StorageVec<C, W> vc, vs;
-        vc.load(row_c + k * W);
-        vs.load(row_s + k * W);
-#pragma unroll
-        for (int e = 0; e < W; ++e) {
-          if (takes(k * W + e, ax)) {
-            pc[k].u.elems[e] = vc.u.elems[e];
-            ps[k].u.elems[e] = vs.u.elems[e];
-          }
-        }
+      for (int i = 0; i < P; ++i) {
+        const int64_t p = row(a.axis[j0 + i]);
+        c[i] = to_float(__ldg(cos + p * a.cos_stride + j0 + i));
+        s[i] = to_float(__ldg(sin + p * a.sin_stride + j0 + i));
       }
-    }
-#pragma unroll
-    for (int i = 0; i < P; ++i) {
-      c[i] = pc[i / W].get(i % W);
-      s[i] = ps[i / W].get(i % W);
     }
   }
 }
@@ -135,6 +110,21 @@ __device__ __forceinline__ void rotate_pair(Pack<T, P>& x, int i0, Pack<T, P>& y
   const float a = x.get(i0), b = y.get(i1);
   x.set(i0, a * c - b * s);
   y.set(i1, b * c + a * s);
+}
+
+/// Rotates the lane's P pairs of one head held in x and y (see the file comment for which elements they hold).
+template <typename T, int P, bool NEOX>
+__device__ __forceinline__ void rotate_head(Pack<T, P>& x, Pack<T, P>& y, const float* c, const float* s) {
+  if constexpr (NEOX || P == 1) {
+#pragma unroll
+    for (int i = 0; i < P; ++i) rotate_pair(x, i, y, i, c[i], s[i]);
+  } else {
+#pragma unroll
+    for (int m = 0; m < P / 2; ++m) {
+      rotate_pair(x, 2 * m, x, 2 * m + 1, c[m], s[m]);
+      rotate_pair(y, 2 * m, y, 2 * m + 1, c[P / 2 + m], s[P / 2 + m]);
+    }
+  }
 }
 
 /// Input and output of head `hd` (q heads first, then k heads) of token t.
@@ -147,12 +137,73 @@ __device__ __forceinline__ void locate(const RopeArgs& a, int64_t hd, int64_t t,
   out = static_cast<T*>(hs.out) + t * hs.out_token_stride + head * hs.out_head_stride;
 }
 
-/// Thread (lane x, group y, token z) of the block; `hpt` heads per group (1 .. kMaxHeadsPerThread). T: q / k
-/// storage type, C: cache storage type.
-template <typename T, typename C, int P, bool NEOX, int AXES>
-__global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
-    rope_kernel(const __grid_constant__ RopeArgs a, const __grid_constant__ AxisCodes codes, int hpt,
-                DeviceErrorRecord* rec) {
+/// Walk kernel: thread (lane x, head slot y, token z) of the block; heads slot, slot + slots, ... of the token.
+template <typename T, int P, bool NEOX, int AXES>
+__global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  pdl_wait_and_release();
+  const int64_t h = a.rotary_dim / 2;
+  const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
+  const int64_t offA = NEOX ? j0 : 2 * j0;
+  const int64_t offB = NEOX ? h + j0 : 2 * j0 + P;
+  const int64_t total_heads = a.q.heads + a.k.heads;
+  const int64_t slot = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const int64_t slots = static_cast<int64_t>(gridDim.y) * blockDim.y;
+  const bool recorder = threadIdx.x == 0 && slot == 0;
+  const float sign = a.inverse ? -1.0f : 1.0f;
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
+    // The first head's data does not depend on the position: issue its loads before the position -> angle chain.
+    Pack<T, P> x, y;
+    const T* in = nullptr;
+    T* out = nullptr;
+    if (slot < total_heads) {
+      locate(a, slot, t, in, out);
+      x.load(in + offA);
+      y.load(in + offB);
+    }
+    // All the positions before any check: a recording atomic between them would keep M-RoPE's three loads in order.
+    int64_t pos[AXES];
+#pragma unroll
+    for (int ax = 0; ax < AXES; ++ax) pos[ax] = load_position(a, ax, t);
+    bool valid = true;
+#pragma unroll
+    for (int ax = 0; ax < AXES; ++ax) {
+      if (pos[ax] < 0 || pos[ax] >= a.max_position) {
+        if (recorder && valid) record_device_error(rec, a.error_site, ax * a.tokens + t);
+        valid = false;
+      }
+    }
+    float c[P], s[P];
+    if (valid) {
+      switch (a.cache_dtype) {
+        case DType::f16: gather_angles<__half, P, AXES>(a, pos, j0, c, s); break;
+        case DType::bf16: gather_angles<__nv_bfloat16, P, AXES>(a, pos, j0, c, s); break;
+        default: gather_angles<float, P, AXES>(a, pos, j0, c, s); break;
+      }
+#pragma unroll
+      for (int i = 0; i < P; ++i) s[i] *= sign;
+    }
+    for (int64_t hd = slot; hd < total_heads; hd += slots) {
+      if (hd != slot) {
+        locate(a, hd, t, in, out);
+        x.load(in + offA);
+        y.load(in + offB);
+      }
+      if (!valid && in == out) continue;  // in place: unrotated = untouched
+      if (valid) rotate_head<T, P, NEOX>(x, y, c, s);
+      x.store(out + offA);
+      y.store(out + offB);
+    }
+  }
+}
+
+/// Group kernel (1-D positions, P = 16 bytes of T): thread (lane x, group y, token z) of the block; heads
+/// kGroupHeads g .. kGroupHeads g + kGroupHeads - 1 of the token (fewer in the last group). T: q / k storage type,
+/// C: cache storage type.
+template <typename T, typename C, bool NEOX>
+__global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
+    rope_group_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  constexpr int P = static_cast<int>(16 / sizeof(T));
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
@@ -161,21 +212,18 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
   const int64_t total_heads = a.q.heads + a.k.heads;
   const int64_t group0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t group_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-  const uint32_t code = AXES == 3 ? codes.w[j0 / 16] >> (2 * (j0 % 16)) : 0u;
   const float sign = a.inverse ? -1.0f : 1.0f;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
-    for (int64_t g = group0; g * hpt < total_heads; g += group_step) {
-      const int64_t first = g * hpt;
-      const int n = static_cast<int>(min(static_cast<int64_t>(hpt), total_heads - first));
-      // 1. The position(s): the head of the only dependent chain (positions -> cache row).
-      int64_t pos[AXES];
+    for (int64_t g = group0; g * kGroupHeads < total_heads; g += group_step) {
+      const int64_t first = g * kGroupHeads;
+      const int n = static_cast<int>(min(static_cast<int64_t>(kGroupHeads), total_heads - first));
+      // 1. The position: the head of the only dependent chain (position -> cache row).
+      const int64_t pos[1] = {load_position(a, 0, t)};
+      // 2. Every head's data, independent of the position, before anything waits for it.
+      Pack<T, P> x[kGroupHeads], y[kGroupHeads];
 #pragma unroll
-      for (int ax = 0; ax < AXES; ++ax) pos[ax] = load_position(a, ax, t);
-      // 2. Every head's data, independent of the positions, before anything waits for them.
-      Pack<T, P> x[kMaxHeadsPerThread<C, P, AXES>], y[kMaxHeadsPerThread<C, P, AXES>];
-#pragma unroll
-      for (int k = 0; k < kMaxHeadsPerThread<C, P, AXES>; ++k) {
+      for (int k = 0; k < kGroupHeads; ++k) {
         if (k < n) {
           const T* in;
           T* out;
@@ -184,45 +232,25 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm)
           y[k].load(in + offB);
         }
       }
-      // 3. Range check; the first group's lane 0 records the token's first bad axis.
-      bool valid = true;
-#pragma unroll
-      for (int ax = 0; ax < AXES; ++ax) valid = valid && pos[ax] >= 0 && pos[ax] < a.max_position;
-      if (!valid && g == 0 && threadIdx.x == 0) {
-        int bad = 0;
-#pragma unroll
-        for (int ax = AXES - 1; ax >= 0; --ax)
-          if (pos[ax] < 0 || pos[ax] >= a.max_position) bad = ax;
-        record_device_error(rec, a.error_site, bad * a.tokens + t);
-      }
+      // 3. Range check; the first group's lane 0 records a bad position.
+      const bool valid = pos[0] >= 0 && pos[0] < a.max_position;
+      if (!valid && g == 0 && threadIdx.x == 0) record_device_error(rec, a.error_site, t);
       // 4. The angles, once for all the thread's heads.
       float c[P], s[P];
       if (valid) {
-        gather_angles<C, P, AXES>(a, pos, code, j0, c, s);
+        gather_angles<C, P, 1>(a, pos, j0, c, s);
 #pragma unroll
         for (int i = 0; i < P; ++i) s[i] *= sign;
       }
       // 5. Rotate and store.
 #pragma unroll
-      for (int k = 0; k < kMaxHeadsPerThread<C, P, AXES>; ++k) {
+      for (int k = 0; k < kGroupHeads; ++k) {
         if (k >= n) continue;
         const T* in;
         T* out;
         locate(a, first + k, t, in, out);
-        if (valid) {
-          if constexpr (NEOX || P == 1) {
-#pragma unroll
-            for (int i = 0; i < P; ++i) rotate_pair(x[k], i, y[k], i, c[i], s[i]);
-          } else {
-#pragma unroll
-            for (int m = 0; m < P / 2; ++m) {
-              rotate_pair(x[k], 2 * m, x[k], 2 * m + 1, c[m], s[m]);
-              rotate_pair(y[k], 2 * m, y[k], 2 * m + 1, c[P / 2 + m], s[P / 2 + m]);
-            }
-          }
-        } else if (in == out) {
-          continue;  // in place: unrotated = untouched
-        }
+        if (valid) rotate_head<T, P, NEOX>(x[k], y[k], c, s);
+        else if (in == out) continue;  // in place: unrotated = untouched
         x[k].store(out + offA);
         y[k].store(out + offB);
       }
@@ -254,66 +282,86 @@ int pick_pairs_per_thread(const RopeArgs& a) {
 
 struct Plan {
   dim3 grid, block;
-  int heads_per_thread = 1;
 };
 
-/// Heads per thread: the fewest of 1, 2, 4 (at most max_hpt) whose grid fits in one wave of resident threads
-/// (decode: one head per thread, the most threads; a problem that fits in one wave issues all its loads at once),
-/// else max_hpt (several waves, 2 max_hpt 16-byte loads in flight per thread).
-Plan plan(const RopeArgs& a, int p, int sms, int max_hpt) {
-  const int64_t lanes = a.rotary_dim / 2 / p;  // <= kRopeMaxPairs = kThreads
+/// Heads per thread of the walk kernel before its clamp to [1, min(kMaxHeadsPerThread, heads)]: the (token, head,
+/// lane) work over the resident threads (2048 per SM).
+int64_t walk_heads_wanted(const RopeArgs& a, int p, int sms) {
+  const int64_t lanes = a.rotary_dim / 2 / p;
+  const int64_t work = a.tokens * (a.q.heads + a.k.heads) * lanes;
+  const int64_t resident = static_cast<int64_t>(sms) * 2048;
+  return (work + resident - 1) / resident;
+}
+
+/// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread.
+bool use_group_kernel(const RopeArgs& a, int p, int sms) {
   const int64_t heads = a.q.heads + a.k.heads;
-  const int64_t resident = static_cast<int64_t>(sms) * kThreads * kMinBlocksPerSm;
-  int64_t hpt = 1;
-  while (hpt < max_hpt && a.tokens * ((heads + hpt - 1) / hpt) * lanes > resident) hpt *= 2;
-  const int64_t groups = (heads + hpt - 1) / hpt;
-  const int64_t max_groups = std::max<int64_t>(1, kThreads / lanes);
-  const int64_t gy = std::min<int64_t>((groups + max_groups - 1) / max_groups, 65535);
-  const int64_t groups_per_block = std::min<int64_t>((groups + gy - 1) / gy, max_groups);
-  int64_t tb = std::max<int64_t>(1, kThreads / (lanes * groups_per_block));
-  // At least ~8 blocks per SM where the tokens allow: a one-wave grid then splits evenly enough over the SMs.
-  tb = std::min<int64_t>({tb, 64, std::max<int64_t>(1, (a.tokens + 8 * sms - 1) / (8 * sms))});
+  return a.num_axes == 1 && p == static_cast<int>(16 / dtype_size(a.dtype)) && heads >= kMaxHeadsPerThread &&
+         walk_heads_wanted(a, p, sms) >= kMaxHeadsPerThread;
+}
+
+/// Block (lanes, head slots or groups, tokens) and grid for `units` slots or groups per token; at least
+/// `blocks_per_sm` blocks per SM where the tokens allow.
+Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_per_sm) {
+  const int64_t lanes = a.rotary_dim / 2 / p;  // <= kRopeMaxPairs = kThreads
+  const int64_t max_units = std::max<int64_t>(1, kThreads / lanes);
+  const int64_t gy = std::min<int64_t>((units + max_units - 1) / max_units, 65535);
+  const int64_t units_per_block = std::min<int64_t>((units + gy - 1) / gy, max_units);
+  int64_t tb = std::max<int64_t>(1, kThreads / (lanes * units_per_block));
+  const int64_t spread = blocks_per_sm * sms;
+  tb = std::min<int64_t>({tb, 64, std::max<int64_t>(1, (a.tokens + spread - 1) / spread)});
   const int64_t gx = std::min<int64_t>((a.tokens + tb - 1) / tb, int64_t{1} << 30);
   Plan pl;
-  pl.block = dim3(static_cast<unsigned>(lanes), static_cast<unsigned>(groups_per_block), static_cast<unsigned>(tb));
+  pl.block = dim3(static_cast<unsigned>(lanes), static_cast<unsigned>(units_per_block), static_cast<unsigned>(tb));
   pl.grid = dim3(static_cast<unsigned>(gx), static_cast<unsigned>(gy));
-  pl.heads_per_thread = static_cast<int>(hpt);
   return pl;
 }
 
-AxisCodes axis_codes(const RopeArgs& a) {
-  AxisCodes c;
-  if (a.num_axes != 3) return c;
-  for (int64_t j = 0; j < a.rotary_dim / 2; ++j) c.w[j / 16] |= static_cast<uint32_t>(a.axis[j] & 3u) << (2 * (j % 16));
-  return c;
+/// Walk kernel: heads per thread = the work over the resident threads, clamped to [1, 8] (decode one per thread).
+Plan walk_plan(const RopeArgs& a, int p, int sms) {
+  const int64_t heads = a.q.heads + a.k.heads;
+  const int64_t hpt =
+      std::clamp<int64_t>(walk_heads_wanted(a, p, sms), 1, std::min<int64_t>(kMaxHeadsPerThread, heads));
+  return make_plan(a, p, sms, (heads + hpt - 1) / hpt, 2);
+}
+
+Plan group_plan(const RopeArgs& a, int p, int sms) {
+  const int64_t heads = a.q.heads + a.k.heads;
+  return make_plan(a, p, sms, (heads + kGroupHeads - 1) / kGroupHeads, 8);
 }
 
 template <typename T, int P>
-void launch_for(const RopeArgs& a, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
-  const AxisCodes codes = axis_codes(a);
+void launch_walk(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
+  const Plan pl = walk_plan(a, P, sms);
+  auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
+  if (a.num_axes == 3) {
+    if (a.is_neox) go(rope_kernel<T, P, true, 3>);
+    else go(rope_kernel<T, P, false, 3>);
+  } else {
+    if (a.is_neox) go(rope_kernel<T, P, true, 1>);
+    else go(rope_kernel<T, P, false, 1>);
+  }
+}
+
+template <typename T>
+void launch_group(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
+  const Plan pl = group_plan(a, static_cast<int>(16 / sizeof(T)), sms);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
-    const bool m = a.num_axes == 3;
-    const Plan pl =
-        plan(a, P, sm_count(device), m ? kMaxHeadsPerThread<C, P, 3> : kMaxHeadsPerThread<C, P, 1>);
-    auto go = [&](auto kernel) {
-      launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, codes, pl.heads_per_thread, rec);
-    };
-    if (m) {
-      if (a.is_neox) go(rope_kernel<T, C, P, true, 3>);
-      else go(rope_kernel<T, C, P, false, 3>);
-    } else {
-      if (a.is_neox) go(rope_kernel<T, C, P, true, 1>);
-      else go(rope_kernel<T, C, P, false, 1>);
-    }
+    auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
+    if (a.is_neox) go(rope_group_kernel<T, C, true>);
+    else go(rope_group_kernel<T, C, false>);
   });
 }
 
 template <typename T>
 void launch_typed(const RopeArgs& a, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   constexpr int kVec = static_cast<int>(16 / sizeof(T));
-  if (pick_pairs_per_thread(a) == kVec) launch_for<T, kVec>(a, rec, stream, device);
-  else launch_for<T, 1>(a, rec, stream, device);
+  const int p = pick_pairs_per_thread(a);
+  const int sms = sm_count(device);
+  if (use_group_kernel(a, p, sms)) launch_group<T>(a, sms, rec, stream, device);
+  else if (p == kVec) launch_walk<T, kVec>(a, sms, rec, stream, device);
+  else launch_walk<T, 1>(a, sms, rec, stream, device);
 }
 
 }  // namespace

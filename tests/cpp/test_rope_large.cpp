@@ -1,11 +1,14 @@
 // The CUDA rotary kernels at prefill sizes, against the float64 golden (testing/rope_problem.h). The CUDA backend
-// gives each thread 1, 2 or 4 heads of one token (2 at most for M-RoPE with an f32 cache and 16-bit data), the
-// fewest whose grid fits in one wave of resident threads (on an H200, 132 SMs x 768 threads), else the most; the
-// small problems of test_rope.cpp all take one head per thread. These sizes reach 2 and 4 heads per thread (counted
-// for 132 SMs in the comments; other GPUs land on other counts), with a thread's last group partly filled, groups
-// that span the last query heads and the first key heads, every dtype, NeoX and GPT-J, partial rotary, fused-qkv
-// views, the scalar path, key absent, Hk > Hq, the inverse, an fp32 cache, out-of-place outputs, bad positions, and
-// the M-RoPE layouts of rope_test_util.h.
+// has two kernels (src/cuda/rope.cu): the walk kernel gives each thread 1 to 8 heads of one token, the (token, head,
+// lane) work over the resident threads (on an H200, 132 SMs x 2048 threads), rounded up; when that reaches 8 with
+// 1-D positions, aligned views and at least 8 heads, the group kernel takes over with 4 consecutive heads per
+// thread. The small problems of test_rope.cpp all take the walk kernel with one head per thread. rotary_specs and
+// mrope_specs reach 1 to 3 heads per thread of the walk kernel (counted for 132 SMs in the comments; other GPUs land
+// on other counts) with every dtype, NeoX and GPT-J, partial rotary, fused-qkv views, the scalar path, key absent,
+// Hk > Hq, the inverse, an fp32 cache, out-of-place outputs, bad positions, and the M-RoPE layouts of
+// rope_test_util.h; group_specs reach the group kernel (at least 8 heads per thread wanted on GPUs of up to 148
+// SMs) with a group that spans the last query heads and the first key heads, a last group of one head, each cache
+// type, fused qkv, bad positions, the inverse and out-of-place apply_rotary_pos_emb.
 #include <string>
 #include <vector>
 
@@ -26,16 +29,16 @@ RopeSpec spec(RopeOp op, DType dtype, bool neox, int64_t T, int64_t hq, int64_t 
   return s;
 }
 
-// Threads per token = lanes (r / 2 / 8 for 16-bit data, r / 2 / 4 for f32, r / 2 on the scalar path) x groups.
+// Threads per token = lanes (r / 2 / 8 for 16-bit data, r / 2 / 4 for f32, r / 2 on the scalar path) x head slots.
 std::vector<RopeSpec> rotary_specs(DType dtype) {
   std::vector<RopeSpec> v;
   for (bool neox : {true, false}) {
     const auto b = [&](RopeOp op, int64_t T, int64_t hq, int64_t hk, int64_t d, int64_t r) {
       return spec(op, dtype, neox, T, hq, hk, d, r);
     };
-    // Qwen3-Next-like r 64 of 256, 7 heads: 16-bit 2 per thread (groups {q0,q1} {q2,q3} {q4,k0} {k1}); f32 4.
+    // Qwen3-Next-like r 64 of 256, 7 heads: 16-bit 1 per thread, f32 2.
     v.push_back(b(RopeOp::rotary_embedding, 5000, 5, 2, 256, 64));
-    // 6 heads, fused qkv: 16-bit 4 per thread ({q0..q3} {k0,k1}); f32 4 in several waves.
+    // 6 heads, fused qkv: 16-bit 2 per thread (slots {q0,q3} {q1,k0} {q2,k1}); f32 3.
     RopeSpec s = b(RopeOp::rotary_embedding, 6000, 4, 2, 128, 128);
     s.fused_qkv = true;
     v.push_back(s);
@@ -47,19 +50,19 @@ std::vector<RopeSpec> rotary_specs(DType dtype) {
     s.cache_dtype = dtype == DType::f32 ? DType::bf16 : DType::f32;
     s.pos_dtype = DType::i32;
     v.push_back(s);
-    // rotary 80 of 128 (5 lanes), Hk > Hq: 16-bit 2 per thread.
+    // rotary 80 of 128 (5 lanes), Hk > Hq: 16-bit 1 per thread, f32 2.
     v.push_back(b(RopeOp::rotary_embedding, 6000, 2, 4, 128, 80));
-    // Key absent, 7 heads of 64: 16-bit 2 per thread, the last group one head.
+    // Key absent, 7 heads of 64: 16-bit 1 per thread, f32 2 (the last slot one head).
     s = b(RopeOp::rotary_embedding, 6000, 7, 1, 64, 64);
     s.has_key = false;
     v.push_back(s);
-    // Unaligned views: the scalar path (32 lanes), 4 per thread.
+    // Unaligned views: the scalar path (32 lanes), 5 per thread.
     s = b(RopeOp::rotary_embedding, 6000, 4, 2, 64, 64);
     s.head_pad = 3;
     s.token_pad = 5;
     s.fused_qkv = true;
     v.push_back(s);
-    // DeepSeek-like q_pe: 129 heads of stride 192, 4 per thread, the last group one (key) head.
+    // DeepSeek-like q_pe: 129 heads of stride 192: 16-bit 2 per thread, f32 4.
     s = b(RopeOp::rotary_embedding, 1000, 128, 1, 64, 64);
     s.head_pad = 128;
     v.push_back(s);
@@ -77,8 +80,8 @@ std::vector<RopeSpec> rotary_specs(DType dtype) {
   return v;
 }
 
-// M-RoPE, 5000 tokens of 7 heads: 16-bit r 128 and f32 take 4 per thread ({q0..q3} {q4,k0,k1}), 16-bit r 64 2
-// ({q0,q1} {q2,q3} {q4,k0} {k1}); 16-bit data with an f32 cache (three 32-byte row pieces) at most 2.
+// M-RoPE (always the walk kernel), 5000 tokens of 7 heads: 16-bit r 128 and f32 r 64 take 2 per thread, 16-bit
+// r 64 1, f32 r 128 3.
 std::vector<RopeSpec> mrope_specs(DType dtype) {
   std::vector<RopeSpec> v;
   for (bool neox : {true, false}) {
@@ -103,6 +106,30 @@ std::vector<RopeSpec> mrope_specs(DType dtype) {
   return v;
 }
 
+// The group kernel: 8192 tokens of 31 + 6 heads of 128 (16-bit 8 lanes: 2.4M lane-heads, 9.0 per resident thread on
+// 132 SMs, 8.0 on 148; f32 16 lanes, twice that); groups {q0..q3} .. {q28,q29,q30,k0} .. {k5}.
+std::vector<RopeSpec> group_specs(DType dtype) {
+  std::vector<RopeSpec> v;
+  RopeSpec s = spec(RopeOp::rotary_embedding, dtype, true, 8192, 31, 6, 128, 128);
+  s.fused_qkv = true;
+  s.bad_tokens = {1, 4097, 8191};
+  v.push_back(s);
+  s = spec(RopeOp::rotary_embedding, dtype, false, 8192, 31, 6, 128, 128);
+  s.cache_dtype = dtype == DType::f32 ? DType::bf16 : DType::f32;
+  s.pos_dtype = DType::i32;
+  s.inverse = true;
+  v.push_back(s);
+  // apply_rotary_pos_emb out of place, [4, 2048] tokens, the position the index in S.
+  s = spec(RopeOp::apply_rotary_pos_emb, dtype, true, 8192, 31, 6, 128, 128);
+  s.cache_dtype = dtype == DType::f16 ? DType::bf16 : DType::f16;
+  s.batch = 4;
+  s.position_ids = false;
+  s.out_of_place = true;
+  s.max_position = 3000;
+  v.push_back(s);
+  return v;
+}
+
 class RopeLargeDtype : public ::testing::TestWithParam<DType> {};
 
 TEST_P(RopeLargeDtype, SeveralHeadsPerThreadMatchGolden) {
@@ -110,6 +137,7 @@ TEST_P(RopeLargeDtype, SeveralHeadsPerThreadMatchGolden) {
   std::mt19937_64 rng = test_rng();
   std::vector<RopeSpec> specs = rotary_specs(GetParam());
   for (const RopeSpec& s : mrope_specs(GetParam())) specs.push_back(s);
+  for (const RopeSpec& s : group_specs(GetParam())) specs.push_back(s);
   for (const RopeSpec& s : specs) {
     const ft::RopeOutcome o = ft::run_rope_check(s, fuseops::Device::cuda(0), rng());
     EXPECT_TRUE(o.pass()) << ft::describe(s) << ": " << o.detail();
