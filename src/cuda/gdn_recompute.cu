@@ -174,6 +174,20 @@ __device__ void lower_times(const TK* As, const TK* X, int ld, TK* O, int len, i
   }
 }
 
+/// Element i of a float tensor of dtype dt as raw bits, and their value: the load is issued here and waited for only
+/// where raw_to_f() reads it (a thread that converted at once would stall its warp for the load's latency).
+__device__ __forceinline__ uint32_t load_raw(const void* p, DType dt, int64_t i) {
+  if (dt == DType::f16 || dt == DType::bf16) return static_cast<const unsigned short*>(p)[i];
+  return static_cast<const uint32_t*>(p)[i];
+}
+__device__ __forceinline__ float raw_to_f(uint32_t r, DType dt) {
+  switch (dt) {
+    case DType::f16: return __half2float(__ushort_as_half(static_cast<unsigned short>(r)));
+    case DType::bf16: return __bfloat162float(__ushort_as_bfloat16(static_cast<unsigned short>(r)));
+    default: return __uint_as_float(r);
+  }
+}
+
 /// Shared-memory elements of one pipeline stage of recompute_w_u_mma_kernel: the A tile [BT][kLdA] and the beta e^g k
 /// and beta v tiles [BT][ld].
 template <int BT>
@@ -209,12 +223,12 @@ __global__ void __launch_bounds__(kThreads, 3)
       if (tid == 0) chunk_s[st] = c;
     }
   };
-  // Issues unit u's copies into stage st (one commit group, empty when the chunk is) and returns its beta and e^g of
-  // row tid (loads in flight until the caller writes them to shared memory).
-  auto issue = [&](int64_t u, int st, float& beta_r, float& eg_r) {
+  // Issues unit u's copies into stage st (one commit group, empty when the chunk is) and the loads of beta and g of
+  // row tid (raw bits, in flight until the caller converts them into shared memory; 0 past the chunk).
+  auto issue = [&](int64_t u, int st, uint32_t& beta_r, uint32_t& g_r) {
     const gdn::ChunkRef ch = chunk_s[st];
-    beta_r = 0.f;
-    eg_r = 1.f;
+    beta_r = 0u;
+    g_r = 0u;
     if (ch.len > 0) {
       const int64_t hv = u % HV, hk = hv / group;
       TK* const As = base + st * wu_stage_elems<BT>(ld);
@@ -227,25 +241,32 @@ __global__ void __launch_bounds__(kThreads, 3)
       gdn::load_tile<TK, BT>(Xv, ld, dp, static_cast<const TK*>(a.v.data) + gdn::at(a.v, ch.batch, ch.t0, hv),
                              a.v.stride_t, ch.len, V, vec.v, kThreads);
       if (tid < ch.len) {
-        beta_r = gdn::load_f(a.beta.data, a.beta.dtype, gdn::at(a.beta, ch.batch, ch.t0 + tid, hv));
-        if (a.g.data) eg_r = expf(static_cast<const float*>(a.g.data)[gdn::at(a.g, ch.batch, ch.t0 + tid, hv)]);
+        beta_r = load_raw(a.beta.data, a.beta.dtype, gdn::at(a.beta, ch.batch, ch.t0 + tid, hv));
+        if (a.g.data) g_r = load_raw(a.g.data, DType::f32, gdn::at(a.g, ch.batch, ch.t0 + tid, hv));
       }
     }
     cp_async_commit();
   };
   int64_t unit = blockIdx.x;
   int st = 0;
-  float beta_r, eg_r;
+  uint32_t beta_r, g_r;
+  // beta and e^g (1 without g) of row tid into stage t's shared rows
+  auto put_gates = [&](int t) {
+    if (tid < BT) {
+      beta_s[t][tid] = raw_to_f(beta_r, a.beta.dtype);
+      eg_s[t][tid] = a.g.data ? expf(__uint_as_float(g_r)) : 1.f;
+    }
+  };
   resolve(unit, 0);
   __syncthreads();
-  issue(unit, 0, beta_r, eg_r);
-  if (tid < BT) beta_s[0][tid] = beta_r, eg_s[0][tid] = eg_r;
+  issue(unit, 0, beta_r, g_r);
+  put_gates(0);
   for (; unit < units; unit += gridDim.x, st ^= 1) {
     // The barrier ending the previous unit (or the prologue's) separates the other stage's last reads from these
     // writes.
     resolve(unit + gridDim.x, st ^ 1);
     __syncthreads();
-    issue(unit + gridDim.x, st ^ 1, beta_r, eg_r);
+    issue(unit + gridDim.x, st ^ 1, beta_r, g_r);
     const gdn::ChunkRef ch = chunk_s[st];
     const int L = ch.len;
     cp_async_wait<1>();  // this unit's group (the next unit's may still be in flight)
@@ -272,7 +293,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       __syncthreads();
       gdn::store_tile(udst, a.u.stride_t, Os, ld, L, V, vec.u, kThreads);
     }
-    if (tid < BT) beta_s[st ^ 1][tid] = beta_r, eg_s[st ^ 1][tid] = eg_r;
+    put_gates(st ^ 1);
     __syncthreads();  // this stage and Os are free; the next stage's beta and e^g are visible
   }
   cp_async_wait<0>();
