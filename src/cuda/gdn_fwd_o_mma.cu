@@ -1,10 +1,11 @@
 // CUDA backend of chunk_fwd_o, tensor-core variant for f16 / bf16 inputs (q, k, v_new and h of one 16-bit dtype TK;
 // docs/ops/gdn.md "chunk_fwd_o kernel"):
 //   o_i = scale (exp(g_i) q_i^T h[chunk] + sum_{j <= i} (q_i . k_j) exp(g_i - g_j) v_new_j).
-// One block of BV / 16 warps per (chunk slot, value head, block of BV columns of V): BV = 128 (8 warps) when V > 64
-// and K <= 128, else 64 (4 warps; V <= 64, or K > 128 where the tiles would hold one block per SM). Work items are
-// numbered with the V blocks, then the value heads innermost, so the blocks that share a chunk's q and k rows run
-// side by side (L2). q, k [BT][K], h [K][BV] and v_new [BT][BV] are staged in shared memory in TK (K rounded up to 16
+// Blocks of BV / 16 warps walk the work items (chunk slot, value head, block of BV columns of V): BV = 128 (8 warps)
+// when V > 64 and K <= 128, else 64 (4 warps; V <= 64, or K > 128 where the tiles would hold one block per SM). Work
+// items are numbered with the V blocks, then the value heads innermost, so the blocks that share a chunk's q and k
+// rows run side by side (L2). The grid is the resident blocks; a block prefetches the next item's rows into L2 while
+// it loads and computes the current one. q, k [BT][K], h [K][BV] and v_new [BT][BV] are staged in shared memory in TK (K rounded up to 16
 // with zeros, columns past V zero). Warp w: rows 16 (w % RW) .. + 16 (RW = BT / 16 row warps), columns
 // kWarpCols (w / RW) .. of the block (kWarpCols = 64 / 32 / 16 for BT = 64 / 32 / 16). mma.sync m16n8k16 with fp32
 // accumulators:

@@ -1,10 +1,11 @@
 // CUDA backend of recompute_w_u_fwd (w = A (beta e^g k), u = A (beta v) per chunk) and of the l2 normalisation of
 // q and k used by chunk_gated_delta_rule (include/fuseops/gdn_forward.h; reference/gdn.md §6).
 //
-// recompute_w_u, one 256-thread block per (chunk slot, value head), in one of two kernels:
-// - recompute_w_u_mma_kernel (k, v, A, w, u all f16 or all bf16; any K, V, chunk size): the A tile (lower part with
-//   the diagonal), beta e^g k and beta v (rounded once to the input dtype, as FLA) in shared memory; m16n8k16 mma
-//   over the lower-triangular blocks, fp32 accumulators, outputs staged in shared memory and stored as rows.
+// recompute_w_u, 256-thread blocks over the units (chunk slot, value head), in one of two kernels:
+// - recompute_w_u_mma_kernel (k, v, A, w, u all f16 or all bf16; any K, V, chunk size): persistent blocks, the next
+//   unit's tiles prefetched into a second stage; the A tile (lower part with the diagonal), beta e^g k and beta v
+//   (rounded once to the input dtype, as FLA) in shared memory; m16n8k16 mma over the lower-triangular blocks, fp32
+//   accumulators, outputs staged in shared memory and stored as rows.
 // - recompute_w_u_ffma_kernel (f32 and any mix of dtypes): fp32 FFMA in shared memory (no TF32), each output a sum
 //   over j <= i in ascending order; the A tile (fp32) and one operand tile (beta e^g k, then beta v).
 // l2norm: one warp per row.

@@ -115,7 +115,7 @@ TEST_P(GdnForward, PersistentWalk) {
   if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA kernels' block walk";
   std::mt19937_64 rng = test_rng();
   //             T   H  HV   K   V  BT  dtype padded aligned
-  check_shapes(GetParam(), {{1100, 2, 32, 64, 64, 64, bf16, false, true}, {600, 4, 32, 64, 96, 32, f16, true, false}},
+  check_shapes(GetParam(), {{2100, 2, 32, 64, 64, 64, bf16, false, true}, {600, 4, 32, 64, 96, 32, f16, true, false}},
                rng, false);
   if (HasFailure()) return;
   Spec s = varlen({300, 0, 500, 1, 0, 77}, 4, 32, 32, 64, bf16);
