@@ -5,9 +5,9 @@
 // when V > 64 and K <= 128, else 64 (4 warps; V <= 64, or K > 128 where the tiles would hold one block per SM). Work
 // items are numbered with the V blocks, then the value heads innermost, so the blocks that share a chunk's q and k
 // rows run side by side (L2). The grid is the resident blocks; a block prefetches the next item's rows into L2 while
-// it loads and computes the current one. q, k [BT][K], h [K][BV] and v_new [BT][BV] are staged in shared memory in TK (K rounded up to 16
-// with zeros, columns past V zero). Warp w: rows 16 (w % RW) .. + 16 (RW = BT / 16 row warps), columns
-// kWarpCols (w / RW) .. of the block (kWarpCols = 64 / 32 / 16 for BT = 64 / 32 / 16). mma.sync m16n8k16 with fp32
+// it loads and computes the current one. q, k [BT][K], h [K][BV] and v_new [BT][BV] are staged in shared memory in
+// TK (K rounded up to 16 with zeros, columns past V zero). Warp w: rows 16 (w % RW) .. + 16 (RW = BT / 16 row
+// warps), columns kWarpCols (w / RW) .. of the block (kWarpCols = 64 / 32 / 16 for BT = 64 / 32 / 16). mma.sync m16n8k16 with fp32
 // accumulators:
 //   S = q k^T            (only the 16 x 16 blocks on or below the diagonal that hold chunk rows)
 //   P = S exp(g_i - g_j) for j <= i, else 0   (a select: the exponent is formed only where it is <= 0), rounded to TK
@@ -138,7 +138,8 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
     __syncthreads();  // the previous item is done with the tiles, gs and chunk
     if (warp == 0) {
       const gdn::ChunkRef ch = gdn::resolve_chunk<BT>(a.geo, slot, errors, u == 0);
-      const gdn::ChunkRef nch = next < items ? gdn::resolve_chunk<BT>(a.geo, nslot, nullptr, false) : gdn::ChunkRef{0, 0, 0};
+      const gdn::ChunkRef nch =
+          next < items ? gdn::resolve_chunk<BT>(a.geo, nslot, nullptr, false) : gdn::ChunkRef{0, 0, 0};
       if (lane == 0) chunk = ch, next_chunk = nch;
     }
     __syncthreads();
@@ -155,9 +156,8 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
         prefetch_rows_l2<kThreads>(static_cast<const TK*>(a.k.data) + gdn::at(a.k, nch.batch, nch.t0, nhk),
                                    a.k.stride_t * es, nch.len, K * static_cast<int>(es));
       }
-      prefetch_rows_l2<kThreads>(static_cast<const TK*>(a.h.data) +
-                                     state_offset(a.h, nch.batch, gdn::state_slot(a.geo, nslot, nch), nhv, HV, KV) + nv0,
-                                 V * es, K, nvb);
+      const int64_t nhoff = state_offset(a.h, nch.batch, gdn::state_slot(a.geo, nslot, nch), nhv, HV, KV) + nv0;
+      prefetch_rows_l2<kThreads>(static_cast<const TK*>(a.h.data) + nhoff, V * es, K, nvb);
       prefetch_rows_l2<kThreads>(static_cast<const TK*>(a.v_new.data) + gdn::at(a.v_new, nch.batch, nch.t0, nhv) + nv0,
                                  a.v_new.stride_t * es, nch.len, nvb);
     }
