@@ -7,8 +7,8 @@
 // rows run side by side (L2). The grid is the resident blocks; a block prefetches the next item's rows into L2 while
 // it loads and computes the current one. q, k [BT][K], h [K][BV] and v_new [BT][BV] are staged in shared memory in
 // TK (K rounded up to 16 with zeros, columns past V zero). Warp w: rows 16 (w % RW) .. + 16 (RW = BT / 16 row
-// warps), columns kWarpCols (w / RW) .. of the block (kWarpCols = 64 / 32 / 16 for BT = 64 / 32 / 16). mma.sync m16n8k16 with fp32
-// accumulators:
+// warps), columns kWarpCols (w / RW) .. of the block (kWarpCols = 64 / 32 / 16 for BT = 64 / 32 / 16). mma.sync
+// m16n8k16 with fp32 accumulators:
 //   S = q k^T            (only the 16 x 16 blocks on or below the diagonal that hold chunk rows)
 //   P = S exp(g_i - g_j) for j <= i, else 0   (a select: the exponent is formed only where it is <= 0), rounded to TK
 //   O = exp(g_i) (q h) + P v_new;  o = scale O, rounded once to o's dtype.
