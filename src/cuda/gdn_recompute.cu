@@ -124,15 +124,17 @@ struct WuVec {
 template <int BT>
 constexpr int kLdA = BT + 8;
 
-/// Row i of X [BT][ld] (i < rows, columns < cols) times f1[i] (and f2[i]), rounded once to TK; one warp per row.
+/// Row i of X [BT][ld] (i < rows, columns < cols) times f1[i] (and f2[i]), rounded once to TK; one warp per row,
+/// two columns per lane step (cols rounded up to even: the tile is zero there, and a column never reaches another).
 template <typename TK>
 __device__ void scale_rows(TK* X, int ld, int rows, int cols, const float* f1, const float* f2) {
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   for (int i = warp; i < rows; i += gdn::kWarps) {
     const float a = f1[i], b = f2 ? f2[i] : 1.f;
-    for (int c = lane; c < cols; c += 32) {
-      const float x = to_float(X[i * ld + c]) * a;
-      X[i * ld + c] = from_float<TK>(f2 ? x * b : x);
+    for (int c = 2 * lane; c < cols; c += 64) {
+      TK* const p = X + i * ld + c;
+      const float x0 = to_float(p[0]) * a, x1 = to_float(p[1]) * a;
+      *reinterpret_cast<uint32_t*>(p) = pack2<TK>(f2 ? x0 * b : x0, f2 ? x1 * b : x1);
     }
   }
 }
