@@ -111,6 +111,25 @@ TEST_P(GdnForward, TensorCoreVariants) {
   check_spec(GetParam(), s, rng);
 }
 
+// The persistent tensor-core kernels of CUDA (recompute_w_u, chunk_fwd_o: as many blocks as are resident, each walking
+// several (chunk, head) units with the next unit's tiles prefetched): enough units for several per block on an H200
+// (132 SMs), fixed length with a partial last chunk and varlen whose chunk slots include empty ones, 16-byte aligned
+// rows (cp.async) and misaligned ones (element loads). CUDA only: the CPU backend has no such walk and runs these
+// shapes in the other tests.
+TEST_P(GdnForward, PersistentWalk) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA kernels' block walk";
+  std::mt19937_64 rng = test_rng();
+  //             T   H  HV   K   V  BT  dtype padded aligned
+  check_shapes(GetParam(), {{2100, 2, 32, 64, 64, 64, bf16, false, true}, {600, 4, 32, 64, 96, 32, f16, true, false}},
+               rng, false);
+  if (HasFailure()) return;
+  Spec s = varlen({300, 0, 500, 1, 0, 77}, 4, 32, 32, 64, bf16);
+  s.BT = 16;
+  s.aligned = true;
+  check_spec(GetParam(), s, rng);
+}
+
 // Varlen with empty sequences (first, middle, last), a one-token sequence, chunk-boundary lengths; i32 and i64
 // cu_seqlens; grouped heads. Empty sequences return their initial state exactly.
 TEST_P(GdnForward, VarlenWithEmptySequences) {
