@@ -7,8 +7,10 @@
 //
 // A bandwidth problem: per (sequence, value head) the fp32 state is read once and written once.
 //
-// Fast kernel (decode_warp_kernel, docs/ops/gdn.md "decode kernel"): one warp per (sequence, value head, slice of
-// 128 / KG state columns), no shared memory, no barrier. Lane = kg * (32 / KG) + vl holds the 4 columns
+// Fast kernel (decode_warp_kernel, docs/ops/gdn.md "decode kernel"): a unit is (sequence, value head, slice of
+// 128 / KG state columns), done by one warp without barriers; persistent warps (a grid that stays resident) walk the
+// units, and while a warp computes one unit the state of its next one is copied into the warp's shared buffer
+// (cp.async: bytes in flight that hold no registers); state stores are streaming. Lane = kg * (32 / KG) + vl holds the 4 columns
 // slice * 128 / KG + 4 vl .. + 3 of the kRows consecutive rows kg kRows .. kg kRows + kRows - 1 (K = KG kRows) in fp32
 // registers for all the sequence's tokens; sums over K run over the lane's rows, then over the KG groups by xor
 // shuffles (every lane of a column gets the same bits: fp addition is commutative).
@@ -281,10 +283,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Fast kernel: one warp per (sequence, value head, column slice)
+// Fast kernel: persistent warps, each over units (sequence, value head, column slice)
 
-constexpr int kRows = 16;       ///< state rows per lane (K = KG kRows)
-constexpr int kWarpBlock = 2;      ///< warps per block of the fast kernel (small: a decode of 1 sequence spreads over the SMs)
+constexpr int kRows = 16;      ///< state rows per lane (K = KG kRows)
+constexpr int kWarpBlock = 2;  ///< warps per block (small: the units of a 1-sequence decode spread over the SMs)
 
 struct WarpParams {
   int64_t slices, units;       ///< column slices per head (ceil(V / (128 / KG))); N * HV * slices

@@ -123,7 +123,8 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   }
   // run
   HostTensor cu_t = ft::index_tensor(DType::i32, {static_cast<int64_t>(in.cu.size())}, in.cu);
-  HostTensor idx_t = ft::index_tensor(pc.idx_dtype, pc.cols ? std::vector<int64_t>{N, pc.cols} : std::vector<int64_t>{N}, pc.idx);
+  const std::vector<int64_t> idx_shape = pc.cols ? std::vector<int64_t>{N, pc.cols} : std::vector<int64_t>{N};
+  HostTensor idx_t = ft::index_tensor(pc.idx_dtype, idx_shape, pc.idx);
   HostTensor acc_t = ft::index_tensor(DType::i32, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
   const int64_t gd = pc.guard;
   Placed P(where, pool, 0, pc.pool_guard), Q(where, in.q, 0, gd), Kt(where, in.k, 0, gd), Vt(where, in.v, 0, gd),
