@@ -301,6 +301,20 @@ TEST_P(GdnDecode, KernelVariantsFlaForm) {
       if (HasFailure()) return;
     }
   }
+  // more units than the fast kernel's resident warps on an H200 (every warp stages its next unit's h0): 40 x 32 x 8
+  // units (K = V = 128), f16 h0, empty and multi-token sequences
+  std::vector<int64_t> lens;
+  for (int64_t n = 0; n < 40; ++n) lens.push_back(n % 9 == 4 ? 0 : 1 + n % 2);
+  Spec s = varlen(lens, 16, 32, 128, 128, bf16);
+  s.aligned = true;
+  s.l2norm = true;
+  s.h0_dtype = DType::f16;
+  SCOPED_TRACE(s.describe());
+  const Inputs in = make_inputs(s, rng);
+  const fuseops::reference::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/false);
+  const Outputs r = run_recurrent(GetParam(), s, in);
+  EXPECT_TRUE(matches(r.o, gold.o, s.dtype, "o"));
+  EXPECT_TRUE(matches(r.final_state, gold.final_state, s.dtype, "final_state"));
 }
 
 // The pool forms on both kernels: aligned q, k, v, o (16-byte loads) at K = V = 128 with l2 normalisation and at
