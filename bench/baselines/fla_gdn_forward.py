@@ -15,7 +15,8 @@ FLA_FLASH_QLA=0 keeps FLA on its own Triton kernels (reference/gdn.md §9). Pref
 beta, initial_state, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens) with bf16 q/k/v/beta, fp32 g
 (log-sigmoid), fp32 h0 — the same call on both sides. Decode (one token per sequence): fuseops' pool form
 (fused_recurrent_gated_delta_rule with ssm_state_indices, in place) vs FLA's fused_recurrent_gated_delta_rule
-(initial_state read, final state written: the same bytes).
+(initial_state read, final state written: the same bytes); the relative difference of o between the two is checked
+first, each side synchronised on its own (an asynchronous device error then names its side).
 """
 import os
 import sys
@@ -151,11 +152,24 @@ def main():
                                                                     use_qk_l2norm_in_kernel=True)
             fla = lambda: fla_recurrent(q, k, v, gate, beta, initial_state=pool, output_final_state=True,
                                         use_qk_l2norm_in_kernel=True)
-            t_ours, t_fla = time_us(ours), time_us(fla)
+            # agreement first (ours on a copy of the pool: it updates it in place), each side synchronised on its own
+            o1, _ = fuseops.fused_recurrent_gated_delta_rule(q, k, v, gate, beta, initial_state=pool.clone(),
+                                                             inplace_final_state=True, ssm_state_indices=idx,
+                                                             use_qk_l2norm_in_kernel=True)
+            torch.cuda.synchronize()
+            o2, s2 = fla()
+            torch.cuda.synchronize()
+            diff = ((o1.float() - o2.float()).norm() / o2.float().norm()).item()
+            del o1, o2, s2
+            t_ours = time_us(ours)
+            torch.cuda.synchronize()
+            t_fla = time_us(fla)
             state_bytes = 2 * 4.0 * N * HV * K * V
-            rows.append(("%d/%d:N%d" % (H, HV, N), t_ours, t_fla, state_bytes / t_ours / 1e6, None, None, None))
-            print("%-16s ours %9.1f us  FLA %9.1f us  x%.2f  state %.2f TB/s" % (rows[-1][0], t_ours, t_fla,
-                                                                                  t_fla / t_ours, rows[-1][3]), flush=True)
+            rows.append(("%d/%d:N%d" % (H, HV, N), t_ours, t_fla, state_bytes / t_ours / 1e6, diff, None, None))
+            print("%-16s ours %9.1f us  FLA %9.1f us  x%.2f  state %.2f TB/s  rel diff o %.1e" % (
+                rows[-1][0], t_ours, t_fla, t_fla / t_ours, rows[-1][3], diff), flush=True)
+            del q, k, v, gate, beta, pool
+            torch.cuda.empty_cache()
     with open(out_md, "w") as f:
         f.write("Side by side in one process on %s (FLA_FLASH_QLA=%s): fuseops vs FLA Triton, GDN forward, bf16, "
                 "K = V = 128. Median us per launch under CUDA-graph replay (warm). TFLOP/s (prefill) counts the "

@@ -7,8 +7,10 @@
 //
 // A bandwidth problem: per (sequence, value head) the fp32 state is read once and written once.
 //
-// Fast kernel (decode_warp_kernel, docs/ops/gdn.md "decode kernel"): one warp per (sequence, value head, slice of
-// 128 / KG state columns), no shared memory, no barrier. Lane = kg * (32 / KG) + vl holds the 4 columns
+// Fast kernel (decode_warp_kernel, docs/ops/gdn.md "decode kernel"): a unit is (sequence, value head, slice of
+// 128 / KG state columns), done by one warp without barriers; persistent warps (a grid that stays resident) walk the
+// units, and while a warp computes one unit the state of its next one is copied into the warp's shared buffer
+// (cp.async: bytes in flight that hold no registers); state stores are streaming. Lane = kg * (32 / KG) + vl holds the 4 columns
 // slice * 128 / KG + 4 vl .. + 3 of the kRows consecutive rows kg kRows .. kg kRows + kRows - 1 (K = KG kRows) in fp32
 // registers for all the sequence's tokens; sums over K run over the lane's rows, then over the KG groups by xor
 // shuffles (every lane of a column gets the same bits: fp addition is commutative).
@@ -18,6 +20,7 @@
 // initial_state, final_state) is not 16-byte aligned. Lane l of warp w holds columns 4 (l % 8) .. 4 (l % 8) + 3 of
 // the rows r = 4 w + l / 8 + 32 j (j < 8, K <= 256), so one warp-wide access covers 4 rows x 128 contiguous bytes;
 // the sums over K reduce over the 4 row lanes by shuffles, then over the 8 warps through shared memory.
+#include <algorithm>
 #include <cstdint>
 
 #include "cuda/device_error.cuh"
@@ -280,10 +283,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Fast kernel: one warp per (sequence, value head, column slice)
+// Fast kernel: persistent warps, each over units (sequence, value head, column slice)
 
-constexpr int kRows = 16;       ///< state rows per lane (K = KG kRows)
-constexpr int kWarpBlock = 4;   ///< warps per block of the fast kernel
+constexpr int kRows = 16;      ///< state rows per lane (K = KG kRows)
+constexpr int kWarpBlock = 2;  ///< warps per block (small: the units of a 1-sequence decode spread over the SMs)
 
 struct WarpParams {
   int64_t slices, units;       ///< column slices per head (ceil(V / (128 / KG))); N * HV * slices
@@ -326,55 +329,114 @@ __device__ __forceinline__ float sum_groups(float x) {
   return x;
 }
 
-/// 4 consecutive state elements of storage type ST (aligned to 4 elements) as f32; a plain load (the pool is read
-/// and written by the same kernel, so not through the read-only path).
+/// 4 consecutive state elements of storage type ST (aligned to 4 elements), stored from f32 with a streaming store
+/// (evict-first: each state element is written once per launch and not read again by it).
 template <typename ST>
-__device__ __forceinline__ void load_state4(const ST* p, float (&x)[4]) {
+__device__ __forceinline__ void store_state4(ST* p, const float (&x)[4]) {
   using Raw = typename RawPack<4 * sizeof(ST)>::type;
   union {
     Raw raw;
     ST elems[4];
   } u;
-  u.raw = *reinterpret_cast<const Raw*>(p);
 #pragma unroll
-  for (int e = 0; e < 4; ++e) x[e] = to_float(u.elems[e]);
-}
-template <typename ST>
-__device__ __forceinline__ void store_state4(ST* p, const float (&x)[4]) {
-  FloatVec<ST, 4> f;
-#pragma unroll
-  for (int e = 0; e < 4; ++e) f.v[e] = x[e];
-  f.store(p);
+  for (int e = 0; e < 4; ++e) u.elems[e] = from_float<ST>(x[e]);
+  __stcs(reinterpret_cast<Raw*>(p), u.raw);
 }
 
+/// One unit of the fast kernel (sequence n, value head hv, column slice sl) as lane `lane` sees it.
+template <int KG, typename ST>
+struct WarpUnit {
+  static constexpr int kLanesV = 32 / KG, kCols = 4 * kLanesV;
+  int64_t n, hv, hk, sl, col;
+  bool active;  ///< the lane's 4 columns are in range (V % 4 == 0: all 4 or none)
+  SeqBounds sb;
+  PoolSeq ps;     ///< pool form: the start slot (-1: padding) and a bad value to record
+  const ST* src;  ///< the sequence's state (slot start or h0) for this head, or null (padding or no state)
+
+  __device__ __forceinline__ WarpUnit(const DecodeArgs& a, const WarpParams& prm, int64_t unit, int lane) {
+    const int64_t HV = a.geo.HV, KV = a.geo.K * a.V;
+    int64_t nh, hr;
+    divmod(unit, prm.slices, nh, sl);
+    divmod(nh, HV, n, hv);
+    divmod(hv, HV / a.geo.H, hk, hr);
+    col = sl * kCols + (lane % kLanesV) * 4;
+    active = col < a.V;
+    sb = sequence_bounds(a.geo, n);
+    ps = PoolSeq{-1, 0u, 0};
+    src = nullptr;
+    if (a.pool) {
+      ps = pool_sequence(a, n, sb.eos - sb.bos);
+      if (ps.start >= 0) src = static_cast<const ST*>(a.pool) + (ps.start * HV + hv) * KV;
+    } else if (a.h0) {
+      src = static_cast<const ST*>(a.h0) + (n * HV + hv) * KV;
+    }
+  }
+};
+
+/// Shared-memory staging of the state: per warp two buffers (the current unit, the next one) of kRows x 32 slots of
+/// 4 state elements; lane l uses slot l of each row (consecutive lanes, consecutive 8 / 16 bytes) and reads back only
+/// what it copied itself (no warp synchronisation).
+template <typename ST>
+using StagedRows = typename RawPack<4 * sizeof(ST)>::type[kRows][32];
+
+/// Issues the asynchronous copies of the lane's kRows x 4 state elements at `src` (rows row0.., row stride V, column
+/// col) into `buf`: the bytes are in flight without holding registers. Nothing when `src` is null or the lane is
+/// past V.
+template <typename ST>
+__device__ __forceinline__ void stage_state(const ST* src, int64_t V, int row0, int64_t col, bool active,
+                                            StagedRows<ST>& buf, int lane) {
+  if (!src || !active) return;
+#pragma unroll
+  for (int j = 0; j < kRows; ++j) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(&buf[j][lane]));
+    const ST* p = src + (row0 + j) * V + col;
+    if constexpr (sizeof(ST) == 4) {
+      asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(p) : "memory");
+    } else {
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(dst), "l"(p) : "memory");
+    }
+  }
+}
+__device__ __forceinline__ void stage_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+/// Waits until every committed group but the most recent one is complete (the current unit's copies).
+__device__ __forceinline__ void stage_wait_previous() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
+
 /// ST: storage type of the state read (the pool's dtype, else initial_state's; float when there is none).
+/// Persistent warps: each walks its units (stride: all the warps of the grid); the state of its next unit is copied
+/// into shared memory (cp.async) while the current one is computed and stored.
 template <int KG, typename ST>
 __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const DecodeArgs a, const WarpParams prm) {
+  using Unit = WarpUnit<KG, ST>;
+  __shared__ __align__(16) StagedRows<ST> staged[kWarpBlock][2];
   pdl_wait_and_release();
-  constexpr int kLanesV = 32 / KG, kCols = 4 * kLanesV;
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const int vl = lane % kLanesV, kg = lane / kLanesV;
-  const int64_t HV = a.geo.HV, V = a.V, KV = a.geo.K * V, group = HV / a.geo.H;
+  const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+  const int kg = lane / Unit::kLanesV;
+  const int64_t HV = a.geo.HV, V = a.V, KV = a.geo.K * V;
   const int64_t row0 = static_cast<int64_t>(kg) * kRows;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpBlock;
 
-  for (int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarpBlock + threadIdx.x / 32; unit < prm.units;
-       unit += stride) {
-    int64_t nh, sl, n, hv, hk, hr;
-    divmod(unit, prm.slices, nh, sl);
-    divmod(nh, HV, n, hv);
-    divmod(hv, group, hk, hr);
-    const int64_t col = sl * kCols + vl * 4;
-    const bool active = col < V;  // V % 4 == 0: the lane's 4 columns are all in range or all past V
-    const bool leader = hv == 0 && sl == 0 && lane == 0;  // records bad device values once per sequence
-    const SeqBounds sb = sequence_bounds(a.geo, n);
+  int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarpBlock + warp;
+  if (unit < prm.units) {
+    const Unit first(a, prm, unit, lane);
+    stage_state<ST>(first.src, V, kg * kRows, first.col, first.active, staged[warp][0], lane);
+  }
+  stage_commit();
+  for (int buf = 0; unit < prm.units; unit += stride, buf ^= 1) {
+    if (unit + stride < prm.units) {  // the next unit's state in flight during this one
+      const Unit next(a, prm, unit + stride, lane);
+      stage_state<ST>(next.src, V, kg * kRows, next.col, next.active, staged[warp][buf ^ 1], lane);
+    }
+    stage_commit();
+    const Unit u(a, prm, unit, lane);
+    const int64_t n = u.n, hv = u.hv, hk = u.hk, col = u.col;
+    const bool active = u.active;
+    const SeqBounds sb = u.sb;
+    const bool leader = hv == 0 && u.sl == 0 && lane == 0;  // records bad device values once per sequence
     if (sb.bad && leader) record_device_error(prm.errors, a.geo.cu_site, n);
     const int64_t len = sb.eos - sb.bos;
-    const ST* src = nullptr;
     if (a.pool) {
-      const PoolSeq ps = pool_sequence(a, n, len);
-      if (ps.bad_site && leader) record_device_error(prm.errors, ps.bad_site, ps.bad_index);
-      if (ps.start < 0) {  // padding: o rows 0, nothing read or written
+      if (u.ps.bad_site && leader) record_device_error(prm.errors, u.ps.bad_site, u.ps.bad_index);
+      if (u.ps.start < 0) {  // padding: o rows 0, nothing read or written
         if (kg == 0 && active) {
           const float z[4] = {0.f, 0.f, 0.f, 0.f};
           for (int64_t t = sb.bos; t < sb.eos; ++t) {
@@ -383,22 +445,31 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
         }
         continue;
       }
-      src = static_cast<const ST*>(a.pool) + (ps.start * HV + hv) * KV;
-    } else if (a.h0) {
-      src = static_cast<const ST*>(a.h0) + (n * HV + hv) * KV;
     }
-    // every state load first: kRows x 16 bytes in flight per lane
+    // the staged state, taken once the first token's inputs are loaded and reduced (their latency overlaps the copy)
     float S[kRows][4];
-    if (src && active) {
+    const auto take_state = [&] {
+      stage_wait_previous();  // this unit's copies (committed one group earlier) have landed
+      if (u.src && active) {
 #pragma unroll
-      for (int j = 0; j < kRows; ++j) load_state4(src + (row0 + j) * V + col, S[j]);
-    } else {
+        for (int j = 0; j < kRows; ++j) {
+          union {
+            typename RawPack<4 * sizeof(ST)>::type raw;
+            ST elems[4];
+          } x;
+          x.raw = staged[warp][buf][j][lane];
 #pragma unroll
-      for (int j = 0; j < kRows; ++j) {
+          for (int e = 0; e < 4; ++e) S[j][e] = to_float(x.elems[e]);
+        }
+      } else {
 #pragma unroll
-        for (int e = 0; e < 4; ++e) S[j][e] = 0.f;
+        for (int j = 0; j < kRows; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) S[j][e] = 0.f;
+        }
       }
-    }
+    };
+    if (len == 0) take_state();  // an empty sequence: its final state is the initial one
     const HeadGate hg = head_gate(a, hv);
 
     for (int64_t t = sb.bos; t < sb.eos; ++t) {
@@ -426,6 +497,7 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
 #pragma unroll
       for (int j = 0; j < kRows; ++j) kq = fmaf(k[j], q[j], kq);
       kq = sum_groups<KG>(kq);
+      if (t == sb.bos) take_state();
       const float decay = expf(g);
       float sk[4] = {0.f, 0.f, 0.f, 0.f}, sq[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
@@ -464,6 +536,7 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
       for (int j = 0; j < kRows; ++j) store_state4(dst + (row0 + j) * V + col, S[j]);
     }
   }
+  asm volatile("cp.async.wait_all;" ::: "memory");  // no copy outlives the kernel (the last ones are empty)
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
@@ -485,13 +558,25 @@ int fast_groups(int64_t K) {
   }
 }
 
+/// Persistent grid: as many blocks as stay resident (the shared-memory carveout at its maximum), at most one unit
+/// per warp.
+template <int KG, typename ST>
+void launch_warp_kernel_kg(const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device, const char* op) {
+  const auto kernel = decode_warp_kernel<KG, ST>;
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  cudaSharedmemCarveoutMaxShared),
+             op, "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
+  const int64_t blocks =
+      std::min((prm.units + kWarpBlock - 1) / kWarpBlock, resident_blocks(kernel, kWarpBlock * 32, 0, device, op));
+  launch_kernel(kernel, dim3(gdn::grid_x(blocks)), dim3(kWarpBlock * 32), 0, s, device, a, prm);
+}
 template <typename ST>
-void launch_warp_kernel(int kg, const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device) {
-  const dim3 grid(gdn::grid_x((prm.units + kWarpBlock - 1) / kWarpBlock)), block(kWarpBlock * 32);
+void launch_warp_kernel(int kg, const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device,
+                        const char* op) {
   switch (kg) {
-    case 4: launch_kernel(decode_warp_kernel<4, ST>, grid, block, 0, s, device, a, prm); break;
-    case 8: launch_kernel(decode_warp_kernel<8, ST>, grid, block, 0, s, device, a, prm); break;
-    default: launch_kernel(decode_warp_kernel<16, ST>, grid, block, 0, s, device, a, prm); break;
+    case 4: launch_warp_kernel_kg<4, ST>(a, prm, s, device, op); break;
+    case 8: launch_warp_kernel_kg<8, ST>(a, prm, s, device, op); break;
+    default: launch_warp_kernel_kg<16, ST>(a, prm, s, device, op); break;
   }
 }
 
@@ -515,7 +600,7 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* str
     prm.errors = cuda_error_record(device);
     const DType state_dtype = a.pool ? a.pool_dtype : a.h0 ? a.h0_dtype : DType::f32;
     with_float_type(state_dtype, [&](auto tag) {
-      launch_warp_kernel<typename decltype(tag)::type>(kg, a, prm, s, device);
+      launch_warp_kernel<typename decltype(tag)::type>(kg, a, prm, s, device, op);
     });
   } else {
     DecodeParams prm{};

@@ -31,6 +31,8 @@ struct PoolCase {
   bool bad_write = false;         ///< a bad per-token write index (skipped + recorded; the sequence runs)
   int64_t guard = 5;       ///< guard elements of q, k, v, gates and o (8: 16-byte aligned, 5: misaligned)
   int64_t pool_guard = 0;  ///< guard elements of the pool (0: aligned, the fast kernel; 1: misaligned, the fallback)
+  DType idx_dtype = DType::i64;            ///< ssm_state_indices
+  std::optional<DType> beta_dtype;         ///< beta's dtype when not the spec's gate dtype (beta rounded to it)
 };
 
 void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
@@ -40,6 +42,12 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   Spec sg = s;
   sg.has_h0 = false;
   Inputs in = make_inputs(sg, rng);
+  if (pc.beta_dtype) {
+    HostTensor b(*pc.beta_dtype, in.beta.shape());
+    for (int64_t r = 0; r < b.rows(); ++r)
+      for (int64_t c = 0; c < b.cols(); ++c) b.set(r, c, static_cast<float>(in.beta.get(r, c)));
+    in.beta = b;
+  }
   const int64_t N = s.N(), HV = s.HV, KV = s.K * s.V, per = HV * KV;
   HostTensor pool(pc.pool_dtype, {pc.slots, HV, s.K, s.V});
   std::normal_distribution<double> normal(0.0, 0.5);
@@ -115,7 +123,8 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   }
   // run
   HostTensor cu_t = ft::index_tensor(DType::i32, {static_cast<int64_t>(in.cu.size())}, in.cu);
-  HostTensor idx_t = ft::index_tensor(DType::i64, pc.cols ? std::vector<int64_t>{N, pc.cols} : std::vector<int64_t>{N}, pc.idx);
+  const std::vector<int64_t> idx_shape = pc.cols ? std::vector<int64_t>{N, pc.cols} : std::vector<int64_t>{N};
+  HostTensor idx_t = ft::index_tensor(pc.idx_dtype, idx_shape, pc.idx);
   HostTensor acc_t = ft::index_tensor(DType::i32, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
   const int64_t gd = pc.guard;
   Placed P(where, pool, 0, pc.pool_guard), Q(where, in.q, 0, gd), Kt(where, in.k, 0, gd), Vt(where, in.v, 0, gd),
@@ -292,6 +301,20 @@ TEST_P(GdnDecode, KernelVariantsFlaForm) {
       if (HasFailure()) return;
     }
   }
+  // more units than the fast kernel's resident warps on an H200 (every warp stages its next unit's h0): 40 x 32 x 8
+  // units (K = V = 128), f16 h0, empty and multi-token sequences
+  std::vector<int64_t> lens;
+  for (int64_t n = 0; n < 40; ++n) lens.push_back(n % 9 == 4 ? 0 : 1 + n % 2);
+  Spec s = varlen(lens, 16, 32, 128, 128, bf16);
+  s.aligned = true;
+  s.l2norm = true;
+  s.h0_dtype = DType::f16;
+  SCOPED_TRACE(s.describe());
+  const Inputs in = make_inputs(s, rng);
+  const fuseops::reference::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/false);
+  const Outputs r = run_recurrent(GetParam(), s, in);
+  EXPECT_TRUE(matches(r.o, gold.o, s.dtype, "o"));
+  EXPECT_TRUE(matches(r.final_state, gold.final_state, s.dtype, "final_state"));
 }
 
 // The pool forms on both kernels: aligned q, k, v, o (16-byte loads) at K = V = 128 with l2 normalisation and at
@@ -340,6 +363,43 @@ TEST_P(GdnDecode, PoolKernelVariants) {
     run_pool_case(GetParam(), misaligned, rng);
     if (HasFailure()) return;
   }
+}
+
+// The decode step of bench/baselines/fla_gdn_forward.py and the `gdn-decode` bench (Qwen3-Next: H 16, HV 32,
+// K = V = 128): bf16 q, k, v, fp32 log-sigmoid g, bf16 beta, fp32 pool, int32 ssm_state_indices = arange(N),
+// use_qk_l2norm_in_kernel, 16-byte aligned tensors (the fast kernel), at N = 16; and the reversed slot order.
+// All offsets are 64-bit: N = 256 (134M pool elements) takes the same index arithmetic as N = 16.
+TEST_P(GdnDecode, FlaBaselineStep) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  PoolCase pc;
+  pc.s = fixed(16, 1, 16, 32, 128, 128, bf16);
+  pc.s.l2norm = true;
+  pc.slots = 16;
+  pc.idx_dtype = DType::i32;
+  pc.beta_dtype = bf16;
+  pc.guard = 8;
+  for (int64_t n = 0; n < 16; ++n) pc.idx.push_back(n);
+  run_pool_case(GetParam(), pc, rng);
+  PoolCase rev = pc;
+  for (int64_t n = 0; n < 16; ++n) rev.idx[n] = 15 - n;
+  run_pool_case(GetParam(), rev, rng);
+  // more units (sequence, value head, column slice) than the fast kernel's resident warps on an H200 (132 SMs x 12):
+  // every warp stages its next unit's state while it computes one; with padding slots, empty and multi-token
+  // sequences, and a bf16 pool
+  PoolCase many;
+  std::vector<int64_t> lens;
+  for (int64_t n = 0; n < 48; ++n) {
+    lens.push_back(n % 7 == 3 ? 0 : 1 + n % 3);
+    many.idx.push_back(n % 5 == 2 ? -1 : 47 - n);
+  }
+  many.s = varlen(lens, 8, 32, 64, 128, bf16);  // 48 x 32 x 4 = 6144 units
+  many.s.l2norm = true;
+  many.slots = 48;
+  many.pool_dtype = bf16;
+  many.idx_dtype = DType::i32;
+  many.guard = 8;
+  run_pool_case(GetParam(), many, rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GdnDecode, ::testing::Values(Where::cpu, Where::cuda), where_param_name);
