@@ -1,10 +1,11 @@
-// Device code of grouped_topk with sigmoid scoring for groups of exactly 32 experts (DeepSeek-V3: 256 experts in 8 groups), L = n_group
-// lanes per token and 32 / L tokens per warp: lane s of a token holds its group s (experts [32 s, 32 s + 32)) in
-// registers. The group's top two keys come from a register tree (no shuffles); the surviving groups from the ranks
-// of the L group keys (one gather of L shuffles, no sequential rounds); each of the k picks is a max over the token's
-// L lanes of (key, lowest expert) in log2(L) xor steps, after which the winning lane takes its expert out and
-// finds its next best (a tree over its 32 keys). Weights are recomputed at the end from the logits of the picked
-// experts (one cached load each) instead of being carried through the picks.
+// Device code of grouped_topk with sigmoid scoring for groups of exactly 32 experts (DeepSeek-V3: 256 experts in 8
+// groups): L = n_group lanes per token and 32 / L tokens per warp; lane s of a token holds its group s (experts
+// [32 s, 32 s + 32)) in registers. The group's top two keys come from a register tree (no shuffles); the surviving
+// groups from the ranks of the L group keys (one gather of L shuffles, no sequential rounds); each of the k picks is a
+// max over the token's L lanes of (key, lowest expert) in log2(L) xor steps, after which the winning lane takes its
+// expert out and finds its next best (a tree over its keys; with topk_group = L / 2, as DeepSeek-V3, the surviving
+// groups are first moved onto 16 keys per lane, so that half as many keys are rescanned). Weights are recomputed at
+// the end from the logits of the picked experts (one cached load each) instead of being carried through the picks.
 //
 // Results are bitwise those of route_token (moe_topk.cuh), which moe_route's fused path runs: the same keys and
 // the same total order (highest key, then lowest expert), the same score expression, and the renormalisation sum adds
@@ -66,6 +67,43 @@ __device__ __forceinline__ void load_bias32(const RouteParams& p, int base, floa
   load_as_floats<float, 32>(static_cast<const float*>(p.bias) + base, b);
 }
 
+/// The k picks of a token from its L lanes' keys: lane s holds N keys of experts [first, first + N) (lanes ascend
+/// with experts). Each pick is the max of (key, lowest expert) over the L lanes in log2(L) xor steps; the winning
+/// lane zeroes the key and reruns its N-key tree. Output j = q L + s goes to out_id[q] of lane s. The lanes hold at
+/// least k keys above 0 (k <= topk_group * 32), so every pick is a real expert.
+template <int L, int N>
+__device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk)[N], int first, int s,
+                                             int (&out_id)[32 / L]) {
+  constexpr int M = 32 / L;
+  uint32_t lb;
+  int li;
+  lane_best<N>(uk, lb, li);
+#pragma unroll
+  for (int q = 0; q < M; ++q) out_id[q] = 0;
+  for (int j = 0; j < p.k; ++j) {
+    uint32_t bk = lb;
+    int bid = first + li;
+#pragma unroll
+    for (int o = L / 2; o > 0; o >>= 1) {
+      const uint32_t ok = __shfl_xor_sync(kFullMask, bk, o);
+      const int oid = __shfl_xor_sync(kFullMask, bid, o);
+      if (ok > bk || (ok == bk && oid < bid)) {
+        bk = ok;
+        bid = oid;
+      }
+    }
+    if (bid - first >= 0 && bid - first < N) {  // this lane's best was taken
+#pragma unroll
+      for (int i = 0; i < N; ++i) uk[i] = i == li ? 0u : uk[i];
+      lane_best<N>(uk, lb, li);
+    }
+#pragma unroll
+    for (int q = 0; q < M; ++q) {
+      if (j == q * L + s) out_id[q] = bid;
+    }
+  }
+}
+
 /// Routes token t (E == 32 * L, n_group == L) with the L-lane segment of the calling (full) warp that holds `lane`.
 /// Segments with t >= T compute on row 0 and store nothing (every lane takes part in the shuffles).
 template <typename T, int L, bool BIAS>
@@ -103,35 +141,29 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   uint32_t uk[32];
 #pragma unroll
   for (int i = 0; i < 32; ++i) uk[i] = kept ? moe_order_key(key[i]) : 0u;
-  uint32_t lb;
-  int li;
-  lane_best<32>(uk, lb, li);
   int out_id[M];
+  if (2 * p.topk_group == L) {  // uniform
+    // The topk_group = L/2 surviving groups, 16 keys per lane: lane s takes half s & 1 of the (s >> 1)-th kept group
+    // (lanes still ascend with experts), so that every pick rescans 16 keys instead of 32.
+    const unsigned km = (__ballot_sync(kFullMask, kept) >> (lane & ~(L - 1))) & ((1u << L) - 1u);
+    int src = 0;
 #pragma unroll
-  for (int q = 0; q < M; ++q) out_id[q] = 0;
-  // k picks. The kept groups hold at least k experts (k <= topk_group * 32), all with keys above 0, so every pick is
-  // a real expert.
-  for (int j = 0; j < p.k; ++j) {
-    uint32_t bk = lb;
-    int bid = base + li;
-#pragma unroll
-    for (int o = L / 2; o > 0; o >>= 1) {
-      const uint32_t ok = __shfl_xor_sync(kFullMask, bk, o);
-      const int oid = __shfl_xor_sync(kFullMask, bid, o);
-      if (ok > bk || (ok == bk && oid < bid)) {
-        bk = ok;
-        bid = oid;
+    for (int g = 0, r = 0; g < L; ++g) {
+      if ((km >> g) & 1u) {
+        if (r == (s >> 1)) src = g;
+        ++r;
       }
     }
-    if ((bid >> 5) == s) {  // this lane's best was taken
+    const int h = s & 1;
+    uint32_t half[16];
 #pragma unroll
-      for (int i = 0; i < 32; ++i) uk[i] = i == li ? 0u : uk[i];
-      lane_best<32>(uk, lb, li);
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t lo = __shfl_sync(kFullMask, uk[i], src, L), hi = __shfl_sync(kFullMask, uk[16 + i], src, L);
+      half[i] = h ? hi : lo;
     }
-#pragma unroll
-    for (int q = 0; q < M; ++q) {
-      if (j == q * L + s) out_id[q] = bid;
-    }
+    pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
+  } else {
+    pick_experts<L, 32>(p, uk, base, s, out_id);
   }
   // Weights: the score of each picked expert, from its logit (the same expression on the same value as the key's
   // score, and as route_token's weight).

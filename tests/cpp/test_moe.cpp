@@ -177,7 +177,8 @@ TEST_P(MoeTest, GroupedTopkModels) {
 }
 
 // Groups of exactly 32 experts (8 or 16 groups), sigmoid, no bias or a contiguous fp32 one: the CUDA router packs
-// 32 / n_group tokens into a warp (moe_grouped32.cuh). Every topk_group, k from 1 to 32, T of 1 and 3 (one partly
+// 32 / n_group tokens into a warp (moe_grouped32.cuh); topk_group = n_group / 2 (DeepSeek-V3) moves the surviving
+// groups onto 16 keys per lane before the picks. Every topk_group, k from 1 to 32, T of 1 and 3 (one partly
 // filled warp), special rows, and the general router's shapes beside it (bf16 bias, softmax).
 TEST_P(MoeTest, GroupedTopkGroupsOf32) {
   struct Case {
@@ -189,7 +190,7 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32) {
                         {7, 256, 2, 8, 2, false},   {7, 256, 6, 8, 3, true},    {7, 256, 10, 8, 5, true},
                         {7, 256, 16, 8, 6, false},  {7, 256, 9, 8, 7, true},    {9, 512, 8, 16, 4, true},
                         {9, 512, 32, 16, 16, false}, {9, 512, 1, 16, 1, true},  {9, 512, 10, 16, 5, true},
-                        {9, 512, 20, 16, 11, true}};
+                        {9, 512, 20, 16, 11, true}, {9, 512, 8, 16, 8, true},   {9, 512, 32, 16, 8, false}};
   for (const Case& c : cases) {
     RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, MoeScoring::sigmoid);
     check(p);
@@ -218,7 +219,8 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32MatchesOneTokenPerWarp) {
   const Case cases[] = {{37, 256, 8, 8, 4, true, true},   {37, 256, 8, 8, 4, false, true},
                         {64, 256, 32, 8, 2, true, false}, {16, 256, 3, 8, 8, true, true},
                         {5, 256, 17, 8, 3, true, true},   {16, 512, 12, 16, 3, false, true},
-                        {3, 512, 32, 16, 16, false, false}};
+                        {3, 512, 32, 16, 16, false, false}, {16, 512, 8, 16, 8, false, true},
+                        {40, 256, 32, 8, 4, true, true}};
   for (const Case& c : cases) {
     RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, MoeScoring::sigmoid);
     p.op = RouteOp::moe_route;
