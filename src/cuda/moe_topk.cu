@@ -1,7 +1,9 @@
 // CUDA backend of topk_softmax and grouped_topk: one warp per token (moe_topk.cuh), kRouteWarps warps per block,
-// a grid-stride loop over tokens.
+// a grid-stride loop over tokens; several tokens per warp for small E without groups (route_token_lanes) and for
+// groups of 32 experts (moe_grouped32.cuh).
 #include <algorithm>
 
+#include "cuda/moe_grouped32.cuh"
 #include "cuda/moe_launch.h"
 
 namespace fuseops::detail::cuda {
@@ -27,6 +29,29 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
   const int first = (static_cast<int>(blockIdx.x) * kRouteWarps + warp) * kPerWarp;
   const int step = static_cast<int>(gridDim.x) * kRouteWarps * kPerWarp;
   for (int t0 = first; t0 < p.T; t0 += step) route_token_lanes<T, L>(p, t0 + lane / L, lane);  // warp-uniform
+}
+
+/// 32 / L tokens per warp (route_groups32): grouped routing with n_group == L groups of 32 experts.
+template <typename T, int L, bool BIAS>
+__global__ void __launch_bounds__(kRouteWarps * 32) route_groups32_kernel(RouteParams p) {
+  pdl_wait_and_release();
+  constexpr int kPerWarp = 32 / L;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  const int first = (static_cast<int>(blockIdx.x) * kRouteWarps + warp) * kPerWarp;
+  const int step = static_cast<int>(gridDim.x) * kRouteWarps * kPerWarp;
+  for (int t0 = first; t0 < p.T; t0 += step) route_groups32<T, L, BIAS>(p, t0 + lane / L, lane);  // warp-uniform
+}
+
+/// Launches route_groups32_kernel with L lanes per token.
+template <int L>
+void launch_groups32(const RouteParams& p, DType dtype, cudaStream_t s, int device) {
+  constexpr int per_block = kRouteWarps * (32 / L);
+  const int64_t blocks = std::min<int64_t>((p.T + per_block - 1) / per_block, 16 * sm_count(device));
+  with_float_type(dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    launch_kernel(p.bias ? route_groups32_kernel<T, L, true> : route_groups32_kernel<T, L, false>,
+                  dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
+  });
 }
 
 /// Tokens from which small-E routing packs several tokens into a warp (below, one token per warp has the shorter
@@ -72,6 +97,12 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
       launch_kernel(lanes == 8 ? route_lanes_kernel<T, 8> : route_lanes_kernel<T, 16>,
                     dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
     });
+    after_launch(op, s, device);
+    return;
+  }
+  if (const int lanes = groups32_lanes(p); lanes != 0 && args.T > 0) {
+    if (lanes == 8) launch_groups32<8>(p, args.logits.dtype, s, device);
+    else launch_groups32<16>(p, args.logits.dtype, s, device);
     after_launch(op, s, device);
     return;
   }

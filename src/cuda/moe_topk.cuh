@@ -70,8 +70,23 @@ __device__ __forceinline__ void load_logits(const T* row, int base, int E, float
   }
 }
 
-/// The lane's highest key and its first (lowest) position: a tree over adjacent pairs (the lower half of a pair
-/// holds the lower positions, so it wins ties), log2(VPT) steps deep.
+/// One level of lane_best's tree: pair i (< N) of the previous level becomes entry i (the lower half of a pair holds
+/// the lower positions, so it wins ties). A template per level, so that every index is a constant (a loop over
+/// the levels with a halving bound is not always unrolled, and the arrays then go to local memory).
+template <int N, int VPT>
+__device__ __forceinline__ void lane_best_level(uint32_t (&k)[VPT], int (&at)[VPT]) {
+  if constexpr (N >= 1) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const bool hi = k[2 * i + 1] > k[2 * i];
+      k[i] = hi ? k[2 * i + 1] : k[2 * i];
+      at[i] = hi ? at[2 * i + 1] : at[2 * i];
+    }
+    lane_best_level<N / 2, VPT>(k, at);
+  }
+}
+
+/// The lane's highest key and its first (lowest) position: a tree over adjacent pairs, log2(VPT) steps deep.
 template <int VPT>
 __device__ __forceinline__ void lane_best(const uint32_t (&uk)[VPT], uint32_t& lb, int& li) {
   uint32_t k[VPT];
@@ -81,15 +96,7 @@ __device__ __forceinline__ void lane_best(const uint32_t (&uk)[VPT], uint32_t& l
     k[i] = uk[i];
     at[i] = i;
   }
-#pragma unroll
-  for (int n = VPT; n > 1; n /= 2) {
-#pragma unroll
-    for (int i = 0; i < n / 2; ++i) {
-      const bool hi = k[2 * i + 1] > k[2 * i];
-      k[i] = hi ? k[2 * i + 1] : k[2 * i];
-      at[i] = hi ? at[2 * i + 1] : at[2 * i];
-    }
-  }
+  lane_best_level<VPT / 2, VPT>(k, at);
   lb = k[0];
   li = at[0];
 }

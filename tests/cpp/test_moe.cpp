@@ -176,6 +176,68 @@ TEST_P(MoeTest, GroupedTopkModels) {
   check(p);
 }
 
+// Groups of exactly 32 experts (8 or 16 groups), sigmoid, no bias or a contiguous fp32 one: the CUDA router packs
+// 32 / n_group tokens into a warp (moe_grouped32.cuh); topk_group = n_group / 2 (DeepSeek-V3) moves the surviving
+// groups onto 16 keys per lane before the picks. Every topk_group, k from 1 to 32, T of 1 and 3 (one partly
+// filled warp), special rows, and the general router's shapes beside it (bf16 bias, softmax).
+TEST_P(MoeTest, GroupedTopkGroupsOf32) {
+  struct Case {
+    int64_t T, E, k, ng, tg;
+    bool bias;
+  };
+  const Case cases[] = {{1, 256, 8, 8, 4, true},    {3, 256, 8, 8, 4, false},   {64, 256, 8, 8, 4, true},
+                        {5, 256, 1, 8, 1, true},    {5, 256, 32, 8, 1, true},   {6, 256, 32, 8, 8, true},
+                        {7, 256, 2, 8, 2, false},   {7, 256, 6, 8, 3, true},    {7, 256, 10, 8, 5, true},
+                        {7, 256, 16, 8, 6, false},  {7, 256, 9, 8, 7, true},    {9, 512, 8, 16, 4, true},
+                        {9, 512, 32, 16, 16, false}, {9, 512, 1, 16, 1, true},  {9, 512, 10, 16, 5, true},
+                        {9, 512, 20, 16, 11, true}, {9, 512, 8, 16, 8, true},   {9, 512, 32, 16, 8, false}};
+  for (const Case& c : cases) {
+    RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, MoeScoring::sigmoid);
+    check(p);
+    p.special_rows = true;
+    p.spec.renormalize = false;
+    p.ids_dtype = DType::i64;
+    check(p);
+  }
+  RouteProblem p = grouped_problem(33, 256, 8, 8, 4, true, MoeScoring::sigmoid);
+  p.bias_dtype = DType::bf16;  // general router
+  check(p);
+  check(grouped_problem(33, 256, 8, 8, 4, true, MoeScoring::softmax));  // general router
+  if (large()) {
+    check(grouped_problem(4099, 256, 8, 8, 4, true, MoeScoring::sigmoid));
+    check(grouped_problem(4099, 512, 8, 16, 4, false, MoeScoring::sigmoid));
+  }
+}
+
+// moe_route up to 256 tokens routes one token per warp (route_token); grouped_topk takes the groups-of-32 variant
+// on CUDA: the two must agree bit for bit (with and without a bias and renormalisation, special rows, any k).
+TEST_P(MoeTest, GroupedTopkGroupsOf32MatchesOneTokenPerWarp) {
+  struct Case {
+    int64_t T, E, k, ng, tg;
+    bool bias, renormalize;
+  };
+  const Case cases[] = {{37, 256, 8, 8, 4, true, true},   {37, 256, 8, 8, 4, false, true},
+                        {64, 256, 32, 8, 2, true, false}, {16, 256, 3, 8, 8, true, true},
+                        {5, 256, 17, 8, 3, true, true},   {16, 512, 12, 16, 3, false, true},
+                        {3, 512, 32, 16, 16, false, false}, {16, 512, 8, 16, 8, false, true},
+                        {40, 256, 32, 8, 4, true, true}};
+  for (const Case& c : cases) {
+    RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, MoeScoring::sigmoid);
+    p.op = RouteOp::moe_route;
+    p.spec.renormalize = c.renormalize;
+    p.special_rows = true;
+    const uint64_t seed = test_rng()();
+    const HostTensor logits = ft::make_logits(p, seed);
+    const HostTensor bias = ft::make_bias(p, seed);
+    const auto fused = ft::run_route(p, logits, c.bias ? &bias : nullptr, device_of(GetParam()));
+    RouteProblem parts = p;
+    parts.op = RouteOp::grouped_topk;
+    const auto sep = ft::run_route(parts, logits, c.bias ? &bias : nullptr, device_of(GetParam()));
+    EXPECT_EQ(0, std::memcmp(fused.weights.data(), sep.weights.data(), fused.weights.bytes())) << p.describe();
+    EXPECT_EQ(0, std::memcmp(fused.ids.data(), sep.ids.data(), fused.ids.bytes())) << p.describe();
+  }
+}
+
 TEST_P(MoeTest, GroupedTopkTiesPickLowerGroupsAndExperts) {
   // All-equal rows: every group score ties, so the lowest topk_group groups survive and the lowest experts win.
   RouteProblem p = grouped_problem(2, 256, 8, 8, 4, false, MoeScoring::sigmoid);
