@@ -1,14 +1,13 @@
 // CUDA backend of chunk_fwd_o, tensor-core variant for f16 / bf16 inputs (q, k, v_new and h of one 16-bit dtype TK;
 // docs/ops/gdn.md "chunk_fwd_o kernel"):
 //   o_i = scale (exp(g_i) q_i^T h[chunk] + sum_{j <= i} (q_i . k_j) exp(g_i - g_j) v_new_j).
-// Blocks of BV / 16 warps walk the work items (chunk slot, value head, block of BV columns of V): BV = 128 (8 warps)
-// when V > 64 and K <= 128, else 64 (4 warps; V <= 64, or K > 128 where the tiles would hold one block per SM). Work
-// items are numbered with the V blocks, then the value heads innermost, so the blocks that share a chunk's q and k
-// rows run side by side (L2). The grid is the resident blocks; a block prefetches the next item's rows into L2 while
-// it loads and computes the current one. q, k [BT][K], h [K][BV] and v_new [BT][BV] are staged in shared memory in
-// TK (K rounded up to 16 with zeros, columns past V zero). Warp w: rows 16 (w % RW) .. + 16 (RW = BT / 16 row
-// warps), columns kWarpCols (w / RW) .. of the block (kWarpCols = 64 / 32 / 16 for BT = 64 / 32 / 16). mma.sync
-// m16n8k16 with fp32 accumulators:
+// One block of BV / 16 warps per (chunk slot, value head, block of BV columns of V): BV = 128 (8 warps) when V > 64
+// and K <= 128, else 64 (4 warps; V <= 64, or K > 128 where the tiles would hold one block per SM). Work items are
+// numbered with the V blocks, then the value heads innermost, so the blocks that share a chunk's q and k rows run
+// side by side (L2). q, k [BT][K], h [K][BV] and v_new [BT][BV] are staged in shared memory in TK (K rounded up to 16
+// with zeros, columns past V zero). Warp w: rows 16 (w % RW) .. + 16 (RW = BT / 16 row warps), columns
+// kWarpCols (w / RW) .. of the block (kWarpCols = 64 / 32 / 16 for BT = 64 / 32 / 16). mma.sync m16n8k16 with fp32
+// accumulators:
 //   S = q k^T            (only the 16 x 16 blocks on or below the diagonal that hold chunk rows)
 //   P = S exp(g_i - g_j) for j <= i, else 0   (a select: the exponent is formed only where it is <= 0), rounded to TK
 //   O = exp(g_i) (q h) + P v_new;  o = scale O, rounded once to o's dtype.
@@ -77,21 +76,6 @@ __device__ __forceinline__ void store_two(const GdnOut& o, int64_t i, float x, f
   if (two) gdn::store_f(o.data, o.dtype, i + 1, y);
 }
 
-/// Prefetches into L2 the 128-byte lines of `rows` rows of `bytes` (> 0) bytes each, row r at base + r * stride bytes,
-/// by NT threads. The lines are those holding bytes of the rows (always mapped); nothing waits for them.
-template <int NT>
-__device__ __forceinline__ void prefetch_rows_l2(const void* base, int64_t stride, int rows, int bytes) {
-  const int lpr = bytes / 128 + 2;  // lines a row can touch when it does not start on a line
-  const char* const b = static_cast<const char*>(base);
-#pragma unroll 1
-  for (int e = static_cast<int>(threadIdx.x); e < rows * lpr; e += NT) {
-    const int r = e / lpr, l = e - r * lpr;
-    const uintptr_t row = reinterpret_cast<uintptr_t>(b + r * stride);
-    const uintptr_t line = (row & ~uintptr_t{127}) + 128u * static_cast<unsigned>(l);
-    if (line <= row + static_cast<unsigned>(bytes) - 1u) asm volatile("prefetch.L2 [%0];" ::"l"(line));
-  }
-}
-
 /// Score entry (i, j) of the chunk: s exp(g_i - g_j) for j <= i < len (s without g), 0 above the diagonal and in
 /// rows past the chunk (never stored; their g is a placeholder 0).
 __device__ __forceinline__ float gated_score(float s, int i, int j, int len, float g_i, float g_j, bool gated) {
@@ -113,7 +97,7 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
   pdl_wait_and_release();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ float gs[BT];
-  __shared__ gdn::ChunkRef chunk, next_chunk;
+  __shared__ gdn::ChunkRef chunk;
   const int K = static_cast<int>(a.geo.K), kp = (K + 15) & ~15, ldk = qk_ld(kp);
   TK* qs = reinterpret_cast<TK*>(smem_raw);  // [BT][ldk]
   TK* ks = qs + BT * ldk;                     // [BT][ldk]
@@ -134,33 +118,13 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t slot = item / units, u = item - slot * units;
-    const int64_t next = item + gridDim.x, nslot = next / units, nu = next - nslot * units;
     __syncthreads();  // the previous item is done with the tiles, gs and chunk
     if (warp == 0) {
       const gdn::ChunkRef ch = gdn::resolve_chunk<BT>(a.geo, slot, errors, u == 0);
-      const gdn::ChunkRef nch =
-          next < items ? gdn::resolve_chunk<BT>(a.geo, nslot, nullptr, false) : gdn::ChunkRef{0, 0, 0};
-      if (lane == 0) chunk = ch, next_chunk = nch;
+      if (lane == 0) chunk = ch;
     }
     __syncthreads();
-    const gdn::ChunkRef ch = chunk, nch = next_chunk;
-    // The next item's rows of q, k, v_new and h into L2 while this one loads and computes (persistent blocks: the
-    // grid is what is resident, so these are the loads that would otherwise wait in the next item's prologue).
-    if (nch.len > 0) {
-      const int64_t nhv = nu / vblocks, nv0 = (nu - nhv * vblocks) * BV, nhk = nhv / group;
-      const int nvb = static_cast<int>(min(static_cast<int64_t>(BV), V - nv0)) * static_cast<int>(sizeof(TK));
-      constexpr int64_t es = sizeof(TK);
-      if (nhv % group == 0 && nv0 == 0) {  // q and k once per key head
-        prefetch_rows_l2<kThreads>(static_cast<const TK*>(a.q.data) + gdn::at(a.q, nch.batch, nch.t0, nhk),
-                                   a.q.stride_t * es, nch.len, K * static_cast<int>(es));
-        prefetch_rows_l2<kThreads>(static_cast<const TK*>(a.k.data) + gdn::at(a.k, nch.batch, nch.t0, nhk),
-                                   a.k.stride_t * es, nch.len, K * static_cast<int>(es));
-      }
-      const int64_t nhoff = state_offset(a.h, nch.batch, gdn::state_slot(a.geo, nslot, nch), nhv, HV, KV) + nv0;
-      prefetch_rows_l2<kThreads>(static_cast<const TK*>(a.h.data) + nhoff, V * es, K, nvb);
-      prefetch_rows_l2<kThreads>(static_cast<const TK*>(a.v_new.data) + gdn::at(a.v_new, nch.batch, nch.t0, nhv) + nv0,
-                                 a.v_new.stride_t * es, nch.len, nvb);
-    }
+    const gdn::ChunkRef ch = chunk;
     if (ch.len == 0) continue;
     const int L = ch.len;
     const int64_t hv = u / vblocks, v0 = (u - hv * vblocks) * BV, hk = hv / group;
@@ -306,10 +270,8 @@ void launch_mma(const FwdOArgs& a, int device, cudaStream_t s) {
   auto kernel = fwd_o_mma_kernel<TK, BT, BV>;
   allow_smem(kernel, smem, "chunk_fwd_o");
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
-  const int64_t items = slots * a.geo.HV * vblocks;
-  const int64_t grid = std::min(items, resident_blocks(kernel, kThreadsFor<BV>, smem, device, "chunk_fwd_o"));
-  launch_kernel(kernel, dim3(gdn::grid_x(grid)), dim3(kThreadsFor<BV>), smem, s, device, a, slots, vblocks, vec,
-                errors);
+  launch_kernel(kernel, dim3(gdn::grid_x(slots * a.geo.HV * vblocks)), dim3(kThreadsFor<BV>), smem, s, device, a, slots,
+                vblocks, vec, errors);
 }
 
 template <typename TK, int BV>
