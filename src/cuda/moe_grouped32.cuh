@@ -197,6 +197,12 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
 
 /// Lanes per token of route_groups32 for a router call: groups of exactly 32 experts, 8 or 16 of them, sigmoid
 /// scoring, and no bias or a contiguous fp32 one aligned to 16 bytes; 0 when the call takes the general router.
+/// Batches from this many tokens take the groups-of-32 router; smaller ones one warp per token. Measured on the H200
+/// (DeepSeek-V3 shape, CUDA-graph replay): one warp per token 4.5-4.8 us at 1-64 tokens and 11.9 us at 4096, the
+/// groups-of-32 router 6.3-7.0 us at 1-64 and 8.9 us at 4096 (slopes 1.7 and 0.46 us per 1000 tokens: even near
+/// 1800 tokens). Both give the same bits for a token (tests/cpp/test_moe.cpp).
+constexpr int64_t kGroups32MinTokens = 2048;
+
 inline int groups32_lanes(const RouteParams& p) {
   const bool shape = p.n_group > 0 && p.E == 32 * p.n_group && (p.n_group == 8 || p.n_group == 16);
   const bool bias = p.bias == nullptr || (p.bias_dtype == static_cast<int>(DType::f32) && p.bias_stride == 1 &&

@@ -100,7 +100,7 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
     after_launch(op, s, device);
     return;
   }
-  if (const int lanes = groups32_lanes(p); lanes != 0 && args.T > 0) {
+  if (const int lanes = groups32_lanes(p); lanes != 0 && args.T >= kGroups32MinTokens) {
     if (lanes == 8) launch_groups32<8>(p, args.logits.dtype, s, device);
     else launch_groups32<16>(p, args.logits.dtype, s, device);
     after_launch(op, s, device);

@@ -176,21 +176,24 @@ TEST_P(MoeTest, GroupedTopkModels) {
   check(p);
 }
 
-// Groups of exactly 32 experts (8 or 16 groups), sigmoid, no bias or a contiguous fp32 one: the CUDA router packs
-// 32 / n_group tokens into a warp (moe_grouped32.cuh); topk_group = n_group / 2 (DeepSeek-V3) moves the surviving
-// groups onto 16 keys per lane before the picks. Every topk_group, k from 1 to 32, T of 1 and 3 (one partly
-// filled warp), special rows, and the general router's shapes beside it (bf16 bias, softmax).
+// Groups of exactly 32 experts (8 or 16 groups), sigmoid, no bias or a contiguous fp32 one: from 2048 tokens
+// (kGroups32MinTokens) the CUDA router packs 32 / n_group tokens into a warp (moe_grouped32.cuh); topk_group =
+// n_group / 2 (DeepSeek-V3) moves the surviving groups onto 16 keys per lane before the picks. Every topk_group, k
+// from 1 to 32, batches just past the switch (2049 and 2051: a partly filled last warp), special rows, smaller
+// batches (one warp per token), and the general router's shapes beside it (bf16 bias, softmax).
 TEST_P(MoeTest, GroupedTopkGroupsOf32) {
   struct Case {
     int64_t T, E, k, ng, tg;
     bool bias;
   };
-  const Case cases[] = {{1, 256, 8, 8, 4, true},    {3, 256, 8, 8, 4, false},   {64, 256, 8, 8, 4, true},
-                        {5, 256, 1, 8, 1, true},    {5, 256, 32, 8, 1, true},   {6, 256, 32, 8, 8, true},
-                        {7, 256, 2, 8, 2, false},   {7, 256, 6, 8, 3, true},    {7, 256, 10, 8, 5, true},
-                        {7, 256, 16, 8, 6, false},  {7, 256, 9, 8, 7, true},    {9, 512, 8, 16, 4, true},
-                        {9, 512, 32, 16, 16, false}, {9, 512, 1, 16, 1, true},  {9, 512, 10, 16, 5, true},
-                        {9, 512, 20, 16, 11, true}, {9, 512, 8, 16, 8, true},   {9, 512, 32, 16, 8, false}};
+  const Case cases[] = {
+      {1, 256, 8, 8, 4, true},        {3, 256, 8, 8, 4, false},       {64, 256, 8, 8, 4, true},
+      {2049, 256, 8, 8, 4, true},     {2051, 256, 8, 8, 4, false},    {2049, 256, 1, 8, 1, true},
+      {2049, 256, 32, 8, 1, true},    {2050, 256, 32, 8, 8, true},    {2051, 256, 2, 8, 2, false},
+      {2051, 256, 6, 8, 3, true},     {2051, 256, 10, 8, 5, true},    {2051, 256, 16, 8, 6, false},
+      {2051, 256, 9, 8, 7, true},     {2049, 512, 8, 16, 4, true},    {2049, 512, 32, 16, 16, false},
+      {2049, 512, 1, 16, 1, true},    {2049, 512, 10, 16, 5, true},   {2049, 512, 20, 16, 11, true},
+      {2049, 512, 8, 16, 8, true},    {2049, 512, 32, 16, 8, false}};
   for (const Case& c : cases) {
     RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, MoeScoring::sigmoid);
     check(p);
@@ -209,8 +212,9 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32) {
   }
 }
 
-// moe_route up to 256 tokens routes one token per warp (route_token); grouped_topk takes the groups-of-32 variant
-// on CUDA: the two must agree bit for bit (with and without a bias and renormalisation, special rows, any k).
+// A token's routing does not depend on the batch around it: grouped_topk on 2100 tokens (the groups-of-32 router on
+// CUDA) and moe_route on the first rows only (one token per warp, route_token) agree bit for bit on those rows (with
+// and without a bias and renormalisation, special rows, any k).
 TEST_P(MoeTest, GroupedTopkGroupsOf32MatchesOneTokenPerWarp) {
   struct Case {
     int64_t T, E, k, ng, tg;
@@ -227,12 +231,17 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32MatchesOneTokenPerWarp) {
     p.spec.renormalize = c.renormalize;
     p.special_rows = true;
     const uint64_t seed = test_rng()();
-    const HostTensor logits = ft::make_logits(p, seed);
     const HostTensor bias = ft::make_bias(p, seed);
-    const auto fused = ft::run_route(p, logits, c.bias ? &bias : nullptr, device_of(GetParam()));
-    RouteProblem parts = p;
-    parts.op = RouteOp::grouped_topk;
-    const auto sep = ft::run_route(parts, logits, c.bias ? &bias : nullptr, device_of(GetParam()));
+    RouteProblem big = p;  // the same first rows, then more tokens
+    big.op = RouteOp::grouped_topk;
+    big.T = 2100;
+    const HostTensor big_logits = ft::make_logits(big, seed);
+    HostTensor logits_head(big_logits.dtype(), {p.T, p.E});
+    for (int64_t r = 0; r < p.T; ++r) {
+      for (int64_t e = 0; e < p.E; ++e) logits_head.set(r, e, static_cast<float>(big_logits.get(r, e)));
+    }
+    const auto fused = ft::run_route(p, logits_head, c.bias ? &bias : nullptr, device_of(GetParam()));
+    const auto sep = ft::run_route(big, big_logits, c.bias ? &bias : nullptr, device_of(GetParam()));
     EXPECT_EQ(0, std::memcmp(fused.weights.data(), sep.weights.data(), fused.weights.bytes())) << p.describe();
     EXPECT_EQ(0, std::memcmp(fused.ids.data(), sep.ids.data(), fused.ids.bytes())) << p.describe();
   }
