@@ -363,16 +363,16 @@ void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, int device, cudaStr
 int64_t fwd_h_blocks(const FwdHArgs& a, int bv) { return a.geo.N * a.geo.HV * ((a.V + bv - 1) / bv); }
 
 /// Pipeline depth of a V block width. A block walks its chunks in order and each chunk's compute is short (a few
-/// dependent mma), so a chunk's tile loads must be issued several chunks ahead to hide the memory latency. KP = 256:
-/// double buffering (the tiles fill shared memory). BV = 64: three buffers (one block per SM by registers anyway).
-/// BV = 16 / 32: four buffers when the grid is one block per SM at most, else two (two blocks per SM then share
-/// the latency instead).
+/// dependent mma), so on small grids a chunk's tile loads are issued several chunks ahead. KP = 256 and BV = 64:
+/// double buffering (three buffers at BV = 64 measured 0-3% slower on the H200 than two). BV = 16 / 32: four buffers
+/// when the grid is one block per SM at most, else two (two blocks per SM then share the latency instead); four
+/// measured 8-15% faster on 2/8 [2048] .. [2 x 16384] and 16/32 [4096], 1-3% slower on 16/32 [8192] / [32768].
 template <typename TK, int KP, int BT, int BV>
 void launch_fwd_h_ns(const FwdHArgs& a, const FwdHVec& vec, int device, cudaStream_t s) {
   if constexpr (KP > 128) {
     launch_fwd_h_mma<TK, KP, BT, BV, 2>(a, vec, device, s);
   } else if constexpr (BV == 64) {
-    launch_fwd_h_mma<TK, KP, BT, BV, 3>(a, vec, device, s);
+    launch_fwd_h_mma<TK, KP, BT, BV, 2>(a, vec, device, s);
   } else {
     if (fwd_h_blocks(a, BV) <= sm_count(device)) {
       launch_fwd_h_mma<TK, KP, BT, BV, 4>(a, vec, device, s);

@@ -174,14 +174,27 @@ TEST_P(GdnForward, Decays) {
   }
 }
 
+// use_qk_l2norm_in_kernel: the CUDA normalisation kernel in its vector form (aligned rows of 8, 16, 32 or 64 16-byte
+// vectors: K 64 / 128 / 256 in bf16 / f16, 128 / 256 in f32; B T H rows not a multiple of the rows per warp) and its
+// element form (misaligned rows, K = 60); with and without an initial state.
 TEST_P(GdnForward, L2NormInKernelAndNoInitialState) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  for (DType dt : {f32, bf16}) {
-    Spec s = fixed(2, 90, 2, 4, 64, 64, dt);
+  struct C {
+    DType dt;
+    int64_t T, H, K;
+    bool aligned, padded;
+  };
+  const C cases[] = {{f32, 90, 2, 64, false, false},  {bf16, 90, 2, 64, false, false}, {bf16, 91, 1, 64, true, false},
+                     {f16, 45, 3, 128, true, true},   {bf16, 45, 1, 256, true, false}, {f32, 45, 3, 128, true, false},
+                     {f32, 33, 1, 256, true, true},   {bf16, 40, 2, 60, true, false}};
+  for (const C& c : cases) {
+    Spec s = fixed(2, c.T, c.H, 2 * c.H, c.K, 64, c.dt);
     s.l2norm = true;
-    s.has_h0 = dt == f32;
-    check_spec(GetParam(), s, rng, true);
+    s.has_h0 = c.dt == f32;
+    s.aligned = c.aligned;
+    s.padded = c.padded;
+    check_spec(GetParam(), s, rng, c.K <= 128);
     if (HasFailure()) return;
   }
 }
