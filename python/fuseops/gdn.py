@@ -142,12 +142,29 @@ _UNSUPPORTED_CHUNK = ("use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v
                       "cp_context", "gk", "gv")
 
 
+# Values of those arguments that ask for what fuseops does anyway (FLA's defaults): accepted, so drop-in callers that
+# spell the default out (e.g. head_first=False) keep working; any other value is an error.
+_DEFAULT_CHUNK = {"use_beta_sigmoid_in_kernel": False, "allow_neg_eigval": False, "state_v_first": False,
+                  "transpose_state_layout": False, "use_gate_in_kernel": False, "A_log": None, "dt_bias": None,
+                  "head_first": False, "cu_seqlens_cpu": None, "chunk_indices": None, "cp_context": None, "gk": None,
+                  "gv": None}
+
+
 def _reject_kwargs(op, kwargs, allowed=()):
-    for name in kwargs:
+    for name, value in kwargs.items():
         if name in allowed:
             continue
+        if name in _DEFAULT_CHUNK and value is _DEFAULT_CHUNK[name]:
+            continue
         why = "not supported by fuseops" if name in _UNSUPPORTED_CHUNK else "unknown argument"
-        raise ValueError(f"{op}: {name}: {why} (fuseops implements FLA's default layout and gating)")
+        raise ValueError(f"{op}: {name}: {why} (fuseops implements FLA's default layout and gating; "
+                         f"{name}={_DEFAULT_CHUNK.get(name, 'absent')!r} is accepted), got {value!r}")
+
+
+def _index_rows(t):
+    """Slot indices (ssm_state_indices, num_accepted_tokens) as the kernels read them: contiguous. vLLM passes views
+    such as ``block_table[:, 0]``; the copy is a few bytes and is captured with the op in a CUDA graph."""
+    return t.contiguous() if isinstance(t, torch.Tensor) and not t.is_contiguous() else t
 
 
 def _num_seqs(q, cu_seqlens):
@@ -260,8 +277,9 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
         if initial_state is None or ssm_state_indices is None:
             raise ValueError(f"{op}: ssm_state_indices: expected a tensor together with the state pool initial_state "
                              "(inplace_final_state)")
-        ops.fused_recurrent_gated_delta_rule_update(o, initial_state, q, k, v, g, beta, sc, ssm_state_indices,
-                                                    num_accepted_tokens, bool(use_qk_l2norm_in_kernel), cu_seqlens)
+        ops.fused_recurrent_gated_delta_rule_update(o, initial_state, q, k, v, g, beta, sc,
+                                                    _index_rows(ssm_state_indices), _index_rows(num_accepted_tokens),
+                                                    bool(use_qk_l2norm_in_kernel), cu_seqlens)
         return o, initial_state
     if num_accepted_tokens is not None:
         raise ValueError(f"{op}: num_accepted_tokens: expected None without ssm_state_indices")
@@ -300,7 +318,8 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     b = _per_token(op, "b", b, v)
     o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
     ops.fused_sigmoid_gating_delta_rule_update(o, initial_state_source, A_log, a, dt_bias, q, k, v, b,
-                                               None if scale is None else float(scale), initial_state_indices,
-                                               num_accepted_tokens, bool(use_qk_l2norm_in_kernel), cu_seqlens,
+                                               None if scale is None else float(scale),
+                                               _index_rows(initial_state_indices), _index_rows(num_accepted_tokens),
+                                               bool(use_qk_l2norm_in_kernel), cu_seqlens,
                                                float(softplus_beta), float(softplus_threshold))
     return o

@@ -27,6 +27,25 @@ def _check_int(op, name, v, lo, hi=None):
         raise ValueError(f"{op}: {name}: expected an int {rng}, got {v!r}")
 
 
+def _check_bool(op, name, v):
+    if not isinstance(v, bool):
+        raise ValueError(f"{op}: {name}: expected a bool, got {v!r}")
+
+
+def _check_real(op, name, v):
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"{op}: {name}: expected a float, got {v!r}")
+
+
+def _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor):
+    """The grouped-routing scalars by name (the op checks their ranges against E): a swapped positional bool / int
+    (vLLM's order differs) is an error, not a silent 0 / 1."""
+    _check_int(op, "n_group", n_group, 1)
+    _check_int(op, "topk_group", topk_group, 1)
+    _check_bool(op, "renormalize", renormalize)
+    _check_real(op, "routed_scaling_factor", routed_scaling_factor)
+
+
 def _check_topk(op, topk, E):
     """k in [1, min(E, 32)], named as the caller passed it (the op itself can only name topk_weights' shape)."""
     _check_int(op, "topk", topk, 1, min(E, 32) if E >= 1 else None)
@@ -81,6 +100,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     op = "grouped_topk"
     T = _rows(op, "scores", scores)
     _check_topk(op, topk, scores.shape[1])
+    _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     w = torch.empty((T, topk), dtype=torch.float32, device=scores.device)
@@ -147,6 +167,7 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     T = _rows(op, "gating_output", gating_output)
     _check_topk(op, topk, gating_output.shape[1])
     _check_int(op, "block_size", block_size, 1)
+    _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     dev = gating_output.device

@@ -66,6 +66,9 @@ void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& devic
   }
   check_on_device(op, "cu_seqlens", *cu, device);
   if (geo.B != 1) fail_argument(op, "B", "1 with cu_seqlens (sequences packed along T)", std::to_string(geo.B));
+  if (cu->shape[0] == 1 && geo.T > 0) {  // no sequence, yet tokens: malformed by its shape alone, no data read
+    fail_argument(op, "cu_seqlens", "[N+1] with N >= 1 for T = " + std::to_string(geo.T) + " tokens", "[1]");
+  }
   geo.cu_seqlens = cu->data;
   geo.cu_dtype = cu->dtype;
   geo.N = cu->shape[0] - 1;

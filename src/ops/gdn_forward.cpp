@@ -548,6 +548,11 @@ void check_pool(const char* op, const TensorView& pool, const TensorView& idx, c
     fail_argument(op, "ssm_state_indices", "shape [N] or [N, Tmax] with N = " + std::to_string(N), idx.shape_str());
   }
   if (!idx.is_contiguous()) fail_argument(op, "ssm_state_indices", "a contiguous tensor", "strided");
+  if (idx.rank == 2 && a.geo.cu_seqlens == nullptr && idx.shape[1] < a.geo.T) {
+    // fixed length: every sequence has T tokens, so an [N, Tmax] row shorter than T cannot name each token's slot
+    // (varlen lengths are on the device: a token past its row is recorded there)
+    fail_argument(op, "ssm_state_indices", "[N, Tmax] with Tmax >= T = " + std::to_string(a.geo.T), idx.shape_str());
+  }
   common_device(op, {{"state_pool", &pool}, {"ssm_state_indices", &idx}});
   check_on_device(op, "state_pool", pool, device);
   check_on_device(op, "ssm_state_indices", idx, device);

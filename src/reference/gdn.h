@@ -14,6 +14,7 @@
 // The tolerance constants per op and dtype are derived in docs/ops/gdn.md ("Tolerances") and gdn_tolerance().
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -110,6 +111,7 @@ struct RmsSums {
   double err2 = 0, ref2 = 0;  ///< sum of (out - ref)^2 and of ref^2
   int64_t n = 0;              ///< elements summed
   int64_t nonfinite = 0;      ///< non-finite outputs
+  double max_abs = 0;         ///< largest |out - ref| over the summed elements
   /// ||out - ref|| / ||ref|| (||out - ref|| when ref is all 0).
   double rel_rms_error() const { return ref2 > 0 ? std::sqrt(err2 / ref2) : std::sqrt(err2); }
 };
@@ -127,6 +129,7 @@ RmsSums rms_sums(const testing::HostTensor& out, const std::vector<double>& ref,
     if (!keep(e)) continue;
     s.err2 += (o - ref[e]) * (o - ref[e]);
     s.ref2 += ref[e] * ref[e];
+    s.max_abs = std::max(s.max_abs, std::abs(o - ref[e]));
     ++s.n;
   }
   return s;

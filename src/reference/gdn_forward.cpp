@@ -238,6 +238,7 @@ ForwardCheck gdn_forward_check(const HostTensor& out, const std::vector<double>&
   const RmsSums s = rms_sums(out, ref, [](std::size_t) { return true; });
   r.nonfinite = s.nonfinite;
   r.rel_rms_error = s.rel_rms_error();
+  r.max_abs_error = s.max_abs;
   r.pass = r.nonfinite == 0 && static_cast<int64_t>(ref.size()) == out.numel() &&
            std::sqrt(s.err2) <= r.limit * std::sqrt(s.ref2) + 1e-12 * std::sqrt(static_cast<double>(ref.size()));
   return r;

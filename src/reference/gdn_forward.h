@@ -68,6 +68,7 @@ double gdn_forward_rel_rms_limit(DType input_dtype);
 struct ForwardCheck {
   bool pass = false;
   double rel_rms_error = 0;
+  double max_abs_error = 0;
   double limit = 0;
   int64_t nonfinite = 0;
 };

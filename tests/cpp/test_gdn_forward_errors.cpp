@@ -46,6 +46,12 @@ TEST(GdnForwardErrors, ChunkGatedDeltaRule) {
   const TensorView h0b = h0_bad.view(), cub = cu64.view();
   EXPECT_ARG_ERROR(call(x.o.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), &h0b, &cu, x.ws.view()), op, "initial_state");
   EXPECT_ARG_ERROR(call(x.o.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), &h0, &cub, x.ws.view()), op, "cu_seqlens");
+  // cu_seqlens [0] (no sequence) with T = 8 tokens: malformed by its shape, an error before anything runs
+  HostTensor cu_none(i32, {1});
+  const TensorView cun = cu_none.view();
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), nullptr, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                   x.beta.view(), std::nullopt, nullptr, false, &cun, x.ws.view(), 16),
+                   op, "cu_seqlens");
   // HV not a multiple of H
   HostTensor q2(bf16, {1, 8, 2, 16}), v3(bf16, {1, 8, 3, 8});
   EXPECT_ARG_ERROR(call(x.o.view(), q2.view(), q2.view(), v3.view(), x.g.view(), x.beta.view(), &h0, &cu, x.ws.view()), op, "v");
@@ -129,8 +135,8 @@ TEST(GdnForwardErrors, Decode) {
   const char* up = "fused_recurrent_gated_delta_rule_update";
   EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
                                                                    x.v.view(), &g, &beta, std::nullopt, x.idx.view()));
-  HostTensor pool_bad(DType::f16, {4, 2, 16, 8}), pool_shape(f32, {4, 2, 8, 16}), idx_bad(i32, {2}), idx2(i32, {1, 3}),
-      idxf(f32, {1}), acc(i32, {1}), acc_bad(i32, {2});
+  HostTensor pool_bad(DType::f16, {4, 2, 16, 8}), pool_shape(f32, {4, 2, 8, 16}), idx_bad(i32, {2}), idx2(i32, {1, 8}),
+      idx_short(i32, {1, 3}), idxf(f32, {1}), acc(i32, {1}), acc_bad(i32, {2});
   const TensorView accv = acc.view(), accb = acc_bad.view();
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), pool_bad.view(), x.q.view(), x.k.view(),
                                                                     x.v.view(), &g, &beta, std::nullopt, x.idx.view()),
@@ -150,6 +156,12 @@ TEST(GdnForwardErrors, Decode) {
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
                                                                     x.v.view(), &g, &beta, std::nullopt, idx2.view(), &accb),
                    up, "num_accepted_tokens");
+  // fixed length T = 8: an [N, Tmax] row of 3 slots cannot name the slot of every token (a shape error, not data)
+  const TensorView acc_ok = acc.view();
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
+                                                                    x.v.view(), &g, &beta, std::nullopt,
+                                                                    idx_short.view(), &acc_ok),
+                   up, "ssm_state_indices");
   const char* sg = "fused_sigmoid_gating_delta_rule_update";
   EXPECT_NO_THROW(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(), x.g.view(),
                                                                   x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),

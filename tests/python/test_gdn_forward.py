@@ -97,6 +97,33 @@ def test_prefill_then_decode_and_pool(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_pool_indices_as_strided_views(device):
+    # vLLM passes slot indices as views (block_table[:, 0], block_table[:, :num_spec + 1]): same result as contiguous
+    q, k, v, g, beta, h0 = inputs(3, 1, 1, 2, 16, 16, torch.float32, device)
+    table = torch.tensor([[2, 9], [0, 9], [4, 9]], device=device)
+    pool = torch.randn(5, 2, 16, 16, device=device)
+    pool_c = pool.clone()
+    o, _ = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool, inplace_final_state=True,
+                                                    ssm_state_indices=table[:, 0])
+    o_c, _ = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool_c, inplace_final_state=True,
+                                                      ssm_state_indices=table[:, 0].contiguous())
+    assert not table[:, 0].is_contiguous()
+    assert torch.equal(o, o_c) and torch.equal(pool, pool_c)
+    # fixed length T = 2 with [N, 1] per-token slots: a shape error, named, before anything runs
+    q2, k2, v2, g2, b2, _ = inputs(3, 2, 1, 2, 16, 16, torch.float32, device)
+    with pytest.raises(ValueError, match=r"fused_recurrent_gated_delta_rule_update: ssm_state_indices: .*Tmax >= T"):
+        fuseops.fused_recurrent_gated_delta_rule(q2, k2, v2, g2, b2, initial_state=pool, inplace_final_state=True,
+                                                 ssm_state_indices=table[:, :1],
+                                                 num_accepted_tokens=torch.ones(3, dtype=torch.int32, device=device))
+
+
+def test_cu_seqlens_without_sequences_is_an_error():
+    q, k, v, g, beta, _ = inputs(1, 10, 1, 2, 16, 16, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="chunk_gated_delta_rule: cu_seqlens"):
+        fuseops.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=torch.tensor([0], dtype=torch.int32))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_sigmoid_gating_decode(device):
     N, HV = 4, 4
     q, k, v, _, _, _ = inputs(N, 1, 2, HV, 32, 32, torch.bfloat16, device)
@@ -132,7 +159,13 @@ def test_sigmoid_gating_decode(device):
 def test_unsupported_fla_kwargs(name):
     q, k, v, g, beta, _ = inputs(1, 8, 1, 1, 16, 16, torch.float32, "cpu")
     with pytest.raises(ValueError, match=f"chunk_gated_delta_rule: {name}"):
-        fuseops.chunk_gated_delta_rule(q, k, v, g, beta, **{name: False})
+        fuseops.chunk_gated_delta_rule(q, k, v, g, beta, **{name: True})
+    # FLA's default spelled out asks for what fuseops does: accepted, same result
+    o, _ = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, **{name: False})
+    o_ref, _ = fuseops.chunk_gated_delta_rule(q, k, v, g, beta)
+    assert torch.equal(o, o_ref)
+    with pytest.raises(ValueError, match="chunk_gated_delta_rule: not_an_fla_argument: unknown argument"):
+        fuseops.chunk_gated_delta_rule(q, k, v, g, beta, not_an_fla_argument=False)
 
 
 def test_errors_name_the_argument():

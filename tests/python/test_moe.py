@@ -121,6 +121,17 @@ def test_errors():
         fuseops.moe_align_block_size(torch.zeros(2, 2, dtype=torch.int32), 0, 8)
     with pytest.raises(ValueError, match="moe_route: scoring"):
         fuseops.moe_route(torch.randn(2, 8), 2, 16, scoring="relu")
+    # vLLM's order (topk, renormalize, n_group, topk_group) passed positionally: the swapped bool / ints are errors
+    with pytest.raises(ValueError, match="grouped_topk: topk_group: expected an int"):
+        fuseops.grouped_topk(torch.randn(2, 256), 8, True, 8, 4)
+    with pytest.raises(ValueError, match="grouped_topk: renormalize: expected a bool"):
+        fuseops.grouped_topk(torch.randn(2, 256), 8, 4, 8, 1)
+    with pytest.raises(ValueError, match="grouped_topk: n_group: expected an int"):
+        fuseops.grouped_topk(torch.randn(2, 256), 8.0, 4, 8, True)
+    with pytest.raises(ValueError, match="grouped_topk: routed_scaling_factor: expected a float"):
+        fuseops.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, "2.5")
+    with pytest.raises(ValueError, match="moe_route: topk_group: expected an int"):
+        fuseops.moe_route(torch.randn(2, 256), 8, 16, scoring="sigmoid", n_group=8, topk_group=True)
 
 
 def test_moe_align_sizes_arguments():

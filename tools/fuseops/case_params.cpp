@@ -132,8 +132,8 @@ std::vector<int64_t> seqlens_prefix(const std::vector<int64_t>& seqlens, int64_t
   std::vector<int64_t> prefix;
   int64_t tokens = 0;
   for (int64_t l : seqlens) {
-    const int64_t take = std::min(l, rows - tokens);
-    if (take <= 0) break;
+    if (l > 0 && tokens >= rows) break;
+    const int64_t take = std::min(l, rows - tokens);  // empty sequences are kept (they are part of what is checked)
     prefix.push_back(take);
     tokens += take;
   }

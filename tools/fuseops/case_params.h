@@ -122,7 +122,7 @@ struct Sequences {
 };
 std::vector<ParamSpec> sequence_params();
 /// The longest prefix of the sequences `seqlens` that holds at most `rows` tokens, the last one cut to fit (reduced
-/// CPU runs of varlen cases; a sequence of 0 tokens ends the prefix).
+/// CPU runs of varlen cases; sequences of 0 tokens are kept, also after the budget is spent).
 std::vector<int64_t> seqlens_prefix(const std::vector<int64_t>& seqlens, int64_t rows);
 /// A case spec with fields B, T, seqlens and varlen() cut to at most `rows` tokens (reduced CPU runs): fixed length
 /// keeps rows / B tokens per batch row, varlen the seqlens_prefix.

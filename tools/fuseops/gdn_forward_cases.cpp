@@ -323,6 +323,7 @@ class ForwardCase : public OpCase {
     if (cost > 4e9) ri.heads = {0, s.HV / 3, (2 * s.HV) / 3, s.HV - 1};  // long cases: four value heads
     const reference::RecurrenceGolden gold = reference::gated_delta_rule_recurrence(ri);
     const HostTensor& state = in_pool ? pool : ht;
+    double max_abs = 0;
     auto rms = [&](const HostTensor& out, const std::vector<double>& ref, int64_t inner, double& err) {
       double e2 = 0, r2 = 0;
       bool finite = true;
@@ -331,6 +332,7 @@ class ForwardCase : public OpCase {
         if (!ri.heads.empty() && std::find(ri.heads.begin(), ri.heads.end(), h) == ri.heads.end()) continue;
         const double x = out.get(i / out.cols(), i % out.cols());
         finite = finite && std::isfinite(x);
+        if (std::isfinite(x)) max_abs = std::max(max_abs, std::abs(x - ref[e]));
         e2 += (x - ref[e]) * (x - ref[e]);
         r2 += ref[e] * ref[e];
       }
@@ -343,6 +345,7 @@ class ForwardCase : public OpCase {
     CheckOutcome r;
     r.pass = fo && fs && eo <= limit && es <= limit;
     r.rel_rms_error = std::max(eo, es);
+    r.max_abs_error = max_abs;
     char buf[160];
     std::snprintf(buf, sizeof buf, "rel RMS <= %.0e (o %.2e, final_state %.2e%s)", limit, eo, es,
                   ri.heads.empty() ? "" : ", 4 heads");

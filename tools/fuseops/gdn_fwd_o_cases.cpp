@@ -195,6 +195,7 @@ class FwdOCase : public OpCase {
     CheckOutcome r;
     r.pass = c.pass;
     r.rel_rms_error = c.rel_rms_error;
+    r.max_abs_error = c.max_abs_error;
     char buf[96];
     std::snprintf(buf, sizeof buf, "rel RMS <= %.0e (o %.2e)", c.limit, c.rel_rms_error);
     r.tolerance = buf;
