@@ -12,11 +12,31 @@ device; :func:`fuseops.check_errors` raises it as ``ValueError("<op>: positions:
 naming the argument.
 """
 
+import operator
+
 import torch
 
 from ._ops import ops
 
 _LAYOUTS = ("chunked", "interleaved", "interleaved_glm")
+
+
+def _int(op, name, v):
+    """An integer argument as given: a float (64.5, or 8.0 from a config) or a bool is an error, never truncated."""
+    if isinstance(v, bool):
+        raise ValueError(f"{op}: {name}: expected an int, got {v!r}")
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise ValueError(f"{op}: {name}: expected an int, got {v!r}") from None
+
+
+def _flag(op, name, v):
+    """A bool argument: True / False (or numpy / torch bools), not a string or a number read as truthy."""
+    if isinstance(v, bool) or type(v).__name__ == "bool_" or (isinstance(v, torch.Tensor) and v.dtype == torch.bool
+                                                                 and v.numel() == 1):
+        return bool(v)
+    raise ValueError(f"{op}: {name}: expected a bool, got {v!r}")
 
 
 def _not_tracked(op, **tensors):
@@ -42,7 +62,9 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox=Tr
         inverse: rotate by -θ.
     """
     _not_tracked("rotary_embedding", query=query, key=key)
-    ops.rotary_embedding(positions, query, key, int(head_size), cos_sin_cache, bool(is_neox), bool(inverse))
+    op = "rotary_embedding"
+    ops.rotary_embedding(positions, query, key, _int(op, "head_size", head_size), cos_sin_cache,
+                         _flag(op, "is_neox", is_neox), _flag(op, "inverse", inverse))
     return query, key
 
 
@@ -83,15 +105,18 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=F
     """
     if inplace:
         _not_tracked("apply_rotary_pos_emb", q=q, k=k)
-        ops.apply_rotary_pos_emb_inplace(q, k, cos, sin, position_ids, bool(rotary_interleaved), False)
+        ops.apply_rotary_pos_emb_inplace(q, k, cos, sin, position_ids,
+                                         _flag("apply_rotary_pos_emb", "rotary_interleaved", rotary_interleaved), False)
         return q, k
-    return _ApplyRotaryPosEmb.apply(q, k, cos, sin, position_ids, bool(rotary_interleaved))
+    return _ApplyRotaryPosEmb.apply(q, k, cos, sin, position_ids,
+                                    _flag("apply_rotary_pos_emb", "rotary_interleaved", rotary_interleaved))
 
 
 def apply_rotary_pos_emb_backward(grad_q, grad_k, cos, sin, position_ids=None, rotary_interleaved=False):
     """Gradient of :func:`apply_rotary_pos_emb`: new tensors ``(grad_q_in, grad_k_in)``."""
     dq, dk = torch.empty_like(grad_q), torch.empty_like(grad_k)
-    ops.apply_rotary_pos_emb(dq, dk, grad_q, grad_k, cos, sin, position_ids, bool(rotary_interleaved), True)
+    ops.apply_rotary_pos_emb(dq, dk, grad_q, grad_k, cos, sin, position_ids,
+                             _flag("apply_rotary_pos_emb_backward", "rotary_interleaved", rotary_interleaved), True)
     return dq, dk
 
 
@@ -109,9 +134,12 @@ def mrope(query, key, cos_sin_cache, positions, mrope_section, head_size, rotary
     if layout not in _LAYOUTS:
         raise ValueError(f"mrope: layout: expected one of {', '.join(_LAYOUTS)}, got {layout!r}")
     _not_tracked("mrope", query=query, key=key)
-    section = [int(s) for s in mrope_section]
-    ops.mrope(positions, query, key, int(head_size), int(rotary_dim), cos_sin_cache, section, bool(is_neox), layout,
-              bool(inverse))
+    op = "mrope"
+    if isinstance(mrope_section, (str, bytes)) or not hasattr(mrope_section, "__iter__"):
+        raise ValueError(f"{op}: mrope_section: expected a list of 3 ints, got {mrope_section!r}")
+    section = [_int(op, "mrope_section", s) for s in mrope_section]
+    ops.mrope(positions, query, key, _int(op, "head_size", head_size), _int(op, "rotary_dim", rotary_dim),
+              cos_sin_cache, section, _flag(op, "is_neox", is_neox), layout, _flag(op, "inverse", inverse))
     return query, key
 
 

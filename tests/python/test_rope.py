@@ -263,6 +263,17 @@ def test_errors_name_the_argument():
         fuseops.mrope(q, None, cache, torch.zeros(3, 4, dtype=torch.long), [8, 12, 12], 64, 64, layout="qwen")
     with pytest.raises(ValueError, match="apply_rotary_pos_emb: cos"):
         fuseops.apply_rotary_pos_emb(torch.randn(1, 4, 2, 64), torch.randn(1, 4, 2, 64), cache, cache)
+    # integers and flags as given: a fraction or a truthy non-bool is an error, never truncated or read as True
+    pos3 = torch.zeros(3, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match="mrope: mrope_section: expected an int, got 8.9"):
+        fuseops.mrope(q.clone(), None, cache, pos3, [8.9, 12.2, 12.5], 64, 64)
+    with pytest.raises(ValueError, match="rotary_embedding: head_size: expected an int, got 64.5"):
+        fuseops.rotary_embedding(torch.zeros(4, dtype=torch.long), q.clone(), None, 64.5, cache)
+    with pytest.raises(ValueError, match="rotary_embedding: is_neox: expected a bool"):
+        fuseops.rotary_embedding(torch.zeros(4, dtype=torch.long), q.clone(), None, 64, cache, "no")
+    with pytest.raises(ValueError, match="apply_rotary_pos_emb: rotary_interleaved: expected a bool"):
+        fuseops.apply_rotary_pos_emb(torch.randn(1, 4, 2, 64), torch.randn(1, 4, 2, 64), cache[:, :32].contiguous(),
+                                     cache[:, 32:].contiguous(), rotary_interleaved=1)
 
 
 @requires_opcheck
