@@ -11,6 +11,7 @@ Not differentiable (routing decisions are discrete; vLLM's are not either).
 
 import torch
 
+from ._args import bool_arg, int_arg
 from ._ops import ops
 
 _SCORING = ("softmax", "sigmoid")
@@ -22,14 +23,7 @@ def _check_tensor(op, name, t):
 
 
 def _check_int(op, name, v, lo, hi=None):
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-        rng = f">= {lo}" if hi is None else f"in [{lo}, {hi}]"
-        raise ValueError(f"{op}: {name}: expected an int {rng}, got {v!r}")
-
-
-def _check_bool(op, name, v):
-    if not isinstance(v, bool):
-        raise ValueError(f"{op}: {name}: expected a bool, got {v!r}")
+    int_arg(op, name, v, lo, hi)
 
 
 def _check_real(op, name, v):
@@ -42,7 +36,7 @@ def _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor):
     (vLLM's order differs) is an error, not a silent 0 / 1."""
     _check_int(op, "n_group", n_group, 1)
     _check_int(op, "topk_group", topk_group, 1)
-    _check_bool(op, "renormalize", renormalize)
+    bool_arg(op, "renormalize", renormalize)
     _check_real(op, "routed_scaling_factor", routed_scaling_factor)
 
 

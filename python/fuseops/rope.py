@@ -12,31 +12,12 @@ device; :func:`fuseops.check_errors` raises it as ``ValueError("<op>: positions:
 naming the argument.
 """
 
-import operator
-
 import torch
 
+from ._args import bool_arg as _flag, int_arg as _int
 from ._ops import ops
 
 _LAYOUTS = ("chunked", "interleaved", "interleaved_glm")
-
-
-def _int(op, name, v):
-    """An integer argument as given: a float (64.5, or 8.0 from a config) or a bool is an error, never truncated."""
-    if isinstance(v, bool):
-        raise ValueError(f"{op}: {name}: expected an int, got {v!r}")
-    try:
-        return operator.index(v)
-    except TypeError:
-        raise ValueError(f"{op}: {name}: expected an int, got {v!r}") from None
-
-
-def _flag(op, name, v):
-    """A bool argument: True / False (or numpy / torch bools), not a string or a number read as truthy."""
-    if isinstance(v, bool) or type(v).__name__ == "bool_" or (isinstance(v, torch.Tensor) and v.dtype == torch.bool
-                                                                 and v.numel() == 1):
-        return bool(v)
-    raise ValueError(f"{op}: {name}: expected a bool, got {v!r}")
 
 
 def _not_tracked(op, **tensors):
