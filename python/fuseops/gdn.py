@@ -51,6 +51,13 @@ def _check_rank(op, name, t, rank, dims):
         raise ValueError(f"{op}: {name}: expected rank {rank} {dims}, got {list(t.shape)}")
 
 
+def _out_like(op, name, t, shape):
+    """The output o, allocated in the dtype of input `name`; an unsupported dtype is that input's error, not o's."""
+    if t.dtype not in (torch.float32, torch.float16, torch.bfloat16):
+        raise ValueError(f"{op}: {name}: expected dtype float32, float16 or bfloat16, got {t.dtype}")
+    return torch.empty(shape, dtype=t.dtype, device=t.device)
+
+
 def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, output_dtype=torch.float,
                        chunk_indices=None):
     """Chunk-local cumulative sum of log-decays, as FLA ``chunk_local_cumsum`` (3-D form).
@@ -193,7 +200,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     _check_chunk_size(op, chunk_size)
     B, T, HV, V = v.shape
-    o = torch.empty((B, T, HV, V), dtype=q.dtype, device=q.device)
+    o = _out_like(op, "q", q, (B, T, HV, V))
     ht = None
     if output_final_state:
         ht = torch.empty((_num_seqs(q, cu_seqlens), HV, q.shape[3], V), dtype=torch.float32, device=q.device)
@@ -251,7 +258,7 @@ def chunk_fwd_o(q, k, v, h, g=None, scale=None, cu_seqlens=None, chunk_size=64, 
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     _check_chunk_size(op, chunk_size)
-    o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    o = _out_like(op, "v", v, v.shape)
     ops.chunk_fwd_o(o, q, k, v, h, g, q.shape[3] ** -0.5 if scale is None else float(scale), chunk_size, cu_seqlens)
     return o
 
@@ -271,7 +278,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     op = "fused_recurrent_gated_delta_rule"
     _reject_kwargs(op, kwargs)
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
-    o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    o = _out_like(op, "v", v, v.shape)
     sc = None if scale is None else float(scale)
     if ssm_state_indices is not None or inplace_final_state:
         if initial_state is None or ssm_state_indices is None:
@@ -316,7 +323,7 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     a = _per_token(op, "a", a, v)
     b = _per_token(op, "b", b, v)
-    o = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    o = _out_like(op, "v", v, v.shape)
     ops.fused_sigmoid_gating_delta_rule_update(o, initial_state_source, A_log, a, dt_bias, q, k, v, b,
                                                None if scale is None else float(scale),
                                                _index_rows(initial_state_indices), _index_rows(num_accepted_tokens),

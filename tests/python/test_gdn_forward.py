@@ -170,6 +170,10 @@ def test_unsupported_fla_kwargs(name):
 
 def test_errors_name_the_argument():
     q, k, v, g, beta, _ = inputs(1, 8, 1, 2, 16, 16, torch.float32, "cpu")
+    with pytest.raises(ValueError, match="chunk_gated_delta_rule: q: expected dtype"):  # not o, allocated inside
+        fuseops.chunk_gated_delta_rule(q.double(), k, v, g, beta)
+    with pytest.raises(ValueError, match="fused_recurrent_gated_delta_rule: v: expected dtype"):
+        fuseops.fused_recurrent_gated_delta_rule(q, k, v.double(), g, beta)
     with pytest.raises(ValueError, match="chunk_gated_delta_rule: beta"):
         fuseops.chunk_gated_delta_rule(q, k, v, g, beta[:, :, :1])
     with pytest.raises(ValueError, match="fused_recurrent_gated_delta_rule: initial_state"):
