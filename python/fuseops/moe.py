@@ -22,10 +22,6 @@ def _check_tensor(op, name, t):
         raise ValueError(f"{op}: {name}: expected a tensor, got {type(t).__name__}")
 
 
-def _check_int(op, name, v, lo, hi=None):
-    int_arg(op, name, v, lo, hi)
-
-
 def _check_real(op, name, v):
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise ValueError(f"{op}: {name}: expected a float, got {v!r}")
@@ -34,15 +30,15 @@ def _check_real(op, name, v):
 def _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor):
     """The grouped-routing scalars by name (the op checks their ranges against E): a swapped positional bool / int
     (vLLM's order differs) is an error, not a silent 0 / 1."""
-    _check_int(op, "n_group", n_group, 1)
-    _check_int(op, "topk_group", topk_group, 1)
+    int_arg(op, "n_group", n_group, 1)
+    int_arg(op, "topk_group", topk_group, 1)
     bool_arg(op, "renormalize", renormalize)
     _check_real(op, "routed_scaling_factor", routed_scaling_factor)
 
 
 def _check_topk(op, topk, E):
     """k in [1, min(E, 32)], named as the caller passed it (the op itself can only name topk_weights' shape)."""
-    _check_int(op, "topk", topk, 1, min(E, 32) if E >= 1 else None)
+    int_arg(op, "topk", topk, 1, min(E, 32) if E >= 1 else None)
 
 
 def _rows(op, name, t):
@@ -108,9 +104,9 @@ def moe_align_sizes(numel, num_experts, block_size, pad_sorted_ids=False):
     """(len(sorted_token_ids), len(expert_ids)) as vLLM's ``moe_align_block_size`` wrapper allocates them.
     ``numel`` >= 0, ``num_experts`` >= 1, ``block_size`` >= 1 (ints), else ValueError naming the argument."""
     op = "moe_align_sizes"
-    _check_int(op, "numel", numel, 0)
-    _check_int(op, "num_experts", num_experts, 1)
-    _check_int(op, "block_size", block_size, 1)
+    int_arg(op, "numel", numel, 0)
+    int_arg(op, "num_experts", num_experts, 1)
+    int_arg(op, "block_size", block_size, 1)
     return _align_sizes(numel, num_experts, block_size, pad_sorted_ids)
 
 
@@ -137,8 +133,8 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
     """
     op = "moe_align_block_size"
     _check_tensor(op, "topk_ids", topk_ids)
-    _check_int(op, "block_size", block_size, 1)
-    _check_int(op, "num_experts", num_experts, 1)
+    int_arg(op, "block_size", block_size, 1)
+    int_arg(op, "num_experts", num_experts, 1)
     n, blocks = _align_sizes(topk_ids.numel(), num_experts, block_size, pad_sorted_ids)
     dev = topk_ids.device
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
@@ -160,7 +156,7 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     op = "moe_route"
     T = _rows(op, "gating_output", gating_output)
     _check_topk(op, topk, gating_output.shape[1])
-    _check_int(op, "block_size", block_size, 1)
+    int_arg(op, "block_size", block_size, 1)
     _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")

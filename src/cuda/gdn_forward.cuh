@@ -78,27 +78,34 @@ inline bool rows_16b(const void* data, int64_t dim, int64_t stride_b, int64_t st
 inline bool rows_16b(const GdnIn& x, int64_t dim) { return rows_16b(x.data, dim, x.stride_b, x.stride_t, x.stride_h); }
 inline bool rows_16b(const GdnOut& x, int64_t dim) { return rows_16b(x.data, dim, x.stride_b, x.stride_t, x.stride_h); }
 
-/// Global rows (row stride `stride`, `rows` x `cols` valid) -> shared tile [ROWS][ld] with `pcols` columns (a multiple
+/// Global rows (row stride `stride`, `rows` x `cols` valid) -> shared tile [prows][ld] with `pcols` columns (a multiple
 /// of 8), zero past the valid part. `vec`: 16-byte cp.async copies (cols a multiple of 8, rows 16-byte aligned; the
-/// caller commits and waits), else element loads. Called by all `threads` threads of the block.
-template <typename T, int ROWS>
-__device__ __forceinline__ void load_tile(T* dst, int ld, int pcols, const T* src, int64_t stride, int rows, int cols,
-                                          bool vec, int threads) {
+/// caller commits and waits), else element loads. Called by all `threads` threads of the block. UNROLL: of the
+/// cp.async loop (each kernel keeps the unroll its registers were sized and measured with).
+template <int UNROLL, typename T>
+__device__ __forceinline__ void load_tile_rows(T* dst, int ld, int prows, int pcols, const T* src, int64_t stride,
+                                               int rows, int cols, bool vec, int threads) {
   if (vec) {
     const int per_row = pcols / 8;
-#pragma unroll 4
-    for (int u = static_cast<int>(threadIdx.x); u < ROWS * per_row; u += threads) {
+#pragma unroll UNROLL
+    for (int u = static_cast<int>(threadIdx.x); u < prows * per_row; u += threads) {
       const int i = u / per_row, c = (u - i * per_row) * 8;
       const bool ok = i < rows && c < cols;
       cp_async_16(dst + i * ld + c, ok ? src + i * stride + c : src, ok);
     }
   } else {
 #pragma unroll 1
-    for (int u = static_cast<int>(threadIdx.x); u < ROWS * pcols; u += threads) {
+    for (int u = static_cast<int>(threadIdx.x); u < prows * pcols; u += threads) {
       const int i = u / pcols, c = u - i * pcols;
       dst[i * ld + c] = (i < rows && c < cols) ? src[i * stride + c] : from_float<T>(0.f);
     }
   }
+}
+/// load_tile_rows with a tile of ROWS rows (the chunk: BT), the cp.async loop unrolled UNROLL times.
+template <typename T, int ROWS, int UNROLL = 4>
+__device__ __forceinline__ void load_tile(T* dst, int ld, int pcols, const T* src, int64_t stride, int rows, int cols,
+                                          bool vec, int threads) {
+  load_tile_rows<UNROLL>(dst, ld, ROWS, pcols, src, stride, rows, cols, vec, threads);
 }
 
 /// Shared tile [rows][ld] -> global rows (row stride `stride`), `cols` columns. `vec`: 16-byte stores (cols, stride

@@ -37,29 +37,6 @@ enum : unsigned { kVecQ = 1u, kVecK = 2u, kVecV = 4u, kVecH = 8u, kPairO = 16u }
 /// units, so the 8 rows of one ldmatrix matrix fall in distinct bank quads.
 __host__ __device__ constexpr int qk_ld(int kp) { return kp + kPad; }
 
-/// dst[i][c] (row stride ld) = src[i * src_ld + c] for i < valid_rows, c < valid_cols; 0 elsewhere in rows x cols
-/// (cols a multiple of 8), by NT threads. `vec`: 16-byte cp.async (src 16-byte aligned; src_ld, valid_cols multiples
-/// of 8), else element loads. The copies complete at the caller's cp_async_wait.
-template <int NT, typename TK>
-__device__ __forceinline__ void stage_tile(TK* dst, int ld, const TK* src, int64_t src_ld, int rows, int cols,
-                                           int valid_rows, int valid_cols, bool vec) {
-  if (vec) {
-    const int per_row = cols / 8;
-#pragma unroll 1
-    for (int e = static_cast<int>(threadIdx.x); e < rows * per_row; e += NT) {
-      const int i = e / per_row, c = (e - i * per_row) * 8;
-      const bool ok = i < valid_rows && c < valid_cols;
-      cp_async_16(dst + i * ld + c, ok ? src + i * src_ld + c : src, ok);
-    }
-  } else {
-#pragma unroll 1
-    for (int e = static_cast<int>(threadIdx.x); e < rows * cols; e += NT) {
-      const int i = e / cols, c = e - i * cols;
-      dst[i * ld + c] = (i < valid_rows && c < valid_cols) ? src[i * src_ld + c] : from_float<TK>(0.f);
-    }
-  }
-}
-
 /// Stores x at element i of o and, when `two`, y at i + 1, rounded to o's dtype; `pair`: one 2-element store
 /// (i even and o's base aligned to two elements).
 __device__ __forceinline__ void store_two(const GdnOut& o, int64_t i, float x, float y, bool two, bool pair) {
@@ -131,15 +108,17 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
     const int vcols = static_cast<int>(min(static_cast<int64_t>(BV), V - v0));
 
     // group 0: q, k; group 1: h, v_new (the scores only wait for group 0)
-    stage_tile<kThreads>(qs, ldk, static_cast<const TK*>(a.q.data) + gdn::at(a.q, ch.batch, ch.t0, hk), a.q.stride_t, BT, kp, L,
-               K, vec & kVecQ);
-    stage_tile<kThreads>(ks, ldk, static_cast<const TK*>(a.k.data) + gdn::at(a.k, ch.batch, ch.t0, hk), a.k.stride_t, BT, kp, L,
-               K, vec & kVecK);
+    gdn::load_tile<TK, BT, 1>(qs, ldk, kp, static_cast<const TK*>(a.q.data) + gdn::at(a.q, ch.batch, ch.t0, hk),
+                           a.q.stride_t, L, K, vec & kVecQ, kThreads);
+    gdn::load_tile<TK, BT, 1>(ks, ldk, kp, static_cast<const TK*>(a.k.data) + gdn::at(a.k, ch.batch, ch.t0, hk),
+                           a.k.stride_t, L, K, vec & kVecK, kThreads);
     cp_async_commit();
     const int64_t hoff = state_offset(a.h, ch.batch, gdn::state_slot(a.geo, slot, ch), hv, HV, KV) + v0;
-    stage_tile<kThreads>(hs, kLdV, static_cast<const TK*>(a.h.data) + hoff, V, kp, BV, K, vcols, vec & kVecH);
-    stage_tile<kThreads>(vs, kLdV, static_cast<const TK*>(a.v_new.data) + gdn::at(a.v_new, ch.batch, ch.t0, hv) + v0,
-                         a.v_new.stride_t, BT, BV, L, vcols, vec & kVecV);
+    gdn::load_tile_rows<1>(hs, kLdV, kp, BV, static_cast<const TK*>(a.h.data) + hoff, V, K, vcols, vec & kVecH,
+                           kThreads);
+    gdn::load_tile<TK, BT, 1>(vs, kLdV, BV,
+                           static_cast<const TK*>(a.v_new.data) + gdn::at(a.v_new, ch.batch, ch.t0, hv) + v0,
+                           a.v_new.stride_t, L, vcols, vec & kVecV, kThreads);
     cp_async_commit();
     if (tid < BT) {
       gs[tid] = gated && tid < L ? static_cast<const float*>(a.g.data)[gdn::at(a.g, ch.batch, ch.t0 + tid, hv)] : 0.f;

@@ -50,19 +50,6 @@ struct Pack {
   __device__ __forceinline__ void set(int i, float v) { u.e[i] = from_float<T>(v); }
 };
 
-/// N consecutive cache values (read-only) as floats, in accesses of at most 16 bytes.
-template <typename C, int N>
-__device__ __forceinline__ void load_angles(const C* p, float* out) {
-  constexpr int W = N * sizeof(C) > 16 ? static_cast<int>(16 / sizeof(C)) : N;
-#pragma unroll
-  for (int k = 0; k < N; k += W) {
-    FloatVec<C, W> v;
-    v.load(p + k);
-#pragma unroll
-    for (int i = 0; i < W; ++i) out[k + i] = v.v[i];
-  }
-}
-
 /// Position of token t on `axis` (not range-checked). Without positions: t mod seq_len, in 32 bits when both fit.
 __device__ __forceinline__ int64_t load_position(const RopeArgs& a, int axis, int64_t t) {
   if (a.positions == nullptr) {
@@ -77,13 +64,13 @@ __device__ __forceinline__ int64_t load_position(const RopeArgs& a, int axis, in
 
 /// cos / sin of pairs j0 .. j0 + P - 1 (of a cache of type C) for the token's valid positions.
 template <typename C, int P, int AXES>
-__device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[AXES], int64_t j0, float* c,
-                                              float* s) {
+__device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[AXES], int64_t j0, float (&c)[P],
+                                              float (&s)[P]) {
   const C* cos = static_cast<const C*>(a.cos);
   const C* sin = static_cast<const C*>(a.sin);
   if constexpr (AXES == 1) {
-    load_angles<C, P>(cos + pos[0] * a.cos_stride + j0, c);
-    load_angles<C, P>(sin + pos[0] * a.sin_stride + j0, s);
+    load_as_floats<C, P>(cos + pos[0] * a.cos_stride + j0, c);
+    load_as_floats<C, P>(sin + pos[0] * a.sin_stride + j0, s);
   } else {
     auto row = [&](int axis) { return axis == 0 ? pos[0] : axis == 1 ? pos[1] : pos[2]; };
     const int first = a.axis[j0];
@@ -92,8 +79,8 @@ __device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (
     for (int i = 1; i < P; ++i) uniform = uniform && a.axis[j0 + i] == first;
     if (uniform) {  // every pair of the chunk reads one row (chunked sections): vector loads
       const int64_t p = row(first);
-      load_angles<C, P>(cos + p * a.cos_stride + j0, c);
-      load_angles<C, P>(sin + p * a.sin_stride + j0, s);
+      load_as_floats<C, P>(cos + p * a.cos_stride + j0, c);
+      load_as_floats<C, P>(sin + p * a.sin_stride + j0, s);
     } else {  // interleaved: each pair its own row
 #pragma unroll
       for (int i = 0; i < P; ++i) {
