@@ -17,6 +17,7 @@
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
 // All sums run in a fixed order: results do not depend on the batch around a sequence.
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/device_error.cuh"
 #include "cuda/gdn_forward.cuh"
@@ -126,9 +127,9 @@ struct FwdHMma {
   static constexpr int kVT = (BT / 16) * kNV;        ///< 16 x 8 tiles of v_new
   static constexpr int kNPW = kVT >= gdn::kWarps ? kVT / gdn::kWarps : 1;  ///< v_new tiles per warp (one row block)
   static constexpr int kWTile = BT * kLdK, kUTile = BT * kLdV, kSTile = KP * kLdV;
-  /// w, k, u in NS buffers, the S tile, the gated v_new tile (the size of a u tile), g double-buffered
+  /// w, k, u in NS buffers, the S tile, the gated v_new tile (the size of a u tile), the gate table double-buffered
   static constexpr std::size_t kSmem =
-      (NS * (2 * kWTile + kUTile) + kSTile + kUTile) * sizeof(TK) + 2 * BT * sizeof(float);
+      (NS * (2 * kWTile + kUTile) + kSTile + kUTile) * sizeof(TK) + 2 * (BT + 1) * sizeof(float);
   static_assert(NS >= 2, "at least double buffering");
   static_assert(kMT >= 1 && kNV % 2 == 0 && kNV % kNPW == 0 && (kNPW == 1 || kNPW % 2 == 0), "tile split");
 };
@@ -152,10 +153,70 @@ __device__ __forceinline__ void for_each_state(float (&S)[MT][NV][4], int warp, 
   }
 }
 
+/// A thread's units of a 16-byte-vector copy between global rows and a shared tile of ROWS rows x PCOLS columns (a
+/// multiple of 8): unit u = tid + j kThreads is row u / kPerRow, columns 8 (u % kPerRow) ... Since kPerRow divides
+/// kThreads, all of a thread's units sit in one column c, on rows i0 + j kRowStep: their global addresses are a fixed
+/// per-thread offset plus j times a fixed step from the row pointer of the chunk, which moves by BT rows per chunk (no
+/// division, no 64-bit multiply per unit and chunk).
+template <int ROWS, int PCOLS>
+struct TileUnits {
+  static constexpr int kPerRow = PCOLS / 8;
+  static constexpr int kRowStep = kThreads / kPerRow;
+  static constexpr int kUnits = (ROWS + kRowStep - 1) / kRowStep;  ///< per thread (the last one may be past ROWS)
+  static_assert(PCOLS % 8 == 0 && kThreads % kPerRow == 0, "unit split");
+  int i0, c;
+  __device__ __forceinline__ explicit TileUnits(int tid) : i0(tid / kPerRow), c((tid % kPerRow) * 8) {}
+  /// whether unit j is a row of the tile (always, when kRowStep divides ROWS)
+  __device__ __forceinline__ bool in_tile(int j) const { return ROWS % kRowStep == 0 || i0 + j * kRowStep < ROWS; }
+};
+
+/// cp.async of 16 bytes to a shared address; `fill` false writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async_16_shared(uint32_t dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(fill ? 16 : 0) : "memory");
+}
+
+/// This thread's cp.async units of one chunk's tile (TileUnits<BT, PCOLS>): `dst` the shared byte address of its first
+/// unit, `src` its first unit's global element (row i0, column c of the chunk), `step` kRowStep rows in elements;
+/// units in a column < `pcols` are copied, from global where the row is < `rows` and the column < `cols`, else zero.
+template <int BT, int PCOLS, typename TK>
+__device__ __forceinline__ void cp_tile(const TileUnits<BT, PCOLS>& tu, uint32_t dst, int ld, const TK* src,
+                                        int64_t step, int rows, int pcols, int cols, const void* any) {
+  using U = TileUnits<BT, PCOLS>;
+  if (tu.c >= pcols) return;
+  const bool col_ok = tu.c < cols;
+  const int rows_left = rows - tu.i0;
+#pragma unroll
+  for (int j = 0; j < U::kUnits; ++j) {
+    if (tu.in_tile(j)) {
+      const bool ok = col_ok && j * U::kRowStep < rows_left;
+      cp_async_16_shared(dst + static_cast<uint32_t>(j * U::kRowStep * ld * sizeof(TK)), ok ? src + j * step : any, ok);
+    }
+  }
+}
+
+/// Two 16-bit values of a packed pair (lo in the low half) as floats.
+template <typename TK>
+__device__ __forceinline__ float2 unpack2(uint32_t x) {
+  if constexpr (std::is_same_v<TK, __nv_bfloat16>) {
+    return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+  } else {
+    return make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(x & 0xffffu))),
+                       __half2float(__ushort_as_half(static_cast<unsigned short>(x >> 16))));
+  }
+}
+
+/// Blocks per SM the register budget is set for: two where the shared memory of K <= 128 and BV <= 32 lets two
+/// blocks share an SM (grids of more blocks than SMs take two buffers and then run two blocks per SM), else one.
+template <int KP, int BV>
+constexpr int fwd_h_min_blocks() { return KP == 128 && BV <= 32 ? 2 : 1; }
+
 template <typename TK, int KP, int BT, int BV, int NS>
-__global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units,
+__global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>()) fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units,
                                                              FwdHVec vec, DeviceErrorRecord* errors) {
   using C = FwdHMma<TK, KP, BT, BV, NS>;
+  using TW = TileUnits<BT, KP>;  // w, k tiles
+  using TU = TileUnits<BT, BV>;  // u tile
+  using TH = TileUnits<KP, BV>;  // S tile -> h
   pdl_wait_and_release();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   TK* const wsm = reinterpret_cast<TK*>(smem_raw);  // [NS][BT][kLdK]
@@ -163,7 +224,7 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
   TK* const usm = ksm + NS * C::kWTile;             // [NS][BT][kLdV]
   TK* const ssm = usm + NS * C::kUTile;             // S [KP][kLdV]
   TK* const vsm = ssm + C::kSTile;                  // the gated v_new [BT][kLdV]
-  float* const gsm = reinterpret_cast<float*>(vsm + C::kUTile);  // [2][BT]
+  float* const gsm = reinterpret_cast<float*>(vsm + C::kUTile);  // [2][BT + 1]: exp(g_last - g_i), exp(g_last)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int qr = lane / 4, qc = 2 * (lane % 4);  // accumulator fragment: rows qr, qr + 8; columns qc, qc + 1
   const int K = static_cast<int>(a.geo.K), kp = (K + 15) / 16 * 16;
@@ -175,10 +236,26 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
   const TK* const up = static_cast<const TK*>(a.u.data);
   TK* const hp = static_cast<TK*>(a.h.data);
   TK* const vnp = static_cast<TK*>(a.v_new.data);
+  const int64_t wst = a.w.stride_t, kst = a.k.stride_t, ust = a.u.stride_t, vst = a.v_new.stride_t;
+  const int64_t gst = a.g.stride_t;
   // this warp's v_new tiles: row block vm, column tiles vn0 .. vn0 + kNPW
   const int vt0 = warp * C::kNPW;
   const bool v_active = vt0 < C::kVT;
   const int vm = vt0 / C::kNV, vn0 = vt0 % C::kNV;
+  // Per-thread copy units (fixed over the chunks): shared byte addresses in buffer 0, global offsets from a chunk's
+  // row pointer (0 for the element-wise fallbacks, which take the chunk's pointer), the step between a thread's units
+  const TW tw(tid);
+  const TU tu(tid);
+  const TH th(tid);
+  const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
+  const uint32_t w_dst = smem0 + static_cast<uint32_t>((tw.i0 * C::kLdK + tw.c) * sizeof(TK));
+  const uint32_t k_dst = w_dst + static_cast<uint32_t>(NS * C::kWTile * sizeof(TK));
+  const uint32_t u_dst = smem0 + static_cast<uint32_t>((2 * NS * C::kWTile + tu.i0 * C::kLdV + tu.c) * sizeof(TK));
+  const int64_t w_off = vec.w ? tw.i0 * wst + tw.c : 0, k_off = vec.k ? tw.i0 * kst + tw.c : 0;
+  const int64_t u_off = vec.u ? tu.i0 * ust + tu.c : 0;
+  const int64_t w_step = TW::kRowStep * wst, k_step = TW::kRowStep * kst, u_step = TU::kRowStep * ust;
+  const int64_t h_off = vec.h ? th.i0 * V + th.c : 0, h_step = TH::kRowStep * V;
+  const int64_t v_off = (vm * 16 + qr) * vst;  // this thread's first v_new row of a chunk
 
   for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const int64_t vb = unit % vblocks, nh = unit / vblocks, hv = nh % HV, n = nh / HV, hk = hv / group;
@@ -191,33 +268,76 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
     for_each_state(S, warp, lane, [&](int row, int col, float& x) {
       x = (a.h0 && row < K && col < vcols) ? gdn::load_f(a.h0, a.h0_dtype, state0 + row * V + col0 + col) : 0.f;
     });
-    // w, k, u rows of the chunk at t0 -> buffer `buf` (cp.async, committed by the caller)
-    auto issue = [&](int64_t t0, int buf) {
-      const int L = static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0));
-      gdn::load_tile<TK, BT>(wsm + buf * C::kWTile, C::kLdK, kp, wp + gdn::at(a.w, sb.batch, t0, hv), a.w.stride_t, L,
-                             K, vec.w, kThreads);
-      gdn::load_tile<TK, BT>(ksm + buf * C::kWTile, C::kLdK, kp, kptr + gdn::at(a.k, sb.batch, t0, hk), a.k.stride_t,
-                             L, K, vec.k, kThreads);
-      gdn::load_tile<TK, BT>(usm + buf * C::kUTile, C::kLdV, BV, up + gdn::at(a.u, sb.batch, t0, hv) + col0,
-                             a.u.stride_t, L, vcols, vec.u, kThreads);
-    };
-    auto load_g = [&](int64_t t0) {  // g of row tid of the chunk at t0 (0 past it or without g)
-      return (gated && tid < BT && t0 + tid < sb.eos) ? gp[gdn::at(a.g, sb.batch, t0 + tid, hv)] : 0.f;
-    };
     if (sb.eos > sb.bos) {
-      __syncthreads();  // the previous unit is done with the shared tiles
-      // Prologue: chunks 0 .. NS - 2 into buffers 0 .. NS - 2, one cp.async group each (empty past the sequence), so
-      // that before chunk c the groups committed are NS - 1 + c and waiting until NS - 2 remain lands chunk c.
-#pragma unroll
-      for (int p = 0; p < NS - 1; ++p) {
-        if (sb.bos + p * BT < sb.eos) issue(sb.bos + p * BT, p);
+      // Row pointers (plus this thread's offset) of the sequence's first chunk; each moves by BT rows per chunk. The chunk slots of h are
+      // consecutive from chunk 1 on (chunk_slot), so h moves by one slot per chunk after the first.
+      const TK* wq = wp + gdn::at(a.w, sb.batch, sb.bos, hv) + w_off;
+      const TK* kq = kptr + gdn::at(a.k, sb.batch, sb.bos, hk) + k_off;
+      const TK* uq = up + gdn::at(a.u, sb.batch, sb.bos, hv) + col0 + u_off;
+      int64_t tq = sb.bos;  // first token of the next chunk to load
+      TK* vq = vnp + gdn::at(a.v_new, sb.batch, sb.bos, hv) + col0;
+      const float* gq = gated ? gp + gdn::at(a.g, sb.batch, sb.bos, hv) : nullptr;
+      TK* hq = hp + state_offset(a.h, sb.batch, chunk_slot(a.geo, n, sb.bos, sb.bos), hv, HV, KV) + col0 + h_off;
+      TK* const hq1 =
+          hp + state_offset(a.h, sb.batch, chunk_slot(a.geo, n, sb.bos, sb.bos + BT), hv, HV, KV) + col0 + h_off;
+      const int64_t h_slot = HV * KV;
+      // w, k, u rows of the chunk at tq -> buffer `b`, one cp.async group (empty past the sequence); pointers advance
+      auto issue = [&](int b) {
+        if (tq < sb.eos) {
+          const int L = static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - tq));
+          const uint32_t wb = static_cast<uint32_t>(b * C::kWTile * sizeof(TK));
+          const uint32_t ub = static_cast<uint32_t>(b * C::kUTile * sizeof(TK));
+          if (vec.w) {
+            cp_tile(tw, w_dst + wb, C::kLdK, wq, w_step, L, kp, K, wp);
+          } else {
+            gdn::load_tile<TK, BT>(wsm + b * C::kWTile, C::kLdK, kp, wq, wst, L, K, false, kThreads);
+          }
+          if (vec.k) {
+            cp_tile(tw, k_dst + wb, C::kLdK, kq, k_step, L, kp, K, kptr);
+          } else {
+            gdn::load_tile<TK, BT>(ksm + b * C::kWTile, C::kLdK, kp, kq, kst, L, K, false, kThreads);
+          }
+          if (vec.u) {
+            cp_tile(tu, u_dst + ub, C::kLdV, uq, u_step, L, BV, vcols, up);
+          } else {
+            gdn::load_tile<TK, BT>(usm + b * C::kUTile, C::kLdV, BV, uq, ust, L, vcols, false, kThreads);
+          }
+        }
         cp_async_commit();
+        tq += BT;
+        wq += BT * wst;
+        kq += BT * kst;
+        uq += BT * ust;
+      };
+      // Gate table of a chunk (row pointer gc, L rows): row tid < BT gets exp(g_last - g_i) (0 past the chunk, 1
+      // without g), entry BT exp(g_last) (1 without g). Loaded in one place, written in another (the loads fly).
+      auto gate_load = [&](const float* gc, int L, float& gi, float& gl) {
+        if (gated && tid < BT) {
+          gl = gc[(L - 1) * gst];
+          if (tid < L) gi = gc[tid * gst];
+        }
+      };
+      auto gate_store = [&](float gi, float gl, int L, float* dst) {
+        if (tid < BT) {
+          dst[tid] = tid < L ? (gated ? expf(gl - gi) : 1.f) : 0.f;
+          if (tid == 0) dst[BT] = gated ? expf(gl) : 1.f;
+        }
+      };
+      __syncthreads();  // the previous unit is done with the shared tiles
+      // Prologue: chunks 0 .. NS - 2 into buffers 0 .. NS - 2, one cp.async group each, so that before chunk c the
+      // groups committed are NS - 1 + c and waiting until NS - 2 remain lands chunk c.
+#pragma unroll
+      for (int p = 0; p < NS - 1; ++p) issue(p);
+      {
+        const int L0 = static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - sb.bos));
+        float gi = 0.f, gl = 0.f;
+        gate_load(gq, L0, gi, gl);
+        gate_store(gi, gl, L0, gsm);
       }
-      if (tid < BT) gsm[tid] = load_g(sb.bos);
-      int buf = 0, gbuf = 0;  // tile buffer of this chunk (chunk index mod NS); g buffer (chunk index mod 2)
+      int buf = 0, gbuf = 0;  // tile buffer of this chunk (chunk index mod NS); gate buffer (chunk index mod 2)
       // Two block barriers per chunk. The S tile is last read (w S, h) before barrier B of the previous chunk; the
-      // v_new tile and the previous chunk's tile buffer (k) before barrier A of this one, g[gbuf ^ 1] before
-      // barrier A too.
+      // v_new tile and the previous chunk's tile buffer (k) before barrier A of this one; gate buffer gbuf ^ 1 (the
+      // previous chunk's) before barrier B of the previous chunk.
       for (int64_t t0 = sb.bos; t0 < sb.eos; t0 += BT, buf = buf + 1 == NS ? 0 : buf + 1, gbuf ^= 1) {
         const int L = static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0));
         const bool has_next = t0 + BT < sb.eos;
@@ -235,68 +355,82 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
         cp_async_wait<NS - 2>();  // this chunk's tiles have landed
         __syncthreads();          // barrier A
         // chunk c + NS - 1 into the buffer of chunk c - 1 (free since barrier A) while this one is computed
-        if (t0 + (NS - 1) * BT < sb.eos) issue(t0 + (NS - 1) * BT, buf == 0 ? NS - 1 : buf - 1);
-        cp_async_commit();
-        const float g_next = has_next ? load_g(t0 + BT) : 0.f;  // stored to shared memory at the end of this chunk
-        const int64_t hoff = state_offset(a.h, sb.batch, chunk_slot(a.geo, n, sb.bos, t0), hv, HV, KV);
-        gdn::store_tile(hp + hoff + col0, V, ssm, C::kLdV, K, vcols, vec.h, kThreads);
+        issue(buf == 0 ? NS - 1 : buf - 1);
+        float gi_next = 0.f, gl_next = 0.f;  // the next chunk's gates, stored to shared memory at the end
+        const int L_next = has_next ? static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0 - BT)) : 0;
+        if (has_next && gated) gate_load(gq + BT * gst, L_next, gi_next, gl_next);
 
         // 2. v_new = u - w S for this warp's tiles; stored ungated, and gated (0 past the chunk) into the v_new tile
-        const float* const gc = gsm + gbuf * BT;
-        const float glast = gc[L - 1];
+        const float* const gc = gsm + gbuf * (BT + 1);
+        const float decay = gc[BT];
         float vacc[C::kNPW][4];
 #pragma unroll
         for (int p = 0; p < C::kNPW; ++p) vacc[p][0] = vacc[p][1] = vacc[p][2] = vacc[p][3] = 0.f;
-        if (v_active) {
-          if (vm * 16 < L) {  // warp-uniform
-            const TK* const a_ptr = wsm + buf * C::kWTile + (vm * 16 + (lane & 15)) * C::kLdK + (lane >> 4) * 8;
-            const int b_row = C::kNPW == 1 ? (lane & 15) : (lane & 7) + ((lane >> 3) & 1) * 8;
-            const int b_col = C::kNPW == 1 ? vn0 * 8 : (vn0 + (lane >> 4)) * 8;
-            const TK* const b_ptr = ssm + b_row * C::kLdV + b_col;
-            // two accumulator sets (even and odd 16-column steps of K, each ascending, added at the end) halve the
-            // chain of dependent mma
-            float vodd[C::kNPW][4];
+        if (v_active && vm * 16 < L) {  // warp-uniform
+          const TK* const a_ptr = wsm + buf * C::kWTile + (vm * 16 + (lane & 15)) * C::kLdK + (lane >> 4) * 8;
+          const int b_row = C::kNPW == 1 ? (lane & 15) : (lane & 7) + ((lane >> 3) & 1) * 8;
+          const int b_col = C::kNPW == 1 ? vn0 * 8 : (vn0 + (lane >> 4)) * 8;
+          const TK* const b_ptr = ssm + b_row * C::kLdV + b_col;
+          // two accumulator sets (even and odd 16-column steps of K, each ascending, added at the end) halve the
+          // chain of dependent mma
+          float vodd[C::kNPW][4];
 #pragma unroll
-            for (int p = 0; p < C::kNPW; ++p) vodd[p][0] = vodd[p][1] = vodd[p][2] = vodd[p][3] = 0.f;
-            auto step = [&](int kk, float (&acc)[C::kNPW][4]) {
-              uint32_t af[4];
-              ldmatrix_x4(af, a_ptr + kk);
-              if constexpr (C::kNPW == 1) {
-                uint32_t b0, b1;
-                ldmatrix_x2_trans(b0, b1, b_ptr + kk * C::kLdV);
-                mma_m16n8k16<TK>(acc[0], af, b0, b1);
-              } else {
+          for (int p = 0; p < C::kNPW; ++p) vodd[p][0] = vodd[p][1] = vodd[p][2] = vodd[p][3] = 0.f;
+          auto step = [&](int kk, float (&acc)[C::kNPW][4]) {
+            uint32_t af[4];
+            ldmatrix_x4(af, a_ptr + kk);
+            if constexpr (C::kNPW == 1) {
+              uint32_t b0, b1;
+              ldmatrix_x2_trans(b0, b1, b_ptr + kk * C::kLdV);
+              mma_m16n8k16<TK>(acc[0], af, b0, b1);
+            } else {
 #pragma unroll
-                for (int p = 0; p < C::kNPW; p += 2) {
-                  uint32_t b[4];
-                  ldmatrix_x4_trans(b, b_ptr + kk * C::kLdV + p * 8);
-                  mma_m16n8k16<TK>(acc[p], af, b[0], b[1]);
-                  mma_m16n8k16<TK>(acc[p + 1], af, b[2], b[3]);
-                }
+              for (int p = 0; p < C::kNPW; p += 2) {
+                uint32_t b[4];
+                ldmatrix_x4_trans(b, b_ptr + kk * C::kLdV + p * 8);
+                mma_m16n8k16<TK>(acc[p], af, b[0], b[1]);
+                mma_m16n8k16<TK>(acc[p + 1], af, b[2], b[3]);
               }
-            };
-            for (int kk = 0; kk < kp; kk += 32) {
-              step(kk, vacc);
-              if (kk + 16 < kp) step(kk + 16, vodd);
             }
+          };
 #pragma unroll
-            for (int p = 0; p < C::kNPW; ++p) {
+          for (int kk = 0; kk < KP; kk += 32) {
+            if (kk < kp) step(kk, vacc);
+            if (kk + 16 < kp) step(kk + 16, vodd);
+          }
 #pragma unroll
-              for (int e = 0; e < 4; ++e) vacc[p][e] += vodd[p][e];
+          for (int p = 0; p < C::kNPW; ++p) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) vacc[p][e] += vodd[p][e];
+          }
+        }
+        // h[slot] = S from the shared tile (read before barrier B) while the mma above completes
+        if (vec.h) {
+#pragma unroll
+          for (int j = 0; j < TH::kUnits; ++j) {
+            const int r = th.i0 + j * TH::kRowStep;
+            if (th.in_tile(j) && r < K && th.c < vcols) {
+              *reinterpret_cast<uint4*>(hq + j * h_step) =
+                  *reinterpret_cast<const uint4*>(ssm + r * C::kLdV + th.c);
             }
           }
+        } else {
+          gdn::store_tile(hq, V, ssm, C::kLdV, K, vcols, false, kThreads);
+        }
+        if (v_active) {
           const TK* const ut = usm + buf * C::kUTile;
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
             const int i = vm * 16 + qr + 8 * hr;
-            const float f = i < L ? (gated ? expf(glast - gc[i]) : 1.f) : 0.f;
-            TK* const vrow = i < L ? vnp + gdn::at(a.v_new, sb.batch, t0 + i, hv) + col0 : nullptr;
+            const float f = gc[i];  // 0 past the chunk
+            TK* const vrow = vq + v_off + (hr ? 8 * vst : 0);
 #pragma unroll
             for (int p = 0; p < C::kNPW; ++p) {
               const int col = (vn0 + p) * 8 + qc;
-              const float v0 = to_float(ut[i * C::kLdV + col]) - vacc[p][2 * hr];
-              const float v1 = to_float(ut[i * C::kLdV + col + 1]) - vacc[p][2 * hr + 1];
-              if (vrow) {
+              const float2 uu = unpack2<TK>(*reinterpret_cast<const uint32_t*>(ut + i * C::kLdV + col));
+              const float v0 = uu.x - vacc[p][2 * hr];
+              const float v1 = uu.y - vacc[p][2 * hr + 1];
+              if (i < L) {
                 if (vec.v_new_pairs && col + 1 < vcols) {
                   st_pair(vrow + col, pack2<TK>(v0, v1));
                 } else {
@@ -311,7 +445,6 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
         __syncthreads();  // barrier B
 
         // 3. S = exp(g_last) S + k^T v_gated, ascending over the chunk's rows
-        const float decay = gated ? expf(glast) : 1.f;
         for_each_state(S, warp, lane, [&](int, int, float& x) { x *= decay; });
         const TK* const kt = ksm + buf * C::kWTile;
         const int lp = (L + 15) / 16 * 16;
@@ -336,7 +469,10 @@ __global__ void __launch_bounds__(kThreads) fwd_h_mma_kernel(const FwdHArgs a, i
             }
           }
         }
-        if (has_next && tid < BT) gsm[(gbuf ^ 1) * BT + tid] = g_next;
+        if (has_next) gate_store(gi_next, gl_next, L_next, gsm + (gbuf ^ 1) * (BT + 1));
+        vq += BT * vst;
+        if (gated) gq += BT * gst;
+        hq = t0 == sb.bos ? hq1 : hq + h_slot;
       }
     }
     if (a.ht) {
