@@ -9,9 +9,18 @@
 // The state slice S [KP][BV] (K padded to KP = 128 or 256) stays in fp32 mma accumulators; warp w owns rows
 // [w KP / 8, (w + 1) KP / 8). Per chunk S is rounded once into shared memory, where it is both h[slot] (written out
 // with 16-byte stores) and the B operand of w S; the gated v_new is rounded into a second tile as the B operand of
-// k^T v_new (k^T through ldmatrix.trans). The next chunk's w, k, u tiles are prefetched with cp.async into the second
-// of two buffers while the current chunk is computed; two block barriers per chunk. Tiles are zero past K, V and the
-// chunk's rows.
+// k^T v_new (k^T through ldmatrix.trans). The w, k, u tiles of the chunks ahead are prefetched with cp.async into NS
+// buffers while the current chunk is computed; two block barriers per chunk. Tiles are zero past K, V and the chunk's
+// rows.
+// The chunk step is bound by its chain of instructions (few blocks, each walking its chunks in order), so everything
+// that does not change from one chunk to the next is computed once per unit: each thread's cp.async source / shared
+// destination offsets, its h and v_new row offsets (pointers advanced by BT rows, h by one slot, per chunk; no
+// division and no 64-bit multiply per element or chunk), and the gate table exp(g_last - g_i), exp(g_last) (computed
+// once per row, at the end of the previous chunk, by the BT threads that loaded g). Instructions per warp and chunk
+// step (sm_90a SASS of bf16, K = V = 128, BT = 64, BV = 16, NS = 4, by source step; docs/ops/gdn.md "fwd_h and
+// recompute_w_u kernels" for the method; estimates): tile loads ~560 -> ~145, h store and its slot ~140 -> ~15, gates
+// ~30 -> ~10 (~60 in the two warps holding the rows), S to shared memory ~17 -> ~9, w S ~100 -> ~45, v_new epilogue
+// ~140 -> ~62, k^T v_new ~115 -> ~120 (unchanged), loop ~50 -> ~50: ~1150 -> ~460.
 //
 // fwd_h_ffma_kernel (f32 inputs and any mix of dtypes): S [K][32] in shared memory, fp32 FFMA (no TF32); thread
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.

@@ -307,18 +307,20 @@ ref::StageInputs stage_inputs(const Spec& s, const Inputs& in) {
 
 // Each stage on its own against its double golden computed from the stage's actual inputs (varlen, grouped heads;
 // inputs and intermediates in the spec's dtype: f32 takes the FFMA kernels, f16 / bf16 the tensor-core kernels of
-// CUDA with misaligned rows, i.e. element loads and stores).
-void check_stages(Where w, const Spec& s, std::mt19937_64& rng) {
-  SCOPED_TRACE(s.describe());
+// CUDA). `guard`: elements before every tensor; 5 keeps rows misaligned (element loads and stores), 8 makes every
+// tensor 16-byte aligned (the 16-byte cp.async / vector paths where the head dims are multiples of 8).
+void check_stages(Where w, const Spec& s, std::mt19937_64& rng, int64_t guard = 5) {
+  SCOPED_TRACE(s.describe() + " guard " + std::to_string(guard));
   const DType dt = s.dtype;
   const Inputs in = make_inputs(s, rng);
   const int64_t NS = fuseops::gdn_chunk_slots(s.T, s.N(), s.BT, true);
   // chunk-local cumsum of g and the inverse, by the intra-chunk ops
   Placed cu(w, index_tensor(DType::i64, {static_cast<int64_t>(in.cu.size())}, in.cu), 0, 0);
-  Placed g(w, in.g), gc(w, f32, {1, s.T, s.HV}), k(w, in.k), q(w, in.q), v(w, in.v), beta(w, in.beta),
-      Ai(w, dt, {1, s.T, s.HV, s.BT}), W(w, dt, {1, s.T, s.HV, s.K}), U(w, dt, {1, s.T, s.HV, s.V}),
-      Hs(w, dt, {1, NS, s.HV, s.K, s.V}), Vn(w, dt, {1, s.T, s.HV, s.V}), Ht(w, f32, {s.N(), s.HV, s.K, s.V}),
-      H0(w, in.h0), O(w, dt, {1, s.T, s.HV, s.V});
+  Placed g(w, in.g, 0, guard), gc(w, f32, {1, s.T, s.HV}, guard), k(w, in.k, 0, guard), q(w, in.q, 0, guard),
+      v(w, in.v, 0, guard), beta(w, in.beta, 0, guard), Ai(w, dt, {1, s.T, s.HV, s.BT}, guard),
+      W(w, dt, {1, s.T, s.HV, s.K}, guard), U(w, dt, {1, s.T, s.HV, s.V}, guard),
+      Hs(w, dt, {1, NS, s.HV, s.K, s.V}, guard), Vn(w, dt, {1, s.T, s.HV, s.V}, guard),
+      Ht(w, f32, {s.N(), s.HV, s.K, s.V}, guard), H0(w, in.h0, 0, guard), O(w, dt, {1, s.T, s.HV, s.V}, guard);
   for (Placed* p : {&cu, &g, &gc, &k, &q, &v, &beta, &Ai, &W, &U, &Hs, &Vn, &Ht, &H0, &O}) p->upload();
   const TensorView cuv = cu.view(), gcv = gc.view(), bv = beta.view(), h0v = H0.view();
   TensorView htv = Ht.view();
@@ -372,6 +374,26 @@ TEST_P(GdnForward, Stages) {
     Spec s = varlen({0, 40, 1, 70}, 1, 2, 48, 40, dt);
     s.BT = dt == f16 ? 16 : 32;
     check_stages(GetParam(), s, rng);
+    if (HasFailure()) return;
+  }
+}
+
+// The stages with every tensor 16-byte aligned: on CUDA the 16-byte cp.async and vector-store paths of the
+// tensor-core kernels, with h and v_new of fwd_h compared on their own (TensorCoreVariants reaches these paths
+// through o and final_state only). K = 40 (a zero-filled 8-column group below the padded 48) and V = 48 at BT 32;
+// V = 40 at BT 16 (a V block of 8 columns after one of 32); K = V = 128 at BT 64 (on an H200-sized GPU: blocks of 16
+// columns of V, four tile buffers wrapping twice); varlen with an empty and a one-token sequence.
+TEST_P(GdnForward, StagesAligned) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  Spec a = varlen({0, 40, 1, 70}, 1, 2, 40, 48, bf16);
+  a.BT = 32;
+  Spec b = varlen({0, 40, 1, 70}, 1, 2, 48, 40, f16);
+  b.BT = 16;
+  Spec c = varlen({0, 40, 1, 600}, 1, 2, 128, 128, bf16);
+  c.BT = 64;
+  for (const Spec& s : {a, b, c}) {
+    check_stages(GetParam(), s, rng, /*guard=*/8);
     if (HasFailure()) return;
   }
 }
