@@ -16,11 +16,12 @@
 // that does not change from one chunk to the next is computed once per unit: each thread's cp.async source / shared
 // destination offsets, its h and v_new row offsets (pointers advanced by BT rows, h by one slot, per chunk; no
 // division and no 64-bit multiply per element or chunk), and the gate table exp(g_last - g_i), exp(g_last) (computed
-// once per row, at the end of the previous chunk, by the BT threads that loaded g). Instructions per warp and chunk
-// step (sm_90a SASS of bf16, K = V = 128, BT = 64, BV = 16, NS = 4, by source step; docs/ops/gdn.md "fwd_h and
-// recompute_w_u kernels" for the method; estimates): tile loads ~560 -> ~145, h store and its slot ~140 -> ~15, gates
-// ~30 -> ~10 (~60 in the two warps holding the rows), S to shared memory ~17 -> ~9, w S ~100 -> ~45, v_new epilogue
-// ~140 -> ~62, k^T v_new ~115 -> ~120 (unchanged), loop ~50 -> ~50: ~1150 -> ~460.
+// once per row, at the end of the previous chunk, by the BT threads that loaded g); after barrier A the w S mma are
+// issued first and the cp.async of a later chunk, the g loads and the h stores run in their shadow. Instructions per
+// warp and chunk step (sm_90a SASS of bf16, K = V = 128, BT = 64, BV = 16, NS = 4, by source step; docs/ops/gdn.md
+// "fwd_h and recompute_w_u kernels" for the method; estimates): tile loads ~560 -> ~145, h store and its slot ~140 ->
+// ~15, gates ~30 -> ~10 (~60 in the two warps holding the rows), S to shared memory ~17 -> ~9, w S ~100 -> ~45,
+// v_new epilogue ~140 -> ~62, k^T v_new ~115 -> ~120 (unchanged), loop ~50 -> ~50: ~1150 -> ~460.
 //
 // fwd_h_ffma_kernel (f32 inputs and any mix of dtypes): S [K][32] in shared memory, fp32 FFMA (no TF32); thread
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
@@ -220,8 +221,8 @@ template <int KP, int BV>
 constexpr int fwd_h_min_blocks() { return KP == 128 && BV <= 32 ? 2 : 1; }
 
 template <typename TK, int KP, int BT, int BV, int NS>
-__global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>()) fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units,
-                                                             FwdHVec vec, DeviceErrorRecord* errors) {
+__global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
+    fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units, FwdHVec vec, DeviceErrorRecord* errors) {
   using C = FwdHMma<TK, KP, BT, BV, NS>;
   using TW = TileUnits<BT, KP>;  // w, k tiles
   using TU = TileUnits<BT, BV>;  // u tile
@@ -278,8 +279,9 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>()) fwd_h_mm
       x = (a.h0 && row < K && col < vcols) ? gdn::load_f(a.h0, a.h0_dtype, state0 + row * V + col0 + col) : 0.f;
     });
     if (sb.eos > sb.bos) {
-      // Row pointers (plus this thread's offset) of the sequence's first chunk; each moves by BT rows per chunk. The chunk slots of h are
-      // consecutive from chunk 1 on (chunk_slot), so h moves by one slot per chunk after the first.
+      // Row pointers (plus this thread's offset) of the sequence's first chunk; each moves by BT rows per chunk. The
+      // chunk slots of h are consecutive from chunk 1 on (chunk_slot), so h moves by one slot per chunk after the
+      // first.
       const TK* wq = wp + gdn::at(a.w, sb.batch, sb.bos, hv) + w_off;
       const TK* kq = kptr + gdn::at(a.k, sb.batch, sb.bos, hk) + k_off;
       const TK* uq = up + gdn::at(a.u, sb.batch, sb.bos, hv) + col0 + u_off;
@@ -363,28 +365,24 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>()) fwd_h_mm
         }
         cp_async_wait<NS - 2>();  // this chunk's tiles have landed
         __syncthreads();          // barrier A
-        // chunk c + NS - 1 into the buffer of chunk c - 1 (free since barrier A) while this one is computed
-        issue(buf == 0 ? NS - 1 : buf - 1);
-        float gi_next = 0.f, gl_next = 0.f;  // the next chunk's gates, stored to shared memory at the end
-        const int L_next = has_next ? static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0 - BT)) : 0;
-        if (has_next && gated) gate_load(gq + BT * gst, L_next, gi_next, gl_next);
 
-        // 2. v_new = u - w S for this warp's tiles; stored ungated, and gated (0 past the chunk) into the v_new tile
+        // 2. v_new = u - w S for this warp's tiles; stored ungated, and gated (0 past the chunk) into the v_new tile.
+        // The mma are issued first; the tile loads of a later chunk, the gate loads and the h store follow in their
+        // shadow, before the results are used. Two accumulator sets (even and odd 16-column steps of K, each
+        // ascending, added at the end) halve the chain of dependent mma.
         const float* const gc = gsm + gbuf * (BT + 1);
         const float decay = gc[BT];
-        float vacc[C::kNPW][4];
+        float vacc[C::kNPW][4], vodd[C::kNPW][4];
 #pragma unroll
-        for (int p = 0; p < C::kNPW; ++p) vacc[p][0] = vacc[p][1] = vacc[p][2] = vacc[p][3] = 0.f;
+        for (int p = 0; p < C::kNPW; ++p) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) vacc[p][e] = vodd[p][e] = 0.f;
+        }
         if (v_active && vm * 16 < L) {  // warp-uniform
           const TK* const a_ptr = wsm + buf * C::kWTile + (vm * 16 + (lane & 15)) * C::kLdK + (lane >> 4) * 8;
           const int b_row = C::kNPW == 1 ? (lane & 15) : (lane & 7) + ((lane >> 3) & 1) * 8;
           const int b_col = C::kNPW == 1 ? vn0 * 8 : (vn0 + (lane >> 4)) * 8;
           const TK* const b_ptr = ssm + b_row * C::kLdV + b_col;
-          // two accumulator sets (even and odd 16-column steps of K, each ascending, added at the end) halve the
-          // chain of dependent mma
-          float vodd[C::kNPW][4];
-#pragma unroll
-          for (int p = 0; p < C::kNPW; ++p) vodd[p][0] = vodd[p][1] = vodd[p][2] = vodd[p][3] = 0.f;
           auto step = [&](int kk, float (&acc)[C::kNPW][4]) {
             uint32_t af[4];
             ldmatrix_x4(af, a_ptr + kk);
@@ -407,13 +405,13 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>()) fwd_h_mm
             if (kk < kp) step(kk, vacc);
             if (kk + 16 < kp) step(kk + 16, vodd);
           }
-#pragma unroll
-          for (int p = 0; p < C::kNPW; ++p) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) vacc[p][e] += vodd[p][e];
-          }
         }
-        // h[slot] = S from the shared tile (read before barrier B) while the mma above completes
+        // chunk c + NS - 1 into the buffer of chunk c - 1 (free since barrier A) while this one is computed
+        issue(buf == 0 ? NS - 1 : buf - 1);
+        float gi_next = 0.f, gl_next = 0.f;  // the next chunk's gates, stored to shared memory at the end
+        const int L_next = has_next ? static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0 - BT)) : 0;
+        if (has_next && gated) gate_load(gq + BT * gst, L_next, gi_next, gl_next);
+        // h[slot] = S from the shared tile (read before barrier B)
         if (vec.h) {
 #pragma unroll
           for (int j = 0; j < TH::kUnits; ++j) {
@@ -425,6 +423,11 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>()) fwd_h_mm
           }
         } else {
           gdn::store_tile(hq, V, ssm, C::kLdV, K, vcols, false, kThreads);
+        }
+#pragma unroll
+        for (int p = 0; p < C::kNPW; ++p) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) vacc[p][e] += vodd[p][e];
         }
         if (v_active) {
           const TK* const ut = usm + buf * C::kUTile;
