@@ -180,11 +180,6 @@ struct TileUnits {
   __device__ __forceinline__ bool in_tile(int j) const { return ROWS % kRowStep == 0 || i0 + j * kRowStep < ROWS; }
 };
 
-/// cp.async of 16 bytes to a shared address; `fill` false writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async_16_shared(uint32_t dst, const void* src, bool fill) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(fill ? 16 : 0) : "memory");
-}
-
 /// This thread's cp.async units of one chunk's tile (TileUnits<BT, PCOLS>): `dst` the shared byte address of its first
 /// unit, `src` its first unit's global element (row i0, column c of the chunk), `step` kRowStep rows in elements;
 /// units in a column < `pcols` are copied, from global where the row is < `rows` and the column < `cols`, else zero.
@@ -199,7 +194,7 @@ __device__ __forceinline__ void cp_tile(const TileUnits<BT, PCOLS>& tu, uint32_t
   for (int j = 0; j < U::kUnits; ++j) {
     if (tu.in_tile(j)) {
       const bool ok = col_ok && j * U::kRowStep < rows_left;
-      cp_async_16_shared(dst + static_cast<uint32_t>(j * U::kRowStep * ld * sizeof(TK)), ok ? src + j * step : any, ok);
+      cp_async_16(dst + static_cast<uint32_t>(j * U::kRowStep * ld * sizeof(TK)), ok ? src + j * step : any, ok);
     }
   }
 }

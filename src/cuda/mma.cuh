@@ -11,10 +11,13 @@
 
 namespace fuseops::detail::cuda {
 
-/// 16-byte asynchronous copy global -> shared; `fill` false writes 16 zero bytes and reads nothing.
+/// 16-byte asynchronous copy global -> shared; `fill` false writes 16 zero bytes and reads nothing. `dst`: a shared
+/// memory address (as from __cvta_generic_to_shared, for addresses computed once and reused), or a generic pointer.
+__device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool fill) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(fill ? 16 : 0) : "memory");
+}
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool fill) {
-  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(fill ? 16 : 0) : "memory");
+  cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(dst)), src, fill);
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
