@@ -17,11 +17,12 @@
 // destination offsets, its h and v_new row offsets (pointers advanced by BT rows, h by one slot, per chunk; no
 // division and no 64-bit multiply per element or chunk), and the gate table exp(g_last - g_i), exp(g_last) (computed
 // once per row, at the end of the previous chunk, by the BT threads that loaded g); after barrier A the w S mma are
-// issued first and the cp.async of a later chunk, the g loads and the h stores run in their shadow. Instructions per
-// warp and chunk step (sm_90a SASS of bf16, K = V = 128, BT = 64, BV = 16, NS = 4, by source step; docs/ops/gdn.md
-// "fwd_h and recompute_w_u kernels" for the method; estimates): tile loads ~560 -> ~145, h store and its slot ~140 ->
-// ~15, gates ~30 -> ~10 (~60 in the two warps holding the rows), S to shared memory ~17 -> ~9, w S ~100 -> ~45,
-// v_new epilogue ~140 -> ~62, k^T v_new ~115 -> ~120 (unchanged), loop ~50 -> ~50: ~1150 -> ~460.
+// issued first and the g loads, the h stores and (NS > 2) the cp.async of a later chunk run in their shadow (with
+// NS = 2 the next chunk's cp.async go first, to have the whole step to land). Instructions per warp and chunk step
+// (sm_90a SASS of bf16, K = V = 128, BT = 64, BV = 16, NS = 4, by source step; docs/ops/gdn.md "fwd_h and
+// recompute_w_u kernels" for the method; estimates): tile loads ~560 -> ~145, h store and its slot ~140 -> ~15, gates
+// ~30 -> ~10 (~60 in the two warps holding the rows), S to shared memory ~17 -> ~9, w S ~100 -> ~45, v_new epilogue
+// ~140 -> ~62, k^T v_new ~115 -> ~120 (unchanged), loop ~50 -> ~50: ~1150 -> ~460.
 //
 // fwd_h_ffma_kernel (f32 inputs and any mix of dtypes): S [K][32] in shared memory, fp32 FFMA (no TF32); thread
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
@@ -360,9 +361,12 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
         }
         cp_async_wait<NS - 2>();  // this chunk's tiles have landed
         __syncthreads();          // barrier A
+        // chunk c + NS - 1 into the buffer of chunk c - 1 (free since barrier A) while this one is computed: with two
+        // buffers (the next chunk, one chunk step to land) right away, with more after the mma below
+        if constexpr (NS == 2) issue(buf == 0 ? NS - 1 : buf - 1);
 
         // 2. v_new = u - w S for this warp's tiles; stored ungated, and gated (0 past the chunk) into the v_new tile.
-        // The mma are issued first; the tile loads of a later chunk, the gate loads and the h store follow in their
+        // The mma are issued first; the gate loads, the h store (and the tile loads with NS > 2) follow in their
         // shadow, before the results are used. Two accumulator sets (even and odd 16-column steps of K, each
         // ascending, added at the end) halve the chain of dependent mma.
         const float* const gc = gsm + gbuf * (BT + 1);
@@ -401,8 +405,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             if (kk + 16 < kp) step(kk + 16, vodd);
           }
         }
-        // chunk c + NS - 1 into the buffer of chunk c - 1 (free since barrier A) while this one is computed
-        issue(buf == 0 ? NS - 1 : buf - 1);
+        if constexpr (NS > 2) issue(buf == 0 ? NS - 1 : buf - 1);
         float gi_next = 0.f, gl_next = 0.f;  // the next chunk's gates, stored to shared memory at the end
         const int L_next = has_next ? static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0 - BT)) : 0;
         if (has_next && gated) gate_load(gq + BT * gst, L_next, gi_next, gl_next);
