@@ -98,7 +98,7 @@ TEST_P(GdnForward, TensorCoreVariants) {
                 {50, 1, 2, 128, 64, 16, f16, false, true}, {45, 1, 2, 96, 128, 16, bf16, true, false},
                 {40, 1, 1, 200, 136, 32, bf16, false, true}, {40, 1, 1, 136, 24, 16, f16},
                 {90, 1, 2, 128, 128, 32, f16, true, true},
-                // pipeline depths (on a GPU of 132 SMs like the H200): the tile buffers wrap several times (3 buffers
+                // pipeline depths (on a GPU of 132 SMs like the H200): the tile buffers wrap several times (2 buffers
                 // at BV 64, 4 at BV 32 / 16 with at most one block per SM) and two buffers where the grid is larger
                 {520, 16, 64, 128, 128, 64, bf16, false, true}, {300, 8, 32, 128, 128, 64, f16, false, true},
                 {300, 1, 2, 128, 64, 16, f16, false, true}, {300, 1, 2, 128, 128, 64, bf16, false, true},
