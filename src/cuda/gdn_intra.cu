@@ -229,14 +229,10 @@ void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int devi
   prm.slots = gdn::chunk_slots(geo);
   const int64_t group = geo.HV / geo.H;
   // Split a key head's value heads over several blocks only when (chunks x key heads) cannot fill the GPU.
-  const int64_t units = prm.slots * geo.H;
-  const int64_t want = 4LL * sm_count(device);
-  int64_t parts = 1;
-  if (group > 1 && units < want) parts = std::min(group, (want + units - 1) / units);
-  const int64_t heads_per_cta = (group + parts - 1) / parts;
+  const gdn::HeadSplit split = gdn::split_value_heads(prm.slots * geo.H, group, 4LL * sm_count(device));
   prm.group = static_cast<int>(group);
-  prm.heads_per_cta = static_cast<int>(heads_per_cta);
-  prm.parts = static_cast<int>((group + heads_per_cta - 1) / heads_per_cta);
+  prm.heads_per_cta = split.heads_per_cta;
+  prm.parts = split.parts;
   prm.kp = static_cast<int>((geo.K + gdn::k_step<TK>() - 1) / gdn::k_step<TK>() * gdn::k_step<TK>());
   prm.ld = gdn::k_tile_ld<TK>(prm.kp);
   constexpr int64_t kVec = 16 / sizeof(TK);

@@ -20,6 +20,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -75,6 +76,20 @@ __device__ __forceinline__ int64_t warp_find_sequence(const GdnGeometry& geo, in
     hi = min(hi, lo + step - 1);
   }
   return lo;
+}
+
+/// How the G value heads of a key head are dealt to blocks: one block per (chunk, key head) takes them all, unless
+/// the `units` = chunks x key heads cannot fill `want` blocks; then each block takes heads_per_cta of them (the
+/// parts = ceil(G / heads_per_cta) blocks of a (chunk, key head) each recompute what the heads share).
+struct HeadSplit {
+  int heads_per_cta;
+  int parts;
+};
+inline HeadSplit split_value_heads(int64_t units, int64_t group, int64_t want) {
+  int64_t parts = 1;
+  if (group > 1 && units < want) parts = std::min(group, (want + units - 1) / units);
+  const int64_t per = (group + parts - 1) / parts;
+  return {static_cast<int>(per), static_cast<int>((group + per - 1) / per)};
 }
 
 /// Number of chunk slots resolve_chunk() maps: fixed length B * ceil(T / BT) (exactly the chunks); varlen

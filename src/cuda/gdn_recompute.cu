@@ -12,6 +12,7 @@
 
 #include "cuda/device_error.h"
 #include "cuda/gdn_forward.cuh"
+#include "cuda/gdn_wu.cuh"
 #include "fuseops/error.h"
 #include "fuseops/tensor.h"
 
@@ -19,6 +20,10 @@ namespace fuseops::detail::cuda {
 namespace {
 
 using gdn::kThreads;
+using gdn::kLdA;
+using gdn::lower_times;
+using gdn::scale_rows;
+using gdn::WuVec;
 
 template <int BT>
 __global__ void __launch_bounds__(kThreads) recompute_w_u_ffma_kernel(const WuArgs a, int64_t slots, int dmax,
@@ -193,66 +198,6 @@ void launch_wu_ffma(const WuArgs& a, int device, cudaStream_t s) {
 // ---------------------------------------------------------------------------------------------------------------
 // Tensor-core kernel (f16 / bf16)
 
-/// Which tensors move as 16-byte rows (cp.async / vector stores).
-struct WuVec {
-  bool k, v, A, w, u;
-};
-
-/// Row stride of the BT x BT A tile (16-bit): 8 rows of an ldmatrix hit distinct banks.
-template <int BT>
-constexpr int kLdA = BT + 8;
-
-/// Row i of X [BT][ld] (i < rows, columns < cols) times f1[i] (and f2[i]), rounded once to TK; one warp per row.
-template <typename TK>
-__device__ void scale_rows(TK* X, int ld, int rows, int cols, const float* f1, const float* f2) {
-  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  for (int i = warp; i < rows; i += gdn::kWarps) {
-    const float a = f1[i], b = f2 ? f2[i] : 1.f;
-    for (int c = lane; c < cols; c += 32) {
-      const float x = to_float(X[i * ld + c]) * a;
-      X[i * ld + c] = from_float<TK>(f2 ? x * b : x);
-    }
-  }
-}
-
-/// O[i][c] = sum_{j <= i} A[i][j] X[j][c] for rows i < len and columns c < cols (rounded once to TK). Work items of
-/// 16 rows x 32 columns are dealt to the warps, the row blocks in reverse order on odd rounds so that the triangle's
-/// work is spread evenly; each sums over the blocks j0 <= i0 only (A is zero above the diagonal), ascending.
-template <typename TK, int BT>
-__device__ void lower_times(const TK* As, const TK* X, int ld, TK* O, int len, int cols) {
-  constexpr int MB = BT / 16;
-  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const int qr = lane / 4, qc = 2 * (lane % 4);
-  const int items = MB * ((cols + 31) / 32);
-  for (int item = warp; item < items; item += gdn::kWarps) {
-    const int r = item % MB;
-    const int mi = (item / gdn::kWarps) % 2 ? MB - 1 - r : r, n0 = (item / MB) * 32;
-    if (mi * 16 >= len) continue;  // warp-uniform
-    float acc[4][4];
-#pragma unroll
-    for (int t = 0; t < 4; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-    const TK* const a_ptr = As + (mi * 16 + (lane & 15)) * kLdA<BT> + (lane >> 4) * 8;
-    const TK* const b_ptr = X + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8;
-    for (int kk = 0; kk <= mi * 16; kk += 16) {
-      uint32_t af[4];
-      ldmatrix_x4(af, a_ptr + kk);
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, b_ptr + kk * ld + p * 16);
-        mma_m16n8k16<TK>(acc[2 * p], af, b[0], b[1]);
-        mma_m16n8k16<TK>(acc[2 * p + 1], af, b[2], b[3]);
-      }
-    }
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      TK* const dst = O + (mi * 16 + qr) * ld + n0 + t * 8 + qc;
-      *reinterpret_cast<uint32_t*>(dst) = pack2<TK>(acc[t][0], acc[t][1]);
-      *reinterpret_cast<uint32_t*>(dst + 8 * ld) = pack2<TK>(acc[t][2], acc[t][3]);
-    }
-  }
-}
-
 /// One block per (chunk slot, value head): shared A tile [BT][kLdA], beta e^g k and beta v tiles [BT][ld] and the
 /// output staging tile [BT][ld], ld = dp + 8 with dp = max(K, V) rounded up to 32 (zero past K / V and the chunk).
 /// Registers bounded for 3 blocks per SM (61 KB of shared memory each at BT = 64, K = V = 128; no spills).
@@ -295,8 +240,8 @@ __global__ void __launch_bounds__(kThreads, 3)
         const int i = e / BT, j = e % BT;
         if (j > i) As[i * kLdA<BT> + j] = from_float<TK>(0.f);
       }
-      scale_rows(Xk, ld, L, K, beta_s, eg_s);  // (k beta) e^g, as the FFMA kernel and FLA
-      scale_rows(Xv, ld, L, V, beta_s, static_cast<const float*>(nullptr));
+      scale_rows(Xk, Xk, ld, L, K, beta_s, eg_s);  // (k beta) e^g, as the FFMA kernel and FLA
+      scale_rows(Xv, Xv, ld, L, V, beta_s, static_cast<const float*>(nullptr));
       __syncthreads();
       TK* const wdst = static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv);
       TK* const udst = static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv);

@@ -444,16 +444,6 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     ka.g = as_in(ca.out);
     ka.beta = in_view(beta);
     const GdnOut Ai = contiguous_out(ws, L.Ai, dt, d.T, d.HV, chunk_size);
-#if defined(FUSEOPS_WITH_CUDA)
-    if (backend_for(op, device) == Backend::cuda) {
-      cuda::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai, device.index, stream.handle);
-    } else {
-      cpu::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai);
-    }
-#else
-    cpu::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai);
-#endif
-
     WuArgs wa;
     wa.geo = geo;
     wa.V = d.V;
@@ -464,7 +454,19 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     wa.g = ka.g;
     wa.w = contiguous_out(ws, L.w, dt, d.T, d.HV, d.K);
     wa.u = contiguous_out(ws, L.u, dt, d.T, d.HV, d.V);
-    FUSEOPS_GDN_RUN(op, device, stream, recompute_w_u_fwd, wa);
+    // CUDA, 16-bit: kkt, inverse and w / u in one kernel (the same bytes); otherwise the two stages via Ai.
+    bool fused = false;
+#if defined(FUSEOPS_WITH_CUDA)
+    if (backend_for(op, device) == Backend::cuda) {
+      fused = cuda::chunk_gated_delta_rule_fwd_intra(ka, wa, device.index, stream.handle);
+      if (!fused) cuda::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai, device.index, stream.handle);
+    } else {
+      cpu::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai);
+    }
+#else
+    cpu::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai);
+#endif
+    if (!fused) FUSEOPS_GDN_RUN(op, device, stream, recompute_w_u_fwd, wa);
   }
   FwdHArgs ha;
   ha.geo = geo;

@@ -91,6 +91,10 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a);
 namespace cuda {
 void l2norm_fwd(const L2NormArgs& a, int device, void* stream);
 void recompute_w_u_fwd(const WuArgs& a, int device, void* stream);
+/// kkt + solve_tril + recompute_w_u of the forward in one kernel (gdn_intra_fwd.cu): w and u of `a` (its A unused)
+/// from k, v, g, beta; the same bytes as chunk_gated_delta_rule_fwd_kkt_solve (Ai in the input dtype) followed by
+/// recompute_w_u_fwd. Returns false (nothing launched) unless k, v, w, u are of one 16-bit dtype.
+bool chunk_gated_delta_rule_fwd_intra(const KktArgs& ka, const WuArgs& a, int device, void* stream);
 void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream);
 void chunk_fwd_o(const FwdOArgs& a, int device, void* stream);
 void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* stream);

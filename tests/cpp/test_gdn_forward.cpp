@@ -365,6 +365,19 @@ void check_stages(Where w, const Spec& s, std::mt19937_64& rng, int64_t guard = 
   const ref::RecurrenceGolden gold = ref::gated_delta_rule_recurrence(ri);
   EXPECT_TRUE(matches(O.read(), gold.o, dt, "stages o vs recurrence"));
   EXPECT_TRUE(matches(Ht.read(), gold.final_state, dt, "stages final_state vs recurrence"));
+  // and chunk_gated_delta_rule gives the same bytes as its stages (on CUDA with 16-bit inputs its kkt, inverse and
+  // w / u are one kernel, whose numerics are those of the separate stages)
+  const TensorView qv = q.view(), vv = v.view();
+  const std::size_t bytes = fuseops::chunk_gated_delta_rule_workspace_size(qv, vv, &cuv, false, s.BT);
+  Placed ws(w, DType::f32, {static_cast<int64_t>(bytes / 4 + 1)}, 0), O2(w, dt, {1, s.T, s.HV, s.V}, guard),
+      Ht2(w, f32, {s.N(), s.HV, s.K, s.V}, guard);
+  for (Placed* p : {&ws, &O2, &Ht2}) p->upload();
+  TensorView ht2 = Ht2.view();
+  fuseops::chunk_gated_delta_rule(O2.view(), &ht2, qv, k.view(), vv, g.view(), beta.view(), scale, &h0v, false, &cuv,
+                                  ws.view(), s.BT);
+  for (Placed* p : {&O2, &Ht2}) p->download();
+  EXPECT_TRUE(gdn::same_bytes(O2.read(), O.read())) << "chunk_gated_delta_rule o vs its stages";
+  EXPECT_TRUE(gdn::same_bytes(Ht2.read(), Ht.read())) << "chunk_gated_delta_rule final_state vs its stages";
 }
 
 TEST_P(GdnForward, Stages) {
@@ -382,7 +395,8 @@ TEST_P(GdnForward, Stages) {
 // tensor-core kernels, with h and v_new of fwd_h compared on their own (TensorCoreVariants reaches these paths
 // through o and final_state only). K = 40 (a zero-filled 8-column group below the padded 48) and V = 48 at BT 32;
 // V = 40 at BT 16 (a V block of 8 columns after one of 32); K = V = 128 at BT 64 (on an H200-sized GPU: blocks of 16
-// columns of V, four tile buffers wrapping twice); varlen with an empty and a one-token sequence.
+// columns of V, four tile buffers wrapping twice); varlen with an empty and a one-token sequence. check_stages also
+// runs the whole forward on the same inputs and asserts the same bytes as the stages.
 TEST_P(GdnForward, StagesAligned) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
@@ -392,7 +406,11 @@ TEST_P(GdnForward, StagesAligned) {
   b.BT = 16;
   Spec c = varlen({0, 40, 1, 600}, 1, 2, 128, 128, bf16);
   c.BT = 64;
-  for (const Spec& s : {a, b, c}) {
+  // enough chunks (> 2 x 148 SMs) that the forward's fused intra-chunk kernel walks a key head's 4 value heads in
+  // one block (smaller grids split them over blocks): the next head's v tile copied behind the current one
+  Spec d = varlen({0, 5000, 3}, 1, 4, 32, 32, f16);
+  d.BT = 16;
+  for (const Spec& s : {a, b, c, d}) {
     check_stages(GetParam(), s, rng, /*guard=*/8);
     if (HasFailure()) return;
   }

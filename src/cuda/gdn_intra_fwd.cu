@@ -1,0 +1,180 @@
+// The intra-chunk stage of the CUDA chunk_gated_delta_rule in one kernel: kkt, its inverse and recompute_w_u,
+// w = (I + A)^{-1} (beta e^g k) and u = (I + A)^{-1} (beta v) per chunk and value head, with the inverse kept in
+// shared memory (the forward never reads it back: FLA's chunk_gated_delta_rule_fwd_intra fuses the same three steps).
+// The separate kernels (chunk_gated_delta_rule_fwd_kkt_solve into a 16-bit Ai, then recompute_w_u_fwd) cost the
+// inverse's round trip through memory, a second read of k per value head and a launch; this kernel keeps their
+// numerics: the same Gram / kkt_tile / invert_unit_lower routines (gdn_intra.cuh), the inverse rounded once to the
+// input dtype as the separate path stores it, and the same operand scaling and products (gdn_wu.cuh). So the forward
+// gives the same bytes either way (test GdnForward.StagesAligned / Stages compare them).
+//
+// One 256-thread block per (chunk, key head), looping over the key head's value heads (split over several blocks
+// when the grid would be small, as the kkt kernel). Per unit: k tile (raw, kept) and the first value head's v tile by
+// cp.async; Gram in registers. Per value head: its v tile copied (cp.async) behind the kkt tile and the inverse (fp32,
+// in place) -> As (16-bit, lower with the diagonal); beta e^g k -> Xk (in the inverse's bytes), beta v in place; w and
+// u products stored from the mma fragments as pairs (the first version, staging them in shared memory for 16-byte
+// stores with one warp per row of scaling, measured 1.45 ms against 1.27 ms at 16 / 64 heads, T = 32768).
+// f16 / bf16 only (k, v, w, u of one dtype); other dtypes take the separate kernels.
+#include <algorithm>
+#include <cstdint>
+
+#include "cuda/device_error.h"
+#include "cuda/gdn_forward.cuh"
+#include "cuda/gdn_wu.cuh"
+#include "fuseops/error.h"
+
+namespace fuseops::detail::cuda {
+namespace {
+
+using gdn::ChunkRef;
+using gdn::kLdA;
+using gdn::kThreads;
+
+struct IntraParams {
+  int64_t slots;
+  int group;          ///< value heads per key head
+  int heads_per_cta;  ///< value heads of one key head per block
+  int parts;          ///< blocks per (chunk, key head)
+  int kp;             ///< K padded to 16 (the Gram's steps)
+  int dp;             ///< max(K, V) padded to 32 (the product's column items); tiles are [BT][dp + 8]
+  gdn::WuVec vec;     ///< 16-byte rows (k, v)
+  gdn::WuVec pairs;   ///< 4-byte pairs of output elements (w, u)
+  DeviceErrorRecord* errors;
+};
+
+/// Bytes of the fp32 region: the kkt / inverse tile and the merge scratch; once the inverse is rounded into As, the
+/// tile of beta e^g k [BT][ld] (16-bit).
+template <int BT>
+std::size_t float_region_bytes(int ld) {
+  const std::size_t f = (gdn::kTileFloats<BT> + gdn::kScratchFloats<BT>) * sizeof(float);
+  return std::max(f, static_cast<std::size_t>(BT) * ld * 2);
+}
+
+/// Dynamic shared memory: ks, Xv [BT][ld] (16-bit), As [BT][kLdA], then the fp32 region (64.5 KB at BT = 64,
+/// K = V = 128). Registers bounded for two blocks per SM: three (80 registers, ~100 bytes spilled) measured 10-17%
+/// slower on the H200 (docs/ops/gdn.md).
+template <int BT>
+std::size_t intra_smem_bytes(int ld) {
+  return 2 * static_cast<std::size_t>(BT) * ld * 2 + static_cast<std::size_t>(BT) * kLdA<BT> * 2 +
+         float_region_bytes<BT>(ld);
+}
+
+template <typename TK, int BT>
+__global__ void __launch_bounds__(kThreads, 2)
+    intra_fwd_kernel(const KktArgs ka, const WuArgs a, const IntraParams prm) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int ld = prm.dp + 8;
+  TK* const ks = reinterpret_cast<TK*>(smem_raw);
+  TK* const Xv = ks + BT * ld;
+  TK* const As = Xv + BT * ld;
+  float* const tile = reinterpret_cast<float*>(As + BT * kLdA<BT>);
+  float* const scratch = tile + gdn::kTileFloats<BT>;
+  TK* const Xk = reinterpret_cast<TK*>(tile);  // once the inverse is in As
+  __shared__ ChunkRef chunk;
+  __shared__ float gate_beta[2 * BT];  // g then beta of the chunk's rows, current value head
+  __shared__ float eg[BT];             // e^g of the rows
+  const int tid = static_cast<int>(threadIdx.x);
+  const int K = static_cast<int>(a.geo.K), V = static_cast<int>(a.V);
+  const int key_units = static_cast<int>(a.geo.H) * prm.parts;
+
+  for (int64_t slot = blockIdx.x; slot < prm.slots; slot += gridDim.x) {
+    const ChunkRef ch = gdn::block_chunk<BT>(a.geo, slot, prm.errors, chunk);
+    if (ch.len == 0) continue;
+    const int L = ch.len;
+    for (int y = blockIdx.y; y < key_units; y += gridDim.y) {
+      const int hk = y / prm.parts;
+      const int hv_begin = hk * prm.group + (y - hk * prm.parts) * prm.heads_per_cta;
+      const int hv_end = min(hv_begin + prm.heads_per_cta, (hk + 1) * prm.group);
+      auto v_src = [&](int hv) { return static_cast<const TK*>(a.v.data) + gdn::at(a.v, ch.batch, ch.t0, hv); };
+      __syncthreads();  // the previous unit is done with every tile
+      gdn::load_tile<TK, BT>(ks, ld, prm.dp, static_cast<const TK*>(a.k.data) + gdn::at(a.k, ch.batch, ch.t0, hk),
+                             a.k.stride_t, L, K, prm.vec.k, kThreads);
+      gdn::load_tile<TK, BT>(Xv, ld, prm.dp, v_src(hv_begin), a.v.stride_t, L, V, prm.vec.v, kThreads);
+      cp_async_commit();
+      float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(ka, ch, hv_begin, tid) : 0.f;
+      cp_async_wait_all();
+      if (tid < 2 * BT) gate_beta[tid] = gb;
+      __syncthreads();
+      gdn::Gram<TK, BT> gram;
+      gram.compute(ks, ld, prm.kp, L);
+
+      for (int hv = hv_begin; hv < hv_end; ++hv) {
+        if (hv > hv_begin) {  // this value head's v tile, behind its kkt tile and inverse
+          gdn::load_tile<TK, BT>(Xv, ld, prm.dp, v_src(hv), a.v.stride_t, L, V, prm.vec.v, kThreads);
+          cp_async_commit();
+        }
+        gram.kkt_tile(gate_beta, L, tile);
+        if (tid < BT) eg[tid] = expf(gate_beta[tid]);  // rows past the chunk: g = 0, e^g = 1
+        __syncthreads();
+        const bool next = hv + 1 < hv_end;  // the next value head's g / beta behind the inverse
+        if (next && tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(ka, ch, hv + 1, tid);
+        gdn::invert_unit_lower<BT, (BT >= 32)>(tile, scratch, L);  // ends with a barrier
+        gdn::round_inverse<TK, BT>(tile, As);
+        cp_async_wait_all();  // this value head's v tile
+        __syncthreads();
+        // beta e^g k over all BT rows (rows past the chunk stay 0, as the separate kernel's zero fill), beta v
+        gdn::scale_rows(ks, Xk, ld, BT, prm.dp, gate_beta + BT, eg);
+        gdn::scale_rows(Xv, Xv, ld, L, V, gate_beta + BT, static_cast<const float*>(nullptr));
+        __syncthreads();
+        if (next && tid < 2 * BT) gate_beta[tid] = gb;  // read above, before the barrier
+        gdn::lower_times_to_rows<TK, BT>(As, Xk, ld, static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv),
+                                         a.w.stride_t, L, K, prm.pairs.w);
+        gdn::lower_times_to_rows<TK, BT>(As, Xv, ld, static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv),
+                                         a.u.stride_t, L, V, prm.pairs.u);
+        __syncthreads();
+      }
+    }
+  }
+}
+
+template <typename TK, int BT>
+void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s) {
+  const char* op = "chunk_gated_delta_rule";
+  IntraParams prm{};
+  prm.slots = gdn::chunk_slots(a.geo);
+  const int64_t group = a.geo.HV / a.geo.H;
+  const gdn::HeadSplit split = gdn::split_value_heads(prm.slots * a.geo.H, group, 2LL * sm_count(device));
+  prm.group = static_cast<int>(group);
+  prm.heads_per_cta = split.heads_per_cta;
+  prm.parts = split.parts;
+  prm.kp = static_cast<int>((a.geo.K + 15) / 16 * 16);
+  prm.dp = static_cast<int>((std::max(a.geo.K, a.V) + 31) / 32 * 32);
+  const std::size_t smem = intra_smem_bytes<BT>(prm.dp + 8);  // K = V = 256 at BT = 64: 178 KB (sm_90: 227 KB)
+  prm.vec.k = gdn::rows_16b(a.k, a.geo.K);
+  prm.vec.v = gdn::rows_16b(a.v, a.V);
+  auto pairs = [](const GdnOut& x, int64_t dim) {
+    return reinterpret_cast<std::uintptr_t>(x.data) % 4 == 0 && dim % 2 == 0 && x.stride_b % 2 == 0 &&
+           x.stride_t % 2 == 0 && x.stride_h % 2 == 0;
+  };
+  prm.pairs.w = pairs(a.w, a.geo.K);
+  prm.pairs.u = pairs(a.u, a.V);
+  prm.errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
+  auto kernel = intra_fwd_kernel<TK, BT>;
+  allow_smem(kernel, smem, op);
+  const int64_t gy = std::max<int64_t>(1, std::min<int64_t>(a.geo.H * prm.parts, 65535));
+  launch_kernel(kernel, dim3(gdn::grid_x(prm.slots), static_cast<unsigned>(gy)), dim3(kThreads), smem, s, device, ka,
+                a, prm);
+}
+
+}  // namespace
+
+bool chunk_gated_delta_rule_fwd_intra(const KktArgs& ka, const WuArgs& a, int device, void* stream) {
+  const DType dt = a.k.dtype;
+  if (a.v.dtype != dt || a.w.dtype != dt || a.u.dtype != dt) return false;
+  const char* op = "chunk_gated_delta_rule";
+  DeviceGuard guard(device, op);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (a.geo.BT != 16 && a.geo.BT != 32 && a.geo.BT != 64) return false;
+  const bool launched = gdn::with_16bit(dt, [&](auto tag) {
+    using TK = decltype(tag);
+    switch (a.geo.BT) {
+      case 16: launch_intra<TK, 16>(ka, a, device, s); break;
+      case 32: launch_intra<TK, 32>(ka, a, device, s); break;
+      default: launch_intra<TK, 64>(ka, a, device, s); break;
+    }
+  });
+  if (launched) after_launch(op, s, device);
+  return launched;
+}
+
+}  // namespace fuseops::detail::cuda
