@@ -54,16 +54,27 @@ __device__ __forceinline__ void store_two(const GdnOut& o, int64_t i, float x, f
 }
 
 /// Score entry (i, j) of the chunk: s exp(g_i - g_j) for j <= i < len (s without g), 0 above the diagonal and in
-/// rows past the chunk (never stored; their g is a placeholder 0).
+/// rows past the chunk (never stored; their g is a placeholder 0). exp by ex2.approx (__expf: relative error ~2^-21 for
+/// the exponent's range here, far below the rounding of P to the input dtype).
 __device__ __forceinline__ float gated_score(float s, int i, int j, int len, float g_i, float g_j, bool gated) {
   if (j > i || i >= len) return 0.f;
-  return gated ? s * expf(g_i - g_j) : s;
+  return gated ? s * __expf(g_i - g_j) : s;
 }
 
+/// Launch-time constants: the work items are (chunk slot, key head, part, V block), the V blocks innermost; each
+/// item walks value heads [hv_begin, hv_end) of its key head (all G of them unless the grid would be small).
+struct FwdOParams {
+  int64_t slots;
+  int vblocks;        ///< blocks of BV columns of V
+  int group;          ///< G = HV / H
+  int heads_per_cta;  ///< value heads per item
+  int parts;          ///< items per (chunk slot, key head, V block)
+  unsigned vec;       ///< kVec* / kPairO bits
+  DeviceErrorRecord* errors;
+};
+
 template <typename TK, int BT, int BV>
-__global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(const FwdOArgs a, int64_t slots,
-                                                                             int64_t vblocks, unsigned vec,
-                                                                             DeviceErrorRecord* errors) {
+__global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(const FwdOArgs a, const FwdOParams prm) {
   constexpr int kThreads = kThreadsFor<BV>, kWarps = kThreads / 32, kLdV = kLdVFor<BV>;
   constexpr int kRowWarps = BT / 16;             // warps along the chunk's rows
   constexpr int kColWarps = kWarps / kRowWarps;  // warps along the block's columns
@@ -83,9 +94,11 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int rw = warp % kRowWarps, r0 = 16 * rw, cb = (warp / kRowWarps) * kWarpCols;
   const int row_a = r0 + lane / 4, row_b = row_a + 8;  // this thread's two rows of every fragment
-  const int64_t HV = a.geo.HV, V = a.V, KV = static_cast<int64_t>(K) * V, group = HV / a.geo.H;
-  const int64_t units = HV * vblocks, items = slots * units;
+  const int64_t HV = a.geo.HV, V = a.V, KV = static_cast<int64_t>(K) * V;
+  const int units = static_cast<int>(a.geo.H) * prm.parts * prm.vblocks;  // items per chunk slot
+  const int64_t items = prm.slots * units;
   const bool gated = a.g.data != nullptr;
+  const bool pair = (prm.vec & kPairO) != 0;
   // ldmatrix lane addresses (element offsets inside a tile). A (16 x 16 row-major, q rows): matrices rows 0-7 / 8-15
   // at column 0, then at column 8. B from k (rows = score columns j): rows 0-7 at K offset 0 / 8, then rows 8-15.
   // B from h / v_new stored [k][n] (transposed load): rows 0-7 / 8-15 at column 0, then at column 8.
@@ -94,42 +107,48 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
   const int tb_off = (lane % 8 + ((lane / 8) & 1) * 8) * kLdV + cb + (lane / 16) * 8;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t slot = item / units, u = item - slot * units;
+    const int64_t slot = item / units;
+    const int u = static_cast<int>(item - slot * units);
     __syncthreads();  // the previous item is done with the tiles, gs and chunk
     if (warp == 0) {
-      const gdn::ChunkRef ch = gdn::resolve_chunk<BT>(a.geo, slot, errors, u == 0);
+      const gdn::ChunkRef ch = gdn::resolve_chunk<BT>(a.geo, slot, prm.errors, u == 0);
       if (lane == 0) chunk = ch;
     }
     __syncthreads();
     const gdn::ChunkRef ch = chunk;
     if (ch.len == 0) continue;
     const int L = ch.len;
-    const int64_t hv = u / vblocks, v0 = (u - hv * vblocks) * BV, hk = hv / group;
+    const int key_part = u / prm.vblocks, hk = key_part / prm.parts;
+    const int v0 = (u - key_part * prm.vblocks) * BV;
+    const int hv_begin = hk * prm.group + (key_part - hk * prm.parts) * prm.heads_per_cta;
+    const int hv_end = min(hv_begin + prm.heads_per_cta, (hk + 1) * prm.group);
     const int vcols = static_cast<int>(min(static_cast<int64_t>(BV), V - v0));
+    const int64_t hslot = gdn::state_slot(a.geo, slot, ch);
+    auto load_h_v = [&](int hv) {  // h and v_new of value head hv, one cp.async group
+      const int64_t hoff = state_offset(a.h, ch.batch, hslot, hv, HV, KV) + v0;
+      gdn::load_tile_rows<1>(hs, kLdV, kp, BV, static_cast<const TK*>(a.h.data) + hoff, V, K, vcols,
+                             prm.vec & kVecH, kThreads);
+      gdn::load_tile<TK, BT, 1>(vs, kLdV, BV,
+                                static_cast<const TK*>(a.v_new.data) + gdn::at(a.v_new, ch.batch, ch.t0, hv) + v0,
+                                a.v_new.stride_t, L, vcols, prm.vec & kVecV, kThreads);
+      cp_async_commit();
+    };
 
-    // group 0: q, k; group 1: h, v_new (the scores only wait for group 0)
+    // group 0: q, k; group 1: h, v_new of the first value head (the scores only wait for group 0)
     gdn::load_tile<TK, BT, 1>(qs, ldk, kp, static_cast<const TK*>(a.q.data) + gdn::at(a.q, ch.batch, ch.t0, hk),
-                           a.q.stride_t, L, K, vec & kVecQ, kThreads);
+                              a.q.stride_t, L, K, prm.vec & kVecQ, kThreads);
     gdn::load_tile<TK, BT, 1>(ks, ldk, kp, static_cast<const TK*>(a.k.data) + gdn::at(a.k, ch.batch, ch.t0, hk),
-                           a.k.stride_t, L, K, vec & kVecK, kThreads);
+                              a.k.stride_t, L, K, prm.vec & kVecK, kThreads);
     cp_async_commit();
-    const int64_t hoff = state_offset(a.h, ch.batch, gdn::state_slot(a.geo, slot, ch), hv, HV, KV) + v0;
-    gdn::load_tile_rows<1>(hs, kLdV, kp, BV, static_cast<const TK*>(a.h.data) + hoff, V, K, vcols, vec & kVecH,
-                           kThreads);
-    gdn::load_tile<TK, BT, 1>(vs, kLdV, BV,
-                           static_cast<const TK*>(a.v_new.data) + gdn::at(a.v_new, ch.batch, ch.t0, hv) + v0,
-                           a.v_new.stride_t, L, vcols, vec & kVecV, kThreads);
-    cp_async_commit();
-    if (tid < BT) {
-      gs[tid] = gated && tid < L ? static_cast<const float*>(a.g.data)[gdn::at(a.g, ch.batch, ch.t0 + tid, hv)] : 0.f;
-    }
+    load_h_v(hv_begin);
     cp_async_wait<1>();
     __syncthreads();
 
+    // q k^T once for the key head (fp32 accumulators; the gating below differs per value head)
     const bool active = r0 < L;  // warp-uniform: the warp's rows hold chunk rows
-    float s[kST][4];
+    float sk[kST][4];
 #pragma unroll
-    for (int t = 0; t < kST; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.f;
+    for (int t = 0; t < kST; ++t) sk[t][0] = sk[t][1] = sk[t][2] = sk[t][3] = 0.f;
     if (active) {
 #pragma unroll 2
       for (int kk = 0; kk < kp; kk += 16) {
@@ -140,85 +159,98 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
           if (jp <= rw && 16 * jp < L) {
             uint32_t b[4];
             ldmatrix_x4(b, ks + kb_off + jp * 16 * ldk + kk);
-            mma_m16n8k16<TK>(s[2 * jp], af, b[0], b[1]);
-            mma_m16n8k16<TK>(s[2 * jp + 1], af, b[2], b[3]);
+            mma_m16n8k16<TK>(sk[2 * jp], af, b[0], b[1]);
+            mma_m16n8k16<TK>(sk[2 * jp + 1], af, b[2], b[3]);
           }
         }
       }
-      const float ga = gs[row_a], gb = gs[row_b];
-#pragma unroll
-      for (int t = 0; t < kST; ++t) {
-        if (t / 2 > rw) continue;  // above the diagonal block: stays 0
-        const int c = 8 * t + 2 * (lane % 4);
-        const float g0 = gs[c], g1 = gs[c + 1];
-        s[t][0] = gated_score(s[t][0], row_a, c, L, ga, g0, gated);
-        s[t][1] = gated_score(s[t][1], row_a, c + 1, L, ga, g1, gated);
-        s[t][2] = gated_score(s[t][2], row_b, c, L, gb, g0, gated);
-        s[t][3] = gated_score(s[t][3], row_b, c + 1, L, gb, g1, gated);
-      }
     }
-    // P rounded to TK now (fewer live registers): the accumulator fragments of score tiles 2 jp and 2 jp + 1 are
-    // the A fragment of the 16 x 16 block jp (rows g / g + 8, columns 2 t, 2 t + 1, then + 8)
-    uint32_t pk[BT / 16][4];
-#pragma unroll
-    for (int jp = 0; jp < BT / 16; ++jp) {
-      pk[jp][0] = pack2<TK>(s[2 * jp][0], s[2 * jp][1]);
-      pk[jp][1] = pack2<TK>(s[2 * jp][2], s[2 * jp][3]);
-      pk[jp][2] = pack2<TK>(s[2 * jp + 1][0], s[2 * jp + 1][1]);
-      pk[jp][3] = pack2<TK>(s[2 * jp + 1][2], s[2 * jp + 1][3]);
-    }
-    cp_async_wait<0>();
-    __syncthreads();
-    if (!active) continue;
 
-    float o[kNT][4];
-#pragma unroll
-    for (int t = 0; t < kNT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
-#pragma unroll 2
-    for (int kk = 0; kk < kp; kk += 16) {  // q h
-      uint32_t af[4];
-      ldmatrix_x4(af, qs + a_off + kk);
-#pragma unroll
-      for (int np = 0; np < kNT / 2; ++np) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, hs + tb_off + kk * kLdV + np * 16);
-        mma_m16n8k16<TK>(o[2 * np], af, b[0], b[1]);
-        mma_m16n8k16<TK>(o[2 * np + 1], af, b[2], b[3]);
+    for (int hv = hv_begin; hv < hv_end; ++hv) {
+      if (tid < BT) {
+        gs[tid] = gated && tid < L ? static_cast<const float*>(a.g.data)[gdn::at(a.g, ch.batch, ch.t0 + tid, hv)] : 0.f;
       }
-    }
-    if (gated) {
-      const float ea = expf(gs[row_a]), eb = expf(gs[row_b]);
+      __syncthreads();
+      // P = gated scores, rounded to TK (fewer live registers): the accumulator fragments of score tiles 2 jp and
+      // 2 jp + 1 are the A fragment of the 16 x 16 block jp (rows g / g + 8, columns 2 t, 2 t + 1, then + 8)
+      uint32_t pk[BT / 16][4];
+      {
+        const float ga = gs[row_a], gb = gs[row_b];
+        float s[kST][4];
 #pragma unroll
-      for (int t = 0; t < kNT; ++t) {
-        o[t][0] *= ea;
-        o[t][1] *= ea;
-        o[t][2] *= eb;
-        o[t][3] *= eb;
-      }
-    }
+        for (int t = 0; t < kST; ++t) {
+          const int c = 8 * t + 2 * (lane % 4);
+          const float g0 = gs[c], g1 = gs[c + 1];
+          const bool below = t / 2 <= rw;  // else above the diagonal block: 0
+          s[t][0] = below ? gated_score(sk[t][0], row_a, c, L, ga, g0, gated) : 0.f;
+          s[t][1] = below ? gated_score(sk[t][1], row_a, c + 1, L, ga, g1, gated) : 0.f;
+          s[t][2] = below ? gated_score(sk[t][2], row_b, c, L, gb, g0, gated) : 0.f;
+          s[t][3] = below ? gated_score(sk[t][3], row_b, c + 1, L, gb, g1, gated) : 0.f;
+        }
 #pragma unroll
-    for (int jp = 0; jp < BT / 16; ++jp) {  // + P v_new
-      if (jp <= rw && 16 * jp < L) {
-#pragma unroll
-        for (int np = 0; np < kNT / 2; ++np) {
-          uint32_t b[4];
-          ldmatrix_x4_trans(b, vs + tb_off + jp * 16 * kLdV + np * 16);
-          mma_m16n8k16<TK>(o[2 * np], pk[jp], b[0], b[1]);
-          mma_m16n8k16<TK>(o[2 * np + 1], pk[jp], b[2], b[3]);
+        for (int jp = 0; jp < BT / 16; ++jp) {
+          pk[jp][0] = pack2<TK>(s[2 * jp][0], s[2 * jp][1]);
+          pk[jp][1] = pack2<TK>(s[2 * jp][2], s[2 * jp][3]);
+          pk[jp][2] = pack2<TK>(s[2 * jp + 1][0], s[2 * jp + 1][1]);
+          pk[jp][3] = pack2<TK>(s[2 * jp + 1][2], s[2 * jp + 1][3]);
         }
       }
-    }
+      cp_async_wait<0>();
+      __syncthreads();
 
-    const float sc = a.scale;
-    const bool pair = (vec & kPairO) != 0;
-    const int64_t oa = gdn::at(a.o, ch.batch, ch.t0 + row_a, hv), ob = oa + 8 * a.o.stride_t;
+      if (active) {
+        float o[kNT][4];
 #pragma unroll
-    for (int t = 0; t < kNT; ++t) {
-      const int c = cb + 8 * t + 2 * (lane % 4);
-      if (c >= vcols) continue;
-      const bool two = c + 1 < vcols;
-      if (row_a < L) store_two(a.o, oa + v0 + c, sc * o[t][0], sc * o[t][1], two, pair);
-      if (row_b < L) store_two(a.o, ob + v0 + c, sc * o[t][2], sc * o[t][3], two, pair);
+        for (int t = 0; t < kNT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
+#pragma unroll 2
+        for (int kk = 0; kk < kp; kk += 16) {  // q h
+          uint32_t af[4];
+          ldmatrix_x4(af, qs + a_off + kk);
+#pragma unroll
+          for (int np = 0; np < kNT / 2; ++np) {
+            uint32_t b[4];
+            ldmatrix_x4_trans(b, hs + tb_off + kk * kLdV + np * 16);
+            mma_m16n8k16<TK>(o[2 * np], af, b[0], b[1]);
+            mma_m16n8k16<TK>(o[2 * np + 1], af, b[2], b[3]);
+          }
+        }
+        if (gated) {
+          const float ea = __expf(gs[row_a]), eb = __expf(gs[row_b]);
+#pragma unroll
+          for (int t = 0; t < kNT; ++t) {
+            o[t][0] *= ea;
+            o[t][1] *= ea;
+            o[t][2] *= eb;
+            o[t][3] *= eb;
+          }
+        }
+#pragma unroll
+        for (int jp = 0; jp < BT / 16; ++jp) {  // + P v_new
+          if (jp <= rw && 16 * jp < L) {
+#pragma unroll
+            for (int np = 0; np < kNT / 2; ++np) {
+              uint32_t b[4];
+              ldmatrix_x4_trans(b, vs + tb_off + jp * 16 * kLdV + np * 16);
+              mma_m16n8k16<TK>(o[2 * np], pk[jp], b[0], b[1]);
+              mma_m16n8k16<TK>(o[2 * np + 1], pk[jp], b[2], b[3]);
+            }
+          }
+        }
+        const float sc = a.scale;
+        const int64_t oa = gdn::at(a.o, ch.batch, ch.t0 + row_a, hv) + v0, ob = oa + 8 * a.o.stride_t;
+#pragma unroll
+        for (int t = 0; t < kNT; ++t) {
+          const int c = cb + 8 * t + 2 * (lane % 4);
+          if (c >= vcols) continue;
+          const bool two = c + 1 < vcols;
+          if (row_a < L) store_two(a.o, oa + c, sc * o[t][0], sc * o[t][1], two, pair);
+          if (row_b < L) store_two(a.o, ob + c, sc * o[t][2], sc * o[t][3], two, pair);
+        }
+      }
+      if (hv + 1 < hv_end) {
+        __syncthreads();  // every warp is done with h, v_new and gs of this value head
+        load_h_v(hv + 1);
+      }
     }
   }
 }
@@ -232,8 +264,16 @@ bool vec_input(const GdnIn& x, int64_t dim) {
 
 template <typename TK, int BT, int BV>
 void launch_mma(const FwdOArgs& a, int device, cudaStream_t s) {
-  const int64_t slots = gdn::chunk_slots(a.geo);
-  const int64_t vblocks = (a.V + BV - 1) / BV;
+  FwdOParams prm{};
+  prm.slots = gdn::chunk_slots(a.geo);
+  prm.vblocks = static_cast<int>((a.V + BV - 1) / BV);
+  const int64_t group = a.geo.HV / a.geo.H;
+  // The G value heads of a key head in one item (one q / k tile, one q k^T), split over several items only when
+  // (chunks x key heads x V blocks) cannot fill two blocks per SM.
+  const gdn::HeadSplit split = gdn::split_value_heads(prm.slots * a.geo.H * prm.vblocks, group, 2LL * sm_count(device));
+  prm.group = static_cast<int>(group);
+  prm.heads_per_cta = split.heads_per_cta;
+  prm.parts = split.parts;
   const int kp = (static_cast<int>(a.geo.K) + 15) & ~15;
   const std::size_t smem = (2 * BT * qk_ld(kp) + (kp + BT) * kLdVFor<BV>) * sizeof(TK);
   const std::size_t osize = dtype_size(a.o.dtype);
@@ -246,11 +286,12 @@ void launch_mma(const FwdOArgs& a, int device, cudaStream_t s) {
       a.o.stride_h % 2 == 0) {
     vec |= kPairO;
   }
+  prm.vec = vec;
+  prm.errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   auto kernel = fwd_o_mma_kernel<TK, BT, BV>;
   allow_smem(kernel, smem, "chunk_fwd_o");
-  DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
-  launch_kernel(kernel, dim3(gdn::grid_x(slots * a.geo.HV * vblocks)), dim3(kThreadsFor<BV>), smem, s, device, a, slots,
-                vblocks, vec, errors);
+  const int64_t items = prm.slots * a.geo.H * prm.parts * prm.vblocks;
+  launch_kernel(kernel, dim3(gdn::grid_x(items)), dim3(kThreadsFor<BV>), smem, s, device, a, prm);
 }
 
 template <typename TK, int BV>

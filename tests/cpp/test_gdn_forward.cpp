@@ -419,7 +419,8 @@ TEST_P(GdnForward, StagesAligned) {
 // chunk_fwd_o on its own with 16-bit inputs (on CUDA the tensor-core kernel, blocks of 64 and 128 columns of V with
 // each chunk size) against its double golden from the same stored inputs: chunk sizes 16 / 32 / 64; K, V = 128, 256
 // and sizes that are no multiple of 8 or 16; a partial last block of V; grouped heads; varlen with empty sequences; no g; views that allow 16-byte copies (rows
-// padded by 8 elements, 16-byte aligned) and views that do not (odd padding, misaligned bases); o in another dtype.
+// padded by 8 elements, 16-byte aligned) and views that do not (odd padding, misaligned bases); o in another dtype;
+// a grid large enough that one block takes all value heads of a key head.
 TEST_P(GdnForward, OutputStage16Bit) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
@@ -442,6 +443,8 @@ TEST_P(GdnForward, OutputStage16Bit) {
       {fixed(1, 100, 1, 3, 64, 64, bf16), 64, 0, 5, bf16, false},
       {fixed(1, 33, 1, 2, 1, 7, bf16), 16, 0, 5, bf16, true},
       {varlen({3, 0, 40}, 1, 2, 128, 128, bf16), 32, 8, 8, bf16, true},
+      // 300 chunks (> 2 x 148 SMs): one block walks both value heads of the key head from one q k^T
+      {fixed(1, 4800, 1, 2, 32, 32, bf16), 16, 0, 8, bf16, true},
   };
   const Where w = GetParam();
   for (const C& c : cases) {
