@@ -30,8 +30,9 @@ constexpr int kThreadsFor = 2 * BV;
 template <int BV>
 constexpr int kLdVFor = BV + kPad;
 
-/// Which inputs allow 16-byte copies (bits of the kernel's `vec`), and whether o takes two-element stores.
-enum : unsigned { kVecQ = 1u, kVecK = 2u, kVecV = 4u, kVecH = 8u, kPairO = 16u };
+/// Which inputs allow 16-byte copies (bits of the kernel's `vec`), whether o takes two-element stores, and whether o
+/// is of the inputs' dtype.
+enum : unsigned { kVecQ = 1u, kVecK = 2u, kVecV = 4u, kVecH = 8u, kPairO = 16u, kNativeO = 32u };
 
 /// Row stride (elements) of the q and k tiles for kp (K rounded up to 16) columns: kp + 8, an odd number of 16-byte
 /// units, so the 8 rows of one ldmatrix matrix fall in distinct bank quads.
@@ -98,7 +99,7 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
   const int units = static_cast<int>(a.geo.H) * prm.parts * prm.vblocks;  // items per chunk slot
   const int64_t items = prm.slots * units;
   const bool gated = a.g.data != nullptr;
-  const bool pair = (prm.vec & kPairO) != 0;
+  const bool pair = (prm.vec & kPairO) != 0, native_o = pair && (prm.vec & kNativeO) != 0;
   // ldmatrix lane addresses (element offsets inside a tile). A (16 x 16 row-major, q rows): matrices rows 0-7 / 8-15
   // at column 0, then at column 8. B from k (rows = score columns j): rows 0-7 at K offset 0 / 8, then rows 8-15.
   // B from h / v_new stored [k][n] (transposed load): rows 0-7 / 8-15 at column 0, then at column 8.
@@ -166,11 +167,15 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
       }
     }
 
+    auto load_gate = [&](int hv) {  // g of row tid < BT (0 past the chunk or without g)
+      return gated && tid < L ? static_cast<const float*>(a.g.data)[gdn::at(a.g, ch.batch, ch.t0 + tid, hv)] : 0.f;
+    };
+    if (tid < BT) gs[tid] = load_gate(hv_begin);
+    __syncthreads();
     for (int hv = hv_begin; hv < hv_end; ++hv) {
-      if (tid < BT) {
-        gs[tid] = gated && tid < L ? static_cast<const float*>(a.g.data)[gdn::at(a.g, ch.batch, ch.t0 + tid, hv)] : 0.f;
-      }
-      __syncthreads();
+      const bool next = hv + 1 < hv_end;
+      float g_next = 0.f;  // the next value head's gate, in flight behind this one's work
+      if (next && tid < BT) g_next = load_gate(hv + 1);
       // P = gated scores, rounded to TK (fewer live registers): the accumulator fragments of score tiles 2 jp and
       // 2 jp + 1 are the A fragment of the 16 x 16 block jp (rows g / g + 8, columns 2 t, 2 t + 1, then + 8)
       uint32_t pk[BT / 16][4];
@@ -198,10 +203,10 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
       cp_async_wait<0>();
       __syncthreads();
 
-      if (active) {
-        float o[kNT][4];
+      float o[kNT][4];
 #pragma unroll
-        for (int t = 0; t < kNT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
+      for (int t = 0; t < kNT; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.f;
+      if (active) {
 #pragma unroll 2
         for (int kk = 0; kk < kp; kk += 16) {  // q h
           uint32_t af[4];
@@ -236,21 +241,35 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
             }
           }
         }
+      }
+      __syncthreads();  // every warp is done with h, v_new and gs of this value head
+      if (next) {
+        load_h_v(hv + 1);  // in flight while o is stored and the next scores are gated
+        if (tid < BT) gs[tid] = g_next;
+      }
+      if (active) {
         const float sc = a.scale;
         const int64_t oa = gdn::at(a.o, ch.batch, ch.t0 + row_a, hv) + v0, ob = oa + 8 * a.o.stride_t;
+        if (native_o && vcols == BV) {  // o in TK, two-element stores, every column of the block
+          TK* const op = static_cast<TK*>(a.o.data);
 #pragma unroll
-        for (int t = 0; t < kNT; ++t) {
-          const int c = cb + 8 * t + 2 * (lane % 4);
-          if (c >= vcols) continue;
-          const bool two = c + 1 < vcols;
-          if (row_a < L) store_two(a.o, oa + c, sc * o[t][0], sc * o[t][1], two, pair);
-          if (row_b < L) store_two(a.o, ob + c, sc * o[t][2], sc * o[t][3], two, pair);
+          for (int t = 0; t < kNT; ++t) {
+            const int c = cb + 8 * t + 2 * (lane % 4);
+            if (row_a < L) *reinterpret_cast<uint32_t*>(op + oa + c) = pack2<TK>(sc * o[t][0], sc * o[t][1]);
+            if (row_b < L) *reinterpret_cast<uint32_t*>(op + ob + c) = pack2<TK>(sc * o[t][2], sc * o[t][3]);
+          }
+        } else {
+#pragma unroll
+          for (int t = 0; t < kNT; ++t) {
+            const int c = cb + 8 * t + 2 * (lane % 4);
+            if (c >= vcols) continue;
+            const bool two = c + 1 < vcols;
+            if (row_a < L) store_two(a.o, oa + c, sc * o[t][0], sc * o[t][1], two, pair);
+            if (row_b < L) store_two(a.o, ob + c, sc * o[t][2], sc * o[t][3], two, pair);
+          }
         }
       }
-      if (hv + 1 < hv_end) {
-        __syncthreads();  // every warp is done with h, v_new and gs of this value head
-        load_h_v(hv + 1);
-      }
+      if (next) __syncthreads();  // the next gates are in gs
     }
   }
 }
@@ -286,6 +305,7 @@ void launch_mma(const FwdOArgs& a, int device, cudaStream_t s) {
       a.o.stride_h % 2 == 0) {
     vec |= kPairO;
   }
+  if (a.o.dtype == a.q.dtype) vec |= kNativeO;
   prm.vec = vec;
   prm.errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   auto kernel = fwd_o_mma_kernel<TK, BT, BV>;
