@@ -6,18 +6,29 @@
 // pairs (NeoX: x[j0..] and x[h + j0..]; GPT-J: x[2 j0..] and x[2 j0 + P..]), its P cos / sin values from the
 // cache row of the position, rotates in fp32 and stores. With 16-bit data P = 8 (16-byte accesses), with f32
 // P = 4; a scalar variant (P = 1) serves views whose pointers or strides are not aligned to P elements.
-// Two kernels, chosen on the host by the work per resident thread:
-// - walk (rope_kernel): every case but heavy prefill, and every M-RoPE case. A thread reads its position(s) and
-//   angles once and walks over heads slot, slot + slots, ... (1 to 8; decode one head per thread), issuing the
-//   first head's loads before the position -> angle chain. M-RoPE picks each pair's row by the layout's axis map.
+// Three kernels, chosen on the host by the work per resident thread:
+// - decode (rope_decode_kernel): while every (token, head, lane) gets its own thread in one wave of resident
+//   threads (rope_decode_kernel_fits, ops/rope_impl.h): one head per thread, no loop. Every address that comes from
+//   the parameters alone (the head's data, the positions, the lane's M-RoPE axes) is formed before the wait on the
+//   previous kernel (with programmatic dependent launch that part overlaps it); after the wait the head's two
+//   vectors and every position are loaded at once, so the only chain left is positions -> angles -> store.
+// - walk (rope_kernel): every larger case but heavy prefill, and every larger M-RoPE case. A thread reads its
+//   position(s) and angles once and walks over heads slot, slot + slots, ... (2 to 8), issuing the first head's
+//   loads before the position -> angle chain.
 // - group (rope_group_kernel): 1-D positions, vector path, when the walk kernel would give every thread 8 heads
 //   (>= 7 heads per resident thread): 4 consecutive heads per thread, all 8 loads issued before the position ->
 //   angle chain, one kernel per cache type. Measured faster there (DeepSeek-V3 q_pe, Llama 16384 tokens, FlagOS
 //   8192-token shapes) and slower everywhere else (docs/ops/rope.md, Performance).
+// M-RoPE: a lane's P pairs take their axes from one 32-bit word of the parameters (2 bits per pair), read once per
+// thread before the wait; lanes whose pairs share an axis (chunked sections) read one row with vector loads, the
+// others one value per pair from its own row, all issued at once.
 // Bad positions: the token is left unrotated (copied when out of place) and recorded in the device error record;
 // no address derived from a bad position is formed.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "cuda/device_error.cuh"
 #include "cuda/launch.h"
@@ -50,46 +61,110 @@ struct Pack {
   __device__ __forceinline__ void set(int i, float v) { u.e[i] = from_float<T>(v); }
 };
 
-/// Position of token t on `axis` (not range-checked). Without positions: t mod seq_len, in 32 bits when both fit.
-__device__ __forceinline__ int64_t load_position(const RopeArgs& a, int axis, int64_t t) {
-  if (a.positions == nullptr) {
-    if (t <= INT32_MAX && a.seq_len <= INT32_MAX)
-      return static_cast<uint32_t>(t) % static_cast<uint32_t>(a.seq_len);
-    return t % a.seq_len;
+/// Where token t's position on each axis is (not range-checked): an element of `positions`, or without positions
+/// the value t mod seq_len (in 32 bits when both fit). Formed from the parameters alone; load() reads memory.
+struct PositionSource {
+  const void* at = nullptr;  ///< the element of axis 0 (int32_t or int64_t); null: no positions, `value` is it
+  int64_t axis_stride = 0;   ///< elements between axes
+  bool i32 = false;
+  int64_t value = 0;
+  __device__ __forceinline__ int64_t load(int axis) const {
+    if (at == nullptr) return value;
+    __builtin_assume(__isGlobal(at));  // global loads, as for the data (not generic ones)
+    const int64_t i = axis * axis_stride;
+    return i32 ? static_cast<int64_t>(static_cast<const int32_t*>(at)[i]) : static_cast<const int64_t*>(at)[i];
   }
-  const int64_t i = axis * a.pos_axis_stride + t * a.pos_token_stride;
-  return a.pos_dtype == DType::i32 ? static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[i])
-                                   : static_cast<const int64_t*>(a.positions)[i];
+};
+
+__device__ __forceinline__ PositionSource position_source(const RopeArgs& a, int64_t t) {
+  PositionSource src;
+  if (a.positions == nullptr) {
+    src.value = t <= INT32_MAX && a.seq_len <= INT32_MAX
+                    ? static_cast<int64_t>(static_cast<uint32_t>(t) % static_cast<uint32_t>(a.seq_len))
+                    : t % a.seq_len;
+    return src;
+  }
+  src.i32 = a.pos_dtype == DType::i32;
+  const int64_t i = t * a.pos_token_stride;
+  src.at = src.i32 ? static_cast<const void*>(static_cast<const int32_t*>(a.positions) + i)
+                   : static_cast<const void*>(static_cast<const int64_t*>(a.positions) + i);
+  src.axis_stride = a.pos_axis_stride;
+  return src;
+}
+
+/// The M-RoPE axes of a lane's P pairs j0 .. j0 + P - 1 (P in {1, 4, 8}: they lie in one word of axis_code): pair
+/// j0 + i at bits [2 i, 2 i + 2) of `code`. Read once per thread, before the position -> angle chain.
+template <int P, int AXES>
+struct LaneAxes {
+  uint32_t code = 0;
+  bool uniform = true;  ///< every pair on one axis (chunked sections; always with P = 1): vector loads of one row
+};
+
+template <int P, int AXES>
+__device__ __forceinline__ LaneAxes<P, AXES> lane_axes(const RopeArgs& a, int j0) {
+  static_assert(P == 1 || P == 4 || P == 8, "a lane's pairs must lie in one 16-pair code word");
+  LaneAxes<P, AXES> l;
+  if constexpr (AXES == 3) {
+    constexpr uint32_t kMask = (1u << (2 * P)) - 1u;
+    l.code = (a.axis_code[j0 / 16] >> (2 * (j0 % 16))) & kMask;
+    l.uniform = l.code == (l.code & 3u) * (0x55555555u & kMask);
+  }
+  return l;
 }
 
 /// cos / sin of pairs j0 .. j0 + P - 1 (of a cache of type C) for the token's valid positions.
 template <typename C, int P, int AXES>
-__device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[AXES], int64_t j0, float (&c)[P],
+__device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[AXES],
+                                              const LaneAxes<P, AXES>& lane, int64_t j0, float (&c)[P],
                                               float (&s)[P]) {
-  const C* cos = static_cast<const C*>(a.cos);
-  const C* sin = static_cast<const C*>(a.sin);
+  const C* cos = static_cast<const C*>(a.cos) + j0;
+  const C* sin = static_cast<const C*>(a.sin) + j0;
   if constexpr (AXES == 1) {
-    load_as_floats<C, P>(cos + pos[0] * a.cos_stride + j0, c);
-    load_as_floats<C, P>(sin + pos[0] * a.sin_stride + j0, s);
+    load_as_floats<C, P>(cos + pos[0] * a.cos_stride, c);
+    load_as_floats<C, P>(sin + pos[0] * a.sin_stride, s);
   } else {
-    auto row = [&](int axis) { return axis == 0 ? pos[0] : axis == 1 ? pos[1] : pos[2]; };
-    const int first = a.axis[j0];
-    bool uniform = true;
-#pragma unroll
-    for (int i = 1; i < P; ++i) uniform = uniform && a.axis[j0 + i] == first;
-    if (uniform) {  // every pair of the chunk reads one row (chunked sections): vector loads
-      const int64_t p = row(first);
-      load_as_floats<C, P>(cos + p * a.cos_stride + j0, c);
-      load_as_floats<C, P>(sin + p * a.sin_stride + j0, s);
-    } else {  // interleaved: each pair its own row
+    auto row = [&](uint32_t axis) { return axis == 0 ? pos[0] : axis == 1 ? pos[1] : pos[2]; };
+    if (lane.uniform) {  // one row for the whole lane: vector loads
+      const int64_t p = row(lane.code & 3u);
+      load_as_floats<C, P>(cos + p * a.cos_stride, c);
+      load_as_floats<C, P>(sin + p * a.sin_stride, s);
+    } else {  // each pair its own row; the codes are in a register, so every load is issued before any is used
+      const C* rc[3] = {cos + pos[0] * a.cos_stride, cos + pos[1] * a.cos_stride, cos + pos[2] * a.cos_stride};
+      const C* rs[3] = {sin + pos[0] * a.sin_stride, sin + pos[1] * a.sin_stride, sin + pos[2] * a.sin_stride};
 #pragma unroll
       for (int i = 0; i < P; ++i) {
-        const int64_t p = row(a.axis[j0 + i]);
-        c[i] = to_float(__ldg(cos + p * a.cos_stride + j0 + i));
-        s[i] = to_float(__ldg(sin + p * a.sin_stride + j0 + i));
+        const uint32_t ax = (lane.code >> (2 * i)) & 3u;
+        c[i] = to_float(__ldg((ax == 0 ? rc[0] : ax == 1 ? rc[1] : rc[2]) + i));
+        s[i] = to_float(__ldg((ax == 0 ? rs[0] : ax == 1 ? rs[1] : rs[2]) + i));
       }
     }
   }
+}
+
+/// Range check of token t's positions (the recorder thread records the first bad axis) and, when they are valid,
+/// the lane's angles, with sin negated for the inverse. Returns whether the token is rotated.
+template <int P, int AXES>
+__device__ __forceinline__ bool token_angles(const RopeArgs& a, const int64_t (&pos)[AXES], int64_t t,
+                                             bool recorder, const LaneAxes<P, AXES>& lane, int64_t j0,
+                                             DeviceErrorRecord* rec, float (&c)[P], float (&s)[P]) {
+  bool valid = true;
+#pragma unroll
+  for (int ax = 0; ax < AXES; ++ax) {
+    if (pos[ax] < 0 || pos[ax] >= a.max_position) {
+      if (recorder && valid) record_device_error(rec, a.error_site, ax * a.tokens + t);
+      valid = false;
+    }
+  }
+  if (!valid) return false;
+  switch (a.cache_dtype) {
+    case DType::f16: gather_angles<__half, P, AXES>(a, pos, lane, j0, c, s); break;
+    case DType::bf16: gather_angles<__nv_bfloat16, P, AXES>(a, pos, lane, j0, c, s); break;
+    default: gather_angles<float, P, AXES>(a, pos, lane, j0, c, s); break;
+  }
+  const float sign = a.inverse ? -1.0f : 1.0f;
+#pragma unroll
+  for (int i = 0; i < P; ++i) s[i] *= sign;
+  return true;
 }
 
 template <typename T, int P>
@@ -124,9 +199,52 @@ __device__ __forceinline__ void locate(const RopeArgs& a, int64_t hd, int64_t t,
   out = static_cast<T*>(hs.out) + t * hs.out_token_stride + head * hs.out_head_stride;
 }
 
+/// Rotates a head's vectors x, y (read from `in`) when the token is valid and stores them at `out`; a token left
+/// unrotated is untouched in place and copied out of place.
+template <typename T, int P, bool NEOX>
+__device__ __forceinline__ void finish_head(Pack<T, P>& x, Pack<T, P>& y, const T* in, T* out, int64_t offA,
+                                            int64_t offB, bool valid, const float (&c)[P], const float (&s)[P]) {
+  if (valid) rotate_head<T, P, NEOX>(x, y, c, s);
+  else if (in == out) return;
+  x.store(out + offA);
+  y.store(out + offB);
+}
+
+/// Decode kernel: thread (lane x, head y, token z) of the block rotates head y of token z; the grid covers every
+/// (token, head) once (no loop). Parameter-only work before the wait (see the file comment).
+template <typename T, int P, bool NEOX, int AXES>
+__global__ void __launch_bounds__(kThreads)
+    rope_decode_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  const int j0 = static_cast<int>(threadIdx.x) * P;  // first pair of this lane
+  const int64_t h = a.rotary_dim / 2;
+  const int64_t offA = NEOX ? j0 : 2 * j0;
+  const int64_t offB = NEOX ? h + j0 : 2 * j0 + P;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
+  const int64_t hd = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const bool active = t < a.tokens && hd < a.q.heads + a.k.heads;
+  const T* in = nullptr;
+  T* out = nullptr;
+  if (active) locate(a, hd, t, in, out);
+  const PositionSource src = position_source(a, t);
+  const LaneAxes<P, AXES> lane = lane_axes<P, AXES>(a, j0);
+  pdl_wait_and_release();
+  if (!active) return;
+  // Every load that needs no position, all at once: the head's two vectors and the position(s).
+  Pack<T, P> x, y;
+  x.load(in + offA);
+  y.load(in + offB);
+  int64_t pos[AXES];
+#pragma unroll
+  for (int ax = 0; ax < AXES; ++ax) pos[ax] = src.load(ax);
+  float c[P], s[P];
+  const bool valid = token_angles<P, AXES>(a, pos, t, threadIdx.x == 0 && hd == 0, lane, j0, rec, c, s);
+  finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
+}
+
 /// Walk kernel: thread (lane x, head slot y, token z) of the block; heads slot, slot + slots, ... of the token.
 template <typename T, int P, bool NEOX, int AXES>
 __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  const LaneAxes<P, AXES> lane = lane_axes<P, AXES>(a, static_cast<int>(threadIdx.x) * P);
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
@@ -136,7 +254,6 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
   const int64_t slot = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t slots = static_cast<int64_t>(gridDim.y) * blockDim.y;
   const bool recorder = threadIdx.x == 0 && slot == 0;
-  const float sign = a.inverse ? -1.0f : 1.0f;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
     // The first head's data does not depend on the position: issue its loads before the position -> angle chain.
@@ -149,37 +266,19 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
       y.load(in + offB);
     }
     // All the positions before any check: a recording atomic between them would keep M-RoPE's three loads in order.
+    const PositionSource src = position_source(a, t);
     int64_t pos[AXES];
 #pragma unroll
-    for (int ax = 0; ax < AXES; ++ax) pos[ax] = load_position(a, ax, t);
-    bool valid = true;
-#pragma unroll
-    for (int ax = 0; ax < AXES; ++ax) {
-      if (pos[ax] < 0 || pos[ax] >= a.max_position) {
-        if (recorder && valid) record_device_error(rec, a.error_site, ax * a.tokens + t);
-        valid = false;
-      }
-    }
+    for (int ax = 0; ax < AXES; ++ax) pos[ax] = src.load(ax);
     float c[P], s[P];
-    if (valid) {
-      switch (a.cache_dtype) {
-        case DType::f16: gather_angles<__half, P, AXES>(a, pos, j0, c, s); break;
-        case DType::bf16: gather_angles<__nv_bfloat16, P, AXES>(a, pos, j0, c, s); break;
-        default: gather_angles<float, P, AXES>(a, pos, j0, c, s); break;
-      }
-#pragma unroll
-      for (int i = 0; i < P; ++i) s[i] *= sign;
-    }
+    const bool valid = token_angles<P, AXES>(a, pos, t, recorder, lane, j0, rec, c, s);
     for (int64_t hd = slot; hd < total_heads; hd += slots) {
       if (hd != slot) {
         locate(a, hd, t, in, out);
         x.load(in + offA);
         y.load(in + offB);
       }
-      if (!valid && in == out) continue;  // in place: unrotated = untouched
-      if (valid) rotate_head<T, P, NEOX>(x, y, c, s);
-      x.store(out + offA);
-      y.store(out + offB);
+      finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
     }
   }
 }
@@ -206,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
       const int64_t first = g * kGroupHeads;
       const int n = static_cast<int>(min(static_cast<int64_t>(kGroupHeads), total_heads - first));
       // 1. The position: the head of the only dependent chain (position -> cache row).
-      const int64_t pos[1] = {load_position(a, 0, t)};
+      const int64_t pos[1] = {position_source(a, t).load(0)};
       // 2. Every head's data, independent of the position, before anything waits for it.
       Pack<T, P> x[kGroupHeads], y[kGroupHeads];
 #pragma unroll
@@ -225,7 +324,7 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
       // 4. The angles, once for all the thread's heads.
       float c[P], s[P];
       if (valid) {
-        gather_angles<C, P, 1>(a, pos, j0, c, s);
+        gather_angles<C, P, 1>(a, pos, LaneAxes<P, 1>{}, j0, c, s);
 #pragma unroll
         for (int i = 0; i < P; ++i) s[i] *= sign;
       }
@@ -236,10 +335,7 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
         const T* in;
         T* out;
         locate(a, first + k, t, in, out);
-        if (valid) rotate_head<T, P, NEOX>(x[k], y[k], c, s);
-        else if (in == out) continue;  // in place: unrotated = untouched
-        x[k].store(out + offA);
-        y[k].store(out + offB);
+        finish_head<T, P, NEOX>(x[k], y[k], in, out, offA, offB, valid, c, s);
       }
     }
   }
@@ -272,12 +368,23 @@ struct Plan {
 };
 
 /// Heads per thread of the walk kernel before its clamp to [1, min(kMaxHeadsPerThread, heads)]: the (token, head,
-/// lane) work over the resident threads (2048 per SM).
+/// lane) work over the resident threads (kRopeResidentThreadsPerSm per SM). It is 1 exactly where
+/// rope_decode_kernel_fits.
 int64_t walk_heads_wanted(const RopeArgs& a, int p, int sms) {
   const int64_t lanes = a.rotary_dim / 2 / p;
   const int64_t work = a.tokens * (a.q.heads + a.k.heads) * lanes;
-  const int64_t resident = static_cast<int64_t>(sms) * 2048;
+  const int64_t resident = static_cast<int64_t>(sms) * kRopeResidentThreadsPerSm;
   return (work + resident - 1) / resident;
+}
+
+/// The decode kernel serves every problem whose (token, head, lane) work fits in the resident threads
+/// (rope_decode_kernel_fits), unless FUSEOPS_ROPE_DECODE=0 (then the walk kernel, one head per thread).
+bool use_decode_kernel(const RopeArgs& a, int p, int sms) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("FUSEOPS_ROPE_DECODE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return enabled && rope_decode_kernel_fits(a.tokens, a.q.heads + a.k.heads, a.rotary_dim / 2 / p, sms);
 }
 
 /// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread.
@@ -317,17 +424,39 @@ Plan group_plan(const RopeArgs& a, int p, int sms) {
   return make_plan(a, p, sms, (heads + kGroupHeads - 1) / kGroupHeads, 8);
 }
 
+/// Launches kernel_for(std::bool_constant<NEOX>, std::integral_constant<int, AXES>) (an instantiation of the
+/// decode or walk kernel) for the problem's pairing and position axes on plan `pl`.
+template <typename KernelFor>
+void launch_variant(const RopeArgs& a, const Plan& pl, KernelFor kernel_for, DeviceErrorRecord* rec,
+                    cudaStream_t stream, int device) {
+  auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
+  using One = std::integral_constant<int, 1>;
+  using Three = std::integral_constant<int, 3>;
+  if (a.num_axes == 3) {
+    if (a.is_neox) go(kernel_for(std::true_type{}, Three{}));
+    else go(kernel_for(std::false_type{}, Three{}));
+  } else {
+    if (a.is_neox) go(kernel_for(std::true_type{}, One{}));
+    else go(kernel_for(std::false_type{}, One{}));
+  }
+}
+
+template <typename T, int P>
+void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
+  // One head per thread: the grid covers every (token, head), as rope_decode_kernel_fits keeps it within
+  // the limits of make_plan's grid.
+  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2);
+  launch_variant(
+      a, pl, [](auto neox, auto axes) { return rope_decode_kernel<T, P, decltype(neox)::value, decltype(axes)::value>; },
+      rec, stream, device);
+}
+
 template <typename T, int P>
 void launch_walk(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
-  const Plan pl = walk_plan(a, P, sms);
-  auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
-  if (a.num_axes == 3) {
-    if (a.is_neox) go(rope_kernel<T, P, true, 3>);
-    else go(rope_kernel<T, P, false, 3>);
-  } else {
-    if (a.is_neox) go(rope_kernel<T, P, true, 1>);
-    else go(rope_kernel<T, P, false, 1>);
-  }
+  launch_variant(
+      a, walk_plan(a, P, sms),
+      [](auto neox, auto axes) { return rope_kernel<T, P, decltype(neox)::value, decltype(axes)::value>; }, rec,
+      stream, device);
 }
 
 template <typename T>
@@ -346,9 +475,16 @@ void launch_typed(const RopeArgs& a, DeviceErrorRecord* rec, cudaStream_t stream
   constexpr int kVec = static_cast<int>(16 / sizeof(T));
   const int p = pick_pairs_per_thread(a);
   const int sms = sm_count(device);
-  if (use_group_kernel(a, p, sms)) launch_group<T>(a, sms, rec, stream, device);
-  else if (p == kVec) launch_walk<T, kVec>(a, sms, rec, stream, device);
-  else launch_walk<T, 1>(a, sms, rec, stream, device);
+  if (use_decode_kernel(a, p, sms)) {
+    if (p == kVec) launch_decode<T, kVec>(a, sms, rec, stream, device);
+    else launch_decode<T, 1>(a, sms, rec, stream, device);
+  } else if (use_group_kernel(a, p, sms)) {
+    launch_group<T>(a, sms, rec, stream, device);
+  } else if (p == kVec) {
+    launch_walk<T, kVec>(a, sms, rec, stream, device);
+  } else {
+    launch_walk<T, 1>(a, sms, rec, stream, device);
+  }
 }
 
 }  // namespace
