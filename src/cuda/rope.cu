@@ -68,11 +68,22 @@ struct PositionSource {
   int64_t axis_stride = 0;   ///< elements between axes
   bool i32 = false;
   int64_t value = 0;
-  __device__ __forceinline__ int64_t load(int axis) const {
-    if (at == nullptr) return value;
+  /// Every axis, the branches on the position type outside the loads, so that they issue back to back.
+  template <int AXES>
+  __device__ __forceinline__ void load(int64_t (&pos)[AXES]) const {
+    if (at == nullptr) {
+#pragma unroll
+      for (int ax = 0; ax < AXES; ++ax) pos[ax] = value;
+      return;
+    }
     __builtin_assume(__isGlobal(at));  // global loads, as for the data (not generic ones)
-    const int64_t i = axis * axis_stride;
-    return i32 ? static_cast<int64_t>(static_cast<const int32_t*>(at)[i]) : static_cast<const int64_t*>(at)[i];
+    if (i32) {
+#pragma unroll
+      for (int ax = 0; ax < AXES; ++ax) pos[ax] = static_cast<const int32_t*>(at)[ax * axis_stride];
+    } else {
+#pragma unroll
+      for (int ax = 0; ax < AXES; ++ax) pos[ax] = static_cast<const int64_t*>(at)[ax * axis_stride];
+    }
   }
 };
 
@@ -149,13 +160,17 @@ __device__ __forceinline__ bool token_angles(const RopeArgs& a, const int64_t (&
                                              DeviceErrorRecord* rec, float (&c)[P], float (&s)[P]) {
   bool valid = true;
 #pragma unroll
-  for (int ax = 0; ax < AXES; ++ax) {
-    if (pos[ax] < 0 || pos[ax] >= a.max_position) {
-      if (recorder && valid) record_device_error(rec, a.error_site, ax * a.tokens + t);
-      valid = false;
+  for (int ax = 0; ax < AXES; ++ax) valid &= (pos[ax] >= 0) & (pos[ax] < a.max_position);  // no short circuit
+  if (!valid) {  // one branch on the common path; the first bad axis is found only here
+    if (recorder) {
+      int bad = AXES - 1;
+#pragma unroll
+      for (int ax = AXES - 2; ax >= 0; --ax)
+        if (pos[ax] < 0 || pos[ax] >= a.max_position) bad = ax;
+      record_device_error(rec, a.error_site, bad * a.tokens + t);
     }
+    return false;
   }
-  if (!valid) return false;
   switch (a.cache_dtype) {
     case DType::f16: gather_angles<__half, P, AXES>(a, pos, lane, j0, c, s); break;
     case DType::bf16: gather_angles<__nv_bfloat16, P, AXES>(a, pos, lane, j0, c, s); break;
@@ -234,8 +249,7 @@ __global__ void __launch_bounds__(kThreads)
   x.load(in + offA);
   y.load(in + offB);
   int64_t pos[AXES];
-#pragma unroll
-  for (int ax = 0; ax < AXES; ++ax) pos[ax] = src.load(ax);
+  src.load(pos);
   float c[P], s[P];
   const bool valid = token_angles<P, AXES>(a, pos, t, threadIdx.x == 0 && hd == 0, lane, j0, rec, c, s);
   finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
@@ -266,10 +280,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
       y.load(in + offB);
     }
     // All the positions before any check: a recording atomic between them would keep M-RoPE's three loads in order.
-    const PositionSource src = position_source(a, t);
     int64_t pos[AXES];
-#pragma unroll
-    for (int ax = 0; ax < AXES; ++ax) pos[ax] = src.load(ax);
+    position_source(a, t).load(pos);
     float c[P], s[P];
     const bool valid = token_angles<P, AXES>(a, pos, t, recorder, lane, j0, rec, c, s);
     for (int64_t hd = slot; hd < total_heads; hd += slots) {
@@ -305,7 +317,8 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
       const int64_t first = g * kGroupHeads;
       const int n = static_cast<int>(min(static_cast<int64_t>(kGroupHeads), total_heads - first));
       // 1. The position: the head of the only dependent chain (position -> cache row).
-      const int64_t pos[1] = {position_source(a, t).load(0)};
+      int64_t pos[1];
+      position_source(a, t).load(pos);
       // 2. Every head's data, independent of the position, before anything waits for it.
       Pack<T, P> x[kGroupHeads], y[kGroupHeads];
 #pragma unroll
