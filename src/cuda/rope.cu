@@ -21,7 +21,9 @@
 //   8192-token shapes) and slower everywhere else (docs/ops/rope.md, Performance).
 // M-RoPE: a lane's P pairs take their axes from one 32-bit word of the parameters (2 bits per pair), read once per
 // thread before the wait; lanes whose pairs share an axis (chunked sections) read one row with vector loads, the
-// others one value per pair from its own row, all issued at once.
+// others one value per pair from its own row, all issued at once. The decode and walk kernels come in three angle
+// variants (Angles): rope (1-D positions), lane_row (M-RoPE whose every lane is on one axis: no per-pair code, 8
+// fewer registers in the walk kernel) and pair_rows (the rest).
 // Bad positions: the token is left unrotated (copied when out of place) and recorded in the device error record;
 // no address derived from a bad position is formed.
 #include <algorithm>
@@ -103,39 +105,50 @@ __device__ __forceinline__ PositionSource position_source(const RopeArgs& a, int
   return src;
 }
 
+/// Where a lane's angles come from, one kernel variant each (chosen on the host, rope_angles_of):
+/// - rope: one position per token, its cache row;
+/// - lane_row: M-RoPE whose every lane has all its P pairs on one axis (chunked sections on lane boundaries, and
+///   always with P = 1): the three positions are loaded and checked, each lane reads the one row its axis names
+///   with vector loads (no per-pair path, so the registers of the rope variant plus the positions);
+/// - pair_rows: M-RoPE with lanes whose pairs name different rows (interleaved, GLM, a chunked boundary inside a
+///   lane): such a lane reads each pair from its own row.
+enum class Angles { rope, lane_row, pair_rows };
+template <Angles A>
+constexpr int kAxes = A == Angles::rope ? 1 : 3;
+
 /// The M-RoPE axes of a lane's P pairs j0 .. j0 + P - 1 (P in {1, 4, 8}: they lie in one word of axis_code): pair
 /// j0 + i at bits [2 i, 2 i + 2) of `code`. Read once per thread, before the position -> angle chain.
-template <int P, int AXES>
+template <int P, Angles A>
 struct LaneAxes {
   uint32_t code = 0;
-  bool uniform = true;  ///< every pair on one axis (chunked sections; always with P = 1): vector loads of one row
+  bool uniform = true;  ///< every pair on one axis: vector loads of one row
 };
 
-template <int P, int AXES>
-__device__ __forceinline__ LaneAxes<P, AXES> lane_axes(const RopeArgs& a, int j0) {
+template <int P, Angles A>
+__device__ __forceinline__ LaneAxes<P, A> lane_axes(const RopeArgs& a, int j0) {
   static_assert(P == 1 || P == 4 || P == 8, "a lane's pairs must lie in one 16-pair code word");
-  LaneAxes<P, AXES> l;
-  if constexpr (AXES == 3) {
+  LaneAxes<P, A> l;
+  if constexpr (A != Angles::rope) {
     constexpr uint32_t kMask = (1u << (2 * P)) - 1u;
     l.code = (a.axis_code[j0 / 16] >> (2 * (j0 % 16))) & kMask;
-    l.uniform = l.code == (l.code & 3u) * (0x55555555u & kMask);
+    if constexpr (A == Angles::pair_rows) l.uniform = l.code == (l.code & 3u) * (0x55555555u & kMask);
   }
   return l;
 }
 
 /// cos / sin of pairs j0 .. j0 + P - 1 (of a cache of type C) for the token's valid positions.
-template <typename C, int P, int AXES>
-__device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[AXES],
-                                              const LaneAxes<P, AXES>& lane, int64_t j0, float (&c)[P],
+template <typename C, int P, Angles A>
+__device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[kAxes<A>],
+                                              const LaneAxes<P, A>& lane, int64_t j0, float (&c)[P],
                                               float (&s)[P]) {
   const C* cos = static_cast<const C*>(a.cos) + j0;
   const C* sin = static_cast<const C*>(a.sin) + j0;
-  if constexpr (AXES == 1) {
+  if constexpr (A == Angles::rope) {
     load_as_floats<C, P>(cos + pos[0] * a.cos_stride, c);
     load_as_floats<C, P>(sin + pos[0] * a.sin_stride, s);
   } else {
     auto row = [&](uint32_t axis) { return axis == 0 ? pos[0] : axis == 1 ? pos[1] : pos[2]; };
-    if (lane.uniform) {  // one row for the whole lane: vector loads
+    if (A == Angles::lane_row || lane.uniform) {  // one row for the whole lane: vector loads
       const int64_t p = row(lane.code & 3u);
       load_as_floats<C, P>(cos + p * a.cos_stride, c);
       load_as_floats<C, P>(sin + p * a.sin_stride, s);
@@ -154,10 +167,11 @@ __device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (
 
 /// Range check of token t's positions (the recorder thread records the first bad axis) and, when they are valid,
 /// the lane's angles, with sin negated for the inverse. Returns whether the token is rotated.
-template <int P, int AXES>
-__device__ __forceinline__ bool token_angles(const RopeArgs& a, const int64_t (&pos)[AXES], int64_t t,
-                                             bool recorder, const LaneAxes<P, AXES>& lane, int64_t j0,
+template <int P, Angles A>
+__device__ __forceinline__ bool token_angles(const RopeArgs& a, const int64_t (&pos)[kAxes<A>], int64_t t,
+                                             bool recorder, const LaneAxes<P, A>& lane, int64_t j0,
                                              DeviceErrorRecord* rec, float (&c)[P], float (&s)[P]) {
+  constexpr int AXES = kAxes<A>;
   bool valid = true;
 #pragma unroll
   for (int ax = 0; ax < AXES; ++ax) valid &= (pos[ax] >= 0) & (pos[ax] < a.max_position);  // no short circuit
@@ -172,9 +186,9 @@ __device__ __forceinline__ bool token_angles(const RopeArgs& a, const int64_t (&
     return false;
   }
   switch (a.cache_dtype) {
-    case DType::f16: gather_angles<__half, P, AXES>(a, pos, lane, j0, c, s); break;
-    case DType::bf16: gather_angles<__nv_bfloat16, P, AXES>(a, pos, lane, j0, c, s); break;
-    default: gather_angles<float, P, AXES>(a, pos, lane, j0, c, s); break;
+    case DType::f16: gather_angles<__half, P, A>(a, pos, lane, j0, c, s); break;
+    case DType::bf16: gather_angles<__nv_bfloat16, P, A>(a, pos, lane, j0, c, s); break;
+    default: gather_angles<float, P, A>(a, pos, lane, j0, c, s); break;
   }
   const float sign = a.inverse ? -1.0f : 1.0f;
 #pragma unroll
@@ -227,7 +241,7 @@ __device__ __forceinline__ void finish_head(Pack<T, P>& x, Pack<T, P>& y, const 
 
 /// Decode kernel: thread (lane x, head y, token z) of the block rotates head y of token z; the grid covers every
 /// (token, head) once (no loop). Parameter-only work before the wait (see the file comment).
-template <typename T, int P, bool NEOX, int AXES>
+template <typename T, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads)
     rope_decode_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   const int j0 = static_cast<int>(threadIdx.x) * P;  // first pair of this lane
@@ -241,24 +255,24 @@ __global__ void __launch_bounds__(kThreads)
   T* out = nullptr;
   if (active) locate(a, hd, t, in, out);
   const PositionSource src = position_source(a, t);
-  const LaneAxes<P, AXES> lane = lane_axes<P, AXES>(a, j0);
+  const LaneAxes<P, A> lane = lane_axes<P, A>(a, j0);
   pdl_wait_and_release();
   if (!active) return;
   // Every load that needs no position, all at once: the head's two vectors and the position(s).
   Pack<T, P> x, y;
   x.load(in + offA);
   y.load(in + offB);
-  int64_t pos[AXES];
+  int64_t pos[kAxes<A>];
   src.load(pos);
   float c[P], s[P];
-  const bool valid = token_angles<P, AXES>(a, pos, t, threadIdx.x == 0 && hd == 0, lane, j0, rec, c, s);
+  const bool valid = token_angles<P, A>(a, pos, t, threadIdx.x == 0 && hd == 0, lane, j0, rec, c, s);
   finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
 }
 
 /// Walk kernel: thread (lane x, head slot y, token z) of the block; heads slot, slot + slots, ... of the token.
-template <typename T, int P, bool NEOX, int AXES>
+template <typename T, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
-  const LaneAxes<P, AXES> lane = lane_axes<P, AXES>(a, static_cast<int>(threadIdx.x) * P);
+  const LaneAxes<P, A> lane = lane_axes<P, A>(a, static_cast<int>(threadIdx.x) * P);
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
@@ -280,10 +294,10 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
       y.load(in + offB);
     }
     // All the positions before any check: a recording atomic between them would keep M-RoPE's three loads in order.
-    int64_t pos[AXES];
+    int64_t pos[kAxes<A>];
     position_source(a, t).load(pos);
     float c[P], s[P];
-    const bool valid = token_angles<P, AXES>(a, pos, t, recorder, lane, j0, rec, c, s);
+    const bool valid = token_angles<P, A>(a, pos, t, recorder, lane, j0, rec, c, s);
     for (int64_t hd = slot; hd < total_heads; hd += slots) {
       if (hd != slot) {
         locate(a, hd, t, in, out);
@@ -337,7 +351,7 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
       // 4. The angles, once for all the thread's heads.
       float c[P], s[P];
       if (valid) {
-        gather_angles<C, P, 1>(a, pos, LaneAxes<P, 1>{}, j0, c, s);
+        gather_angles<C, P, Angles::rope>(a, pos, LaneAxes<P, Angles::rope>{}, j0, c, s);
 #pragma unroll
         for (int i = 0; i < P; ++i) s[i] *= sign;
       }
@@ -437,20 +451,29 @@ Plan group_plan(const RopeArgs& a, int p, int sms) {
   return make_plan(a, p, sms, (heads + kGroupHeads - 1) / kGroupHeads, 8);
 }
 
-/// Launches kernel_for(std::bool_constant<NEOX>, std::integral_constant<int, AXES>) (an instantiation of the
-/// decode or walk kernel) for the problem's pairing and position axes on plan `pl`.
+/// The angle variant of a problem at p pairs per thread: rope for 1-D positions; lane_row for M-RoPE whose every
+/// lane has its p pairs on one axis; else pair_rows.
+Angles angles_of(const RopeArgs& a, int p) {
+  if (a.num_axes != 3) return Angles::rope;
+  for (int64_t j = 0; j < a.rotary_dim / 2; ++j) {
+    if (a.axis_of(j) != a.axis_of(j - j % p)) return Angles::pair_rows;
+  }
+  return Angles::lane_row;
+}
+
+/// Launches kernel_for(std::bool_constant<NEOX>, std::integral_constant<Angles, A>) (an instantiation of the
+/// decode or walk kernel) for the problem's pairing and angle variant at p pairs per thread on plan `pl`.
 template <typename KernelFor>
-void launch_variant(const RopeArgs& a, const Plan& pl, KernelFor kernel_for, DeviceErrorRecord* rec,
+void launch_variant(const RopeArgs& a, int p, const Plan& pl, KernelFor kernel_for, DeviceErrorRecord* rec,
                     cudaStream_t stream, int device) {
-  auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
-  using One = std::integral_constant<int, 1>;
-  using Three = std::integral_constant<int, 3>;
-  if (a.num_axes == 3) {
-    if (a.is_neox) go(kernel_for(std::true_type{}, Three{}));
-    else go(kernel_for(std::false_type{}, Three{}));
-  } else {
-    if (a.is_neox) go(kernel_for(std::true_type{}, One{}));
-    else go(kernel_for(std::false_type{}, One{}));
+  auto go = [&](auto angles) {
+    auto kernel = a.is_neox ? kernel_for(std::true_type{}, angles) : kernel_for(std::false_type{}, angles);
+    launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec);
+  };
+  switch (angles_of(a, p)) {
+    case Angles::rope: go(std::integral_constant<Angles, Angles::rope>{}); break;
+    case Angles::lane_row: go(std::integral_constant<Angles, Angles::lane_row>{}); break;
+    case Angles::pair_rows: go(std::integral_constant<Angles, Angles::pair_rows>{}); break;
   }
 }
 
@@ -460,15 +483,15 @@ void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStrea
   // the limits of make_plan's grid.
   const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2);
   launch_variant(
-      a, pl, [](auto neox, auto axes) { return rope_decode_kernel<T, P, decltype(neox)::value, decltype(axes)::value>; },
+      a, P, pl, [](auto neox, auto angles) { return rope_decode_kernel<T, P, decltype(neox)::value, decltype(angles)::value>; },
       rec, stream, device);
 }
 
 template <typename T, int P>
 void launch_walk(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   launch_variant(
-      a, walk_plan(a, P, sms),
-      [](auto neox, auto axes) { return rope_kernel<T, P, decltype(neox)::value, decltype(axes)::value>; }, rec,
+      a, P, walk_plan(a, P, sms),
+      [](auto neox, auto angles) { return rope_kernel<T, P, decltype(neox)::value, decltype(angles)::value>; }, rec,
       stream, device);
 }
 
