@@ -136,30 +136,49 @@ __device__ __forceinline__ LaneAxes<P, A> lane_axes(const RopeArgs& a, int j0) {
   return l;
 }
 
-/// cos / sin of pairs j0 .. j0 + P - 1 (of a cache of type C) for the token's valid positions.
+/// P cache values of type C kept in their storage type (half the registers of floats for a 16-bit cache), in
+/// pieces of at most 16 bytes; widened to float at each use (exactly).
+template <typename C, int P>
+struct CacheValues {
+  static constexpr int W = P * sizeof(C) > 16 ? static_cast<int>(16 / sizeof(C)) : P;
+  StorageVec<C, W> piece[P / W];
+  /// P consecutive values at p (aligned to the piece), read-only loads.
+  __device__ __forceinline__ void load(const C* p) {
+#pragma unroll
+    for (int k = 0; k < P / W; ++k) piece[k].load(p + k * W);
+  }
+  __device__ __forceinline__ void load_one(int i, const C* p) { piece[i / W].u.elems[i % W] = __ldg(p); }
+  __device__ __forceinline__ float get(int i) const { return piece[i / W].get(i % W); }
+  __device__ __forceinline__ void negate() {
+#pragma unroll
+    for (int i = 0; i < P; ++i) piece[i / W].u.elems[i % W] = from_float<C>(-get(i));
+  }
+};
+
+/// cos / sin of pairs j0 .. j0 + P - 1 for the token's valid positions.
 template <typename C, int P, Angles A>
 __device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[kAxes<A>],
-                                              const LaneAxes<P, A>& lane, int64_t j0, float (&c)[P],
-                                              float (&s)[P]) {
+                                              const LaneAxes<P, A>& lane, int64_t j0, CacheValues<C, P>& c,
+                                              CacheValues<C, P>& s) {
   const C* cos = static_cast<const C*>(a.cos) + j0;
   const C* sin = static_cast<const C*>(a.sin) + j0;
   if constexpr (A == Angles::rope) {
-    load_as_floats<C, P>(cos + pos[0] * a.cos_stride, c);
-    load_as_floats<C, P>(sin + pos[0] * a.sin_stride, s);
+    c.load(cos + pos[0] * a.cos_stride);
+    s.load(sin + pos[0] * a.sin_stride);
   } else {
     auto row = [&](uint32_t axis) { return axis == 0 ? pos[0] : axis == 1 ? pos[1] : pos[2]; };
     if (A == Angles::lane_row || lane.uniform) {  // one row for the whole lane: vector loads
       const int64_t p = row(lane.code & 3u);
-      load_as_floats<C, P>(cos + p * a.cos_stride, c);
-      load_as_floats<C, P>(sin + p * a.sin_stride, s);
+      c.load(cos + p * a.cos_stride);
+      s.load(sin + p * a.sin_stride);
     } else {  // each pair its own row; the codes are in a register, so every load is issued before any is used
       const C* rc[3] = {cos + pos[0] * a.cos_stride, cos + pos[1] * a.cos_stride, cos + pos[2] * a.cos_stride};
       const C* rs[3] = {sin + pos[0] * a.sin_stride, sin + pos[1] * a.sin_stride, sin + pos[2] * a.sin_stride};
 #pragma unroll
       for (int i = 0; i < P; ++i) {
         const uint32_t ax = (lane.code >> (2 * i)) & 3u;
-        c[i] = to_float(__ldg((ax == 0 ? rc[0] : ax == 1 ? rc[1] : rc[2]) + i));
-        s[i] = to_float(__ldg((ax == 0 ? rs[0] : ax == 1 ? rs[1] : rs[2]) + i));
+        c.load_one(i, (ax == 0 ? rc[0] : ax == 1 ? rc[1] : rc[2]) + i);
+        s.load_one(i, (ax == 0 ? rs[0] : ax == 1 ? rs[1] : rs[2]) + i);
       }
     }
   }
@@ -167,10 +186,10 @@ __device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (
 
 /// Range check of token t's positions (the recorder thread records the first bad axis) and, when they are valid,
 /// the lane's angles, with sin negated for the inverse. Returns whether the token is rotated.
-template <int P, Angles A>
+template <typename C, int P, Angles A>
 __device__ __forceinline__ bool token_angles(const RopeArgs& a, const int64_t (&pos)[kAxes<A>], int64_t t,
                                              bool recorder, const LaneAxes<P, A>& lane, int64_t j0,
-                                             DeviceErrorRecord* rec, float (&c)[P], float (&s)[P]) {
+                                             DeviceErrorRecord* rec, CacheValues<C, P>& c, CacheValues<C, P>& s) {
   constexpr int AXES = kAxes<A>;
   bool valid = true;
 #pragma unroll
@@ -185,14 +204,8 @@ __device__ __forceinline__ bool token_angles(const RopeArgs& a, const int64_t (&
     }
     return false;
   }
-  switch (a.cache_dtype) {
-    case DType::f16: gather_angles<__half, P, A>(a, pos, lane, j0, c, s); break;
-    case DType::bf16: gather_angles<__nv_bfloat16, P, A>(a, pos, lane, j0, c, s); break;
-    default: gather_angles<float, P, A>(a, pos, lane, j0, c, s); break;
-  }
-  const float sign = a.inverse ? -1.0f : 1.0f;
-#pragma unroll
-  for (int i = 0; i < P; ++i) s[i] *= sign;
+  gather_angles<C, P, A>(a, pos, lane, j0, c, s);
+  if (a.inverse) s.negate();
   return true;
 }
 
@@ -204,16 +217,17 @@ __device__ __forceinline__ void rotate_pair(Pack<T, P>& x, int i0, Pack<T, P>& y
 }
 
 /// Rotates the lane's P pairs of one head held in x and y (see the file comment for which elements they hold).
-template <typename T, int P, bool NEOX>
-__device__ __forceinline__ void rotate_head(Pack<T, P>& x, Pack<T, P>& y, const float* c, const float* s) {
+template <typename T, int P, bool NEOX, typename C>
+__device__ __forceinline__ void rotate_head(Pack<T, P>& x, Pack<T, P>& y, const CacheValues<C, P>& c,
+                                            const CacheValues<C, P>& s) {
   if constexpr (NEOX || P == 1) {
 #pragma unroll
-    for (int i = 0; i < P; ++i) rotate_pair(x, i, y, i, c[i], s[i]);
+    for (int i = 0; i < P; ++i) rotate_pair(x, i, y, i, c.get(i), s.get(i));
   } else {
 #pragma unroll
     for (int m = 0; m < P / 2; ++m) {
-      rotate_pair(x, 2 * m, x, 2 * m + 1, c[m], s[m]);
-      rotate_pair(y, 2 * m, y, 2 * m + 1, c[P / 2 + m], s[P / 2 + m]);
+      rotate_pair(x, 2 * m, x, 2 * m + 1, c.get(m), s.get(m));
+      rotate_pair(y, 2 * m, y, 2 * m + 1, c.get(P / 2 + m), s.get(P / 2 + m));
     }
   }
 }
@@ -230,9 +244,10 @@ __device__ __forceinline__ void locate(const RopeArgs& a, int64_t hd, int64_t t,
 
 /// Rotates a head's vectors x, y (read from `in`) when the token is valid and stores them at `out`; a token left
 /// unrotated is untouched in place and copied out of place.
-template <typename T, int P, bool NEOX>
+template <typename T, int P, bool NEOX, typename C>
 __device__ __forceinline__ void finish_head(Pack<T, P>& x, Pack<T, P>& y, const T* in, T* out, int64_t offA,
-                                            int64_t offB, bool valid, const float (&c)[P], const float (&s)[P]) {
+                                            int64_t offB, bool valid, const CacheValues<C, P>& c,
+                                            const CacheValues<C, P>& s) {
   if (valid) rotate_head<T, P, NEOX>(x, y, c, s);
   else if (in == out) return;
   x.store(out + offA);
@@ -241,7 +256,7 @@ __device__ __forceinline__ void finish_head(Pack<T, P>& x, Pack<T, P>& y, const 
 
 /// Decode kernel: thread (lane x, head y, token z) of the block rotates head y of token z; the grid covers every
 /// (token, head) once (no loop). Parameter-only work before the wait (see the file comment).
-template <typename T, int P, bool NEOX, Angles A>
+template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads)
     rope_decode_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   const int j0 = static_cast<int>(threadIdx.x) * P;  // first pair of this lane
@@ -264,14 +279,22 @@ __global__ void __launch_bounds__(kThreads)
   y.load(in + offB);
   int64_t pos[kAxes<A>];
   src.load(pos);
-  float c[P], s[P];
-  const bool valid = token_angles<P, A>(a, pos, t, threadIdx.x == 0 && hd == 0, lane, j0, rec, c, s);
+  CacheValues<C, P> c, s;
+  const bool valid = token_angles<C, P, A>(a, pos, t, threadIdx.x == 0 && hd == 0, lane, j0, rec, c, s);
   finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
 }
 
+/// Walk kernel: the resident blocks of kThreads per SM asked of the compiler: 5 (at most 48 registers: 1280 threads
+/// per SM, as plain RoPE) for the variants that fit in them without spilling (ptxas, sm_90a: rope, and lane_row
+/// with a 16-bit cache, which takes 50 otherwise, i.e. 4 blocks); 4 (at most 64) for the others (pair_rows 58-64
+/// registers, lane_row with an f32 cache 55-60; at 48 they would spill 16-72 bytes; without a bound ptxas gives
+/// pair_rows 90-94).
+template <typename C, Angles A>
+constexpr int kWalkMinBlocksPerSm = A == Angles::rope || (A == Angles::lane_row && sizeof(C) == 2) ? 5 : 4;
+
 /// Walk kernel: thread (lane x, head slot y, token z) of the block; heads slot, slot + slots, ... of the token.
-template <typename T, int P, bool NEOX, Angles A>
-__global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+template <typename T, typename C, int P, bool NEOX, Angles A>
+__global__ void __launch_bounds__(kThreads, kWalkMinBlocksPerSm<C, A>) rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   const LaneAxes<P, A> lane = lane_axes<P, A>(a, static_cast<int>(threadIdx.x) * P);
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
@@ -296,8 +319,8 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
     // All the positions before any check: a recording atomic between them would keep M-RoPE's three loads in order.
     int64_t pos[kAxes<A>];
     position_source(a, t).load(pos);
-    float c[P], s[P];
-    const bool valid = token_angles<P, A>(a, pos, t, recorder, lane, j0, rec, c, s);
+    CacheValues<C, P> c, s;
+    const bool valid = token_angles<C, P, A>(a, pos, t, recorder, lane, j0, rec, c, s);
     for (int64_t hd = slot; hd < total_heads; hd += slots) {
       if (hd != slot) {
         locate(a, hd, t, in, out);
@@ -324,7 +347,6 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
   const int64_t total_heads = a.q.heads + a.k.heads;
   const int64_t group0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t group_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-  const float sign = a.inverse ? -1.0f : 1.0f;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
     for (int64_t g = group0; g * kGroupHeads < total_heads; g += group_step) {
@@ -349,11 +371,10 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
       const bool valid = pos[0] >= 0 && pos[0] < a.max_position;
       if (!valid && g == 0 && threadIdx.x == 0) record_device_error(rec, a.error_site, t);
       // 4. The angles, once for all the thread's heads.
-      float c[P], s[P];
+      CacheValues<C, P> c, s;
       if (valid) {
         gather_angles<C, P, Angles::rope>(a, pos, LaneAxes<P, Angles::rope>{}, j0, c, s);
-#pragma unroll
-        for (int i = 0; i < P; ++i) s[i] *= sign;
+        if (a.inverse) s.negate();
       }
       // 5. Rotate and store.
 #pragma unroll
@@ -482,17 +503,27 @@ void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStrea
   // One head per thread: the grid covers every (token, head), as rope_decode_kernel_fits keeps it within
   // the limits of make_plan's grid.
   const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2);
-  launch_variant(
-      a, P, pl, [](auto neox, auto angles) { return rope_decode_kernel<T, P, decltype(neox)::value, decltype(angles)::value>; },
-      rec, stream, device);
+  with_float_type(a.cache_dtype, [&](auto tag) {
+    using C = typename decltype(tag)::type;
+    launch_variant(
+        a, P, pl,
+        [](auto neox, auto angles) {
+          return rope_decode_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
+        },
+        rec, stream, device);
+  });
 }
 
 template <typename T, int P>
 void launch_walk(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
-  launch_variant(
-      a, P, walk_plan(a, P, sms),
-      [](auto neox, auto angles) { return rope_kernel<T, P, decltype(neox)::value, decltype(angles)::value>; }, rec,
-      stream, device);
+  const Plan pl = walk_plan(a, P, sms);
+  with_float_type(a.cache_dtype, [&](auto tag) {
+    using C = typename decltype(tag)::type;
+    launch_variant(
+        a, P, pl,
+        [](auto neox, auto angles) { return rope_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>; },
+        rec, stream, device);
+  });
 }
 
 template <typename T>
