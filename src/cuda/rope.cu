@@ -105,13 +105,14 @@ __device__ __forceinline__ PositionSource position_source(const RopeArgs& a, int
   return src;
 }
 
-/// Where a lane's angles come from, one kernel variant each (chosen on the host, rope_angles_of):
+/// Where a lane's angles come from, one kernel variant each (chosen on the host, angles_of):
 /// - rope: one position per token, its cache row;
 /// - lane_row: M-RoPE whose every lane has all its P pairs on one axis (chunked sections on lane boundaries, and
 ///   always with P = 1): the three positions are loaded and checked, each lane reads the one row its axis names
 ///   with vector loads (no per-pair path, so the registers of the rope variant plus the positions);
 /// - pair_rows: M-RoPE with lanes whose pairs name different rows (interleaved, GLM, a chunked boundary inside a
-///   lane): such a lane reads each pair from its own row.
+///   lane): such a lane reads each pair from its own row, cos at the row's pair j and sin h elements further (one
+///   cos_sin_cache: mrope's only form, checked on the host).
 enum class Angles { rope, lane_row, pair_rows };
 template <Angles A>
 constexpr int kAxes = A == Angles::rope ? 1 : 3;
@@ -172,13 +173,14 @@ __device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (
       c.load(cos + p * a.cos_stride);
       s.load(sin + p * a.sin_stride);
     } else {  // each pair its own row; the codes are in a register, so every load is issued before any is used
+      const int64_t h = a.rotary_dim / 2;  // sin = cos + h in every row
       const C* rc[3] = {cos + pos[0] * a.cos_stride, cos + pos[1] * a.cos_stride, cos + pos[2] * a.cos_stride};
-      const C* rs[3] = {sin + pos[0] * a.sin_stride, sin + pos[1] * a.sin_stride, sin + pos[2] * a.sin_stride};
 #pragma unroll
       for (int i = 0; i < P; ++i) {
         const uint32_t ax = (lane.code >> (2 * i)) & 3u;
-        c.load_one(i, (ax == 0 ? rc[0] : ax == 1 ? rc[1] : rc[2]) + i);
-        s.load_one(i, (ax == 0 ? rs[0] : ax == 1 ? rs[1] : rs[2]) + i);
+        const C* q = (ax == 0 ? rc[0] : ax == 1 ? rc[1] : rc[2]) + i;
+        c.load_one(i, q);
+        s.load_one(i, q + h);
       }
     }
   }
@@ -284,17 +286,23 @@ __global__ void __launch_bounds__(kThreads)
   finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
 }
 
-/// Walk kernel: the resident blocks of kThreads per SM asked of the compiler: 5 (at most 48 registers: 1280 threads
-/// per SM, as plain RoPE) for the variants that fit in them without spilling (ptxas, sm_90a: rope, and lane_row
-/// with a 16-bit cache, which takes 50 otherwise, i.e. 4 blocks); 4 (at most 64) for the others (pair_rows 58-64
-/// registers, lane_row with an f32 cache 55-60; at 48 they would spill 16-72 bytes; without a bound ptxas gives
-/// pair_rows 90-94).
-template <typename C, Angles A>
-constexpr int kWalkMinBlocksPerSm = A == Angles::rope || (A == Angles::lane_row && sizeof(C) == 2) ? 5 : 4;
+/// Walk kernel: threads per block at most, and resident blocks per SM asked of the compiler, per angle variant and
+/// cache element size, for the most resident threads without spilling (ptxas, sm_90a): rope and lane_row with a
+/// 16-bit cache 256 x 5 (at most 48 registers: 1280 threads per SM; lane_row takes 50 unbounded, i.e. 1024);
+/// pair_rows with a 16-bit cache 128 x 9 (at most 56: 1152 threads; it spills 16-32 bytes at 48, and 256-thread
+/// blocks of 56 registers would fit only 4, 1024 threads); the others 256 x 4 (at most 64; they spill at 48 / 56;
+/// without a bound ptxas gives pair_rows 90-94).
+constexpr int walk_block_threads(Angles A, int cache_bytes) {
+  return A == Angles::pair_rows && cache_bytes == 2 ? 128 : kThreads;
+}
+constexpr int walk_min_blocks(Angles A, int cache_bytes) {
+  return cache_bytes == 2 ? (A == Angles::pair_rows ? 9 : 5) : A == Angles::rope ? 5 : 4;
+}
 
 /// Walk kernel: thread (lane x, head slot y, token z) of the block; heads slot, slot + slots, ... of the token.
 template <typename T, typename C, int P, bool NEOX, Angles A>
-__global__ void __launch_bounds__(kThreads, kWalkMinBlocksPerSm<C, A>) rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+__global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blocks(A, sizeof(C)))
+    rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   const LaneAxes<P, A> lane = lane_axes<P, A>(a, static_cast<int>(threadIdx.x) * P);
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
@@ -442,14 +450,14 @@ bool use_group_kernel(const RopeArgs& a, int p, int sms) {
          walk_heads_wanted(a, p, sms) >= kMaxHeadsPerThread;
 }
 
-/// Block (lanes, head slots or groups, tokens) and grid for `units` slots or groups per token; at least
-/// `blocks_per_sm` blocks per SM where the tokens allow.
-Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_per_sm) {
+/// Block (lanes, head slots or groups, tokens) of at most max_threads (>= the lanes) and grid for `units` slots or
+/// groups per token; at least `blocks_per_sm` blocks per SM where the tokens allow.
+Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_per_sm, int64_t max_threads) {
   const int64_t lanes = a.rotary_dim / 2 / p;  // <= kRopeMaxPairs = kThreads
-  const int64_t max_units = std::max<int64_t>(1, kThreads / lanes);
+  const int64_t max_units = std::max<int64_t>(1, max_threads / lanes);
   const int64_t gy = std::min<int64_t>((units + max_units - 1) / max_units, 65535);
   const int64_t units_per_block = std::min<int64_t>((units + gy - 1) / gy, max_units);
-  int64_t tb = std::max<int64_t>(1, kThreads / (lanes * units_per_block));
+  int64_t tb = std::max<int64_t>(1, max_threads / (lanes * units_per_block));
   const int64_t spread = blocks_per_sm * sms;
   tb = std::min<int64_t>({tb, 64, std::max<int64_t>(1, (a.tokens + spread - 1) / spread)});
   const int64_t gx = std::min<int64_t>((a.tokens + tb - 1) / tb, int64_t{1} << 30);
@@ -459,39 +467,49 @@ Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_
   return pl;
 }
 
-/// Walk kernel: heads per thread = the work over the resident threads, clamped to [1, 8] (decode one per thread).
-Plan walk_plan(const RopeArgs& a, int p, int sms) {
+/// Walk kernel: heads per thread = the work over the resident threads, clamped to [1, 8] (decode one per thread);
+/// blocks of at most max_threads.
+Plan walk_plan(const RopeArgs& a, int p, int sms, int64_t max_threads) {
   const int64_t heads = a.q.heads + a.k.heads;
   const int64_t hpt =
       std::clamp<int64_t>(walk_heads_wanted(a, p, sms), 1, std::min<int64_t>(kMaxHeadsPerThread, heads));
-  return make_plan(a, p, sms, (heads + hpt - 1) / hpt, 2);
+  return make_plan(a, p, sms, (heads + hpt - 1) / hpt, 2, max_threads);
 }
 
 Plan group_plan(const RopeArgs& a, int p, int sms) {
   const int64_t heads = a.q.heads + a.k.heads;
-  return make_plan(a, p, sms, (heads + kGroupHeads - 1) / kGroupHeads, 8);
+  return make_plan(a, p, sms, (heads + kGroupHeads - 1) / kGroupHeads, 8, kThreads);
 }
 
 /// The angle variant of a problem at p pairs per thread: rope for 1-D positions; lane_row for M-RoPE whose every
-/// lane has its p pairs on one axis; else pair_rows.
+/// lane has its p pairs on one axis; else pair_rows (then p >= 4: at most 64 lanes; and one cos_sin_cache, sin
+/// h elements after cos in each row, as mrope builds it).
 Angles angles_of(const RopeArgs& a, int p) {
   if (a.num_axes != 3) return Angles::rope;
-  for (int64_t j = 0; j < a.rotary_dim / 2; ++j) {
-    if (a.axis_of(j) != a.axis_of(j - j % p)) return Angles::pair_rows;
+  const int64_t h = a.rotary_dim / 2;
+  for (int64_t j = 0; j < h; ++j) {
+    if (a.axis_of(j) != a.axis_of(j - j % p)) {
+      const bool one_cache = a.sin_stride == a.cos_stride &&
+                             a.sin == static_cast<const char*>(a.cos) + h * static_cast<int64_t>(dtype_size(a.cache_dtype));
+      if (!one_cache || h / p > kThreads / 2) {  // unreachable through mrope; a guard for other callers
+        throw Error(ErrorKind::unsupported, "rope: M-RoPE lanes on several axes need one cos_sin_cache and P >= 4");
+      }
+      return Angles::pair_rows;
+    }
   }
   return Angles::lane_row;
 }
 
 /// Launches kernel_for(std::bool_constant<NEOX>, std::integral_constant<Angles, A>) (an instantiation of the
-/// decode or walk kernel) for the problem's pairing and angle variant at p pairs per thread on plan `pl`.
+/// decode or walk kernel) for the problem's pairing and angle variant `angles` on plan `pl`.
 template <typename KernelFor>
-void launch_variant(const RopeArgs& a, int p, const Plan& pl, KernelFor kernel_for, DeviceErrorRecord* rec,
+void launch_variant(const RopeArgs& a, Angles angles, const Plan& pl, KernelFor kernel_for, DeviceErrorRecord* rec,
                     cudaStream_t stream, int device) {
-  auto go = [&](auto angles) {
-    auto kernel = a.is_neox ? kernel_for(std::true_type{}, angles) : kernel_for(std::false_type{}, angles);
+  auto go = [&](auto variant) {
+    auto kernel = a.is_neox ? kernel_for(std::true_type{}, variant) : kernel_for(std::false_type{}, variant);
     launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec);
   };
-  switch (angles_of(a, p)) {
+  switch (angles) {
     case Angles::rope: go(std::integral_constant<Angles, Angles::rope>{}); break;
     case Angles::lane_row: go(std::integral_constant<Angles, Angles::lane_row>{}); break;
     case Angles::pair_rows: go(std::integral_constant<Angles, Angles::pair_rows>{}); break;
@@ -502,11 +520,11 @@ template <typename T, int P>
 void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   // One head per thread: the grid covers every (token, head), as rope_decode_kernel_fits keeps it within
   // the limits of make_plan's grid.
-  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2);
+  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, kThreads);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
     launch_variant(
-        a, P, pl,
+        a, angles_of(a, P), pl,
         [](auto neox, auto angles) {
           return rope_decode_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
         },
@@ -516,11 +534,13 @@ void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStrea
 
 template <typename T, int P>
 void launch_walk(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
-  const Plan pl = walk_plan(a, P, sms);
+  const Angles angles = angles_of(a, P);
+  const Plan pl =
+      walk_plan(a, P, sms, walk_block_threads(angles, static_cast<int>(dtype_size(a.cache_dtype))));
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
     launch_variant(
-        a, P, pl,
+        a, angles, pl,
         [](auto neox, auto angles) { return rope_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>; },
         rec, stream, device);
   });
