@@ -153,7 +153,10 @@ TEST_P(RopeLargeDtype, SeveralHeadsPerThreadMatchGolden) {
 
 // The decode kernel's switch on this GPU: each variant at the largest token count whose work fits in the resident
 // threads (the decode kernel) and at one token more (the walk kernel, 2 heads per thread), with bad positions at
-// the first and the last token (M-RoPE: on axis t mod 3).
+// the first and the last token (M-RoPE: on axis t mod 3). Variants: rotary; every M-RoPE layout case (angle
+// variants lane_row, e.g. chunked [16, 24, 24], and pair_rows, e.g. interleaved, whose lanes mix axes) with the
+// cache in the data's dtype and, for chunked and interleaved, in the other element size (f32 for 16-bit data),
+// inverse; the scalar path (lane_row with one pair per thread).
 TEST_P(RopeLargeDtype, DecodeKernelSwitchMatchesGolden) {
   FUSEOPS_SKIP_WITHOUT_CUDA();
 #if defined(FUSEOPS_WITH_CUDA)
@@ -169,6 +172,15 @@ TEST_P(RopeLargeDtype, DecodeKernelSwitchMatchesGolden) {
       s.max_position = 4096;
       variants.push_back({s, s.rotary_dim / 2 / vec});
     }
+  }
+  // lane_row and pair_rows with the other cache element size (their walk kernels differ in block size and bound).
+  for (MropeLayout layout : {MropeLayout::chunked, MropeLayout::interleaved}) {
+    RopeSpec s = spec(RopeOp::mrope, dtype, false, 1, 5, 2, 128, 128);
+    s.layout = layout;
+    s.section = {16, 24, 24};
+    s.cache_dtype = dtype == DType::f32 ? DType::bf16 : DType::f32;
+    s.inverse = true;
+    variants.push_back({s, 64 / vec});
   }
   RopeSpec scalar = spec(RopeOp::mrope, dtype, true, 1, 5, 2, 128, 128);  // unaligned views: one pair per thread
   scalar.layout = MropeLayout::interleaved;
