@@ -75,7 +75,7 @@ void rope(const RopeArgs& a) {
     }
     if (valid) {
       for (int64_t j = 0; j < half; ++j) {
-        const int64_t p = pos[a.num_axes == 3 ? a.axis[j] : 0];
+        const int64_t p = pos[a.num_axes == 3 ? a.axis_of(j) : 0];
         c[static_cast<std::size_t>(j)] = load(a.cache_dtype, a.cos, p * a.cos_stride + j);
         s[static_cast<std::size_t>(j)] = sign * load(a.cache_dtype, a.sin, p * a.sin_stride + j);
       }

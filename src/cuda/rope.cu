@@ -6,18 +6,31 @@
 // pairs (NeoX: x[j0..] and x[h + j0..]; GPT-J: x[2 j0..] and x[2 j0 + P..]), its P cos / sin values from the
 // cache row of the position, rotates in fp32 and stores. With 16-bit data P = 8 (16-byte accesses), with f32
 // P = 4; a scalar variant (P = 1) serves views whose pointers or strides are not aligned to P elements.
-// Two kernels, chosen on the host by the work per resident thread:
-// - walk (rope_kernel): every case but heavy prefill, and every M-RoPE case. A thread reads its position(s) and
-//   angles once and walks over heads slot, slot + slots, ... (1 to 8; decode one head per thread), issuing the
-//   first head's loads before the position -> angle chain. M-RoPE picks each pair's row by the layout's axis map.
+// Three kernels, chosen on the host by the work per resident thread:
+// - decode (rope_decode_kernel): while every (token, head, lane) gets its own thread in one wave of resident
+//   threads (rope_decode_kernel_fits, ops/rope_impl.h): one head per thread, no loop. Every address that comes from
+//   the parameters alone (the head's data, the positions, the lane's M-RoPE axes) is formed before the wait on the
+//   previous kernel (with programmatic dependent launch that part overlaps it); after the wait the head's two
+//   vectors and every position are loaded at once, so the only chain left is positions -> angles -> store.
+// - walk (rope_kernel): every larger case but heavy prefill, and every larger M-RoPE case. A thread reads its
+//   position(s) and angles once and walks over heads slot, slot + slots, ... (2 to 8), issuing the first head's
+//   loads before the position -> angle chain.
 // - group (rope_group_kernel): 1-D positions, vector path, when the walk kernel would give every thread 8 heads
 //   (>= 7 heads per resident thread): 4 consecutive heads per thread, all 8 loads issued before the position ->
 //   angle chain, one kernel per cache type. Measured faster there (DeepSeek-V3 q_pe, Llama 16384 tokens, FlagOS
 //   8192-token shapes) and slower everywhere else (docs/ops/rope.md, Performance).
+// M-RoPE: a lane's P pairs take their axes from one 32-bit word of the parameters (2 bits per pair), read once per
+// thread before the wait; lanes whose pairs share an axis (chunked sections) read one row with vector loads, the
+// others one value per pair from its own row, all issued at once. The decode and walk kernels come in three angle
+// variants (Angles): rope (1-D positions), lane_row (M-RoPE whose every lane is on one axis: no per-pair code, 8
+// fewer registers in the walk kernel) and pair_rows (the rest).
 // Bad positions: the token is left unrotated (copied when out of place) and recorded in the device error record;
 // no address derived from a bad position is formed.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "cuda/device_error.cuh"
 #include "cuda/launch.h"
@@ -50,46 +63,152 @@ struct Pack {
   __device__ __forceinline__ void set(int i, float v) { u.e[i] = from_float<T>(v); }
 };
 
-/// Position of token t on `axis` (not range-checked). Without positions: t mod seq_len, in 32 bits when both fit.
-__device__ __forceinline__ int64_t load_position(const RopeArgs& a, int axis, int64_t t) {
-  if (a.positions == nullptr) {
-    if (t <= INT32_MAX && a.seq_len <= INT32_MAX)
-      return static_cast<uint32_t>(t) % static_cast<uint32_t>(a.seq_len);
-    return t % a.seq_len;
+/// Where token t's position on each axis is (not range-checked): an element of `positions`, or without positions
+/// the value t mod seq_len (in 32 bits when both fit). Formed from the parameters alone; load() reads memory.
+struct PositionSource {
+  const void* at = nullptr;  ///< the element of axis 0 (int32_t or int64_t); null: no positions, `value` is it
+  int64_t axis_stride = 0;   ///< elements between axes
+  bool i32 = false;
+  int64_t value = 0;
+  /// Every axis, the branches on the position type outside the loads, so that they issue back to back.
+  template <int AXES>
+  __device__ __forceinline__ void load(int64_t (&pos)[AXES]) const {
+    if (at == nullptr) {
+#pragma unroll
+      for (int ax = 0; ax < AXES; ++ax) pos[ax] = value;
+      return;
+    }
+    __builtin_assume(__isGlobal(at));  // global loads, as for the data (not generic ones)
+    if (i32) {
+#pragma unroll
+      for (int ax = 0; ax < AXES; ++ax) pos[ax] = static_cast<const int32_t*>(at)[ax * axis_stride];
+    } else {
+#pragma unroll
+      for (int ax = 0; ax < AXES; ++ax) pos[ax] = static_cast<const int64_t*>(at)[ax * axis_stride];
+    }
   }
-  const int64_t i = axis * a.pos_axis_stride + t * a.pos_token_stride;
-  return a.pos_dtype == DType::i32 ? static_cast<int64_t>(static_cast<const int32_t*>(a.positions)[i])
-                                   : static_cast<const int64_t*>(a.positions)[i];
+};
+
+__device__ __forceinline__ PositionSource position_source(const RopeArgs& a, int64_t t) {
+  PositionSource src;
+  if (a.positions == nullptr) {
+    src.value = t <= INT32_MAX && a.seq_len <= INT32_MAX
+                    ? static_cast<int64_t>(static_cast<uint32_t>(t) % static_cast<uint32_t>(a.seq_len))
+                    : t % a.seq_len;
+    return src;
+  }
+  src.i32 = a.pos_dtype == DType::i32;
+  const int64_t i = t * a.pos_token_stride;
+  src.at = src.i32 ? static_cast<const void*>(static_cast<const int32_t*>(a.positions) + i)
+                   : static_cast<const void*>(static_cast<const int64_t*>(a.positions) + i);
+  src.axis_stride = a.pos_axis_stride;
+  return src;
 }
 
-/// cos / sin of pairs j0 .. j0 + P - 1 (of a cache of type C) for the token's valid positions.
-template <typename C, int P, int AXES>
-__device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[AXES], int64_t j0, float (&c)[P],
-                                              float (&s)[P]) {
-  const C* cos = static_cast<const C*>(a.cos);
-  const C* sin = static_cast<const C*>(a.sin);
-  if constexpr (AXES == 1) {
-    load_as_floats<C, P>(cos + pos[0] * a.cos_stride + j0, c);
-    load_as_floats<C, P>(sin + pos[0] * a.sin_stride + j0, s);
-  } else {
-    auto row = [&](int axis) { return axis == 0 ? pos[0] : axis == 1 ? pos[1] : pos[2]; };
-    const int first = a.axis[j0];
-    bool uniform = true;
+/// Where a lane's angles come from, one kernel variant each (chosen on the host, angles_of):
+/// - rope: one position per token, its cache row;
+/// - lane_row: M-RoPE whose every lane has all its P pairs on one axis (chunked sections on lane boundaries, and
+///   always with P = 1): the three positions are loaded and checked, each lane reads the one row its axis names
+///   with vector loads (no per-pair path, so the registers of the rope variant plus the positions);
+/// - pair_rows: M-RoPE with lanes whose pairs name different rows (interleaved, GLM, a chunked boundary inside a
+///   lane): such a lane reads each pair from its own row, cos at the row's pair j and sin h elements further (one
+///   cos_sin_cache: mrope's only form, checked on the host).
+enum class Angles { rope, lane_row, pair_rows };
+template <Angles A>
+constexpr int kAxes = A == Angles::rope ? 1 : 3;
+
+/// The M-RoPE axes of a lane's P pairs j0 .. j0 + P - 1 (P in {1, 4, 8}: they lie in one word of axis_code): pair
+/// j0 + i at bits [2 i, 2 i + 2) of `code`. Read once per thread, before the position -> angle chain.
+template <int P, Angles A>
+struct LaneAxes {
+  uint32_t code = 0;
+  bool uniform = true;  ///< every pair on one axis: vector loads of one row
+};
+
+template <int P, Angles A>
+__device__ __forceinline__ LaneAxes<P, A> lane_axes(const RopeArgs& a, int j0) {
+  static_assert(P == 1 || P == 4 || P == 8, "a lane's pairs must lie in one 16-pair code word");
+  LaneAxes<P, A> l;
+  if constexpr (A != Angles::rope) {
+    constexpr uint32_t kMask = (1u << (2 * P)) - 1u;
+    l.code = (a.axis_code[j0 / 16] >> (2 * (j0 % 16))) & kMask;
+    if constexpr (A == Angles::pair_rows) l.uniform = l.code == (l.code & 3u) * (0x55555555u & kMask);
+  }
+  return l;
+}
+
+/// P cache values of type C kept in their storage type (half the registers of floats for a 16-bit cache), in
+/// pieces of at most 16 bytes; widened to float at each use (exactly).
+template <typename C, int P>
+struct CacheValues {
+  static constexpr int W = P * sizeof(C) > 16 ? static_cast<int>(16 / sizeof(C)) : P;
+  StorageVec<C, W> piece[P / W];
+  /// P consecutive values at p (aligned to the piece), read-only loads.
+  __device__ __forceinline__ void load(const C* p) {
 #pragma unroll
-    for (int i = 1; i < P; ++i) uniform = uniform && a.axis[j0 + i] == first;
-    if (uniform) {  // every pair of the chunk reads one row (chunked sections): vector loads
-      const int64_t p = row(first);
-      load_as_floats<C, P>(cos + p * a.cos_stride + j0, c);
-      load_as_floats<C, P>(sin + p * a.sin_stride + j0, s);
-    } else {  // interleaved: each pair its own row
+    for (int k = 0; k < P / W; ++k) piece[k].load(p + k * W);
+  }
+  __device__ __forceinline__ void load_one(int i, const C* p) { piece[i / W].u.elems[i % W] = __ldg(p); }
+  __device__ __forceinline__ float get(int i) const { return piece[i / W].get(i % W); }
+  __device__ __forceinline__ void negate() {
+#pragma unroll
+    for (int i = 0; i < P; ++i) piece[i / W].u.elems[i % W] = from_float<C>(-get(i));
+  }
+};
+
+/// cos / sin of pairs j0 .. j0 + P - 1 for the token's valid positions.
+template <typename C, int P, Angles A>
+__device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (&pos)[kAxes<A>],
+                                              const LaneAxes<P, A>& lane, int64_t j0, CacheValues<C, P>& c,
+                                              CacheValues<C, P>& s) {
+  const C* cos = static_cast<const C*>(a.cos) + j0;
+  const C* sin = static_cast<const C*>(a.sin) + j0;
+  if constexpr (A == Angles::rope) {
+    c.load(cos + pos[0] * a.cos_stride);
+    s.load(sin + pos[0] * a.sin_stride);
+  } else {
+    auto row = [&](uint32_t axis) { return axis == 0 ? pos[0] : axis == 1 ? pos[1] : pos[2]; };
+    if (A == Angles::lane_row || lane.uniform) {  // one row for the whole lane: vector loads
+      const int64_t p = row(lane.code & 3u);
+      c.load(cos + p * a.cos_stride);
+      s.load(sin + p * a.sin_stride);
+    } else {  // each pair its own row; the codes are in a register, so every load is issued before any is used
+      const int64_t h = a.rotary_dim / 2;  // sin = cos + h in every row
+      const C* rc[3] = {cos + pos[0] * a.cos_stride, cos + pos[1] * a.cos_stride, cos + pos[2] * a.cos_stride};
 #pragma unroll
       for (int i = 0; i < P; ++i) {
-        const int64_t p = row(a.axis[j0 + i]);
-        c[i] = to_float(__ldg(cos + p * a.cos_stride + j0 + i));
-        s[i] = to_float(__ldg(sin + p * a.sin_stride + j0 + i));
+        const uint32_t ax = (lane.code >> (2 * i)) & 3u;
+        const C* q = (ax == 0 ? rc[0] : ax == 1 ? rc[1] : rc[2]) + i;
+        c.load_one(i, q);
+        s.load_one(i, q + h);
       }
     }
   }
+}
+
+/// Range check of token t's positions (the recorder thread records the first bad axis) and, when they are valid,
+/// the lane's angles, with sin negated for the inverse. Returns whether the token is rotated.
+template <typename C, int P, Angles A>
+__device__ __forceinline__ bool token_angles(const RopeArgs& a, const int64_t (&pos)[kAxes<A>], int64_t t,
+                                             bool recorder, const LaneAxes<P, A>& lane, int64_t j0,
+                                             DeviceErrorRecord* rec, CacheValues<C, P>& c, CacheValues<C, P>& s) {
+  constexpr int AXES = kAxes<A>;
+  bool valid = true;
+#pragma unroll
+  for (int ax = 0; ax < AXES; ++ax) valid &= (pos[ax] >= 0) & (pos[ax] < a.max_position);  // no short circuit
+  if (!valid) {  // one branch on the common path; the first bad axis is found only here
+    if (recorder) {
+      int bad = AXES - 1;
+#pragma unroll
+      for (int ax = AXES - 2; ax >= 0; --ax)
+        if (pos[ax] < 0 || pos[ax] >= a.max_position) bad = ax;
+      record_device_error(rec, a.error_site, bad * a.tokens + t);
+    }
+    return false;
+  }
+  gather_angles<C, P, A>(a, pos, lane, j0, c, s);
+  if (a.inverse) s.negate();
+  return true;
 }
 
 template <typename T, int P>
@@ -100,16 +219,17 @@ __device__ __forceinline__ void rotate_pair(Pack<T, P>& x, int i0, Pack<T, P>& y
 }
 
 /// Rotates the lane's P pairs of one head held in x and y (see the file comment for which elements they hold).
-template <typename T, int P, bool NEOX>
-__device__ __forceinline__ void rotate_head(Pack<T, P>& x, Pack<T, P>& y, const float* c, const float* s) {
+template <typename T, int P, bool NEOX, typename C>
+__device__ __forceinline__ void rotate_head(Pack<T, P>& x, Pack<T, P>& y, const CacheValues<C, P>& c,
+                                            const CacheValues<C, P>& s) {
   if constexpr (NEOX || P == 1) {
 #pragma unroll
-    for (int i = 0; i < P; ++i) rotate_pair(x, i, y, i, c[i], s[i]);
+    for (int i = 0; i < P; ++i) rotate_pair(x, i, y, i, c.get(i), s.get(i));
   } else {
 #pragma unroll
     for (int m = 0; m < P / 2; ++m) {
-      rotate_pair(x, 2 * m, x, 2 * m + 1, c[m], s[m]);
-      rotate_pair(y, 2 * m, y, 2 * m + 1, c[P / 2 + m], s[P / 2 + m]);
+      rotate_pair(x, 2 * m, x, 2 * m + 1, c.get(m), s.get(m));
+      rotate_pair(y, 2 * m, y, 2 * m + 1, c.get(P / 2 + m), s.get(P / 2 + m));
     }
   }
 }
@@ -124,9 +244,66 @@ __device__ __forceinline__ void locate(const RopeArgs& a, int64_t hd, int64_t t,
   out = static_cast<T*>(hs.out) + t * hs.out_token_stride + head * hs.out_head_stride;
 }
 
+/// Rotates a head's vectors x, y (read from `in`) when the token is valid and stores them at `out`; a token left
+/// unrotated is untouched in place and copied out of place.
+template <typename T, int P, bool NEOX, typename C>
+__device__ __forceinline__ void finish_head(Pack<T, P>& x, Pack<T, P>& y, const T* in, T* out, int64_t offA,
+                                            int64_t offB, bool valid, const CacheValues<C, P>& c,
+                                            const CacheValues<C, P>& s) {
+  if (valid) rotate_head<T, P, NEOX>(x, y, c, s);
+  else if (in == out) return;
+  x.store(out + offA);
+  y.store(out + offB);
+}
+
+/// Decode kernel: thread (lane x, head y, token z) of the block rotates head y of token z; the grid covers every
+/// (token, head) once (no loop). Parameter-only work before the wait (see the file comment).
+template <typename T, typename C, int P, bool NEOX, Angles A>
+__global__ void __launch_bounds__(kThreads)
+    rope_decode_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  const int j0 = static_cast<int>(threadIdx.x) * P;  // first pair of this lane
+  const int64_t h = a.rotary_dim / 2;
+  const int64_t offA = NEOX ? j0 : 2 * j0;
+  const int64_t offB = NEOX ? h + j0 : 2 * j0 + P;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
+  const int64_t hd = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const bool active = t < a.tokens && hd < a.q.heads + a.k.heads;
+  const T* in = nullptr;
+  T* out = nullptr;
+  if (active) locate(a, hd, t, in, out);
+  const PositionSource src = position_source(a, t);
+  const LaneAxes<P, A> lane = lane_axes<P, A>(a, j0);
+  pdl_wait_and_release();
+  if (!active) return;
+  // Every load that needs no position, all at once: the head's two vectors and the position(s).
+  Pack<T, P> x, y;
+  x.load(in + offA);
+  y.load(in + offB);
+  int64_t pos[kAxes<A>];
+  src.load(pos);
+  CacheValues<C, P> c, s;
+  const bool valid = token_angles<C, P, A>(a, pos, t, threadIdx.x == 0 && hd == 0, lane, j0, rec, c, s);
+  finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
+}
+
+/// Walk kernel: threads per block at most, and resident blocks per SM asked of the compiler, per angle variant and
+/// cache element size, for the most resident threads without spilling (ptxas, sm_90a): rope and lane_row with a
+/// 16-bit cache 256 x 5 (at most 48 registers: 1280 threads per SM; lane_row takes 50 unbounded, i.e. 1024);
+/// pair_rows with a 16-bit cache 128 x 9 (at most 56: 1152 threads; it spills 16-32 bytes at 48, and 256-thread
+/// blocks of 56 registers would fit only 4, 1024 threads); the others 256 x 4 (at most 64; they spill at 48 / 56;
+/// without a bound ptxas gives pair_rows 90-94).
+constexpr int walk_block_threads(Angles A, int cache_bytes) {
+  return A == Angles::pair_rows && cache_bytes == 2 ? 128 : kThreads;
+}
+constexpr int walk_min_blocks(Angles A, int cache_bytes) {
+  return cache_bytes == 2 ? (A == Angles::pair_rows ? 9 : 5) : A == Angles::rope ? 5 : 4;
+}
+
 /// Walk kernel: thread (lane x, head slot y, token z) of the block; heads slot, slot + slots, ... of the token.
-template <typename T, int P, bool NEOX, int AXES>
-__global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+template <typename T, typename C, int P, bool NEOX, Angles A>
+__global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blocks(A, sizeof(C)))
+    rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  const LaneAxes<P, A> lane = lane_axes<P, A>(a, static_cast<int>(threadIdx.x) * P);
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
@@ -136,7 +313,6 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
   const int64_t slot = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t slots = static_cast<int64_t>(gridDim.y) * blockDim.y;
   const bool recorder = threadIdx.x == 0 && slot == 0;
-  const float sign = a.inverse ? -1.0f : 1.0f;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
     // The first head's data does not depend on the position: issue its loads before the position -> angle chain.
@@ -149,37 +325,17 @@ __global__ void __launch_bounds__(kThreads) rope_kernel(const __grid_constant__ 
       y.load(in + offB);
     }
     // All the positions before any check: a recording atomic between them would keep M-RoPE's three loads in order.
-    int64_t pos[AXES];
-#pragma unroll
-    for (int ax = 0; ax < AXES; ++ax) pos[ax] = load_position(a, ax, t);
-    bool valid = true;
-#pragma unroll
-    for (int ax = 0; ax < AXES; ++ax) {
-      if (pos[ax] < 0 || pos[ax] >= a.max_position) {
-        if (recorder && valid) record_device_error(rec, a.error_site, ax * a.tokens + t);
-        valid = false;
-      }
-    }
-    float c[P], s[P];
-    if (valid) {
-      switch (a.cache_dtype) {
-        case DType::f16: gather_angles<__half, P, AXES>(a, pos, j0, c, s); break;
-        case DType::bf16: gather_angles<__nv_bfloat16, P, AXES>(a, pos, j0, c, s); break;
-        default: gather_angles<float, P, AXES>(a, pos, j0, c, s); break;
-      }
-#pragma unroll
-      for (int i = 0; i < P; ++i) s[i] *= sign;
-    }
+    int64_t pos[kAxes<A>];
+    position_source(a, t).load(pos);
+    CacheValues<C, P> c, s;
+    const bool valid = token_angles<C, P, A>(a, pos, t, recorder, lane, j0, rec, c, s);
     for (int64_t hd = slot; hd < total_heads; hd += slots) {
       if (hd != slot) {
         locate(a, hd, t, in, out);
         x.load(in + offA);
         y.load(in + offB);
       }
-      if (!valid && in == out) continue;  // in place: unrotated = untouched
-      if (valid) rotate_head<T, P, NEOX>(x, y, c, s);
-      x.store(out + offA);
-      y.store(out + offB);
+      finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
     }
   }
 }
@@ -199,14 +355,14 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
   const int64_t total_heads = a.q.heads + a.k.heads;
   const int64_t group0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t group_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-  const float sign = a.inverse ? -1.0f : 1.0f;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
     for (int64_t g = group0; g * kGroupHeads < total_heads; g += group_step) {
       const int64_t first = g * kGroupHeads;
       const int n = static_cast<int>(min(static_cast<int64_t>(kGroupHeads), total_heads - first));
       // 1. The position: the head of the only dependent chain (position -> cache row).
-      const int64_t pos[1] = {load_position(a, 0, t)};
+      int64_t pos[1];
+      position_source(a, t).load(pos);
       // 2. Every head's data, independent of the position, before anything waits for it.
       Pack<T, P> x[kGroupHeads], y[kGroupHeads];
 #pragma unroll
@@ -223,11 +379,10 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
       const bool valid = pos[0] >= 0 && pos[0] < a.max_position;
       if (!valid && g == 0 && threadIdx.x == 0) record_device_error(rec, a.error_site, t);
       // 4. The angles, once for all the thread's heads.
-      float c[P], s[P];
+      CacheValues<C, P> c, s;
       if (valid) {
-        gather_angles<C, P, 1>(a, pos, j0, c, s);
-#pragma unroll
-        for (int i = 0; i < P; ++i) s[i] *= sign;
+        gather_angles<C, P, Angles::rope>(a, pos, LaneAxes<P, Angles::rope>{}, j0, c, s);
+        if (a.inverse) s.negate();
       }
       // 5. Rotate and store.
 #pragma unroll
@@ -236,10 +391,7 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
         const T* in;
         T* out;
         locate(a, first + k, t, in, out);
-        if (valid) rotate_head<T, P, NEOX>(x[k], y[k], c, s);
-        else if (in == out) continue;  // in place: unrotated = untouched
-        x[k].store(out + offA);
-        y[k].store(out + offB);
+        finish_head<T, P, NEOX>(x[k], y[k], in, out, offA, offB, valid, c, s);
       }
     }
   }
@@ -272,12 +424,23 @@ struct Plan {
 };
 
 /// Heads per thread of the walk kernel before its clamp to [1, min(kMaxHeadsPerThread, heads)]: the (token, head,
-/// lane) work over the resident threads (2048 per SM).
+/// lane) work over the resident threads (kRopeResidentThreadsPerSm per SM). It is 1 exactly where
+/// rope_decode_kernel_fits.
 int64_t walk_heads_wanted(const RopeArgs& a, int p, int sms) {
   const int64_t lanes = a.rotary_dim / 2 / p;
   const int64_t work = a.tokens * (a.q.heads + a.k.heads) * lanes;
-  const int64_t resident = static_cast<int64_t>(sms) * 2048;
+  const int64_t resident = static_cast<int64_t>(sms) * kRopeResidentThreadsPerSm;
   return (work + resident - 1) / resident;
+}
+
+/// The decode kernel serves every problem whose (token, head, lane) work fits in the resident threads
+/// (rope_decode_kernel_fits), unless FUSEOPS_ROPE_DECODE=0 (then the walk kernel, one head per thread).
+bool use_decode_kernel(const RopeArgs& a, int p, int sms) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("FUSEOPS_ROPE_DECODE");
+    return !(v && std::strcmp(v, "0") == 0);
+  }();
+  return enabled && rope_decode_kernel_fits(a.tokens, a.q.heads + a.k.heads, a.rotary_dim / 2 / p, sms);
 }
 
 /// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread.
@@ -287,14 +450,14 @@ bool use_group_kernel(const RopeArgs& a, int p, int sms) {
          walk_heads_wanted(a, p, sms) >= kMaxHeadsPerThread;
 }
 
-/// Block (lanes, head slots or groups, tokens) and grid for `units` slots or groups per token; at least
-/// `blocks_per_sm` blocks per SM where the tokens allow.
-Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_per_sm) {
+/// Block (lanes, head slots or groups, tokens) of at most max_threads (>= the lanes) and grid for `units` slots or
+/// groups per token; at least `blocks_per_sm` blocks per SM where the tokens allow.
+Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_per_sm, int64_t max_threads) {
   const int64_t lanes = a.rotary_dim / 2 / p;  // <= kRopeMaxPairs = kThreads
-  const int64_t max_units = std::max<int64_t>(1, kThreads / lanes);
+  const int64_t max_units = std::max<int64_t>(1, max_threads / lanes);
   const int64_t gy = std::min<int64_t>((units + max_units - 1) / max_units, 65535);
   const int64_t units_per_block = std::min<int64_t>((units + gy - 1) / gy, max_units);
-  int64_t tb = std::max<int64_t>(1, kThreads / (lanes * units_per_block));
+  int64_t tb = std::max<int64_t>(1, max_threads / (lanes * units_per_block));
   const int64_t spread = blocks_per_sm * sms;
   tb = std::min<int64_t>({tb, 64, std::max<int64_t>(1, (a.tokens + spread - 1) / spread)});
   const int64_t gx = std::min<int64_t>((a.tokens + tb - 1) / tb, int64_t{1} << 30);
@@ -304,30 +467,83 @@ Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_
   return pl;
 }
 
-/// Walk kernel: heads per thread = the work over the resident threads, clamped to [1, 8] (decode one per thread).
-Plan walk_plan(const RopeArgs& a, int p, int sms) {
+/// Walk kernel: heads per thread = the work over the resident threads, clamped to [1, 8] (decode one per thread);
+/// blocks of at most max_threads.
+Plan walk_plan(const RopeArgs& a, int p, int sms, int64_t max_threads) {
   const int64_t heads = a.q.heads + a.k.heads;
   const int64_t hpt =
       std::clamp<int64_t>(walk_heads_wanted(a, p, sms), 1, std::min<int64_t>(kMaxHeadsPerThread, heads));
-  return make_plan(a, p, sms, (heads + hpt - 1) / hpt, 2);
+  return make_plan(a, p, sms, (heads + hpt - 1) / hpt, 2, max_threads);
 }
 
 Plan group_plan(const RopeArgs& a, int p, int sms) {
   const int64_t heads = a.q.heads + a.k.heads;
-  return make_plan(a, p, sms, (heads + kGroupHeads - 1) / kGroupHeads, 8);
+  return make_plan(a, p, sms, (heads + kGroupHeads - 1) / kGroupHeads, 8, kThreads);
+}
+
+/// The angle variant of a problem at p pairs per thread: rope for 1-D positions; lane_row for M-RoPE whose every
+/// lane has its p pairs on one axis; else pair_rows (then p >= 4: at most 64 lanes; and one cos_sin_cache, sin
+/// h elements after cos in each row, as mrope builds it).
+Angles angles_of(const RopeArgs& a, int p) {
+  if (a.num_axes != 3) return Angles::rope;
+  const int64_t h = a.rotary_dim / 2;
+  for (int64_t j = 0; j < h; ++j) {
+    if (a.axis_of(j) != a.axis_of(j - j % p)) {
+      const bool one_cache = a.sin_stride == a.cos_stride &&
+                             a.sin == static_cast<const char*>(a.cos) + h * static_cast<int64_t>(dtype_size(a.cache_dtype));
+      if (!one_cache || h / p > kThreads / 2) {  // unreachable through mrope; a guard for other callers
+        throw Error(ErrorKind::unsupported, "rope: M-RoPE lanes on several axes need one cos_sin_cache and P >= 4");
+      }
+      return Angles::pair_rows;
+    }
+  }
+  return Angles::lane_row;
+}
+
+/// Launches kernel_for(std::bool_constant<NEOX>, std::integral_constant<Angles, A>) (an instantiation of the
+/// decode or walk kernel) for the problem's pairing and angle variant `angles` on plan `pl`.
+template <typename KernelFor>
+void launch_variant(const RopeArgs& a, Angles angles, const Plan& pl, KernelFor kernel_for, DeviceErrorRecord* rec,
+                    cudaStream_t stream, int device) {
+  auto go = [&](auto variant) {
+    auto kernel = a.is_neox ? kernel_for(std::true_type{}, variant) : kernel_for(std::false_type{}, variant);
+    launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec);
+  };
+  switch (angles) {
+    case Angles::rope: go(std::integral_constant<Angles, Angles::rope>{}); break;
+    case Angles::lane_row: go(std::integral_constant<Angles, Angles::lane_row>{}); break;
+    case Angles::pair_rows: go(std::integral_constant<Angles, Angles::pair_rows>{}); break;
+  }
+}
+
+template <typename T, int P>
+void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
+  // One head per thread: the grid covers every (token, head), as rope_decode_kernel_fits keeps it within
+  // the limits of make_plan's grid.
+  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, kThreads);
+  with_float_type(a.cache_dtype, [&](auto tag) {
+    using C = typename decltype(tag)::type;
+    launch_variant(
+        a, angles_of(a, P), pl,
+        [](auto neox, auto angles) {
+          return rope_decode_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
+        },
+        rec, stream, device);
+  });
 }
 
 template <typename T, int P>
 void launch_walk(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
-  const Plan pl = walk_plan(a, P, sms);
-  auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
-  if (a.num_axes == 3) {
-    if (a.is_neox) go(rope_kernel<T, P, true, 3>);
-    else go(rope_kernel<T, P, false, 3>);
-  } else {
-    if (a.is_neox) go(rope_kernel<T, P, true, 1>);
-    else go(rope_kernel<T, P, false, 1>);
-  }
+  const Angles angles = angles_of(a, P);
+  const Plan pl =
+      walk_plan(a, P, sms, walk_block_threads(angles, static_cast<int>(dtype_size(a.cache_dtype))));
+  with_float_type(a.cache_dtype, [&](auto tag) {
+    using C = typename decltype(tag)::type;
+    launch_variant(
+        a, angles, pl,
+        [](auto neox, auto angles) { return rope_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>; },
+        rec, stream, device);
+  });
 }
 
 template <typename T>
@@ -346,9 +562,16 @@ void launch_typed(const RopeArgs& a, DeviceErrorRecord* rec, cudaStream_t stream
   constexpr int kVec = static_cast<int>(16 / sizeof(T));
   const int p = pick_pairs_per_thread(a);
   const int sms = sm_count(device);
-  if (use_group_kernel(a, p, sms)) launch_group<T>(a, sms, rec, stream, device);
-  else if (p == kVec) launch_walk<T, kVec>(a, sms, rec, stream, device);
-  else launch_walk<T, 1>(a, sms, rec, stream, device);
+  if (use_decode_kernel(a, p, sms)) {
+    if (p == kVec) launch_decode<T, kVec>(a, sms, rec, stream, device);
+    else launch_decode<T, 1>(a, sms, rec, stream, device);
+  } else if (use_group_kernel(a, p, sms)) {
+    launch_group<T>(a, sms, rec, stream, device);
+  } else if (p == kVec) {
+    launch_walk<T, kVec>(a, sms, rec, stream, device);
+  } else {
+    launch_walk<T, 1>(a, sms, rec, stream, device);
+  }
 }
 
 }  // namespace

@@ -203,12 +203,12 @@ void vllm_form(const char* op, TensorView positions, TensorView query, const Ten
 }
 
 /// The M-RoPE axis of each pair, from the layouts' definitions (docs/ops/rope.md).
-void fill_axes(MropeLayout layout, const std::array<int64_t, 3>& s, int64_t pairs, uint8_t* axis) {
+void fill_axes(MropeLayout layout, const std::array<int64_t, 3>& s, int64_t pairs, RopeArgs& a) {
   for (int64_t j = 0; j < pairs; ++j) {
     switch (layout) {
-      case MropeLayout::chunked: axis[j] = j < s[0] ? 0 : j < s[0] + s[1] ? 1 : 2; break;
+      case MropeLayout::chunked: a.set_axis(j, j < s[0] ? 0 : j < s[0] + s[1] ? 1 : 2); break;
       case MropeLayout::interleaved:
-        axis[j] = (j % 3 == 1 && j < 3 * s[1]) ? 1 : (j % 3 == 2 && j < 3 * s[2]) ? 2 : 0;
+        a.set_axis(j, (j % 3 == 1 && j < 3 * s[1]) ? 1 : (j % 3 == 2 && j < 3 * s[2]) ? 2 : 0);
         break;
       case MropeLayout::interleaved_glm: break;  // below
     }
@@ -217,10 +217,10 @@ void fill_axes(MropeLayout layout, const std::array<int64_t, 3>& s, int64_t pair
     // Pair j takes axis j % 3 while that axis has quota left, else the next axis (cyclically) that has.
     int64_t left[3] = {s[0], s[1], s[2]};
     for (int64_t j = 0; j < pairs; ++j) {
-      int a = static_cast<int>(j % 3);
-      while (left[a] == 0) a = (a + 1) % 3;  // the sections sum to `pairs`: some axis has quota left
-      axis[j] = static_cast<uint8_t>(a);
-      --left[a];
+      int ax = static_cast<int>(j % 3);
+      while (left[ax] == 0) ax = (ax + 1) % 3;  // the sections sum to `pairs`: some axis has quota left
+      a.set_axis(j, ax);
+      --left[ax];
     }
   }
 }
@@ -264,7 +264,7 @@ void mrope_form(const char* op, TensorView positions, TensorView query, const Te
       fail_argument(op, "mrope_section", "3 sections >= 0 summing to rotary_dim / 2 = " + std::to_string(pairs), got);
     }
     a.num_axes = 3;
-    fill_axes(layout, section, pairs, a.axis);
+    fill_axes(layout, section, pairs, a);
   }
   const int64_t lead[1] = {a.tokens};
   a.q = heads_of(op, qn, query, lead, 1, head_size, true);

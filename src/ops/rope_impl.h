@@ -44,8 +44,15 @@ struct RopeArgs {
   int num_axes = 1;  ///< 1 (RoPE) or 3 (M-RoPE)
   int64_t pos_axis_stride = 0, pos_token_stride = 0;
   int64_t seq_len = 1;
-  /// M-RoPE (num_axes == 3): the axis (0 T, 1 H, 2 W) of each pair j < h.
-  uint8_t axis[kRopeMaxPairs] = {};
+  /// M-RoPE (num_axes == 3): the axis (0 T, 1 H, 2 W) of each pair j < h, 2 bits per pair: bits
+  /// [2 (j % 16), 2 (j % 16) + 2) of word j / 16 (so the 1, 4 or 8 pairs of a CUDA lane lie in one word).
+  uint32_t axis_code[kRopeMaxPairs / 16] = {};
+  int axis_of(int64_t j) const { return static_cast<int>((axis_code[j / 16] >> (2 * (j % 16))) & 3u); }
+  void set_axis(int64_t j, int axis) {
+    uint32_t& w = axis_code[j / 16];
+    const int shift = static_cast<int>(2 * (j % 16));
+    w = (w & ~(3u << shift)) | (static_cast<uint32_t>(axis & 3) << shift);
+  }
 
   uint32_t error_site = 0;  ///< (op, "positions"), for out-of-range positions
 };
@@ -56,6 +63,18 @@ void rope(const RopeArgs& args);
 
 namespace cuda {
 void rope(const char* op, const RopeArgs& args, int device, void* stream);
+
+/// Resident threads per SM that the CUDA launch plans count on.
+constexpr int64_t kRopeResidentThreadsPerSm = 2048;
+
+/// Which CUDA kernel serves a problem of `tokens` x `heads` (query + key) heads with `lanes` threads per head
+/// (rotary_dim / 2 / pairs per thread): the decode kernel (one (token, head, lane) per thread, every address
+/// formed before the wait on the previous kernel) while that work fits in the resident threads of `sms` SMs, i.e.
+/// exactly where the walk kernel would give each thread one head; above it the walk / group kernels. The
+/// environment variable FUSEOPS_ROPE_DECODE=0 turns the decode kernel off (A/B against the walk kernel).
+inline bool rope_decode_kernel_fits(int64_t tokens, int64_t heads, int64_t lanes, int sms) {
+  return tokens * heads * lanes <= static_cast<int64_t>(sms) * kRopeResidentThreadsPerSm;
+}
 }  // namespace cuda
 
 }  // namespace fuseops::detail

@@ -1,10 +1,14 @@
 // The CUDA rotary kernels at prefill sizes, against the float64 golden (testing/rope_problem.h). The CUDA backend
-// has two kernels (src/cuda/rope.cu): the walk kernel gives each thread 1 to 8 heads of one token, the (token, head,
-// lane) work over the resident threads (on an H200, 132 SMs x 2048 threads), rounded up; when that reaches 8 with
-// 1-D positions, aligned views and at least 8 heads, the group kernel takes over with 4 consecutive heads per
-// thread. The small problems of test_rope.cpp all take the walk kernel with one head per thread. rotary_specs and
-// mrope_specs reach 1 to 3 heads per thread of the walk kernel (counted for 132 SMs in the comments; other GPUs land
-// on other counts) with every dtype, NeoX and GPT-J, partial rotary, fused-qkv views, the scalar path, key absent,
+// has three kernels (src/cuda/rope.cu): the decode kernel gives each thread one head of one token while the
+// (token, head, lane) work fits in the resident threads (on an H200, 132 SMs x 2048 threads;
+// rope_decode_kernel_fits in ops/rope_impl.h); above that the walk kernel gives each thread 2 to 8 heads of one
+// token, the work over the resident threads rounded up; when that reaches 8 with 1-D positions, aligned views and
+// at least 8 heads, the group kernel takes over with 4 consecutive heads per thread. The small problems of
+// test_rope.cpp all take the decode kernel. DecodeKernelSwitch runs each kernel variant (rotary, every M-RoPE
+// layout case of rope_test_util.h, the scalar path) at the largest token count of the decode kernel on this GPU
+// and one token more (the walk kernel, 2 heads per thread). rotary_specs and mrope_specs reach the decode kernel
+// or 2 to 3 heads per thread of the walk kernel (counted for 132 SMs in the comments; other GPUs land on other
+// counts) with every dtype, NeoX and GPT-J, partial rotary, fused-qkv views, the scalar path, key absent,
 // Hk > Hq, the inverse, an fp32 cache, out-of-place outputs, bad positions, and the M-RoPE layouts of
 // rope_test_util.h; group_specs reach the group kernel (at least 8 heads per thread wanted on GPUs of up to 148
 // SMs) with a group that spans the last query heads and the first key heads, a last group of one head, each cache
@@ -12,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda_test_util.h"
+#include "ops/rope_impl.h"
 #include "rope_test_util.h"
 #include "test_util.h"
 #include "testing/rope_problem.h"
@@ -36,7 +42,7 @@ std::vector<RopeSpec> rotary_specs(DType dtype) {
     const auto b = [&](RopeOp op, int64_t T, int64_t hq, int64_t hk, int64_t d, int64_t r) {
       return spec(op, dtype, neox, T, hq, hk, d, r);
     };
-    // Qwen3-Next-like r 64 of 256, 7 heads: 16-bit 1 per thread, f32 2.
+    // Qwen3-Next-like r 64 of 256, 7 heads: 16-bit the decode kernel, f32 2 per thread.
     v.push_back(b(RopeOp::rotary_embedding, 5000, 5, 2, 256, 64));
     // 6 heads, fused qkv: 16-bit 2 per thread (slots {q0,q3} {q1,k0} {q2,k1}); f32 3.
     RopeSpec s = b(RopeOp::rotary_embedding, 6000, 4, 2, 128, 128);
@@ -50,9 +56,9 @@ std::vector<RopeSpec> rotary_specs(DType dtype) {
     s.cache_dtype = dtype == DType::f32 ? DType::bf16 : DType::f32;
     s.pos_dtype = DType::i32;
     v.push_back(s);
-    // rotary 80 of 128 (5 lanes), Hk > Hq: 16-bit 1 per thread, f32 2.
+    // rotary 80 of 128 (5 lanes), Hk > Hq: 16-bit the decode kernel, f32 2 per thread.
     v.push_back(b(RopeOp::rotary_embedding, 6000, 2, 4, 128, 80));
-    // Key absent, 7 heads of 64: 16-bit 1 per thread, f32 2 (the last slot one head).
+    // Key absent, 7 heads of 64: 16-bit the decode kernel, f32 2 per thread (the last slot one head).
     s = b(RopeOp::rotary_embedding, 6000, 7, 1, 64, 64);
     s.has_key = false;
     v.push_back(s);
@@ -80,8 +86,8 @@ std::vector<RopeSpec> rotary_specs(DType dtype) {
   return v;
 }
 
-// M-RoPE (always the walk kernel), 5000 tokens of 7 heads: 16-bit r 128 and f32 r 64 take 2 per thread, 16-bit
-// r 64 1, f32 r 128 3.
+// M-RoPE, 5000 tokens of 7 heads: 16-bit r 128 and f32 r 64 take 2 per thread of the walk kernel, 16-bit r 64 the
+// decode kernel, f32 r 128 3 per thread.
 std::vector<RopeSpec> mrope_specs(DType dtype) {
   std::vector<RopeSpec> v;
   for (bool neox : {true, false}) {
@@ -143,6 +149,61 @@ TEST_P(RopeLargeDtype, SeveralHeadsPerThreadMatchGolden) {
     EXPECT_TRUE(o.pass()) << ft::describe(s) << ": " << o.detail();
     if (HasFailure()) return;
   }
+}
+
+// The decode kernel's switch on this GPU: each variant at the largest token count whose work fits in the resident
+// threads (the decode kernel) and at one token more (the walk kernel, 2 heads per thread), with bad positions at
+// the first and the last token (M-RoPE: on axis t mod 3). Variants: rotary; every M-RoPE layout case (angle
+// variants lane_row, e.g. chunked [16, 24, 24], and pair_rows, e.g. interleaved, whose lanes mix axes) with the
+// cache in the data's dtype and, for chunked and interleaved, in the other element size (f32 for 16-bit data),
+// inverse; the scalar path (lane_row with one pair per thread).
+TEST_P(RopeLargeDtype, DecodeKernelSwitchMatchesGolden) {
+  FUSEOPS_SKIP_WITHOUT_CUDA();
+#if defined(FUSEOPS_WITH_CUDA)
+  namespace fd = fuseops::detail::cuda;
+  int sms = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const DType dtype = GetParam();
+  const int64_t vec = dtype == DType::f32 ? 4 : 8;  // pairs per thread on the vector path
+  std::vector<std::pair<RopeSpec, int64_t>> variants;  // (spec, lanes per head)
+  for (bool neox : {true, false}) {
+    variants.push_back({spec(RopeOp::rotary_embedding, dtype, neox, 1, 5, 2, 128, 128), 64 / vec});
+    for (RopeSpec s : mrope_layout_specs(dtype, neox, 1, 5, 2)) {
+      s.max_position = 4096;
+      variants.push_back({s, s.rotary_dim / 2 / vec});
+    }
+  }
+  // lane_row and pair_rows with the other cache element size (their walk kernels differ in block size and bound).
+  for (MropeLayout layout : {MropeLayout::chunked, MropeLayout::interleaved}) {
+    RopeSpec s = spec(RopeOp::mrope, dtype, false, 1, 5, 2, 128, 128);
+    s.layout = layout;
+    s.section = {16, 24, 24};
+    s.cache_dtype = dtype == DType::f32 ? DType::bf16 : DType::f32;
+    s.inverse = true;
+    variants.push_back({s, 64 / vec});
+  }
+  RopeSpec scalar = spec(RopeOp::mrope, dtype, true, 1, 5, 2, 128, 128);  // unaligned views: one pair per thread
+  scalar.layout = MropeLayout::interleaved;
+  scalar.section = {24, 20, 20};
+  scalar.head_pad = 3;
+  scalar.fused_qkv = true;
+  variants.push_back({scalar, 64});
+  std::mt19937_64 rng = test_rng();
+  for (auto& [base, lanes] : variants) {
+    const int64_t heads = base.q_heads + base.k_heads;
+    const int64_t t_max = static_cast<int64_t>(sms) * fd::kRopeResidentThreadsPerSm / (heads * lanes);
+    ASSERT_TRUE(fd::rope_decode_kernel_fits(t_max, heads, lanes, sms));
+    ASSERT_FALSE(fd::rope_decode_kernel_fits(t_max + 1, heads, lanes, sms));
+    for (int64_t T : {t_max, t_max + 1}) {
+      RopeSpec s = base;
+      s.tokens = T;
+      s.bad_tokens = {0, T - 1};
+      const ft::RopeOutcome o = ft::run_rope_check(s, fuseops::Device::cuda(0), rng());
+      EXPECT_TRUE(o.pass()) << ft::describe(s) << " (decode kernel up to " << t_max << " tokens): " << o.detail();
+      if (HasFailure()) return;
+    }
+  }
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(All, RopeLargeDtype, ::testing::Values(DType::f32, DType::f16, DType::bf16),
