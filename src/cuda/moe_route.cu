@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(1024, 1) route_align_kernel(RouteParams rp, Al
   const int tlo = min(rp.T, rank * chunk), thi = min(rp.T, tlo + chunk);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int warps = static_cast<int>(blockDim.x) >> 5;
-  float* keys = reinterpret_cast<float*>(smem) + warp * 32 * VPT;
+  float* keys = reinterpret_cast<float*>(smem) + warp * route_scratch_floats(VPT);
   for (int t = tlo + warp; t < thi; t += warps) route_token<T, VPT, BIAS>(rp, t, keys, lane);
   __syncthreads();  // this block's ids are in global memory, visible to the block
   align_schedule<1>(ap, tlo * rp.k, thi * rp.k, smem);
@@ -52,7 +52,7 @@ void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int
   const std::size_t align_smem = static_cast<std::size_t>(moe_align_smem_words(warps, a.E, 1)) * sizeof(int);
   dispatch_route(r.logits.dtype, r.E, rp.bias != nullptr, [&](auto t, auto vpt, auto bias) {
     auto kernel = route_align_kernel<typename decltype(t)::type, decltype(vpt)::value, decltype(bias)::value>;
-    const std::size_t smem = std::max<std::size_t>(align_smem, sizeof(float) * 32 * decltype(vpt)::value * warps);
+    const std::size_t smem = std::max<std::size_t>(align_smem, sizeof(float) * route_scratch_floats(decltype(vpt)::value) * warps);
     allow_smem(kernel, smem, op);
     launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * warps), smem, s, device, cluster, rp, ap);
   });

@@ -150,9 +150,14 @@ __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float 
   return moe_order_key(!BIAS ? top1 : G == 1 ? top1 : top1 + top2);
 }
 
-/// Routes token t with the calling (full) warp; `keys` is this warp's shared scratch of 32 * VPT floats. BIAS: the
-/// router has a bias (p.bias set). Without one the key is the logit, so a pick's weight is recomputed from its key
-/// (the same expression on the same value as the score array, which is then not kept: fewer registers).
+/// Floats of a warp's shared scratch in route_token: the keys of group_key's shared path, then the scores (with a
+/// bias), 32 * VPT; the picks' experts, 32.
+__host__ __device__ constexpr int route_scratch_floats(int vpt) { return 32 * vpt + 32; }
+
+/// Routes token t with the calling (full) warp; `keys` is this warp's shared scratch of route_scratch_floats(VPT)
+/// floats. BIAS: the router has a bias (p.bias set). Without one the key is the logit, so a pick's weight is
+/// recomputed from its key (the same expression on the same value as the score array, which is then not kept:
+/// fewer registers).
 template <typename T, int VPT, bool BIAS>
 __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* keys, int lane) {
   const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride;
@@ -208,6 +213,13 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
       if (group == win) gk = 0;
     }
   }
+  float* scores = keys;                                    // [32 * VPT], with a bias
+  int* pick_id = reinterpret_cast<int*>(keys + 32 * VPT);  // [32]
+  __syncwarp();  // the scratch is free: group_key's reads and the previous token's are done
+  if constexpr (BIAS) {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) scores[base + i] = s[i];
+  }
   uint32_t uk[VPT];
   if (kept == kFullMask) {
 #pragma unroll
@@ -224,36 +236,36 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
     }
   }
   // k rounds: the highest key of the warp, the lowest lane holding it (lanes ascend with experts; a lane's best is
-  // its first position of that key), which takes it out and finds its next best.
+  // its first position of that key), which takes it out and finds its next best. Only the selection is on this
+  // loop's dependent chain: every lane sees the pick's key (the redux result) and the winning lane stores the
+  // expert in the warp's scratch (a store does not hold up the next round); the weights are computed after the
+  // loop by lanes 0..k-1 in parallel, from the same values with the same expressions (with a bias: the score,
+  // stored by its lane before the loop, read back at the expert's index).
   uint32_t lb;
   int li;
   lane_best<VPT>(uk, lb, li);
-  float my_w = 0;
-  int my_id = 0;
+  uint32_t my_key = 0;
   for (int j = 0; j < p.k; ++j) {
     const uint32_t best = __reduce_max_sync(kFullMask, lb);
     const int wl = __ffs(__ballot_sync(kFullMask, lb == best)) - 1;
-    const int pick = li;
-    float sv = 0;
+    if (lane == j) my_key = best;
     if (lane == wl) {
-      if constexpr (!BIAS) {
-        const float xv = moe_key_float(lb);  // the logit of the pick, bit for bit
-        sv = p.softmax ? expf(xv - m) / sum : moe_sigmoid(xv);
-      }
+      pick_id[j] = base + li;
 #pragma unroll
-      for (int i = 0; i < VPT; ++i) {
-        if (i == pick) {
-          if constexpr (BIAS) sv = s[i];
-          uk[i] = 0;
-        }
-      }
+      for (int i = 0; i < VPT; ++i) uk[i] = i == li ? 0u : uk[i];
       lane_best<VPT>(uk, lb, li);
     }
-    const float wv = __shfl_sync(kFullMask, sv, wl);
-    const int wi = __shfl_sync(kFullMask, pick, wl);
-    if (lane == j) {
-      my_w = wv;
-      my_id = wl * VPT + wi;
+  }
+  __syncwarp();
+  float my_w = 0;
+  int my_id = 0;
+  if (lane < p.k) {
+    my_id = pick_id[lane];
+    if constexpr (BIAS) {
+      my_w = scores[my_id];
+    } else {
+      const float xv = moe_key_float(my_key);  // the logit of the pick, bit for bit
+      my_w = p.softmax ? expf(xv - m) / sum : moe_sigmoid(xv);
     }
   }
   if (p.renormalize) {
