@@ -101,12 +101,13 @@ __device__ __forceinline__ void lane_best(const uint32_t (&uk)[VPT], uint32_t& l
   li = at[0];
 }
 
-/// Group of every lane and the group's score key (0 for lanes past the groups). When a group spans a power of two
-/// of whole lanes (E/n_group a multiple of VPT), every lane takes the top two of its keys and the group's lanes
-/// merge them with shuffles; otherwise the keys go to the warp's shared scratch and lane g scans group g.
+/// Group of every lane and the group's score key (0 for lanes past the groups); `stride`: lane g * stride holds group
+/// g's key. When a group spans a power of two of whole lanes (E/n_group a multiple of VPT), every lane takes the
+/// top two of its keys and the group's lanes merge them with shuffles (all of them hold the key; stride = lanes per
+/// group); otherwise the keys go to the warp's shared scratch and lane g scans group g (stride 1).
 template <int VPT, bool BIAS>
 __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float (&key)[VPT], float* keys, int lane,
-                                              int& group) {
+                                              int& group, int& stride) {
   const int G = p.E / p.n_group, base = lane * VPT;
   const int lpg = G / VPT;  // lanes per group when aligned
   float top1 = -INFINITY, top2 = -INFINITY;
@@ -120,6 +121,7 @@ __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float 
   };
   if (G % VPT == 0 && (lpg & (lpg - 1)) == 0) {  // warp-uniform
     group = lane / lpg;
+    stride = lpg;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
       if (base + i < p.E) take(key[i]);
@@ -136,6 +138,7 @@ __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float 
     }
   } else {
     group = lane;
+    stride = 1;
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
@@ -202,16 +205,17 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
   uint32_t kept = kFullMask;  // surviving groups
   const int G = p.E / p.n_group;
   if (p.topk_group < p.n_group) {
-    int group;
-    uint32_t gk = group_key<VPT, BIAS>(p, key, keys, lane, group);
-    // topk_group rounds: the highest group key, the lowest lane holding it (lanes ascend with groups).
-    kept = 0;
-    for (int i = 0; i < p.topk_group; ++i) {
-      const uint32_t best = __reduce_max_sync(kFullMask, gk);
-      const int win = __shfl_sync(kFullMask, group, __ffs(__ballot_sync(kFullMask, gk == best)) - 1);
-      kept |= 1u << win;
-      if (group == win) gk = 0;
+    int group, stride;
+    const uint32_t gk = group_key<VPT, BIAS>(p, key, keys, lane, group, stride);
+    // The surviving groups: those whose rank among the n_group keys (higher key first, then the lower group) is
+    // below topk_group. One gather of n_group independent shuffles instead of topk_group dependent rounds.
+    int rank = 0;
+#pragma unroll 8
+    for (int h = 0; h < p.n_group; ++h) {
+      const uint32_t o = __shfl_sync(kFullMask, gk, h * stride);
+      rank += o > gk || (o == gk && h < group);
     }
+    kept = __reduce_or_sync(kFullMask, group < p.n_group && rank < p.topk_group ? 1u << group : 0u);
   }
   float* scores = keys;                                    // [32 * VPT], with a bias
   int* pick_id = reinterpret_cast<int*>(keys + 32 * VPT);  // [32]
