@@ -26,20 +26,18 @@ __global__ void __launch_bounds__(32 * moe_align_max_warps(ROUNDS)) align_kernel
 __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(AlignParams p) {
   pdl_wait_and_release();
   extern __shared__ int smem[];
-  align_small(p, smem);
+  align_small(p, smem, gridDim.x, blockIdx.x);
 }
 
-/// The small variant's id limit: kMoeAlignSmallMaxIds, or -1 (off) when the environment sets
-/// FUSEOPS_MOE_ALIGN_SMALL=0 (for A/B measurements without a rebuild).
-int64_t small_max_ids() {
+}  // namespace
+
+int64_t align_small_max_ids() {
   static const int64_t limit = [] {
     const char* v = std::getenv("FUSEOPS_MOE_ALIGN_SMALL");
     return v && std::strcmp(v, "0") == 0 ? int64_t{-1} : kMoeAlignSmallMaxIds;
   }();
   return limit;
 }
-
-}  // namespace
 
 AlignParams align_params(const AlignArgs& a, int device) {
   AlignParams p{};
@@ -65,7 +63,7 @@ AlignParams align_params(const AlignArgs& a, int device) {
 
 MoeAlignPlan align_plan(int64_t numel, int64_t E, int64_t out_words, int device) {
   return moe_align_plan(numel, E, is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1, kMoeAlignSmemWords,
-                        out_words, small_max_ids());
+                        out_words, align_small_max_ids());
 }
 
 void align(const char* op, const AlignArgs& args, int device, void* stream) {

@@ -369,19 +369,19 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 }
 
 /// Small variant (moe_align_plan: replicas > 0; up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts):
-/// each of the gridDim.x blocks of kMoeAlignSmallWarps warps computes the whole schedule from all ids (the ids are
-/// a few KB, read by every block from L2) and writes its share of the outputs, so there is no cluster, no shared
-/// state between blocks, and four block barriers:
+/// each of `parts` blocks of kMoeAlignSmallWarps warps (this one being `part`: the grid of the standalone kernel,
+/// or moe_route's cluster) computes the whole schedule from all ids (the ids are a few KB, read by every block from
+/// L2) and writes its share of the outputs, so there is no shared state between blocks, and four block barriers:
 ///  1. the per-warp counters are zeroed (at most 8 vector stores per thread) and every lane loads its (at most
 ///     kMoeAlignSmallRounds) ids, warp w holding the contiguous slice [wlo, whi) (align_load_slots);
 ///  2. ranks as in align_schedule (align_rank_slots);
 ///  3. thread t owns experts t, t + 256, ...: exclusive prefix of the 8 warp counts in place, the count, the padded
 ///     size; warp scans of the padded sizes, the warp totals through 32 scratch words; every thread adds the totals
 ///     before its (segment, warp) and writes its region starts (every thread also has the grand total);
-///  4. each block scatters the ids of warps w with w % gridDim.x == blockIdx.x to start[e] + warp prefix + rank (at
-///     most 1024 stores in all) and writes its share of the padding, expert_ids and the tail (align_fill).
+///  4. each block scatters the ids of warps w with w % parts == part to start[e] + warp prefix + rank (at most 1024
+///     stores in all) and writes its share of the padding, expert_ids and the tail (align_fill).
 /// Bad ids are recorded by every block (the same records: first site, smallest index).
-inline __device__ void align_small(const AlignParams& p, int* smem) {
+inline __device__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part) {
   constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
   constexpr int VMAX = static_cast<int>((kMoeAlignSmallMaxExperts + NT - 1) / NT);
   static_assert(VMAX * W <= 32, "scratch holds one total per (segment, warp)");
@@ -454,7 +454,7 @@ inline __device__ void align_small(const AlignParams& p, int* smem) {
   if (tid == 0) start[E] = acc;  // the grand total
   __syncthreads();
   // 4. This block's share of the ids, then of the padding, expert_ids and the tail.
-  if (warp % static_cast<int>(gridDim.x) == static_cast<int>(blockIdx.x)) {
+  if (warp % static_cast<int>(parts) == static_cast<int>(part)) {
 #pragma unroll
     for (int j = 0; j < R; ++j) {
       if (slot[j] >= 0) {
@@ -463,7 +463,7 @@ inline __device__ void align_small(const AlignParams& p, int* smem) {
       }
     }
   }
-  align_fill(p, start, count, gridDim.x, blockIdx.x);
+  align_fill(p, start, count, parts, part);
 }
 
 }  // namespace fuseops::detail::cuda

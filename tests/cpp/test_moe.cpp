@@ -35,6 +35,31 @@ class MoeTest : public ::testing::TestWithParam<Where> {
     EXPECT_TRUE(c.pass) << p.describe() << " seed " << seed << ": " << c.violations << " violations, first: " << c.detail;
   }
   bool large() const { return GetParam() == Where::cuda; }
+  // moe_route against the golden, and bit for bit against its parts: grouped_topk with the same router config,
+  // then moe_align_block_size on its ids.
+  void check_route_and_parts(const RouteProblem& p) {
+    check(p);
+    const uint64_t seed = test_rng()();
+    const HostTensor logits = ft::make_logits(p, seed);
+    const HostTensor bias = ft::make_bias(p, seed);
+    const HostTensor* b = p.bias ? &bias : nullptr;
+    const auto fused = ft::run_route(p, logits, b, device_of(GetParam()));
+    RouteProblem parts = p;
+    parts.op = RouteOp::grouped_topk;
+    const auto sep = ft::run_route(parts, logits, b, device_of(GetParam()));
+    const std::string what = p.describe();
+    EXPECT_EQ(0, std::memcmp(fused.weights.data(), sep.weights.data(), fused.weights.bytes())) << what;
+    EXPECT_EQ(0, std::memcmp(fused.ids.data(), sep.ids.data(), fused.ids.bytes())) << what;
+    AlignProblem a;
+    a.T = p.T;
+    a.k = p.k;
+    a.E = p.E;
+    a.block_size = p.block_size;
+    const auto sched = ft::run_align(a, sep.ids, nullptr, device_of(GetParam()));
+    EXPECT_EQ(0, std::memcmp(fused.sorted.data(), sched.sorted.data(), fused.sorted.bytes())) << what;
+    EXPECT_EQ(0, std::memcmp(fused.expert_ids.data(), sched.expert_ids.data(), fused.expert_ids.bytes())) << what;
+    EXPECT_EQ(0, std::memcmp(fused.total.data(), sched.total.data(), 4)) << what;
+  }
 };
 
 RouteProblem softmax_problem(int64_t T, int64_t E, int64_t k, DType dtype) {
@@ -457,35 +482,41 @@ TEST_P(MoeTest, AlignBadIdsAreSkippedAndRecorded) {
 }
 
 TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
-  // Sizes on both sides of the fused path's token limit.
+  // Sizes on both sides of the fused paths' token limits.
   for (int64_t T : {0, 1, 16, 64, 300}) {
     RouteProblem p = grouped_problem(T, 256, 8, 8, 4, true, MoeScoring::sigmoid);
     p.op = RouteOp::moe_route;
-    check(p);
+    check_route_and_parts(p);
     RouteProblem q = softmax_problem(T, 128, 8, DType::bf16);
     q.op = RouteOp::moe_route;
     q.spec.renormalize = true;
     q.block_size = 16;
     check(q);
-    // Identical to the parts, bit for bit.
-    const uint64_t seed = test_rng()();
-    const HostTensor logits = ft::make_logits(p, seed);
-    const HostTensor bias = ft::make_bias(p, seed);
-    const auto fused = ft::run_route(p, logits, &bias, device_of(GetParam()));
-    RouteProblem parts = p;
-    parts.op = RouteOp::grouped_topk;
-    const auto sep = ft::run_route(parts, logits, &bias, device_of(GetParam()));
-    EXPECT_EQ(0, std::memcmp(fused.weights.data(), sep.weights.data(), fused.weights.bytes())) << "T=" << T;
-    EXPECT_EQ(0, std::memcmp(fused.ids.data(), sep.ids.data(), fused.ids.bytes())) << "T=" << T;
-    AlignProblem a;
-    a.T = T;
-    a.k = p.k;
-    a.E = p.E;
-    a.block_size = p.block_size;
-    const auto sched = ft::run_align(a, sep.ids, nullptr, device_of(GetParam()));
-    EXPECT_EQ(0, std::memcmp(fused.sorted.data(), sched.sorted.data(), fused.sorted.bytes())) << "T=" << T;
-    EXPECT_EQ(0, std::memcmp(fused.expert_ids.data(), sched.expert_ids.data(), fused.expert_ids.bytes()));
-    EXPECT_EQ(0, std::memcmp(fused.total.data(), sched.total.data(), 4));
+  }
+}
+
+// moe_route's small fused path (one token per warp on a cluster of blocks of 8 warps, then every block computing the
+// schedule of all ids) at and around its limits: tokens (kMaxCluster * 8 = 64), ids (kMoeAlignSmallMaxIds = 1024:
+// 32 tokens of k 32), one and several tokens per block and cluster sizes set by the outputs (E 512, bs 64);
+// against the golden and bit for bit against its parts.
+TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
+  struct Case {
+    int64_t T, E, k, ng, tg;
+    bool bias, softmax;
+    int64_t block_size;
+  };
+  const Case cases[] = {{1, 8, 2, 1, 1, false, true, 64},      {8, 128, 8, 1, 1, false, true, 64},
+                        {9, 256, 8, 8, 4, true, false, 64},    {33, 512, 10, 1, 1, false, true, 64},
+                        {63, 160, 6, 8, 3, false, true, 16},   {64, 512, 10, 1, 1, false, true, 64},
+                        {64, 256, 8, 8, 4, true, false, 1},    {65, 256, 8, 8, 4, true, false, 64},
+                        {32, 1024, 32, 16, 4, true, false, 64}, {33, 1024, 32, 16, 4, true, false, 64},
+                        {16, 64, 8, 1, 1, true, true, 128},    {64, 1024, 16, 1, 1, false, true, 16}};
+  for (const Case& c : cases) {
+    RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, c.softmax ? MoeScoring::softmax
+                                                                                    : MoeScoring::sigmoid);
+    p.op = RouteOp::moe_route;
+    p.block_size = c.block_size;
+    check_route_and_parts(p);
   }
 }
 
