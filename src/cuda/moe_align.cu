@@ -25,8 +25,8 @@ __global__ void __launch_bounds__(32 * moe_align_max_warps(ROUNDS)) align_kernel
 
 __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(AlignParams p) {
   pdl_wait_and_release();
-  extern __shared__ int smem[];
-  align_small(p, smem, gridDim.x, blockIdx.x);
+  extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
+  align_small(p, smem_small, gridDim.x, blockIdx.x);
 }
 
 }  // namespace

@@ -380,7 +380,8 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 ///     before its (segment, warp) and writes its region starts (every thread also has the grand total);
 ///  4. each block scatters the ids of warps w with w % parts == part to start[e] + warp prefix + rank (at most 1024
 ///     stores in all) and writes its share of the padding, expert_ids and the tail (align_fill).
-/// Bad ids are recorded by every block (the same records: first site, smallest index).
+/// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
+/// moe_align_small_smem_words(E) ints.
 inline __device__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part) {
   constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
   constexpr int VMAX = static_cast<int>((kMoeAlignSmallMaxExperts + NT - 1) / NT);
@@ -392,7 +393,7 @@ inline __device__ void align_small(const AlignParams& p, int* smem, unsigned par
   int* scratch = count + E;    // [32]
   const int per_warp = (p.numel + W - 1) / W;
   const int wlo = min(p.numel, warp * per_warp), whi = min(p.numel, wlo + per_warp);
-  // 1. The counters zeroed (W * E is a multiple of 4; dynamic shared memory is aligned), the ids loaded.
+  // 1. The counters zeroed (W * E is a multiple of 4; `smem` is 16-byte aligned), the ids loaded.
   for (int i = tid; i < W * E / 4; i += NT) reinterpret_cast<int4*>(cnt)[i] = make_int4(0, 0, 0, 0);
   int slot[R];
   align_load_slots<R>(p, wlo, whi, lane, slot);

@@ -25,7 +25,8 @@ constexpr int64_t kFusedSmallMaxTokens = kMaxCluster * kMoeAlignSmallWarps;
 template <typename T, int VPT, bool BIAS>
 __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) route_align_small_kernel(RouteParams rp, AlignParams ap) {
   pdl_wait_and_release();
-  extern __shared__ int smem[];
+  extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
+  int* smem = smem_small;
   const unsigned cl = cluster_blocks(), rank = cluster_rank();
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   float* keys = reinterpret_cast<float*>(smem) + warp * route_scratch_floats(VPT);
