@@ -175,6 +175,10 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
   }
   float s[VPT];
   float m = 0, sum = 1;
+  // Without a bias the softmax sum only serves the weights: its butterfly (warp_sum's five xor steps, in the same
+  // order) runs inside the picks' loop, one step per pick, off their dependent chain; `part` holds it meanwhile.
+  const bool sum_in_picks = !BIAS && p.softmax;
+  float part = 0;
   if (p.softmax) {
     uint32_t mk = 0;
 #pragma unroll
@@ -186,9 +190,13 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
       s[i] = base + i < p.E ? expf(x[i] - m) : 0.0f;
       local += s[i];
     }
-    sum = warp_sum(local);
+    if constexpr (BIAS) {
+      sum = warp_sum(local);
 #pragma unroll
-    for (int i = 0; i < VPT; ++i) s[i] = s[i] / sum;
+      for (int i = 0; i < VPT; ++i) s[i] = s[i] / sum;
+    } else {
+      part = local;
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < VPT; ++i) s[i] = moe_sigmoid(x[i]);
@@ -251,6 +259,9 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
   uint32_t my_key = 0;
   for (int j = 0; j < p.k; ++j) {
     const uint32_t best = __reduce_max_sync(kFullMask, lb);
+    const bool step = sum_in_picks && j < 5;  // warp-uniform
+    float y = 0;
+    if (step) y = __shfl_xor_sync(kFullMask, part, 16 >> j);
     const int wl = __ffs(__ballot_sync(kFullMask, lb == best)) - 1;
     if (lane == j) my_key = best;
     if (lane == wl) {
@@ -259,6 +270,11 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
       for (int i = 0; i < VPT; ++i) uk[i] = i == li ? 0u : uk[i];
       lane_best<VPT>(uk, lb, li);
     }
+    if (step) part += y;
+  }
+  if (sum_in_picks) {
+    for (int j = p.k; j < 5; ++j) part += __shfl_xor_sync(kFullMask, part, 16 >> j);
+    sum = part;
   }
   __syncwarp();
   float my_w = 0;
