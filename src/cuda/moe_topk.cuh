@@ -176,7 +176,8 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
   float s[VPT];
   float m = 0, sum = 1;
   // Without a bias the softmax sum only serves the weights: its butterfly (warp_sum's five xor steps, in the same
-  // order) runs inside the picks' loop, one step per pick, off their dependent chain; `part` holds it meanwhile.
+  // order) runs inside the picks' loop, one step per pick from the second, off their dependent chain; `part` holds
+  // it meanwhile.
   const bool sum_in_picks = !BIAS && p.softmax;
   float part = 0;
   if (p.softmax) {
@@ -259,9 +260,10 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
   uint32_t my_key = 0;
   for (int j = 0; j < p.k; ++j) {
     const uint32_t best = __reduce_max_sync(kFullMask, lb);
-    const bool step = sum_in_picks && j < 5;  // warp-uniform
+    // Step j - 1 of the softmax butterfly (warp-uniform), from the second pick: the exps have landed by then.
+    const bool step = sum_in_picks && j >= 1 && j <= 5;
     float y = 0;
-    if (step) y = __shfl_xor_sync(kFullMask, part, 16 >> j);
+    if (step) y = __shfl_xor_sync(kFullMask, part, 16 >> (j - 1));
     const int wl = __ffs(__ballot_sync(kFullMask, lb == best)) - 1;
     if (lane == j) my_key = best;
     if (lane == wl) {
@@ -273,7 +275,7 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
     if (step) part += y;
   }
   if (sum_in_picks) {
-    for (int j = p.k; j < 5; ++j) part += __shfl_xor_sync(kFullMask, part, 16 >> j);
+    for (int st = min(p.k - 1, 5); st < 5; ++st) part += __shfl_xor_sync(kFullMask, part, 16 >> st);
     sum = part;
   }
   __syncwarp();
