@@ -77,7 +77,8 @@ constexpr int kMoeAlignSmallWarps = 8;
 constexpr int kMoeAlignSmallRounds = 4;
 constexpr int kMoeAlignSmallMaxBlocks = 16;
 constexpr int64_t kMoeAlignSmallWordsPerBlock = 2048;
-static_assert(kMoeAlignSmallMaxIds <= 32 * kMoeAlignSmallWarps * kMoeAlignSmallRounds, "ids per lane of the small variant");
+static_assert(kMoeAlignSmallMaxIds <= 32 * kMoeAlignSmallWarps * kMoeAlignSmallRounds,
+              "ids per lane of the small variant");
 
 /// Shared memory words of the small variant: per-warp counters [warps][E], region starts [E + 1], counts [E], the
 /// scan scratch [32].
