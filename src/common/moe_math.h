@@ -60,7 +60,37 @@ struct MoeAlignPlan {
   int warps = 32;
   int cluster = 1;
   int64_t smem_words = 0;
+  /// Small variant (> 0): this many independent blocks of kMoeAlignSmallWarps warps, each computing the whole
+  /// schedule and writing its share of the outputs (no cluster, no shared state between blocks); 0: the register
+  /// or streamed variants above.
+  int replicas = 0;
 };
+
+/// The small variant of the schedule (docs/ops/moe.md, "moe_align_block_size: small variant") runs up to this many
+/// ids (and up to kMoeAlignSmallMaxExperts experts): the one dispatch threshold to move for an A/B (0 turns the
+/// variant off; the environment variable FUSEOPS_MOE_ALIGN_SMALL=0 does the same at run time).
+constexpr int64_t kMoeAlignSmallMaxIds = 1024;
+constexpr int64_t kMoeAlignSmallMaxExperts = 1024;
+/// Warps per block of the small variant, ids per lane (kMoeAlignSmallMaxIds / (32 * warps)), most blocks, and the
+/// output words (sorted_token_ids + expert_ids) one block writes before another block is added.
+constexpr int kMoeAlignSmallWarps = 8;
+constexpr int kMoeAlignSmallRounds = 4;
+constexpr int kMoeAlignSmallMaxBlocks = 16;
+constexpr int64_t kMoeAlignSmallWordsPerBlock = 2048;
+static_assert(kMoeAlignSmallMaxIds <= 32 * kMoeAlignSmallWarps * kMoeAlignSmallRounds,
+              "ids per lane of the small variant");
+
+/// Shared memory words of the small variant: per-warp counters [warps][E], region starts [E + 1], counts [E], the
+/// scan scratch [32].
+inline int64_t moe_align_small_smem_words(int64_t E) { return (kMoeAlignSmallWarps + 2) * E + 1 + 32; }
+
+/// Blocks of the small variant for `out_words` output words over E experts: enough that each writes about
+/// kMoeAlignSmallWordsPerBlock words and its warps walk at most ~8 experts each, at most kMoeAlignSmallMaxBlocks.
+inline int moe_align_small_blocks(int64_t out_words, int64_t E) {
+  const int64_t by_words = (out_words + kMoeAlignSmallWordsPerBlock - 1) / kMoeAlignSmallWordsPerBlock;
+  const int64_t by_experts = (E + 8 * kMoeAlignSmallWarps - 1) / (8 * kMoeAlignSmallWarps);
+  return static_cast<int>(std::min<int64_t>(kMoeAlignSmallMaxBlocks, std::max<int64_t>({1, by_words, by_experts})));
+}
 
 /// Shared memory words of the schedule: per-warp counters [warps][E], five [E (+1)] arrays, the scan scratch and,
 /// when rounds > 0, the block's staging buffer of warps * 32 * rounds ids.
@@ -78,10 +108,20 @@ inline int moe_align_warps(int64_t E, int rounds, int64_t budget_words) {
   return static_cast<int>(w < 0 ? 0 : w > cap ? cap : w);
 }
 
-/// Register rounds 1 and 4 on one block; then 4, 16, 32 on a cluster of up to `max_cluster` blocks (1 before
-/// sm_90, where 16 and 32 run on one block); else the streamed fallback on up to max_cluster blocks.
-inline MoeAlignPlan moe_align_plan(int64_t numel, int64_t E, int max_cluster, int64_t budget_words) {
+/// Up to `small_max_ids` ids (and kMoeAlignSmallMaxExperts experts): the small variant, its blocks sized by
+/// `out_words` (sorted_token_ids + expert_ids). Else register rounds 1 and 4 on one block; then 4, 16, 32 on a
+/// cluster of up to `max_cluster` blocks (1 before sm_90, where 16 and 32 run on one block); else the streamed
+/// fallback on up to max_cluster blocks.
+inline MoeAlignPlan moe_align_plan(int64_t numel, int64_t E, int max_cluster, int64_t budget_words,
+                                   int64_t out_words = 0, int64_t small_max_ids = kMoeAlignSmallMaxIds) {
   MoeAlignPlan p;
+  if (numel <= small_max_ids && E <= kMoeAlignSmallMaxExperts) {
+    p.rounds = kMoeAlignSmallRounds;
+    p.warps = kMoeAlignSmallWarps;
+    p.replicas = moe_align_small_blocks(out_words, E);
+    p.smem_words = moe_align_small_smem_words(E);
+    return p;
+  }
   auto fits = [&](int rounds, int64_t blocks_max) {
     const int w = moe_align_warps(E, rounds, budget_words);
     if (w < 1) return false;

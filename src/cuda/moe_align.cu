@@ -1,6 +1,9 @@
-// CUDA backend of moe_align_block_size: one launch of a thread block cluster (moe_align.cuh), the variant (ids per
-// lane in registers, cluster size) chosen by moe_align_plan.
+// CUDA backend of moe_align_block_size: one launch (moe_align.cuh), the variant chosen by moe_align_plan: the small
+// variant (independent blocks, each computing the whole schedule) up to kMoeAlignSmallMaxIds ids, else a thread
+// block cluster (ids per lane in registers, cluster size) or the streamed fallback.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/launch.h"
 #include "cuda/moe_align.cuh"
@@ -20,7 +23,21 @@ __global__ void __launch_bounds__(32 * moe_align_max_warps(ROUNDS)) align_kernel
   align_schedule<ROUNDS>(p, lo, hi, smem);
 }
 
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(AlignParams p) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
+  align_small(p, smem_small, gridDim.x, blockIdx.x);
+}
+
 }  // namespace
+
+int64_t align_small_max_ids() {
+  static const int64_t limit = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_SMALL");
+    return v && std::strcmp(v, "0") == 0 ? int64_t{-1} : kMoeAlignSmallMaxIds;
+  }();
+  return limit;
+}
 
 AlignParams align_params(const AlignArgs& a, int device) {
   AlignParams p{};
@@ -44,16 +61,23 @@ AlignParams align_params(const AlignArgs& a, int device) {
   return p;
 }
 
-MoeAlignPlan align_plan(int64_t numel, int64_t E, int device) {
-  return moe_align_plan(numel, E, is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1, kMoeAlignSmemWords);
+MoeAlignPlan align_plan(int64_t numel, int64_t E, int64_t out_words, int device) {
+  return moe_align_plan(numel, E, is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1, kMoeAlignSmemWords,
+                        out_words, align_small_max_ids());
 }
 
 void align(const char* op, const AlignArgs& args, int device, void* stream) {
   DeviceGuard guard(device, op);
   auto s = static_cast<cudaStream_t>(stream);
   const AlignParams p = align_params(args, device);
-  const MoeAlignPlan plan = align_plan(p.numel, args.E, device);
+  const MoeAlignPlan plan = align_plan(p.numel, args.E, args.sorted_len + args.blocks, device);
   const std::size_t smem = static_cast<std::size_t>(plan.smem_words) * sizeof(int);
+  if (plan.replicas > 0) {
+    allow_smem(align_small_kernel, smem, op);
+    launch_kernel(align_small_kernel, dim3(plan.replicas), dim3(32 * plan.warps), smem, s, device, p);
+    after_launch(op, s, device);
+    return;
+  }
   auto go = [&](auto kernel) {
     allow_smem(kernel, smem, op);
     launch_kernel_cluster(kernel, dim3(plan.cluster), dim3(32 * plan.warps), smem, s, device,

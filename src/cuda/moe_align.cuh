@@ -116,6 +116,44 @@ __device__ __forceinline__ int align_settle(const AlignParams& p, int i, int e) 
   return e < -1 ? -1 : e;
 }
 
+/// Step 1 of the register variants: lane `lane` of the warp holding the flat ids [wlo, whi) loads its ids wlo + 32 j
+/// + lane (all in flight at once), maps them and records the bad ones; slot[j] = the expert or -1 (skipped).
+template <int R>
+__device__ __forceinline__ void align_load_slots(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R]) {
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const int i = wlo + 32 * j + lane;
+    slot[j] = i < whi ? align_load_id(p, i) : -1;
+  }
+  if (p.expert_map) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) slot[j] = align_map(p, slot[j]);
+  }
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    if (slot[j] < -1) slot[j] = align_settle(p, wlo + 32 * j + lane, slot[j]);
+  }
+}
+
+/// Step 2 of the register variants (after the warp's counters `my_cnt` [E] are zeroed and visible): per round, the
+/// lanes of one expert find each other with __match_any_sync and take consecutive ranks in lane order after the
+/// warp's running count of that expert; slot[j] becomes (expert << 16) | rank, or -1.
+template <int R>
+__device__ __forceinline__ void align_rank_slots(int wlo, int whi, int lane, int* my_cnt, int (&slot)[R]) {
+  const unsigned lt = (1u << lane) - 1u;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    if (wlo + 32 * j >= whi) break;  // warp-uniform
+    const int e = slot[j];
+    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const int r = e >= 0 ? my_cnt[e] + __popc(peers & lt) : 0;
+    __syncwarp();
+    if (e >= 0 && (peers & lt) == 0) my_cnt[e] += __popc(peers);
+    __syncwarp();
+    slot[j] = e >= 0 ? (e << 16) | r : -1;
+  }
+}
+
 /// In-place exclusive scan of v[0..n) by the whole block; v[n] = the total. `scratch`: 32 ints. Callers make v
 /// visible to the block (__syncthreads) before; it ends with one.
 __device__ __forceinline__ void block_exclusive_scan(int* v, int n, int* scratch) {
@@ -173,31 +211,36 @@ struct AlignSmem {
   }
 };
 
-/// Step 6: padding, expert_ids and num_tokens_post_padded from the region starts, by all threads of the cluster.
-inline __device__ void align_fill(const AlignParams& p, const AlignSmem& s, unsigned cl, unsigned rank) {
+/// Step 6: padding, expert_ids and num_tokens_post_padded from the region starts `start` [E + 1] (multiples of
+/// block_size) and the counts `count` [E] in shared memory, by all threads of `parts` blocks (a cluster, or the
+/// small variant's independent blocks), this one being `part`.
+inline __device__ void align_fill(const AlignParams& p, const int* start, const int* count, unsigned parts,
+                                  unsigned part) {
   const int E = p.E, bs = p.block_size, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  const int gw = static_cast<int>(rank) * warps + (threadIdx.x >> 5), gws = static_cast<int>(cl) * warps;
+  const int gw = static_cast<int>(part) * warps + (threadIdx.x >> 5), gws = static_cast<int>(parts) * warps;
   const int per = min(32, max(1, (E + gws - 1) / gws));  // experts per warp and pass
-  const int total = s.start[E];
+  const int total = start[E];
   for (int e0 = gw * per; e0 < E; e0 += gws * per) {
     const int e = e0 + lane;
-    int lo = 0, used = 0, hi = 0;
-    if (lane < per && e < E) {
-      lo = s.start[e];
-      used = lo + s.count[e];
-      hi = s.start[e + 1];
+    int used = 0, hi = 0, blo = 0, bhi = 0;
+    if (lane < per && e < E) {  // the divisions here, off the serial loop below
+      const int lo = start[e];
+      used = lo + count[e];
+      hi = start[e + 1];
+      blo = lo / bs;
+      bhi = hi / bs;
     }
-    unsigned busy = __ballot_sync(0xffffffffu, hi > lo);
+    unsigned busy = __ballot_sync(0xffffffffu, bhi > blo);
     while (busy) {
       const int src = __ffs(busy) - 1;
       busy &= busy - 1;
-      const int l = __shfl_sync(0xffffffffu, lo, src), u = __shfl_sync(0xffffffffu, used, src);
-      const int h = __shfl_sync(0xffffffffu, hi, src);
+      const int u = __shfl_sync(0xffffffffu, used, src), h = __shfl_sync(0xffffffffu, hi, src);
+      const int b0 = __shfl_sync(0xffffffffu, blo, src), b1 = __shfl_sync(0xffffffffu, bhi, src);
       for (int j = u + lane; j < h; j += 32) p.sorted[j] = p.numel;
-      for (int b = l / bs + lane; b < h / bs; b += 32) p.expert_ids[b] = e0 + src;
+      for (int b = b0 + lane; b < b1; b += 32) p.expert_ids[b] = e0 + src;
     }
   }
-  const int gt = static_cast<int>(rank * blockDim.x + threadIdx.x), gs = static_cast<int>(cl * blockDim.x);
+  const int gt = static_cast<int>(part * blockDim.x + threadIdx.x), gs = static_cast<int>(parts * blockDim.x);
   for (int j = total + gt; j < p.sorted_len; j += gs) p.sorted[j] = p.numel;
   for (int b = total / bs + gt; b < p.blocks; b += gs) p.expert_ids[b] = -1;
   if (gt == 0) *p.total = total;
@@ -263,32 +306,10 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
   if constexpr (ROUNDS > 0) {
     // 1. Load (all of this lane's ids in flight together), then map and record.
     int slot[ROUNDS];
-#pragma unroll
-    for (int j = 0; j < ROUNDS; ++j) {
-      const int i = wlo + 32 * j + lane;
-      slot[j] = i < whi ? align_load_id(p, i) : -1;
-    }
-    if (p.expert_map) {
-#pragma unroll
-      for (int j = 0; j < ROUNDS; ++j) slot[j] = align_map(p, slot[j]);
-    }
-#pragma unroll
-    for (int j = 0; j < ROUNDS; ++j) {
-      if (slot[j] < -1) slot[j] = align_settle(p, wlo + 32 * j + lane, slot[j]);
-    }
+    align_load_slots<ROUNDS>(p, wlo, whi, lane, slot);
     __syncthreads();  // counters zeroed
-    // 2. Ranks within the warp: slot = (expert << 16) | rank, or -1.
-#pragma unroll
-    for (int j = 0; j < ROUNDS; ++j) {
-      if (wlo + 32 * j >= whi) break;  // warp-uniform
-      const int e = slot[j];
-      const unsigned peers = __match_any_sync(0xffffffffu, e);
-      const int r = e >= 0 ? my_cnt[e] + __popc(peers & lt) : 0;
-      __syncwarp();
-      if (e >= 0 && (peers & lt) == 0) my_cnt[e] += __popc(peers);
-      __syncwarp();
-      slot[j] = e >= 0 ? (e << 16) | r : -1;
-    }
+    // 2. Ranks within the warp.
+    align_rank_slots<ROUNDS>(wlo, whi, lane, my_cnt, slot);
     __syncthreads();
     // 3. Warp prefixes, block totals; block-local starts and staging while the other blocks arrive.
     align_warp_prefix(s, E, warps);
@@ -343,8 +364,107 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
     }
   }
   // 6. Padding, expert_ids, num_tokens_post_padded.
-  align_fill(p, s, cl, rank);
+  align_fill(p, s.start, s.count, cl, rank);
   cluster_wait(cl);  // no block leaves while another may still read its block totals
+}
+
+/// Small variant (moe_align_plan: replicas > 0; up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts):
+/// each of `parts` blocks of kMoeAlignSmallWarps warps (this one being `part`: the grid of the standalone kernel,
+/// or moe_route's cluster) computes the whole schedule from all ids (the ids are a few KB, read by every block from
+/// L2) and writes its share of the outputs, so there is no shared state between blocks, and four block barriers:
+///  1. the per-warp counters are zeroed (at most 8 vector stores per thread) and every lane loads its (at most
+///     kMoeAlignSmallRounds) ids, warp w holding the contiguous slice [wlo, whi) (align_load_slots);
+///  2. ranks as in align_schedule (align_rank_slots);
+///  3. thread t owns experts t, t + 256, ...: exclusive prefix of the 8 warp counts in place, the count, the padded
+///     size; warp scans of the padded sizes, the warp totals through 32 scratch words; every thread adds the totals
+///     before its (segment, warp) and writes its region starts (every thread also has the grand total);
+///  4. each block scatters the ids of warps w with w % parts == part to start[e] + warp prefix + rank (at most 1024
+///     stores in all) and writes its share of the padding, expert_ids and the tail (align_fill).
+/// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
+/// moe_align_small_smem_words(E) ints.
+inline __device__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part) {
+  constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
+  constexpr int VMAX = static_cast<int>((kMoeAlignSmallMaxExperts + NT - 1) / NT);
+  static_assert(VMAX * W <= 32, "scratch holds one total per (segment, warp)");
+  const int E = p.E, bs = p.block_size, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  int* cnt = smem;             // [W][E]
+  int* start = cnt + W * E;    // [E + 1]
+  int* count = start + E + 1;  // [E]
+  int* scratch = count + E;    // [32]
+  const int per_warp = (p.numel + W - 1) / W;
+  const int wlo = min(p.numel, warp * per_warp), whi = min(p.numel, wlo + per_warp);
+  // 1. The counters zeroed (W * E is a multiple of 4; `smem` is 16-byte aligned), the ids loaded.
+  for (int i = tid; i < W * E / 4; i += NT) reinterpret_cast<int4*>(cnt)[i] = make_int4(0, 0, 0, 0);
+  int slot[R];
+  align_load_slots<R>(p, wlo, whi, lane, slot);
+  __syncthreads();
+  // 2. Ranks within the warp.
+  int* my_cnt = cnt + warp * E;
+  align_rank_slots<R>(wlo, whi, lane, my_cnt, slot);
+  __syncthreads();
+  // 3. Warp prefixes, counts and padded sizes of experts tid + v * NT; block scan of the padded sizes.
+  int c[VMAX], incl[VMAX], own[VMAX];
+#pragma unroll
+  for (int v = 0; v < VMAX; ++v) {
+    const int e = v * NT + tid;
+    int run = 0;
+    if (e < E) {
+      int x[W];
+#pragma unroll
+      for (int w = 0; w < W; ++w) x[w] = cnt[w * E + e];
+#pragma unroll
+      for (int w = 0; w < W; ++w) {
+        cnt[w * E + e] = run;
+        run += x[w];
+      }
+    }
+    c[v] = run;
+    own[v] = (run + bs - 1) / bs * bs;
+    incl[v] = own[v];
+  }
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+#pragma unroll
+    for (int v = 0; v < VMAX; ++v) {
+      const int y = __shfl_up_sync(0xffffffffu, incl[v], o);
+      if (lane >= o) incl[v] += y;
+    }
+  }
+  if (lane == 31) {
+#pragma unroll
+    for (int v = 0; v < VMAX; ++v) scratch[v * W + warp] = incl[v];
+  }
+  __syncthreads();
+  int base[VMAX], acc = 0;
+#pragma unroll
+  for (int v = 0; v < VMAX; ++v) {
+#pragma unroll
+    for (int w = 0; w < W; ++w) {
+      if (w == warp) base[v] = acc;
+      acc += scratch[v * W + w];
+    }
+  }
+#pragma unroll
+  for (int v = 0; v < VMAX; ++v) {
+    const int e = v * NT + tid;
+    if (e < E) {
+      start[e] = base[v] + incl[v] - own[v];
+      count[e] = c[v];
+    }
+  }
+  if (tid == 0) start[E] = acc;  // the grand total
+  __syncthreads();
+  // 4. This block's share of the ids, then of the padding, expert_ids and the tail.
+  if (warp % static_cast<int>(parts) == static_cast<int>(part)) {
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      if (slot[j] >= 0) {
+        const int e = slot[j] >> 16;
+        p.sorted[start[e] + my_cnt[e] + (slot[j] & 0xffff)] = wlo + 32 * j + lane;
+      }
+    }
+  }
+  align_fill(p, start, count, parts, part);
 }
 
 }  // namespace fuseops::detail::cuda

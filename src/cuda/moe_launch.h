@@ -18,8 +18,12 @@ constexpr int64_t kMaxCluster = 8;
 /// Warps per block of the router kernel.
 constexpr int kRouteWarps = 4;
 
-/// Variant of the schedule kernel for `numel` ids over E experts on `device` (moe_align_plan).
-MoeAlignPlan align_plan(int64_t numel, int64_t E, int device);
+/// Variant of the schedule kernel for `numel` ids over E experts and `out_words` output words (sorted_token_ids +
+/// expert_ids) on `device` (moe_align_plan).
+MoeAlignPlan align_plan(int64_t numel, int64_t E, int64_t out_words, int device);
+/// The small schedule variant's id limit: kMoeAlignSmallMaxIds, or -1 (off, in moe_align_block_size and moe_route)
+/// when the environment sets FUSEOPS_MOE_ALIGN_SMALL=0 (for A/B measurements without a rebuild).
+int64_t align_small_max_ids();
 /// Kernel parameters of the schedule.
 AlignParams align_params(const AlignArgs& a, int device);
 /// Kernel parameters of a router.

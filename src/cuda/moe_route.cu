@@ -1,9 +1,14 @@
-// CUDA backend of moe_route: up to kFusedMaxTokens tokens (and not E > 256 with a bias), one launch of a thread
-// block cluster whose blocks route a contiguous range of tokens each (one warp per token, moe_topk.cuh) and then
-// build the schedule of those tokens' ids together (moe_align.cuh); otherwise, the router kernel over the whole GPU
-// and then the schedule kernel (two launches, the second overlapping the first's tail through programmatic
-// dependent launch). Both paths run the same device code as topk_softmax / grouped_topk and moe_align_block_size,
-// so the results are identical.
+// CUDA backend of moe_route, one launch where the GPU allows it:
+// - up to kFusedSmallMaxTokens tokens and kMoeAlignSmallMaxIds ids (and kMoeAlignSmallMaxExperts experts): a thread
+//   block cluster of blocks of 8 warps routes one token per warp (moe_topk.cuh), meets at a cluster barrier (the
+//   ids in global memory, visible to the cluster), and every block then computes the whole schedule from all ids
+//   and writes its share of it (align_small, moe_align.cuh);
+// - up to kFusedMaxTokens tokens (and not E > 256 with a bias): a cluster whose blocks of up to 32 warps route a
+//   contiguous range of tokens each and then build the schedule of those tokens' ids together (align_schedule);
+// - otherwise, the router kernel over the whole GPU and then the schedule kernel (two launches, the second
+//   overlapping the first's tail through programmatic dependent launch).
+// Every path runs the same device code as topk_softmax / grouped_topk and moe_align_block_size, so the results are
+// identical.
 #include <algorithm>
 
 #include "cuda/moe_launch.h"
@@ -13,6 +18,28 @@ namespace {
 
 /// Tokens up to which one cluster routes and schedules (about one token per warp at 8 blocks of 32 warps).
 constexpr int64_t kFusedMaxTokens = 256;
+/// Tokens up to which the small fused path runs (one token per warp on a cluster of kMaxCluster blocks of
+/// kMoeAlignSmallWarps warps), when the ids also fit the small schedule.
+constexpr int64_t kFusedSmallMaxTokens = kMaxCluster * kMoeAlignSmallWarps;
+
+template <typename T, int VPT, bool BIAS>
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) route_align_small_kernel(RouteParams rp, AlignParams ap) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
+  int* smem = smem_small;
+  const unsigned cl = cluster_blocks(), rank = cluster_rank();
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  float* keys = reinterpret_cast<float*>(smem) + warp * route_scratch_floats(VPT);
+  for (int t = static_cast<int>(rank) * kMoeAlignSmallWarps + warp; t < rp.T;
+       t += static_cast<int>(cl) * kMoeAlignSmallWarps) {
+    route_token<T, VPT, BIAS>(rp, t, keys, lane);
+  }
+  // Every block's ids are in global memory, visible to the cluster (release / acquire); the scratch is free.
+  cluster_arrive(cl);
+  cluster_wait(cl);
+  __syncthreads();  // the same for a single block, where the cluster barrier is a no-op
+  align_small(ap, smem, cl, rank);
+}
 
 template <typename T, int VPT, bool BIAS>
 __global__ void __launch_bounds__(1024, 1) route_align_kernel(RouteParams rp, AlignParams ap) {
@@ -23,15 +50,46 @@ __global__ void __launch_bounds__(1024, 1) route_align_kernel(RouteParams rp, Al
   const int tlo = min(rp.T, rank * chunk), thi = min(rp.T, tlo + chunk);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int warps = static_cast<int>(blockDim.x) >> 5;
-  float* keys = reinterpret_cast<float*>(smem) + warp * 32 * VPT;
+  float* keys = reinterpret_cast<float*>(smem) + warp * route_scratch_floats(VPT);
   for (int t = tlo + warp; t < thi; t += warps) route_token<T, VPT, BIAS>(rp, t, keys, lane);
   __syncthreads();  // this block's ids are in global memory, visible to the block
   align_schedule<1>(ap, tlo * rp.k, thi * rp.k, smem);
 }
 
+/// The small fused path (see the top of the file); false when it does not apply.
+bool route_align_small(const char* op, const RouteArgs& r, const AlignArgs& a, int device, cudaStream_t s) {
+  const int64_t numel = r.T * r.k;
+  if (r.T > kFusedSmallMaxTokens || numel > align_small_max_ids() || a.E > kMoeAlignSmallMaxExperts) return false;
+  // Blocks: one per 8 tokens, or more where the schedule's outputs want them (moe_align_small_blocks), at most a
+  // portable cluster; one block before sm_90.
+  const int64_t wanted = std::max<int64_t>((r.T + kMoeAlignSmallWarps - 1) / kMoeAlignSmallWarps,
+                                           moe_align_small_blocks(a.sorted_len + a.blocks, a.E));
+  const unsigned cluster =
+      is_sm90_or_newer(device) ? static_cast<unsigned>(std::min<int64_t>(kMaxCluster, wanted)) : 1u;
+  const RouteParams rp = route_params(r);
+  const AlignParams ap = align_params(a, device);
+  const std::size_t align_smem = static_cast<std::size_t>(moe_align_small_smem_words(a.E)) * sizeof(int);
+  dispatch_route(r.logits.dtype, r.E, rp.bias != nullptr, [&](auto t, auto vpt, auto bias) {
+    auto kernel = route_align_small_kernel<typename decltype(t)::type, decltype(vpt)::value, decltype(bias)::value>;
+    const std::size_t smem = std::max<std::size_t>(
+        align_smem, sizeof(float) * route_scratch_floats(decltype(vpt)::value) * kMoeAlignSmallWarps);
+    allow_smem(kernel, smem, op);
+    launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * kMoeAlignSmallWarps), smem, s, device, cluster, rp, ap);
+  });
+  return true;
+}
+
 }  // namespace
 
 void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int device, void* stream) {
+  {
+    DeviceGuard guard(device, op);
+    auto s = static_cast<cudaStream_t>(stream);
+    if (route_align_small(op, r, a, device, s)) {
+      after_launch(op, s, device);
+      return;
+    }
+  }
   // One cluster of up to 8 blocks, about 32 tokens each; the schedule holds one id per lane (rounds 1).
   const int64_t cluster_wanted = std::min<int64_t>(kMaxCluster, std::max<int64_t>(1, (r.T + 31) / 32));
   const unsigned cluster = is_sm90_or_newer(device) ? static_cast<unsigned>(cluster_wanted) : 1u;
@@ -52,7 +110,8 @@ void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int
   const std::size_t align_smem = static_cast<std::size_t>(moe_align_smem_words(warps, a.E, 1)) * sizeof(int);
   dispatch_route(r.logits.dtype, r.E, rp.bias != nullptr, [&](auto t, auto vpt, auto bias) {
     auto kernel = route_align_kernel<typename decltype(t)::type, decltype(vpt)::value, decltype(bias)::value>;
-    const std::size_t smem = std::max<std::size_t>(align_smem, sizeof(float) * 32 * decltype(vpt)::value * warps);
+    const std::size_t smem =
+        std::max<std::size_t>(align_smem, sizeof(float) * route_scratch_floats(decltype(vpt)::value) * warps);
     allow_smem(kernel, smem, op);
     launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * warps), smem, s, device, cluster, rp, ap);
   });

@@ -12,7 +12,7 @@ namespace {
 template <typename T, int VPT, bool BIAS>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteParams p) {
   pdl_wait_and_release();
-  __shared__ float keys[kRouteWarps][32 * VPT];
+  __shared__ float keys[kRouteWarps][route_scratch_floats(VPT)];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {

@@ -101,12 +101,13 @@ __device__ __forceinline__ void lane_best(const uint32_t (&uk)[VPT], uint32_t& l
   li = at[0];
 }
 
-/// Group of every lane and the group's score key (0 for lanes past the groups). When a group spans a power of two
-/// of whole lanes (E/n_group a multiple of VPT), every lane takes the top two of its keys and the group's lanes
-/// merge them with shuffles; otherwise the keys go to the warp's shared scratch and lane g scans group g.
+/// Group of every lane and the group's score key (0 for lanes past the groups); `stride`: lane g * stride holds group
+/// g's key. When a group spans a power of two of whole lanes (E/n_group a multiple of VPT), every lane takes the
+/// top two of its keys and the group's lanes merge them with shuffles (all of them hold the key; stride = lanes per
+/// group); otherwise the keys go to the warp's shared scratch and lane g scans group g (stride 1).
 template <int VPT, bool BIAS>
 __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float (&key)[VPT], float* keys, int lane,
-                                              int& group) {
+                                              int& group, int& stride) {
   const int G = p.E / p.n_group, base = lane * VPT;
   const int lpg = G / VPT;  // lanes per group when aligned
   float top1 = -INFINITY, top2 = -INFINITY;
@@ -120,6 +121,7 @@ __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float 
   };
   if (G % VPT == 0 && (lpg & (lpg - 1)) == 0) {  // warp-uniform
     group = lane / lpg;
+    stride = lpg;
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
       if (base + i < p.E) take(key[i]);
@@ -136,6 +138,7 @@ __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float 
     }
   } else {
     group = lane;
+    stride = 1;
     __syncwarp();
 #pragma unroll
     for (int i = 0; i < VPT; ++i) {
@@ -150,9 +153,14 @@ __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float 
   return moe_order_key(!BIAS ? top1 : G == 1 ? top1 : top1 + top2);
 }
 
-/// Routes token t with the calling (full) warp; `keys` is this warp's shared scratch of 32 * VPT floats. BIAS: the
-/// router has a bias (p.bias set). Without one the key is the logit, so a pick's weight is recomputed from its key
-/// (the same expression on the same value as the score array, which is then not kept: fewer registers).
+/// Floats of a warp's shared scratch in route_token: the keys of group_key's shared path, then the scores (with a
+/// bias), 32 * VPT; the picks' experts, 32.
+__host__ __device__ constexpr int route_scratch_floats(int vpt) { return 32 * vpt + 32; }
+
+/// Routes token t with the calling (full) warp; `keys` is this warp's shared scratch of route_scratch_floats(VPT)
+/// floats. BIAS: the router has a bias (p.bias set). Without one the key is the logit, so a pick's weight is
+/// recomputed from its key (the same expression on the same value as the score array, which is then not kept:
+/// fewer registers).
 template <typename T, int VPT, bool BIAS>
 __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* keys, int lane) {
   const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride;
@@ -167,6 +175,11 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
   }
   float s[VPT];
   float m = 0, sum = 1;
+  // Without a bias the softmax sum only serves the weights: its butterfly (warp_sum's five xor steps, in the same
+  // order) runs inside the picks' loop, one step per pick from the second, off their dependent chain; `part` holds
+  // it meanwhile.
+  const bool sum_in_picks = !BIAS && p.softmax;
+  float part = 0;
   if (p.softmax) {
     uint32_t mk = 0;
 #pragma unroll
@@ -178,9 +191,13 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
       s[i] = base + i < p.E ? expf(x[i] - m) : 0.0f;
       local += s[i];
     }
-    sum = warp_sum(local);
+    if constexpr (BIAS) {
+      sum = warp_sum(local);
 #pragma unroll
-    for (int i = 0; i < VPT; ++i) s[i] = s[i] / sum;
+      for (int i = 0; i < VPT; ++i) s[i] = s[i] / sum;
+    } else {
+      part = local;
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < VPT; ++i) s[i] = moe_sigmoid(x[i]);
@@ -197,16 +214,24 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
   uint32_t kept = kFullMask;  // surviving groups
   const int G = p.E / p.n_group;
   if (p.topk_group < p.n_group) {
-    int group;
-    uint32_t gk = group_key<VPT, BIAS>(p, key, keys, lane, group);
-    // topk_group rounds: the highest group key, the lowest lane holding it (lanes ascend with groups).
-    kept = 0;
-    for (int i = 0; i < p.topk_group; ++i) {
-      const uint32_t best = __reduce_max_sync(kFullMask, gk);
-      const int win = __shfl_sync(kFullMask, group, __ffs(__ballot_sync(kFullMask, gk == best)) - 1);
-      kept |= 1u << win;
-      if (group == win) gk = 0;
+    int group, stride;
+    const uint32_t gk = group_key<VPT, BIAS>(p, key, keys, lane, group, stride);
+    // The surviving groups: those whose rank among the n_group keys (higher key first, then the lower group) is
+    // below topk_group. One gather of n_group independent shuffles instead of topk_group dependent rounds.
+    int rank = 0;
+#pragma unroll 8
+    for (int h = 0; h < p.n_group; ++h) {
+      const uint32_t o = __shfl_sync(kFullMask, gk, h * stride);
+      rank += o > gk || (o == gk && h < group);
     }
+    kept = __reduce_or_sync(kFullMask, group < p.n_group && rank < p.topk_group ? 1u << group : 0u);
+  }
+  float* scores = keys;                                    // [32 * VPT], with a bias
+  int* pick_id = reinterpret_cast<int*>(keys + 32 * VPT);  // [32]
+  __syncwarp();  // the scratch is free: group_key's reads and the previous token's are done
+  if constexpr (BIAS) {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) scores[base + i] = s[i];
   }
   uint32_t uk[VPT];
   if (kept == kFullMask) {
@@ -224,36 +249,45 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
     }
   }
   // k rounds: the highest key of the warp, the lowest lane holding it (lanes ascend with experts; a lane's best is
-  // its first position of that key), which takes it out and finds its next best.
+  // its first position of that key), which takes it out and finds its next best. Only the selection is on this
+  // loop's dependent chain: every lane sees the pick's key (the redux result) and the winning lane stores the
+  // expert in the warp's scratch (a store does not hold up the next round); the weights are computed after the
+  // loop by lanes 0..k-1 in parallel, from the same values with the same expressions (with a bias: the score,
+  // stored by its lane before the loop, read back at the expert's index).
   uint32_t lb;
   int li;
   lane_best<VPT>(uk, lb, li);
-  float my_w = 0;
-  int my_id = 0;
+  uint32_t my_key = 0;
   for (int j = 0; j < p.k; ++j) {
     const uint32_t best = __reduce_max_sync(kFullMask, lb);
+    // Step j - 1 of the softmax butterfly (warp-uniform), from the second pick: the exps have landed by then.
+    const bool step = sum_in_picks && j >= 1 && j <= 5;
+    float y = 0;
+    if (step) y = __shfl_xor_sync(kFullMask, part, 16 >> (j - 1));
     const int wl = __ffs(__ballot_sync(kFullMask, lb == best)) - 1;
-    const int pick = li;
-    float sv = 0;
+    if (lane == j) my_key = best;
     if (lane == wl) {
-      if constexpr (!BIAS) {
-        const float xv = moe_key_float(lb);  // the logit of the pick, bit for bit
-        sv = p.softmax ? expf(xv - m) / sum : moe_sigmoid(xv);
-      }
+      pick_id[j] = base + li;
 #pragma unroll
-      for (int i = 0; i < VPT; ++i) {
-        if (i == pick) {
-          if constexpr (BIAS) sv = s[i];
-          uk[i] = 0;
-        }
-      }
+      for (int i = 0; i < VPT; ++i) uk[i] = i == li ? 0u : uk[i];
       lane_best<VPT>(uk, lb, li);
     }
-    const float wv = __shfl_sync(kFullMask, sv, wl);
-    const int wi = __shfl_sync(kFullMask, pick, wl);
-    if (lane == j) {
-      my_w = wv;
-      my_id = wl * VPT + wi;
+    if (step) part += y;
+  }
+  if (sum_in_picks) {
+    for (int st = min(p.k - 1, 5); st < 5; ++st) part += __shfl_xor_sync(kFullMask, part, 16 >> st);
+    sum = part;
+  }
+  __syncwarp();
+  float my_w = 0;
+  int my_id = 0;
+  if (lane < p.k) {
+    my_id = pick_id[lane];
+    if constexpr (BIAS) {
+      my_w = scores[my_id];
+    } else {
+      const float xv = moe_key_float(my_key);  // the logit of the pick, bit for bit
+      my_w = p.softmax ? expf(xv - m) / sum : moe_sigmoid(xv);
     }
   }
   if (p.renormalize) {

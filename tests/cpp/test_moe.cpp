@@ -35,6 +35,31 @@ class MoeTest : public ::testing::TestWithParam<Where> {
     EXPECT_TRUE(c.pass) << p.describe() << " seed " << seed << ": " << c.violations << " violations, first: " << c.detail;
   }
   bool large() const { return GetParam() == Where::cuda; }
+  // moe_route against the golden, and bit for bit against its parts: grouped_topk with the same router config,
+  // then moe_align_block_size on its ids.
+  void check_route_and_parts(const RouteProblem& p) {
+    check(p);
+    const uint64_t seed = test_rng()();
+    const HostTensor logits = ft::make_logits(p, seed);
+    const HostTensor bias = ft::make_bias(p, seed);
+    const HostTensor* b = p.bias ? &bias : nullptr;
+    const auto fused = ft::run_route(p, logits, b, device_of(GetParam()));
+    RouteProblem parts = p;
+    parts.op = RouteOp::grouped_topk;
+    const auto sep = ft::run_route(parts, logits, b, device_of(GetParam()));
+    const std::string what = p.describe();
+    EXPECT_EQ(0, std::memcmp(fused.weights.data(), sep.weights.data(), fused.weights.bytes())) << what;
+    EXPECT_EQ(0, std::memcmp(fused.ids.data(), sep.ids.data(), fused.ids.bytes())) << what;
+    AlignProblem a;
+    a.T = p.T;
+    a.k = p.k;
+    a.E = p.E;
+    a.block_size = p.block_size;
+    const auto sched = ft::run_align(a, sep.ids, nullptr, device_of(GetParam()));
+    EXPECT_EQ(0, std::memcmp(fused.sorted.data(), sched.sorted.data(), fused.sorted.bytes())) << what;
+    EXPECT_EQ(0, std::memcmp(fused.expert_ids.data(), sched.expert_ids.data(), fused.expert_ids.bytes())) << what;
+    EXPECT_EQ(0, std::memcmp(fused.total.data(), sched.total.data(), 4)) << what;
+  }
 };
 
 RouteProblem softmax_problem(int64_t T, int64_t E, int64_t k, DType dtype) {
@@ -317,6 +342,23 @@ TEST_P(MoeTest, AlignDeterministicLarge) {
   EXPECT_EQ(0, std::memcmp(a.sorted.data(), b.sorted.data(), a.sorted.bytes()));
 }
 
+// The n-th alignment case of a series, `numel` ids over E experts: k 10, 8 or 1 (whichever divides numel); block
+// size (64, 16, 1, 128), skew (long runs of one expert across lanes, rounds, warps and blocks), padding ids, expert
+// maps, i64 ids and pad_sorted_ids varied with n.
+AlignProblem align_case(int64_t numel, int64_t E, int n) {
+  AlignProblem p;
+  p.k = numel > 0 && numel % 10 == 0 ? 10 : numel > 0 && numel % 8 == 0 ? 8 : 1;
+  p.T = numel / p.k;
+  p.E = E;
+  p.block_size = n % 4 == 0 ? 64 : n % 4 == 1 ? 16 : n % 4 == 2 ? 1 : 128;
+  p.skewed = n % 3 == 1;
+  p.padding_fraction = n % 5 == 2 ? 0.05 : 0;
+  p.expert_map = n % 6 == 3;
+  p.ids_dtype = n % 7 == 4 ? DType::i64 : DType::i32;
+  p.pad_sorted_ids = n % 2 == 1;
+  return p;
+}
+
 // The sizes where the CUDA schedule changes variant (fuseops::detail::moe_align_plan on sm_90): the most ids each
 // register variant takes (rounds 1 and 4 on one block; 4, 16 and 32 on a cluster of 8), so that `cap` runs one
 // variant and `cap + 1` the next (or the streamed fallback).
@@ -337,40 +379,66 @@ TEST(MoeAlignPlan, SwitchSizesChangeVariant) {
       const auto a = fuseops::detail::moe_align_plan(cap, E, 8, fuseops::detail::kMoeAlignSmemWords);
       const auto b = fuseops::detail::moe_align_plan(cap + 1, E, 8, fuseops::detail::kMoeAlignSmemWords);
       EXPECT_GT(a.rounds, 0) << "E " << E << " numel " << cap;
-      EXPECT_TRUE(a.rounds != b.rounds || a.cluster != b.cluster) << "E " << E << " numel " << cap;
+      EXPECT_TRUE(a.rounds != b.rounds || a.cluster != b.cluster || a.replicas != b.replicas)
+          << "E " << E << " numel " << cap;
       EXPECT_LE(a.smem_words, fuseops::detail::kMoeAlignSmemWords);
       EXPECT_LE(b.smem_words, fuseops::detail::kMoeAlignSmemWords);
     }
   }
-  // Decode sizes run on one block with one id per lane; 16384 x 8 on a cluster of 8 with 16 per lane.
-  EXPECT_EQ(1, fuseops::detail::moe_align_plan(64 * 8, 256, 8, fuseops::detail::kMoeAlignSmemWords).cluster);
+  // Decode sizes run the small variant (no cluster); 16384 x 8 on a cluster of 8 with 16 per lane.
+  const auto decode = fuseops::detail::moe_align_plan(64 * 8, 256, 8, fuseops::detail::kMoeAlignSmemWords);
+  EXPECT_EQ(1, decode.cluster);
+  EXPECT_GT(decode.replicas, 0);
   const auto big = fuseops::detail::moe_align_plan(16384 * 8, 256, 8, fuseops::detail::kMoeAlignSmemWords);
   EXPECT_EQ(16, big.rounds);
   EXPECT_EQ(8, big.cluster);
 }
 
+// The small variant: up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts, off above either (and
+// when the id limit is -1); more blocks for more output words or experts, at most kMoeAlignSmallMaxBlocks.
+TEST(MoeAlignPlan, SmallVariantSwitch) {
+  using namespace fuseops::detail;
+  const int64_t n = kMoeAlignSmallMaxIds, emax = kMoeAlignSmallMaxExperts;
+  EXPECT_GT(moe_align_plan(0, 8, 8, kMoeAlignSmemWords, 128).replicas, 0);
+  EXPECT_GT(moe_align_plan(n, emax, 8, kMoeAlignSmemWords, 1 << 20).replicas, 0);
+  EXPECT_EQ(0, moe_align_plan(n + 1, 8, 8, kMoeAlignSmemWords, 1 << 20).replicas);
+  EXPECT_EQ(0, moe_align_plan(1, emax + 1, 8, kMoeAlignSmemWords, 64).replicas);
+  EXPECT_EQ(0, moe_align_plan(0, 8, 8, kMoeAlignSmemWords, 128, -1).replicas);
+  const auto small = moe_align_plan(n, emax, 8, kMoeAlignSmemWords, 1 << 20);
+  EXPECT_EQ(kMoeAlignSmallWarps, small.warps);
+  EXPECT_EQ(kMoeAlignSmallMaxBlocks, small.replicas);
+  EXPECT_LE(small.smem_words, kMoeAlignSmemWords);
+  EXPECT_EQ(1, moe_align_plan(2, 8, 8, kMoeAlignSmemWords, 128 + 2).replicas);  // Mixtral, 1 token
+  EXPECT_EQ(kMoeAlignSmallMaxBlocks, moe_align_plan(640, 512, 8, kMoeAlignSmemWords, 32896 + 514).replicas);
+  EXPECT_LT(moe_align_plan(16, 8, 8, kMoeAlignSmemWords, 3000).replicas,
+            moe_align_plan(16, 8, 8, kMoeAlignSmemWords, 9000).replicas);
+}
+
+// The small variant against the golden at and around its id and expert limits, the ids per lane (rounds of 32 per
+// warp of 8) and the block counts it picks (one block for Mixtral decode, the most for E 512 x 640 ids): exact
+// schedules, the ascending-flat-index order inside each region, the cases varied as align_case says. On the CPU
+// backend the same cases check the CPU schedule.
+TEST_P(MoeTest, AlignSmallVariant) {
+  const int64_t n = fuseops::detail::kMoeAlignSmallMaxIds, emax = fuseops::detail::kMoeAlignSmallMaxExperts;
+  struct Case {
+    int64_t numel, E;
+  };
+  const Case cases[] = {{0, 8},       {1, 8},        {2, 8},        {31, 60},       {32, 160},      {33, 256},
+                        {255, 512},   {256, 128},    {640, 512},    {257, 128},     {767, 1024},    {768, 256},
+                        {769, 8},     {n - 1, 1024}, {n, emax},     {n, 8},         {n + 1, 256},   {n + 1, 8},
+                        {100, emax},  {100, emax + 1}, {640, 4096}, {128, 128},     {512, 256},     {160, 512}};
+  int i = 0;
+  for (const Case& c : cases) check(align_case(c.numel, c.E, i++));
+}
+
 // Every variant of the CUDA schedule on both sides of every switch: exact schedules against the golden, the
-// ascending-flat-index order inside each region included; skew (long runs of one expert across lanes, warps and
-// blocks), padding ids, expert maps, i64 ids and pad_sorted_ids spread over the cases.
+// ascending-flat-index order inside each region included, the cases varied as align_case says.
 TEST_P(MoeTest, AlignVariantSwitches) {
   if (!large()) GTEST_SKIP() << "the switch sizes are those of the CUDA schedule (up to 164K ids)";
   int n = 0;
   for (int64_t E : {8, 60, 160, 256, 1024, 4096}) {
     for (int64_t cap : align_switch_sizes(E)) {
-      for (int64_t numel : {cap, cap + 1}) {
-        AlignProblem p;
-        p.k = numel % 8 == 0 ? 8 : 1;
-        p.T = numel / p.k;
-        p.E = E;
-        p.block_size = n % 3 == 0 ? 16 : n % 3 == 1 ? 64 : 128;
-        p.skewed = n % 2 == 0;
-        p.padding_fraction = n % 4 == 1 ? 0.05 : 0;
-        p.expert_map = n % 5 == 2;
-        p.ids_dtype = n % 7 == 3 ? DType::i64 : DType::i32;
-        p.pad_sorted_ids = n % 3 == 2;
-        ++n;
-        check(p);
-      }
+      for (int64_t numel : {cap, cap + 1}) check(align_case(numel, E, n++));
     }
   }
 }
@@ -414,35 +482,41 @@ TEST_P(MoeTest, AlignBadIdsAreSkippedAndRecorded) {
 }
 
 TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
-  // Sizes on both sides of the fused path's token limit.
+  // Sizes on both sides of the fused paths' token limits.
   for (int64_t T : {0, 1, 16, 64, 300}) {
     RouteProblem p = grouped_problem(T, 256, 8, 8, 4, true, MoeScoring::sigmoid);
     p.op = RouteOp::moe_route;
-    check(p);
+    check_route_and_parts(p);
     RouteProblem q = softmax_problem(T, 128, 8, DType::bf16);
     q.op = RouteOp::moe_route;
     q.spec.renormalize = true;
     q.block_size = 16;
     check(q);
-    // Identical to the parts, bit for bit.
-    const uint64_t seed = test_rng()();
-    const HostTensor logits = ft::make_logits(p, seed);
-    const HostTensor bias = ft::make_bias(p, seed);
-    const auto fused = ft::run_route(p, logits, &bias, device_of(GetParam()));
-    RouteProblem parts = p;
-    parts.op = RouteOp::grouped_topk;
-    const auto sep = ft::run_route(parts, logits, &bias, device_of(GetParam()));
-    EXPECT_EQ(0, std::memcmp(fused.weights.data(), sep.weights.data(), fused.weights.bytes())) << "T=" << T;
-    EXPECT_EQ(0, std::memcmp(fused.ids.data(), sep.ids.data(), fused.ids.bytes())) << "T=" << T;
-    AlignProblem a;
-    a.T = T;
-    a.k = p.k;
-    a.E = p.E;
-    a.block_size = p.block_size;
-    const auto sched = ft::run_align(a, sep.ids, nullptr, device_of(GetParam()));
-    EXPECT_EQ(0, std::memcmp(fused.sorted.data(), sched.sorted.data(), fused.sorted.bytes())) << "T=" << T;
-    EXPECT_EQ(0, std::memcmp(fused.expert_ids.data(), sched.expert_ids.data(), fused.expert_ids.bytes()));
-    EXPECT_EQ(0, std::memcmp(fused.total.data(), sched.total.data(), 4));
+  }
+}
+
+// moe_route's small fused path (one token per warp on a cluster of blocks of 8 warps, then every block computing the
+// schedule of all ids) at and around its limits: tokens (kMaxCluster * 8 = 64), ids (kMoeAlignSmallMaxIds = 1024:
+// 32 tokens of k 32), one and several tokens per block and cluster sizes set by the outputs (E 512, bs 64);
+// against the golden and bit for bit against its parts.
+TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
+  struct Case {
+    int64_t T, E, k, ng, tg;
+    bool bias, softmax;
+    int64_t block_size;
+  };
+  const Case cases[] = {{1, 8, 2, 1, 1, false, true, 64},      {8, 128, 8, 1, 1, false, true, 64},
+                        {9, 256, 8, 8, 4, true, false, 64},    {33, 512, 10, 1, 1, false, true, 64},
+                        {63, 160, 6, 8, 3, false, true, 16},   {64, 512, 10, 1, 1, false, true, 64},
+                        {64, 256, 8, 8, 4, true, false, 1},    {65, 256, 8, 8, 4, true, false, 64},
+                        {32, 1024, 32, 16, 4, true, false, 64}, {33, 1024, 32, 16, 4, true, false, 64},
+                        {16, 64, 8, 1, 1, true, true, 128},    {64, 1024, 16, 1, 1, false, true, 16}};
+  for (const Case& c : cases) {
+    RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, c.softmax ? MoeScoring::softmax
+                                                                                    : MoeScoring::sigmoid);
+    p.op = RouteOp::moe_route;
+    p.block_size = c.block_size;
+    check_route_and_parts(p);
   }
 }
 
