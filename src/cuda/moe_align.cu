@@ -2,8 +2,6 @@
 // variant (independent blocks, each computing the whole schedule) up to kMoeAlignSmallMaxIds ids, else a thread
 // block cluster (ids per lane in registers, cluster size) or the streamed fallback.
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "cuda/launch.h"
 #include "cuda/moe_align.cuh"
@@ -32,10 +30,7 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(A
 }  // namespace
 
 int64_t align_small_max_ids() {
-  static const int64_t limit = [] {
-    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_SMALL");
-    return v && std::strcmp(v, "0") == 0 ? int64_t{-1} : kMoeAlignSmallMaxIds;
-  }();
+  static const int64_t limit = env_switched_off("FUSEOPS_MOE_ALIGN_SMALL") ? int64_t{-1} : kMoeAlignSmallMaxIds;
   return limit;
 }
 

@@ -28,8 +28,6 @@
 // no address derived from a bad position is formed.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "cuda/device_error.cuh"
@@ -436,10 +434,7 @@ int64_t walk_heads_wanted(const RopeArgs& a, int p, int sms) {
 /// The decode kernel serves every problem whose (token, head, lane) work fits in the resident threads
 /// (rope_decode_kernel_fits), unless FUSEOPS_ROPE_DECODE=0 (then the walk kernel, one head per thread).
 bool use_decode_kernel(const RopeArgs& a, int p, int sms) {
-  static const bool enabled = [] {
-    const char* v = std::getenv("FUSEOPS_ROPE_DECODE");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool enabled = !env_switched_off("FUSEOPS_ROPE_DECODE");
   return enabled && rope_decode_kernel_fits(a.tokens, a.q.heads + a.k.heads, a.rotary_dim / 2 / p, sms);
 }
 

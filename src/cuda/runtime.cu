@@ -76,11 +76,13 @@ bool is_sm90_or_newer(int device) {
   return state == 2;
 }
 
+bool env_switched_off(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::strcmp(v, "0") == 0;
+}
+
 bool pdl_enabled(int device) {
-  static const bool allowed = [] {
-    const char* v = std::getenv("FUSEOPS_PDL");
-    return !(v && std::strcmp(v, "0") == 0);
-  }();
+  static const bool allowed = !env_switched_off("FUSEOPS_PDL");
   return allowed && is_sm90_or_newer(device);
 }
 
