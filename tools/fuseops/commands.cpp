@@ -138,7 +138,9 @@ std::map<std::string, std::vector<std::string>> op_families(const Registry& reg)
 }
 
 int run_list() {
-  std::printf("fuseops %s (%s)\n\nop families:\n", version(),
+  std::printf("fuseops %s (%s)\n\nop families and their case-file ops (every op of the API: include/fuseops/*.h, "
+              "docs/ops/*.md):\n",
+              version(),
               built_with_cuda() ? "CPU + CUDA backends" : "CPU backend only");
   for (const auto& [family, ops] : op_families(registry())) {
     std::string names;
