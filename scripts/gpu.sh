@@ -4,7 +4,7 @@
 # the GPU image has no GoogleTest, CLI11 or nlohmann-json; carry .pack, which build-carry.sh fills), and writes logs
 # and tables under $OUT.
 #
-#   stages: info tests sanitizer check bench flaggems fla baseline:<bench/baselines script> cases torch
+#   stages: info tests sanitizer check bench flaggems fla baseline:<bench/baselines script> ab cases torch
 #   scripts/gpu.sh info tests sanitizer check      # one device command (< 10 min)
 #   scripts/gpu.sh bench flaggems                  # a second one
 #
@@ -65,6 +65,24 @@ for stage in "${stages[@]}"; do
       esac
       run_stage "$script" env PYTHONPATH=$path FLA_FLASH_QLA=0 PYTHONUNBUFFERED=1 \
         timeout "${FUSEOPS_BASELINE_TIMEOUT:-240}" python3 "bench/baselines/$script.py" "$OUT/bench.json" "$OUT/$script.md" ;;
+    ab)
+      # A/B of binaries in one lease: FUSEOPS_AB="base=.pack/fuseops-base.xz new=.carry/bin/fuseops" (a .xz is
+      # unpacked first), each run FUSEOPS_AB_RUNS times (default 2) in alternation with FUSEOPS_BENCH_ARGS; the side-
+      # by-side table (medians, cold ratios to the first label) in $OUT/ab.md (bench/ab.py), the runs' tables packed.
+      abdir=$(mktemp -d); abargs=()
+      for r in $(seq "${FUSEOPS_AB_RUNS:-2}"); do
+        for spec in ${FUSEOPS_AB:?set FUSEOPS_AB=\"label=binary ...\"}; do
+          label=${spec%%=*}; bin=${spec#*=}
+          if [[ $bin == *.xz ]]; then
+            [ -x "$abdir/$label" ] || { xz -dc "$bin" > "$abdir/$label" && chmod +x "$abdir/$label"; }
+            bin=$abdir/$label
+          fi
+          run_stage "ab_${label}_$r" "$bin" bench --quiet --md "$abdir/$label-$r.md" ${FUSEOPS_BENCH_ARGS:-}
+          abargs+=("$label=$abdir/$label-$r.md")
+        done
+      done
+      python3 bench/ab.py "$OUT/ab.md" "${abargs[@]}" | tail -n 40
+      (cd "$abdir" && tar czf "$OUT/ab-runs.tar.gz" ./*.md) ;;
     cases)
       # The example case files (check on the GPU, bench with charts) and the model layers.
       run_stage cases_check "$BIN/fuseops" check --backend cuda --quiet $(printf -- '--cases %s ' bench/cases/*.yaml)
@@ -84,6 +102,6 @@ for stage in "${stages[@]}"; do
 done
 # At most 8 files come back from a device run: keep the Markdown tables, pack the rest (logs, JSON, charts).
 archive="logs-$(IFS=-; echo "${stages[*]}" | tr -c 'A-Za-z0-9_.\n-' '_').tar.gz"
-(cd "$OUT" && files=$(ls ./*.log ./*.json ./*.svg ./*.html ./*.png 2>/dev/null) && [ -n "$files" ] &&
+(cd "$OUT" && files=$(ls ./*.log ./*.json ./*.svg ./*.html ./*.png 2>/dev/null || true) && [ -n "$files" ] &&
   tar czf "$archive" $files && rm -f $files)
 exit $status
