@@ -13,6 +13,7 @@ outputs do not require grad.
 
 import torch
 
+from ._args import bool_arg, int_arg
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -27,8 +28,22 @@ def _no_chunk_indices(op, chunk_indices):
 
 
 def _check_chunk_size(op, chunk_size):
-    if isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size not in (16, 32, 64):
+    """The chunk size as an int (numpy / torch integer scalars accepted): 16, 32 or 64."""
+    try:
+        value = int_arg(op, "chunk_size", chunk_size)
+    except ValueError:
+        value = None
+    if value not in (16, 32, 64):
         raise ValueError(f"{op}: chunk_size: expected 16, 32 or 64, got {chunk_size!r}")
+    return value
+
+
+def _check_cu(op, cu_seqlens):
+    """cu_seqlens: None or a tensor (the op checks its dtype, shape and device)."""
+    if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
+        raise ValueError(f"{op}: cu_seqlens: expected a tensor [N+1] int32 / int64 or None, got "
+                         f"{type(cu_seqlens).__name__}")
+    return cu_seqlens
 
 
 def _check_optional(op, name, t):
@@ -73,11 +88,13 @@ def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None
         [B, T, HV] float32.
     """
     op = "chunk_local_cumsum"
+    cu_seqlens = _check_cu(op, cu_seqlens)
+    reverse = bool_arg(op, "reverse", reverse)
     _no_chunk_indices(op, chunk_indices)
     if output_dtype not in (torch.float, None):
         raise ValueError(f"{op}: output_dtype: expected torch.float32, got {output_dtype}")
     _check_rank(op, "g", g, 3, "[B, T, HV]")
-    _check_chunk_size(op, chunk_size)
+    chunk_size = _check_chunk_size(op, chunk_size)
     out = torch.empty(g.shape, dtype=torch.float32, device=g.device)
     ops.chunk_local_cumsum(out, g, chunk_size, cu_seqlens, reverse, None if scale is None else float(scale))
     return out
@@ -92,11 +109,12 @@ def chunk_scaled_dot_kkt_fwd(k, g=None, beta=None, cu_seqlens=None, chunk_size=6
     float16 / bfloat16. Returns A [B, T, HV, BT], every element written.
     """
     op = "chunk_scaled_dot_kkt_fwd"
+    cu_seqlens = _check_cu(op, cu_seqlens)
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
     _check_optional(op, "g", g)
     _check_optional(op, "beta", beta)
-    _check_chunk_size(op, chunk_size)
+    chunk_size = _check_chunk_size(op, chunk_size)
     if output_dtype not in _FLOAT:
         raise ValueError(f"{op}: output_dtype: expected torch.float32 | float16 | bfloat16, got {output_dtype}")
     B, T = k.shape[0], k.shape[1]
@@ -109,6 +127,7 @@ def solve_tril(A, cu_seqlens=None, chunk_indices=None, output_dtype=torch.float)
     """(I + A)^{-1} per chunk, as FLA ``solve_tril``: A [B, T, HV, BT] strictly lower per chunk (only those entries
     are read); returns [B, T, HV, BT] in ``output_dtype`` (unit lower triangular, zeros elsewhere)."""
     op = "solve_tril"
+    cu_seqlens = _check_cu(op, cu_seqlens)
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "A", A, 4, "[B, T, HV, BT]")
     if output_dtype not in _FLOAT:
@@ -126,10 +145,11 @@ def chunk_gated_delta_rule_fwd_kkt_solve(k, g=None, beta=None, cu_seqlens=None, 
     ``output_dtype`` defaults to ``k.dtype``. Returns [B, T, HV, BT].
     """
     op = "chunk_gated_delta_rule_fwd_kkt_solve"
+    cu_seqlens = _check_cu(op, cu_seqlens)
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
     _check_optional(op, "g", g)
     _check_optional(op, "beta", beta)
-    _check_chunk_size(op, chunk_size)
+    chunk_size = _check_chunk_size(op, chunk_size)
     dtype = k.dtype if output_dtype is None else output_dtype
     if dtype not in _FLOAT:
         name = "k" if output_dtype is None else "output_dtype"
@@ -195,10 +215,13 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     Unsupported FLA keyword arguments (state_v_first, use_gate_in_kernel, head_first, ...) raise ValueError.
     """
     op = "chunk_gated_delta_rule"
+    cu_seqlens = _check_cu(op, cu_seqlens)
+    output_final_state = bool_arg(op, "output_final_state", output_final_state)
+    use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
     _reject_kwargs(op, kwargs)
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
-    _check_chunk_size(op, chunk_size)
+    chunk_size = _check_chunk_size(op, chunk_size)
     B, T, HV, V = v.shape
     o = _out_like(op, "q", q, (B, T, HV, V))
     ht = None
@@ -213,6 +236,7 @@ def recompute_w_u_fwd(k, v, beta, A, g=None, cu_seqlens=None, chunk_indices=None
     """w = A (beta e^g k), u = A (beta v) per chunk, as FLA ``recompute_w_u_fwd``. ``g``: natural-log chunk-local
     cumsum (float32) or None. Returns (w [B, T, HV, K] in k.dtype, u [B, T, HV, V] in v.dtype)."""
     op = "recompute_w_u_fwd"
+    cu_seqlens = _check_cu(op, cu_seqlens)
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
     _check_rank(op, "A", A, 4, "[B, T, HV, BT]")
@@ -233,12 +257,15 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, initial_state=None, output_fin
     include/fuseops/gdn_forward.h, gdn_chunk_slots), not FLA's compacted chunk list.
     """
     op = "chunk_gated_delta_rule_fwd_h"
+    cu_seqlens = _check_cu(op, cu_seqlens)
+    output_final_state = bool_arg(op, "output_final_state", output_final_state)
+    save_new_value = bool_arg(op, "save_new_value", save_new_value)
     _reject_kwargs(op, kwargs)
     if not save_new_value:
         raise ValueError(f"{op}: save_new_value: expected True (v_new is always stored), got False")
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
     _check_rank(op, "u", u, 4, "[B, T, HV, V]")
-    _check_chunk_size(op, chunk_size)
+    chunk_size = _check_chunk_size(op, chunk_size)
     B, T, HV, V = u.shape
     N = _num_seqs(k, cu_seqlens)
     per_row = (T + chunk_size - 1) // chunk_size
@@ -254,10 +281,11 @@ def chunk_fwd_o(q, k, v, h, g=None, scale=None, cu_seqlens=None, chunk_size=64, 
     """o = scale (e^g q h + causal gated (q k^T) v) per chunk, as FLA ``chunk_fwd_o``; ``v`` is v_new and ``h`` the
     per-chunk states of :func:`chunk_gated_delta_rule_fwd_h`. Returns o [B, T, HV, V] in v.dtype."""
     op = "chunk_fwd_o"
+    cu_seqlens = _check_cu(op, cu_seqlens)
     _reject_kwargs(op, kwargs)
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
-    _check_chunk_size(op, chunk_size)
+    chunk_size = _check_chunk_size(op, chunk_size)
     o = _out_like(op, "v", v, v.shape)
     ops.chunk_fwd_o(o, q, k, v, h, g, q.shape[3] ** -0.5 if scale is None else float(scale), chunk_size, cu_seqlens)
     return o
@@ -276,6 +304,10 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     :func:`fuseops.check_errors` (and its sequence treated as padding). Returns (o, initial_state).
     """
     op = "fused_recurrent_gated_delta_rule"
+    cu_seqlens = _check_cu(op, cu_seqlens)
+    output_final_state = bool_arg(op, "output_final_state", output_final_state)
+    use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
+    inplace_final_state = bool_arg(op, "inplace_final_state", inplace_final_state)
     _reject_kwargs(op, kwargs)
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     o = _out_like(op, "v", v, v.shape)
@@ -319,6 +351,8 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     ``a``, ``b``: [B, T, HV], or vLLM's 2-D [B * T, HV] (the tokens of q / v flattened). Returns o [B, T, HV, V] in
     v.dtype."""
     op = "fused_sigmoid_gating_delta_rule_update"
+    cu_seqlens = _check_cu(op, cu_seqlens)
+    use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
     _reject_kwargs(op, kwargs)
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     a = _per_token(op, "a", a, v)

@@ -62,6 +62,7 @@ def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, i
         (topk_weights [T, k] float32, topk_ids [T, k], token_expert_indices [T, k] int32 with j*T + t).
     """
     op = "topk_softmax"
+    renormalize = bool_arg(op, "renormalize", renormalize)
     T = _rows(op, "gating_output", gating_output)
     _check_topk(op, topk, gating_output.shape[1])
     dev = gating_output.device
@@ -104,6 +105,7 @@ def moe_align_sizes(numel, num_experts, block_size, pad_sorted_ids=False):
     """(len(sorted_token_ids), len(expert_ids)) as vLLM's ``moe_align_block_size`` wrapper allocates them.
     ``numel`` >= 0, ``num_experts`` >= 1, ``block_size`` >= 1 (ints), else ValueError naming the argument."""
     op = "moe_align_sizes"
+    pad_sorted_ids = bool_arg(op, "pad_sorted_ids", pad_sorted_ids)
     int_arg(op, "numel", numel, 0)
     int_arg(op, "num_experts", num_experts, 1)
     int_arg(op, "block_size", block_size, 1)
@@ -132,6 +134,7 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
         (sorted_token_ids int32, expert_ids int32, num_tokens_post_pad int32 [1]).
     """
     op = "moe_align_block_size"
+    pad_sorted_ids = bool_arg(op, "pad_sorted_ids", pad_sorted_ids)
     _check_tensor(op, "topk_ids", topk_ids)
     int_arg(op, "block_size", block_size, 1)
     int_arg(op, "num_experts", num_experts, 1)

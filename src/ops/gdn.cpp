@@ -1,4 +1,5 @@
 // GDN intra-chunk ops: validation (once, for every backend) and dispatch.
+#include <cmath>
 #include <string>
 
 #include "core/dispatch.h"
@@ -148,6 +149,7 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   a.g = in_view(g);
   a.out = out_view(out);
   a.reverse = reverse;
+  if (scale && !std::isfinite(*scale)) fail_argument(op, "scale", "a finite value", std::to_string(*scale));
   a.has_scale = scale.has_value();
   a.scale = scale.value_or(1.0);
   check_disjoint(op, "out", out, "g", g);

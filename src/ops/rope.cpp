@@ -254,7 +254,7 @@ void mrope_form(const char* op, TensorView positions, TensorView query, const Te
   attach_positions(op, "positions", positions, device, three ? 3 : 1, a);
   a.tokens = positions.shape[positions.rank - 1];
   const int64_t pairs = a.rotary_dim / 2;
-  if (three) {
+  {  // checked with 1-D positions too (then unused: every pair takes the one position, as vLLM)
     const std::string got = "[" + std::to_string(section[0]) + ", " + std::to_string(section[1]) + ", " +
                             std::to_string(section[2]) + "]";
     // Each section in [0, pairs] before the sum, so that the sum cannot wrap.
@@ -263,6 +263,8 @@ void mrope_form(const char* op, TensorView positions, TensorView query, const Te
     if (!ok || section[0] + section[1] + section[2] != pairs) {
       fail_argument(op, "mrope_section", "3 sections >= 0 summing to rotary_dim / 2 = " + std::to_string(pairs), got);
     }
+  }
+  if (three) {
     a.num_axes = 3;
     fill_axes(layout, section, pairs, a);
   }

@@ -2,6 +2,7 @@
 // whose message names the op and the argument ("<op>: <arg>: expected ..., got ..."). All on CPU buffers; a view
 // labelled cuda:N points at host memory, so nothing is touched if validation wrongly passed it to a backend...
 // except by a crash.
+#include <limits>
 #include <tuple>
 #include <string>
 #include <vector>
@@ -160,6 +161,9 @@ TEST_F(GdnErrors, Cumsum) {
   const TensorView gv = g();
   EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {1, 8, 4}), v(1, {1, 8, 4}, i32), 16), cumsum, "g", "got i32");
   EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {8, 4}), v(1, {8, 4}), 16), cumsum, "g", "rank 3");
+  EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {1, 8, 4}), v(1, {1, 8, 4}), 16, nullptr, false,
+                                               std::numeric_limits<double>::quiet_NaN()),
+                   cumsum, "scale", "finite");
   EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {1, 8, 4}, bf16), gv, 16), cumsum, "out", "dtype f32",
                    "got bf16");
   EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {1, 8, 5}), gv, 16), cumsum, "out", "[1, 8, 4]", "got [1, 8, 5]");

@@ -108,6 +108,11 @@ TEST_F(RopeErrors, MropeArguments) {
   // Sections whose int64 sum wraps to rotary_dim / 2 (INT64_MAX + INT64_MAX + 34 = 32).
   constexpr int64_t big = std::numeric_limits<int64_t>::max();
   EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 64, cache(), {big, big, 34}, true), mr, "mrope_section");
+  // with 1-D positions the sections are unused, and still checked
+  const TensorView p1 = v(0, {4}, i64);
+  EXPECT_ARG_ERROR(fuseops::mrope(p1, q(), &kv, 64, 64, cache(), {-5, 44, -7}, true), mr, "mrope_section");
+  EXPECT_ARG_ERROR(fuseops::mrope(p1, q(), &kv, 64, 64, cache(), {int64_t{1} << 40, 0, 0}, true), mr,
+                   "mrope_section");
   EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 32, cache(), sec, true), mr, "rotary_dim", "64");
   EXPECT_ARG_ERROR(fuseops::mrope(v(0, {2, 4}, i64), q(), &kv, 64, 64, cache(), sec, true), mr, "positions",
                    "[3, T]");

@@ -180,6 +180,35 @@ def test_errors_name_the_argument():
         fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=torch.zeros(1, 2, 16, 8))
 
 
+def test_scalar_arguments_are_checked():
+    # Flags are bools, not truthy values; the chunk size an int (numpy integers accepted); cu_seqlens a tensor.
+    np = pytest.importorskip("numpy")
+    q, k, v, g, beta, _ = inputs(1, 8, 1, 2, 16, 16, torch.float32, "cpu")
+    o, _ = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=np.int64(16))
+    assert torch.equal(o, fuseops.chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=16)[0])
+    cases = [
+        ("chunk_gated_delta_rule: use_qk_l2norm_in_kernel: expected a bool",
+         lambda: fuseops.chunk_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel="no")),
+        ("chunk_gated_delta_rule: output_final_state: expected a bool",
+         lambda: fuseops.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state="no")),
+        ("chunk_gated_delta_rule: chunk_size: expected 16, 32 or 64",
+         lambda: fuseops.chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=16.0)),
+        ("chunk_gated_delta_rule: cu_seqlens: expected a tensor",
+         lambda: fuseops.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=[0, 8])),
+        ("fused_recurrent_gated_delta_rule: use_qk_l2norm_in_kernel: expected a bool",
+         lambda: fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, use_qk_l2norm_in_kernel=1)),
+        ("fused_recurrent_gated_delta_rule: output_final_state: expected a bool",
+         lambda: fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, output_final_state="yes")),
+        ("chunk_local_cumsum: reverse: expected a bool",
+         lambda: fuseops.chunk_local_cumsum(g, 16, reverse="no")),
+        ("chunk_local_cumsum: cu_seqlens: expected a tensor",
+         lambda: fuseops.chunk_local_cumsum(g, 16, cu_seqlens=(0, 8))),
+    ]
+    for message, call in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
 def test_chunk_errors_name_the_op_the_user_called():
     # The arguments that size the workspace (q, v, cu_seqlens) are checked before the op runs: still a ValueError
     # naming chunk_gated_delta_rule, not the workspace query.

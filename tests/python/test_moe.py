@@ -132,6 +132,13 @@ def test_errors():
         fuseops.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, "2.5")
     with pytest.raises(ValueError, match="moe_route: topk_group: expected an int"):
         fuseops.moe_route(torch.randn(2, 256), 8, 16, scoring="sigmoid", n_group=8, topk_group=True)
+    # flags are bools, not truthy values
+    with pytest.raises(ValueError, match="topk_softmax: renormalize: expected a bool"):
+        fuseops.topk_softmax(torch.randn(2, 8), 2, renormalize="no")
+    with pytest.raises(ValueError, match="moe_align_block_size: pad_sorted_ids: expected a bool"):
+        fuseops.moe_align_block_size(torch.zeros(2, 2, dtype=torch.int32), 4, 4, pad_sorted_ids="no")
+    with pytest.raises(ValueError, match="moe_align_sizes: pad_sorted_ids: expected a bool"):
+        fuseops.moe_align_sizes(4, 4, 4, pad_sorted_ids=2.5)
 
 
 def test_moe_align_sizes_arguments():

@@ -11,6 +11,7 @@ tensors of the same shape [..., d]. Unlike FlagGems, no broadcasting: gate and u
 
 from .. import activation as _activation
 from .. import moe as _moe
+from .._args import bool_arg
 from .._ops import ops as _ops
 from .. import rope as _rope
 
@@ -32,6 +33,7 @@ def gelu_and_mul(x, y, approximate="none"):
 
 def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False):
     """As ``flag_gems.topk_softmax``: fills the three outputs (FlagGems adds 1e-8 to its denominators; we do not)."""
+    renormalize = bool_arg("topk_softmax", "renormalize", renormalize)
     _ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, None)
 
 

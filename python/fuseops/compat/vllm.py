@@ -7,6 +7,7 @@ out [..., d], input [..., 2*d]; dtypes float32 / float16 / bfloat16. Numerics: o
 may differ from vLLM's (two roundings) by 1 ulp (docs/ops/activation.md). Errors: ValueError naming the argument.
 """
 
+from .._args import bool_arg
 from .._ops import ops
 
 
@@ -27,6 +28,7 @@ def gelu_tanh_and_mul(out, input):
 
 def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False, bias=None):
     """As ``torch.ops._moe_C.topk_softmax``: fills topk_weights, topk_indices (int32/int64), token_expert_indices."""
+    renormalize = bool_arg("topk_softmax", "renormalize", renormalize)
     ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)
 
 
@@ -38,6 +40,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
 
     if scoring_func != 1:
         raise ValueError(f"grouped_topk: scoring_func: expected 1 (sigmoid), got {scoring_func!r}")
+    renormalize = bool_arg("grouped_topk", "renormalize", renormalize)
     w = torch.empty((scores.shape[0], topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((scores.shape[0], topk), dtype=torch.int32, device=scores.device)
     ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, float(routed_scaling_factor),
