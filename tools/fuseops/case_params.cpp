@@ -128,16 +128,35 @@ std::vector<ParamSpec> sequence_params() {
           seqlens};
 }
 
-std::vector<int64_t> seqlens_prefix(const std::vector<int64_t>& seqlens, int64_t rows) {
-  std::vector<int64_t> prefix;
-  int64_t tokens = 0;
-  for (int64_t l : seqlens) {
-    if (l > 0 && tokens >= rows) break;
-    const int64_t take = std::min(l, rows - tokens);  // empty sequences are kept (they are part of what is checked)
-    prefix.push_back(take);
-    tokens += take;
+std::vector<int64_t> seqlens_reduced(const std::vector<int64_t>& seqlens, int64_t rows) {
+  int64_t nonempty = 0, total = 0;
+  for (int64_t l : seqlens) nonempty += l > 0, total += l;
+  if (total <= rows) return seqlens;
+  std::vector<int64_t> out;
+  if (nonempty > rows) {  // not a token for each: the first `rows` non-empty sequences, 1 token each
+    int64_t used = 0;
+    for (int64_t l : seqlens) {
+      if (l > 0 && used == rows) break;
+      out.push_back(l > 0 ? 1 : 0);
+      used += l > 0;
+    }
+    return out;
   }
-  return prefix;
+  // every sequence kept: empty ones empty, the others 1 token, then the remaining budget shared in order, each
+  // sequence taking at most an equal share in the first pass and what is left in the second
+  out.reserve(seqlens.size());
+  for (int64_t l : seqlens) out.push_back(l > 0 ? 1 : 0);
+  int64_t budget = rows - nonempty;
+  const int64_t share = nonempty > 0 ? budget / nonempty : 0;
+  for (int pass = 0; pass < 2 && budget > 0; ++pass) {
+    for (std::size_t i = 0; i < seqlens.size() && budget > 0; ++i) {
+      const int64_t room = seqlens[i] - out[i];
+      const int64_t take = std::min({room, budget, pass == 0 ? share : budget});
+      out[i] += take;
+      budget -= take;
+    }
+  }
+  return out;
 }
 
 Sequences sequences_of(const CaseParams& p) {

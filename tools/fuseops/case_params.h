@@ -121,11 +121,13 @@ struct Sequences {
   int64_t tokens() const;        ///< B x T, or the sum of seqlens
 };
 std::vector<ParamSpec> sequence_params();
-/// The longest prefix of the sequences `seqlens` that holds at most `rows` tokens, the last one cut to fit (reduced
-/// CPU runs of varlen cases; sequences of 0 tokens are kept, also after the budget is spent).
-std::vector<int64_t> seqlens_prefix(const std::vector<int64_t>& seqlens, int64_t rows);
+/// The sequences `seqlens` cut to at most `rows` tokens in all (reduced CPU runs of varlen cases), keeping their
+/// structure: every sequence stays, empty ones empty, each other one at least 1 token and at most its length, the
+/// budget shared in order (an equal share first, then what is left); with fewer rows than non-empty sequences, the
+/// first `rows` of them (1 token each) and the empty ones among them.
+std::vector<int64_t> seqlens_reduced(const std::vector<int64_t>& seqlens, int64_t rows);
 /// A case spec with fields B, T, seqlens and varlen() cut to at most `rows` tokens (reduced CPU runs): fixed length
-/// keeps rows / B tokens per batch row, varlen the seqlens_prefix.
+/// keeps rows / B tokens per batch row, varlen the seqlens_reduced.
 template <class Spec>
 Spec reduced_tokens(const Spec& s, int64_t rows) {
   if (rows >= s.B * s.T) return s;
@@ -134,7 +136,7 @@ Spec reduced_tokens(const Spec& s, int64_t rows) {
     r.T = std::max<int64_t>(1, rows / s.B);
     return r;
   }
-  r.seqlens = seqlens_prefix(s.seqlens, rows);
+  r.seqlens = seqlens_reduced(s.seqlens, rows);
   r.T = std::accumulate(r.seqlens.begin(), r.seqlens.end(), int64_t{0});
   return r;
 }

@@ -62,7 +62,7 @@ Spec varlen(std::vector<int64_t> seqlens, int64_t H, int64_t HV, int64_t K) {
 }
 
 /// The case at `rows` tokens at most (reduced CPU runs): fixed length keeps B and shortens T; varlen keeps the
-/// longest prefix of the sequences that fits (the last one cut).
+/// sequences cut with their structure kept (seqlens_reduced).
 Spec reduced(const Spec& s, int64_t rows) { return reduced_tokens(s, rows); }
 
 std::vector<int64_t> cu_of(const Spec& s) { return s.varlen() ? reference::cu_seqlens_of(s.seqlens) : std::vector<int64_t>{}; }

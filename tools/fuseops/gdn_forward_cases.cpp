@@ -72,7 +72,7 @@ Spec decode(int64_t N, int64_t H, int64_t HV, bool gating) {
   return s;
 }
 
-/// At most `rows` tokens (reduced CPU runs): fixed length shortens T, varlen keeps a prefix of the sequences,
+/// At most `rows` tokens (reduced CPU runs): fixed length shortens T, varlen cuts every sequence (seqlens_reduced),
 /// decode keeps the first sequences.
 Spec reduced(const Spec& s, int64_t rows) {
   if (rows >= s.B * s.T) return s;
@@ -82,7 +82,7 @@ Spec reduced(const Spec& s, int64_t rows) {
   } else if (!s.varlen()) {
     r.T = std::max<int64_t>(1, rows);
   } else {
-    r.seqlens = seqlens_prefix(s.seqlens, rows);
+    r.seqlens = seqlens_reduced(s.seqlens, rows);
     r.T = std::accumulate(r.seqlens.begin(), r.seqlens.end(), int64_t{0});
   }
   return r;

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "case_file.h"
 #include "cases.h"
@@ -93,6 +94,27 @@ TEST(CaseFile, GdnFixedVarlenAndAlias) {
   EXPECT_EQ(cases[4]->shape, "2x70x1x60");
   EXPECT_EQ(cases[4]->rows, 140);
   EXPECT_EQ(cases[4]->family, "gdn");
+}
+
+// Reduced CPU runs cut varlen cases with their structure kept: every sequence stays (empty ones empty, the others
+// at least one token), so the empty and 1-token sequences a case names are still checked.
+TEST(CaseFile, ReducedVarlenKeepsEverySequence) {
+  using V = std::vector<int64_t>;
+  EXPECT_EQ(seqlens_reduced({1000, 1, 0, 3000}, 64), (V{42, 1, 0, 21}));
+  EXPECT_EQ(seqlens_reduced({1, 0, 63}, 64), (V{1, 0, 63}));  // fits: unchanged
+  EXPECT_EQ(seqlens_reduced({3000, 1000}, 64), (V{32, 32}));
+  EXPECT_EQ(seqlens_reduced({0, 5, 0, 5, 5}, 2), (V{0, 1, 0, 1}));  // fewer rows than sequences: the first ones
+  EXPECT_EQ(seqlens_reduced({10, 54}, 32), (V{10, 22}));
+  for (const V& s : {V{1000, 1, 0, 3000}, V{7, 7, 7}, V{0, 0, 90}}) {
+    const V r = seqlens_reduced(s, 16);
+    int64_t sum = 0;
+    for (std::size_t i = 0; i < r.size(); ++i) {
+      sum += r[i];
+      EXPECT_LE(r[i], s[i]);
+      EXPECT_EQ(r[i] == 0, s[i] == 0);
+    }
+    EXPECT_EQ(sum, 16);
+  }
 }
 
 TEST(CaseFile, UnknownOpNamesFileLineColumnAndKey) {
