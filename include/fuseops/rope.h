@@ -35,6 +35,9 @@
 
 namespace fuseops {
 
+/// Largest rotary_dim (and apply_rotary_pos_emb head dim D) the rope ops accept: 256 rotated pairs.
+inline constexpr int64_t kRopeMaxRotaryDim = 512;
+
 /// Rotates query (and key, when given) in place, as vLLM `rotary_embedding(positions, query, key, head_size,
 /// cos_sin_cache, is_neox)` (csrc/pos_encoding_kernels.cu; vLLM-new adds `inverse`).
 /// positions: [tokens...] i32 / i64 (1-D [T] or 2-D [B, S]); query: [tokens..., Hq * head_size] or

@@ -5,12 +5,13 @@
 
 #include <cstdint>
 
+#include "fuseops/rope.h"
 #include "fuseops/tensor.h"
 
 namespace fuseops::detail {
 
 /// Largest rotary_dim / 2 the ops accept (the M-RoPE axis table has one entry per pair).
-constexpr int kRopeMaxPairs = 256;
+constexpr int kRopeMaxPairs = static_cast<int>(kRopeMaxRotaryDim / 2);
 
 /// The heads of query or key: element (t, head, i) is data[t * token_stride + head * head_stride + i] (input) and
 /// out[t * out_token_stride + head * out_head_stride + i] (output; out == data and equal strides in place).

@@ -355,6 +355,12 @@ Spec rope_spec_of(const CaseParams& p, RopeOp op) {
   if (s.r % 2 != 0 || s.r > s.d) {
     throw ParamError("rotary_dim", "rotary_dim " + std::to_string(s.r) + " must be even and <= head_size " + std::to_string(s.d));
   }
+  if (s.r > kRopeMaxRotaryDim) {  // rotary_dim is head_size where not given (and apply_rotary_pos_emb has none)
+    const bool given = p.has("rotary_dim") && p.integer("rotary_dim") != 0;
+    throw ParamError(given ? "rotary_dim" : "head_size", std::string(given ? "rotary_dim " : "head_size ") +
+                                                             std::to_string(s.r) + " is above the ops' limit of " +
+                                                             std::to_string(kRopeMaxRotaryDim) + " rotated dims");
+  }
   if (s.head_stride != 0 && s.head_stride < s.d) {
     throw ParamError("head_stride", "head_stride " + std::to_string(s.head_stride) + " is below head_size " + std::to_string(s.d));
   }

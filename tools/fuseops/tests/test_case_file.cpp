@@ -274,6 +274,11 @@ TEST(CaseFile, EveryFamilyHasAHook) {
 TEST(CaseFile, HooksRejectImpossibleCombinations) {
   EXPECT_CASE_ERROR("cases:\n  - op: rotary_embedding\n    tokens: 4\n    num_heads: 2\n    num_kv_heads: 1\n"
                     "    head_size: 64\n    rotary_dim: 33\n", "f.yaml:7:5", "rotary_dim", "must be even");
+  // the ops' limit of 512 rotated dims, named at the key that sets it (rotary_dim, or head_size without it)
+  EXPECT_CASE_ERROR("cases:\n  - op: rotary_embedding\n    tokens: 3\n    num_heads: 1\n    num_kv_heads: 1\n"
+                    "    head_size: 1024\n    rotary_dim: 514\n", "f.yaml:7:5", "rotary_dim", "limit of 512");
+  EXPECT_CASE_ERROR("cases:\n  - op: apply_rotary_pos_emb\n    tokens: 3\n    num_heads: 1\n    num_kv_heads: 1\n"
+                    "    head_size: 1024\n", "f.yaml:6:5", "head_size", "limit of 512");
   EXPECT_CASE_ERROR("cases:\n  - op: mrope\n    tokens: 4\n    num_heads: 2\n    num_kv_heads: 1\n    head_size: 128\n"
                     "    mrope_section: [16, 24, 20]\n", "f.yaml:7:5", "mrope_section", "not rotary_dim / 2 = 64");
   EXPECT_CASE_ERROR("cases:\n  - op: apply_rotary_pos_emb\n    tokens: 10\n    batch: 4\n    num_heads: 2\n"
