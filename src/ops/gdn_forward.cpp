@@ -157,29 +157,34 @@ struct FwdLayout {
 };
 
 /// Byte offsets of the intermediates (each 256-byte aligned). Intermediates are stored in the input dtype (as FLA
-/// does); gcum in f32.
-FwdLayout fwd_layout(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, int64_t NS, int64_t BT,
-                     DType dtype, bool l2norm) {
-  const std::size_t e = dtype_size(dtype);
+/// does); gcum in f32. A size past 64 bits is an argument error of `op` naming q (the sizes come from q and v).
+FwdLayout fwd_layout(const char* op, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, int64_t NS,
+                     int64_t BT, DType dtype, bool l2norm) {
+  const int64_t e = static_cast<int64_t>(dtype_size(dtype));
   FwdLayout L;
-  std::size_t at = 0;
-  auto take = [&](std::size_t bytes) {
-    const std::size_t off = at;
-    at += (bytes + 255) / 256 * 256;
-    return off;
+  int64_t at = 0;
+  auto take = [&](std::initializer_list<int64_t> sizes, int64_t elem) {
+    int64_t bytes = elem;
+    bool overflow = false;
+    for (int64_t d : sizes) overflow = overflow || __builtin_mul_overflow(bytes, d, &bytes);
+    const int64_t off = at;
+    overflow = overflow || __builtin_add_overflow(bytes, int64_t{255}, &bytes) ||
+               __builtin_add_overflow(at, bytes / 256 * 256, &at);
+    if (overflow) fail_argument(op, "q", "sizes whose workspace fits in 64 bits", "B T H K HV V = " +
+                                dims({B, T, H, K, HV, V}));
+    return static_cast<std::size_t>(off);
   };
-  const auto n = [](int64_t x) { return static_cast<std::size_t>(x); };
   if (l2norm) {
-    L.qn = take(n(B * T * H * K) * e);
-    L.kn = take(n(B * T * H * K) * e);
+    L.qn = take({B, T, H, K}, e);
+    L.kn = take({B, T, H, K}, e);
   }
-  L.gcum = take(n(B * T * HV) * 4);
-  L.Ai = take(n(B * T * HV * BT) * e);
-  L.w = take(n(B * T * HV * K) * e);
-  L.u = take(n(B * T * HV * V) * e);
-  L.v_new = take(n(B * T * HV * V) * e);
-  L.h = take(n(B * NS * HV * K * V) * e);
-  L.total = at;
+  L.gcum = take({B, T, HV}, 4);
+  L.Ai = take({B, T, HV, BT}, e);
+  L.w = take({B, T, HV, K}, e);
+  L.u = take({B, T, HV, V}, e);
+  L.v_new = take({B, T, HV, V}, e);
+  L.h = take({B, NS, HV, K, V}, e);
+  L.total = static_cast<std::size_t>(at);
   return L;
 }
 
@@ -209,6 +214,8 @@ GdnIn as_in(const GdnOut& o) {
 
 int64_t gdn_chunk_slots(int64_t T, int64_t N, int64_t chunk_size, bool varlen) {
   detail::check_chunk_size("gdn_chunk_slots", chunk_size);
+  if (T < 0) detail::fail_argument("gdn_chunk_slots", "T", ">= 0", std::to_string(T));
+  if (N < 0) detail::fail_argument("gdn_chunk_slots", "N", ">= 0", std::to_string(N));
   const int64_t per_row = (T + chunk_size - 1) / chunk_size;
   return varlen ? N + per_row : per_row;
 }
@@ -366,7 +373,7 @@ std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const Tens
                                                       int64_t chunk_size) {
   using namespace detail;
   const FwdDims d = forward_dims(op, q, v, cu_seqlens, chunk_size);
-  return fwd_layout(d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel).total;
+  return fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel).total;
 }
 
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
@@ -400,7 +407,8 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   if (final_state) common_device(op, {{"q", &q}, {"final_state", final_state}});
   GdnGeometry geo = geometry(d.B, d.T, d.H, d.HV, d.K, chunk_size);
   attach_cu_seqlens(op, cu_seqlens, device, geo);
-  const FwdLayout L = fwd_layout(d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel);
+  const FwdLayout L =
+      fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel);
   if (!workspace.is_contiguous()) fail_argument(op, "workspace", "a contiguous tensor", "strided");
   const std::size_t ws_bytes = static_cast<std::size_t>(workspace.numel()) * dtype_size(workspace.dtype);
   if (ws_bytes < L.total) {

@@ -77,6 +77,13 @@ TEST(GdnForwardErrors, WorkspaceQuery) {
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size_for("chunk_gated_delta_rule", x.q.view(),
                                                                       x.v.view(), &cub, false, 16),
                    "chunk_gated_delta_rule", "cu_seqlens");
+  // sizes whose workspace passes 64 bits (views over a small buffer: never read): an error, not a wrapped count
+  std::vector<float> buf(16);
+  const TensorView huge(buf.data(), f32, fuseops::Device::cpu(), {1, int64_t{3} << 50, 1, 256});
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size(huge, huge, nullptr, false, 64),
+                   "chunk_gated_delta_rule_workspace_size", "q", "fits in 64 bits");
+  EXPECT_ARG_ERROR(fuseops::gdn_chunk_slots(-5, 1, 64, false), "gdn_chunk_slots", "T");
+  EXPECT_ARG_ERROR(fuseops::gdn_chunk_slots(10, -3, 64, true), "gdn_chunk_slots", "N");
 }
 
 TEST(GdnForwardErrors, Stages) {
