@@ -184,8 +184,9 @@ def _reject_kwargs(op, kwargs, allowed=()):
         if name in _DEFAULT_CHUNK and value is _DEFAULT_CHUNK[name]:
             continue
         why = "not supported by fuseops" if name in _UNSUPPORTED_CHUNK else "unknown argument"
-        raise ValueError(f"{op}: {name}: {why} (fuseops implements FLA's default layout and gating; "
-                         f"{name}={_DEFAULT_CHUNK.get(name, 'absent')!r} is accepted), got {value!r}")
+        accepted = f"; {name}={_DEFAULT_CHUNK[name]!r} is accepted" if name in _DEFAULT_CHUNK else ""
+        raise ValueError(f"{op}: {name}: {why} (fuseops implements FLA's default layout and gating{accepted}), "
+                         f"got {value!r}")
 
 
 def _index_rows(t):

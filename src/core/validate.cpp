@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <utility>
 
@@ -35,6 +37,17 @@ void check_same_dtype(const char* op, const char* name, const TensorView& v, con
     fail_argument(op, name, std::string("dtype ") + dtype_name(ref.dtype) + " (the dtype of " + ref_name + ")",
                   dtype_name(v.dtype));
   }
+}
+
+std::string number_text(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  for (int digits = 1; digits < 17; ++digits) {  // the shortest that reads back as x
+    char shorter[32];
+    std::snprintf(shorter, sizeof shorter, "%.*g", digits, x);
+    if (std::strtod(shorter, nullptr) == x) return shorter;
+  }
+  return buf;
 }
 
 void check_layout(const char* op, const char* name, const TensorView& v) {

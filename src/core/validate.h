@@ -13,6 +13,9 @@ namespace fuseops::detail {
 [[noreturn]] void fail_argument(const char* op, const std::string& arg, const std::string& expected,
                                 const std::string& got);
 
+/// A floating-point argument as messages print it: shortest round-trip form ("1e+39", "0.3", "nan").
+std::string number_text(double x);
+
 /// A named tensor argument, for messages.
 struct NamedView {
   const char* name;

@@ -149,7 +149,7 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   a.g = in_view(g);
   a.out = out_view(out);
   a.reverse = reverse;
-  if (scale && !std::isfinite(*scale)) fail_argument(op, "scale", "a finite value", std::to_string(*scale));
+  if (scale && !std::isfinite(*scale)) fail_argument(op, "scale", "a finite value", number_text(*scale));
   a.has_scale = scale.has_value();
   a.scale = scale.value_or(1.0);
   check_disjoint(op, "out", out, "g", g);

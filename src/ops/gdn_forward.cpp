@@ -313,8 +313,11 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
   const char* op = "chunk_fwd_o";
   check_chunk_size(op, chunk_size);
   const auto [B, T, H, HV, K, V] = check_qkv(op, q, k, v_new, "v_new");
+  if (g && g->rank == 3 && h.rank == 5 && g->shape[2] == h.shape[2] && g->shape[2] != HV) {  // g and h agree
+    fail_argument(op, "v_new", "the value heads of g and h, HV = " + std::to_string(g->shape[2]), v_new.shape_str());
+  }
   check_cumsum_g(op, g, B, T, HV);
-  if (!std::isfinite(scale)) fail_argument(op, "scale", "a finite value", std::to_string(scale));
+  if (!std::isfinite(scale)) fail_argument(op, "scale", "a finite value", number_text(scale));
   FwdOArgs a;
   a.geo = geometry(B, T, H, HV, K, chunk_size);
   const Device device = common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v_new", &v_new}, {"h", &h}});

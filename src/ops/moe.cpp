@@ -36,7 +36,7 @@ StridedVec vector(const char* op, const char* name, const TensorView& v, const c
   if (v.rank != 1 || (n >= 0 && v.shape[0] != n) || v.shape[0] < n_min) {
     std::string expected = std::string("rank 1 ") + dims;
     if (n >= 0) expected += " = [" + std::to_string(n) + "]";
-    if (n_min > 0) expected += " with at least " + std::to_string(n_min) + " elements";
+    if (n_min > 0) expected += " (at least " + std::to_string(n_min) + " elements)";
     fail_argument(op, name, expected, v.shape_str());
   }
   return StridedVec{v.data, v.shape[0], v.strides[0], v.dtype};
@@ -123,7 +123,7 @@ void check_groups(const char* op, RouteArgs& a, int64_t n_group, int64_t topk_gr
     fail_argument(op, "topk", "k <= topk_group * E / n_group = " + std::to_string(candidates), std::to_string(a.k));
   }
   if (!std::isfinite(scale) || std::fabs(scale) > std::numeric_limits<float>::max()) {
-    fail_argument(op, "routed_scaling_factor", "a finite fp32 value", std::to_string(scale));
+    fail_argument(op, "routed_scaling_factor", "a finite fp32 value", number_text(scale));
   }
   a.n_group = static_cast<int>(n_group);
   a.topk_group = static_cast<int>(topk_group);

@@ -121,6 +121,9 @@ TEST(GdnForwardErrors, Stages) {
                    "chunk_fwd_o", "h");
   EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), x.k.view(), x.vn.view(), x.h.view(), &g, 0.25, 17),
                    "chunk_fwd_o", "chunk_size");
+  HostTensor vn1(bf16, {1, 8, 1, 8});  // one value head where g and h have two: v_new is the odd one out
+  EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), x.k.view(), vn1.view(), x.h.view(), &g, 0.25, 16),
+                   "chunk_fwd_o", "v_new", "HV = 2");
   EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.vn.view(), x.q.view(), x.k.view(), x.vn.view(), x.h.view(), &g, 0.25, 16),
                    "chunk_fwd_o", "o");
 }
