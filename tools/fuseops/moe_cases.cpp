@@ -119,6 +119,18 @@ class MoeBench : public BenchProblem {
   std::vector<MoeBuffers> sets_;
 };
 
+/// What sets a router case apart beyond T, E and k, so that rows of a case file's cross product differ: sigmoid
+/// scoring (moe_route), groups, renormalisation, the scaling factor, the bias.
+std::string router_suffix(const RouteProblem& p) {
+  std::string s;
+  if (p.op == RouteOp::moe_route && p.spec.scoring == MoeScoring::sigmoid) s += ",sigmoid";
+  if (p.spec.n_group > 1) s += ",g" + std::to_string(p.spec.n_group) + "/" + std::to_string(p.spec.topk_group);
+  if (p.spec.renormalize) s += ",renorm";
+  if (p.spec.scale != 1.0) s += ",x" + value_text(ParamValue{p.spec.scale});
+  if (p.bias) s += ",bias";
+  return s;
+}
+
 class MoeCase : public OpCase {
  public:
   explicit MoeCase(const Spec& s) : s_(s) {
@@ -126,8 +138,9 @@ class MoeCase : public OpCase {
     op = s.kind == Kind::router ? route_op_name(s.p.op) : s.kind == Kind::align ? "moe_align_block_size" : "moe_route";
     shape = std::to_string(s.p.T) + "x" + std::to_string(s.p.E) + " k" + std::to_string(s.p.k);
     if (s.kind != Kind::router) shape += " bs" + std::to_string(s.p.block_size);
+    if (s.kind != Kind::align) shape += router_suffix(s.p);
     baseline = s.kind == Kind::route ? "parts" : "";
-    dtype = s.p.dtype;
+    dtype = s.kind == Kind::align ? s.p.ids_dtype : s.p.dtype;  // the alignment reads only the ids
     rows = s.p.T;
     decode = s.p.T <= 64;
   }

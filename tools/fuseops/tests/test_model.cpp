@@ -138,10 +138,10 @@ TEST(Model, EveryOpThroughItsHookNoFalseMissing) {
   EXPECT_EQ(resolve(step_of(steps, "chunk_gated_delta_rule"), registry(), "qwen3-next-80b").c->shape, "16/32:64");
   EXPECT_EQ(resolve(step_of(steps, "chunk_local_cumsum"), registry(), "qwen3-next-80b").c->shape, "1x64x32");
   EXPECT_EQ(resolve(step_of(steps, "rotary_embedding"), registry(), "qwen3-next-80b").c->shape, "64x16/2x256r64");
-  EXPECT_EQ(resolve(step_of(steps, "topk_softmax"), registry(), "qwen3-next-80b").c->shape, "64x512 k10");
+  EXPECT_EQ(resolve(step_of(steps, "topk_softmax"), registry(), "qwen3-next-80b").c->shape, "64x512 k10,renorm");
   const auto ds = model("deepseek-v3").layer(64, 1);
   EXPECT_EQ(resolve(step_of(ds, "rotary_embedding"), registry(), "deepseek-v3").c->shape, "64x128/1x64j,hs192");
-  EXPECT_EQ(resolve(step_of(ds, "grouped_topk"), registry(), "deepseek-v3").c->shape, "64x256 k8");
+  EXPECT_EQ(resolve(step_of(ds, "grouped_topk"), registry(), "deepseek-v3").c->shape, "64x256 k8,g8/4,renorm,x2.5,bias");
   // the only step of the three models whose op the library lacks
   std::vector<std::string> missing;
   for (const Model& m : models()) {
