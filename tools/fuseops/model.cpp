@@ -50,20 +50,33 @@ std::vector<Model> make_models() {
                  Step norm = step("RMSNorm (input and post-attention), hidden 2048", {"layer_norm_fwd", "rms_norm"},
                                   {{"tokens", N}, {"hidden", int64_t{2048}}, {"is_rms_norm", true}, {"gate", false}});
                  norm.count = 2;
-                 return std::vector<Step>{
+                 // GDN: the chunked forward for prefill; at one token per sequence the decode step on the state pool
+                 // (vLLM's fused sigmoid gating form), as a serving stack runs it
+                 std::vector<Step> gdn;
+                 if (T == 1) {
+                   gdn.push_back(step("GDN decode step (fused sigmoid gating, state pool)",
+                                      {"fused_sigmoid_gating_delta_rule_update", "fused_recurrent_gated_delta_rule_update"},
+                                      {{"batch", B}, {"num_heads", int64_t{16}}, {"num_v_heads", int64_t{32}},
+                                       {"head_k_dim", int64_t{128}}, {"head_v_dim", int64_t{128}}}));
+                 } else {
+                   gdn = {part_of("chunk_gated_delta_rule",
+                                  step("GDN: chunk-local cumsum of the decays", {"chunk_local_cumsum"},
+                                       {{"batch", B}, {"seq_len", T}, {"num_v_heads", int64_t{32}},
+                                        {"chunk_size", int64_t{64}}})),
+                          part_of("chunk_gated_delta_rule",
+                                  step("GDN intra-chunk: kkt + solve_tril", {"chunk_gated_delta_rule_fwd_kkt_solve", "kkt_solve"},
+                                       {{"batch", B}, {"seq_len", T}, {"num_heads", int64_t{16}}, {"num_v_heads", int64_t{32}},
+                                        {"head_k_dim", int64_t{128}}})),
+                          step("GDN chunked forward", {"chunk_gated_delta_rule"},
+                               {{"batch", B}, {"seq_len", T}, {"num_heads", int64_t{16}}, {"num_v_heads", int64_t{32}},
+                                {"head_k_dim", int64_t{128}}, {"head_v_dim", int64_t{128}}})};
+                 }
+                 std::vector<Step> layer{
                      norm,
                      step("GDN: short causal conv1d over q, k, v (width 4)", {"causal_conv1d_fn", "causal_conv1d"},
-                          {{"tokens", N}, {"dim", int64_t{8192}}, {"width", int64_t{4}}, {"activation", std::string("silu")}}),
-                     part_of("chunk_gated_delta_rule",
-                             step("GDN: chunk-local cumsum of the decays", {"chunk_local_cumsum"},
-                                  {{"batch", B}, {"seq_len", T}, {"num_v_heads", int64_t{32}}, {"chunk_size", int64_t{64}}})),
-                     part_of("chunk_gated_delta_rule",
-                             step("GDN intra-chunk: kkt + solve_tril", {"chunk_gated_delta_rule_fwd_kkt_solve", "kkt_solve"},
-                                  {{"batch", B}, {"seq_len", T}, {"num_heads", int64_t{16}}, {"num_v_heads", int64_t{32}},
-                                   {"head_k_dim", int64_t{128}}})),
-                     step("GDN chunked forward", {"chunk_gated_delta_rule"},
-                          {{"batch", B}, {"seq_len", T}, {"num_heads", int64_t{16}}, {"num_v_heads", int64_t{32}},
-                           {"head_k_dim", int64_t{128}}, {"head_v_dim", int64_t{128}}}),
+                          {{"tokens", N}, {"dim", int64_t{8192}}, {"width", int64_t{4}}, {"activation", std::string("silu")}})};
+                 layer.insert(layer.end(), gdn.begin(), gdn.end());
+                 std::vector<Step> rest{
                      step("gated RMSNorm (z gate, group 128)", {"layer_norm_fwd", "rms_norm_gated", "rmsnorm_gated"},
                           {{"tokens", N}, {"hidden", int64_t{4096}}, {"group_size", int64_t{128}}, {"is_rms_norm", true},
                            {"gate", true}, {"norm_before_gate", true}}),
@@ -88,6 +101,8 @@ std::vector<Model> make_models() {
                            {"rotary_dim", int64_t{64}}, {"is_neox", true}, {"theta", 1e7}},
                           "full-attention layers only (1 in 4)"),
                  };
+                 layer.insert(layer.end(), rest.begin(), rest.end());
+                 return layer;
                }});
   // Llama-3-8B (config.json): hidden 4096, 32 / 8 heads of 128, full rotary (NeoX) with theta 500000, MLP
   // intermediate 14336.

@@ -53,6 +53,17 @@ TEST(Model, TheThreeModels) {
   EXPECT_EQ(std::get<int64_t>(step_of(steps, "chunk_gated_delta_rule_fwd_kkt_solve").params.at("seq_len")), 100);
 }
 
+// One token per sequence is a decode step: the GDN layer runs the decode op on the state pool (as a serving stack
+// does), not the chunked forward of 1-token sequences.
+TEST(Model, DecodeUsesTheGdnDecodeStep) {
+  const auto steps = model("qwen3-next-80b").layer(1, 64);
+  const Step& gdn = step_of(steps, "fused_sigmoid_gating_delta_rule_update");
+  EXPECT_EQ(std::get<int64_t>(gdn.params.at("batch")), 64);
+  EXPECT_THROW(step_of(steps, "chunk_gated_delta_rule"), std::runtime_error);
+  EXPECT_NO_THROW(step_of(model("qwen3-next-80b").layer(2, 64), "chunk_gated_delta_rule"));
+  EXPECT_EQ(resolve(gdn, registry(), "qwen3-next-80b").c->shape, "16/32:N64,gating");
+}
+
 TEST(Model, OpsResolveByNameAtRunTime) {
   Registry only_activation;
   register_activation_cases(only_activation);
