@@ -170,27 +170,6 @@ Placed::Placed(Where where, DType dtype, std::vector<int64_t> shape, int64_t gua
 
 // ---------------------------------------------------------------------------------------------------------------
 
-::testing::AssertionResult same_bytes(const HostTensor& a, const HostTensor& b) {
-  if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.bytes() != b.bytes()) {
-    return ::testing::AssertionFailure() << "different shapes or dtypes";
-  }
-  if (a.bytes() == 0 || std::memcmp(a.data(), b.data(), a.bytes()) == 0) return ::testing::AssertionSuccess();
-  const std::size_t es = fuseops::dtype_size(a.dtype());
-  const auto* pa = static_cast<const unsigned char*>(a.data());
-  const auto* pb = static_cast<const unsigned char*>(b.data());
-  int64_t first = -1, count = 0;
-  for (std::size_t e = 0; e < a.bytes() / es; ++e) {
-    if (std::memcmp(pa + e * es, pb + e * es, es) != 0) {
-      if (first < 0) first = static_cast<int64_t>(e);
-      ++count;
-    }
-  }
-  const int64_t cols = a.cols();
-  return ::testing::AssertionFailure() << count << " elements differ; first: element " << first << " (row "
-                                       << first / cols << ", col " << first % cols << "): " << a.get(first / cols, first % cols)
-                                       << " vs " << b.get(first / cols, first % cols);
-}
-
 ::testing::AssertionResult matches_golden(const HostTensor& out, const ref::GdnGolden& gold, ref::GdnStage stage,
                                           int64_t K, int64_t BT) {
   const ft::Tolerance tol = ref::gdn_tolerance(stage, out.dtype(), K, BT);

@@ -106,8 +106,6 @@ struct Results {
 /// failures), and returns the outputs.
 Results run_all(Where where, const Spec& s, const Inputs& in);
 
-/// Byte equality of two host tensors, with the first differing element on failure.
-::testing::AssertionResult same_bytes(const HostTensor& a, const HostTensor& b);
 
 /// `out` against the golden with the stage's element bounds and the relative-RMS criterion
 /// (reference::gdn_tolerance, gdn_rms_check); every element must be finite.

@@ -401,8 +401,8 @@ void check_stages(Where w, const Spec& s, std::mt19937_64& rng, int64_t guard = 
   fuseops::chunk_gated_delta_rule(O2.view(), &ht2, qv, k.view(), vv, g.view(), beta.view(), scale, &h0v, false, &cuv,
                                   ws.view(), s.BT);
   for (Placed* p : {&O2, &Ht2}) p->download();
-  EXPECT_TRUE(gdn::same_bytes(O2.read(), O.read())) << "chunk_gated_delta_rule o vs its stages";
-  EXPECT_TRUE(gdn::same_bytes(Ht2.read(), Ht.read())) << "chunk_gated_delta_rule final_state vs its stages";
+  EXPECT_TRUE(same_bytes(O2.read(), O.read())) << "chunk_gated_delta_rule o vs its stages";
+  EXPECT_TRUE(same_bytes(Ht2.read(), Ht.read())) << "chunk_gated_delta_rule final_state vs its stages";
 }
 
 TEST_P(GdnForward, Stages) {

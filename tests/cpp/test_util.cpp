@@ -63,6 +63,7 @@ Region Workspace::region(std::vector<int64_t> shape, int64_t offset, int64_t pit
 }
 
 void Workspace::write(const Region& r, const HostTensor& compact) {
+  if (r.cols() == 0) return;  // no bytes (and possibly no buffers to point at)
   const std::size_t es = fuseops::dtype_size(dtype_);
   auto* dst = static_cast<unsigned char*>(host_[r.buffer].data());
   const auto* src = static_cast<const unsigned char*>(compact.data());
@@ -73,6 +74,7 @@ void Workspace::write(const Region& r, const HostTensor& compact) {
 
 HostTensor Workspace::read(const Region& r) const {
   HostTensor out(dtype_, r.shape);
+  if (r.cols() == 0) return out;
   const std::size_t es = fuseops::dtype_size(dtype_);
   const auto* src = static_cast<const unsigned char*>(host_[r.buffer].data());
   auto* dst = static_cast<unsigned char*>(out.data());
@@ -279,6 +281,27 @@ void check_op(const OpCase& op, Where where, DType dtype, const std::vector<int6
                         << tol.describe() << "; first: " << c.detail << "; rel rms " << c.rel_rms_error;
   }
   EXPECT_TRUE(ws.unchanged_outside(std::vector<Region>(regions.begin(), regions.begin() + nout)));
+}
+
+::testing::AssertionResult same_bytes(const HostTensor& a, const HostTensor& b) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype() || a.bytes() != b.bytes()) {
+    return ::testing::AssertionFailure() << "different shapes or dtypes";
+  }
+  if (a.bytes() == 0 || std::memcmp(a.data(), b.data(), a.bytes()) == 0) return ::testing::AssertionSuccess();
+  const std::size_t es = fuseops::dtype_size(a.dtype());
+  const auto* pa = static_cast<const unsigned char*>(a.data());
+  const auto* pb = static_cast<const unsigned char*>(b.data());
+  int64_t first = -1, count = 0;
+  for (std::size_t e = 0; e < a.bytes() / es; ++e) {
+    if (std::memcmp(pa + e * es, pb + e * es, es) != 0) {
+      if (first < 0) first = static_cast<int64_t>(e);
+      ++count;
+    }
+  }
+  const int64_t cols = a.cols();
+  return ::testing::AssertionFailure() << count << " elements differ; first: element " << first << " (row "
+                                       << first / cols << ", col " << first % cols << "): " << a.get(first / cols, first % cols)
+                                       << " vs " << b.get(first / cols, first % cols);
 }
 
 }  // namespace fuseops_test

@@ -167,4 +167,8 @@ std::string take_device_error(int device = -1);
   EXPECT_TRUE(::fuseops_test::raises([&] { statement; }, fuseops::ErrorKind::invalid_argument,             \
                      std::vector<std::string>{std::string(op) + ": " + (arg) + ": ", ##__VA_ARGS__}))
 
+/// Bit-identical tensors (shape, dtype and bytes; two empty tensors are equal); on failure, how many elements differ
+/// and the first.
+::testing::AssertionResult same_bytes(const HostTensor& a, const HostTensor& b);
+
 }  // namespace fuseops_test
