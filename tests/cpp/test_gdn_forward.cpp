@@ -421,7 +421,8 @@ TEST_P(GdnForward, Stages) {
 // through o and final_state only). K = 40 (a zero-filled 8-column group below the padded 48) and V = 48 at BT 32;
 // V = 40 at BT 16 (a V block of 8 columns after one of 32); K = V = 128 at BT 64 (on an H200-sized GPU: blocks of 16
 // columns of V, four tile buffers wrapping twice); varlen with an empty and a one-token sequence. check_stages also
-// runs the whole forward on the same inputs and asserts the same bytes as the stages.
+// runs the whole forward on the same inputs and asserts the same bytes as the stages (on CUDA: the fused intra-chunk
+// kernel against kkt_solve + recompute_w_u, bf16 at BT 32 / 64 and f16 at BT 16 / 64).
 TEST_P(GdnForward, StagesAligned) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
@@ -435,7 +436,9 @@ TEST_P(GdnForward, StagesAligned) {
   // one block (smaller grids split them over blocks): the next head's v tile copied behind the current one
   Spec d = varlen({0, 5000, 3}, 1, 4, 32, 32, f16);
   d.BT = 16;
-  for (const Spec& s : {a, b, c, d}) {
+  Spec e = varlen({0, 40, 1, 150}, 1, 2, 64, 96, f16);  // f16 with the tensor-core inverse (BT 64), V != K
+  e.BT = 64;
+  for (const Spec& s : {a, b, c, d, e}) {
     check_stages(GetParam(), s, rng, /*guard=*/8);
     if (HasFailure()) return;
   }
