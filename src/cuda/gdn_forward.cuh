@@ -77,6 +77,12 @@ inline bool rows_16b(const void* data, int64_t dim, int64_t stride_b, int64_t st
 }
 inline bool rows_16b(const GdnIn& x, int64_t dim) { return rows_16b(x.data, dim, x.stride_b, x.stride_t, x.stride_h); }
 inline bool rows_16b(const GdnOut& x, int64_t dim) { return rows_16b(x.data, dim, x.stride_b, x.stride_t, x.stride_h); }
+/// Whether an output view takes 2-element stores at every even column of every row: the base aligned to two
+/// elements and the strides even (the caller decides what an odd last column does).
+inline bool rows_pairs(const GdnOut& x) {
+  return reinterpret_cast<std::uintptr_t>(x.data) % (2 * dtype_size(x.dtype)) == 0 && x.stride_b % 2 == 0 &&
+         x.stride_t % 2 == 0 && x.stride_h % 2 == 0;
+}
 
 /// Global rows (row stride `stride`, `rows` x `cols` valid) -> shared tile [prows][ld] with `pcols` columns (a multiple
 /// of 8), zero past the valid part. `vec`: 16-byte cp.async copies (cols a multiple of 8, rows 16-byte aligned; the

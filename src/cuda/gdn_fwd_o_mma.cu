@@ -276,11 +276,6 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
-/// 16-byte copies of a [B, T, heads, dim] input: aligned base, dim and the strides multiples of 8 elements.
-bool vec_input(const GdnIn& x, int64_t dim) {
-  return aligned16(x.data) && dim % 8 == 0 && x.stride_b % 8 == 0 && x.stride_t % 8 == 0 && x.stride_h % 8 == 0;
-}
-
 template <typename TK, int BT, int BV>
 void launch_mma(const FwdOArgs& a, int device, cudaStream_t s) {
   FwdOParams prm{};
@@ -295,16 +290,12 @@ void launch_mma(const FwdOArgs& a, int device, cudaStream_t s) {
   prm.parts = split.parts;
   const int kp = (static_cast<int>(a.geo.K) + 15) & ~15;
   const std::size_t smem = (2 * BT * qk_ld(kp) + (kp + BT) * kLdVFor<BV>) * sizeof(TK);
-  const std::size_t osize = dtype_size(a.o.dtype);
   unsigned vec = 0;
-  if (vec_input(a.q, a.geo.K)) vec |= kVecQ;
-  if (vec_input(a.k, a.geo.K)) vec |= kVecK;
-  if (vec_input(a.v_new, a.V)) vec |= kVecV;
+  if (gdn::rows_16b(a.q, a.geo.K)) vec |= kVecQ;
+  if (gdn::rows_16b(a.k, a.geo.K)) vec |= kVecK;
+  if (gdn::rows_16b(a.v_new, a.V)) vec |= kVecV;
   if (aligned16(a.h.data) && a.V % 8 == 0) vec |= kVecH;  // h is contiguous: every row starts at a multiple of V
-  if (reinterpret_cast<uintptr_t>(a.o.data) % (2 * osize) == 0 && a.o.stride_b % 2 == 0 && a.o.stride_t % 2 == 0 &&
-      a.o.stride_h % 2 == 0) {
-    vec |= kPairO;
-  }
+  if (gdn::rows_pairs(a.o)) vec |= kPairO;
   if (a.o.dtype == a.q.dtype) vec |= kNativeO;
   prm.vec = vec;
   prm.errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;

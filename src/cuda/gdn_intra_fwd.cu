@@ -139,21 +139,16 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
   prm.parts = split.parts;
   prm.kp = static_cast<int>((a.geo.K + 15) / 16 * 16);
   prm.dp = static_cast<int>((std::max(a.geo.K, a.V) + 31) / 32 * 32);
-  const std::size_t smem = intra_smem_bytes<BT>(prm.dp + 8);  // K = V = 256 at BT = 64: 178 KB (sm_90: 227 KB)
+  const std::size_t smem = intra_smem_bytes<BT>(prm.dp + 8);  // K = V = 256 at BT = 64: 108 KB (sm_90: 227 KB)
   prm.vec.k = gdn::rows_16b(a.k, a.geo.K);
   prm.vec.v = gdn::rows_16b(a.v, a.V);
-  auto pairs = [](const GdnOut& x, int64_t dim) {
-    return reinterpret_cast<std::uintptr_t>(x.data) % 4 == 0 && dim % 2 == 0 && x.stride_b % 2 == 0 &&
-           x.stride_t % 2 == 0 && x.stride_h % 2 == 0;
-  };
-  prm.pairs.w = pairs(a.w, a.geo.K);
-  prm.pairs.u = pairs(a.u, a.V);
+  prm.pairs.w = a.geo.K % 2 == 0 && gdn::rows_pairs(a.w);  // an odd last column takes element stores
+  prm.pairs.u = a.V % 2 == 0 && gdn::rows_pairs(a.u);
   prm.errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   auto kernel = intra_fwd_kernel<TK, BT>;
   allow_smem(kernel, smem, op);
-  const int64_t gy = std::max<int64_t>(1, std::min<int64_t>(a.geo.H * prm.parts, 65535));
-  launch_kernel(kernel, dim3(gdn::grid_x(prm.slots), static_cast<unsigned>(gy)), dim3(kThreads), smem, s, device, ka,
-                a, prm);
+  launch_kernel(kernel, dim3(gdn::grid_x(prm.slots), gdn::grid_y(a.geo.H * prm.parts)), dim3(kThreads), smem, s,
+                device, ka, a, prm);
 }
 
 }  // namespace
