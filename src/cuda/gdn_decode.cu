@@ -422,21 +422,33 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
   }
   stage_commit();
   for (int buf = 0; unit < prm.units; unit += stride, buf ^= 1) {
+    const Unit u(a, prm, unit, lane);
+    const int64_t n = u.n, hv = u.hv, hk = u.hk, col = u.col;
+    const bool active = u.active;
+    const SeqBounds sb = u.sb;
+    const int64_t len = sb.eos - sb.bos;
+    const bool padding = a.pool && u.ps.start < 0;  // o rows 0, nothing read or written
+    // The first token's inputs are loaded before the next unit is staged, so that their latency overlaps that of
+    // the next unit's pool slot (the staging waits for it).
+    const HeadGate hg = head_gate(a, hv);
+    float q[kRows], k[kRows], v[4] = {0.f, 0.f, 0.f, 0.f}, g = 0.f, beta = 0.f;
+    const auto load_token = [&](int64_t t) {
+      load_rows(a.q.data, a.q.dtype, gdn::at(a.q, sb.batch, t, hk) + row0, prm.q_vec, q);
+      load_rows(a.k.data, a.k.dtype, gdn::at(a.k, sb.batch, t, hk) + row0, prm.k_vec, k);
+      if (active) load4(a.v.data, a.v.dtype, gdn::at(a.v, sb.batch, t, hv) + col, 4, prm.v_vec, v);
+      token_gates(a, hg, sb.batch, t, hv, g, beta);
+    };
+    if (!padding && len > 0) load_token(sb.bos);
     if (unit + stride < prm.units) {  // the next unit's state in flight during this one
       const Unit next(a, prm, unit + stride, lane);
       stage_state<ST>(next.src, V, kg * kRows, next.col, next.active, staged[warp][buf ^ 1], lane);
     }
     stage_commit();
-    const Unit u(a, prm, unit, lane);
-    const int64_t n = u.n, hv = u.hv, hk = u.hk, col = u.col;
-    const bool active = u.active;
-    const SeqBounds sb = u.sb;
     const bool leader = hv == 0 && u.sl == 0 && lane == 0;  // records bad device values once per sequence
     if (sb.bad && leader) record_device_error(prm.errors, a.geo.cu_site, n);
-    const int64_t len = sb.eos - sb.bos;
     if (a.pool) {
       if (u.ps.bad_site && leader) record_device_error(prm.errors, u.ps.bad_site, u.ps.bad_index);
-      if (u.ps.start < 0) {  // padding: o rows 0, nothing read or written
+      if (padding) {
         if (kg == 0 && active) {
           const float z[4] = {0.f, 0.f, 0.f, 0.f};
           for (int64_t t = sb.bos; t < sb.eos; ++t) {
@@ -470,15 +482,9 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
       }
     };
     if (len == 0) take_state();  // an empty sequence: its final state is the initial one
-    const HeadGate hg = head_gate(a, hv);
 
     for (int64_t t = sb.bos; t < sb.eos; ++t) {
-      float q[kRows], k[kRows], v[4] = {0.f, 0.f, 0.f, 0.f};
-      load_rows(a.q.data, a.q.dtype, gdn::at(a.q, sb.batch, t, hk) + row0, prm.q_vec, q);
-      load_rows(a.k.data, a.k.dtype, gdn::at(a.k, sb.batch, t, hk) + row0, prm.k_vec, k);
-      if (active) load4(a.v.data, a.v.dtype, gdn::at(a.v, sb.batch, t, hv) + col, 4, prm.v_vec, v);
-      float g, beta;
-      token_gates(a, hg, sb.batch, t, hv, g, beta);
+      if (t > sb.bos) load_token(t);
       if (a.l2norm) {
         float sqq = 0.f, skk = 0.f;
 #pragma unroll
