@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) route_align_small_ke
   float* keys = reinterpret_cast<float*>(smem) + warp * route_scratch_floats(VPT);
   for (int t = static_cast<int>(rank) * kMoeAlignSmallWarps + warp; t < rp.T;
        t += static_cast<int>(cl) * kMoeAlignSmallWarps) {
-    route_token<T, VPT, BIAS>(rp, t, keys, lane);
+    route_token_any<T, VPT, BIAS>(rp, t, keys, lane);
   }
   // Every block's ids are in global memory, visible to the cluster (release / acquire); the scratch is free.
   cluster_arrive(cl);
@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(1024, 1) route_align_kernel(RouteParams rp, Al
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int warps = static_cast<int>(blockDim.x) >> 5;
   float* keys = reinterpret_cast<float*>(smem) + warp * route_scratch_floats(VPT);
-  for (int t = tlo + warp; t < thi; t += warps) route_token<T, VPT, BIAS>(rp, t, keys, lane);
+  for (int t = tlo + warp; t < thi; t += warps) route_token_any<T, VPT, BIAS>(rp, t, keys, lane);
   __syncthreads();  // this block's ids are in global memory, visible to the block
   align_schedule<1>(ap, tlo * rp.k, thi * rp.k, smem);
 }

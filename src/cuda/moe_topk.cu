@@ -1,6 +1,7 @@
-// CUDA backend of topk_softmax and grouped_topk: one warp per token (moe_topk.cuh), kRouteWarps warps per block,
-// a grid-stride loop over tokens; several tokens per warp for small E without groups (route_token_lanes) and for
-// groups of 32 experts (moe_grouped32.cuh).
+// CUDA backend of topk_softmax and grouped_topk: one warp per token (moe_topk.cuh; the packed router of
+// moe_packed.cuh for 16-bit logits without a bias or group selection), kRouteWarps warps per block, a grid-stride
+// loop over tokens; several tokens per warp for small E without groups (route_token_lanes) and for groups of 32
+// experts (moe_grouped32.cuh).
 #include <algorithm>
 
 #include "cuda/moe_grouped32.cuh"
@@ -17,6 +18,17 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteParams p) 
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
     route_token<T, VPT, BIAS>(p, t, keys[warp], lane);
+  }
+}
+
+/// The packed router (moe_packed.cuh): 16-bit logits, no bias, every group kept, VPT >= 2.
+template <typename T, int VPT>
+__global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RouteParams p) {
+  pdl_wait_and_release();
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
+       t += static_cast<int>(gridDim.x) * kRouteWarps) {
+    route_token_packed<T, VPT>(p, t, lane);
   }
 }
 
@@ -107,6 +119,18 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
     return;
   }
   const int64_t blocks = std::min<int64_t>((args.T + kRouteWarps - 1) / kRouteWarps, 16 * sm_count(device));
+  if (packed_route_call(p, args.logits.dtype)) {
+    dispatch_route(args.logits.dtype, args.E, false, [&](auto t, auto vpt, auto) {
+      using T = typename decltype(t)::type;
+      constexpr int VPT = decltype(vpt)::value;
+      if constexpr (packed_route_type<T, VPT, false>()) {
+        launch_kernel(route_packed_kernel<T, VPT>, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0,
+                      s, device, p);
+      }
+    });
+    after_launch(op, s, device);
+    return;
+  }
   dispatch_route(args.logits.dtype, args.E, p.bias != nullptr, [&](auto t, auto vpt, auto bias) {
     launch_kernel(route_kernel<typename decltype(t)::type, decltype(vpt)::value, decltype(bias)::value>,
                   dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);

@@ -181,6 +181,62 @@ TEST_P(MoeTest, TopkSoftmaxSmallExpertsManyTokens) {
   check(grouped_problem(2000, 16, 4, 4, 4, true, MoeScoring::sigmoid));
 }
 
+// The packed router (CUDA, moe_packed.cuh: f16 / bf16 logits, no bias, every group kept, from E = 33 where a lane
+// holds two experts) against the golden, and bit for bit against the same values routed as f32 logits (the
+// one-warp-per-token router: route_token): E on both sides of every registers-per-lane bucket (32 | 33, 64 | 65,
+// 128 | 129, 256, 511 | 512 | 513, 1000, 1024; E not a multiple of 32), k from 1 to 32 (more picks than a lane
+// holds), special rows (NaN, equal, +-inf, coarse ties, 1e30), softmax and sigmoid scoring (grouped_topk with every
+// group kept), renormalised or not, i64 ids, an odd row pitch (per-element loads), 4096 tokens on CUDA.
+TEST_P(MoeTest, TopkSoftmaxPackedMatchesF32) {
+  struct Case {
+    int64_t T, E, k;
+    DType dtype;
+    bool softmax, renormalize;
+    int64_t pitch;
+  };
+  std::vector<Case> cases = {
+      {7, 32, 8, DType::bf16, true, true, 0},      {7, 33, 8, DType::bf16, true, false, 0},
+      {9, 64, 32, DType::f16, true, true, 0},      {9, 65, 10, DType::bf16, true, true, 0},
+      {5, 128, 8, DType::bf16, true, true, 0},     {5, 129, 1, DType::f16, true, false, 0},
+      {6, 256, 8, DType::bf16, false, true, 0},    {6, 511, 10, DType::bf16, true, true, 0},
+      {6, 512, 10, DType::bf16, true, true, 0},    {6, 512, 10, DType::f16, true, false, 513},
+      {6, 513, 32, DType::bf16, true, true, 0},    {6, 1000, 17, DType::f16, false, false, 0},
+      {6, 1024, 32, DType::bf16, true, true, 0},   {6, 1024, 2, DType::bf16, true, false, 1030},
+      {64, 128, 8, DType::bf16, true, true, 0},    {64, 512, 10, DType::bf16, true, true, 0}};
+  if (large()) {
+    cases.push_back({4096, 512, 10, DType::bf16, true, true, 0});
+    cases.push_back({4099, 128, 8, DType::f16, true, false, 0});
+    cases.push_back({2050, 1024, 32, DType::bf16, true, true, 0});
+  }
+  int n = 0;
+  for (const Case& c : cases) {
+    RouteProblem p = softmax_problem(c.T, c.E, c.k, c.dtype);
+    if (!c.softmax) {
+      p = grouped_problem(c.T, c.E, c.k, 1, 1, false, MoeScoring::sigmoid);
+      p.dtype = c.dtype;
+    }
+    p.spec.renormalize = c.renormalize;
+    p.special_rows = n % 2 == 0;
+    p.ids_dtype = n % 3 == 1 ? DType::i64 : DType::i32;
+    p.row_pitch = c.pitch;
+    ++n;
+    check(p);
+    const uint64_t seed = test_rng()();
+    const HostTensor logits = ft::make_logits(p, seed);
+    HostTensor wide(DType::f32, {p.T, p.E});
+    for (int64_t r = 0; r < p.T; ++r) {
+      for (int64_t e = 0; e < p.E; ++e) wide.set(r, e, static_cast<float>(logits.get(r, e)));
+    }
+    RouteProblem q = p;
+    q.dtype = DType::f32;
+    q.row_pitch = 0;
+    const auto packed = ft::run_route(p, logits, nullptr, device_of(GetParam()));
+    const auto full = ft::run_route(q, wide, nullptr, device_of(GetParam()));
+    EXPECT_TRUE(same_bytes(packed.weights, full.weights)) << p.describe();
+    EXPECT_TRUE(same_bytes(packed.ids, full.ids)) << p.describe();
+  }
+}
+
 TEST_P(MoeTest, GroupedTopkModels) {
   check(grouped_problem(37, 256, 8, 8, 4, true, MoeScoring::sigmoid));   // DeepSeek-V3
   check(grouped_problem(37, 384, 8, 1, 1, true, MoeScoring::sigmoid));   // Kimi-K2

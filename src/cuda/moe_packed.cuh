@@ -1,0 +1,95 @@
+// Device code of the packed router: 16-bit logits (f16, bf16), no bias, no group selection (topk_softmax, and
+// grouped_topk with every group kept), one warp per token, lane l holding experts [l*VPT, l*VPT + VPT). Every
+// expert's value and index are one packed 32-bit key (moe_packed_key, common/moe_math.h) whose unsigned order is the
+// routers' total order, so each lane sorts its VPT keys once (a bitonic network) and each of the k picks is one
+// redux.sync max of the lanes' first keys, after which the lane holding it (the only one: keys are unique) shifts
+// its list by one; no index selects, no ballot, no rescans. The pick's key gives back the value and the expert.
+//
+// Results are bitwise those of route_token (moe_topk.cuh): the same sanitised values and order, the softmax maximum
+// (the first pick's value is the row's maximum), the same sum (each lane adds its exps in expert order, then
+// warp_sum's five xor steps in the same order) and the same weight expressions.
+#pragma once
+
+#include "cuda/moe_topk.cuh"
+#include "fuseops/moe.h"
+
+namespace fuseops::detail::cuda {
+
+static_assert(kMaxRouterExperts <= int64_t{kMoePackedExpertMask} + 1, "experts fit the packed key");
+
+/// Whether the packed router takes the calls of route_token<T, VPT, BIAS> (warp-uniform).
+template <typename T, int VPT, bool BIAS>
+__host__ __device__ constexpr bool packed_route_type() {
+  return !BIAS && sizeof(T) == 2 && VPT >= 2;
+}
+
+/// Whether a router call takes the packed router (the kernel's type test, at run time).
+inline bool packed_route_call(const RouteParams& p, DType dtype) {
+  return (dtype == DType::bf16 || dtype == DType::f16) && p.bias == nullptr && p.topk_group >= p.n_group &&
+         route_vpt(p.E) >= 2;
+}
+
+template <typename T, int VPT>
+__device__ __forceinline__ void route_token_packed(const RouteParams& p, int t, int lane) {
+  const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride;
+  const int base = lane * VPT;
+  float x[VPT];
+  load_logits<T, VPT>(row, base, p.E, x);
+  uint32_t ck[VPT];
+#pragma unroll
+  for (int i = 0; i < VPT; ++i) ck[i] = base + i < p.E ? moe_packed_key(x[i], base + i) : 0u;
+  moe_sort_desc<VPT>(ck);
+  // Pick 0: the row's maximum; then the lane's exps and their sum in expert order (issued while the next picks wait
+  // on their reductions), the sum's butterfly one xor step per pick from the second, as route_token does.
+  uint32_t best = __reduce_max_sync(kFullMask, ck[0]);
+  uint32_t my_key = lane == 0 ? best : 0u;
+  auto pop = [&](uint32_t b) {
+    const bool won = ck[0] == b;
+#pragma unroll
+    for (int i = 0; i + 1 < VPT; ++i) ck[i] = won ? ck[i + 1] : ck[i];
+    ck[VPT - 1] = won ? 0u : ck[VPT - 1];
+  };
+  pop(best);
+  float m = 0, part = 0, sum = 1;
+  if (p.softmax) {
+    m = moe_packed_value(best);
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) part += base + i < p.E ? expf(x[i] - m) : 0.0f;
+  }
+  for (int j = 1; j < p.k; ++j) {
+    best = __reduce_max_sync(kFullMask, ck[0]);
+    const bool step = p.softmax && j <= 5;
+    float y = 0;
+    if (step) y = __shfl_xor_sync(kFullMask, part, 16 >> (j - 1));
+    if (lane == j) my_key = best;
+    pop(best);
+    if (step) part += y;
+  }
+  if (p.softmax) {
+    for (int st = min(p.k - 1, 5); st < 5; ++st) part += __shfl_xor_sync(kFullMask, part, 16 >> st);
+    sum = part;
+  }
+  float my_w = 0;
+  int my_id = 0;
+  if (lane < p.k) {
+    my_id = moe_packed_expert(my_key);
+    const float xv = moe_packed_value(my_key);
+    my_w = p.softmax ? expf(xv - m) / sum : moe_sigmoid(xv);
+  }
+  store_token(p, t, lane, my_w, my_id);
+}
+
+/// Routes token t with the calling warp: the packed router where it applies (16-bit logits, no bias, every group
+/// kept), else route_token. Both give the same bits.
+template <typename T, int VPT, bool BIAS>
+__device__ __forceinline__ void route_token_any(const RouteParams& p, int t, float* keys, int lane) {
+  if constexpr (packed_route_type<T, VPT, BIAS>()) {
+    if (p.topk_group >= p.n_group) {
+      route_token_packed<T, VPT>(p, t, lane);
+      return;
+    }
+  }
+  route_token<T, VPT, BIAS>(p, t, keys, lane);
+}
+
+}  // namespace fuseops::detail::cuda
