@@ -5,8 +5,8 @@
 // redux.sync max of the lanes' first keys, after which the lane holding it (the only one: keys are unique) shifts
 // its list by one; no index selects, no ballot, no rescans. The pick's key gives back the value and the expert.
 //
-// Results are bitwise those of route_token (moe_topk.cuh): the same sanitised values and order, the softmax maximum
-// (the first pick's value is the row's maximum), the same sum (each lane adds its exps in expert order, then
+// Results are bitwise those of route_token (moe_topk.cuh): the same sanitised values and order, the softmax maximum,
+// the same sum (each lane adds its exps in expert order, then
 // warp_sum's five xor steps in the same order) and the same weight expressions.
 #pragma once
 
@@ -35,27 +35,31 @@ __device__ __forceinline__ void route_token_packed(const RouteParams& p, int t, 
   const int base = lane * VPT;
   float x[VPT];
   load_logits<T, VPT>(row, base, p.E, x);
+  // The softmax maximum (a warp max of order keys, as route_token) and the lane's exps, summed in expert order,
+  // before the keys: the logits are then dead while the keys are sorted (fewer registers).
+  float m = 0, part = 0, sum = 1;
+  if (p.softmax) {
+    uint32_t mk = 0;
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) mk = max(mk, moe_order_key(x[i]));
+    m = moe_key_float(__reduce_max_sync(kFullMask, mk));
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) part += base + i < p.E ? expf(x[i] - m) : 0.0f;
+  }
   uint32_t ck[VPT];
 #pragma unroll
   for (int i = 0; i < VPT; ++i) ck[i] = base + i < p.E ? moe_packed_key(x[i], base + i) : 0u;
   moe_sort_desc<VPT>(ck);
-  // Pick 0: the row's maximum; then the lane's exps and their sum in expert order (issued while the next picks wait
-  // on their reductions), the sum's butterfly one xor step per pick from the second, as route_token does.
-  uint32_t best = __reduce_max_sync(kFullMask, ck[0]);
-  uint32_t my_key = lane == 0 ? best : 0u;
+  // k picks; the sum's butterfly one xor step per pick from the second, as route_token does.
   auto pop = [&](uint32_t b) {
     const bool won = ck[0] == b;
 #pragma unroll
     for (int i = 0; i + 1 < VPT; ++i) ck[i] = won ? ck[i + 1] : ck[i];
     ck[VPT - 1] = won ? 0u : ck[VPT - 1];
   };
+  uint32_t best = __reduce_max_sync(kFullMask, ck[0]);
+  uint32_t my_key = lane == 0 ? best : 0u;
   pop(best);
-  float m = 0, part = 0, sum = 1;
-  if (p.softmax) {
-    m = moe_packed_value(best);
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) part += base + i < p.E ? expf(x[i] - m) : 0.0f;
-  }
   for (int j = 1; j < p.k; ++j) {
     best = __reduce_max_sync(kFullMask, ck[0]);
     const bool step = p.softmax && j <= 5;

@@ -1,9 +1,11 @@
 // CUDA backend of topk_softmax and grouped_topk: one warp per token (moe_topk.cuh; the packed router of
 // moe_packed.cuh for 16-bit logits without a bias or group selection), kRouteWarps warps per block, a grid-stride
 // loop over tokens; several tokens per warp for small E without groups (route_token_lanes) and for groups of 32
-// experts (moe_grouped32.cuh).
+// experts (moe_grouped32.cuh) from kGroups32MinTokens tokens, one block per token with one warp per group of 32
+// experts below that (moe_group_warps.cuh).
 #include <algorithm>
 
+#include "cuda/moe_group_warps.cuh"
 #include "cuda/moe_grouped32.cuh"
 #include "cuda/moe_launch.h"
 
@@ -30,6 +32,15 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RoutePar
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
     route_token_packed<T, VPT>(p, t, lane);
   }
+}
+
+/// One block of n_group warps per token (moe_group_warps.cuh).
+template <typename T, bool BIAS>
+__global__ void __launch_bounds__(1024) route_group_warps_kernel(RouteParams p) {
+  pdl_wait_and_release();
+  __shared__ GroupWarpsScratch sh;
+  route_group_warps<T, BIAS>(p, static_cast<int>(blockIdx.x), sh, static_cast<int>(threadIdx.x) >> 5,
+                             static_cast<int>(threadIdx.x) & 31);
 }
 
 /// 32 / L tokens per warp (route_token_lanes): for E <= L without group selection, at many tokens.
@@ -115,6 +126,15 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
   if (const int lanes = groups32_lanes(p); lanes != 0 && args.T >= kGroups32MinTokens) {
     if (lanes == 8) launch_groups32<8>(p, args.logits.dtype, s, device);
     else launch_groups32<16>(p, args.logits.dtype, s, device);
+    after_launch(op, s, device);
+    return;
+  }
+  if (args.T < kGroups32MinTokens && group_warps_shape(p.E, p.n_group, p.topk_group, p.k, p.softmax)) {
+    with_float_type(args.logits.dtype, [&](auto t) {
+      using T = typename decltype(t)::type;
+      launch_kernel(p.bias ? route_group_warps_kernel<T, true> : route_group_warps_kernel<T, false>,
+                    dim3(static_cast<unsigned>(args.T)), dim3(32 * p.n_group), 0, s, device, p);
+    });
     after_launch(op, s, device);
     return;
   }

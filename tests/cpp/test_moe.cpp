@@ -300,9 +300,11 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32) {
   }
 }
 
-// A token's routing does not depend on the batch around it: grouped_topk on 2100 tokens (the groups-of-32 router on
-// CUDA) and moe_route on the first rows only (one token per warp, route_token) agree bit for bit on those rows (with
-// and without a bias and renormalisation, special rows, any k).
+// A token's routing does not depend on the batch around it: grouped_topk on 2047 tokens (on CUDA the group-warps
+// router where it applies: groups of 32, topk_group * k <= 32; else one token per warp) and on 2100 tokens (the
+// groups-of-32 router), and moe_route on the first rows only (one token per warp, route_token), agree bit for bit
+// on those rows (with and without a bias and renormalisation, special rows, any k; group-warps shapes with 2 to 32
+// groups and topk_group * k at and past 32).
 TEST_P(MoeTest, GroupedTopkGroupsOf32MatchesOneTokenPerWarp) {
   struct Case {
     int64_t T, E, k, ng, tg;
@@ -312,26 +314,32 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32MatchesOneTokenPerWarp) {
                         {64, 256, 32, 8, 2, true, false}, {16, 256, 3, 8, 8, true, true},
                         {5, 256, 17, 8, 3, true, true},   {16, 512, 12, 16, 3, false, true},
                         {3, 512, 32, 16, 16, false, false}, {16, 512, 8, 16, 8, false, true},
-                        {40, 256, 32, 8, 4, true, true}};
+                        {40, 256, 32, 8, 4, true, true},  {9, 256, 32, 8, 1, true, true},
+                        {9, 256, 1, 8, 7, true, false},   {9, 256, 11, 8, 3, true, true},
+                        {9, 64, 16, 2, 1, false, true},   {9, 1024, 32, 32, 1, true, true},
+                        {9, 1024, 4, 32, 8, true, true},  {9, 512, 16, 16, 2, true, true},
+                        {9, 128, 10, 4, 3, true, false},  {9, 128, 11, 4, 3, true, true}};
   for (const Case& c : cases) {
-    RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, MoeScoring::sigmoid);
-    p.op = RouteOp::moe_route;
-    p.spec.renormalize = c.renormalize;
-    p.special_rows = true;
-    const uint64_t seed = test_rng()();
-    const HostTensor bias = ft::make_bias(p, seed);
-    RouteProblem big = p;  // the same first rows, then more tokens
-    big.op = RouteOp::grouped_topk;
-    big.T = 2100;
-    const HostTensor big_logits = ft::make_logits(big, seed);
-    HostTensor logits_head(big_logits.dtype(), {p.T, p.E});
-    for (int64_t r = 0; r < p.T; ++r) {
-      for (int64_t e = 0; e < p.E; ++e) logits_head.set(r, e, static_cast<float>(big_logits.get(r, e)));
+    for (int64_t big_T : {2047, 2100}) {
+      RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, MoeScoring::sigmoid);
+      p.op = RouteOp::moe_route;
+      p.spec.renormalize = c.renormalize;
+      p.special_rows = true;
+      const uint64_t seed = test_rng()();
+      const HostTensor bias = ft::make_bias(p, seed);
+      RouteProblem big = p;  // the same first rows, then more tokens
+      big.op = RouteOp::grouped_topk;
+      big.T = big_T;
+      const HostTensor big_logits = ft::make_logits(big, seed);
+      HostTensor logits_head(big_logits.dtype(), {p.T, p.E});
+      for (int64_t r = 0; r < p.T; ++r) {
+        for (int64_t e = 0; e < p.E; ++e) logits_head.set(r, e, static_cast<float>(big_logits.get(r, e)));
+      }
+      const auto fused = ft::run_route(p, logits_head, c.bias ? &bias : nullptr, device_of(GetParam()));
+      const auto sep = ft::run_route(big, big_logits, c.bias ? &bias : nullptr, device_of(GetParam()));
+      EXPECT_TRUE(same_bytes(fused.weights, first_rows(sep.weights, p.T))) << p.describe() << " in " << big_T;
+      EXPECT_TRUE(same_bytes(fused.ids, first_rows(sep.ids, p.T))) << p.describe() << " in " << big_T;
     }
-    const auto fused = ft::run_route(p, logits_head, c.bias ? &bias : nullptr, device_of(GetParam()));
-    const auto sep = ft::run_route(big, big_logits, c.bias ? &bias : nullptr, device_of(GetParam()));
-    EXPECT_TRUE(same_bytes(fused.weights, first_rows(sep.weights, p.T))) << p.describe();
-    EXPECT_TRUE(same_bytes(fused.ids, first_rows(sep.ids, p.T))) << p.describe();
   }
 }
 
