@@ -56,7 +56,9 @@ FUSEOPS_HD uint32_t moe_packed_key(float x, int e) {
   return ((moe_order_key(x) >> 13) << kMoePackedExpertBits) | (kMoePackedExpertMask - static_cast<uint32_t>(e));
 }
 
-FUSEOPS_HD int moe_packed_expert(uint32_t c) { return static_cast<int>(kMoePackedExpertMask - (c & kMoePackedExpertMask)); }
+FUSEOPS_HD int moe_packed_expert(uint32_t c) {
+  return static_cast<int>(kMoePackedExpertMask - (c & kMoePackedExpertMask));
+}
 
 /// The sanitised value of a packed key, bit for bit.
 FUSEOPS_HD float moe_packed_value(uint32_t c) {

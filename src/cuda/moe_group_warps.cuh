@@ -32,10 +32,11 @@ __host__ __device__ inline bool group_warps_shape(int E, int n_group, int topk_g
          topk_group * k <= 32;
 }
 
-/// Routes token t with a block of n_group warps (warp = the group, lane = the expert within it).
+/// First half of routing token t with a block of n_group warps (warp = the group, lane = the expert within it): every
+/// group's best max(k, 2) experts into the scratch. A barrier of the block, then route_group_warps_select on warp 0.
 template <typename T, bool BIAS>
-__device__ __forceinline__ void route_group_warps(const RouteParams& p, int t, GroupWarpsScratch& sh, int warp,
-                                                  int lane) {
+__device__ __forceinline__ void route_group_warps_rank(const RouteParams& p, int t, GroupWarpsScratch& sh, int warp,
+                                                       int lane) {
   const int e = 32 * warp + lane;
   const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride;
   const float x = moe_sanitize(to_float(row[e]));
@@ -55,8 +56,12 @@ __device__ __forceinline__ void route_group_warps(const RouteParams& p, int t, G
     sh.score[warp][rank] = s;
     sh.expert[warp][rank] = e;
   }
-  __syncthreads();
-  if (warp != 0) return;
+}
+
+/// Second half, on one warp: the surviving groups, the ranks of the candidates and the token's outputs.
+template <bool BIAS>
+__device__ __forceinline__ void route_group_warps_select(const RouteParams& p, int t, GroupWarpsScratch& sh,
+                                                         int lane) {
   // Group scores (lane h: group h) and the surviving groups, as route_token's group_key and ranks.
   uint32_t gk = 0;
   if (lane < p.n_group) {
@@ -83,16 +88,16 @@ __device__ __forceinline__ void route_group_warps(const RouteParams& p, int t, G
     cs = sh.score[g][r];
     ce = sh.expert[g][r];
   }
-  int out = 0;
+  int rank = 0;
 #pragma unroll
   for (int src = 0; src < 32; ++src) {
     const uint32_t o = __shfl_sync(kFullMask, ck, src);
     const int oe = __shfl_sync(kFullMask, ce, src);
-    out += (o > ck || (o == ck && oe < ce)) ? 1 : 0;
+    rank += (o > ck || (o == ck && oe < ce)) ? 1 : 0;
   }
-  if (lane < C && out < p.k) {
-    sh.out_w[out] = cs;
-    sh.out_id[out] = ce;
+  if (lane < C && rank < p.k) {
+    sh.out_w[rank] = cs;
+    sh.out_id[rank] = ce;
   }
   __syncwarp();
   const float my_w = lane < p.k ? sh.out_w[lane] : 0.0f;

@@ -39,8 +39,11 @@ template <typename T, bool BIAS>
 __global__ void __launch_bounds__(1024) route_group_warps_kernel(RouteParams p) {
   pdl_wait_and_release();
   __shared__ GroupWarpsScratch sh;
-  route_group_warps<T, BIAS>(p, static_cast<int>(blockIdx.x), sh, static_cast<int>(threadIdx.x) >> 5,
-                             static_cast<int>(threadIdx.x) & 31);
+  const int t = static_cast<int>(blockIdx.x), warp = static_cast<int>(threadIdx.x) >> 5;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  route_group_warps_rank<T, BIAS>(p, t, sh, warp, lane);
+  __syncthreads();
+  if (warp == 0) route_group_warps_select<BIAS>(p, t, sh, lane);
 }
 
 /// 32 / L tokens per warp (route_token_lanes): for E <= L without group selection, at many tokens.
