@@ -1,9 +1,9 @@
 // Device code of the packed router: 16-bit logits (f16, bf16), no bias, no group selection (topk_softmax, and
 // grouped_topk with every group kept), one warp per token, lane l holding experts [l*VPT, l*VPT + VPT). Every
 // expert's value and index are one packed 32-bit key (moe_packed_key, common/moe_math.h) whose unsigned order is the
-// routers' total order, so each lane sorts its VPT keys once (a bitonic network) and each of the k picks is one
-// redux.sync max of the lanes' first keys, after which the lane holding it (the only one: keys are unique) shifts
-// its list by one; no index selects, no ballot, no rescans. The pick's key gives back the value and the expert.
+// routers' total order, so each lane sorts its VPT keys once (bitonic networks; two lists of VPT / 2 from VPT 16) and
+// each of the k picks is one redux.sync max of the lanes' heads, after which the list holding it (the only one: keys
+// are unique) shifts by one; no index selects, no ballot, no rescans. The pick's key gives back value and expert.
 //
 // Results are bitwise those of route_token (moe_topk.cuh): the same sanitised values and order, the softmax maximum,
 // the same sum (each lane adds its exps in expert order, then
@@ -46,22 +46,36 @@ __device__ __forceinline__ void route_token_packed(const RouteParams& p, int t, 
 #pragma unroll
     for (int i = 0; i < VPT; ++i) part += base + i < p.E ? expf(x[i] - m) : 0.0f;
   }
-  uint32_t ck[VPT];
+  // The lane's keys as H sorted lists of S (H = 2 from VPT 16: two sorts of VPT / 2 cost fewer compare-exchanges
+  // than one of VPT, for one more max per pick).
+  constexpr int H = VPT >= 16 ? 2 : 1, S = VPT / H;
+  uint32_t ck[H][S];
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) ck[i] = base + i < p.E ? moe_packed_key(x[i], base + i) : 0u;
-  moe_sort_desc<VPT>(ck);
-  // k picks; the sum's butterfly one xor step per pick from the second, as route_token does.
-  auto pop = [&](uint32_t b) {
-    const bool won = ck[0] == b;
+  for (int i = 0; i < VPT; ++i) ck[i / S][i % S] = base + i < p.E ? moe_packed_key(x[i], base + i) : 0u;
 #pragma unroll
-    for (int i = 0; i + 1 < VPT; ++i) ck[i] = won ? ck[i + 1] : ck[i];
-    ck[VPT - 1] = won ? 0u : ck[VPT - 1];
+  for (int h = 0; h < H; ++h) moe_sort_desc<S>(ck[h]);
+  // k picks: the warp max of the lanes' heads, which the list holding it (the only one: keys are unique) pops; the
+  // sum's butterfly one xor step per pick from the second, as route_token does.
+  auto head = [&]() {
+    uint32_t v = ck[0][0];
+#pragma unroll
+    for (int h = 1; h < H; ++h) v = max(v, ck[h][0]);
+    return v;
   };
-  uint32_t best = __reduce_max_sync(kFullMask, ck[0]);
+  auto pop = [&](uint32_t b) {
+#pragma unroll
+    for (int h = 0; h < H; ++h) {
+      const bool won = ck[h][0] == b;
+#pragma unroll
+      for (int i = 0; i + 1 < S; ++i) ck[h][i] = won ? ck[h][i + 1] : ck[h][i];
+      ck[h][S - 1] = won ? 0u : ck[h][S - 1];
+    }
+  };
+  uint32_t best = __reduce_max_sync(kFullMask, head());
   uint32_t my_key = lane == 0 ? best : 0u;
   pop(best);
   for (int j = 1; j < p.k; ++j) {
-    best = __reduce_max_sync(kFullMask, ck[0]);
+    best = __reduce_max_sync(kFullMask, head());
     const bool step = p.softmax && j <= 5;
     float y = 0;
     if (step) y = __shfl_xor_sync(kFullMask, part, 16 >> (j - 1));
