@@ -45,15 +45,17 @@ FUSEOPS_HD float moe_key_float(uint32_t k) {
 /// 32-bit word whose unsigned order is the routers' total order (higher value first, then the lower expert), so that
 /// a maximum needs no index. A 16-bit value widened to fp32 has its 13 low mantissa bits zero, so its order key's 13
 /// low bits are fixed (0 when positive, 0x1fff when negative) except for the sanitised +-FLT_MAX (from +-inf or
-/// NaN), whose keys still differ from every 16-bit value's above bit 12: key >> 13 (19 bits) keeps the order and the
-/// ties exactly, and the expert takes the low kMoePackedExpertBits bits as (2^bits - 1 - e). 0 is below every packed
-/// key (experts past E). Checked for all 65536 values of both dtypes in tests/cpp/test_moe_math.cpp.
+/// NaN), whose keys still differ from every 16-bit value's above bit 12: the key's top 19 bits keep the order and the
+/// ties exactly, and the low kMoePackedExpertBits bits take the expert as (2^bits - 1 - e) (bits 10-12 are zero). 0
+/// is below every packed key (experts past E). Checked for all 65536 values of both dtypes in
+/// tests/cpp/test_moe_math.cpp.
 constexpr int kMoePackedExpertBits = 10;
 constexpr uint32_t kMoePackedExpertMask = (1u << kMoePackedExpertBits) - 1u;
+constexpr uint32_t kMoePackedValueMask = ~0x1fffu;
 
 /// x: a sanitised value of a 16-bit logit; e < 2^kMoePackedExpertBits.
 FUSEOPS_HD uint32_t moe_packed_key(float x, int e) {
-  return ((moe_order_key(x) >> 13) << kMoePackedExpertBits) | (kMoePackedExpertMask - static_cast<uint32_t>(e));
+  return (moe_order_key(x) & kMoePackedValueMask) | (kMoePackedExpertMask - static_cast<uint32_t>(e));
 }
 
 FUSEOPS_HD int moe_packed_expert(uint32_t c) {
@@ -62,9 +64,9 @@ FUSEOPS_HD int moe_packed_expert(uint32_t c) {
 
 /// The sanitised value of a packed key, bit for bit.
 FUSEOPS_HD float moe_packed_value(uint32_t c) {
-  const uint32_t hi = c >> kMoePackedExpertBits;
-  uint32_t key = (hi << 13) | ((hi & 0x40000u) ? 0u : 0x1fffu);
-  if (key == (moe_order_key(FLT_MAX) & ~0x1fffu)) key = moe_order_key(FLT_MAX);
+  uint32_t key = c & kMoePackedValueMask;
+  if (!(key & 0x80000000u)) key |= 0x1fffu;  // negative values
+  if (key == (moe_order_key(FLT_MAX) & kMoePackedValueMask)) key = moe_order_key(FLT_MAX);
   if (key == (moe_order_key(-FLT_MAX) | 0x1fffu)) key = moe_order_key(-FLT_MAX);
   return moe_key_float(key);
 }

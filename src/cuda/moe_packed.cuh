@@ -35,6 +35,7 @@ __device__ __forceinline__ void route_token_packed(const RouteParams& p, int t, 
   const int base = lane * VPT;
   float x[VPT];
   load_logits<T, VPT>(row, base, p.E, x);
+  const bool full = base + VPT <= p.E;  // no expert past E on this lane: no bound checks per expert
   // The softmax maximum (a warp max of order keys, as route_token) and the lane's exps, summed in expert order,
   // before the keys: the logits are then dead while the keys are sorted (fewer registers).
   float m = 0, part = 0, sum = 1;
@@ -43,8 +44,13 @@ __device__ __forceinline__ void route_token_packed(const RouteParams& p, int t, 
 #pragma unroll
     for (int i = 0; i < VPT; ++i) mk = max(mk, moe_order_key(x[i]));
     m = moe_key_float(__reduce_max_sync(kFullMask, mk));
+    if (full) {
 #pragma unroll
-    for (int i = 0; i < VPT; ++i) part += base + i < p.E ? expf(x[i] - m) : 0.0f;
+      for (int i = 0; i < VPT; ++i) part += expf(x[i] - m);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) part += base + i < p.E ? expf(x[i] - m) : 0.0f;
+    }
   }
   // The lane's keys as H sorted lists of S (H = 2 from VPT 16: two sorts of VPT / 2 cost fewer compare-exchanges
   // than one of VPT, for one more max per pick).
