@@ -61,11 +61,15 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
 template <typename T, int L, bool BIAS>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_groups32_kernel(RouteParams p) {
   pdl_wait_and_release();
+  __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
+  if constexpr (BIAS) stage_bias32(p, bias_sh);
   constexpr int kPerWarp = 32 / L;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int first = (static_cast<int>(blockIdx.x) * kRouteWarps + warp) * kPerWarp;
   const int step = static_cast<int>(gridDim.x) * kRouteWarps * kPerWarp;
-  for (int t0 = first; t0 < p.T; t0 += step) route_groups32<T, L, BIAS>(p, t0 + lane / L, lane);  // warp-uniform
+  for (int t0 = first; t0 < p.T; t0 += step) {
+    route_groups32<T, L, BIAS>(p, t0 + lane / L, lane, bias_sh);  // warp-uniform
+  }
 }
 
 /// Launches route_groups32_kernel with L lanes per token.
