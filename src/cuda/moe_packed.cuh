@@ -5,8 +5,8 @@
 // each of the k picks is one redux.sync max of the lanes' heads, after which the list holding it (the only one: keys
 // are unique) shifts by one; no index selects, no ballot, no rescans. The pick's key gives back value and expert.
 //
-// Results are bitwise those of route_token (moe_topk.cuh): the same sanitised values and order, the softmax maximum,
-// the same sum (each lane adds its exps in expert order, then
+// Results are bitwise those of route_token (moe_topk.cuh): the same sanitised values and order, the softmax maximum
+// (the first pick's value), the same sum (each lane adds its exps in expert order, then
 // warp_sum's five xor steps in the same order) and the same weight expressions.
 #pragma once
 
@@ -35,23 +35,6 @@ __device__ __forceinline__ void route_token_packed(const RouteParams& p, int t, 
   const int base = lane * VPT;
   float x[VPT];
   load_logits<T, VPT>(row, base, p.E, x);
-  const bool full = base + VPT <= p.E;  // no expert past E on this lane: no bound checks per expert
-  // The softmax maximum (a warp max of order keys, as route_token) and the lane's exps, summed in expert order,
-  // before the keys: the logits are then dead while the keys are sorted (fewer registers).
-  float m = 0, part = 0, sum = 1;
-  if (p.softmax) {
-    uint32_t mk = 0;
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) mk = max(mk, moe_order_key(x[i]));
-    m = moe_key_float(__reduce_max_sync(kFullMask, mk));
-    if (full) {
-#pragma unroll
-      for (int i = 0; i < VPT; ++i) part += expf(x[i] - m);
-    } else {
-#pragma unroll
-      for (int i = 0; i < VPT; ++i) part += base + i < p.E ? expf(x[i] - m) : 0.0f;
-    }
-  }
   // The lane's keys as H sorted lists of S (H = 2 from VPT 16: two sorts of VPT / 2 cost fewer compare-exchanges
   // than one of VPT, for one more max per pick).
   constexpr int H = VPT >= 16 ? 2 : 1, S = VPT / H;
@@ -60,8 +43,7 @@ __device__ __forceinline__ void route_token_packed(const RouteParams& p, int t, 
   for (int i = 0; i < VPT; ++i) ck[i / S][i % S] = base + i < p.E ? moe_packed_key(x[i], base + i) : 0u;
 #pragma unroll
   for (int h = 0; h < H; ++h) moe_sort_desc<S>(ck[h]);
-  // k picks: the warp max of the lanes' heads, which the list holding it (the only one: keys are unique) pops; the
-  // sum's butterfly one xor step per pick from the second, as route_token does.
+  // k picks: the warp max of the lanes' heads, which the list holding it (the only one: keys are unique) pops.
   auto head = [&]() {
     uint32_t v = ck[0][0];
 #pragma unroll
@@ -80,6 +62,21 @@ __device__ __forceinline__ void route_token_packed(const RouteParams& p, int t, 
   uint32_t best = __reduce_max_sync(kFullMask, head());
   uint32_t my_key = lane == 0 ? best : 0u;
   pop(best);
+  // The first pick is the row's maximum (route_token's softmax maximum, bit for bit): the lane's exps, summed in
+  // expert order, are issued while the next picks wait on their reductions, and the sum's butterfly runs one xor
+  // step per pick from the second, as route_token does (the measured chain is shorter than with a separate
+  // reduction for the maximum before the sort, though the logits stay live through the sort).
+  float m = 0, part = 0, sum = 1;
+  if (p.softmax) {
+    m = moe_packed_value(best);
+    if (base + VPT <= p.E) {  // no expert past E on this lane: no bound checks per expert
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) part += expf(x[i] - m);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) part += base + i < p.E ? expf(x[i] - m) : 0.0f;
+    }
+  }
   for (int j = 1; j < p.k; ++j) {
     best = __reduce_max_sync(kFullMask, head());
     const bool step = p.softmax && j <= 5;
