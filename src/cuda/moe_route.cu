@@ -23,9 +23,10 @@ constexpr int64_t kFusedMaxTokens = 256;
 /// Tokens up to which the small fused path runs (one token per warp on a cluster of kMaxCluster blocks of
 /// kMoeAlignSmallWarps warps), when the ids also fit the small schedule.
 constexpr int64_t kFusedSmallMaxTokens = kMaxCluster * kMoeAlignSmallWarps;
-/// Tokens up to which the small fused path routes with the group-warps router where it applies (one token per block
-/// at a time: at most two per block on a full cluster; more take one token per warp).
-constexpr int64_t kFusedGroupsMaxTokens = 2 * kMaxCluster;
+/// Tokens up to which the small fused path routes with the group-warps router where it applies: one token per block
+/// of a full cluster (measured, DeepSeek-V3: 1 token 5.68 us against 7.28 with one token per warp; 16 tokens, two per
+/// block, 8.69 against 8.45).
+constexpr int64_t kFusedGroupsMaxTokens = kMaxCluster;
 
 template <typename T, int VPT, bool BIAS>
 __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) route_align_small_kernel(RouteParams rp, AlignParams ap) {

@@ -569,8 +569,8 @@ TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
 // moe_route's small fused path (one token per warp on a cluster of blocks of 8 warps, then every block computing the
 // schedule of all ids) at and around its limits: tokens (kMaxCluster * 8 = 64), ids (kMoeAlignSmallMaxIds = 1024:
 // 32 tokens of k 32), one and several tokens per block and cluster sizes set by the outputs (E 512, bs 64); with 8
-// groups of 32 experts up to 16 tokens (kFusedGroupsMaxTokens) the group-warps router (one token per block at a
-// time: 16 and 17 tokens, k 1 and 32, no bias, 16 groups and topk_group * k = 33 beside it, which do not take it);
+// groups of 32 experts up to 8 tokens (kFusedGroupsMaxTokens) the group-warps router (one token per block: 8 and 9
+// tokens, k 1 and 32, no bias, 16 groups and topk_group * k = 33 beside it, which do not take it);
 // against the golden and bit for bit against its parts.
 TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
   struct Case {
@@ -584,8 +584,8 @@ TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
                         {64, 256, 8, 8, 4, true, false, 1},    {65, 256, 8, 8, 4, true, false, 64},
                         {32, 1024, 32, 16, 4, true, false, 64}, {33, 1024, 32, 16, 4, true, false, 64},
                         {16, 64, 8, 1, 1, true, true, 128},    {64, 1024, 16, 1, 1, false, true, 16},
-                        {1, 256, 1, 8, 1, true, false, 64},    {16, 256, 8, 8, 4, false, false, 64},
-                        {17, 256, 8, 8, 4, true, false, 16},   {5, 256, 32, 8, 1, true, false, 64},
+                        {1, 256, 1, 8, 1, true, false, 64},    {8, 256, 8, 8, 4, false, false, 64},
+                        {9, 256, 8, 8, 4, true, false, 16},    {5, 256, 32, 8, 1, true, false, 64},
                         {4, 512, 8, 16, 2, true, false, 64},   {3, 256, 11, 8, 3, true, false, 64}};
   for (const Case& c : cases) {
     RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, c.softmax ? MoeScoring::softmax
