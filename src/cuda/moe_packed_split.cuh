@@ -12,10 +12,6 @@
 // expressions and store_token.
 #pragma once
 
-#include <cstdlib>
-#include <cstring>
-#include <limits>
-
 #include "cuda/launch.h"
 #include "cuda/moe_packed.cuh"
 
@@ -37,20 +33,11 @@ __device__ __forceinline__ void pair_barrier(int pair) {
   asm volatile("bar.sync %0, 64;" ::"r"(1 + pair) : "memory");
 }
 
-/// Tokens from which the split packed router runs: kPackedSplitMinTokens; for A/B measurements without a rebuild,
-/// FUSEOPS_MOE_PACKED_SPLIT=0 in the environment turns it off and FUSEOPS_MOE_PACKED_SPLIT=all runs it at every size.
-inline int64_t packed_split_min_tokens() {
-  static const int64_t min_tokens = [] {
-    const char* v = std::getenv("FUSEOPS_MOE_PACKED_SPLIT");
-    if (v != nullptr && std::strcmp(v, "all") == 0) return int64_t{1};
-    return env_switched_off("FUSEOPS_MOE_PACKED_SPLIT") ? std::numeric_limits<int64_t>::max() : kPackedSplitMinTokens;
-  }();
-  return min_tokens;
-}
-
-/// Whether a router call takes the split packed router.
+/// Whether a router call takes the split packed router; FUSEOPS_MOE_PACKED_SPLIT=0 in the environment turns it off
+/// (one warp per token everywhere: for A/B measurements without a rebuild).
 inline bool packed_split_call(const RouteParams& p, DType dtype) {
-  return packed_route_call(p, dtype) && p.E > 256 && p.E <= 512 && p.T >= packed_split_min_tokens();
+  static const bool enabled = !env_switched_off("FUSEOPS_MOE_PACKED_SPLIT");
+  return enabled && packed_route_call(p, dtype) && p.E > 256 && p.E <= 512 && p.T >= kPackedSplitMinTokens;
 }
 
 /// Routes token t with the pair of warps `pair` (h: this warp's half).
