@@ -12,7 +12,6 @@
 // expressions and store_token.
 #pragma once
 
-#include "cuda/launch.h"
 #include "cuda/moe_packed.cuh"
 
 namespace fuseops::detail::cuda {
@@ -33,11 +32,9 @@ __device__ __forceinline__ void pair_barrier(int pair) {
   asm volatile("bar.sync %0, 64;" ::"r"(1 + pair) : "memory");
 }
 
-/// Whether a router call takes the split packed router; FUSEOPS_MOE_PACKED_SPLIT=0 in the environment turns it off
-/// (one warp per token everywhere: for A/B measurements without a rebuild).
+/// Whether a router call takes the split packed router.
 inline bool packed_split_call(const RouteParams& p, DType dtype) {
-  static const bool enabled = !env_switched_off("FUSEOPS_MOE_PACKED_SPLIT");
-  return enabled && packed_route_call(p, dtype) && p.E > 256 && p.E <= 512 && p.T >= kPackedSplitMinTokens;
+  return packed_route_call(p, dtype) && p.E > 256 && p.E <= 512 && p.T >= kPackedSplitMinTokens;
 }
 
 /// Routes token t with the pair of warps `pair` (h: this warp's half).
