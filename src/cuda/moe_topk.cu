@@ -8,7 +8,6 @@
 #include "cuda/moe_group_warps.cuh"
 #include "cuda/moe_grouped32.cuh"
 #include "cuda/moe_launch.h"
-#include "cuda/moe_packed_split.cuh"
 
 namespace fuseops::detail::cuda {
 namespace {
@@ -32,19 +31,6 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RoutePar
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
     route_token_packed<T, VPT>(p, t, lane);
-  }
-}
-
-/// The split packed router (moe_packed_split.cuh): a pair of warps per token.
-template <typename T>
-__global__ void __launch_bounds__(kRouteWarps * 32) route_packed_split_kernel(RouteParams p) {
-  pdl_wait_and_release();
-  constexpr int kPairs = kRouteWarps / 2;
-  __shared__ PackedSplitScratch sh[kPairs];
-  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-  const int pair = warp >> 1;
-  for (int t = static_cast<int>(blockIdx.x) * kPairs + pair; t < p.T; t += static_cast<int>(gridDim.x) * kPairs) {
-    route_token_split<T>(p, t, sh[pair], pair, warp & 1, lane);
   }
 }
 
@@ -156,15 +142,6 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
       launch_kernel(p.bias ? route_group_warps_kernel<T, true> : route_group_warps_kernel<T, false>,
                     dim3(static_cast<unsigned>(args.T)), dim3(32 * p.n_group), 0, s, device, p);
     });
-    after_launch(op, s, device);
-    return;
-  }
-  if (packed_split_call(p, args.logits.dtype)) {
-    const int64_t pairs = kRouteWarps / 2;
-    const int64_t split_blocks = std::min<int64_t>((args.T + pairs - 1) / pairs, 16 * sm_count(device));
-    auto kernel = args.logits.dtype == DType::bf16 ? route_packed_split_kernel<__nv_bfloat16>
-                                                   : route_packed_split_kernel<__half>;
-    launch_kernel(kernel, dim3(static_cast<unsigned>(split_blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
     after_launch(op, s, device);
     return;
   }
