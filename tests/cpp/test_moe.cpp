@@ -3,6 +3,7 @@
 // large; the schedule (moe_align_block_size) exactly, including the ascending-flat-index order inside each expert
 // region, padding ids, expert maps and bad ids (device error record); moe_route identical to its parts.
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -186,7 +187,7 @@ TEST_P(MoeTest, TopkSoftmaxSmallExpertsManyTokens) {
 // one-warp-per-token router: route_token): E on both sides of every registers-per-lane bucket (32 | 33, 64 | 65,
 // 128 | 129, 256, 511 | 512 | 513, 1000, 1024; E not a multiple of 32), k from 1 to 32 (more picks than a lane
 // holds), special rows (NaN, equal, +-inf, coarse ties, 1e30), softmax and sigmoid scoring (grouped_topk with every
-// group kept), renormalised or not, i64 ids, an odd row pitch (per-element loads), 4096 tokens on CUDA.
+// group kept), renormalised or not, i64 ids, an odd row pitch (per-element loads); on CUDA 1025-4099 tokens too.
 TEST_P(MoeTest, TopkSoftmaxPackedMatchesF32) {
   struct Case {
     int64_t T, E, k;
@@ -203,10 +204,12 @@ TEST_P(MoeTest, TopkSoftmaxPackedMatchesF32) {
       {6, 513, 32, DType::bf16, true, true, 0},    {6, 1000, 17, DType::f16, false, false, 0},
       {6, 1024, 32, DType::bf16, true, true, 0},   {6, 1024, 2, DType::bf16, true, false, 1030},
       {64, 128, 8, DType::bf16, true, true, 0},    {64, 512, 10, DType::bf16, true, true, 0}};
-  if (large()) {
-    cases.push_back({4096, 512, 10, DType::bf16, true, true, 0});
-    cases.push_back({4099, 128, 8, DType::f16, true, false, 0});
-    cases.push_back({2050, 1024, 32, DType::bf16, true, true, 0});
+  if (large()) {  // many tokens per launch (a grid-stride loop), E not a multiple of 32, k up to 32
+    const Case more[] = {{4096, 512, 10, DType::bf16, true, true, 0},   {4099, 128, 8, DType::f16, true, false, 0},
+                         {2050, 1024, 32, DType::bf16, true, true, 0},  {1025, 257, 1, DType::bf16, true, false, 0},
+                         {1031, 300, 32, DType::f16, true, true, 0},    {1500, 384, 16, DType::bf16, false, true, 0},
+                         {1029, 511, 10, DType::bf16, true, false, 513}, {2048, 512, 32, DType::f16, true, true, 0}};
+    cases.insert(cases.end(), std::begin(more), std::end(more));
   }
   int n = 0;
   for (const Case& c : cases) {
