@@ -41,6 +41,68 @@ FUSEOPS_HD float moe_key_float(uint32_t k) {
   return x;
 }
 
+/// Packed keys of 16-bit logits (f16, bf16) without a bias: the sanitised value's order key and the expert in one
+/// 32-bit word whose unsigned order is the routers' total order (higher value first, then the lower expert), so that
+/// a maximum needs no index. A 16-bit value widened to fp32 has its 13 low mantissa bits zero, so its order key's 13
+/// low bits are fixed (0 when positive, 0x1fff when negative) except for the sanitised +-FLT_MAX (from +-inf or
+/// NaN), whose keys still differ from every 16-bit value's above bit 12: the key's top 19 bits keep the order and the
+/// ties exactly, and the low kMoePackedExpertBits bits take the expert as (2^bits - 1 - e) (bits 10-12 are zero). 0
+/// is below every packed key (experts past E). Checked for all 65536 values of both dtypes in
+/// tests/cpp/test_moe_math.cpp.
+constexpr int kMoePackedExpertBits = 10;
+constexpr uint32_t kMoePackedExpertMask = (1u << kMoePackedExpertBits) - 1u;
+constexpr uint32_t kMoePackedValueMask = ~0x1fffu;
+
+/// x: a sanitised value of a 16-bit logit; e < 2^kMoePackedExpertBits.
+FUSEOPS_HD uint32_t moe_packed_key(float x, int e) {
+  return (moe_order_key(x) & kMoePackedValueMask) | (kMoePackedExpertMask - static_cast<uint32_t>(e));
+}
+
+FUSEOPS_HD int moe_packed_expert(uint32_t c) {
+  return static_cast<int>(kMoePackedExpertMask - (c & kMoePackedExpertMask));
+}
+
+/// The sanitised value of a packed key, bit for bit.
+FUSEOPS_HD float moe_packed_value(uint32_t c) {
+  uint32_t key = c & kMoePackedValueMask;
+  if (!(key & 0x80000000u)) key |= 0x1fffu;  // negative values
+  if (key == (moe_order_key(FLT_MAX) & kMoePackedValueMask)) key = moe_order_key(FLT_MAX);
+  if (key == (moe_order_key(-FLT_MAX) | 0x1fffu)) key = moe_order_key(-FLT_MAX);
+  return moe_key_float(key);
+}
+
+/// One merge level of moe_sort_desc: compare-exchange at distance STRIDE, blocks of SIZE descending where
+/// (i & SIZE) == 0 (all of them at SIZE == N). Templates per level, so that every index is a constant.
+template <int N, int SIZE, int STRIDE>
+FUSEOPS_HD void moe_bitonic_level(uint32_t (&a)[N]) {
+  for (int i = 0; i < N; ++i) {
+    const int j = i ^ STRIDE;
+    if (j > i) {
+      const uint32_t hi = a[i] > a[j] ? a[i] : a[j], lo = a[i] > a[j] ? a[j] : a[i];
+      const bool desc = (i & SIZE) == 0;
+      a[i] = desc ? hi : lo;
+      a[j] = desc ? lo : hi;
+    }
+  }
+  if constexpr (STRIDE > 1) moe_bitonic_level<N, SIZE, STRIDE / 2>(a);
+}
+
+template <int N, int SIZE>
+FUSEOPS_HD void moe_bitonic_from(uint32_t (&a)[N]) {
+  if constexpr (SIZE <= N) {
+    moe_bitonic_level<N, SIZE, SIZE / 2>(a);
+    moe_bitonic_from<N, SIZE * 2>(a);
+  }
+}
+
+/// Sorts N (a power of two) keys into descending order: a bitonic network, N log2 N (log2 N + 1) / 4
+/// compare-exchanges of two min/max each, no branches.
+template <int N>
+FUSEOPS_HD void moe_sort_desc(uint32_t (&a)[N]) {
+  static_assert((N & (N - 1)) == 0, "power of two");
+  moe_bitonic_from<N, 2>(a);
+}
+
 /// ceil(a / b) * b for a >= 0, b >= 1.
 FUSEOPS_HD int64_t moe_round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
 

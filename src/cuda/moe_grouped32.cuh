@@ -60,11 +60,16 @@ __device__ __forceinline__ float weight_sum32(const float (&w)[32 / L]) {
   return segment_sum<L>(a[0]);
 }
 
-/// Bias entries [base, base + 32): a contiguous fp32 bias aligned to 16 bytes (groups32_lanes checks it), in 16-byte
-/// loads. Other biases take the general router: a dtype and stride branch around 32 scalar loads kept every variant's
-/// addresses live (about 250 registers).
-__device__ __forceinline__ void load_bias32(const RouteParams& p, int base, float (&b)[32]) {
-  load_as_floats<float, 32>(static_cast<const float*>(p.bias) + base, b);
+/// Maximum experts of the groups-of-32 router (16 groups of 32).
+constexpr int kGroups32MaxExperts = 512;
+
+/// The sanitised bias in the block's shared memory (`bias_sh`, kGroups32MaxExperts floats, 16-byte aligned), read by
+/// every token of the block: a contiguous fp32 bias (groups32_lanes checks it). Ends with a barrier of the block.
+__device__ __forceinline__ void stage_bias32(const RouteParams& p, float* bias_sh) {
+  for (int i = static_cast<int>(threadIdx.x); i < p.E; i += static_cast<int>(blockDim.x)) {
+    bias_sh[i] = moe_sanitize(static_cast<const float*>(p.bias)[i]);
+  }
+  __syncthreads();
 }
 
 /// The k picks of a token from its L lanes' keys: lane s holds N keys of experts [first, first + N) (lanes ascend
@@ -106,20 +111,20 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
 
 /// Routes token t (E == 32 * L, n_group == L) with the L-lane segment of the calling (full) warp that holds `lane`.
 /// Segments with t >= T compute on row 0 and store nothing (every lane takes part in the shuffles).
+/// `bias_sh`: the sanitised bias (stage_bias32) when BIAS.
 template <typename T, int L, bool BIAS>
-__device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane) {
+__device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane, const float* bias_sh) {
   constexpr int M = 32 / L;
   const int s = lane & (L - 1), base = 32 * s;
   const bool live = t < p.T;
   const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(live ? t : 0) * p.logits_stride;
-  float x[32], b[32];
+  float x[32];
   load_logits<T, 32>(row, base, p.E, x);
-  if constexpr (BIAS) load_bias32(p, base, b);
   // Selection keys: sigmoid score + bias (the score as route_token computes it), or the logit without a bias.
   float key[32];
   if constexpr (BIAS) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) key[i] = moe_sigmoid(x[i]) + moe_sanitize(b[i]);
+    for (int i = 0; i < 32; ++i) key[i] = moe_sigmoid(x[i]) + bias_sh[base + i];
   } else {
 #pragma unroll
     for (int i = 0; i < 32; ++i) key[i] = x[i];

@@ -8,7 +8,7 @@
 
 #include "cuda/launch.h"
 #include "cuda/moe_align.cuh"
-#include "cuda/moe_topk.cuh"
+#include "cuda/moe_packed.cuh"
 #include "ops/moe_impl.h"
 
 namespace fuseops::detail::cuda {

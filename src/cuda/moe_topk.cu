@@ -1,8 +1,11 @@
-// CUDA backend of topk_softmax and grouped_topk: one warp per token (moe_topk.cuh), kRouteWarps warps per block,
-// a grid-stride loop over tokens; several tokens per warp for small E without groups (route_token_lanes) and for
-// groups of 32 experts (moe_grouped32.cuh).
+// CUDA backend of topk_softmax and grouped_topk: one warp per token (moe_topk.cuh; the packed router of
+// moe_packed.cuh for 16-bit logits without a bias or group selection), kRouteWarps warps per block, a grid-stride
+// loop over tokens; several tokens per warp for small E without groups (route_token_lanes) and for groups of 32
+// experts (moe_grouped32.cuh) from kGroups32MinTokens tokens, one block per token with one warp per group of 32
+// experts below that (moe_group_warps.cuh).
 #include <algorithm>
 
+#include "cuda/moe_group_warps.cuh"
 #include "cuda/moe_grouped32.cuh"
 #include "cuda/moe_launch.h"
 
@@ -20,6 +23,29 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteParams p) 
   }
 }
 
+/// The packed router (moe_packed.cuh): 16-bit logits, no bias, every group kept, VPT >= 2.
+template <typename T, int VPT>
+__global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RouteParams p) {
+  pdl_wait_and_release();
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
+       t += static_cast<int>(gridDim.x) * kRouteWarps) {
+    route_token_packed<T, VPT>(p, t, lane);
+  }
+}
+
+/// One block of n_group warps per token (moe_group_warps.cuh).
+template <typename T, bool BIAS>
+__global__ void __launch_bounds__(1024) route_group_warps_kernel(RouteParams p) {
+  pdl_wait_and_release();
+  __shared__ GroupWarpsScratch sh;
+  const int t = static_cast<int>(blockIdx.x), warp = static_cast<int>(threadIdx.x) >> 5;
+  const int lane = static_cast<int>(threadIdx.x) & 31;
+  route_group_warps_rank<T, BIAS>(p, t, sh, warp, lane);
+  __syncthreads();
+  if (warp == 0) route_group_warps_select<BIAS>(p, t, sh, lane);
+}
+
 /// 32 / L tokens per warp (route_token_lanes): for E <= L without group selection, at many tokens.
 template <typename T, int L>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RouteParams p) {
@@ -35,11 +61,15 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
 template <typename T, int L, bool BIAS>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_groups32_kernel(RouteParams p) {
   pdl_wait_and_release();
+  __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
+  if constexpr (BIAS) stage_bias32(p, bias_sh);
   constexpr int kPerWarp = 32 / L;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int first = (static_cast<int>(blockIdx.x) * kRouteWarps + warp) * kPerWarp;
   const int step = static_cast<int>(gridDim.x) * kRouteWarps * kPerWarp;
-  for (int t0 = first; t0 < p.T; t0 += step) route_groups32<T, L, BIAS>(p, t0 + lane / L, lane);  // warp-uniform
+  for (int t0 = first; t0 < p.T; t0 += step) {
+    route_groups32<T, L, BIAS>(p, t0 + lane / L, lane, bias_sh);  // warp-uniform
+  }
 }
 
 /// Launches route_groups32_kernel with L lanes per token.
@@ -106,7 +136,28 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
     after_launch(op, s, device);
     return;
   }
+  if (args.T < kGroups32MinTokens && group_warps_shape(p.E, p.n_group, p.topk_group, p.k, p.softmax)) {
+    with_float_type(args.logits.dtype, [&](auto t) {
+      using T = typename decltype(t)::type;
+      launch_kernel(p.bias ? route_group_warps_kernel<T, true> : route_group_warps_kernel<T, false>,
+                    dim3(static_cast<unsigned>(args.T)), dim3(32 * p.n_group), 0, s, device, p);
+    });
+    after_launch(op, s, device);
+    return;
+  }
   const int64_t blocks = std::min<int64_t>((args.T + kRouteWarps - 1) / kRouteWarps, 16 * sm_count(device));
+  if (packed_route_call(p, args.logits.dtype)) {
+    dispatch_route(args.logits.dtype, args.E, false, [&](auto t, auto vpt, auto) {
+      using T = typename decltype(t)::type;
+      constexpr int VPT = decltype(vpt)::value;
+      if constexpr (packed_route_type<T, VPT, false>()) {
+        launch_kernel(route_packed_kernel<T, VPT>, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0,
+                      s, device, p);
+      }
+    });
+    after_launch(op, s, device);
+    return;
+  }
   dispatch_route(args.logits.dtype, args.E, p.bias != nullptr, [&](auto t, auto vpt, auto bias) {
     launch_kernel(route_kernel<typename decltype(t)::type, decltype(vpt)::value, decltype(bias)::value>,
                   dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);

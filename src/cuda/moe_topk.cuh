@@ -153,6 +153,22 @@ __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float 
   return moe_order_key(!BIAS ? top1 : G == 1 ? top1 : top1 + top2);
 }
 
+/// The end of a token routed by one warp: lane j < k holds pick j's weight and expert; renormalises the weights over
+/// the k lanes (warp_sum), scales them and stores the token's outputs.
+__device__ __forceinline__ void store_token(const RouteParams& p, int t, int lane, float my_w, int my_id) {
+  if (p.renormalize) {
+    const float sum = warp_sum(lane < p.k ? my_w : 0.0f);
+    my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);
+  }
+  my_w = __fmul_rn(my_w, p.scale);
+  if (lane < p.k) {
+    p.weights[static_cast<int64_t>(t) * p.weights_stride + lane] = my_w;
+    if (p.ids_i64) static_cast<int64_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + lane] = my_id;
+    else static_cast<int32_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + lane] = my_id;
+    if (p.src_rows) p.src_rows[static_cast<int64_t>(t) * p.src_stride + lane] = lane * p.T + t;
+  }
+}
+
 /// Floats of a warp's shared scratch in route_token: the keys of group_key's shared path, then the scores (with a
 /// bias), 32 * VPT; the picks' experts, 32.
 __host__ __device__ constexpr int route_scratch_floats(int vpt) { return 32 * vpt + 32; }
@@ -290,17 +306,7 @@ __device__ __forceinline__ void route_token(const RouteParams& p, int t, float* 
       my_w = p.softmax ? expf(xv - m) / sum : moe_sigmoid(xv);
     }
   }
-  if (p.renormalize) {
-    const float sum = warp_sum(lane < p.k ? my_w : 0.0f);
-    my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);
-  }
-  my_w = __fmul_rn(my_w, p.scale);
-  if (lane < p.k) {
-    p.weights[static_cast<int64_t>(t) * p.weights_stride + lane] = my_w;
-    if (p.ids_i64) static_cast<int64_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + lane] = my_id;
-    else static_cast<int32_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + lane] = my_id;
-    if (p.src_rows) p.src_rows[static_cast<int64_t>(t) * p.src_stride + lane] = lane * p.T + t;
-  }
+  store_token(p, t, lane, my_w, my_id);
 }
 
 /// Max and sum over the L lanes of a segment: xor butterflies with offsets L/2 .. 1. For the lanes of a token these

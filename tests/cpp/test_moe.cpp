@@ -3,6 +3,7 @@
 // large; the schedule (moe_align_block_size) exactly, including the ascending-flat-index order inside each expert
 // region, padding ids, expert maps and bad ids (device error record); moe_route identical to its parts.
 #include <cstring>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,64 @@ TEST_P(MoeTest, TopkSoftmaxSmallExpertsManyTokens) {
   check(grouped_problem(2000, 16, 4, 4, 4, true, MoeScoring::sigmoid));
 }
 
+// The packed router (CUDA, moe_packed.cuh: f16 / bf16 logits, no bias, every group kept, from E = 33 where a lane
+// holds two experts) against the golden, and bit for bit against the same values routed as f32 logits (the
+// one-warp-per-token router: route_token): E on both sides of every registers-per-lane bucket (32 | 33, 64 | 65,
+// 128 | 129, 256, 511 | 512 | 513, 1000, 1024; E not a multiple of 32), k from 1 to 32 (more picks than a lane
+// holds), special rows (NaN, equal, +-inf, coarse ties, 1e30), softmax and sigmoid scoring (grouped_topk with every
+// group kept), renormalised or not, i64 ids, an odd row pitch (per-element loads); on CUDA 1025-4099 tokens too.
+TEST_P(MoeTest, TopkSoftmaxPackedMatchesF32) {
+  struct Case {
+    int64_t T, E, k;
+    DType dtype;
+    bool softmax, renormalize;
+    int64_t pitch;
+  };
+  std::vector<Case> cases = {
+      {7, 32, 8, DType::bf16, true, true, 0},      {7, 33, 8, DType::bf16, true, false, 0},
+      {9, 64, 32, DType::f16, true, true, 0},      {9, 65, 10, DType::bf16, true, true, 0},
+      {5, 128, 8, DType::bf16, true, true, 0},     {5, 129, 1, DType::f16, true, false, 0},
+      {6, 256, 8, DType::bf16, false, true, 0},    {6, 511, 10, DType::bf16, true, true, 0},
+      {6, 512, 10, DType::bf16, true, true, 0},    {6, 512, 10, DType::f16, true, false, 513},
+      {6, 513, 32, DType::bf16, true, true, 0},    {6, 1000, 17, DType::f16, false, false, 0},
+      {6, 1024, 32, DType::bf16, true, true, 0},   {6, 1024, 2, DType::bf16, true, false, 1030},
+      {64, 128, 8, DType::bf16, true, true, 0},    {64, 512, 10, DType::bf16, true, true, 0}};
+  if (large()) {  // many tokens per launch (a grid-stride loop), E not a multiple of 32, k up to 32
+    const Case more[] = {{4096, 512, 10, DType::bf16, true, true, 0},   {4099, 128, 8, DType::f16, true, false, 0},
+                         {2050, 1024, 32, DType::bf16, true, true, 0},  {1025, 257, 1, DType::bf16, true, false, 0},
+                         {1031, 300, 32, DType::f16, true, true, 0},    {1500, 384, 16, DType::bf16, false, true, 0},
+                         {1029, 511, 10, DType::bf16, true, false, 513}, {2048, 512, 32, DType::f16, true, true, 0}};
+    cases.insert(cases.end(), std::begin(more), std::end(more));
+  }
+  int n = 0;
+  for (const Case& c : cases) {
+    RouteProblem p = softmax_problem(c.T, c.E, c.k, c.dtype);
+    if (!c.softmax) {
+      p = grouped_problem(c.T, c.E, c.k, 1, 1, false, MoeScoring::sigmoid);
+      p.dtype = c.dtype;
+    }
+    p.spec.renormalize = c.renormalize;
+    p.special_rows = n % 2 == 0;
+    p.ids_dtype = n % 3 == 1 ? DType::i64 : DType::i32;
+    p.row_pitch = c.pitch;
+    ++n;
+    check(p);
+    const uint64_t seed = test_rng()();
+    const HostTensor logits = ft::make_logits(p, seed);
+    HostTensor wide(DType::f32, {p.T, p.E});
+    for (int64_t r = 0; r < p.T; ++r) {
+      for (int64_t e = 0; e < p.E; ++e) wide.set(r, e, static_cast<float>(logits.get(r, e)));
+    }
+    RouteProblem q = p;
+    q.dtype = DType::f32;
+    q.row_pitch = 0;
+    const auto packed = ft::run_route(p, logits, nullptr, device_of(GetParam()));
+    const auto full = ft::run_route(q, wide, nullptr, device_of(GetParam()));
+    EXPECT_TRUE(same_bytes(packed.weights, full.weights)) << p.describe();
+    EXPECT_TRUE(same_bytes(packed.ids, full.ids)) << p.describe();
+  }
+}
+
 TEST_P(MoeTest, GroupedTopkModels) {
   check(grouped_problem(37, 256, 8, 8, 4, true, MoeScoring::sigmoid));   // DeepSeek-V3
   check(grouped_problem(37, 384, 8, 1, 1, true, MoeScoring::sigmoid));   // Kimi-K2
@@ -244,9 +303,11 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32) {
   }
 }
 
-// A token's routing does not depend on the batch around it: grouped_topk on 2100 tokens (the groups-of-32 router on
-// CUDA) and moe_route on the first rows only (one token per warp, route_token) agree bit for bit on those rows (with
-// and without a bias and renormalisation, special rows, any k).
+// A token's routing does not depend on the batch around it: grouped_topk on 2047 tokens (on CUDA the group-warps
+// router where it applies: groups of 32, topk_group * k <= 32; else one token per warp) and on 2100 tokens (the
+// groups-of-32 router), and moe_route on the first rows only (one token per warp, route_token), agree bit for bit
+// on those rows (with and without a bias and renormalisation, special rows, any k; group-warps shapes with 2 to 32
+// groups and topk_group * k at and past 32).
 TEST_P(MoeTest, GroupedTopkGroupsOf32MatchesOneTokenPerWarp) {
   struct Case {
     int64_t T, E, k, ng, tg;
@@ -256,26 +317,32 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32MatchesOneTokenPerWarp) {
                         {64, 256, 32, 8, 2, true, false}, {16, 256, 3, 8, 8, true, true},
                         {5, 256, 17, 8, 3, true, true},   {16, 512, 12, 16, 3, false, true},
                         {3, 512, 32, 16, 16, false, false}, {16, 512, 8, 16, 8, false, true},
-                        {40, 256, 32, 8, 4, true, true}};
+                        {40, 256, 32, 8, 4, true, true},  {9, 256, 32, 8, 1, true, true},
+                        {9, 256, 1, 8, 7, true, false},   {9, 256, 11, 8, 3, true, true},
+                        {9, 64, 16, 2, 1, false, true},   {9, 1024, 32, 32, 1, true, true},
+                        {9, 1024, 4, 32, 8, true, true},  {9, 512, 16, 16, 2, true, true},
+                        {9, 128, 10, 4, 3, true, false},  {9, 128, 11, 4, 3, true, true}};
   for (const Case& c : cases) {
-    RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, MoeScoring::sigmoid);
-    p.op = RouteOp::moe_route;
-    p.spec.renormalize = c.renormalize;
-    p.special_rows = true;
-    const uint64_t seed = test_rng()();
-    const HostTensor bias = ft::make_bias(p, seed);
-    RouteProblem big = p;  // the same first rows, then more tokens
-    big.op = RouteOp::grouped_topk;
-    big.T = 2100;
-    const HostTensor big_logits = ft::make_logits(big, seed);
-    HostTensor logits_head(big_logits.dtype(), {p.T, p.E});
-    for (int64_t r = 0; r < p.T; ++r) {
-      for (int64_t e = 0; e < p.E; ++e) logits_head.set(r, e, static_cast<float>(big_logits.get(r, e)));
+    for (int64_t big_T : {2047, 2100}) {
+      RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, MoeScoring::sigmoid);
+      p.op = RouteOp::moe_route;
+      p.spec.renormalize = c.renormalize;
+      p.special_rows = true;
+      const uint64_t seed = test_rng()();
+      const HostTensor bias = ft::make_bias(p, seed);
+      RouteProblem big = p;  // the same first rows, then more tokens
+      big.op = RouteOp::grouped_topk;
+      big.T = big_T;
+      const HostTensor big_logits = ft::make_logits(big, seed);
+      HostTensor logits_head(big_logits.dtype(), {p.T, p.E});
+      for (int64_t r = 0; r < p.T; ++r) {
+        for (int64_t e = 0; e < p.E; ++e) logits_head.set(r, e, static_cast<float>(big_logits.get(r, e)));
+      }
+      const auto fused = ft::run_route(p, logits_head, c.bias ? &bias : nullptr, device_of(GetParam()));
+      const auto sep = ft::run_route(big, big_logits, c.bias ? &bias : nullptr, device_of(GetParam()));
+      EXPECT_TRUE(same_bytes(fused.weights, first_rows(sep.weights, p.T))) << p.describe() << " in " << big_T;
+      EXPECT_TRUE(same_bytes(fused.ids, first_rows(sep.ids, p.T))) << p.describe() << " in " << big_T;
     }
-    const auto fused = ft::run_route(p, logits_head, c.bias ? &bias : nullptr, device_of(GetParam()));
-    const auto sep = ft::run_route(big, big_logits, c.bias ? &bias : nullptr, device_of(GetParam()));
-    EXPECT_TRUE(same_bytes(fused.weights, first_rows(sep.weights, p.T))) << p.describe();
-    EXPECT_TRUE(same_bytes(fused.ids, first_rows(sep.ids, p.T))) << p.describe();
   }
 }
 
@@ -504,7 +571,9 @@ TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
 
 // moe_route's small fused path (one token per warp on a cluster of blocks of 8 warps, then every block computing the
 // schedule of all ids) at and around its limits: tokens (kMaxCluster * 8 = 64), ids (kMoeAlignSmallMaxIds = 1024:
-// 32 tokens of k 32), one and several tokens per block and cluster sizes set by the outputs (E 512, bs 64);
+// 32 tokens of k 32), one and several tokens per block and cluster sizes set by the outputs (E 512, bs 64); with 8
+// groups of 32 experts up to 8 tokens (kFusedGroupsMaxTokens) the group-warps router (one token per block: 8 and 9
+// tokens, k 1 and 32, no bias, 16 groups and topk_group * k = 33 beside it, which do not take it);
 // against the golden and bit for bit against its parts.
 TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
   struct Case {
@@ -517,7 +586,10 @@ TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
                         {63, 160, 6, 8, 3, false, true, 16},   {64, 512, 10, 1, 1, false, true, 64},
                         {64, 256, 8, 8, 4, true, false, 1},    {65, 256, 8, 8, 4, true, false, 64},
                         {32, 1024, 32, 16, 4, true, false, 64}, {33, 1024, 32, 16, 4, true, false, 64},
-                        {16, 64, 8, 1, 1, true, true, 128},    {64, 1024, 16, 1, 1, false, true, 16}};
+                        {16, 64, 8, 1, 1, true, true, 128},    {64, 1024, 16, 1, 1, false, true, 16},
+                        {1, 256, 1, 8, 1, true, false, 64},    {8, 256, 8, 8, 4, false, false, 64},
+                        {9, 256, 8, 8, 4, true, false, 16},    {5, 256, 32, 8, 1, true, false, 64},
+                        {4, 512, 8, 16, 2, true, false, 64},   {3, 256, 11, 8, 3, true, false, 64}};
   for (const Case& c : cases) {
     RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, c.softmax ? MoeScoring::softmax
                                                                                     : MoeScoring::sigmoid);
