@@ -1,0 +1,157 @@
+// Device code of the wide variant of moe_align_block_size (plan: common/moe_align_wide.h; docs/ops/moe.md,
+// "moe_align_block_size: wide variant"): C independent thread block clusters of CL blocks (C divides CL), G = C * CL
+// blocks in all. Block b = c * CL + r (cluster c, rank r) owns the slice [b S, (b + 1) S) of the flat ids; block r
+// of every cluster also counts chunk r = [r C S, (r + 1) C S), so that the CL chunks of one cluster are all the ids
+// and cluster c's first owned id is the start of chunk c CL / C. No global scratch, no state shared between
+// clusters (each cluster counts all ids itself), two cluster barriers:
+//  1. load: the owned ids (rounds of 32 per warp, all in flight: align_load_slots, which records bad ids) and the
+//     chunk's ids, 8 per thread at a time; chunk histogram with shared atomics (order-free);
+//  2. rank: per round, the lanes of one expert find each other with log2(E) ballots (no __match_any_sync) and take
+//     consecutive ranks after the warp's running count of that expert;
+//  3. exclusive prefix of the warp counts per expert (lane w of a warp holds warp w's count: one shuffle scan per
+//     expert), the block's owned counts; cluster barrier;
+//  4. from the cluster's histograms and owned counts through distributed shared memory: every expert's total and
+//     the ids of that expert before this block's slice (the chunks before the cluster, then the owned slices of
+//     lower ranks); region starts = exclusive scan of the padded totals (every block computes them);
+//  5. every owned id goes to start + earlier + warp prefix + rank; padding, expert_ids and num_tokens_post_padded:
+//     align_fill over all G blocks; second cluster barrier before leaving (the peers' shared memory is read).
+// Tokens of one expert land in ascending flat order: blocks, warps, rounds and lanes ascend with the flat index.
+#pragma once
+
+#include "common/moe_align_wide.h"
+#include "cuda/moe_align.cuh"
+
+namespace fuseops::detail::cuda {
+
+/// The lanes holding the same expert as this lane (e in [0, E), E <= 2^bits), when e >= 0: one ballot per bit of
+/// the expert and one of the valid lanes. Lanes with e < 0 get an unspecified mask (and match no valid lane).
+__device__ __forceinline__ unsigned align_peers(int e, int bits) {
+  unsigned m = __ballot_sync(0xffffffffu, e >= 0);
+  for (int b = 0; b < bits; ++b) {
+    const bool set = (e >> b) & 1;
+    const unsigned v = __ballot_sync(0xffffffffu, set);
+    m &= set ? v : ~v;
+  }
+  return m;
+}
+
+/// Step 2: align_rank_slots with ballot peers (the warp's counters `my_cnt` zeroed and visible).
+template <int R>
+__device__ __forceinline__ void align_rank_slots_ballot(int wlo, int whi, int lane, int bits, int* my_cnt,
+                                                        int (&slot)[R]) {
+  const unsigned lt = (1u << lane) - 1u;
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    if (wlo + 32 * j >= whi) break;  // warp-uniform
+    const int e = slot[j];
+    const unsigned peers = align_peers(e, bits);
+    const int r = e >= 0 ? my_cnt[e] + __popc(peers & lt) : 0;
+    __syncwarp();
+    if (e >= 0 && (peers & lt) == 0) my_cnt[e] += __popc(peers);
+    __syncwarp();
+    slot[j] = e >= 0 ? (e << 16) | r : -1;
+  }
+}
+
+/// Step 1's histogram of the flat ids [lo, hi): bad and skipped ids are not counted (and not recorded here: the
+/// block owning them records them).
+__device__ __forceinline__ void align_count_chunk(const AlignParams& p, int64_t lo, int64_t hi, int* hist) {
+  constexpr int U = 16;
+  const int64_t step = static_cast<int64_t>(blockDim.x) * U;
+  for (int64_t b = lo + threadIdx.x; b < hi; b += step) {
+    int e[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t i = b + static_cast<int64_t>(u) * blockDim.x;
+      e[u] = i < hi ? align_load_id(p, static_cast<int>(i)) : -1;
+    }
+    if (p.expert_map) {
+#pragma unroll
+      for (int u = 0; u < U; ++u) e[u] = align_map(p, e[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (e[u] >= 0) atomicAdd(&hist[e[u]], 1);
+    }
+  }
+}
+
+/// The wide schedule (see the top of the file); `slice`: S. Launched as clusters of at least 2 blocks of
+/// kMoeAlignWideWarps warps, with moe_align_wide_smem_words(E) ints of shared memory; R: ids per lane of the slice.
+template <int R>
+inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem) {
+  constexpr int W = kMoeAlignWideWarps;
+  static_assert(W == 32, "lane w of a warp holds warp w's count in step 3");
+  const int E = p.E, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+  const unsigned cl = cluster_blocks(), rank = cluster_rank();
+  const unsigned clusters = gridDim.x / cl, c = blockIdx.x / cl;
+  const int es = static_cast<int>(moe_align_wide_stride(E));
+  int* cnt = smem;              // [W][es]: per-warp counts, then their exclusive prefix over warps
+  int* hist = cnt + W * es;     // [E]: ids of each expert in this block's chunk
+  int* owned = hist + E;        // [E]: ids of each expert in this block's slice
+  int* start = owned + E;       // [E + 1]: padded totals, then region starts
+  int* count = start + E + 1;   // [E]: totals
+  int* before = count + E;      // [E]: ids of each expert before this block's slice
+  int* scratch = before + E;    // [32]
+  for (int i = tid; i < W * es + E; i += nt) cnt[i] = 0;
+  const int64_t n = p.numel;
+  const int lo = static_cast<int>(min(n, static_cast<int64_t>(blockIdx.x) * slice));
+  const int hi = static_cast<int>(min(n, lo + slice));
+  const int per_warp = (hi - lo + W - 1) / W;
+  const int wlo = min(hi, lo + warp * per_warp), whi = min(hi, wlo + per_warp);
+  // 1. Owned ids (in flight while the counters are zeroed), then the chunk's histogram.
+  int slot[R];
+  align_load_slots<R>(p, wlo, whi, lane, slot);
+  __syncthreads();  // counters zeroed
+  const int64_t chunk = static_cast<int64_t>(clusters) * slice;
+  align_count_chunk(p, min(n, rank * chunk), min(n, (rank + 1) * chunk), hist);
+  // 2. Ranks within the warp.
+  const int bits = E > 1 ? 32 - __clz(E - 1) : 0;
+  int* my_cnt = cnt + warp * es;
+  align_rank_slots_ballot<R>(wlo, whi, lane, bits, my_cnt, slot);
+  __syncthreads();
+  // 3. Warp prefixes (warp w scans experts w, w + W, ...; lane l holds warp l's count) and the owned counts.
+  for (int e = warp; e < E; e += W) {
+    const int x = cnt[lane * es + e];
+    int incl = x;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    cnt[lane * es + e] = incl - x;
+    if (lane == 31) owned[e] = incl;
+  }
+  cluster_arrive(cl);  // histograms and owned counts visible to the cluster
+  cluster_wait(cl);
+  __syncthreads();
+  // 4. Totals, ids before this slice, padded totals; region starts.
+  const unsigned first = c * (cl / clusters);  // chunks before the cluster's first owned id
+  for (int e = tid; e < E; e += nt) {
+    int all = 0, earlier = 0;
+    for (unsigned r = 0; r < cl; ++r) {
+      const int h = r == rank ? hist[e] : cluster_peer(hist, r)[e];
+      all += h;
+      if (r < first) earlier += h;
+      if (r < rank) earlier += cluster_peer(owned, r)[e];
+    }
+    before[e] = earlier;
+    count[e] = all;
+    start[e] = static_cast<int>(moe_round_up(all, p.block_size));
+  }
+  cluster_arrive(cl);  // this block has read the peers' memory
+  __syncthreads();
+  block_exclusive_scan(start, E, scratch);
+  // 5. The owned ids, then this block's share of the padding, expert_ids and the tail.
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    if (slot[j] >= 0) {
+      const int e = slot[j] >> 16;
+      p.sorted[start[e] + before[e] + my_cnt[e] + (slot[j] & 0xffff)] = wlo + 32 * j + lane;
+    }
+  }
+  align_fill(p, start, count, gridDim.x, blockIdx.x);
+  cluster_wait(cl);  // no block leaves while another may still read its histogram or owned counts
+}
+
+}  // namespace fuseops::detail::cuda
