@@ -4,6 +4,8 @@
 // else the variant chosen by moe_align_plan: one block or a thread block cluster (ids per lane in registers,
 // cluster size) or the streamed fallback.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/launch.h"
 #include "cuda/moe_align.cuh"
@@ -44,14 +46,28 @@ int64_t align_wide_min_ids() {
   return limit;
 }
 
+/// The wide variant's largest cluster: kMaxCluster (portable), or 16 (non-portable, for measurements) when the
+/// environment sets FUSEOPS_MOE_ALIGN_WIDE_CLUSTER=16; 1 before sm_90.
+int align_wide_max_cluster(int device) {
+  static const bool wide16 = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_WIDE_CLUSTER");
+    return v != nullptr && std::strcmp(v, "16") == 0;
+  }();
+  return !is_sm90_or_newer(device) ? 1 : wide16 ? 16 : static_cast<int>(kMaxCluster);
+}
+
 /// The wide variant (see the top of the file); false when moe_align_wide_plan does not apply.
 bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStream_t s) {
-  const int max_cluster = is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1;
+  const int max_cluster = align_wide_max_cluster(device);
   const MoeAlignWidePlan w = moe_align_wide_plan(p.numel, p.E, max_cluster, kMoeAlignSmemWords, align_wide_min_ids());
   if (w.clusters == 0) return false;
   const std::size_t smem = static_cast<std::size_t>(w.smem_words) * sizeof(int);
   auto go = [&](auto kernel) {
     allow_smem(kernel, smem, op);
+    if (w.cluster > kMaxCluster) {
+      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
+                 "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
+    }
     launch_kernel_cluster(kernel, dim3(w.clusters * w.cluster), dim3(32 * kMoeAlignWideWarps), smem, s, device,
                           static_cast<unsigned>(w.cluster), p, w.slice);
   };
