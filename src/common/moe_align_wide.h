@@ -31,6 +31,8 @@ constexpr int kMoeAlignWideWarps = 32;
 /// the clusters double (up to the cluster size, which they must divide) while a block would own at least twice this.
 constexpr int64_t kMoeAlignWideCountIds = 2048;
 constexpr int64_t kMoeAlignWideOwnIds = 1024;
+/// Largest cluster the kernel handles (16: the non-portable size of sm_90).
+constexpr unsigned kMoeAlignWideMaxCluster = 16;
 /// At most this many blocks in all (one wave on an H100 / H200: 132 SMs).
 constexpr int kMoeAlignWideMaxBlocks = 128;
 
@@ -51,7 +53,8 @@ inline MoeAlignWidePlan moe_align_wide_plan(int64_t numel, int64_t E, int max_cl
                                             int64_t min_ids = kMoeAlignWideMinIds) {
   MoeAlignWidePlan p;
   const int64_t smem = moe_align_wide_smem_words(E);
-  if (min_ids < 0 || numel < min_ids || E > kMoeAlignWideMaxExperts || max_cluster < 2 || smem > budget_words) {
+  if (min_ids < 0 || numel < min_ids || E > kMoeAlignWideMaxExperts || max_cluster < 2 ||
+      max_cluster > static_cast<int>(kMoeAlignWideMaxCluster) || smem > budget_words) {
     return p;
   }
   int cl = 2;

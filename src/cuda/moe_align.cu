@@ -32,11 +32,11 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(A
   align_small(p, smem_small, gridDim.x, blockIdx.x);
 }
 
-template <int R>
+template <int R, int CL>
 __global__ void __launch_bounds__(32 * kMoeAlignWideWarps, 1) align_wide_kernel(AlignParams p, int64_t slice) {
   pdl_wait_and_release();
   extern __shared__ int smem[];
-  align_wide<R>(p, slice, smem);
+  align_wide<R, CL>(p, slice, smem);
 }
 
 /// The wide variant's id minimum: kMoeAlignWideMinIds, or -1 (off) when the environment sets
@@ -71,11 +71,20 @@ bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStr
     launch_kernel_cluster(kernel, dim3(w.clusters * w.cluster), dim3(32 * kMoeAlignWideWarps), smem, s, device,
                           static_cast<unsigned>(w.cluster), p, w.slice);
   };
+  if (w.cluster > kMaxCluster) {
+    switch (w.rounds) {
+      case 1: go(align_wide_kernel<1, 16>); break;
+      case 2: go(align_wide_kernel<2, 16>); break;
+      case 4: go(align_wide_kernel<4, 16>); break;
+      default: go(align_wide_kernel<8, 16>); break;
+    }
+    return true;
+  }
   switch (w.rounds) {
-    case 1: go(align_wide_kernel<1>); break;
-    case 2: go(align_wide_kernel<2>); break;
-    case 4: go(align_wide_kernel<4>); break;
-    default: go(align_wide_kernel<8>); break;
+    case 1: go(align_wide_kernel<1, kMaxCluster>); break;
+    case 2: go(align_wide_kernel<2, kMaxCluster>); break;
+    case 4: go(align_wide_kernel<4, kMaxCluster>); break;
+    default: go(align_wide_kernel<8, kMaxCluster>); break;
   }
   return true;
 }

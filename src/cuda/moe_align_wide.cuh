@@ -76,9 +76,28 @@ __device__ __forceinline__ void align_count_chunk(const AlignParams& p, int64_t 
   }
 }
 
-/// The wide schedule (see the top of the file); `slice`: S. Launched as clusters of at least 2 blocks of
+/// Step 4 for ranks [r0, r0 + 8) of the cluster: adds their histogram counts of expert e to `all` (and to `earlier`
+/// for the chunks before `first`) and their owned counts to `earlier` for the ranks below `rank`; the 16 remote
+/// loads are all in flight at once.
+__device__ __forceinline__ void align_wide_peer_sums(int* hist, int* owned, int e, unsigned r0, unsigned cl,
+                                                     unsigned rank, unsigned first, int& all, int& earlier) {
+  int h[8], o[8];
+#pragma unroll
+  for (unsigned u = 0; u < 8; ++u) {
+    const unsigned r = r0 + u, rr = r < cl ? r : rank;  // a valid rank even where the load is skipped
+    h[u] = r < cl ? cluster_peer(hist, rr)[e] : 0;
+    o[u] = r < rank ? cluster_peer(owned, rr)[e] : 0;
+  }
+#pragma unroll
+  for (unsigned u = 0; u < 8; ++u) {
+    all += h[u];
+    earlier += (r0 + u < first ? h[u] : 0) + o[u];
+  }
+}
+
+/// The wide schedule (see the top of the file); `slice`: S. Launched as clusters of 2 to CL (8 or 16) blocks of
 /// kMoeAlignWideWarps warps, with moe_align_wide_smem_words(E) ints of shared memory; R: ids per lane of the slice.
-template <int R>
+template <int R, int CL>
 inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem) {
   constexpr int W = kMoeAlignWideWarps;
   static_assert(W == 32, "lane w of a warp holds warp w's count in step 3");
@@ -110,17 +129,33 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   int* my_cnt = cnt + warp * es;
   align_rank_slots_ballot<R>(wlo, whi, lane, bits, my_cnt, slot);
   __syncthreads();
-  // 3. Warp prefixes (warp w scans experts w, w + W, ...; lane l holds warp l's count) and the owned counts.
-  for (int e = warp; e < E; e += W) {
-    const int x = cnt[lane * es + e];
-    int incl = x;
+  // 3. Warp prefixes (warp w scans experts w, w + W, ...; lane l holds warp l's count; 8 independent scans at a
+  //    time) and the owned counts.
+  constexpr int V = 8;
+  for (int e0 = warp; e0 < E; e0 += V * W) {
+    int incl[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int e = e0 + v * W;
+      incl[v] = e < E ? cnt[lane * es + e] : 0;
+    }
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, incl, o);
-      if (lane >= o) incl += y;
+#pragma unroll
+      for (int v = 0; v < V; ++v) {
+        const int y = __shfl_up_sync(0xffffffffu, incl[v], o);
+        if (lane >= o) incl[v] += y;
+      }
     }
-    cnt[lane * es + e] = incl - x;
-    if (lane == 31) owned[e] = incl;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+      const int e = e0 + v * W;
+      const int excl = __shfl_up_sync(0xffffffffu, incl[v], 1);
+      if (e < E) {
+        cnt[lane * es + e] = lane == 0 ? 0 : excl;
+        if (lane == 31) owned[e] = incl[v];
+      }
+    }
   }
   cluster_arrive(cl);  // histograms and owned counts visible to the cluster
   cluster_wait(cl);
@@ -129,12 +164,8 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   const unsigned first = c * (cl / clusters);  // chunks before the cluster's first owned id
   for (int e = tid; e < E; e += nt) {
     int all = 0, earlier = 0;
-    for (unsigned r = 0; r < cl; ++r) {
-      const int h = r == rank ? hist[e] : cluster_peer(hist, r)[e];
-      all += h;
-      if (r < first) earlier += h;
-      if (r < rank) earlier += cluster_peer(owned, r)[e];
-    }
+#pragma unroll 1
+    for (unsigned r0 = 0; r0 < CL; r0 += 8) align_wide_peer_sums(hist, owned, e, r0, cl, rank, first, all, earlier);
     before[e] = earlier;
     count[e] = all;
     start[e] = static_cast<int>(moe_round_up(all, p.block_size));
