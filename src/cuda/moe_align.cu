@@ -39,10 +39,16 @@ __global__ void __launch_bounds__(32 * kMoeAlignWideWarps, 1) align_wide_kernel(
   align_wide<R, CL>(p, slice, smem);
 }
 
-/// The wide variant's id minimum: kMoeAlignWideMinIds, or -1 (off) when the environment sets
-/// FUSEOPS_MOE_ALIGN_WIDE=0 (for A/B measurements without a rebuild).
+/// The wide variant's id minimum: kMoeAlignWideMinIds; for A/B measurements without a rebuild the environment
+/// variable FUSEOPS_MOE_ALIGN_WIDE=0 turns the variant off (-1) and FUSEOPS_MOE_ALIGN_WIDE=<n> (n > 0) moves the
+/// minimum to n ids (the small variant still takes up to kMoeAlignSmallMaxIds).
 int64_t align_wide_min_ids() {
-  static const int64_t limit = env_switched_off("FUSEOPS_MOE_ALIGN_WIDE") ? int64_t{-1} : kMoeAlignWideMinIds;
+  static const int64_t limit = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_WIDE");
+    if (v == nullptr || *v == '\0') return kMoeAlignWideMinIds;
+    const long long n = std::strtoll(v, nullptr, 10);
+    return n <= 0 ? int64_t{-1} : static_cast<int64_t>(n);
+  }();
   return limit;
 }
 
