@@ -32,24 +32,19 @@ constexpr int kMoeAlignWideWarps = 32;
 /// the clusters double (up to the cluster size, which they must divide) while a block would own at least twice this.
 constexpr int64_t kMoeAlignWideCountIds = 2048;
 constexpr int64_t kMoeAlignWideOwnIds = 1024;
-/// Largest cluster the kernel handles (16: the non-portable size of sm_90).
-constexpr unsigned kMoeAlignWideMaxCluster = 16;
-/// At most this many blocks in all (one wave on an H100 / H200: 132 SMs).
-constexpr int kMoeAlignWideMaxBlocks = 128;
+/// Largest cluster the kernel handles (the portable size).
+constexpr unsigned kMoeAlignWideMaxCluster = 8;
 
-/// Row stride of the per-warp counters: E rounded up to 32, plus 1 (lane w of a warp reads warp w's counter of
-/// one expert: conflict-free).
-FUSEOPS_HD int64_t moe_align_wide_stride(int64_t E) { return (E + 31) / 32 * 32 + 1; }
+/// Shared memory words zeroed at the start: per-warp counters [warps][E] and the chunk histogram [E], padded to a
+/// multiple of 4 (16-byte stores).
+FUSEOPS_HD int64_t moe_align_wide_zeroed_words(int64_t E) { return kMoeAlignWideWarps * E + (E + 3) / 4 * 4; }
 
-/// Shared memory words: per-warp counters [warps][stride], the chunk histogram [E], the owned counts [E], region
-/// starts [E + 1], counts [E], earlier ids [E], scan scratch [32].
-inline int64_t moe_align_wide_smem_words(int64_t E) {
-  return kMoeAlignWideWarps * moe_align_wide_stride(E) + 5 * E + 1 + 32;
-}
+/// Shared memory words: the zeroed words, the owned counts [E], region starts [E + 1], counts [E], earlier ids
+/// [E], scan scratch [32].
+inline int64_t moe_align_wide_smem_words(int64_t E) { return moe_align_wide_zeroed_words(E) + 4 * E + 1 + 32; }
 
-/// The wide plan for `numel` ids over E experts with clusters of up to `max_cluster` blocks (8, the portable size;
-/// 16 where FUSEOPS_MOE_ALIGN_WIDE_CLUSTER=16 asks for the non-portable size; 1 before sm_90: the variant then does
-/// not apply); `min_ids` < 0 turns it off.
+/// The wide plan for `numel` ids over E experts with clusters of up to `max_cluster` blocks (8 on sm_90; 1 before:
+/// the variant then does not apply); `min_ids` < 0 turns it off.
 inline MoeAlignWidePlan moe_align_wide_plan(int64_t numel, int64_t E, int max_cluster, int64_t budget_words,
                                             int64_t min_ids = kMoeAlignWideMinIds) {
   MoeAlignWidePlan p;
@@ -61,9 +56,7 @@ inline MoeAlignWidePlan moe_align_wide_plan(int64_t numel, int64_t E, int max_cl
   int cl = 2;
   while (cl * 2 <= max_cluster && cl * kMoeAlignWideCountIds < numel) cl *= 2;
   int c = 1;
-  while (c * 2 <= cl && c * 2 * cl <= kMoeAlignWideMaxBlocks && numel >= int64_t{c} * 2 * cl * kMoeAlignWideOwnIds) {
-    c *= 2;
-  }
+  while (c * 2 <= cl && numel >= int64_t{c} * 2 * cl * kMoeAlignWideOwnIds) c *= 2;
   const int64_t slice = (numel + int64_t{c} * cl - 1) / (int64_t{c} * cl);
   const int64_t per_warp = (slice + kMoeAlignWideWarps - 1) / kMoeAlignWideWarps;
   int rounds = 1;

@@ -5,7 +5,6 @@
 // cluster size) or the streamed fallback.
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include "cuda/launch.h"
 #include "cuda/moe_align.cuh"
@@ -32,11 +31,11 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(A
   align_small(p, smem_small, gridDim.x, blockIdx.x);
 }
 
-template <int R, int CL>
+template <int R>
 __global__ void __launch_bounds__(32 * kMoeAlignWideWarps, 1) align_wide_kernel(AlignParams p, int64_t slice) {
   pdl_wait_and_release();
-  extern __shared__ int smem[];
-  align_wide<R, CL>(p, slice, smem);
+  extern __shared__ __align__(16) int smem_wide[];  // align_wide zeroes with 16-byte stores
+  align_wide<R>(p, slice, smem_wide);
 }
 
 /// The wide variant's id minimum: kMoeAlignWideMinIds; for A/B measurements without a rebuild the environment
@@ -52,45 +51,22 @@ int64_t align_wide_min_ids() {
   return limit;
 }
 
-/// The wide variant's largest cluster: kMaxCluster (portable), or 16 (non-portable, for measurements) when the
-/// environment sets FUSEOPS_MOE_ALIGN_WIDE_CLUSTER=16; 1 before sm_90.
-int align_wide_max_cluster(int device) {
-  static const bool wide16 = [] {
-    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_WIDE_CLUSTER");
-    return v != nullptr && std::strcmp(v, "16") == 0;
-  }();
-  return !is_sm90_or_newer(device) ? 1 : wide16 ? 16 : static_cast<int>(kMaxCluster);
-}
-
 /// The wide variant (see the top of the file); false when moe_align_wide_plan does not apply.
 bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStream_t s) {
-  const int max_cluster = align_wide_max_cluster(device);
+  const int max_cluster = is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1;
   const MoeAlignWidePlan w = moe_align_wide_plan(p.numel, p.E, max_cluster, kMoeAlignSmemWords, align_wide_min_ids());
   if (w.clusters == 0) return false;
   const std::size_t smem = static_cast<std::size_t>(w.smem_words) * sizeof(int);
   auto go = [&](auto kernel) {
     allow_smem(kernel, smem, op);
-    if (w.cluster > kMaxCluster) {
-      check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), op,
-                 "cudaFuncSetAttribute(NonPortableClusterSizeAllowed)");
-    }
     launch_kernel_cluster(kernel, dim3(w.clusters * w.cluster), dim3(32 * kMoeAlignWideWarps), smem, s, device,
                           static_cast<unsigned>(w.cluster), p, w.slice);
   };
-  if (w.cluster > kMaxCluster) {
-    switch (w.rounds) {
-      case 1: go(align_wide_kernel<1, 16>); break;
-      case 2: go(align_wide_kernel<2, 16>); break;
-      case 4: go(align_wide_kernel<4, 16>); break;
-      default: go(align_wide_kernel<8, 16>); break;
-    }
-    return true;
-  }
   switch (w.rounds) {
-    case 1: go(align_wide_kernel<1, kMaxCluster>); break;
-    case 2: go(align_wide_kernel<2, kMaxCluster>); break;
-    case 4: go(align_wide_kernel<4, kMaxCluster>); break;
-    default: go(align_wide_kernel<8, kMaxCluster>); break;
+    case 1: go(align_wide_kernel<1>); break;
+    case 2: go(align_wide_kernel<2>); break;
+    case 4: go(align_wide_kernel<4>); break;
+    default: go(align_wide_kernel<8>); break;
   }
   return true;
 }

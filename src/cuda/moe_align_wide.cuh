@@ -5,7 +5,8 @@
 // and cluster c's first owned id is the start of chunk c CL / C. No global scratch, no state shared between
 // clusters (each cluster counts all ids itself), two cluster barriers:
 //  1. load: the owned ids (rounds of 32 per warp, all in flight: align_load_slots, which records bad ids) and the
-//     chunk's ids, 8 per thread at a time; chunk histogram with shared atomics (order-free);
+//     chunk's ids (16-byte loads where the ids are contiguous i32); chunk histogram with shared atomics
+//     (order-free);
 //  2. rank: per round, the lanes of one expert find each other with log2(E) ballots (no __match_any_sync) and take
 //     consecutive ranks after the warp's running count of that expert;
 //  3. exclusive prefix of the warp counts per expert (lane w of a warp holds warp w's count: one shuffle scan per
@@ -26,11 +27,16 @@ namespace fuseops::detail::cuda {
 /// The lanes holding the same expert as this lane (e in [0, E), E <= 2^bits), when e >= 0: one ballot per bit of
 /// the expert and one of the valid lanes. Lanes with e < 0 get an unspecified mask (and match no valid lane).
 __device__ __forceinline__ unsigned align_peers(int e, int bits) {
+  constexpr int kMaxBits = 10;  // kMoeAlignWideMaxExperts = 2^10
+  static_assert(kMoeAlignWideMaxExperts <= (1 << kMaxBits), "one ballot per bit of the expert");
   unsigned m = __ballot_sync(0xffffffffu, e >= 0);
-  for (int b = 0; b < bits; ++b) {
-    const bool set = (e >> b) & 1;
-    const unsigned v = __ballot_sync(0xffffffffu, set);
-    m &= set ? v : ~v;
+#pragma unroll
+  for (int b = 0; b < kMaxBits; ++b) {
+    if (b < bits) {  // warp-uniform
+      const bool set = (e >> b) & 1;
+      const unsigned v = __ballot_sync(0xffffffffu, set);
+      m &= set ? v : ~v;
+    }
   }
   return m;
 }
@@ -53,26 +59,49 @@ __device__ __forceinline__ void align_rank_slots_ballot(int wlo, int whi, int la
   }
 }
 
-/// Step 1's histogram of the flat ids [lo, hi): bad and skipped ids are not counted (and not recorded here: the
-/// block owning them records them).
+/// Counts one raw id of a chunk (after the map, if any) in `hist`; ids outside [0, E) and map entries outside
+/// [0, E) are not counted (nor recorded here: the block owning the id records it).
+__device__ __forceinline__ void align_count_id(const AlignParams& p, int id, int* hist) {
+  const unsigned E = static_cast<unsigned>(p.E);
+  if (static_cast<unsigned>(id) >= E) return;
+  const int e = p.expert_map ? p.expert_map[id * p.map_stride] : id;
+  if (static_cast<unsigned>(e) < E) atomicAdd(&hist[e], 1);
+}
+
+/// Step 1's histogram of the flat ids [lo, hi) (shared atomics, order-free). Contiguous i32 ids: 16-byte loads, 16
+/// ids per thread in flight (the unaligned head and the tail one id per thread); otherwise one id at a time, 8 per
+/// thread in flight.
 __device__ __forceinline__ void align_count_chunk(const AlignParams& p, int64_t lo, int64_t hi, int* hist) {
-  constexpr int U = 16;
-  const int64_t step = static_cast<int64_t>(blockDim.x) * U;
-  for (int64_t b = lo + threadIdx.x; b < hi; b += step) {
-    int e[U];
+  const int64_t tid = threadIdx.x, nt = blockDim.x;
+  if (!p.ids_i64 && p.ids_stride == p.ids_cols) {
+    const int32_t* ids = static_cast<const int32_t*>(p.ids);
+    const int64_t head = min(hi - lo, static_cast<int64_t>((4 - ((reinterpret_cast<uintptr_t>(ids + lo) >> 2) & 3)) & 3));
+    const int64_t mid = lo + head, nv = (hi - mid) / 4, tail = mid + 4 * nv;
+    if (tid < head) align_count_id(p, ids[lo + tid], hist);
+    if (tail + tid < hi) align_count_id(p, ids[tail + tid], hist);
+    const int4* v = reinterpret_cast<const int4*>(ids + mid);
+    constexpr int U = 4;
+    for (int64_t b = tid; b < nv; b += U * nt) {
+      int4 x[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const int64_t i = b + static_cast<int64_t>(u) * blockDim.x;
-      e[u] = i < hi ? align_load_id(p, static_cast<int>(i)) : -1;
-    }
-    if (p.expert_map) {
+      for (int u = 0; u < U; ++u) x[u] = b + u * nt < nv ? v[b + u * nt] : make_int4(-1, -1, -1, -1);
 #pragma unroll
-      for (int u = 0; u < U; ++u) e[u] = align_map(p, e[u]);
+      for (int u = 0; u < U; ++u) {
+        align_count_id(p, x[u].x, hist);
+        align_count_id(p, x[u].y, hist);
+        align_count_id(p, x[u].z, hist);
+        align_count_id(p, x[u].w, hist);
+      }
     }
+    return;
+  }
+  constexpr int U = 8;
+  for (int64_t b = lo + tid; b < hi; b += U * nt) {
+    int id[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) {
-      if (e[u] >= 0) atomicAdd(&hist[e[u]], 1);
-    }
+    for (int u = 0; u < U; ++u) id[u] = b + u * nt < hi ? align_load_id(p, static_cast<int>(b + u * nt)) : -1;
+#pragma unroll
+    for (int u = 0; u < U; ++u) align_count_id(p, id[u], hist);
   }
 }
 
@@ -95,24 +124,24 @@ __device__ __forceinline__ void align_wide_peer_sums(int* hist, int* owned, int 
   }
 }
 
-/// The wide schedule (see the top of the file); `slice`: S. Launched as clusters of 2 to CL (8 or 16) blocks of
-/// kMoeAlignWideWarps warps, with moe_align_wide_smem_words(E) ints of shared memory; R: ids per lane of the slice.
-template <int R, int CL>
+/// The wide schedule (see the top of the file); `slice`: S. Launched as clusters of 2 to kMoeAlignWideMaxCluster
+/// blocks of kMoeAlignWideWarps warps, with moe_align_wide_smem_words(E) ints of shared memory (16-byte aligned);
+/// R: ids per lane of the slice.
+template <int R>
 inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem) {
   constexpr int W = kMoeAlignWideWarps;
-  static_assert(W == 32, "lane w of a warp holds warp w's count in step 3");
   const int E = p.E, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
   const unsigned cl = cluster_blocks(), rank = cluster_rank();
   const unsigned clusters = gridDim.x / cl, c = blockIdx.x / cl;
-  const int es = static_cast<int>(moe_align_wide_stride(E));
-  int* cnt = smem;              // [W][es]: per-warp counts, then their exclusive prefix over warps
-  int* hist = cnt + W * es;     // [E]: ids of each expert in this block's chunk
-  int* owned = hist + E;        // [E]: ids of each expert in this block's slice
+  const int zero = static_cast<int>(moe_align_wide_zeroed_words(E));
+  int* cnt = smem;              // [W][E]: per-warp counts, then their exclusive prefix over warps
+  int* hist = cnt + W * E;      // [E] (padded to 4): ids of each expert in this block's chunk
+  int* owned = smem + zero;     // [E]: ids of each expert in this block's slice
   int* start = owned + E;       // [E + 1]: padded totals, then region starts
   int* count = start + E + 1;   // [E]: totals
   int* before = count + E;      // [E]: ids of each expert before this block's slice
   int* scratch = before + E;    // [32]
-  for (int i = tid; i < W * es + E; i += nt) cnt[i] = 0;
+  for (int i = tid; i < zero / 4; i += nt) reinterpret_cast<int4*>(smem)[i] = make_int4(0, 0, 0, 0);
   const int64_t n = p.numel;
   const int lo = static_cast<int>(min(n, static_cast<int64_t>(blockIdx.x) * slice));
   const int hi = static_cast<int>(min(n, lo + slice));
@@ -126,36 +155,24 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   align_count_chunk(p, min(n, rank * chunk), min(n, (rank + 1) * chunk), hist);
   // 2. Ranks within the warp.
   const int bits = E > 1 ? 32 - __clz(E - 1) : 0;
-  int* my_cnt = cnt + warp * es;
+  int* my_cnt = cnt + warp * E;
   align_rank_slots_ballot<R>(wlo, whi, lane, bits, my_cnt, slot);
   __syncthreads();
-  // 3. Warp prefixes (warp w scans experts w, w + W, ...; lane l holds warp l's count; 8 independent scans at a
-  //    time) and the owned counts.
-  constexpr int V = 8;
-  for (int e0 = warp; e0 < E; e0 += V * W) {
-    int incl[V];
+  // 3. Warp prefixes (thread e walks expert e's 32 counters, 8 loads at a time) and the owned counts.
+  for (int e = tid; e < E; e += nt) {
+    int run = 0;
 #pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const int e = e0 + v * W;
-      incl[v] = e < E ? cnt[lane * es + e] : 0;
-    }
+    for (int w = 0; w < W; w += 8) {
+      int c[8];
 #pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
+      for (int u = 0; u < 8; ++u) c[u] = cnt[(w + u) * E + e];
 #pragma unroll
-      for (int v = 0; v < V; ++v) {
-        const int y = __shfl_up_sync(0xffffffffu, incl[v], o);
-        if (lane >= o) incl[v] += y;
+      for (int u = 0; u < 8; ++u) {
+        cnt[(w + u) * E + e] = run;
+        run += c[u];
       }
     }
-#pragma unroll
-    for (int v = 0; v < V; ++v) {
-      const int e = e0 + v * W;
-      const int excl = __shfl_up_sync(0xffffffffu, incl[v], 1);
-      if (e < E) {
-        cnt[lane * es + e] = lane == 0 ? 0 : excl;
-        if (lane == 31) owned[e] = incl[v];
-      }
-    }
+    owned[e] = run;
   }
   cluster_arrive(cl);  // histograms and owned counts visible to the cluster
   cluster_wait(cl);
@@ -164,8 +181,8 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   const unsigned first = c * (cl / clusters);  // chunks before the cluster's first owned id
   for (int e = tid; e < E; e += nt) {
     int all = 0, earlier = 0;
-#pragma unroll 1
-    for (unsigned r0 = 0; r0 < CL; r0 += 8) align_wide_peer_sums(hist, owned, e, r0, cl, rank, first, all, earlier);
+    static_assert(kMoeAlignWideMaxCluster == 8, "one group of 8 peers");
+    align_wide_peer_sums(hist, owned, e, 0, cl, rank, first, all, earlier);
     before[e] = earlier;
     count[e] = all;
     start[e] = static_cast<int>(moe_round_up(all, p.block_size));
