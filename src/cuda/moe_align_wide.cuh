@@ -19,6 +19,8 @@
 // Tokens of one expert land in ascending flat order: blocks, warps, rounds and lanes ascend with the flat index.
 #pragma once
 
+#include <cstdio>
+
 #include "common/moe_align_wide.h"
 #include "cuda/moe_align.cuh"
 
@@ -128,7 +130,12 @@ __device__ __forceinline__ void align_wide_peer_sums(int* hist, int* owned, int 
 /// blocks of kMoeAlignWideWarps warps, with moe_align_wide_smem_words(E) ints of shared memory (16-byte aligned);
 /// R: ids per lane of the slice.
 template <int R>
-inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem) {
+inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem, int trace) {
+  __shared__ long long tstamp[12];
+  auto mark = [&](int k) {
+    if (trace && threadIdx.x == 0) tstamp[k] = clock64();
+  };
+  mark(0);
   constexpr int W = kMoeAlignWideWarps;
   const int E = p.E, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
   const unsigned cl = cluster_blocks(), rank = cluster_rank();
@@ -151,13 +158,16 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   int slot[R];
   align_load_slots<R>(p, wlo, whi, lane, slot);
   __syncthreads();  // counters zeroed
+  mark(1);
   const int64_t chunk = static_cast<int64_t>(clusters) * slice;
   align_count_chunk(p, min(n, rank * chunk), min(n, (rank + 1) * chunk), hist);
+  mark(2);
   // 2. Ranks within the warp.
   const int bits = E > 1 ? 32 - __clz(E - 1) : 0;
   int* my_cnt = cnt + warp * E;
   align_rank_slots_ballot<R>(wlo, whi, lane, bits, my_cnt, slot);
   __syncthreads();
+  mark(3);
   // 3. Warp prefixes (thread e walks expert e's 32 counters, 8 loads at a time) and the owned counts.
   for (int e = tid; e < E; e += nt) {
     int run = 0;
@@ -174,9 +184,11 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
     }
     owned[e] = run;
   }
+  mark(4);
   cluster_arrive(cl);  // histograms and owned counts visible to the cluster
   cluster_wait(cl);
   __syncthreads();
+  mark(5);
   // 4. Totals, ids before this slice, padded totals; region starts.
   const unsigned first = c * (cl / clusters);  // chunks before the cluster's first owned id
   for (int e = tid; e < E; e += nt) {
@@ -187,9 +199,11 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
     count[e] = all;
     start[e] = static_cast<int>(moe_round_up(all, p.block_size));
   }
+  mark(6);
   cluster_arrive(cl);  // this block has read the peers' memory
   __syncthreads();
   block_exclusive_scan(start, E, scratch);
+  mark(7);
   // 5. The owned ids, then this block's share of the padding, expert_ids and the tail.
 #pragma unroll
   for (int j = 0; j < R; ++j) {
@@ -198,8 +212,18 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
       p.sorted[start[e] + before[e] + my_cnt[e] + (slot[j] & 0xffff)] = wlo + 32 * j + lane;
     }
   }
+  mark(8);
   align_fill(p, start, count, gridDim.x, blockIdx.x);
+  mark(9);
   cluster_wait(cl);  // no block leaves while another may still read its histogram or owned counts
+  mark(10);
+  if (trace && threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1)) {
+    printf("align_wide trace block %u: zero+load %lld count %lld rank %lld prefix %lld barrier %lld dsmem %lld "
+           "scan %lld scatter %lld fill %lld wait %lld total %lld cycles\n", blockIdx.x, tstamp[1] - tstamp[0],
+           tstamp[2] - tstamp[1], tstamp[3] - tstamp[2], tstamp[4] - tstamp[3], tstamp[5] - tstamp[4],
+           tstamp[6] - tstamp[5], tstamp[7] - tstamp[6], tstamp[8] - tstamp[7], tstamp[9] - tstamp[8],
+           tstamp[10] - tstamp[9], tstamp[10] - tstamp[0]);
+  }
 }
 
 }  // namespace fuseops::detail::cuda
