@@ -35,9 +35,9 @@ constexpr int64_t kMoeAlignWideOwnIds = 1024;
 /// Largest cluster the kernel handles (the portable size).
 constexpr unsigned kMoeAlignWideMaxCluster = 8;
 
-/// Shared memory words zeroed at the start: per-warp counters [warps][E] and the chunk histogram [E], padded to a
-/// multiple of 4 (16-byte stores).
-FUSEOPS_HD int64_t moe_align_wide_zeroed_words(int64_t E) { return kMoeAlignWideWarps * E + (E + 3) / 4 * 4; }
+/// Shared memory words zeroed at the start: per-warp counters [warps][E] and the chunk histogram [E + 1] (the
+/// last entry collects skipped ids), padded to a multiple of 4 (16-byte stores).
+FUSEOPS_HD int64_t moe_align_wide_zeroed_words(int64_t E) { return kMoeAlignWideWarps * E + (E + 4) / 4 * 4; }
 
 /// Shared memory words: the zeroed words, the owned counts [E], region starts [E + 1], counts [E], earlier ids
 /// [E], scan scratch [32].

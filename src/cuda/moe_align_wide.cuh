@@ -26,33 +26,40 @@
 
 namespace fuseops::detail::cuda {
 
-/// The lanes holding the same expert as this lane (e in [0, E), E <= 2^bits), when e >= 0: one ballot per bit of
-/// the expert and one of the valid lanes. Lanes with e < 0 get an unspecified mask (and match no valid lane).
-__device__ __forceinline__ unsigned align_peers(int e, int bits) {
-  constexpr int kMaxBits = 10;  // kMoeAlignWideMaxExperts = 2^10
-  static_assert(kMoeAlignWideMaxExperts <= (1 << kMaxBits), "one ballot per bit of the expert");
+/// Arrives at the cluster barrier without release semantics (cluster_arrive releases): for "this block has read the
+/// peers' shared memory" (the loaded values are consumed before the arrive), so that no block leaves too early.
+__device__ __forceinline__ void cluster_arrive_relaxed(unsigned blocks) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  if (blocks > 1) asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+  (void)blocks;
+}
+
+/// The lanes holding the same expert as this lane when e >= 0 (e < kMoeAlignWideMaxExperts): one ballot of the
+/// valid lanes and one per bit of the expert, all of them whatever E (the bits above log2 E are 0 on every valid
+/// lane, so their ballots change nothing; no branches). Lanes with e < 0 get an unspecified mask (and match no
+/// valid lane).
+__device__ __forceinline__ unsigned align_peers(int e) {
+  constexpr int kBits = 10;
+  static_assert(kMoeAlignWideMaxExperts <= (1 << kBits), "one ballot per bit of the expert");
   unsigned m = __ballot_sync(0xffffffffu, e >= 0);
 #pragma unroll
-  for (int b = 0; b < kMaxBits; ++b) {
-    if (b < bits) {  // warp-uniform
-      const bool set = (e >> b) & 1;
-      const unsigned v = __ballot_sync(0xffffffffu, set);
-      m &= set ? v : ~v;
-    }
+  for (int b = 0; b < kBits; ++b) {
+    const unsigned v = __ballot_sync(0xffffffffu, (e >> b) & 1);
+    m &= (e >> b) & 1 ? v : ~v;
   }
   return m;
 }
 
 /// Step 2: align_rank_slots with ballot peers (the warp's counters `my_cnt` zeroed and visible).
 template <int R>
-__device__ __forceinline__ void align_rank_slots_ballot(int wlo, int whi, int lane, int bits, int* my_cnt,
-                                                        int (&slot)[R]) {
+__device__ __forceinline__ void align_rank_slots_ballot(int wlo, int whi, int lane, int* my_cnt, int (&slot)[R]) {
   const unsigned lt = (1u << lane) - 1u;
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     if (wlo + 32 * j >= whi) break;  // warp-uniform
     const int e = slot[j];
-    const unsigned peers = align_peers(e, bits);
+    const unsigned peers = align_peers(e);
     const int r = e >= 0 ? my_cnt[e] + __popc(peers & lt) : 0;
     __syncwarp();
     if (e >= 0 && (peers & lt) == 0) my_cnt[e] += __popc(peers);
@@ -61,20 +68,25 @@ __device__ __forceinline__ void align_rank_slots_ballot(int wlo, int whi, int la
   }
 }
 
-/// Counts one raw id of a chunk (after the map, if any) in `hist`; ids outside [0, E) and map entries outside
-/// [0, E) are not counted (nor recorded here: the block owning the id records it).
+/// Counts one raw id of a chunk (after the map, if any) in `hist` [E + 1]: ids outside [0, E) and map entries
+/// outside [0, E) go to the trash counter hist[E], which is never read (no branch around the atomic; bad ids are
+/// recorded by the block owning them).
 __device__ __forceinline__ void align_count_id(const AlignParams& p, int id, int* hist) {
   const unsigned E = static_cast<unsigned>(p.E);
-  if (static_cast<unsigned>(id) >= E) return;
-  const int e = p.expert_map ? p.expert_map[id * p.map_stride] : id;
-  if (static_cast<unsigned>(e) < E) atomicAdd(&hist[e], 1);
+  unsigned e = static_cast<unsigned>(id) < E ? static_cast<unsigned>(id) : E;
+  if (p.expert_map) {  // uniform
+    const int m = e < E ? p.expert_map[static_cast<int64_t>(e) * p.map_stride] : -1;
+    e = static_cast<unsigned>(m) < E ? static_cast<unsigned>(m) : E;
+  }
+  atomicAdd(&hist[e], 1);
 }
 
 /// Step 1's histogram of the flat ids [lo, hi) (shared atomics, order-free). Contiguous i32 ids: 16-byte loads, 16
 /// ids per thread in flight (the unaligned head and the tail one id per thread); otherwise one id at a time, 8 per
 /// thread in flight.
 __device__ __forceinline__ void align_count_chunk(const AlignParams& p, int64_t lo, int64_t hi, int* hist) {
-  const int64_t tid = threadIdx.x, nt = blockDim.x;
+  constexpr int64_t nt = 32 * kMoeAlignWideWarps;
+  const int64_t tid = threadIdx.x;
   if (!p.ids_i64 && p.ids_stride == p.ids_cols) {
     const int32_t* ids = static_cast<const int32_t*>(p.ids);
     const int64_t head = min(hi - lo, static_cast<int64_t>((4 - ((reinterpret_cast<uintptr_t>(ids + lo) >> 2) & 3)) & 3));
@@ -136,19 +148,20 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
     if (trace && threadIdx.x == 0) tstamp[k] = clock64();
   };
   mark(0);
-  constexpr int W = kMoeAlignWideWarps;
-  const int E = p.E, tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
+  constexpr int W = kMoeAlignWideWarps, NT = 32 * W;
+  static_assert(kMoeAlignWideMaxExperts <= NT, "one expert per thread in steps 3 and 4");
+  const int E = p.E, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const unsigned cl = cluster_blocks(), rank = cluster_rank();
   const unsigned clusters = gridDim.x / cl, c = blockIdx.x / cl;
   const int zero = static_cast<int>(moe_align_wide_zeroed_words(E));
   int* cnt = smem;              // [W][E]: per-warp counts, then their exclusive prefix over warps
-  int* hist = cnt + W * E;      // [E] (padded to 4): ids of each expert in this block's chunk
+  int* hist = cnt + W * E;      // [E + 1]: ids of each expert in this block's chunk; [E]: skipped ids
   int* owned = smem + zero;     // [E]: ids of each expert in this block's slice
-  int* start = owned + E;       // [E + 1]: padded totals, then region starts
+  int* start = owned + E;       // [E + 1]: region starts
   int* count = start + E + 1;   // [E]: totals
   int* before = count + E;      // [E]: ids of each expert before this block's slice
   int* scratch = before + E;    // [32]
-  for (int i = tid; i < zero / 4; i += nt) reinterpret_cast<int4*>(smem)[i] = make_int4(0, 0, 0, 0);
+  for (int i = tid; i < zero / 4; i += NT) reinterpret_cast<int4*>(smem)[i] = make_int4(0, 0, 0, 0);
   const int64_t n = p.numel;
   const int lo = static_cast<int>(min(n, static_cast<int64_t>(blockIdx.x) * slice));
   const int hi = static_cast<int>(min(n, lo + slice));
@@ -163,46 +176,62 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   align_count_chunk(p, min(n, rank * chunk), min(n, (rank + 1) * chunk), hist);
   mark(2);
   // 2. Ranks within the warp.
-  const int bits = E > 1 ? 32 - __clz(E - 1) : 0;
   int* my_cnt = cnt + warp * E;
-  align_rank_slots_ballot<R>(wlo, whi, lane, bits, my_cnt, slot);
+  align_rank_slots_ballot<R>(wlo, whi, lane, my_cnt, slot);
   __syncthreads();
   mark(3);
   // 3. Warp prefixes (thread e walks expert e's 32 counters, 8 loads at a time) and the owned counts.
-  for (int e = tid; e < E; e += nt) {
+  if (tid < E) {
     int run = 0;
 #pragma unroll
     for (int w = 0; w < W; w += 8) {
-      int c[8];
+      int x[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) c[u] = cnt[(w + u) * E + e];
+      for (int u = 0; u < 8; ++u) x[u] = cnt[(w + u) * E + tid];
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
-        cnt[(w + u) * E + e] = run;
-        run += c[u];
+        cnt[(w + u) * E + tid] = run;
+        run += x[u];
       }
     }
-    owned[e] = run;
+    owned[tid] = run;
   }
   mark(4);
   cluster_arrive(cl);  // histograms and owned counts visible to the cluster
   cluster_wait(cl);
-  __syncthreads();
   mark(5);
-  // 4. Totals, ids before this slice, padded totals; region starts.
-  const unsigned first = c * (cl / clusters);  // chunks before the cluster's first owned id
-  for (int e = tid; e < E; e += nt) {
+  // 4. Thread e: expert e's total and ids before this slice (DSMEM), its padded size; region starts = exclusive
+  //    block scan of the padded sizes (warp scans, then every warp scans the 32 warp totals).
+  int padded = 0;
+  if (tid < E) {
     int all = 0, earlier = 0;
     static_assert(kMoeAlignWideMaxCluster == 8, "one group of 8 peers");
-    align_wide_peer_sums(hist, owned, e, 0, cl, rank, first, all, earlier);
-    before[e] = earlier;
-    count[e] = all;
-    start[e] = static_cast<int>(moe_round_up(all, p.block_size));
+    align_wide_peer_sums(hist, owned, tid, 0, cl, rank, c * (cl / clusters), all, earlier);
+    before[tid] = earlier;
+    count[tid] = all;
+    padded = static_cast<int>(moe_round_up(all, p.block_size));
   }
   mark(6);
-  cluster_arrive(cl);  // this block has read the peers' memory
+  cluster_arrive_relaxed(cl);  // this block has read the peers' memory
+  int incl = padded;
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) scratch[warp] = incl;
   __syncthreads();
-  block_exclusive_scan(start, E, scratch);
+  int warps_incl = scratch[lane];
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+    const int y = __shfl_up_sync(0xffffffffu, warps_incl, o);
+    if (lane >= o) warps_incl += y;
+  }
+  const int warp_base = __shfl_sync(0xffffffffu, warps_incl, (warp + 31) & 31);
+  const int total = __shfl_sync(0xffffffffu, warps_incl, 31);
+  if (tid < E) start[tid] = (warp > 0 ? warp_base : 0) + incl - padded;
+  if (tid == 0) start[E] = total;
+  __syncthreads();
   mark(7);
   // 5. The owned ids, then this block's share of the padding, expert_ids and the tail.
 #pragma unroll
