@@ -217,7 +217,10 @@ struct AlignSmem {
 inline __device__ void align_fill(const AlignParams& p, const int* start, const int* count, unsigned parts,
                                   unsigned part) {
   const int E = p.E, bs = p.block_size, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  const int gw = static_cast<int>(part) * warps + (threadIdx.x >> 5), gws = static_cast<int>(parts) * warps;
+  // Warps numbered across the parts first (warp w of part q is q + w * parts), so that consecutive experts go to
+  // different blocks and every block gets a share.
+  const int gw = static_cast<int>(part) + (threadIdx.x >> 5) * static_cast<int>(parts);
+  const int gws = static_cast<int>(parts) * warps;
   const int per = min(32, max(1, (E + gws - 1) / gws));  // experts per warp and pass
   const int total = start[E];
   for (int e0 = gw * per; e0 < E; e0 += gws * per) {
