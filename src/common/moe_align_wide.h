@@ -39,18 +39,19 @@ constexpr unsigned kMoeAlignWideMaxCluster = 8;
 /// last entry collects skipped ids), padded to a multiple of 4 (16-byte stores).
 FUSEOPS_HD int64_t moe_align_wide_zeroed_words(int64_t E) { return kMoeAlignWideWarps * E + (E + 4) / 4 * 4; }
 
-/// Shared memory words: the zeroed words, the owned counts [E], region starts [E + 1], counts [E], earlier ids
-/// [E], scan scratch [32].
-inline int64_t moe_align_wide_smem_words(int64_t E) { return moe_align_wide_zeroed_words(E) + 4 * E + 1 + 32; }
+/// Shared memory words for slices of `slice` ids: the zeroed words, the owned counts [E], region starts [E + 1],
+/// counts [E], earlier ids [E], block-local starts [E], scan scratch [64], the staging buffer [slice].
+inline int64_t moe_align_wide_smem_words(int64_t E, int64_t slice) {
+  return moe_align_wide_zeroed_words(E) + 5 * E + 1 + 64 + slice;
+}
 
 /// The wide plan for `numel` ids over E experts with clusters of up to `max_cluster` blocks (8 on sm_90; 1 before:
 /// the variant then does not apply); `min_ids` < 0 turns it off.
 inline MoeAlignWidePlan moe_align_wide_plan(int64_t numel, int64_t E, int max_cluster, int64_t budget_words,
                                             int64_t min_ids = kMoeAlignWideMinIds) {
   MoeAlignWidePlan p;
-  const int64_t smem = moe_align_wide_smem_words(E);
   if (min_ids < 0 || numel < min_ids || E > kMoeAlignWideMaxExperts || max_cluster < 2 ||
-      max_cluster > static_cast<int>(kMoeAlignWideMaxCluster) || smem > budget_words) {
+      max_cluster > static_cast<int>(kMoeAlignWideMaxCluster)) {
     return p;
   }
   int cl = 2;
@@ -61,7 +62,8 @@ inline MoeAlignWidePlan moe_align_wide_plan(int64_t numel, int64_t E, int max_cl
   const int64_t per_warp = (slice + kMoeAlignWideWarps - 1) / kMoeAlignWideWarps;
   int rounds = 1;
   while (int64_t{32} * rounds < per_warp) rounds *= 2;
-  if (rounds > kMoeAlignWideMaxRounds) return p;
+  const int64_t smem = moe_align_wide_smem_words(E, slice);
+  if (rounds > kMoeAlignWideMaxRounds || smem > budget_words) return p;
   p.clusters = c;
   p.cluster = cl;
   p.rounds = rounds;

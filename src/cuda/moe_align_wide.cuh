@@ -81,41 +81,76 @@ __device__ __forceinline__ void align_count_id(const AlignParams& p, int id, int
   atomicAdd(&hist[e], 1);
 }
 
-/// Step 1's histogram of the flat ids [lo, hi) (shared atomics, order-free). Contiguous i32 ids: 16-byte loads, 16
-/// ids per thread in flight (the unaligned head and the tail one id per thread); otherwise one id at a time, 8 per
-/// thread in flight.
-__device__ __forceinline__ void align_count_chunk(const AlignParams& p, int64_t lo, int64_t hi, int* hist) {
+/// Step 1's chunk [lo, hi): contiguous i32 ids are read with 16-byte loads from `mid` (the first 16-byte boundary
+/// at or after lo), `nv` vectors, the head [lo, mid) and the tail [mid + 4 nv, hi) one id per thread.
+struct AlignChunk {
+  int64_t lo, hi, mid, nv;
+  bool vec;
+};
+
+constexpr int kAlignChunkVectors = 4;  ///< 16-byte loads per thread in flight (16 ids)
+
+/// Step 1a, before the counters are zeroed: the chunk's split and this thread's first kAlignChunkVectors vectors
+/// (in flight while the block zeroes its counters).
+__device__ __forceinline__ AlignChunk align_chunk_preload(const AlignParams& p, int64_t lo, int64_t hi,
+                                                          int4 (&x)[kAlignChunkVectors]) {
+  constexpr int64_t nt = 32 * kMoeAlignWideWarps;
+  AlignChunk c{lo, hi, lo, 0, !p.ids_i64 && p.ids_stride == p.ids_cols};
+  if (c.vec) {
+    const int32_t* ids = static_cast<const int32_t*>(p.ids);
+    const int64_t head = (4 - ((reinterpret_cast<uintptr_t>(ids + lo) >> 2) & 3)) & 3;
+    c.mid = min(hi, lo + head);
+    c.nv = (hi - c.mid) / 4;
+    const int4* v = reinterpret_cast<const int4*>(ids + c.mid);
+#pragma unroll
+    for (int u = 0; u < kAlignChunkVectors; ++u) {
+      const int64_t b = threadIdx.x + u * nt;
+      x[u] = b < c.nv ? v[b] : make_int4(-1, -1, -1, -1);
+    }
+  }
+  return c;
+}
+
+/// Step 1b: the chunk's histogram (shared atomics, order-free), starting with the preloaded vectors; i64 or strided
+/// ids one at a time, 8 per thread in flight.
+__device__ __forceinline__ void align_chunk_count(const AlignParams& p, const AlignChunk& c,
+                                                  const int4 (&x)[kAlignChunkVectors], int* hist) {
   constexpr int64_t nt = 32 * kMoeAlignWideWarps;
   const int64_t tid = threadIdx.x;
-  if (!p.ids_i64 && p.ids_stride == p.ids_cols) {
+  if (c.vec) {
     const int32_t* ids = static_cast<const int32_t*>(p.ids);
-    const int64_t head = min(hi - lo, static_cast<int64_t>((4 - ((reinterpret_cast<uintptr_t>(ids + lo) >> 2) & 3)) & 3));
-    const int64_t mid = lo + head, nv = (hi - mid) / 4, tail = mid + 4 * nv;
-    if (tid < head) align_count_id(p, ids[lo + tid], hist);
-    if (tail + tid < hi) align_count_id(p, ids[tail + tid], hist);
-    const int4* v = reinterpret_cast<const int4*>(ids + mid);
-    constexpr int U = 4;
-    for (int64_t b = tid; b < nv; b += U * nt) {
-      int4 x[U];
+    const int4* v = reinterpret_cast<const int4*>(ids + c.mid);
+    const int64_t tail = c.mid + 4 * c.nv;
+    if (c.lo + tid < c.mid) align_count_id(p, ids[c.lo + tid], hist);
+    if (tail + tid < c.hi) align_count_id(p, ids[tail + tid], hist);
+    int4 y[kAlignChunkVectors];
 #pragma unroll
-      for (int u = 0; u < U; ++u) x[u] = b + u * nt < nv ? v[b + u * nt] : make_int4(-1, -1, -1, -1);
+    for (int u = 0; u < kAlignChunkVectors; ++u) y[u] = x[u];
+    for (int64_t b = tid; b < c.nv;) {
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        align_count_id(p, x[u].x, hist);
-        align_count_id(p, x[u].y, hist);
-        align_count_id(p, x[u].z, hist);
-        align_count_id(p, x[u].w, hist);
+      for (int u = 0; u < kAlignChunkVectors; ++u) {
+        if (b + u * nt < c.nv) {  // no atomics for the missing vectors (they would all hit the trash counter)
+          align_count_id(p, y[u].x, hist);
+          align_count_id(p, y[u].y, hist);
+          align_count_id(p, y[u].z, hist);
+          align_count_id(p, y[u].w, hist);
+        }
       }
+      b += kAlignChunkVectors * nt;
+#pragma unroll
+      for (int u = 0; u < kAlignChunkVectors; ++u) y[u] = b + u * nt < c.nv ? v[b + u * nt] : make_int4(-1, -1, -1, -1);
     }
     return;
   }
   constexpr int U = 8;
-  for (int64_t b = lo + tid; b < hi; b += U * nt) {
+  for (int64_t b = c.lo + tid; b < c.hi; b += U * nt) {
     int id[U];
 #pragma unroll
-    for (int u = 0; u < U; ++u) id[u] = b + u * nt < hi ? align_load_id(p, static_cast<int>(b + u * nt)) : -1;
+    for (int u = 0; u < U; ++u) id[u] = b + u * nt < c.hi ? align_load_id(p, static_cast<int>(b + u * nt)) : -1;
 #pragma unroll
-    for (int u = 0; u < U; ++u) align_count_id(p, id[u], hist);
+    for (int u = 0; u < U; ++u) {
+      if (b + u * nt < c.hi) align_count_id(p, id[u], hist);
+    }
   }
 }
 
@@ -160,29 +195,35 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   int* start = owned + E;       // [E + 1]: region starts
   int* count = start + E + 1;   // [E]: totals
   int* before = count + E;      // [E]: ids of each expert before this block's slice
-  int* scratch = before + E;    // [32]
-  for (int i = tid; i < zero / 4; i += NT) reinterpret_cast<int4*>(smem)[i] = make_int4(0, 0, 0, 0);
+  int* local = before + E;      // [E]: block-local starts (exclusive prefix of the owned counts)
+  int* scratch = local + E;     // [64]
+  unsigned* stage = reinterpret_cast<unsigned*>(scratch + 64);  // [slice]: (expert << 16) | (flat - lo)
   const int64_t n = p.numel;
   const int lo = static_cast<int>(min(n, static_cast<int64_t>(blockIdx.x) * slice));
   const int hi = static_cast<int>(min(n, lo + slice));
   const int per_warp = (hi - lo + W - 1) / W;
   const int wlo = min(hi, lo + warp * per_warp), whi = min(hi, wlo + per_warp);
-  // 1. Owned ids (in flight while the counters are zeroed), then the chunk's histogram.
+  // 1. Owned ids and the chunk's first ids in flight while the counters are zeroed; the chunk's histogram; then the
+  //    owned ids mapped (bad ones recorded).
   int slot[R];
-  align_load_slots<R>(p, wlo, whi, lane, slot);
+  align_load_raw<R>(p, wlo, whi, lane, slot);
+  const int64_t chunk = static_cast<int64_t>(clusters) * slice;
+  int4 first_vectors[kAlignChunkVectors];
+  const AlignChunk ch = align_chunk_preload(p, min(n, rank * chunk), min(n, (rank + 1) * chunk), first_vectors);
+  for (int i = tid; i < zero / 4; i += NT) reinterpret_cast<int4*>(smem)[i] = make_int4(0, 0, 0, 0);
   __syncthreads();  // counters zeroed
   mark(1);
-  const int64_t chunk = static_cast<int64_t>(clusters) * slice;
-  align_count_chunk(p, min(n, rank * chunk), min(n, (rank + 1) * chunk), hist);
+  align_chunk_count(p, ch, first_vectors, hist);
   mark(2);
   // 2. Ranks within the warp.
+  align_map_settle<R>(p, wlo, lane, slot);
   int* my_cnt = cnt + warp * E;
   align_rank_slots_ballot<R>(wlo, whi, lane, my_cnt, slot);
   __syncthreads();
   mark(3);
   // 3. Warp prefixes (thread e walks expert e's 32 counters, 8 loads at a time) and the owned counts.
+  int own = 0;
   if (tid < E) {
-    int run = 0;
 #pragma unroll
     for (int w = 0; w < W; w += 8) {
       int x[8];
@@ -190,18 +231,19 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
       for (int u = 0; u < 8; ++u) x[u] = cnt[(w + u) * E + tid];
 #pragma unroll
       for (int u = 0; u < 8; ++u) {
-        cnt[(w + u) * E + tid] = run;
-        run += x[u];
+        cnt[(w + u) * E + tid] = own;
+        own += x[u];
       }
     }
-    owned[tid] = run;
+    owned[tid] = own;
   }
   mark(4);
   cluster_arrive(cl);  // histograms and owned counts visible to the cluster
   cluster_wait(cl);
   mark(5);
-  // 4. Thread e: expert e's total and ids before this slice (DSMEM), its padded size; region starts = exclusive
-  //    block scan of the padded sizes (warp scans, then every warp scans the 32 warp totals).
+  // 4. Thread e: expert e's total and ids before this slice (DSMEM), its padded size; region starts and block-local
+  //    starts = exclusive block scans of the padded sizes and of the owned counts (warp scans, then every warp
+  //    scans the 32 warp totals).
   int padded = 0;
   if (tid < E) {
     int all = 0, earlier = 0;
@@ -213,33 +255,54 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   }
   mark(6);
   cluster_arrive_relaxed(cl);  // this block has read the peers' memory
-  int incl = padded;
+  int incl = padded, own_incl = own;
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
+    const int y = __shfl_up_sync(0xffffffffu, incl, o), z = __shfl_up_sync(0xffffffffu, own_incl, o);
+    if (lane >= o) {
+      incl += y;
+      own_incl += z;
+    }
   }
-  if (lane == 31) scratch[warp] = incl;
+  if (lane == 31) {
+    scratch[warp] = incl;
+    scratch[32 + warp] = own_incl;
+  }
   __syncthreads();
-  int warps_incl = scratch[lane];
+  int w_incl = scratch[lane], w_own = scratch[32 + lane];
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, warps_incl, o);
-    if (lane >= o) warps_incl += y;
+    const int y = __shfl_up_sync(0xffffffffu, w_incl, o), z = __shfl_up_sync(0xffffffffu, w_own, o);
+    if (lane >= o) {
+      w_incl += y;
+      w_own += z;
+    }
   }
-  const int warp_base = __shfl_sync(0xffffffffu, warps_incl, (warp + 31) & 31);
-  const int total = __shfl_sync(0xffffffffu, warps_incl, 31);
-  if (tid < E) start[tid] = (warp > 0 ? warp_base : 0) + incl - padded;
+  const int prev = (warp + 31) & 31;
+  const int base = __shfl_sync(0xffffffffu, w_incl, prev), own_base = __shfl_sync(0xffffffffu, w_own, prev);
+  const int total = __shfl_sync(0xffffffffu, w_incl, 31), staged = __shfl_sync(0xffffffffu, w_own, 31);
+  if (tid < E) {
+    start[tid] = (warp > 0 ? base : 0) + incl - padded;
+    local[tid] = (warp > 0 ? own_base : 0) + own_incl - own;
+  }
   if (tid == 0) start[E] = total;
   __syncthreads();
   mark(7);
-  // 5. The owned ids, then this block's share of the padding, expert_ids and the tail.
+  // 5. The owned ids to their block-local sorted positions, then copied out in that order (each expert's run of
+  //    this block lands in one piece: coalesced stores); this block's share of the padding, expert_ids and the tail.
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     if (slot[j] >= 0) {
       const int e = slot[j] >> 16;
-      p.sorted[start[e] + before[e] + my_cnt[e] + (slot[j] & 0xffff)] = wlo + 32 * j + lane;
+      stage[local[e] + my_cnt[e] + (slot[j] & 0xffff)] =
+          (static_cast<unsigned>(e) << 16) | static_cast<unsigned>(wlo + 32 * j + lane - lo);
     }
+  }
+  __syncthreads();
+  for (int q = tid; q < staged; q += NT) {
+    const unsigned v = stage[q];
+    const int e = static_cast<int>(v >> 16);
+    p.sorted[start[e] + before[e] + q - local[e]] = lo + static_cast<int>(v & 0xffffu);
   }
   mark(8);
   align_fill(p, start, count, gridDim.x, blockIdx.x);
