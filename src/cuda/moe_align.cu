@@ -1,10 +1,14 @@
-// CUDA backend of moe_align_block_size: one launch (moe_align.cuh), the variant chosen by moe_align_plan: the small
-// variant (independent blocks, each computing the whole schedule) up to kMoeAlignSmallMaxIds ids, else a thread
-// block cluster (ids per lane in registers, cluster size) or the streamed fallback.
+// CUDA backend of moe_align_block_size: one launch (moe_align.cuh, moe_align_wide.cuh): the small variant
+// (independent blocks, each computing the whole schedule) up to kMoeAlignSmallMaxIds ids; the wide variant
+// (independent clusters, each counting all ids, every block placing its own slice) where moe_align_wide_plan applies;
+// else the variant chosen by moe_align_plan: one block or a thread block cluster (ids per lane in registers,
+// cluster size) or the streamed fallback.
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/launch.h"
 #include "cuda/moe_align.cuh"
+#include "cuda/moe_align_wide.cuh"
 #include "cuda/moe_launch.h"
 #include "ops/moe_impl.h"
 
@@ -25,6 +29,58 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(A
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
   align_small(p, smem_small, gridDim.x, blockIdx.x);
+}
+
+template <int R>
+__global__ void __launch_bounds__(32 * kMoeAlignWideWarps, 1) align_wide_kernel(AlignParams p, int64_t slice,
+                                                                                int trace) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_wide[];  // align_wide zeroes with 16-byte stores
+  align_wide<R>(p, slice, smem_wide, trace);
+}
+
+/// The wide variant's id minimum: kMoeAlignWideMinIds; for A/B measurements without a rebuild the environment
+/// variable FUSEOPS_MOE_ALIGN_WIDE=0 turns the variant off (-1) and FUSEOPS_MOE_ALIGN_WIDE=<n> (n > 0) moves the
+/// minimum to n ids (the small variant still takes up to kMoeAlignSmallMaxIds).
+int64_t align_wide_min_ids() {
+  static const int64_t limit = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_WIDE");
+    if (v == nullptr || *v == '\0') return kMoeAlignWideMinIds;
+    const long long n = std::strtoll(v, nullptr, 10);
+    return n <= 0 ? int64_t{-1} : static_cast<int64_t>(n);
+  }();
+  return limit;
+}
+
+/// Phase timings (printf from the first and last block) for the first n launches when the environment sets
+/// FUSEOPS_MOE_ALIGN_TRACE=n (a measurement aid).
+int align_wide_trace() {
+  static int left = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_TRACE");
+    return v ? std::atoi(v) : 0;
+  }();
+  return left > 0 ? left-- : 0;
+}
+
+/// The wide variant (see the top of the file); false when moe_align_wide_plan does not apply.
+bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStream_t s) {
+  const int max_cluster = is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1;
+  const MoeAlignWidePlan w = moe_align_wide_plan(p.numel, p.E, max_cluster, kMoeAlignSmemWords, align_wide_min_ids());
+  if (w.clusters == 0) return false;
+  const std::size_t smem = static_cast<std::size_t>(w.smem_words) * sizeof(int);
+  const int trace = align_wide_trace() > 0 ? 1 : 0;
+  auto go = [&](auto kernel) {
+    allow_smem(kernel, smem, op);
+    launch_kernel_cluster(kernel, dim3(w.clusters * w.cluster), dim3(32 * kMoeAlignWideWarps), smem, s, device,
+                          static_cast<unsigned>(w.cluster), p, w.slice, trace);
+  };
+  switch (w.rounds) {
+    case 1: go(align_wide_kernel<1>); break;
+    case 2: go(align_wide_kernel<2>); break;
+    case 4: go(align_wide_kernel<4>); break;
+    default: go(align_wide_kernel<8>); break;
+  }
+  return true;
 }
 
 }  // namespace
@@ -70,6 +126,10 @@ void align(const char* op, const AlignArgs& args, int device, void* stream) {
   if (plan.replicas > 0) {
     allow_smem(align_small_kernel, smem, op);
     launch_kernel(align_small_kernel, dim3(plan.replicas), dim3(32 * plan.warps), smem, s, device, p);
+    after_launch(op, s, device);
+    return;
+  }
+  if (align_wide_launch(op, p, device, s)) {
     after_launch(op, s, device);
     return;
   }

@@ -116,15 +116,19 @@ __device__ __forceinline__ int align_settle(const AlignParams& p, int i, int e) 
   return e < -1 ? -1 : e;
 }
 
-/// Step 1 of the register variants: lane `lane` of the warp holding the flat ids [wlo, whi) loads its ids wlo + 32 j
-/// + lane (all in flight at once), maps them and records the bad ones; slot[j] = the expert or -1 (skipped).
+/// The first half of align_load_slots: the raw ids wlo + 32 j + lane as align_load_id reads them (all in flight).
 template <int R>
-__device__ __forceinline__ void align_load_slots(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R]) {
+__device__ __forceinline__ void align_load_raw(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R]) {
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     const int i = wlo + 32 * j + lane;
     slot[j] = i < whi ? align_load_id(p, i) : -1;
   }
+}
+
+/// The second half of align_load_slots: maps the raw ids of align_load_raw and records the bad ones.
+template <int R>
+__device__ __forceinline__ void align_map_settle(const AlignParams& p, int wlo, int lane, int (&slot)[R]) {
   if (p.expert_map) {
 #pragma unroll
     for (int j = 0; j < R; ++j) slot[j] = align_map(p, slot[j]);
@@ -133,6 +137,14 @@ __device__ __forceinline__ void align_load_slots(const AlignParams& p, int wlo, 
   for (int j = 0; j < R; ++j) {
     if (slot[j] < -1) slot[j] = align_settle(p, wlo + 32 * j + lane, slot[j]);
   }
+}
+
+/// Step 1 of the register variants: lane `lane` of the warp holding the flat ids [wlo, whi) loads its ids wlo + 32 j
+/// + lane (all in flight at once), maps them and records the bad ones; slot[j] = the expert or -1 (skipped).
+template <int R>
+__device__ __forceinline__ void align_load_slots(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R]) {
+  align_load_raw<R>(p, wlo, whi, lane, slot);
+  align_map_settle<R>(p, wlo, lane, slot);
 }
 
 /// Step 2 of the register variants (after the warp's counters `my_cnt` [E] are zeroed and visible): per round, the
@@ -217,7 +229,10 @@ struct AlignSmem {
 inline __device__ void align_fill(const AlignParams& p, const int* start, const int* count, unsigned parts,
                                   unsigned part) {
   const int E = p.E, bs = p.block_size, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-  const int gw = static_cast<int>(part) * warps + (threadIdx.x >> 5), gws = static_cast<int>(parts) * warps;
+  // Warps numbered across the parts first (warp w of part q is q + w * parts), so that consecutive experts go to
+  // different blocks and every block gets a share.
+  const int gw = static_cast<int>(part) + (threadIdx.x >> 5) * static_cast<int>(parts);
+  const int gws = static_cast<int>(parts) * warps;
   const int per = min(32, max(1, (E + gws - 1) / gws));  // experts per warp and pass
   const int total = start[E];
   for (int e0 = gw * per; e0 < E; e0 += gws * per) {

@@ -31,12 +31,12 @@ HostTensor poisoned(DType dtype, std::vector<int64_t> shape) {
   return t;
 }
 
+}  // namespace
+
 void put_id(HostTensor& t, int64_t i, int64_t v) {
   if (t.dtype() == DType::i64) static_cast<int64_t*>(t.data())[i] = v;
   else static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v);
 }
-
-}  // namespace
 
 const char* route_op_name(RouteOp op) {
   switch (op) {

@@ -53,6 +53,8 @@ struct AlignProblem {
 };
 
 HostTensor make_ids(const AlignProblem& p, uint64_t seed);
+/// Sets flat element i of an i32 or i64 ids tensor to v.
+void put_id(HostTensor& t, int64_t i, int64_t v);
 HostTensor make_expert_map(const AlignProblem& p, uint64_t seed);
 
 struct AlignOutputs {

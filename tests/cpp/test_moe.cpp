@@ -1,13 +1,11 @@
 // MoE routing ops against the golden on the CPU and CUDA backends: routers (topk_softmax, grouped_topk, moe_route)
 // over the expert counts and k of real models and odd ones, special rows (NaN, equal, +-inf, ties), T = 0, 1, 3 and
-// large; the schedule (moe_align_block_size) exactly, including the ascending-flat-index order inside each expert
-// region, padding ids, expert maps and bad ids (device error record); moe_route identical to its parts.
+// large; moe_route identical to its parts (moe_align_block_size alone: test_moe_align.cpp).
 #include <cstring>
 #include <iterator>
 #include <string>
 #include <vector>
 
-#include "common/moe_math.h"
 #include "test_util.h"
 #include "testing/moe_run.h"
 
@@ -35,11 +33,6 @@ class MoeTest : public ::testing::TestWithParam<Where> {
   void check(const RouteProblem& p) {
     const uint64_t seed = test_rng()();
     const auto c = ft::check_route(p, device_of(GetParam()), seed);
-    EXPECT_TRUE(c.pass) << p.describe() << " seed " << seed << ": " << c.violations << " violations, first: " << c.detail;
-  }
-  void check(const AlignProblem& p) {
-    const uint64_t seed = test_rng()();
-    const auto c = ft::check_align(p, device_of(GetParam()), seed);
     EXPECT_TRUE(c.pass) << p.describe() << " seed " << seed << ": " << c.violations << " violations, first: " << c.detail;
   }
   bool large() const { return GetParam() == Where::cuda; }
@@ -353,211 +346,9 @@ TEST_P(MoeTest, GroupedTopkTiesPickLowerGroupsAndExperts) {
   check(p);
 }
 
-TEST_P(MoeTest, AlignShapes) {
-  const int64_t Es[] = {8, 60, 64, 256, 1024, 4096};
-  int n = 0;
-  for (int64_t E : Es) {
-    for (int64_t T : {0, 1, 3, 200}) {
-      for (int64_t bs : {1, 16, 64}) {
-        AlignProblem p;
-        p.T = T;
-        p.k = n % 3 == 0 ? 1 : n % 3 == 1 ? 8 : 6;
-        p.E = E;
-        p.block_size = bs;
-        p.pad_sorted_ids = n % 2 == 1;
-        p.ids_dtype = n % 4 == 3 ? DType::i64 : DType::i32;
-        p.padding_fraction = n % 5 == 0 ? 0.2 : 0;
-        ++n;
-        check(p);
-      }
-    }
-  }
-}
-
-TEST_P(MoeTest, AlignExpertMapAndSkew) {
-  for (int64_t E : {8, 256, 1024}) {
-    AlignProblem p;
-    p.T = 300;
-    p.k = 8;
-    p.E = E;
-    p.block_size = 16;
-    p.expert_map = true;
-    p.padding_fraction = 0.1;
-    check(p);
-    p.expert_map = false;
-    p.skewed = true;
-    check(p);
-  }
-}
-
-// The order promise at sizes where the CUDA schedule runs as a cluster of blocks: each region lists its flat indices
-// in ascending order (the golden's stable sort), and repeated runs are bitwise identical.
-TEST_P(MoeTest, AlignDeterministicLarge) {
-  const int64_t T = large() ? 16384 : 2048;
-  AlignProblem p;
-  p.T = T;
-  p.k = 8;
-  p.E = 256;
-  p.block_size = 64;
-  check(p);
-  p.skewed = true;
-  p.block_size = 128;
-  check(p);
-  p.E = 1024;
-  p.k = 10;
-  p.skewed = false;
-  p.expert_map = true;
-  check(p);
-  const uint64_t seed = test_rng()();
-  const HostTensor ids = ft::make_ids(p, seed);
-  const HostTensor map = ft::make_expert_map(p, seed);
-  const auto a = ft::run_align(p, ids, &map, device_of(GetParam()));
-  const auto b = ft::run_align(p, ids, &map, device_of(GetParam()));
-  EXPECT_TRUE(same_bytes(a.sorted, b.sorted));
-}
-
-// The n-th alignment case of a series, `numel` ids over E experts: k 10, 8 or 1 (whichever divides numel); block
-// size (64, 16, 1, 128), skew (long runs of one expert across lanes, rounds, warps and blocks), padding ids, expert
-// maps, i64 ids and pad_sorted_ids varied with n.
-AlignProblem align_case(int64_t numel, int64_t E, int n) {
-  AlignProblem p;
-  p.k = numel > 0 && numel % 10 == 0 ? 10 : numel > 0 && numel % 8 == 0 ? 8 : 1;
-  p.T = numel / p.k;
-  p.E = E;
-  p.block_size = n % 4 == 0 ? 64 : n % 4 == 1 ? 16 : n % 4 == 2 ? 1 : 128;
-  p.skewed = n % 3 == 1;
-  p.padding_fraction = n % 5 == 2 ? 0.05 : 0;
-  p.expert_map = n % 6 == 3;
-  p.ids_dtype = n % 7 == 4 ? DType::i64 : DType::i32;
-  p.pad_sorted_ids = n % 2 == 1;
-  return p;
-}
-
-// The sizes where the CUDA schedule changes variant (fuseops::detail::moe_align_plan on sm_90): the most ids each
-// register variant takes (rounds 1 and 4 on one block; 4, 16 and 32 on a cluster of 8), so that `cap` runs one
-// variant and `cap + 1` the next (or the streamed fallback).
-std::vector<int64_t> align_switch_sizes(int64_t E) {
-  std::vector<int64_t> sizes;
-  for (int rounds : {1, 4, 16, 32}) {
-    const int64_t per_block =
-        int64_t{fuseops::detail::moe_align_warps(E, rounds, fuseops::detail::kMoeAlignSmemWords)} * 32 * rounds;
-    if (rounds <= 4) sizes.push_back(per_block);
-    if (rounds >= 4) sizes.push_back(8 * per_block);
-  }
-  return sizes;
-}
-
-TEST(MoeAlignPlan, SwitchSizesChangeVariant) {
-  for (int64_t E : {8, 60, 160, 256, 1024, 4096}) {
-    for (int64_t cap : align_switch_sizes(E)) {
-      const auto a = fuseops::detail::moe_align_plan(cap, E, 8, fuseops::detail::kMoeAlignSmemWords);
-      const auto b = fuseops::detail::moe_align_plan(cap + 1, E, 8, fuseops::detail::kMoeAlignSmemWords);
-      EXPECT_GT(a.rounds, 0) << "E " << E << " numel " << cap;
-      EXPECT_TRUE(a.rounds != b.rounds || a.cluster != b.cluster || a.replicas != b.replicas)
-          << "E " << E << " numel " << cap;
-      EXPECT_LE(a.smem_words, fuseops::detail::kMoeAlignSmemWords);
-      EXPECT_LE(b.smem_words, fuseops::detail::kMoeAlignSmemWords);
-    }
-  }
-  // Decode sizes run the small variant (no cluster); 16384 x 8 on a cluster of 8 with 16 per lane.
-  const auto decode = fuseops::detail::moe_align_plan(64 * 8, 256, 8, fuseops::detail::kMoeAlignSmemWords);
-  EXPECT_EQ(1, decode.cluster);
-  EXPECT_GT(decode.replicas, 0);
-  const auto big = fuseops::detail::moe_align_plan(16384 * 8, 256, 8, fuseops::detail::kMoeAlignSmemWords);
-  EXPECT_EQ(16, big.rounds);
-  EXPECT_EQ(8, big.cluster);
-}
-
-// The small variant: up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts, off above either (and
-// when the id limit is -1); more blocks for more output words or experts, at most kMoeAlignSmallMaxBlocks.
-TEST(MoeAlignPlan, SmallVariantSwitch) {
-  using namespace fuseops::detail;
-  const int64_t n = kMoeAlignSmallMaxIds, emax = kMoeAlignSmallMaxExperts;
-  EXPECT_GT(moe_align_plan(0, 8, 8, kMoeAlignSmemWords, 128).replicas, 0);
-  EXPECT_GT(moe_align_plan(n, emax, 8, kMoeAlignSmemWords, 1 << 20).replicas, 0);
-  EXPECT_EQ(0, moe_align_plan(n + 1, 8, 8, kMoeAlignSmemWords, 1 << 20).replicas);
-  EXPECT_EQ(0, moe_align_plan(1, emax + 1, 8, kMoeAlignSmemWords, 64).replicas);
-  EXPECT_EQ(0, moe_align_plan(0, 8, 8, kMoeAlignSmemWords, 128, -1).replicas);
-  const auto small = moe_align_plan(n, emax, 8, kMoeAlignSmemWords, 1 << 20);
-  EXPECT_EQ(kMoeAlignSmallWarps, small.warps);
-  EXPECT_EQ(kMoeAlignSmallMaxBlocks, small.replicas);
-  EXPECT_LE(small.smem_words, kMoeAlignSmemWords);
-  EXPECT_EQ(1, moe_align_plan(2, 8, 8, kMoeAlignSmemWords, 128 + 2).replicas);  // Mixtral, 1 token
-  EXPECT_EQ(kMoeAlignSmallMaxBlocks, moe_align_plan(640, 512, 8, kMoeAlignSmemWords, 32896 + 514).replicas);
-  EXPECT_LT(moe_align_plan(16, 8, 8, kMoeAlignSmemWords, 3000).replicas,
-            moe_align_plan(16, 8, 8, kMoeAlignSmemWords, 9000).replicas);
-}
-
-// The small variant against the golden at and around its id and expert limits, the ids per lane (rounds of 32 per
-// warp of 8) and the block counts it picks (one block for Mixtral decode, the most for E 512 x 640 ids): exact
-// schedules, the ascending-flat-index order inside each region, the cases varied as align_case says. On the CPU
-// backend the same cases check the CPU schedule.
-TEST_P(MoeTest, AlignSmallVariant) {
-  const int64_t n = fuseops::detail::kMoeAlignSmallMaxIds, emax = fuseops::detail::kMoeAlignSmallMaxExperts;
-  struct Case {
-    int64_t numel, E;
-  };
-  const Case cases[] = {{0, 8},       {1, 8},        {2, 8},        {31, 60},       {32, 160},      {33, 256},
-                        {255, 512},   {256, 128},    {640, 512},    {257, 128},     {767, 1024},    {768, 256},
-                        {769, 8},     {n - 1, 1024}, {n, emax},     {n, 8},         {n + 1, 256},   {n + 1, 8},
-                        {100, emax},  {100, emax + 1}, {640, 4096}, {128, 128},     {512, 256},     {160, 512}};
-  int i = 0;
-  for (const Case& c : cases) check(align_case(c.numel, c.E, i++));
-}
-
-// Every variant of the CUDA schedule on both sides of every switch: exact schedules against the golden, the
-// ascending-flat-index order inside each region included, the cases varied as align_case says.
-TEST_P(MoeTest, AlignVariantSwitches) {
-  if (!large()) GTEST_SKIP() << "the switch sizes are those of the CUDA schedule (up to 164K ids)";
-  int n = 0;
-  for (int64_t E : {8, 60, 160, 256, 1024, 4096}) {
-    for (int64_t cap : align_switch_sizes(E)) {
-      for (int64_t numel : {cap, cap + 1}) check(align_case(numel, E, n++));
-    }
-  }
-}
-
-TEST_P(MoeTest, AlignBadIdsAreSkippedAndRecorded) {
-  fuseops::clear_errors();
-  AlignProblem p;
-  p.T = 50;
-  p.k = 4;
-  p.E = 16;
-  p.block_size = 8;
-  const uint64_t seed = test_rng()();
-  HostTensor ids = ft::make_ids(p, seed);
-  auto* v = static_cast<int32_t*>(ids.data());
-  v[17] = 16;   // >= E
-  v[90] = -7;   // < -1
-  v[120] = 1000;
-  v[3] = -1;    // padding: skipped silently
-  const auto out = ft::run_align(p, ids, nullptr, device_of(GetParam()));
-  const auto sz = fuseops::moe_align_sizes(p.T * p.k, p.E, p.block_size);
-  const auto g = fuseops::reference::align(ids, p.E, p.block_size, sz.sorted_len, sz.blocks, nullptr);
-  const auto c = fuseops::reference::compare_align(g, out.sorted, out.expert_ids, out.total);
-  EXPECT_TRUE(c.pass) << c.detail;
-  EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value,
-                     {"moe_align_block_size: topk_ids", "index 17"}));
-  EXPECT_NO_THROW(fuseops::check_errors());
-
-  // A bad map entry: recorded against expert_map with the global id.
-  p.expert_map = true;
-  HostTensor map = ft::make_expert_map(p, seed);
-  ids = ft::make_ids(p, seed);
-  v = static_cast<int32_t*>(ids.data());
-  for (int64_t i = 0; i < ids.numel(); ++i) v[i] = static_cast<int32_t>(i % p.E);
-  static_cast<int32_t*>(map.data())[5] = 99;
-  const auto out2 = ft::run_align(p, ids, &map, device_of(GetParam()));
-  const auto g2 = fuseops::reference::align(ids, p.E, p.block_size, sz.sorted_len, sz.blocks, &map);
-  const auto c2 = fuseops::reference::compare_align(g2, out2.sorted, out2.expert_ids, out2.total);
-  EXPECT_TRUE(c2.pass) << c2.detail;
-  EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value,
-                     {"moe_align_block_size: expert_map", "index 5"}));
-}
-
 TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
-  // Sizes on both sides of the fused paths' token limits.
-  for (int64_t T : {0, 1, 16, 64, 300}) {
+  // Sizes on both sides of the fused paths' token limits; 600 x 8 ids run the wide schedule variant on CUDA.
+  for (int64_t T : {0, 1, 16, 64, 300, 600}) {
     RouteProblem p = grouped_problem(T, 256, 8, 8, 4, true, MoeScoring::sigmoid);
     p.op = RouteOp::moe_route;
     check_route_and_parts(p);
