@@ -32,11 +32,10 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(A
 }
 
 template <int R>
-__global__ void __launch_bounds__(32 * kMoeAlignWideWarps, 1) align_wide_kernel(AlignParams p, int64_t slice,
-                                                                                int trace) {
+__global__ void __launch_bounds__(32 * kMoeAlignWideWarps, 1) align_wide_kernel(AlignParams p, int64_t slice) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_wide[];  // align_wide zeroes with 16-byte stores
-  align_wide<R>(p, slice, smem_wide, trace);
+  align_wide<R>(p, slice, smem_wide);
 }
 
 /// The wide variant's id minimum: kMoeAlignWideMinIds; for A/B measurements without a rebuild the environment
@@ -52,27 +51,16 @@ int64_t align_wide_min_ids() {
   return limit;
 }
 
-/// Phase timings (printf from the first and last block) for the first n launches when the environment sets
-/// FUSEOPS_MOE_ALIGN_TRACE=n (a measurement aid).
-int align_wide_trace() {
-  static int left = [] {
-    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_TRACE");
-    return v ? std::atoi(v) : 0;
-  }();
-  return left > 0 ? left-- : 0;
-}
-
 /// The wide variant (see the top of the file); false when moe_align_wide_plan does not apply.
 bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStream_t s) {
   const int max_cluster = is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1;
   const MoeAlignWidePlan w = moe_align_wide_plan(p.numel, p.E, max_cluster, kMoeAlignSmemWords, align_wide_min_ids());
   if (w.clusters == 0) return false;
   const std::size_t smem = static_cast<std::size_t>(w.smem_words) * sizeof(int);
-  const int trace = align_wide_trace() > 0 ? 1 : 0;
   auto go = [&](auto kernel) {
     allow_smem(kernel, smem, op);
     launch_kernel_cluster(kernel, dim3(w.clusters * w.cluster), dim3(32 * kMoeAlignWideWarps), smem, s, device,
-                          static_cast<unsigned>(w.cluster), p, w.slice, trace);
+                          static_cast<unsigned>(w.cluster), p, w.slice);
   };
   switch (w.rounds) {
     case 1: go(align_wide_kernel<1>); break;

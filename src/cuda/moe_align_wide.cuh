@@ -177,12 +177,7 @@ __device__ __forceinline__ void align_wide_peer_sums(int* hist, int* owned, int 
 /// blocks of kMoeAlignWideWarps warps, with moe_align_wide_smem_words(E) ints of shared memory (16-byte aligned);
 /// R: ids per lane of the slice.
 template <int R>
-inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem, int trace) {
-  __shared__ long long tstamp[12];
-  auto mark = [&](int k) {
-    if (trace && threadIdx.x == 0) tstamp[k] = clock64();
-  };
-  mark(0);
+inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem) {
   constexpr int W = kMoeAlignWideWarps, NT = 32 * W;
   static_assert(kMoeAlignWideMaxExperts <= NT, "one expert per thread in steps 3 and 4");
   const int E = p.E, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -212,15 +207,12 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   const AlignChunk ch = align_chunk_preload(p, min(n, rank * chunk), min(n, (rank + 1) * chunk), first_vectors);
   for (int i = tid; i < zero / 4; i += NT) reinterpret_cast<int4*>(smem)[i] = make_int4(0, 0, 0, 0);
   __syncthreads();  // counters zeroed
-  mark(1);
   align_chunk_count(p, ch, first_vectors, hist);
-  mark(2);
   // 2. Ranks within the warp.
   align_map_settle<R>(p, wlo, lane, slot);
   int* my_cnt = cnt + warp * E;
   align_rank_slots_ballot<R>(wlo, whi, lane, my_cnt, slot);
   __syncthreads();
-  mark(3);
   // 3. Warp prefixes (thread e walks expert e's 32 counters, 8 loads at a time) and the owned counts.
   int own = 0;
   if (tid < E) {
@@ -237,10 +229,8 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
     }
     owned[tid] = own;
   }
-  mark(4);
   cluster_arrive(cl);  // histograms and owned counts visible to the cluster
   cluster_wait(cl);
-  mark(5);
   // 4. Thread e: expert e's total and ids before this slice (DSMEM), its padded size; region starts and block-local
   //    starts = exclusive block scans of the padded sizes and of the owned counts (warp scans, then every warp
   //    scans the 32 warp totals).
@@ -253,7 +243,6 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
     count[tid] = all;
     padded = static_cast<int>(moe_round_up(all, p.block_size));
   }
-  mark(6);
   cluster_arrive_relaxed(cl);  // this block has read the peers' memory
   int incl = padded, own_incl = own;
 #pragma unroll
@@ -287,7 +276,6 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   }
   if (tid == 0) start[E] = total;
   __syncthreads();
-  mark(7);
   // 5. The owned ids to their block-local sorted positions, then copied out in that order (each expert's run of
   //    this block lands in one piece: coalesced stores); this block's share of the padding, expert_ids and the tail.
 #pragma unroll
@@ -304,18 +292,8 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
     const int e = static_cast<int>(v >> 16);
     p.sorted[start[e] + before[e] + q - local[e]] = lo + static_cast<int>(v & 0xffffu);
   }
-  mark(8);
   align_fill(p, start, count, gridDim.x, blockIdx.x);
-  mark(9);
   cluster_wait(cl);  // no block leaves while another may still read its histogram or owned counts
-  mark(10);
-  if (trace && threadIdx.x == 0 && (blockIdx.x == 0 || blockIdx.x == gridDim.x - 1)) {
-    printf("align_wide trace block %u: zero+load %lld count %lld rank %lld prefix %lld barrier %lld dsmem %lld "
-           "scan %lld scatter %lld fill %lld wait %lld total %lld cycles\n", blockIdx.x, tstamp[1] - tstamp[0],
-           tstamp[2] - tstamp[1], tstamp[3] - tstamp[2], tstamp[4] - tstamp[3], tstamp[5] - tstamp[4],
-           tstamp[6] - tstamp[5], tstamp[7] - tstamp[6], tstamp[8] - tstamp[7], tstamp[9] - tstamp[8],
-           tstamp[10] - tstamp[9], tstamp[10] - tstamp[0]);
-  }
 }
 
 }  // namespace fuseops::detail::cuda
