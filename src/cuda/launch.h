@@ -43,7 +43,9 @@ bool env_switched_off(const char* name);
 /// environment sets FUSEOPS_PDL=0 (cached).
 bool pdl_enabled(int device);
 
-/// Whether `device` has compute capability >= 9.0 (thread block clusters, PDL) (cached).
+/// Whether thread block clusters and PDL may be used on `device` (cached): its compute capability is >= 9.0 and the
+/// code the driver runs there was compiled for sm_90 or newer (common/cuda_arch.h; below sm_90 the device-side
+/// cluster and PDL helpers are no-ops).
 bool is_sm90_or_newer(int device);
 
 /// launch_kernel() for a kernel that runs as thread block clusters of `cluster_x` blocks (sm_90+; grid.x must be a

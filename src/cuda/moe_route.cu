@@ -140,7 +140,7 @@ void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int
   // would spill hundreds of bytes per thread, past what L1 holds beside the schedule's shared memory).
   const bool spills = r.bias.data != nullptr && route_vpt(r.E) >= 16;
   if (r.T > kFusedMaxTokens || spills || warps < 1 || (chunk * r.k + warps - 1) / warps > 32) {
-    route(op, r, device, stream);
+    if (r.T > 0) route(op, r, device, stream);  // no tokens: nothing to route (a grid of 0 blocks is an error)
     align(op, a, device, stream);
     return;
   }

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/cuda_arch.h"
 #include "cuda/device_error.h"
 #include "cuda/launch.h"
 #include "fuseops/version.h"
@@ -67,10 +68,15 @@ bool is_sm90_or_newer(int device) {
   if (device < 0 || device >= 64) return false;
   int state = cache[device].load(std::memory_order_relaxed);
   if (state == 0) {
-    int major = 0;
+    int major = 0, minor = 0;
     check_cuda(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "fuseops",
                "compute capability");
-    state = major >= 9 ? 2 : 1;
+    check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "fuseops",
+               "compute capability");
+    // The code that runs must have been compiled for sm_90+ too (common/cuda_arch.h); an unreadable list
+    // ("native", "all") leaves the device's capability to decide.
+    const int code = cuda_code_arch(FUSEOPS_CUDA_ARCH_LIST, major, minor);
+    state = major >= 9 && (code < 0 || code >= 90) ? 2 : 1;
     cache[device].store(state, std::memory_order_relaxed);
   }
   return state == 2;
