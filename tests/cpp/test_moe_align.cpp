@@ -181,8 +181,10 @@ TEST_P(MoeAlignTest, AlignSmallVariant) {
   for (const Case& c : cases) check(align_case(c.numel, c.E, i++));
 }
 
-// Every variant of the CUDA schedule on both sides of every switch: exact schedules against the golden, the
-// ascending-flat-index order inside each region included, the cases varied as align_case says.
+// The one-block / cluster / streamed variants of the CUDA schedule on both sides of their switches (the wide variant
+// takes most of these sizes at E <= 1024 on sm_90 unless FUSEOPS_MOE_ALIGN_WIDE=0; its own switches are in
+// AlignWideVariantSwitches): exact schedules against the golden, the ascending-flat-index order inside each region
+// included, the cases varied as align_case says.
 TEST_P(MoeAlignTest, AlignVariantSwitches) {
   if (!large()) GTEST_SKIP() << "the switch sizes are those of the CUDA schedule (up to 164K ids)";
   int n = 0;
