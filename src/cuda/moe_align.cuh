@@ -147,22 +147,42 @@ __device__ __forceinline__ void align_load_slots(const AlignParams& p, int wlo, 
   align_map_settle<R>(p, wlo, lane, slot);
 }
 
+/// The lanes of the warp holding the same id as this lane (__match_any_sync).
+struct MatchPeers {
+  __device__ __forceinline__ unsigned operator()(int e) const { return __match_any_sync(0xffffffffu, e); }
+};
+
 /// Step 2 of the register variants (after the warp's counters `my_cnt` [E] are zeroed and visible): per round, the
-/// lanes of one expert find each other with __match_any_sync and take consecutive ranks in lane order after the
-/// warp's running count of that expert; slot[j] becomes (expert << 16) | rank, or -1.
-template <int R>
-__device__ __forceinline__ void align_rank_slots(int wlo, int whi, int lane, int* my_cnt, int (&slot)[R]) {
+/// lanes of one expert find each other (`peers_of(e)`: the mask of the lanes holding expert e, needed for e >= 0
+/// only) and take consecutive ranks in lane order after the warp's running count of that expert; slot[j] becomes
+/// (expert << 16) | rank, or -1.
+template <int R, typename Peers = MatchPeers>
+__device__ __forceinline__ void align_rank_slots(int wlo, int whi, int lane, int* my_cnt, int (&slot)[R],
+                                                 Peers peers_of = {}) {
   const unsigned lt = (1u << lane) - 1u;
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     if (wlo + 32 * j >= whi) break;  // warp-uniform
     const int e = slot[j];
-    const unsigned peers = __match_any_sync(0xffffffffu, e);
+    const unsigned peers = peers_of(e);
     const int r = e >= 0 ? my_cnt[e] + __popc(peers & lt) : 0;
     __syncwarp();
     if (e >= 0 && (peers & lt) == 0) my_cnt[e] += __popc(peers);
     __syncwarp();
     slot[j] = e >= 0 ? (e << 16) | r : -1;
+  }
+}
+
+/// Inclusive prefix sums over the lanes of a warp, of each of the N values x[0..N) (shuffles up, log2 32 steps).
+template <int N>
+__device__ __forceinline__ void warp_inclusive_scan(int (&x)[N], int lane) {
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {
+#pragma unroll
+    for (int v = 0; v < N; ++v) {
+      const int y = __shfl_up_sync(0xffffffffu, x[v], o);
+      if (lane >= o) x[v] += y;
+    }
   }
 }
 
@@ -173,25 +193,17 @@ __device__ __forceinline__ void block_exclusive_scan(int* v, int n, int* scratch
   const int per = (n + nt - 1) / nt, lo = min(n, tid * per), hi = min(n, lo + per);
   int sum = 0;
   for (int e = lo; e < hi; ++e) sum += v[e];
-  int incl = sum;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
-  if (lane == 31) scratch[warp] = incl;
+  int incl[1] = {sum};
+  warp_inclusive_scan(incl, lane);
+  if (lane == 31) scratch[warp] = incl[0];
   __syncthreads();
   if (warp == 0) {
-    int w = lane < static_cast<int>(nt >> 5) ? scratch[lane] : 0;
-#pragma unroll
-    for (int o = 1; o < 32; o <<= 1) {
-      const int y = __shfl_up_sync(0xffffffffu, w, o);
-      if (lane >= o) w += y;
-    }
-    scratch[lane] = w;  // inclusive over warps
+    int w[1] = {lane < static_cast<int>(nt >> 5) ? scratch[lane] : 0};
+    warp_inclusive_scan(w, lane);
+    scratch[lane] = w[0];  // inclusive over warps
   }
   __syncthreads();
-  int run = incl - sum + (warp > 0 ? scratch[warp - 1] : 0);
+  int run = incl[0] - sum + (warp > 0 ? scratch[warp - 1] : 0);
   for (int e = lo; e < hi; ++e) {
     const int x = v[e];
     v[e] = run;
@@ -437,14 +449,7 @@ inline __device__ void align_small(const AlignParams& p, int* smem, unsigned par
     own[v] = (run + bs - 1) / bs * bs;
     incl[v] = own[v];
   }
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-#pragma unroll
-    for (int v = 0; v < VMAX; ++v) {
-      const int y = __shfl_up_sync(0xffffffffu, incl[v], o);
-      if (lane >= o) incl[v] += y;
-    }
-  }
+  warp_inclusive_scan(incl, lane);
   if (lane == 31) {
 #pragma unroll
     for (int v = 0; v < VMAX; ++v) scratch[v * W + warp] = incl[v];

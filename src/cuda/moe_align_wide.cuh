@@ -51,22 +51,10 @@ __device__ __forceinline__ unsigned align_peers(int e) {
   return m;
 }
 
-/// Step 2: align_rank_slots with ballot peers (the warp's counters `my_cnt` zeroed and visible).
-template <int R>
-__device__ __forceinline__ void align_rank_slots_ballot(int wlo, int whi, int lane, int* my_cnt, int (&slot)[R]) {
-  const unsigned lt = (1u << lane) - 1u;
-#pragma unroll
-  for (int j = 0; j < R; ++j) {
-    if (wlo + 32 * j >= whi) break;  // warp-uniform
-    const int e = slot[j];
-    const unsigned peers = align_peers(e);
-    const int r = e >= 0 ? my_cnt[e] + __popc(peers & lt) : 0;
-    __syncwarp();
-    if (e >= 0 && (peers & lt) == 0) my_cnt[e] += __popc(peers);
-    __syncwarp();
-    slot[j] = e >= 0 ? (e << 16) | r : -1;
-  }
-}
+/// align_peers as the peer finder of align_rank_slots (step 2).
+struct BallotPeers {
+  __device__ __forceinline__ unsigned operator()(int e) const { return align_peers(e); }
+};
 
 /// Counts one raw id of a chunk (after the map, if any) in `hist` [E + 1]: ids outside [0, E) and map entries
 /// outside [0, E) go to the trash counter hist[E], which is never read (no branch around the atomic; bad ids are
@@ -211,7 +199,7 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   // 2. Ranks within the warp.
   align_map_settle<R>(p, wlo, lane, slot);
   int* my_cnt = cnt + warp * E;
-  align_rank_slots_ballot<R>(wlo, whi, lane, my_cnt, slot);
+  align_rank_slots<R>(wlo, whi, lane, my_cnt, slot, BallotPeers{});
   __syncthreads();
   // 3. Warp prefixes (thread e walks expert e's 32 counters, 8 loads at a time) and the owned counts.
   int own = 0;
@@ -244,29 +232,17 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
     padded = static_cast<int>(moe_round_up(all, p.block_size));
   }
   cluster_arrive_relaxed(cl);  // this block has read the peers' memory
-  int incl = padded, own_incl = own;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, o), z = __shfl_up_sync(0xffffffffu, own_incl, o);
-    if (lane >= o) {
-      incl += y;
-      own_incl += z;
-    }
-  }
+  int in_warp[2] = {padded, own};  // inclusive sums over the warp's threads
+  warp_inclusive_scan(in_warp, lane);
+  const int incl = in_warp[0], own_incl = in_warp[1];
   if (lane == 31) {
     scratch[warp] = incl;
     scratch[32 + warp] = own_incl;
   }
   __syncthreads();
-  int w_incl = scratch[lane], w_own = scratch[32 + lane];
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, w_incl, o), z = __shfl_up_sync(0xffffffffu, w_own, o);
-    if (lane >= o) {
-      w_incl += y;
-      w_own += z;
-    }
-  }
+  int over_warps[2] = {scratch[lane], scratch[32 + lane]};  // inclusive sums over the warps
+  warp_inclusive_scan(over_warps, lane);
+  const int w_incl = over_warps[0], w_own = over_warps[1];
   const int prev = (warp + 31) & 31;
   const int base = __shfl_sync(0xffffffffu, w_incl, prev), own_base = __shfl_sync(0xffffffffu, w_own, prev);
   const int total = __shfl_sync(0xffffffffu, w_incl, 31), staged = __shfl_sync(0xffffffffu, w_own, 31);
