@@ -92,7 +92,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
 /// The token recurrence for any number of tokens (decode), as FLA `fused_recurrent_gated_delta_rule(q, k, v, g,
 /// beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: q, k, v, g (raw, absent:
 /// 0), beta (absent: 1) as in chunk_gated_delta_rule; l2 normalisation in f32, not re-rounded. initial_state
-/// (optional, read-only): [N, HV, K, V] f32 / f16 / bf16, contiguous. o (out): [B, T, HV, V] f32 / f16 / bf16; final_state (out,
+/// (optional, read-only): [N, HV, K, V] f32 / f16 / bf16, contiguous. o (out): [B, T, HV, V] in q's dtype; final_state (out,
 /// optional): [N, HV, K, V] f32. Outputs contiguous.
 void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k,
                                       TensorView v, const TensorView* g, const TensorView* beta,

@@ -76,6 +76,10 @@ void record_host_error(uint32_t site, int64_t index) {
   }
 }
 
+void raise_recorded_in_debug(bool recorded) {
+  if (recorded && debug_mode()) check_errors(-1);
+}
+
 namespace {
 DeviceErrorRecord take_host_record() {
   std::lock_guard<std::mutex> lock(g_host_mutex);
@@ -105,7 +109,7 @@ void check_index_range(const char* op, const char* arg, TensorView values, int64
                                                  : static_cast<const int64_t*>(values.data)[off];
     if (v < 0 || v >= bound) record_host_error(site, i);
   }
-  if (debug_mode()) check_errors(-1);
+  raise_recorded_in_debug(true);
 }
 
 }  // namespace detail

@@ -31,11 +31,15 @@ void backward(const ActAndMulBackwardArgs& a) {
 template <Act A>
 void masked(const MaskedActArgs& a) {
   const int64_t es = static_cast<int64_t>(dtype_size(a.dtype));
+  bool bad = false;
   for (int64_t e = 0; e < a.E; ++e) {
     const int64_t i = e * a.m_stride;
     const int64_t m = a.m_dtype == DType::i32 ? static_cast<const int32_t*>(a.masked_m)[i]
                                               : static_cast<const int64_t*>(a.masked_m)[i];
-    if (m < 0 || m > a.T_max) record_host_error(a.site, e);
+    if (m < 0 || m > a.T_max) {
+      record_host_error(a.site, e);
+      bad = true;
+    }
     const int64_t rows = m < 0 ? 0 : m > a.T_max ? a.T_max : m;
     // The valid rows of expert e as matrices: gate = the first d columns of input, up = the next d.
     RowMatrix out{static_cast<char*>(a.out) + e * a.out_stride_e * es, rows, a.d, a.out_stride_t, a.dtype};
@@ -45,6 +49,7 @@ void masked(const MaskedActArgs& a) {
     up.data = static_cast<char*>(gate.data) + a.d * es;
     forward<A>(ActAndMulArgs{a.act, out, gate, up});
   }
+  raise_recorded_in_debug(bad);
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ void for_each_sequence(const GdnGeometry& geo, Fn fn) {
     }
     fn(n, s);
   }
-  if (bad && debug_mode()) check_errors(-1);
+  raise_recorded_in_debug(bad);
 }
 
 /// Calls fn(batch, first token, valid rows) for every chunk of every sequence, in order (see for_each_sequence).

@@ -169,12 +169,16 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
   const int64_t K = a.geo.K, V = a.V, HV = a.geo.HV, group = HV / a.geo.H, KV = K * V;
   std::vector<float> S(static_cast<std::size_t>(KV)), q(static_cast<std::size_t>(K)), k(q.size()),
       v(static_cast<std::size_t>(V)), sk(v.size());
+  bool recorded = false;  // a bad pool index or accepted count
   for_each_sequence(a.geo, [&](int64_t n, const SeqBounds& s) {
     const int64_t len = s.eos - s.bos;
     int64_t start = -1;
-    if (a.pool) {
+    if (a.pool_form) {
       const PoolSeq ps = pool_sequence(a, n, len);
-      if (ps.bad_site) record_host_error(ps.bad_site, ps.bad_index);
+      if (ps.bad_site) {
+        record_host_error(ps.bad_site, ps.bad_index);
+        recorded = true;
+      }
       start = ps.start;
       if (start < 0) {  // padding: o rows are 0, no state read or written
         for (int64_t t = s.bos; t < s.eos; ++t) {
@@ -188,7 +192,7 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
     }
     for (int64_t hv = 0; hv < HV; ++hv) {
       const int64_t hk = hv / group;
-      if (a.pool) {
+      if (a.pool_form) {
         for (int64_t e = 0; e < KV; ++e) S[e] = load(a.pool, a.pool_dtype, (start * HV + hv) * KV + e);
       } else {
         for (int64_t e = 0; e < KV; ++e) S[e] = a.h0 ? load(a.h0, a.h0_dtype, (n * HV + hv) * KV + e) : 0.f;
@@ -231,10 +235,13 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
           for (int64_t r = 0; r < K; ++r) o += S[r * V + c] * q[r];
           store(a.o.data, a.o.dtype, ob + c, a.scale * o);
         }
-        if (a.pool) {
+        if (a.pool_form) {
           bool bad = false;
           const int64_t slot = pool_write_slot(a, n, t - s.bos, len, &bad);
-          if (bad && hv == 0) record_host_error(a.idx_site, a.idx_cols > 0 ? n * a.idx_cols + (t - s.bos) : n);
+          if (bad && hv == 0) {
+            record_host_error(a.idx_site, a.idx_cols > 0 ? n * a.idx_cols + (t - s.bos) : n);
+            recorded = true;
+          }
           if (slot >= 0) {
             for (int64_t e = 0; e < KV; ++e) store(a.pool, a.pool_dtype, (slot * HV + hv) * KV + e, S[e]);
           }
@@ -245,6 +252,7 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
       }
     }
   });
+  raise_recorded_in_debug(recorded);
 }
 
 }  // namespace fuseops::detail::cpu

@@ -159,7 +159,7 @@ void align(const AlignArgs& a) {
     for (int64_t b = start[e] / bs; b < start[e + 1] / bs; ++b) a.expert_ids[b] = static_cast<int32_t>(e);
   }
   *a.total = static_cast<int32_t>(total);
-  if (bad && debug_mode()) check_errors(-1);
+  raise_recorded_in_debug(bad);
 }
 
 }  // namespace fuseops::detail::cpu

@@ -84,7 +84,7 @@ void rope(const RopeArgs& a) {
     rotate_heads(a, a.q, t, valid, c.data(), s.data());
     if (a.k.data) rotate_heads(a, a.k, t, valid, c.data(), s.data());
   }
-  if (bad_seen && debug_mode()) check_errors(-1);
+  raise_recorded_in_debug(bad_seen);
 }
 
 }  // namespace fuseops::detail::cpu

@@ -24,6 +24,8 @@ const char* error_site_arg(uint32_t site);
 DeviceErrorRecord* host_error_record();
 /// Records a bad value found by a CPU kernel (first site wins, smallest index kept).
 void record_host_error(uint32_t site, int64_t index);
+/// End of a CPU op that recorded bad values (`recorded`): in debug mode (FUSEOPS_DEBUG) raises them at the op.
+void raise_recorded_in_debug(bool recorded);
 
 #if defined(FUSEOPS_WITH_CUDA)
 /// The record of CUDA device `device`, allocated on first use (also during stream capture).

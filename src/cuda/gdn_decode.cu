@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
     if (sb.bad && leader) record_device_error(prm.errors, a.geo.cu_site, n);
     const int64_t len = sb.eos - sb.bos;
     float S[kMaxRows][4];
-    if (a.pool) {
+    if (a.pool_form) {
       const PoolSeq ps = pool_sequence(a, n, len);
       if (ps.bad_site && leader) record_device_error(prm.errors, ps.bad_site, ps.bad_index);
       if (ps.start < 0) {  // padding: o rows 0, nothing read or written
@@ -259,7 +259,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
         for (int e = 0; e < 4; ++e) S[j][e] = fmaf(kr, vp[e], S[j][e]);
       }
       if (warp == 0 && lane < 8) store4(a.o.data, a.o.dtype, gdn::at(a.o, sb.batch, t, hv) + col, ncols, false, o);
-      if (a.pool) {
+      if (a.pool_form) {
         const int64_t slot = write_slot(a, n, t - sb.bos, len, leader, prm.errors);
         if (slot >= 0) {
           const int64_t base = (slot * HV + hv) * KV;
@@ -364,7 +364,7 @@ struct WarpUnit {
     sb = sequence_bounds(a.geo, n);
     ps = PoolSeq{-1, 0u, 0};
     src = nullptr;
-    if (a.pool) {
+    if (a.pool_form) {
       ps = pool_sequence(a, n, sb.eos - sb.bos);
       if (ps.start >= 0) src = static_cast<const ST*>(a.pool) + (ps.start * HV + hv) * KV;
     } else if (a.h0) {
@@ -427,7 +427,7 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
     const bool active = u.active;
     const SeqBounds sb = u.sb;
     const int64_t len = sb.eos - sb.bos;
-    const bool padding = a.pool && u.ps.start < 0;  // o rows 0, nothing read or written
+    const bool padding = a.pool_form && u.ps.start < 0;  // o rows 0, nothing read or written
     // The first token's inputs are loaded before the next unit is staged, so that their latency overlaps that of
     // the next unit's pool slot (the staging waits for it).
     const HeadGate hg = head_gate(a, hv);
@@ -446,7 +446,7 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
     stage_commit();
     const bool leader = hv == 0 && u.sl == 0 && lane == 0;  // records bad device values once per sequence
     if (sb.bad && leader) record_device_error(prm.errors, a.geo.cu_site, n);
-    if (a.pool) {
+    if (a.pool_form) {
       if (u.ps.bad_site && leader) record_device_error(prm.errors, u.ps.bad_site, u.ps.bad_index);
       if (padding) {
         if (kg == 0 && active) {
@@ -527,7 +527,7 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
         for (int e = 0; e < 4; ++e) S[j][e] = fmaf(k[j], vp[e], S[j][e]);
       }
       if (kg == 0 && active) store4(a.o.data, a.o.dtype, gdn::at(a.o, sb.batch, t, hv) + col, 4, prm.o_vec, o);
-      if (a.pool) {
+      if (a.pool_form) {
         const int64_t slot = write_slot(a, n, t - sb.bos, len, leader, prm.errors);
         if (slot >= 0 && active) {
           ST* dst = static_cast<ST*>(a.pool) + (slot * HV + hv) * KV;
@@ -590,7 +590,7 @@ void launch_warp_kernel(int kg, const DecodeArgs& a, const WarpParams& prm, cuda
 
 void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* stream) {
   const char* op = a.fused_gating ? "fused_sigmoid_gating_delta_rule_update"
-                   : a.pool       ? "fused_recurrent_gated_delta_rule_update"
+                   : a.pool_form  ? "fused_recurrent_gated_delta_rule_update"
                                   : "fused_recurrent_gated_delta_rule";
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
@@ -604,7 +604,7 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* str
     prm.v_vec = aligned16(a.v.data) && a.v.stride_b % 4 == 0 && a.v.stride_t % 4 == 0 && a.v.stride_h % 4 == 0;
     prm.o_vec = aligned16(a.o.data);
     prm.errors = cuda_error_record(device);
-    const DType state_dtype = a.pool ? a.pool_dtype : a.h0 ? a.h0_dtype : DType::f32;
+    const DType state_dtype = a.pool_form ? a.pool_dtype : a.h0 ? a.h0_dtype : DType::f32;
     with_float_type(state_dtype, [&](auto tag) {
       launch_warp_kernel<typename decltype(tag)::type>(kg, a, prm, s, device, op);
     });

@@ -522,7 +522,9 @@ Device check_decode(const char* op, const TensorView& o, const TensorView& q, co
                     const TensorView& v, std::optional<double> scale, bool l2norm, const TensorView* cu,
                     DecodeArgs& a) {
   const auto [B, T, H, HV, K, V] = check_qkv(op, q, k, v, "v");
-  check_output(op, "o", o, kFloat, {B, T, HV, V}, "[B, T, HV, V]");
+  check_same_dtype(op, "k", k, "q", q);  // as chunk_gated_delta_rule (FLA: one dtype, o = q.new_empty)
+  check_same_dtype(op, "v", v, "q", q);
+  check_output(op, "o", o, {q.dtype}, {B, T, HV, V}, "[B, T, HV, V]");
   const Device device = common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v", &v}});
   a.geo = geometry(B, T, H, HV, K, 64);
   attach_cu_seqlens(op, cu, device, a.geo);
@@ -582,6 +584,7 @@ void check_pool(const char* op, const TensorView& pool, const TensorView& idx, c
     a.acc_dtype = acc->dtype;
     a.acc_site = error_site(op, "num_accepted_tokens");
   }
+  a.pool_form = true;
   a.pool = pool.data;
   a.pool_dtype = pool.dtype;
   a.pool_slots = pool.shape[0];

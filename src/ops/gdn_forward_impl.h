@@ -50,7 +50,7 @@ struct FwdOArgs {
   float scale = 1.f;
 };
 
-/// The decode recurrence: FLA form (h0 / ht) or pool form (pool != null).
+/// The decode recurrence: FLA form (h0 / ht) or pool form (pool_form).
 struct DecodeArgs {
   GdnGeometry geo;
   int64_t V = 0;
@@ -67,7 +67,8 @@ struct DecodeArgs {
   const void* h0 = nullptr;  ///< [N, HV, K, V] contiguous, optional
   DType h0_dtype = DType::f32;
   float* ht = nullptr;  ///< [N, HV, K, V] f32 contiguous, optional
-  // pool form
+  // pool form (pool_form; `pool` may be null when S = 0: then every index is padding or bad, nothing is read)
+  bool pool_form = false;
   void* pool = nullptr;  ///< [S, HV, K, V] contiguous
   DType pool_dtype = DType::f32;
   int64_t pool_slots = 0;

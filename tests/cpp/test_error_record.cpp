@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "core/index_check.h"
+#include "fuseops/activation.h"
+#include "fuseops/gdn_forward.h"
 #include "test_util.h"
 
 namespace fuseops_test {
@@ -131,6 +133,45 @@ TEST(DebugMode, OpRaisesAtTheOp) {
     EXPECT_NE(std::string(e.what()).find("test_op: ids: value out of range at index 2 ("), std::string::npos) << e.what();
   }
   EXPECT_NO_THROW(fuseops::check_errors());
+  // Ops whose CPU kernels record a bad device value raise it themselves: a masked activation (masked_m past T_max)
+  // and the pool-form decode (a pool index past S).
+  const auto raises_at_op = [](const char* what, const auto& call, const std::string& message) {
+    try {
+      call();
+      ADD_FAILURE() << what << " did not raise in debug mode";
+    } catch (const fuseops::Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::device_value) << what;
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+    EXPECT_NO_THROW(fuseops::check_errors()) << what;
+  };
+  {
+    std::vector<float> in(2 * 2 * 8, 0.5f), out(2 * 2 * 4, 0.f);
+    std::vector<int32_t> m = {3, 1};
+    raises_at_op(
+        "silu_and_mul_masked",
+        [&] {
+          fuseops::silu_and_mul_masked(TensorView(out.data(), DType::f32, Device::cpu(), {2, 2, 4}),
+                                       TensorView(in.data(), DType::f32, Device::cpu(), {2, 2, 8}),
+                                       TensorView(m.data(), DType::i32, Device::cpu(), {2}));
+        },
+        "silu_and_mul_masked: masked_m: value out of range at index 0 (");
+  }
+  {
+    std::vector<float> q(2 * 4, 0.25f), v(2 * 4, 1.f), o(2 * 4, 0.f), pool(1 * 4 * 4, 0.f);
+    std::vector<int64_t> idx = {0, 5};
+    raises_at_op(
+        "fused_recurrent_gated_delta_rule_update",
+        [&] {
+          const TensorView qv(q.data(), DType::f32, Device::cpu(), {2, 1, 1, 4});
+          fuseops::fused_recurrent_gated_delta_rule_update(
+              TensorView(o.data(), DType::f32, Device::cpu(), {2, 1, 1, 4}),
+              TensorView(pool.data(), DType::f32, Device::cpu(), {1, 1, 4, 4}), qv, qv,
+              TensorView(v.data(), DType::f32, Device::cpu(), {2, 1, 1, 4}), nullptr, nullptr, std::nullopt,
+              TensorView(idx.data(), DType::i64, Device::cpu(), {2}));
+        },
+        "fused_recurrent_gated_delta_rule_update: ssm_state_indices: value out of range at index 1 (");
+  }
   if (cuda_available()) {
     HostTensor host(DType::i64, {5});
     for (int k = 0; k < 5; ++k) host.set(0, k, static_cast<float>(ids[k]));

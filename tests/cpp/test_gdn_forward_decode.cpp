@@ -237,6 +237,16 @@ TEST_P(GdnDecode, BadIndicesAreRecorded) {
     acc.accepted = {1, 5};
     acc.bad_rows = {1};
     run_pool_case(GetParam(), acc, rng);
+    // an empty pool (S = 0, no data): every index is padding (-1, o rows 0) or bad (recorded), in both forms
+    for (bool gating : {false, true}) {
+      PoolCase empty;
+      empty.s = fixed(3, 1, 1, 2, K, 32, f32);
+      empty.slots = 0;
+      empty.idx = {-1, 5, -1};
+      empty.bad_rows = {1};
+      empty.fused_gating = gating;
+      run_pool_case(GetParam(), empty, rng);
+    }
     fuseops::clear_errors();
   }
 }
