@@ -25,3 +25,31 @@ def bool_arg(op, name, v):
                                                                  and v.numel() == 1):
         return bool(v)
     raise ValueError(f"{op}: {name}: expected a bool, got {v!r}")
+
+
+def float_arg(op, name, v):
+    """A real number (int, float, numpy / torch scalar) as a float; a bool, a string or None is an error."""
+    if isinstance(v, (bool, str, bytes)) or type(v).__name__ == "bool_" or v is None:
+        raise ValueError(f"{op}: {name}: expected a number, got {v!r}")
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ValueError(f"{op}: {name}: expected a number, got {v!r}") from None
+
+
+def tensor_arg(op, name, t, optional=False):
+    """A torch.Tensor (or None when ``optional``); anything else is an error naming the argument."""
+    if (t is None and optional) or isinstance(t, torch.Tensor):
+        return t
+    raise ValueError(f"{op}: {name}: expected a torch.Tensor{' or None' if optional else ''}, got {type(t).__name__}")
+
+
+def forward_only(op, **tensors):
+    """The op has no backward in fuseops: refuse inputs that require grad while grad mode is on, rather than return
+    outputs that silently drop the graph (call it under torch.no_grad() / torch.inference_mode(), or detach)."""
+    if not torch.is_grad_enabled():
+        return
+    for name, t in tensors.items():
+        if isinstance(t, torch.Tensor) and t.requires_grad:
+            raise RuntimeError(f"{op}: {name}: requires grad, but fuseops implements the forward only (no backward); "
+                               "call it under torch.no_grad() or detach the inputs")

@@ -29,14 +29,10 @@ Rules for every function here:
 import torch
 from torch.autograd.function import once_differentiable
 
+from ._args import tensor_arg
 from ._ops import ops
 
 _APPROXIMATE = ("none", "tanh")
-
-
-def _check_tensor(op, name, t):
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{op}: {name}: expected a torch.Tensor, got {type(t).__name__}")
 
 
 def _vllm_hint(vllm_name):
@@ -161,7 +157,7 @@ class _SplitActAndMul(torch.autograd.Function):
 
 
 def _fused(op, input, approximate, out):
-    _check_tensor(op, "input", input)
+    tensor_arg(op, "input", input)
     if input.requires_grad and torch.is_grad_enabled():
         _no_out_with_grad(op, out)
         return _FusedActAndMul.apply(input, approximate, op)
@@ -177,8 +173,8 @@ def _fused(op, input, approximate, out):
 
 
 def _split(op, gate, up, approximate, out):
-    _check_tensor(op, "gate", gate)
-    _check_tensor(op, "up", up)
+    tensor_arg(op, "gate", gate)
+    tensor_arg(op, "up", up)
     if (gate.requires_grad or up.requires_grad) and torch.is_grad_enabled():
         _no_out_with_grad(op, out)
         return _SplitActAndMul.apply(gate, up, approximate)
@@ -267,7 +263,7 @@ def gelu_and_mul_split(gate, up, approximate="none", *, out=None):
 
 def _backward_call(op, dout, gate, up, approximate, dgate, dup):
     for name, t in (("dout", dout), ("gate", gate), ("up", up)):
-        _check_tensor(op, name, t)
+        tensor_arg(op, name, t)
     if dgate is None:
         dgate = dout.new_empty(dout.shape)
     if dup is None:
@@ -317,8 +313,8 @@ _gelu_and_mul_masked = ops.gelu_and_mul_masked.default
 
 
 def _masked(op, input, masked_m, approximate, out):
-    _check_tensor(op, "input", input)
-    _check_tensor(op, "masked_m", masked_m)
+    tensor_arg(op, "input", input)
+    tensor_arg(op, "masked_m", masked_m)
     if input.dim() != 3:
         raise ValueError(f"{op}: input: expected rank 3 [E, T_max, 2*d], got {list(input.shape)}")
     if input.requires_grad and torch.is_grad_enabled():

@@ -7,13 +7,14 @@ natural-log chunk-local cumsum returned by :func:`chunk_local_cumsum` with ``sca
 log2-scaled values to exp2 internally; those are not accepted). docs/ops/gdn.md has the math and tolerances.
 
 Errors: ``ValueError`` naming the argument for bad shapes, dtypes, devices, chunk sizes; a malformed ``cu_seqlens``
-is reported by :func:`fuseops.check_errors` (the ops never synchronise). Forward only, as FLA's functions: the
-outputs do not require grad.
+is reported by :func:`fuseops.check_errors` (the ops never synchronise). Forward only: an input that requires grad
+while grad mode is on is a RuntimeError (FLA's chunk_gated_delta_rule has a backward; fuseops has none yet), so a
+graph is never dropped silently; call the functions under torch.no_grad() / torch.inference_mode().
 """
 
 import torch
 
-from ._args import bool_arg, int_arg
+from ._args import bool_arg, float_arg, forward_only, int_arg
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -88,6 +89,7 @@ def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None
         [B, T, HV] float32.
     """
     op = "chunk_local_cumsum"
+    forward_only(op, g=g)
     cu_seqlens = _check_cu(op, cu_seqlens)
     reverse = bool_arg(op, "reverse", reverse)
     _no_chunk_indices(op, chunk_indices)
@@ -96,7 +98,7 @@ def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None
     _check_rank(op, "g", g, 3, "[B, T, HV]")
     chunk_size = _check_chunk_size(op, chunk_size)
     out = torch.empty(g.shape, dtype=torch.float32, device=g.device)
-    ops.chunk_local_cumsum(out, g, chunk_size, cu_seqlens, reverse, None if scale is None else float(scale))
+    ops.chunk_local_cumsum(out, g, chunk_size, cu_seqlens, reverse, None if scale is None else float_arg(op, "scale", scale))
     return out
 
 
@@ -109,6 +111,7 @@ def chunk_scaled_dot_kkt_fwd(k, g=None, beta=None, cu_seqlens=None, chunk_size=6
     float16 / bfloat16. Returns A [B, T, HV, BT], every element written.
     """
     op = "chunk_scaled_dot_kkt_fwd"
+    forward_only(op, k=k, g=g, beta=beta)
     cu_seqlens = _check_cu(op, cu_seqlens)
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
@@ -127,6 +130,7 @@ def solve_tril(A, cu_seqlens=None, chunk_indices=None, output_dtype=torch.float)
     """(I + A)^{-1} per chunk, as FLA ``solve_tril``: A [B, T, HV, BT] strictly lower per chunk (only those entries
     are read); returns [B, T, HV, BT] in ``output_dtype`` (unit lower triangular, zeros elsewhere)."""
     op = "solve_tril"
+    forward_only(op, A=A)
     cu_seqlens = _check_cu(op, cu_seqlens)
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "A", A, 4, "[B, T, HV, BT]")
@@ -145,6 +149,7 @@ def chunk_gated_delta_rule_fwd_kkt_solve(k, g=None, beta=None, cu_seqlens=None, 
     ``output_dtype`` defaults to ``k.dtype``. Returns [B, T, HV, BT].
     """
     op = "chunk_gated_delta_rule_fwd_kkt_solve"
+    forward_only(op, k=k, g=g, beta=beta)
     cu_seqlens = _check_cu(op, cu_seqlens)
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
     _check_optional(op, "g", g)
@@ -166,7 +171,7 @@ def chunk_gated_delta_rule_fwd_kkt_solve(k, g=None, beta=None, cu_seqlens=None, 
 # FLA keyword arguments fuseops does not implement: passing one (whatever its value) is a ValueError naming it.
 _UNSUPPORTED_CHUNK = ("use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v_first", "transpose_state_layout",
                       "use_gate_in_kernel", "A_log", "dt_bias", "head_first", "cu_seqlens_cpu", "chunk_indices",
-                      "cp_context", "gk", "gv")
+                      "cp_context", "gk", "gv", "is_kda")
 
 
 # Values of those arguments that ask for what fuseops does anyway (FLA's defaults): accepted, so drop-in callers that
@@ -174,7 +179,7 @@ _UNSUPPORTED_CHUNK = ("use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v
 _DEFAULT_CHUNK = {"use_beta_sigmoid_in_kernel": False, "allow_neg_eigval": False, "state_v_first": False,
                   "transpose_state_layout": False, "use_gate_in_kernel": False, "A_log": None, "dt_bias": None,
                   "head_first": False, "cu_seqlens_cpu": None, "chunk_indices": None, "cp_context": None, "gk": None,
-                  "gv": None}
+                  "gv": None, "is_kda": False}
 
 
 def _reject_kwargs(op, kwargs, allowed=()):
@@ -216,6 +221,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     Unsupported FLA keyword arguments (state_v_first, use_gate_in_kernel, head_first, ...) raise ValueError.
     """
     op = "chunk_gated_delta_rule"
+    forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
@@ -228,7 +234,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     ht = None
     if output_final_state:
         ht = torch.empty((_num_seqs(q, cu_seqlens), HV, q.shape[3], V), dtype=torch.float32, device=q.device)
-    ops.chunk_gated_delta_rule(o, ht, q, k, v, g, beta, None if scale is None else float(scale), initial_state,
+    ops.chunk_gated_delta_rule(o, ht, q, k, v, g, beta, None if scale is None else float_arg(op, "scale", scale), initial_state,
                                bool(use_qk_l2norm_in_kernel), cu_seqlens, chunk_size)
     return o, ht
 
@@ -237,6 +243,7 @@ def recompute_w_u_fwd(k, v, beta, A, g=None, cu_seqlens=None, chunk_indices=None
     """w = A (beta e^g k), u = A (beta v) per chunk, as FLA ``recompute_w_u_fwd``. ``g``: natural-log chunk-local
     cumsum (float32) or None. Returns (w [B, T, HV, K] in k.dtype, u [B, T, HV, V] in v.dtype)."""
     op = "recompute_w_u_fwd"
+    forward_only(op, k=k, v=v, beta=beta, A=A, g=g)
     cu_seqlens = _check_cu(op, cu_seqlens)
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
@@ -258,6 +265,7 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, initial_state=None, output_fin
     include/fuseops/gdn_forward.h, gdn_chunk_slots), not FLA's compacted chunk list.
     """
     op = "chunk_gated_delta_rule_fwd_h"
+    forward_only(op, k=k, w=w, u=u, g=g, initial_state=initial_state)
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     save_new_value = bool_arg(op, "save_new_value", save_new_value)
@@ -282,13 +290,14 @@ def chunk_fwd_o(q, k, v, h, g=None, scale=None, cu_seqlens=None, chunk_size=64, 
     """o = scale (e^g q h + causal gated (q k^T) v) per chunk, as FLA ``chunk_fwd_o``; ``v`` is v_new and ``h`` the
     per-chunk states of :func:`chunk_gated_delta_rule_fwd_h`. Returns o [B, T, HV, V] in v.dtype."""
     op = "chunk_fwd_o"
+    forward_only(op, q=q, k=k, v=v, h=h, g=g)
     cu_seqlens = _check_cu(op, cu_seqlens)
     _reject_kwargs(op, kwargs)
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     chunk_size = _check_chunk_size(op, chunk_size)
     o = _out_like(op, "v", v, v.shape)
-    ops.chunk_fwd_o(o, q, k, v, h, g, q.shape[3] ** -0.5 if scale is None else float(scale), chunk_size, cu_seqlens)
+    ops.chunk_fwd_o(o, q, k, v, h, g, q.shape[3] ** -0.5 if scale is None else float_arg(op, "scale", scale), chunk_size, cu_seqlens)
     return o
 
 
@@ -305,6 +314,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     :func:`fuseops.check_errors` (and its sequence treated as padding). Returns (o, initial_state).
     """
     op = "fused_recurrent_gated_delta_rule"
+    forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
@@ -312,7 +322,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     _reject_kwargs(op, kwargs)
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     o = _out_like(op, "v", v, v.shape)
-    sc = None if scale is None else float(scale)
+    sc = None if scale is None else float_arg(op, "scale", scale)
     if ssm_state_indices is not None or inplace_final_state:
         if initial_state is None or ssm_state_indices is None:
             raise ValueError(f"{op}: ssm_state_indices: expected a tensor together with the state pool initial_state "
@@ -352,6 +362,7 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     ``a``, ``b``: [B, T, HV], or vLLM's 2-D [B * T, HV] (the tokens of q / v flattened). Returns o [B, T, HV, V] in
     v.dtype."""
     op = "fused_sigmoid_gating_delta_rule_update"
+    forward_only(op, A_log=A_log, a=a, dt_bias=dt_bias, q=q, k=k, v=v, b=b, initial_state_source=initial_state_source)
     cu_seqlens = _check_cu(op, cu_seqlens)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
     _reject_kwargs(op, kwargs)
@@ -360,8 +371,9 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     b = _per_token(op, "b", b, v)
     o = _out_like(op, "v", v, v.shape)
     ops.fused_sigmoid_gating_delta_rule_update(o, initial_state_source, A_log, a, dt_bias, q, k, v, b,
-                                               None if scale is None else float(scale),
+                                               None if scale is None else float_arg(op, "scale", scale),
                                                _index_rows(initial_state_indices), _index_rows(num_accepted_tokens),
                                                bool(use_qk_l2norm_in_kernel), cu_seqlens,
-                                               float(softplus_beta), float(softplus_threshold))
+                                               float_arg(op, "softplus_beta", softplus_beta),
+                                               float_arg(op, "softplus_threshold", softplus_threshold))
     return o

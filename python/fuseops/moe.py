@@ -11,20 +11,10 @@ Not differentiable (routing decisions are discrete; vLLM's are not either).
 
 import torch
 
-from ._args import bool_arg, int_arg
+from ._args import bool_arg, float_arg, int_arg, tensor_arg
 from ._ops import ops
 
 _SCORING = ("softmax", "sigmoid")
-
-
-def _check_tensor(op, name, t):
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{op}: {name}: expected a tensor, got {type(t).__name__}")
-
-
-def _check_real(op, name, v):
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise ValueError(f"{op}: {name}: expected a float, got {v!r}")
 
 
 def _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor):
@@ -33,7 +23,7 @@ def _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor):
     int_arg(op, "n_group", n_group, 1)
     int_arg(op, "topk_group", topk_group, 1)
     bool_arg(op, "renormalize", renormalize)
-    _check_real(op, "routed_scaling_factor", routed_scaling_factor)
+    float_arg(op, "routed_scaling_factor", routed_scaling_factor)
 
 
 def _check_topk(op, topk, E):
@@ -42,7 +32,7 @@ def _check_topk(op, topk, E):
 
 
 def _rows(op, name, t):
-    _check_tensor(op, name, t)
+    tensor_arg(op, name, t)
     if t.dim() != 2:
         raise ValueError(f"{op}: {name}: expected rank 2 [T, E], got {list(t.shape)}")
     return t.shape[0]
@@ -69,6 +59,7 @@ def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, i
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)
     src = torch.empty((T, topk), dtype=torch.int32, device=dev)
+    tensor_arg(op, "correction_bias", correction_bias, optional=True)
     ops.topk_softmax.default(w, ids, src, gating_output, renormalize, correction_bias)
     return w, ids, src
 
@@ -96,6 +87,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     w = torch.empty((T, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=scores.device)
+    tensor_arg(op, "bias", bias, optional=True)
     ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, float(routed_scaling_factor),
                              scoring)
     return w, ids
@@ -135,7 +127,7 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
     """
     op = "moe_align_block_size"
     pad_sorted_ids = bool_arg(op, "pad_sorted_ids", pad_sorted_ids)
-    _check_tensor(op, "topk_ids", topk_ids)
+    tensor_arg(op, "topk_ids", topk_ids)
     int_arg(op, "block_size", block_size, 1)
     int_arg(op, "num_experts", num_experts, 1)
     n, blocks = _align_sizes(topk_ids.numel(), num_experts, block_size, pad_sorted_ids)
@@ -171,6 +163,7 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
     expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)
     total = torch.empty((1,), dtype=torch.int32, device=dev)
+    tensor_arg(op, "bias", bias, optional=True)
     ops.moe_route.default(w, ids, sorted_ids, expert_ids, total, gating_output, bias, scoring, n_group, topk_group,
                           renormalize, float(routed_scaling_factor), block_size)
     return w, ids, sorted_ids, expert_ids, total

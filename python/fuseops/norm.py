@@ -21,14 +21,10 @@ Errors: ValueError naming the argument; RuntimeError when an input requires grad
 
 import torch
 
+from ._args import forward_only
 from ._ops import ops
 
 _layer_norm_fwd = ops.layer_norm_fwd.default
-
-
-def _no_grad(op, *tensors):
-    if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors):
-        raise RuntimeError(f"{op}: the backward of the gated norm is not implemented in fuseops (forward only)")
 
 
 def _group(op, group_size):
@@ -57,7 +53,7 @@ def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=
     """
     op = "layer_norm_fwd"
     _check_x(op, x)
-    _no_grad(op, x, weight, bias, z)
+    forward_only(op, x=x, weight=weight, bias=bias, z=z)
     g = _group(op, group_size)
     N = x.shape[-1]
     M = x.numel() // N if N else 0
@@ -72,7 +68,7 @@ def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=
 
 def _norm_fn(op, x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm):
     _check_x(op, x)
-    _no_grad(op, x, weight, bias, z)
+    forward_only(op, x=x, weight=weight, bias=bias, z=z)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     g = _group(op, group_size)
     try:

@@ -209,6 +209,59 @@ def test_scalar_arguments_are_checked():
             call()
 
 
+def test_number_arguments_and_decode_dtypes():
+    # scale / softplus_* are numbers (not strings or bools); q, k, v of one dtype in the decode ops too
+    q, k, v, g, beta, _ = inputs(1, 2, 1, 2, 8, 8, torch.float32, "cpu")
+    for call in (lambda: fuseops.chunk_gated_delta_rule(q, k, v, g, beta, scale="x"),
+                 lambda: fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, scale=True)):
+        with pytest.raises(ValueError, match=r"_rule: scale: expected a number"):
+            call()
+    with pytest.raises(ValueError, match="fused_recurrent_gated_delta_rule: k: expected dtype f32 .the dtype of q."):
+        fuseops.fused_recurrent_gated_delta_rule(q, k.bfloat16(), v, g, beta)
+    pool = torch.zeros(2, 2, 8, 8)
+    A_log, dt_bias, a, b = torch.zeros(2), torch.zeros(2), torch.zeros(1, 2, 2), torch.zeros(1, 2, 2)
+    sg = fuseops.fused_sigmoid_gating_delta_rule_update
+    with pytest.raises(ValueError, match="fused_sigmoid_gating_delta_rule_update: softplus_threshold: expected a number"):
+        sg(A_log, a, dt_bias, 1.0, "20", q, k, v, b, pool, torch.tensor([0]))
+    with pytest.raises(ValueError, match="fused_sigmoid_gating_delta_rule_update: v: expected dtype"):
+        sg(A_log, a, dt_bias, 1.0, 20.0, q, k, v.half(), b, pool, torch.tensor([0]))
+    # SGLang's is_kda=False is the default layout: accepted; True is not supported
+    o = sg(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool.clone(), torch.tensor([0]), is_kda=False)
+    assert torch.equal(o, sg(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool.clone(), torch.tensor([0])))
+    with pytest.raises(ValueError, match="fused_sigmoid_gating_delta_rule_update: is_kda: not supported"):
+        sg(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool, torch.tensor([0]), is_kda=True)
+
+
+def test_inputs_requiring_grad_are_refused():
+    # Forward only: an input that requires grad (grad mode on) is an error, never a silently dropped graph.
+    q, k, v, g, beta, h0 = inputs(1, 4, 1, 2, 8, 8, torch.float32, "cpu")
+    wq = q.clone().requires_grad_()
+    with pytest.raises(RuntimeError, match="chunk_gated_delta_rule: q: requires grad"):
+        fuseops.chunk_gated_delta_rule(wq, k, v, g, beta)
+    with pytest.raises(RuntimeError, match="fused_recurrent_gated_delta_rule: beta: requires grad"):
+        fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta.clone().requires_grad_())
+    with pytest.raises(RuntimeError, match="chunk_scaled_dot_kkt_fwd: k: requires grad"):
+        fuseops.chunk_scaled_dot_kkt_fwd(k.clone().requires_grad_())
+    with torch.no_grad():
+        o, _ = fuseops.chunk_gated_delta_rule(wq, k, v, g, beta)
+    assert torch.allclose(o, fuseops.chunk_gated_delta_rule(q, k, v, g, beta)[0])
+
+
+def test_empty_pool_is_all_padding():
+    # S = 0 (a tensor without data): index -1 is padding (o = 0), any other index is recorded and its sequence padding
+    q, k, v, g, beta, _ = inputs(2, 1, 1, 1, 4, 4, torch.float32, "cpu")
+    fuseops.clear_errors()
+    o, _ = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=torch.zeros(0, 1, 4, 4),
+                                                    ssm_state_indices=torch.tensor([-1, -1], dtype=torch.int32))
+    assert torch.count_nonzero(o) == 0
+    fuseops.check_errors()
+    o, _ = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=torch.zeros(0, 1, 4, 4),
+                                                    ssm_state_indices=torch.tensor([-1, 5], dtype=torch.int32))
+    assert torch.count_nonzero(o) == 0
+    with pytest.raises(ValueError, match="ssm_state_indices: value out of range at index 1"):
+        fuseops.check_errors()
+
+
 def test_chunk_errors_name_the_op_the_user_called():
     # The arguments that size the workspace (q, v, cu_seqlens) are checked before the op runs: still a ValueError
     # naming chunk_gated_delta_rule, not the workspace query.

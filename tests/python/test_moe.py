@@ -128,10 +128,22 @@ def test_errors():
         fuseops.grouped_topk(torch.randn(2, 256), 8, 4, 8, 1)
     with pytest.raises(ValueError, match="grouped_topk: n_group: expected an int"):
         fuseops.grouped_topk(torch.randn(2, 256), 8.0, 4, 8, True)
-    with pytest.raises(ValueError, match="grouped_topk: routed_scaling_factor: expected a float"):
+    with pytest.raises(ValueError, match="grouped_topk: routed_scaling_factor: expected a number"):
         fuseops.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, "2.5")
     with pytest.raises(ValueError, match="moe_route: topk_group: expected an int"):
         fuseops.moe_route(torch.randn(2, 256), 8, 16, scoring="sigmoid", n_group=8, topk_group=True)
+    # a bias that is not a tensor; vLLM's grouped_topk with a float or negative topk
+    with pytest.raises(ValueError, match="topk_softmax: correction_bias: expected a torch.Tensor or None, got list"):
+        fuseops.topk_softmax(torch.randn(2, 3), 2, correction_bias=[1.0, 2.0, 3.0])
+    with pytest.raises(ValueError, match="grouped_topk: bias: expected a torch.Tensor or None"):
+        fuseops.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, bias=[0.0] * 256)
+    vllm = fuseops.compat.vllm
+    with pytest.raises(ValueError, match="grouped_topk: topk: expected an int"):
+        vllm.grouped_topk(torch.randn(2, 256), 8, 4, 4.0, True, 1.0, None)
+    with pytest.raises(ValueError, match="grouped_topk: topk: expected an int"):
+        vllm.grouped_topk(torch.randn(2, 256), 8, 4, -1, True, 1.0, None)
+    with pytest.raises(ValueError, match="grouped_topk: routed_scaling_factor: expected a number"):
+        vllm.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, True, None)
     # flags are bools, not truthy values
     with pytest.raises(ValueError, match="topk_softmax: renormalize: expected a bool"):
         fuseops.topk_softmax(torch.randn(2, 8), 2, renormalize="no")

@@ -7,7 +7,7 @@ out [..., d], input [..., 2*d]; dtypes float32 / float16 / bfloat16. Numerics: o
 may differ from vLLM's (two roundings) by 1 ulp (docs/ops/activation.md). Errors: ValueError naming the argument.
 """
 
-from .._args import bool_arg
+from .._args import bool_arg, float_arg, int_arg, tensor_arg
 from .._ops import ops
 
 
@@ -38,13 +38,19 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     scoring_func 1 is sigmoid; 0 ("none": scores already probabilities) is not supported (ValueError)."""
     import torch
 
+    op = "grouped_topk"
     if scoring_func != 1:
-        raise ValueError(f"grouped_topk: scoring_func: expected 1 (sigmoid), got {scoring_func!r}")
-    renormalize = bool_arg("grouped_topk", "renormalize", renormalize)
+        raise ValueError(f"{op}: scoring_func: expected 1 (sigmoid), got {scoring_func!r}")
+    renormalize = bool_arg(op, "renormalize", renormalize)
+    tensor_arg(op, "scores", scores)
+    tensor_arg(op, "bias", bias, optional=True)
+    n_group = int_arg(op, "n_group", n_group, 1)
+    topk_group = int_arg(op, "topk_group", topk_group, 1)
+    topk = int_arg(op, "topk", topk, 1, 32)
+    routed_scaling_factor = float_arg(op, "routed_scaling_factor", routed_scaling_factor)
     w = torch.empty((scores.shape[0], topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((scores.shape[0], topk), dtype=torch.int32, device=scores.device)
-    ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, float(routed_scaling_factor),
-                             "sigmoid")
+    ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, routed_scaling_factor, "sigmoid")
     return w, ids
 
 
