@@ -12,13 +12,14 @@ namespace {
 
 constexpr std::initializer_list<DType> kFloatTypes = {DType::f32, DType::f16, DType::bf16};
 
-Act gelu_act(GeluApproximate approximate) {
+/// The activation of a gelu op `op` (named in the error for a bad enum value).
+Act gelu_act(const char* op, GeluApproximate approximate) {
   switch (approximate) {
     case GeluApproximate::none: return Act::gelu;
     case GeluApproximate::tanh: return Act::gelu_tanh;
   }
-  throw Error(ErrorKind::invalid_argument,
-              "gelu: approximate: expected none | tanh, got code " + std::to_string(static_cast<int>(approximate)));
+  throw Error(ErrorKind::invalid_argument, std::string(op) + ": approximate: expected none | tanh, got code " +
+                                               std::to_string(static_cast<int>(approximate)));
 }
 
 void run_forward(const char* op, const ActAndMulArgs& args, const Device& device, Stream stream) {
@@ -182,7 +183,8 @@ void silu_and_mul(TensorView out, TensorView input, Stream stream) {
 }
 
 void gelu_and_mul(TensorView out, TensorView input, GeluApproximate approximate, Stream stream) {
-  detail::fused_forward("gelu_and_mul", detail::gelu_act(approximate), out, input, stream);
+  const char* op = "gelu_and_mul";
+  detail::fused_forward(op, detail::gelu_act(op, approximate), out, input, stream);
 }
 
 void gelu_tanh_and_mul(TensorView out, TensorView input, Stream stream) {
@@ -195,7 +197,8 @@ void silu_and_mul_split(TensorView out, TensorView gate, TensorView up, Stream s
 
 void gelu_and_mul_split(TensorView out, TensorView gate, TensorView up, GeluApproximate approximate,
                         Stream stream) {
-  detail::split_forward("gelu_and_mul_split", detail::gelu_act(approximate), out, gate, up, stream);
+  const char* op = "gelu_and_mul_split";
+  detail::split_forward(op, detail::gelu_act(op, approximate), out, gate, up, stream);
 }
 
 void silu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, TensorView gate, TensorView up,
@@ -205,7 +208,8 @@ void silu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, Te
 
 void gelu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, TensorView gate, TensorView up,
                            GeluApproximate approximate, Stream stream) {
-  detail::backward("gelu_and_mul_backward", detail::gelu_act(approximate), dgate, dup, dout, gate, up, stream);
+  const char* op = "gelu_and_mul_backward";
+  detail::backward(op, detail::gelu_act(op, approximate), dgate, dup, dout, gate, up, stream);
 }
 
 void silu_and_mul_masked(TensorView out, TensorView input, TensorView masked_m, Stream stream) {
@@ -214,7 +218,8 @@ void silu_and_mul_masked(TensorView out, TensorView input, TensorView masked_m, 
 
 void gelu_and_mul_masked(TensorView out, TensorView input, TensorView masked_m, GeluApproximate approximate,
                          Stream stream) {
-  detail::masked_forward("gelu_and_mul_masked", detail::gelu_act(approximate), out, input, masked_m, stream);
+  const char* op = "gelu_and_mul_masked";
+  detail::masked_forward(op, detail::gelu_act(op, approximate), out, input, masked_m, stream);
 }
 
 }  // namespace fuseops

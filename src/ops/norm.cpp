@@ -60,7 +60,9 @@ void run(const char* op, TensorView out, const TensorView* mean, const TensorVie
                   "a group of at most " + std::to_string(kMaxNormGroup) + " elements (held on chip)",
                   std::to_string(G));
   }
-  if (!std::isfinite(eps) || eps < 0) fail_argument(op, "eps", "a finite value >= 0", std::to_string(eps));
+  if (!std::isfinite(eps) || eps < 0 || !std::isfinite(static_cast<float>(eps))) {
+    fail_argument(op, "eps", "a finite value >= 0 (also in fp32, where it is used)", std::to_string(eps));
+  }
   if (is_rms_norm && mean) fail_argument(op, "mean", "none for RMSNorm (is_rms_norm: no mean)", "a tensor");
 
   const Device device = common_device(op, {{"out", &out}, {"x", &x}, {"weight", &weight}});

@@ -1,6 +1,7 @@
 // Rotary embeddings: validation (once, for every backend) and dispatch. The three public forms become one
 // RopeArgs (ops/rope_impl.h).
 #include <algorithm>
+#include <initializer_list>
 #include <string>
 #include <utility>
 
@@ -101,22 +102,47 @@ void check_self_overlap(const char* op, const char* name, int64_t tokens, int64_
   }
 }
 
-/// The rotated parts of a head set ([tokens, heads, r] at token stride ts, head stride hs) as rows of one token's
-/// span, for the overlap checks between head sets (exact for equal token strides, conservative otherwise).
-RowMatrix span_rows(const void* data, const RopeArgs& a, int64_t heads, int64_t ts, int64_t hs) {
-  RowMatrix m;
-  m.data = const_cast<void*>(data);
-  m.dtype = a.dtype;
-  m.rows = heads > 0 ? a.tokens : 0;
-  m.cols = (heads - 1) * hs + a.rotary_dim;
-  m.row_stride = ts;
-  return m;
+/// Whether the rotated parts of two head sets share an element: a = [tokens, ha heads, r] at (ta, ha_stride) from
+/// `da`, b likewise. Exact when the token strides are equal (every pair of heads, the token offsets that could meet
+/// solved directly); otherwise overlapping spans count as an overlap (conservative).
+bool heads_overlap(const void* da, int64_t na, int64_t ta, int64_t hsa, const void* db, int64_t nb, int64_t tb,
+                   int64_t hsb, int64_t tokens, int64_t r, DType dtype) {
+  if (!da || !db || na == 0 || nb == 0 || tokens == 0) return false;
+  const int64_t e = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t w = r * e;  // bytes of one rotated part
+  const int64_t delta = static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(db)) -
+                        static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(da));
+  const auto span = [&](int64_t n, int64_t ts, int64_t hs) { return ((tokens - 1) * ts + (n - 1) * hs) * e + w; };
+  if (delta >= span(na, ta, hsa) || -delta >= span(nb, tb, hsb)) return false;  // disjoint extents
+  if (ta != tb) return true;  // conservative
+  const int64_t TS = ta * e;
+  for (int64_t h = 0; h < na; ++h) {
+    for (int64_t g = 0; g < nb; ++g) {
+      // b's part (token t + dt, head g) starts c + dt TS bytes after a's (token t, head h): they meet iff that
+      // offset is in (-w, w) for some |dt| < tokens.
+      const int64_t c = delta + g * hsb * e - h * hsa * e;
+      if (tokens == 1 || TS == 0) {
+        if (c > -w && c < w) return true;
+        continue;
+      }
+      // the smallest dt with c + dt TS > -w, then whether that offset is below w
+      const int64_t num = -w + 1 - c;
+      int64_t dt = num >= 0 ? (num + TS - 1) / TS : -((-num) / TS);
+      if (dt < -(tokens - 1)) dt = -(tokens - 1);
+      if (dt > tokens - 1) continue;
+      if (c + dt * TS < w) return true;
+    }
+  }
+  return false;
 }
-RowMatrix in_rows(const RopeHeads& h, const RopeArgs& a) {
-  return span_rows(h.data, a, h.heads, h.token_stride, h.head_stride);
-}
-RowMatrix out_rows(const RopeHeads& h, const RopeArgs& a) {
-  return span_rows(h.out, a, h.heads, h.out_token_stride, h.out_head_stride);
+
+/// Error unless the rotated parts of head sets `a` (in `a_name`) and `b` share no element (see heads_overlap).
+void check_heads_disjoint(const char* op, const char* a_name, const void* da, int64_t na, int64_t ta, int64_t hsa,
+                          const char* b_name, const void* db, int64_t nb, int64_t tb, int64_t hsb, int64_t tokens,
+                          int64_t r, DType dtype) {
+  if (heads_overlap(da, na, ta, hsa, db, nb, tb, hsb, tokens, r, dtype)) {
+    fail_argument(op, a_name, std::string("no overlap with ") + b_name, "overlapping memory");
+  }
 }
 
 /// positions (or position_ids): dtype, device, one token stride. lead_axes 3: [3, T] (dim 0 the axis, dim 1 the
@@ -162,12 +188,27 @@ void check_head_size(const char* op, int64_t head_size) {
   if (head_size < 2) fail_argument(op, "head_size", "a head size >= 2", std::to_string(head_size));
 }
 
+/// The tensors a rope op writes (`written`) share no memory with the ones it only reads (`read`: the cache or cos /
+/// sin, the positions), which it reads while it writes.
+void check_reads_not_written(const char* op, std::initializer_list<std::pair<const char*, const TensorView*>> written,
+                             std::initializer_list<std::pair<const char*, const TensorView*>> read) {
+  for (const auto& [wn, w] : written) {
+    if (!w) continue;
+    for (const auto& [rn, r] : read) {
+      if (r) check_disjoint(op, wn, *w, rn, *r);
+    }
+  }
+}
+
 /// Common checks of query / key after shapes; then run.
 void finish_and_run(const char* op, RopeArgs& a, const Device& device, Stream stream, const char* qn,
                     const char* kn) {
   check_self_overlap(op, qn, a.tokens, a.q.heads, a.rotary_dim, a.q.token_stride, a.q.head_stride);
   if (a.k.data) check_self_overlap(op, kn, a.tokens, a.k.heads, a.rotary_dim, a.k.token_stride, a.k.head_stride);
-  if (a.k.data) check_no_overlap(op, kn, in_rows(a.k, a), qn, in_rows(a.q, a));
+  if (a.k.data) {
+    check_heads_disjoint(op, kn, a.k.data, a.k.heads, a.k.token_stride, a.k.head_stride, qn, a.q.data, a.q.heads,
+                         a.q.token_stride, a.q.head_stride, a.tokens, a.rotary_dim, a.dtype);
+  }
   if (a.tokens == 0 || a.q.heads + a.k.heads == 0) return;
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
@@ -199,6 +240,7 @@ void vllm_form(const char* op, TensorView positions, TensorView query, const Ten
   a.tokens = count(positions, positions.rank);
   a.q = heads_of(op, qn, query, positions.shape, positions.rank, head_size, true);
   if (key) a.k = heads_of(op, kn, *key, positions.shape, positions.rank, head_size, true);
+  check_reads_not_written(op, {{qn, &query}, {kn, key}}, {{"cos_sin_cache", &cache}, {"positions", &positions}});
   finish_and_run(op, a, device, stream, qn, kn);
 }
 
@@ -271,6 +313,7 @@ void mrope_form(const char* op, TensorView positions, TensorView query, const Te
   const int64_t lead[1] = {a.tokens};
   a.q = heads_of(op, qn, query, lead, 1, head_size, true);
   if (key) a.k = heads_of(op, kn, *key, lead, 1, head_size, true);
+  check_reads_not_written(op, {{qn, &query}, {kn, key}}, {{"cos_sin_cache", &cache}, {"positions", &positions}});
   finish_and_run(op, a, device, stream, qn, kn);
 }
 
@@ -348,18 +391,33 @@ void flaggems_form(const char* op, TensorView q_out, TensorView k_out, TensorVie
   a.k.out = ko.data;
   a.k.out_token_stride = ko.token_stride;
   a.k.out_head_stride = ko.head_stride;
-  const RowMatrix q_in = in_rows(a.q, a), k_in = in_rows(a.k, a), q_o = out_rows(a.q, a), k_o = out_rows(a.k, a);
+  // the heads of a set as (data, heads, token stride, head stride), for the exact overlap checks
+  struct Set {
+    const char* name;
+    const void* data;
+    int64_t heads, ts, hs;
+  };
+  const Set q_in{qn, a.q.data, a.q.heads, a.q.token_stride, a.q.head_stride};
+  const Set k_in{kn, a.k.data, a.k.heads, a.k.token_stride, a.k.head_stride};
+  const Set q_o{qon, a.q.out, a.q.heads, a.q.out_token_stride, a.q.out_head_stride};
+  const Set k_o{kon, a.k.out, a.k.heads, a.k.out_token_stride, a.k.out_head_stride};
+  const auto disjoint = [&](const Set& x, const Set& y) {
+    check_heads_disjoint(op, x.name, x.data, x.heads, x.ts, x.hs, y.name, y.data, y.heads, y.ts, y.hs, a.tokens, D,
+                         a.dtype);
+  };
   if (!q_in_place) {
     check_self_overlap(op, qon, a.tokens, qo.heads, D, qo.token_stride, qo.head_stride);
-    check_no_overlap(op, qon, q_o, qn, q_in);
-    check_no_overlap(op, qon, q_o, kn, k_in);
+    disjoint(q_o, q_in);
+    disjoint(q_o, k_in);
   }
   if (!k_in_place) {
     check_self_overlap(op, kon, a.tokens, ko.heads, D, ko.token_stride, ko.head_stride);
-    check_no_overlap(op, kon, k_o, qn, q_in);
-    check_no_overlap(op, kon, k_o, kn, k_in);
+    disjoint(k_o, q_in);
+    disjoint(k_o, k_in);
   }
-  check_no_overlap(op, kon, k_o, qon, q_o);
+  disjoint(k_o, q_o);
+  check_reads_not_written(op, {{qon, &q_out}, {kon, a.k.data ? &k_out : nullptr}},
+                          {{"cos", &cos}, {"sin", &sin}, {"position_ids", position_ids}});
   finish_and_run(op, a, device, stream, qn, kn);
 }
 

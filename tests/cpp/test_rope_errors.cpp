@@ -89,6 +89,25 @@ TEST_F(RopeErrors, RotaryEmbeddingArguments) {
   // key overlapping query (views of one buffer).
   const TensorView kq = s(1, {4, 64}, {128, 1});
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kq, 64, cache(), true), re, "key", "no overlap");
+  // Views that interleave without sharing an element are accepted: per-head [q | k | v] (GPT-NeoX's fused layout),
+  // and key heads over query's pass-through dims (partial rotary); a key shifted into query's rotated part is not.
+  float* b1 = static_cast<float*>(buf(1));
+  const TensorView qh(b1, f32, cpu, {4, 2, 64}, {384, 192, 1});
+  const TensorView kh(b1 + 64, f32, cpu, {4, 2, 64}, {384, 192, 1});
+  EXPECT_NO_THROW(fuseops::rotary_embedding(pos(), qh, &kh, 64, cache(), true));
+  const TensorView k_shift(b1 + 32, f32, cpu, {4, 2, 64}, {384, 192, 1});
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), qh, &k_shift, 64, cache(), true), re, "key", "no overlap");
+  const TensorView q_wide(b1, f32, cpu, {4, 1, 128}, {256, 128, 1});  // rotary 32 of 128: dims 32.. pass through
+  const TensorView k_pass(b1 + 64, f32, cpu, {4, 1, 128}, {256, 128, 1});
+  EXPECT_NO_THROW(fuseops::rotary_embedding(pos(), q_wide, &k_pass, 128, v(3, {16, 32}), true));
+  const TensorView k_rot(b1 + 16, f32, cpu, {4, 1, 128}, {256, 128, 1});
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q_wide, &k_rot, 128, v(3, {16, 32}), true), re, "key",
+                   "no overlap");
+  // The cache and the positions are read while query / key are written: no overlap with them either.
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kv, 64, v(1, {16, 64}), true), re, "query",
+                   "no overlap with cos_sin_cache");
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(2, {4}, i64), q(), &kv, 64, cache(), true), re, "key",
+                   "no overlap with positions");
   // Devices.
   const TensorView kc = v(2, {4, 64}, f32, Device::cuda(0));
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kc, 64, cache(), true), re, "key", "device cpu");
