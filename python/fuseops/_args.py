@@ -45,11 +45,12 @@ def tensor_arg(op, name, t, optional=False):
 
 
 def forward_only(op, **tensors):
-    """The op has no backward in fuseops: refuse inputs that require grad while grad mode is on, rather than return
-    outputs that silently drop the graph (call it under torch.no_grad() / torch.inference_mode(), or detach)."""
+    """fuseops computes no gradient for these inputs: refuse one that requires grad while grad mode is on, rather than
+    return outputs that silently drop it from the graph (call the op under torch.no_grad() / torch.inference_mode(),
+    or detach)."""
     if not torch.is_grad_enabled():
         return
     for name, t in tensors.items():
         if isinstance(t, torch.Tensor) and t.requires_grad:
-            raise RuntimeError(f"{op}: {name}: requires grad, but fuseops implements the forward only (no backward); "
-                               "call it under torch.no_grad() or detach the inputs")
+            raise RuntimeError(f"{op}: {name}: requires grad, but fuseops computes no gradient for it (forward only "
+                               "there); call the op under torch.no_grad() or detach it")

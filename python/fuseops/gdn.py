@@ -74,9 +74,9 @@ def _out_like(op, name, t, shape):
     return torch.empty(shape, dtype=t.dtype, device=t.device)
 
 
-def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, output_dtype=torch.float,
-                       chunk_indices=None):
-    """Chunk-local cumulative sum of log-decays, as FLA ``chunk_local_cumsum`` (3-D form).
+def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, head_first=False,
+                       output_dtype=torch.float, chunk_indices=None, **kwargs):
+    """Chunk-local cumulative sum of log-decays, as FLA ``chunk_local_cumsum`` (3-D form; FLA's signature).
 
     Args:
         g: [B, T, HV] float32 / float16 / bfloat16.
@@ -84,12 +84,14 @@ def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None
         reverse: suffix sums within each chunk.
         scale: multiplies after the sum (None: 1).
         cu_seqlens: optional [N+1] int32 / int64, B == 1.
+        head_first: False only (FLA's default layout).
         output_dtype: torch.float32 only.
     Returns:
         [B, T, HV] float32.
     """
     op = "chunk_local_cumsum"
     forward_only(op, g=g)
+    _reject_kwargs(op, dict(kwargs, head_first=head_first))
     cu_seqlens = _check_cu(op, cu_seqlens)
     reverse = bool_arg(op, "reverse", reverse)
     _no_chunk_indices(op, chunk_indices)
@@ -98,7 +100,8 @@ def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None
     _check_rank(op, "g", g, 3, "[B, T, HV]")
     chunk_size = _check_chunk_size(op, chunk_size)
     out = torch.empty(g.shape, dtype=torch.float32, device=g.device)
-    ops.chunk_local_cumsum(out, g, chunk_size, cu_seqlens, reverse, None if scale is None else float_arg(op, "scale", scale))
+    ops.chunk_local_cumsum(out, g, chunk_size, cu_seqlens, reverse,
+                           None if scale is None else float_arg(op, "scale", scale))
     return out
 
 
@@ -234,7 +237,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     ht = None
     if output_final_state:
         ht = torch.empty((_num_seqs(q, cu_seqlens), HV, q.shape[3], V), dtype=torch.float32, device=q.device)
-    ops.chunk_gated_delta_rule(o, ht, q, k, v, g, beta, None if scale is None else float_arg(op, "scale", scale), initial_state,
+    sc = None if scale is None else float_arg(op, "scale", scale)
+    ops.chunk_gated_delta_rule(o, ht, q, k, v, g, beta, sc, initial_state,
                                bool(use_qk_l2norm_in_kernel), cu_seqlens, chunk_size)
     return o, ht
 
@@ -297,7 +301,8 @@ def chunk_fwd_o(q, k, v, h, g=None, scale=None, cu_seqlens=None, chunk_size=64, 
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     chunk_size = _check_chunk_size(op, chunk_size)
     o = _out_like(op, "v", v, v.shape)
-    ops.chunk_fwd_o(o, q, k, v, h, g, q.shape[3] ** -0.5 if scale is None else float_arg(op, "scale", scale), chunk_size, cu_seqlens)
+    sc = q.shape[3] ** -0.5 if scale is None else float_arg(op, "scale", scale)
+    ops.chunk_fwd_o(o, q, k, v, h, g, sc, chunk_size, cu_seqlens)
     return o
 
 

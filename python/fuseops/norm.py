@@ -21,25 +21,27 @@ Errors: ValueError naming the argument; RuntimeError when an input requires grad
 
 import torch
 
-from ._args import forward_only
+from ._args import bool_arg, float_arg, forward_only, int_arg, tensor_arg
 from ._ops import ops
 
 _layer_norm_fwd = ops.layer_norm_fwd.default
 
 
 def _group(op, group_size):
-    if group_size is None:
-        return 0
-    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"{op}: group_size: expected None or an int >= 1, got {group_size!r}")
-    return group_size
+    return 0 if group_size is None else int_arg(op, "group_size", group_size, 1)
 
 
-def _check_x(op, x):
-    if not isinstance(x, torch.Tensor):
-        raise ValueError(f"{op}: x: expected a tensor, got {type(x).__name__}")
+def _check_args(op, x, weight, bias, z, eps, norm_before_gate, is_rms_norm):
+    """The arguments by name: tensors, eps a number, the flags bools; returns (eps, norm_before_gate, is_rms_norm)."""
+    tensor_arg(op, "x", x)
     if x.dim() == 0:
         raise ValueError(f"{op}: x: expected rank >= 1 [..., N], got rank 0")
+    tensor_arg(op, "weight", weight, optional=True)
+    tensor_arg(op, "bias", bias, optional=True)
+    tensor_arg(op, "z", z, optional=True)
+    forward_only(op, x=x, weight=weight, bias=bias, z=z)
+    return (float_arg(op, "eps", eps), bool_arg(op, "norm_before_gate", norm_before_gate),
+            bool_arg(op, "is_rms_norm", is_rms_norm))
 
 
 def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=None, norm_before_gate=True,
@@ -52,8 +54,8 @@ def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=
     shape).
     """
     op = "layer_norm_fwd"
-    _check_x(op, x)
-    forward_only(op, x=x, weight=weight, bias=bias, z=z)
+    eps, norm_before_gate, is_rms_norm = _check_args(op, x, weight, bias, z, eps, norm_before_gate, is_rms_norm)
+    tensor_arg(op, "out", out, optional=True)
     g = _group(op, group_size)
     N = x.shape[-1]
     M = x.numel() // N if N else 0
@@ -62,17 +64,16 @@ def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=
         out = torch.empty_like(x, memory_format=torch.contiguous_format)
     mean = None if is_rms_norm else torch.empty(ngroups * M, dtype=torch.float32, device=x.device)
     rstd = torch.empty(ngroups * M, dtype=torch.float32, device=x.device)
-    _layer_norm_fwd(out, mean, rstd, x, weight, bias, z, float(eps), g, bool(norm_before_gate), bool(is_rms_norm))
+    _layer_norm_fwd(out, mean, rstd, x, weight, bias, z, eps, g, norm_before_gate, is_rms_norm)
     return out, mean, rstd
 
 
 def _norm_fn(op, x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm):
-    _check_x(op, x)
-    forward_only(op, x=x, weight=weight, bias=bias, z=z)
+    eps, norm_before_gate, is_rms_norm = _check_args(op, x, weight, bias, z, eps, norm_before_gate, is_rms_norm)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     g = _group(op, group_size)
     try:
-        _layer_norm_fwd(out, None, None, x, weight, bias, z, float(eps), g, bool(norm_before_gate), bool(is_rms_norm))
+        _layer_norm_fwd(out, None, None, x, weight, bias, z, eps, g, norm_before_gate, is_rms_norm)
     except ValueError as e:
         # The op's errors name layer_norm_fwd and x / weight / bias / z / eps / group_size, which are this function's
         # arguments too: name the function the user called.

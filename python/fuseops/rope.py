@@ -14,7 +14,7 @@ naming the argument.
 
 import torch
 
-from ._args import bool_arg as _flag, int_arg as _int
+from ._args import bool_arg as _flag, forward_only, int_arg as _int, tensor_arg
 from ._ops import ops
 
 _LAYOUTS = ("chunked", "interleaved", "interleaved_glm")
@@ -42,8 +42,16 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox=Tr
         is_neox: NeoX (rotate-half) pairing, else GPT-J (interleaved).
         inverse: rotate by -θ.
     """
-    _not_tracked("rotary_embedding", query=query, key=key)
-    op = "rotary_embedding"
+    return _rotary_embedding("rotary_embedding", ("positions", "query", "key"), positions, query, key, head_size,
+                             cos_sin_cache, is_neox, inverse)
+
+
+def _rotary_embedding(op, names, positions, query, key, head_size, cos_sin_cache, is_neox, inverse):
+    for name, t, optional in zip(names, (positions, query, key), (False, False, True)):
+        tensor_arg(op, name, t, optional)
+    tensor_arg(op, "cos_sin_cache", cos_sin_cache)
+    _not_tracked(op, **{names[1]: query, names[2]: key})
+    forward_only(op, cos_sin_cache=cos_sin_cache)
     ops.rotary_embedding(positions, query, key, _int(op, "head_size", head_size), cos_sin_cache,
                          _flag(op, "is_neox", is_neox), _flag(op, "inverse", inverse))
     return query, key
@@ -51,7 +59,8 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox=Tr
 
 def rotary_embedding_backward(positions, grad_query, grad_key, head_size, cos_sin_cache, is_neox=True):
     """Gradient of :func:`rotary_embedding` with respect to query and key, in place on the gradients."""
-    return rotary_embedding(positions, grad_query, grad_key, head_size, cos_sin_cache, is_neox, inverse=True)
+    return _rotary_embedding("rotary_embedding_backward", ("positions", "grad_query", "grad_key"), positions,
+                             grad_query, grad_key, head_size, cos_sin_cache, is_neox, True)
 
 
 class _ApplyRotaryPosEmb(torch.autograd.Function):
@@ -84,20 +93,33 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=F
         inplace: rotate q and k themselves and return them (not differentiable); otherwise new tensors, with autograd
             for q and k.
     """
-    if inplace:
-        _not_tracked("apply_rotary_pos_emb", q=q, k=k)
-        ops.apply_rotary_pos_emb_inplace(q, k, cos, sin, position_ids,
-                                         _flag("apply_rotary_pos_emb", "rotary_interleaved", rotary_interleaved), False)
+    op = "apply_rotary_pos_emb"
+    _check_tables(op, (("q", q), ("k", k)), cos, sin, position_ids)
+    rotary_interleaved = _flag(op, "rotary_interleaved", rotary_interleaved)
+    if _flag(op, "inplace", inplace):
+        _not_tracked(op, q=q, k=k)
+        ops.apply_rotary_pos_emb_inplace(q, k, cos, sin, position_ids, rotary_interleaved, False)
         return q, k
-    return _ApplyRotaryPosEmb.apply(q, k, cos, sin, position_ids,
-                                    _flag("apply_rotary_pos_emb", "rotary_interleaved", rotary_interleaved))
+    return _ApplyRotaryPosEmb.apply(q, k, cos, sin, position_ids, rotary_interleaved)
+
+
+def _check_tables(op, rotated, cos, sin, position_ids):
+    """The tensors of apply_rotary_pos_emb(_backward) by name; cos / sin get no gradient (refused if they need one)."""
+    for name, t in rotated:
+        tensor_arg(op, name, t)
+    tensor_arg(op, "cos", cos)
+    tensor_arg(op, "sin", sin)
+    tensor_arg(op, "position_ids", position_ids, optional=True)
+    forward_only(op, cos=cos, sin=sin)
 
 
 def apply_rotary_pos_emb_backward(grad_q, grad_k, cos, sin, position_ids=None, rotary_interleaved=False):
     """Gradient of :func:`apply_rotary_pos_emb`: new tensors ``(grad_q_in, grad_k_in)``."""
+    op = "apply_rotary_pos_emb_backward"
+    _check_tables(op, (("grad_q", grad_q), ("grad_k", grad_k)), cos, sin, position_ids)
     dq, dk = torch.empty_like(grad_q), torch.empty_like(grad_k)
     ops.apply_rotary_pos_emb(dq, dk, grad_q, grad_k, cos, sin, position_ids,
-                             _flag("apply_rotary_pos_emb_backward", "rotary_interleaved", rotary_interleaved), True)
+                             _flag(op, "rotary_interleaved", rotary_interleaved), True)
     return dq, dk
 
 
@@ -112,10 +134,20 @@ def mrope(query, key, cos_sin_cache, positions, mrope_section, head_size, rotary
         mrope_section: [s_t, s_h, s_w], summing to rotary_dim / 2.
         layout: "chunked" (Qwen2-VL, Qwen2.5-VL), "interleaved" (Qwen3-VL) or "interleaved_glm" (GLM-4.1V).
     """
-    if layout not in _LAYOUTS:
-        raise ValueError(f"mrope: layout: expected one of {', '.join(_LAYOUTS)}, got {layout!r}")
-    _not_tracked("mrope", query=query, key=key)
-    op = "mrope"
+    return _mrope("mrope", ("query", "key"), query, key, cos_sin_cache, positions, mrope_section, head_size,
+                  rotary_dim, is_neox, layout, inverse)
+
+
+def _mrope(op, names, query, key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim, is_neox, layout,
+           inverse):
+    if not isinstance(layout, str) or layout not in _LAYOUTS:
+        raise ValueError(f"{op}: layout: expected one of {', '.join(_LAYOUTS)}, got {layout!r}")
+    tensor_arg(op, names[0], query)
+    tensor_arg(op, names[1], key, optional=True)
+    tensor_arg(op, "cos_sin_cache", cos_sin_cache)
+    tensor_arg(op, "positions", positions)
+    _not_tracked(op, **{names[0]: query, names[1]: key})
+    forward_only(op, cos_sin_cache=cos_sin_cache)
     if isinstance(mrope_section, (str, bytes)) or not hasattr(mrope_section, "__iter__"):
         raise ValueError(f"{op}: mrope_section: expected a list of 3 ints, got {mrope_section!r}")
     section = [_int(op, "mrope_section", s) for s in mrope_section]
@@ -127,5 +159,5 @@ def mrope(query, key, cos_sin_cache, positions, mrope_section, head_size, rotary
 def mrope_backward(grad_query, grad_key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim,
                    is_neox=True, layout="chunked"):
     """Gradient of :func:`mrope` with respect to query and key, in place on the gradients."""
-    return mrope(grad_query, grad_key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim, is_neox,
-                 layout, inverse=True)
+    return _mrope("mrope_backward", ("grad_query", "grad_key"), grad_query, grad_key, cos_sin_cache, positions,
+                  mrope_section, head_size, rotary_dim, is_neox, layout, True)

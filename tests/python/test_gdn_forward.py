@@ -232,6 +232,17 @@ def test_number_arguments_and_decode_dtypes():
         sg(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool, torch.tensor([0]), is_kda=True)
 
 
+def test_chunk_local_cumsum_takes_flas_signature():
+    g = torch.randn(1, 8, 2)
+    ref = fuseops.chunk_local_cumsum(g, 16)
+    assert torch.equal(fuseops.chunk_local_cumsum(g, 16, head_first=False), ref)
+    assert torch.equal(fuseops.chunk_local_cumsum(g, 16, False, None, None, False), ref)  # FLA's positional order
+    with pytest.raises(ValueError, match="chunk_local_cumsum: head_first: not supported"):
+        fuseops.chunk_local_cumsum(g, 16, head_first=True)
+    with pytest.raises(ValueError, match="chunk_local_cumsum: bogus: unknown argument"):
+        fuseops.chunk_local_cumsum(g, 16, bogus=1)
+
+
 def test_inputs_requiring_grad_are_refused():
     # Forward only: an input that requires grad (grad mode on) is an error, never a silently dropped graph.
     q, k, v, g, beta, h0 = inputs(1, 4, 1, 2, 8, 8, torch.float32, "cpu")

@@ -100,6 +100,18 @@ def test_errors_and_forward_only():
         fuseops.rmsnorm_fn(x, w[:16], None)
     with pytest.raises(ValueError, match=r"^layernorm_fn: weight: expected dtype f32 \(the dtype of x\), got f16"):
         fuseops.layernorm_fn(x, w.half(), None)
+    # flags are bools, eps a number finite in fp32, group_size an int (numpy ints too)
+    for kwargs, name in (({"is_rms_norm": "False"}, "is_rms_norm"), ({"norm_before_gate": "False"}, "norm_before_gate"),
+                         ({"eps": "1e-3"}, "eps"), ({"eps": True}, "eps"), ({"eps": None}, "eps")):
+        with pytest.raises(ValueError, match=f"^layernorm_fn: {name}: expected a"):
+            fuseops.layernorm_fn(x, w, None, **kwargs)
+    with pytest.raises(ValueError, match="layer_norm_fwd: eps: expected a finite value >= 0 .also in fp32"):
+        fuseops.layer_norm_fwd(x, w, eps=1e300)
+    with pytest.raises(ValueError, match="rmsnorm_fn: bias: expected a torch.Tensor or None"):
+        fuseops.rmsnorm_fn(x, w, "b")
+    np = pytest.importorskip("numpy")
+    assert torch.equal(fuseops.layer_norm_fwd(x, w, group_size=np.int64(16))[0],
+                       fuseops.layer_norm_fwd(x, w, group_size=16)[0])
     with pytest.raises(RuntimeError, match="^rmsnorm_fn: .*forward only"):
         fuseops.rmsnorm_fn(x.requires_grad_(), w, None)
     with torch.no_grad():

@@ -276,6 +276,60 @@ def test_errors_name_the_argument():
                                      cache[:, 32:].contiguous(), rotary_interleaved=1)
 
 
+def test_per_head_fused_qkv_views():
+    # GPT-NeoX / HF per-head [q | k | v]: q and k interleave in memory without sharing an element
+    T, H, D = 5, 3, 16
+    qkv = torch.randn(T, H, 3 * D)
+    ref = qkv.clone()
+    pos = torch.tensor([0, 3, 1, 7, 2])
+    cache = cache_of(8, D, torch.float32, "cpu")
+    fuseops.rotary_embedding(pos, qkv[..., :D], qkv[..., D:2 * D], D, cache)
+    close(qkv[..., :D].reshape(T, -1), rope_ref(ref[..., :D].reshape(T, -1), pos, cache, D, True), torch.float32)
+    close(qkv[..., D:2 * D].reshape(T, -1), rope_ref(ref[..., D:2 * D].reshape(T, -1), pos, cache, D, True),
+          torch.float32)
+    assert torch.equal(qkv[..., 2 * D:], ref[..., 2 * D:])  # v untouched
+    qo, ko = fuseops.apply_rotary_pos_emb(ref[None, :, :, :D], ref[None, :, :, D:2 * D], cache[:, :D // 2].contiguous(),
+                                          cache[:, D // 2:].contiguous(), pos[None])
+    assert torch.equal(qo[0], qkv[..., :D]) and torch.equal(ko[0], qkv[..., D:2 * D])
+    # a cache that is (part of) the query being rotated in place is refused
+    buf = torch.randn(4, 32)
+    with pytest.raises(ValueError, match="rotary_embedding: query: expected no overlap with cos_sin_cache"):
+        fuseops.rotary_embedding(torch.tensor([1, 2, 3, 0]), buf, None, 16, buf[:, 16:])
+
+
+def test_flags_tensors_and_tables_by_name():
+    pos, q, cache = torch.zeros(4, dtype=torch.long), torch.randn(4, 64), cache_of(8, 64, torch.float32, "cpu")
+    cos, sin = cache[:, :32].contiguous(), cache[:, 32:].contiguous()
+    q4, k4 = torch.randn(1, 4, 2, 64), torch.randn(1, 4, 1, 64)
+    cases = [
+        ("apply_rotary_pos_emb: inplace: expected a bool", lambda: fuseops.apply_rotary_pos_emb(q4, k4, cos, sin,
+                                                                                                inplace="no")),
+        ("mrope: is_interleaved: expected a bool", lambda: fg.mrope(q.clone(), None, cache, pos, 8, 12, 12, 64, 64,
+                                                                    "no")),
+        ("rotary_embedding: is_neox: expected a bool", lambda: vllm.rotary_embedding(pos, q.clone(), None, 64, cache,
+                                                                                     0)),
+        ("rotary_embedding: query: expected a torch.Tensor", lambda: fuseops.rotary_embedding(pos, "q", None, 64,
+                                                                                              cache)),
+        ("rotary_embedding: positions: expected a torch.Tensor", lambda: fuseops.rotary_embedding([0, 1], q, None, 64,
+                                                                                                  cache)),
+        ("mrope: key: expected a torch.Tensor or None", lambda: fuseops.mrope(q, "k", cache, pos, [8, 12, 12], 64,
+                                                                              64)),
+        ("apply_rotary_pos_emb: k: expected a torch.Tensor", lambda: fuseops.apply_rotary_pos_emb(q4, None, cos, sin)),
+        ("rotary_embedding_backward: grad_query: expected a torch.Tensor",
+         lambda: fuseops.rotary_embedding_backward(pos, [1.0], None, 64, cache)),
+    ]
+    for message, call in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+    # cos / sin / the cache get no gradient: refused when they require one (grad mode on), not dropped silently
+    with pytest.raises(RuntimeError, match="apply_rotary_pos_emb: cos: requires grad"):
+        fuseops.apply_rotary_pos_emb(q4, k4, cos.clone().requires_grad_(), sin)
+    with pytest.raises(RuntimeError, match="rotary_embedding: cos_sin_cache: requires grad"):
+        fuseops.rotary_embedding(pos, q.clone(), None, 64, cache.clone().requires_grad_())
+    with pytest.raises(RuntimeError, match="rotary_embedding: query: rotates in place"):
+        vllm.rotary_embedding(pos, q.clone().requires_grad_(), None, 64, cache, True)
+
+
 @requires_opcheck
 @pytest.mark.parametrize("device", DEVICES)
 def test_opcheck(device):

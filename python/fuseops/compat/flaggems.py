@@ -53,6 +53,8 @@ def mrope(query, key, cos_sin_cache, positions, section_t, section_h, section_w,
     derived from the sections (docs/ops/rope.md)."""
     if axis_map is not None:
         raise ValueError("mrope: axis_map: expected None (the interleaved_glm map is derived from the sections)")
+    is_interleaved = bool_arg("mrope", "is_interleaved", is_interleaved)
+    is_interleaved_glm = bool_arg("mrope", "is_interleaved_glm", is_interleaved_glm)
     if is_interleaved and is_interleaved_glm:
         raise ValueError("mrope: is_interleaved_glm: expected False when is_interleaved is True, got True")
     layout = "interleaved_glm" if is_interleaved_glm else "interleaved" if is_interleaved else "chunked"

@@ -62,5 +62,8 @@ def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, ex
 
 
 def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
-    """In place on query and key (key may be None), as ``torch.ops._C.rotary_embedding`` (docs/ops/rope.md)."""
-    ops.rotary_embedding.default(positions, query, key, head_size, cos_sin_cache, is_neox, False)
+    """In place on query and key (key may be None), as ``torch.ops._C.rotary_embedding`` (docs/ops/rope.md); the
+    argument checks of :func:`fuseops.rotary_embedding` (is_neox a bool, no tensor that requires grad)."""
+    from .. import rope
+
+    rope.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
