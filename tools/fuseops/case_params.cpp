@@ -165,7 +165,8 @@ Sequences sequences_of(const CaseParams& p) {
   s.seq_len = p.integer("seq_len");
   s.seqlens = p.int_list("seqlens");
   if (s.seqlens.empty() && s.seq_len == 0) {
-    throw ParamError("seq_len", "seq_len 0 gives no tokens: give seq_len (fixed length) or seqlens (varlen)");
+    throw ParamError("seq_len", "seq_len 0 gives no tokens and seqlens is empty: give seq_len (fixed length) or a "
+                                "non-empty seqlens (varlen)");
   }
   if (!s.seqlens.empty() && s.seq_len != 0) throw ParamError("seq_len", "seq_len and seqlens exclude each other");
   if (!s.seqlens.empty() && s.batch != 1) {

@@ -80,6 +80,7 @@ Results load(const nlohmann::json& j) {
     row.time_us = time_of(i, e, e, time_key, "");
     row.bytes = num_of(e, "bytes");
     row.flops = num_of(e, "flops");
+    if (row.bytes < 0 || row.flops < 0) bad_entry(i, e, "\"bytes\" and \"flops\" must be >= 0");
     if (e.contains("baseline_cold_us") && time_of(i, e, e, "baseline_cold_us", "") > 0) {
       row.baselines.emplace_back(text_of(e, "baseline").empty() ? "baseline" : text_of(e, "baseline"), num_of(e, "baseline_cold_us"));
     }

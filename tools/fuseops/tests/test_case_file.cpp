@@ -155,7 +155,7 @@ TEST(CaseFile, ImpossibleCombinations) {
   EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n    seq_len: 64\n    chunk_size: 48\n    num_heads: 1\n", "f.yaml:4:5", "chunk_size",
                     "expected 16, 32 or 64");
   EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n    num_heads: 2\n", "f.yaml:2:5", "seq_len",
-                    "give seq_len (fixed length) or seqlens");
+                    "give seq_len (fixed length) or a non-empty seqlens");
 }
 
 TEST(CaseFile, MissingRequiredSyntaxAndSize) {
@@ -301,7 +301,10 @@ TEST(CaseFile, HooksRejectImpossibleCombinations) {
 
 TEST(CaseFile, SeqLenZeroSaysWhatToGive) {
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    seq_len: 0\n    num_heads: 2\n", "f.yaml:3:5", "seq_len",
-                    "seq_len 0 gives no tokens: give seq_len (fixed length) or seqlens (varlen)");
+                    "seq_len 0 gives no tokens and seqlens is empty: give seq_len (fixed length) or a non-empty "
+                    "seqlens (varlen)");
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    seqlens: []\n    num_heads: 2\n", "f.yaml:2:5",
+                    "seq_len", "seqlens is empty");
   EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n    seq_len: [64, 0]\n    num_heads: 2\n", "f.yaml:3:5", "seq_len",
                     "seq_len 0 gives no tokens");
 }

@@ -63,6 +63,8 @@ TEST(Chart, RejectsIncompleteOrNegativeEntries) {
   EXPECT_NE(chart_error(R"({"op": "x", "cold_us": 1})").find("results[0] (x ): missing \"shape\""), std::string::npos);
   EXPECT_NE(chart_error(R"({"op": "x", "shape": "1"})").find("missing a time: \"cold_us\""), std::string::npos);
   EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": -2})").find("\"cold_us\" is negative (-2)"), std::string::npos);
+  EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": 2, "bytes": -5})").find("\"bytes\" and \"flops\" must be >= 0"),
+            std::string::npos);
   EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": "fast"})").find("\"cold_us\" is not a number"),
             std::string::npos);
   EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": 1, "baseline_cold_us": -1})").find("\"baseline_cold_us\" is negative"),
