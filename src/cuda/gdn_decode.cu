@@ -10,7 +10,8 @@
 // Fast kernel (decode_warp_kernel, docs/ops/gdn.md "decode kernel"): a unit is (sequence, value head, slice of
 // 128 / KG state columns), done by one warp without barriers; persistent warps (a grid that stays resident) walk the
 // units, and while a warp computes one unit the state of its next one is copied into the warp's shared buffer
-// (cp.async: bytes in flight that hold no registers); state stores are streaming. Lane = kg * (32 / KG) + vl holds the 4 columns
+// (cp.async: bytes in flight that hold no registers), with its first token's q / k rows and v slice for 16-bit
+// inputs (stage_inputs); state stores are streaming. Lane = kg * (32 / KG) + vl holds the 4 columns
 // slice * 128 / KG + 4 vl .. + 3 of the kRows consecutive rows kg kRows .. kg kRows + kRows - 1 (K = KG kRows) in fp32
 // registers for all the sequence's tokens; sums over K run over the lane's rows, then over the KG groups by xor
 // shuffles (every lane of a column gets the same bits: fp addition is commutative).
@@ -292,6 +293,9 @@ struct WarpParams {
   int64_t slices, units;       ///< column slices per head (ceil(V / (128 / KG))); N * HV * slices
   bool q_vec, k_vec;           ///< 16-byte loads of the lane's kRows elements of q / k (pointer and strides allow)
   bool v_vec, o_vec;           ///< 4-element vector loads of v / stores of o
+  /// The first token's q / k rows and v slice are copied into shared memory with the state (16-bit q, k, v of one
+  /// dtype, K <= 128, every piece 16-byte aligned; stage_inputs_applies()).
+  bool stage_inputs;
   DeviceErrorRecord* errors;
 };
 
@@ -401,6 +405,56 @@ __device__ __forceinline__ void stage_commit() { asm volatile("cp.async.commit_g
 /// Waits until every committed group but the most recent one is complete (the current unit's copies).
 __device__ __forceinline__ void stage_wait_previous() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
+/// Bytes of a unit's staged inputs: q and k rows of K <= 128 16-bit elements and a v slice of 128 / KG <= 32.
+constexpr int kStagedInputBytes = 2 * 128 * 2 + 32 * 2;
+
+/// Issues the copies of unit `u`'s first-token inputs into `buf`: [q row: K][k row: K][v slice: kCols] elements of
+/// the 16-bit input dtype, in 16-byte pieces (lane l copies pieces l, l + 32, ...). Nothing for padding or an empty
+/// sequence. The pieces are read by every lane of the warp after the wait and a __syncwarp.
+template <int KG, typename ST>
+__device__ __forceinline__ void stage_inputs(const DecodeArgs& a, const WarpUnit<KG, ST>& u, unsigned char* buf,
+                                             int lane) {
+  if ((a.pool_form && u.ps.start < 0) || u.sb.eos <= u.sb.bos) return;
+  const int qk = static_cast<int>(a.geo.K) * 2 / 16, vp = WarpUnit<KG, ST>::kCols * 2 / 16;
+  const int64_t t = u.sb.bos;
+  const char* q = static_cast<const char*>(a.q.data) + gdn::at(a.q, u.sb.batch, t, u.hk) * 2;
+  const char* k = static_cast<const char*>(a.k.data) + gdn::at(a.k, u.sb.batch, t, u.hk) * 2;
+  const char* v = static_cast<const char*>(a.v.data) +
+                  (gdn::at(a.v, u.sb.batch, t, u.hv) + u.sl * WarpUnit<KG, ST>::kCols) * 2;
+  for (int p = lane; p < 2 * qk + vp; p += 32) {
+    const char* src = p < qk ? q + p * 16 : p < 2 * qk ? k + (p - qk) * 16 : v + (p - 2 * qk) * 16;
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(buf + p * 16));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
+  }
+}
+
+/// N (4 or a multiple of 8) 16-bit elements of dtype `dt` (bf16 or f16) at p (shared memory, aligned to 2 N bytes up
+/// to 16), as f32, in 8- or 16-byte loads.
+template <int N>
+__device__ __forceinline__ void read_staged(const unsigned char* p, DType dt, float (&x)[N]) {
+  static_assert(N == 4 || N % 8 == 0, "4 or whole 16-byte pieces");
+  uint32_t w[N / 2];
+  if constexpr (N == 4) {
+    const uint2 r = *reinterpret_cast<const uint2*>(p);
+    w[0] = r.x;
+    w[1] = r.y;
+  } else {
+#pragma unroll
+    for (int c = 0; c < N / 8; ++c) {
+      const uint4 r = reinterpret_cast<const uint4*>(p)[c];
+      w[4 * c] = r.x;
+      w[4 * c + 1] = r.y;
+      w[4 * c + 2] = r.z;
+      w[4 * c + 3] = r.w;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const uint32_t h = (w[i / 2] >> (16 * (i % 2))) & 0xffffu;
+    x[i] = dt == DType::bf16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half(static_cast<uint16_t>(h)));
+  }
+}
+
 /// ST: storage type of the state read (the pool's dtype, else initial_state's; float when there is none).
 /// Persistent warps: each walks its units (stride: all the warps of the grid); the state of its next unit is copied
 /// into shared memory (cp.async) while the current one is computed and stored.
@@ -408,6 +462,10 @@ template <int KG, typename ST>
 __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const DecodeArgs a, const WarpParams prm) {
   using Unit = WarpUnit<KG, ST>;
   __shared__ __align__(16) StagedRows<ST> staged[kWarpBlock][2];
+  // staged inputs: [kWarpBlock][2][kStagedInputBytes] in dynamic shared memory, allocated only when staging (the
+  // other calls keep the shared memory, and so the L1 share, they had)
+  extern __shared__ __align__(16) unsigned char staged_in_raw[];
+  const auto staged_in = [&](int w, int b) { return staged_in_raw + (w * 2 + b) * kStagedInputBytes; };
   pdl_wait_and_release();
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int kg = lane / Unit::kLanesV;
@@ -419,6 +477,7 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
   if (unit < prm.units) {
     const Unit first(a, prm, unit, lane);
     stage_state<ST>(first.src, V, kg * kRows, first.col, first.active, staged[warp][0], lane);
+    if (prm.stage_inputs) stage_inputs(a, first, staged_in(warp, 0), lane);
   }
   stage_commit();
   for (int buf = 0; unit < prm.units; unit += stride, buf ^= 1) {
@@ -428,8 +487,8 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
     const SeqBounds sb = u.sb;
     const int64_t len = sb.eos - sb.bos;
     const bool padding = a.pool_form && u.ps.start < 0;  // o rows 0, nothing read or written
-    // The first token's inputs are loaded before the next unit is staged, so that their latency overlaps that of
-    // the next unit's pool slot (the staging waits for it).
+    // The first token's inputs came with this unit's state (stage_inputs), or are loaded before the next unit is
+    // staged, so that their latency overlaps that of the next unit's pool slot (the staging waits for it).
     const HeadGate hg = head_gate(a, hv);
     float q[kRows], k[kRows], v[4] = {0.f, 0.f, 0.f, 0.f}, g = 0.f, beta = 0.f;
     const auto load_token = [&](int64_t t) {
@@ -438,12 +497,27 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
       if (active) load4(a.v.data, a.v.dtype, gdn::at(a.v, sb.batch, t, hv) + col, 4, prm.v_vec, v);
       token_gates(a, hg, sb.batch, t, hv, g, beta);
     };
-    if (!padding && len > 0) load_token(sb.bos);
-    if (unit + stride < prm.units) {  // the next unit's state in flight during this one
+    // With staged inputs the first token's q / k / v came with this unit's state: only the gates are loaded here.
+    const bool staged_first = prm.stage_inputs && !padding && len > 0;
+    if (staged_first) {
+      token_gates(a, hg, sb.batch, sb.bos, hv, g, beta);
+    } else if (!padding && len > 0) {
+      load_token(sb.bos);
+    }
+    if (unit + stride < prm.units) {  // the next unit's state (and inputs) in flight during this one
       const Unit next(a, prm, unit + stride, lane);
       stage_state<ST>(next.src, V, kg * kRows, next.col, next.active, staged[warp][buf ^ 1], lane);
+      if (prm.stage_inputs) stage_inputs(a, next, staged_in(warp, buf ^ 1), lane);
     }
     stage_commit();
+    if (staged_first) {
+      stage_wait_previous();  // this unit's copies (state and inputs), committed one group earlier
+      __syncwarp();           // the pieces other lanes copied
+      const unsigned char* in = staged_in(warp, buf);
+      read_staged(in + row0 * 2, a.q.dtype, q);
+      read_staged(in + (a.geo.K + row0) * 2, a.q.dtype, k);
+      if (active) read_staged(in + (2 * a.geo.K + (lane % Unit::kLanesV) * 4) * 2, a.q.dtype, v);
+    }
     const bool leader = hv == 0 && u.sl == 0 && lane == 0;  // records bad device values once per sequence
     if (sb.bad && leader) record_device_error(prm.errors, a.geo.cu_site, n);
     if (a.pool_form) {
@@ -554,6 +628,18 @@ bool rows_vec(const GdnIn& x) {
   return aligned16(x.data) && x.stride_b % step == 0 && x.stride_t % step == 0 && x.stride_h % step == 0;
 }
 
+/// Whether the warp kernel stages the first token's q / k / v with the state (WarpParams::stage_inputs): q, k, v of
+/// one 16-bit dtype, K <= 128, q / k rows in 16-byte pieces (rows_vec) and v slices of whole 16-byte pieces (V a
+/// multiple of the slice width; pointer and strides multiples of 8 elements). FUSEOPS_GDN_DECODE_STAGE_INPUTS=0
+/// switches it off (A/B).
+bool stage_inputs_applies(const DecodeArgs& a, int kg) {
+  static const bool off = env_switched_off("FUSEOPS_GDN_DECODE_STAGE_INPUTS");
+  const DType dt = a.q.dtype;
+  const int64_t cols = 128 / kg;
+  return !off && (dt == DType::bf16 || dt == DType::f16) && a.k.dtype == dt && a.v.dtype == dt && a.geo.K <= 128 &&
+         rows_vec(a.q) && rows_vec(a.k) && rows_vec(a.v) && a.V % cols == 0;
+}
+
 /// Row groups KG of the fast kernel for K (K = KG kRows), or 0 when K takes the fallback.
 int fast_groups(int64_t K) {
   switch (K) {
@@ -572,9 +658,10 @@ void launch_warp_kernel_kg(const DecodeArgs& a, const WarpParams& prm, cudaStrea
   check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared),
              op, "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
+  const std::size_t smem = prm.stage_inputs ? kWarpBlock * 2 * kStagedInputBytes : 0;
   const int64_t blocks =
-      std::min((prm.units + kWarpBlock - 1) / kWarpBlock, resident_blocks(kernel, kWarpBlock * 32, 0, device, op));
-  launch_kernel(kernel, dim3(gdn::grid_x(blocks)), dim3(kWarpBlock * 32), 0, s, device, a, prm);
+      std::min((prm.units + kWarpBlock - 1) / kWarpBlock, resident_blocks(kernel, kWarpBlock * 32, smem, device, op));
+  launch_kernel(kernel, dim3(gdn::grid_x(blocks)), dim3(kWarpBlock * 32), smem, s, device, a, prm);
 }
 template <typename ST>
 void launch_warp_kernel(int kg, const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device,
@@ -603,6 +690,7 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* str
     prm.k_vec = rows_vec(a.k);
     prm.v_vec = aligned16(a.v.data) && a.v.stride_b % 4 == 0 && a.v.stride_t % 4 == 0 && a.v.stride_h % 4 == 0;
     prm.o_vec = aligned16(a.o.data);
+    prm.stage_inputs = stage_inputs_applies(a, kg);
     prm.errors = cuda_error_record(device);
     const DType state_dtype = a.pool_form ? a.pool_dtype : a.h0 ? a.h0_dtype : DType::f32;
     with_float_type(state_dtype, [&](auto tag) {
