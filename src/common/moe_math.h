@@ -62,6 +62,18 @@ FUSEOPS_HD int moe_packed_expert(uint32_t c) {
   return static_cast<int>(kMoePackedExpertMask - (c & kMoePackedExpertMask));
 }
 
+/// The packed key of a 16-bit logit x widened to fp32 WITHOUT sanitising it first: moe_packed_key(moe_sanitize(x), e)
+/// for every finite x (-0 orders as +0: the sign test is the float compare x < 0); -inf keeps a key below every
+/// finite value's, which moe_packed_value gives back as -inf; NaN and +inf get keys at or above +inf's, whose value is
+/// not finite. So a router may skip the sanitising where it checks that the row's maximum is finite (and where -inf
+/// and -FLT_MAX give the same weights). Checked for all 65536 values of both dtypes in tests/cpp/test_moe_math.cpp.
+FUSEOPS_HD uint32_t moe_packed_key_raw(float x, int e) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof(u));
+  const uint32_t order = x < 0.0f ? ~u : (u | 0x80000000u);
+  return (order & kMoePackedValueMask) | (kMoePackedExpertMask - static_cast<uint32_t>(e));
+}
+
 /// The sanitised value of a packed key, bit for bit.
 FUSEOPS_HD float moe_packed_value(uint32_t c) {
   uint32_t key = c & kMoePackedValueMask;

@@ -8,6 +8,7 @@
 #include "cuda/moe_group_warps.cuh"
 #include "cuda/moe_grouped32.cuh"
 #include "cuda/moe_launch.h"
+#include "cuda/moe_threshold.cuh"
 
 namespace fuseops::detail::cuda {
 namespace {
@@ -31,6 +32,20 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RoutePar
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
     route_token_packed<T, VPT>(p, t, lane);
+  }
+}
+
+/// The threshold router (moe_threshold.cuh), falling back to the packed router per token. At VPT 16 its 64
+/// registers (the packed router's; 80 uncapped with both paths inlined) let 32 warps per SM run: 4096 tokens in one
+/// wave on 132 SMs.
+template <typename T, int VPT>
+__global__ void __launch_bounds__(kRouteWarps * 32, VPT == 16 ? 8 : 1) route_threshold_kernel(RouteParams p) {
+  pdl_wait_and_release();
+  __shared__ __align__(16) uint32_t sh[kRouteWarps][kThresholdScratchWords];
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
+       t += static_cast<int>(gridDim.x) * kRouteWarps) {
+    if (!route_token_threshold<T, VPT>(p, t, lane, sh[warp])) route_token_packed<T, VPT>(p, t, lane);
   }
 }
 
@@ -90,6 +105,11 @@ constexpr int64_t kLanesMinTokens = 1024;
 
 }  // namespace
 
+bool threshold_route_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_THRESHOLD");
+  return on;
+}
+
 RouteParams route_params(const RouteArgs& a) {
   RouteParams p{};
   p.logits = a.logits.data;
@@ -147,12 +167,16 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
   }
   const int64_t blocks = std::min<int64_t>((args.T + kRouteWarps - 1) / kRouteWarps, 16 * sm_count(device));
   if (packed_route_call(p, args.logits.dtype)) {
+    const bool threshold = threshold_route_call(p, args.logits.dtype) && threshold_route_enabled();
     dispatch_route(args.logits.dtype, args.E, false, [&](auto t, auto vpt, auto) {
       using T = typename decltype(t)::type;
       constexpr int VPT = decltype(vpt)::value;
       if constexpr (packed_route_type<T, VPT, false>()) {
-        launch_kernel(route_packed_kernel<T, VPT>, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0,
-                      s, device, p);
+        auto kernel = route_packed_kernel<T, VPT>;
+        if constexpr (threshold_route_type<T, VPT, false>()) {
+          if (threshold) kernel = route_threshold_kernel<T, VPT>;
+        }
+        launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
       }
     });
     after_launch(op, s, device);
