@@ -475,6 +475,38 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32MatchesOneTokenPerWarp) {
   }
 }
 
+// f32 and f16 logits (bf16 above) through the group-warps router (CUDA, moe_group_warps.cuh: grouped_topk below
+// kGroups32MinTokens tokens, one scalar load per expert of any dtype), with an fp32 and a bf16 bias: against the
+// golden, and bit for bit against moe_route's fused router (one warp per token at 37 tokens) on the same rows; then
+// the same first rows inside 2100 tokens (groups of 32 with the fp32 bias, one warp per token with the bf16 one).
+TEST_P(MoeTest, GroupedTopkGroupWarpsF32AndF16Logits) {
+  for (DType dtype : {DType::f32, DType::f16}) {
+    for (DType bias_dtype : {DType::f32, DType::bf16}) {
+      for (int64_t k : {8, 1}) {
+        RouteProblem p = grouped_problem(37, 256, k, 8, 4, true, MoeScoring::sigmoid);
+        p.op = RouteOp::moe_route;
+        p.dtype = dtype;
+        p.bias_dtype = bias_dtype;
+        p.special_rows = true;
+        p.spec.renormalize = k != 1;
+        check_route_and_parts(p);
+        const uint64_t seed = test_rng()();
+        const HostTensor bias = ft::make_bias(p, seed);
+        RouteProblem big = p;
+        big.op = RouteOp::grouped_topk;
+        big.T = 2100;
+        const HostTensor big_logits = ft::make_logits(big, seed);
+        const auto many = ft::run_route(big, big_logits, &bias, device_of(GetParam()));
+        RouteProblem few = big;
+        few.T = p.T;
+        const auto head = ft::run_route(few, first_rows(big_logits, p.T), &bias, device_of(GetParam()));
+        EXPECT_TRUE(same_bytes(first_rows(many.weights, p.T), head.weights)) << few.describe();
+        EXPECT_TRUE(same_bytes(first_rows(many.ids, p.T), head.ids)) << few.describe();
+      }
+    }
+  }
+}
+
 TEST_P(MoeTest, GroupedTopkTiesPickLowerGroupsAndExperts) {
   // All-equal rows: every group score ties, so the lowest topk_group groups survive and the lowest experts win.
   RouteProblem p = grouped_problem(2, 256, 8, 8, 4, false, MoeScoring::sigmoid);
