@@ -20,8 +20,13 @@ namespace fuseops::detail {
 
 /// NaN -> -FLT_MAX (NaN counts as -inf), +-inf -> +-FLT_MAX, -0 -> +0; finite values unchanged.
 FUSEOPS_HD float moe_sanitize(float x) {
+#if defined(__CUDA_ARCH__)
+  // fmaxf returns its other operand for a NaN (max.f32), so NaN -> -FLT_MAX without a test and a select.
+  return fminf(fmaxf(x, -FLT_MAX), FLT_MAX) + 0.0f;
+#else
   if (x != x) return -FLT_MAX;
   return fminf(fmaxf(x, -FLT_MAX), FLT_MAX) + 0.0f;
+#endif
 }
 
 /// sigmoid of a finite fp32 logit: 1 / (1 + e^-x) (0 for x <= -104, 1 for large x).

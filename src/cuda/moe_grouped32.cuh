@@ -1,10 +1,11 @@
 // Device code of grouped_topk with sigmoid scoring for groups of exactly 32 experts (DeepSeek-V3: 256 experts in 8
 // groups): L = n_group lanes per token and 32 / L tokens per warp; lane s of a token holds its group s (experts
-// [32 s, 32 s + 32)) in registers. The group's top two keys come from a register tree (no shuffles); the surviving
+// [32 s, 32 s + 32)) in registers. The group's top two keys come from running pairs (no shuffles); the surviving
 // groups from the ranks of the L group keys (one gather of L shuffles, no sequential rounds); each of the k picks is a
 // max over the token's L lanes of (key, lowest expert) in log2(L) xor steps, after which the winning lane takes its
 // expert out and finds its next best (a tree over its keys; with topk_group = L / 2, as DeepSeek-V3, the surviving
-// groups are first moved onto 16 keys per lane, so that half as many keys are rescanned). Weights are recomputed at
+// groups are first moved onto 16 keys per lane through the warp's shared scratch, so that half as many keys are
+// rescanned). Weights are recomputed at
 // the end from the logits of the picked experts (one cached load each) instead of being carried through the picks.
 //
 // Results are bitwise those of route_token (moe_topk.cuh), which moe_route's fused path runs: the same keys and
@@ -16,32 +17,10 @@
 
 namespace fuseops::detail::cuda {
 
-/// Merges pairs of top-two lists: (a, b)[i] = top two of (a, b)[2i] and (a, b)[2i + 1], i < N: max(a1, a2) and
-/// max(min(a1, a2), max(b1, b2)).
-template <int N>
-__device__ __forceinline__ void merge_top_two(float (&a)[16], float (&b)[16]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const float a1 = a[2 * i], a2 = a[2 * i + 1];
-    a[i] = fmaxf(a1, a2);
-    b[i] = fmaxf(fminf(a1, a2), fmaxf(b[2 * i], b[2 * i + 1]));
-  }
-}
-
-/// Top two of the 32 keys as a multiset (t1 >= t2): a tree of pairwise merges, 5 levels deep.
-__device__ __forceinline__ void top_two32(const float (&key)[32], float& t1, float& t2) {
-  float a[16], b[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    a[i] = fmaxf(key[2 * i], key[2 * i + 1]);
-    b[i] = fminf(key[2 * i], key[2 * i + 1]);
-  }
-  merge_top_two<8>(a, b);
-  merge_top_two<4>(a, b);
-  merge_top_two<2>(a, b);
-  merge_top_two<1>(a, b);
-  t1 = a[0];
-  t2 = b[0];
+/// Merges the top-two pair (y1 >= y2) into (x1 >= x2): the top two of the four as a multiset (selects only).
+__device__ __forceinline__ void merge_top_two(float& x1, float& x2, float y1, float y2) {
+  x2 = fmaxf(fminf(x1, y1), fmaxf(x2, y2));
+  x1 = fmaxf(x1, y1);
 }
 
 /// Sum of the k weights as route_token's warp_sum adds them: output j = m L + s sits in slot m of lane s (zeros
@@ -62,6 +41,8 @@ __device__ __forceinline__ float weight_sum32(const float (&w)[32 / L]) {
 
 /// Maximum experts of the groups-of-32 router (16 groups of 32).
 constexpr int kGroups32MaxExperts = 512;
+/// Shared scratch of one warp: the order keys of its lanes' groups, 32 per lane.
+constexpr int kGroups32HalvesWords = 32 * 32;
 
 /// The sanitised bias in the block's shared memory (`bias_sh`, kGroups32MaxExperts floats, 16-byte aligned), read by
 /// every token of the block: a contiguous fp32 bias (groups32_lanes checks it). Ends with a barrier of the block.
@@ -111,29 +92,59 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
 
 /// Routes token t (E == 32 * L, n_group == L) with the L-lane segment of the calling (full) warp that holds `lane`.
 /// Segments with t >= T compute on row 0 and store nothing (every lane takes part in the shuffles).
-/// `bias_sh`: the sanitised bias (stage_bias32) when BIAS.
-template <typename T, int L, bool BIAS>
-__device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane, const float* bias_sh) {
+/// `bias_sh`: the sanitised bias (stage_bias32) when BIAS; `halves`: the warp's kGroups32HalvesWords words, 16-byte
+/// aligned (the keys, read back by the picks).
+/// HALVES: topk_group == L / 2 (the surviving groups' halves are picked from; groups32_halves), a kernel of its own:
+/// the other path's 32-key tree would set the registers of both (75 instead of 64 at DeepSeek-V3's shape).
+template <typename T, int L, bool BIAS, bool HALVES>
+__device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane, const float* bias_sh,
+                                               uint32_t* halves) {
   constexpr int M = 32 / L;
   const int s = lane & (L - 1), base = 32 * s;
   const bool live = t < p.T;
   const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(live ? t : 0) * p.logits_stride;
-  float x[32];
-  load_logits<T, 32>(row, base, p.E, x);
-  // Selection keys: sigmoid score + bias (the score as route_token computes it), or the logit without a bias.
-  float key[32];
-  if constexpr (BIAS) {
+  // The group's logits in their own dtype (16 registers for bf16 / f16), widened where the keys are formed.
+  constexpr int CH = 16 / static_cast<int>(sizeof(T));
+  StorageVec<T, CH> raw[32 / CH];
+  if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) key[i] = moe_sigmoid(x[i]) + bias_sh[base + i];
+    for (int c = 0; c < 32 / CH; ++c) raw[c].load(row + base + c * CH);
   } else {
 #pragma unroll
-    for (int i = 0; i < 32; ++i) key[i] = x[i];
+    for (int i = 0; i < 32; ++i) raw[i / CH].u.elems[i % CH] = row[base + i];
+  }
+  // Selection keys, 4 at a time: sigmoid score + bias (the score as route_token computes it), or the logit without a
+  // bias. Each goes to the warp's scratch as its order key (lane l's row of 8 16-byte chunks, chunk c at c ^ (l & 7):
+  // the 8 lanes of a quarter warp store to different banks) while running top-two pairs over the keys i = j mod 4
+  // give the group's top two (top_two32's selects, in another order: the same multiset). Only 4 keys are live.
+  float a[4], b[4];
+  uint32_t* mine = halves + 32 * lane;
+  __syncwarp();  // the previous tokens' reads of the scratch are done
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    float key[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = 4 * c + j;
+      const float x = moe_sanitize(raw[i / CH].get(i % CH));
+      key[j] = BIAS ? moe_sigmoid(x) + bias_sh[base + i] : x;
+      if (c == 0) {
+        a[j] = key[j];
+        b[j] = -INFINITY;
+      } else {
+        b[j] = fmaxf(b[j], fminf(a[j], key[j]));
+        a[j] = fmaxf(a[j], key[j]);
+      }
+    }
+    reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(
+        moe_order_key(key[0]), moe_order_key(key[1]), moe_order_key(key[2]), moe_order_key(key[3]));
   }
   bool kept = true;
   if (p.topk_group < p.n_group) {
-    float t1, t2;
-    top_two32(key, t1, t2);
-    const uint32_t gk = moe_order_key(BIAS ? t1 + t2 : t1);
+    merge_top_two(a[0], b[0], a[1], b[1]);
+    merge_top_two(a[2], b[2], a[3], b[3]);
+    merge_top_two(a[0], b[0], a[2], b[2]);
+    const uint32_t gk = moe_order_key(BIAS ? a[0] + b[0] : a[0]);
     // Rank of this group among the token's L groups (higher key first, then the lower group).
     int rank = 0;
 #pragma unroll
@@ -143,11 +154,9 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
     }
     kept = rank < p.topk_group;
   }
-  uint32_t uk[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) uk[i] = kept ? moe_order_key(key[i]) : 0u;
+  __syncwarp();
   int out_id[M];
-  if (2 * p.topk_group == L) {  // uniform
+  if constexpr (HALVES) {
     // The topk_group = L/2 surviving groups, 16 keys per lane: lane s takes half s & 1 of the (s >> 1)-th kept group
     // (lanes still ascend with experts), so that every pick rescans 16 keys instead of 32.
     const unsigned km = (__ballot_sync(kFullMask, kept) >> (lane & ~(L - 1))) & ((1u << L) - 1u);
@@ -159,15 +168,27 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
         ++r;
       }
     }
-    const int h = s & 1;
+    const int h = s & 1, from = (lane & ~(L - 1)) + src;
     uint32_t half[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const uint32_t lo = __shfl_sync(kFullMask, uk[i], src, L), hi = __shfl_sync(kFullMask, uk[16 + i], src, L);
-      half[i] = h ? hi : lo;
+    for (int j = 0; j < 4; ++j) {
+      const uint4 v = reinterpret_cast<const uint4*>(halves + 32 * from)[(4 * h + j) ^ (from & 7)];
+      half[4 * j] = v.x;
+      half[4 * j + 1] = v.y;
+      half[4 * j + 2] = v.z;
+      half[4 * j + 3] = v.w;
     }
     pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
   } else {
+    uint32_t uk[32];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const uint4 v = reinterpret_cast<const uint4*>(mine)[c ^ (lane & 7)];
+      uk[4 * c] = kept ? v.x : 0u;
+      uk[4 * c + 1] = kept ? v.y : 0u;
+      uk[4 * c + 2] = kept ? v.z : 0u;
+      uk[4 * c + 3] = kept ? v.w : 0u;
+    }
     pick_experts<L, 32>(p, uk, base, s, out_id);
   }
   // Weights: the score of each picked expert, from its logit (the same expression on the same value as the key's
@@ -207,6 +228,9 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
 /// groups-of-32 router 6.3-7.0 us at 1-64 and 8.9 us at 4096 (slopes 1.7 and 0.46 us per 1000 tokens: even near
 /// 1800 tokens). Both give the same bits for a token (tests/cpp/test_moe.cpp).
 constexpr int64_t kGroups32MinTokens = 2048;
+
+/// Whether route_groups32 picks from the surviving groups' halves (topk_group = n_group / 2).
+inline bool groups32_halves(const RouteParams& p) { return 2 * p.topk_group == p.n_group; }
 
 inline int groups32_lanes(const RouteParams& p) {
   const bool shape = p.n_group > 0 && p.E == 32 * p.n_group && (p.n_group == 8 || p.n_group == 16);

@@ -73,17 +73,18 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
 }
 
 /// 32 / L tokens per warp (route_groups32): grouped routing with n_group == L groups of 32 experts.
-template <typename T, int L, bool BIAS>
+template <typename T, int L, bool BIAS, bool HALVES>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_groups32_kernel(RouteParams p) {
   pdl_wait_and_release();
   __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
+  __shared__ __align__(16) uint32_t halves[kRouteWarps][kGroups32HalvesWords];
   if constexpr (BIAS) stage_bias32(p, bias_sh);
   constexpr int kPerWarp = 32 / L;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int first = (static_cast<int>(blockIdx.x) * kRouteWarps + warp) * kPerWarp;
   const int step = static_cast<int>(gridDim.x) * kRouteWarps * kPerWarp;
   for (int t0 = first; t0 < p.T; t0 += step) {
-    route_groups32<T, L, BIAS>(p, t0 + lane / L, lane, bias_sh);  // warp-uniform
+    route_groups32<T, L, BIAS, HALVES>(p, t0 + lane / L, lane, bias_sh, halves[warp]);  // warp-uniform
   }
 }
 
@@ -94,8 +95,11 @@ void launch_groups32(const RouteParams& p, DType dtype, cudaStream_t s, int devi
   const int64_t blocks = std::min<int64_t>((p.T + per_block - 1) / per_block, 16 * sm_count(device));
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    launch_kernel(p.bias ? route_groups32_kernel<T, L, true> : route_groups32_kernel<T, L, false>,
-                  dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
+    auto kernel = p.bias ? route_groups32_kernel<T, L, true, false> : route_groups32_kernel<T, L, false, false>;
+    if (groups32_halves(p)) {
+      kernel = p.bias ? route_groups32_kernel<T, L, true, true> : route_groups32_kernel<T, L, false, true>;
+    }
+    launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
   });
 }
 

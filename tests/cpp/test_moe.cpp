@@ -478,7 +478,8 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32MatchesOneTokenPerWarp) {
 // f32 and f16 logits (bf16 above) through the group-warps router (CUDA, moe_group_warps.cuh: grouped_topk below
 // kGroups32MinTokens tokens, one scalar load per expert of any dtype), with an fp32 and a bf16 bias: against the
 // golden, and bit for bit against moe_route's fused router (one warp per token at 37 tokens) on the same rows; then
-// the same first rows inside 2100 tokens (groups of 32 with the fp32 bias, one warp per token with the bf16 one).
+// the same first rows inside 2100 tokens (groups of 32 with the fp32 bias, one warp per token with the bf16 one); f16
+// with k 8 on an odd row pitch (per-element loads on every other row).
 TEST_P(MoeTest, GroupedTopkGroupWarpsF32AndF16Logits) {
   for (DType dtype : {DType::f32, DType::f16}) {
     for (DType bias_dtype : {DType::f32, DType::bf16}) {
@@ -489,6 +490,7 @@ TEST_P(MoeTest, GroupedTopkGroupWarpsF32AndF16Logits) {
         p.bias_dtype = bias_dtype;
         p.special_rows = true;
         p.spec.renormalize = k != 1;
+        p.row_pitch = dtype == DType::f16 && k == 8 ? 257 : 0;  // every other row unaligned for the vector loads
         check_route_and_parts(p);
         const uint64_t seed = test_rng()();
         const HostTensor bias = ft::make_bias(p, seed);
@@ -499,7 +501,11 @@ TEST_P(MoeTest, GroupedTopkGroupWarpsF32AndF16Logits) {
         const auto many = ft::run_route(big, big_logits, &bias, device_of(GetParam()));
         RouteProblem few = big;
         few.T = p.T;
-        const auto head = ft::run_route(few, first_rows(big_logits, p.T), &bias, device_of(GetParam()));
+        HostTensor head_logits(dtype, {few.T, few.E}, few.row_pitch);
+        for (int64_t r = 0; r < few.T; ++r) {
+          for (int64_t e = 0; e < few.E; ++e) head_logits.set(r, e, static_cast<float>(big_logits.get(r, e)));
+        }
+        const auto head = ft::run_route(few, head_logits, &bias, device_of(GetParam()));
         EXPECT_TRUE(same_bytes(first_rows(many.weights, p.T), head.weights)) << few.describe();
         EXPECT_TRUE(same_bytes(first_rows(many.ids, p.T), head.ids)) << few.describe();
       }
