@@ -1,12 +1,12 @@
 // Device code of grouped_topk with sigmoid scoring for groups of exactly 32 experts (DeepSeek-V3: 256 experts in 8
 // groups): L = n_group lanes per token and 32 / L tokens per warp; lane s of a token holds its group s (experts
-// [32 s, 32 s + 32)) in registers. The group's top two keys come from running pairs (no shuffles); the surviving
-// groups from the ranks of the L group keys (one gather of L shuffles, no sequential rounds); each of the k picks is a
-// max over the token's L lanes of (key, lowest expert) in log2(L) xor steps, after which the winning lane takes its
-// expert out and finds its next best (a tree over its keys; with topk_group = L / 2, as DeepSeek-V3, the surviving
-// groups are first moved onto 16 keys per lane through the warp's shared scratch, so that half as many keys are
-// rescanned). Weights are recomputed at
-// the end from the logits of the picked experts (one cached load each) instead of being carried through the picks.
+// [32 s, 32 s + 32)). The keys are formed 4 at a time into the warp's shared scratch while running pairs give the
+// group's top two (no shuffles); the surviving groups come from the ranks of the L group keys (one gather of L
+// shuffles, no sequential rounds); with topk_group = L / 2, as DeepSeek-V3, the surviving groups' halves are read
+// back onto the token's lanes, 16 keys each (else every lane reads its own 32). Each of the k picks is a max over the
+// token's L lanes of (key, lowest expert) in log2(L) xor steps, after which the winning lane takes its next best from
+// a cache of its 3 best (a tree over its remaining keys only once they are used up). Weights are recomputed at the
+// end from the logits of the picked experts (one cached load each) instead of being carried through the picks.
 //
 // Results are bitwise those of route_token (moe_topk.cuh), which moe_route's fused path runs: the same keys and
 // the same total order (highest key, then lowest expert), the same score expression, and the renormalisation sum adds
@@ -53,22 +53,36 @@ __device__ __forceinline__ void stage_bias32(const RouteParams& p, float* bias_s
   __syncthreads();
 }
 
+/// The lane's best kPickCache keys, best first (lane_best rounds, each key zeroed in `uk` once taken): the heads of its
+/// next picks, so that a lane's rescan runs only after it has given kPickCache picks.
+constexpr int kPickCache = 3;
+
+template <int N>
+__device__ __forceinline__ void take_best(uint32_t (&uk)[N], uint32_t& key, int& at) {
+  lane_best<N>(uk, key, at);
+#pragma unroll
+  for (int i = 0; i < N; ++i) uk[i] = i == at ? 0u : uk[i];
+}
+
 /// The k picks of a token from its L lanes' keys: lane s holds N keys of experts [first, first + N) (lanes ascend
-/// with experts). Each pick is the max of (key, lowest expert) over the L lanes in log2(L) xor steps; the winning
-/// lane zeroes the key and reruns its N-key tree. Output j = q L + s goes to out_id[q] of lane s. The lanes hold at
-/// least k keys above 0 (k <= topk_group * 32), so every pick is a real expert.
+/// with experts). Each pick is the max of (key, lowest expert) over the L lanes' heads in log2(L) xor steps; the
+/// winning lane's next head is its next cached key (kPickCache of them, taken in order by lane_best: the same keys,
+/// ties to the lower position), and only a lane whose cache ran out rescans its remaining keys (DeepSeek-V3 rows: a
+/// rescan in about one warp in two, against one per pick without the cache). Output j = q L + s goes to out_id[q]
+/// of lane s. The lanes hold at least k keys above 0 (k <= topk_group * 32), so every pick is a real expert.
 template <int L, int N>
 __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk)[N], int first, int s,
                                              int (&out_id)[32 / L]) {
   constexpr int M = 32 / L;
-  uint32_t lb;
-  int li;
-  lane_best<N>(uk, lb, li);
+  uint32_t hk[kPickCache];
+  int hi[kPickCache];
+#pragma unroll
+  for (int d = 0; d < kPickCache; ++d) take_best<N>(uk, hk[d], hi[d]);
 #pragma unroll
   for (int q = 0; q < M; ++q) out_id[q] = 0;
   for (int j = 0; j < p.k; ++j) {
-    uint32_t bk = lb;
-    int bid = first + li;
+    uint32_t bk = hk[0];
+    int bid = first + hi[0];
 #pragma unroll
     for (int o = L / 2; o > 0; o >>= 1) {
       const uint32_t ok = __shfl_xor_sync(kFullMask, bk, o);
@@ -78,10 +92,14 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
         bid = oid;
       }
     }
-    if (bid - first >= 0 && bid - first < N) {  // this lane's best was taken
+    if (bid - first >= 0 && bid - first < N) {  // this lane's head was taken: the next cached key, or a rescan
 #pragma unroll
-      for (int i = 0; i < N; ++i) uk[i] = i == li ? 0u : uk[i];
-      lane_best<N>(uk, lb, li);
+      for (int d = 0; d + 1 < kPickCache; ++d) {
+        hk[d] = hk[d + 1];
+        hi[d] = hi[d + 1];
+      }
+      hk[kPickCache - 1] = 0u;
+      if (hk[0] == 0u && j + 1 < p.k) take_best<N>(uk, hk[0], hi[0]);
     }
 #pragma unroll
     for (int q = 0; q < M; ++q) {
