@@ -75,8 +75,15 @@ FUSEOPS_HD int moe_packed_expert(uint32_t c) {
 FUSEOPS_HD uint32_t moe_packed_key_raw(float x, int e) {
   uint32_t u;
   memcpy(&u, &x, sizeof(u));
-  const uint32_t order = x < 0.0f ? ~u : (u | 0x80000000u);
-  return (order & kMoePackedValueMask) | (kMoePackedExpertMask - static_cast<uint32_t>(e));
+  // order = x < 0 ? ~u : u | 2^31, as (u | 2^31) ^ s with s all ones below zero (a negative u has bit 31 set);
+  // the expert is added below the masked bits (the same as or-ing it).
+#if defined(__CUDA_ARCH__)
+  uint32_t s;
+  asm("set.lt.u32.f32 %0, %1, 0f00000000;" : "=r"(s) : "f"(x));
+#else
+  const uint32_t s = x < 0.0f ? ~0u : 0u;
+#endif
+  return (((u | 0x80000000u) ^ s) & kMoePackedValueMask) + (kMoePackedExpertMask - static_cast<uint32_t>(e));
 }
 
 /// The sanitised value of a packed key, bit for bit.

@@ -13,9 +13,24 @@
 // the same pairs in the same tree as route_token's warp butterfly (weight_sum32).
 #pragma once
 
+#include <type_traits>
+
 #include "cuda/moe_topk.cuh"
 
 namespace fuseops::detail::cuda {
+
+/// Smallest logit (exclusive) for which moe_sigmoid_mid equals moe_sigmoid: 1 + e^80 < 2^126.
+constexpr float kSigmoidMidMin = -80.0f;
+
+/// moe_sigmoid(x) bit for bit for a sanitised x > kSigmoidMidMin: 1 + e^-x is then in [1, 2^126), where the
+/// correctly rounded reciprocal (div.rn / rcp.rn) is its fast path, MUFU.RCP and one FMA correction, without the
+/// range test and the branch around its slow path (6 instructions fewer per score).
+__device__ __forceinline__ float moe_sigmoid_mid(float x) {
+  const float y = 1.0f + expf(-x);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return fmaf(r, -fmaf(y, r, -1.0f), r);
+}
 
 /// Merges the top-two pair (y1 >= y2) into (x1 >= x2): the top two of the four as a multiset (selects only).
 __device__ __forceinline__ void merge_top_two(float& x1, float& x2, float y1, float y2) {
@@ -135,27 +150,43 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   // bias. Each goes to the warp's scratch as its order key (lane l's row of 8 16-byte chunks, chunk c at c ^ (l & 7):
   // the 8 lanes of a quarter warp store to different banks) while running top-two pairs over the keys i = j mod 4
   // give the group's top two (top_two32's selects, in another order: the same multiset). Only 4 keys are live.
+  // FAST: the sigmoid's reciprocal without its range test (moe_sigmoid_mid), valid while every logit of the warp is
+  // above -80; else the warp forms its keys again with moe_sigmoid.
   float a[4], b[4];
   uint32_t* mine = halves + 32 * lane;
-  __syncwarp();  // the previous tokens' reads of the scratch are done
+  auto form_keys = [&](auto fast_tag) {
+    [[maybe_unused]] constexpr bool FAST = decltype(fast_tag)::value;
+    bool in_range = true;
 #pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    float key[4];
+    for (int c = 0; c < 8; ++c) {
+      float key[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = 4 * c + j;
-      const float x = moe_sanitize(raw[i / CH].get(i % CH));
-      key[j] = BIAS ? moe_sigmoid(x) + bias_sh[base + i] : x;
-      if (c == 0) {
-        a[j] = key[j];
-        b[j] = -INFINITY;
-      } else {
-        b[j] = fmaxf(b[j], fminf(a[j], key[j]));
-        a[j] = fmaxf(a[j], key[j]);
+      for (int j = 0; j < 4; ++j) {
+        const int i = 4 * c + j;
+        const float x = moe_sanitize(raw[i / CH].get(i % CH));
+        if constexpr (BIAS) {
+          in_range = in_range && x > kSigmoidMidMin;
+          key[j] = (FAST ? moe_sigmoid_mid(x) : moe_sigmoid(x)) + bias_sh[base + i];
+        } else {
+          key[j] = x;
+        }
+        if (c == 0) {
+          a[j] = key[j];
+          b[j] = -INFINITY;
+        } else {
+          b[j] = fmaxf(b[j], fminf(a[j], key[j]));
+          a[j] = fmaxf(a[j], key[j]);
+        }
       }
+      reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(
+          moe_order_key(key[0]), moe_order_key(key[1]), moe_order_key(key[2]), moe_order_key(key[3]));
     }
-    reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(
-        moe_order_key(key[0]), moe_order_key(key[1]), moe_order_key(key[2]), moe_order_key(key[3]));
+    return in_range;
+  };
+  __syncwarp();  // the previous tokens' reads of the scratch are done
+  if (!__all_sync(kFullMask, form_keys(std::true_type{}))) {
+    __syncwarp();
+    form_keys(std::false_type{});
   }
   bool kept = true;
   if (p.topk_group < p.n_group) {

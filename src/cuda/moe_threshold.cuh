@@ -39,6 +39,26 @@ inline bool threshold_route_call(const RouteParams& p, DType dtype) {
   return packed_route_call(p, dtype) && p.k <= kThresholdMaxK && route_vpt(p.E) >= kThresholdMinVpt;
 }
 
+/// c += (k >= tau): a compare and a predicated add (the compiler's form of the sum is a compare, an add and a select).
+__device__ __forceinline__ void add_if_at_least(int& c, uint32_t k, uint32_t tau) {
+  asm("{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %2;\n\t@p add.s32 %0, %0, 1;\n\t}" : "+r"(c) : "r"(k), "r"(tau));
+}
+
+/// c += (k > v), likewise.
+__device__ __forceinline__ void add_if_above(int& c, uint32_t k, uint32_t v) {
+  asm("{\n\t.reg .pred p;\n\tsetp.gt.u32 p, %1, %2;\n\t@p add.s32 %0, %0, 1;\n\t}" : "+r"(c) : "r"(k), "r"(v));
+}
+
+/// Stores k at shared address `to` and advances it by one word when k >= tau: a compare, a predicated store and a
+/// predicated add (a store through the generic pointer recomputed its shared address for every key).
+__device__ __forceinline__ void store_if_at_least(uint32_t& to, uint32_t k, uint32_t tau) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %2;\n\t@p st.shared.u32 [%0], %1;\n\t@p add.u32 %0, %0, 4;\n\t}"
+      : "+r"(to)
+      : "r"(k), "r"(tau)
+      : "memory");
+}
+
 /// Routes token t with the calling warp and returns true, or returns false having written nothing (the caller then
 /// runs route_token_packed). `sh`: this warp's kThresholdScratchWords words, 16-byte aligned.
 template <typename T, int VPT>
@@ -57,8 +77,14 @@ __device__ __forceinline__ bool route_token_threshold(const RouteParams& p, int 
   }
   auto x = [&](int i) { return raw[i / CH].get(i % CH); };
   uint32_t ck[VPT];
+  const bool full = base + VPT <= p.E;  // no expert past E on this lane: no bound checks per expert
+  if (full) {
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) ck[i] = base + i < p.E ? moe_packed_key_raw(x(i), base + i) : 0u;
+    for (int i = 0; i < VPT; ++i) ck[i] = moe_packed_key_raw(x(i), base + i);
+  } else {
+#pragma unroll
+    for (int i = 0; i < VPT; ++i) ck[i] = base + i < p.E ? moe_packed_key_raw(x(i), base + i) : 0u;
+  }
   uint32_t lm = ck[0];
 #pragma unroll
   for (int i = 1; i < VPT; ++i) lm = max(lm, ck[i]);
@@ -67,7 +93,7 @@ __device__ __forceinline__ bool route_token_threshold(const RouteParams& p, int 
   if (!(fabsf(m) <= FLT_MAX)) return false;  // NaN, +inf or -inf at the top: the sanitising router
   float part = 0;
   if (p.softmax) {  // route_token_packed's sum, term for term (x past E is not read)
-    if (base + VPT <= p.E) {
+    if (full) {
 #pragma unroll
       for (int i = 0; i < VPT; ++i) part += expf(x(i) - m);
     } else {
@@ -85,7 +111,7 @@ __device__ __forceinline__ bool route_token_threshold(const RouteParams& p, int 
   const uint32_t tau = b;
   int c = 0;
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) c += ck[i] >= tau ? 1 : 0;
+  for (int i = 0; i < VPT; ++i) add_if_at_least(c, ck[i], tau);
   const int total = static_cast<int>(__reduce_add_sync(kFullMask, static_cast<uint32_t>(c)));
   if (total > 32) return false;
   int at = c;  // inclusive scan of the counts over the lanes
@@ -96,17 +122,19 @@ __device__ __forceinline__ bool route_token_threshold(const RouteParams& p, int 
   }
   at -= c;
   __syncwarp();  // the previous token's reads of the scratch are done
+  uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(sh)) + 4u * static_cast<uint32_t>(at);
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) {
-    if (ck[i] >= tau) sh[at++] = ck[i];
-  }
+  for (int i = 0; i < VPT; ++i) store_if_at_least(to, ck[i], tau);
   if (lane >= total) sh[lane] = 0u;  // below every key: counts for no rank
   __syncwarp();
   const uint32_t mine = sh[lane];
   int rank = 0;
   for (int q = 0; q < total; q += 4) {
     const uint4 o = *reinterpret_cast<const uint4*>(sh + q);
-    rank += (o.x > mine ? 1 : 0) + (o.y > mine ? 1 : 0) + (o.z > mine ? 1 : 0) + (o.w > mine ? 1 : 0);
+    add_if_above(rank, o.x, mine);
+    add_if_above(rank, o.y, mine);
+    add_if_above(rank, o.z, mine);
+    add_if_above(rank, o.w, mine);
   }
   if (lane < total && rank < p.k) sh[32 + rank] = mine;
   float sum = 1;

@@ -36,10 +36,10 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RoutePar
 }
 
 /// The threshold router (moe_threshold.cuh), falling back to the packed router per token. At VPT 16 its 64
-/// registers (the packed router's; 80 uncapped with both paths inlined) let 32 warps per SM run: 4096 tokens in one
-/// wave on 132 SMs.
+/// registers (the packed router's; 72-80 uncapped with both paths inlined) let 32 warps per SM run: 4096 tokens in
+/// one wave on 132 SMs; at VPT 32, 128 (the packed router alone takes 116).
 template <typename T, int VPT>
-__global__ void __launch_bounds__(kRouteWarps * 32, VPT == 16 ? 8 : 1) route_threshold_kernel(RouteParams p) {
+__global__ void __launch_bounds__(kRouteWarps * 32, VPT == 16 ? 8 : 4) route_threshold_kernel(RouteParams p) {
   pdl_wait_and_release();
   __shared__ __align__(16) uint32_t sh[kRouteWarps][kThresholdScratchWords];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
@@ -72,9 +72,13 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
   for (int t0 = first; t0 < p.T; t0 += step) route_token_lanes<T, L>(p, t0 + lane / L, lane);  // warp-uniform
 }
 
-/// 32 / L tokens per warp (route_groups32): grouped routing with n_group == L groups of 32 experts.
+/// 32 / L tokens per warp (route_groups32): grouped routing with n_group == L groups of 32 experts. Registers are
+/// capped (about 120 uncapped with a bias: the sigmoids' reciprocals all in flight): 64 for the halves variant with
+/// 16-bit logits (DeepSeek-V3; no spills): 8 blocks per SM, so that 16384 tokens (1 024 blocks) run in one wave; 80
+/// for the others.
 template <typename T, int L, bool BIAS, bool HALVES>
-__global__ void __launch_bounds__(kRouteWarps * 32) route_groups32_kernel(RouteParams p) {
+__global__ void __launch_bounds__(kRouteWarps * 32, HALVES && sizeof(T) == 2 ? 8 : 6)
+    route_groups32_kernel(RouteParams p) {
   pdl_wait_and_release();
   __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
   __shared__ __align__(16) uint32_t halves[kRouteWarps][kGroups32HalvesWords];
@@ -99,7 +103,7 @@ void launch_groups32(const char* op, const RouteParams& p, DType dtype, cudaStre
     if (groups32_halves(p)) {
       kernel = p.bias ? route_groups32_kernel<T, L, true, true> : route_groups32_kernel<T, L, false, true>;
     }
-    // 18 KB of shared memory per block: the largest carveout keeps 10 blocks (48 registers) resident per SM.
+    // 18 KB of shared memory per block: the largest carveout keeps 8 blocks (64 registers) resident per SM.
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                     cudaSharedmemCarveoutMaxShared),
                op, "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");

@@ -513,6 +513,40 @@ TEST_P(MoeTest, GroupedTopkGroupWarpsF32AndF16Logits) {
   }
 }
 
+// The groups-of-32 router's sigmoid without the reciprocal's range test (moe_sigmoid_mid, taken while every logit of
+// a warp's 4 tokens is above -80) and its exact fallback: logits spread over [-79.5, 100] in the tokens of every
+// other warp (1 + e^-x up to e^79.5, the fast path's end) and over [-200, 100] in the others (the fallback), bf16
+// and f16: 2100 tokens against the golden, and the first 64 bit for bit against moe_route's fused router (one warp
+// per token, moe_sigmoid) on the same rows.
+TEST_P(MoeTest, GroupedTopkGroupsOf32SigmoidRange) {
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    RouteProblem p = grouped_problem(2100, 256, 8, 8, 4, true, MoeScoring::sigmoid);
+    p.dtype = dtype;
+    std::mt19937_64 rng(test_rng()());
+    std::uniform_real_distribution<float> near(-79.5f, 100.0f), wide(-200.0f, 100.0f);
+    HostTensor logits(dtype, {p.T, p.E});
+    for (int64_t r = 0; r < p.T; ++r) {
+      for (int64_t e = 0; e < p.E; ++e) {
+        const float v = (r / 4) % 2 == 0 ? near(rng) : wide(rng);
+        logits.set(r, e, dtype == DType::f16 ? std::max(-65000.0f, v) : v);
+      }
+    }
+    const HostTensor bias = ft::make_bias(p, test_rng()());
+    const auto many = ft::run_route(p, logits, &bias, device_of(GetParam()));
+    fuseops::reference::RouterSpec spec = p.spec;
+    spec.k = p.k;
+    const fuseops::reference::MoeComparison g = fuseops::reference::compare_route(
+        fuseops::reference::route(logits, &bias, spec), many.weights, many.ids, nullptr);
+    EXPECT_TRUE(g.pass) << p.describe() << ": " << g.violations << " violations, first: " << g.detail;
+    RouteProblem fused = p;
+    fused.op = RouteOp::moe_route;
+    fused.T = 64;
+    const auto head = ft::run_route(fused, first_rows(logits, fused.T), &bias, device_of(GetParam()));
+    EXPECT_TRUE(same_bytes(first_rows(many.weights, fused.T), head.weights)) << fused.describe();
+    EXPECT_TRUE(same_bytes(first_rows(many.ids, fused.T), head.ids)) << fused.describe();
+  }
+}
+
 TEST_P(MoeTest, GroupedTopkTiesPickLowerGroupsAndExperts) {
   // All-equal rows: every group score ties, so the lowest topk_group groups survive and the lowest experts win.
   RouteProblem p = grouped_problem(2, 256, 8, 8, 4, false, MoeScoring::sigmoid);
