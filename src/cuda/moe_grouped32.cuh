@@ -163,12 +163,14 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int i = 4 * c + j;
-        const float x = moe_sanitize(raw[i / CH].get(i % CH));
+        const float v = raw[i / CH].get(i % CH);
         if constexpr (BIAS) {
-          in_range = in_range && x > kSigmoidMidMin;
-          key[j] = (FAST ? moe_sigmoid_mid(x) : moe_sigmoid(x)) + bias_sh[base + i];
+          // Above -80 (NaN and -inf are not) the sanitising changes nothing that the sigmoid sees: -0 and +inf give
+          // the scores of +0 and FLT_MAX.
+          in_range = in_range && v > kSigmoidMidMin;
+          key[j] = (FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias_sh[base + i];
         } else {
-          key[j] = x;
+          key[j] = moe_sanitize(v);
         }
         if (c == 0) {
           a[j] = key[j];

@@ -513,11 +513,11 @@ TEST_P(MoeTest, GroupedTopkGroupWarpsF32AndF16Logits) {
   }
 }
 
-// The groups-of-32 router's sigmoid without the reciprocal's range test (moe_sigmoid_mid, taken while every logit of
-// a warp's 4 tokens is above -80) and its exact fallback: logits spread over [-79.5, 100] in the tokens of every
-// other warp (1 + e^-x up to e^79.5, the fast path's end) and over [-200, 100] in the others (the fallback), bf16
-// and f16: 2100 tokens against the golden, and the first 64 bit for bit against moe_route's fused router (one warp
-// per token, moe_sigmoid) on the same rows.
+// The groups-of-32 router's sigmoid without the reciprocal's range test and the sanitising (moe_sigmoid_mid, taken
+// while every logit of a warp's 4 tokens is above -80) and its exact fallback: logits spread over [-79.5, 100] in
+// the tokens of every other warp (1 + e^-x up to e^79.5, the fast path's end; +inf and -0 in some rows) and over
+// [-200, 100] in the others (the fallback), bf16 and f16: 2100 tokens against the golden, and the first 64 bit for
+// bit against moe_route's fused router (one warp per token, moe_sigmoid) on the same rows.
 TEST_P(MoeTest, GroupedTopkGroupsOf32SigmoidRange) {
   for (DType dtype : {DType::bf16, DType::f16}) {
     RouteProblem p = grouped_problem(2100, 256, 8, 8, 4, true, MoeScoring::sigmoid);
@@ -527,7 +527,9 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32SigmoidRange) {
     HostTensor logits(dtype, {p.T, p.E});
     for (int64_t r = 0; r < p.T; ++r) {
       for (int64_t e = 0; e < p.E; ++e) {
-        const float v = (r / 4) % 2 == 0 ? near(rng) : wide(rng);
+        float v = (r / 4) % 2 == 0 ? near(rng) : wide(rng);
+        if (r % 4 == 1 && e % 17 == 0) v = std::numeric_limits<float>::infinity();  // scored as FLT_MAX
+        if (r % 4 == 1 && e % 19 == 0) v = -0.0f;                                   // scored as +0
         logits.set(r, e, dtype == DType::f16 ? std::max(-65000.0f, v) : v);
       }
     }
