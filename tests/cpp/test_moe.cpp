@@ -245,12 +245,16 @@ TEST_P(MoeTest, TopkSoftmaxPackedMatchesF32) {
   }
 }
 
+/// Rows of the threshold router's test: 16 times 18 patterns (the router runs from kThresholdMinTokens = 256 tokens).
+constexpr int64_t kThresholdRows = 16 * 18;
+
 /// Rows for the threshold router (CUDA, moe_threshold.cuh: 16-bit logits without a bias or group selection, E > 256,
-/// k <= 16): each aimed at one of its branches for the given E and k (lane l holds experts [l*vpt, l*vpt + vpt)).
+/// k <= 16, from 256 tokens): each aimed at one of its branches for the given E and k (lane l holds experts
+/// [l*vpt, l*vpt + vpt)).
 /// Candidates are the keys >= tau, the k-th largest of the 32 lane maxima; at most 32 of them and a finite row
 /// maximum take the threshold path, else the packed router runs.
 HostTensor threshold_rows(int64_t E, int64_t k, DType dtype, int64_t pitch, uint64_t seed) {
-  const int64_t vpt = E > 512 ? 32 : 16, T = 18;
+  const int64_t vpt = E > 512 ? 32 : 16, T = kThresholdRows;
   HostTensor t(dtype, {T, E}, pitch);
   std::mt19937_64 rng(seed);
   std::normal_distribution<float> normal(0.0f, 2.0f);
@@ -268,30 +272,32 @@ HostTensor threshold_rows(int64_t E, int64_t k, DType dtype, int64_t pitch, uint
     }
     t.set(r, (k - 1) * vpt + 3, 50.0f);
   };
-  for (int64_t e = 0; e < E; ++e) {
-    const float f = static_cast<float>(e);
-    t.set(0, e, normal(rng));                         // ordinary
-    t.set(1, e, f / 8);                               // rising: the top keys crowd into the last lanes
-    t.set(2, e, -f / 8);                              // falling: into the first
-    t.set(3, e, 0.25f);                               // all equal: ties only
-    t.set(4, e, std::round(normal(rng)));             // coarse values
-    t.set(7, e, normal(rng));
-    t.set(8, e, normal(rng));
-    t.set(9, e, normal(rng));
-    t.set(10, e, -inf);                               // all -inf (maximum not finite)
-    t.set(11, e, e == E / 2 ? 3.0f : -inf);           // one finite value: -inf among the picks
-    t.set(12, e, e % 2 ? -0.0f : 0.0f);               // +-0 tie
-    t.set(13, e, e % 3 ? 1e30f : -1e30f);             // large magnitudes
-    t.set(14, e, low() * 1e-38f);                     // tiny values
-    t.set(15, e, e / vpt == 5 ? 20.0f + f / 64 : low());  // the top vpt keys in one lane
-    t.set(16, e, normal(rng) * 0.01f);
-    t.set(17, e, e % 7 == 0 ? -inf : normal(rng));    // -inf in the middle, finite maximum
+  for (int64_t r0 = 0; r0 < T; r0 += 18) {  // the 18 patterns, again with new random values
+    for (int64_t e = 0; e < E; ++e) {
+      const float f = static_cast<float>(e);
+      t.set(r0 + 0, e, normal(rng));                         // ordinary
+      t.set(r0 + 1, e, f / 8);                               // rising: the top keys crowd into the last lanes
+      t.set(r0 + 2, e, -f / 8);                              // falling: into the first
+      t.set(r0 + 3, e, 0.25f);                               // all equal: ties only
+      t.set(r0 + 4, e, std::round(normal(rng)));             // coarse values
+      t.set(r0 + 7, e, normal(rng));
+      t.set(r0 + 8, e, normal(rng));
+      t.set(r0 + 9, e, normal(rng));
+      t.set(r0 + 10, e, -inf);                               // all -inf (maximum not finite)
+      t.set(r0 + 11, e, e == E / 2 ? 3.0f : -inf);           // one finite value: -inf among the picks
+      t.set(r0 + 12, e, e % 2 ? -0.0f : 0.0f);               // +-0 tie
+      t.set(r0 + 13, e, e % 3 ? 1e30f : -1e30f);             // large magnitudes
+      t.set(r0 + 14, e, low() * 1e-38f);                     // tiny values
+      t.set(r0 + 15, e, e / vpt == 5 ? 20.0f + f / 64 : low());  // the top vpt keys in one lane
+      t.set(r0 + 16, e, normal(rng) * 0.01f);
+      t.set(r0 + 17, e, e % 7 == 0 ? -inf : normal(rng));    // -inf in the middle, finite maximum
+    }
+    crowd(r0 + 5, 32);
+    crowd(r0 + 6, 33);
+    t.set(r0 + 7, E - 1, nan);  // NaN, +inf: not finite at the top
+    t.set(r0 + 8, 0, inf);
+    t.set(r0 + 9, E / 3, -nan);
   }
-  crowd(5, 32);
-  crowd(6, 33);
-  t.set(7, E - 1, nan);  // NaN, +inf: not finite at the top
-  t.set(8, 0, inf);
-  t.set(9, E / 3, -nan);
   return t;
 }
 
@@ -321,9 +327,10 @@ ThresholdRow threshold_model(const HostTensor& x, int64_t r, int64_t k) {
 // The threshold router against the golden, and bit for bit against the same values routed as f32 logits (route_token)
 // and so against the packed router: rows that take the threshold path (ordinary, +-0, tiny, large, exactly 32
 // candidates, -inf among the picks) and rows that fall back (33 candidates, keys crowded in a few lanes, ties only,
-// NaN / +inf / -inf maxima); E 512, 300 and 511 (a lane past E and one ending inside the row), 1000 and 1024 (32 per
-// lane); k 1 to 16 and 17 (the packed router); f16 and bf16; an odd pitch (per-element loads); softmax and sigmoid
-// scoring, renormalised or not. The host model of the router's branches checks that the rows reach each of them.
+// NaN / +inf / -inf maxima), 288 tokens (the router runs from 256); E 512, 300 and 511 (a lane past E and one ending
+// inside the row), 1000 and 1024 (32 per lane); k 1 to 16 and 17 (the packed router); f16 and bf16; an odd pitch
+// (per-element loads); softmax and sigmoid scoring, renormalised or not. The host model of the router's branches
+// checks that the rows reach each of them.
 TEST_P(MoeTest, TopkSoftmaxThresholdMatchesF32) {
   struct Case {
     int64_t E, k;
@@ -339,9 +346,9 @@ TEST_P(MoeTest, TopkSoftmaxThresholdMatchesF32) {
                         {1000, 3, DType::bf16, false, false, 0},  {1024, 16, DType::f16, true, true, 1027}};
   int fast = 0, fallback = 0, at32 = 0, at33 = 0, not_finite = 0, n = 0;
   for (const Case& c : cases) {
-    RouteProblem p = softmax_problem(18, c.E, c.k, c.dtype);
+    RouteProblem p = softmax_problem(kThresholdRows, c.E, c.k, c.dtype);
     if (!c.softmax) {
-      p = grouped_problem(18, c.E, c.k, 1, 1, false, MoeScoring::sigmoid);
+      p = grouped_problem(kThresholdRows, c.E, c.k, 1, 1, false, MoeScoring::sigmoid);
       p.dtype = c.dtype;
     }
     p.spec.renormalize = c.renormalize;
@@ -362,10 +369,10 @@ TEST_P(MoeTest, TopkSoftmaxThresholdMatchesF32) {
         fuseops::reference::route(logits, nullptr, spec), narrow.weights, narrow.ids, nullptr);
     EXPECT_TRUE(g.pass) << p.describe() << ": " << g.violations << " violations, first: " << g.detail;
   }
-  EXPECT_GT(fast, 40);
-  EXPECT_GT(fallback, 40);
-  EXPECT_GE(at32, 3);
-  EXPECT_GE(at33, 3);
+  EXPECT_GT(fast, 40 * 16);
+  EXPECT_GT(fallback, 40 * 16);
+  EXPECT_GE(at32, 3 * 16);
+  EXPECT_GE(at33, 3 * 16);
   EXPECT_GT(not_finite, 0);
 }
 
