@@ -92,7 +92,9 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
   uint32_t hk[kPickCache];
   int hi[kPickCache];
 #pragma unroll
-  for (int d = 0; d < kPickCache; ++d) take_best<N>(uk, hk[d], hi[d]);
+  for (int d = 0; d + 1 < kPickCache; ++d) take_best<N>(uk, hk[d], hi[d]);
+  lane_best<N>(uk, hk[kPickCache - 1], hi[kPickCache - 1]);
+  int unzeroed = hi[kPickCache - 1];  // the last cached key leaves `uk` only when a rescan needs it to (rarely)
 #pragma unroll
   for (int q = 0; q < M; ++q) out_id[q] = 0;
   for (int j = 0; j < p.k; ++j) {
@@ -114,7 +116,12 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
         hi[d] = hi[d + 1];
       }
       hk[kPickCache - 1] = 0u;
-      if (hk[0] == 0u && j + 1 < p.k) take_best<N>(uk, hk[0], hi[0]);
+      if (hk[0] == 0u && j + 1 < p.k) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) uk[i] = i == unzeroed ? 0u : uk[i];
+        unzeroed = -1;
+        take_best<N>(uk, hk[0], hi[0]);
+      }
     }
 #pragma unroll
     for (int q = 0; q < M; ++q) {
@@ -159,7 +166,14 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
     bool in_range = true;
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
-      float key[4];
+      float key[4], bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (bias_sh is 16-byte aligned, base + 4c too)
+        const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[c];
+        bias4[0] = b4.x;
+        bias4[1] = b4.y;
+        bias4[2] = b4.z;
+        bias4[3] = b4.w;
+      }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int i = 4 * c + j;
@@ -168,7 +182,7 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
           // Above -80 (NaN and -inf are not) the sanitising changes nothing that the sigmoid sees: -0 and +inf give
           // the scores of +0 and FLT_MAX.
           in_range = in_range && v > kSigmoidMidMin;
-          key[j] = (FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias_sh[base + i];
+          key[j] = (FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias4[j];
         } else {
           key[j] = moe_sanitize(v);
         }
