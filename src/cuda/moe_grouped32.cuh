@@ -166,7 +166,8 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
     bool in_range = true;
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
-      float key[4], bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      float key[4];
+      [[maybe_unused]] float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (bias_sh is 16-byte aligned, base + 4c too)
         const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[c];
         bias4[0] = b4.x;
