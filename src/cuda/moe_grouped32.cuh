@@ -271,7 +271,9 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   if (p.renormalize) {
     const float tot = weight_sum32<L>(w);
 #pragma unroll
-    for (int q = 0; q < M; ++q) w[q] = tot > 0 ? w[q] / tot : 1.0f / static_cast<float>(p.k);
+    for (int q = 0; q < M; ++q) {  // outputs past k are not divided (store_token says why)
+      if (q * L + s < p.k) w[q] = tot > 0 ? w[q] / tot : 1.0f / static_cast<float>(p.k);
+    }
   }
   if (!live) return;
 #pragma unroll
