@@ -134,25 +134,45 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
 /// Segments with t >= T compute on row 0 and store nothing (every lane takes part in the shuffles).
 /// `bias_sh`: the sanitised bias (stage_bias32) when BIAS; `halves`: the warp's kGroups32HalvesWords words, 16-byte
 /// aligned (the keys, read back by the picks).
+/// One lane's group of 32 logits in their own dtype (16 registers for bf16 / f16), widened where the keys are formed.
+template <typename T>
+struct Group32Logits {
+  static constexpr int CH = 16 / static_cast<int>(sizeof(T));
+  StorageVec<T, CH> raw[32 / CH];
+  __device__ __forceinline__ float get(int i) const { return raw[i / CH].get(i % CH); }
+};
+
+/// The row of token t (row 0 for t >= T: those segments compute and store nothing).
+template <typename T>
+__device__ __forceinline__ const T* group32_row(const RouteParams& p, int t) {
+  return static_cast<const T*>(p.logits) + static_cast<int64_t>(t < p.T ? t : 0) * p.logits_stride;
+}
+
+/// Loads lane `lane`'s group of token t: 16-byte loads on aligned rows, else one load per logit.
+template <typename T, int L>
+__device__ __forceinline__ void load_group32(const RouteParams& p, int t, int lane, Group32Logits<T>& g) {
+  constexpr int CH = Group32Logits<T>::CH;
+  const T* row = group32_row<T>(p, t);
+  const int base = 32 * (lane & (L - 1));
+  if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+#pragma unroll
+    for (int c = 0; c < 32 / CH; ++c) g.raw[c].load(row + base + c * CH);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) g.raw[i / CH].u.elems[i % CH] = row[base + i];
+  }
+}
+
 /// HALVES: topk_group == L / 2 (the surviving groups' halves are picked from; groups32_halves), a kernel of its own:
 /// the other path's 32-key tree would set the registers of both (75 instead of 64 at DeepSeek-V3's shape).
+/// `g`: this lane's logits (load_group32), loaded by the caller ahead of the bias staging and the previous token.
 template <typename T, int L, bool BIAS, bool HALVES>
 __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane, const float* bias_sh,
-                                               uint32_t* halves) {
+                                               uint32_t* halves, const Group32Logits<T>& g) {
   constexpr int M = 32 / L;
   const int s = lane & (L - 1), base = 32 * s;
   const bool live = t < p.T;
-  const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(live ? t : 0) * p.logits_stride;
-  // The group's logits in their own dtype (16 registers for bf16 / f16), widened where the keys are formed.
-  constexpr int CH = 16 / static_cast<int>(sizeof(T));
-  StorageVec<T, CH> raw[32 / CH];
-  if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-#pragma unroll
-    for (int c = 0; c < 32 / CH; ++c) raw[c].load(row + base + c * CH);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 32; ++i) raw[i / CH].u.elems[i % CH] = row[base + i];
-  }
+  const T* row = group32_row<T>(p, t);
   // Selection keys, 4 at a time: sigmoid score + bias (the score as route_token computes it), or the logit without a
   // bias. Each goes to the warp's scratch as its order key (lane l's row of 8 16-byte chunks, chunk c at c ^ (l & 7):
   // the 8 lanes of a quarter warp store to different banks) while running top-two pairs over the keys i = j mod 4
@@ -178,7 +198,7 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const int i = 4 * c + j;
-        const float v = raw[i / CH].get(i % CH);
+        const float v = g.get(i);
         if constexpr (BIAS) {
           // Above -80 (NaN and -inf are not) the sanitising changes nothing that the sigmoid sees: -0 and +inf give
           // the scores of +0 and FLT_MAX.

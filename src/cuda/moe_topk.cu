@@ -74,21 +74,28 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
 
 /// 32 / L tokens per warp (route_groups32): grouped routing with n_group == L groups of 32 experts. Registers are
 /// capped (about 120 uncapped with a bias: the sigmoids' reciprocals all in flight): 64 for the halves variant with
-/// 16-bit logits (DeepSeek-V3; no spills): 8 blocks per SM, so that 16384 tokens (1 024 blocks) run in one wave; 80
-/// for the others.
+/// 16-bit logits (DeepSeek-V3; no spills): 8 blocks per SM, so that 16384 tokens (1 024 blocks) run in one wave;
+/// for the other 16-bit variants 96, with f32 logits 128 (32 registers of logits held across the bias staging).
 template <typename T, int L, bool BIAS, bool HALVES>
-__global__ void __launch_bounds__(kRouteWarps * 32, HALVES && sizeof(T) == 2 ? 8 : 6)
+__global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES ? 8 : 5)
     route_groups32_kernel(RouteParams p) {
   pdl_wait_and_release();
   __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
   __shared__ __align__(16) uint32_t halves[kRouteWarps][kGroups32HalvesWords];
-  if constexpr (BIAS) stage_bias32(p, bias_sh);
   constexpr int kPerWarp = 32 / L;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int first = (static_cast<int>(blockIdx.x) * kRouteWarps + warp) * kPerWarp;
   const int step = static_cast<int>(gridDim.x) * kRouteWarps * kPerWarp;
+  // With a bias, the first token's logits are loaded before the bias is staged (the two loads' latencies overlap
+  // instead of adding up: the staging ends with a barrier of the block).
+  Group32Logits<T> g;
+  if constexpr (BIAS) {
+    load_group32<T, L>(p, first + lane / L, lane, g);
+    stage_bias32(p, bias_sh);
+  }
   for (int t0 = first; t0 < p.T; t0 += step) {
-    route_groups32<T, L, BIAS, HALVES>(p, t0 + lane / L, lane, bias_sh, halves[warp]);  // warp-uniform
+    if (!BIAS || t0 != first) load_group32<T, L>(p, t0 + lane / L, lane, g);
+    route_groups32<T, L, BIAS, HALVES>(p, t0 + lane / L, lane, bias_sh, halves[warp], g);  // warp-uniform
   }
 }
 
