@@ -70,17 +70,11 @@ template <typename T, int VPT>
 __device__ __forceinline__ bool route_token_threshold(const RouteParams& p, int t, int lane, uint32_t* sh) {
   const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride;
   const int base = lane * VPT;
-  // The logits stay in their 16-bit form (VPT / 2 registers), widened where used: for the keys, then the exps.
-  constexpr int CH = 8;
-  StorageVec<T, CH> raw[VPT / CH];
-  if (base + VPT <= p.E && reinterpret_cast<uintptr_t>(row) % 16 == 0) {
-#pragma unroll
-    for (int c = 0; c < VPT / CH; ++c) raw[c].load(row + base + c * CH);
-  } else {
-#pragma unroll
-    for (int i = 0; i < VPT; ++i) raw[i / CH].u.elems[i % CH] = base + i < p.E ? row[base + i] : T{};
-  }
-  auto x = [&](int i) { return raw[i / CH].get(i % CH); };
+  // The logits widened once (held for the keys, then the exps; a 16-bit copy widened twice cost more instructions
+  // than the registers it saved under the kernel's cap).
+  float xs[VPT];
+  load_logits<T, VPT, false>(row, base, p.E, xs);
+  auto x = [&](int i) { return xs[i]; };
   uint32_t ck[VPT];
   const bool full = base + VPT <= p.E;  // no expert past E on this lane: no bound checks per expert
   if (full) {
