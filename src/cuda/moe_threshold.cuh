@@ -1,7 +1,7 @@
 // Device code of the threshold router: the packed router's cases (16-bit logits, no bias, every group kept) from
-// VPT 16 (E > 256) with k <= kThresholdMaxK, from kThresholdMinTokens tokens, one warp per token, lane l holding experts [l*VPT, l*VPT + VPT) as packed
-// keys (moe_packed_key_raw: no sanitising; a row whose maximum is not finite takes the packed router). Nothing is
-// sorted and nothing is picked one at a time:
+// VPT 16 (E > 256) with k <= kThresholdMaxK, from kThresholdMinTokens tokens; one warp per token, lane l holding
+// experts [l*VPT, l*VPT + VPT) as packed keys (moe_packed_key_raw: no sanitising; a row whose maximum is not finite
+// takes the packed router). Nothing is sorted and nothing is picked one at a time:
 // - tau, the k-th largest of the 32 lane maxima (k rounds of redux.sync max, each removing the round's lane), is at
 //   most the row's k-th largest key (the k lanes above it hold k distinct keys >= tau), so the row's top k are among
 //   the candidates, the keys >= tau; the first round is the row's maximum (the softmax maximum, as in the packed
