@@ -1,47 +1,41 @@
 // Device code of grouped_topk with sigmoid scoring for groups of exactly 32 experts (DeepSeek-V3: 256 experts in 8
 // groups): L = n_group lanes per token and 32 / L tokens per warp; lane s of a token holds its group s (experts
-// [32 s, 32 s + 32)) in registers. The group's top two keys come from a register tree (no shuffles); the surviving
-// groups from the ranks of the L group keys (one gather of L shuffles, no sequential rounds); each of the k picks is a
-// max over the token's L lanes of (key, lowest expert) in log2(L) xor steps, after which the winning lane takes its
-// expert out and finds its next best (a tree over its keys; with topk_group = L / 2, as DeepSeek-V3, the surviving
-// groups are first moved onto 16 keys per lane, so that half as many keys are rescanned). Weights are recomputed at
-// the end from the logits of the picked experts (one cached load each) instead of being carried through the picks.
+// [32 s, 32 s + 32)). The keys are formed 4 at a time into the warp's shared scratch while running pairs give the
+// group's top two (no shuffles); the surviving groups come from the ranks of the L group keys (one gather of L
+// shuffles, no sequential rounds); with topk_group = L / 2, as DeepSeek-V3, the surviving groups' halves are read
+// back onto the token's lanes, 16 keys each (else every lane reads its own 32). Each of the k picks is a max over the
+// token's L lanes of (key, lowest expert) in log2(L) xor steps, after which the winning lane takes its next best from
+// a cache of its 3 best (a tree over its remaining keys only once they are used up). Weights are recomputed at the
+// end from the logits of the picked experts (one cached load each) instead of being carried through the picks.
 //
 // Results are bitwise those of route_token (moe_topk.cuh), which moe_route's fused path runs: the same keys and
 // the same total order (highest key, then lowest expert), the same score expression, and the renormalisation sum adds
 // the same pairs in the same tree as route_token's warp butterfly (weight_sum32).
 #pragma once
 
+#include <type_traits>
+
 #include "cuda/moe_topk.cuh"
 
 namespace fuseops::detail::cuda {
 
-/// Merges pairs of top-two lists: (a, b)[i] = top two of (a, b)[2i] and (a, b)[2i + 1], i < N: max(a1, a2) and
-/// max(min(a1, a2), max(b1, b2)).
-template <int N>
-__device__ __forceinline__ void merge_top_two(float (&a)[16], float (&b)[16]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i) {
-    const float a1 = a[2 * i], a2 = a[2 * i + 1];
-    a[i] = fmaxf(a1, a2);
-    b[i] = fmaxf(fminf(a1, a2), fmaxf(b[2 * i], b[2 * i + 1]));
-  }
+/// Smallest logit (exclusive) for which moe_sigmoid_mid equals moe_sigmoid: 1 + e^80 < 2^126.
+constexpr float kSigmoidMidMin = -80.0f;
+
+/// moe_sigmoid(x) bit for bit for a sanitised x > kSigmoidMidMin: 1 + e^-x is then in [1, 2^126), where the
+/// correctly rounded reciprocal (div.rn / rcp.rn) is its fast path, MUFU.RCP and one FMA correction, without the
+/// range test and the branch around its slow path (6 instructions fewer per score).
+__device__ __forceinline__ float moe_sigmoid_mid(float x) {
+  const float y = 1.0f + expf(-x);
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
+  return fmaf(r, -fmaf(y, r, -1.0f), r);
 }
 
-/// Top two of the 32 keys as a multiset (t1 >= t2): a tree of pairwise merges, 5 levels deep.
-__device__ __forceinline__ void top_two32(const float (&key)[32], float& t1, float& t2) {
-  float a[16], b[16];
-#pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    a[i] = fmaxf(key[2 * i], key[2 * i + 1]);
-    b[i] = fminf(key[2 * i], key[2 * i + 1]);
-  }
-  merge_top_two<8>(a, b);
-  merge_top_two<4>(a, b);
-  merge_top_two<2>(a, b);
-  merge_top_two<1>(a, b);
-  t1 = a[0];
-  t2 = b[0];
+/// Merges the top-two pair (y1 >= y2) into (x1 >= x2): the top two of the four as a multiset (selects only).
+__device__ __forceinline__ void merge_top_two(float& x1, float& x2, float y1, float y2) {
+  x2 = fmaxf(fminf(x1, y1), fmaxf(x2, y2));
+  x1 = fmaxf(x1, y1);
 }
 
 /// Sum of the k weights as route_token's warp_sum adds them: output j = m L + s sits in slot m of lane s (zeros
@@ -62,6 +56,8 @@ __device__ __forceinline__ float weight_sum32(const float (&w)[32 / L]) {
 
 /// Maximum experts of the groups-of-32 router (16 groups of 32).
 constexpr int kGroups32MaxExperts = 512;
+/// Shared scratch of one warp: the order keys of its lanes' groups, 32 per lane.
+constexpr int kGroups32HalvesWords = 32 * 32;
 
 /// The sanitised bias in the block's shared memory (`bias_sh`, kGroups32MaxExperts floats, 16-byte aligned), read by
 /// every token of the block: a contiguous fp32 bias (groups32_lanes checks it). Ends with a barrier of the block.
@@ -72,22 +68,38 @@ __device__ __forceinline__ void stage_bias32(const RouteParams& p, float* bias_s
   __syncthreads();
 }
 
+/// The lane's best kPickCache keys, best first (lane_best rounds, each key zeroed in `uk` once taken): the heads of its
+/// next picks, so that a lane's rescan runs only after it has given kPickCache picks.
+constexpr int kPickCache = 3;
+
+template <int N>
+__device__ __forceinline__ void take_best(uint32_t (&uk)[N], uint32_t& key, int& at) {
+  lane_best<N>(uk, key, at);
+#pragma unroll
+  for (int i = 0; i < N; ++i) uk[i] = i == at ? 0u : uk[i];
+}
+
 /// The k picks of a token from its L lanes' keys: lane s holds N keys of experts [first, first + N) (lanes ascend
-/// with experts). Each pick is the max of (key, lowest expert) over the L lanes in log2(L) xor steps; the winning
-/// lane zeroes the key and reruns its N-key tree. Output j = q L + s goes to out_id[q] of lane s. The lanes hold at
-/// least k keys above 0 (k <= topk_group * 32), so every pick is a real expert.
+/// with experts). Each pick is the max of (key, lowest expert) over the L lanes' heads in log2(L) xor steps; the
+/// winning lane's next head is its next cached key (kPickCache of them, taken in order by lane_best: the same keys,
+/// ties to the lower position), and only a lane whose cache ran out rescans its remaining keys (DeepSeek-V3 rows: a
+/// rescan in about one warp in two, against one per pick without the cache). Output j = q L + s goes to out_id[q]
+/// of lane s. The lanes hold at least k keys above 0 (k <= topk_group * 32), so every pick is a real expert.
 template <int L, int N>
 __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk)[N], int first, int s,
                                              int (&out_id)[32 / L]) {
   constexpr int M = 32 / L;
-  uint32_t lb;
-  int li;
-  lane_best<N>(uk, lb, li);
+  uint32_t hk[kPickCache];
+  int hi[kPickCache];
+#pragma unroll
+  for (int d = 0; d + 1 < kPickCache; ++d) take_best<N>(uk, hk[d], hi[d]);
+  lane_best<N>(uk, hk[kPickCache - 1], hi[kPickCache - 1]);
+  int unzeroed = hi[kPickCache - 1];  // the last cached key leaves `uk` only when a rescan needs it to (rarely)
 #pragma unroll
   for (int q = 0; q < M; ++q) out_id[q] = 0;
   for (int j = 0; j < p.k; ++j) {
-    uint32_t bk = lb;
-    int bid = first + li;
+    uint32_t bk = hk[0];
+    int bid = first + hi[0];
 #pragma unroll
     for (int o = L / 2; o > 0; o >>= 1) {
       const uint32_t ok = __shfl_xor_sync(kFullMask, bk, o);
@@ -97,10 +109,19 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
         bid = oid;
       }
     }
-    if (bid - first >= 0 && bid - first < N) {  // this lane's best was taken
+    if (bid - first >= 0 && bid - first < N) {  // this lane's head was taken: the next cached key, or a rescan
 #pragma unroll
-      for (int i = 0; i < N; ++i) uk[i] = i == li ? 0u : uk[i];
-      lane_best<N>(uk, lb, li);
+      for (int d = 0; d + 1 < kPickCache; ++d) {
+        hk[d] = hk[d + 1];
+        hi[d] = hi[d + 1];
+      }
+      hk[kPickCache - 1] = 0u;
+      if (hk[0] == 0u && j + 1 < p.k) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) uk[i] = i == unzeroed ? 0u : uk[i];
+        unzeroed = -1;
+        take_best<N>(uk, hk[0], hi[0]);
+      }
     }
 #pragma unroll
     for (int q = 0; q < M; ++q) {
@@ -111,29 +132,105 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
 
 /// Routes token t (E == 32 * L, n_group == L) with the L-lane segment of the calling (full) warp that holds `lane`.
 /// Segments with t >= T compute on row 0 and store nothing (every lane takes part in the shuffles).
-/// `bias_sh`: the sanitised bias (stage_bias32) when BIAS.
-template <typename T, int L, bool BIAS>
-__device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane, const float* bias_sh) {
+/// `bias_sh`: the sanitised bias (stage_bias32) when BIAS; `halves`: the warp's kGroups32HalvesWords words, 16-byte
+/// aligned (the keys, read back by the picks).
+/// One lane's group of 32 logits in their own dtype (16 registers for bf16 / f16), widened where the keys are formed.
+template <typename T>
+struct Group32Logits {
+  static constexpr int CH = 16 / static_cast<int>(sizeof(T));
+  StorageVec<T, CH> raw[32 / CH];
+  __device__ __forceinline__ float get(int i) const { return raw[i / CH].get(i % CH); }
+};
+
+/// The row of token t (row 0 for t >= T: those segments compute and store nothing).
+template <typename T>
+__device__ __forceinline__ const T* group32_row(const RouteParams& p, int t) {
+  return static_cast<const T*>(p.logits) + static_cast<int64_t>(t < p.T ? t : 0) * p.logits_stride;
+}
+
+/// Loads lane `lane`'s group of token t: 16-byte loads on aligned rows, else one load per logit.
+template <typename T, int L>
+__device__ __forceinline__ void load_group32(const RouteParams& p, int t, int lane, Group32Logits<T>& g) {
+  constexpr int CH = Group32Logits<T>::CH;
+  const T* row = group32_row<T>(p, t);
+  const int base = 32 * (lane & (L - 1));
+  if (reinterpret_cast<uintptr_t>(row) % 16 == 0) {
+#pragma unroll
+    for (int c = 0; c < 32 / CH; ++c) g.raw[c].load(row + base + c * CH);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) g.raw[i / CH].u.elems[i % CH] = row[base + i];
+  }
+}
+
+/// HALVES: topk_group == L / 2 (the surviving groups' halves are picked from; groups32_halves), a kernel of its own:
+/// the other path's 32-key tree would set the registers of both (75 instead of 64 at DeepSeek-V3's shape).
+/// `g`: this lane's logits (load_group32), loaded by the caller ahead of the bias staging and the previous token.
+template <typename T, int L, bool BIAS, bool HALVES>
+__device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane, const float* bias_sh,
+                                               uint32_t* halves, const Group32Logits<T>& g) {
   constexpr int M = 32 / L;
   const int s = lane & (L - 1), base = 32 * s;
   const bool live = t < p.T;
-  const T* row = static_cast<const T*>(p.logits) + static_cast<int64_t>(live ? t : 0) * p.logits_stride;
-  float x[32];
-  load_logits<T, 32>(row, base, p.E, x);
-  // Selection keys: sigmoid score + bias (the score as route_token computes it), or the logit without a bias.
-  float key[32];
-  if constexpr (BIAS) {
+  const T* row = group32_row<T>(p, t);
+  // Selection keys, 4 at a time: sigmoid score + bias (the score as route_token computes it), or the logit without a
+  // bias. Each goes to the warp's scratch as its order key (lane l's row of 8 16-byte chunks, chunk c at c ^ (l & 7):
+  // the 8 lanes of a quarter warp store to different banks) while running top-two pairs over the keys i = j mod 4
+  // give the group's top two (top_two32's selects, in another order: the same multiset). Only 4 keys are live.
+  // FAST: the sigmoid's reciprocal without its range test (moe_sigmoid_mid), valid while every logit of the warp is
+  // above -80; else the warp forms its keys again with moe_sigmoid.
+  float a[4], b[4];
+  uint32_t* mine = halves + 32 * lane;
+  auto form_keys = [&](auto fast_tag) {
+    [[maybe_unused]] constexpr bool FAST = decltype(fast_tag)::value;
+    bool in_range = true;
 #pragma unroll
-    for (int i = 0; i < 32; ++i) key[i] = moe_sigmoid(x[i]) + bias_sh[base + i];
-  } else {
+    for (int c = 0; c < 8; ++c) {
+      float key[4];
+      [[maybe_unused]] float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (bias_sh is 16-byte aligned, base + 4c too)
+        const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[c];
+        bias4[0] = b4.x;
+        bias4[1] = b4.y;
+        bias4[2] = b4.z;
+        bias4[3] = b4.w;
+      }
 #pragma unroll
-    for (int i = 0; i < 32; ++i) key[i] = x[i];
+      for (int j = 0; j < 4; ++j) {
+        const int i = 4 * c + j;
+        const float v = g.get(i);
+        if constexpr (BIAS) {
+          // Above -80 (NaN and -inf are not) the sanitising changes nothing that the sigmoid sees: -0 and +inf give
+          // the scores of +0 and FLT_MAX.
+          in_range = in_range && v > kSigmoidMidMin;
+          key[j] = (FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias4[j];
+        } else {
+          key[j] = moe_sanitize(v);
+        }
+        if (c == 0) {
+          a[j] = key[j];
+          b[j] = -INFINITY;
+        } else {
+          b[j] = fmaxf(b[j], fminf(a[j], key[j]));
+          a[j] = fmaxf(a[j], key[j]);
+        }
+      }
+      reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(
+          moe_order_key(key[0]), moe_order_key(key[1]), moe_order_key(key[2]), moe_order_key(key[3]));
+    }
+    return in_range;
+  };
+  __syncwarp();  // the previous tokens' reads of the scratch are done
+  if (!__all_sync(kFullMask, form_keys(std::true_type{}))) {
+    __syncwarp();
+    form_keys(std::false_type{});
   }
   bool kept = true;
   if (p.topk_group < p.n_group) {
-    float t1, t2;
-    top_two32(key, t1, t2);
-    const uint32_t gk = moe_order_key(BIAS ? t1 + t2 : t1);
+    merge_top_two(a[0], b[0], a[1], b[1]);
+    merge_top_two(a[2], b[2], a[3], b[3]);
+    merge_top_two(a[0], b[0], a[2], b[2]);
+    const uint32_t gk = moe_order_key(BIAS ? a[0] + b[0] : a[0]);
     // Rank of this group among the token's L groups (higher key first, then the lower group).
     int rank = 0;
 #pragma unroll
@@ -143,11 +240,9 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
     }
     kept = rank < p.topk_group;
   }
-  uint32_t uk[32];
-#pragma unroll
-  for (int i = 0; i < 32; ++i) uk[i] = kept ? moe_order_key(key[i]) : 0u;
+  __syncwarp();
   int out_id[M];
-  if (2 * p.topk_group == L) {  // uniform
+  if constexpr (HALVES) {
     // The topk_group = L/2 surviving groups, 16 keys per lane: lane s takes half s & 1 of the (s >> 1)-th kept group
     // (lanes still ascend with experts), so that every pick rescans 16 keys instead of 32.
     const unsigned km = (__ballot_sync(kFullMask, kept) >> (lane & ~(L - 1))) & ((1u << L) - 1u);
@@ -159,15 +254,27 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
         ++r;
       }
     }
-    const int h = s & 1;
+    const int h = s & 1, from = (lane & ~(L - 1)) + src;
     uint32_t half[16];
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const uint32_t lo = __shfl_sync(kFullMask, uk[i], src, L), hi = __shfl_sync(kFullMask, uk[16 + i], src, L);
-      half[i] = h ? hi : lo;
+    for (int j = 0; j < 4; ++j) {
+      const uint4 v = reinterpret_cast<const uint4*>(halves + 32 * from)[(4 * h + j) ^ (from & 7)];
+      half[4 * j] = v.x;
+      half[4 * j + 1] = v.y;
+      half[4 * j + 2] = v.z;
+      half[4 * j + 3] = v.w;
     }
     pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
   } else {
+    uint32_t uk[32];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const uint4 v = reinterpret_cast<const uint4*>(mine)[c ^ (lane & 7)];
+      uk[4 * c] = kept ? v.x : 0u;
+      uk[4 * c + 1] = kept ? v.y : 0u;
+      uk[4 * c + 2] = kept ? v.z : 0u;
+      uk[4 * c + 3] = kept ? v.w : 0u;
+    }
     pick_experts<L, 32>(p, uk, base, s, out_id);
   }
   // Weights: the score of each picked expert, from its logit (the same expression on the same value as the key's
@@ -184,7 +291,9 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   if (p.renormalize) {
     const float tot = weight_sum32<L>(w);
 #pragma unroll
-    for (int q = 0; q < M; ++q) w[q] = tot > 0 ? w[q] / tot : 1.0f / static_cast<float>(p.k);
+    for (int q = 0; q < M; ++q) {  // outputs past k are not divided (store_token says why)
+      if (q * L + s < p.k) w[q] = tot > 0 ? w[q] / tot : 1.0f / static_cast<float>(p.k);
+    }
   }
   if (!live) return;
 #pragma unroll
@@ -207,6 +316,9 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
 /// groups-of-32 router 6.3-7.0 us at 1-64 and 8.9 us at 4096 (slopes 1.7 and 0.46 us per 1000 tokens: even near
 /// 1800 tokens). Both give the same bits for a token (tests/cpp/test_moe.cpp).
 constexpr int64_t kGroups32MinTokens = 2048;
+
+/// Whether route_groups32 picks from the surviving groups' halves (topk_group = n_group / 2).
+inline bool groups32_halves(const RouteParams& p) { return 2 * p.topk_group == p.n_group; }
 
 inline int groups32_lanes(const RouteParams& p) {
   const bool shape = p.n_group > 0 && p.E == 32 * p.n_group && (p.n_group == 8 || p.n_group == 16);

@@ -28,6 +28,9 @@ int64_t align_small_max_ids();
 AlignParams align_params(const AlignArgs& a, int device);
 /// Kernel parameters of a router.
 RouteParams route_params(const RouteArgs& a);
+/// Whether the threshold router (moe_threshold.cuh) may run: false when the environment sets
+/// FUSEOPS_MOE_THRESHOLD=0 (the packed router then takes its calls; for A/B measurements without a rebuild).
+bool threshold_route_enabled();
 
 
 }  // namespace fuseops::detail::cuda

@@ -8,6 +8,7 @@
 #include "cuda/moe_group_warps.cuh"
 #include "cuda/moe_grouped32.cuh"
 #include "cuda/moe_launch.h"
+#include "cuda/moe_threshold.cuh"
 
 namespace fuseops::detail::cuda {
 namespace {
@@ -34,6 +35,20 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RoutePar
   }
 }
 
+/// The threshold router (moe_threshold.cuh), falling back to the packed router per token. At VPT 16 its 64
+/// registers (the packed router's; 72-80 uncapped with both paths inlined) let 32 warps per SM run: 4096 tokens in
+/// one wave on 132 SMs; at VPT 32, 128 (the packed router alone takes 116).
+template <typename T, int VPT>
+__global__ void __launch_bounds__(kRouteWarps * 32, VPT == 16 ? 8 : 4) route_threshold_kernel(RouteParams p) {
+  pdl_wait_and_release();
+  __shared__ __align__(16) uint32_t sh[kRouteWarps][kThresholdScratchWords];
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
+       t += static_cast<int>(gridDim.x) * kRouteWarps) {
+    if (!route_token_threshold<T, VPT>(p, t, lane, sh[warp])) route_token_packed<T, VPT>(p, t, lane);
+  }
+}
+
 /// One block of n_group warps per token (moe_group_warps.cuh).
 template <typename T, bool BIAS>
 __global__ void __launch_bounds__(1024) route_group_warps_kernel(RouteParams p) {
@@ -57,30 +72,49 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
   for (int t0 = first; t0 < p.T; t0 += step) route_token_lanes<T, L>(p, t0 + lane / L, lane);  // warp-uniform
 }
 
-/// 32 / L tokens per warp (route_groups32): grouped routing with n_group == L groups of 32 experts.
-template <typename T, int L, bool BIAS>
-__global__ void __launch_bounds__(kRouteWarps * 32) route_groups32_kernel(RouteParams p) {
+/// 32 / L tokens per warp (route_groups32): grouped routing with n_group == L groups of 32 experts. Registers are
+/// capped (about 120 uncapped with a bias: the sigmoids' reciprocals all in flight): 64 for the halves variant with
+/// 16-bit logits (DeepSeek-V3; no spills): 8 blocks per SM, so that 16384 tokens (1 024 blocks) run in one wave;
+/// for the other 16-bit variants 96, with f32 logits 128 (32 registers of logits held across the bias staging).
+template <typename T, int L, bool BIAS, bool HALVES>
+__global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES ? 8 : 5)
+    route_groups32_kernel(RouteParams p) {
   pdl_wait_and_release();
   __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
-  if constexpr (BIAS) stage_bias32(p, bias_sh);
+  __shared__ __align__(16) uint32_t halves[kRouteWarps][kGroups32HalvesWords];
   constexpr int kPerWarp = 32 / L;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int first = (static_cast<int>(blockIdx.x) * kRouteWarps + warp) * kPerWarp;
   const int step = static_cast<int>(gridDim.x) * kRouteWarps * kPerWarp;
+  // With a bias, the first token's logits are loaded before the bias is staged (the two loads' latencies overlap
+  // instead of adding up: the staging ends with a barrier of the block).
+  Group32Logits<T> g;
+  if constexpr (BIAS) {
+    load_group32<T, L>(p, first + lane / L, lane, g);
+    stage_bias32(p, bias_sh);
+  }
   for (int t0 = first; t0 < p.T; t0 += step) {
-    route_groups32<T, L, BIAS>(p, t0 + lane / L, lane, bias_sh);  // warp-uniform
+    if (!BIAS || t0 != first) load_group32<T, L>(p, t0 + lane / L, lane, g);
+    route_groups32<T, L, BIAS, HALVES>(p, t0 + lane / L, lane, bias_sh, halves[warp], g);  // warp-uniform
   }
 }
 
 /// Launches route_groups32_kernel with L lanes per token.
 template <int L>
-void launch_groups32(const RouteParams& p, DType dtype, cudaStream_t s, int device) {
+void launch_groups32(const char* op, const RouteParams& p, DType dtype, cudaStream_t s, int device) {
   constexpr int per_block = kRouteWarps * (32 / L);
   const int64_t blocks = std::min<int64_t>((p.T + per_block - 1) / per_block, 16 * sm_count(device));
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    launch_kernel(p.bias ? route_groups32_kernel<T, L, true> : route_groups32_kernel<T, L, false>,
-                  dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
+    auto kernel = p.bias ? route_groups32_kernel<T, L, true, false> : route_groups32_kernel<T, L, false, false>;
+    if (groups32_halves(p)) {
+      kernel = p.bias ? route_groups32_kernel<T, L, true, true> : route_groups32_kernel<T, L, false, true>;
+    }
+    // 18 KB of shared memory per block: the largest carveout keeps 8 blocks (64 registers) resident per SM.
+    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                    cudaSharedmemCarveoutMaxShared),
+               op, "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
+    launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
   });
 }
 
@@ -89,6 +123,11 @@ void launch_groups32(const RouteParams& p, DType dtype, cudaStream_t s, int devi
 constexpr int64_t kLanesMinTokens = 1024;
 
 }  // namespace
+
+bool threshold_route_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_THRESHOLD");
+  return on;
+}
 
 RouteParams route_params(const RouteArgs& a) {
   RouteParams p{};
@@ -131,8 +170,8 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
     return;
   }
   if (const int lanes = groups32_lanes(p); lanes != 0 && args.T >= kGroups32MinTokens) {
-    if (lanes == 8) launch_groups32<8>(p, args.logits.dtype, s, device);
-    else launch_groups32<16>(p, args.logits.dtype, s, device);
+    if (lanes == 8) launch_groups32<8>(op, p, args.logits.dtype, s, device);
+    else launch_groups32<16>(op, p, args.logits.dtype, s, device);
     after_launch(op, s, device);
     return;
   }
@@ -147,12 +186,16 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
   }
   const int64_t blocks = std::min<int64_t>((args.T + kRouteWarps - 1) / kRouteWarps, 16 * sm_count(device));
   if (packed_route_call(p, args.logits.dtype)) {
+    const bool threshold = threshold_route_call(p, args.logits.dtype) && threshold_route_enabled();
     dispatch_route(args.logits.dtype, args.E, false, [&](auto t, auto vpt, auto) {
       using T = typename decltype(t)::type;
       constexpr int VPT = decltype(vpt)::value;
       if constexpr (packed_route_type<T, VPT, false>()) {
-        launch_kernel(route_packed_kernel<T, VPT>, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0,
-                      s, device, p);
+        auto kernel = route_packed_kernel<T, VPT>;
+        if constexpr (threshold_route_type<T, VPT, false>()) {
+          if (threshold) kernel = route_threshold_kernel<T, VPT>;
+        }
+        launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
       }
     });
     after_launch(op, s, device);

@@ -52,8 +52,9 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 /// Lane `base`'s VPT logits, sanitised (-FLT_MAX past E): vector loads of up to 16 bytes when the lane's range is
-/// inside the row and the row is aligned, else one load per element.
-template <typename T, int VPT>
+/// inside the row and the row is aligned, else one load per element. SANITIZE false: the values as loaded (0 past
+/// E), for callers that order them by moe_wide16_key and check the row's maximum.
+template <typename T, int VPT, bool SANITIZE = true>
 __device__ __forceinline__ void load_logits(const T* row, int base, int E, float (&x)[VPT]) {
   constexpr int CH = VPT * static_cast<int>(sizeof(T)) > 16 ? 16 / static_cast<int>(sizeof(T)) : VPT;
   if (base + VPT <= E && reinterpret_cast<uintptr_t>(row) % (CH * sizeof(T)) == 0) {
@@ -62,11 +63,14 @@ __device__ __forceinline__ void load_logits(const T* row, int base, int E, float
       FloatVec<T, CH> v;
       v.load(row + base + c);
 #pragma unroll
-      for (int i = 0; i < CH; ++i) x[c + i] = moe_sanitize(v.v[i]);
+      for (int i = 0; i < CH; ++i) x[c + i] = SANITIZE ? moe_sanitize(v.v[i]) : v.v[i];
     }
   } else {
 #pragma unroll
-    for (int i = 0; i < VPT; ++i) x[i] = base + i < E ? moe_sanitize(to_float(row[base + i])) : -FLT_MAX;
+    for (int i = 0; i < VPT; ++i) {
+      const float v = base + i < E ? to_float(row[base + i]) : 0.0f;
+      x[i] = !SANITIZE ? v : base + i < E ? moe_sanitize(v) : -FLT_MAX;
+    }
   }
 }
 
@@ -158,7 +162,9 @@ __device__ __forceinline__ uint32_t group_key(const RouteParams& p, const float 
 __device__ __forceinline__ void store_token(const RouteParams& p, int t, int lane, float my_w, int my_id) {
   if (p.renormalize) {
     const float sum = warp_sum(lane < p.k ? my_w : 0.0f);
-    my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);
+    // Only the k lanes divide: the division's range check sends a zero dividend (the other lanes') to its slow path,
+    // a subroutine call of ~30 instructions for the warp.
+    if (lane < p.k) my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);
   }
   my_w = __fmul_rn(my_w, p.scale);
   if (lane < p.k) {
@@ -361,7 +367,7 @@ __device__ __forceinline__ void route_token_lanes(const RouteParams& p, int t, i
   }
   if (p.renormalize) {
     const float sum = segment_sum<L>(sub < p.k ? my_w : 0.0f);
-    my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);
+    if (sub < p.k) my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);  // as store_token
   }
   my_w = __fmul_rn(my_w, p.scale);
   if (t < p.T && sub < p.k) {

@@ -1,11 +1,17 @@
 // MoE routing ops against the golden on the CPU and CUDA backends: routers (topk_softmax, grouped_topk, moe_route)
 // over the expert counts and k of real models and odd ones, special rows (NaN, equal, +-inf, ties), T = 0, 1, 3 and
 // large; moe_route identical to its parts (moe_align_block_size alone: test_moe_align.cpp).
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <functional>
 #include <iterator>
+#include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "common/moe_math.h"
 #include "test_util.h"
 #include "testing/moe_run.h"
 
@@ -36,6 +42,22 @@ class MoeTest : public ::testing::TestWithParam<Where> {
     EXPECT_TRUE(c.pass) << p.describe() << " seed " << seed << ": " << c.violations << " violations, first: " << c.detail;
   }
   bool large() const { return GetParam() == Where::cuda; }
+  // Routes 16-bit logits (no bias) and the same values as f32 logits (the one-warp-per-token router on CUDA) and
+  // expects the same bytes; returns the 16-bit run's outputs.
+  ft::RouteOutputs expect_same_as_f32(const RouteProblem& p, const HostTensor& logits) {
+    HostTensor wide(DType::f32, {p.T, p.E});
+    for (int64_t r = 0; r < p.T; ++r) {
+      for (int64_t e = 0; e < p.E; ++e) wide.set(r, e, static_cast<float>(logits.get(r, e)));
+    }
+    RouteProblem q = p;
+    q.dtype = DType::f32;
+    q.row_pitch = 0;
+    ft::RouteOutputs narrow = ft::run_route(p, logits, nullptr, device_of(GetParam()));
+    const auto full = ft::run_route(q, wide, nullptr, device_of(GetParam()));
+    EXPECT_TRUE(same_bytes(narrow.weights, full.weights)) << p.describe();
+    EXPECT_TRUE(same_bytes(narrow.ids, full.ids)) << p.describe();
+    return narrow;
+  }
   // moe_route against the golden, and bit for bit against its parts: grouped_topk with the same router config,
   // then moe_align_block_size on its ids.
   void check_route_and_parts(const RouteProblem& p) {
@@ -219,18 +241,139 @@ TEST_P(MoeTest, TopkSoftmaxPackedMatchesF32) {
     check(p);
     const uint64_t seed = test_rng()();
     const HostTensor logits = ft::make_logits(p, seed);
-    HostTensor wide(DType::f32, {p.T, p.E});
-    for (int64_t r = 0; r < p.T; ++r) {
-      for (int64_t e = 0; e < p.E; ++e) wide.set(r, e, static_cast<float>(logits.get(r, e)));
-    }
-    RouteProblem q = p;
-    q.dtype = DType::f32;
-    q.row_pitch = 0;
-    const auto packed = ft::run_route(p, logits, nullptr, device_of(GetParam()));
-    const auto full = ft::run_route(q, wide, nullptr, device_of(GetParam()));
-    EXPECT_TRUE(same_bytes(packed.weights, full.weights)) << p.describe();
-    EXPECT_TRUE(same_bytes(packed.ids, full.ids)) << p.describe();
+    expect_same_as_f32(p, logits);
   }
+}
+
+/// Rows of the threshold router's test: 16 times 18 patterns (the router runs from kThresholdMinTokens = 256 tokens).
+constexpr int64_t kThresholdRows = 16 * 18;
+
+/// Rows for the threshold router (CUDA, moe_threshold.cuh: 16-bit logits without a bias or group selection, E > 256,
+/// k <= 16, from 256 tokens): each aimed at one of its branches for the given E and k (lane l holds experts
+/// [l*vpt, l*vpt + vpt)).
+/// Candidates are the keys >= tau, the k-th largest of the 32 lane maxima; at most 32 of them and a finite row
+/// maximum take the threshold path, else the packed router runs.
+HostTensor threshold_rows(int64_t E, int64_t k, DType dtype, int64_t pitch, uint64_t seed) {
+  const int64_t vpt = E > 512 ? 32 : 16, T = kThresholdRows;
+  HostTensor t(dtype, {T, E}, pitch);
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  auto low = [&]() { return std::min(8.0f, std::max(-8.0f, normal(rng))); };
+  // Row with `target` (>= k) candidates: lanes 0 .. k-2 hold target - 1 values above 50 between them (at least one
+  // each), lane k-1's maximum is 50 (tau), every other value is below 10.
+  auto crowd = [&](int64_t r, int64_t target) {
+    for (int64_t e = 0; e < E; ++e) t.set(r, e, low());
+    int64_t left = target - k, j = 0;
+    for (int64_t l = 0; l + 1 < k; ++l) {
+      const int64_t take = 1 + std::min(left, vpt - 1);
+      left -= take - 1;
+      for (int64_t i = 0; i < take; ++i) t.set(r, l * vpt + i, 100.0f + 0.5f * static_cast<float>(j++ % 50));
+    }
+    t.set(r, (k - 1) * vpt + 3, 50.0f);
+  };
+  for (int64_t r0 = 0; r0 < T; r0 += 18) {  // the 18 patterns, again with new random values
+    for (int64_t e = 0; e < E; ++e) {
+      const float f = static_cast<float>(e);
+      t.set(r0 + 0, e, normal(rng));                         // ordinary
+      t.set(r0 + 1, e, f / 8);                               // rising: the top keys crowd into the last lanes
+      t.set(r0 + 2, e, -f / 8);                              // falling: into the first
+      t.set(r0 + 3, e, 0.25f);                               // all equal: ties only
+      t.set(r0 + 4, e, std::round(normal(rng)));             // coarse values
+      t.set(r0 + 7, e, normal(rng));
+      t.set(r0 + 8, e, normal(rng));
+      t.set(r0 + 9, e, normal(rng));
+      t.set(r0 + 10, e, -inf);                               // all -inf (maximum not finite)
+      t.set(r0 + 11, e, e == E / 2 ? 3.0f : -inf);           // one finite value: -inf among the picks
+      t.set(r0 + 12, e, e % 2 ? -0.0f : 0.0f);               // +-0 tie
+      t.set(r0 + 13, e, e % 3 ? 1e30f : -1e30f);             // large magnitudes
+      t.set(r0 + 14, e, low() * 1e-38f);                     // tiny values
+      t.set(r0 + 15, e, e / vpt == 5 ? 20.0f + f / 64 : low());  // the top vpt keys in one lane
+      t.set(r0 + 16, e, normal(rng) * 0.01f);
+      t.set(r0 + 17, e, e % 7 == 0 ? -inf : normal(rng));    // -inf in the middle, finite maximum
+    }
+    crowd(r0 + 5, 32);
+    crowd(r0 + 6, 33);
+    t.set(r0 + 7, E - 1, nan);  // NaN, +inf: not finite at the top
+    t.set(r0 + 8, 0, inf);
+    t.set(r0 + 9, E / 3, -nan);
+  }
+  return t;
+}
+
+/// The host's view of the threshold router for one row: whether it takes the threshold path, and its candidates.
+struct ThresholdRow {
+  bool finite_top;
+  int64_t candidates;
+  bool fast() const { return finite_top && candidates <= 32; }
+};
+
+ThresholdRow threshold_model(const HostTensor& x, int64_t r, int64_t k) {
+  using fuseops::detail::moe_packed_key_raw;
+  using fuseops::detail::moe_packed_value;
+  const int64_t E = x.shape()[1], vpt = E > 512 ? 32 : 16;
+  std::vector<uint32_t> keys(32 * vpt, 0u), lane_max(32, 0u);
+  for (int64_t e = 0; e < E; ++e) keys[e] = moe_packed_key_raw(static_cast<float>(x.get(r, e)), static_cast<int>(e));
+  for (int64_t i = 0; i < 32 * vpt; ++i) lane_max[i / vpt] = std::max(lane_max[i / vpt], keys[i]);
+  std::vector<uint32_t> sorted = lane_max;
+  std::sort(sorted.begin(), sorted.end(), std::greater<uint32_t>());
+  const uint32_t tau = sorted[k - 1];
+  int64_t c = 0;
+  for (uint32_t key : keys) c += key >= tau;
+  const float top = moe_packed_value(sorted[0]);
+  return {std::isfinite(top), c};
+}
+
+// The threshold router against the golden, and bit for bit against the same values routed as f32 logits (route_token)
+// and so against the packed router: rows that take the threshold path (ordinary, +-0, tiny, large, exactly 32
+// candidates, -inf among the picks) and rows that fall back (33 candidates, keys crowded in a few lanes, ties only,
+// NaN / +inf / -inf maxima), 288 tokens (the router runs from 256); E 512, 300 and 511 (a lane past E and one ending
+// inside the row), 1000 and 1024 (32 per lane); k 1 to 16 and 17 (the packed router); f16 and bf16; an odd pitch
+// (per-element loads); softmax and sigmoid scoring, renormalised or not. The host model of the router's branches
+// checks that the rows reach each of them.
+TEST_P(MoeTest, TopkSoftmaxThresholdMatchesF32) {
+  struct Case {
+    int64_t E, k;
+    DType dtype;
+    bool softmax, renormalize;
+    int64_t pitch;
+  };
+  const Case cases[] = {{512, 10, DType::bf16, true, true, 0},    {512, 3, DType::bf16, true, false, 0},
+                        {512, 4, DType::f16, true, true, 0},      {512, 1, DType::bf16, true, true, 0},
+                        {512, 2, DType::bf16, true, true, 513},   {512, 16, DType::f16, false, true, 0},
+                        {512, 17, DType::bf16, true, true, 0},    {300, 10, DType::bf16, true, true, 0},
+                        {511, 3, DType::f16, true, true, 515},    {1024, 10, DType::bf16, true, true, 0},
+                        {1000, 3, DType::bf16, false, false, 0},  {1024, 16, DType::f16, true, true, 1027}};
+  int fast = 0, fallback = 0, at32 = 0, at33 = 0, not_finite = 0, n = 0;
+  for (const Case& c : cases) {
+    RouteProblem p = softmax_problem(kThresholdRows, c.E, c.k, c.dtype);
+    if (!c.softmax) {
+      p = grouped_problem(kThresholdRows, c.E, c.k, 1, 1, false, MoeScoring::sigmoid);
+      p.dtype = c.dtype;
+    }
+    p.spec.renormalize = c.renormalize;
+    p.ids_dtype = n++ % 2 ? DType::i64 : DType::i32;
+    p.row_pitch = c.pitch;
+    const HostTensor logits = threshold_rows(c.E, c.k, c.dtype, c.pitch, test_rng()());
+    for (int64_t r = 0; r < p.T && c.k <= 16; ++r) {
+      const ThresholdRow m = threshold_model(logits, r, c.k);
+      (m.fast() ? fast : fallback) += 1;
+      at32 += m.fast() && m.candidates == 32;
+      at33 += m.finite_top && m.candidates == 33;
+      not_finite += !m.finite_top;
+    }
+    const auto narrow = expect_same_as_f32(p, logits);
+    fuseops::reference::RouterSpec spec = p.spec;
+    spec.k = p.k;
+    const fuseops::reference::MoeComparison g = fuseops::reference::compare_route(
+        fuseops::reference::route(logits, nullptr, spec), narrow.weights, narrow.ids, nullptr);
+    EXPECT_TRUE(g.pass) << p.describe() << ": " << g.violations << " violations, first: " << g.detail;
+  }
+  EXPECT_GT(fast, 40 * 16);
+  EXPECT_GT(fallback, 40 * 16);
+  EXPECT_GE(at32, 3 * 16);
+  EXPECT_GE(at33, 3 * 16);
+  EXPECT_GT(not_finite, 0);
 }
 
 TEST_P(MoeTest, GroupedTopkModels) {
@@ -336,6 +479,80 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32MatchesOneTokenPerWarp) {
       EXPECT_TRUE(same_bytes(fused.weights, first_rows(sep.weights, p.T))) << p.describe() << " in " << big_T;
       EXPECT_TRUE(same_bytes(fused.ids, first_rows(sep.ids, p.T))) << p.describe() << " in " << big_T;
     }
+  }
+}
+
+// f32 and f16 logits (bf16 above) through the group-warps router (CUDA, moe_group_warps.cuh: grouped_topk below
+// kGroups32MinTokens tokens, one scalar load per expert of any dtype), with an fp32 and a bf16 bias: against the
+// golden, and bit for bit against moe_route's fused router (one warp per token at 37 tokens) on the same rows; then
+// the same first rows inside 2100 tokens (groups of 32 with the fp32 bias, one warp per token with the bf16 one); f16
+// with k 8 on an odd row pitch (per-element loads on every other row).
+TEST_P(MoeTest, GroupedTopkGroupWarpsF32AndF16Logits) {
+  for (DType dtype : {DType::f32, DType::f16}) {
+    for (DType bias_dtype : {DType::f32, DType::bf16}) {
+      for (int64_t k : {8, 1}) {
+        RouteProblem p = grouped_problem(37, 256, k, 8, 4, true, MoeScoring::sigmoid);
+        p.op = RouteOp::moe_route;
+        p.dtype = dtype;
+        p.bias_dtype = bias_dtype;
+        p.special_rows = true;
+        p.spec.renormalize = k != 1;
+        p.row_pitch = dtype == DType::f16 && k == 8 ? 257 : 0;  // every other row unaligned for the vector loads
+        check_route_and_parts(p);
+        const uint64_t seed = test_rng()();
+        const HostTensor bias = ft::make_bias(p, seed);
+        RouteProblem big = p;
+        big.op = RouteOp::grouped_topk;
+        big.T = 2100;
+        const HostTensor big_logits = ft::make_logits(big, seed);
+        const auto many = ft::run_route(big, big_logits, &bias, device_of(GetParam()));
+        RouteProblem few = big;
+        few.T = p.T;
+        HostTensor head_logits(dtype, {few.T, few.E}, few.row_pitch);
+        for (int64_t r = 0; r < few.T; ++r) {
+          for (int64_t e = 0; e < few.E; ++e) head_logits.set(r, e, static_cast<float>(big_logits.get(r, e)));
+        }
+        const auto head = ft::run_route(few, head_logits, &bias, device_of(GetParam()));
+        EXPECT_TRUE(same_bytes(first_rows(many.weights, p.T), head.weights)) << few.describe();
+        EXPECT_TRUE(same_bytes(first_rows(many.ids, p.T), head.ids)) << few.describe();
+      }
+    }
+  }
+}
+
+// The groups-of-32 router's sigmoid without the reciprocal's range test and the sanitising (moe_sigmoid_mid, taken
+// while every logit of a warp's 4 tokens is above -80) and its exact fallback: logits spread over [-79.5, 100] in
+// the tokens of every other warp (1 + e^-x up to e^79.5, the fast path's end; +inf and -0 in some rows) and over
+// [-200, 100] in the others (the fallback), bf16 and f16: 2100 tokens against the golden, and the first 64 bit for
+// bit against moe_route's fused router (one warp per token, moe_sigmoid) on the same rows.
+TEST_P(MoeTest, GroupedTopkGroupsOf32SigmoidRange) {
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    RouteProblem p = grouped_problem(2100, 256, 8, 8, 4, true, MoeScoring::sigmoid);
+    p.dtype = dtype;
+    std::mt19937_64 rng(test_rng()());
+    std::uniform_real_distribution<float> near(-79.5f, 100.0f), wide(-200.0f, 100.0f);
+    HostTensor logits(dtype, {p.T, p.E});
+    for (int64_t r = 0; r < p.T; ++r) {
+      for (int64_t e = 0; e < p.E; ++e) {
+        float v = (r / 4) % 2 == 0 ? near(rng) : wide(rng);
+        if (r % 4 == 1 && e % 17 == 0) v = std::numeric_limits<float>::infinity();  // scored as FLT_MAX
+        if (r % 4 == 1 && e % 19 == 0) v = -0.0f;                                   // scored as +0
+        logits.set(r, e, dtype == DType::f16 ? std::max(-65000.0f, v) : v);
+      }
+    }
+    const HostTensor bias = ft::make_bias(p, test_rng()());
+    const auto many = ft::run_route(p, logits, &bias, device_of(GetParam()));
+    fuseops::reference::RouterSpec spec = p.spec;
+    spec.k = p.k;
+    const fuseops::reference::MoeComparison g = fuseops::reference::compare_route(
+        fuseops::reference::route(logits, &bias, spec), many.weights, many.ids, nullptr);
+    EXPECT_TRUE(g.pass) << p.describe() << ": " << g.violations << " violations, first: " << g.detail;
+    RouteProblem fused = p;
+    fused.op = RouteOp::moe_route;
+    fused.T = 64;
+    const auto head = ft::run_route(fused, first_rows(logits, fused.T), &bias, device_of(GetParam()));
+    EXPECT_TRUE(same_bytes(first_rows(many.weights, fused.T), head.weights)) << fused.describe();
+    EXPECT_TRUE(same_bytes(first_rows(many.ids, fused.T), head.ids)) << fused.describe();
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -50,6 +51,37 @@ void check_all(float (*widen)(uint16_t), const char* dtype) {
 
 TEST(MoePackedKey, OrderAndValueOfEveryBf16) { check_all(fuseops::detail::bf16_to_float, "bf16"); }
 TEST(MoePackedKey, OrderAndValueOfEveryF16) { check_all(fuseops::detail::f16_to_float, "f16"); }
+
+/// moe_packed_key_raw on every 16-bit value: the sanitised key for finite values; -inf below every finite value,
+/// given back as -inf (its weights equal -FLT_MAX's); NaN and +inf at or above +inf's key, whose value is not finite
+/// (the row-maximum check of the threshold router).
+void check_raw(float (*widen)(uint16_t), const char* dtype) {
+  using fuseops::detail::moe_packed_key_raw;
+  const float inf = 1.0f / 0.0f;
+  const uint32_t lowest_finite = moe_packed_key(-fuseops::detail::bf16_to_float(0x7f7f), 1023);
+  int mismatches = 0, finite = 0;
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float x = widen(static_cast<uint16_t>(h));
+    for (int e : {0, 1, 513, 1023}) {
+      const uint32_t raw = moe_packed_key_raw(x, e);
+      mismatches += moe_packed_expert(raw) != e;
+      if (std::isfinite(x)) {
+        mismatches += raw != moe_packed_key(moe_sanitize(x), e);
+        finite += e == 0;
+      } else if (x == -inf) {
+        mismatches += !(raw < lowest_finite) || raw == 0u || moe_packed_value(raw) != -inf;
+      } else {  // NaN, +inf
+        mismatches += raw < moe_packed_key_raw(inf, 1023) || std::isfinite(moe_packed_value(raw));
+      }
+    }
+  }
+  EXPECT_EQ(0, mismatches) << dtype;
+  EXPECT_GT(finite, 60000) << dtype;
+  EXPECT_EQ(moe_packed_key_raw(-0.0f, 7), moe_packed_key(0.0f, 7));
+}
+
+TEST(MoePackedKey, RawKeyOfEveryBf16) { check_raw(fuseops::detail::bf16_to_float, "bf16"); }
+TEST(MoePackedKey, RawKeyOfEveryF16) { check_raw(fuseops::detail::f16_to_float, "f16"); }
 
 TEST(MoePackedKey, SpecialValues) {
   // +inf and the largest finite bf16 differ; NaN and -inf tie (both -FLT_MAX), below the lowest finite bf16.
