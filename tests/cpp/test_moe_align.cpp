@@ -235,22 +235,20 @@ TEST_P(MoeAlignTest, AlignBadIdsAreSkippedAndRecorded) {
 
 
 // The wide variant's switches (fuseops::detail::moe_align_wide_plan with clusters of up to 8): it starts above
-// the one-block variants (4096 ids) and its cluster size, cluster count and ids per lane change at powers of two up
-// to its limit (524 288 ids), so 2^k and 2^k + 1 run different plans; not above 1024 experts, without clusters
-// (before sm_90) or when turned off.
+// the small variant (1024 ids) and its cluster size, cluster count and ids per lane change at powers of two up to
+// its limit (524 288 ids), so 2^k and 2^k + 1 run different plans; not above 1024 experts, without clusters (before
+// sm_90) or when turned off.
 std::vector<int64_t> wide_switch_sizes() {
   std::vector<int64_t> sizes;
-  for (int k = 12; k <= 19; ++k) sizes.push_back(int64_t{1} << k);
+  for (int k = 10; k <= 19; ++k) sizes.push_back(int64_t{1} << k);
   return sizes;
 }
 
 TEST(MoeAlignPlan, WideVariantSwitches) {
   using namespace fuseops::detail;
   for (int64_t E : {1, 8, 60, 128, 256, 512, 1024}) {
-    EXPECT_EQ(0, moe_align_wide_plan(4096, E, 8, kMoeAlignSmemWords).clusters) << "E " << E;
-    const auto one_block = moe_align_plan(4096, E, 8, kMoeAlignSmemWords);
-    EXPECT_EQ(1, one_block.cluster) << "E " << E;
-    EXPECT_EQ(0, one_block.replicas) << "E " << E;
+    EXPECT_EQ(0, moe_align_wide_plan(kMoeAlignSmallMaxIds, E, 8, kMoeAlignSmemWords).clusters) << "E " << E;
+    EXPECT_GT(moe_align_plan(kMoeAlignSmallMaxIds, E, 8, kMoeAlignSmemWords, 1 << 20).replicas, 0) << "E " << E;
     for (int64_t n : wide_switch_sizes()) {
       const auto a = moe_align_wide_plan(n, E, 8, kMoeAlignSmemWords);
       const auto b = moe_align_wide_plan(n + 1, E, 8, kMoeAlignSmemWords);
@@ -269,7 +267,7 @@ TEST(MoeAlignPlan, WideVariantSwitches) {
         EXPECT_LE((w.slice + kMoeAlignWideWarps - 1) / kMoeAlignWideWarps, 32 * w.rounds);  // fits the registers
       }
     }
-    EXPECT_GT(moe_align_wide_plan(4097, E, 8, kMoeAlignSmemWords).clusters, 0) << "E " << E;
+    EXPECT_GT(moe_align_wide_plan(kMoeAlignSmallMaxIds + 1, E, 8, kMoeAlignSmemWords).clusters, 0) << "E " << E;
     EXPECT_GT(moe_align_wide_plan(524288, E, 8, kMoeAlignSmemWords).clusters, 0) << "E " << E;
     EXPECT_EQ(0, moe_align_wide_plan(524289, E, 8, kMoeAlignSmemWords).clusters) << "E " << E;
   }
