@@ -152,6 +152,29 @@ struct MatchPeers {
   __device__ __forceinline__ unsigned operator()(int e) const { return __match_any_sync(0xffffffffu, e); }
 };
 
+/// Bits of an expert that align_peers compares (experts below 1024: the small and wide variants).
+constexpr int kAlignPeerBits = 10;
+static_assert(kMoeAlignSmallMaxExperts <= (1 << kAlignPeerBits), "one ballot per bit of the expert");
+
+/// The lanes holding the same expert as this lane when 0 <= e < 2^kAlignPeerBits: one ballot of the valid lanes and
+/// one per bit of the expert, all of them whatever E (the bits above log2 E are 0 on every valid lane, so their
+/// ballots change nothing; no branches). Independent ballots instead of __match_any_sync, whose cost grows with the
+/// distinct values of the warp. Lanes with e < 0 get an unspecified mask (and match no valid lane).
+__device__ __forceinline__ unsigned align_peers(int e) {
+  unsigned m = __ballot_sync(0xffffffffu, e >= 0);
+#pragma unroll
+  for (int b = 0; b < kAlignPeerBits; ++b) {
+    const unsigned v = __ballot_sync(0xffffffffu, (e >> b) & 1);
+    m &= (e >> b) & 1 ? v : ~v;
+  }
+  return m;
+}
+
+/// align_peers as the peer finder of align_rank_slots (step 2).
+struct BallotPeers {
+  __device__ __forceinline__ unsigned operator()(int e) const { return align_peers(e); }
+};
+
 /// Step 2 of the register variants (after the warp's counters `my_cnt` [E] are zeroed and visible): per round, the
 /// lanes of one expert find each other (`peers_of(e)`: the mask of the lanes holding expert e, needed for e >= 0
 /// only) and take consecutive ranks in lane order after the warp's running count of that expert; slot[j] becomes
@@ -408,8 +431,9 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 ///  4. each block scatters the ids of warps w with w % parts == part to start[e] + warp prefix + rank (at most 1024
 ///     stores in all) and writes its share of the padding, expert_ids and the tail (align_fill).
 /// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
-/// moe_align_small_smem_words(E) ints.
-inline __device__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part) {
+/// moe_align_small_smem_words(E) ints. Peers: the peer finder of step 2 (BallotPeers; MatchPeers for A/B).
+template <typename Peers = BallotPeers>
+__device__ __forceinline__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part) {
   constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
   constexpr int VMAX = static_cast<int>((kMoeAlignSmallMaxExperts + NT - 1) / NT);
   static_assert(VMAX * W <= 32, "scratch holds one total per (segment, warp)");
@@ -427,7 +451,7 @@ inline __device__ void align_small(const AlignParams& p, int* smem, unsigned par
   __syncthreads();
   // 2. Ranks within the warp.
   int* my_cnt = cnt + warp * E;
-  align_rank_slots<R>(wlo, whi, lane, my_cnt, slot);
+  align_rank_slots<R, Peers>(wlo, whi, lane, my_cnt, slot);
   __syncthreads();
   // 3. Warp prefixes, counts and padded sizes of experts tid + v * NT; block scan of the padded sizes.
   int c[VMAX], incl[VMAX], own[VMAX];

@@ -1,4 +1,9 @@
 // CUDA backend of moe_route, one launch where the GPU allows it:
+// - up to kReplicateMaxTokens tokens (and the small schedule's limits): independent blocks of 8 warps (no cluster),
+//   each routing every token itself (one token per warp; with 8 groups of 32 experts, up to
+//   kReplicateGroupsMaxTokens tokens, one token at a time with the group-warps router), keeping the ids in its
+//   shared memory, then computing the whole schedule from them and writing its share (align_small); block 0 alone
+//   stores the router's outputs. No barrier between blocks and no round trip of the ids through global memory;
 // - up to kFusedSmallMaxTokens tokens and kMoeAlignSmallMaxIds ids (and kMoeAlignSmallMaxExperts experts): a thread
 //   block cluster of blocks of 8 warps routes one token per warp (moe_topk.cuh), meets at a cluster barrier (the
 //   ids in global memory, visible to the cluster), and every block then computes the whole schedule from all ids
@@ -11,6 +16,7 @@
 // Every path runs the same device code as topk_softmax / grouped_topk and moe_align_block_size, so the results are
 // identical.
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/moe_group_warps.cuh"
 #include "cuda/moe_launch.h"
@@ -27,6 +33,77 @@ constexpr int64_t kFusedSmallMaxTokens = kMaxCluster * kMoeAlignSmallWarps;
 /// of a full cluster (measured, DeepSeek-V3: 1 token 5.68 us against 7.28 with one token per warp; 16 tokens, two per
 /// block, 8.69 against 8.45).
 constexpr int64_t kFusedGroupsMaxTokens = kMaxCluster;
+
+/// Tokens up to which every block of the small fused path routes all tokens itself (one token per warp: the
+/// blocks' routing is the same chain as one block's); FUSEOPS_MOE_ROUTE_REPLICATE=<n> moves it (0: off), for A/B.
+constexpr int64_t kReplicateMaxTokens = kMoeAlignSmallWarps;
+/// The same with the group-warps router (one token per block at a time: the chain grows with the tokens);
+/// FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=<n> moves it.
+constexpr int64_t kReplicateGroupsMaxTokens = 2;
+
+int64_t env_tokens(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return std::max<long long>(0, std::strtoll(v, nullptr, 10));
+}
+
+int64_t replicate_max_tokens() {
+  static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE", kReplicateMaxTokens);
+  return n;
+}
+
+int64_t replicate_groups_max_tokens() {
+  static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS", kReplicateGroupsMaxTokens);
+  return n;
+}
+
+/// This block's view of the replicated path: the router's ids also go to `ids_sh` (shared memory), and only block 0
+/// stores the router's outputs; the schedule reads the ids from `ids_sh` ([T, k], i32).
+struct Replica {
+  RouteParams rp;
+  AlignParams ap;
+  __device__ Replica(const RouteParams& r, const AlignParams& a, int* ids_sh) : rp(r), ap(a) {
+    rp.ids_copy = ids_sh;
+    rp.skip_outputs = blockIdx.x != 0;
+    ap.ids = ids_sh;
+    ap.ids_stride = r.k;
+    ap.ids_cols = r.k;
+    ap.ids_i64 = 0;
+  }
+};
+
+/// Replicated small fused path, one token per warp: `ids_at` is the shared-memory word where the ids start (after
+/// the router's scratch and the schedule's words).
+template <typename T, int VPT, bool BIAS>
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
+    route_align_replicated_kernel(RouteParams rp, AlignParams ap, int ids_at) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_rep[];
+  const Replica r(rp, ap, smem_rep + ids_at);
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  float* keys = reinterpret_cast<float*>(smem_rep) + warp * route_scratch_floats(VPT);
+  for (int t = warp; t < rp.T; t += kMoeAlignSmallWarps) route_token_any<T, VPT, BIAS>(r.rp, t, keys, lane);
+  __syncthreads();  // the ids in shared memory; the scratch is free
+  align_small(r.ap, smem_rep, gridDim.x, blockIdx.x);
+}
+
+/// Replicated small fused path with the group-warps router (n_group == kMoeAlignSmallWarps groups of 32).
+template <typename T, bool BIAS>
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
+    route_align_groups_replicated_kernel(RouteParams rp, AlignParams ap, int ids_at) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_rep_groups[];
+  const Replica r(rp, ap, smem_rep_groups + ids_at);
+  auto& sh = *reinterpret_cast<GroupWarpsScratch*>(smem_rep_groups);
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  for (int t = 0; t < rp.T; ++t) {
+    route_group_warps_rank<T, BIAS>(r.rp, t, sh, warp, lane);
+    __syncthreads();
+    if (warp == 0) route_group_warps_select<BIAS>(r.rp, t, sh, lane);
+    __syncthreads();  // warp 0 is done with the scratch; the ids in shared memory
+  }
+  align_small(r.ap, smem_rep_groups, gridDim.x, blockIdx.x);
+}
 
 template <typename T, int VPT, bool BIAS>
 __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) route_align_small_kernel(RouteParams rp, AlignParams ap) {
@@ -100,6 +177,32 @@ bool route_align_small(const char* op, const RouteArgs& r, const AlignArgs& a, i
   const unsigned cluster =
       is_sm90_or_newer(device) ? static_cast<unsigned>(std::min<int64_t>(kMaxCluster, wanted)) : 1u;
   const std::size_t align_smem = static_cast<std::size_t>(moe_align_small_smem_words(a.E)) * sizeof(int);
+  // Replicated: every block routes all tokens (no cluster); the ids after the scratch and the schedule's words.
+  const bool replicate = r.T > 0 && r.T <= (groups ? replicate_groups_max_tokens() : replicate_max_tokens());
+  if (replicate) {
+    const unsigned blocks = static_cast<unsigned>(moe_align_small_blocks(a.sorted_len + a.blocks, a.E));
+    auto go = [&](auto kernel, std::size_t scratch) {
+      const std::size_t ids_at = (std::max(align_smem, scratch) + 15) / 16 * 16;
+      const std::size_t smem = ids_at + static_cast<std::size_t>(numel) * sizeof(int);
+      allow_smem(kernel, smem, op);
+      launch_kernel(kernel, dim3(blocks), dim3(32 * kMoeAlignSmallWarps), smem, s, device, rp, ap,
+                    static_cast<int>(ids_at / sizeof(int)));
+    };
+    if (groups) {
+      with_float_type(r.logits.dtype, [&](auto t) {
+        using T = typename decltype(t)::type;
+        go(rp.bias ? route_align_groups_replicated_kernel<T, true> : route_align_groups_replicated_kernel<T, false>,
+           sizeof(GroupWarpsScratch));
+      });
+    } else {
+      dispatch_route(r.logits.dtype, r.E, rp.bias != nullptr, [&](auto t, auto vpt, auto bias) {
+        constexpr int VPT = decltype(vpt)::value;
+        go(route_align_replicated_kernel<typename decltype(t)::type, VPT, decltype(bias)::value>,
+           sizeof(float) * route_scratch_floats(VPT) * kMoeAlignSmallWarps);
+      });
+    }
+    return true;
+  }
   if (groups) {
     with_float_type(r.logits.dtype, [&](auto t) {
       using T = typename decltype(t)::type;

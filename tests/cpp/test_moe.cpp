@@ -390,6 +390,43 @@ TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
   }
 }
 
+// moe_route's replicated small path (independent blocks of 8 warps, each routing every token, one per warp, with
+// the ids kept in its shared memory, then the whole schedule; block 0 stores the router's outputs) up to 8 tokens
+// (kReplicateMaxTokens; 9 runs the cluster path), with the group-warps router up to 2 tokens (kReplicateGroupsMaxTokens;
+// 3 runs the cluster path): every lane width (E 8 to 1024: 1 to 32 experts per lane), f32 / f16 / bf16 logits (the
+// packed router and route_token), a bias, i64 ids, special rows (NaN, ties), one to 16 blocks (E and block size),
+// k up to 32; against the golden and bit for bit against its parts.
+TEST_P(MoeTest, MoeRouteReplicatedSwitch) {
+  struct Case {
+    int64_t T, E, k, ng, tg;
+    bool bias, softmax;
+    int64_t block_size;
+    DType dtype, ids;
+  };
+  const DType bf = DType::bf16, f16 = DType::f16, f32 = DType::f32, i32 = DType::i32, i64 = DType::i64;
+  const Case cases[] = {{1, 8, 2, 1, 1, false, true, 64, bf, i32},        {1, 512, 10, 1, 1, false, true, 64, bf, i32},
+                        {2, 64, 6, 1, 1, false, true, 16, f16, i64},      {3, 128, 8, 1, 1, false, true, 1, bf, i32},
+                        {5, 256, 8, 1, 1, true, false, 64, f32, i32},     {7, 1024, 32, 1, 1, false, true, 64, bf, i64},
+                        {8, 512, 10, 1, 1, false, true, 64, bf, i32},     {9, 512, 10, 1, 1, false, true, 64, bf, i32},
+                        {8, 160, 6, 8, 3, false, true, 16, f32, i32},     {8, 1024, 8, 1, 1, true, true, 128, f16, i32},
+                        {1, 256, 8, 8, 4, true, false, 64, bf, i32},      {2, 256, 8, 8, 4, true, false, 64, bf, i64},
+                        {3, 256, 8, 8, 4, true, false, 64, bf, i32},      {2, 256, 32, 8, 1, false, false, 16, f32, i32},
+                        {1, 60, 1, 1, 1, false, true, 64, f32, i32},      {4, 8, 8, 1, 1, false, true, 2, bf, i32}};
+  int n = 0;
+  for (const Case& c : cases) {
+    RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, c.softmax ? MoeScoring::softmax
+                                                                                    : MoeScoring::sigmoid);
+    p.op = RouteOp::moe_route;
+    p.block_size = c.block_size;
+    p.dtype = c.dtype;
+    p.ids_dtype = c.ids;
+    p.spec.renormalize = n % 3 != 2;
+    p.special_rows = n % 4 == 1 && c.T >= 4;
+    ++n;
+    check_route_and_parts(p);
+  }
+}
+
 TEST_P(MoeTest, MoeRouteWideBiasedRouter) {
   // Kimi-K2-like (384 experts, bias): the CUDA moe_route runs the router and the schedule as two launches there.
   RouteProblem p = grouped_problem(16, 384, 8, 1, 1, true, MoeScoring::sigmoid);
