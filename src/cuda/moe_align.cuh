@@ -102,6 +102,11 @@ __device__ __forceinline__ int align_load_id(const AlignParams& p, int i) {
   return id < -1 || id >= p.E ? -2 : static_cast<int>(id);
 }
 
+/// Where the schedule reads its ids: topk_ids in global memory (align_load_id).
+struct GlobalIds {
+  __device__ __forceinline__ int operator()(const AlignParams& p, int i) const { return align_load_id(p, i); }
+};
+
 /// The local expert of a raw id >= 0: the map entry when in [-1, E), -3 when bad; the id itself without a map.
 __device__ __forceinline__ int align_map(const AlignParams& p, int id) {
   if (!p.expert_map || id < 0) return id;
@@ -116,13 +121,15 @@ __device__ __forceinline__ int align_settle(const AlignParams& p, int i, int e) 
   return e < -1 ? -1 : e;
 }
 
-/// The first half of align_load_slots: the raw ids wlo + 32 j + lane as align_load_id reads them (all in flight).
-template <int R>
-__device__ __forceinline__ void align_load_raw(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R]) {
+/// The first half of align_load_slots: the raw ids wlo + 32 j + lane as `ids` (align_load_id by default) reads
+/// them (all in flight).
+template <int R, typename Ids = GlobalIds>
+__device__ __forceinline__ void align_load_raw(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R],
+                                               Ids ids = {}) {
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     const int i = wlo + 32 * j + lane;
-    slot[j] = i < whi ? align_load_id(p, i) : -1;
+    slot[j] = i < whi ? ids(p, i) : -1;
   }
 }
 
@@ -141,9 +148,10 @@ __device__ __forceinline__ void align_map_settle(const AlignParams& p, int wlo, 
 
 /// Step 1 of the register variants: lane `lane` of the warp holding the flat ids [wlo, whi) loads its ids wlo + 32 j
 /// + lane (all in flight at once), maps them and records the bad ones; slot[j] = the expert or -1 (skipped).
-template <int R>
-__device__ __forceinline__ void align_load_slots(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R]) {
-  align_load_raw<R>(p, wlo, whi, lane, slot);
+template <int R, typename Ids = GlobalIds>
+__device__ __forceinline__ void align_load_slots(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R],
+                                                 Ids ids = {}) {
+  align_load_raw<R, Ids>(p, wlo, whi, lane, slot, ids);
   align_map_settle<R>(p, wlo, lane, slot);
 }
 
@@ -431,9 +439,11 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 ///  4. each block scatters the ids of warps w with w % parts == part to start[e] + warp prefix + rank (at most 1024
 ///     stores in all) and writes its share of the padding, expert_ids and the tail (align_fill).
 /// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
-/// moe_align_small_smem_words(E) ints. Peers: the peer finder of step 2 (BallotPeers; MatchPeers for A/B).
-template <typename Peers = BallotPeers>
-__device__ __forceinline__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part) {
+/// moe_align_small_smem_words(E) ints. Peers: the peer finder of step 2 (BallotPeers; MatchPeers for A/B); `ids`:
+/// where the ids are read (topk_ids in global memory by default).
+template <typename Peers = BallotPeers, typename Ids = GlobalIds>
+__device__ __forceinline__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part,
+                                            Ids ids = {}) {
   constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
   constexpr int VMAX = static_cast<int>((kMoeAlignSmallMaxExperts + NT - 1) / NT);
   static_assert(VMAX * W <= 32, "scratch holds one total per (segment, warp)");
@@ -447,7 +457,7 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   // 1. The counters zeroed (W * E is a multiple of 4; `smem` is 16-byte aligned), the ids loaded.
   for (int i = tid; i < W * E / 4; i += NT) reinterpret_cast<int4*>(cnt)[i] = make_int4(0, 0, 0, 0);
   int slot[R];
-  align_load_slots<R>(p, wlo, whi, lane, slot);
+  align_load_slots<R, Ids>(p, wlo, whi, lane, slot, ids);
   __syncthreads();
   // 2. Ranks within the warp.
   int* my_cnt = cnt + warp * E;

@@ -67,9 +67,20 @@ __device__ __forceinline__ void route_token_packed(const RouteParams& p, int t, 
   // reduction; such a pick past k - 1 changes no output), and the sum's butterfly (warp_sum's five xor steps, in
   // its order) runs one step per pick after them, then the rest after the loop: route_token's additions.
   const float m = p.softmax ? moe_packed_value(best) : 0.0f;
-  constexpr int A = VPT >= 4 ? 4 : VPT, C = VPT / A;
+  // (A = 0 at VPT 32: all exps before the picks, as the 32 logits live through more picks would spill in
+  // moe_route's 64-register kernel.)
+  constexpr int A = VPT >= 32 ? 0 : VPT >= 4 ? 4 : VPT, C = A > 0 ? VPT / A : 0;
   float part = 0, sum = 1;
   const bool full = base + VPT <= p.E;  // no expert past E on this lane
+  if constexpr (A == 0) {
+    if (p.softmax) {
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) {
+        const float e = expf(x[i] - m);
+        part += full || base + i < p.E ? e : 0.0f;
+      }
+    }
+  }
 #pragma unroll
   for (int j = 1; j <= A; ++j) {
     best = __reduce_max_sync(kFullMask, head());

@@ -105,23 +105,59 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
   align_small(r.ap, smem_rep_groups, gridDim.x, blockIdx.x);
 }
 
-template <typename T, int VPT, bool BIAS>
-__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) route_align_small_kernel(RouteParams rp, AlignParams ap) {
+/// The ids of the small fused path in the cluster's shared memory: block r holds those of the flat indices
+/// [r chunk, (r + 1) chunk) at `local` (the same offset in every block), read through distributed shared memory.
+struct PeerIds {
+  int* local;
+  int chunk;
+  __device__ __forceinline__ int operator()(const AlignParams& p, int i) const {
+    const int r = i / chunk;
+    const int id = cluster_peer(local, static_cast<unsigned>(r))[i - r * chunk];
+    return id < -1 || id >= p.E ? -2 : id;  // the router's ids are always in range
+  }
+};
+
+/// Whether the small fused path exchanges the ids through distributed shared memory (else through global memory);
+/// FUSEOPS_MOE_ROUTE_DSMEM=0 turns it off (A/B).
+bool route_dsmem() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_ROUTE_DSMEM");
+  return on;
+}
+
+/// The small fused path, one token per warp. DSMEM: each block also keeps its tokens' ids in its shared memory at
+/// word `ids_at` (one token per warp: block r's tokens are [8 r, 8 r + 8), so cluster * 8 >= T), and the schedule
+/// reads them from the blocks of the cluster; a last cluster barrier keeps them alive until every block has read
+/// them. Else the schedule reads the ids from global memory.
+template <typename T, int VPT, bool BIAS, bool DSMEM>
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
+    route_align_small_kernel(RouteParams rp, AlignParams ap, int ids_at) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
   int* smem = smem_small;
   const unsigned cl = cluster_blocks(), rank = cluster_rank();
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   float* keys = reinterpret_cast<float*>(smem) + warp * route_scratch_floats(VPT);
+  RouteParams q = rp;
+  if constexpr (DSMEM) {
+    q.ids_copy = smem + ids_at;
+    q.ids_copy_t0 = static_cast<int>(rank) * kMoeAlignSmallWarps;
+  }
   for (int t = static_cast<int>(rank) * kMoeAlignSmallWarps + warp; t < rp.T;
        t += static_cast<int>(cl) * kMoeAlignSmallWarps) {
-    route_token_any<T, VPT, BIAS>(rp, t, keys, lane);
+    route_token_any<T, VPT, BIAS>(q, t, keys, lane);
   }
-  // Every block's ids are in global memory, visible to the cluster (release / acquire); the scratch is free.
+  // Every block's ids are in its shared and global memory, visible to the cluster (release / acquire); the scratch
+  // is free.
   cluster_arrive(cl);
   cluster_wait(cl);
   __syncthreads();  // the same for a single block, where the cluster barrier is a no-op
-  align_small(ap, smem, cl, rank);
+  if constexpr (DSMEM) {
+    align_small<BallotPeers, PeerIds>(ap, smem, cl, rank, PeerIds{smem + ids_at, kMoeAlignSmallWarps * rp.k});
+    cluster_arrive(cl);  // no block leaves while another may still read its ids
+    cluster_wait(cl);
+  } else {
+    align_small(ap, smem, cl, rank);
+  }
 }
 
 /// The small fused path with the group-warps router (moe_group_warps.cuh): n_group == kMoeAlignSmallWarps groups of
@@ -213,12 +249,19 @@ bool route_align_small(const char* op, const RouteArgs& r, const AlignArgs& a, i
     });
     return true;
   }
+  const bool dsmem = route_dsmem() && int64_t{cluster} * kMoeAlignSmallWarps >= r.T;
   dispatch_route(r.logits.dtype, r.E, rp.bias != nullptr, [&](auto t, auto vpt, auto bias) {
-    auto kernel = route_align_small_kernel<typename decltype(t)::type, decltype(vpt)::value, decltype(bias)::value>;
-    const std::size_t smem = std::max<std::size_t>(
-        align_smem, sizeof(float) * route_scratch_floats(decltype(vpt)::value) * kMoeAlignSmallWarps);
+    using TT = typename decltype(t)::type;
+    constexpr int VPT = decltype(vpt)::value;
+    constexpr bool B = decltype(bias)::value;
+    auto kernel = dsmem ? route_align_small_kernel<TT, VPT, B, true> : route_align_small_kernel<TT, VPT, B, false>;
+    const std::size_t ids_at =
+        (std::max<std::size_t>(align_smem, sizeof(float) * route_scratch_floats(VPT) * kMoeAlignSmallWarps) + 15) /
+        16 * 16;
+    const std::size_t smem = ids_at + sizeof(int) * kMoeAlignSmallWarps * static_cast<std::size_t>(r.k);
     allow_smem(kernel, smem, op);
-    launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * kMoeAlignSmallWarps), smem, s, device, cluster, rp, ap);
+    launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * kMoeAlignSmallWarps), smem, s, device, cluster, rp, ap,
+                          static_cast<int>(ids_at / sizeof(int)));
   });
   return true;
 }
