@@ -144,7 +144,11 @@ static_assert(kMoeAlignSmallMaxIds <= 32 * kMoeAlignSmallWarps * kMoeAlignSmallR
 
 /// Shared memory words of the small variant: per-warp counters [warps][E], region starts [E + 1], counts [E], the
 /// scan scratch [32].
-inline int64_t moe_align_small_smem_words(int64_t E) { return (kMoeAlignSmallWarps + 2) * E + 1 + 32; }
+/// Shared memory words of the small variant: per-warp counters [warps][E], region starts [E + 1], counts [E], scan
+/// scratch [32], and per GEMM block of the regions (at most one per id) its expert and its first padding position.
+inline int64_t moe_align_small_smem_words(int64_t E) {
+  return (kMoeAlignSmallWarps + 2) * E + 1 + 32 + 2 * kMoeAlignSmallMaxIds;
+}
 
 /// Blocks of the small variant for `out_words` output words over E experts: enough that each writes about
 /// kMoeAlignSmallWordsPerBlock words and its warps walk at most ~8 experts each, at most kMoeAlignSmallMaxBlocks.

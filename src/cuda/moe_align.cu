@@ -25,21 +25,10 @@ __global__ void __launch_bounds__(32 * moe_align_max_warps(ROUNDS)) align_kernel
   align_schedule<ROUNDS>(p, lo, hi, smem);
 }
 
-template <typename Peers>
 __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(AlignParams p) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
-  align_small<Peers>(p, smem_small, gridDim.x, blockIdx.x);
-}
-
-/// The small variant's peer finder: ballots (align_peers); FUSEOPS_MOE_ALIGN_SMALL_MATCH=1 in the environment
-/// selects __match_any_sync instead (A/B measurements without a rebuild).
-bool align_small_match() {
-  static const bool on = [] {
-    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_SMALL_MATCH");
-    return v != nullptr && *v != '\0' && *v != '0';
-  }();
-  return on;
+  align_small(p, smem_small, gridDim.x, blockIdx.x);
 }
 
 template <int R>
@@ -123,9 +112,8 @@ void align(const char* op, const AlignArgs& args, int device, void* stream) {
   const MoeAlignPlan plan = align_plan(p.numel, args.E, args.sorted_len + args.blocks, device);
   const std::size_t smem = static_cast<std::size_t>(plan.smem_words) * sizeof(int);
   if (plan.replicas > 0) {
-    auto kernel = align_small_match() ? align_small_kernel<MatchPeers> : align_small_kernel<BallotPeers>;
-    allow_smem(kernel, smem, op);
-    launch_kernel(kernel, dim3(plan.replicas), dim3(32 * plan.warps), smem, s, device, p);
+    allow_smem(align_small_kernel, smem, op);
+    launch_kernel(align_small_kernel, dim3(plan.replicas), dim3(32 * plan.warps), smem, s, device, p);
     after_launch(op, s, device);
     return;
   }

@@ -164,23 +164,41 @@ struct MatchPeers {
 constexpr int kAlignPeerBits = 10;
 static_assert(kMoeAlignSmallMaxExperts <= (1 << kAlignPeerBits), "one ballot per bit of the expert");
 
-/// The lanes holding the same expert as this lane when 0 <= e < 2^kAlignPeerBits: one ballot of the valid lanes and
-/// one per bit of the expert, all of them whatever E (the bits above log2 E are 0 on every valid lane, so their
-/// ballots change nothing; no branches). Independent ballots instead of __match_any_sync, whose cost grows with the
-/// distinct values of the warp. Lanes with e < 0 get an unspecified mask (and match no valid lane).
-__device__ __forceinline__ unsigned align_peers(int e) {
+/// The lanes holding the same expert as this lane when 0 <= e < 2^bits (bits <= kAlignPeerBits, warp-uniform): one
+/// ballot of the valid lanes and one per bit of the expert (the bits above log2 E are 0 on every valid lane, so the
+/// wide variant takes all kAlignPeerBits of them: no branches). Independent ballots instead of __match_any_sync,
+/// whose cost grows with the distinct values of the warp. Lanes with e < 0 get an unspecified mask (and match no
+/// valid lane).
+__device__ __forceinline__ unsigned align_peers(int e, int bits = kAlignPeerBits) {
   unsigned m = __ballot_sync(0xffffffffu, e >= 0);
 #pragma unroll
   for (int b = 0; b < kAlignPeerBits; ++b) {
-    const unsigned v = __ballot_sync(0xffffffffu, (e >> b) & 1);
-    m &= (e >> b) & 1 ? v : ~v;
+    if (b < bits) {
+      const unsigned v = __ballot_sync(0xffffffffu, (e >> b) & 1);
+      m &= (e >> b) & 1 ? v : ~v;
+    }
   }
   return m;
 }
 
-/// align_peers as the peer finder of align_rank_slots (step 2).
+/// align_peers as the peer finder of align_rank_slots (step 2), over the low `bits` bits of the experts.
 struct BallotPeers {
-  __device__ __forceinline__ unsigned operator()(int e) const { return align_peers(e); }
+  int bits = kAlignPeerBits;
+  __device__ __forceinline__ unsigned operator()(int e) const { return align_peers(e, bits); }
+};
+
+/// Division by the block size and rounding up to it: shifts when it is a power of two (the usual sizes), else
+/// integer division; the same values either way.
+struct AlignBlockSize {
+  int bs, shift;
+  bool pow2;
+  __device__ __forceinline__ explicit AlignBlockSize(int b) {
+    bs = b;
+    shift = __ffs(b) - 1;
+    pow2 = (b & (b - 1)) == 0;
+  }
+  __device__ __forceinline__ int div(int x) const { return pow2 ? x >> shift : x / bs; }
+  __device__ __forceinline__ int round_up(int x) const { return pow2 ? (x + bs - 1) & ~(bs - 1) : (x + bs - 1) / bs * bs; }
 };
 
 /// Step 2 of the register variants (after the warp's counters `my_cnt` [E] are zeroed and visible): per round, the
@@ -428,30 +446,36 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 
 /// Small variant (moe_align_plan: replicas > 0; up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts):
 /// each of `parts` blocks of kMoeAlignSmallWarps warps (this one being `part`: the grid of the standalone kernel,
-/// or moe_route's cluster) computes the whole schedule from all ids (the ids are a few KB, read by every block from
-/// L2) and writes its share of the outputs, so there is no shared state between blocks, and four block barriers:
+/// or moe_route's blocks) computes the whole schedule from all ids (the ids are a few KB, read by every block from
+/// L2) and writes its share of the outputs, so there is no shared state between blocks, and three block barriers:
 ///  1. the per-warp counters are zeroed (at most 8 vector stores per thread) and every lane loads its (at most
 ///     kMoeAlignSmallRounds) ids, warp w holding the contiguous slice [wlo, whi) (align_load_slots);
-///  2. ranks as in align_schedule (align_rank_slots);
-///  3. thread t owns experts t, t + 256, ...: exclusive prefix of the 8 warp counts in place, the count, the padded
-///     size; warp scans of the padded sizes, the warp totals through 32 scratch words; every thread adds the totals
-///     before its (segment, warp) and writes its region starts (every thread also has the grand total);
+///  2. ranks as in align_schedule (align_rank_slots), the peers from ballots of the experts' log2(E) bits;
+///  3. thread t owns experts t, t + 256, ... (only as many segments of 256 as E needs): exclusive prefix of the 8
+///     warp counts in place, the count, the padded size; warp scans of the padded sizes, the warp totals through 32
+///     scratch words; every thread adds the totals before its (segment, warp), writes its region starts and, for
+///     every GEMM block of its regions, the block's expert and its region's first padding position;
 ///  4. each block scatters the ids of warps w with w % parts == part to start[e] + warp prefix + rank (at most 1024
-///     stores in all) and writes its share of the padding, expert_ids and the tail (align_fill).
+///     stores in all), then its share of the rest, one output word per thread and pass (coalesced, no per-expert
+///     loop): a position of sorted_token_ids is padding when it lies past the total or past its block's region's
+///     ids, expert_ids[b] is block b's expert before the total and -1 after.
 /// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
-/// moe_align_small_smem_words(E) ints. Peers: the peer finder of step 2 (BallotPeers; MatchPeers for A/B); `ids`:
-/// where the ids are read (topk_ids in global memory by default).
-template <typename Peers = BallotPeers, typename Ids = GlobalIds>
+/// moe_align_small_smem_words(E) ints. `ids`: where the ids are read (topk_ids in global memory by default).
+template <typename Ids = GlobalIds>
 __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part,
                                             Ids ids = {}) {
   constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
   constexpr int VMAX = static_cast<int>((kMoeAlignSmallMaxExperts + NT - 1) / NT);
   static_assert(VMAX * W <= 32, "scratch holds one total per (segment, warp)");
-  const int E = p.E, bs = p.block_size, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  int* cnt = smem;             // [W][E]
-  int* start = cnt + W * E;    // [E + 1]
-  int* count = start + E + 1;  // [E]
-  int* scratch = count + E;    // [32]
+  const int E = p.E, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const AlignBlockSize bs(p.block_size);
+  const int vn = (E + NT - 1) / NT;  // segments of NT experts in use (uniform)
+  int* cnt = smem;                      // [W][E]
+  int* start = cnt + W * E;             // [E + 1]
+  int* count = start + E + 1;           // [E]
+  int* scratch = count + E;             // [32]
+  int* blk_expert = scratch + 32;       // [kMoeAlignSmallMaxIds]: expert of GEMM block b (b < total / block_size)
+  int* blk_pad = blk_expert + kMoeAlignSmallMaxIds;  // [kMoeAlignSmallMaxIds]: its region's first padding position
   const int per_warp = (p.numel + W - 1) / W;
   const int wlo = min(p.numel, warp * per_warp), whi = min(p.numel, wlo + per_warp);
   // 1. The counters zeroed (W * E is a multiple of 4; `smem` is 16-byte aligned), the ids loaded.
@@ -461,7 +485,7 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   __syncthreads();
   // 2. Ranks within the warp.
   int* my_cnt = cnt + warp * E;
-  align_rank_slots<R, Peers>(wlo, whi, lane, my_cnt, slot);
+  align_rank_slots<R>(wlo, whi, lane, my_cnt, slot, BallotPeers{E > 1 ? 32 - __clz(E - 1) : 0});
   __syncthreads();
   // 3. Warp prefixes, counts and padded sizes of experts tid + v * NT; block scan of the padded sizes.
   int c[VMAX], incl[VMAX], own[VMAX];
@@ -469,7 +493,7 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   for (int v = 0; v < VMAX; ++v) {
     const int e = v * NT + tid;
     int run = 0;
-    if (e < E) {
+    if (v < vn && e < E) {
       int x[W];
 #pragma unroll
       for (int w = 0; w < W; ++w) x[w] = cnt[w * E + e];
@@ -480,35 +504,54 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
       }
     }
     c[v] = run;
-    own[v] = (run + bs - 1) / bs * bs;
+    own[v] = bs.round_up(run);
     incl[v] = own[v];
   }
-  warp_inclusive_scan(incl, lane);
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {  // warp_inclusive_scan over the segments in use
+#pragma unroll
+    for (int v = 0; v < VMAX; ++v) {
+      if (v < vn) {
+        const int y = __shfl_up_sync(0xffffffffu, incl[v], o);
+        if (lane >= o) incl[v] += y;
+      }
+    }
+  }
   if (lane == 31) {
 #pragma unroll
-    for (int v = 0; v < VMAX; ++v) scratch[v * W + warp] = incl[v];
+    for (int v = 0; v < VMAX; ++v) {
+      if (v < vn) scratch[v * W + warp] = incl[v];
+    }
   }
   __syncthreads();
   int base[VMAX], acc = 0;
 #pragma unroll
   for (int v = 0; v < VMAX; ++v) {
+    base[v] = 0;
+    if (v < vn) {
 #pragma unroll
-    for (int w = 0; w < W; ++w) {
-      if (w == warp) base[v] = acc;
-      acc += scratch[v * W + w];
+      for (int w = 0; w < W; ++w) {
+        if (w == warp) base[v] = acc;
+        acc += scratch[v * W + w];
+      }
     }
   }
 #pragma unroll
   for (int v = 0; v < VMAX; ++v) {
     const int e = v * NT + tid;
-    if (e < E) {
-      start[e] = base[v] + incl[v] - own[v];
+    if (v < vn && e < E) {
+      const int lo = base[v] + incl[v] - own[v], used = lo + c[v];
+      start[e] = lo;
       count[e] = c[v];
+      for (int b = bs.div(lo); b < bs.div(lo + own[v]); ++b) {  // at most one block per id in all
+        blk_expert[b] = e;
+        blk_pad[b] = used;
+      }
     }
   }
-  if (tid == 0) start[E] = acc;  // the grand total
+  const int total = acc;  // the grand total (every thread has it)
   __syncthreads();
-  // 4. This block's share of the ids, then of the padding, expert_ids and the tail.
+  // 4. This block's share of the ids, then of the padding, expert_ids, the tail and the total.
   if (warp % static_cast<int>(parts) == static_cast<int>(part)) {
 #pragma unroll
     for (int j = 0; j < R; ++j) {
@@ -518,7 +561,13 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
       }
     }
   }
-  align_fill(p, start, count, parts, part);
+  const int gt = static_cast<int>(part) * NT + tid, gs = static_cast<int>(parts) * NT;
+  for (int j = gt; j < p.sorted_len; j += gs) {
+    if (j >= total || j >= blk_pad[bs.div(j)]) p.sorted[j] = p.numel;
+  }
+  const int blocks_used = bs.div(total);
+  for (int b = gt; b < p.blocks; b += gs) p.expert_ids[b] = b < blocks_used ? blk_expert[b] : -1;
+  if (gt == 0) *p.total = total;
 }
 
 }  // namespace fuseops::detail::cuda

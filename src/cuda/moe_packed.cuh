@@ -62,50 +62,32 @@ __device__ __forceinline__ void route_token_packed(const RouteParams& p, int t, 
   uint32_t best = __reduce_max_sync(kFullMask, head());
   uint32_t my_key = lane == 0 ? best : 0u;
   pop(best);
-  // The first pick is the row's maximum (route_token's softmax maximum, bit for bit). The lane's exps, summed in
-  // expert order, are spread over the next A picks (unrolled, so that they issue while each pick waits on its
-  // reduction; such a pick past k - 1 changes no output), and the sum's butterfly (warp_sum's five xor steps, in
-  // its order) runs one step per pick after them, then the rest after the loop: route_token's additions.
-  const float m = p.softmax ? moe_packed_value(best) : 0.0f;
-  // (A = 0 at VPT 32: all exps before the picks, as the 32 logits live through more picks would spill in
-  // moe_route's 64-register kernel.)
-  constexpr int A = VPT >= 32 ? 0 : VPT >= 4 ? 4 : VPT, C = A > 0 ? VPT / A : 0;
-  float part = 0, sum = 1;
-  const bool full = base + VPT <= p.E;  // no expert past E on this lane
-  if constexpr (A == 0) {
-    if (p.softmax) {
+  // The first pick is the row's maximum (route_token's softmax maximum, bit for bit): the lane's exps, summed in
+  // expert order, are issued while the next picks wait on their reductions, and the sum's butterfly runs one xor
+  // step per pick from the second, as route_token does (the measured chain is shorter than with a separate
+  // reduction for the maximum before the sort, though the logits stay live through the sort).
+  float m = 0, part = 0, sum = 1;
+  if (p.softmax) {
+    m = moe_packed_value(best);
+    if (base + VPT <= p.E) {  // no expert past E on this lane: no bound checks per expert
 #pragma unroll
-      for (int i = 0; i < VPT; ++i) {
-        const float e = expf(x[i] - m);
-        part += full || base + i < p.E ? e : 0.0f;
-      }
+      for (int i = 0; i < VPT; ++i) part += expf(x[i] - m);
+    } else {
+#pragma unroll
+      for (int i = 0; i < VPT; ++i) part += base + i < p.E ? expf(x[i] - m) : 0.0f;
     }
   }
-#pragma unroll
-  for (int j = 1; j <= A; ++j) {
+  for (int j = 1; j < p.k; ++j) {
     best = __reduce_max_sync(kFullMask, head());
-    if (p.softmax) {
-#pragma unroll
-      for (int i = (j - 1) * C; i < j * C; ++i) {
-        const float e = expf(x[i] - m);
-        part += full || base + i < p.E ? e : 0.0f;
-      }
-    }
-    if (lane == j) my_key = best;
-    pop(best);
-  }
-  for (int j = A + 1; j < p.k; ++j) {
-    best = __reduce_max_sync(kFullMask, head());
-    const int st = j - A - 1;
-    const bool step = p.softmax && st < 5;
+    const bool step = p.softmax && j <= 5;
     float y = 0;
-    if (step) y = __shfl_xor_sync(kFullMask, part, 16 >> st);
+    if (step) y = __shfl_xor_sync(kFullMask, part, 16 >> (j - 1));
     if (lane == j) my_key = best;
     pop(best);
     if (step) part += y;
   }
   if (p.softmax) {
-    for (int st = max(0, p.k - 1 - A); st < 5; ++st) part += __shfl_xor_sync(kFullMask, part, 16 >> st);
+    for (int st = min(p.k - 1, 5); st < 5; ++st) part += __shfl_xor_sync(kFullMask, part, 16 >> st);
     sum = part;
   }
   float my_w = 0;

@@ -152,7 +152,7 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
   cluster_wait(cl);
   __syncthreads();  // the same for a single block, where the cluster barrier is a no-op
   if constexpr (DSMEM) {
-    align_small<BallotPeers, PeerIds>(ap, smem, cl, rank, PeerIds{smem + ids_at, kMoeAlignSmallWarps * rp.k});
+    align_small<PeerIds>(ap, smem, cl, rank, PeerIds{smem + ids_at, kMoeAlignSmallWarps * rp.k});
     cluster_arrive(cl);  // no block leaves while another may still read its ids
     cluster_wait(cl);
   } else {

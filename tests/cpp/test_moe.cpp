@@ -395,7 +395,8 @@ TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
 // (kReplicateMaxTokens; 9 runs the cluster path), with the group-warps router up to 2 tokens (kReplicateGroupsMaxTokens;
 // 3 runs the cluster path): every lane width (E 8 to 1024: 1 to 32 experts per lane), f32 / f16 / bf16 logits (the
 // packed router and route_token), a bias, i64 ids, special rows (NaN, ties), one to 16 blocks (E and block size),
-// k up to 32; against the golden and bit for bit against its parts.
+// k up to 32, block sizes that are not powers of two (also on the cluster path: 30 and 40 tokens); against the golden
+// and bit for bit against its parts.
 TEST_P(MoeTest, MoeRouteReplicatedSwitch) {
   struct Case {
     int64_t T, E, k, ng, tg;
@@ -411,7 +412,9 @@ TEST_P(MoeTest, MoeRouteReplicatedSwitch) {
                         {8, 160, 6, 8, 3, false, true, 16, f32, i32},     {8, 1024, 8, 1, 1, true, true, 128, f16, i32},
                         {1, 256, 8, 8, 4, true, false, 64, bf, i32},      {2, 256, 8, 8, 4, true, false, 64, bf, i64},
                         {3, 256, 8, 8, 4, true, false, 64, bf, i32},      {2, 256, 32, 8, 1, false, false, 16, f32, i32},
-                        {1, 60, 1, 1, 1, false, true, 64, f32, i32},      {4, 8, 8, 1, 1, false, true, 2, bf, i32}};
+                        {1, 60, 1, 1, 1, false, true, 64, f32, i32},      {4, 8, 8, 1, 1, false, true, 2, bf, i32},
+                        {6, 512, 10, 1, 1, false, true, 48, bf, i32},     {40, 512, 10, 1, 1, false, true, 3, bf, i32},
+                        {2, 256, 8, 8, 4, true, false, 100, bf, i32},     {30, 128, 8, 1, 1, false, true, 7, f16, i32}};
   int n = 0;
   for (const Case& c : cases) {
     RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, c.softmax ? MoeScoring::softmax

@@ -182,6 +182,24 @@ TEST_P(MoeAlignTest, AlignSmallVariant) {
   for (const Case& c : cases) check(align_case(c.numel, c.E, i++));
 }
 
+// Block sizes that are not powers of two (the small variant divides by shifts for powers of two, else by integer
+// division), with the number of GEMM blocks at its limit (one block per id: block size 1 and 3 with every expert
+// used once or more) and past the outputs' end: exact schedules against the golden.
+TEST_P(MoeAlignTest, AlignSmallOddBlockSizes) {
+  struct Case {
+    int64_t numel, E, bs;
+  };
+  const Case cases[] = {{1, 8, 3},       {10, 512, 48},   {160, 512, 100}, {640, 512, 3},   {512, 128, 1000},
+                        {1024, 1024, 3}, {1024, 8, 7},    {1024, 1024, 1}, {777, 60, 48},   {2, 2, 5},
+                        {1500, 256, 48}, {96, 4096, 3}};
+  int n = 0;
+  for (const Case& c : cases) {
+    AlignProblem p = align_case(c.numel, c.E, n++);
+    p.block_size = c.bs;
+    check(p);
+  }
+}
+
 // The one-block / cluster / streamed variants of the CUDA schedule on both sides of their switches (the wide variant
 // takes most of these sizes at E <= 1024 on sm_90 unless FUSEOPS_MOE_ALIGN_WIDE=0; its own switches are in
 // AlignWideVariantSwitches): exact schedules against the golden, the ascending-flat-index order inside each region
