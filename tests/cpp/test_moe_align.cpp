@@ -184,14 +184,15 @@ TEST_P(MoeAlignTest, AlignSmallVariant) {
 
 // Block sizes that are not powers of two (the small variant divides by shifts for powers of two, else by integer
 // division), with the number of GEMM blocks at its limit (one block per id: block size 1 and 3 with every expert
-// used once or more) and past the outputs' end: exact schedules against the golden.
+// used once or more) and past the outputs' end, and 1-3 experts (the ballots over 0-2 bits of the expert): exact
+// schedules against the golden.
 TEST_P(MoeAlignTest, AlignSmallOddBlockSizes) {
   struct Case {
     int64_t numel, E, bs;
   };
   const Case cases[] = {{1, 8, 3},       {10, 512, 48},   {160, 512, 100}, {640, 512, 3},   {512, 128, 1000},
                         {1024, 1024, 3}, {1024, 8, 7},    {1024, 1024, 1}, {777, 60, 48},   {2, 2, 5},
-                        {1500, 256, 48}, {96, 4096, 3}};
+                        {1500, 256, 48}, {96, 4096, 3},  {5, 1, 4},       {300, 1, 1},     {33, 3, 64}};
   int n = 0;
   for (const Case& c : cases) {
     AlignProblem p = align_case(c.numel, c.E, n++);
