@@ -37,10 +37,6 @@ struct RouteParams {
   int64_t src_stride;
   int T, E, k, n_group, topk_group, softmax, renormalize;
   float scale;
-  int32_t* ids_copy;  ///< nullptr, or [T - ids_copy_t0, k] (stride k) that receives the ids of tokens from
-                      ///< ids_copy_t0 on too (moe_route: shared memory)
-  int ids_copy_t0;
-  int skip_outputs;   ///< 1: weights, ids and src_rows are not stored (moe_route's replicas of the routing)
 };
 
 __device__ __forceinline__ float load_any_float(const void* p, int dtype, int64_t i) {
@@ -165,8 +161,7 @@ __device__ __forceinline__ void store_token(const RouteParams& p, int t, int lan
     my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);
   }
   my_w = __fmul_rn(my_w, p.scale);
-  if (lane < p.k && p.ids_copy) p.ids_copy[(t - p.ids_copy_t0) * p.k + lane] = my_id;
-  if (lane < p.k && !p.skip_outputs) {
+  if (lane < p.k) {
     p.weights[static_cast<int64_t>(t) * p.weights_stride + lane] = my_w;
     if (p.ids_i64) static_cast<int64_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + lane] = my_id;
     else static_cast<int32_t*>(p.ids)[static_cast<int64_t>(t) * p.ids_stride + lane] = my_id;
