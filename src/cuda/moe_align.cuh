@@ -198,7 +198,9 @@ struct AlignBlockSize {
     pow2 = (b & (b - 1)) == 0;
   }
   __device__ __forceinline__ int div(int x) const { return pow2 ? x >> shift : x / bs; }
-  __device__ __forceinline__ int round_up(int x) const { return pow2 ? (x + bs - 1) & ~(bs - 1) : (x + bs - 1) / bs * bs; }
+  __device__ __forceinline__ int round_up(int x) const {
+    return pow2 ? (x + bs - 1) & ~(bs - 1) : (x + bs - 1) / bs * bs;
+  }
 };
 
 /// Step 2 of the register variants (after the warp's counters `my_cnt` [E] are zeroed and visible): per round, the

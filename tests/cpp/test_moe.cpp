@@ -411,12 +411,14 @@ TEST_P(MoeTest, MoeRouteReplicatedSwitch) {
                         {8, 512, 10, 1, 1, false, true, 64, bf, i32},     {9, 512, 10, 1, 1, false, true, 64, bf, i32},
                         {8, 160, 6, 8, 3, false, true, 16, f32, i32},     {8, 1024, 8, 1, 1, true, true, 128, f16, i32},
                         {1, 256, 8, 8, 4, true, false, 64, bf, i32},      {2, 256, 8, 8, 4, true, false, 64, bf, i64},
-                        {3, 256, 8, 8, 4, true, false, 64, bf, i32},      {2, 256, 32, 8, 1, false, false, 16, f32, i32},
+                        {3, 256, 8, 8, 4, true, false, 64, bf, i32},
+                        {2, 256, 32, 8, 1, false, false, 16, f32, i32},
                         {1, 60, 1, 1, 1, false, true, 64, f32, i32},      {4, 8, 8, 1, 1, false, true, 2, bf, i32},
                         {6, 512, 10, 1, 1, false, true, 48, bf, i32},     {40, 512, 10, 1, 1, false, true, 3, bf, i32},
                         {2, 256, 8, 8, 4, true, false, 100, bf, i32},     {30, 128, 8, 1, 1, false, true, 7, f16, i32},
                         {16, 512, 10, 1, 1, false, true, 64, bf, i64},    {17, 512, 10, 1, 1, false, true, 64, bf, i32},
-                        {16, 128, 8, 1, 1, true, false, 3, f32, i32},     {12, 1024, 32, 1, 1, false, true, 64, f16, i32},
+                        {16, 128, 8, 1, 1, true, false, 3, f32, i32},
+                        {12, 1024, 32, 1, 1, false, true, 64, f16, i32},
                         {16, 64, 4, 1, 1, false, true, 16, bf, i32}};
   int n = 0;
   for (const Case& c : cases) {
