@@ -20,11 +20,11 @@ struct MoeAlignWidePlan {
   int64_t smem_words = 0;
 };
 
-/// The variant runs from this many ids (above the one-block register variants of moe_align_plan, 4096 ids at
-/// E <= 1024), up to kMoeAlignWideMaxExperts experts and kMoeAlignWideMaxRounds ids per lane of the owned slices
-/// (524 288 ids). The environment variable FUSEOPS_MOE_ALIGN_WIDE=0 turns it off at run time, =<n> moves the
-/// minimum to n ids (for A/B measurements).
-constexpr int64_t kMoeAlignWideMinIds = 4097;
+/// The variant runs from this many ids (just above the small variant of moe_align_plan: measured faster than the
+/// one-block variants from 1280 ids on), up to kMoeAlignWideMaxExperts experts and kMoeAlignWideMaxRounds ids per
+/// lane of the owned slices (524 288 ids). The environment variable FUSEOPS_MOE_ALIGN_WIDE=0 turns it off at run
+/// time, =<n> moves the minimum to n ids (for A/B measurements).
+constexpr int64_t kMoeAlignWideMinIds = 1025;
 constexpr int64_t kMoeAlignWideMaxExperts = 1024;
 constexpr int kMoeAlignWideMaxRounds = 8;
 constexpr int kMoeAlignWideWarps = 32;

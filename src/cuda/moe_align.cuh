@@ -102,6 +102,11 @@ __device__ __forceinline__ int align_load_id(const AlignParams& p, int i) {
   return id < -1 || id >= p.E ? -2 : static_cast<int>(id);
 }
 
+/// Where the schedule reads its ids: topk_ids in global memory (align_load_id).
+struct GlobalIds {
+  __device__ __forceinline__ int operator()(const AlignParams& p, int i) const { return align_load_id(p, i); }
+};
+
 /// The local expert of a raw id >= 0: the map entry when in [-1, E), -3 when bad; the id itself without a map.
 __device__ __forceinline__ int align_map(const AlignParams& p, int id) {
   if (!p.expert_map || id < 0) return id;
@@ -116,13 +121,15 @@ __device__ __forceinline__ int align_settle(const AlignParams& p, int i, int e) 
   return e < -1 ? -1 : e;
 }
 
-/// The first half of align_load_slots: the raw ids wlo + 32 j + lane as align_load_id reads them (all in flight).
-template <int R>
-__device__ __forceinline__ void align_load_raw(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R]) {
+/// The first half of align_load_slots: the raw ids wlo + 32 j + lane as `ids` (align_load_id by default) reads
+/// them (all in flight).
+template <int R, typename Ids = GlobalIds>
+__device__ __forceinline__ void align_load_raw(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R],
+                                               Ids ids = {}) {
 #pragma unroll
   for (int j = 0; j < R; ++j) {
     const int i = wlo + 32 * j + lane;
-    slot[j] = i < whi ? align_load_id(p, i) : -1;
+    slot[j] = i < whi ? ids(p, i) : -1;
   }
 }
 
@@ -141,15 +148,59 @@ __device__ __forceinline__ void align_map_settle(const AlignParams& p, int wlo, 
 
 /// Step 1 of the register variants: lane `lane` of the warp holding the flat ids [wlo, whi) loads its ids wlo + 32 j
 /// + lane (all in flight at once), maps them and records the bad ones; slot[j] = the expert or -1 (skipped).
-template <int R>
-__device__ __forceinline__ void align_load_slots(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R]) {
-  align_load_raw<R>(p, wlo, whi, lane, slot);
+template <int R, typename Ids = GlobalIds>
+__device__ __forceinline__ void align_load_slots(const AlignParams& p, int wlo, int whi, int lane, int (&slot)[R],
+                                                 Ids ids = {}) {
+  align_load_raw<R, Ids>(p, wlo, whi, lane, slot, ids);
   align_map_settle<R>(p, wlo, lane, slot);
 }
 
 /// The lanes of the warp holding the same id as this lane (__match_any_sync).
 struct MatchPeers {
   __device__ __forceinline__ unsigned operator()(int e) const { return __match_any_sync(0xffffffffu, e); }
+};
+
+/// Bits of an expert that align_peers compares (experts below 1024: the small and wide variants).
+constexpr int kAlignPeerBits = 10;
+static_assert(kMoeAlignSmallMaxExperts <= (1 << kAlignPeerBits), "one ballot per bit of the expert");
+
+/// The lanes holding the same expert as this lane when 0 <= e < 2^bits (bits <= kAlignPeerBits, warp-uniform): one
+/// ballot of the valid lanes and one per bit of the expert (the bits above log2 E are 0 on every valid lane, so the
+/// wide variant takes all kAlignPeerBits of them: no branches). Independent ballots instead of __match_any_sync,
+/// whose cost grows with the distinct values of the warp. Lanes with e < 0 get an unspecified mask (and match no
+/// valid lane).
+__device__ __forceinline__ unsigned align_peers(int e, int bits = kAlignPeerBits) {
+  unsigned m = __ballot_sync(0xffffffffu, e >= 0);
+#pragma unroll
+  for (int b = 0; b < kAlignPeerBits; ++b) {
+    if (b < bits) {
+      const unsigned v = __ballot_sync(0xffffffffu, (e >> b) & 1);
+      m &= (e >> b) & 1 ? v : ~v;
+    }
+  }
+  return m;
+}
+
+/// align_peers as the peer finder of align_rank_slots (step 2), over the low `bits` bits of the experts.
+struct BallotPeers {
+  int bits = kAlignPeerBits;
+  __device__ __forceinline__ unsigned operator()(int e) const { return align_peers(e, bits); }
+};
+
+/// Division by the block size and rounding up to it: shifts when it is a power of two (the usual sizes), else
+/// integer division; the same values either way.
+struct AlignBlockSize {
+  int bs, shift;
+  bool pow2;
+  __device__ __forceinline__ explicit AlignBlockSize(int b) {
+    bs = b;
+    shift = __ffs(b) - 1;
+    pow2 = (b & (b - 1)) == 0;
+  }
+  __device__ __forceinline__ int div(int x) const { return pow2 ? x >> shift : x / bs; }
+  __device__ __forceinline__ int round_up(int x) const {
+    return pow2 ? (x + bs - 1) & ~(bs - 1) : (x + bs - 1) / bs * bs;
+  }
 };
 
 /// Step 2 of the register variants (after the warp's counters `my_cnt` [E] are zeroed and visible): per round, the
@@ -397,45 +448,58 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 
 /// Small variant (moe_align_plan: replicas > 0; up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts):
 /// each of `parts` blocks of kMoeAlignSmallWarps warps (this one being `part`: the grid of the standalone kernel,
-/// or moe_route's cluster) computes the whole schedule from all ids (the ids are a few KB, read by every block from
+/// or moe_route's blocks) computes the whole schedule from all ids (the ids are a few KB, read by every block from
 /// L2) and writes its share of the outputs, so there is no shared state between blocks, and four block barriers:
 ///  1. the per-warp counters are zeroed (at most 8 vector stores per thread) and every lane loads its (at most
 ///     kMoeAlignSmallRounds) ids, warp w holding the contiguous slice [wlo, whi) (align_load_slots);
-///  2. ranks as in align_schedule (align_rank_slots);
-///  3. thread t owns experts t, t + 256, ...: exclusive prefix of the 8 warp counts in place, the count, the padded
-///     size; warp scans of the padded sizes, the warp totals through 32 scratch words; every thread adds the totals
-///     before its (segment, warp) and writes its region starts (every thread also has the grand total);
-///  4. each block scatters the ids of warps w with w % parts == part to start[e] + warp prefix + rank (at most 1024
-///     stores in all) and writes its share of the padding, expert_ids and the tail (align_fill).
+///  2. ranks as in align_schedule (align_rank_slots), the peers from ballots of the experts' log2(E) bits;
+///  3. thread t owns experts t, t + 256, ... (only as many segments of 256 as E needs): exclusive prefix of the 8
+///     warp counts in place, the count, the padded size; warp scans of the padded sizes and of the counts, the
+///     warp totals through 64 scratch words; every thread adds the totals before its (segment, warp) and, for
+///     every GEMM block of its regions, writes the block's expert, its region's first padding position and the
+///     offset from a position of the region to its id in the staging buffer;
+///  4. every id goes to the staging buffer in schedule order (ids before its expert + warp prefix + rank);
+///  5. each block writes its share of sorted_token_ids (positions part * 256 + t + q * parts * 256), expert_ids and
+///     the total, one word per thread and pass: a position holds the staged id of its block's region, or padding
+///     past the region's ids and past the total. Every word is written once, by one block, in whole 128-byte
+///     lines per warp (no scattered stores, no line written by two SMs).
 /// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
-/// moe_align_small_smem_words(E) ints.
-inline __device__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part) {
+/// moe_align_small_smem_words(E) ints. `ids`: where the ids are read (topk_ids in global memory by default).
+template <typename Ids = GlobalIds>
+__device__ __forceinline__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part,
+                                            Ids ids = {}) {
   constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
   constexpr int VMAX = static_cast<int>((kMoeAlignSmallMaxExperts + NT - 1) / NT);
-  static_assert(VMAX * W <= 32, "scratch holds one total per (segment, warp)");
-  const int E = p.E, bs = p.block_size, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  int* cnt = smem;             // [W][E]
-  int* start = cnt + W * E;    // [E + 1]
-  int* count = start + E + 1;  // [E]
-  int* scratch = count + E;    // [32]
+  constexpr int kMaxIds = static_cast<int>(kMoeAlignSmallMaxIds);
+  static_assert(VMAX * W <= 32, "scratch holds one total per (segment, warp) and scan");
+  const int E = p.E, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const AlignBlockSize bs(p.block_size);
+  const int vn = (E + NT - 1) / NT;  // segments of NT experts in use (uniform)
+  int* cnt = smem;                        // [W][E]
+  int* before = cnt + W * E;              // [E]: ids of the experts below e
+  int* scratch = before + E;              // [64]: warp totals of the padded sizes, then of the counts
+  int* blk_expert = scratch + 64;         // [kMaxIds]: expert of GEMM block b (b < total / block_size)
+  int* blk_pad = blk_expert + kMaxIds;    // [kMaxIds]: its region's first padding position
+  int* blk_src = blk_pad + kMaxIds;       // [kMaxIds]: staging index of a position of its region, minus the position
+  int* stage = blk_src + kMaxIds;         // [kMaxIds]: the flat indices in schedule order
   const int per_warp = (p.numel + W - 1) / W;
   const int wlo = min(p.numel, warp * per_warp), whi = min(p.numel, wlo + per_warp);
   // 1. The counters zeroed (W * E is a multiple of 4; `smem` is 16-byte aligned), the ids loaded.
   for (int i = tid; i < W * E / 4; i += NT) reinterpret_cast<int4*>(cnt)[i] = make_int4(0, 0, 0, 0);
   int slot[R];
-  align_load_slots<R>(p, wlo, whi, lane, slot);
+  align_load_slots<R, Ids>(p, wlo, whi, lane, slot, ids);
   __syncthreads();
   // 2. Ranks within the warp.
   int* my_cnt = cnt + warp * E;
-  align_rank_slots<R>(wlo, whi, lane, my_cnt, slot);
+  align_rank_slots<R>(wlo, whi, lane, my_cnt, slot, BallotPeers{E > 1 ? 32 - __clz(E - 1) : 0});
   __syncthreads();
-  // 3. Warp prefixes, counts and padded sizes of experts tid + v * NT; block scan of the padded sizes.
-  int c[VMAX], incl[VMAX], own[VMAX];
+  // 3. Warp prefixes, counts and padded sizes of experts tid + v * NT; block scans of the padded sizes and counts.
+  int c[VMAX], own[VMAX], incl[VMAX], cincl[VMAX];
 #pragma unroll
   for (int v = 0; v < VMAX; ++v) {
     const int e = v * NT + tid;
     int run = 0;
-    if (e < E) {
+    if (v < vn && e < E) {
       int x[W];
 #pragma unroll
       for (int w = 0; w < W; ++w) x[w] = cnt[w * E + e];
@@ -446,45 +510,87 @@ inline __device__ void align_small(const AlignParams& p, int* smem, unsigned par
       }
     }
     c[v] = run;
-    own[v] = (run + bs - 1) / bs * bs;
+    own[v] = bs.round_up(run);
     incl[v] = own[v];
+    cincl[v] = run;
   }
-  warp_inclusive_scan(incl, lane);
+#pragma unroll
+  for (int o = 1; o < 32; o <<= 1) {  // warp inclusive scans over the segments in use
+#pragma unroll
+    for (int v = 0; v < VMAX; ++v) {
+      if (v < vn) {
+        const int y = __shfl_up_sync(0xffffffffu, incl[v], o), z = __shfl_up_sync(0xffffffffu, cincl[v], o);
+        if (lane >= o) {
+          incl[v] += y;
+          cincl[v] += z;
+        }
+      }
+    }
+  }
   if (lane == 31) {
 #pragma unroll
-    for (int v = 0; v < VMAX; ++v) scratch[v * W + warp] = incl[v];
+    for (int v = 0; v < VMAX; ++v) {
+      if (v < vn) {
+        scratch[v * W + warp] = incl[v];
+        scratch[32 + v * W + warp] = cincl[v];
+      }
+    }
   }
   __syncthreads();
-  int base[VMAX], acc = 0;
+  int base[VMAX], cbase[VMAX], acc = 0, cacc = 0;
 #pragma unroll
   for (int v = 0; v < VMAX; ++v) {
+    base[v] = 0;
+    cbase[v] = 0;
+    if (v < vn) {
 #pragma unroll
-    for (int w = 0; w < W; ++w) {
-      if (w == warp) base[v] = acc;
-      acc += scratch[v * W + w];
+      for (int w = 0; w < W; ++w) {
+        if (w == warp) {
+          base[v] = acc;
+          cbase[v] = cacc;
+        }
+        acc += scratch[v * W + w];
+        cacc += scratch[32 + v * W + w];
+      }
     }
   }
 #pragma unroll
   for (int v = 0; v < VMAX; ++v) {
     const int e = v * NT + tid;
-    if (e < E) {
-      start[e] = base[v] + incl[v] - own[v];
-      count[e] = c[v];
-    }
-  }
-  if (tid == 0) start[E] = acc;  // the grand total
-  __syncthreads();
-  // 4. This block's share of the ids, then of the padding, expert_ids and the tail.
-  if (warp % static_cast<int>(parts) == static_cast<int>(part)) {
-#pragma unroll
-    for (int j = 0; j < R; ++j) {
-      if (slot[j] >= 0) {
-        const int e = slot[j] >> 16;
-        p.sorted[start[e] + my_cnt[e] + (slot[j] & 0xffff)] = wlo + 32 * j + lane;
+    if (v < vn && e < E) {
+      const int lo = base[v] + incl[v] - own[v], ids_before = cbase[v] + cincl[v] - c[v];
+      before[e] = ids_before;
+      for (int b = bs.div(lo); b < bs.div(lo + own[v]); ++b) {  // at most one block per id in all
+        blk_expert[b] = e;
+        blk_pad[b] = lo + c[v];
+        blk_src[b] = ids_before - lo;
       }
     }
   }
-  align_fill(p, start, count, parts, part);
+  const int total = acc;  // the grand total (every thread has it)
+  __syncthreads();
+  // 4. The ids in schedule order.
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    if (slot[j] >= 0) {
+      const int e = slot[j] >> 16;
+      stage[before[e] + my_cnt[e] + (slot[j] & 0xffff)] = wlo + 32 * j + lane;
+    }
+  }
+  __syncthreads();
+  // 5. This block's share of sorted_token_ids, expert_ids and the total.
+  const int gt = static_cast<int>(part) * NT + tid, gs = static_cast<int>(parts) * NT;
+  for (int j = gt; j < p.sorted_len; j += gs) {
+    int v = p.numel;
+    if (j < total) {
+      const int b = bs.div(j);
+      if (j < blk_pad[b]) v = stage[j + blk_src[b]];
+    }
+    p.sorted[j] = v;
+  }
+  const int blocks_used = bs.div(total);
+  for (int b = gt; b < p.blocks; b += gs) p.expert_ids[b] = b < blocks_used ? blk_expert[b] : -1;
+  if (gt == 0) *p.total = total;
 }
 
 }  // namespace fuseops::detail::cuda

@@ -35,26 +35,7 @@ __device__ __forceinline__ void cluster_arrive_relaxed(unsigned blocks) {
   (void)blocks;
 }
 
-/// The lanes holding the same expert as this lane when e >= 0 (e < kMoeAlignWideMaxExperts): one ballot of the
-/// valid lanes and one per bit of the expert, all of them whatever E (the bits above log2 E are 0 on every valid
-/// lane, so their ballots change nothing; no branches). Lanes with e < 0 get an unspecified mask (and match no
-/// valid lane).
-__device__ __forceinline__ unsigned align_peers(int e) {
-  constexpr int kBits = 10;
-  static_assert(kMoeAlignWideMaxExperts <= (1 << kBits), "one ballot per bit of the expert");
-  unsigned m = __ballot_sync(0xffffffffu, e >= 0);
-#pragma unroll
-  for (int b = 0; b < kBits; ++b) {
-    const unsigned v = __ballot_sync(0xffffffffu, (e >> b) & 1);
-    m &= (e >> b) & 1 ? v : ~v;
-  }
-  return m;
-}
-
-/// align_peers as the peer finder of align_rank_slots (step 2).
-struct BallotPeers {
-  __device__ __forceinline__ unsigned operator()(int e) const { return align_peers(e); }
-};
+static_assert(kMoeAlignWideMaxExperts <= (1 << kAlignPeerBits), "one ballot per bit of the expert");
 
 /// Counts one raw id of a chunk (after the map, if any) in `hist` [E + 1]: ids outside [0, E) and map entries
 /// outside [0, E) go to the trash counter hist[E], which is never read (no branch around the atomic; bad ids are

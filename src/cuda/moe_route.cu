@@ -1,16 +1,23 @@
 // CUDA backend of moe_route, one launch where the GPU allows it:
-// - up to kFusedSmallMaxTokens tokens and kMoeAlignSmallMaxIds ids (and kMoeAlignSmallMaxExperts experts): a thread
-//   block cluster of blocks of 8 warps routes one token per warp (moe_topk.cuh), meets at a cluster barrier (the
-//   ids in global memory, visible to the cluster), and every block then computes the whole schedule from all ids
-//   and writes its share of it (align_small, moe_align.cuh); up to kFusedGroupsMaxTokens tokens with 8 groups of 32
-//   experts (DeepSeek-V3) the blocks route one token at a time with the group-warps router (moe_group_warps.cuh);
-// - up to kFusedMaxTokens tokens (and not E > 256 with a bias): a cluster whose blocks of up to 32 warps route a
-//   contiguous range of tokens each and then build the schedule of those tokens' ids together (align_schedule);
+// - up to kReplicateMaxTokens tokens (and the small schedule's limits: kMoeAlignSmallMaxIds ids,
+//   kMoeAlignSmallMaxExperts experts): independent blocks of 8 warps (no cluster), each routing every token itself
+//   (one token per warp at a time; with 8 groups of 32 experts, up to kReplicateGroupsMaxTokens tokens, one token at
+//   a time with the group-warps router) into its shared memory, then computing the whole schedule from those ids
+//   and writing its share (align_small); block 0 also copies the router's outputs out. No barrier between blocks
+//   and no round trip of the ids through global memory;
+// - with 8 groups of 32 experts (DeepSeek-V3) up to kFusedGroupsMaxTokens tokens: a thread block cluster whose
+//   blocks route one token at a time with the group-warps router (moe_group_warps.cuh), meet at a cluster barrier
+//   (the ids in global memory, visible to the cluster), and every block then computes the whole schedule (align_small);
+// - up to kFusedMaxTokens tokens, except where the small schedule applies up to kTwoLaunchMaxTokens tokens (measured
+//   faster as two launches) and for the group-warps router's shapes (and not E > 256 with a bias): a cluster whose
+//   blocks of up to 32 warps route a contiguous range of tokens each and then build the schedule of those tokens'
+//   ids together (align_schedule);
 // - otherwise, the router kernel over the whole GPU and then the schedule kernel (two launches, the second
 //   overlapping the first's tail through programmatic dependent launch).
 // Every path runs the same device code as topk_softmax / grouped_topk and moe_align_block_size, so the results are
 // identical.
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/moe_group_warps.cuh"
 #include "cuda/moe_launch.h"
@@ -20,31 +27,108 @@ namespace {
 
 /// Tokens up to which one cluster routes and schedules (about one token per warp at 8 blocks of 32 warps).
 constexpr int64_t kFusedMaxTokens = 256;
-/// Tokens up to which the small fused path runs (one token per warp on a cluster of kMaxCluster blocks of
-/// kMoeAlignSmallWarps warps), when the ids also fit the small schedule.
-constexpr int64_t kFusedSmallMaxTokens = kMaxCluster * kMoeAlignSmallWarps;
-/// Tokens up to which the small fused path routes with the group-warps router where it applies: one token per block
-/// of a full cluster (measured, DeepSeek-V3: 1 token 5.68 us against 7.28 with one token per warp; 16 tokens, two per
-/// block, 8.69 against 8.45).
+/// Tokens up to which the small schedule's shapes launch the router and the schedule separately rather than fused
+/// on a cluster (measured at 16 and 64 tokens, qwen3-next and qwen3-moe: 7.00 / 7.85 and 5.77 / 6.05 us as two
+/// launches against 7.33 / 9.27 and 6.15 / 6.55 fused).
+constexpr int64_t kTwoLaunchMaxTokens = kMaxCluster * kMoeAlignSmallWarps;
+/// Tokens up to which the fused group path routes with the group-warps router (one token per block of a full
+/// cluster; measured, DeepSeek-V3: 1 token 5.68 us against 7.28 with one token per warp; 16 tokens, two per block,
+/// 8.69 against 8.45); above, the group-warps shapes take two launches (16 / 64 tokens 5.93 / 6.68 us against 8.80 /
+/// 9.23 fused with one warp per token).
 constexpr int64_t kFusedGroupsMaxTokens = kMaxCluster;
+/// Tokens up to which every block routes all tokens itself (one token per warp at a time: up to two per warp);
+/// FUSEOPS_MOE_ROUTE_REPLICATE=<n> moves it (0: off), for A/B.
+constexpr int64_t kReplicateMaxTokens = 2 * kMoeAlignSmallWarps;
+/// The same with the group-warps router (one token per block at a time: the chain grows with the tokens);
+/// FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=<n> moves it.
+constexpr int64_t kReplicateGroupsMaxTokens = 2;
 
-template <typename T, int VPT, bool BIAS>
-__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) route_align_small_kernel(RouteParams rp, AlignParams ap) {
-  pdl_wait_and_release();
-  extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
-  int* smem = smem_small;
-  const unsigned cl = cluster_blocks(), rank = cluster_rank();
-  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-  float* keys = reinterpret_cast<float*>(smem) + warp * route_scratch_floats(VPT);
-  for (int t = static_cast<int>(rank) * kMoeAlignSmallWarps + warp; t < rp.T;
-       t += static_cast<int>(cl) * kMoeAlignSmallWarps) {
-    route_token_any<T, VPT, BIAS>(rp, t, keys, lane);
+int64_t env_tokens(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  return std::max<long long>(0, std::strtoll(v, nullptr, 10));
+}
+
+int64_t replicate_max_tokens() {
+  static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE", kReplicateMaxTokens);
+  return n;
+}
+
+int64_t replicate_groups_max_tokens() {
+  static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS", kReplicateGroupsMaxTokens);
+  return n;
+}
+
+/// This block's view of the replicated path: the router's weights and ids go to shared memory ([T, k] each, i32
+/// ids), and the schedule reads the ids from there.
+struct Replica {
+  RouteParams rp;
+  AlignParams ap;
+  __device__ Replica(const RouteParams& r, const AlignParams& a, int* ids_sh, float* w_sh) : rp(r), ap(a) {
+    rp.weights = w_sh;
+    rp.weights_stride = r.k;
+    rp.ids = ids_sh;
+    rp.ids_stride = r.k;
+    rp.ids_i64 = 0;
+    rp.src_rows = nullptr;
+    ap.ids = ids_sh;
+    ap.ids_stride = r.k;
+    ap.ids_cols = r.k;
+    ap.ids_i64 = 0;
   }
-  // Every block's ids are in global memory, visible to the cluster (release / acquire); the scratch is free.
-  cluster_arrive(cl);
-  cluster_wait(cl);
-  __syncthreads();  // the same for a single block, where the cluster barrier is a no-op
-  align_small(ap, smem, cl, rank);
+};
+
+/// Block 0 of the replicated path copies the router's outputs from shared memory to those of `rp` (the values
+/// store_token would have stored, token_expert_indices included).
+__device__ __forceinline__ void store_replica_outputs(const RouteParams& rp, const int* ids_sh, const float* w_sh) {
+  if (blockIdx.x != 0) return;
+  const int n = rp.T * rp.k;
+  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x)) {
+    const int t = i / rp.k, j = i - t * rp.k;
+    rp.weights[static_cast<int64_t>(t) * rp.weights_stride + j] = w_sh[i];
+    if (rp.ids_i64) static_cast<int64_t*>(rp.ids)[static_cast<int64_t>(t) * rp.ids_stride + j] = ids_sh[i];
+    else static_cast<int32_t*>(rp.ids)[static_cast<int64_t>(t) * rp.ids_stride + j] = ids_sh[i];
+    if (rp.src_rows) rp.src_rows[static_cast<int64_t>(t) * rp.src_stride + j] = j * rp.T + t;
+  }
+}
+
+/// Replicated path, one token per warp at a time: the ids at shared word `ids_at` (after the router's scratch and
+/// the schedule's words), then the weights.
+template <typename T, int VPT, bool BIAS>
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
+    route_align_replicated_kernel(RouteParams rp, AlignParams ap, int ids_at) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_rep[];
+  int* ids_sh = smem_rep + ids_at;
+  float* w_sh = reinterpret_cast<float*>(ids_sh + rp.T * rp.k);
+  const Replica r(rp, ap, ids_sh, w_sh);
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  float* keys = reinterpret_cast<float*>(smem_rep) + warp * route_scratch_floats(VPT);
+  for (int t = warp; t < rp.T; t += kMoeAlignSmallWarps) route_token_any<T, VPT, BIAS>(r.rp, t, keys, lane);
+  __syncthreads();  // the router's outputs in shared memory; the scratch is free
+  store_replica_outputs(rp, ids_sh, w_sh);
+  align_small(r.ap, smem_rep, gridDim.x, blockIdx.x);
+}
+
+/// Replicated path with the group-warps router (n_group == kMoeAlignSmallWarps groups of 32).
+template <typename T, bool BIAS>
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
+    route_align_groups_replicated_kernel(RouteParams rp, AlignParams ap, int ids_at) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_rep_groups[];
+  int* ids_sh = smem_rep_groups + ids_at;
+  float* w_sh = reinterpret_cast<float*>(ids_sh + rp.T * rp.k);
+  const Replica r(rp, ap, ids_sh, w_sh);
+  auto& sh = *reinterpret_cast<GroupWarpsScratch*>(smem_rep_groups);
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  for (int t = 0; t < rp.T; ++t) {
+    route_group_warps_rank<T, BIAS>(r.rp, t, sh, warp, lane);
+    __syncthreads();
+    if (warp == 0) route_group_warps_select<BIAS>(r.rp, t, sh, lane);
+    __syncthreads();  // warp 0 is done with the scratch; the router's outputs in shared memory
+  }
+  store_replica_outputs(rp, ids_sh, w_sh);
+  align_small(r.ap, smem_rep_groups, gridDim.x, blockIdx.x);
 }
 
 /// The small fused path with the group-warps router (moe_group_warps.cuh): n_group == kMoeAlignSmallWarps groups of
@@ -83,37 +167,56 @@ __global__ void __launch_bounds__(1024, 1) route_align_kernel(RouteParams rp, Al
   align_schedule<1>(ap, tlo * rp.k, thi * rp.k, smem);
 }
 
-/// The small fused path (see the top of the file); false when it does not apply.
+/// Whether the small schedule applies to moe_route's ids (kMoeAlignSmallMaxIds ids, kMoeAlignSmallMaxExperts).
+bool small_schedule(const RouteArgs& r, const AlignArgs& a) {
+  return r.T * r.k <= align_small_max_ids() && a.E <= kMoeAlignSmallMaxExperts;
+}
+
+/// The replicated path and the fused group path (see the top of the file); false when neither applies.
 bool route_align_small(const char* op, const RouteArgs& r, const AlignArgs& a, int device, cudaStream_t s) {
+  if (!small_schedule(r, a)) return false;
   const int64_t numel = r.T * r.k;
-  if (r.T > kFusedSmallMaxTokens || numel > align_small_max_ids() || a.E > kMoeAlignSmallMaxExperts) return false;
   const RouteParams rp = route_params(r);
   const AlignParams ap = align_params(a, device);
-  // The group-warps router (one token per block at a time) where it applies and the tokens are few.
-  const bool groups = r.T <= kFusedGroupsMaxTokens && rp.n_group == kMoeAlignSmallWarps &&
+  // The group-warps router (one token per block at a time) where it applies.
+  const bool groups = rp.n_group == kMoeAlignSmallWarps &&
                       group_warps_shape(rp.E, rp.n_group, rp.topk_group, rp.k, rp.softmax);
-  // Blocks: one per token (group warps) or per 8 tokens, or more where the schedule's outputs want them
-  // (moe_align_small_blocks), at most a portable cluster; one block before sm_90.
-  const int64_t per_block = groups ? 1 : kMoeAlignSmallWarps;
-  const int64_t wanted =
-      std::max<int64_t>((r.T + per_block - 1) / per_block, moe_align_small_blocks(a.sorted_len + a.blocks, a.E));
-  const unsigned cluster =
-      is_sm90_or_newer(device) ? static_cast<unsigned>(std::min<int64_t>(kMaxCluster, wanted)) : 1u;
   const std::size_t align_smem = static_cast<std::size_t>(moe_align_small_smem_words(a.E)) * sizeof(int);
-  if (groups) {
-    with_float_type(r.logits.dtype, [&](auto t) {
-      using T = typename decltype(t)::type;
-      auto kernel = rp.bias ? route_align_groups_kernel<T, true> : route_align_groups_kernel<T, false>;
-      const std::size_t smem = std::max<std::size_t>(align_smem, sizeof(GroupWarpsScratch));
+  const int blocks = moe_align_small_blocks(a.sorted_len + a.blocks, a.E);
+  if (r.T > 0 && r.T <= (groups ? replicate_groups_max_tokens() : replicate_max_tokens())) {
+    // Replicated: every block routes all tokens; the ids and weights after the scratch and the schedule's words.
+    auto go = [&](auto kernel, std::size_t scratch) {
+      const std::size_t ids_at = (std::max(align_smem, scratch) + 15) / 16 * 16;
+      const std::size_t smem = ids_at + static_cast<std::size_t>(numel) * (sizeof(int) + sizeof(float));
       allow_smem(kernel, smem, op);
-      launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * kMoeAlignSmallWarps), smem, s, device, cluster, rp, ap);
-    });
+      launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * kMoeAlignSmallWarps), smem, s, device, rp,
+                    ap, static_cast<int>(ids_at / sizeof(int)));
+    };
+    if (groups) {
+      with_float_type(r.logits.dtype, [&](auto t) {
+        using T = typename decltype(t)::type;
+        go(rp.bias ? route_align_groups_replicated_kernel<T, true> : route_align_groups_replicated_kernel<T, false>,
+           sizeof(GroupWarpsScratch));
+      });
+    } else {
+      dispatch_route(r.logits.dtype, r.E, rp.bias != nullptr, [&](auto t, auto vpt, auto bias) {
+        constexpr int VPT = decltype(vpt)::value;
+        go(route_align_replicated_kernel<typename decltype(t)::type, VPT, decltype(bias)::value>,
+           sizeof(float) * route_scratch_floats(VPT) * kMoeAlignSmallWarps);
+      });
+    }
     return true;
   }
-  dispatch_route(r.logits.dtype, r.E, rp.bias != nullptr, [&](auto t, auto vpt, auto bias) {
-    auto kernel = route_align_small_kernel<typename decltype(t)::type, decltype(vpt)::value, decltype(bias)::value>;
-    const std::size_t smem = std::max<std::size_t>(
-        align_smem, sizeof(float) * route_scratch_floats(decltype(vpt)::value) * kMoeAlignSmallWarps);
+  if (!groups || r.T > kFusedGroupsMaxTokens) return false;
+  // The fused group path: one block per token of a cluster, or more where the schedule's outputs want them, at most
+  // a portable cluster; one block before sm_90.
+  const int64_t wanted = std::max<int64_t>(r.T, blocks);
+  const unsigned cluster =
+      is_sm90_or_newer(device) ? static_cast<unsigned>(std::min<int64_t>(kMaxCluster, wanted)) : 1u;
+  with_float_type(r.logits.dtype, [&](auto t) {
+    using T = typename decltype(t)::type;
+    auto kernel = rp.bias ? route_align_groups_kernel<T, true> : route_align_groups_kernel<T, false>;
+    const std::size_t smem = std::max<std::size_t>(align_smem, sizeof(GroupWarpsScratch));
     allow_smem(kernel, smem, op);
     launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * kMoeAlignSmallWarps), smem, s, device, cluster, rp, ap);
   });
@@ -130,6 +233,17 @@ void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int
       after_launch(op, s, device);
       return;
     }
+  }
+  // Two launches for the small schedule's shapes up to kTwoLaunchMaxTokens tokens and for the group-warps router's
+  // shapes (its own launch, a block per token, has a much shorter chain than one warp per token).
+  const bool separate =
+      (r.T <= kTwoLaunchMaxTokens && small_schedule(r, a)) ||
+      group_warps_shape(static_cast<int>(r.E), r.n_group, r.topk_group, static_cast<int>(r.k),
+                        r.scoring == MoeScoring::softmax);
+  if (separate) {
+    if (r.T > 0) route(op, r, device, stream);  // no tokens: nothing to route (a grid of 0 blocks is an error)
+    align(op, a, device, stream);
+    return;
   }
   // One cluster of up to 8 blocks, about 32 tokens each; the schedule holds one id per lane (rounds 1).
   const int64_t cluster_wanted = std::min<int64_t>(kMaxCluster, std::max<int64_t>(1, (r.T + 31) / 32));

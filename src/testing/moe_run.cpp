@@ -34,6 +34,7 @@ HostTensor poisoned(DType dtype, std::vector<int64_t> shape) {
 }  // namespace
 
 void put_id(HostTensor& t, int64_t i, int64_t v) {
+  i = i / t.cols() * t.row_pitch() + i % t.cols();
   if (t.dtype() == DType::i64) static_cast<int64_t*>(t.data())[i] = v;
   else static_cast<int32_t*>(t.data())[i] = static_cast<int32_t>(v);
 }
@@ -149,11 +150,20 @@ std::string AlignProblem::describe() const {
   os << "moe_align_block_size T=" << T << " k=" << k << " E=" << E << " block_size=" << block_size << " ids "
      << dtype_name(ids_dtype) << (pad_sorted_ids ? " pad_sorted_ids" : "") << " padding=" << padding_fraction
      << (expert_map ? " expert_map" : "") << (skewed ? " skewed" : "");
+  if (ids_pitch > 0) os << " ids_pitch=" << ids_pitch;
   return os.str();
 }
 
 HostTensor make_ids(const AlignProblem& p, uint64_t seed) {
-  HostTensor ids(p.ids_dtype, {p.T, p.k});
+  HostTensor ids(p.ids_dtype, {p.T, p.k}, p.ids_pitch);
+  // The gaps between rows (a pitch above k) hold a valid expert: a schedule that read them would count it.
+  for (int64_t t = 0; t + 1 < p.T; ++t) {
+    for (int64_t c = p.k; c < ids.row_pitch(); ++c) {
+      const int64_t off = t * ids.row_pitch() + c;
+      if (p.ids_dtype == DType::i64) static_cast<int64_t*>(ids.data())[off] = p.E - 1;
+      else static_cast<int32_t*>(ids.data())[off] = static_cast<int32_t>(p.E - 1);
+    }
+  }
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> u(0, 1);
   std::vector<int64_t> perm(static_cast<size_t>(p.E));

@@ -49,11 +49,12 @@ struct AlignProblem {
   double padding_fraction = 0;  ///< share of ids set to -1
   bool expert_map = false;      ///< a map sending a third of the experts to -1 and the rest to a permutation
   bool skewed = false;          ///< most ids on a few experts
+  int64_t ids_pitch = 0;        ///< row stride of topk_ids (0: k, contiguous); the gaps hold expert E - 1
   std::string describe() const;
 };
 
 HostTensor make_ids(const AlignProblem& p, uint64_t seed);
-/// Sets flat element i of an i32 or i64 ids tensor to v.
+/// Sets flat element i (row i / cols, column i % cols) of an i32 or i64 ids tensor to v.
 void put_id(HostTensor& t, int64_t i, int64_t v);
 HostTensor make_expert_map(const AlignProblem& p, uint64_t seed);
 

@@ -577,12 +577,11 @@ TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
   }
 }
 
-// moe_route's small fused path (one token per warp on a cluster of blocks of 8 warps, then every block computing the
-// schedule of all ids) at and around its limits: tokens (kMaxCluster * 8 = 64), ids (kMoeAlignSmallMaxIds = 1024:
-// 32 tokens of k 32), one and several tokens per block and cluster sizes set by the outputs (E 512, bs 64); with 8
-// groups of 32 experts up to 8 tokens (kFusedGroupsMaxTokens) the group-warps router (one token per block: 8 and 9
-// tokens, k 1 and 32, no bias, 16 groups and topk_group * k = 33 beside it, which do not take it);
-// against the golden and bit for bit against its parts.
+// moe_route around its paths' limits: the small schedule's (ids kMoeAlignSmallMaxIds = 1024: 32 tokens of k 32;
+// two launches up to 64 tokens, the fused cluster kernel from 65), cluster sizes set by the outputs (E 512, bs 64);
+// with 8 groups of 32 experts up to 8 tokens (kFusedGroupsMaxTokens) the fused group path (one token per block: 8
+// and 9 tokens, k 1 and 32, no bias, 16 groups and topk_group * k = 33 beside it, which do not take it); against the
+// golden and bit for bit against its parts.
 TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
   struct Case {
     int64_t T, E, k, ng, tg;
@@ -597,12 +596,58 @@ TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
                         {16, 64, 8, 1, 1, true, true, 128},    {64, 1024, 16, 1, 1, false, true, 16},
                         {1, 256, 1, 8, 1, true, false, 64},    {8, 256, 8, 8, 4, false, false, 64},
                         {9, 256, 8, 8, 4, true, false, 16},    {5, 256, 32, 8, 1, true, false, 64},
-                        {4, 512, 8, 16, 2, true, false, 64},   {3, 256, 11, 8, 3, true, false, 64}};
+                        {4, 512, 8, 16, 2, true, false, 64},   {3, 256, 11, 8, 3, true, false, 64},
+                        {65, 512, 10, 1, 1, false, true, 64},  {100, 128, 8, 1, 1, false, true, 16}};
   for (const Case& c : cases) {
     RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, c.softmax ? MoeScoring::softmax
                                                                                     : MoeScoring::sigmoid);
     p.op = RouteOp::moe_route;
     p.block_size = c.block_size;
+    check_route_and_parts(p);
+  }
+}
+
+// moe_route's replicated path (independent blocks of 8 warps, each routing every token into its shared memory, one per
+// warp at a time, then computing the whole schedule; block 0 copies the router's outputs out) up to 16 tokens
+// (kReplicateMaxTokens: two tokens on some warps from 9; 17 launches the router and the schedule separately), with
+// the group-warps router up to 2 tokens (kReplicateGroupsMaxTokens; 3 runs the fused group path): every lane width
+// (E 8 to 1024: 1 to 32 experts per lane), f32 / f16 / bf16 logits (the packed router and route_token), a bias, i64
+// ids, special rows (NaN, ties), one to 16 blocks (E and block size), k up to 32, block sizes that are not powers of
+// two; against the golden and bit for bit against its parts.
+TEST_P(MoeTest, MoeRouteReplicatedSwitch) {
+  struct Case {
+    int64_t T, E, k, ng, tg;
+    bool bias, softmax;
+    int64_t block_size;
+    DType dtype, ids;
+  };
+  const DType bf = DType::bf16, f16 = DType::f16, f32 = DType::f32, i32 = DType::i32, i64 = DType::i64;
+  const Case cases[] = {{1, 8, 2, 1, 1, false, true, 64, bf, i32},        {1, 512, 10, 1, 1, false, true, 64, bf, i32},
+                        {2, 64, 6, 1, 1, false, true, 16, f16, i64},      {3, 128, 8, 1, 1, false, true, 1, bf, i32},
+                        {5, 256, 8, 1, 1, true, false, 64, f32, i32},     {7, 1024, 32, 1, 1, false, true, 64, bf, i64},
+                        {8, 512, 10, 1, 1, false, true, 64, bf, i32},     {9, 512, 10, 1, 1, false, true, 64, bf, i32},
+                        {8, 160, 6, 8, 3, false, true, 16, f32, i32},     {8, 1024, 8, 1, 1, true, true, 128, f16, i32},
+                        {1, 256, 8, 8, 4, true, false, 64, bf, i32},      {2, 256, 8, 8, 4, true, false, 64, bf, i64},
+                        {3, 256, 8, 8, 4, true, false, 64, bf, i32},
+                        {2, 256, 32, 8, 1, false, false, 16, f32, i32},
+                        {1, 60, 1, 1, 1, false, true, 64, f32, i32},      {4, 8, 8, 1, 1, false, true, 2, bf, i32},
+                        {6, 512, 10, 1, 1, false, true, 48, bf, i32},     {40, 512, 10, 1, 1, false, true, 3, bf, i32},
+                        {2, 256, 8, 8, 4, true, false, 100, bf, i32},     {30, 128, 8, 1, 1, false, true, 7, f16, i32},
+                        {16, 512, 10, 1, 1, false, true, 64, bf, i64},    {17, 512, 10, 1, 1, false, true, 64, bf, i32},
+                        {16, 128, 8, 1, 1, true, false, 3, f32, i32},
+                        {12, 1024, 32, 1, 1, false, true, 64, f16, i32},
+                        {16, 64, 4, 1, 1, false, true, 16, bf, i32}};
+  int n = 0;
+  for (const Case& c : cases) {
+    RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, c.softmax ? MoeScoring::softmax
+                                                                                    : MoeScoring::sigmoid);
+    p.op = RouteOp::moe_route;
+    p.block_size = c.block_size;
+    p.dtype = c.dtype;
+    p.ids_dtype = c.ids;
+    p.spec.renormalize = n % 3 != 2;
+    p.special_rows = n % 4 == 1 && c.T >= 4;
+    ++n;
     check_route_and_parts(p);
   }
 }

@@ -2,6 +2,7 @@
 // ascending-flat-index order inside each expert region, padding ids, expert maps, bad ids (device error record),
 // i32 / i64 ids, pad_sorted_ids; the CUDA variants (small, one block, cluster, wide) on both sides of every switch.
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -181,6 +182,25 @@ TEST_P(MoeAlignTest, AlignSmallVariant) {
   for (const Case& c : cases) check(align_case(c.numel, c.E, i++));
 }
 
+// Block sizes that are not powers of two (the small variant divides by shifts for powers of two, else by integer
+// division), with the number of GEMM blocks at its limit (one block per id: block size 1 and 3 with every expert
+// used once or more) and past the outputs' end, and 1-3 experts (the ballots over 0-2 bits of the expert): exact
+// schedules against the golden.
+TEST_P(MoeAlignTest, AlignSmallOddBlockSizes) {
+  struct Case {
+    int64_t numel, E, bs;
+  };
+  const Case cases[] = {{1, 8, 3},       {10, 512, 48},   {160, 512, 100}, {640, 512, 3},   {512, 128, 1000},
+                        {1024, 1024, 3}, {1024, 8, 7},    {1024, 1024, 1}, {777, 60, 48},   {2, 2, 5},
+                        {1500, 256, 48}, {96, 4096, 3},  {5, 1, 4},       {300, 1, 1},     {33, 3, 64}};
+  int n = 0;
+  for (const Case& c : cases) {
+    AlignProblem p = align_case(c.numel, c.E, n++);
+    p.block_size = c.bs;
+    check(p);
+  }
+}
+
 // The one-block / cluster / streamed variants of the CUDA schedule on both sides of their switches (the wide variant
 // takes most of these sizes at E <= 1024 on sm_90 unless FUSEOPS_MOE_ALIGN_WIDE=0; its own switches are in
 // AlignWideVariantSwitches): exact schedules against the golden, the ascending-flat-index order inside each region
@@ -235,22 +255,20 @@ TEST_P(MoeAlignTest, AlignBadIdsAreSkippedAndRecorded) {
 
 
 // The wide variant's switches (fuseops::detail::moe_align_wide_plan with clusters of up to 8): it starts above
-// the one-block variants (4096 ids) and its cluster size, cluster count and ids per lane change at powers of two up
-// to its limit (524 288 ids), so 2^k and 2^k + 1 run different plans; not above 1024 experts, without clusters
-// (before sm_90) or when turned off.
+// the small variant (1024 ids) and its cluster size, cluster count and ids per lane change at powers of two up to
+// its limit (524 288 ids), so 2^k and 2^k + 1 run different plans; not above 1024 experts, without clusters (before
+// sm_90) or when turned off.
 std::vector<int64_t> wide_switch_sizes() {
   std::vector<int64_t> sizes;
-  for (int k = 12; k <= 19; ++k) sizes.push_back(int64_t{1} << k);
+  for (int k = 10; k <= 19; ++k) sizes.push_back(int64_t{1} << k);
   return sizes;
 }
 
 TEST(MoeAlignPlan, WideVariantSwitches) {
   using namespace fuseops::detail;
   for (int64_t E : {1, 8, 60, 128, 256, 512, 1024}) {
-    EXPECT_EQ(0, moe_align_wide_plan(4096, E, 8, kMoeAlignSmemWords).clusters) << "E " << E;
-    const auto one_block = moe_align_plan(4096, E, 8, kMoeAlignSmemWords);
-    EXPECT_EQ(1, one_block.cluster) << "E " << E;
-    EXPECT_EQ(0, one_block.replicas) << "E " << E;
+    EXPECT_EQ(0, moe_align_wide_plan(kMoeAlignSmallMaxIds, E, 8, kMoeAlignSmemWords).clusters) << "E " << E;
+    EXPECT_GT(moe_align_plan(kMoeAlignSmallMaxIds, E, 8, kMoeAlignSmemWords, 1 << 20).replicas, 0) << "E " << E;
     for (int64_t n : wide_switch_sizes()) {
       const auto a = moe_align_wide_plan(n, E, 8, kMoeAlignSmemWords);
       const auto b = moe_align_wide_plan(n + 1, E, 8, kMoeAlignSmemWords);
@@ -269,7 +287,7 @@ TEST(MoeAlignPlan, WideVariantSwitches) {
         EXPECT_LE((w.slice + kMoeAlignWideWarps - 1) / kMoeAlignWideWarps, 32 * w.rounds);  // fits the registers
       }
     }
-    EXPECT_GT(moe_align_wide_plan(4097, E, 8, kMoeAlignSmemWords).clusters, 0) << "E " << E;
+    EXPECT_GT(moe_align_wide_plan(kMoeAlignSmallMaxIds + 1, E, 8, kMoeAlignSmemWords).clusters, 0) << "E " << E;
     EXPECT_GT(moe_align_wide_plan(524288, E, 8, kMoeAlignSmemWords).clusters, 0) << "E " << E;
     EXPECT_EQ(0, moe_align_wide_plan(524289, E, 8, kMoeAlignSmemWords).clusters) << "E " << E;
   }
@@ -353,6 +371,90 @@ TEST_P(MoeAlignTest, AlignWideEdgeCases) {
     run(p, ids, &map);
     EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value,
                        {"moe_align_block_size: expert_map", "index 5"}));
+  }
+}
+
+// The variant the CUDA schedule runs for `numel` ids over E experts on sm_90 (clusters of up to 8), as align()
+// chooses it: small, wide, one block, cluster or streamed.
+std::string cuda_align_variant(int64_t numel, int64_t E, int64_t out_words) {
+  using namespace fuseops::detail;
+  const auto plan = moe_align_plan(numel, E, 8, kMoeAlignSmemWords, out_words);
+  if (plan.replicas > 0) return "small";
+  if (moe_align_wide_plan(numel, E, 8, kMoeAlignSmemWords).clusters > 0) return "wide";
+  if (plan.rounds == 0) return "streamed";
+  return plan.cluster > 1 ? "cluster" : "one block";
+}
+
+// topk_ids with a row pitch (a column slice of a wider tensor; the gaps hold a valid expert, so a schedule that read
+// them would differ) through every CUDA variant: exact schedules against the golden, i32 and i64, odd and even
+// pitches. The sizes cover each variant (asserted from the plans).
+TEST_P(MoeAlignTest, AlignStridedIds) {
+  struct Case {
+    int64_t T, k, E;
+  };
+  std::vector<Case> cases = {{1, 10, 512},  {64, 10, 512}, {100, 8, 60},  {160, 8, 128}, {513, 8, 256},
+                             {50, 4, 4096}, {100, 8, 4096}, {2000, 8, 4096}};
+  if (large()) {
+    cases.push_back({16384, 8, 256});
+    cases.push_back({8000, 8, 4096});
+  }
+  std::set<std::string> variants;
+  int n = 0;
+  for (const Case& c : cases) {
+    AlignProblem p;
+    p.T = c.T;
+    p.k = c.k;
+    p.E = c.E;
+    p.block_size = n % 2 == 0 ? 64 : 16;
+    p.ids_dtype = n % 3 == 1 ? DType::i64 : DType::i32;
+    p.ids_pitch = c.k + (n % 2 == 0 ? 3 : 8);
+    p.skewed = n % 4 == 3;
+    p.expert_map = n % 5 == 2;
+    p.pad_sorted_ids = n % 2 == 1;
+    ++n;
+    const auto sz = fuseops::moe_align_sizes(p.T * p.k, p.E, p.block_size, p.pad_sorted_ids);
+    variants.insert(cuda_align_variant(p.T * p.k, p.E, sz.sorted_len + sz.blocks));
+    check(p);
+  }
+  if (large()) {
+    EXPECT_EQ((std::set<std::string>{"small", "wide", "one block", "cluster", "streamed"}), variants);
+  }
+}
+
+// The wide variant's mid sizes (from just above the small variant: 1025-5120 ids, 128-640 tokens x k 8 / 10 over
+// 128-1024 experts, where it replaced the one-block variants): exact schedules against the golden.
+TEST_P(MoeAlignTest, AlignWideMidSizes) {
+  struct Case {
+    int64_t k, E;
+  };
+  const Case shapes[] = {{8, 128}, {8, 256}, {10, 512}, {8, 1024}};
+  int n = 0;
+  for (int64_t T : {129, 160, 256, 320, 512}) {
+    for (const Case& c : shapes) {
+      AlignProblem p = align_case(T * c.k, c.E, n++);
+      p.T = T;
+      p.k = c.k;
+      const auto sz = fuseops::moe_align_sizes(p.T * p.k, p.E, p.block_size, p.pad_sorted_ids);
+      EXPECT_EQ("wide", cuda_align_variant(p.T * p.k, p.E, sz.sorted_len + sz.blocks)) << p.describe();
+      check(p);
+    }
+  }
+}
+
+// The wide variant with 8 ids per lane (its register limit) at E = 1024 (its expert limit, the most shared memory):
+// 262 145 and 524 288 ids, with skew and an expert map.
+TEST_P(MoeAlignTest, AlignWideMostExpertsMostRounds) {
+  if (!large()) GTEST_SKIP() << "524 288 ids: CUDA only (CI time)";
+  int n = 0;
+  for (int64_t numel : {int64_t{262145}, int64_t{524288}}) {
+    const auto w = fuseops::detail::moe_align_wide_plan(numel, 1024, 8, fuseops::detail::kMoeAlignSmemWords);
+    EXPECT_EQ(fuseops::detail::kMoeAlignWideMaxRounds, w.rounds) << numel;
+    for (int v = 0; v < 2; ++v) {
+      AlignProblem p = align_case(numel, 1024, n++);
+      p.skewed = v == 1;
+      p.expert_map = v == 0;
+      check(p);
+    }
   }
 }
 
