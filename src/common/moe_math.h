@@ -166,11 +166,10 @@ constexpr int64_t kMoeAlignSmallWordsPerBlock = 2048;
 static_assert(kMoeAlignSmallMaxIds <= 32 * kMoeAlignSmallWarps * kMoeAlignSmallRounds,
               "ids per lane of the small variant");
 
-/// Shared memory words of the small variant: per-warp counters [warps][E], the ids before each expert's region [E],
-/// scan scratch [64], per GEMM block of the regions (at most one per id) its expert, its first padding position and
-/// its offset into the staging buffer, and the staging buffer (the flat indices in schedule order, one per id).
+/// Shared memory words of the small variant: per-warp counters [warps][E], region starts [E + 1], counts [E], scan
+/// scratch [32], and per GEMM block of the regions (at most one per id) its expert and its first padding position.
 inline int64_t moe_align_small_smem_words(int64_t E) {
-  return (kMoeAlignSmallWarps + 1) * E + 64 + 4 * kMoeAlignSmallMaxIds;
+  return (kMoeAlignSmallWarps + 2) * E + 1 + 32 + 2 * kMoeAlignSmallMaxIds;
 }
 
 /// Blocks of the small variant for `out_words` output words over E experts: enough that each writes about

@@ -449,20 +449,18 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 /// Small variant (moe_align_plan: replicas > 0; up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts):
 /// each of `parts` blocks of kMoeAlignSmallWarps warps (this one being `part`: the grid of the standalone kernel,
 /// or moe_route's blocks) computes the whole schedule from all ids (the ids are a few KB, read by every block from
-/// L2) and writes its share of the outputs, so there is no shared state between blocks, and four block barriers:
+/// L2) and writes its share of the outputs, so there is no shared state between blocks, and three block barriers:
 ///  1. the per-warp counters are zeroed (at most 8 vector stores per thread) and every lane loads its (at most
 ///     kMoeAlignSmallRounds) ids, warp w holding the contiguous slice [wlo, whi) (align_load_slots);
 ///  2. ranks as in align_schedule (align_rank_slots), the peers from ballots of the experts' log2(E) bits;
 ///  3. thread t owns experts t, t + 256, ... (only as many segments of 256 as E needs): exclusive prefix of the 8
-///     warp counts in place, the count, the padded size; warp scans of the padded sizes and of the counts, the
-///     warp totals through 64 scratch words; every thread adds the totals before its (segment, warp) and, for
-///     every GEMM block of its regions, writes the block's expert, its region's first padding position and the
-///     offset from a position of the region to its id in the staging buffer;
-///  4. every id goes to the staging buffer in schedule order (ids before its expert + warp prefix + rank);
-///  5. each block writes its share of sorted_token_ids (positions part * 256 + t + q * parts * 256), expert_ids and
-///     the total, one word per thread and pass: a position holds the staged id of its block's region, or padding
-///     past the region's ids and past the total. Every word is written once, by one block, in whole 128-byte
-///     lines per warp (no scattered stores, no line written by two SMs).
+///     warp counts in place, the count, the padded size; warp scans of the padded sizes, the warp totals through 32
+///     scratch words; every thread adds the totals before its (segment, warp), writes its region starts and, for
+///     every GEMM block of its regions, the block's expert and its region's first padding position;
+///  4. each block scatters the ids of warps w with w % parts == part to start[e] + warp prefix + rank (at most 1024
+///     stores in all), then its share of the rest, one output word per thread and pass (coalesced, no per-expert
+///     loop): a position of sorted_token_ids is padding when it lies past the total or past its block's region's
+///     ids, expert_ids[b] is block b's expert before the total and -1 after.
 /// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
 /// moe_align_small_smem_words(E) ints. `ids`: where the ids are read (topk_ids in global memory by default).
 template <typename Ids = GlobalIds>
@@ -470,18 +468,16 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
                                             Ids ids = {}) {
   constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
   constexpr int VMAX = static_cast<int>((kMoeAlignSmallMaxExperts + NT - 1) / NT);
-  constexpr int kMaxIds = static_cast<int>(kMoeAlignSmallMaxIds);
-  static_assert(VMAX * W <= 32, "scratch holds one total per (segment, warp) and scan");
+  static_assert(VMAX * W <= 32, "scratch holds one total per (segment, warp)");
   const int E = p.E, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const AlignBlockSize bs(p.block_size);
   const int vn = (E + NT - 1) / NT;  // segments of NT experts in use (uniform)
-  int* cnt = smem;                        // [W][E]
-  int* before = cnt + W * E;              // [E]: ids of the experts below e
-  int* scratch = before + E;              // [64]: warp totals of the padded sizes, then of the counts
-  int* blk_expert = scratch + 64;         // [kMaxIds]: expert of GEMM block b (b < total / block_size)
-  int* blk_pad = blk_expert + kMaxIds;    // [kMaxIds]: its region's first padding position
-  int* blk_src = blk_pad + kMaxIds;       // [kMaxIds]: staging index of a position of its region, minus the position
-  int* stage = blk_src + kMaxIds;         // [kMaxIds]: the flat indices in schedule order
+  int* cnt = smem;                      // [W][E]
+  int* start = cnt + W * E;             // [E + 1]
+  int* count = start + E + 1;           // [E]
+  int* scratch = count + E;             // [32]
+  int* blk_expert = scratch + 32;       // [kMoeAlignSmallMaxIds]: expert of GEMM block b (b < total / block_size)
+  int* blk_pad = blk_expert + kMoeAlignSmallMaxIds;  // [kMoeAlignSmallMaxIds]: its region's first padding position
   const int per_warp = (p.numel + W - 1) / W;
   const int wlo = min(p.numel, warp * per_warp), whi = min(p.numel, wlo + per_warp);
   // 1. The counters zeroed (W * E is a multiple of 4; `smem` is 16-byte aligned), the ids loaded.
@@ -493,8 +489,8 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   int* my_cnt = cnt + warp * E;
   align_rank_slots<R>(wlo, whi, lane, my_cnt, slot, BallotPeers{E > 1 ? 32 - __clz(E - 1) : 0});
   __syncthreads();
-  // 3. Warp prefixes, counts and padded sizes of experts tid + v * NT; block scans of the padded sizes and counts.
-  int c[VMAX], own[VMAX], incl[VMAX], cincl[VMAX];
+  // 3. Warp prefixes, counts and padded sizes of experts tid + v * NT; block scan of the padded sizes.
+  int c[VMAX], incl[VMAX], own[VMAX];
 #pragma unroll
   for (int v = 0; v < VMAX; ++v) {
     const int e = v * NT + tid;
@@ -512,45 +508,33 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
     c[v] = run;
     own[v] = bs.round_up(run);
     incl[v] = own[v];
-    cincl[v] = run;
   }
 #pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {  // warp inclusive scans over the segments in use
+  for (int o = 1; o < 32; o <<= 1) {  // warp_inclusive_scan over the segments in use
 #pragma unroll
     for (int v = 0; v < VMAX; ++v) {
       if (v < vn) {
-        const int y = __shfl_up_sync(0xffffffffu, incl[v], o), z = __shfl_up_sync(0xffffffffu, cincl[v], o);
-        if (lane >= o) {
-          incl[v] += y;
-          cincl[v] += z;
-        }
+        const int y = __shfl_up_sync(0xffffffffu, incl[v], o);
+        if (lane >= o) incl[v] += y;
       }
     }
   }
   if (lane == 31) {
 #pragma unroll
     for (int v = 0; v < VMAX; ++v) {
-      if (v < vn) {
-        scratch[v * W + warp] = incl[v];
-        scratch[32 + v * W + warp] = cincl[v];
-      }
+      if (v < vn) scratch[v * W + warp] = incl[v];
     }
   }
   __syncthreads();
-  int base[VMAX], cbase[VMAX], acc = 0, cacc = 0;
+  int base[VMAX], acc = 0;
 #pragma unroll
   for (int v = 0; v < VMAX; ++v) {
     base[v] = 0;
-    cbase[v] = 0;
     if (v < vn) {
 #pragma unroll
       for (int w = 0; w < W; ++w) {
-        if (w == warp) {
-          base[v] = acc;
-          cbase[v] = cacc;
-        }
+        if (w == warp) base[v] = acc;
         acc += scratch[v * W + w];
-        cacc += scratch[32 + v * W + w];
       }
     }
   }
@@ -558,35 +542,30 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   for (int v = 0; v < VMAX; ++v) {
     const int e = v * NT + tid;
     if (v < vn && e < E) {
-      const int lo = base[v] + incl[v] - own[v], ids_before = cbase[v] + cincl[v] - c[v];
-      before[e] = ids_before;
+      const int lo = base[v] + incl[v] - own[v], used = lo + c[v];
+      start[e] = lo;
+      count[e] = c[v];
       for (int b = bs.div(lo); b < bs.div(lo + own[v]); ++b) {  // at most one block per id in all
         blk_expert[b] = e;
-        blk_pad[b] = lo + c[v];
-        blk_src[b] = ids_before - lo;
+        blk_pad[b] = used;
       }
     }
   }
   const int total = acc;  // the grand total (every thread has it)
   __syncthreads();
-  // 4. The ids in schedule order.
+  // 4. This block's share of the ids, then of the padding, expert_ids, the tail and the total.
+  if (warp % static_cast<int>(parts) == static_cast<int>(part)) {
 #pragma unroll
-  for (int j = 0; j < R; ++j) {
-    if (slot[j] >= 0) {
-      const int e = slot[j] >> 16;
-      stage[before[e] + my_cnt[e] + (slot[j] & 0xffff)] = wlo + 32 * j + lane;
+    for (int j = 0; j < R; ++j) {
+      if (slot[j] >= 0) {
+        const int e = slot[j] >> 16;
+        p.sorted[start[e] + my_cnt[e] + (slot[j] & 0xffff)] = wlo + 32 * j + lane;
+      }
     }
   }
-  __syncthreads();
-  // 5. This block's share of sorted_token_ids, expert_ids and the total.
   const int gt = static_cast<int>(part) * NT + tid, gs = static_cast<int>(parts) * NT;
   for (int j = gt; j < p.sorted_len; j += gs) {
-    int v = p.numel;
-    if (j < total) {
-      const int b = bs.div(j);
-      if (j < blk_pad[b]) v = stage[j + blk_src[b]];
-    }
-    p.sorted[j] = v;
+    if (j >= total || j >= blk_pad[bs.div(j)]) p.sorted[j] = p.numel;
   }
   const int blocks_used = bs.div(total);
   for (int b = gt; b < p.blocks; b += gs) p.expert_ids[b] = b < blocks_used ? blk_expert[b] : -1;
