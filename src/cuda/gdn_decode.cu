@@ -487,8 +487,6 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
     const SeqBounds sb = u.sb;
     const int64_t len = sb.eos - sb.bos;
     const bool padding = a.pool_form && u.ps.start < 0;  // o rows 0, nothing read or written
-    // The first token's inputs came with this unit's state (stage_inputs), or are loaded before the next unit is
-    // staged, so that their latency overlaps that of the next unit's pool slot (the staging waits for it).
     const HeadGate hg = head_gate(a, hv);
     float q[kRows], k[kRows], v[4] = {0.f, 0.f, 0.f, 0.f}, g = 0.f, beta = 0.f;
     const auto load_token = [&](int64_t t) {
@@ -498,6 +496,8 @@ __global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const Deco
       token_gates(a, hg, sb.batch, t, hv, g, beta);
     };
     // With staged inputs the first token's q / k / v came with this unit's state: only the gates are loaded here.
+    // Otherwise they are loaded before the next unit is staged, so that their latency overlaps that of the next
+    // unit's pool slot (the staging waits for it).
     const bool staged_first = prm.stage_inputs && !padding && len > 0;
     if (staged_first) {
       token_gates(a, hg, sb.batch, sb.bos, hv, g, beta);
