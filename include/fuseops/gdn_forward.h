@@ -76,7 +76,7 @@ std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const Tens
 
 /// The chunked GDN forward (prefill), as FLA `chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state,
 /// output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: optional l2 normalisation of q and k
-/// (x / sqrt(sum x^2 + 1e-6), rounded to the input dtype), chunk_local_cumsum of g, the fused kkt + solve, then
+/// (x * (1 / sqrt(sum x^2 + 1e-6)) in fp32, rounded to the input dtype: FLA's l2norm_fwd), chunk_local_cumsum of g, the fused kkt + solve, then
 /// recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h and chunk_fwd_o.
 /// q, k: [B, T, H, K]; v: [B, T, HV, V] (q, k, v one dtype: f32 / f16 / bf16, innermost stride 1); g (raw per-token
 /// log-decay): [B, T, HV] f32 / f16 / bf16; beta: [B, T, HV] f32 / f16 / bf16; initial_state (optional):

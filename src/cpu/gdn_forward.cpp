@@ -22,12 +22,21 @@ float load_scalar(const GdnIn& x, int64_t b, int64_t t, int64_t h, float absent)
   return x.data ? load(x.data, x.dtype, offset(x, b, t, h)) : absent;
 }
 
-/// x / sqrt(sum x^2 + 1e-6) in fp32 (FLA's l2norm: eps inside the root, a sum, not a mean).
+/// x / sqrt(sum x^2 + 1e-6) in fp32, as FLA's fused recurrent kernels normalise q and k in kernel (eps inside the
+/// root, a sum, not a mean); the chunked forward's l2norm_fwd multiplies by the reciprocal instead (l2norm_row).
 void l2normalize(float* x, int64_t n) {
   float s = 0.f;
   for (int64_t c = 0; c < n; ++c) s += x[c] * x[c];
   const float d = std::sqrt(s + 1e-6f);
   for (int64_t c = 0; c < n; ++c) x[c] = x[c] / d;
+}
+
+/// x rstd, rstd = 1 / sqrt(sum x^2 + 1e-6) in fp32: FLA's l2norm_fwd (the chunked forward's q / k normalisation).
+void l2norm_row(float* x, int64_t n) {
+  float s = 0.f;
+  for (int64_t c = 0; c < n; ++c) s += x[c] * x[c];
+  const float rstd = 1.0f / std::sqrt(s + 1e-6f);
+  for (int64_t c = 0; c < n; ++c) x[c] = x[c] * rstd;
 }
 
 }  // namespace
@@ -39,7 +48,7 @@ void l2norm_fwd(const L2NormArgs& a) {
     for (int64_t t = 0; t < a.geo.T; ++t) {
       for (int64_t h = 0; h < a.geo.H; ++h) {
         load_row(a.x, b, t, h, K, row.data());
-        l2normalize(row.data(), K);
+        l2norm_row(row.data(), K);
         const int64_t base = offset(a.y, b, t, h);
         for (int64_t c = 0; c < K; ++c) store(a.y.data, a.y.dtype, base + c, row[c]);
       }
