@@ -15,6 +15,7 @@
 
 #include <type_traits>
 
+#include "cuda/moe_threshold.cuh"
 #include "cuda/moe_topk.cuh"
 
 namespace fuseops::detail::cuda {
@@ -130,6 +131,86 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
   }
 }
 
+/// Most candidates of a token in rank_candidates32 (a warp with a token above it takes pick_experts).
+constexpr int kGroups32MaxCandidates = 32;
+/// rank_candidates32's words of one token in the warp's scratch: the candidates as (key, ~expert) pairs, one more
+/// pair of zeros past the last, padded to 16 bytes; then the experts by rank.
+constexpr int kGroups32CandWords = 2 * (kGroups32MaxCandidates + 2);
+constexpr int kGroups32SegWords = kGroups32CandWords + 32;
+static_assert(kGroups32SegWords % 4 == 0 && 4 * kGroups32SegWords <= kGroups32HalvesWords, "candidate scratch");
+
+/// Stores the pair (k, lo) at shared address `to` and advances it by one pair when k >= tau: a compare, a predicated
+/// store and a predicated add.
+__device__ __forceinline__ void store_pair_if_at_least(uint32_t& to, uint32_t k, uint32_t lo, uint32_t tau) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %3;\n\t@p st.shared.v2.u32 [%0], {%1, %2};\n\t"
+      "@p add.u32 %0, %0, 8;\n\t}"
+      : "+r"(to)
+      : "r"(k), "r"(lo), "r"(tau)
+      : "memory");
+}
+
+/// The k outputs of a token from the surviving groups' keys (HALVES: lane s holds the 16 keys `half` of experts
+/// [first, first + 16), lanes ascending with experts) without sequential picks, for k <= L: tau, the smallest second
+/// key of the surviving groups (each group's top two, known from the key forming), is at most the token's k-th key
+/// (the L = 2 topk_group keys of the surviving groups' top twos are >= tau), so the top k are among the candidates,
+/// the keys >= tau (DeepSeek-V3 rows: about 11 of 128, by a host simulation). The candidates go to the warp's scratch
+/// as (key, ~expert) pairs in expert order (a scan of the lanes' counts over the token's lanes); each lane takes
+/// candidates s, s + L, ... and counts the candidates above it as 64-bit values (higher key, then lower expert: the
+/// routers' total order); rank j < k is output j. Returns false, warp-uniform and having written nothing, when a
+/// token of the warp has more than kGroups32MaxCandidates candidates. `second`: the order key of this lane's group's
+/// second key; `scratch`: the warp's scratch, whose keys every lane has read into `half`.
+template <int L>
+__device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const uint32_t (&half)[16], int first,
+                                                  bool kept, uint32_t second, int lane, uint32_t* scratch,
+                                                  int (&out_id)[32 / L]) {
+  constexpr int M = 32 / L;
+  const int s = lane & (L - 1);
+  uint32_t tau = kept ? second : ~0u;
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) tau = min(tau, __shfl_xor_sync(kFullMask, tau, o));
+  int c = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) add_if_at_least(c, half[i], tau);
+  int at = c;  // inclusive scan of the counts over the token's lanes
+#pragma unroll
+  for (int o = 1; o < L; o <<= 1) {
+    const int y = __shfl_up_sync(kFullMask, at, o, L);
+    if (s >= o) at += y;
+  }
+  const int C = __shfl_sync(kFullMask, at, L - 1, L);
+  if (!__all_sync(kFullMask, C <= kGroups32MaxCandidates)) return false;
+  at -= c;
+  uint32_t* seg = scratch + (lane / L) * kGroups32SegWords;
+  __syncwarp();  // every lane has read its keys from the scratch
+  uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(seg)) + 8u * static_cast<uint32_t>(at);
+  const uint32_t nfirst = ~static_cast<uint32_t>(first);  // ~(first + i) == ~first - i
+#pragma unroll
+  for (int i = 0; i < 16; ++i) store_pair_if_at_least(to, half[i], nfirst - static_cast<uint32_t>(i), tau);
+  if (s == 0) {  // below every candidate (keys are above 0): pads an odd count for the pairwise reads
+    seg[2 * C] = 0u;
+    seg[2 * C + 1] = 0u;
+  }
+  __syncwarp();
+  for (int r = s; r < C; r += L) {
+    const uint2 m2 = reinterpret_cast<const uint2*>(seg)[r];
+    const uint64_t mine = (static_cast<uint64_t>(m2.x) << 32) | m2.y;
+    int rank = 0;
+    for (int q = 0; q < C; q += 2) {
+      const uint4 o = reinterpret_cast<const uint4*>(seg)[q / 2];
+      rank += ((static_cast<uint64_t>(o.x) << 32) | o.y) > mine ? 1 : 0;
+      rank += ((static_cast<uint64_t>(o.z) << 32) | o.w) > mine ? 1 : 0;
+    }
+    if (rank < p.k) seg[kGroups32CandWords + rank] = ~m2.y;
+  }
+  __syncwarp();
+#pragma unroll
+  for (int q = 0; q < M; ++q) {
+    out_id[q] = q * L + s < p.k ? static_cast<int>(seg[kGroups32CandWords + q * L + s]) : 0;
+  }
+  return true;
+}
+
 /// Routes token t (E == 32 * L, n_group == L) with the L-lane segment of the calling (full) warp that holds `lane`.
 /// Segments with t >= T compute on row 0 and store nothing (every lane takes part in the shuffles).
 /// `bias_sh`: the sanitised bias (stage_bias32) when BIAS; `halves`: the warp's kGroups32HalvesWords words, 16-byte
@@ -221,16 +302,19 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
     return in_range;
   };
   __syncwarp();  // the previous tokens' reads of the scratch are done
-  if (!__all_sync(kFullMask, form_keys(std::true_type{}))) {
+  const bool fast = __all_sync(kFullMask, form_keys(std::true_type{}));
+  if (!fast) {
     __syncwarp();
     form_keys(std::false_type{});
   }
   bool kept = true;
+  [[maybe_unused]] uint32_t second = 0;  // the order key of the group's second key (HALVES)
   if (p.topk_group < p.n_group) {
     merge_top_two(a[0], b[0], a[1], b[1]);
     merge_top_two(a[2], b[2], a[3], b[3]);
     merge_top_two(a[0], b[0], a[2], b[2]);
     const uint32_t gk = moe_order_key(BIAS ? a[0] + b[0] : a[0]);
+    if constexpr (HALVES) second = moe_order_key(b[0]);
     // Rank of this group among the token's L groups (higher key first, then the lower group).
     int rank = 0;
 #pragma unroll
@@ -264,7 +348,9 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
       half[4 * j + 2] = v.z;
       half[4 * j + 3] = v.w;
     }
-    pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
+    if (!(p.ranks && p.k <= L && rank_candidates32<L>(p, half, 32 * src + 16 * h, kept, second, lane, halves, out_id))) {
+      pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
+    }
   } else {
     uint32_t uk[32];
 #pragma unroll
@@ -284,8 +370,8 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   for (int q = 0; q < M; ++q) {
     w[q] = 0.0f;
     if (q * L + s < p.k) {
-      const float xv = moe_sanitize(to_float(row[out_id[q]]));
-      w[q] = moe_sigmoid(xv);
+      const float xv = to_float(row[out_id[q]]);
+      w[q] = fast && BIAS ? moe_sigmoid_mid(xv) : moe_sigmoid(moe_sanitize(xv));  // bitwise equal above -80
     }
   }
   if (p.renormalize) {
