@@ -15,6 +15,7 @@
 
 #include <type_traits>
 
+#include "cuda/moe_launch.h"
 #include "cuda/moe_threshold.cuh"
 #include "cuda/moe_topk.cuh"
 
@@ -63,7 +64,7 @@ constexpr int kGroups32HalvesWords = 32 * 32;
 /// The sanitised bias in the block's shared memory (`bias_sh`, kGroups32MaxExperts floats, 16-byte aligned), read by
 /// every token of the block: a contiguous fp32 bias (groups32_lanes checks it). Ends with a barrier of the block.
 __device__ __forceinline__ void stage_bias32(const RouteParams& p, float* bias_sh) {
-  for (int i = static_cast<int>(threadIdx.x); i < p.E; i += static_cast<int>(blockDim.x)) {
+  for (int i = static_cast<int>(threadIdx.x); i < p.E; i += kRouteWarps * 32) {  // blocks of kRouteWarps warps
     bias_sh[i] = moe_sanitize(static_cast<const float*>(p.bias)[i]);
   }
   __syncthreads();
