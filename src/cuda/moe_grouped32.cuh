@@ -34,12 +34,6 @@ __device__ __forceinline__ float moe_sigmoid_mid(float x) {
   return fmaf(r, -fmaf(y, r, -1.0f), r);
 }
 
-/// Merges the top-two pair (y1 >= y2) into (x1 >= x2): the top two of the four as a multiset (selects only).
-__device__ __forceinline__ void merge_top_two(float& x1, float& x2, float y1, float y2) {
-  x2 = fmaxf(fminf(x1, y1), fmaxf(x2, y2));
-  x1 = fmaxf(x1, y1);
-}
-
 /// Sum of the k weights as route_token's warp_sum adds them: output j = m L + s sits in slot m of lane s (zeros
 /// past k); offsets 16 .. L of the butterfly flip m (pairs of this lane's slots), L/2 .. 1 flip s (shuffles).
 template <int L>
@@ -222,6 +216,38 @@ struct Group32Logits {
   static constexpr int CH = 16 / static_cast<int>(sizeof(T));
   StorageVec<T, CH> raw[32 / CH];
   __device__ __forceinline__ float get(int i) const { return raw[i / CH].get(i % CH); }
+  /// Whether every logit is above lo (false for NaN): a NaN-propagating minimum of the packed values, compared once.
+  __device__ __forceinline__ bool above(float lo) const {
+    if constexpr (sizeof(T) == 2) {
+      uint32_t m = raw[0].u.raw.x;
+#pragma unroll
+      for (int c = 0; c < 32 / CH; ++c) {
+        const uint4 r = raw[c].u.raw;
+        m = min_nan2(m, c == 0 ? r.y : r.x);
+        if (c != 0) m = min_nan2(m, r.y);
+        m = min_nan2(m, r.z);
+        m = min_nan2(m, r.w);
+      }
+      T h[2];
+      memcpy(h, &m, sizeof(m));
+      return to_float(h[0]) > lo && to_float(h[1]) > lo;
+    } else {
+      bool ok = true;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) ok = ok && get(i) > lo;
+      return ok;
+    }
+  }
+  /// min.NaN of two pairs of T.
+  static __device__ __forceinline__ uint32_t min_nan2(uint32_t x, uint32_t y) {
+    uint32_t d;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
+    } else {
+      asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
+    }
+    return d;
+  }
 };
 
 /// The row of token t (row 0 for t >= T: those segments compute and store nothing).
@@ -261,14 +287,13 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   // give the group's top two (top_two32's selects, in another order: the same multiset). Only 4 keys are live.
   // FAST: the sigmoid's reciprocal without its range test (moe_sigmoid_mid), valid while every logit of the warp is
   // above -80; else the warp forms its keys again with moe_sigmoid.
-  float a[4], b[4];
+  uint32_t a[2], b[2];  // running top-two order keys over the key pairs (j, j + 1), j = 0, 2
   uint32_t* mine = halves + 32 * lane;
   auto form_keys = [&](auto fast_tag) {
     [[maybe_unused]] constexpr bool FAST = decltype(fast_tag)::value;
-    bool in_range = true;
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
-      float key[4];
+      uint32_t key[4];
       [[maybe_unused]] float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (bias_sh is 16-byte aligned, base + 4c too)
         const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[c];
@@ -279,43 +304,43 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int i = 4 * c + j;
-        const float v = g.get(i);
+        const float v = g.get(4 * c + j);
         if constexpr (BIAS) {
           // Above -80 (NaN and -inf are not) the sanitising changes nothing that the sigmoid sees: -0 and +inf give
           // the scores of +0 and FLT_MAX.
-          in_range = in_range && v > kSigmoidMidMin;
-          key[j] = (FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias4[j];
+          key[j] = moe_order_key((FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias4[j]);
         } else {
-          key[j] = moe_sanitize(v);
-        }
-        if (c == 0) {
-          a[j] = key[j];
-          b[j] = -INFINITY;
-        } else {
-          b[j] = fmaxf(b[j], fminf(a[j], key[j]));
-          a[j] = fmaxf(a[j], key[j]);
+          key[j] = moe_order_key(moe_sanitize(v));
         }
       }
-      reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(
-          moe_order_key(key[0]), moe_order_key(key[1]), moe_order_key(key[2]), moe_order_key(key[3]));
+#pragma unroll
+      for (int j = 0; j < 4; j += 2) {  // top two of {a, b, key j, key j + 1}: 3-input min / max (VIMNMX3)
+        const uint32_t hi = max(key[j], key[j + 1]), lo = min(key[j], key[j + 1]);
+        if (c == 0) {
+          a[j / 2] = hi;
+          b[j / 2] = lo;
+        } else {
+          b[j / 2] = max(max(b[j / 2], min(a[j / 2], hi)), lo);
+          a[j / 2] = max(a[j / 2], hi);
+        }
+      }
+      reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(key[0], key[1], key[2], key[3]);
     }
-    return in_range;
   };
   __syncwarp();  // the previous tokens' reads of the scratch are done
-  const bool fast = __all_sync(kFullMask, form_keys(std::true_type{}));
-  if (!fast) {
-    __syncwarp();
+  const bool fast = !BIAS || __all_sync(kFullMask, g.above(kSigmoidMidMin));
+  if (fast) {
+    form_keys(std::true_type{});
+  } else {
     form_keys(std::false_type{});
   }
   bool kept = true;
   [[maybe_unused]] uint32_t second = 0;  // the order key of the group's second key (HALVES)
   if (p.topk_group < p.n_group) {
-    merge_top_two(a[0], b[0], a[1], b[1]);
-    merge_top_two(a[2], b[2], a[3], b[3]);
-    merge_top_two(a[0], b[0], a[2], b[2]);
-    const uint32_t gk = moe_order_key(BIAS ? a[0] + b[0] : a[0]);
-    if constexpr (HALVES) second = moe_order_key(b[0]);
+    b[0] = max(max(b[0], min(a[0], a[1])), b[1]);  // the group's top two (a[0], b[0])
+    a[0] = max(a[0], a[1]);
+    const uint32_t gk = BIAS ? moe_order_key(moe_key_float(a[0]) + moe_key_float(b[0])) : a[0];
+    if constexpr (HALVES) second = b[0];
     // Rank of this group among the token's L groups (higher key first, then the lower group).
     int rank = 0;
 #pragma unroll
