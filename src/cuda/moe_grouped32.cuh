@@ -58,8 +58,10 @@ constexpr int kGroups32HalvesWords = 32 * 32;
 /// The sanitised bias in the block's shared memory (`bias_sh`, kGroups32MaxExperts floats, 16-byte aligned), read by
 /// every token of the block: a contiguous fp32 bias (groups32_lanes checks it). Ends with a barrier of the block.
 __device__ __forceinline__ void stage_bias32(const RouteParams& p, float* bias_sh) {
-  for (int i = static_cast<int>(threadIdx.x); i < p.E; i += kRouteWarps * 32) {  // blocks of kRouteWarps warps
-    bias_sh[i] = moe_sanitize(static_cast<const float*>(p.bias)[i]);
+#pragma unroll
+  for (int r = 0; r < kGroups32MaxExperts / (kRouteWarps * 32); ++r) {  // blocks of kRouteWarps warps
+    const int i = static_cast<int>(threadIdx.x) + r * kRouteWarps * 32;
+    if (i < p.E) bias_sh[i] = moe_sanitize(static_cast<const float*>(p.bias)[i]);
   }
   __syncthreads();
 }
@@ -128,45 +130,54 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
 
 /// Most candidates of a token in rank_candidates32 (a warp with a token above it takes pick_experts).
 constexpr int kGroups32MaxCandidates = 32;
-/// rank_candidates32's words of one token in the warp's scratch: the candidates as (key, ~expert) pairs, one more
-/// pair of zeros past the last, padded to 16 bytes; then the experts by rank.
+/// rank_candidates32's words of one token: the candidates as (key, ~expert) pairs, one more pair of zeros past the
+/// last (the pairs are read two at a time), padded to 16 bytes; then the experts by rank.
 constexpr int kGroups32CandWords = 2 * (kGroups32MaxCandidates + 2);
 constexpr int kGroups32SegWords = kGroups32CandWords + 32;
-static_assert(kGroups32SegWords % 4 == 0 && 4 * kGroups32SegWords <= kGroups32HalvesWords, "candidate scratch");
+/// Candidate words of one warp (32 / L tokens, at most 4), beside the keys' scratch (which the stores read).
+constexpr int kGroups32CandWarpWords = 4 * kGroups32SegWords;
+static_assert(kGroups32SegWords % 4 == 0, "16-byte aligned segments");
 
-/// Stores the pair (k, lo) at shared address `to` and advances it by one pair when k >= tau: a compare, a predicated
-/// store and a predicated add.
-__device__ __forceinline__ void store_pair_if_at_least(uint32_t& to, uint32_t k, uint32_t lo, uint32_t tau) {
-  asm volatile(
-      "{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %3;\n\t@p st.shared.v2.u32 [%0], {%1, %2};\n\t"
-      "@p add.u32 %0, %0, 8;\n\t}"
-      : "+r"(to)
-      : "r"(k), "r"(lo), "r"(tau)
-      : "memory");
+/// m |= bit when k >= tau: a compare and a predicated or.
+__device__ __forceinline__ void or_if_at_least(uint32_t& m, uint32_t k, uint32_t tau, uint32_t bit) {
+  asm("{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %2;\n\t@p or.b32 %0, %0, %3;\n\t}"
+      : "+r"(m)
+      : "r"(k), "r"(tau), "r"(bit));
+}
+
+/// c += ((hi_a, lo_a) > (hi_b, lo_b)) as 64-bit unsigned values: two compares and a predicated add.
+__device__ __forceinline__ void add_if_above64(int& c, uint32_t hi_a, uint32_t lo_a, uint32_t hi_b, uint32_t lo_b) {
+  asm("{\n\t.reg .pred p;\n\t.reg .b64 a, b;\n\tmov.b64 a, {%2, %1};\n\tmov.b64 b, {%4, %3};\n\t"
+      "setp.gt.u64 p, a, b;\n\t@p add.s32 %0, %0, 1;\n\t}"
+      : "+r"(c)
+      : "r"(hi_a), "r"(lo_a), "r"(hi_b), "r"(lo_b));
 }
 
 /// The k outputs of a token from the surviving groups' keys (HALVES: lane s holds the 16 keys `half` of experts
 /// [first, first + 16), lanes ascending with experts) without sequential picks, for k <= L: tau, the smallest second
 /// key of the surviving groups (each group's top two, known from the key forming), is at most the token's k-th key
 /// (the L = 2 topk_group keys of the surviving groups' top twos are >= tau), so the top k are among the candidates,
-/// the keys >= tau (DeepSeek-V3 rows: about 11 of 128, by a host simulation). The candidates go to the warp's scratch
-/// as (key, ~expert) pairs in expert order (a scan of the lanes' counts over the token's lanes); each lane takes
-/// candidates s, s + L, ... and counts the candidates above it as 64-bit values (higher key, then lower expert: the
-/// routers' total order); rank j < k is output j. Returns false, warp-uniform and having written nothing, when a
-/// token of the warp has more than kGroups32MaxCandidates candidates. `second`: the order key of this lane's group's
-/// second key; `scratch`: the warp's scratch, whose keys every lane has read into `half`.
+/// the keys >= tau (DeepSeek-V3 rows: about 11 of 128, by a host simulation). Each lane marks its candidates in a
+/// mask; the candidates go to the warp's candidate scratch as (key, ~expert) pairs in expert order (a scan of the
+/// lanes' counts; each lane walks its mask's bits and reads the key back from the keys' scratch, `hrow` / `sw`:
+/// the row it read `half` from and that row's chunk swizzle); each lane takes candidates s and s + L (then s + 2L,
+/// s + 3L) and counts the candidates above them as 64-bit values (higher key, then lower expert: the routers' total
+/// order); rank j < k is output j. Returns false, warp-uniform and having written nothing, when a token of the warp
+/// has more than kGroups32MaxCandidates candidates. `second`: the order key of this lane's group's second key;
+/// `cand`: the warp's kGroups32CandWarpWords words.
 template <int L>
 __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const uint32_t (&half)[16], int first,
-                                                  bool kept, uint32_t second, int lane, uint32_t* scratch,
-                                                  int (&out_id)[32 / L]) {
+                                                  bool kept, uint32_t second, int lane, const uint32_t* hrow,
+                                                  int h, int sw, uint32_t* cand, int (&out_id)[32 / L]) {
   constexpr int M = 32 / L;
   const int s = lane & (L - 1);
   uint32_t tau = kept ? second : ~0u;
 #pragma unroll
   for (int o = L / 2; o > 0; o >>= 1) tau = min(tau, __shfl_xor_sync(kFullMask, tau, o));
-  int c = 0;
+  uint32_t m = 0;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) add_if_at_least(c, half[i], tau);
+  for (int i = 0; i < 16; ++i) or_if_at_least(m, half[i], tau, 1u << i);
+  const int c = __popc(m);
   int at = c;  // inclusive scan of the counts over the token's lanes
 #pragma unroll
   for (int o = 1; o < L; o <<= 1) {
@@ -176,34 +187,42 @@ __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const ui
   const int C = __shfl_sync(kFullMask, at, L - 1, L);
   if (!__all_sync(kFullMask, C <= kGroups32MaxCandidates)) return false;
   at -= c;
-  uint32_t* seg = scratch + (lane / L) * kGroups32SegWords;
-  __syncwarp();  // every lane has read its keys from the scratch
+  uint32_t* seg = cand + (lane / L) * kGroups32SegWords;
   uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(seg)) + 8u * static_cast<uint32_t>(at);
   const uint32_t nfirst = ~static_cast<uint32_t>(first);  // ~(first + i) == ~first - i
-#pragma unroll
-  for (int i = 0; i < 16; ++i) store_pair_if_at_least(to, half[i], nfirst - static_cast<uint32_t>(i), tau);
+  for (uint32_t mm = m; mm != 0; mm &= mm - 1) {
+    const int i = __ffs(static_cast<int>(mm)) - 1;
+    const uint32_t key = hrow[4 * ((4 * h + (i >> 2)) ^ sw) + (i & 3)];
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(to), "r"(key), "r"(nfirst - static_cast<uint32_t>(i))
+                 : "memory");
+    to += 8u;
+  }
   if (s == 0) {  // below every candidate (keys are above 0): pads an odd count for the pairwise reads
     seg[2 * C] = 0u;
     seg[2 * C + 1] = 0u;
   }
   __syncwarp();
-  for (int r = s; r < C; r += L) {
-    const uint2 m2 = reinterpret_cast<const uint2*>(seg)[r];
-    const uint64_t mine = (static_cast<uint64_t>(m2.x) << 32) | m2.y;
-    int rank = 0;
+  const uint2* pairs = reinterpret_cast<const uint2*>(seg);
+  uint32_t* by_rank = seg + kGroups32CandWords;
+  for (int r0 = s; r0 < C; r0 += 2 * L) {
+    const int r1 = r0 + L;
+    const uint2 a = pairs[r0];
+    const uint2 b = r1 < C ? pairs[r1] : make_uint2(0u, 0u);
+    int ra = 0, rb = 0;
     for (int q = 0; q < C; q += 2) {
       const uint4 o = reinterpret_cast<const uint4*>(seg)[q / 2];
-      rank += ((static_cast<uint64_t>(o.x) << 32) | o.y) > mine ? 1 : 0;
-      rank += ((static_cast<uint64_t>(o.z) << 32) | o.w) > mine ? 1 : 0;
+      add_if_above64(ra, o.x, o.y, a.x, a.y);
+      add_if_above64(ra, o.z, o.w, a.x, a.y);
+      add_if_above64(rb, o.x, o.y, b.x, b.y);
+      add_if_above64(rb, o.z, o.w, b.x, b.y);
     }
-    if (rank < p.k) seg[kGroups32CandWords + rank] = ~m2.y;
+    if (ra < p.k) by_rank[ra] = ~a.y;
+    if (r1 < C && rb < p.k) by_rank[rb] = ~b.y;
   }
   __syncwarp();
 #pragma unroll
-  for (int q = 0; q < M; ++q) {
-    out_id[q] = q * L + s < p.k ? static_cast<int>(seg[kGroups32CandWords + q * L + s]) : 0;
-  }
-  return true;
+  for (int q = 0; q < M; ++q) out_id[q] = q * L + s < p.k ? static_cast<int>(by_rank[q * L + s]) : 0;
+  return true;  // the next token's stores into `cand` wait at its first __syncwarp
 }
 
 /// Routes token t (E == 32 * L, n_group == L) with the L-lane segment of the calling (full) warp that holds `lane`.
@@ -276,7 +295,7 @@ __device__ __forceinline__ void load_group32(const RouteParams& p, int t, int la
 /// `g`: this lane's logits (load_group32), loaded by the caller ahead of the bias staging and the previous token.
 template <typename T, int L, bool BIAS, bool HALVES>
 __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane, const float* bias_sh,
-                                               uint32_t* halves, const Group32Logits<T>& g) {
+                                               uint32_t* halves, uint32_t* cand, const Group32Logits<T>& g) {
   constexpr int M = 32 / L;
   const int s = lane & (L - 1), base = 32 * s;
   const bool live = t < p.T;
@@ -374,7 +393,9 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
       half[4 * j + 2] = v.z;
       half[4 * j + 3] = v.w;
     }
-    if (!(p.ranks && p.k <= L && rank_candidates32<L>(p, half, 32 * src + 16 * h, kept, second, lane, halves, out_id))) {
+    if (!(p.ranks && p.k <= L &&
+          rank_candidates32<L>(p, half, 32 * src + 16 * h, kept, second, lane, halves + 32 * from, h, from & 7,
+                               cand, out_id))) {
       pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
     }
   } else {

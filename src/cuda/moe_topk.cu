@@ -85,6 +85,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES 
     route_groups32_kernel(RouteParams p) {
   __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
   __shared__ __align__(16) uint32_t halves[kRouteWarps][kGroups32HalvesWords];
+  __shared__ __align__(16) uint32_t cand[kRouteWarps][HALVES ? kGroups32CandWarpWords : 4];
   constexpr int kPerWarp = 32 / L;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int first = (static_cast<int>(blockIdx.x) * kRouteWarps + warp) * kPerWarp;
@@ -100,7 +101,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES 
   }
   for (int t0 = first; t0 < p.T; t0 += step) {
     if (!BIAS || t0 != first) load_group32<T, L>(p, t0 + lane / L, lane, g);
-    route_groups32<T, L, BIAS, HALVES>(p, t0 + lane / L, lane, bias_sh, halves[warp], g);  // warp-uniform
+    route_groups32<T, L, BIAS, HALVES>(p, t0 + lane / L, lane, bias_sh, halves[warp], cand[warp], g);  // warp-uniform
   }
 }
 
@@ -115,7 +116,8 @@ void launch_groups32(const char* op, const RouteParams& p, DType dtype, cudaStre
     if (groups32_halves(p)) {
       kernel = p.bias ? route_groups32_kernel<T, L, true, true> : route_groups32_kernel<T, L, false, true>;
     }
-    // 18 KB of shared memory per block: the largest carveout keeps 8 blocks (64 registers) resident per SM.
+    // 18 KB of shared memory per block (24.4 KB with the candidates of HALVES): the largest carveout keeps 8 blocks
+    // (64 registers) resident per SM.
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                     cudaSharedmemCarveoutMaxShared),
                op, "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
