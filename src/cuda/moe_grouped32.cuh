@@ -128,6 +128,13 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
   }
 }
 
+/// The score of a logit as route_token computes it (sigmoid of the sanitised value); FAST (every logit of the warp
+/// above kSigmoidMidMin, with a bias) takes moe_sigmoid_mid, bitwise the same there.
+template <bool BIAS>
+__device__ __forceinline__ float score32(bool fast, float x) {
+  return fast && BIAS ? moe_sigmoid_mid(x) : moe_sigmoid(moe_sanitize(x));
+}
+
 /// Most candidates of a token in rank_candidates32 (a warp with a token above it takes pick_experts).
 constexpr int kGroups32MaxCandidates = 32;
 /// rank_candidates32's words of one token: the candidates as (key, ~expert) pairs, one more pair of zeros past the
@@ -165,10 +172,11 @@ __device__ __forceinline__ void add_if_above64(int& c, uint32_t hi_a, uint32_t l
 /// order); rank j < k is output j. Returns false, warp-uniform and having written nothing, when a token of the warp
 /// has more than kGroups32MaxCandidates candidates. `second`: the order key of this lane's group's second key;
 /// `cand`: the warp's kGroups32CandWarpWords words.
-template <int L>
+template <typename T, int L, bool BIAS>
 __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const uint32_t (&half)[16], int first,
                                                   bool kept, uint32_t second, int lane, const uint32_t* hrow,
-                                                  int h, int sw, uint32_t* cand, int (&out_id)[32 / L]) {
+                                                  int h, int sw, uint32_t* cand, const T* row, bool fast,
+                                                  int (&out_id)[32 / L], float (&w)[32 / L]) {
   constexpr int M = 32 / L;
   const int s = lane & (L - 1);
   uint32_t tau = kept ? second : ~0u;
@@ -203,11 +211,16 @@ __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const ui
   }
   __syncwarp();
   const uint2* pairs = reinterpret_cast<const uint2*>(seg);
-  uint32_t* by_rank = seg + kGroups32CandWords;
+  uint32_t* by_rank = seg + kGroups32CandWords;  // the expert of rank j (< k <= 16), its score 16 words on
+  float* score_by_rank = reinterpret_cast<float*>(by_rank) + 16;
   for (int r0 = s; r0 < C; r0 += 2 * L) {
     const int r1 = r0 + L;
     const uint2 a = pairs[r0];
     const uint2 b = r1 < C ? pairs[r1] : make_uint2(0u, 0u);
+    // The candidates' logits, loaded before the ranks so that the load's latency is off the chain: the owner of the
+    // candidate of rank j < k computes output j's score (the same expression on the same value as the key's score).
+    const float xa = to_float(row[~a.y]);
+    const float xb = r1 < C ? to_float(row[~b.y]) : 0.0f;
     int ra = 0, rb = 0;
     for (int q = 0; q < C; q += 2) {
       const uint4 o = reinterpret_cast<const uint4*>(seg)[q / 2];
@@ -216,12 +229,22 @@ __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const ui
       add_if_above64(rb, o.x, o.y, b.x, b.y);
       add_if_above64(rb, o.z, o.w, b.x, b.y);
     }
-    if (ra < p.k) by_rank[ra] = ~a.y;
-    if (r1 < C && rb < p.k) by_rank[rb] = ~b.y;
+    if (ra < p.k) {
+      by_rank[ra] = ~a.y;
+      score_by_rank[ra] = score32<BIAS>(fast, xa);
+    }
+    if (r1 < C && rb < p.k) {
+      by_rank[rb] = ~b.y;
+      score_by_rank[rb] = score32<BIAS>(fast, xb);
+    }
   }
   __syncwarp();
 #pragma unroll
-  for (int q = 0; q < M; ++q) out_id[q] = q * L + s < p.k ? static_cast<int>(by_rank[q * L + s]) : 0;
+  for (int q = 0; q < M; ++q) {
+    const bool out = q * L + s < p.k;
+    out_id[q] = out ? static_cast<int>(by_rank[q * L + s]) : 0;
+    w[q] = out ? score_by_rank[q * L + s] : 0.0f;
+  }
   return true;  // the next token's stores into `cand` wait at its first __syncwarp
 }
 
@@ -371,6 +394,8 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   }
   __syncwarp();
   int out_id[M];
+  float w[M];
+  bool ranked = false;  // rank_candidates32 gave the outputs and their scores
   if constexpr (HALVES) {
     // The topk_group = L/2 surviving groups, 16 keys per lane: lane s takes half s & 1 of the (s >> 1)-th kept group
     // (lanes still ascend with experts), so that every pick rescans 16 keys instead of 32.
@@ -393,11 +418,10 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
       half[4 * j + 2] = v.z;
       half[4 * j + 3] = v.w;
     }
-    if (!(p.ranks && p.k <= L &&
-          rank_candidates32<L>(p, half, 32 * src + 16 * h, kept, second, lane, halves + 32 * from, h, from & 7,
-                               cand, out_id))) {
-      pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
-    }
+    ranked = p.ranks && p.k <= L &&
+             rank_candidates32<T, L, BIAS>(p, half, 32 * src + 16 * h, kept, second, lane, halves + 32 * from, h,
+                                           from & 7, cand, row, fast, out_id, w);
+    if (!ranked) pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
   } else {
     uint32_t uk[32];
 #pragma unroll
@@ -412,14 +436,9 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   }
   // Weights: the score of each picked expert, from its logit (the same expression on the same value as the key's
   // score, and as route_token's weight).
-  float w[M];
+  if (!ranked) {
 #pragma unroll
-  for (int q = 0; q < M; ++q) {
-    w[q] = 0.0f;
-    if (q * L + s < p.k) {
-      const float xv = to_float(row[out_id[q]]);
-      w[q] = fast && BIAS ? moe_sigmoid_mid(xv) : moe_sigmoid(moe_sanitize(xv));  // bitwise equal above -80
-    }
+    for (int q = 0; q < M; ++q) w[q] = q * L + s < p.k ? score32<BIAS>(fast, to_float(row[out_id[q]])) : 0.0f;
   }
   if (p.renormalize) {
     const float tot = weight_sum32<L>(w);
