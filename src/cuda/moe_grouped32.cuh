@@ -145,13 +145,6 @@ constexpr int kGroups32SegWords = kGroups32CandWords + 32;
 constexpr int kGroups32CandWarpWords = 4 * kGroups32SegWords;
 static_assert(kGroups32SegWords % 4 == 0, "16-byte aligned segments");
 
-/// m |= bit when k >= tau: a compare and a predicated or.
-__device__ __forceinline__ void or_if_at_least(uint32_t& m, uint32_t k, uint32_t tau, uint32_t bit) {
-  asm("{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %2;\n\t@p or.b32 %0, %0, %3;\n\t}"
-      : "+r"(m)
-      : "r"(k), "r"(tau), "r"(bit));
-}
-
 /// c += ((hi_a, lo_a) > (hi_b, lo_b)) as 64-bit unsigned values: two compares and a predicated add.
 __device__ __forceinline__ void add_if_above64(int& c, uint32_t hi_a, uint32_t lo_a, uint32_t hi_b, uint32_t lo_b) {
   asm("{\n\t.reg .pred p;\n\t.reg .b64 a, b;\n\tmov.b64 a, {%2, %1};\n\tmov.b64 b, {%4, %3};\n\t"
