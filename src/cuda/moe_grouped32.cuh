@@ -379,9 +379,8 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
     // Rank of this group among the token's L groups (higher key first, then the lower group).
     int rank = 0;
 #pragma unroll
-    for (int g = 0; g < L; ++g) {
-      const uint32_t o = __shfl_sync(kFullMask, gk, g, L);
-      rank += (o > gk || (o == gk && g < s)) ? 1 : 0;
+    for (int g = 0; g < L; ++g) {  // (key, ~group) as 64-bit values
+      add_if_above64(rank, __shfl_sync(kFullMask, gk, g, L), ~static_cast<uint32_t>(g), gk, ~static_cast<uint32_t>(s));
     }
     kept = rank < p.topk_group;
   }
