@@ -212,8 +212,8 @@ __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const ui
     const uint2 b = r1 < C ? pairs[r1] : make_uint2(0u, 0u);
     // The candidates' logits, loaded before the ranks so that the load's latency is off the chain: the owner of the
     // candidate of rank j < k computes output j's score (the same expression on the same value as the key's score).
-    const float xa = to_float(row[~a.y]);
-    const float xb = r1 < C ? to_float(row[~b.y]) : 0.0f;
+    const T xa = row[~a.y];  // widened where used: a conversion placed at the load stalled on it before the ranks
+    const T xb = r1 < C ? row[~b.y] : T{};
     int ra = 0, rb = 0;
     for (int q = 0; q < C; q += 2) {
       const uint4 o = reinterpret_cast<const uint4*>(seg)[q / 2];
@@ -224,11 +224,11 @@ __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const ui
     }
     if (ra < p.k) {
       by_rank[ra] = ~a.y;
-      score_by_rank[ra] = score32<BIAS>(fast, xa);
+      score_by_rank[ra] = score32<BIAS>(fast, to_float(xa));
     }
     if (r1 < C && rb < p.k) {
       by_rank[rb] = ~b.y;
-      score_by_rank[rb] = score32<BIAS>(fast, xb);
+      score_by_rank[rb] = score32<BIAS>(fast, to_float(xb));
     }
   }
   __syncwarp();

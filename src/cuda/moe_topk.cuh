@@ -47,21 +47,26 @@ __device__ __forceinline__ float load_any_float(const void* p, int dtype, int64_
   return static_cast<const float*>(p)[i];
 }
 
-/// Hints the L2 to fetch `rows` (<= 32) rows of `row_bytes` bytes, `stride_bytes` apart from `row0`: lane r < rows
-/// issues one bulk prefetch of row r (cp.async.bulk.prefetch.L2; one prefetch per 128 bytes where the row or its
-/// size is not a multiple of 16 bytes). The routers issue it for their first token(s) before pdl_wait_and_release,
-/// so that the DRAM latency of the logits runs while the previous kernel finishes. It reads nothing into the SM:
-/// the L2 is the point of coherence, so a line that the previous kernel writes after the prefetch is still read as
-/// written after the wait (the loads go through L1, which the prefetch does not fill).
+/// Hints the L2 to fetch `rows` rows of `row_bytes` bytes, `stride_bytes` apart from `row0`: rows that are contiguous
+/// and 16-byte aligned as one bulk prefetch from lane 0 (cp.async.bulk.prefetch.L2), else one prefetch per 128 bytes
+/// of each row over the lanes. The routers issue it for their first token(s) before pdl_wait_and_release, so that
+/// the DRAM latency of the logits runs while the previous kernel finishes. It reads nothing into the SM: the L2 is
+/// the point of coherence, so a line that the previous kernel writes after the prefetch is still read as written
+/// after the wait (the loads go through L1, which the prefetch does not fill).
 __device__ __forceinline__ void prefetch_rows_l2(const void* row0, int64_t stride_bytes, int row_bytes, int rows,
                                                  int lane) {
-  if (lane >= rows) return;
-  const char* r = static_cast<const char*>(row0) + lane * stride_bytes;
-  if (((reinterpret_cast<uintptr_t>(r) | static_cast<uintptr_t>(row_bytes)) & 15) == 0) {
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(r)), "r"(row_bytes)
-                 : "memory");
-  } else {
-    for (int c = 0; c < row_bytes; c += 128) asm volatile("prefetch.L2 [%0];" ::"l"(r + c));
+  const char* r = static_cast<const char*>(row0);
+  if ((rows == 1 || stride_bytes == row_bytes) &&
+      ((reinterpret_cast<uintptr_t>(r) | static_cast<uintptr_t>(row_bytes)) & 15) == 0) {
+    if (lane == 0) {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(r)),
+                   "r"(rows * row_bytes)
+                   : "memory");
+    }
+    return;
+  }
+  for (int q = 0; q < rows; ++q, r += stride_bytes) {
+    for (int c = 128 * lane; c < row_bytes; c += 32 * 128) asm volatile("prefetch.L2 [%0];" ::"l"(r + c));
   }
 }
 
