@@ -36,7 +36,12 @@ FUSEOPS_HD float moe_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 FUSEOPS_HD uint32_t moe_order_key(float x) {
   uint32_t u;
   memcpy(&u, &x, sizeof(u));
+#if defined(__CUDA_ARCH__)
+  // The same key as u ^ (all ones or the top bit): a shift and one LOP3 (the select form compiles to three).
+  return u ^ (static_cast<uint32_t>(static_cast<int32_t>(u) >> 31) | 0x80000000u);
+#else
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+#endif
 }
 
 FUSEOPS_HD float moe_key_float(uint32_t k) {

@@ -15,6 +15,8 @@
 
 #include <type_traits>
 
+#include "cuda/moe_launch.h"
+#include "cuda/moe_threshold.cuh"
 #include "cuda/moe_topk.cuh"
 
 namespace fuseops::detail::cuda {
@@ -30,12 +32,6 @@ __device__ __forceinline__ float moe_sigmoid_mid(float x) {
   float r;
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
   return fmaf(r, -fmaf(y, r, -1.0f), r);
-}
-
-/// Merges the top-two pair (y1 >= y2) into (x1 >= x2): the top two of the four as a multiset (selects only).
-__device__ __forceinline__ void merge_top_two(float& x1, float& x2, float y1, float y2) {
-  x2 = fmaxf(fminf(x1, y1), fmaxf(x2, y2));
-  x1 = fmaxf(x1, y1);
 }
 
 /// Sum of the k weights as route_token's warp_sum adds them: output j = m L + s sits in slot m of lane s (zeros
@@ -62,8 +58,10 @@ constexpr int kGroups32HalvesWords = 32 * 32;
 /// The sanitised bias in the block's shared memory (`bias_sh`, kGroups32MaxExperts floats, 16-byte aligned), read by
 /// every token of the block: a contiguous fp32 bias (groups32_lanes checks it). Ends with a barrier of the block.
 __device__ __forceinline__ void stage_bias32(const RouteParams& p, float* bias_sh) {
-  for (int i = static_cast<int>(threadIdx.x); i < p.E; i += static_cast<int>(blockDim.x)) {
-    bias_sh[i] = moe_sanitize(static_cast<const float*>(p.bias)[i]);
+#pragma unroll
+  for (int r = 0; r < kGroups32MaxExperts / (kRouteWarps * 32); ++r) {  // blocks of kRouteWarps warps
+    const int i = static_cast<int>(threadIdx.x) + r * kRouteWarps * 32;
+    if (i < p.E) bias_sh[i] = moe_sanitize(static_cast<const float*>(p.bias)[i]);
   }
   __syncthreads();
 }
@@ -130,6 +128,119 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
   }
 }
 
+/// The score of a logit as route_token computes it (sigmoid of the sanitised value); FAST (every logit of the warp
+/// above kSigmoidMidMin, with a bias) takes moe_sigmoid_mid, bitwise the same there.
+template <bool BIAS>
+__device__ __forceinline__ float score32(bool fast, float x) {
+  return fast && BIAS ? moe_sigmoid_mid(x) : moe_sigmoid(moe_sanitize(x));
+}
+
+/// Most candidates of a token in rank_candidates32 (a warp with a token above it takes pick_experts).
+constexpr int kGroups32MaxCandidates = 32;
+/// rank_candidates32's words of one token: the candidates as (key, ~expert) pairs, one more pair of zeros past the
+/// last (the pairs are read two at a time), padded to 16 bytes; then the experts by rank.
+constexpr int kGroups32CandWords = 2 * (kGroups32MaxCandidates + 2);
+constexpr int kGroups32SegWords = kGroups32CandWords + 32;
+/// Candidate words of one warp (32 / L tokens, at most 4), beside the keys' scratch (which the stores read).
+constexpr int kGroups32CandWarpWords = 4 * kGroups32SegWords;
+static_assert(kGroups32SegWords % 4 == 0, "16-byte aligned segments");
+
+/// c += ((hi_a, lo_a) > (hi_b, lo_b)) as 64-bit unsigned values: two compares and a predicated add.
+__device__ __forceinline__ void add_if_above64(int& c, uint32_t hi_a, uint32_t lo_a, uint32_t hi_b, uint32_t lo_b) {
+  asm("{\n\t.reg .pred p;\n\t.reg .b64 a, b;\n\tmov.b64 a, {%2, %1};\n\tmov.b64 b, {%4, %3};\n\t"
+      "setp.gt.u64 p, a, b;\n\t@p add.s32 %0, %0, 1;\n\t}"
+      : "+r"(c)
+      : "r"(hi_a), "r"(lo_a), "r"(hi_b), "r"(lo_b));
+}
+
+/// The k outputs of a token from the surviving groups' keys (HALVES: lane s holds the 16 keys `half` of experts
+/// [first, first + 16), lanes ascending with experts) without sequential picks, for k <= L: tau, the smallest second
+/// key of the surviving groups (each group's top two, known from the key forming), is at most the token's k-th key
+/// (the L = 2 topk_group keys of the surviving groups' top twos are >= tau), so the top k are among the candidates,
+/// the keys >= tau (DeepSeek-V3 rows: about 11 of 128, by a host simulation). Each lane marks its candidates in a
+/// mask; the candidates go to the warp's candidate scratch as (key, ~expert) pairs in expert order (a scan of the
+/// lanes' counts; each lane walks its mask's bits and reads the key back from the keys' scratch, `hrow` / `sw`:
+/// the row it read `half` from and that row's chunk swizzle); each lane takes candidates s and s + L (then s + 2L,
+/// s + 3L) and counts the candidates above them as 64-bit values (higher key, then lower expert: the routers' total
+/// order); rank j < k is output j. Returns false, warp-uniform and having written nothing, when a token of the warp
+/// has more than kGroups32MaxCandidates candidates. `second`: the order key of this lane's group's second key;
+/// `cand`: the warp's kGroups32CandWarpWords words.
+template <typename T, int L, bool BIAS>
+__device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const uint32_t (&half)[16], int first,
+                                                  bool kept, uint32_t second, int lane, const uint32_t* hrow,
+                                                  int h, int sw, uint32_t* cand, const T* row, bool fast,
+                                                  int (&out_id)[32 / L], float (&w)[32 / L]) {
+  constexpr int M = 32 / L;
+  const int s = lane & (L - 1);
+  uint32_t tau = kept ? second : ~0u;
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) tau = min(tau, __shfl_xor_sync(kFullMask, tau, o));
+  uint32_t m = 0;
+#pragma unroll
+  for (int i = 0; i < 16; ++i) or_if_at_least(m, half[i], tau, 1u << i);
+  const int c = __popc(m);
+  int at = c;  // inclusive scan of the counts over the token's lanes
+#pragma unroll
+  for (int o = 1; o < L; o <<= 1) {
+    const int y = __shfl_up_sync(kFullMask, at, o, L);
+    if (s >= o) at += y;
+  }
+  const int C = __shfl_sync(kFullMask, at, L - 1, L);
+  if (!__all_sync(kFullMask, C <= kGroups32MaxCandidates)) return false;
+  at -= c;
+  uint32_t* seg = cand + (lane / L) * kGroups32SegWords;
+  uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(seg)) + 8u * static_cast<uint32_t>(at);
+  const uint32_t nfirst = ~static_cast<uint32_t>(first);  // ~(first + i) == ~first - i
+  for (uint32_t mm = m; mm != 0; mm &= mm - 1) {
+    const int i = __ffs(static_cast<int>(mm)) - 1;
+    const uint32_t key = hrow[4 * ((4 * h + (i >> 2)) ^ sw) + (i & 3)];
+    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(to), "r"(key), "r"(nfirst - static_cast<uint32_t>(i))
+                 : "memory");
+    to += 8u;
+  }
+  if (s == 0) {  // below every candidate (keys are above 0): pads an odd count for the pairwise reads
+    seg[2 * C] = 0u;
+    seg[2 * C + 1] = 0u;
+  }
+  __syncwarp();
+  const uint2* pairs = reinterpret_cast<const uint2*>(seg);
+  uint32_t* by_rank = seg + kGroups32CandWords;  // the expert of rank j (< k <= 16), its score 16 words on
+  float* score_by_rank = reinterpret_cast<float*>(by_rank) + 16;
+  for (int r0 = s; r0 < C; r0 += 2 * L) {
+    const int r1 = r0 + L;
+    const uint2 a = pairs[r0];
+    const uint2 b = r1 < C ? pairs[r1] : make_uint2(0u, 0u);
+    // The candidates' logits, loaded before the ranks so that the load's latency is off the chain: the owner of the
+    // candidate of rank j < k computes output j's score (the same expression on the same value as the key's score).
+    const T xa = row[~a.y];  // widened where used: a conversion placed at the load stalled on it before the ranks
+    const T xb = r1 < C ? row[~b.y] : T{};
+    int ra = 0, rb = 0;
+    for (int q = 0; q < C; q += 2) {
+      const uint4 o = reinterpret_cast<const uint4*>(seg)[q / 2];
+      add_if_above64(ra, o.x, o.y, a.x, a.y);
+      add_if_above64(ra, o.z, o.w, a.x, a.y);
+      add_if_above64(rb, o.x, o.y, b.x, b.y);
+      add_if_above64(rb, o.z, o.w, b.x, b.y);
+    }
+    if (ra < p.k) {
+      by_rank[ra] = ~a.y;
+      score_by_rank[ra] = score32<BIAS>(fast, to_float(xa));
+    }
+    if (r1 < C && rb < p.k) {
+      by_rank[rb] = ~b.y;
+      score_by_rank[rb] = score32<BIAS>(fast, to_float(xb));
+    }
+  }
+  __syncwarp();
+#pragma unroll
+  for (int q = 0; q < M; ++q) {
+    const bool out = q * L + s < p.k;
+    out_id[q] = out ? static_cast<int>(by_rank[q * L + s]) : 0;
+    w[q] = out ? score_by_rank[q * L + s] : 0.0f;
+  }
+  return true;  // the next token's stores into `cand` wait at its first __syncwarp
+}
+
 /// Routes token t (E == 32 * L, n_group == L) with the L-lane segment of the calling (full) warp that holds `lane`.
 /// Segments with t >= T compute on row 0 and store nothing (every lane takes part in the shuffles).
 /// `bias_sh`: the sanitised bias (stage_bias32) when BIAS; `halves`: the warp's kGroups32HalvesWords words, 16-byte
@@ -140,6 +251,38 @@ struct Group32Logits {
   static constexpr int CH = 16 / static_cast<int>(sizeof(T));
   StorageVec<T, CH> raw[32 / CH];
   __device__ __forceinline__ float get(int i) const { return raw[i / CH].get(i % CH); }
+  /// Whether every logit is above lo (false for NaN): a NaN-propagating minimum of the packed values, compared once.
+  __device__ __forceinline__ bool above(float lo) const {
+    if constexpr (sizeof(T) == 2) {
+      uint32_t m = raw[0].u.raw.x;
+#pragma unroll
+      for (int c = 0; c < 32 / CH; ++c) {
+        const uint4 r = raw[c].u.raw;
+        m = min_nan2(m, c == 0 ? r.y : r.x);
+        if (c != 0) m = min_nan2(m, r.y);
+        m = min_nan2(m, r.z);
+        m = min_nan2(m, r.w);
+      }
+      T h[2];
+      memcpy(h, &m, sizeof(m));
+      return to_float(h[0]) > lo && to_float(h[1]) > lo;
+    } else {
+      bool ok = true;
+#pragma unroll
+      for (int i = 0; i < 32; ++i) ok = ok && get(i) > lo;
+      return ok;
+    }
+  }
+  /// min.NaN of two pairs of T.
+  static __device__ __forceinline__ uint32_t min_nan2(uint32_t x, uint32_t y) {
+    uint32_t d;
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
+    } else {
+      asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
+    }
+    return d;
+  }
 };
 
 /// The row of token t (row 0 for t >= T: those segments compute and store nothing).
@@ -168,7 +311,7 @@ __device__ __forceinline__ void load_group32(const RouteParams& p, int t, int la
 /// `g`: this lane's logits (load_group32), loaded by the caller ahead of the bias staging and the previous token.
 template <typename T, int L, bool BIAS, bool HALVES>
 __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane, const float* bias_sh,
-                                               uint32_t* halves, const Group32Logits<T>& g) {
+                                               uint32_t* halves, uint32_t* cand, const Group32Logits<T>& g) {
   constexpr int M = 32 / L;
   const int s = lane & (L - 1), base = 32 * s;
   const bool live = t < p.T;
@@ -179,14 +322,13 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   // give the group's top two (top_two32's selects, in another order: the same multiset). Only 4 keys are live.
   // FAST: the sigmoid's reciprocal without its range test (moe_sigmoid_mid), valid while every logit of the warp is
   // above -80; else the warp forms its keys again with moe_sigmoid.
-  float a[4], b[4];
+  uint32_t a[2], b[2];  // running top-two order keys over the key pairs (j, j + 1), j = 0, 2
   uint32_t* mine = halves + 32 * lane;
   auto form_keys = [&](auto fast_tag) {
     [[maybe_unused]] constexpr bool FAST = decltype(fast_tag)::value;
-    bool in_range = true;
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
-      float key[4];
+      uint32_t key[4];
       [[maybe_unused]] float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (bias_sh is 16-byte aligned, base + 4c too)
         const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[c];
@@ -197,51 +339,55 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
       }
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int i = 4 * c + j;
-        const float v = g.get(i);
+        const float v = g.get(4 * c + j);
         if constexpr (BIAS) {
           // Above -80 (NaN and -inf are not) the sanitising changes nothing that the sigmoid sees: -0 and +inf give
           // the scores of +0 and FLT_MAX.
-          in_range = in_range && v > kSigmoidMidMin;
-          key[j] = (FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias4[j];
+          key[j] = moe_order_key((FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias4[j]);
         } else {
-          key[j] = moe_sanitize(v);
-        }
-        if (c == 0) {
-          a[j] = key[j];
-          b[j] = -INFINITY;
-        } else {
-          b[j] = fmaxf(b[j], fminf(a[j], key[j]));
-          a[j] = fmaxf(a[j], key[j]);
+          key[j] = moe_order_key(moe_sanitize(v));
         }
       }
-      reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(
-          moe_order_key(key[0]), moe_order_key(key[1]), moe_order_key(key[2]), moe_order_key(key[3]));
+#pragma unroll
+      for (int j = 0; j < 4; j += 2) {  // top two of {a, b, key j, key j + 1}: 3-input min / max (VIMNMX3)
+        const uint32_t hi = max(key[j], key[j + 1]), lo = min(key[j], key[j + 1]);
+        if (c == 0) {
+          a[j / 2] = hi;
+          b[j / 2] = lo;
+        } else {
+          b[j / 2] = max(max(b[j / 2], min(a[j / 2], hi)), lo);
+          a[j / 2] = max(a[j / 2], hi);
+        }
+      }
+      reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(key[0], key[1], key[2], key[3]);
     }
-    return in_range;
   };
   __syncwarp();  // the previous tokens' reads of the scratch are done
-  if (!__all_sync(kFullMask, form_keys(std::true_type{}))) {
-    __syncwarp();
+  const bool fast = !BIAS || __all_sync(kFullMask, g.above(kSigmoidMidMin));
+  if (fast) {
+    form_keys(std::true_type{});
+  } else {
     form_keys(std::false_type{});
   }
   bool kept = true;
+  [[maybe_unused]] uint32_t second = 0;  // the order key of the group's second key (HALVES)
   if (p.topk_group < p.n_group) {
-    merge_top_two(a[0], b[0], a[1], b[1]);
-    merge_top_two(a[2], b[2], a[3], b[3]);
-    merge_top_two(a[0], b[0], a[2], b[2]);
-    const uint32_t gk = moe_order_key(BIAS ? a[0] + b[0] : a[0]);
+    b[0] = max(max(b[0], min(a[0], a[1])), b[1]);  // the group's top two (a[0], b[0])
+    a[0] = max(a[0], a[1]);
+    const uint32_t gk = BIAS ? moe_order_key(moe_key_float(a[0]) + moe_key_float(b[0])) : a[0];
+    if constexpr (HALVES) second = b[0];
     // Rank of this group among the token's L groups (higher key first, then the lower group).
     int rank = 0;
 #pragma unroll
-    for (int g = 0; g < L; ++g) {
-      const uint32_t o = __shfl_sync(kFullMask, gk, g, L);
-      rank += (o > gk || (o == gk && g < s)) ? 1 : 0;
+    for (int g = 0; g < L; ++g) {  // (key, ~group) as 64-bit values
+      add_if_above64(rank, __shfl_sync(kFullMask, gk, g, L), ~static_cast<uint32_t>(g), gk, ~static_cast<uint32_t>(s));
     }
     kept = rank < p.topk_group;
   }
   __syncwarp();
   int out_id[M];
+  float w[M];
+  bool ranked = false;  // rank_candidates32 gave the outputs and their scores
   if constexpr (HALVES) {
     // The topk_group = L/2 surviving groups, 16 keys per lane: lane s takes half s & 1 of the (s >> 1)-th kept group
     // (lanes still ascend with experts), so that every pick rescans 16 keys instead of 32.
@@ -264,7 +410,10 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
       half[4 * j + 2] = v.z;
       half[4 * j + 3] = v.w;
     }
-    pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
+    ranked = p.ranks && p.k <= L &&
+             rank_candidates32<T, L, BIAS>(p, half, 32 * src + 16 * h, kept, second, lane, halves + 32 * from, h,
+                                           from & 7, cand, row, fast, out_id, w);
+    if (!ranked) pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
   } else {
     uint32_t uk[32];
 #pragma unroll
@@ -279,14 +428,9 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   }
   // Weights: the score of each picked expert, from its logit (the same expression on the same value as the key's
   // score, and as route_token's weight).
-  float w[M];
+  if (!ranked) {
 #pragma unroll
-  for (int q = 0; q < M; ++q) {
-    w[q] = 0.0f;
-    if (q * L + s < p.k) {
-      const float xv = moe_sanitize(to_float(row[out_id[q]]));
-      w[q] = moe_sigmoid(xv);
-    }
+    for (int q = 0; q < M; ++q) w[q] = q * L + s < p.k ? score32<BIAS>(fast, to_float(row[out_id[q]])) : 0.0f;
   }
   if (p.renormalize) {
     const float tot = weight_sum32<L>(w);

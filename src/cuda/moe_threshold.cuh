@@ -44,23 +44,27 @@ inline bool threshold_route_call(const RouteParams& p, DType dtype) {
          p.T >= kThresholdMinTokens;
 }
 
-/// c += (k >= tau): a compare and a predicated add (the compiler's form of the sum is a compare, an add and a select).
-__device__ __forceinline__ void add_if_at_least(int& c, uint32_t k, uint32_t tau) {
-  asm("{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %2;\n\t@p add.s32 %0, %0, 1;\n\t}" : "+r"(c) : "r"(k), "r"(tau));
-}
-
-/// c += (k > v), likewise.
+/// c += (k > v): a compare and a predicated add (the compiler's form of the sum is a compare, an add and a select).
 __device__ __forceinline__ void add_if_above(int& c, uint32_t k, uint32_t v) {
   asm("{\n\t.reg .pred p;\n\tsetp.gt.u32 p, %1, %2;\n\t@p add.s32 %0, %0, 1;\n\t}" : "+r"(c) : "r"(k), "r"(v));
 }
 
-/// Stores k at shared address `to` and advances it by one word when k >= tau: a compare, a predicated store and a
-/// predicated add (a store through the generic pointer recomputed its shared address for every key).
-__device__ __forceinline__ void store_if_at_least(uint32_t& to, uint32_t k, uint32_t tau) {
+/// m |= bit when k >= tau: a compare and a predicated or.
+__device__ __forceinline__ void or_if_at_least(uint32_t& m, uint32_t k, uint32_t tau, uint32_t bit) {
+  asm("{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %2;\n\t@p or.b32 %0, %0, %3;\n\t}"
+      : "+r"(m)
+      : "r"(k), "r"(tau), "r"(bit));
+}
+
+/// Stores k at shared address `to` and advances it by one word when `bit` is set in m: a bit test, a predicated store
+/// and a predicated add (a store through the generic pointer recomputed its shared address for every key; a second
+/// compare with tau was merged by ptxas with the count's into predicates kept in a register, ≈ 7 instructions a key).
+__device__ __forceinline__ void store_if_bit(uint32_t& to, uint32_t k, uint32_t m, uint32_t bit) {
   asm volatile(
-      "{\n\t.reg .pred p;\n\tsetp.ge.u32 p, %1, %2;\n\t@p st.shared.u32 [%0], %1;\n\t@p add.u32 %0, %0, 4;\n\t}"
+      "{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tand.b32 t, %2, %3;\n\tsetp.ne.u32 p, t, 0;\n\t"
+      "@p st.shared.u32 [%0], %1;\n\t@p add.u32 %0, %0, 4;\n\t}"
       : "+r"(to)
-      : "r"(k), "r"(tau)
+      : "r"(k), "r"(m), "r"(bit)
       : "memory");
 }
 
@@ -108,9 +112,10 @@ __device__ __forceinline__ bool route_token_threshold(const RouteParams& p, int 
     b = __reduce_max_sync(kFullMask, r);
   }
   const uint32_t tau = b;
-  int c = 0;
+  uint32_t cm = 0;  // the lane's candidates, bit i for key i
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) add_if_at_least(c, ck[i], tau);
+  for (int i = 0; i < VPT; ++i) or_if_at_least(cm, ck[i], tau, 1u << i);
+  const int c = __popc(cm);
   const int total = static_cast<int>(__reduce_add_sync(kFullMask, static_cast<uint32_t>(c)));
   if (total > 32) return false;
   int at = c;  // inclusive scan of the counts over the lanes
@@ -123,7 +128,7 @@ __device__ __forceinline__ bool route_token_threshold(const RouteParams& p, int 
   __syncwarp();  // the previous token's reads of the scratch are done
   uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(sh)) + 4u * static_cast<uint32_t>(at);
 #pragma unroll
-  for (int i = 0; i < VPT; ++i) store_if_at_least(to, ck[i], tau);
+  for (int i = 0; i < VPT; ++i) store_if_bit(to, ck[i], cm, 1u << i);
   if (lane >= total) sh[lane] = 0u;  // below every key: counts for no rank
   __syncwarp();
   const uint32_t mine = sh[lane];

@@ -15,9 +15,10 @@ namespace {
 
 template <typename T, int VPT, bool BIAS>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteParams p) {
-  pdl_wait_and_release();
   __shared__ float keys[kRouteWarps][route_scratch_floats(VPT)];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  prefetch_logits_l2<T>(p, static_cast<int>(blockIdx.x) * kRouteWarps + warp, 1, lane);
+  pdl_wait_and_release();
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
     route_token<T, VPT, BIAS>(p, t, keys[warp], lane);
@@ -27,8 +28,9 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteParams p) 
 /// The packed router (moe_packed.cuh): 16-bit logits, no bias, every group kept, VPT >= 2.
 template <typename T, int VPT>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RouteParams p) {
-  pdl_wait_and_release();
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  prefetch_logits_l2<T>(p, static_cast<int>(blockIdx.x) * kRouteWarps + warp, 1, lane);
+  pdl_wait_and_release();
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
     route_token_packed<T, VPT>(p, t, lane);
@@ -40,9 +42,10 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RoutePar
 /// one wave on 132 SMs; at VPT 32, 128 (the packed router alone takes 116).
 template <typename T, int VPT>
 __global__ void __launch_bounds__(kRouteWarps * 32, VPT == 16 ? 8 : 4) route_threshold_kernel(RouteParams p) {
-  pdl_wait_and_release();
   __shared__ __align__(16) uint32_t sh[kRouteWarps][kThresholdScratchWords];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  prefetch_logits_l2<T>(p, static_cast<int>(blockIdx.x) * kRouteWarps + warp, 1, lane);
+  pdl_wait_and_release();
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
     if (!route_token_threshold<T, VPT>(p, t, lane, sh[warp])) route_token_packed<T, VPT>(p, t, lane);
@@ -52,10 +55,11 @@ __global__ void __launch_bounds__(kRouteWarps * 32, VPT == 16 ? 8 : 4) route_thr
 /// One block of n_group warps per token (moe_group_warps.cuh).
 template <typename T, bool BIAS>
 __global__ void __launch_bounds__(1024) route_group_warps_kernel(RouteParams p) {
-  pdl_wait_and_release();
   __shared__ GroupWarpsScratch sh;
   const int t = static_cast<int>(blockIdx.x), warp = static_cast<int>(threadIdx.x) >> 5;
   const int lane = static_cast<int>(threadIdx.x) & 31;
+  if (warp == 0) prefetch_logits_l2<T>(p, t, 1, lane);
+  pdl_wait_and_release();
   route_group_warps_rank<T, BIAS>(p, t, sh, warp, lane);
   __syncthreads();
   if (warp == 0) route_group_warps_select<BIAS>(p, t, sh, lane);
@@ -79,12 +83,14 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
 template <typename T, int L, bool BIAS, bool HALVES>
 __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES ? 8 : 5)
     route_groups32_kernel(RouteParams p) {
-  pdl_wait_and_release();
   __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
   __shared__ __align__(16) uint32_t halves[kRouteWarps][kGroups32HalvesWords];
+  __shared__ __align__(16) uint32_t cand[kRouteWarps][HALVES ? kGroups32CandWarpWords : 4];
   constexpr int kPerWarp = 32 / L;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int first = (static_cast<int>(blockIdx.x) * kRouteWarps + warp) * kPerWarp;
+  prefetch_logits_l2<T>(p, first, kPerWarp, lane);
+  pdl_wait_and_release();
   const int step = static_cast<int>(gridDim.x) * kRouteWarps * kPerWarp;
   // With a bias, the first token's logits are loaded before the bias is staged (the two loads' latencies overlap
   // instead of adding up: the staging ends with a barrier of the block).
@@ -95,7 +101,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES 
   }
   for (int t0 = first; t0 < p.T; t0 += step) {
     if (!BIAS || t0 != first) load_group32<T, L>(p, t0 + lane / L, lane, g);
-    route_groups32<T, L, BIAS, HALVES>(p, t0 + lane / L, lane, bias_sh, halves[warp], g);  // warp-uniform
+    route_groups32<T, L, BIAS, HALVES>(p, t0 + lane / L, lane, bias_sh, halves[warp], cand[warp], g);  // warp-uniform
   }
 }
 
@@ -110,7 +116,8 @@ void launch_groups32(const char* op, const RouteParams& p, DType dtype, cudaStre
     if (groups32_halves(p)) {
       kernel = p.bias ? route_groups32_kernel<T, L, true, true> : route_groups32_kernel<T, L, false, true>;
     }
-    // 18 KB of shared memory per block: the largest carveout keeps 8 blocks (64 registers) resident per SM.
+    // 18 KB of shared memory per block (24.4 KB with the candidates of HALVES): the largest carveout keeps 8 blocks
+    // (64 registers) resident per SM.
     check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                     cudaSharedmemCarveoutMaxShared),
                op, "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
@@ -128,6 +135,22 @@ bool threshold_route_enabled() {
   static const bool on = !env_switched_off("FUSEOPS_MOE_THRESHOLD");
   return on;
 }
+
+namespace {
+
+/// The routers' L2 prefetch before the PDL wait (RouteParams::prefetch); FUSEOPS_MOE_PREFETCH=0 switches it off (A/B).
+bool route_prefetch_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_PREFETCH");
+  return on;
+}
+
+/// The groups-of-32 router's candidate ranks (RouteParams::ranks); FUSEOPS_MOE_GROUPS32_RANKS=0 switches them off.
+bool groups32_ranks_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_GROUPS32_RANKS");
+  return on;
+}
+
+}  // namespace
 
 RouteParams route_params(const RouteArgs& a) {
   RouteParams p{};
@@ -151,6 +174,8 @@ RouteParams route_params(const RouteArgs& a) {
   p.softmax = a.scoring == MoeScoring::softmax;
   p.renormalize = a.renormalize;
   p.scale = a.scale;
+  p.prefetch = route_prefetch_enabled();
+  p.ranks = groups32_ranks_enabled();
   return p;
 }
 

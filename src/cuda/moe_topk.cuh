@@ -28,11 +28,13 @@ struct RouteParams {
   const void* bias;  ///< nullptr when absent
   int64_t bias_stride;
   int bias_dtype;    ///< DType of the bias
+  int prefetch;      ///< the routers' L2 prefetch of their first rows before the PDL wait (prefetch_rows_l2)
   float* weights;
   int64_t weights_stride;
   void* ids;
   int64_t ids_stride;
   int ids_i64;
+  int ranks;  ///< groups-of-32 router: rank the candidates above a bound instead of k picks (rank_candidates32)
   int32_t* src_rows;  ///< nullptr when absent
   int64_t src_stride;
   int T, E, k, n_group, topk_group, softmax, renormalize;
@@ -43,6 +45,38 @@ __device__ __forceinline__ float load_any_float(const void* p, int dtype, int64_
   if (dtype == static_cast<int>(DType::f16)) return __half2float(static_cast<const __half*>(p)[i]);
   if (dtype == static_cast<int>(DType::bf16)) return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
   return static_cast<const float*>(p)[i];
+}
+
+/// Hints the L2 to fetch `rows` rows of `row_bytes` bytes, `stride_bytes` apart from `row0`: rows that are contiguous
+/// and 16-byte aligned as one bulk prefetch from lane 0 (cp.async.bulk.prefetch.L2), else one prefetch per 128 bytes
+/// of each row over the lanes. The routers issue it for their first token(s) before pdl_wait_and_release, so that
+/// the DRAM latency of the logits runs while the previous kernel finishes. It reads nothing into the SM: the L2 is
+/// the point of coherence, so a line that the previous kernel writes after the prefetch is still read as written
+/// after the wait (the loads go through L1, which the prefetch does not fill).
+__device__ __forceinline__ void prefetch_rows_l2(const void* row0, int64_t stride_bytes, int row_bytes, int rows,
+                                                 int lane) {
+  const char* r = static_cast<const char*>(row0);
+  if ((rows == 1 || stride_bytes == row_bytes) &&
+      ((reinterpret_cast<uintptr_t>(r) | static_cast<uintptr_t>(row_bytes)) & 15) == 0) {
+    if (lane == 0) {
+      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(r)),
+                   "r"(rows * row_bytes)
+                   : "memory");
+    }
+    return;
+  }
+  for (int q = 0; q < rows; ++q, r += stride_bytes) {
+    for (int c = 128 * lane; c < row_bytes; c += 32 * 128) asm volatile("prefetch.L2 [%0];" ::"l"(r + c));
+  }
+}
+
+/// prefetch_rows_l2 of the logits rows [t, t + tokens) that exist, when the call asks for it (RouteParams::prefetch).
+template <typename T>
+__device__ __forceinline__ void prefetch_logits_l2(const RouteParams& p, int t, int tokens, int lane) {
+  if (!p.prefetch || t >= p.T) return;
+  const int64_t stride = p.logits_stride * static_cast<int64_t>(sizeof(T));
+  prefetch_rows_l2(static_cast<const char*>(p.logits) + t * stride, stride, p.E * static_cast<int>(sizeof(T)),
+                   min(tokens, p.T - t), lane);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

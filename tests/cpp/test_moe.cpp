@@ -556,6 +556,73 @@ TEST_P(MoeTest, GroupedTopkGroupsOf32SigmoidRange) {
   }
 }
 
+// The groups-of-32 router's candidate ranks (topk_group = n_group / 2, k <= n_group: the keys above the smallest
+// second key of the surviving groups, ranked against each other) and its fallback to the picks (a warp with a token
+// of more than 32 candidates): 2100 tokens (a partly filled last block) whose warps hold, by turns, random rows, rows
+// of few distinct values over a bias of few values (equal keys across experts and groups), rows whose top keys crowd
+// into one group (20-35 of its experts high: candidate counts on both sides of 32), rows near the fast sigmoid's end
+// (-85..-75, with NaN, +-inf and -0), and one all-equal row among random ones. Against the golden, and the first 256
+// rows bit for bit against moe_route's router on 64 rows at a time (not the groups-of-32 router); also k past
+// n_group (the picks) and no bias.
+TEST_P(MoeTest, GroupedTopkGroupsOf32CandidateRanks) {
+  struct Case {
+    int64_t E, k, ng, tg;
+    bool bias;
+  };
+  const Case cases[] = {{256, 8, 8, 4, true},   {256, 8, 8, 4, false},  {256, 5, 8, 4, true},
+                        {512, 16, 16, 8, true}, {512, 8, 16, 8, false}, {512, 20, 16, 8, true}};
+  for (const Case& c : cases) {
+    RouteProblem p = grouped_problem(2100, c.E, c.k, c.ng, c.tg, c.bias, MoeScoring::sigmoid);
+    const int64_t per_warp = 32 / c.ng;
+    std::mt19937_64 rng(test_rng()());
+    std::normal_distribution<float> normal(0.0f, 2.0f);
+    std::uniform_real_distribution<float> edge(-85.0f, -75.0f);
+    HostTensor logits(p.dtype, {p.T, p.E});
+    for (int64_t r = 0; r < p.T; ++r) {
+      const int64_t kind = (r / per_warp) % 5;
+      const int64_t crowd_group = r % c.ng, crowd = 20 + r % 16;
+      for (int64_t e = 0; e < p.E; ++e) {
+        float v = normal(rng);
+        if (kind == 1) v = static_cast<float>(static_cast<int>(rng() % 5) - 3);  // -3 .. 1
+        if (kind == 2) v = e / 32 == crowd_group && e % 32 < crowd ? 4.0f + 0.0625f * (e % 7) : v - 3.0f;
+        if (kind == 3) {
+          v = rng() % 2 ? edge(rng) : v;
+          if (e % 41 == 3) v = std::numeric_limits<float>::quiet_NaN();
+          if (e % 43 == 5) v = std::numeric_limits<float>::infinity();
+          if (e % 47 == 7) v = -std::numeric_limits<float>::infinity();
+          if (e % 53 == 9) v = -0.0f;
+        }
+        if (kind == 4 && r % per_warp == per_warp - 1) v = 0.5f;  // all equal: every key is a candidate
+        logits.set(r, e, v);
+      }
+    }
+    HostTensor bias(DType::f32, {p.E});
+    for (int64_t e = 0; e < p.E; ++e) bias.set(0, e, 0.125f * static_cast<float>(e % 3));
+    const HostTensor* b = c.bias ? &bias : nullptr;
+    const auto many = ft::run_route(p, logits, b, device_of(GetParam()));
+    fuseops::reference::RouterSpec spec = p.spec;
+    spec.k = p.k;
+    const fuseops::reference::MoeComparison g = fuseops::reference::compare_route(
+        fuseops::reference::route(logits, b, spec), many.weights, many.ids, nullptr);
+    EXPECT_TRUE(g.pass) << p.describe() << ": " << g.violations << " violations, first: " << g.detail;
+    RouteProblem few = p;
+    few.op = RouteOp::moe_route;
+    few.T = 64;
+    for (int64_t r0 = 0; r0 < 256; r0 += few.T) {
+      HostTensor part(p.dtype, {few.T, p.E});
+      for (int64_t r = 0; r < few.T; ++r) {
+        for (int64_t e = 0; e < p.E; ++e) part.set(r, e, static_cast<float>(logits.get(r0 + r, e)));
+      }
+      const auto head = ft::run_route(few, part, b, device_of(GetParam()));
+      HostTensor w(DType::f32, {few.T, p.k}), ids(p.ids_dtype, {few.T, p.k});
+      std::memcpy(w.data(), static_cast<const char*>(many.weights.data()) + r0 * p.k * 4, w.bytes());
+      std::memcpy(ids.data(), static_cast<const char*>(many.ids.data()) + r0 * p.k * 4, ids.bytes());
+      EXPECT_TRUE(same_bytes(w, head.weights)) << p.describe() << " rows from " << r0;
+      EXPECT_TRUE(same_bytes(ids, head.ids)) << p.describe() << " rows from " << r0;
+    }
+  }
+}
+
 TEST_P(MoeTest, GroupedTopkTiesPickLowerGroupsAndExperts) {
   // All-equal rows: every group score ties, so the lowest topk_group groups survive and the lowest experts win.
   RouteProblem p = grouped_problem(2, 256, 8, 8, 4, false, MoeScoring::sigmoid);
