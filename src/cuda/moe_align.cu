@@ -25,10 +25,23 @@ __global__ void __launch_bounds__(32 * moe_align_max_warps(ROUNDS)) align_kernel
   align_schedule<ROUNDS>(p, lo, hi, smem);
 }
 
+template <AlignSmallOut OUT>
 __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(AlignParams p) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
-  align_small(p, smem_small, gridDim.x, blockIdx.x);
+  align_small<OUT>(p, smem_small, gridDim.x, blockIdx.x);
+}
+
+/// align_small_kernel for moe_route's two launches: the prefill of this block's chunks (align_small_prefill) runs
+/// BEFORE the PDL wait, overlapping the router. Safe only right after a router kernel of the same moe_route call:
+/// every router kernel waits for its predecessor before it releases its dependents, so when this kernel starts the
+/// kernels before the router have completed, and the router does not touch sorted_token_ids or expert_ids (the
+/// outputs do not overlap). Never launch it after any other kernel.
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_after_route_kernel(AlignParams p) {
+  align_small_prefill(p, gridDim.x, blockIdx.x);
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_after[];
+  align_small<AlignSmallOut::kPrefilled>(p, smem_after, gridDim.x, blockIdx.x);
 }
 
 template <int R>
@@ -73,6 +86,11 @@ bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStr
 
 }  // namespace
 
+bool align_small_owned() {
+  static const bool owned = !env_switched_off("FUSEOPS_MOE_ALIGN_OWNED");
+  return owned;
+}
+
 int64_t align_small_max_ids() {
   static const int64_t limit = env_switched_off("FUSEOPS_MOE_ALIGN_SMALL") ? int64_t{-1} : kMoeAlignSmallMaxIds;
   return limit;
@@ -105,15 +123,20 @@ MoeAlignPlan align_plan(int64_t numel, int64_t E, int64_t out_words, int device)
                         out_words, align_small_max_ids());
 }
 
-void align(const char* op, const AlignArgs& args, int device, void* stream) {
+namespace {
+
+void align_launch(const char* op, const AlignArgs& args, int device, void* stream, bool after_route) {
   DeviceGuard guard(device, op);
   auto s = static_cast<cudaStream_t>(stream);
   const AlignParams p = align_params(args, device);
   const MoeAlignPlan plan = align_plan(p.numel, args.E, args.sorted_len + args.blocks, device);
   const std::size_t smem = static_cast<std::size_t>(plan.smem_words) * sizeof(int);
   if (plan.replicas > 0) {
-    allow_smem(align_small_kernel, smem, op);
-    launch_kernel(align_small_kernel, dim3(plan.replicas), dim3(32 * plan.warps), smem, s, device, p);
+    auto kernel = !align_small_owned() ? align_small_kernel<AlignSmallOut::kFlat>
+                  : after_route       ? align_small_after_route_kernel
+                                      : align_small_kernel<AlignSmallOut::kOwned>;
+    allow_smem(kernel, smem, op);
+    launch_kernel(kernel, dim3(plan.replicas), dim3(32 * plan.warps), smem, s, device, p);
     after_launch(op, s, device);
     return;
   }
@@ -134,6 +157,16 @@ void align(const char* op, const AlignArgs& args, int device, void* stream) {
     default: go(align_kernel<0>); break;
   }
   after_launch(op, s, device);
+}
+
+}  // namespace
+
+void align(const char* op, const AlignArgs& args, int device, void* stream) {
+  align_launch(op, args, device, stream, false);
+}
+
+void align_after_route(const char* op, const AlignArgs& args, int device, void* stream) {
+  align_launch(op, args, device, stream, true);
 }
 
 }  // namespace fuseops::detail::cuda

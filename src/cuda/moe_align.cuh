@@ -446,6 +446,54 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
   cluster_wait(cl);  // no block leaves while another may still read its block totals
 }
 
+/// Where align_small writes sorted_token_ids and expert_ids (docs/ops/moe.md, "moe_align_block_size: small
+/// variant"):
+/// - kFlat: each block scatters the ids of its warps (w % parts == part) and writes its share of the padding,
+///   expert_ids and the tail, one word per thread and pass, after the schedule;
+/// - kOwned: block `part` owns a contiguous chunk of sorted_token_ids and of expert_ids (AlignOwnedChunk): it fills
+///   its chunk with numel / -1 (align_small_prefill) while its id loads are in flight, and after the schedule writes
+///   only the ids and the GEMM blocks' experts that fall in its chunk;
+/// - kPrefilled: as kOwned, the caller having run align_small_prefill earlier in the kernel (before the routing,
+///   or before the PDL wait where that is safe: see align_small_after_route_kernel).
+enum class AlignSmallOut { kFlat, kOwned, kPrefilled };
+
+/// The chunks of sorted_token_ids [lo, hi) and expert_ids [blo, bhi) that block `part` of `parts` owns in the owned
+/// layouts of align_small (sorted chunks a multiple of 4 words long).
+struct AlignOwnedChunk {
+  int lo, hi, blo, bhi;
+  __device__ __forceinline__ AlignOwnedChunk(const AlignParams& p, unsigned parts, unsigned part) {
+    const int64_t n = p.sorted_len, nb = p.blocks, q = parts, r = part;
+    const int64_t chunk = ((n + q - 1) / q + 3) / 4 * 4, bchunk = (nb + q - 1) / q;
+    lo = static_cast<int>(min(n, r * chunk));
+    hi = static_cast<int>(min(n, r * chunk + chunk));
+    blo = static_cast<int>(min(nb, r * bchunk));
+    bhi = static_cast<int>(min(nb, r * bchunk + bchunk));
+  }
+};
+
+/// out[lo, hi) = v by the threads of the block: 16-byte stores between the scalar head and tail (out is 4-byte
+/// aligned).
+__device__ __forceinline__ void block_fill_words(int32_t* out, int lo, int hi, int v) {
+  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+  const int head = min(hi - lo, static_cast<int>((16u - (reinterpret_cast<uintptr_t>(out + lo) & 15u)) & 15u) >> 2);
+  const int mid = lo + head, n4 = (hi - mid) >> 2, tail = mid + 4 * n4;
+  if (tid < head) out[lo + tid] = v;
+  int4* out4 = reinterpret_cast<int4*>(out + mid);
+  for (int i = tid; i < n4; i += nt) out4[i] = make_int4(v, v, v, v);
+  if (tail + tid < hi) out[tail + tid] = v;
+}
+
+/// The id-independent half of align_small's owned layouts: block `part` fills its chunk of sorted_token_ids with
+/// numel and its chunk of expert_ids with -1 (align_small later overwrites the ids and the used blocks' experts in
+/// the same chunks, after a block barrier).
+__device__ __forceinline__ void align_small_prefill(const AlignParams& p, unsigned parts, unsigned part) {
+  const AlignOwnedChunk o(p, parts, part);
+  block_fill_words(p.sorted, o.lo, o.hi, p.numel);
+  for (int b = o.blo + static_cast<int>(threadIdx.x); b < o.bhi; b += static_cast<int>(blockDim.x)) {
+    p.expert_ids[b] = -1;
+  }
+}
+
 /// Small variant (moe_align_plan: replicas > 0; up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts):
 /// each of `parts` blocks of kMoeAlignSmallWarps warps (this one being `part`: the grid of the standalone kernel,
 /// or moe_route's blocks) computes the whole schedule from all ids (the ids are a few KB, read by every block from
@@ -461,9 +509,10 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 ///     stores in all), then its share of the rest, one output word per thread and pass (coalesced, no per-expert
 ///     loop): a position of sorted_token_ids is padding when it lies past the total or past its block's region's
 ///     ids, expert_ids[b] is block b's expert before the total and -1 after.
+/// Step 4 as described is the kFlat layout; kOwned and kPrefilled write the outputs by chunks (AlignSmallOut).
 /// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
 /// moe_align_small_smem_words(E) ints. `ids`: where the ids are read (topk_ids in global memory by default).
-template <typename Ids = GlobalIds>
+template <AlignSmallOut OUT = AlignSmallOut::kFlat, typename Ids = GlobalIds>
 __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part,
                                             Ids ids = {}) {
   constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
@@ -483,7 +532,9 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   // 1. The counters zeroed (W * E is a multiple of 4; `smem` is 16-byte aligned), the ids loaded.
   for (int i = tid; i < W * E / 4; i += NT) reinterpret_cast<int4*>(cnt)[i] = make_int4(0, 0, 0, 0);
   int slot[R];
-  align_load_slots<R, Ids>(p, wlo, whi, lane, slot, ids);
+  align_load_raw<R, Ids>(p, wlo, whi, lane, slot, ids);
+  if constexpr (OUT == AlignSmallOut::kOwned) align_small_prefill(p, parts, part);  // while the loads are in flight
+  align_map_settle<R>(p, wlo, lane, slot);
   __syncthreads();
   // 2. Ranks within the warp.
   int* my_cnt = cnt + warp * E;
@@ -542,17 +593,32 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   for (int v = 0; v < VMAX; ++v) {
     const int e = v * NT + tid;
     if (v < vn && e < E) {
-      const int lo = base[v] + incl[v] - own[v], used = lo + c[v];
+      const int lo = base[v] + incl[v] - own[v];
       start[e] = lo;
       count[e] = c[v];
       for (int b = bs.div(lo); b < bs.div(lo + own[v]); ++b) {  // at most one block per id in all
         blk_expert[b] = e;
-        blk_pad[b] = used;
+        if constexpr (OUT == AlignSmallOut::kFlat) blk_pad[b] = lo + c[v];  // its first padding position
       }
     }
   }
   const int total = acc;  // the grand total (every thread has it)
   __syncthreads();
+  const int blocks_used = bs.div(total);
+  if constexpr (OUT != AlignSmallOut::kFlat) {
+    // 4. The ids and the used blocks' experts that fall in this block's chunks (the rest was prefilled).
+    const AlignOwnedChunk o(p, parts, part);
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      if (slot[j] >= 0) {
+        const int e = slot[j] >> 16, q = start[e] + my_cnt[e] + (slot[j] & 0xffff);
+        if (q >= o.lo && q < o.hi) p.sorted[q] = wlo + 32 * j + lane;
+      }
+    }
+    for (int b = o.blo + tid; b < min(o.bhi, blocks_used); b += NT) p.expert_ids[b] = blk_expert[b];
+    if (part == 0 && tid == 0) *p.total = total;
+    return;
+  }
   // 4. This block's share of the ids, then of the padding, expert_ids, the tail and the total.
   if (warp % static_cast<int>(parts) == static_cast<int>(part)) {
 #pragma unroll
@@ -567,7 +633,6 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   for (int j = gt; j < p.sorted_len; j += gs) {
     if (j >= total || j >= blk_pad[bs.div(j)]) p.sorted[j] = p.numel;
   }
-  const int blocks_used = bs.div(total);
   for (int b = gt; b < p.blocks; b += gs) p.expert_ids[b] = b < blocks_used ? blk_expert[b] : -1;
   if (gt == 0) *p.total = total;
 }

@@ -43,6 +43,21 @@ constexpr int64_t kReplicateMaxTokens = 2 * kMoeAlignSmallWarps;
 /// FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=<n> moves it.
 constexpr int64_t kReplicateGroupsMaxTokens = 2;
 
+/// Prefetches into L2 the logits rows of tokens t0, t0 + step, ... (below T), with the calling warp: a replica's warp
+/// loads a token's row only when it starts routing it, so without this every further token of the warp would wait
+/// for its own DRAM load after the previous token's chain.
+template <typename T>
+__device__ __forceinline__ void prefetch_logits_rows(const RouteParams& p, int t0, int step, int lane) {
+  for (int t = t0; t < p.T; t += step) {
+    const char* row = static_cast<const char*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride * sizeof(T);
+    const char* end = row + static_cast<int64_t>(p.E) * sizeof(T);
+    for (const char* a = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(row) & ~uintptr_t{127}) + 128 * lane;
+         a < end; a += 32 * 128) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    }
+  }
+}
+
 int64_t env_tokens(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
@@ -56,6 +71,12 @@ int64_t replicate_max_tokens() {
 
 int64_t replicate_groups_max_tokens() {
   static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS", kReplicateGroupsMaxTokens);
+  return n;
+}
+
+/// kFusedGroupsMaxTokens, or FUSEOPS_MOE_ROUTE_FUSED_GROUPS=<n> (0: off), for A/B.
+int64_t fused_groups_max_tokens() {
+  static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_FUSED_GROUPS", kFusedGroupsMaxTokens);
   return n;
 }
 
@@ -103,11 +124,13 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
   float* w_sh = reinterpret_cast<float*>(ids_sh + rp.T * rp.k);
   const Replica r(rp, ap, ids_sh, w_sh);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  prefetch_logits_rows<T>(rp, warp + kMoeAlignSmallWarps, kMoeAlignSmallWarps, lane);  // the warp's later tokens
+  align_small_prefill(ap, gridDim.x, blockIdx.x);  // stores only: they drain while the tokens are routed
   float* keys = reinterpret_cast<float*>(smem_rep) + warp * route_scratch_floats(VPT);
   for (int t = warp; t < rp.T; t += kMoeAlignSmallWarps) route_token_any<T, VPT, BIAS>(r.rp, t, keys, lane);
   __syncthreads();  // the router's outputs in shared memory; the scratch is free
   store_replica_outputs(rp, ids_sh, w_sh);
-  align_small(r.ap, smem_rep, gridDim.x, blockIdx.x);
+  align_small<AlignSmallOut::kPrefilled>(r.ap, smem_rep, gridDim.x, blockIdx.x);
 }
 
 /// Replicated path with the group-warps router (n_group == kMoeAlignSmallWarps groups of 32).
@@ -121,6 +144,8 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
   const Replica r(rp, ap, ids_sh, w_sh);
   auto& sh = *reinterpret_cast<GroupWarpsScratch*>(smem_rep_groups);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  prefetch_logits_rows<T>(rp, 1 + warp, kMoeAlignSmallWarps, lane);  // the tokens after the first
+  align_small_prefill(ap, gridDim.x, blockIdx.x);
   for (int t = 0; t < rp.T; ++t) {
     route_group_warps_rank<T, BIAS>(r.rp, t, sh, warp, lane);
     __syncthreads();
@@ -128,7 +153,7 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
     __syncthreads();  // warp 0 is done with the scratch; the router's outputs in shared memory
   }
   store_replica_outputs(rp, ids_sh, w_sh);
-  align_small(r.ap, smem_rep_groups, gridDim.x, blockIdx.x);
+  align_small<AlignSmallOut::kPrefilled>(r.ap, smem_rep_groups, gridDim.x, blockIdx.x);
 }
 
 /// The small fused path with the group-warps router (moe_group_warps.cuh): n_group == kMoeAlignSmallWarps groups of
@@ -140,6 +165,7 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) route_align_groups_k
   auto& sh = *reinterpret_cast<GroupWarpsScratch*>(smem_groups);
   const unsigned cl = cluster_blocks(), rank = cluster_rank();
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  align_small_prefill(ap, cl, rank);
   for (int t = static_cast<int>(rank); t < rp.T; t += static_cast<int>(cl)) {
     route_group_warps_rank<T, BIAS>(rp, t, sh, warp, lane);
     __syncthreads();
@@ -149,7 +175,7 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) route_align_groups_k
   cluster_arrive(cl);
   cluster_wait(cl);
   __syncthreads();
-  align_small(ap, smem_groups, cl, rank);
+  align_small<AlignSmallOut::kPrefilled>(ap, smem_groups, cl, rank);
 }
 
 template <typename T, int VPT, bool BIAS>
@@ -207,7 +233,7 @@ bool route_align_small(const char* op, const RouteArgs& r, const AlignArgs& a, i
     }
     return true;
   }
-  if (!groups || r.T > kFusedGroupsMaxTokens) return false;
+  if (!groups || r.T > fused_groups_max_tokens()) return false;
   // The fused group path: one block per token of a cluster, or more where the schedule's outputs want them, at most
   // a portable cluster; one block before sm_90.
   const int64_t wanted = std::max<int64_t>(r.T, blocks);
@@ -221,6 +247,17 @@ bool route_align_small(const char* op, const RouteArgs& r, const AlignArgs& a, i
     launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * kMoeAlignSmallWarps), smem, s, device, cluster, rp, ap);
   });
   return true;
+}
+
+/// Two launches: the router, then the schedule (align_after_route: its padding before the PDL wait, overlapping the
+/// router). No tokens: nothing to route (a grid of 0 blocks is an error), so the plain schedule kernel.
+void route_then_align(const char* op, const RouteArgs& r, const AlignArgs& a, int device, void* stream) {
+  if (r.T == 0) {
+    align(op, a, device, stream);
+    return;
+  }
+  route(op, r, device, stream);
+  align_after_route(op, a, device, stream);
 }
 
 }  // namespace
@@ -241,8 +278,7 @@ void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int
       group_warps_shape(static_cast<int>(r.E), r.n_group, r.topk_group, static_cast<int>(r.k),
                         r.scoring == MoeScoring::softmax);
   if (separate) {
-    if (r.T > 0) route(op, r, device, stream);  // no tokens: nothing to route (a grid of 0 blocks is an error)
-    align(op, a, device, stream);
+    route_then_align(op, r, a, device, stream);
     return;
   }
   // One cluster of up to 8 blocks, about 32 tokens each; the schedule holds one id per lane (rounds 1).
@@ -254,8 +290,7 @@ void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int
   // would spill hundreds of bytes per thread, past what L1 holds beside the schedule's shared memory).
   const bool spills = r.bias.data != nullptr && route_vpt(r.E) >= 16;
   if (r.T > kFusedMaxTokens || spills || warps < 1 || (chunk * r.k + warps - 1) / warps > 32) {
-    if (r.T > 0) route(op, r, device, stream);  // no tokens: nothing to route (a grid of 0 blocks is an error)
-    align(op, a, device, stream);
+    route_then_align(op, r, a, device, stream);
     return;
   }
   DeviceGuard guard(device, op);
