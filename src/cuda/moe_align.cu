@@ -84,6 +84,16 @@ bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStr
   return true;
 }
 
+/// The small variant's block count as moe_align_plan sets it, or FUSEOPS_MOE_ALIGN_SMALL_BLOCKS=<n> (1-64) from the
+/// environment (moe_align_block_size and moe_route's two launches; for A/B measurements without a rebuild).
+int align_small_blocks(int planned) {
+  static const int n = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_SMALL_BLOCKS");
+    return v == nullptr ? 0 : static_cast<int>(std::clamp<long long>(std::strtoll(v, nullptr, 10), 0, 64));
+  }();
+  return n > 0 ? n : planned;
+}
+
 }  // namespace
 
 bool align_small_owned() {
@@ -136,7 +146,8 @@ void align_launch(const char* op, const AlignArgs& args, int device, void* strea
                   : after_route       ? align_small_after_route_kernel
                                       : align_small_kernel<AlignSmallOut::kOwned>;
     allow_smem(kernel, smem, op);
-    launch_kernel(kernel, dim3(plan.replicas), dim3(32 * plan.warps), smem, s, device, p);
+    launch_kernel(kernel, dim3(static_cast<unsigned>(align_small_blocks(plan.replicas))), dim3(32 * plan.warps), smem,
+                  s, device, p);
     after_launch(op, s, device);
     return;
   }
