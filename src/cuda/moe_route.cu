@@ -39,6 +39,9 @@ constexpr int64_t kFusedGroupsMaxTokens = kMaxCluster;
 /// Tokens up to which every block routes all tokens itself (one token per warp at a time: up to two per warp);
 /// FUSEOPS_MOE_ROUTE_REPLICATE=<n> moves it (0: off), for A/B.
 constexpr int64_t kReplicateMaxTokens = 2 * kMoeAlignSmallWarps;
+/// The same with the lanes router (E <= 16 without group selection: 32 / L tokens per warp at a time, two rounds of
+/// 8 lanes at 64 tokens); FUSEOPS_MOE_ROUTE_REPLICATE_LANES=<n> moves it.
+constexpr int64_t kReplicateLanesMaxTokens = 64;
 /// The same with the group-warps router (one token per block at a time: the chain grows with the tokens);
 /// FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=<n> moves it.
 constexpr int64_t kReplicateGroupsMaxTokens = 2;
@@ -71,6 +74,12 @@ int64_t replicate_max_tokens() {
 
 int64_t replicate_groups_max_tokens() {
   static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS", kReplicateGroupsMaxTokens);
+  return n;
+}
+
+/// kReplicateLanesMaxTokens, or FUSEOPS_MOE_ROUTE_REPLICATE_LANES=<n> (0: off), for A/B.
+int64_t replicate_lanes_max_tokens() {
+  static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE_LANES", kReplicateLanesMaxTokens);
   return n;
 }
 
@@ -131,6 +140,27 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
   __syncthreads();  // the router's outputs in shared memory; the scratch is free
   store_replica_outputs(rp, ids_sh, w_sh);
   align_small<AlignSmallOut::kPrefilled>(r.ap, smem_rep, gridDim.x, blockIdx.x);
+}
+
+/// Replicated path for E <= L experts without group selection: 32 / L tokens per warp at a time (route_token_lanes,
+/// the router of topk_softmax from 1024 tokens, bitwise route_token's results), so the 8 warps route 32 (L 8) or 16
+/// (L 16) tokens per round.
+template <typename T, int L>
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
+    route_align_lanes_replicated_kernel(RouteParams rp, AlignParams ap, int ids_at) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_lanes[];
+  int* ids_sh = smem_lanes + ids_at;
+  float* w_sh = reinterpret_cast<float*>(ids_sh + rp.T * rp.k);
+  const Replica r(rp, ap, ids_sh, w_sh);
+  constexpr int kPerWarp = 32 / L, kRound = kMoeAlignSmallWarps * kPerWarp;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  for (int i = 0; i < kPerWarp; ++i) prefetch_logits_rows<T>(rp, warp * kPerWarp + i + kRound, kRound, lane);
+  align_small_prefill(ap, gridDim.x, blockIdx.x);
+  for (int t0 = warp * kPerWarp; t0 < rp.T; t0 += kRound) route_token_lanes<T, L>(r.rp, t0 + lane / L, lane);
+  __syncthreads();  // the router's outputs in shared memory
+  store_replica_outputs(rp, ids_sh, w_sh);
+  align_small<AlignSmallOut::kPrefilled>(r.ap, smem_lanes, gridDim.x, blockIdx.x);
 }
 
 /// Replicated path with the group-warps router (n_group == kMoeAlignSmallWarps groups of 32).
@@ -207,17 +237,26 @@ bool route_align_small(const char* op, const RouteArgs& r, const AlignArgs& a, i
   // The group-warps router (one token per block at a time) where it applies.
   const bool groups = rp.n_group == kMoeAlignSmallWarps &&
                       group_warps_shape(rp.E, rp.n_group, rp.topk_group, rp.k, rp.softmax);
+  // The lanes router (32 / L tokens per warp) where it applies: E <= 16, no group selection.
+  const bool lanes = r.E <= 16 && rp.topk_group >= rp.n_group;
   const std::size_t align_smem = static_cast<std::size_t>(moe_align_small_smem_words(a.E)) * sizeof(int);
   const int blocks = moe_align_small_blocks(a.sorted_len + a.blocks, a.E);
+  // Replicated: every block routes all tokens; the ids and weights after the scratch and the schedule's words.
+  auto go = [&](auto kernel, std::size_t scratch) {
+    const std::size_t ids_at = (std::max(align_smem, scratch) + 15) / 16 * 16;
+    const std::size_t smem = ids_at + static_cast<std::size_t>(numel) * (sizeof(int) + sizeof(float));
+    allow_smem(kernel, smem, op);
+    launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * kMoeAlignSmallWarps), smem, s, device, rp,
+                  ap, static_cast<int>(ids_at / sizeof(int)));
+  };
+  if (lanes && r.T > 0 && r.T <= replicate_lanes_max_tokens()) {
+    with_float_type(r.logits.dtype, [&](auto t) {
+      using T = typename decltype(t)::type;
+      go(r.E <= 8 ? route_align_lanes_replicated_kernel<T, 8> : route_align_lanes_replicated_kernel<T, 16>, 0);
+    });
+    return true;
+  }
   if (r.T > 0 && r.T <= (groups ? replicate_groups_max_tokens() : replicate_max_tokens())) {
-    // Replicated: every block routes all tokens; the ids and weights after the scratch and the schedule's words.
-    auto go = [&](auto kernel, std::size_t scratch) {
-      const std::size_t ids_at = (std::max(align_smem, scratch) + 15) / 16 * 16;
-      const std::size_t smem = ids_at + static_cast<std::size_t>(numel) * (sizeof(int) + sizeof(float));
-      allow_smem(kernel, smem, op);
-      launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * kMoeAlignSmallWarps), smem, s, device, rp,
-                    ap, static_cast<int>(ids_at / sizeof(int)));
-    };
     if (groups) {
       with_float_type(r.logits.dtype, [&](auto t) {
         using T = typename decltype(t)::type;
