@@ -5,6 +5,7 @@
 // cluster size) or the streamed fallback.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "cuda/launch.h"
 #include "cuda/moe_align.cuh"
@@ -25,11 +26,23 @@ __global__ void __launch_bounds__(32 * moe_align_max_warps(ROUNDS)) align_kernel
   align_schedule<ROUNDS>(p, lo, hi, smem);
 }
 
-template <AlignSmallOut OUT>
 __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(AlignParams p) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
-  align_small<OUT>(p, smem_small, gridDim.x, blockIdx.x);
+  align_small(p, smem_small, gridDim.x, blockIdx.x);
+}
+
+/// align_small_kernel with a ninth warp that fills the block's chunks of the outputs (AlignSmallOut::kFillWarp) while
+/// the others compute the schedule; FUSEOPS_MOE_ALIGN_FILL_WARP=1 selects it (A/B).
+__global__ void __launch_bounds__(32 * (kMoeAlignSmallWarps + 1)) align_small_fill_warp_kernel(AlignParams p) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_fill[];
+  if (threadIdx.x >= 32 * kMoeAlignSmallWarps) {
+    align_small_prefill(p, gridDim.x, blockIdx.x, static_cast<int>(threadIdx.x & 31), 32);
+    asm volatile("bar.arrive %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (kMoeAlignSmallWarps + 1)) : "memory");
+    return;
+  }
+  align_small<AlignSmallOut::kFillWarp>(p, smem_fill, gridDim.x, blockIdx.x);
 }
 
 /// align_small_kernel for moe_route's two launches: the prefill of this block's chunks (align_small_prefill) runs
@@ -96,9 +109,17 @@ int align_small_blocks(int planned) {
 
 }  // namespace
 
-bool align_small_owned() {
-  static const bool owned = !env_switched_off("FUSEOPS_MOE_ALIGN_OWNED");
-  return owned;
+bool align_small_fill_warp() {
+  static const bool on = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_FILL_WARP");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+bool align_small_prefill_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_ROUTE_PREFILL");
+  return on;
 }
 
 int64_t align_small_max_ids() {
@@ -142,12 +163,13 @@ void align_launch(const char* op, const AlignArgs& args, int device, void* strea
   const MoeAlignPlan plan = align_plan(p.numel, args.E, args.sorted_len + args.blocks, device);
   const std::size_t smem = static_cast<std::size_t>(plan.smem_words) * sizeof(int);
   if (plan.replicas > 0) {
-    auto kernel = !align_small_owned() ? align_small_kernel<AlignSmallOut::kFlat>
-                  : after_route       ? align_small_after_route_kernel
-                                      : align_small_kernel<AlignSmallOut::kOwned>;
+    const bool fill_warp = !after_route && align_small_fill_warp();
+    auto kernel = after_route && align_small_prefill_enabled() ? align_small_after_route_kernel
+                  : fill_warp                                  ? align_small_fill_warp_kernel
+                                                               : align_small_kernel;
     allow_smem(kernel, smem, op);
-    launch_kernel(kernel, dim3(static_cast<unsigned>(align_small_blocks(plan.replicas))), dim3(32 * plan.warps), smem,
-                  s, device, p);
+    launch_kernel(kernel, dim3(static_cast<unsigned>(align_small_blocks(plan.replicas))),
+                  dim3(32 * (plan.warps + (fill_warp ? 1 : 0))), smem, s, device, p);
     after_launch(op, s, device);
     return;
   }

@@ -450,15 +450,31 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 /// variant"):
 /// - kFlat: each block scatters the ids of its warps (w % parts == part) and writes its share of the padding,
 ///   expert_ids and the tail, one word per thread and pass, after the schedule;
-/// - kOwned: block `part` owns a contiguous chunk of sorted_token_ids and of expert_ids (AlignOwnedChunk): it fills
-///   its chunk with numel / -1 (align_small_prefill) while its id loads are in flight, and after the schedule writes
-///   only the ids and the GEMM blocks' experts that fall in its chunk;
-/// - kPrefilled: as kOwned, the caller having run align_small_prefill earlier in the kernel (before the routing,
-///   or before the PDL wait where that is safe: see align_small_after_route_kernel).
-enum class AlignSmallOut { kFlat, kOwned, kPrefilled };
+/// - kPrefilled: block `part` owns a contiguous chunk of sorted_token_ids and of expert_ids (AlignOwnedChunk), which
+///   the caller has filled with numel / -1 (align_small_prefill) before the PDL wait (align_small_after_route_kernel:
+///   the padding's stores overlap the router); after the schedule the block writes only the ids and the GEMM
+///   blocks' experts that fall in its chunks. (The same fill issued after the PDL wait, while the ids load or the
+///   tokens are routed, measured 0.3-0.5 us slower than kFlat.)
+/// - kFillWarp: as kPrefilled, the fill done after the PDL wait by a ninth warp of the block
+///   (align_small_fill_warp_kernel) while the kMoeAlignSmallWarps schedule warps synchronise among themselves only
+///   (named barrier 1), meeting the fill warp (named barrier 2) just before they write their ids.
+enum class AlignSmallOut { kFlat, kPrefilled, kFillWarp };
 
-/// The chunks of sorted_token_ids [lo, hi) and expert_ids [blo, bhi) that block `part` of `parts` owns in the owned
-/// layouts of align_small (sorted chunks a multiple of 4 words long).
+/// Named barriers of the kFillWarp layout: the schedule warps among themselves, and with the fill warp.
+constexpr int kAlignScheduleBarrier = 1, kAlignFillBarrier = 2;
+
+/// A barrier of align_small's schedule warps: the whole block, or (kFillWarp) only the schedule warps.
+template <AlignSmallOut OUT>
+__device__ __forceinline__ void align_small_sync() {
+  if constexpr (OUT == AlignSmallOut::kFillWarp) {
+    asm volatile("bar.sync %0, %1;" ::"n"(kAlignScheduleBarrier), "n"(32 * kMoeAlignSmallWarps) : "memory");
+  } else {
+    __syncthreads();
+  }
+}
+
+/// The chunks of sorted_token_ids [lo, hi) and expert_ids [blo, bhi) that block `part` of `parts` owns in align_small's
+/// kPrefilled layout (sorted chunks a multiple of 4 words long).
 struct AlignOwnedChunk {
   int lo, hi, blo, bhi;
   __device__ __forceinline__ AlignOwnedChunk(const AlignParams& p, unsigned parts, unsigned part) {
@@ -471,10 +487,8 @@ struct AlignOwnedChunk {
   }
 };
 
-/// out[lo, hi) = v by the threads of the block: 16-byte stores between the scalar head and tail (out is 4-byte
-/// aligned).
-__device__ __forceinline__ void block_fill_words(int32_t* out, int lo, int hi, int v) {
-  const int tid = static_cast<int>(threadIdx.x), nt = static_cast<int>(blockDim.x);
+/// out[lo, hi) = v by threads tid of nt: 16-byte stores between the scalar head and tail (out is 4-byte aligned).
+__device__ __forceinline__ void fill_words(int32_t* out, int lo, int hi, int v, int tid, int nt) {
   const int head = min(hi - lo, static_cast<int>((16u - (reinterpret_cast<uintptr_t>(out + lo) & 15u)) & 15u) >> 2);
   const int mid = lo + head, n4 = (hi - mid) >> 2, tail = mid + 4 * n4;
   if (tid < head) out[lo + tid] = v;
@@ -483,15 +497,16 @@ __device__ __forceinline__ void block_fill_words(int32_t* out, int lo, int hi, i
   if (tail + tid < hi) out[tail + tid] = v;
 }
 
-/// The id-independent half of align_small's owned layouts: block `part` fills its chunk of sorted_token_ids with
+/// The id-independent half of align_small's kPrefilled layout: block `part` fills its chunk of sorted_token_ids with
 /// numel and its chunk of expert_ids with -1 (align_small later overwrites the ids and the used blocks' experts in
 /// the same chunks, after a block barrier).
-__device__ __forceinline__ void align_small_prefill(const AlignParams& p, unsigned parts, unsigned part) {
+/// Threads tid of nt of the block do it (the whole block by default).
+__device__ __forceinline__ void align_small_prefill(const AlignParams& p, unsigned parts, unsigned part,
+                                                    int tid = static_cast<int>(threadIdx.x),
+                                                    int nt = static_cast<int>(blockDim.x)) {
   const AlignOwnedChunk o(p, parts, part);
-  block_fill_words(p.sorted, o.lo, o.hi, p.numel);
-  for (int b = o.blo + static_cast<int>(threadIdx.x); b < o.bhi; b += static_cast<int>(blockDim.x)) {
-    p.expert_ids[b] = -1;
-  }
+  fill_words(p.sorted, o.lo, o.hi, p.numel, tid, nt);
+  for (int b = o.blo + tid; b < o.bhi; b += nt) p.expert_ids[b] = -1;
 }
 
 /// Small variant (moe_align_plan: replicas > 0; up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts):
@@ -509,7 +524,7 @@ __device__ __forceinline__ void align_small_prefill(const AlignParams& p, unsign
 ///     stores in all), then its share of the rest, one output word per thread and pass (coalesced, no per-expert
 ///     loop): a position of sorted_token_ids is padding when it lies past the total or past its block's region's
 ///     ids, expert_ids[b] is block b's expert before the total and -1 after.
-/// Step 4 as described is the kFlat layout; kOwned and kPrefilled write the outputs by chunks (AlignSmallOut).
+/// Step 4 as described is the kFlat layout; kPrefilled writes the outputs by chunks (AlignSmallOut).
 /// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
 /// moe_align_small_smem_words(E) ints. `ids`: where the ids are read (topk_ids in global memory by default).
 template <AlignSmallOut OUT = AlignSmallOut::kFlat, typename Ids = GlobalIds>
@@ -532,14 +547,12 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   // 1. The counters zeroed (W * E is a multiple of 4; `smem` is 16-byte aligned), the ids loaded.
   for (int i = tid; i < W * E / 4; i += NT) reinterpret_cast<int4*>(cnt)[i] = make_int4(0, 0, 0, 0);
   int slot[R];
-  align_load_raw<R, Ids>(p, wlo, whi, lane, slot, ids);
-  if constexpr (OUT == AlignSmallOut::kOwned) align_small_prefill(p, parts, part);  // while the loads are in flight
-  align_map_settle<R>(p, wlo, lane, slot);
-  __syncthreads();
+  align_load_slots<R, Ids>(p, wlo, whi, lane, slot, ids);
+  align_small_sync<OUT>();
   // 2. Ranks within the warp.
   int* my_cnt = cnt + warp * E;
   align_rank_slots<R>(wlo, whi, lane, my_cnt, slot, BallotPeers{E > 1 ? 32 - __clz(E - 1) : 0});
-  __syncthreads();
+  align_small_sync<OUT>();
   // 3. Warp prefixes, counts and padded sizes of experts tid + v * NT; block scan of the padded sizes.
   int c[VMAX], incl[VMAX], own[VMAX];
 #pragma unroll
@@ -576,7 +589,7 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
       if (v < vn) scratch[v * W + warp] = incl[v];
     }
   }
-  __syncthreads();
+  align_small_sync<OUT>();
   int base[VMAX], acc = 0;
 #pragma unroll
   for (int v = 0; v < VMAX; ++v) {
@@ -603,9 +616,12 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
     }
   }
   const int total = acc;  // the grand total (every thread has it)
-  __syncthreads();
+  align_small_sync<OUT>();
   const int blocks_used = bs.div(total);
   if constexpr (OUT != AlignSmallOut::kFlat) {
+    if constexpr (OUT == AlignSmallOut::kFillWarp) {  // the fill warp's stores before the ids (same addresses)
+      asm volatile("bar.sync %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (kMoeAlignSmallWarps + 1)) : "memory");
+    }
     // 4. The ids and the used blocks' experts that fall in this block's chunks (the rest was prefilled).
     const AlignOwnedChunk o(p, parts, part);
 #pragma unroll

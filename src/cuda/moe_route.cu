@@ -1,10 +1,11 @@
-// CUDA backend of moe_route, one launch where the GPU allows it:
-// - up to kReplicateMaxTokens tokens (and the small schedule's limits: kMoeAlignSmallMaxIds ids,
-//   kMoeAlignSmallMaxExperts experts): independent blocks of 8 warps (no cluster), each routing every token itself
-//   (one token per warp at a time; with 8 groups of 32 experts, up to kReplicateGroupsMaxTokens tokens, one token at
-//   a time with the group-warps router) into its shared memory, then computing the whole schedule from those ids
-//   and writing its share (align_small); block 0 also copies the router's outputs out. No barrier between blocks
-//   and no round trip of the ids through global memory;
+// CUDA backend of moe_route, one launch where it measured faster:
+// - up to kReplicateMaxTokens tokens from kReplicateMinExperts experts (and the small schedule's limits:
+//   kMoeAlignSmallMaxIds ids, kMoeAlignSmallMaxExperts experts): independent blocks of 8 warps (no cluster), each
+//   routing every token itself (one token per warp at a time; with 8 groups of 32 experts, up to
+//   kReplicateGroupsMaxTokens tokens, one token at a time with the group-warps router; with E <= 16 and no group
+//   selection, up to kReplicateLanesMaxTokens tokens, 32 / L tokens per warp at a time) into its shared memory, then
+//   computing the whole schedule from those ids and writing its share (align_small); block 0 then copies the
+//   router's outputs out. No barrier between blocks and no round trip of the ids through global memory;
 // - with 8 groups of 32 experts (DeepSeek-V3) up to kFusedGroupsMaxTokens tokens: a thread block cluster whose
 //   blocks route one token at a time with the group-warps router (moe_group_warps.cuh), meet at a cluster barrier
 //   (the ids in global memory, visible to the cluster), and every block then computes the whole schedule (align_small);
@@ -13,7 +14,8 @@
 //   blocks of up to 32 warps route a contiguous range of tokens each and then build the schedule of those tokens'
 //   ids together (align_schedule);
 // - otherwise, the router kernel over the whole GPU and then the schedule kernel (two launches, the second
-//   overlapping the first's tail through programmatic dependent launch).
+//   overlapping the first's tail through programmatic dependent launch; the small schedule variant fills its padding
+//   before its PDL wait, i.e. while the router runs: align_after_route).
 // Every path runs the same device code as topk_softmax / grouped_topk and moe_align_block_size, so the results are
 // identical.
 #include <algorithm>
@@ -36,12 +38,16 @@ constexpr int64_t kTwoLaunchMaxTokens = kMaxCluster * kMoeAlignSmallWarps;
 /// 8.69 against 8.45); above, the group-warps shapes take two launches (16 / 64 tokens 5.93 / 6.68 us against 8.80 /
 /// 9.23 fused with one warp per token).
 constexpr int64_t kFusedGroupsMaxTokens = kMaxCluster;
-/// Tokens up to which every block routes all tokens itself (one token per warp at a time: up to two per warp);
-/// FUSEOPS_MOE_ROUTE_REPLICATE=<n> moves it (0: off), for A/B.
-constexpr int64_t kReplicateMaxTokens = 2 * kMoeAlignSmallWarps;
+/// Tokens up to which every block routes all tokens itself (one token per warp at a time: up to two per warp at 16),
+/// from kReplicateMinExperts experts: measured faster than two launches (the schedule filling its padding before the
+/// PDL wait) only at one token over 512 experts (5.02 against 5.14 us; at 1 x 128 and 1 x 8 and from 16 tokens two
+/// launches were faster). FUSEOPS_MOE_ROUTE_REPLICATE=<n> and FUSEOPS_MOE_ROUTE_REPLICATE_MIN_EXPERTS=<n> move them
+/// (0: off), for A/B.
+constexpr int64_t kReplicateMaxTokens = 1;
+constexpr int64_t kReplicateMinExperts = 256;
 /// The same with the lanes router (E <= 16 without group selection: 32 / L tokens per warp at a time, two rounds of
-/// 8 lanes at 64 tokens); FUSEOPS_MOE_ROUTE_REPLICATE_LANES=<n> moves it.
-constexpr int64_t kReplicateLanesMaxTokens = 64;
+/// 8 lanes at 64 tokens); off (two launches measured faster); FUSEOPS_MOE_ROUTE_REPLICATE_LANES=<n> moves it.
+constexpr int64_t kReplicateLanesMaxTokens = 0;
 /// The same with the group-warps router (one token per block at a time: the chain grows with the tokens);
 /// FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=<n> moves it.
 constexpr int64_t kReplicateGroupsMaxTokens = 2;
@@ -67,9 +73,10 @@ int64_t env_tokens(const char* name, int64_t fallback) {
   return std::max<long long>(0, std::strtoll(v, nullptr, 10));
 }
 
-int64_t replicate_max_tokens() {
+int64_t replicate_max_tokens(int64_t E) {
   static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE", kReplicateMaxTokens);
-  return n;
+  static const int64_t min_e = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE_MIN_EXPERTS", kReplicateMinExperts);
+  return E >= min_e ? n : 0;
 }
 
 int64_t replicate_groups_max_tokens() {
@@ -109,7 +116,8 @@ struct Replica {
 };
 
 /// Block 0 of the replicated path copies the router's outputs from shared memory to those of `rp` (the values
-/// store_token would have stored, token_expert_indices included).
+/// store_token would have stored, token_expert_indices included), after the schedule: global stores issued before
+/// the schedule's block barriers delayed the block (measured 0.3-0.4 us at one token).
 __device__ __forceinline__ void store_replica_outputs(const RouteParams& rp, const int* ids_sh, const float* w_sh) {
   if (blockIdx.x != 0) return;
   const int n = rp.T * rp.k;
@@ -134,12 +142,11 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
   const Replica r(rp, ap, ids_sh, w_sh);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   prefetch_logits_rows<T>(rp, warp + kMoeAlignSmallWarps, kMoeAlignSmallWarps, lane);  // the warp's later tokens
-  align_small_prefill(ap, gridDim.x, blockIdx.x);  // stores only: they drain while the tokens are routed
   float* keys = reinterpret_cast<float*>(smem_rep) + warp * route_scratch_floats(VPT);
   for (int t = warp; t < rp.T; t += kMoeAlignSmallWarps) route_token_any<T, VPT, BIAS>(r.rp, t, keys, lane);
   __syncthreads();  // the router's outputs in shared memory; the scratch is free
+  align_small(r.ap, smem_rep, gridDim.x, blockIdx.x);
   store_replica_outputs(rp, ids_sh, w_sh);
-  align_small<AlignSmallOut::kPrefilled>(r.ap, smem_rep, gridDim.x, blockIdx.x);
 }
 
 /// Replicated path for E <= L experts without group selection: 32 / L tokens per warp at a time (route_token_lanes,
@@ -156,11 +163,10 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
   constexpr int kPerWarp = 32 / L, kRound = kMoeAlignSmallWarps * kPerWarp;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   for (int i = 0; i < kPerWarp; ++i) prefetch_logits_rows<T>(rp, warp * kPerWarp + i + kRound, kRound, lane);
-  align_small_prefill(ap, gridDim.x, blockIdx.x);
   for (int t0 = warp * kPerWarp; t0 < rp.T; t0 += kRound) route_token_lanes<T, L>(r.rp, t0 + lane / L, lane);
   __syncthreads();  // the router's outputs in shared memory
+  align_small(r.ap, smem_lanes, gridDim.x, blockIdx.x);
   store_replica_outputs(rp, ids_sh, w_sh);
-  align_small<AlignSmallOut::kPrefilled>(r.ap, smem_lanes, gridDim.x, blockIdx.x);
 }
 
 /// Replicated path with the group-warps router (n_group == kMoeAlignSmallWarps groups of 32).
@@ -175,15 +181,14 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
   auto& sh = *reinterpret_cast<GroupWarpsScratch*>(smem_rep_groups);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   prefetch_logits_rows<T>(rp, 1 + warp, kMoeAlignSmallWarps, lane);  // the tokens after the first
-  align_small_prefill(ap, gridDim.x, blockIdx.x);
   for (int t = 0; t < rp.T; ++t) {
     route_group_warps_rank<T, BIAS>(r.rp, t, sh, warp, lane);
     __syncthreads();
     if (warp == 0) route_group_warps_select<BIAS>(r.rp, t, sh, lane);
     __syncthreads();  // warp 0 is done with the scratch; the router's outputs in shared memory
   }
+  align_small(r.ap, smem_rep_groups, gridDim.x, blockIdx.x);
   store_replica_outputs(rp, ids_sh, w_sh);
-  align_small<AlignSmallOut::kPrefilled>(r.ap, smem_rep_groups, gridDim.x, blockIdx.x);
 }
 
 /// The small fused path with the group-warps router (moe_group_warps.cuh): n_group == kMoeAlignSmallWarps groups of
@@ -195,7 +200,6 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) route_align_groups_k
   auto& sh = *reinterpret_cast<GroupWarpsScratch*>(smem_groups);
   const unsigned cl = cluster_blocks(), rank = cluster_rank();
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
-  align_small_prefill(ap, cl, rank);
   for (int t = static_cast<int>(rank); t < rp.T; t += static_cast<int>(cl)) {
     route_group_warps_rank<T, BIAS>(rp, t, sh, warp, lane);
     __syncthreads();
@@ -205,7 +209,7 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) route_align_groups_k
   cluster_arrive(cl);
   cluster_wait(cl);
   __syncthreads();
-  align_small<AlignSmallOut::kPrefilled>(ap, smem_groups, cl, rank);
+  align_small(ap, smem_groups, cl, rank);
 }
 
 template <typename T, int VPT, bool BIAS>
@@ -256,7 +260,7 @@ bool route_align_small(const char* op, const RouteArgs& r, const AlignArgs& a, i
     });
     return true;
   }
-  if (r.T > 0 && r.T <= (groups ? replicate_groups_max_tokens() : replicate_max_tokens())) {
+  if (r.T > 0 && r.T <= (groups ? replicate_groups_max_tokens() : replicate_max_tokens(r.E))) {
     if (groups) {
       with_float_type(r.logits.dtype, [&](auto t) {
         using T = typename decltype(t)::type;
