@@ -1,4 +1,5 @@
-// CUDA backend of moe_route, one launch where it measured faster:
+// CUDA backend of moe_route. By default (measured fastest at 1-64 tokens) two launches for the small schedule's
+// shapes; the one-launch paths below stay for A/B through their switches (token limits 0: off):
 // - up to kReplicateMaxTokens tokens from kReplicateMinExperts experts (and the small schedule's limits:
 //   kMoeAlignSmallMaxIds ids, kMoeAlignSmallMaxExperts experts): independent blocks of 8 warps (no cluster), each
 //   routing every token itself (one token per warp at a time; with 8 groups of 32 experts, up to
@@ -36,21 +37,22 @@ constexpr int64_t kTwoLaunchMaxTokens = kMaxCluster * kMoeAlignSmallWarps;
 /// Tokens up to which the fused group path routes with the group-warps router (one token per block of a full
 /// cluster; measured, DeepSeek-V3: 1 token 5.68 us against 7.28 with one token per warp; 16 tokens, two per block,
 /// 8.69 against 8.45); above, the group-warps shapes take two launches (16 / 64 tokens 5.93 / 6.68 us against 8.80 /
-/// 9.23 fused with one warp per token).
-constexpr int64_t kFusedGroupsMaxTokens = kMaxCluster;
+/// 9.23 fused with one warp per token). Off since two launches fill the schedule's padding before its PDL wait (1 /
+/// 16 / 64 tokens 4.71 / 4.89 / 5.47 us; replicated at one token 4.79); FUSEOPS_MOE_ROUTE_FUSED_GROUPS=<n> moves it.
+constexpr int64_t kFusedGroupsMaxTokens = 0;
 /// Tokens up to which every block routes all tokens itself (one token per warp at a time: up to two per warp at 16),
-/// from kReplicateMinExperts experts: measured faster than two launches (the schedule filling its padding before the
-/// PDL wait) only at one token over 512 experts (5.02 against 5.14 us; at 1 x 128 and 1 x 8 and from 16 tokens two
-/// launches were faster). FUSEOPS_MOE_ROUTE_REPLICATE=<n> and FUSEOPS_MOE_ROUTE_REPLICATE_MIN_EXPERTS=<n> move them
-/// (0: off), for A/B.
-constexpr int64_t kReplicateMaxTokens = 1;
+/// from kReplicateMinExperts experts: off, two launches (the schedule filling its padding before the PDL wait)
+/// measured faster at 1 to 64 tokens on every model (e.g. 1 x 512: 4.84 against 5.29 us; 16 x 512: 5.52 against
+/// 8.34). FUSEOPS_MOE_ROUTE_REPLICATE=<n> and FUSEOPS_MOE_ROUTE_REPLICATE_MIN_EXPERTS=<n> move them, for A/B.
+constexpr int64_t kReplicateMaxTokens = 0;
 constexpr int64_t kReplicateMinExperts = 256;
 /// The same with the lanes router (E <= 16 without group selection: 32 / L tokens per warp at a time, two rounds of
-/// 8 lanes at 64 tokens); off (two launches measured faster); FUSEOPS_MOE_ROUTE_REPLICATE_LANES=<n> moves it.
+/// 8 lanes at 64 tokens); off (two launches measured faster: 3.68 / 4.17 / 4.00 us at 1 / 16 / 64 x 8 against 3.98 /
+/// 4.16 / 5.74); FUSEOPS_MOE_ROUTE_REPLICATE_LANES=<n> moves it.
 constexpr int64_t kReplicateLanesMaxTokens = 0;
-/// The same with the group-warps router (one token per block at a time: the chain grows with the tokens);
-/// FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=<n> moves it.
-constexpr int64_t kReplicateGroupsMaxTokens = 2;
+/// The same with the group-warps router (one token per block at a time: the chain grows with the tokens); off (see
+/// kFusedGroupsMaxTokens); FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=<n> moves it.
+constexpr int64_t kReplicateGroupsMaxTokens = 0;
 
 /// Prefetches into L2 the logits rows of tokens t0, t0 + step, ... (below T), with the calling warp: a replica's warp
 /// loads a token's row only when it starts routing it, so without this every further token of the warp would wait

@@ -609,12 +609,12 @@ TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
 
 // moe_route's replicated path (independent blocks of 8 warps, each routing every token into its shared memory, one per
 // warp at a time, then computing the whole schedule; block 0 copies the router's outputs out afterwards) and the two
-// launches beside it (the schedule filling its padding before the PDL wait). By default the replicated path takes one
-// token from 256 experts (kReplicateMaxTokens, kReplicateMinExperts), with the group-warps router up to 2 tokens
-// (kReplicateGroupsMaxTokens; 3 runs the fused group path); with FUSEOPS_MOE_ROUTE_REPLICATE=16
-// FUSEOPS_MOE_ROUTE_REPLICATE_MIN_EXPERTS=0 FUSEOPS_MOE_ROUTE_REPLICATE_LANES=64 in the environment it takes every case
-// up to 16 tokens (two tokens on some warps from 9), and with the lanes router (E <= 16, no group selection: 4 or 2
-// tokens per warp) up to 64 tokens. Every lane width (E 8 to 1024: 1 to 32 experts per lane), f32 / f16 / bf16 logits
+// launches beside it (the schedule filling its padding before the PDL wait). By default every case here takes the two
+// launches (the replicated and fused paths measured slower); with FUSEOPS_MOE_ROUTE_REPLICATE=16
+// FUSEOPS_MOE_ROUTE_REPLICATE_MIN_EXPERTS=0 FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=2 FUSEOPS_MOE_ROUTE_REPLICATE_LANES=64 in
+// the environment the replicated path takes every case up to 16 tokens (two tokens on some warps from 9; the
+// group-warps router up to 2), and with the lanes router (E <= 16, no group selection: 4 or 2 tokens per warp) up to
+// 64 tokens. Every lane width (E 8 to 1024: 1 to 32 experts per lane), f32 / f16 / bf16 logits
 // (the packed router and route_token), a bias, i64 ids, special rows (NaN, ties), one to 16 blocks (E and block
 // size), k up to 32, block sizes that are not powers of two; against the golden and bit for bit against its parts.
 TEST_P(MoeTest, MoeRouteReplicatedSwitch) {
