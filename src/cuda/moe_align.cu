@@ -5,6 +5,7 @@
 // cluster size) or the streamed fallback.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "cuda/launch.h"
 #include "cuda/moe_align.cuh"
@@ -29,6 +30,31 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(A
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
   align_small(p, smem_small, gridDim.x, blockIdx.x);
+}
+
+/// align_small_kernel with a ninth warp that fills the block's chunks of the outputs (AlignSmallOut::kFillWarp) while
+/// the others compute the schedule; FUSEOPS_MOE_ALIGN_FILL_WARP=1 selects it (A/B).
+__global__ void __launch_bounds__(32 * (kMoeAlignSmallWarps + 1)) align_small_fill_warp_kernel(AlignParams p) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_fill[];
+  if (threadIdx.x >= 32 * kMoeAlignSmallWarps) {
+    align_small_prefill(p, gridDim.x, blockIdx.x, static_cast<int>(threadIdx.x & 31), 32);
+    asm volatile("bar.arrive %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (kMoeAlignSmallWarps + 1)) : "memory");
+    return;
+  }
+  align_small<AlignSmallOut::kFillWarp>(p, smem_fill, gridDim.x, blockIdx.x);
+}
+
+/// align_small_kernel for moe_route's two launches: the prefill of this block's chunks (align_small_prefill) runs
+/// BEFORE the PDL wait, overlapping the router. Safe only right after a router kernel of the same moe_route call:
+/// every router kernel waits for its predecessor before it releases its dependents, so when this kernel starts the
+/// kernels before the router have completed, and the router does not touch sorted_token_ids or expert_ids (the
+/// outputs do not overlap). Never launch it after any other kernel.
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_after_route_kernel(AlignParams p) {
+  align_small_prefill(p, gridDim.x, blockIdx.x);
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_after[];
+  align_small<AlignSmallOut::kPrefilled>(p, smem_after, gridDim.x, blockIdx.x);
 }
 
 template <int R>
@@ -71,7 +97,30 @@ bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStr
   return true;
 }
 
+/// The small variant's block count as moe_align_plan sets it, or FUSEOPS_MOE_ALIGN_SMALL_BLOCKS=<n> (1-64) from the
+/// environment (moe_align_block_size and moe_route's two launches; for A/B measurements without a rebuild).
+int align_small_blocks(int planned) {
+  static const int n = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_SMALL_BLOCKS");
+    return v == nullptr ? 0 : static_cast<int>(std::clamp<long long>(std::strtoll(v, nullptr, 10), 0, 64));
+  }();
+  return n > 0 ? n : planned;
+}
+
 }  // namespace
+
+bool align_small_fill_warp() {
+  static const bool on = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_FILL_WARP");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
+bool align_small_prefill_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_ROUTE_PREFILL");
+  return on;
+}
 
 int64_t align_small_max_ids() {
   static const int64_t limit = env_switched_off("FUSEOPS_MOE_ALIGN_SMALL") ? int64_t{-1} : kMoeAlignSmallMaxIds;
@@ -105,15 +154,22 @@ MoeAlignPlan align_plan(int64_t numel, int64_t E, int64_t out_words, int device)
                         out_words, align_small_max_ids());
 }
 
-void align(const char* op, const AlignArgs& args, int device, void* stream) {
+namespace {
+
+void align_launch(const char* op, const AlignArgs& args, int device, void* stream, bool after_route) {
   DeviceGuard guard(device, op);
   auto s = static_cast<cudaStream_t>(stream);
   const AlignParams p = align_params(args, device);
   const MoeAlignPlan plan = align_plan(p.numel, args.E, args.sorted_len + args.blocks, device);
   const std::size_t smem = static_cast<std::size_t>(plan.smem_words) * sizeof(int);
   if (plan.replicas > 0) {
-    allow_smem(align_small_kernel, smem, op);
-    launch_kernel(align_small_kernel, dim3(plan.replicas), dim3(32 * plan.warps), smem, s, device, p);
+    const bool fill_warp = !after_route && align_small_fill_warp();
+    auto kernel = after_route && align_small_prefill_enabled() ? align_small_after_route_kernel
+                  : fill_warp                                  ? align_small_fill_warp_kernel
+                                                               : align_small_kernel;
+    allow_smem(kernel, smem, op);
+    launch_kernel(kernel, dim3(static_cast<unsigned>(align_small_blocks(plan.replicas))),
+                  dim3(32 * (plan.warps + (fill_warp ? 1 : 0))), smem, s, device, p);
     after_launch(op, s, device);
     return;
   }
@@ -134,6 +190,16 @@ void align(const char* op, const AlignArgs& args, int device, void* stream) {
     default: go(align_kernel<0>); break;
   }
   after_launch(op, s, device);
+}
+
+}  // namespace
+
+void align(const char* op, const AlignArgs& args, int device, void* stream) {
+  align_launch(op, args, device, stream, false);
+}
+
+void align_after_route(const char* op, const AlignArgs& args, int device, void* stream) {
+  align_launch(op, args, device, stream, true);
 }
 
 }  // namespace fuseops::detail::cuda

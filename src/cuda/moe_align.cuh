@@ -164,27 +164,25 @@ struct MatchPeers {
 constexpr int kAlignPeerBits = 10;
 static_assert(kMoeAlignSmallMaxExperts <= (1 << kAlignPeerBits), "one ballot per bit of the expert");
 
-/// The lanes holding the same expert as this lane when 0 <= e < 2^bits (bits <= kAlignPeerBits, warp-uniform): one
-/// ballot of the valid lanes and one per bit of the expert (the bits above log2 E are 0 on every valid lane, so the
-/// wide variant takes all kAlignPeerBits of them: no branches). Independent ballots instead of __match_any_sync,
-/// whose cost grows with the distinct values of the warp. Lanes with e < 0 get an unspecified mask (and match no
-/// valid lane).
-__device__ __forceinline__ unsigned align_peers(int e, int bits = kAlignPeerBits) {
+/// The lanes holding the same expert as this lane when 0 <= e < 2^kAlignPeerBits: one ballot of the valid lanes and
+/// one per bit of the expert, each folded in as m &= ~(ballot ^ s), s being all ones where this lane's bit is set
+/// (no selects and no per-bit branches: the bits above log2 E are 0 on every valid lane, so they match; about 5
+/// instructions per bit, against 11 with a select and a branch per bit). Independent ballots instead of
+/// __match_any_sync, whose cost grows with the distinct values of the warp. Lanes with e < 0 get an unspecified mask
+/// (and match no valid lane).
+__device__ __forceinline__ unsigned align_peers(int e) {
   unsigned m = __ballot_sync(0xffffffffu, e >= 0);
 #pragma unroll
   for (int b = 0; b < kAlignPeerBits; ++b) {
-    if (b < bits) {
-      const unsigned v = __ballot_sync(0xffffffffu, (e >> b) & 1);
-      m &= (e >> b) & 1 ? v : ~v;
-    }
+    const unsigned bit = (static_cast<unsigned>(e) >> b) & 1u;
+    m &= ~(__ballot_sync(0xffffffffu, bit) ^ (0u - bit));
   }
   return m;
 }
 
-/// align_peers as the peer finder of align_rank_slots (step 2), over the low `bits` bits of the experts.
+/// align_peers as the peer finder of align_rank_slots (step 2).
 struct BallotPeers {
-  int bits = kAlignPeerBits;
-  __device__ __forceinline__ unsigned operator()(int e) const { return align_peers(e, bits); }
+  __device__ __forceinline__ unsigned operator()(int e) const { return align_peers(e); }
 };
 
 /// Division by the block size and rounding up to it: shifts when it is a power of two (the usual sizes), else
@@ -446,13 +444,76 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
   cluster_wait(cl);  // no block leaves while another may still read its block totals
 }
 
+/// Where align_small writes sorted_token_ids and expert_ids (docs/ops/moe.md, "moe_align_block_size: small
+/// variant"):
+/// - kFlat: each block scatters the ids of its warps (w % parts == part) and writes its share of the padding,
+///   expert_ids and the tail, one word per thread and pass, after the schedule;
+/// - kPrefilled: block `part` owns a contiguous chunk of sorted_token_ids and of expert_ids (AlignOwnedChunk), which
+///   the caller has filled with numel / -1 (align_small_prefill) before the PDL wait (align_small_after_route_kernel:
+///   the padding's stores overlap the router); after the schedule the block writes only the ids and the GEMM
+///   blocks' experts that fall in its chunks. (The same fill issued after the PDL wait, while the ids load or the
+///   tokens are routed, measured 0.3-0.5 us slower than kFlat.)
+/// - kFillWarp: as kPrefilled, the fill done after the PDL wait by a ninth warp of the block
+///   (align_small_fill_warp_kernel) while the kMoeAlignSmallWarps schedule warps synchronise among themselves only
+///   (named barrier 1), meeting the fill warp (named barrier 2) just before they write their ids.
+enum class AlignSmallOut { kFlat, kPrefilled, kFillWarp };
+
+/// Named barriers of the kFillWarp layout: the schedule warps among themselves, and with the fill warp.
+constexpr int kAlignScheduleBarrier = 1, kAlignFillBarrier = 2;
+
+/// A barrier of align_small's schedule warps: the whole block, or (kFillWarp) only the schedule warps.
+template <AlignSmallOut OUT>
+__device__ __forceinline__ void align_small_sync() {
+  if constexpr (OUT == AlignSmallOut::kFillWarp) {
+    asm volatile("bar.sync %0, %1;" ::"n"(kAlignScheduleBarrier), "n"(32 * kMoeAlignSmallWarps) : "memory");
+  } else {
+    __syncthreads();
+  }
+}
+
+/// The chunks of sorted_token_ids [lo, hi) and expert_ids [blo, bhi) that block `part` of `parts` owns in align_small's
+/// kPrefilled layout (sorted chunks a multiple of 4 words long).
+struct AlignOwnedChunk {
+  int lo, hi, blo, bhi;
+  __device__ __forceinline__ AlignOwnedChunk(const AlignParams& p, unsigned parts, unsigned part) {
+    const int64_t n = p.sorted_len, nb = p.blocks, q = parts, r = part;
+    const int64_t chunk = ((n + q - 1) / q + 3) / 4 * 4, bchunk = (nb + q - 1) / q;
+    lo = static_cast<int>(min(n, r * chunk));
+    hi = static_cast<int>(min(n, r * chunk + chunk));
+    blo = static_cast<int>(min(nb, r * bchunk));
+    bhi = static_cast<int>(min(nb, r * bchunk + bchunk));
+  }
+};
+
+/// out[lo, hi) = v by threads tid of nt: 16-byte stores between the scalar head and tail (out is 4-byte aligned).
+__device__ __forceinline__ void fill_words(int32_t* out, int lo, int hi, int v, int tid, int nt) {
+  const int head = min(hi - lo, static_cast<int>((16u - (reinterpret_cast<uintptr_t>(out + lo) & 15u)) & 15u) >> 2);
+  const int mid = lo + head, n4 = (hi - mid) >> 2, tail = mid + 4 * n4;
+  if (tid < head) out[lo + tid] = v;
+  int4* out4 = reinterpret_cast<int4*>(out + mid);
+  for (int i = tid; i < n4; i += nt) out4[i] = make_int4(v, v, v, v);
+  if (tail + tid < hi) out[tail + tid] = v;
+}
+
+/// The id-independent half of align_small's kPrefilled layout: block `part` fills its chunk of sorted_token_ids with
+/// numel and its chunk of expert_ids with -1 (align_small later overwrites the ids and the used blocks' experts in
+/// the same chunks, after a block barrier).
+/// Threads tid of nt of the block do it (the whole block by default).
+__device__ __forceinline__ void align_small_prefill(const AlignParams& p, unsigned parts, unsigned part,
+                                                    int tid = static_cast<int>(threadIdx.x),
+                                                    int nt = static_cast<int>(blockDim.x)) {
+  const AlignOwnedChunk o(p, parts, part);
+  fill_words(p.sorted, o.lo, o.hi, p.numel, tid, nt);
+  for (int b = o.blo + tid; b < o.bhi; b += nt) p.expert_ids[b] = -1;
+}
+
 /// Small variant (moe_align_plan: replicas > 0; up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts):
 /// each of `parts` blocks of kMoeAlignSmallWarps warps (this one being `part`: the grid of the standalone kernel,
 /// or moe_route's blocks) computes the whole schedule from all ids (the ids are a few KB, read by every block from
 /// L2) and writes its share of the outputs, so there is no shared state between blocks, and three block barriers:
 ///  1. the per-warp counters are zeroed (at most 8 vector stores per thread) and every lane loads its (at most
 ///     kMoeAlignSmallRounds) ids, warp w holding the contiguous slice [wlo, whi) (align_load_slots);
-///  2. ranks as in align_schedule (align_rank_slots), the peers from ballots of the experts' log2(E) bits;
+///  2. ranks as in align_schedule (align_rank_slots), the peers from ballots of the experts' bits (align_peers);
 ///  3. thread t owns experts t, t + 256, ... (only as many segments of 256 as E needs): exclusive prefix of the 8
 ///     warp counts in place, the count, the padded size; warp scans of the padded sizes, the warp totals through 32
 ///     scratch words; every thread adds the totals before its (segment, warp), writes its region starts and, for
@@ -461,9 +522,10 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 ///     stores in all), then its share of the rest, one output word per thread and pass (coalesced, no per-expert
 ///     loop): a position of sorted_token_ids is padding when it lies past the total or past its block's region's
 ///     ids, expert_ids[b] is block b's expert before the total and -1 after.
+/// Step 4 as described is the kFlat layout; kPrefilled writes the outputs by chunks (AlignSmallOut).
 /// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
 /// moe_align_small_smem_words(E) ints. `ids`: where the ids are read (topk_ids in global memory by default).
-template <typename Ids = GlobalIds>
+template <AlignSmallOut OUT = AlignSmallOut::kFlat, typename Ids = GlobalIds>
 __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part,
                                             Ids ids = {}) {
   constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
@@ -484,11 +546,11 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   for (int i = tid; i < W * E / 4; i += NT) reinterpret_cast<int4*>(cnt)[i] = make_int4(0, 0, 0, 0);
   int slot[R];
   align_load_slots<R, Ids>(p, wlo, whi, lane, slot, ids);
-  __syncthreads();
+  align_small_sync<OUT>();
   // 2. Ranks within the warp.
   int* my_cnt = cnt + warp * E;
-  align_rank_slots<R>(wlo, whi, lane, my_cnt, slot, BallotPeers{E > 1 ? 32 - __clz(E - 1) : 0});
-  __syncthreads();
+  align_rank_slots<R>(wlo, whi, lane, my_cnt, slot, BallotPeers{});
+  align_small_sync<OUT>();
   // 3. Warp prefixes, counts and padded sizes of experts tid + v * NT; block scan of the padded sizes.
   int c[VMAX], incl[VMAX], own[VMAX];
 #pragma unroll
@@ -525,7 +587,7 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
       if (v < vn) scratch[v * W + warp] = incl[v];
     }
   }
-  __syncthreads();
+  align_small_sync<OUT>();
   int base[VMAX], acc = 0;
 #pragma unroll
   for (int v = 0; v < VMAX; ++v) {
@@ -542,17 +604,35 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   for (int v = 0; v < VMAX; ++v) {
     const int e = v * NT + tid;
     if (v < vn && e < E) {
-      const int lo = base[v] + incl[v] - own[v], used = lo + c[v];
+      const int lo = base[v] + incl[v] - own[v];
       start[e] = lo;
       count[e] = c[v];
       for (int b = bs.div(lo); b < bs.div(lo + own[v]); ++b) {  // at most one block per id in all
         blk_expert[b] = e;
-        blk_pad[b] = used;
+        if constexpr (OUT == AlignSmallOut::kFlat) blk_pad[b] = lo + c[v];  // its first padding position
       }
     }
   }
   const int total = acc;  // the grand total (every thread has it)
-  __syncthreads();
+  align_small_sync<OUT>();
+  const int blocks_used = bs.div(total);
+  if constexpr (OUT != AlignSmallOut::kFlat) {
+    if constexpr (OUT == AlignSmallOut::kFillWarp) {  // the fill warp's stores before the ids (same addresses)
+      asm volatile("bar.sync %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (kMoeAlignSmallWarps + 1)) : "memory");
+    }
+    // 4. The ids and the used blocks' experts that fall in this block's chunks (the rest was prefilled).
+    const AlignOwnedChunk o(p, parts, part);
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      if (slot[j] >= 0) {
+        const int e = slot[j] >> 16, q = start[e] + my_cnt[e] + (slot[j] & 0xffff);
+        if (q >= o.lo && q < o.hi) p.sorted[q] = wlo + 32 * j + lane;
+      }
+    }
+    for (int b = o.blo + tid; b < min(o.bhi, blocks_used); b += NT) p.expert_ids[b] = blk_expert[b];
+    if (part == 0 && tid == 0) *p.total = total;
+    return;
+  }
   // 4. This block's share of the ids, then of the padding, expert_ids, the tail and the total.
   if (warp % static_cast<int>(parts) == static_cast<int>(part)) {
 #pragma unroll
@@ -567,7 +647,6 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   for (int j = gt; j < p.sorted_len; j += gs) {
     if (j >= total || j >= blk_pad[bs.div(j)]) p.sorted[j] = p.numel;
   }
-  const int blocks_used = bs.div(total);
   for (int b = gt; b < p.blocks; b += gs) p.expert_ids[b] = b < blocks_used ? blk_expert[b] : -1;
   if (gt == 0) *p.total = total;
 }

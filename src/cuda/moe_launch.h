@@ -24,6 +24,12 @@ MoeAlignPlan align_plan(int64_t numel, int64_t E, int64_t out_words, int device)
 /// The small schedule variant's id limit: kMoeAlignSmallMaxIds, or -1 (off, in moe_align_block_size and moe_route)
 /// when the environment sets FUSEOPS_MOE_ALIGN_SMALL=0 (for A/B measurements without a rebuild).
 int64_t align_small_max_ids();
+/// Whether align_after_route fills the padding before the PDL wait: true unless the environment sets
+/// FUSEOPS_MOE_ROUTE_PREFILL=0 (then align(); for A/B measurements without a rebuild).
+bool align_small_prefill_enabled();
+/// align() launched right after a router kernel of the same moe_route call (route()): the small variant then fills
+/// its outputs' padding before the PDL wait (align_small_after_route_kernel), overlapping the router. Only there.
+void align_after_route(const char* op, const AlignArgs& args, int device, void* stream);
 /// Kernel parameters of the schedule.
 AlignParams align_params(const AlignArgs& a, int device);
 /// Kernel parameters of a router.

@@ -1,10 +1,12 @@
-// CUDA backend of moe_route, one launch where the GPU allows it:
-// - up to kReplicateMaxTokens tokens (and the small schedule's limits: kMoeAlignSmallMaxIds ids,
-//   kMoeAlignSmallMaxExperts experts): independent blocks of 8 warps (no cluster), each routing every token itself
-//   (one token per warp at a time; with 8 groups of 32 experts, up to kReplicateGroupsMaxTokens tokens, one token at
-//   a time with the group-warps router) into its shared memory, then computing the whole schedule from those ids
-//   and writing its share (align_small); block 0 also copies the router's outputs out. No barrier between blocks
-//   and no round trip of the ids through global memory;
+// CUDA backend of moe_route. By default (measured fastest at 1-64 tokens) two launches for the small schedule's
+// shapes; the one-launch paths below stay for A/B through their switches (token limits 0: off):
+// - up to kReplicateMaxTokens tokens from kReplicateMinExperts experts (and the small schedule's limits:
+//   kMoeAlignSmallMaxIds ids, kMoeAlignSmallMaxExperts experts): independent blocks of 8 warps (no cluster), each
+//   routing every token itself (one token per warp at a time; with 8 groups of 32 experts, up to
+//   kReplicateGroupsMaxTokens tokens, one token at a time with the group-warps router; with E <= 16 and no group
+//   selection, up to kReplicateLanesMaxTokens tokens, 32 / L tokens per warp at a time) into its shared memory, then
+//   computing the whole schedule from those ids and writing its share (align_small); block 0 then copies the
+//   router's outputs out. No barrier between blocks and no round trip of the ids through global memory;
 // - with 8 groups of 32 experts (DeepSeek-V3) up to kFusedGroupsMaxTokens tokens: a thread block cluster whose
 //   blocks route one token at a time with the group-warps router (moe_group_warps.cuh), meet at a cluster barrier
 //   (the ids in global memory, visible to the cluster), and every block then computes the whole schedule (align_small);
@@ -13,7 +15,8 @@
 //   blocks of up to 32 warps route a contiguous range of tokens each and then build the schedule of those tokens'
 //   ids together (align_schedule);
 // - otherwise, the router kernel over the whole GPU and then the schedule kernel (two launches, the second
-//   overlapping the first's tail through programmatic dependent launch).
+//   overlapping the first's tail through programmatic dependent launch; the small schedule variant fills its padding
+//   before its PDL wait, i.e. while the router runs: align_after_route).
 // Every path runs the same device code as topk_softmax / grouped_topk and moe_align_block_size, so the results are
 // identical.
 #include <algorithm>
@@ -34,14 +37,37 @@ constexpr int64_t kTwoLaunchMaxTokens = kMaxCluster * kMoeAlignSmallWarps;
 /// Tokens up to which the fused group path routes with the group-warps router (one token per block of a full
 /// cluster; measured, DeepSeek-V3: 1 token 5.68 us against 7.28 with one token per warp; 16 tokens, two per block,
 /// 8.69 against 8.45); above, the group-warps shapes take two launches (16 / 64 tokens 5.93 / 6.68 us against 8.80 /
-/// 9.23 fused with one warp per token).
-constexpr int64_t kFusedGroupsMaxTokens = kMaxCluster;
-/// Tokens up to which every block routes all tokens itself (one token per warp at a time: up to two per warp);
-/// FUSEOPS_MOE_ROUTE_REPLICATE=<n> moves it (0: off), for A/B.
-constexpr int64_t kReplicateMaxTokens = 2 * kMoeAlignSmallWarps;
-/// The same with the group-warps router (one token per block at a time: the chain grows with the tokens);
-/// FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=<n> moves it.
-constexpr int64_t kReplicateGroupsMaxTokens = 2;
+/// 9.23 fused with one warp per token). Off since two launches fill the schedule's padding before its PDL wait (1 /
+/// 16 / 64 tokens 4.71 / 4.89 / 5.47 us; replicated at one token 4.79); FUSEOPS_MOE_ROUTE_FUSED_GROUPS=<n> moves it.
+constexpr int64_t kFusedGroupsMaxTokens = 0;
+/// Tokens up to which every block routes all tokens itself (one token per warp at a time: up to two per warp at 16),
+/// from kReplicateMinExperts experts: off, two launches (the schedule filling its padding before the PDL wait)
+/// measured faster at 1 to 64 tokens on every model (e.g. 1 x 512: 4.84 against 5.29 us; 16 x 512: 5.52 against
+/// 8.34). FUSEOPS_MOE_ROUTE_REPLICATE=<n> and FUSEOPS_MOE_ROUTE_REPLICATE_MIN_EXPERTS=<n> move them, for A/B.
+constexpr int64_t kReplicateMaxTokens = 0;
+constexpr int64_t kReplicateMinExperts = 256;
+/// The same with the lanes router (E <= 16 without group selection: 32 / L tokens per warp at a time, two rounds of
+/// 8 lanes at 64 tokens); off (two launches measured faster: 3.68 / 4.17 / 4.00 us at 1 / 16 / 64 x 8 against 3.98 /
+/// 4.16 / 5.74); FUSEOPS_MOE_ROUTE_REPLICATE_LANES=<n> moves it.
+constexpr int64_t kReplicateLanesMaxTokens = 0;
+/// The same with the group-warps router (one token per block at a time: the chain grows with the tokens); off (see
+/// kFusedGroupsMaxTokens); FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=<n> moves it.
+constexpr int64_t kReplicateGroupsMaxTokens = 0;
+
+/// Prefetches into L2 the logits rows of tokens t0, t0 + step, ... (below T), with the calling warp: a replica's warp
+/// loads a token's row only when it starts routing it, so without this every further token of the warp would wait
+/// for its own DRAM load after the previous token's chain.
+template <typename T>
+__device__ __forceinline__ void prefetch_logits_rows(const RouteParams& p, int t0, int step, int lane) {
+  for (int t = t0; t < p.T; t += step) {
+    const char* row = static_cast<const char*>(p.logits) + static_cast<int64_t>(t) * p.logits_stride * sizeof(T);
+    const char* end = row + static_cast<int64_t>(p.E) * sizeof(T);
+    for (const char* a = reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(row) & ~uintptr_t{127}) + 128 * lane;
+         a < end; a += 32 * 128) {
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(a));
+    }
+  }
+}
 
 int64_t env_tokens(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
@@ -49,13 +75,26 @@ int64_t env_tokens(const char* name, int64_t fallback) {
   return std::max<long long>(0, std::strtoll(v, nullptr, 10));
 }
 
-int64_t replicate_max_tokens() {
+int64_t replicate_max_tokens(int64_t E) {
   static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE", kReplicateMaxTokens);
-  return n;
+  static const int64_t min_e = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE_MIN_EXPERTS", kReplicateMinExperts);
+  return E >= min_e ? n : 0;
 }
 
 int64_t replicate_groups_max_tokens() {
   static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS", kReplicateGroupsMaxTokens);
+  return n;
+}
+
+/// kReplicateLanesMaxTokens, or FUSEOPS_MOE_ROUTE_REPLICATE_LANES=<n> (0: off), for A/B.
+int64_t replicate_lanes_max_tokens() {
+  static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_REPLICATE_LANES", kReplicateLanesMaxTokens);
+  return n;
+}
+
+/// kFusedGroupsMaxTokens, or FUSEOPS_MOE_ROUTE_FUSED_GROUPS=<n> (0: off), for A/B.
+int64_t fused_groups_max_tokens() {
+  static const int64_t n = env_tokens("FUSEOPS_MOE_ROUTE_FUSED_GROUPS", kFusedGroupsMaxTokens);
   return n;
 }
 
@@ -79,7 +118,8 @@ struct Replica {
 };
 
 /// Block 0 of the replicated path copies the router's outputs from shared memory to those of `rp` (the values
-/// store_token would have stored, token_expert_indices included).
+/// store_token would have stored, token_expert_indices included), after the schedule: global stores issued before
+/// the schedule's block barriers delayed the block (measured 0.3-0.4 us at one token).
 __device__ __forceinline__ void store_replica_outputs(const RouteParams& rp, const int* ids_sh, const float* w_sh) {
   if (blockIdx.x != 0) return;
   const int n = rp.T * rp.k;
@@ -103,11 +143,32 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
   float* w_sh = reinterpret_cast<float*>(ids_sh + rp.T * rp.k);
   const Replica r(rp, ap, ids_sh, w_sh);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  prefetch_logits_rows<T>(rp, warp + kMoeAlignSmallWarps, kMoeAlignSmallWarps, lane);  // the warp's later tokens
   float* keys = reinterpret_cast<float*>(smem_rep) + warp * route_scratch_floats(VPT);
   for (int t = warp; t < rp.T; t += kMoeAlignSmallWarps) route_token_any<T, VPT, BIAS>(r.rp, t, keys, lane);
   __syncthreads();  // the router's outputs in shared memory; the scratch is free
-  store_replica_outputs(rp, ids_sh, w_sh);
   align_small(r.ap, smem_rep, gridDim.x, blockIdx.x);
+  store_replica_outputs(rp, ids_sh, w_sh);
+}
+
+/// Replicated path for E <= L experts without group selection: 32 / L tokens per warp at a time (route_token_lanes,
+/// the router of topk_softmax from 1024 tokens, bitwise route_token's results), so the 8 warps route 32 (L 8) or 16
+/// (L 16) tokens per round.
+template <typename T, int L>
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
+    route_align_lanes_replicated_kernel(RouteParams rp, AlignParams ap, int ids_at) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_lanes[];
+  int* ids_sh = smem_lanes + ids_at;
+  float* w_sh = reinterpret_cast<float*>(ids_sh + rp.T * rp.k);
+  const Replica r(rp, ap, ids_sh, w_sh);
+  constexpr int kPerWarp = 32 / L, kRound = kMoeAlignSmallWarps * kPerWarp;
+  const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  for (int i = 0; i < kPerWarp; ++i) prefetch_logits_rows<T>(rp, warp * kPerWarp + i + kRound, kRound, lane);
+  for (int t0 = warp * kPerWarp; t0 < rp.T; t0 += kRound) route_token_lanes<T, L>(r.rp, t0 + lane / L, lane);
+  __syncthreads();  // the router's outputs in shared memory
+  align_small(r.ap, smem_lanes, gridDim.x, blockIdx.x);
+  store_replica_outputs(rp, ids_sh, w_sh);
 }
 
 /// Replicated path with the group-warps router (n_group == kMoeAlignSmallWarps groups of 32).
@@ -121,14 +182,15 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
   const Replica r(rp, ap, ids_sh, w_sh);
   auto& sh = *reinterpret_cast<GroupWarpsScratch*>(smem_rep_groups);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+  prefetch_logits_rows<T>(rp, 1 + warp, kMoeAlignSmallWarps, lane);  // the tokens after the first
   for (int t = 0; t < rp.T; ++t) {
     route_group_warps_rank<T, BIAS>(r.rp, t, sh, warp, lane);
     __syncthreads();
     if (warp == 0) route_group_warps_select<BIAS>(r.rp, t, sh, lane);
     __syncthreads();  // warp 0 is done with the scratch; the router's outputs in shared memory
   }
-  store_replica_outputs(rp, ids_sh, w_sh);
   align_small(r.ap, smem_rep_groups, gridDim.x, blockIdx.x);
+  store_replica_outputs(rp, ids_sh, w_sh);
 }
 
 /// The small fused path with the group-warps router (moe_group_warps.cuh): n_group == kMoeAlignSmallWarps groups of
@@ -181,17 +243,26 @@ bool route_align_small(const char* op, const RouteArgs& r, const AlignArgs& a, i
   // The group-warps router (one token per block at a time) where it applies.
   const bool groups = rp.n_group == kMoeAlignSmallWarps &&
                       group_warps_shape(rp.E, rp.n_group, rp.topk_group, rp.k, rp.softmax);
+  // The lanes router (32 / L tokens per warp) where it applies: E <= 16, no group selection.
+  const bool lanes = r.E <= 16 && rp.topk_group >= rp.n_group;
   const std::size_t align_smem = static_cast<std::size_t>(moe_align_small_smem_words(a.E)) * sizeof(int);
   const int blocks = moe_align_small_blocks(a.sorted_len + a.blocks, a.E);
-  if (r.T > 0 && r.T <= (groups ? replicate_groups_max_tokens() : replicate_max_tokens())) {
-    // Replicated: every block routes all tokens; the ids and weights after the scratch and the schedule's words.
-    auto go = [&](auto kernel, std::size_t scratch) {
-      const std::size_t ids_at = (std::max(align_smem, scratch) + 15) / 16 * 16;
-      const std::size_t smem = ids_at + static_cast<std::size_t>(numel) * (sizeof(int) + sizeof(float));
-      allow_smem(kernel, smem, op);
-      launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * kMoeAlignSmallWarps), smem, s, device, rp,
-                    ap, static_cast<int>(ids_at / sizeof(int)));
-    };
+  // Replicated: every block routes all tokens; the ids and weights after the scratch and the schedule's words.
+  auto go = [&](auto kernel, std::size_t scratch) {
+    const std::size_t ids_at = (std::max(align_smem, scratch) + 15) / 16 * 16;
+    const std::size_t smem = ids_at + static_cast<std::size_t>(numel) * (sizeof(int) + sizeof(float));
+    allow_smem(kernel, smem, op);
+    launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(32 * kMoeAlignSmallWarps), smem, s, device, rp,
+                  ap, static_cast<int>(ids_at / sizeof(int)));
+  };
+  if (lanes && r.T > 0 && r.T <= replicate_lanes_max_tokens()) {
+    with_float_type(r.logits.dtype, [&](auto t) {
+      using T = typename decltype(t)::type;
+      go(r.E <= 8 ? route_align_lanes_replicated_kernel<T, 8> : route_align_lanes_replicated_kernel<T, 16>, 0);
+    });
+    return true;
+  }
+  if (r.T > 0 && r.T <= (groups ? replicate_groups_max_tokens() : replicate_max_tokens(r.E))) {
     if (groups) {
       with_float_type(r.logits.dtype, [&](auto t) {
         using T = typename decltype(t)::type;
@@ -207,7 +278,7 @@ bool route_align_small(const char* op, const RouteArgs& r, const AlignArgs& a, i
     }
     return true;
   }
-  if (!groups || r.T > kFusedGroupsMaxTokens) return false;
+  if (!groups || r.T > fused_groups_max_tokens()) return false;
   // The fused group path: one block per token of a cluster, or more where the schedule's outputs want them, at most
   // a portable cluster; one block before sm_90.
   const int64_t wanted = std::max<int64_t>(r.T, blocks);
@@ -221,6 +292,17 @@ bool route_align_small(const char* op, const RouteArgs& r, const AlignArgs& a, i
     launch_kernel_cluster(kernel, dim3(cluster), dim3(32 * kMoeAlignSmallWarps), smem, s, device, cluster, rp, ap);
   });
   return true;
+}
+
+/// Two launches: the router, then the schedule (align_after_route: its padding before the PDL wait, overlapping the
+/// router). No tokens: nothing to route (a grid of 0 blocks is an error), so the plain schedule kernel.
+void route_then_align(const char* op, const RouteArgs& r, const AlignArgs& a, int device, void* stream) {
+  if (r.T == 0) {
+    align(op, a, device, stream);
+    return;
+  }
+  route(op, r, device, stream);
+  align_after_route(op, a, device, stream);
 }
 
 }  // namespace
@@ -241,8 +323,7 @@ void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int
       group_warps_shape(static_cast<int>(r.E), r.n_group, r.topk_group, static_cast<int>(r.k),
                         r.scoring == MoeScoring::softmax);
   if (separate) {
-    if (r.T > 0) route(op, r, device, stream);  // no tokens: nothing to route (a grid of 0 blocks is an error)
-    align(op, a, device, stream);
+    route_then_align(op, r, a, device, stream);
     return;
   }
   // One cluster of up to 8 blocks, about 32 tokens each; the schedule holds one id per lane (rounds 1).
@@ -254,8 +335,7 @@ void route_and_align(const char* op, const RouteArgs& r, const AlignArgs& a, int
   // would spill hundreds of bytes per thread, past what L1 holds beside the schedule's shared memory).
   const bool spills = r.bias.data != nullptr && route_vpt(r.E) >= 16;
   if (r.T > kFusedMaxTokens || spills || warps < 1 || (chunk * r.k + warps - 1) / warps > 32) {
-    if (r.T > 0) route(op, r, device, stream);  // no tokens: nothing to route (a grid of 0 blocks is an error)
-    align(op, a, device, stream);
+    route_then_align(op, r, a, device, stream);
     return;
   }
   DeviceGuard guard(device, op);

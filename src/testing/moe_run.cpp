@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -151,6 +152,7 @@ std::string AlignProblem::describe() const {
      << dtype_name(ids_dtype) << (pad_sorted_ids ? " pad_sorted_ids" : "") << " padding=" << padding_fraction
      << (expert_map ? " expert_map" : "") << (skewed ? " skewed" : "");
   if (ids_pitch > 0) os << " ids_pitch=" << ids_pitch;
+  if (out_offset > 0) os << " out_offset=" << out_offset;
   return os.str();
 }
 
@@ -200,15 +202,36 @@ HostTensor make_expert_map(const AlignProblem& p, uint64_t seed) {
 
 AlignOutputs run_align(const AlignProblem& p, const HostTensor& ids, const HostTensor* expert_map, Device device) {
   const MoeAlignSizes sz = moe_align_sizes(p.T * p.k, p.E, p.block_size, p.pad_sorted_ids);
-  Placed in(ids, device), sorted(poisoned(DType::i32, {sz.sorted_len}), device);
-  Placed eids(poisoned(DType::i32, {sz.blocks}), device), total(poisoned(DType::i32, {1}), device);
+  constexpr int64_t kAfter = 5;
+  const int64_t off = p.out_offset;
+  Placed in(ids, device), sorted(poisoned(DType::i32, {off + sz.sorted_len + kAfter}), device);
+  Placed eids(poisoned(DType::i32, {off + sz.blocks + kAfter}), device), total(poisoned(DType::i32, {1}), device);
   std::unique_ptr<Placed> map;
   if (expert_map) map = std::make_unique<Placed>(*expert_map, device);
   TensorView mv;
   if (map) mv = map->view();
-  moe_align_block_size(sorted.view(), eids.view(), total.view(), in.view(), p.E, p.block_size, map ? &mv : nullptr);
+  auto inner = [&](const Placed& buf, int64_t n) {
+    return TensorView(static_cast<int32_t*>(buf.view().data) + off, DType::i32, device, {n});
+  };
+  moe_align_block_size(inner(sorted, sz.sorted_len), inner(eids, sz.blocks), total.view(), in.view(), p.E,
+                       p.block_size, map ? &mv : nullptr);
   if (device.is_cuda()) device_synchronize(device.index);
-  return AlignOutputs{sorted.fetch(), eids.fetch(), total.fetch()};
+  // The views' elements, and whether the words around them kept their poison.
+  bool intact = true;
+  auto part = [&](Placed& buf, int64_t n) {
+    const HostTensor all = buf.fetch();
+    HostTensor out(DType::i32, {n});
+    const auto* a = static_cast<const int32_t*>(all.data());
+    std::memcpy(out.data(), a + off, out.bytes());
+    const HostTensor poison = poisoned(DType::i32, {1});
+    const int32_t bad = *static_cast<const int32_t*>(poison.data());
+    for (int64_t i = 0; i < off + n + kAfter; ++i) {
+      if ((i < off || i >= off + n) && a[i] != bad) intact = false;
+    }
+    return out;
+  };
+  HostTensor s = part(sorted, sz.sorted_len), e = part(eids, sz.blocks);
+  return AlignOutputs{std::move(s), std::move(e), total.fetch(), intact};
 }
 
 reference::MoeComparison check_align(const AlignProblem& p, Device device, uint64_t seed) {
@@ -219,7 +242,13 @@ reference::MoeComparison check_align(const AlignProblem& p, Device device, uint6
   const MoeAlignSizes sz = moe_align_sizes(p.T * p.k, p.E, p.block_size, p.pad_sorted_ids);
   const reference::AlignGolden g =
       reference::align(ids, p.E, p.block_size, sz.sorted_len, sz.blocks, p.expert_map ? &map : nullptr);
-  return reference::compare_align(g, out.sorted, out.expert_ids, out.total);
+  reference::MoeComparison c = reference::compare_align(g, out.sorted, out.expert_ids, out.total);
+  if (!out.guards_intact) {
+    if (c.pass) c.detail = "a word outside sorted_token_ids or expert_ids was written";
+    c.pass = false;
+    ++c.violations;
+  }
+  return c;
 }
 
 }  // namespace fuseops::testing

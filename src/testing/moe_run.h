@@ -50,6 +50,10 @@ struct AlignProblem {
   bool expert_map = false;      ///< a map sending a third of the experts to -1 and the rest to a permutation
   bool skewed = false;          ///< most ids on a few experts
   int64_t ids_pitch = 0;        ///< row stride of topk_ids (0: k, contiguous); the gaps hold expert E - 1
+  /// sorted_token_ids and expert_ids start this many elements into buffers with `out_offset` poisoned words before
+  /// and 5 after them (unaligned outputs); run_align returns only the views, and records in `guards_intact`
+  /// whether the words around them are still poisoned.
+  int64_t out_offset = 0;
   std::string describe() const;
 };
 
@@ -60,6 +64,7 @@ HostTensor make_expert_map(const AlignProblem& p, uint64_t seed);
 
 struct AlignOutputs {
   HostTensor sorted, expert_ids, total;
+  bool guards_intact = true;  ///< the words around the outputs (AlignProblem::out_offset) kept their poison
 };
 
 /// Runs moe_align_block_size on `device` with poisoned outputs of moe_align_sizes(..., pad_sorted_ids).

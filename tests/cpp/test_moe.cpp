@@ -675,12 +675,15 @@ TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
 }
 
 // moe_route's replicated path (independent blocks of 8 warps, each routing every token into its shared memory, one per
-// warp at a time, then computing the whole schedule; block 0 copies the router's outputs out) up to 16 tokens
-// (kReplicateMaxTokens: two tokens on some warps from 9; 17 launches the router and the schedule separately), with
-// the group-warps router up to 2 tokens (kReplicateGroupsMaxTokens; 3 runs the fused group path): every lane width
-// (E 8 to 1024: 1 to 32 experts per lane), f32 / f16 / bf16 logits (the packed router and route_token), a bias, i64
-// ids, special rows (NaN, ties), one to 16 blocks (E and block size), k up to 32, block sizes that are not powers of
-// two; against the golden and bit for bit against its parts.
+// warp at a time, then computing the whole schedule; block 0 copies the router's outputs out afterwards) and the two
+// launches beside it (the schedule filling its padding before the PDL wait). By default every case here takes the two
+// launches (the replicated and fused paths measured slower); with FUSEOPS_MOE_ROUTE_REPLICATE=16
+// FUSEOPS_MOE_ROUTE_REPLICATE_MIN_EXPERTS=0 FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=2 FUSEOPS_MOE_ROUTE_REPLICATE_LANES=64 in
+// the environment the replicated path takes every case up to 16 tokens (two tokens on some warps from 9; the
+// group-warps router up to 2), and with the lanes router (E <= 16, no group selection: 4 or 2 tokens per warp) up to
+// 64 tokens. Every lane width (E 8 to 1024: 1 to 32 experts per lane), f32 / f16 / bf16 logits
+// (the packed router and route_token), a bias, i64 ids, special rows (NaN, ties), one to 16 blocks (E and block
+// size), k up to 32, block sizes that are not powers of two; against the golden and bit for bit against its parts.
 TEST_P(MoeTest, MoeRouteReplicatedSwitch) {
   struct Case {
     int64_t T, E, k, ng, tg;
@@ -703,7 +706,11 @@ TEST_P(MoeTest, MoeRouteReplicatedSwitch) {
                         {16, 512, 10, 1, 1, false, true, 64, bf, i64},    {17, 512, 10, 1, 1, false, true, 64, bf, i32},
                         {16, 128, 8, 1, 1, true, false, 3, f32, i32},
                         {12, 1024, 32, 1, 1, false, true, 64, f16, i32},
-                        {16, 64, 4, 1, 1, false, true, 16, bf, i32}};
+                        {16, 64, 4, 1, 1, false, true, 16, bf, i32},
+                        {16, 8, 2, 1, 1, false, true, 64, bf, i32},       {33, 16, 4, 1, 1, true, true, 16, f16, i64},
+                        {64, 8, 2, 1, 1, false, true, 64, bf, i32},       {64, 16, 16, 1, 1, false, false, 3, f32, i32},
+                        {65, 8, 2, 1, 1, false, true, 64, bf, i32},       {40, 5, 3, 1, 1, true, false, 7, bf, i32},
+                        {20, 16, 4, 4, 4, false, true, 64, bf, i32},      {20, 16, 4, 4, 2, false, true, 64, bf, i32}};
   int n = 0;
   for (const Case& c : cases) {
     RouteProblem p = grouped_problem(c.T, c.E, c.k, c.ng, c.tg, c.bias, c.softmax ? MoeScoring::softmax

@@ -201,6 +201,27 @@ TEST_P(MoeAlignTest, AlignSmallOddBlockSizes) {
   }
 }
 
+// sorted_token_ids and expert_ids starting 1-5 words into their buffers (the small variant fills each block's chunk
+// of the outputs with 16-byte stores between scalar heads and tails, so every alignment of the chunks): exact
+// schedules against the golden and nothing written outside the outputs, on each variant's sizes (1 to 16 blocks of
+// the small variant, then wide / one block).
+TEST_P(MoeAlignTest, AlignUnalignedOutputs) {
+  struct Case {
+    int64_t numel, E, bs;
+  };
+  const Case cases[] = {{1, 8, 64},    {2, 8, 3},       {160, 512, 64}, {640, 512, 64}, {129, 128, 16},
+                        {1024, 1024, 64}, {1000, 60, 7}, {5000, 256, 64}, {640, 4096, 64}};
+  int n = 0;
+  for (const Case& c : cases) {
+    for (int64_t off : {1, 2, 3, 5}) {
+      AlignProblem p = align_case(c.numel, c.E, n++);
+      p.block_size = c.bs;
+      p.out_offset = off;
+      check(p);
+    }
+  }
+}
+
 // The one-block / cluster / streamed variants of the CUDA schedule on both sides of their switches (the wide variant
 // takes most of these sizes at E <= 1024 on sm_90 unless FUSEOPS_MOE_ALIGN_WIDE=0; its own switches are in
 // AlignWideVariantSwitches): exact schedules against the golden, the ascending-flat-index order inside each region
