@@ -222,7 +222,7 @@ AlignOutputs run_align(const AlignProblem& p, const HostTensor& ids, const HostT
     const HostTensor all = buf.fetch();
     HostTensor out(DType::i32, {n});
     const auto* a = static_cast<const int32_t*>(all.data());
-    std::memcpy(out.data(), a + off, out.bytes());
+    if (n > 0) std::memcpy(out.data(), a + off, out.bytes());  // an empty HostTensor has no buffer
     const HostTensor poison = poisoned(DType::i32, {1});
     const int32_t bad = *static_cast<const int32_t*>(poison.data());
     for (int64_t i = 0; i < off + n + kAfter; ++i) {
