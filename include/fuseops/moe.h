@@ -15,8 +15,8 @@
 //  - moe_route = one of the two selections followed by moe_align_block_size, with identical results.
 //
 // Selection rules shared by every router here (design.md, "Numerics"):
-//  - a NaN logit (or bias) counts as -inf, and +-inf as +-FLT_MAX, so scores are always finite: a softmax row whose
-//    logits are all NaN / -inf is uniform (ids 0..k-1 win the ties);
+//  - a NaN logit (or bias) and -inf become -FLT_MAX, +inf becomes FLT_MAX, so scores are always finite (NaN, -inf
+//    and -FLT_MAX tie): a softmax row whose logits are all NaN / -inf is uniform (ids 0..k-1 win the ties);
 //  - ties are broken towards the lower expert (and group) index; ids are never duplicated or out of range;
 //  - with renormalize, a row whose selected weights sum to 0 gets weights 1/k.
 //  - without a bias, selection is made on the logits (the scores are monotone in them), so it is exact.

@@ -6,15 +6,20 @@ the deterministic schedule order) and the tolerances.
 
 Errors: ``ValueError`` naming the argument for bad shapes, dtypes, devices and ranges; expert ids outside
 [-1, num_experts) (and bad ``expert_map`` entries) are skipped and reported by :func:`fuseops.check_errors`.
-Not differentiable (routing decisions are discrete; vLLM's are not either).
+Not differentiable (routing decisions are discrete; vLLM's are not either): logits or a bias that require grad while
+grad mode is on raise ``RuntimeError`` rather than return weights silently cut from the graph (call the routers
+under ``torch.no_grad()`` / ``torch.inference_mode()``, or detach).
 """
 
 import torch
 
-from ._args import bool_arg, float_arg, int_arg, tensor_arg
+from ._args import bool_arg, float_arg, forward_only, int_arg, tensor_arg
 from ._ops import ops
 
 _SCORING = ("softmax", "sigmoid")
+_MAX_ALIGN_EXPERTS = 4096  # kMaxAlignExperts of include/fuseops/moe.h
+_MAX_BLOCK_SIZE = 1 << 20
+_INT32_MAX = 2**31 - 1
 
 
 def _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor):
@@ -55,11 +60,12 @@ def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, i
     renormalize = bool_arg(op, "renormalize", renormalize)
     T = _rows(op, "gating_output", gating_output)
     _check_topk(op, topk, gating_output.shape[1])
+    tensor_arg(op, "correction_bias", correction_bias, optional=True)
+    forward_only(op, gating_output=gating_output, correction_bias=correction_bias)
     dev = gating_output.device
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)
     src = torch.empty((T, topk), dtype=torch.int32, device=dev)
-    tensor_arg(op, "correction_bias", correction_bias, optional=True)
     ops.topk_softmax.default(w, ids, src, gating_output, renormalize, correction_bias)
     return w, ids, src
 
@@ -85,9 +91,10 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
+    tensor_arg(op, "bias", bias, optional=True)
+    forward_only(op, scores=scores, bias=bias)
     w = torch.empty((T, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=scores.device)
-    tensor_arg(op, "bias", bias, optional=True)
     ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, float(routed_scaling_factor),
                              scoring)
     return w, ids
@@ -95,17 +102,32 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
 
 def moe_align_sizes(numel, num_experts, block_size, pad_sorted_ids=False):
     """(len(sorted_token_ids), len(expert_ids)) as vLLM's ``moe_align_block_size`` wrapper allocates them.
-    ``numel`` >= 0, ``num_experts`` >= 1, ``block_size`` >= 1 (ints), else ValueError naming the argument."""
+    ``numel`` >= 0, ``num_experts`` in [1, 4096], ``block_size`` in [1, 2^20] (ints), and the schedule's length below
+    2^31 (it is int32), else ValueError naming the argument."""
     op = "moe_align_sizes"
     pad_sorted_ids = bool_arg(op, "pad_sorted_ids", pad_sorted_ids)
     int_arg(op, "numel", numel, 0)
-    int_arg(op, "num_experts", num_experts, 1)
-    int_arg(op, "block_size", block_size, 1)
+    _check_align_args(op, num_experts, block_size)
+    return _checked_align_sizes(op, "numel", numel, num_experts, block_size, pad_sorted_ids)
+
+
+def _check_align_args(op, num_experts, block_size):
+    """The schedule's ranges (those of the op), checked before anything is allocated."""
+    int_arg(op, "num_experts", num_experts, 1, _MAX_ALIGN_EXPERTS)
+    int_arg(op, "block_size", block_size, 1, _MAX_BLOCK_SIZE)
+
+
+def _checked_align_sizes(op, numel_name, numel, num_experts, block_size, pad_sorted_ids):
+    """_align_sizes, with the int32 limit of the schedule checked (the error names the ids' argument)."""
+    if isinstance(numel, int) and numel + num_experts * (block_size - 1) > _INT32_MAX:
+        raise ValueError(f"{op}: {numel_name}: expected numel + num_experts * (block_size - 1) < 2^31 (int32 "
+                         f"schedule), got {numel + num_experts * (block_size - 1)}")
     return _align_sizes(numel, num_experts, block_size, pad_sorted_ids)
 
 
 def _align_sizes(numel, num_experts, block_size, pad_sorted_ids):
-    # numel may be symbolic under torch.compile; the caller has checked the arguments.
+    # numel may be symbolic under torch.compile (not an int: the int32 check is then the op's); the caller has checked
+    # the arguments.
     n = numel + num_experts * (block_size - 1)
     if pad_sorted_ids:
         n = (n + block_size - 1) // block_size * block_size
@@ -128,9 +150,8 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
     op = "moe_align_block_size"
     pad_sorted_ids = bool_arg(op, "pad_sorted_ids", pad_sorted_ids)
     tensor_arg(op, "topk_ids", topk_ids)
-    int_arg(op, "block_size", block_size, 1)
-    int_arg(op, "num_experts", num_experts, 1)
-    n, blocks = _align_sizes(topk_ids.numel(), num_experts, block_size, pad_sorted_ids)
+    _check_align_args(op, num_experts, block_size)
+    n, blocks = _checked_align_sizes(op, "topk_ids", topk_ids.numel(), num_experts, block_size, pad_sorted_ids)
     dev = topk_ids.device
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
     expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)
@@ -151,19 +172,20 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     op = "moe_route"
     T = _rows(op, "gating_output", gating_output)
     _check_topk(op, topk, gating_output.shape[1])
-    int_arg(op, "block_size", block_size, 1)
     _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
+    tensor_arg(op, "bias", bias, optional=True)
+    forward_only(op, gating_output=gating_output, bias=bias)
     dev = gating_output.device
     E = gating_output.shape[1]
-    n, blocks = _align_sizes(T * topk, E, block_size, False)
+    int_arg(op, "block_size", block_size, 1, _MAX_BLOCK_SIZE)
+    n, blocks = _checked_align_sizes(op, "gating_output", T * topk, E, block_size, False)
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
     expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)
     total = torch.empty((1,), dtype=torch.int32, device=dev)
-    tensor_arg(op, "bias", bias, optional=True)
     ops.moe_route.default(w, ids, sorted_ids, expert_ids, total, gating_output, bias, scoring, n_group, topk_group,
                           renormalize, float(routed_scaling_factor), block_size)
     return w, ids, sorted_ids, expert_ids, total

@@ -120,6 +120,7 @@ Device check_kkt(const char* op, const TensorView& out, const char* out_name, co
   a.geo.K = K;
   a.geo.BT = chunk_size;
   attach_cu_seqlens(op, cu, device, a.geo);
+  if (cu) check_disjoint(op, out_name, out, "cu_seqlens", *cu);
   a.k = in_view(k);
   if (g) a.g = in_view(*g);
   if (beta) a.beta = in_view(*beta);
@@ -153,6 +154,7 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   a.has_scale = scale.has_value();
   a.scale = scale.value_or(1.0);
   check_disjoint(op, "out", out, "g", g);
+  if (cu_seqlens) check_disjoint(op, "out", out, "cu_seqlens", *cu_seqlens);
   if (g.numel() == 0 && !has_sequences(a.geo)) return;
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)
@@ -225,6 +227,7 @@ void solve_tril(TensorView Ai, TensorView A, const TensorView* cu_seqlens, Strea
   geo.BT = BT;
   attach_cu_seqlens(op, cu_seqlens, device, geo);
   check_disjoint(op, "Ai", Ai, "A", A);
+  if (cu_seqlens) check_disjoint(op, "Ai", Ai, "cu_seqlens", *cu_seqlens);
   if (Ai.numel() == 0 && !has_sequences(geo)) return;
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)

@@ -241,11 +241,12 @@ void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, T
   check_output(op, "u", u, kFloat, {B, T, HV, V}, "[B, T, HV, V]");
   const Device device = common_device(op, {{"w", &w}, {"u", &u}, {"k", &k}, {"v", &v}, {"beta", &beta}, {"A", &A}});
   if (g) common_device(op, {{"k", &k}, {"g", g}});
-  check_outputs_disjoint(op, {{"w", &w}, {"u", &u}},
-                         {{"w", &w}, {"u", &u}, {"k", &k}, {"v", &v}, {"beta", &beta}, {"A", &A}, {"g", g}});
   WuArgs a;
   a.geo = geometry(B, T, H, HV, K, BT);
   attach_cu_seqlens(op, cu_seqlens, device, a.geo);
+  check_outputs_disjoint(op, {{"w", &w}, {"u", &u}},
+                         {{"w", &w}, {"u", &u}, {"k", &k}, {"v", &v}, {"beta", &beta}, {"A", &A}, {"g", g},
+                          {"cu_seqlens", cu_seqlens}});
   a.V = V;
   a.k = in_view(k);
   a.v = in_view(v);
@@ -290,7 +291,7 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   if (initial_state) common_device(op, {{"k", &k}, {"initial_state", initial_state}});
   check_outputs_disjoint(op, {{"h", &h}, {"v_new", &v_new}, {"final_state", final_state}},
                          {{"h", &h}, {"v_new", &v_new}, {"final_state", final_state}, {"k", &k}, {"w", &w},
-                          {"u", &u}, {"g", g}, {"initial_state", initial_state}});
+                          {"u", &u}, {"g", g}, {"initial_state", initial_state}, {"cu_seqlens", cu_seqlens}});
   a.V = V;
   a.k = in_view(k);
   a.w = in_view(w);
@@ -330,7 +331,8 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
   }
   if (!h.is_contiguous()) fail_argument(op, "h", "a contiguous tensor", "strided");
   check_output(op, "o", o, kFloat, {B, T, HV, V}, "[B, T, HV, V]");
-  check_outputs_disjoint(op, {{"o", &o}}, {{"q", &q}, {"k", &k}, {"v_new", &v_new}, {"h", &h}, {"g", g}});
+  check_outputs_disjoint(op, {{"o", &o}},
+                         {{"q", &q}, {"k", &k}, {"v_new", &v_new}, {"h", &h}, {"g", g}, {"cu_seqlens", cu_seqlens}});
   a.V = V;
   a.q = in_view(q);
   a.k = in_view(k);
@@ -423,7 +425,8 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   }
   check_outputs_disjoint(op, {{"o", &o}, {"final_state", final_state}, {"workspace", &workspace}},
                          {{"o", &o}, {"final_state", final_state}, {"workspace", &workspace}, {"q", &q}, {"k", &k},
-                          {"v", &v}, {"g", &g}, {"beta", &beta}, {"initial_state", initial_state}});
+                          {"v", &v}, {"g", &g}, {"beta", &beta}, {"initial_state", initial_state},
+                          {"cu_seqlens", cu_seqlens}});
   if (d.N == 0 || (d.T == 0 && !final_state)) return;
 
   void* ws = workspace.data;
@@ -621,7 +624,7 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
   }
   check_outputs_disjoint(op, {{"o", &o}, {"final_state", final_state}},
                          {{"o", &o}, {"final_state", final_state}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},
-                          {"beta", beta}, {"initial_state", initial_state}});
+                          {"beta", beta}, {"initial_state", initial_state}, {"cu_seqlens", cu_seqlens}});
   if (N == 0 || (a.geo.T == 0 && !final_state)) return;
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
 }
@@ -641,7 +644,7 @@ void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool
   check_outputs_disjoint(op, {{"o", &o}, {"state_pool", &state_pool}},
                          {{"o", &o}, {"state_pool", &state_pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},
                           {"beta", beta}, {"ssm_state_indices", &ssm_state_indices},
-                          {"num_accepted_tokens", num_accepted_tokens}});
+                          {"num_accepted_tokens", num_accepted_tokens}, {"cu_seqlens", cu_seqlens}});
   if (a.geo.N == 0 || a.geo.T == 0) return;
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
 }
@@ -677,7 +680,8 @@ void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool,
   check_outputs_disjoint(op, {{"o", &o}, {"state_pool", &state_pool}},
                          {{"o", &o}, {"state_pool", &state_pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"a", &a_in},
                           {"b", &b}, {"A_log", &A_log}, {"dt_bias", &dt_bias},
-                          {"ssm_state_indices", &ssm_state_indices}, {"num_accepted_tokens", num_accepted_tokens}});
+                          {"ssm_state_indices", &ssm_state_indices}, {"num_accepted_tokens", num_accepted_tokens},
+                          {"cu_seqlens", cu_seqlens}});
   if (a.geo.N == 0 || a.geo.T == 0) return;
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
 }

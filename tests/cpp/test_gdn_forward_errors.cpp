@@ -63,6 +63,49 @@ TEST(GdnForwardErrors, ChunkGatedDeltaRule) {
                    op, "scale");
 }
 
+// cu_seqlens inside an output is an error (the op would overwrite the sequence bounds it reads): the chunked forward
+// (o, final_state), the stages, the decode ops, the intra-chunk ops (Ai, the cumsum's out). cu_seqlens [0, 8] is
+// written into the output's first words and viewed there as int32.
+TEST(GdnForwardErrors, CuSeqlensInsideAnOutput) {
+  Valid x;
+  TensorView ht = x.ht.view(), h0 = x.h0.view(), g = x.g.view(), beta = x.beta.view();
+  auto inside = [](HostTensor& t) {
+    auto* w = static_cast<int32_t*>(t.data());
+    w[0] = 0;
+    w[1] = 8;
+    return TensorView(t.data(), i32, t.view().device, {2});
+  };
+  const TensorView cu_o = inside(x.o), cu_ht = inside(x.ht);
+  const char* op = "chunk_gated_delta_rule";
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                   x.beta.view(), std::nullopt, &h0, false, &cu_o, x.ws.view(), 16),
+                   op, "o", "no overlap with cu_seqlens");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                   x.beta.view(), std::nullopt, &h0, false, &cu_ht, x.ws.view(), 16),
+                   op, "final_state", "no overlap with cu_seqlens");
+  const TensorView cu_ws = inside(x.ws);
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                   x.beta.view(), std::nullopt, &h0, false, &cu_ws, x.ws.view(), 16),
+                   op, "workspace", "no overlap with cu_seqlens");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g,
+                                                             &beta, std::nullopt, &h0, false, &cu_o),
+                   "fused_recurrent_gated_delta_rule", "o", "no overlap with cu_seqlens");
+  HostTensor h2(bf16, {1, 2, 2, 16, 8});  // varlen: N + ceil(T / BT) = 2 chunk slots
+  const TensorView cu_w = inside(x.w), cu_h = inside(h2);
+  EXPECT_ARG_ERROR(fuseops::recompute_w_u_fwd(x.w.view(), x.u.view(), x.k.view(), x.v.view(), x.beta.view(),
+                                              x.A.view(), &g, &cu_w),
+                   "recompute_w_u_fwd", "w", "no overlap with cu_seqlens");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_fwd_h(h2.view(), x.vn.view(), &ht, x.k.view(), x.w.view(),
+                                                         x.u.view(), &g, &h0, 16, &cu_h),
+                   "chunk_gated_delta_rule_fwd_h", "h", "no overlap with cu_seqlens");
+  const TensorView cu_A = inside(x.A), cu_g = inside(x.g);
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_fwd_kkt_solve(x.A.view(), x.k.view(), &g, &beta, 16, &cu_A),
+                   "chunk_gated_delta_rule_fwd_kkt_solve", "Ai", "no overlap with cu_seqlens");
+  HostTensor gin(f32, {1, 8, 2});
+  EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(x.g.view(), gin.view(), 16, &cu_g), "chunk_local_cumsum", "out",
+                   "no overlap with cu_seqlens");
+}
+
 // The workspace query validates q, v, cu_seqlens, chunk_size and names itself, or the op a binding sizes it for.
 TEST(GdnForwardErrors, WorkspaceQuery) {
   Valid x;

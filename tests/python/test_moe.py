@@ -162,6 +162,45 @@ def test_moe_align_sizes_arguments():
             fuseops.moe_align_sizes(*args)
 
 
+def test_align_ranges_are_checked_before_allocating():
+    # block_size / num_experts outside the op's ranges and int32 overflows raise ValueError before any allocation
+    ids = torch.zeros(512, 8, dtype=torch.int32)
+    with pytest.raises(ValueError, match="moe_align_block_size: block_size: expected an int in \\[1, 1048576\\]"):
+        fuseops.moe_align_block_size(ids, 2**30, 8)
+    with pytest.raises(ValueError, match="moe_align_block_size: num_experts: expected an int in \\[1, 4096\\]"):
+        fuseops.moe_align_block_size(ids, 16, 5000)
+    with pytest.raises(ValueError, match="moe_align_block_size: topk_ids: .*< 2\\^31"):
+        fuseops.moe_align_block_size(ids, 2**20, 4096)
+    with pytest.raises(ValueError, match="moe_route: block_size: expected an int in \\[1, 1048576\\]"):
+        fuseops.moe_route(torch.randn(64, 8), 2, 2**30)
+    with pytest.raises(ValueError, match="moe_align_sizes: numel: .*< 2\\^31"):
+        fuseops.moe_align_sizes(4096, 4096, 2**20)
+    assert fuseops.moe_align_sizes(4096, 4096, 2**18) == (2**30, 4096)
+
+
+def test_routers_refuse_inputs_that_require_grad():
+    # routing computes no gradient: a logits or bias tensor that requires grad is an error in grad mode, not weights
+    # silently cut from the graph
+    x = torch.randn(4, 64, requires_grad=True)
+    bias = torch.randn(64, requires_grad=True)
+    with pytest.raises(RuntimeError, match="topk_softmax: gating_output: requires grad"):
+        fuseops.topk_softmax(x, 4, True)
+    with pytest.raises(RuntimeError, match="topk_softmax: correction_bias: requires grad"):
+        fuseops.topk_softmax(x.detach(), 4, True, correction_bias=bias)
+    with pytest.raises(RuntimeError, match="grouped_topk: scores: requires grad"):
+        fuseops.grouped_topk(x, 4, 2, 4, True)
+    with pytest.raises(RuntimeError, match="grouped_topk: bias: requires grad"):
+        fuseops.grouped_topk(x.detach(), 4, 2, 4, True, bias=bias)
+    with pytest.raises(RuntimeError, match="moe_route: gating_output: requires grad"):
+        fuseops.moe_route(x, 4, 16)
+    with torch.no_grad():
+        w, ids, _ = fuseops.topk_softmax(x, 4, True)
+        assert w.shape == (4, 4) and not w.requires_grad
+        fuseops.moe_route(x, 4, 16, bias=bias, scoring="sigmoid", n_group=4, topk_group=2)
+    w, _ = fuseops.grouped_topk(x.detach(), 4, 2, 4, True)
+    assert not w.requires_grad
+
+
 def test_bad_ids_are_recorded():
     fuseops.clear_errors()
     ids = torch.tensor([[0, 9], [-1, 3]], dtype=torch.int32)
