@@ -119,11 +119,14 @@ class MoeBench : public BenchProblem {
   std::vector<MoeBuffers> sets_;
 };
 
-/// What sets a router case apart beyond T, E and k, so that rows of a case file's cross product differ: sigmoid
-/// scoring (moe_route), groups, renormalisation, the scaling factor, the bias.
+/// What sets a router case apart beyond T, E and k, so that rows of a case file's cross product differ: the scoring
+/// where it is not the usual one (softmax without groups, sigmoid with them, as Qwen / Mixtral and DeepSeek-V3 route;
+/// the built-in sets' labels carry none), groups, renormalisation, the scaling factor, the bias.
 std::string router_suffix(const RouteProblem& p) {
   std::string s;
-  if (p.op == RouteOp::moe_route && p.spec.scoring == MoeScoring::sigmoid) s += ",sigmoid";
+  const bool grouped = p.op == RouteOp::grouped_topk && p.spec.n_group > 1;
+  if (grouped && p.spec.scoring == MoeScoring::softmax) s += ",softmax";
+  if (!grouped && p.spec.scoring == MoeScoring::sigmoid) s += ",sigmoid";
   if (p.spec.n_group > 1) s += ",g" + std::to_string(p.spec.n_group) + "/" + std::to_string(p.spec.topk_group);
   if (p.spec.renormalize) s += ",renorm";
   if (p.spec.scale != 1.0) s += ",x" + value_text(ParamValue{p.spec.scale});

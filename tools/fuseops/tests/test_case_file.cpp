@@ -207,7 +207,9 @@ TEST(CaseFile, EveryFamilysHooksParse) {
       "  - op: grouped_topk\n    tokens: 33\n    num_experts: 256\n    n_group: 8\n    topk_group: 4\n    topk: 8\n"
       "    routed_scaling_factor: 2.5\n    bias: true\n"
       "  - op: moe_align_block_size\n    tokens: 33\n    num_experts: 64\n    topk: 6\n    block_size: 16\n"
-      "  - op: moe_route\n    tokens: 33\n    num_experts: 64\n    topk: 8\n"
+      "  - op: moe_route\n    tokens: 33\n    num_experts: 64\n    topk: [8, 4]\n    scoring: [softmax, sigmoid]\n"
+      "  - op: grouped_topk\n    tokens: 2\n    num_experts: 64\n    n_group: 4\n    topk_group: 2\n    topk: 4\n"
+      "    scoring: softmax\n"
       "  - op: rms_norm_gated\n    tokens: 20\n    hidden: 4096\n    group_size: 128\n    gate: true\n"
       "  - op: silu_and_mul_masked\n    num_experts: 8\n    max_tokens: 32\n    tokens_per_expert: 7\n    busy_experts: 3\n"
       "    d: 64\n"
@@ -229,6 +231,10 @@ TEST(CaseFile, EveryFamilysHooksParse) {
       {"grouped_topk", "33x256 k8,g8/4,x2.5,bias"},
       {"moe_align_block_size", "33x64 k6 bs16"},
       {"moe_route", "33x64 k8 bs64"},
+      {"moe_route", "33x64 k8 bs64,sigmoid"},
+      {"moe_route", "33x64 k4 bs64"},
+      {"moe_route", "33x64 k4 bs64,sigmoid"},
+      {"grouped_topk", "2x64 k4,softmax,g4/2"},  // the scoring that is not the usual one is in the label
       {"rms_norm,gate", "20x4096/g128"},
       {"silu_and_mul_masked", "8x32x64:3@7"},
       {"gelu_and_mul_masked(tanh)", "8x32x64:8@32"},
@@ -245,11 +251,11 @@ TEST(CaseFile, EveryFamilysHooksParse) {
   }
   EXPECT_EQ(cases[0]->family, "rope");
   EXPECT_EQ(cases[5]->family, "moe");
-  EXPECT_EQ(cases[8]->family, "norm");
-  EXPECT_EQ(cases[11]->rows, 200);  // batch x seq_len
-  EXPECT_EQ(cases[13]->rows, 15);
-  EXPECT_EQ(cases[16]->rows, 78);
-  EXPECT_EQ(cases[16]->dtype, DType::f32);  // g of the cumsum: f32 by default
+  EXPECT_EQ(cases[12]->family, "norm");
+  EXPECT_EQ(cases[15]->rows, 200);  // batch x seq_len
+  EXPECT_EQ(cases[17]->rows, 15);
+  EXPECT_EQ(cases[20]->rows, 78);
+  EXPECT_EQ(cases[20]->dtype, DType::f32);  // g of the cumsum: f32 by default
 }
 
 // Every op family that has built-in cases has a hook, so that case files and `fuseops model` reach it.
