@@ -65,6 +65,11 @@ class OpCase {
   virtual double time_cpu_us(int64_t rows) const = 0;
   /// A benchmark problem at full size on the current CUDA device.
   virtual std::unique_ptr<BenchProblem> bench() const = 0;
+  /// Bytes the op moves with `rows` rows (reduced CPU runs): the full size's scaled linearly, exact for row-wise ops;
+  /// a case with a part that does not grow with the rows (the MoE schedule's padding) overrides it.
+  virtual double bytes_at(int64_t rows) const {
+    return this->rows > 0 ? bench()->bytes() * static_cast<double>(rows) / static_cast<double>(this->rows) : 0.0;
+  }
 };
 
 /// Median wall time of `reps` calls of `fn`, microseconds (OpCase::time_cpu_us).

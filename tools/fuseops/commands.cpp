@@ -316,10 +316,10 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
     progress.show(i, work[i].label());
     const int64_t nrows = std::min(c->rows, opts.cpu_rows);
     const double us = c->time_cpu_us(nrows);
-    // The full-size byte count scaled to the rows run (exact for row-wise ops; close for varlen cuts).
+    // Bytes of the rows run (OpCase::bytes_at); FLOPs scaled from the full size (exact for row-wise ops; close for
+    // varlen cuts).
     const double scale = c->rows > 0 ? static_cast<double>(nrows) / static_cast<double>(c->rows) : 0.0;
-    const auto problem = c->bench();
-    const double bytes = problem->bytes() * scale, flops = problem->flops() * scale;
+    const double bytes = c->bytes_at(nrows), flops = c->bench()->flops() * scale;
     progress.clear();
     std::printf("%-16s %-26s %-11s %-5s %6lld %12.1f %9.2f\n", work[i].set.c_str(), c->op.c_str(), c->shape.c_str(),
                 dtype_name(c->dtype), static_cast<long long>(nrows), us, us > 0 ? bytes / us / 1e3 : 0.0);

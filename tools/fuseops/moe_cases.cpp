@@ -180,6 +180,10 @@ class MoeCase : public OpCase {
   }
 
   std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<MoeBench>(s_); }
+  /// The schedule's padding (E (block_size - 1) entries) does not shrink with the tokens: the bytes of a T = rows case.
+  double bytes_at(int64_t nrows) const override {
+    return MoeBench(Spec{s_.kind, with_tokens(s_.p, nrows)}).bytes();
+  }
 
  private:
   Spec s_;
