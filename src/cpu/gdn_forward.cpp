@@ -22,20 +22,22 @@ float load_scalar(const GdnIn& x, int64_t b, int64_t t, int64_t h, float absent)
   return x.data ? load(x.data, x.dtype, offset(x, b, t, h)) : absent;
 }
 
-/// x / sqrt(sum x^2 + 1e-6) in fp32, as FLA's fused recurrent kernels normalise q and k in kernel (eps inside the
-/// root, a sum, not a mean); the chunked forward's l2norm_fwd multiplies by the reciprocal instead (l2norm_row).
-void l2normalize(float* x, int64_t n) {
+/// sqrt(sum x^2 + 1e-6) in fp32 (FLA's l2 norm: eps inside the root, a sum, not a mean).
+float l2_root(const float* x, int64_t n) {
   float s = 0.f;
   for (int64_t c = 0; c < n; ++c) s += x[c] * x[c];
-  const float d = std::sqrt(s + 1e-6f);
+  return std::sqrt(s + 1e-6f);
+}
+
+/// x / l2_root(x), as FLA's fused recurrent kernels normalise q and k in kernel.
+void l2normalize(float* x, int64_t n) {
+  const float d = l2_root(x, n);
   for (int64_t c = 0; c < n; ++c) x[c] = x[c] / d;
 }
 
-/// x rstd, rstd = 1 / sqrt(sum x^2 + 1e-6) in fp32: FLA's l2norm_fwd (the chunked forward's q / k normalisation).
+/// x rstd, rstd = 1 / l2_root(x): FLA's l2norm_fwd (the chunked forward's q / k normalisation).
 void l2norm_row(float* x, int64_t n) {
-  float s = 0.f;
-  for (int64_t c = 0; c < n; ++c) s += x[c] * x[c];
-  const float rstd = 1.0f / std::sqrt(s + 1e-6f);
+  const float rstd = 1.0f / l2_root(x, n);
   for (int64_t c = 0; c < n; ++c) x[c] = x[c] * rstd;
 }
 

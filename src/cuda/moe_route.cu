@@ -132,23 +132,34 @@ __device__ __forceinline__ void store_replica_outputs(const RouteParams& rp, con
   }
 }
 
-/// Replicated path, one token per warp at a time: the ids at shared word `ids_at` (after the router's scratch and
-/// the schedule's words), then the weights.
+/// One block of the replicated path: the router's outputs go to this block's shared memory (`smem`: the router's
+/// scratch, the schedule's words, then the ids at word `ids_at` and the weights), `route(rp)` routes every token into
+/// them with the block's warps, and after a barrier the block computes the whole schedule from those ids and writes
+/// its share; block 0 then copies the router's outputs out.
+template <typename Route>
+__device__ __forceinline__ void run_replica(const RouteParams& rp, const AlignParams& ap, int* smem, int ids_at,
+                                            Route&& route) {
+  int* ids_sh = smem + ids_at;
+  float* w_sh = reinterpret_cast<float*>(ids_sh + rp.T * rp.k);
+  const Replica r(rp, ap, ids_sh, w_sh);
+  route(r.rp);
+  __syncthreads();  // the router's outputs in shared memory; its scratch is free
+  align_small(r.ap, smem, gridDim.x, blockIdx.x);
+  store_replica_outputs(rp, ids_sh, w_sh);
+}
+
+/// Replicated path, one token per warp at a time.
 template <typename T, int VPT, bool BIAS>
 __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
     route_align_replicated_kernel(RouteParams rp, AlignParams ap, int ids_at) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_rep[];
-  int* ids_sh = smem_rep + ids_at;
-  float* w_sh = reinterpret_cast<float*>(ids_sh + rp.T * rp.k);
-  const Replica r(rp, ap, ids_sh, w_sh);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   prefetch_logits_rows<T>(rp, warp + kMoeAlignSmallWarps, kMoeAlignSmallWarps, lane);  // the warp's later tokens
   float* keys = reinterpret_cast<float*>(smem_rep) + warp * route_scratch_floats(VPT);
-  for (int t = warp; t < rp.T; t += kMoeAlignSmallWarps) route_token_any<T, VPT, BIAS>(r.rp, t, keys, lane);
-  __syncthreads();  // the router's outputs in shared memory; the scratch is free
-  align_small(r.ap, smem_rep, gridDim.x, blockIdx.x);
-  store_replica_outputs(rp, ids_sh, w_sh);
+  run_replica(rp, ap, smem_rep, ids_at, [&](const RouteParams& shp) {
+    for (int t = warp; t < rp.T; t += kMoeAlignSmallWarps) route_token_any<T, VPT, BIAS>(shp, t, keys, lane);
+  });
 }
 
 /// Replicated path for E <= L experts without group selection: 32 / L tokens per warp at a time (route_token_lanes,
@@ -159,16 +170,12 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
     route_align_lanes_replicated_kernel(RouteParams rp, AlignParams ap, int ids_at) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_lanes[];
-  int* ids_sh = smem_lanes + ids_at;
-  float* w_sh = reinterpret_cast<float*>(ids_sh + rp.T * rp.k);
-  const Replica r(rp, ap, ids_sh, w_sh);
   constexpr int kPerWarp = 32 / L, kRound = kMoeAlignSmallWarps * kPerWarp;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   for (int i = 0; i < kPerWarp; ++i) prefetch_logits_rows<T>(rp, warp * kPerWarp + i + kRound, kRound, lane);
-  for (int t0 = warp * kPerWarp; t0 < rp.T; t0 += kRound) route_token_lanes<T, L>(r.rp, t0 + lane / L, lane);
-  __syncthreads();  // the router's outputs in shared memory
-  align_small(r.ap, smem_lanes, gridDim.x, blockIdx.x);
-  store_replica_outputs(rp, ids_sh, w_sh);
+  run_replica(rp, ap, smem_lanes, ids_at, [&](const RouteParams& shp) {
+    for (int t0 = warp * kPerWarp; t0 < rp.T; t0 += kRound) route_token_lanes<T, L>(shp, t0 + lane / L, lane);
+  });
 }
 
 /// Replicated path with the group-warps router (n_group == kMoeAlignSmallWarps groups of 32).
@@ -177,20 +184,17 @@ __global__ void __launch_bounds__(32 * kMoeAlignSmallWarps)
     route_align_groups_replicated_kernel(RouteParams rp, AlignParams ap, int ids_at) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_rep_groups[];
-  int* ids_sh = smem_rep_groups + ids_at;
-  float* w_sh = reinterpret_cast<float*>(ids_sh + rp.T * rp.k);
-  const Replica r(rp, ap, ids_sh, w_sh);
   auto& sh = *reinterpret_cast<GroupWarpsScratch*>(smem_rep_groups);
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   prefetch_logits_rows<T>(rp, 1 + warp, kMoeAlignSmallWarps, lane);  // the tokens after the first
-  for (int t = 0; t < rp.T; ++t) {
-    route_group_warps_rank<T, BIAS>(r.rp, t, sh, warp, lane);
-    __syncthreads();
-    if (warp == 0) route_group_warps_select<BIAS>(r.rp, t, sh, lane);
-    __syncthreads();  // warp 0 is done with the scratch; the router's outputs in shared memory
-  }
-  align_small(r.ap, smem_rep_groups, gridDim.x, blockIdx.x);
-  store_replica_outputs(rp, ids_sh, w_sh);
+  run_replica(rp, ap, smem_rep_groups, ids_at, [&](const RouteParams& shp) {
+    for (int t = 0; t < rp.T; ++t) {
+      route_group_warps_rank<T, BIAS>(shp, t, sh, warp, lane);
+      __syncthreads();
+      if (warp == 0) route_group_warps_select<BIAS>(shp, t, sh, lane);
+      if (t + 1 < rp.T) __syncthreads();  // warp 0 is done with the scratch (run_replica's barrier after the last)
+    }
+  });
 }
 
 /// The small fused path with the group-warps router (moe_group_warps.cuh): n_group == kMoeAlignSmallWarps groups of
