@@ -34,10 +34,11 @@ using gdn::ChunkRef;
 using gdn::kThreads;
 using gdn::kWarps;
 
-/// Register caps. The kkt / fused kernel comes in two variants (bench/results/h200/gdn.md): kThroughputBlocks = 4
-/// blocks of 256 threads per SM (64 registers; the solve routines want ~60, a few loop variables are spilled around
-/// them to L1) for grids of several waves, and kLatencyBlocks = 2 (128 registers, no spills: each block finishes
-/// sooner) for grids that fit in one wave of 2 blocks per SM. solve_tril always uses the first. The fused kernel and
+/// Register caps. The kkt / fused op comes in two kernels (bench/results/h200/gdn.md): kkt_pipelined_kernel at
+/// kThroughputBlocks = 4 blocks of 256 threads per SM (64 registers; the solve routines want ~60, a few loop variables
+/// are spilled around them to L1; 3 blocks measured 10% slower) for grids of several waves, and kkt_kernel at
+/// kLatencyBlocks = 2 (128 registers, no spills: each block finishes sooner) for grids that fit in one wave of 2
+/// blocks per SM. solve_tril always uses the first cap. The fused kernel and
 /// solve_tril also come in an FFMA-inverse and a tensor-core-inverse variant (kTc, by output dtype), so neither holds
 /// the registers of both; docs/ops/gdn.md "Performance" lists registers and spills of each.
 constexpr int kThroughputBlocks = 4;
@@ -55,24 +56,68 @@ struct KktParams {
   int kp;             ///< K padded to the Gram step (16 for f16 / bf16, 4 for f32)
   int ld;             ///< k tile row stride (elements)
   bool k_vec;         ///< 16-byte loads of k rows
+  int k_row_shift;    ///< gdn::load_k_tile's row_shift (gdn::k_tile_row_shift)
   bool out_vec;       ///< 16-byte stores of output rows
   DeviceErrorRecord* errors;
 };
 
-/// Dynamic shared memory of kkt_kernel: the k tile [BT][ld] (TK) while the Gram is formed, then in the same bytes
-/// the fp32 A tile [BT][BT + 4] and, for the fused op, the merge scratch.
-template <typename TK, int BT, bool kSolve>
+/// Bytes of the k tile [BT][ld] (TK) in the kkt kernels' dynamic shared memory, rounded up to 16.
+template <typename TK, int BT>
+__host__ __device__ constexpr std::size_t kkt_k_bytes(int ld) {
+  return (static_cast<std::size_t>(BT) * ld * sizeof(TK) + 15) / 16 * 16;
+}
+/// Bytes of the fp32 A tile [BT][BT + 4] and, for the fused op, the merge scratch.
+template <int BT, bool kSolve>
+constexpr std::size_t kkt_f_bytes() {
+  return (gdn::kTileFloats<BT> + (kSolve ? gdn::kScratchFloats<BT> : 0)) * sizeof(float);
+}
+
+/// Dynamic shared memory of the kkt kernels: kkt_kernel puts the A tile in the bytes of the k tile (dead once the Gram
+/// is formed); kkt_pipelined_kernel keeps them apart, so the next work item's k rows land while this one's A is
+/// built and inverted.
+template <typename TK, int BT, bool kSolve, bool kPipelined>
 std::size_t kkt_smem_bytes(int ld) {
-  const std::size_t k_bytes = static_cast<std::size_t>(BT) * ld * sizeof(TK);
-  const std::size_t f_bytes = (gdn::kTileFloats<BT> + (kSolve ? gdn::kScratchFloats<BT> : 0)) * sizeof(float);
-  return std::max(k_bytes, f_bytes);
+  return kPipelined ? kkt_k_bytes<TK, BT>(ld) + kkt_f_bytes<BT, kSolve>()
+                    : std::max(kkt_k_bytes<TK, BT>(ld), kkt_f_bytes<BT, kSolve>());
+}
+
+/// The value heads [begin, end) of key unit y (a key head, or a share of its value heads), and its key head.
+struct UnitHeads {
+  int hk, begin, end;
+};
+__device__ __forceinline__ UnitHeads unit_heads(const KktParams& prm, int y) {
+  const int hk = prm.parts == 1 ? y : y / prm.parts;  // no integer division in the usual case
+  const int begin = hk * prm.group + (y - hk * prm.parts) * prm.heads_per_cta;
+  return {hk, begin, min(begin + prm.heads_per_cta, (hk + 1) * prm.group)};
+}
+
+/// The value heads of one (chunk, key unit) once its Gram is formed and gate_beta holds the first head's g / beta:
+/// per head the kkt tile, then either its store (kSolve = false) or its inverse and that store. Ends with a barrier.
+template <typename TK, int BT, bool kSolve, bool kTc>
+__device__ __forceinline__ void kkt_heads(const gdn::Gram<TK, BT>& gram, float* gate_beta, float* tile,
+                                          float* scratch, const KktArgs& args, const GdnOut& out,
+                                          const KktParams& prm, const ChunkRef& ch, const UnitHeads& u) {
+  const int tid = static_cast<int>(threadIdx.x);
+  float gb = 0.f;
+  for (int hv = u.begin; hv < u.end; ++hv) {
+    gram.kkt_tile(gate_beta, ch.len, tile);
+    __syncthreads();
+    const bool next = hv + 1 < u.end;  // prefetch the next value head's g / beta behind the solve
+    if (next && tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(args, ch, hv + 1, tid);
+    if constexpr (kSolve) gdn::invert_unit_lower<BT, kTc>(tile, scratch, ch.len);
+    gdn::store_tile_rows<BT>(tile, out, ch, hv, prm.out_vec);
+    if (next && tid < 2 * BT) gate_beta[tid] = gb;
+    __syncthreads();
+  }
 }
 
 /// kSolve = false: chunk_scaled_dot_kkt_fwd (out = A). kSolve = true: the fused op (out = (I + A)^{-1}).
-/// kMinBlocks: kThroughputBlocks or kLatencyBlocks. kTc: gdn::tensor_core_inverse(out.dtype) (false without kSolve);
-/// a template parameter so each variant holds the registers of one inverse only.
-template <typename TK, int BT, bool kSolve, int kMinBlocks, bool kTc>
-__global__ void __launch_bounds__(kThreads, kMinBlocks)
+/// kTc: gdn::tensor_core_inverse(out.dtype) (false without kSolve); a template parameter so each variant holds the
+/// registers of one inverse only.
+/// The latency kernel, for grids of at most one wave of kLatencyBlocks blocks per SM (each block then has one work
+/// item, usually): one item after the other, the A tile in the k tile's bytes.
+template <typename TK, int BT, bool kSolve, bool kTc>
+__global__ void __launch_bounds__(kThreads, kLatencyBlocks)
     kkt_kernel(const KktArgs args, const GdnOut out, const KktParams prm) {
   pdl_wait_and_release();
   extern __shared__ float4 smem[];
@@ -95,30 +140,92 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks)
     if (ch.len == 0) continue;
 
     for (int y = blockIdx.y; y < key_units; y += gridDim.y) {
-      const int hk = y / prm.parts;
-      const int hv_begin = hk * prm.group + (y - hk * prm.parts) * prm.heads_per_cta;
-      const int hv_end = min(hv_begin + prm.heads_per_cta, (hk + 1) * prm.group);
-
-      gdn::load_k_tile<TK, BT>(ks, prm.ld, prm.kp, args.k, args.geo.K, ch, hk, prm.k_vec);
-      float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(args, ch, hv_begin, tid) : 0.f;  // in flight with the copies
+      const UnitHeads u = unit_heads(prm, y);
+      gdn::load_k_tile<TK, BT>(ks, prm.ld, prm.kp, args.k, args.geo.K, ch, u.hk, prm.k_vec, prm.k_row_shift);
+      const float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(args, ch, u.begin, tid) : 0.f;  // with the copies
       cp_async_wait_all();
       if (tid < 2 * BT) gate_beta[tid] = gb;
       __syncthreads();
       gdn::Gram<TK, BT> gram;
       gram.compute(ks, prm.ld, prm.kp, ch.len);
       __syncthreads();  // the k tile is dead: the A tile takes its bytes
-
-      for (int hv = hv_begin; hv < hv_end; ++hv) {
-        gram.kkt_tile(gate_beta, ch.len, tile);
-        __syncthreads();
-        const bool next = hv + 1 < hv_end;  // prefetch the next value head's g / beta behind the solve
-        if (next && tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(args, ch, hv + 1, tid);
-        if constexpr (kSolve) gdn::invert_unit_lower<BT, kTc>(tile, scratch, ch.len);
-        gdn::store_tile_rows<BT>(tile, out, ch, hv, prm.out_vec);
-        if (next && tid < 2 * BT) gate_beta[tid] = gb;
-        __syncthreads();
-      }
+      kkt_heads<TK, BT, kSolve, kTc>(gram, gate_beta, tile, scratch, args, out, prm, ch, u);
     }
+  }
+}
+
+/// One work item of a kkt block: a chunk slot, a key unit y and the slot's chunk (len 0: no item left).
+struct KktItem {
+  int64_t slot;
+  int y;
+  ChunkRef ch;
+};
+
+/// The block's first work item (`first`) or the one after `it`, skipping empty slots: y steps over the key units by
+/// gridDim.y, then the slot by gridDim.x (the walk order of kkt_kernel). Called by warp 0 (resolve_chunk is a warp
+/// routine); lane 0 writes it.
+template <int BT>
+__device__ void find_item(const KktArgs& args, const KktParams& prm, int key_units, KktItem it, bool first,
+                          KktItem& dst) {
+  if (first) {
+    it = {static_cast<int64_t>(blockIdx.x), static_cast<int>(blockIdx.y), ChunkRef{0, 0, 0}};
+    if (it.slot < prm.slots) it.ch = gdn::resolve_chunk<BT>(args.geo, it.slot, prm.errors, blockIdx.y == 0);
+  } else {
+    it.y += gridDim.y;
+  }
+  while (it.slot < prm.slots && (it.y >= key_units || it.ch.len == 0)) {
+    it.y = blockIdx.y;
+    it.slot += gridDim.x;
+    it.ch = ChunkRef{0, 0, 0};
+    if (it.slot < prm.slots) it.ch = gdn::resolve_chunk<BT>(args.geo, it.slot, prm.errors, blockIdx.y == 0);
+  }
+  if (it.slot >= prm.slots) it.ch.len = 0;
+  if ((threadIdx.x & 31) == 0) dst = it;
+}
+
+/// The throughput kernel, for grids of several waves (kThroughputBlocks blocks per SM, each walking many items):
+/// once an item's Gram is formed its k tile is free, and the copies of the next item's k rows (and its first g /
+/// beta) are issued there, so they land while this item's kkt tiles are built, inverted and stored. Same items, same
+/// arithmetic as kkt_kernel (the same bytes).
+template <typename TK, int BT, bool kSolve, bool kTc>
+__global__ void __launch_bounds__(kThreads, kThroughputBlocks)
+    kkt_pipelined_kernel(const KktArgs args, const GdnOut out, const KktParams prm) {
+  pdl_wait_and_release();
+  extern __shared__ float4 smem[];
+  TK* ks = reinterpret_cast<TK*>(smem);
+  float* tile = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(smem) + kkt_k_bytes<TK, BT>(prm.ld));
+  float* scratch = tile + gdn::kTileFloats<BT>;
+  __shared__ KktItem next;
+  __shared__ float gate_beta[2 * BT];  // g then beta of the chunk's rows, current value head
+  const int tid = static_cast<int>(threadIdx.x);
+  const int key_units = static_cast<int>(args.geo.H) * prm.parts;
+
+  if (tid < 32) find_item<BT>(args, prm, key_units, KktItem{}, true, next);
+  __syncthreads();
+  KktItem cur = next;
+  if (cur.ch.len == 0) return;
+  auto issue = [&](const KktItem& it) {  // the k rows and the first value head's g / beta of an item
+    const UnitHeads u = unit_heads(prm, it.y);
+    gdn::load_k_tile<TK, BT>(ks, prm.ld, prm.kp, args.k, args.geo.K, it.ch, u.hk, prm.k_vec, prm.k_row_shift);
+    return tid < 2 * BT ? gdn::load_gate_or_beta<BT>(args, it.ch, u.begin, tid) : 0.f;
+  };
+  float gb = issue(cur);
+
+  for (;;) {
+    __syncthreads();  // every thread has read `next` (below) for the previous item
+    if (tid < 32) find_item<BT>(args, prm, key_units, cur, false, next);  // behind the copies
+    cp_async_wait_all();
+    if (tid < 2 * BT) gate_beta[tid] = gb;
+    __syncthreads();
+    const UnitHeads u = unit_heads(prm, cur.y);
+    gdn::Gram<TK, BT> gram;
+    gram.compute(ks, prm.ld, prm.kp, cur.ch.len);
+    __syncthreads();  // the k tile is free
+    const bool more = next.ch.len > 0;
+    if (more) gb = issue(next);
+    kkt_heads<TK, BT, kSolve, kTc>(gram, gate_beta, tile, scratch, args, out, prm, cur.ch, u);
+    if (!more) break;
+    cur = next;
   }
 }
 
@@ -237,10 +344,10 @@ void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int devi
   prm.ld = gdn::k_tile_ld<TK>(prm.kp);
   constexpr int64_t kVec = 16 / sizeof(TK);
   prm.k_vec = geo.K % kVec == 0 && rows_vectorizable(a.k, kVec, geo.B, geo.T, geo.H);
+  prm.k_row_shift = gdn::k_tile_row_shift<TK>(prm.kp);
   prm.out_vec = aligned16(out.data);
   prm.errors = geo.cu_seqlens ? cuda_error_record(device) : nullptr;
 
-  const std::size_t smem = kkt_smem_bytes<TK, BT, kSolve>(prm.ld);
   // At most kCtasPerSm blocks per SM in all: each block walks several chunk slots (the per-block setup is paid less
   // often and the last wave is shorter); measured 1-3% faster than one block per slot on the large shapes.
   constexpr int64_t kCtasPerSm = 8;
@@ -249,13 +356,14 @@ void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int devi
   const bool latency = gx * gy <= int64_t{kLatencyBlocks} * sm_count(device);
   auto pick = [latency](auto tc) {
     constexpr bool kTc = decltype(tc)::value;
-    return latency ? kkt_kernel<TK, BT, kSolve, kLatencyBlocks, kTc>
-                   : kkt_kernel<TK, BT, kSolve, kThroughputBlocks, kTc>;
+    return latency ? kkt_kernel<TK, BT, kSolve, kTc> : kkt_pipelined_kernel<TK, BT, kSolve, kTc>;
   };
   // the inverse by output dtype, as in solve_tril (BT = 16 has no merges: one variant)
   auto kernel = kSolve && gdn::tensor_core_inverse(out.dtype) ? pick(std::bool_constant<kSolve && BT >= 32>{})
                                                               : pick(std::false_type{});
-  allow_smem(kernel, smem, op);  // f32 k with K > 160 at BT = 64 (K = 256: 66.5 KB)
+  const std::size_t smem = latency ? kkt_smem_bytes<TK, BT, kSolve, false>(prm.ld)
+                                   : kkt_smem_bytes<TK, BT, kSolve, true>(prm.ld);
+  allow_smem(kernel, smem, op);  // f32 k with K > 160 at BT = 64 (K = 256: 66.5 KB; 88 KB pipelined)
   launch_kernel(kernel, dim3(grid_x(gx), grid_y(gy)), dim3(kThreads), smem, stream, device, a,
                 out, prm);
 }

@@ -158,12 +158,27 @@ __host__ __device__ constexpr int k_tile_ld(int kp) {
 /// k rows of the chunk (key head hk) -> ks[BT][ld] in the input dtype; rows >= len and columns in [K, kp) are zero.
 /// `vec`: K, the base and the strides allow 16-byte copies (then cp.async, no register staging: the copies are only
 /// issued here, the caller waits with cp_async_wait_all() before its barrier, so other loads can overlap them).
+/// `row_shift`: log2 of the 16-byte units per row (kp / (16 / sizeof(TK))) when that is a power of two (K = 64, 128,
+/// 256: each thread then copies one fixed column of rows kThreads >> row_shift apart, with a pointer increment per
+/// row), else -1 (the general walk over units).
 template <typename TK, int BT>
 __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, const ChunkRef& ch, int64_t hk,
-                            bool vec) {
+                            bool vec, int row_shift) {
   const TK* src = static_cast<const TK*>(k.data) + ch.batch * k.stride_b + ch.t0 * k.stride_t + hk * k.stride_h;
-  if (vec) {
-    constexpr int kVec = 16 / sizeof(TK);
+  constexpr int kVec = 16 / sizeof(TK);
+  if (vec && row_shift >= 0) {
+    const int t = static_cast<int>(threadIdx.x), di = kThreads >> row_shift;
+    const int col = (t & ((1 << row_shift) - 1)) * kVec;
+    const bool col_ok = col < K;
+    int i = t >> row_shift;
+    const TK* p = src + i * k.stride_t + col;
+    const int64_t step = di * k.stride_t;
+    TK* d = ks + i * ld + col;
+    for (; i < BT; i += di, p += step, d += di * ld) {
+      const bool valid = col_ok && i < ch.len;
+      cp_async_16(d, valid ? p : src, valid);
+    }
+  } else if (vec) {
     const int per_row = kp / kVec;  // <= 64 < kThreads
     // unit u = i * per_row + c of thread t: t, t + kThreads, ...; (i, c) advanced without a division per unit
     int i = static_cast<int>(threadIdx.x) / per_row, c = static_cast<int>(threadIdx.x) - i * per_row;
@@ -182,6 +197,16 @@ __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, c
       ks[i * ld + col] = (i < ch.len && col < K) ? src[i * k.stride_t + col] : from_float<TK>(0.f);
     }
   }
+}
+
+/// load_k_tile's row_shift for kp padded columns of TK: log2(kp / (16 / sizeof(TK))) when a power of two, else -1.
+template <typename TK>
+inline int k_tile_row_shift(int kp) {
+  const int per_row = kp / (16 / static_cast<int>(sizeof(TK)));
+  if (per_row <= 0 || (per_row & (per_row - 1)) != 0 || per_row > kThreads) return -1;
+  int shift = 0;
+  while ((1 << shift) < per_row) ++shift;
+  return shift;
 }
 
 /// Thread t < 2 * BT of the block: g of chunk row t (t < BT; 0 when g is absent) or beta of row t - BT (1 when
@@ -303,12 +328,20 @@ __device__ void store_tile_rows(const float* tile, const GdnOut& out, const Chun
 // the kkt entry and writes the whole fp32 A tile to shared memory. The Gram stays in registers across a key head's
 // value heads, so no Gram tile lives in shared memory.
 
-/// A[i][j] of one chunk from the Gram entry <k_i, k_j>: (gram * exp(g_i - g_j)) * beta_i for j < i < len, exactly 0
-/// elsewhere (a select: exp(g_i - g_j) may be inf above the diagonal). Absent g / beta arrive as 0 / 1, which makes
-/// their factor exactly 1. THE definition of a kkt entry: the kkt kernel stores it, the fused kernel inverts it.
+/// log2(e) rounded to fp32.
+constexpr float kLog2e = 1.44269504088896340736f;
+
+/// A[i][j] of one chunk from the Gram entry <k_i, k_j>: (gram * e^(g_i - g_j)) * beta_i for j < i < len, exactly 0
+/// elsewhere (a select, computed without a branch: e^(g_i - g_j) may be inf above the diagonal, and the select drops
+/// it). e^d is exp2f(d * log2(e)) of the rounded difference d = g_i - g_j (one FMUL and MUFU.EX2 instead of IEEE
+/// expf's range reduction; the difference is formed first, so the exponent errs by ~2^-23 |d| as expf's does, not
+/// by 2^-24 (|g_i| + |g_j|), which strongly decayed chunks with |g| in the thousands would turn into a relative
+/// error of ~1e-3; exp2f's <= 2 ulp is inside the kkt budget of docs/ops/gdn.md "Tolerances"). Absent g / beta
+/// arrive as 0 / 1, which makes their factor exactly 1. THE definition of a kkt entry: the kkt kernel stores it,
+/// the fused kernels invert it.
 __device__ __forceinline__ float kkt_entry(float gram, int i, int j, int len, float g_i, float g_j, float beta_i) {
-  if (!(j < i && i < len)) return 0.f;
-  return __fmul_rn(__fmul_rn(gram, expf(__fsub_rn(g_i, g_j))), beta_i);
+  const float a = __fmul_rn(__fmul_rn(gram, exp2f(__fmul_rn(__fsub_rn(g_i, g_j), kLog2e))), beta_i);
+  return j < i && i < len ? a : 0.f;
 }
 
 /// f16 / bf16: tensor cores. The matrix is cut into 16 x 8 tiles (BT / 16 row blocks x BT / 8 column tiles); warp w

@@ -45,6 +45,34 @@ TEST(GdnLargeGrid, ManySequences) {
 }
 
 
+// Grids of more than one wave take the pipelined kkt / fused kernel (each block walks many (chunk, key head) items
+// and copies the next item's k rows while it inverts the current one); the other tests mostly fit in one wave. Its
+// walk over items with grouped value heads, keys that take the scalar (K = 100) and the f32 copy paths, every chunk
+// size, strided inputs, and varlen batches with empty and partial sequences: each against the golden, fused ==
+// unfused and deterministic (check_spec).
+TEST(GdnLargeGrid, PipelinedWalk) {
+  FUSEOPS_SKIP_WITHOUT_CUDA();
+  std::mt19937_64 rng = test_rng();
+  std::vector<Spec> specs;
+  Spec a = fixed(1, 64 * 300 + 17, 2, 4, 100, 64);  // 301 chunks x 2 key heads, 2 value heads each
+  a.out_dtype = DType::bf16;
+  specs.push_back(a);
+  Spec b = fixed(2, 32 * 300, 1, 1, 64, 32);
+  b.k_dtype = DType::f32;
+  b.strided = true;
+  specs.push_back(b);
+  std::vector<int64_t> lens;
+  for (int i = 0; i < 700; ++i) lens.push_back(std::vector<int64_t>{0, 1, 15, 16, 17, 40, 64, 100}[i % 8]);
+  Spec c = varlen(lens, 1, 3, 128, 16);
+  c.out_dtype = DType::f16;
+  specs.push_back(c);
+  Spec d = varlen(lens, 2, 2, 128, 64);
+  d.out_dtype = DType::bf16;
+  d.cu_dtype = DType::i32;
+  specs.push_back(d);
+  for (const Spec& s : specs) check_spec(Where::cuda, s, rng);
+}
+
 // Ai of [1, 2^20 + 37, 32, 64] bf16: 2^31 + 75776 elements (4.3 GB); the last, partial chunk starts exactly at
 // element 2^31. The inputs repeat one random 64-token chunk (g is chunk-local, so every chunk has the same values).
 // Sampled chunks (first, around 2^31, last, random) are compared with the golden and, byte for byte, with the unfused
