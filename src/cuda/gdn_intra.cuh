@@ -378,7 +378,7 @@ struct GramMma {
     col = col_base + 2 * (lane % 4);
 #pragma unroll
     for (int t = 0; t < kTilesPerWarp; ++t) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.f;
-    if (!active || row_base >= len) return;
+    if (!active || row_base >= len || !needed(0, len)) return;  // warps whose tiles are all 0 load nothing
     // ldmatrix addresses. A (16 x 16 row-major): matrices rows 0-7 / 8-15 at K offset 0, then the same at 8.
     // B (16 x 8 "col", i.e. the column tokens' k rows): per tile its 8 tokens at K offset 0, then at 8.
     const TK* a_ptr = ks + (row_base + lane % 16) * ld + (lane / 16) * 8;
