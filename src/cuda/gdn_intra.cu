@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, kThroughputBlocks)
     __syncthreads();
     const UnitHeads u = unit_heads(prm, cur.y);
     gdn::Gram<TK, BT> gram;
-    gram.compute(ks, prm.ld, prm.kp, cur.ch.len);
+    gram.template compute<true>(ks, prm.ld, prm.kp, cur.ch.len);
     __syncthreads();  // the k tile is free
     const bool more = next.ch.len > 0;
     if (more) gb = issue(next);

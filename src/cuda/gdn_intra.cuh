@@ -361,13 +361,18 @@ struct GramMma {
   bool active;                ///< false: this warp owns no tile (BT = 16)
 
   /// Whether tile t of this warp holds an entry j < i < len, i.e. its first column is below both len and the row
-  /// block's last row (warp-uniform).
+  /// block's last row (warp-uniform). A warp whose first tile is not needed skips the Gram.
   __device__ __forceinline__ bool needed(int t, int len) const {
     const int c = col_base + 8 * t;
     return c < len && c < row_base + 16;
   }
 
   /// ks: the k tile [BT][ld] (16-bit), kp (multiple of 16) columns, zero past K and past the chunk.
+  /// kAllTiles: a warp with any tile needed multiplies all its tiles (no predicated mma.sync, which costs a WARPSYNC
+  /// each: fewer issued instructions, more tensor work; the products of tiles not needed are finite, the k tile being
+  /// zero-filled, and never read). Measured faster for the multi-wave kkt kernel, slower for the one-wave one. The
+  /// tiles that are read get the same bits either way.
+  template <bool kAllTiles = false>
   __device__ void compute(const TK* ks, int ld, int kp, int len) {
     const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
     const int first = warp * kTilesPerWarp;
@@ -391,14 +396,14 @@ struct GramMma {
       if constexpr (kTilesPerWarp == 1) {
         uint32_t b0, b1;
         ldmatrix_x2(b0, b1, b_ptr + kk);
-        if (needed(0, len)) mma_m16n8k16<TK>(v[0], a, b0, b1);
+        if (kAllTiles || needed(0, len)) mma_m16n8k16<TK>(v[0], a, b0, b1);
       } else {
 #pragma unroll
         for (int t = 0; t < kTilesPerWarp; t += 2) {
           uint32_t b[4];
           ldmatrix_x4(b, b_ptr + t * 8 * ld + kk);
-          if (needed(t, len)) mma_m16n8k16<TK>(v[t], a, b[0], b[1]);
-          if (needed(t + 1, len)) mma_m16n8k16<TK>(v[t + 1], a, b[2], b[3]);
+          if (kAllTiles || needed(t, len)) mma_m16n8k16<TK>(v[t], a, b[0], b[1]);
+          if (kAllTiles || needed(t + 1, len)) mma_m16n8k16<TK>(v[t + 1], a, b[2], b[3]);
         }
       }
     }
@@ -435,7 +440,8 @@ struct GramFfma {
   float v[R][R];
 
   /// ks: the k tile [BT][ld] (f32), kp (multiple of 4) columns, zero past K and past the chunk. (Computes all
-  /// rows; `len` is for the interface of GramMma.)
+  /// rows; `len` and kAllTiles are for the interface of GramMma.)
+  template <bool kAllTiles = false>
   __device__ void compute(const float* ks, int ld, int kp, int /*len*/) {
     const int ti = static_cast<int>(threadIdx.x % 16), tj = static_cast<int>(threadIdx.x / 16);
 #pragma unroll
