@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "cuda/launch.h"
 #include "cuda/moe_align.cuh"
@@ -26,23 +27,43 @@ __global__ void __launch_bounds__(32 * moe_align_max_warps(ROUNDS)) align_kernel
   align_schedule<ROUNDS>(p, lo, hi, smem);
 }
 
-__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(AlignParams p) {
-  pdl_wait_and_release();
-  extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
-  align_small(p, smem_small, gridDim.x, blockIdx.x);
+/// Hints the L2 to fetch topk_ids (prefetch_rows_l2: one bulk prefetch when they are contiguous) with the calling
+/// warp, before the PDL wait, so that their DRAM latency runs while the previous kernel finishes, as the routers do
+/// with their logits (safe for the same reason: the L2 is the point of coherence and nothing reaches the SM). In a
+/// model the previous kernel is usually the router that writes these ids, and there is nothing to overlap.
+__device__ __forceinline__ void align_prefetch_ids(const AlignParams& p, int lane) {
+  if (p.numel == 0) return;
+  const int size = p.ids_i64 ? 8 : 4;
+  if (p.ids_stride == p.ids_cols) {
+    prefetch_rows_l2(p.ids, 0, p.numel * size, 1, lane);
+  } else {
+    prefetch_rows_l2(p.ids, p.ids_stride * size, p.ids_cols * size, p.numel / p.ids_cols, lane);
+  }
 }
 
-/// align_small_kernel with a ninth warp that fills the block's chunks of the outputs (AlignSmallOut::kFillWarp) while
-/// the others compute the schedule; FUSEOPS_MOE_ALIGN_FILL_WARP=1 selects it (A/B).
-__global__ void __launch_bounds__(32 * (kMoeAlignSmallWarps + 1)) align_small_fill_warp_kernel(AlignParams p) {
+/// The small variant with W warps per block (moe_align_small_warps); `prefetch`: warp 0 prefetches the ids first
+/// (align_prefetch_ids).
+template <int W>
+__global__ void __launch_bounds__(32 * W) align_small_kernel(AlignParams p, int prefetch) {
+  if (prefetch && threadIdx.x < 32) align_prefetch_ids(p, static_cast<int>(threadIdx.x));
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
+  align_small<W>(p, smem_small, gridDim.x, blockIdx.x);
+}
+
+/// align_small_kernel with one more warp that fills the block's chunks of the outputs (AlignSmallOut::kFillWarp)
+/// while the W others compute the schedule; FUSEOPS_MOE_ALIGN_FILL_WARP=1 selects it (A/B; W <= 16).
+template <int W>
+__global__ void __launch_bounds__(32 * (W + 1)) align_small_fill_warp_kernel(AlignParams p, int prefetch) {
+  if (prefetch && threadIdx.x < 32) align_prefetch_ids(p, static_cast<int>(threadIdx.x));
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_fill[];
-  if (threadIdx.x >= 32 * kMoeAlignSmallWarps) {
+  if (threadIdx.x >= 32 * W) {
     align_small_prefill(p, gridDim.x, blockIdx.x, static_cast<int>(threadIdx.x & 31), 32);
-    asm volatile("bar.arrive %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (kMoeAlignSmallWarps + 1)) : "memory");
+    asm volatile("bar.arrive %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (W + 1)) : "memory");
     return;
   }
-  align_small<AlignSmallOut::kFillWarp>(p, smem_fill, gridDim.x, blockIdx.x);
+  align_small<W, AlignSmallOut::kFillWarp>(p, smem_fill, gridDim.x, blockIdx.x);
 }
 
 /// align_small_kernel for moe_route's two launches: the prefill of this block's chunks (align_small_prefill) runs
@@ -50,11 +71,13 @@ __global__ void __launch_bounds__(32 * (kMoeAlignSmallWarps + 1)) align_small_fi
 /// every router kernel waits for its predecessor before it releases its dependents, so when this kernel starts the
 /// kernels before the router have completed, and the router does not touch sorted_token_ids or expert_ids (the
 /// outputs do not overlap). Never launch it after any other kernel.
-__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_after_route_kernel(AlignParams p) {
+template <int W>
+__global__ void __launch_bounds__(32 * W) align_small_after_route_kernel(AlignParams p, int /*prefetch: the router
+                                                                                        has just written the ids*/) {
   align_small_prefill(p, gridDim.x, blockIdx.x);
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_after[];
-  align_small<AlignSmallOut::kPrefilled>(p, smem_after, gridDim.x, blockIdx.x);
+  align_small<W, AlignSmallOut::kPrefilled>(p, smem_after, gridDim.x, blockIdx.x);
 }
 
 template <int R>
@@ -62,6 +85,32 @@ __global__ void __launch_bounds__(32 * kMoeAlignWideWarps, 1) align_wide_kernel(
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_wide[];  // align_wide zeroes with 16-byte stores
   align_wide<R>(p, slice, smem_wide);
+}
+
+/// align_wide_kernel after moe_route's router kernel, its registers capped (kAlignWideAfterRouteRegs: 40, 48 for 8
+/// ids per lane, the fewest without spills; 54-56 uncapped) so that its blocks fit beside up to three router blocks
+/// of 128 threads at 64 registers (the groups-of-32 router at 4096 tokens: 256 blocks, about two per SM): under PDL
+/// its clusters are then resident and waiting when the router ends, instead of being placed on SMs as they drain.
+/// FUSEOPS_MOE_ROUTE_WIDE_CAP=0 launches align_wide_kernel instead (A/B).
+template <int R>
+constexpr int kAlignWideAfterRouteRegs = R >= 8 ? 48 : 40;
+template <int R>
+__global__ void __maxnreg__(kAlignWideAfterRouteRegs<R>) align_wide_after_route_kernel(AlignParams p, int64_t slice) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_wide_after[];
+  align_wide<R>(p, slice, smem_wide_after);
+}
+
+/// The small variant's L2 prefetch of the ids (align_prefetch_ids); FUSEOPS_MOE_PREFETCH=0 switches it off with the
+/// routers' (A/B).
+bool align_prefetch_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_PREFETCH");
+  return on;
+}
+
+bool align_wide_cap_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_ROUTE_WIDE_CAP");
+  return on;
 }
 
 /// The wide variant's id minimum: kMoeAlignWideMinIds; for A/B measurements without a rebuild the environment
@@ -78,7 +127,7 @@ int64_t align_wide_min_ids() {
 }
 
 /// The wide variant (see the top of the file); false when moe_align_wide_plan does not apply.
-bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStream_t s) {
+bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStream_t s, bool after_route) {
   const int max_cluster = is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1;
   const MoeAlignWidePlan w = moe_align_wide_plan(p.numel, p.E, max_cluster, kMoeAlignSmemWords, align_wide_min_ids());
   if (w.clusters == 0) return false;
@@ -88,11 +137,12 @@ bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStr
     launch_kernel_cluster(kernel, dim3(w.clusters * w.cluster), dim3(32 * kMoeAlignWideWarps), smem, s, device,
                           static_cast<unsigned>(w.cluster), p, w.slice);
   };
+  const bool cap = after_route && align_wide_cap_enabled();
   switch (w.rounds) {
-    case 1: go(align_wide_kernel<1>); break;
-    case 2: go(align_wide_kernel<2>); break;
-    case 4: go(align_wide_kernel<4>); break;
-    default: go(align_wide_kernel<8>); break;
+    case 1: go(cap ? align_wide_after_route_kernel<1> : align_wide_kernel<1>); break;
+    case 2: go(cap ? align_wide_after_route_kernel<2> : align_wide_kernel<2>); break;
+    case 4: go(cap ? align_wide_after_route_kernel<4> : align_wide_kernel<4>); break;
+    default: go(cap ? align_wide_after_route_kernel<8> : align_wide_kernel<8>); break;
   }
   return true;
 }
@@ -105,6 +155,17 @@ int align_small_blocks(int planned) {
     return v == nullptr ? 0 : static_cast<int>(std::clamp<long long>(std::strtoll(v, nullptr, 10), 0, 64));
   }();
   return n > 0 ? n : planned;
+}
+
+/// The small variant's warps per block as moe_align_plan chooses them (0), or FUSEOPS_MOE_ALIGN_SMALL_WARPS=8, 16
+/// or 32 from the environment (for A/B measurements without a rebuild).
+int align_small_warps_forced() {
+  static const int n = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_SMALL_WARPS");
+    const long long w = v == nullptr ? 0 : std::strtoll(v, nullptr, 10);
+    return w == 8 || w == 16 || w == 32 ? static_cast<int>(w) : 0;
+  }();
+  return n;
 }
 
 }  // namespace
@@ -151,7 +212,7 @@ AlignParams align_params(const AlignArgs& a, int device) {
 
 MoeAlignPlan align_plan(int64_t numel, int64_t E, int64_t out_words, int device) {
   return moe_align_plan(numel, E, is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1, kMoeAlignSmemWords,
-                        out_words, align_small_max_ids());
+                        out_words, align_small_max_ids(), align_small_warps_forced());
 }
 
 namespace {
@@ -163,17 +224,26 @@ void align_launch(const char* op, const AlignArgs& args, int device, void* strea
   const MoeAlignPlan plan = align_plan(p.numel, args.E, args.sorted_len + args.blocks, device);
   const std::size_t smem = static_cast<std::size_t>(plan.smem_words) * sizeof(int);
   if (plan.replicas > 0) {
-    const bool fill_warp = !after_route && align_small_fill_warp();
-    auto kernel = after_route && align_small_prefill_enabled() ? align_small_after_route_kernel
-                  : fill_warp                                  ? align_small_fill_warp_kernel
-                                                               : align_small_kernel;
-    allow_smem(kernel, smem, op);
-    launch_kernel(kernel, dim3(static_cast<unsigned>(align_small_blocks(plan.replicas))),
-                  dim3(32 * (plan.warps + (fill_warp ? 1 : 0))), smem, s, device, p);
+    const bool fill_warp = !after_route && plan.warps <= 16 && align_small_fill_warp();
+    auto go = [&](auto w) {
+      constexpr int W = decltype(w)::value;
+      auto kernel = after_route && align_small_prefill_enabled() ? align_small_after_route_kernel<W>
+                    : fill_warp ? align_small_fill_warp_kernel<W < 32 ? W : 16>
+                                : align_small_kernel<W>;
+      allow_smem(kernel, smem, op);
+      launch_kernel(kernel, dim3(static_cast<unsigned>(align_small_blocks(plan.replicas))),
+                    dim3(32 * (plan.warps + (fill_warp ? 1 : 0))), smem, s, device, p,
+                    static_cast<int>(align_prefetch_enabled()));
+    };
+    switch (plan.warps) {
+      case 8: go(std::integral_constant<int, 8>{}); break;
+      case 16: go(std::integral_constant<int, 16>{}); break;
+      default: go(std::integral_constant<int, 32>{}); break;
+    }
     after_launch(op, s, device);
     return;
   }
-  if (align_wide_launch(op, p, device, s)) {
+  if (align_wide_launch(op, p, device, s, after_route)) {
     after_launch(op, s, device);
     return;
   }

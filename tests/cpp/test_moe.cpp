@@ -743,6 +743,12 @@ TEST_P(MoeTest, LargeRouting) {
   p = grouped_problem(4096, 256, 8, 8, 4, true, MoeScoring::sigmoid);
   p.op = RouteOp::moe_route;
   check(p);
+  // moe_route's wide schedule after the router (capped registers) with 4 and 8 ids per lane: bit for bit its parts.
+  for (int64_t T : {16384, 32768}) {
+    RouteProblem q = grouped_problem(T, 512, 10, 1, 1, false, MoeScoring::softmax);
+    q.op = RouteOp::moe_route;
+    check_route_and_parts(q);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MoeTest, ::testing::Values(Where::cpu, Where::cuda),
