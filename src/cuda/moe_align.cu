@@ -80,25 +80,26 @@ __global__ void __launch_bounds__(32 * W) align_small_after_route_kernel(AlignPa
   align_small<W, AlignSmallOut::kPrefilled>(p, smem_after, gridDim.x, blockIdx.x);
 }
 
-template <int R>
+/// TRUSTED: moe_route's ids, from its own router (align_wide's TrustedIds).
+template <int R, bool TRUSTED>
 __global__ void __launch_bounds__(32 * kMoeAlignWideWarps, 1) align_wide_kernel(AlignParams p, int64_t slice) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_wide[];  // align_wide zeroes with 16-byte stores
-  align_wide<R>(p, slice, smem_wide);
+  align_wide<R, TRUSTED>(p, slice, smem_wide);
 }
 
 /// align_wide_kernel after moe_route's router kernel, its registers capped (kAlignWideAfterRouteRegs: 40, 48 for 8
-/// ids per lane, the fewest without spills; 54-56 uncapped) so that its blocks fit beside up to three router blocks
+/// ids per lane and for trusted ids from 2, the fewest without spills; 54-62 uncapped) so that its blocks fit beside up to three router blocks
 /// of 128 threads at 64 registers (the groups-of-32 router at 4096 tokens: 256 blocks, about two per SM): under PDL
 /// its clusters are then resident and waiting when the router ends, instead of being placed on SMs as they drain.
-/// FUSEOPS_MOE_ROUTE_WIDE_CAP=0 launches align_wide_kernel instead (A/B).
-template <int R>
-constexpr int kAlignWideAfterRouteRegs = R >= 8 ? 48 : 40;
-template <int R>
-__global__ void __maxnreg__(kAlignWideAfterRouteRegs<R>) align_wide_after_route_kernel(AlignParams p, int64_t slice) {
+/// FUSEOPS_MOE_ROUTE_WIDE_CAP=0 launches align_wide_kernel instead (A/B). TRUSTED as align_wide_kernel.
+template <int R, bool TRUSTED>
+constexpr int kAlignWideAfterRouteRegs = R >= 8 || (TRUSTED && R >= 2) ? 48 : 40;
+template <int R, bool TRUSTED>
+__global__ void __maxnreg__((kAlignWideAfterRouteRegs<R, TRUSTED>)) align_wide_after_route_kernel(AlignParams p, int64_t slice) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_wide_after[];
-  align_wide<R>(p, slice, smem_wide_after);
+  align_wide<R, TRUSTED>(p, slice, smem_wide_after);
 }
 
 /// The small variant's L2 prefetch of the ids (align_prefetch_ids); FUSEOPS_MOE_PREFETCH=0 switches it off with the
@@ -111,6 +112,13 @@ bool align_prefetch_enabled() {
 bool align_wide_cap_enabled() {
   static const bool on = !env_switched_off("FUSEOPS_MOE_ROUTE_WIDE_CAP");
   return on;
+}
+
+/// Whether the wide schedule after moe_route's router takes its ids as TrustedIds (contiguous i32 ids; the routers
+/// never write an id outside [0, E)); FUSEOPS_MOE_ROUTE_TRUSTED=0 switches it off (A/B).
+bool align_wide_trusted(const AlignParams& p) {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_ROUTE_TRUSTED");
+  return on && !p.ids_i64 && p.ids_stride == p.ids_cols && p.expert_map == nullptr;
 }
 
 /// The wide variant's id minimum: kMoeAlignWideMinIds; for A/B measurements without a rebuild the environment
@@ -138,11 +146,23 @@ bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStr
                           static_cast<unsigned>(w.cluster), p, w.slice);
   };
   const bool cap = after_route && align_wide_cap_enabled();
-  switch (w.rounds) {
-    case 1: go(cap ? align_wide_after_route_kernel<1> : align_wide_kernel<1>); break;
-    case 2: go(cap ? align_wide_after_route_kernel<2> : align_wide_kernel<2>); break;
-    case 4: go(cap ? align_wide_after_route_kernel<4> : align_wide_kernel<4>); break;
-    default: go(cap ? align_wide_after_route_kernel<8> : align_wide_kernel<8>); break;
+  auto pick = [&](auto r, auto trusted) {
+    constexpr int R = decltype(r)::value;
+    constexpr bool TR = decltype(trusted)::value;
+    go(cap ? align_wide_after_route_kernel<R, TR> : align_wide_kernel<R, TR>);
+  };
+  auto with_rounds = [&](auto trusted) {
+    switch (w.rounds) {
+      case 1: pick(std::integral_constant<int, 1>{}, trusted); break;
+      case 2: pick(std::integral_constant<int, 2>{}, trusted); break;
+      case 4: pick(std::integral_constant<int, 4>{}, trusted); break;
+      default: pick(std::integral_constant<int, 8>{}, trusted); break;
+    }
+  };
+  if (after_route && align_wide_trusted(p)) {
+    with_rounds(std::true_type{});
+  } else {
+    with_rounds(std::false_type{});
   }
   return true;
 }

@@ -631,7 +631,8 @@ TEST_P(MoeTest, GroupedTopkTiesPickLowerGroupsAndExperts) {
 }
 
 TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
-  // Sizes on both sides of the fused paths' token limits; 600 x 8 ids run the wide schedule variant on CUDA.
+  // Sizes on both sides of the fused paths' token limits; 300 and 600 x 8 ids run the wide schedule variant on CUDA
+  // (after the router: trusted i32 ids, and i64 ids).
   for (int64_t T : {0, 1, 16, 64, 300, 600}) {
     RouteProblem p = grouped_problem(T, 256, 8, 8, 4, true, MoeScoring::sigmoid);
     p.op = RouteOp::moe_route;
@@ -641,6 +642,10 @@ TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
     q.spec.renormalize = true;
     q.block_size = 16;
     check(q);
+    if (T == 600) {  // i64 ids: the wide schedule after the router without the trusted i32 fast path
+      p.ids_dtype = DType::i64;
+      check_route_and_parts(p);
+    }
   }
 }
 
