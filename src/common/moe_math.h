@@ -151,7 +151,7 @@ struct MoeAlignPlan {
   int warps = 32;
   int cluster = 1;
   int64_t smem_words = 0;
-  /// Small variant (> 0): this many independent blocks of `warps` warps, each computing the whole
+  /// Small variant (> 0): this many independent blocks of kMoeAlignSmallWarps warps, each computing the whole
   /// schedule and writing its share of the outputs (no cluster, no shared state between blocks); 0: the register
   /// or streamed variants above.
   int replicas = 0;
@@ -162,38 +162,29 @@ struct MoeAlignPlan {
 /// variant off; the environment variable FUSEOPS_MOE_ALIGN_SMALL=0 does the same at run time).
 constexpr int64_t kMoeAlignSmallMaxIds = 1024;
 constexpr int64_t kMoeAlignSmallMaxExperts = 1024;
-/// Warps per block of the small variant: kMoeAlignSmallWarps (the fewest; moe_route's one-launch paths run their
-/// blocks with it) up to kMoeAlignSmallMaxWarps, ids per lane kMoeAlignSmallMaxIds / (32 * warps), chosen by
-/// moe_align_small_warps; most blocks, and the output words (sorted_token_ids + expert_ids) one block writes before
-/// another block is added.
-constexpr int kMoeAlignSmallWarps = 8;
-constexpr int kMoeAlignSmallMaxWarps = 32;
-constexpr int kMoeAlignSmallRounds = 4;
+/// Warps per block of the small variant (16: two rounds of 32 ids per warp at most; measured faster than 8 and 32 at
+/// every size, docs/ops/moe.md), ids per lane (kMoeAlignSmallMaxIds / (32 * warps)), most blocks, the experts and
+/// the output words (sorted_token_ids + expert_ids) one block takes before another block is added.
+constexpr int kMoeAlignSmallWarps = 16;
+constexpr int kMoeAlignSmallRounds = 2;
 constexpr int kMoeAlignSmallMaxBlocks = 16;
+constexpr int64_t kMoeAlignSmallExpertsPerBlock = 64;
 constexpr int64_t kMoeAlignSmallWordsPerBlock = 2048;
 static_assert(kMoeAlignSmallMaxIds <= 32 * kMoeAlignSmallWarps * kMoeAlignSmallRounds,
               "ids per lane of the small variant");
 
-/// Warps per block of the small variant for `numel` ids: enough that every warp ranks its ids in one round of 32
-/// (8 warps up to 256 ids, 16 up to 512, 32 above), the rank rounds being most of a warp's dependent chain.
-FUSEOPS_HD constexpr int moe_align_small_warps(int64_t numel) { return numel <= 256 ? 8 : numel <= 512 ? 16 : 32; }
-
-/// Ids per lane of the small variant with `warps` warps per block.
-FUSEOPS_HD constexpr int moe_align_small_rounds(int warps) {
-  return static_cast<int>(kMoeAlignSmallMaxIds / (32 * warps));
-}
-
 /// Shared memory words of the small variant: per-warp counters [warps][E], region starts [E + 1], counts [E], scan
 /// scratch [32], and per GEMM block of the regions (at most one per id) its expert and its first padding position.
-inline int64_t moe_align_small_smem_words(int64_t E, int warps = kMoeAlignSmallWarps) {
-  return (warps + 2) * E + 1 + 32 + 2 * kMoeAlignSmallMaxIds;
+inline int64_t moe_align_small_smem_words(int64_t E) {
+  return (kMoeAlignSmallWarps + 2) * E + 1 + 32 + 2 * kMoeAlignSmallMaxIds;
 }
 
 /// Blocks of the small variant for `out_words` output words over E experts: enough that each writes about
-/// kMoeAlignSmallWordsPerBlock words and its warps walk at most ~8 experts each, at most kMoeAlignSmallMaxBlocks.
+/// kMoeAlignSmallWordsPerBlock words and takes at most kMoeAlignSmallExpertsPerBlock experts, at most
+/// kMoeAlignSmallMaxBlocks.
 inline int moe_align_small_blocks(int64_t out_words, int64_t E) {
   const int64_t by_words = (out_words + kMoeAlignSmallWordsPerBlock - 1) / kMoeAlignSmallWordsPerBlock;
-  const int64_t by_experts = (E + 8 * kMoeAlignSmallWarps - 1) / (8 * kMoeAlignSmallWarps);
+  const int64_t by_experts = (E + kMoeAlignSmallExpertsPerBlock - 1) / kMoeAlignSmallExpertsPerBlock;
   return static_cast<int>(std::min<int64_t>(kMoeAlignSmallMaxBlocks, std::max<int64_t>({1, by_words, by_experts})));
 }
 
@@ -214,18 +205,17 @@ inline int moe_align_warps(int64_t E, int rounds, int64_t budget_words) {
 }
 
 /// Up to `small_max_ids` ids (and kMoeAlignSmallMaxExperts experts): the small variant, its blocks sized by
-/// `out_words` (sorted_token_ids + expert_ids), of `small_warps` warps (8, 16 or 32; 0: moe_align_small_warps). Else register rounds 1 and 4 on one block; then 4, 16, 32 on a
+/// `out_words` (sorted_token_ids + expert_ids). Else register rounds 1 and 4 on one block; then 4, 16, 32 on a
 /// cluster of up to `max_cluster` blocks (1 before sm_90, where 16 and 32 run on one block); else the streamed
 /// fallback on up to max_cluster blocks.
 inline MoeAlignPlan moe_align_plan(int64_t numel, int64_t E, int max_cluster, int64_t budget_words,
-                                   int64_t out_words = 0, int64_t small_max_ids = kMoeAlignSmallMaxIds,
-                                   int small_warps = 0) {
+                                   int64_t out_words = 0, int64_t small_max_ids = kMoeAlignSmallMaxIds) {
   MoeAlignPlan p;
   if (numel <= small_max_ids && E <= kMoeAlignSmallMaxExperts) {
-    p.warps = small_warps > 0 ? small_warps : moe_align_small_warps(numel);
-    p.rounds = moe_align_small_rounds(p.warps);
+    p.rounds = kMoeAlignSmallRounds;
+    p.warps = kMoeAlignSmallWarps;
     p.replicas = moe_align_small_blocks(out_words, E);
-    p.smem_words = moe_align_small_smem_words(E, p.warps);
+    p.smem_words = moe_align_small_smem_words(E);
     return p;
   }
   auto fits = [&](int rounds, int64_t blocks_max) {

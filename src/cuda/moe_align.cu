@@ -5,7 +5,6 @@
 // cluster size) or the streamed fallback.
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "cuda/launch.h"
@@ -41,29 +40,28 @@ __device__ __forceinline__ void align_prefetch_ids(const AlignParams& p, int lan
   }
 }
 
-/// The small variant with W warps per block (moe_align_small_warps); `prefetch`: warp 0 prefetches the ids first
-/// (align_prefetch_ids).
-template <int W>
-__global__ void __launch_bounds__(32 * W) align_small_kernel(AlignParams p, int prefetch) {
+/// The small variant, flat layout (AlignSmallOut::kFlat; FUSEOPS_MOE_ALIGN_FILL_WARP=0, A/B); `prefetch`: warp 0
+/// prefetches the ids first (align_prefetch_ids).
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(AlignParams p, int prefetch) {
   if (prefetch && threadIdx.x < 32) align_prefetch_ids(p, static_cast<int>(threadIdx.x));
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
-  align_small<W>(p, smem_small, gridDim.x, blockIdx.x);
+  align_small(p, smem_small, gridDim.x, blockIdx.x);
 }
 
-/// align_small_kernel with one more warp that fills the block's chunks of the outputs (AlignSmallOut::kFillWarp)
-/// while the W others compute the schedule; FUSEOPS_MOE_ALIGN_FILL_WARP=1 selects it (A/B; W <= 16).
-template <int W>
-__global__ void __launch_bounds__(32 * (W + 1)) align_small_fill_warp_kernel(AlignParams p, int prefetch) {
+/// The small variant of moe_align_block_size: one more warp fills the block's chunks of the outputs
+/// (AlignSmallOut::kFillWarp) while the kMoeAlignSmallWarps others compute the schedule.
+__global__ void __launch_bounds__(32 * (kMoeAlignSmallWarps + 1)) align_small_fill_warp_kernel(AlignParams p,
+                                                                                                 int prefetch) {
   if (prefetch && threadIdx.x < 32) align_prefetch_ids(p, static_cast<int>(threadIdx.x));
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_fill[];
-  if (threadIdx.x >= 32 * W) {
+  if (threadIdx.x >= 32 * kMoeAlignSmallWarps) {
     align_small_prefill(p, gridDim.x, blockIdx.x, static_cast<int>(threadIdx.x & 31), 32);
-    asm volatile("bar.arrive %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (W + 1)) : "memory");
+    asm volatile("bar.arrive %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (kMoeAlignSmallWarps + 1)) : "memory");
     return;
   }
-  align_small<W, AlignSmallOut::kFillWarp>(p, smem_fill, gridDim.x, blockIdx.x);
+  align_small<AlignSmallOut::kFillWarp>(p, smem_fill, gridDim.x, blockIdx.x);
 }
 
 /// align_small_kernel for moe_route's two launches: the prefill of this block's chunks (align_small_prefill) runs
@@ -71,13 +69,12 @@ __global__ void __launch_bounds__(32 * (W + 1)) align_small_fill_warp_kernel(Ali
 /// every router kernel waits for its predecessor before it releases its dependents, so when this kernel starts the
 /// kernels before the router have completed, and the router does not touch sorted_token_ids or expert_ids (the
 /// outputs do not overlap). Never launch it after any other kernel.
-template <int W>
-__global__ void __launch_bounds__(32 * W) align_small_after_route_kernel(AlignParams p, int /*prefetch: the router
-                                                                                        has just written the ids*/) {
-  align_small_prefill(p, gridDim.x, blockIdx.x);
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_after_route_kernel(AlignParams p,
+                                                                                           int /*prefetch*/) {
+  align_small_prefill(p, gridDim.x, blockIdx.x);  // (no id prefetch: the router has just written them)
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_after[];
-  align_small<W, AlignSmallOut::kPrefilled>(p, smem_after, gridDim.x, blockIdx.x);
+  align_small<AlignSmallOut::kPrefilled>(p, smem_after, gridDim.x, blockIdx.x);
 }
 
 /// TRUSTED: moe_route's ids, from its own router (align_wide's TrustedIds).
@@ -134,10 +131,22 @@ int64_t align_wide_min_ids() {
   return limit;
 }
 
+/// The ids a block of the wide variant owns before the clusters double, after moe_route's router:
+/// kMoeAlignWideOwnIds, or FUSEOPS_MOE_ROUTE_WIDE_OWN=<n> (n > 0) from the environment (A/B).
+int64_t align_wide_own_ids_after_route() {
+  static const int64_t n = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ROUTE_WIDE_OWN");
+    const long long x = v == nullptr ? 0 : std::strtoll(v, nullptr, 10);
+    return x > 0 ? static_cast<int64_t>(x) : kMoeAlignWideOwnIds;
+  }();
+  return n;
+}
+
 /// The wide variant (see the top of the file); false when moe_align_wide_plan does not apply.
 bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStream_t s, bool after_route) {
   const int max_cluster = is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1;
-  const MoeAlignWidePlan w = moe_align_wide_plan(p.numel, p.E, max_cluster, kMoeAlignSmemWords, align_wide_min_ids());
+  const MoeAlignWidePlan w = moe_align_wide_plan(p.numel, p.E, max_cluster, kMoeAlignSmemWords, align_wide_min_ids(),
+                                                 after_route ? align_wide_own_ids_after_route() : kMoeAlignWideOwnIds);
   if (w.clusters == 0) return false;
   const std::size_t smem = static_cast<std::size_t>(w.smem_words) * sizeof(int);
   auto go = [&](auto kernel) {
@@ -177,24 +186,12 @@ int align_small_blocks(int planned) {
   return n > 0 ? n : planned;
 }
 
-/// The small variant's warps per block as moe_align_plan chooses them (0), or FUSEOPS_MOE_ALIGN_SMALL_WARPS=8, 16
-/// or 32 from the environment (for A/B measurements without a rebuild).
-int align_small_warps_forced() {
-  static const int n = [] {
-    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_SMALL_WARPS");
-    const long long w = v == nullptr ? 0 : std::strtoll(v, nullptr, 10);
-    return w == 8 || w == 16 || w == 32 ? static_cast<int>(w) : 0;
-  }();
-  return n;
-}
-
 }  // namespace
 
+/// The fill warp of the standalone small variant (align_small_fill_warp_kernel); FUSEOPS_MOE_ALIGN_FILL_WARP=0
+/// launches the flat layout instead (align_small_kernel; A/B).
 bool align_small_fill_warp() {
-  static const bool on = [] {
-    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_FILL_WARP");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = !env_switched_off("FUSEOPS_MOE_ALIGN_FILL_WARP");
   return on;
 }
 
@@ -232,7 +229,7 @@ AlignParams align_params(const AlignArgs& a, int device) {
 
 MoeAlignPlan align_plan(int64_t numel, int64_t E, int64_t out_words, int device) {
   return moe_align_plan(numel, E, is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1, kMoeAlignSmemWords,
-                        out_words, align_small_max_ids(), align_small_warps_forced());
+                        out_words, align_small_max_ids());
 }
 
 namespace {
@@ -244,22 +241,15 @@ void align_launch(const char* op, const AlignArgs& args, int device, void* strea
   const MoeAlignPlan plan = align_plan(p.numel, args.E, args.sorted_len + args.blocks, device);
   const std::size_t smem = static_cast<std::size_t>(plan.smem_words) * sizeof(int);
   if (plan.replicas > 0) {
-    const bool fill_warp = !after_route && plan.warps <= 16 && align_small_fill_warp();
-    auto go = [&](auto w) {
-      constexpr int W = decltype(w)::value;
-      auto kernel = after_route && align_small_prefill_enabled() ? align_small_after_route_kernel<W>
-                    : fill_warp ? align_small_fill_warp_kernel<W < 32 ? W : 16>
-                                : align_small_kernel<W>;
-      allow_smem(kernel, smem, op);
-      launch_kernel(kernel, dim3(static_cast<unsigned>(align_small_blocks(plan.replicas))),
-                    dim3(32 * (plan.warps + (fill_warp ? 1 : 0))), smem, s, device, p,
-                    static_cast<int>(align_prefetch_enabled()));
-    };
-    switch (plan.warps) {
-      case 8: go(std::integral_constant<int, 8>{}); break;
-      case 16: go(std::integral_constant<int, 16>{}); break;
-      default: go(std::integral_constant<int, 32>{}); break;
-    }
+    const bool prefilled = after_route && align_small_prefill_enabled();
+    const bool fill_warp = !prefilled && align_small_fill_warp();
+    auto kernel = prefilled ? align_small_after_route_kernel
+                  : fill_warp ? align_small_fill_warp_kernel
+                              : align_small_kernel;
+    allow_smem(kernel, smem, op);
+    launch_kernel(kernel, dim3(static_cast<unsigned>(align_small_blocks(plan.replicas))),
+                  dim3(32 * (plan.warps + (fill_warp ? 1 : 0))), smem, s, device, p,
+                  static_cast<int>(align_prefetch_enabled()));
     after_launch(op, s, device);
     return;
   }

@@ -454,18 +454,18 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 ///   blocks' experts that fall in its chunks. (The same fill issued after the PDL wait, while the ids load or the
 ///   tokens are routed, measured 0.3-0.5 us slower than kFlat.)
 /// - kFillWarp: as kPrefilled, the fill done after the PDL wait by one more warp of the block
-///   (align_small_fill_warp_kernel) while the W schedule warps synchronise among themselves only
+///   (align_small_fill_warp_kernel) while the kMoeAlignSmallWarps schedule warps synchronise among themselves only
 ///   (named barrier 1), meeting the fill warp (named barrier 2) just before they write their ids.
 enum class AlignSmallOut { kFlat, kPrefilled, kFillWarp };
 
 /// Named barriers of the kFillWarp layout: the schedule warps among themselves, and with the fill warp.
 constexpr int kAlignScheduleBarrier = 1, kAlignFillBarrier = 2;
 
-/// A barrier of align_small's W schedule warps: the whole block, or (kFillWarp) only the schedule warps.
-template <int W, AlignSmallOut OUT>
+/// A barrier of align_small's schedule warps: the whole block, or (kFillWarp) only the schedule warps.
+template <AlignSmallOut OUT>
 __device__ __forceinline__ void align_small_sync() {
   if constexpr (OUT == AlignSmallOut::kFillWarp) {
-    asm volatile("bar.sync %0, %1;" ::"n"(kAlignScheduleBarrier), "n"(32 * W) : "memory");
+    asm volatile("bar.sync %0, %1;" ::"n"(kAlignScheduleBarrier), "n"(32 * kMoeAlignSmallWarps) : "memory");
   } else {
     __syncthreads();
   }
@@ -476,8 +476,10 @@ __device__ __forceinline__ void align_small_sync() {
 struct AlignOwnedChunk {
   int lo, hi, blo, bhi;
   __device__ __forceinline__ AlignOwnedChunk(const AlignParams& p, unsigned parts, unsigned part) {
-    const int64_t n = p.sorted_len, nb = p.blocks, q = parts, r = part;
-    const int64_t chunk = ((n + q - 1) / q + 3) / 4 * 4, bchunk = (nb + q - 1) / q;
+    // 32-bit unsigned: n < 2^31 and parts <= 64, so r * chunk + chunk <= n + chunk + 4 parts < 2^32 (two 32-bit
+    // divisions instead of 64-bit ones on the schedule warps' chain).
+    const unsigned n = static_cast<unsigned>(p.sorted_len), nb = static_cast<unsigned>(p.blocks), q = parts, r = part;
+    const unsigned chunk = ((n + q - 1) / q + 3) / 4 * 4, bchunk = (nb + q - 1) / q;
     lo = static_cast<int>(min(n, r * chunk));
     hi = static_cast<int>(min(n, r * chunk + chunk));
     blo = static_cast<int>(min(nb, r * bchunk));
@@ -508,11 +510,11 @@ __device__ __forceinline__ void align_small_prefill(const AlignParams& p, unsign
 }
 
 /// Small variant (moe_align_plan: replicas > 0; up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts):
-/// each of `parts` blocks of W warps (this one being `part`: the grid of the standalone kernel,
+/// each of `parts` blocks of kMoeAlignSmallWarps (W) warps (this one being `part`: the grid of the standalone kernel,
 /// or moe_route's blocks) computes the whole schedule from all ids (the ids are a few KB, read by every block from
 /// L2) and writes its share of the outputs, so there is no shared state between blocks, and three block barriers:
 ///  1. the per-warp counters are zeroed (at most 8 vector stores per thread) and every lane loads its (at most
-///     kMoeAlignSmallMaxIds / (32 W): 4, 2 or 1) ids, warp w holding the contiguous slice [wlo, whi)
+///     kMoeAlignSmallRounds) ids, warp w holding the contiguous slice [wlo, whi)
 ///     (align_load_slots);
 ///  2. ranks as in align_schedule (align_rank_slots), the peers from ballots of the experts' bits (align_peers);
 ///  3. thread t owns experts t, t + 32 W, ... (only as many segments of 32 W as E needs): exclusive prefix of the W
@@ -527,10 +529,10 @@ __device__ __forceinline__ void align_small_prefill(const AlignParams& p, unsign
 /// Step 4 as described is the kFlat layout; kPrefilled writes the outputs by chunks (AlignSmallOut).
 /// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
 /// moe_align_small_smem_words(E) ints. `ids`: where the ids are read (topk_ids in global memory by default).
-template <int W = kMoeAlignSmallWarps, AlignSmallOut OUT = AlignSmallOut::kFlat, typename Ids = GlobalIds>
+template <AlignSmallOut OUT = AlignSmallOut::kFlat, typename Ids = GlobalIds>
 __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part,
                                             Ids ids = {}) {
-  constexpr int R = moe_align_small_rounds(W), NT = 32 * W;
+  constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
   constexpr int VMAX = static_cast<int>((kMoeAlignSmallMaxExperts + NT - 1) / NT);
   static_assert(R >= 1 && 32 * W * R >= kMoeAlignSmallMaxIds, "ids per lane of the small variant");
   static_assert(VMAX * W <= 32, "scratch holds one total per (segment, warp)");
@@ -549,11 +551,11 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   for (int i = tid; i < W * E / 4; i += NT) reinterpret_cast<int4*>(cnt)[i] = make_int4(0, 0, 0, 0);
   int slot[R];
   align_load_slots<R, Ids>(p, wlo, whi, lane, slot, ids);
-  align_small_sync<W, OUT>();
+  align_small_sync<OUT>();
   // 2. Ranks within the warp.
   int* my_cnt = cnt + warp * E;
   align_rank_slots<R>(wlo, whi, lane, my_cnt, slot, BallotPeers{});
-  align_small_sync<W, OUT>();
+  align_small_sync<OUT>();
   // 3. Warp prefixes, counts and padded sizes of experts tid + v * NT; block scan of the padded sizes.
   int c[VMAX], incl[VMAX], own[VMAX];
 #pragma unroll
@@ -590,7 +592,7 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
       if (v < vn) scratch[v * W + warp] = incl[v];
     }
   }
-  align_small_sync<W, OUT>();
+  align_small_sync<OUT>();
   // The totals before (segment v, this warp) in (segment, warp) order, the order of the scratch words: one warp scan
   // of the vn * W <= 32 words (lane l holds word l), then a shuffle per segment.
   int sc[1] = {lane < vn * W ? scratch[lane] : 0};
@@ -615,11 +617,11 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
     }
   }
   const int total = acc;  // the grand total (every thread has it)
-  align_small_sync<W, OUT>();
+  align_small_sync<OUT>();
   const int blocks_used = bs.div(total);
   if constexpr (OUT != AlignSmallOut::kFlat) {
     if constexpr (OUT == AlignSmallOut::kFillWarp) {  // the fill warp's stores before the ids (same addresses)
-      asm volatile("bar.sync %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (W + 1)) : "memory");
+      asm volatile("bar.sync %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (kMoeAlignSmallWarps + 1)) : "memory");
     }
     // 4. The ids and the used blocks' experts that fall in this block's chunks (the rest was prefilled).
     const AlignOwnedChunk o(p, parts, part);

@@ -25,7 +25,7 @@ constexpr int64_t kFusedMaxTokens = 256;
 /// Tokens up to which the small schedule's shapes launch the router and the schedule separately rather than fused
 /// on a cluster (measured at 16 and 64 tokens, qwen3-next and qwen3-moe: 7.00 / 7.85 and 5.77 / 6.05 us as two
 /// launches against 7.33 / 9.27 and 6.15 / 6.55 fused).
-constexpr int64_t kTwoLaunchMaxTokens = kMaxCluster * kMoeAlignSmallWarps;
+constexpr int64_t kTwoLaunchMaxTokens = 64;
 
 /// The fused cluster path (see the top of the file): block r routes its tokens (one warp per token), then the
 /// cluster builds the schedule of their ids.
