@@ -58,6 +58,7 @@ __global__ void __launch_bounds__(32 * (kMoeAlignSmallWarps + 1)) align_small_fi
   extern __shared__ __align__(16) int smem_fill[];
   if (threadIdx.x >= 32 * kMoeAlignSmallWarps) {
     align_small_prefill(p, gridDim.x, blockIdx.x, static_cast<int>(threadIdx.x & 31), 32);
+    __threadfence_block();  // the fill's stores ordered before the ids the schedule warps store over them
     asm volatile("bar.arrive %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (kMoeAlignSmallWarps + 1)) : "memory");
     return;
   }
