@@ -87,14 +87,16 @@ __global__ void __launch_bounds__(32 * kMoeAlignWideWarps, 1) align_wide_kernel(
 }
 
 /// align_wide_kernel after moe_route's router kernel, its registers capped (kAlignWideAfterRouteRegs: 40, 48 for 8
-/// ids per lane and for trusted ids from 2, the fewest without spills; 54-62 uncapped) so that its blocks fit beside up to three router blocks
-/// of 128 threads at 64 registers (the groups-of-32 router at 4096 tokens: 256 blocks, about two per SM): under PDL
-/// its clusters are then resident and waiting when the router ends, instead of being placed on SMs as they drain.
-/// FUSEOPS_MOE_ROUTE_WIDE_CAP=0 launches align_wide_kernel instead (A/B). TRUSTED as align_wide_kernel.
+/// ids per lane and for trusted ids from 2, the fewest without spills; 54-62 uncapped) so that its blocks fit beside
+/// up to three router blocks of 128 threads at 64 registers (the groups-of-32 router at 4096 tokens: 256 blocks,
+/// about two per SM): under PDL its clusters are then resident and waiting when the router ends, instead of being
+/// placed on SMs as they drain. FUSEOPS_MOE_ROUTE_WIDE_CAP=0 launches align_wide_kernel instead (A/B). TRUSTED as
+/// align_wide_kernel.
 template <int R, bool TRUSTED>
 constexpr int kAlignWideAfterRouteRegs = R >= 8 || (TRUSTED && R >= 2) ? 48 : 40;
 template <int R, bool TRUSTED>
-__global__ void __maxnreg__((kAlignWideAfterRouteRegs<R, TRUSTED>)) align_wide_after_route_kernel(AlignParams p, int64_t slice) {
+__global__ void __maxnreg__((kAlignWideAfterRouteRegs<R, TRUSTED>))
+    align_wide_after_route_kernel(AlignParams p, int64_t slice) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_wide_after[];
   align_wide<R, TRUSTED>(p, slice, smem_wide_after);
