@@ -46,9 +46,11 @@ inline int64_t moe_align_wide_smem_words(int64_t E, int64_t slice) {
 }
 
 /// The wide plan for `numel` ids over E experts with clusters of up to `max_cluster` blocks (8 on sm_90; 1 before:
-/// the variant then does not apply); `min_ids` < 0 turns it off.
+/// the variant then does not apply); `min_ids` < 0 turns it off; `own_ids`: kMoeAlignWideOwnIds, or another value
+/// for A/B measurements.
 inline MoeAlignWidePlan moe_align_wide_plan(int64_t numel, int64_t E, int max_cluster, int64_t budget_words,
-                                            int64_t min_ids = kMoeAlignWideMinIds) {
+                                            int64_t min_ids = kMoeAlignWideMinIds,
+                                            int64_t own_ids = kMoeAlignWideOwnIds) {
   MoeAlignWidePlan p;
   if (min_ids < 0 || numel < min_ids || E > kMoeAlignWideMaxExperts || max_cluster < 2 ||
       max_cluster > static_cast<int>(kMoeAlignWideMaxCluster)) {
@@ -57,7 +59,7 @@ inline MoeAlignWidePlan moe_align_wide_plan(int64_t numel, int64_t E, int max_cl
   int cl = 2;
   while (cl * 2 <= max_cluster && cl * kMoeAlignWideCountIds < numel) cl *= 2;
   int c = 1;
-  while (c * 2 <= cl && numel >= int64_t{c} * 2 * cl * kMoeAlignWideOwnIds) c *= 2;
+  while (c * 2 <= cl && numel >= int64_t{c} * 2 * cl * own_ids) c *= 2;
   const int64_t slice = (numel + int64_t{c} * cl - 1) / (int64_t{c} * cl);
   const int64_t per_warp = (slice + kMoeAlignWideWarps - 1) / kMoeAlignWideWarps;
   int rounds = 1;

@@ -162,11 +162,13 @@ struct MoeAlignPlan {
 /// variant off; the environment variable FUSEOPS_MOE_ALIGN_SMALL=0 does the same at run time).
 constexpr int64_t kMoeAlignSmallMaxIds = 1024;
 constexpr int64_t kMoeAlignSmallMaxExperts = 1024;
-/// Warps per block of the small variant, ids per lane (kMoeAlignSmallMaxIds / (32 * warps)), most blocks, and the
-/// output words (sorted_token_ids + expert_ids) one block writes before another block is added.
-constexpr int kMoeAlignSmallWarps = 8;
-constexpr int kMoeAlignSmallRounds = 4;
+/// Warps per block of the small variant (16: two rounds of 32 ids per warp at most; measured faster than 8 and 32 at
+/// every size, docs/ops/moe.md), ids per lane (kMoeAlignSmallMaxIds / (32 * warps)), most blocks, the experts and
+/// the output words (sorted_token_ids + expert_ids) one block takes before another block is added.
+constexpr int kMoeAlignSmallWarps = 16;
+constexpr int kMoeAlignSmallRounds = 2;
 constexpr int kMoeAlignSmallMaxBlocks = 16;
+constexpr int64_t kMoeAlignSmallExpertsPerBlock = 64;
 constexpr int64_t kMoeAlignSmallWordsPerBlock = 2048;
 static_assert(kMoeAlignSmallMaxIds <= 32 * kMoeAlignSmallWarps * kMoeAlignSmallRounds,
               "ids per lane of the small variant");
@@ -178,10 +180,11 @@ inline int64_t moe_align_small_smem_words(int64_t E) {
 }
 
 /// Blocks of the small variant for `out_words` output words over E experts: enough that each writes about
-/// kMoeAlignSmallWordsPerBlock words and its warps walk at most ~8 experts each, at most kMoeAlignSmallMaxBlocks.
+/// kMoeAlignSmallWordsPerBlock words and takes at most kMoeAlignSmallExpertsPerBlock experts, at most
+/// kMoeAlignSmallMaxBlocks.
 inline int moe_align_small_blocks(int64_t out_words, int64_t E) {
   const int64_t by_words = (out_words + kMoeAlignSmallWordsPerBlock - 1) / kMoeAlignSmallWordsPerBlock;
-  const int64_t by_experts = (E + 8 * kMoeAlignSmallWarps - 1) / (8 * kMoeAlignSmallWarps);
+  const int64_t by_experts = (E + kMoeAlignSmallExpertsPerBlock - 1) / kMoeAlignSmallExpertsPerBlock;
   return static_cast<int>(std::min<int64_t>(kMoeAlignSmallMaxBlocks, std::max<int64_t>({1, by_words, by_experts})));
 }
 

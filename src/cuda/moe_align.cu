@@ -5,7 +5,7 @@
 // cluster size) or the streamed fallback.
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
+#include <type_traits>
 
 #include "cuda/launch.h"
 #include "cuda/moe_align.cuh"
@@ -26,19 +26,39 @@ __global__ void __launch_bounds__(32 * moe_align_max_warps(ROUNDS)) align_kernel
   align_schedule<ROUNDS>(p, lo, hi, smem);
 }
 
-__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(AlignParams p) {
+/// Hints the L2 to fetch topk_ids (prefetch_rows_l2: one bulk prefetch when they are contiguous) with the calling
+/// warp, before the PDL wait, so that their DRAM latency runs while the previous kernel finishes, as the routers do
+/// with their logits (safe for the same reason: the L2 is the point of coherence and nothing reaches the SM). In a
+/// model the previous kernel is usually the router that writes these ids, and there is nothing to overlap.
+__device__ __forceinline__ void align_prefetch_ids(const AlignParams& p, int lane) {
+  if (p.numel == 0) return;
+  const int size = p.ids_i64 ? 8 : 4;
+  if (p.ids_stride == p.ids_cols) {
+    prefetch_rows_l2(p.ids, 0, p.numel * size, 1, lane);
+  } else {
+    prefetch_rows_l2(p.ids, p.ids_stride * size, p.ids_cols * size, p.numel / p.ids_cols, lane);
+  }
+}
+
+/// The small variant, flat layout (AlignSmallOut::kFlat; FUSEOPS_MOE_ALIGN_FILL_WARP=0, A/B); `prefetch`: warp 0
+/// prefetches the ids first (align_prefetch_ids).
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(AlignParams p, int prefetch) {
+  if (prefetch && threadIdx.x < 32) align_prefetch_ids(p, static_cast<int>(threadIdx.x));
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
   align_small(p, smem_small, gridDim.x, blockIdx.x);
 }
 
-/// align_small_kernel with a ninth warp that fills the block's chunks of the outputs (AlignSmallOut::kFillWarp) while
-/// the others compute the schedule; FUSEOPS_MOE_ALIGN_FILL_WARP=1 selects it (A/B).
-__global__ void __launch_bounds__(32 * (kMoeAlignSmallWarps + 1)) align_small_fill_warp_kernel(AlignParams p) {
+/// The small variant of moe_align_block_size: one more warp fills the block's chunks of the outputs
+/// (AlignSmallOut::kFillWarp) while the kMoeAlignSmallWarps others compute the schedule.
+__global__ void __launch_bounds__(32 * (kMoeAlignSmallWarps + 1)) align_small_fill_warp_kernel(AlignParams p,
+                                                                                                 int prefetch) {
+  if (prefetch && threadIdx.x < 32) align_prefetch_ids(p, static_cast<int>(threadIdx.x));
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_fill[];
   if (threadIdx.x >= 32 * kMoeAlignSmallWarps) {
     align_small_prefill(p, gridDim.x, blockIdx.x, static_cast<int>(threadIdx.x & 31), 32);
+    __threadfence_block();  // the fill's stores ordered before the ids the schedule warps store over them
     asm volatile("bar.arrive %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (kMoeAlignSmallWarps + 1)) : "memory");
     return;
   }
@@ -50,18 +70,55 @@ __global__ void __launch_bounds__(32 * (kMoeAlignSmallWarps + 1)) align_small_fi
 /// every router kernel waits for its predecessor before it releases its dependents, so when this kernel starts the
 /// kernels before the router have completed, and the router does not touch sorted_token_ids or expert_ids (the
 /// outputs do not overlap). Never launch it after any other kernel.
-__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_after_route_kernel(AlignParams p) {
-  align_small_prefill(p, gridDim.x, blockIdx.x);
+__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_after_route_kernel(AlignParams p,
+                                                                                           int /*prefetch*/) {
+  align_small_prefill(p, gridDim.x, blockIdx.x);  // (no id prefetch: the router has just written them)
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_after[];
   align_small<AlignSmallOut::kPrefilled>(p, smem_after, gridDim.x, blockIdx.x);
 }
 
-template <int R>
+/// TRUSTED: moe_route's ids, from its own router (align_wide's TrustedIds).
+template <int R, bool TRUSTED>
 __global__ void __launch_bounds__(32 * kMoeAlignWideWarps, 1) align_wide_kernel(AlignParams p, int64_t slice) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) int smem_wide[];  // align_wide zeroes with 16-byte stores
-  align_wide<R>(p, slice, smem_wide);
+  align_wide<R, TRUSTED>(p, slice, smem_wide);
+}
+
+/// align_wide_kernel after moe_route's router kernel, its registers capped (kAlignWideAfterRouteRegs: 40, 48 for 8
+/// ids per lane and for trusted ids from 2, the fewest without spills; 54-62 uncapped) so that its blocks fit beside
+/// up to three router blocks of 128 threads at 64 registers (the groups-of-32 router at 4096 tokens: 256 blocks,
+/// about two per SM): under PDL its clusters are then resident and waiting when the router ends, instead of being
+/// placed on SMs as they drain. FUSEOPS_MOE_ROUTE_WIDE_CAP=0 launches align_wide_kernel instead (A/B). TRUSTED as
+/// align_wide_kernel.
+template <int R, bool TRUSTED>
+constexpr int kAlignWideAfterRouteRegs = R >= 8 || (TRUSTED && R >= 2) ? 48 : 40;
+template <int R, bool TRUSTED>
+__global__ void __maxnreg__((kAlignWideAfterRouteRegs<R, TRUSTED>))
+    align_wide_after_route_kernel(AlignParams p, int64_t slice) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(16) int smem_wide_after[];
+  align_wide<R, TRUSTED>(p, slice, smem_wide_after);
+}
+
+/// The small variant's L2 prefetch of the ids (align_prefetch_ids); FUSEOPS_MOE_PREFETCH=0 switches it off with the
+/// routers' (A/B).
+bool align_prefetch_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_PREFETCH");
+  return on;
+}
+
+bool align_wide_cap_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_ROUTE_WIDE_CAP");
+  return on;
+}
+
+/// Whether the wide schedule after moe_route's router takes its ids as TrustedIds (contiguous i32 ids; the routers
+/// never write an id outside [0, E)); FUSEOPS_MOE_ROUTE_TRUSTED=0 switches it off (A/B).
+bool align_wide_trusted(const AlignParams& p) {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_ROUTE_TRUSTED");
+  return on && !p.ids_i64 && p.ids_stride == p.ids_cols && p.expert_map == nullptr;
 }
 
 /// The wide variant's id minimum: kMoeAlignWideMinIds; for A/B measurements without a rebuild the environment
@@ -77,10 +134,22 @@ int64_t align_wide_min_ids() {
   return limit;
 }
 
+/// The ids a block of the wide variant owns before the clusters double, after moe_route's router:
+/// kMoeAlignWideOwnIds, or FUSEOPS_MOE_ROUTE_WIDE_OWN=<n> (n > 0) from the environment (A/B).
+int64_t align_wide_own_ids_after_route() {
+  static const int64_t n = [] {
+    const char* v = std::getenv("FUSEOPS_MOE_ROUTE_WIDE_OWN");
+    const long long x = v == nullptr ? 0 : std::strtoll(v, nullptr, 10);
+    return x > 0 ? static_cast<int64_t>(x) : kMoeAlignWideOwnIds;
+  }();
+  return n;
+}
+
 /// The wide variant (see the top of the file); false when moe_align_wide_plan does not apply.
-bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStream_t s) {
+bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStream_t s, bool after_route) {
   const int max_cluster = is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1;
-  const MoeAlignWidePlan w = moe_align_wide_plan(p.numel, p.E, max_cluster, kMoeAlignSmemWords, align_wide_min_ids());
+  const MoeAlignWidePlan w = moe_align_wide_plan(p.numel, p.E, max_cluster, kMoeAlignSmemWords, align_wide_min_ids(),
+                                                 after_route ? align_wide_own_ids_after_route() : kMoeAlignWideOwnIds);
   if (w.clusters == 0) return false;
   const std::size_t smem = static_cast<std::size_t>(w.smem_words) * sizeof(int);
   auto go = [&](auto kernel) {
@@ -88,11 +157,24 @@ bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStr
     launch_kernel_cluster(kernel, dim3(w.clusters * w.cluster), dim3(32 * kMoeAlignWideWarps), smem, s, device,
                           static_cast<unsigned>(w.cluster), p, w.slice);
   };
-  switch (w.rounds) {
-    case 1: go(align_wide_kernel<1>); break;
-    case 2: go(align_wide_kernel<2>); break;
-    case 4: go(align_wide_kernel<4>); break;
-    default: go(align_wide_kernel<8>); break;
+  const bool cap = after_route && align_wide_cap_enabled();
+  auto pick = [&](auto r, auto trusted) {
+    constexpr int R = decltype(r)::value;
+    constexpr bool TR = decltype(trusted)::value;
+    go(cap ? align_wide_after_route_kernel<R, TR> : align_wide_kernel<R, TR>);
+  };
+  auto with_rounds = [&](auto trusted) {
+    switch (w.rounds) {
+      case 1: pick(std::integral_constant<int, 1>{}, trusted); break;
+      case 2: pick(std::integral_constant<int, 2>{}, trusted); break;
+      case 4: pick(std::integral_constant<int, 4>{}, trusted); break;
+      default: pick(std::integral_constant<int, 8>{}, trusted); break;
+    }
+  };
+  if (after_route && align_wide_trusted(p)) {
+    with_rounds(std::true_type{});
+  } else {
+    with_rounds(std::false_type{});
   }
   return true;
 }
@@ -109,11 +191,10 @@ int align_small_blocks(int planned) {
 
 }  // namespace
 
+/// The fill warp of the standalone small variant (align_small_fill_warp_kernel); FUSEOPS_MOE_ALIGN_FILL_WARP=0
+/// launches the flat layout instead (align_small_kernel; A/B).
 bool align_small_fill_warp() {
-  static const bool on = [] {
-    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_FILL_WARP");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
+  static const bool on = !env_switched_off("FUSEOPS_MOE_ALIGN_FILL_WARP");
   return on;
 }
 
@@ -163,17 +244,19 @@ void align_launch(const char* op, const AlignArgs& args, int device, void* strea
   const MoeAlignPlan plan = align_plan(p.numel, args.E, args.sorted_len + args.blocks, device);
   const std::size_t smem = static_cast<std::size_t>(plan.smem_words) * sizeof(int);
   if (plan.replicas > 0) {
-    const bool fill_warp = !after_route && align_small_fill_warp();
-    auto kernel = after_route && align_small_prefill_enabled() ? align_small_after_route_kernel
-                  : fill_warp                                  ? align_small_fill_warp_kernel
-                                                               : align_small_kernel;
+    const bool prefilled = after_route && align_small_prefill_enabled();
+    const bool fill_warp = !prefilled && align_small_fill_warp();
+    auto kernel = prefilled ? align_small_after_route_kernel
+                  : fill_warp ? align_small_fill_warp_kernel
+                              : align_small_kernel;
     allow_smem(kernel, smem, op);
     launch_kernel(kernel, dim3(static_cast<unsigned>(align_small_blocks(plan.replicas))),
-                  dim3(32 * (plan.warps + (fill_warp ? 1 : 0))), smem, s, device, p);
+                  dim3(32 * (plan.warps + (fill_warp ? 1 : 0))), smem, s, device, p,
+                  static_cast<int>(align_prefetch_enabled()));
     after_launch(op, s, device);
     return;
   }
-  if (align_wide_launch(op, p, device, s)) {
+  if (align_wide_launch(op, p, device, s, after_route)) {
     after_launch(op, s, device);
     return;
   }

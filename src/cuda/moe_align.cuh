@@ -453,7 +453,7 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 ///   the padding's stores overlap the router); after the schedule the block writes only the ids and the GEMM
 ///   blocks' experts that fall in its chunks. (The same fill issued after the PDL wait, while the ids load or the
 ///   tokens are routed, measured 0.3-0.5 us slower than kFlat.)
-/// - kFillWarp: as kPrefilled, the fill done after the PDL wait by a ninth warp of the block
+/// - kFillWarp: as kPrefilled, the fill done after the PDL wait by one more warp of the block
 ///   (align_small_fill_warp_kernel) while the kMoeAlignSmallWarps schedule warps synchronise among themselves only
 ///   (named barrier 1), meeting the fill warp (named barrier 2) just before they write their ids.
 enum class AlignSmallOut { kFlat, kPrefilled, kFillWarp };
@@ -476,8 +476,10 @@ __device__ __forceinline__ void align_small_sync() {
 struct AlignOwnedChunk {
   int lo, hi, blo, bhi;
   __device__ __forceinline__ AlignOwnedChunk(const AlignParams& p, unsigned parts, unsigned part) {
-    const int64_t n = p.sorted_len, nb = p.blocks, q = parts, r = part;
-    const int64_t chunk = ((n + q - 1) / q + 3) / 4 * 4, bchunk = (nb + q - 1) / q;
+    // 32-bit unsigned: n < 2^31 and parts <= 64, so r * chunk + chunk <= n + chunk + 4 parts < 2^32 (two 32-bit
+    // divisions instead of 64-bit ones on the schedule warps' chain).
+    const unsigned n = static_cast<unsigned>(p.sorted_len), nb = static_cast<unsigned>(p.blocks), q = parts, r = part;
+    const unsigned chunk = ((n + q - 1) / q + 3) / 4 * 4, bchunk = (nb + q - 1) / q;
     lo = static_cast<int>(min(n, r * chunk));
     hi = static_cast<int>(min(n, r * chunk + chunk));
     blo = static_cast<int>(min(nb, r * bchunk));
@@ -508,16 +510,18 @@ __device__ __forceinline__ void align_small_prefill(const AlignParams& p, unsign
 }
 
 /// Small variant (moe_align_plan: replicas > 0; up to kMoeAlignSmallMaxIds ids and kMoeAlignSmallMaxExperts experts):
-/// each of `parts` blocks of kMoeAlignSmallWarps warps (this one being `part`: the grid of the standalone kernel,
+/// each of `parts` blocks of kMoeAlignSmallWarps (W) warps (this one being `part`: the grid of the standalone kernel,
 /// or moe_route's blocks) computes the whole schedule from all ids (the ids are a few KB, read by every block from
 /// L2) and writes its share of the outputs, so there is no shared state between blocks, and three block barriers:
 ///  1. the per-warp counters are zeroed (at most 8 vector stores per thread) and every lane loads its (at most
-///     kMoeAlignSmallRounds) ids, warp w holding the contiguous slice [wlo, whi) (align_load_slots);
+///     kMoeAlignSmallRounds) ids, warp w holding the contiguous slice [wlo, whi)
+///     (align_load_slots);
 ///  2. ranks as in align_schedule (align_rank_slots), the peers from ballots of the experts' bits (align_peers);
-///  3. thread t owns experts t, t + 256, ... (only as many segments of 256 as E needs): exclusive prefix of the 8
+///  3. thread t owns experts t, t + 32 W, ... (only as many segments of 32 W as E needs): exclusive prefix of the W
 ///     warp counts in place, the count, the padded size; warp scans of the padded sizes, the warp totals through 32
-///     scratch words; every thread adds the totals before its (segment, warp), writes its region starts and, for
-///     every GEMM block of its regions, the block's expert and its region's first padding position;
+///     scratch words, scanned by every warp (one shuffle scan); every thread adds the totals before its (segment,
+///     warp), writes its region starts and, for every GEMM block of its regions, the block's expert and its region's
+///     first padding position;
 ///  4. each block scatters the ids of warps w with w % parts == part to start[e] + warp prefix + rank (at most 1024
 ///     stores in all), then its share of the rest, one output word per thread and pass (coalesced, no per-expert
 ///     loop): a position of sorted_token_ids is padding when it lies past the total or past its block's region's
@@ -530,6 +534,7 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
                                             Ids ids = {}) {
   constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
   constexpr int VMAX = static_cast<int>((kMoeAlignSmallMaxExperts + NT - 1) / NT);
+  static_assert(R >= 1 && 32 * W * R >= kMoeAlignSmallMaxIds, "ids per lane of the small variant");
   static_assert(VMAX * W <= 32, "scratch holds one total per (segment, warp)");
   const int E = p.E, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const AlignBlockSize bs(p.block_size);
@@ -588,18 +593,16 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
     }
   }
   align_small_sync<OUT>();
-  int base[VMAX], acc = 0;
+  // The totals before (segment v, this warp) in (segment, warp) order, the order of the scratch words: one warp scan
+  // of the vn * W <= 32 words (lane l holds word l), then a shuffle per segment.
+  int sc[1] = {lane < vn * W ? scratch[lane] : 0};
+  const int word = sc[0];
+  warp_inclusive_scan(sc, lane);
+  const int before = sc[0] - word;  // exclusive
+  const int acc = __shfl_sync(0xffffffffu, sc[0], 31);
+  int base[VMAX];
 #pragma unroll
-  for (int v = 0; v < VMAX; ++v) {
-    base[v] = 0;
-    if (v < vn) {
-#pragma unroll
-      for (int w = 0; w < W; ++w) {
-        if (w == warp) base[v] = acc;
-        acc += scratch[v * W + w];
-      }
-    }
-  }
+  for (int v = 0; v < VMAX; ++v) base[v] = __shfl_sync(0xffffffffu, before, (v * W + warp) & 31);
 #pragma unroll
   for (int v = 0; v < VMAX; ++v) {
     const int e = v * NT + tid;

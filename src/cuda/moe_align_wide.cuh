@@ -50,6 +50,24 @@ __device__ __forceinline__ void align_count_id(const AlignParams& p, int id, int
   atomicAdd(&hist[e], 1);
 }
 
+/// Ids known to be in [0, E), contiguous i32 and unmapped (moe_route's, from its own router): counted and loaded
+/// without the range checks, the map and the error records.
+struct TrustedIds {
+  __device__ __forceinline__ int operator()(const AlignParams& p, int i) const {
+    return static_cast<const int32_t*>(p.ids)[i];
+  }
+};
+
+/// align_count_id, or (TRUSTED) the plain count of an id known to be in [0, E).
+template <bool TRUSTED>
+__device__ __forceinline__ void align_count(const AlignParams& p, int id, int* hist) {
+  if constexpr (TRUSTED) {
+    atomicAdd(&hist[id], 1);
+  } else {
+    align_count_id(p, id, hist);
+  }
+}
+
 /// Step 1's chunk [lo, hi): contiguous i32 ids are read with 16-byte loads from `mid` (the first 16-byte boundary
 /// at or after lo), `nv` vectors, the head [lo, mid) and the tail [mid + 4 nv, hi) one id per thread.
 struct AlignChunk {
@@ -81,7 +99,8 @@ __device__ __forceinline__ AlignChunk align_chunk_preload(const AlignParams& p, 
 }
 
 /// Step 1b: the chunk's histogram (shared atomics, order-free), starting with the preloaded vectors; i64 or strided
-/// ids one at a time, 8 per thread in flight.
+/// ids one at a time, 8 per thread in flight. TRUSTED: TrustedIds (contiguous i32, so the vector path).
+template <bool TRUSTED>
 __device__ __forceinline__ void align_chunk_count(const AlignParams& p, const AlignChunk& c,
                                                   const int4 (&x)[kAlignChunkVectors], int* hist) {
   constexpr int64_t nt = 32 * kMoeAlignWideWarps;
@@ -90,8 +109,8 @@ __device__ __forceinline__ void align_chunk_count(const AlignParams& p, const Al
     const int32_t* ids = static_cast<const int32_t*>(p.ids);
     const int4* v = reinterpret_cast<const int4*>(ids + c.mid);
     const int64_t tail = c.mid + 4 * c.nv;
-    if (c.lo + tid < c.mid) align_count_id(p, ids[c.lo + tid], hist);
-    if (tail + tid < c.hi) align_count_id(p, ids[tail + tid], hist);
+    if (c.lo + tid < c.mid) align_count<TRUSTED>(p, ids[c.lo + tid], hist);
+    if (tail + tid < c.hi) align_count<TRUSTED>(p, ids[tail + tid], hist);
     int4 y[kAlignChunkVectors];
 #pragma unroll
     for (int u = 0; u < kAlignChunkVectors; ++u) y[u] = x[u];
@@ -99,10 +118,10 @@ __device__ __forceinline__ void align_chunk_count(const AlignParams& p, const Al
 #pragma unroll
       for (int u = 0; u < kAlignChunkVectors; ++u) {
         if (b + u * nt < c.nv) {  // no atomics for the missing vectors (they would all hit the trash counter)
-          align_count_id(p, y[u].x, hist);
-          align_count_id(p, y[u].y, hist);
-          align_count_id(p, y[u].z, hist);
-          align_count_id(p, y[u].w, hist);
+          align_count<TRUSTED>(p, y[u].x, hist);
+          align_count<TRUSTED>(p, y[u].y, hist);
+          align_count<TRUSTED>(p, y[u].z, hist);
+          align_count<TRUSTED>(p, y[u].w, hist);
         }
       }
       b += kAlignChunkVectors * nt;
@@ -144,8 +163,8 @@ __device__ __forceinline__ void align_wide_peer_sums(int* hist, int* owned, int 
 
 /// The wide schedule (see the top of the file); `slice`: S. Launched as clusters of 2 to kMoeAlignWideMaxCluster
 /// blocks of kMoeAlignWideWarps warps, with moe_align_wide_smem_words(E) ints of shared memory (16-byte aligned);
-/// R: ids per lane of the slice.
-template <int R>
+/// R: ids per lane of the slice; TRUSTED: the ids are TrustedIds.
+template <int R, bool TRUSTED = false>
 inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem) {
   constexpr int W = kMoeAlignWideWarps, NT = 32 * W;
   static_assert(kMoeAlignWideMaxExperts <= NT, "one expert per thread in steps 3 and 4");
@@ -170,15 +189,19 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   // 1. Owned ids and the chunk's first ids in flight while the counters are zeroed; the chunk's histogram; then the
   //    owned ids mapped (bad ones recorded).
   int slot[R];
-  align_load_raw<R>(p, wlo, whi, lane, slot);
+  if constexpr (TRUSTED) {
+    align_load_raw<R, TrustedIds>(p, wlo, whi, lane, slot);
+  } else {
+    align_load_raw<R>(p, wlo, whi, lane, slot);
+  }
   const int64_t chunk = static_cast<int64_t>(clusters) * slice;
   int4 first_vectors[kAlignChunkVectors];
   const AlignChunk ch = align_chunk_preload(p, min(n, rank * chunk), min(n, (rank + 1) * chunk), first_vectors);
   for (int i = tid; i < zero / 4; i += NT) reinterpret_cast<int4*>(smem)[i] = make_int4(0, 0, 0, 0);
   __syncthreads();  // counters zeroed
-  align_chunk_count(p, ch, first_vectors, hist);
+  align_chunk_count<TRUSTED>(p, ch, first_vectors, hist);
   // 2. Ranks within the warp.
-  align_map_settle<R>(p, wlo, lane, slot);
+  if constexpr (!TRUSTED) align_map_settle<R>(p, wlo, lane, slot);
   int* my_cnt = cnt + warp * E;
   align_rank_slots<R>(wlo, whi, lane, my_cnt, slot, BallotPeers{});
   __syncthreads();

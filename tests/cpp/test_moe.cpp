@@ -631,7 +631,8 @@ TEST_P(MoeTest, GroupedTopkTiesPickLowerGroupsAndExperts) {
 }
 
 TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
-  // Sizes on both sides of the fused paths' token limits; 600 x 8 ids run the wide schedule variant on CUDA.
+  // Sizes on both sides of the fused paths' token limits; 300 and 600 x 8 ids run the wide schedule variant on CUDA
+  // (after the router: trusted i32 ids, and i64 ids).
   for (int64_t T : {0, 1, 16, 64, 300, 600}) {
     RouteProblem p = grouped_problem(T, 256, 8, 8, 4, true, MoeScoring::sigmoid);
     p.op = RouteOp::moe_route;
@@ -641,15 +642,18 @@ TEST_P(MoeTest, MoeRouteMatchesGoldenAndParts) {
     q.spec.renormalize = true;
     q.block_size = 16;
     check(q);
+    if (T == 600) {  // i64 ids: the wide schedule after the router without the trusted i32 fast path
+      p.ids_dtype = DType::i64;
+      check_route_and_parts(p);
+    }
   }
 }
 
 // moe_route around its paths' limits: the small schedule's (ids kMoeAlignSmallMaxIds = 1024: 32 tokens of k 32;
 // two launches up to 64 tokens, the fused cluster kernel from 65), cluster sizes set by the outputs (E 512, bs 64);
-// with 8 groups of 32 experts up to 8 tokens (kFusedGroupsMaxTokens) the fused group path (one token per block: 8
-// and 9 tokens, k 1 and 32, no bias, 16 groups and topk_group * k = 33 beside it, which do not take it); against the
-// golden and bit for bit against its parts.
-TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
+// with 8 groups of 32 experts (two launches at every size: the group-warps router) 1, 8 and 9 tokens, k 1 and 32,
+// no bias, 16 groups and topk_group * k = 33 beside them; against the golden and bit for bit against its parts.
+TEST_P(MoeTest, MoeRoutePathLimits) {
   struct Case {
     int64_t T, E, k, ng, tg;
     bool bias, softmax;
@@ -674,17 +678,11 @@ TEST_P(MoeTest, MoeRouteSmallFusedSwitch) {
   }
 }
 
-// moe_route's replicated path (independent blocks of 8 warps, each routing every token into its shared memory, one per
-// warp at a time, then computing the whole schedule; block 0 copies the router's outputs out afterwards) and the two
-// launches beside it (the schedule filling its padding before the PDL wait). By default every case here takes the two
-// launches (the replicated and fused paths measured slower); with FUSEOPS_MOE_ROUTE_REPLICATE=16
-// FUSEOPS_MOE_ROUTE_REPLICATE_MIN_EXPERTS=0 FUSEOPS_MOE_ROUTE_REPLICATE_GROUPS=2 FUSEOPS_MOE_ROUTE_REPLICATE_LANES=64 in
-// the environment the replicated path takes every case up to 16 tokens (two tokens on some warps from 9; the
-// group-warps router up to 2), and with the lanes router (E <= 16, no group selection: 4 or 2 tokens per warp) up to
-// 64 tokens. Every lane width (E 8 to 1024: 1 to 32 experts per lane), f32 / f16 / bf16 logits
-// (the packed router and route_token), a bias, i64 ids, special rows (NaN, ties), one to 16 blocks (E and block
+// moe_route at decode sizes (two launches: the schedule filling its padding before the PDL wait; the fused cluster
+// kernel from 65 tokens): every lane width (E 5 to 1024: 1 to 32 experts per lane), f32 / f16 / bf16 logits (the
+// packed router and route_token), a bias, i64 ids, special rows (NaN, ties), one to 16 schedule blocks (E and block
 // size), k up to 32, block sizes that are not powers of two; against the golden and bit for bit against its parts.
-TEST_P(MoeTest, MoeRouteReplicatedSwitch) {
+TEST_P(MoeTest, MoeRouteDecodeCases) {
   struct Case {
     int64_t T, E, k, ng, tg;
     bool bias, softmax;
@@ -743,6 +741,12 @@ TEST_P(MoeTest, LargeRouting) {
   p = grouped_problem(4096, 256, 8, 8, 4, true, MoeScoring::sigmoid);
   p.op = RouteOp::moe_route;
   check(p);
+  // moe_route's wide schedule after the router (capped registers) with 4 and 8 ids per lane: bit for bit its parts.
+  for (int64_t T : {16384, 32768}) {
+    RouteProblem q = grouped_problem(T, 512, 10, 1, 1, false, MoeScoring::softmax);
+    q.op = RouteOp::moe_route;
+    check_route_and_parts(q);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, MoeTest, ::testing::Values(Where::cpu, Where::cuda),

@@ -157,6 +157,7 @@ TEST(MoeAlignPlan, SmallVariantSwitch) {
   EXPECT_EQ(0, moe_align_plan(0, 8, 8, kMoeAlignSmemWords, 128, -1).replicas);
   const auto small = moe_align_plan(n, emax, 8, kMoeAlignSmemWords, 1 << 20);
   EXPECT_EQ(kMoeAlignSmallWarps, small.warps);
+  EXPECT_EQ(kMoeAlignSmallRounds, small.rounds);
   EXPECT_EQ(kMoeAlignSmallMaxBlocks, small.replicas);
   EXPECT_LE(small.smem_words, kMoeAlignSmemWords);
   EXPECT_EQ(1, moe_align_plan(2, 8, 8, kMoeAlignSmemWords, 128 + 2).replicas);  // Mixtral, 1 token
@@ -166,7 +167,7 @@ TEST(MoeAlignPlan, SmallVariantSwitch) {
 }
 
 // The small variant against the golden at and around its id and expert limits, the ids per lane (rounds of 32 per
-// warp of 8) and the block counts it picks (one block for Mixtral decode, the most for E 512 x 640 ids): exact
+// warp of 16) and the block counts it picks (one block for Mixtral decode, the most for E 512 x 640 ids): exact
 // schedules, the ascending-flat-index order inside each region, the cases varied as align_case says. On the CPU
 // backend the same cases check the CPU schedule.
 TEST_P(MoeAlignTest, AlignSmallVariant) {
@@ -177,7 +178,8 @@ TEST_P(MoeAlignTest, AlignSmallVariant) {
   const Case cases[] = {{0, 8},       {1, 8},        {2, 8},        {31, 60},       {32, 160},      {33, 256},
                         {255, 512},   {256, 128},    {640, 512},    {257, 128},     {767, 1024},    {768, 256},
                         {769, 8},     {n - 1, 1024}, {n, emax},     {n, 8},         {n + 1, 256},   {n + 1, 8},
-                        {100, emax},  {100, emax + 1}, {640, 4096}, {128, 128},     {512, 256},     {160, 512}};
+                        {100, emax},  {100, emax + 1}, {640, 4096}, {128, 128},     {512, 256},     {160, 512},
+                        {511, 60},    {513, 1000},   {600, 8}};
   int i = 0;
   for (const Case& c : cases) check(align_case(c.numel, c.E, i++));
 }
