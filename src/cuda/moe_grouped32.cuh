@@ -162,15 +162,14 @@ __device__ __forceinline__ void add_if_above64(int& c, uint32_t hi_a, uint32_t l
 /// lanes' counts; each lane walks its mask's bits and reads the key back from the keys' scratch, `hrow` / `sw`:
 /// the row it read `half` from and that row's chunk swizzle); each lane takes candidates s and s + L (then s + 2L,
 /// s + 3L) and counts the candidates above them as 64-bit values (higher key, then lower expert: the routers' total
-/// order); rank j < k is output j. Returns false, warp-uniform and having written nothing, when a token of the warp
-/// has more than kGroups32MaxCandidates candidates. `second`: the order key of this lane's group's second key;
+/// order); rank j < k is output j, which lane j of the token returns (its expert and score; 0 past k). Returns false,
+/// warp-uniform and having written nothing, when a token of the warp has more than kGroups32MaxCandidates candidates. `second`: the order key of this lane's group's second key;
 /// `cand`: the warp's kGroups32CandWarpWords words.
 template <typename T, int L, bool BIAS>
 __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const uint32_t (&half)[16], int first,
                                                   bool kept, uint32_t second, int lane, const uint32_t* hrow,
                                                   int h, int sw, uint32_t* cand, const T* row, bool fast,
-                                                  int (&out_id)[32 / L], float (&w)[32 / L]) {
-  constexpr int M = 32 / L;
+                                                  int& out_id, float& w) {
   const int s = lane & (L - 1);
   uint32_t tau = kept ? second : ~0u;
 #pragma unroll
@@ -232,12 +231,9 @@ __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const ui
     }
   }
   __syncwarp();
-#pragma unroll
-  for (int q = 0; q < M; ++q) {
-    const bool out = q * L + s < p.k;
-    out_id[q] = out ? static_cast<int>(by_rank[q * L + s]) : 0;
-    w[q] = out ? score_by_rank[q * L + s] : 0.0f;
-  }
+  const bool out = s < p.k;  // output s (k <= L: one per lane)
+  out_id = out ? static_cast<int>(by_rank[s]) : 0;
+  w = out ? score_by_rank[s] : 0.0f;
   return true;  // the next token's stores into `cand` wait at its first __syncwarp
 }
 
@@ -273,16 +269,7 @@ struct Group32Logits {
       return ok;
     }
   }
-  /// min.NaN of two pairs of T.
-  static __device__ __forceinline__ uint32_t min_nan2(uint32_t x, uint32_t y) {
-    uint32_t d;
-    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
-      asm("min.NaN.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
-    } else {
-      asm("min.NaN.f16x2 %0, %1, %2;" : "=r"(d) : "r"(x), "r"(y));
-    }
-    return d;
-  }
+  static __device__ __forceinline__ uint32_t min_nan2(uint32_t x, uint32_t y) { return minmax_nan2<T, false>(x, y); }
 };
 
 /// The row of token t (row 0 for t >= T: those segments compute and store nothing).
@@ -387,19 +374,17 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   __syncwarp();
   int out_id[M];
   float w[M];
-  bool ranked = false;  // rank_candidates32 gave the outputs and their scores
+  bool ranked = false;  // rank_candidates32 gave the outputs and their scores (slot 0 only: k <= L)
   if constexpr (HALVES) {
     // The topk_group = L/2 surviving groups, 16 keys per lane: lane s takes half s & 1 of the (s >> 1)-th kept group
     // (lanes still ascend with experts), so that every pick rescans 16 keys instead of 32.
+    // The kept groups by rank as 4-bit fields (L / 2 <= 8 of them, groups < 16): each kept lane puts its group in
+    // field (its rank among the kept groups), an or over the token's lanes gathers them.
     const unsigned km = (__ballot_sync(kFullMask, kept) >> (lane & ~(L - 1))) & ((1u << L) - 1u);
-    int src = 0;
+    uint32_t by_rank = kept ? static_cast<uint32_t>(s) << (4 * __popc(km & ((1u << s) - 1u))) : 0u;
 #pragma unroll
-    for (int g = 0, r = 0; g < L; ++g) {
-      if ((km >> g) & 1u) {
-        if (r == (s >> 1)) src = g;
-        ++r;
-      }
-    }
+    for (int o = L / 2; o > 0; o >>= 1) by_rank |= __shfl_xor_sync(kFullMask, by_rank, o);
+    const int src = static_cast<int>((by_rank >> (4 * (s >> 1))) & 15u);
     const int h = s & 1, from = (lane & ~(L - 1)) + src;
     uint32_t half[16];
 #pragma unroll
@@ -412,7 +397,7 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
     }
     ranked = p.ranks && p.k <= L &&
              rank_candidates32<T, L, BIAS>(p, half, 32 * src + 16 * h, kept, second, lane, halves + 32 * from, h,
-                                           from & 7, cand, row, fast, out_id, w);
+                                           from & 7, cand, row, fast, out_id[0], w[0]);
     if (!ranked) pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
   } else {
     uint32_t uk[32];
@@ -431,6 +416,21 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   if (!ranked) {
 #pragma unroll
     for (int q = 0; q < M; ++q) w[q] = q * L + s < p.k ? score32<BIAS>(fast, to_float(row[out_id[q]])) : 0.0f;
+  }
+  if (p.k <= L) {  // one output per lane (output s in slot 0; warp-uniform): the tail below without the other slots
+    float w0 = w[0];
+    if (p.renormalize) {  // weight_sum32's sum when the other slots hold zeros (the weights are >= +0)
+      const float tot = segment_sum<L>(w0);
+      if (s < p.k) w0 = tot > 0 ? w0 / tot : 1.0f / static_cast<float>(p.k);
+    }
+    if (live && s < p.k) {
+      const int64_t ti = t;
+      p.weights[ti * p.weights_stride + s] = __fmul_rn(w0, p.scale);
+      if (p.ids_i64) static_cast<int64_t*>(p.ids)[ti * p.ids_stride + s] = out_id[0];
+      else static_cast<int32_t*>(p.ids)[ti * p.ids_stride + s] = out_id[0];
+      if (p.src_rows) p.src_rows[ti * p.src_stride + s] = s * p.T + t;
+    }
+    return;
   }
   if (p.renormalize) {
     const float tot = weight_sum32<L>(w);

@@ -43,12 +43,13 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RoutePar
 template <typename T, int VPT>
 __global__ void __launch_bounds__(kRouteWarps * 32, VPT == 16 ? 8 : 4) route_threshold_kernel(RouteParams p) {
   __shared__ __align__(16) uint32_t sh[kRouteWarps][kThresholdScratchWords];
+  __shared__ __align__(16) uint32_t raw[kRouteWarps][kThresholdRawWords<VPT>];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   prefetch_logits_l2<T>(p, static_cast<int>(blockIdx.x) * kRouteWarps + warp, 1, lane);
   pdl_wait_and_release();
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
-    if (!route_token_threshold<T, VPT>(p, t, lane, sh[warp])) route_token_packed<T, VPT>(p, t, lane);
+    if (!route_token_threshold<T, VPT>(p, t, lane, sh[warp], raw[warp])) route_token_packed<T, VPT>(p, t, lane);
   }
 }
 
@@ -218,7 +219,12 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
       if constexpr (packed_route_type<T, VPT, false>()) {
         auto kernel = route_packed_kernel<T, VPT>;
         if constexpr (threshold_route_type<T, VPT, false>()) {
-          if (threshold) kernel = route_threshold_kernel<T, VPT>;
+          if (threshold) {
+            kernel = route_threshold_kernel<T, VPT>;
+            // 5-9 KB of shared memory per block (the raw logits): a carveout of a quarter keeps 8 blocks resident.
+            check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 25), op,
+                       "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
+          }
         }
         launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
       }
