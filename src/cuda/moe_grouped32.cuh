@@ -153,6 +153,48 @@ __device__ __forceinline__ void add_if_above64(int& c, uint32_t hi_a, uint32_t l
       : "r"(hi_a), "r"(lo_a), "r"(hi_b), "r"(lo_b));
 }
 
+/// A selection key of route_groups32 as kept in registers and in the keys' scratch: FK, the key's fp32 value (its
+/// bits), else its order key (moe_order_key). The keys are finite and never -0 (a score >= +0 plus a sanitised bias,
+/// or a sanitised logit), so the float order is the order keys' order and FK needs no conversion per key: only the
+/// candidates' keys and a fallback's are converted.
+template <bool FK>
+struct Group32Key {
+  using V = std::conditional_t<FK, float, uint32_t>;
+  V v;
+  static __device__ __forceinline__ Group32Key top() { return {FK ? V(INFINITY) : V(~0u)}; }
+  static __device__ __forceinline__ Group32Key of(float x) {
+    if constexpr (FK) return {x};
+    else return {moe_order_key(x)};
+  }
+  __device__ __forceinline__ float value() const {
+    if constexpr (FK) return v;
+    else return moe_key_float(v);
+  }
+  __device__ __forceinline__ uint32_t bits() const {
+    if constexpr (FK) return __float_as_uint(v);
+    else return v;
+  }
+  /// The order key of stored bits.
+  static __device__ __forceinline__ uint32_t order(uint32_t stored) {
+    if constexpr (FK) return moe_order_key(__uint_as_float(stored));
+    else return stored;
+  }
+  static __device__ __forceinline__ Group32Key max(Group32Key x, Group32Key y) {
+    if constexpr (FK) return {fmaxf(x.v, y.v)};
+    else return {::max(x.v, y.v)};
+  }
+  static __device__ __forceinline__ Group32Key min(Group32Key x, Group32Key y) {
+    if constexpr (FK) return {fminf(x.v, y.v)};
+    else return {::min(x.v, y.v)};
+  }
+  static __device__ __forceinline__ Group32Key min(Group32Key x, V y) { return min(x, Group32Key{y}); }
+  /// m |= bit when the stored key is >= tau.
+  static __device__ __forceinline__ void or_if_at_least(uint32_t& m, uint32_t stored, Group32Key tau, uint32_t bit) {
+    if constexpr (FK) or_if_at_least_f(m, __uint_as_float(stored), tau.v, bit);
+    else ::fuseops::detail::cuda::or_if_at_least(m, stored, tau.v, bit);
+  }
+};
+
 /// The k outputs of a token from the surviving groups' keys (HALVES: lane s holds the 16 keys `half` of experts
 /// [first, first + 16), lanes ascending with experts) without sequential picks, for k <= L: tau, the smallest second
 /// key of the surviving groups (each group's top two, known from the key forming), is at most the token's k-th key
@@ -165,18 +207,18 @@ __device__ __forceinline__ void add_if_above64(int& c, uint32_t hi_a, uint32_t l
 /// order); rank j < k is output j, which lane j of the token returns (its expert and score; 0 past k). Returns false,
 /// warp-uniform and having written nothing, when a token of the warp has more than kGroups32MaxCandidates candidates. `second`: the order key of this lane's group's second key;
 /// `cand`: the warp's kGroups32CandWarpWords words.
-template <typename T, int L, bool BIAS>
+template <typename T, int L, bool BIAS, bool FK>
 __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const uint32_t (&half)[16], int first,
-                                                  bool kept, uint32_t second, int lane, const uint32_t* hrow,
+                                                  bool kept, Group32Key<FK> second, int lane, const uint32_t* hrow,
                                                   int h, int sw, uint32_t* cand, const T* row, bool fast,
                                                   int& out_id, float& w) {
   const int s = lane & (L - 1);
-  uint32_t tau = kept ? second : ~0u;
+  Group32Key<FK> tau = kept ? second : Group32Key<FK>::top();
 #pragma unroll
-  for (int o = L / 2; o > 0; o >>= 1) tau = min(tau, __shfl_xor_sync(kFullMask, tau, o));
+  for (int o = L / 2; o > 0; o >>= 1) tau = Group32Key<FK>::min(tau, __shfl_xor_sync(kFullMask, tau.v, o));
   uint32_t m = 0;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) or_if_at_least(m, half[i], tau, 1u << i);
+  for (int i = 0; i < 16; ++i) Group32Key<FK>::or_if_at_least(m, half[i], tau, 1u << i);
   const int c = __popc(m);
   int at = c;  // inclusive scan of the counts over the token's lanes
 #pragma unroll
@@ -192,7 +234,7 @@ __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const ui
   const uint32_t nfirst = ~static_cast<uint32_t>(first);  // ~(first + i) == ~first - i
   for (uint32_t mm = m; mm != 0; mm &= mm - 1) {
     const int i = __ffs(static_cast<int>(mm)) - 1;
-    const uint32_t key = hrow[4 * ((4 * h + (i >> 2)) ^ sw) + (i & 3)];
+    const uint32_t key = Group32Key<FK>::order(hrow[4 * ((4 * h + (i >> 2)) ^ sw) + (i & 3)]);
     asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(to), "r"(key), "r"(nfirst - static_cast<uint32_t>(i))
                  : "memory");
     to += 8u;
@@ -246,7 +288,18 @@ template <typename T>
 struct Group32Logits {
   static constexpr int CH = 16 / static_cast<int>(sizeof(T));
   StorageVec<T, CH> raw[32 / CH];
-  __device__ __forceinline__ float get(int i) const { return raw[i / CH].get(i % CH); }
+  /// Element i (a constant after unrolling); bf16 widened by a shift or a mask of its 32-bit word (the conversion of
+  /// an odd element is otherwise a byte permute and a shift).
+  __device__ __forceinline__ float get(int i) const {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const uint4 r = raw[i / CH].u.raw;
+      const int j = (i % CH) / 2;
+      const uint32_t w = j == 0 ? r.x : j == 1 ? r.y : j == 2 ? r.z : r.w;
+      return (i & 1) ? __uint_as_float(w & 0xffff0000u) : __uint_as_float(w << 16);
+    } else {
+      return raw[i / CH].get(i % CH);
+    }
+  }
   /// Whether every logit is above lo (false for NaN): a NaN-propagating minimum of the packed values, compared once.
   __device__ __forceinline__ bool above(float lo) const {
     if constexpr (sizeof(T) == 2) {
@@ -296,9 +349,12 @@ __device__ __forceinline__ void load_group32(const RouteParams& p, int t, int la
 /// HALVES: topk_group == L / 2 (the surviving groups' halves are picked from; groups32_halves), a kernel of its own:
 /// the other path's 32-key tree would set the registers of both (75 instead of 64 at DeepSeek-V3's shape).
 /// `g`: this lane's logits (load_group32), loaded by the caller ahead of the bias staging and the previous token.
-template <typename T, int L, bool BIAS, bool HALVES>
+/// FK: the keys as floats (Group32Key), with HALVES only.
+template <typename T, int L, bool BIAS, bool HALVES, bool FK>
 __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane, const float* bias_sh,
                                                uint32_t* halves, uint32_t* cand, const Group32Logits<T>& g) {
+  static_assert(HALVES || !FK, "float keys with the halves only");
+  using Key = Group32Key<FK>;
   constexpr int M = 32 / L;
   const int s = lane & (L - 1), base = 32 * s;
   const bool live = t < p.T;
@@ -309,13 +365,13 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   // give the group's top two (top_two32's selects, in another order: the same multiset). Only 4 keys are live.
   // FAST: the sigmoid's reciprocal without its range test (moe_sigmoid_mid), valid while every logit of the warp is
   // above -80; else the warp forms its keys again with moe_sigmoid.
-  uint32_t a[2], b[2];  // running top-two order keys over the key pairs (j, j + 1), j = 0, 2
+  Key a[2], b[2];  // running top-two keys over the key pairs (j, j + 1), j = 0, 2
   uint32_t* mine = halves + 32 * lane;
   auto form_keys = [&](auto fast_tag) {
     [[maybe_unused]] constexpr bool FAST = decltype(fast_tag)::value;
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
-      uint32_t key[4];
+      Key key[4];
       [[maybe_unused]] float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (bias_sh is 16-byte aligned, base + 4c too)
         const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[c];
@@ -330,23 +386,24 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
         if constexpr (BIAS) {
           // Above -80 (NaN and -inf are not) the sanitising changes nothing that the sigmoid sees: -0 and +inf give
           // the scores of +0 and FLT_MAX.
-          key[j] = moe_order_key((FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias4[j]);
+          key[j] = Key::of((FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias4[j]);
         } else {
-          key[j] = moe_order_key(moe_sanitize(v));
+          key[j] = Key::of(moe_sanitize(v));
         }
       }
 #pragma unroll
-      for (int j = 0; j < 4; j += 2) {  // top two of {a, b, key j, key j + 1}: 3-input min / max (VIMNMX3)
-        const uint32_t hi = max(key[j], key[j + 1]), lo = min(key[j], key[j + 1]);
+      for (int j = 0; j < 4; j += 2) {  // top two of {a, b, key j, key j + 1} (order keys: 3-input min / max, VIMNMX3)
+        const Key hi = Key::max(key[j], key[j + 1]), lo = Key::min(key[j], key[j + 1]);
         if (c == 0) {
           a[j / 2] = hi;
           b[j / 2] = lo;
         } else {
-          b[j / 2] = max(max(b[j / 2], min(a[j / 2], hi)), lo);
-          a[j / 2] = max(a[j / 2], hi);
+          b[j / 2] = Key::max(Key::max(b[j / 2], Key::min(a[j / 2], hi)), lo);
+          a[j / 2] = Key::max(a[j / 2], hi);
         }
       }
-      reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(key[0], key[1], key[2], key[3]);
+      reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] =
+          make_uint4(key[0].bits(), key[1].bits(), key[2].bits(), key[3].bits());
     }
   };
   __syncwarp();  // the previous tokens' reads of the scratch are done
@@ -357,11 +414,13 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
     form_keys(std::false_type{});
   }
   bool kept = true;
-  [[maybe_unused]] uint32_t second = 0;  // the order key of the group's second key (HALVES)
+  [[maybe_unused]] Key second{};  // the group's second key (HALVES)
   if (p.topk_group < p.n_group) {
-    b[0] = max(max(b[0], min(a[0], a[1])), b[1]);  // the group's top two (a[0], b[0])
-    a[0] = max(a[0], a[1]);
-    const uint32_t gk = BIAS ? moe_order_key(moe_key_float(a[0]) + moe_key_float(b[0])) : a[0];
+    b[0] = Key::max(Key::max(b[0], Key::min(a[0], a[1])), b[1]);  // the group's top two (a[0], b[0])
+    a[0] = Key::max(a[0], a[1]);
+    uint32_t gk;
+    if constexpr (FK) gk = moe_order_key(BIAS ? a[0].value() + b[0].value() : a[0].value());
+    else gk = BIAS ? moe_order_key(a[0].value() + b[0].value()) : a[0].v;
     if constexpr (HALVES) second = b[0];
     // Rank of this group among the token's L groups (higher key first, then the lower group).
     int rank = 0;
@@ -396,9 +455,13 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
       half[4 * j + 3] = v.w;
     }
     ranked = p.ranks && p.k <= L &&
-             rank_candidates32<T, L, BIAS>(p, half, 32 * src + 16 * h, kept, second, lane, halves + 32 * from, h,
-                                           from & 7, cand, row, fast, out_id[0], w[0]);
-    if (!ranked) pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
+             rank_candidates32<T, L, BIAS, FK>(p, half, 32 * src + 16 * h, kept, second, lane, halves + 32 * from,
+                                               h, from & 7, cand, row, fast, out_id[0], w[0]);
+    if (!ranked) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) half[i] = Key::order(half[i]);
+      pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
+    }
   } else {
     uint32_t uk[32];
 #pragma unroll
