@@ -484,7 +484,7 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
     float w0 = w[0];
     if (p.renormalize) {  // weight_sum32's sum when the other slots hold zeros (the weights are >= +0)
       const float tot = segment_sum<L>(w0);
-      if (s < p.k) w0 = tot > 0 ? w0 / tot : 1.0f / static_cast<float>(p.k);
+      if (s < p.k) w0 = tot > 0 ? w0 / tot : p.inv_k;
     }
     if (live && s < p.k) {
       const int64_t ti = t;
@@ -499,7 +499,7 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
     const float tot = weight_sum32<L>(w);
 #pragma unroll
     for (int q = 0; q < M; ++q) {  // outputs past k are not divided (store_token says why)
-      if (q * L + s < p.k) w[q] = tot > 0 ? w[q] / tot : 1.0f / static_cast<float>(p.k);
+      if (q * L + s < p.k) w[q] = tot > 0 ? w[q] / tot : p.inv_k;
     }
   }
   if (!live) return;

@@ -187,6 +187,7 @@ RouteParams route_params(const RouteArgs& a) {
   p.softmax = a.scoring == MoeScoring::softmax;
   p.renormalize = a.renormalize;
   p.scale = a.scale;
+  p.inv_k = 1.0f / static_cast<float>(p.k);  // IEEE division: the device's div.rn (computed by every warp before)
   p.prefetch = route_prefetch_enabled();
   p.ranks = groups32_ranks_enabled();
   return p;

@@ -39,6 +39,7 @@ struct RouteParams {
   int64_t src_stride;
   int T, E, k, n_group, topk_group, softmax, renormalize;
   float scale;
+  float inv_k;  ///< 1 / k (fp32, correctly rounded as on the device): the weights of a renormalised row whose sum is 0
 };
 
 __device__ __forceinline__ float load_any_float(const void* p, int dtype, int64_t i) {
@@ -209,7 +210,7 @@ __device__ __forceinline__ void store_token(const RouteParams& p, int t, int lan
     const float sum = warp_sum(lane < p.k ? my_w : 0.0f);
     // Only the k lanes divide: the division's range check sends a zero dividend (the other lanes') to its slow path,
     // a subroutine call of ~30 instructions for the warp.
-    if (lane < p.k) my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);
+    if (lane < p.k) my_w = sum > 0 ? my_w / sum : p.inv_k;
   }
   my_w = __fmul_rn(my_w, p.scale);
   if (lane < p.k) {
@@ -412,7 +413,7 @@ __device__ __forceinline__ void route_token_lanes(const RouteParams& p, int t, i
   }
   if (p.renormalize) {
     const float sum = segment_sum<L>(sub < p.k ? my_w : 0.0f);
-    if (sub < p.k) my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);  // as store_token
+    if (sub < p.k) my_w = sum > 0 ? my_w / sum : p.inv_k;  // as store_token
   }
   my_w = __fmul_rn(my_w, p.scale);
   if (t < p.T && sub < p.k) {
