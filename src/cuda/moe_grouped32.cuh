@@ -153,48 +153,6 @@ __device__ __forceinline__ void add_if_above64(int& c, uint32_t hi_a, uint32_t l
       : "r"(hi_a), "r"(lo_a), "r"(hi_b), "r"(lo_b));
 }
 
-/// A selection key of route_groups32 as kept in registers and in the keys' scratch: FK, the key's fp32 value (its
-/// bits), else its order key (moe_order_key). The keys are finite and never -0 (a score >= +0 plus a sanitised bias,
-/// or a sanitised logit), so the float order is the order keys' order and FK needs no conversion per key: only the
-/// candidates' keys and a fallback's are converted.
-template <bool FK>
-struct Group32Key {
-  using V = std::conditional_t<FK, float, uint32_t>;
-  V v;
-  static __device__ __forceinline__ Group32Key top() { return {FK ? V(INFINITY) : V(~0u)}; }
-  static __device__ __forceinline__ Group32Key of(float x) {
-    if constexpr (FK) return {x};
-    else return {moe_order_key(x)};
-  }
-  __device__ __forceinline__ float value() const {
-    if constexpr (FK) return v;
-    else return moe_key_float(v);
-  }
-  __device__ __forceinline__ uint32_t bits() const {
-    if constexpr (FK) return __float_as_uint(v);
-    else return v;
-  }
-  /// The order key of stored bits.
-  static __device__ __forceinline__ uint32_t order(uint32_t stored) {
-    if constexpr (FK) return moe_order_key(__uint_as_float(stored));
-    else return stored;
-  }
-  static __device__ __forceinline__ Group32Key max(Group32Key x, Group32Key y) {
-    if constexpr (FK) return {fmaxf(x.v, y.v)};
-    else return {::max(x.v, y.v)};
-  }
-  static __device__ __forceinline__ Group32Key min(Group32Key x, Group32Key y) {
-    if constexpr (FK) return {fminf(x.v, y.v)};
-    else return {::min(x.v, y.v)};
-  }
-  static __device__ __forceinline__ Group32Key min(Group32Key x, V y) { return min(x, Group32Key{y}); }
-  /// m |= bit when the stored key is >= tau.
-  static __device__ __forceinline__ void or_if_at_least(uint32_t& m, uint32_t stored, Group32Key tau, uint32_t bit) {
-    if constexpr (FK) or_if_at_least_f(m, __uint_as_float(stored), tau.v, bit);
-    else ::fuseops::detail::cuda::or_if_at_least(m, stored, tau.v, bit);
-  }
-};
-
 /// The k outputs of a token from the surviving groups' keys (HALVES: lane s holds the 16 keys `half` of experts
 /// [first, first + 16), lanes ascending with experts) without sequential picks, for k <= L: tau, the smallest second
 /// key of the surviving groups (each group's top two, known from the key forming), is at most the token's k-th key
@@ -207,18 +165,31 @@ struct Group32Key {
 /// order); rank j < k is output j, which lane j of the token returns (its expert and score; 0 past k). Returns false,
 /// warp-uniform and having written nothing, when a token of the warp has more than kGroups32MaxCandidates candidates. `second`: the order key of this lane's group's second key;
 /// `cand`: the warp's kGroups32CandWarpWords words.
-template <typename T, int L, bool BIAS, bool FK>
+/// Stores the pair (k, e) at shared address `to` and advances it by 8 bytes when `bit` is set in m (store_if_bit's
+/// form: a bit test, a predicated store and a predicated add).
+__device__ __forceinline__ void store_pair_if_bit(uint32_t& to, uint32_t k, uint32_t e, uint32_t m, uint32_t bit) {
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t.reg .b32 t;\n\tand.b32 t, %3, %4;\n\tsetp.ne.u32 p, t, 0;\n\t"
+      "@p st.shared.v2.u32 [%0], {%1, %2};\n\t@p add.u32 %0, %0, 8;\n\t}"
+      : "+r"(to)
+      : "r"(k), "r"(e), "r"(m), "r"(bit)
+      : "memory");
+}
+
+/// SL: the candidates stored by one predicated store per key (store_pair_if_bit) instead of a loop over the mask's
+/// bits that reads each key back from the keys' scratch.
+template <typename T, int L, bool BIAS, bool SL>
 __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const uint32_t (&half)[16], int first,
-                                                  bool kept, Group32Key<FK> second, int lane, const uint32_t* hrow,
+                                                  bool kept, uint32_t second, int lane, const uint32_t* hrow,
                                                   int h, int sw, uint32_t* cand, const T* row, bool fast,
                                                   int& out_id, float& w) {
   const int s = lane & (L - 1);
-  Group32Key<FK> tau = kept ? second : Group32Key<FK>::top();
+  uint32_t tau = kept ? second : ~0u;
 #pragma unroll
-  for (int o = L / 2; o > 0; o >>= 1) tau = Group32Key<FK>::min(tau, __shfl_xor_sync(kFullMask, tau.v, o));
+  for (int o = L / 2; o > 0; o >>= 1) tau = min(tau, __shfl_xor_sync(kFullMask, tau, o));
   uint32_t m = 0;
 #pragma unroll
-  for (int i = 0; i < 16; ++i) Group32Key<FK>::or_if_at_least(m, half[i], tau, 1u << i);
+  for (int i = 0; i < 16; ++i) or_if_at_least(m, half[i], tau, 1u << i);
   const int c = __popc(m);
   int at = c;  // inclusive scan of the counts over the token's lanes
 #pragma unroll
@@ -232,12 +203,17 @@ __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const ui
   uint32_t* seg = cand + (lane / L) * kGroups32SegWords;
   uint32_t to = static_cast<uint32_t>(__cvta_generic_to_shared(seg)) + 8u * static_cast<uint32_t>(at);
   const uint32_t nfirst = ~static_cast<uint32_t>(first);  // ~(first + i) == ~first - i
-  for (uint32_t mm = m; mm != 0; mm &= mm - 1) {
-    const int i = __ffs(static_cast<int>(mm)) - 1;
-    const uint32_t key = Group32Key<FK>::order(hrow[4 * ((4 * h + (i >> 2)) ^ sw) + (i & 3)]);
-    asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(to), "r"(key), "r"(nfirst - static_cast<uint32_t>(i))
-                 : "memory");
-    to += 8u;
+  if constexpr (SL) {  // one predicated store per key of `half`: no loop, no reads of the keys back
+#pragma unroll
+    for (int i = 0; i < 16; ++i) store_pair_if_bit(to, half[i], nfirst - static_cast<uint32_t>(i), m, 1u << i);
+  } else {
+    for (uint32_t mm = m; mm != 0; mm &= mm - 1) {
+      const int i = __ffs(static_cast<int>(mm)) - 1;
+      const uint32_t key = hrow[4 * ((4 * h + (i >> 2)) ^ sw) + (i & 3)];
+      asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(to), "r"(key), "r"(nfirst - static_cast<uint32_t>(i))
+                   : "memory");
+      to += 8u;
+    }
   }
   if (s == 0) {  // below every candidate (keys are above 0): pads an odd count for the pairwise reads
     seg[2 * C] = 0u;
@@ -349,12 +325,9 @@ __device__ __forceinline__ void load_group32(const RouteParams& p, int t, int la
 /// HALVES: topk_group == L / 2 (the surviving groups' halves are picked from; groups32_halves), a kernel of its own:
 /// the other path's 32-key tree would set the registers of both (75 instead of 64 at DeepSeek-V3's shape).
 /// `g`: this lane's logits (load_group32), loaded by the caller ahead of the bias staging and the previous token.
-/// FK: the keys as floats (Group32Key), with HALVES only.
-template <typename T, int L, bool BIAS, bool HALVES, bool FK>
+template <typename T, int L, bool BIAS, bool HALVES, bool SL>
 __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane, const float* bias_sh,
                                                uint32_t* halves, uint32_t* cand, const Group32Logits<T>& g) {
-  static_assert(HALVES || !FK, "float keys with the halves only");
-  using Key = Group32Key<FK>;
   constexpr int M = 32 / L;
   const int s = lane & (L - 1), base = 32 * s;
   const bool live = t < p.T;
@@ -365,13 +338,13 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   // give the group's top two (top_two32's selects, in another order: the same multiset). Only 4 keys are live.
   // FAST: the sigmoid's reciprocal without its range test (moe_sigmoid_mid), valid while every logit of the warp is
   // above -80; else the warp forms its keys again with moe_sigmoid.
-  Key a[2], b[2];  // running top-two keys over the key pairs (j, j + 1), j = 0, 2
+  uint32_t a[2], b[2];  // running top-two order keys over the key pairs (j, j + 1), j = 0, 2
   uint32_t* mine = halves + 32 * lane;
   auto form_keys = [&](auto fast_tag) {
     [[maybe_unused]] constexpr bool FAST = decltype(fast_tag)::value;
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
-      Key key[4];
+      uint32_t key[4];
       [[maybe_unused]] float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (bias_sh is 16-byte aligned, base + 4c too)
         const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[c];
@@ -386,24 +359,23 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
         if constexpr (BIAS) {
           // Above -80 (NaN and -inf are not) the sanitising changes nothing that the sigmoid sees: -0 and +inf give
           // the scores of +0 and FLT_MAX.
-          key[j] = Key::of((FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias4[j]);
+          key[j] = moe_order_key((FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias4[j]);
         } else {
-          key[j] = Key::of(moe_sanitize(v));
+          key[j] = moe_order_key(moe_sanitize(v));
         }
       }
 #pragma unroll
-      for (int j = 0; j < 4; j += 2) {  // top two of {a, b, key j, key j + 1} (order keys: 3-input min / max, VIMNMX3)
-        const Key hi = Key::max(key[j], key[j + 1]), lo = Key::min(key[j], key[j + 1]);
+      for (int j = 0; j < 4; j += 2) {  // top two of {a, b, key j, key j + 1}: 3-input min / max (VIMNMX3)
+        const uint32_t hi = max(key[j], key[j + 1]), lo = min(key[j], key[j + 1]);
         if (c == 0) {
           a[j / 2] = hi;
           b[j / 2] = lo;
         } else {
-          b[j / 2] = Key::max(Key::max(b[j / 2], Key::min(a[j / 2], hi)), lo);
-          a[j / 2] = Key::max(a[j / 2], hi);
+          b[j / 2] = max(max(b[j / 2], min(a[j / 2], hi)), lo);
+          a[j / 2] = max(a[j / 2], hi);
         }
       }
-      reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] =
-          make_uint4(key[0].bits(), key[1].bits(), key[2].bits(), key[3].bits());
+      reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(key[0], key[1], key[2], key[3]);
     }
   };
   __syncwarp();  // the previous tokens' reads of the scratch are done
@@ -414,13 +386,11 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
     form_keys(std::false_type{});
   }
   bool kept = true;
-  [[maybe_unused]] Key second{};  // the group's second key (HALVES)
+  [[maybe_unused]] uint32_t second = 0;  // the order key of the group's second key (HALVES)
   if (p.topk_group < p.n_group) {
-    b[0] = Key::max(Key::max(b[0], Key::min(a[0], a[1])), b[1]);  // the group's top two (a[0], b[0])
-    a[0] = Key::max(a[0], a[1]);
-    uint32_t gk;
-    if constexpr (FK) gk = moe_order_key(BIAS ? a[0].value() + b[0].value() : a[0].value());
-    else gk = BIAS ? moe_order_key(a[0].value() + b[0].value()) : a[0].v;
+    b[0] = max(max(b[0], min(a[0], a[1])), b[1]);  // the group's top two (a[0], b[0])
+    a[0] = max(a[0], a[1]);
+    const uint32_t gk = BIAS ? moe_order_key(moe_key_float(a[0]) + moe_key_float(b[0])) : a[0];
     if constexpr (HALVES) second = b[0];
     // Rank of this group among the token's L groups (higher key first, then the lower group).
     int rank = 0;
@@ -455,13 +425,9 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
       half[4 * j + 3] = v.w;
     }
     ranked = p.ranks && p.k <= L &&
-             rank_candidates32<T, L, BIAS, FK>(p, half, 32 * src + 16 * h, kept, second, lane, halves + 32 * from,
-                                               h, from & 7, cand, row, fast, out_id[0], w[0]);
-    if (!ranked) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) half[i] = Key::order(half[i]);
-      pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
-    }
+             rank_candidates32<T, L, BIAS, SL>(p, half, 32 * src + 16 * h, kept, second, lane, halves + 32 * from, h,
+                                           from & 7, cand, row, fast, out_id[0], w[0]);
+    if (!ranked) pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
   } else {
     uint32_t uk[32];
 #pragma unroll

@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
 /// capped (about 120 uncapped with a bias: the sigmoids' reciprocals all in flight): 64 for the halves variant with
 /// 16-bit logits (DeepSeek-V3; no spills): 8 blocks per SM, so that 16384 tokens (1 024 blocks) run in one wave;
 /// for the other 16-bit variants 96, with f32 logits 128 (32 registers of logits held across the bias staging).
-template <typename T, int L, bool BIAS, bool HALVES, bool FK>
+template <typename T, int L, bool BIAS, bool HALVES, bool SL>
 __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES ? 8 : 5)
     route_groups32_kernel(RouteParams p) {
   __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
@@ -102,13 +102,14 @@ __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES 
   }
   for (int t0 = first; t0 < p.T; t0 += step) {
     if (!BIAS || t0 != first) load_group32<T, L>(p, t0 + lane / L, lane, g);
-    route_groups32<T, L, BIAS, HALVES, FK>(p, t0 + lane / L, lane, bias_sh, halves[warp], cand[warp], g);
+    route_groups32<T, L, BIAS, HALVES, SL>(p, t0 + lane / L, lane, bias_sh, halves[warp], cand[warp], g);
   }
 }
 
-/// The groups-of-32 router's keys as floats with the halves (Group32Key); FUSEOPS_MOE_GROUPS32_FKEYS=0 switches it off.
-bool groups32_float_keys_enabled() {
-  static const bool on = !env_switched_off("FUSEOPS_MOE_GROUPS32_FKEYS");
+/// The groups-of-32 router's candidates stored by predicated stores (rank_candidates32's SL);
+/// FUSEOPS_MOE_GROUPS32_STORES=0 switches them off (the loop over the mask's bits).
+bool groups32_straight_stores_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_GROUPS32_STORES");
   return on;
 }
 
@@ -122,7 +123,7 @@ void launch_groups32(const char* op, const RouteParams& p, DType dtype, cudaStre
     auto kernel = p.bias ? route_groups32_kernel<T, L, true, false, false>
                          : route_groups32_kernel<T, L, false, false, false>;
     if (groups32_halves(p)) {
-      if (groups32_float_keys_enabled()) {
+      if (groups32_straight_stores_enabled()) {
         kernel = p.bias ? route_groups32_kernel<T, L, true, true, true> : route_groups32_kernel<T, L, false, true, true>;
       } else {
         kernel = p.bias ? route_groups32_kernel<T, L, true, true, false>
