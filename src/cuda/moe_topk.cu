@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
 /// capped (about 120 uncapped with a bias: the sigmoids' reciprocals all in flight): 64 for the halves variant with
 /// 16-bit logits (DeepSeek-V3; no spills): 8 blocks per SM, so that 16384 tokens (1 024 blocks) run in one wave;
 /// for the other 16-bit variants 96, with f32 logits 128 (32 registers of logits held across the bias staging).
-template <typename T, int L, bool BIAS, bool HALVES, bool SL>
+template <typename T, int L, bool BIAS, bool HALVES, bool SL, bool BP>
 __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES ? 8 : 5)
     route_groups32_kernel(RouteParams p) {
   __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES 
   }
   for (int t0 = first; t0 < p.T; t0 += step) {
     if (!BIAS || t0 != first) load_group32<T, L>(p, t0 + lane / L, lane, g);
-    route_groups32<T, L, BIAS, HALVES, SL>(p, t0 + lane / L, lane, bias_sh, halves[warp], cand[warp], g);
+    route_groups32<T, L, BIAS, HALVES, SL, BP>(p, t0 + lane / L, lane, bias_sh, halves[warp], cand[warp], g);
   }
 }
 
@@ -113,6 +113,13 @@ bool groups32_straight_stores_enabled() {
   return on;
 }
 
+/// The groups-of-32 router's bias loaded a chunk of keys ahead (route_groups32's BP); FUSEOPS_MOE_GROUPS32_BIAS_AHEAD=0
+/// switches it off (the halves variant with a bias; the other variant loads each chunk's bias where it is used).
+bool groups32_bias_ahead_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_GROUPS32_BIAS_AHEAD");
+  return on;
+}
+
 /// Launches route_groups32_kernel with L lanes per token.
 template <int L>
 void launch_groups32(const char* op, const RouteParams& p, DType dtype, cudaStream_t s, int device) {
@@ -120,14 +127,19 @@ void launch_groups32(const char* op, const RouteParams& p, DType dtype, cudaStre
   const int64_t blocks = std::min<int64_t>((p.T + per_block - 1) / per_block, 16 * sm_count(device));
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    auto kernel = p.bias ? route_groups32_kernel<T, L, true, false, false>
-                         : route_groups32_kernel<T, L, false, false, false>;
+    auto kernel = p.bias ? route_groups32_kernel<T, L, true, false, false, false>
+                         : route_groups32_kernel<T, L, false, false, false, false>;
     if (groups32_halves(p)) {
-      if (groups32_straight_stores_enabled()) {
-        kernel = p.bias ? route_groups32_kernel<T, L, true, true, true> : route_groups32_kernel<T, L, false, true, true>;
+      const bool sl = groups32_straight_stores_enabled();
+      if (!p.bias) {
+        kernel = sl ? route_groups32_kernel<T, L, false, true, true, false>
+                    : route_groups32_kernel<T, L, false, true, false, false>;
+      } else if (groups32_bias_ahead_enabled()) {
+        kernel = sl ? route_groups32_kernel<T, L, true, true, true, true>
+                    : route_groups32_kernel<T, L, true, true, false, true>;
       } else {
-        kernel = p.bias ? route_groups32_kernel<T, L, true, true, false>
-                        : route_groups32_kernel<T, L, false, true, false>;
+        kernel = sl ? route_groups32_kernel<T, L, true, true, true, false>
+                    : route_groups32_kernel<T, L, true, true, false, false>;
       }
     }
     // 18 KB of shared memory per block (24.4 KB with the candidates of HALVES): the largest carveout keeps 8 blocks
