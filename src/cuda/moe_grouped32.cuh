@@ -153,17 +153,6 @@ __device__ __forceinline__ void add_if_above64(int& c, uint32_t hi_a, uint32_t l
       : "r"(hi_a), "r"(lo_a), "r"(hi_b), "r"(lo_b));
 }
 
-/// The k outputs of a token from the surviving groups' keys (HALVES: lane s holds the 16 keys `half` of experts
-/// [first, first + 16), lanes ascending with experts) without sequential picks, for k <= L: tau, the smallest second
-/// key of the surviving groups (each group's top two, known from the key forming), is at most the token's k-th key
-/// (the L = 2 topk_group keys of the surviving groups' top twos are >= tau), so the top k are among the candidates,
-/// the keys >= tau (DeepSeek-V3 rows: about 11 of 128, by a host simulation). Each lane marks its candidates in a
-/// mask; the candidates go to the warp's candidate scratch as (key, ~expert) pairs in expert order (a scan of the
-/// lanes' counts; each lane stores its keys of the mask by one predicated store each); each lane takes candidates s and s + L (then s + 2L,
-/// s + 3L) and counts the candidates above them as 64-bit values (higher key, then lower expert: the routers' total
-/// order); rank j < k is output j, which lane j of the token returns (its expert and score; 0 past k). Returns false,
-/// warp-uniform and having written nothing, when a token of the warp has more than kGroups32MaxCandidates candidates. `second`: the order key of this lane's group's second key;
-/// `cand`: the warp's kGroups32CandWarpWords words.
 /// Stores the pair (k, e) at shared address `to` and advances it by 8 bytes when `bit` is set in m (store_if_bit's
 /// form: a bit test, a predicated store and a predicated add).
 __device__ __forceinline__ void store_pair_if_bit(uint32_t& to, uint32_t k, uint32_t e, uint32_t m, uint32_t bit) {
@@ -175,11 +164,22 @@ __device__ __forceinline__ void store_pair_if_bit(uint32_t& to, uint32_t k, uint
       : "memory");
 }
 
+/// The k outputs of a token from the surviving groups' keys (HALVES: lane s holds the 16 keys `half` of experts
+/// [first, first + 16), lanes ascending with experts) without sequential picks, for k <= L: tau, the smallest second
+/// key of the surviving groups (each group's top two, known from the key forming), is at most the token's k-th key
+/// (the L = 2 topk_group keys of the surviving groups' top twos are >= tau), so the top k are among the candidates,
+/// the keys >= tau (DeepSeek-V3 rows: about 11 of 128, by a host simulation). Each lane marks its candidates in a
+/// mask; the candidates go to the warp's candidate scratch as (key, ~expert) pairs in expert order (a scan of the
+/// lanes' counts; each lane stores the keys of its mask by one predicated store each); each lane takes candidates s
+/// and s + L (then s + 2L, s + 3L) and counts the candidates above them as 64-bit values (higher key, then lower
+/// expert: the routers' total order); rank j < k is output j, which lane j of the token returns (its expert and
+/// score; 0 past k). Returns false, warp-uniform and having written nothing, when a token of the warp has more than
+/// kGroups32MaxCandidates candidates. `second`: the order key of this lane's group's second key; `cand`: the warp's
+/// kGroups32CandWarpWords words.
 template <typename T, int L, bool BIAS>
 __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const uint32_t (&half)[16], int first,
                                                   bool kept, uint32_t second, int lane, uint32_t* cand,
-                                                  const T* row, bool fast,
-                                                  int& out_id, float& w) {
+                                                  const T* row, bool fast, int& out_id, float& w) {
   const int s = lane & (L - 1);
   uint32_t tau = kept ? second : ~0u;
 #pragma unroll

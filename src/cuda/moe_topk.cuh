@@ -51,10 +51,11 @@ __device__ __forceinline__ float load_any_float(const void* p, int dtype, int64_
 /// Hints the L2 to fetch `rows` rows of `row_bytes` bytes, `stride_bytes` apart from `row0`: rows that are contiguous
 /// as one prefetch per 128-byte line over the lanes when they span at most 32 lines (a few instructions; the bulk
 /// prefetch's operands go through uniform registers in a loop of ~20), else, 16-byte aligned, as one bulk prefetch
-/// from lane 0 (cp.async.bulk.prefetch.L2), else one prefetch per 128 bytes of each row over the lanes. The routers issue it for their first token(s) before pdl_wait_and_release, so that
-/// the DRAM latency of the logits runs while the previous kernel finishes. It reads nothing into the SM: the L2 is
-/// the point of coherence, so a line that the previous kernel writes after the prefetch is still read as written
-/// after the wait (the loads go through L1, which the prefetch does not fill).
+/// from lane 0 (cp.async.bulk.prefetch.L2), else one prefetch per 128 bytes of each row over the lanes. The routers
+/// issue it for their first token(s) before pdl_wait_and_release, so that the DRAM latency of the logits runs while
+/// the previous kernel finishes. It reads nothing into the SM: the L2 is the point of coherence, so a line that the
+/// previous kernel writes after the prefetch is still read as written after the wait (the loads go through L1, which
+/// the prefetch does not fill).
 __device__ __forceinline__ void prefetch_rows_l2(const void* row0, int64_t stride_bytes, int row_bytes, int rows,
                                                  int lane) {
   const char* r = static_cast<const char*>(row0);
