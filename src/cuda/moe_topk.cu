@@ -43,12 +43,13 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RoutePar
 template <typename T, int VPT>
 __global__ void __launch_bounds__(kRouteWarps * 32, VPT == 16 ? 8 : 4) route_threshold_kernel(RouteParams p) {
   __shared__ __align__(16) uint32_t sh[kRouteWarps][kThresholdScratchWords];
+  __shared__ __align__(16) uint32_t raw[kRouteWarps][kThresholdRawWords<VPT>];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   prefetch_logits_l2<T>(p, static_cast<int>(blockIdx.x) * kRouteWarps + warp, 1, lane);
   pdl_wait_and_release();
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
-    if (!route_token_threshold<T, VPT>(p, t, lane, sh[warp])) route_token_packed<T, VPT>(p, t, lane);
+    if (!route_token_threshold<T, VPT>(p, t, lane, sh[warp], raw[warp])) route_token_packed<T, VPT>(p, t, lane);
   }
 }
 
@@ -80,7 +81,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
 /// capped (about 120 uncapped with a bias: the sigmoids' reciprocals all in flight): 64 for the halves variant with
 /// 16-bit logits (DeepSeek-V3; no spills): 8 blocks per SM, so that 16384 tokens (1 024 blocks) run in one wave;
 /// for the other 16-bit variants 96, with f32 logits 128 (32 registers of logits held across the bias staging).
-template <typename T, int L, bool BIAS, bool HALVES>
+template <typename T, int L, bool BIAS, bool HALVES, bool BP>
 __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES ? 8 : 5)
     route_groups32_kernel(RouteParams p) {
   __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
@@ -101,8 +102,15 @@ __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES 
   }
   for (int t0 = first; t0 < p.T; t0 += step) {
     if (!BIAS || t0 != first) load_group32<T, L>(p, t0 + lane / L, lane, g);
-    route_groups32<T, L, BIAS, HALVES>(p, t0 + lane / L, lane, bias_sh, halves[warp], cand[warp], g);  // warp-uniform
+    route_groups32<T, L, BIAS, HALVES, BP>(p, t0 + lane / L, lane, bias_sh, halves[warp], cand[warp], g);
   }
+}
+
+/// The groups-of-32 router's bias loaded a chunk of keys ahead (route_groups32's BP); FUSEOPS_MOE_GROUPS32_BIAS_AHEAD=0
+/// switches it off (the halves variant with a bias; the other variant loads each chunk's bias where it is used).
+bool groups32_bias_ahead_enabled() {
+  static const bool on = !env_switched_off("FUSEOPS_MOE_GROUPS32_BIAS_AHEAD");
+  return on;
 }
 
 /// Launches route_groups32_kernel with L lanes per token.
@@ -112,9 +120,12 @@ void launch_groups32(const char* op, const RouteParams& p, DType dtype, cudaStre
   const int64_t blocks = std::min<int64_t>((p.T + per_block - 1) / per_block, 16 * sm_count(device));
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    auto kernel = p.bias ? route_groups32_kernel<T, L, true, false> : route_groups32_kernel<T, L, false, false>;
+    auto kernel =
+        p.bias ? route_groups32_kernel<T, L, true, false, false> : route_groups32_kernel<T, L, false, false, false>;
     if (groups32_halves(p)) {
-      kernel = p.bias ? route_groups32_kernel<T, L, true, true> : route_groups32_kernel<T, L, false, true>;
+      kernel = !p.bias                        ? route_groups32_kernel<T, L, false, true, false>
+               : groups32_bias_ahead_enabled() ? route_groups32_kernel<T, L, true, true, true>
+                                               : route_groups32_kernel<T, L, true, true, false>;
     }
     // 18 KB of shared memory per block (24.4 KB with the candidates of HALVES): the largest carveout keeps 8 blocks
     // (64 registers) resident per SM.
@@ -174,6 +185,7 @@ RouteParams route_params(const RouteArgs& a) {
   p.softmax = a.scoring == MoeScoring::softmax;
   p.renormalize = a.renormalize;
   p.scale = a.scale;
+  p.inv_k = 1.0f / static_cast<float>(p.k);  // IEEE division: the device's div.rn (computed by every warp before)
   p.prefetch = route_prefetch_enabled();
   p.ranks = groups32_ranks_enabled();
   return p;
@@ -218,7 +230,12 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
       if constexpr (packed_route_type<T, VPT, false>()) {
         auto kernel = route_packed_kernel<T, VPT>;
         if constexpr (threshold_route_type<T, VPT, false>()) {
-          if (threshold) kernel = route_threshold_kernel<T, VPT>;
+          if (threshold) {
+            kernel = route_threshold_kernel<T, VPT>;
+            // 5-9 KB of shared memory per block (the raw logits): a carveout of a quarter keeps 8 blocks resident.
+            check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 25), op,
+                       "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
+          }
         }
         launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
       }

@@ -39,6 +39,7 @@ struct RouteParams {
   int64_t src_stride;
   int T, E, k, n_group, topk_group, softmax, renormalize;
   float scale;
+  float inv_k;  ///< 1 / k (fp32, correctly rounded as on the device): the weights of a renormalised row whose sum is 0
 };
 
 __device__ __forceinline__ float load_any_float(const void* p, int dtype, int64_t i) {
@@ -48,14 +49,26 @@ __device__ __forceinline__ float load_any_float(const void* p, int dtype, int64_
 }
 
 /// Hints the L2 to fetch `rows` rows of `row_bytes` bytes, `stride_bytes` apart from `row0`: rows that are contiguous
-/// and 16-byte aligned as one bulk prefetch from lane 0 (cp.async.bulk.prefetch.L2), else one prefetch per 128 bytes
-/// of each row over the lanes. The routers issue it for their first token(s) before pdl_wait_and_release, so that
-/// the DRAM latency of the logits runs while the previous kernel finishes. It reads nothing into the SM: the L2 is
-/// the point of coherence, so a line that the previous kernel writes after the prefetch is still read as written
-/// after the wait (the loads go through L1, which the prefetch does not fill).
+/// as one prefetch per 128-byte line over the lanes when they span at most 32 lines (a few instructions; the bulk
+/// prefetch's operands go through uniform registers in a loop of ~20), else, 16-byte aligned, as one bulk prefetch
+/// from lane 0 (cp.async.bulk.prefetch.L2), else one prefetch per 128 bytes of each row over the lanes. The routers
+/// issue it for their first token(s) before pdl_wait_and_release, so that the DRAM latency of the logits runs while
+/// the previous kernel finishes. It reads nothing into the SM: the L2 is the point of coherence, so a line that the
+/// previous kernel writes after the prefetch is still read as written after the wait (the loads go through L1, which
+/// the prefetch does not fill).
 __device__ __forceinline__ void prefetch_rows_l2(const void* row0, int64_t stride_bytes, int row_bytes, int rows,
                                                  int lane) {
   const char* r = static_cast<const char*>(row0);
+  if (rows == 1 || stride_bytes == row_bytes) {
+    const uintptr_t first = reinterpret_cast<uintptr_t>(r) & ~uintptr_t{127};
+    const uintptr_t last = (reinterpret_cast<uintptr_t>(r) + static_cast<uintptr_t>(rows * row_bytes) - 1) &
+                           ~uintptr_t{127};
+    if (last - first < 32 * 128) {
+      const uintptr_t line = first + 128 * static_cast<uintptr_t>(lane);
+      if (line <= last) asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+      return;
+    }
+  }
   if ((rows == 1 || stride_bytes == row_bytes) &&
       ((reinterpret_cast<uintptr_t>(r) | static_cast<uintptr_t>(row_bytes)) & 15) == 0) {
     if (lane == 0) {
@@ -198,7 +211,7 @@ __device__ __forceinline__ void store_token(const RouteParams& p, int t, int lan
     const float sum = warp_sum(lane < p.k ? my_w : 0.0f);
     // Only the k lanes divide: the division's range check sends a zero dividend (the other lanes') to its slow path,
     // a subroutine call of ~30 instructions for the warp.
-    if (lane < p.k) my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);
+    if (lane < p.k) my_w = sum > 0 ? my_w / sum : p.inv_k;
   }
   my_w = __fmul_rn(my_w, p.scale);
   if (lane < p.k) {
@@ -401,7 +414,7 @@ __device__ __forceinline__ void route_token_lanes(const RouteParams& p, int t, i
   }
   if (p.renormalize) {
     const float sum = segment_sum<L>(sub < p.k ? my_w : 0.0f);
-    if (sub < p.k) my_w = sum > 0 ? my_w / sum : 1.0f / static_cast<float>(p.k);  // as store_token
+    if (sub < p.k) my_w = sum > 0 ? my_w / sum : p.inv_k;  // as store_token
   }
   my_w = __fmul_rn(my_w, p.scale);
   if (t < p.T && sub < p.k) {
