@@ -47,10 +47,13 @@ inline int64_t moe_align_wide_smem_words(int64_t E, int64_t slice) {
 
 /// The wide plan for `numel` ids over E experts with clusters of up to `max_cluster` blocks (8 on sm_90; 1 before:
 /// the variant then does not apply); `min_ids` < 0 turns it off; `own_ids`: kMoeAlignWideOwnIds, or another value
-/// for A/B measurements.
+/// for A/B measurements. `one_round` (moe_route's schedule after its router): the clusters also double while a block
+/// would own more than one id per lane (measured at 4096 x 512, k 10: 40 960 ids on 64 blocks of 640 instead of 32
+/// of 1 280, moe_route 12.65 µs against 13.19; with one id per lane already, more clusters were slower: 4096 x 256
+/// and 4096 x 128, k 8, 13.47 and 10.40 against 12.62 and 9.88).
 inline MoeAlignWidePlan moe_align_wide_plan(int64_t numel, int64_t E, int max_cluster, int64_t budget_words,
                                             int64_t min_ids = kMoeAlignWideMinIds,
-                                            int64_t own_ids = kMoeAlignWideOwnIds) {
+                                            int64_t own_ids = kMoeAlignWideOwnIds, bool one_round = false) {
   MoeAlignWidePlan p;
   if (min_ids < 0 || numel < min_ids || E > kMoeAlignWideMaxExperts || max_cluster < 2 ||
       max_cluster > static_cast<int>(kMoeAlignWideMaxCluster)) {
@@ -60,6 +63,7 @@ inline MoeAlignWidePlan moe_align_wide_plan(int64_t numel, int64_t E, int max_cl
   while (cl * 2 <= max_cluster && cl * kMoeAlignWideCountIds < numel) cl *= 2;
   int c = 1;
   while (c * 2 <= cl && numel >= int64_t{c} * 2 * cl * own_ids) c *= 2;
+  while (one_round && c * 2 <= cl && numel > int64_t{c} * cl * 32 * kMoeAlignWideWarps) c *= 2;
   const int64_t slice = (numel + int64_t{c} * cl - 1) / (int64_t{c} * cl);
   const int64_t per_warp = (slice + kMoeAlignWideWarps - 1) / kMoeAlignWideWarps;
   int rounds = 1;

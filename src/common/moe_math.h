@@ -174,9 +174,9 @@ static_assert(kMoeAlignSmallMaxIds <= 32 * kMoeAlignSmallWarps * kMoeAlignSmallR
               "ids per lane of the small variant");
 
 /// Shared memory words of the small variant: per-warp counters [warps][E], region starts [E + 1], counts [E], scan
-/// scratch [32], and per GEMM block of the regions (at most one per id) its expert and its first padding position.
+/// scratch [32], and per GEMM block of the regions (at most one per id) its expert.
 inline int64_t moe_align_small_smem_words(int64_t E) {
-  return (kMoeAlignSmallWarps + 2) * E + 1 + 32 + 2 * kMoeAlignSmallMaxIds;
+  return (kMoeAlignSmallWarps + 2) * E + 1 + 32 + kMoeAlignSmallMaxIds;
 }
 
 /// Blocks of the small variant for `out_words` output words over E experts: enough that each writes about

@@ -40,17 +40,9 @@ __device__ __forceinline__ void align_prefetch_ids(const AlignParams& p, int lan
   }
 }
 
-/// The small variant, flat layout (AlignSmallOut::kFlat; FUSEOPS_MOE_ALIGN_FILL_WARP=0, A/B); `prefetch`: warp 0
-/// prefetches the ids first (align_prefetch_ids).
-__global__ void __launch_bounds__(32 * kMoeAlignSmallWarps) align_small_kernel(AlignParams p, int prefetch) {
-  if (prefetch && threadIdx.x < 32) align_prefetch_ids(p, static_cast<int>(threadIdx.x));
-  pdl_wait_and_release();
-  extern __shared__ __align__(16) int smem_small[];  // align_small zeroes with 16-byte stores
-  align_small(p, smem_small, gridDim.x, blockIdx.x);
-}
-
 /// The small variant of moe_align_block_size: one more warp fills the block's chunks of the outputs
-/// (AlignSmallOut::kFillWarp) while the kMoeAlignSmallWarps others compute the schedule.
+/// (AlignSmallOut::kFillWarp) while the kMoeAlignSmallWarps others compute the schedule; `prefetch`: warp 0
+/// prefetches the ids first (align_prefetch_ids).
 __global__ void __launch_bounds__(32 * (kMoeAlignSmallWarps + 1)) align_small_fill_warp_kernel(AlignParams p,
                                                                                                  int prefetch) {
   if (prefetch && threadIdx.x < 32) align_prefetch_ids(p, static_cast<int>(threadIdx.x));
@@ -149,7 +141,8 @@ int64_t align_wide_own_ids_after_route() {
 bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStream_t s, bool after_route) {
   const int max_cluster = is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1;
   const MoeAlignWidePlan w = moe_align_wide_plan(p.numel, p.E, max_cluster, kMoeAlignSmemWords, align_wide_min_ids(),
-                                                 after_route ? align_wide_own_ids_after_route() : kMoeAlignWideOwnIds);
+                                                 after_route ? align_wide_own_ids_after_route() : kMoeAlignWideOwnIds,
+                                                 after_route);
   if (w.clusters == 0) return false;
   const std::size_t smem = static_cast<std::size_t>(w.smem_words) * sizeof(int);
   auto go = [&](auto kernel) {
@@ -190,13 +183,6 @@ int align_small_blocks(int planned) {
 }
 
 }  // namespace
-
-/// The fill warp of the standalone small variant (align_small_fill_warp_kernel); FUSEOPS_MOE_ALIGN_FILL_WARP=0
-/// launches the flat layout instead (align_small_kernel; A/B).
-bool align_small_fill_warp() {
-  static const bool on = !env_switched_off("FUSEOPS_MOE_ALIGN_FILL_WARP");
-  return on;
-}
 
 bool align_small_prefill_enabled() {
   static const bool on = !env_switched_off("FUSEOPS_MOE_ROUTE_PREFILL");
@@ -245,13 +231,10 @@ void align_launch(const char* op, const AlignArgs& args, int device, void* strea
   const std::size_t smem = static_cast<std::size_t>(plan.smem_words) * sizeof(int);
   if (plan.replicas > 0) {
     const bool prefilled = after_route && align_small_prefill_enabled();
-    const bool fill_warp = !prefilled && align_small_fill_warp();
-    auto kernel = prefilled ? align_small_after_route_kernel
-                  : fill_warp ? align_small_fill_warp_kernel
-                              : align_small_kernel;
+    auto kernel = prefilled ? align_small_after_route_kernel : align_small_fill_warp_kernel;
     allow_smem(kernel, smem, op);
     launch_kernel(kernel, dim3(static_cast<unsigned>(align_small_blocks(plan.replicas))),
-                  dim3(32 * (plan.warps + (fill_warp ? 1 : 0))), smem, s, device, p,
+                  dim3(32 * (plan.warps + (prefilled ? 0 : 1))), smem, s, device, p,
                   static_cast<int>(align_prefetch_enabled()));
     after_launch(op, s, device);
     return;

@@ -446,17 +446,16 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
 
 /// Where align_small writes sorted_token_ids and expert_ids (docs/ops/moe.md, "moe_align_block_size: small
 /// variant"):
-/// - kFlat: each block scatters the ids of its warps (w % parts == part) and writes its share of the padding,
-///   expert_ids and the tail, one word per thread and pass, after the schedule;
 /// - kPrefilled: block `part` owns a contiguous chunk of sorted_token_ids and of expert_ids (AlignOwnedChunk), which
 ///   the caller has filled with numel / -1 (align_small_prefill) before the PDL wait (align_small_after_route_kernel:
 ///   the padding's stores overlap the router); after the schedule the block writes only the ids and the GEMM
 ///   blocks' experts that fall in its chunks. (The same fill issued after the PDL wait, while the ids load or the
-///   tokens are routed, measured 0.3-0.5 us slower than kFlat.)
+///   tokens are routed, measured 0.3-0.5 us slower than a flat layout, where each block wrote its share of every
+///   output word after the schedule; the flat layout measured slower than kFillWarp at every decode size.)
 /// - kFillWarp: as kPrefilled, the fill done after the PDL wait by one more warp of the block
 ///   (align_small_fill_warp_kernel) while the kMoeAlignSmallWarps schedule warps synchronise among themselves only
 ///   (named barrier 1), meeting the fill warp (named barrier 2) just before they write their ids.
-enum class AlignSmallOut { kFlat, kPrefilled, kFillWarp };
+enum class AlignSmallOut { kPrefilled, kFillWarp };
 
 /// Named barriers of the kFillWarp layout: the schedule warps among themselves, and with the fill warp.
 constexpr int kAlignScheduleBarrier = 1, kAlignFillBarrier = 2;
@@ -522,14 +521,12 @@ __device__ __forceinline__ void align_small_prefill(const AlignParams& p, unsign
 ///     scratch words, scanned by every warp (one shuffle scan); every thread adds the totals before its (segment,
 ///     warp), writes its region starts and, for every GEMM block of its regions, the block's expert and its region's
 ///     first padding position;
-///  4. each block scatters the ids of warps w with w % parts == part to start[e] + warp prefix + rank (at most 1024
-///     stores in all), then its share of the rest, one output word per thread and pass (coalesced, no per-expert
-///     loop): a position of sorted_token_ids is padding when it lies past the total or past its block's region's
-///     ids, expert_ids[b] is block b's expert before the total and -1 after.
-/// Step 4 as described is the kFlat layout; kPrefilled writes the outputs by chunks (AlignSmallOut).
+///  4. block `part` owns a chunk of sorted_token_ids and of expert_ids (AlignOwnedChunk), filled with numel / -1 by
+///     the caller (AlignSmallOut): it writes the ids that fall in its chunk (start[e] + warp prefix + rank) and the
+///     used GEMM blocks' experts of its chunk of expert_ids.
 /// Bad ids are recorded by every block (the same records: first site, smallest index). `smem`: 16-byte aligned,
 /// moe_align_small_smem_words(E) ints. `ids`: where the ids are read (topk_ids in global memory by default).
-template <AlignSmallOut OUT = AlignSmallOut::kFlat, typename Ids = GlobalIds>
+template <AlignSmallOut OUT, typename Ids = GlobalIds>
 __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, unsigned parts, unsigned part,
                                             Ids ids = {}) {
   constexpr int W = kMoeAlignSmallWarps, R = kMoeAlignSmallRounds, NT = 32 * W;
@@ -544,7 +541,6 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
   int* count = start + E + 1;           // [E]
   int* scratch = count + E;             // [32]
   int* blk_expert = scratch + 32;       // [kMoeAlignSmallMaxIds]: expert of GEMM block b (b < total / block_size)
-  int* blk_pad = blk_expert + kMoeAlignSmallMaxIds;  // [kMoeAlignSmallMaxIds]: its region's first padding position
   const int per_warp = (p.numel + W - 1) / W;
   const int wlo = min(p.numel, warp * per_warp), whi = min(p.numel, wlo + per_warp);
   // 1. The counters zeroed (W * E is a multiple of 4; `smem` is 16-byte aligned), the ids loaded.
@@ -610,48 +606,26 @@ __device__ __forceinline__ void align_small(const AlignParams& p, int* smem, uns
       const int lo = base[v] + incl[v] - own[v];
       start[e] = lo;
       count[e] = c[v];
-      for (int b = bs.div(lo); b < bs.div(lo + own[v]); ++b) {  // at most one block per id in all
-        blk_expert[b] = e;
-        if constexpr (OUT == AlignSmallOut::kFlat) blk_pad[b] = lo + c[v];  // its first padding position
-      }
+      for (int b = bs.div(lo); b < bs.div(lo + own[v]); ++b) blk_expert[b] = e;  // at most one block per id
     }
   }
   const int total = acc;  // the grand total (every thread has it)
   align_small_sync<OUT>();
   const int blocks_used = bs.div(total);
-  if constexpr (OUT != AlignSmallOut::kFlat) {
-    if constexpr (OUT == AlignSmallOut::kFillWarp) {  // the fill warp's stores before the ids (same addresses)
-      asm volatile("bar.sync %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (kMoeAlignSmallWarps + 1)) : "memory");
-    }
-    // 4. The ids and the used blocks' experts that fall in this block's chunks (the rest was prefilled).
-    const AlignOwnedChunk o(p, parts, part);
+  if constexpr (OUT == AlignSmallOut::kFillWarp) {  // the fill warp's stores before the ids (same addresses)
+    asm volatile("bar.sync %0, %1;" ::"n"(kAlignFillBarrier), "n"(32 * (kMoeAlignSmallWarps + 1)) : "memory");
+  }
+  // 4. The ids and the used blocks' experts that fall in this block's chunks (the rest was prefilled).
+  const AlignOwnedChunk o(p, parts, part);
 #pragma unroll
-    for (int j = 0; j < R; ++j) {
-      if (slot[j] >= 0) {
-        const int e = slot[j] >> 16, q = start[e] + my_cnt[e] + (slot[j] & 0xffff);
-        if (q >= o.lo && q < o.hi) p.sorted[q] = wlo + 32 * j + lane;
-      }
-    }
-    for (int b = o.blo + tid; b < min(o.bhi, blocks_used); b += NT) p.expert_ids[b] = blk_expert[b];
-    if (part == 0 && tid == 0) *p.total = total;
-    return;
-  }
-  // 4. This block's share of the ids, then of the padding, expert_ids, the tail and the total.
-  if (warp % static_cast<int>(parts) == static_cast<int>(part)) {
-#pragma unroll
-    for (int j = 0; j < R; ++j) {
-      if (slot[j] >= 0) {
-        const int e = slot[j] >> 16;
-        p.sorted[start[e] + my_cnt[e] + (slot[j] & 0xffff)] = wlo + 32 * j + lane;
-      }
+  for (int j = 0; j < R; ++j) {
+    if (slot[j] >= 0) {
+      const int e = slot[j] >> 16, q = start[e] + my_cnt[e] + (slot[j] & 0xffff);
+      if (q >= o.lo && q < o.hi) p.sorted[q] = wlo + 32 * j + lane;
     }
   }
-  const int gt = static_cast<int>(part) * NT + tid, gs = static_cast<int>(parts) * NT;
-  for (int j = gt; j < p.sorted_len; j += gs) {
-    if (j >= total || j >= blk_pad[bs.div(j)]) p.sorted[j] = p.numel;
-  }
-  for (int b = gt; b < p.blocks; b += gs) p.expert_ids[b] = b < blocks_used ? blk_expert[b] : -1;
-  if (gt == 0) *p.total = total;
+  for (int b = o.blo + tid; b < min(o.bhi, blocks_used); b += NT) p.expert_ids[b] = blk_expert[b];
+  if (part == 0 && tid == 0) *p.total = total;
 }
 
 }  // namespace fuseops::detail::cuda

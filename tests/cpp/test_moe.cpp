@@ -741,8 +741,9 @@ TEST_P(MoeTest, LargeRouting) {
   p = grouped_problem(4096, 256, 8, 8, 4, true, MoeScoring::sigmoid);
   p.op = RouteOp::moe_route;
   check(p);
-  // moe_route's wide schedule after the router (capped registers) with 4 and 8 ids per lane: bit for bit its parts.
-  for (int64_t T : {16384, 32768}) {
+  // moe_route's wide schedule after the router (capped registers, trusted ids) with 1 (more clusters: 4096 x 512,
+  // k 10), 4 and 8 ids per lane: bit for bit its parts.
+  for (int64_t T : {4096, 16384, 32768}) {
     RouteProblem q = grouped_problem(T, 512, 10, 1, 1, false, MoeScoring::softmax);
     q.op = RouteOp::moe_route;
     check_route_and_parts(q);

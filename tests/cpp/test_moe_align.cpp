@@ -323,6 +323,28 @@ TEST(MoeAlignPlan, WideVariantSwitches) {
   EXPECT_EQ(8, ds.clusters);
   EXPECT_EQ(8, ds.cluster);
   EXPECT_EQ(2, ds.rounds);
+  // After moe_route's router (one_round): Qwen3-Next at 4096 tokens (40 960 ids) on 8 clusters of 640 ids per block
+  // (4 of 1 280 otherwise); DeepSeek-V3 at 4096 tokens keeps 4 clusters of 1 024 (one id per lane already); every id
+  // still owned.
+  const auto qn = moe_align_wide_plan(4096 * 10, 512, 8, kMoeAlignSmemWords);
+  const auto qn1 = moe_align_wide_plan(4096 * 10, 512, 8, kMoeAlignSmemWords, kMoeAlignWideMinIds,
+                                       kMoeAlignWideOwnIds, true);
+  EXPECT_EQ(4, qn.clusters);
+  EXPECT_EQ(2, qn.rounds);
+  EXPECT_EQ(8, qn1.clusters);
+  EXPECT_EQ(1, qn1.rounds);
+  EXPECT_EQ(640, qn1.slice);
+  const auto ds4 = moe_align_wide_plan(4096 * 8, 256, 8, kMoeAlignSmemWords, kMoeAlignWideMinIds,
+                                       kMoeAlignWideOwnIds, true);
+  EXPECT_EQ(4, ds4.clusters);
+  EXPECT_EQ(1, ds4.rounds);
+  for (int64_t m : {int64_t{1025}, int64_t{33000}, int64_t{100000}, int64_t{524288}}) {
+    const auto w = moe_align_wide_plan(m, 512, 8, kMoeAlignSmemWords, kMoeAlignWideMinIds, kMoeAlignWideOwnIds, true);
+    ASSERT_GT(w.clusters, 0) << m;
+    EXPECT_EQ(0, w.cluster % w.clusters) << m;
+    EXPECT_GE(w.slice * w.clusters * w.cluster, m) << m;
+    EXPECT_LE((w.slice + kMoeAlignWideWarps - 1) / kMoeAlignWideWarps, 32 * w.rounds) << m;
+  }
 }
 
 // Every wide plan on both sides of its switches (2^k - 1, 2^k, 2^k + 1) against the golden: exact schedules with
