@@ -28,6 +28,7 @@
 // no address derived from a bad position is formed.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/device_error.cuh"
@@ -39,6 +40,9 @@ namespace fuseops::detail::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+/// Decode kernel: threads per block at most (or the lanes of one head, when more): small blocks spread a decode
+/// step's warps over many SMs, each warp alone on its scheduler, so the dependent chain issues without waiting.
+constexpr int kDecodeThreads = 64;
 /// Walk kernel: heads per thread at most.
 constexpr int kMaxHeadsPerThread = 8;
 /// Group kernel: heads per thread (8 16-byte loads in flight), and the resident blocks of kThreads per SM asked
@@ -57,6 +61,9 @@ struct Pack {
   } u;
   __device__ __forceinline__ void load(const T* p) { u.raw = *reinterpret_cast<const Raw*>(p); }
   __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Raw*>(p) = u.raw; }
+  /// The same as global accesses cached in L2 only, for pointers whose address space the compiler cannot see.
+  __device__ __forceinline__ void load_global(const T* p) { u.raw = __ldcg(reinterpret_cast<const Raw*>(p)); }
+  __device__ __forceinline__ void store_global(T* p) const { __stcg(reinterpret_cast<Raw*>(p), u.raw); }
   __device__ __forceinline__ float get(int i) const { return to_float(u.e[i]); }
   __device__ __forceinline__ void set(int i, float v) { u.e[i] = from_float<T>(v); }
 };
@@ -254,11 +261,67 @@ __device__ __forceinline__ void finish_head(Pack<T, P>& x, Pack<T, P>& y, const 
   y.store(out + offB);
 }
 
+/// Keeps a value formed from the parameters in a register from this point on: an empty asm statement that the
+/// compiler cannot move across the PDL wait (another asm volatile), so the value is neither recomputed nor read
+/// from the parameters again after the wait.
+__device__ __forceinline__ void pin(uint64_t& v) { asm volatile("" : "+l"(v)); }
+__device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)); }
+template <typename V>
+__device__ __forceinline__ void pin_ptr(V*& p) {
+  uint64_t u = reinterpret_cast<uint64_t>(p);
+  pin(u);
+  p = reinterpret_cast<V*>(u);
+}
+
+/// Kernel options (a parameter of every kernel, set on the host).
+constexpr uint32_t kOptPrefetch = 1;  ///< L2 prefetch of the data and positions before the wait
+
+/// Asks the L2 for the line holding p (no register is tied up, nothing enters L1). Issued before the PDL wait it is
+/// still coherent: the L2 is the point of coherence, so a line the previous kernel writes later is read as written.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
+}
+
+/// The decode kernel's position pointers, one per axis, formed before the wait. M-RoPE: the lane's own axis (its
+/// first pair's) comes first, so a lane whose pairs share an axis takes its row from pos[0] with no select.
+template <int AXES>
+struct DecodePositions {
+  const char* at[AXES] = {};  ///< null: no positions (`value` is the position on every axis)
+  uint32_t i32 = 0;
+  uint64_t value = 0;
+  __device__ __forceinline__ void load(int64_t (&pos)[AXES]) const {
+    if (at[0] == nullptr) {
+#pragma unroll
+      for (int k = 0; k < AXES; ++k) pos[k] = static_cast<int64_t>(value);
+    } else if (i32) {
+#pragma unroll
+      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const int32_t*>(at[k]));
+    } else {
+#pragma unroll
+      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const long long*>(at[k]));
+    }
+  }
+};
+
+/// 32-bit word w of a lane's P cache values (pieces of at most 16 bytes).
+template <typename C, int P>
+__device__ __forceinline__ uint32_t& cache_word(CacheValues<C, P>& v, int w) {
+  constexpr int kWordsPerPiece = CacheValues<C, P>::W * static_cast<int>(sizeof(C)) / 4;
+  return reinterpret_cast<uint32_t*>(&v.piece[w / kWordsPerPiece].u)[w % kWordsPerPiece];
+}
+
 /// Decode kernel: thread (lane x, head y, token z) of the block rotates head y of token z; the grid covers every
-/// (token, head) once (no loop). Parameter-only work before the wait (see the file comment).
+/// (token, head) once (no loop). Everything that comes from the parameters alone is formed and pinned in registers
+/// before the wait (see the file comment); after it: the head's two vectors and the positions (all loads at once),
+/// one unsigned compare per axis, the row address (one 64-bit multiply-add), the cache loads, the rotation and the
+/// stores. M-RoPE lanes whose pairs name different rows load the lane's vectors of all three rows and merge them
+/// with per-word masks (in the shadow of the loads) instead of one scalar load per pair. The inverse flips sin's
+/// sign bits (one xor per word).
 template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads)
-    rope_decode_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+    rope_decode_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec, uint32_t opts) {
+  constexpr int AXES = kAxes<A>;
+  constexpr int kWords = P * static_cast<int>(sizeof(C)) / 4;  // of the lane's cos (0: one 16-bit value)
   const int j0 = static_cast<int>(threadIdx.x) * P;  // first pair of this lane
   const int64_t h = a.rotary_dim / 2;
   const int64_t offA = NEOX ? j0 : 2 * j0;
@@ -269,19 +332,128 @@ __global__ void __launch_bounds__(kThreads)
   const T* in = nullptr;
   T* out = nullptr;
   if (active) locate(a, hd, t, in, out);
-  const PositionSource src = position_source(a, t);
+  const T* inA = in + offA;
+  const T* inB = in + offB;
+  T* outA = out + offA;
+  T* outB = out + offB;
+  // Positions, the lane's own axis first.
   const LaneAxes<P, A> lane = lane_axes<P, A>(a, j0);
+  const uint32_t ax0 = lane.code & 3u;
+  DecodePositions<AXES> dp;
+  {
+    const PositionSource src = position_source(a, t);
+    dp.i32 = src.i32;
+    dp.value = static_cast<uint64_t>(src.value);
+    if (src.at != nullptr) {
+      const int64_t axis_bytes = src.axis_stride * (src.i32 ? 4 : 8);
+#pragma unroll
+      for (int k = 0; k < AXES; ++k) {
+        const uint32_t ax = (ax0 + k) % 3u;
+        dp.at[k] = static_cast<const char*>(src.at) + static_cast<int64_t>(ax) * axis_bytes;
+      }
+    }
+  }
+  // The angles: the lane's first cos / sin value in row 0, the row strides in bytes, the valid rows.
+  const char* cos0 = static_cast<const char*>(a.cos) + static_cast<int64_t>(j0) * sizeof(C);
+  const char* sin0 = static_cast<const char*>(a.sin) + static_cast<int64_t>(j0) * sizeof(C);
+  uint64_t cos_row = static_cast<uint64_t>(a.cos_stride) * sizeof(C);
+  uint64_t sin_row = static_cast<uint64_t>(a.sin_stride) * sizeof(C);
+  uint64_t max_pos = static_cast<uint64_t>(a.max_position);
+  uint32_t sign = a.inverse ? (sizeof(C) == 2 ? 0x80008000u : 0x80000000u) : 0u;
+  uint32_t mixed = A == Angles::pair_rows && !lane.uniform;
+  pin_ptr(inA), pin_ptr(inB), pin_ptr(outA), pin_ptr(outB), pin_ptr(cos0), pin_ptr(sin0);
+#pragma unroll
+  for (int k = 0; k < AXES; ++k) pin_ptr(dp.at[k]);
+  pin(dp.i32), pin(dp.value), pin(cos_row), pin(sin_row), pin(max_pos), pin(sign), pin(mixed);
+  if ((opts & kOptPrefetch) && active) {
+    prefetch_l2(inA);
+    prefetch_l2(inB);
+    if (threadIdx.x == 0 && dp.at[0] != nullptr) {
+#pragma unroll
+      for (int k = 0; k < AXES; ++k) prefetch_l2(dp.at[k]);
+    }
+  }
   pdl_wait_and_release();
   if (!active) return;
-  // Every load that needs no position, all at once: the head's two vectors and the position(s).
   Pack<T, P> x, y;
-  x.load(in + offA);
-  y.load(in + offB);
-  int64_t pos[kAxes<A>];
-  src.load(pos);
+  x.load_global(inA);
+  y.load_global(inB);
+  int64_t pos[AXES];
+  dp.load(pos);
+  bool valid = true;
+#pragma unroll
+  for (int k = 0; k < AXES; ++k) valid &= static_cast<uint64_t>(pos[k]) < max_pos;
+  if (!valid) {
+    if (threadIdx.x == 0 && hd == 0) {  // the first bad axis in axis order (pos[k] is axis (ax0 + k) % 3)
+      uint32_t bad = 2;
+#pragma unroll
+      for (int k = 0; k < AXES; ++k)
+        if (static_cast<uint64_t>(pos[k]) >= max_pos) bad = min(bad, (ax0 + k) % 3u);
+      record_device_error(rec, a.error_site, static_cast<int64_t>(AXES == 1 ? 0u : bad) * a.tokens + t);
+    }
+    if (inA != outA) {
+      x.store_global(outA);
+      y.store_global(outB);
+    }
+    return;
+  }
   CacheValues<C, P> c, s;
-  const bool valid = token_angles<C, P, A>(a, pos, t, threadIdx.x == 0 && hd == 0, lane, j0, rec, c, s);
-  finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
+  c.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[0]) * cos_row));
+  s.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[0]) * sin_row));
+  if constexpr (A == Angles::pair_rows && P * sizeof(C) >= 4) {
+    if (mixed) {  // the other two rows, merged word by word
+      CacheValues<C, P> c1, s1, c2, s2;
+      c1.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[1]) * cos_row));
+      s1.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[1]) * sin_row));
+      c2.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[2]) * cos_row));
+      s2.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[2]) * sin_row));
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) {
+        uint32_t m1 = 0, m2 = 0;  // the word's elements on the lane's second and third axes
+#pragma unroll
+        for (int e = 0; e < 4 / static_cast<int>(sizeof(C)); ++e) {
+          const int i = w * (4 / static_cast<int>(sizeof(C))) + e;
+          const uint32_t rel = (((lane.code >> (2 * i)) & 3u) + 3u - ax0) % 3u;
+          const uint32_t field = sizeof(C) == 2 ? 0xffffu << (16 * e) : 0xffffffffu;
+          m1 |= rel == 1u ? field : 0u;
+          m2 |= rel == 2u ? field : 0u;
+        }
+        const uint32_t m0 = ~(m1 | m2);
+        cache_word(c, w) = (cache_word(c, w) & m0) | (cache_word(c1, w) & m1) | (cache_word(c2, w) & m2);
+        cache_word(s, w) = (cache_word(s, w) & m0) | (cache_word(s1, w) & m1) | (cache_word(s2, w) & m2);
+      }
+    }
+  }
+  if constexpr (P * sizeof(C) >= 4) {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) cache_word(s, w) ^= sign;
+  } else {  // one 16-bit value
+    s.piece[0].u.raw ^= static_cast<uint16_t>(sign);
+  }
+  rotate_head<T, P, NEOX>(x, y, c, s);
+  x.store_global(outA);
+  y.store_global(outB);
+}
+
+/// L2 prefetch of a thread's heads first, first + step, ... (at most `count`) of token t, and (lane 0) of the
+/// token's positions; before the wait (see prefetch_l2).
+template <typename T, int AXES>
+__device__ __forceinline__ void prefetch_heads(const RopeArgs& a, int64_t t, int64_t first, int64_t step,
+                                               int64_t offA, int64_t offB, int64_t count = kMaxHeadsPerThread) {
+  const int64_t total_heads = a.q.heads + a.k.heads;
+  for (int64_t hd = first, n = 0; hd < total_heads && n < count; hd += step, ++n) {
+    const T* in;
+    T* out;
+    locate(a, hd, t, in, out);
+    prefetch_l2(in + offA);
+    prefetch_l2(in + offB);
+  }
+  if (threadIdx.x == 0 && a.positions != nullptr) {
+    const PositionSource src = position_source(a, t);
+#pragma unroll
+    for (int ax = 0; ax < AXES; ++ax)
+      prefetch_l2(static_cast<const char*>(src.at) + ax * src.axis_stride * (src.i32 ? 4 : 8));
+  }
 }
 
 /// Walk kernel: threads per block at most, and resident blocks per SM asked of the compiler, per angle variant and
@@ -300,9 +472,8 @@ constexpr int walk_min_blocks(Angles A, int cache_bytes) {
 /// Walk kernel: thread (lane x, head slot y, token z) of the block; heads slot, slot + slots, ... of the token.
 template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blocks(A, sizeof(C)))
-    rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+    rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec, uint32_t opts) {
   const LaneAxes<P, A> lane = lane_axes<P, A>(a, static_cast<int>(threadIdx.x) * P);
-  pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
   const int64_t offA = NEOX ? j0 : 2 * j0;
@@ -311,8 +482,12 @@ __global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blo
   const int64_t slot = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t slots = static_cast<int64_t>(gridDim.y) * blockDim.y;
   const bool recorder = threadIdx.x == 0 && slot == 0;
-  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
-       t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
+  if ((opts & kOptPrefetch) && t0 < a.tokens) {  // every head of the first token, and its positions, into L2
+    prefetch_heads<T, kAxes<A>>(a, t0, slot, slots, offA, offB);
+  }
+  pdl_wait_and_release();
+  for (int64_t t = t0; t < a.tokens; t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
     // The first head's data does not depend on the position: issue its loads before the position -> angle chain.
     Pack<T, P> x, y;
     const T* in = nullptr;
@@ -341,11 +516,12 @@ __global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blo
 /// Group kernel (1-D positions, P = 16 bytes of T): thread (lane x, group y, token z) of the block; heads
 /// kGroupHeads g .. kGroupHeads g + kGroupHeads - 1 of the token (fewer in the last group). T: q / k storage type,
 /// C: cache storage type.
-template <typename T, typename C, bool NEOX>
+template <typename T, typename C, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
-    rope_group_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+    rope_group_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec, uint32_t opts) {
   constexpr int P = static_cast<int>(16 / sizeof(T));
-  pdl_wait_and_release();
+  constexpr int AXES = kAxes<A>;
+  const LaneAxes<P, A> lane = lane_axes<P, A>(a, static_cast<int>(threadIdx.x) * P);
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
   const int64_t offA = NEOX ? j0 : 2 * j0;
@@ -353,15 +529,20 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
   const int64_t total_heads = a.q.heads + a.k.heads;
   const int64_t group0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t group_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
-       t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
+  if ((opts & kOptPrefetch) && t0 < a.tokens && group0 * kGroupHeads < total_heads) {  // the first group's heads
+    const int64_t first = group0 * kGroupHeads;
+    prefetch_heads<T, AXES>(a, t0, first, 1, offA, offB, min(static_cast<int64_t>(kGroupHeads), total_heads - first));
+  }
+  pdl_wait_and_release();
+  for (int64_t t = t0; t < a.tokens; t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
     for (int64_t g = group0; g * kGroupHeads < total_heads; g += group_step) {
       const int64_t first = g * kGroupHeads;
       const int n = static_cast<int>(min(static_cast<int64_t>(kGroupHeads), total_heads - first));
-      // 1. The position: the head of the only dependent chain (position -> cache row).
-      int64_t pos[1];
+      // 1. The position(s): the head of the only dependent chain (positions -> cache rows).
+      int64_t pos[AXES];
       position_source(a, t).load(pos);
-      // 2. Every head's data, independent of the position, before anything waits for it.
+      // 2. Every head's data, independent of the positions, before anything waits for them.
       Pack<T, P> x[kGroupHeads], y[kGroupHeads];
 #pragma unroll
       for (int k = 0; k < kGroupHeads; ++k) {
@@ -373,16 +554,10 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
           y[k].load(in + offB);
         }
       }
-      // 3. Range check; the first group's lane 0 records a bad position.
-      const bool valid = pos[0] >= 0 && pos[0] < a.max_position;
-      if (!valid && g == 0 && threadIdx.x == 0) record_device_error(rec, a.error_site, t);
-      // 4. The angles, once for all the thread's heads.
+      // 3. Range check (the first group's lane 0 records a bad position) and the angles, once for all the heads.
       CacheValues<C, P> c, s;
-      if (valid) {
-        gather_angles<C, P, Angles::rope>(a, pos, LaneAxes<P, Angles::rope>{}, j0, c, s);
-        if (a.inverse) s.negate();
-      }
-      // 5. Rotate and store.
+      const bool valid = token_angles<C, P, A>(a, pos, t, g == 0 && threadIdx.x == 0, lane, j0, rec, c, s);
+      // 4. Rotate and store.
 #pragma unroll
       for (int k = 0; k < kGroupHeads; ++k) {
         if (k >= n) continue;
@@ -394,6 +569,18 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
     }
   }
 }
+
+/// Experiment switches while the kernels are tuned: FUSEOPS_ROPE_EXP, a bit mask (0 when unset): 1 = decode kernel in
+/// blocks of up to 256 threads (else 64), 2 = no L2 prefetch, 4 = M-RoPE prefill on the group kernel.
+uint32_t rope_exp() {
+  static const uint32_t v = [] {
+    const char* e = std::getenv("FUSEOPS_ROPE_EXP");
+    return e ? static_cast<uint32_t>(std::strtoul(e, nullptr, 0)) : 0u;
+  }();
+  return v;
+}
+
+uint32_t rope_options() { return (rope_exp() & 2u) ? 0u : kOptPrefetch; }
 
 /// P elements (16 bytes of T) when every pointer and stride allows it, else 1.
 int pick_pairs_per_thread(const RopeArgs& a) {
@@ -438,11 +625,13 @@ bool use_decode_kernel(const RopeArgs& a, int p, int sms) {
   return enabled && rope_decode_kernel_fits(a.tokens, a.q.heads + a.k.heads, a.rotary_dim / 2 / p, sms);
 }
 
-/// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread.
+/// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread
+/// (experiment, FUSEOPS_ROPE_EXP bit 4: also M-RoPE from 2 heads per thread).
 bool use_group_kernel(const RopeArgs& a, int p, int sms) {
   const int64_t heads = a.q.heads + a.k.heads;
-  return a.num_axes == 1 && p == static_cast<int>(16 / dtype_size(a.dtype)) && heads >= kMaxHeadsPerThread &&
-         walk_heads_wanted(a, p, sms) >= kMaxHeadsPerThread;
+  if (p != static_cast<int>(16 / dtype_size(a.dtype))) return false;
+  if (a.num_axes == 3) return (rope_exp() & 4u) && heads >= kGroupHeads && walk_heads_wanted(a, p, sms) >= 2;
+  return heads >= kMaxHeadsPerThread && walk_heads_wanted(a, p, sms) >= kMaxHeadsPerThread;
 }
 
 /// Block (lanes, head slots or groups, tokens) of at most max_threads (>= the lanes) and grid for `units` slots or
@@ -502,7 +691,7 @@ void launch_variant(const RopeArgs& a, Angles angles, const Plan& pl, KernelFor 
                     cudaStream_t stream, int device) {
   auto go = [&](auto variant) {
     auto kernel = a.is_neox ? kernel_for(std::true_type{}, variant) : kernel_for(std::false_type{}, variant);
-    launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec);
+    launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec, rope_options());
   };
   switch (angles) {
     case Angles::rope: go(std::integral_constant<Angles, Angles::rope>{}); break;
@@ -515,7 +704,7 @@ template <typename T, int P>
 void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   // One head per thread: the grid covers every (token, head), as rope_decode_kernel_fits keeps it within
   // the limits of make_plan's grid.
-  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, kThreads);
+  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, (rope_exp() & 1u) ? kThreads : kDecodeThreads);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
     launch_variant(
@@ -543,12 +732,14 @@ void launch_walk(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_
 
 template <typename T>
 void launch_group(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
-  const Plan pl = group_plan(a, static_cast<int>(16 / sizeof(T)), sms);
+  constexpr int P = static_cast<int>(16 / sizeof(T));
+  const Plan pl = group_plan(a, P, sms);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
-    auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
-    if (a.is_neox) go(rope_group_kernel<T, C, true>);
-    else go(rope_group_kernel<T, C, false>);
+    launch_variant(
+        a, angles_of(a, P), pl,
+        [](auto neox, auto angles) { return rope_group_kernel<T, C, decltype(neox)::value, decltype(angles)::value>; },
+        rec, stream, device);
   });
 }
 
