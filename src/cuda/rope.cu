@@ -582,6 +582,14 @@ uint32_t rope_exp() {
 
 uint32_t rope_options() { return (rope_exp() & 2u) ? 0u : kOptPrefetch; }
 
+/// Experiment: an integer from the environment (FUSEOPS_ROPE_HPT: the walk kernel's heads per thread;
+/// FUSEOPS_ROPE_GROUP_MIN: the heads per thread the walk kernel would want from which 1-D positions take the group
+/// kernel), or `fallback` when unset.
+int64_t rope_env_int(const char* name, int64_t fallback) {
+  const char* e = std::getenv(name);
+  return e ? std::strtoll(e, nullptr, 0) : fallback;
+}
+
 /// P elements (16 bytes of T) when every pointer and stride allows it, else 1.
 int pick_pairs_per_thread(const RopeArgs& a) {
   const int64_t esize = static_cast<int64_t>(dtype_size(a.dtype));
@@ -631,7 +639,8 @@ bool use_group_kernel(const RopeArgs& a, int p, int sms) {
   const int64_t heads = a.q.heads + a.k.heads;
   if (p != static_cast<int>(16 / dtype_size(a.dtype))) return false;
   if (a.num_axes == 3) return (rope_exp() & 4u) && heads >= kGroupHeads && walk_heads_wanted(a, p, sms) >= 2;
-  return heads >= kMaxHeadsPerThread && walk_heads_wanted(a, p, sms) >= kMaxHeadsPerThread;
+  static const int64_t group_min = rope_env_int("FUSEOPS_ROPE_GROUP_MIN", kMaxHeadsPerThread);
+  return heads >= std::min<int64_t>(group_min, kMaxHeadsPerThread) && walk_heads_wanted(a, p, sms) >= group_min;
 }
 
 /// Block (lanes, head slots or groups, tokens) of at most max_threads (>= the lanes) and grid for `units` slots or
@@ -655,8 +664,9 @@ Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_
 /// blocks of at most max_threads.
 Plan walk_plan(const RopeArgs& a, int p, int sms, int64_t max_threads) {
   const int64_t heads = a.q.heads + a.k.heads;
-  const int64_t hpt =
-      std::clamp<int64_t>(walk_heads_wanted(a, p, sms), 1, std::min<int64_t>(kMaxHeadsPerThread, heads));
+  static const int64_t forced = rope_env_int("FUSEOPS_ROPE_HPT", 0);
+  const int64_t hpt = std::clamp<int64_t>(forced > 0 ? forced : walk_heads_wanted(a, p, sms), 1,
+                                          std::min<int64_t>(kMaxHeadsPerThread, heads));
   return make_plan(a, p, sms, (heads + hpt - 1) / hpt, 2, max_threads);
 }
 
