@@ -40,9 +40,10 @@ namespace fuseops::detail::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-/// Decode kernel: threads per block at most (or the lanes of one head, when more): small blocks spread a decode
-/// step's warps over many SMs, each warp alone on its scheduler, so the dependent chain issues without waiting.
-constexpr int kDecodeThreads = 64;
+/// Decode kernel on tiny problems (at most one such block per SM, e.g. one decode token): threads per block at most
+/// (or one head's lanes, when more), so that the few warps spread over SMs and each issues its dependent chain
+/// without sharing a scheduler.
+constexpr int64_t kTinyThreads = 64;
 /// Walk kernel: heads per thread at most.
 constexpr int kMaxHeadsPerThread = 8;
 /// Group kernel: heads per thread (8 16-byte loads in flight), and the resident blocks of kThreads per SM asked
@@ -61,9 +62,10 @@ struct Pack {
   } u;
   __device__ __forceinline__ void load(const T* p) { u.raw = *reinterpret_cast<const Raw*>(p); }
   __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Raw*>(p) = u.raw; }
-  /// The same as global accesses cached in L2 only, for pointers whose address space the compiler cannot see.
-  __device__ __forceinline__ void load_global(const T* p) { u.raw = __ldcg(reinterpret_cast<const Raw*>(p)); }
-  __device__ __forceinline__ void store_global(T* p) const { __stcg(reinterpret_cast<Raw*>(p), u.raw); }
+  /// The same as global accesses with the default cache operators (ld.global.ca, st.global.wb), for pointers whose
+  /// address space the compiler cannot see.
+  __device__ __forceinline__ void load_global(const T* p) { u.raw = __ldca(reinterpret_cast<const Raw*>(p)); }
+  __device__ __forceinline__ void store_global(T* p) const { __stwb(reinterpret_cast<Raw*>(p), u.raw); }
   __device__ __forceinline__ float get(int i) const { return to_float(u.e[i]); }
   __device__ __forceinline__ void set(int i, float v) { u.e[i] = from_float<T>(v); }
 };
@@ -261,6 +263,36 @@ __device__ __forceinline__ void finish_head(Pack<T, P>& x, Pack<T, P>& y, const 
   y.store(out + offB);
 }
 
+/// Decode kernel: thread (lane x, head y, token z) of the block rotates head y of token z; the grid covers every
+/// (token, head) once (no loop). Parameter-only work before the wait (see the file comment).
+template <typename T, typename C, int P, bool NEOX, Angles A>
+__global__ void __launch_bounds__(kThreads)
+    rope_decode_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  const int j0 = static_cast<int>(threadIdx.x) * P;  // first pair of this lane
+  const int64_t h = a.rotary_dim / 2;
+  const int64_t offA = NEOX ? j0 : 2 * j0;
+  const int64_t offB = NEOX ? h + j0 : 2 * j0 + P;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
+  const int64_t hd = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const bool active = t < a.tokens && hd < a.q.heads + a.k.heads;
+  const T* in = nullptr;
+  T* out = nullptr;
+  if (active) locate(a, hd, t, in, out);
+  const PositionSource src = position_source(a, t);
+  const LaneAxes<P, A> lane = lane_axes<P, A>(a, j0);
+  pdl_wait_and_release();
+  if (!active) return;
+  // Every load that needs no position, all at once: the head's two vectors and the position(s).
+  Pack<T, P> x, y;
+  x.load(in + offA);
+  y.load(in + offB);
+  int64_t pos[kAxes<A>];
+  src.load(pos);
+  CacheValues<C, P> c, s;
+  const bool valid = token_angles<C, P, A>(a, pos, t, threadIdx.x == 0 && hd == 0, lane, j0, rec, c, s);
+  finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
+}
+
 /// Keeps a value formed from the parameters in a register from this point on: an empty asm statement that the
 /// compiler cannot move across the PDL wait (another asm volatile), so the value is neither recomputed nor read
 /// from the parameters again after the wait.
@@ -271,15 +303,6 @@ __device__ __forceinline__ void pin_ptr(V*& p) {
   uint64_t u = reinterpret_cast<uint64_t>(p);
   pin(u);
   p = reinterpret_cast<V*>(u);
-}
-
-/// Kernel options (a parameter of every kernel, set on the host).
-constexpr uint32_t kOptPrefetch = 1;  ///< L2 prefetch of the data and positions before the wait
-
-/// Asks the L2 for the line holding p (no register is tied up, nothing enters L1). Issued before the PDL wait it is
-/// still coherent: the L2 is the point of coherence, so a line the previous kernel writes later is read as written.
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
 }
 
 /// The decode kernel's position pointers, one per axis, formed before the wait. M-RoPE: the lane's own axis (its
@@ -295,10 +318,16 @@ struct DecodePositions {
       for (int k = 0; k < AXES; ++k) pos[k] = static_cast<int64_t>(value);
     } else if (i32) {
 #pragma unroll
-      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const int32_t*>(at[k]));
+      for (int k = 0; k < AXES; ++k) {
+        __builtin_assume(__isGlobal(at[k]));
+        pos[k] = *reinterpret_cast<const int32_t*>(at[k]);
+      }
     } else {
 #pragma unroll
-      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const long long*>(at[k]));
+      for (int k = 0; k < AXES; ++k) {
+        __builtin_assume(__isGlobal(at[k]));
+        pos[k] = *reinterpret_cast<const int64_t*>(at[k]);
+      }
     }
   }
 };
@@ -310,8 +339,8 @@ __device__ __forceinline__ uint32_t& cache_word(CacheValues<C, P>& v, int w) {
   return reinterpret_cast<uint32_t*>(&v.piece[w / kWordsPerPiece].u)[w % kWordsPerPiece];
 }
 
-/// Decode kernel: thread (lane x, head y, token z) of the block rotates head y of token z; the grid covers every
-/// (token, head) once (no loop). Everything that comes from the parameters alone is formed and pinned in registers
+/// Experiment (FUSEOPS_ROPE_EXP bit 8, tiny problems only): the decode kernel with everything that comes from the
+/// parameters alone formed and pinned in registers
 /// before the wait (see the file comment); after it: the head's two vectors and the positions (all loads at once),
 /// one unsigned compare per axis, the row address (one 64-bit multiply-add), the cache loads, the rotation and the
 /// stores. M-RoPE lanes whose pairs name different rows load the lane's vectors of all three rows and merge them
@@ -319,7 +348,7 @@ __device__ __forceinline__ uint32_t& cache_word(CacheValues<C, P>& v, int w) {
 /// sign bits (one xor per word).
 template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads)
-    rope_decode_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec, uint32_t opts) {
+    rope_decode_pinned_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   constexpr int AXES = kAxes<A>;
   constexpr int kWords = P * static_cast<int>(sizeof(C)) / 4;  // of the lane's cos (0: one 16-bit value)
   const int j0 = static_cast<int>(threadIdx.x) * P;  // first pair of this lane
@@ -365,14 +394,6 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < AXES; ++k) pin_ptr(dp.at[k]);
   pin(dp.i32), pin(dp.value), pin(cos_row), pin(sin_row), pin(max_pos), pin(sign), pin(mixed);
-  if ((opts & kOptPrefetch) && active) {
-    prefetch_l2(inA);
-    prefetch_l2(inB);
-    if (threadIdx.x == 0 && dp.at[0] != nullptr) {
-#pragma unroll
-      for (int k = 0; k < AXES; ++k) prefetch_l2(dp.at[k]);
-    }
-  }
   pdl_wait_and_release();
   if (!active) return;
   Pack<T, P> x, y;
@@ -435,27 +456,6 @@ __global__ void __launch_bounds__(kThreads)
   y.store_global(outB);
 }
 
-/// L2 prefetch of a thread's heads first, first + step, ... (at most `count`) of token t, and (lane 0) of the
-/// token's positions; before the wait (see prefetch_l2).
-template <typename T, int AXES>
-__device__ __forceinline__ void prefetch_heads(const RopeArgs& a, int64_t t, int64_t first, int64_t step,
-                                               int64_t offA, int64_t offB, int64_t count = kMaxHeadsPerThread) {
-  const int64_t total_heads = a.q.heads + a.k.heads;
-  for (int64_t hd = first, n = 0; hd < total_heads && n < count; hd += step, ++n) {
-    const T* in;
-    T* out;
-    locate(a, hd, t, in, out);
-    prefetch_l2(in + offA);
-    prefetch_l2(in + offB);
-  }
-  if (threadIdx.x == 0 && a.positions != nullptr) {
-    const PositionSource src = position_source(a, t);
-#pragma unroll
-    for (int ax = 0; ax < AXES; ++ax)
-      prefetch_l2(static_cast<const char*>(src.at) + ax * src.axis_stride * (src.i32 ? 4 : 8));
-  }
-}
-
 /// Walk kernel: threads per block at most, and resident blocks per SM asked of the compiler, per angle variant and
 /// cache element size, for the most resident threads without spilling (ptxas, sm_90a): rope and lane_row with a
 /// 16-bit cache 256 x 5 (at most 48 registers: 1280 threads per SM; lane_row takes 50 unbounded, i.e. 1024);
@@ -472,8 +472,9 @@ constexpr int walk_min_blocks(Angles A, int cache_bytes) {
 /// Walk kernel: thread (lane x, head slot y, token z) of the block; heads slot, slot + slots, ... of the token.
 template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blocks(A, sizeof(C)))
-    rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec, uint32_t opts) {
+    rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   const LaneAxes<P, A> lane = lane_axes<P, A>(a, static_cast<int>(threadIdx.x) * P);
+  pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
   const int64_t offA = NEOX ? j0 : 2 * j0;
@@ -482,12 +483,8 @@ __global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blo
   const int64_t slot = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t slots = static_cast<int64_t>(gridDim.y) * blockDim.y;
   const bool recorder = threadIdx.x == 0 && slot == 0;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
-  if ((opts & kOptPrefetch) && t0 < a.tokens) {  // every head of the first token, and its positions, into L2
-    prefetch_heads<T, kAxes<A>>(a, t0, slot, slots, offA, offB);
-  }
-  pdl_wait_and_release();
-  for (int64_t t = t0; t < a.tokens; t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
     // The first head's data does not depend on the position: issue its loads before the position -> angle chain.
     Pack<T, P> x, y;
     const T* in = nullptr;
@@ -516,12 +513,11 @@ __global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blo
 /// Group kernel (1-D positions, P = 16 bytes of T): thread (lane x, group y, token z) of the block; heads
 /// kGroupHeads g .. kGroupHeads g + kGroupHeads - 1 of the token (fewer in the last group). T: q / k storage type,
 /// C: cache storage type.
-template <typename T, typename C, bool NEOX, Angles A>
+template <typename T, typename C, bool NEOX>
 __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
-    rope_group_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec, uint32_t opts) {
+    rope_group_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   constexpr int P = static_cast<int>(16 / sizeof(T));
-  constexpr int AXES = kAxes<A>;
-  const LaneAxes<P, A> lane = lane_axes<P, A>(a, static_cast<int>(threadIdx.x) * P);
+  pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
   const int64_t offA = NEOX ? j0 : 2 * j0;
@@ -529,20 +525,15 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
   const int64_t total_heads = a.q.heads + a.k.heads;
   const int64_t group0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t group_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
-  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
-  if ((opts & kOptPrefetch) && t0 < a.tokens && group0 * kGroupHeads < total_heads) {  // the first group's heads
-    const int64_t first = group0 * kGroupHeads;
-    prefetch_heads<T, AXES>(a, t0, first, 1, offA, offB, min(static_cast<int64_t>(kGroupHeads), total_heads - first));
-  }
-  pdl_wait_and_release();
-  for (int64_t t = t0; t < a.tokens; t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
+  for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
+       t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
     for (int64_t g = group0; g * kGroupHeads < total_heads; g += group_step) {
       const int64_t first = g * kGroupHeads;
       const int n = static_cast<int>(min(static_cast<int64_t>(kGroupHeads), total_heads - first));
-      // 1. The position(s): the head of the only dependent chain (positions -> cache rows).
-      int64_t pos[AXES];
+      // 1. The position: the head of the only dependent chain (position -> cache row).
+      int64_t pos[1];
       position_source(a, t).load(pos);
-      // 2. Every head's data, independent of the positions, before anything waits for them.
+      // 2. Every head's data, independent of the position, before anything waits for it.
       Pack<T, P> x[kGroupHeads], y[kGroupHeads];
 #pragma unroll
       for (int k = 0; k < kGroupHeads; ++k) {
@@ -554,10 +545,16 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
           y[k].load(in + offB);
         }
       }
-      // 3. Range check (the first group's lane 0 records a bad position) and the angles, once for all the heads.
+      // 3. Range check; the first group's lane 0 records a bad position.
+      const bool valid = pos[0] >= 0 && pos[0] < a.max_position;
+      if (!valid && g == 0 && threadIdx.x == 0) record_device_error(rec, a.error_site, t);
+      // 4. The angles, once for all the thread's heads.
       CacheValues<C, P> c, s;
-      const bool valid = token_angles<C, P, A>(a, pos, t, g == 0 && threadIdx.x == 0, lane, j0, rec, c, s);
-      // 4. Rotate and store.
+      if (valid) {
+        gather_angles<C, P, Angles::rope>(a, pos, LaneAxes<P, Angles::rope>{}, j0, c, s);
+        if (a.inverse) s.negate();
+      }
+      // 5. Rotate and store.
 #pragma unroll
       for (int k = 0; k < kGroupHeads; ++k) {
         if (k >= n) continue;
@@ -570,21 +567,10 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
   }
 }
 
-/// Experiment switches while the kernels are tuned: FUSEOPS_ROPE_EXP, a bit mask (0 when unset): 1 = decode kernel in
-/// blocks of up to 256 threads (else 64), 2 = no L2 prefetch, 4 = M-RoPE prefill on the group kernel.
-uint32_t rope_exp() {
-  static const uint32_t v = [] {
-    const char* e = std::getenv("FUSEOPS_ROPE_EXP");
-    return e ? static_cast<uint32_t>(std::strtoul(e, nullptr, 0)) : 0u;
-  }();
-  return v;
-}
-
-uint32_t rope_options() { return (rope_exp() & 2u) ? 0u : kOptPrefetch; }
-
-/// Experiment: an integer from the environment (FUSEOPS_ROPE_HPT: the walk kernel's heads per thread;
-/// FUSEOPS_ROPE_GROUP_MIN: the heads per thread the walk kernel would want from which 1-D positions take the group
-/// kernel), or `fallback` when unset.
+/// Experiment switches while the kernels are tuned on the H200 (an integer from the environment, `fallback` when
+/// unset): FUSEOPS_ROPE_EXP (bit 8: tiny problems on rope_decode_pinned_kernel), FUSEOPS_ROPE_DECODE_THREADS (the
+/// block of tiny problems, default kTinyThreads), FUSEOPS_ROPE_HPT (the walk kernel's heads per thread),
+/// FUSEOPS_ROPE_GROUP_MIN (the walk heads per thread from which 1-D positions take the group kernel, default 8).
 int64_t rope_env_int(const char* name, int64_t fallback) {
   const char* e = std::getenv(name);
   return e ? std::strtoll(e, nullptr, 0) : fallback;
@@ -633,14 +619,12 @@ bool use_decode_kernel(const RopeArgs& a, int p, int sms) {
   return enabled && rope_decode_kernel_fits(a.tokens, a.q.heads + a.k.heads, a.rotary_dim / 2 / p, sms);
 }
 
-/// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread
-/// (experiment, FUSEOPS_ROPE_EXP bit 4: also M-RoPE from 2 heads per thread).
+/// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread.
 bool use_group_kernel(const RopeArgs& a, int p, int sms) {
   const int64_t heads = a.q.heads + a.k.heads;
-  if (p != static_cast<int>(16 / dtype_size(a.dtype))) return false;
-  if (a.num_axes == 3) return (rope_exp() & 4u) && heads >= kGroupHeads && walk_heads_wanted(a, p, sms) >= 2;
-  static const int64_t group_min = rope_env_int("FUSEOPS_ROPE_GROUP_MIN", kMaxHeadsPerThread);
-  return heads >= std::min<int64_t>(group_min, kMaxHeadsPerThread) && walk_heads_wanted(a, p, sms) >= group_min;
+  static const int64_t group_min = rope_env_int("FUSEOPS_ROPE_GROUP_MIN", kMaxHeadsPerThread);  // experiment
+  return a.num_axes == 1 && p == static_cast<int>(16 / dtype_size(a.dtype)) &&
+         heads >= std::min<int64_t>(group_min, kMaxHeadsPerThread) && walk_heads_wanted(a, p, sms) >= group_min;
 }
 
 /// Block (lanes, head slots or groups, tokens) of at most max_threads (>= the lanes) and grid for `units` slots or
@@ -664,7 +648,7 @@ Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_
 /// blocks of at most max_threads.
 Plan walk_plan(const RopeArgs& a, int p, int sms, int64_t max_threads) {
   const int64_t heads = a.q.heads + a.k.heads;
-  static const int64_t forced = rope_env_int("FUSEOPS_ROPE_HPT", 0);
+  static const int64_t forced = rope_env_int("FUSEOPS_ROPE_HPT", 0);  // experiment
   const int64_t hpt = std::clamp<int64_t>(forced > 0 ? forced : walk_heads_wanted(a, p, sms), 1,
                                           std::min<int64_t>(kMaxHeadsPerThread, heads));
   return make_plan(a, p, sms, (heads + hpt - 1) / hpt, 2, max_threads);
@@ -701,7 +685,7 @@ void launch_variant(const RopeArgs& a, Angles angles, const Plan& pl, KernelFor 
                     cudaStream_t stream, int device) {
   auto go = [&](auto variant) {
     auto kernel = a.is_neox ? kernel_for(std::true_type{}, variant) : kernel_for(std::false_type{}, variant);
-    launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec, rope_options());
+    launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec);
   };
   switch (angles) {
     case Angles::rope: go(std::integral_constant<Angles, Angles::rope>{}); break;
@@ -713,10 +697,23 @@ void launch_variant(const RopeArgs& a, Angles angles, const Plan& pl, KernelFor 
 template <typename T, int P>
 void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   // One head per thread: the grid covers every (token, head), as rope_decode_kernel_fits keeps it within
-  // the limits of make_plan's grid.
-  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, (rope_exp() & 1u) ? kThreads : kDecodeThreads);
+  // the limits of make_plan's grid. Tiny problems (at most one block of kTinyThreads per SM) in such blocks.
+  static const int64_t tiny_threads = rope_env_int("FUSEOPS_ROPE_DECODE_THREADS", kTinyThreads);
+  static const bool pinned = (rope_env_int("FUSEOPS_ROPE_EXP", 0) & 8) != 0;
+  const int64_t lanes = a.rotary_dim / 2 / P;
+  const bool tiny = a.tokens * (a.q.heads + a.k.heads) * lanes <= sms * tiny_threads;
+  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, tiny ? tiny_threads : kThreads);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
+    if (tiny && pinned) {
+      launch_variant(
+          a, angles_of(a, P), pl,
+          [](auto neox, auto angles) {
+            return rope_decode_pinned_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
+          },
+          rec, stream, device);
+      return;
+    }
     launch_variant(
         a, angles_of(a, P), pl,
         [](auto neox, auto angles) {
@@ -742,14 +739,12 @@ void launch_walk(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_
 
 template <typename T>
 void launch_group(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
-  constexpr int P = static_cast<int>(16 / sizeof(T));
-  const Plan pl = group_plan(a, P, sms);
+  const Plan pl = group_plan(a, static_cast<int>(16 / sizeof(T)), sms);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
-    launch_variant(
-        a, angles_of(a, P), pl,
-        [](auto neox, auto angles) { return rope_group_kernel<T, C, decltype(neox)::value, decltype(angles)::value>; },
-        rec, stream, device);
+    auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
+    if (a.is_neox) go(rope_group_kernel<T, C, true>);
+    else go(rope_group_kernel<T, C, false>);
   });
 }
 
