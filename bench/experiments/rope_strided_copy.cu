@@ -14,13 +14,13 @@
 #include <functional>
 #include <vector>
 
-#define CK(x)                                                          \
-  do {                                                                 \
-    cudaError_t ck_ = (x);                                               \
-    if (ck_ != cudaSuccess) {                                          \
-      std::printf("%s: %s\n", #x, cudaGetErrorString(ck_));              \
-      std::exit(1);                                                    \
-    }                                                                  \
+#define CK(x)                                               \
+  do {                                                      \
+    cudaError_t ck_ = (x);                                  \
+    if (ck_ != cudaSuccess) {                               \
+      std::printf("%s: %s\n", #x, cudaGetErrorString(ck_)); \
+      std::exit(1);                                         \
+    }                                                       \
   } while (0)
 
 // Vector i (16 bytes) of the touched part: row i >> log_vpr (a head of one token), vector i & (vpr - 1) in it.
