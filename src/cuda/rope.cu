@@ -12,6 +12,9 @@
 //   the parameters alone (the head's data, the positions, the lane's M-RoPE axes) is formed before the wait on the
 //   previous kernel (with programmatic dependent launch that part overlaps it); after the wait the head's two
 //   vectors and every position are loaded at once, so the only chain left is positions -> angles -> store.
+//   Tiny problems (one decode token and the like, kTinyWork) take rope_decode_tiny_kernel instead, in blocks of
+//   kTinyThreads: every parameter-derived value pinned in registers before the wait and the chain after it cut to
+//   what the positions decide.
 // - walk (rope_kernel): every larger case but heavy prefill, and every larger M-RoPE case. A thread reads its
 //   position(s) and angles once and walks over heads slot, slot + slots, ... (2 to 8), issuing the first head's
 //   loads before the position -> angle chain.
@@ -28,7 +31,6 @@
 // no address derived from a bad position is formed.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/device_error.cuh"
@@ -40,10 +42,14 @@ namespace fuseops::detail::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-/// Decode kernel on tiny problems (at most one such block per SM, e.g. one decode token): threads per block at most
-/// (or one head's lanes, when more), so that the few warps spread over SMs and each issues its dependent chain
-/// without sharing a scheduler.
+/// Decode kernel of tiny problems: threads per block (or one head's lanes, when more), so that the few warps spread
+/// over SMs and each issues its dependent chain without sharing a scheduler (measured: 1.12-1.14 us against
+/// 1.16-1.21 in blocks of 256 at one M-RoPE token).
 constexpr int64_t kTinyThreads = 64;
+/// Tiny: at most this many (token, head, lane) threads (every one-token case of the benchmark sets, 72-320 threads,
+/// where rope_decode_tiny_kernel was measured faster; DeepSeek-V3's one token, 516, and 64 tokens stay on
+/// rope_decode_kernel).
+constexpr int64_t kTinyWork = 512;
 /// Walk kernel: heads per thread at most.
 constexpr int kMaxHeadsPerThread = 8;
 /// Group kernel: heads per thread (8 16-byte loads in flight), and the resident blocks of kThreads per SM asked
@@ -62,10 +68,9 @@ struct Pack {
   } u;
   __device__ __forceinline__ void load(const T* p) { u.raw = *reinterpret_cast<const Raw*>(p); }
   __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Raw*>(p) = u.raw; }
-  /// The same as global accesses with the default cache operators (ld.global.ca, st.global.wb), for pointers whose
-  /// address space the compiler cannot see.
-  __device__ __forceinline__ void load_global(const T* p) { u.raw = __ldca(reinterpret_cast<const Raw*>(p)); }
-  __device__ __forceinline__ void store_global(T* p) const { __stwb(reinterpret_cast<Raw*>(p), u.raw); }
+  /// The same as global accesses cached in L2 only, for pointers whose address space the compiler cannot see.
+  __device__ __forceinline__ void load_global(const T* p) { u.raw = __ldcg(reinterpret_cast<const Raw*>(p)); }
+  __device__ __forceinline__ void store_global(T* p) const { __stcg(reinterpret_cast<Raw*>(p), u.raw); }
   __device__ __forceinline__ float get(int i) const { return to_float(u.e[i]); }
   __device__ __forceinline__ void set(int i, float v) { u.e[i] = from_float<T>(v); }
 };
@@ -318,16 +323,10 @@ struct DecodePositions {
       for (int k = 0; k < AXES; ++k) pos[k] = static_cast<int64_t>(value);
     } else if (i32) {
 #pragma unroll
-      for (int k = 0; k < AXES; ++k) {
-        __builtin_assume(__isGlobal(at[k]));
-        pos[k] = *reinterpret_cast<const int32_t*>(at[k]);
-      }
+      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const int32_t*>(at[k]));
     } else {
 #pragma unroll
-      for (int k = 0; k < AXES; ++k) {
-        __builtin_assume(__isGlobal(at[k]));
-        pos[k] = *reinterpret_cast<const int64_t*>(at[k]);
-      }
+      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const long long*>(at[k]));
     }
   }
 };
@@ -339,16 +338,19 @@ __device__ __forceinline__ uint32_t& cache_word(CacheValues<C, P>& v, int w) {
   return reinterpret_cast<uint32_t*>(&v.piece[w / kWordsPerPiece].u)[w % kWordsPerPiece];
 }
 
-/// Experiment (FUSEOPS_ROPE_EXP bit 8, tiny problems only): the decode kernel with everything that comes from the
-/// parameters alone formed and pinned in registers
-/// before the wait (see the file comment); after it: the head's two vectors and the positions (all loads at once),
-/// one unsigned compare per axis, the row address (one 64-bit multiply-add), the cache loads, the rotation and the
-/// stores. M-RoPE lanes whose pairs name different rows load the lane's vectors of all three rows and merge them
-/// with per-word masks (in the shadow of the loads) instead of one scalar load per pair. The inverse flips sin's
-/// sign bits (one xor per word).
+/// Decode kernel of tiny problems (rope_decode_kernel_is_tiny: one decode token and the like), in blocks of
+/// kTinyThreads: thread (lane x, head y, token z) rotates head y of token z, as rope_decode_kernel, with the chain
+/// after the wait cut to what the positions decide. Everything that comes from the parameters alone is formed and
+/// pinned in registers before the wait; after it: the head's two vectors and the positions (all loads at once, L2
+/// only), one unsigned compare per axis, the row address (one 64-bit multiply-add), the cache loads, the rotation
+/// and the stores. M-RoPE: the lane's own axis (its first pair's) is loaded first, so a lane whose pairs share an
+/// axis takes its row from pos[0]; a lane whose pairs name different rows loads its vectors of all three rows and
+/// merges them with per-word masks (in the shadow of the loads) instead of one scalar load per pair. The inverse
+/// flips sin's sign bits (one xor per word). Measured on the H200 only for tiny problems: at 64 tokens it was
+/// 0.3-0.6 us slower than rope_decode_kernel (docs/ops/rope.md, Performance, sixth session).
 template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads)
-    rope_decode_pinned_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+    rope_decode_tiny_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   constexpr int AXES = kAxes<A>;
   constexpr int kWords = P * static_cast<int>(sizeof(C)) / 4;  // of the lane's cos (0: one 16-bit value)
   const int j0 = static_cast<int>(threadIdx.x) * P;  // first pair of this lane
@@ -567,15 +569,6 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
   }
 }
 
-/// Experiment switches while the kernels are tuned on the H200 (an integer from the environment, `fallback` when
-/// unset): FUSEOPS_ROPE_EXP (bit 8: tiny problems on rope_decode_pinned_kernel), FUSEOPS_ROPE_DECODE_THREADS (the
-/// block of tiny problems, default kTinyThreads), FUSEOPS_ROPE_HPT (the walk kernel's heads per thread),
-/// FUSEOPS_ROPE_GROUP_MIN (the walk heads per thread from which 1-D positions take the group kernel, default 8).
-int64_t rope_env_int(const char* name, int64_t fallback) {
-  const char* e = std::getenv(name);
-  return e ? std::strtoll(e, nullptr, 0) : fallback;
-}
-
 /// P elements (16 bytes of T) when every pointer and stride allows it, else 1.
 int pick_pairs_per_thread(const RopeArgs& a) {
   const int64_t esize = static_cast<int64_t>(dtype_size(a.dtype));
@@ -622,9 +615,8 @@ bool use_decode_kernel(const RopeArgs& a, int p, int sms) {
 /// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread.
 bool use_group_kernel(const RopeArgs& a, int p, int sms) {
   const int64_t heads = a.q.heads + a.k.heads;
-  static const int64_t group_min = rope_env_int("FUSEOPS_ROPE_GROUP_MIN", kMaxHeadsPerThread);  // experiment
-  return a.num_axes == 1 && p == static_cast<int>(16 / dtype_size(a.dtype)) &&
-         heads >= std::min<int64_t>(group_min, kMaxHeadsPerThread) && walk_heads_wanted(a, p, sms) >= group_min;
+  return a.num_axes == 1 && p == static_cast<int>(16 / dtype_size(a.dtype)) && heads >= kMaxHeadsPerThread &&
+         walk_heads_wanted(a, p, sms) >= kMaxHeadsPerThread;
 }
 
 /// Block (lanes, head slots or groups, tokens) of at most max_threads (>= the lanes) and grid for `units` slots or
@@ -648,9 +640,8 @@ Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_
 /// blocks of at most max_threads.
 Plan walk_plan(const RopeArgs& a, int p, int sms, int64_t max_threads) {
   const int64_t heads = a.q.heads + a.k.heads;
-  static const int64_t forced = rope_env_int("FUSEOPS_ROPE_HPT", 0);  // experiment
-  const int64_t hpt = std::clamp<int64_t>(forced > 0 ? forced : walk_heads_wanted(a, p, sms), 1,
-                                          std::min<int64_t>(kMaxHeadsPerThread, heads));
+  const int64_t hpt =
+      std::clamp<int64_t>(walk_heads_wanted(a, p, sms), 1, std::min<int64_t>(kMaxHeadsPerThread, heads));
   return make_plan(a, p, sms, (heads + hpt - 1) / hpt, 2, max_threads);
 }
 
@@ -697,29 +688,26 @@ void launch_variant(const RopeArgs& a, Angles angles, const Plan& pl, KernelFor 
 template <typename T, int P>
 void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   // One head per thread: the grid covers every (token, head), as rope_decode_kernel_fits keeps it within
-  // the limits of make_plan's grid. Tiny problems (at most one block of kTinyThreads per SM) in such blocks.
-  static const int64_t tiny_threads = rope_env_int("FUSEOPS_ROPE_DECODE_THREADS", kTinyThreads);
-  static const bool pinned = (rope_env_int("FUSEOPS_ROPE_EXP", 0) & 8) != 0;
-  const int64_t lanes = a.rotary_dim / 2 / P;
-  const bool tiny = a.tokens * (a.q.heads + a.k.heads) * lanes <= sms * tiny_threads;
-  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, tiny ? tiny_threads : kThreads);
+  // the limits of make_plan's grid.
+  const bool tiny = a.tokens * (a.q.heads + a.k.heads) * (a.rotary_dim / 2 / P) <= kTinyWork;
+  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, tiny ? kTinyThreads : kThreads);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
-    if (tiny && pinned) {
+    if (tiny) {
       launch_variant(
           a, angles_of(a, P), pl,
           [](auto neox, auto angles) {
-            return rope_decode_pinned_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
+            return rope_decode_tiny_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
           },
           rec, stream, device);
-      return;
+    } else {
+      launch_variant(
+          a, angles_of(a, P), pl,
+          [](auto neox, auto angles) {
+            return rope_decode_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
+          },
+          rec, stream, device);
     }
-    launch_variant(
-        a, angles_of(a, P), pl,
-        [](auto neox, auto angles) {
-          return rope_decode_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
-        },
-        rec, stream, device);
   });
 }
 
