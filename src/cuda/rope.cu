@@ -338,7 +338,7 @@ __device__ __forceinline__ uint32_t& cache_word(CacheValues<C, P>& v, int w) {
   return reinterpret_cast<uint32_t*>(&v.piece[w / kWordsPerPiece].u)[w % kWordsPerPiece];
 }
 
-/// Decode kernel of tiny problems (rope_decode_kernel_is_tiny: one decode token and the like), in blocks of
+/// Decode kernel of tiny problems (at most kTinyWork threads: one decode token and the like), in blocks of
 /// kTinyThreads: thread (lane x, head y, token z) rotates head y of token z, as rope_decode_kernel, with the chain
 /// after the wait cut to what the positions decide. Everything that comes from the parameters alone is formed and
 /// pinned in registers before the wait; after it: the head's two vectors and the positions (all loads at once, L2
