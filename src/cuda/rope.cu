@@ -12,6 +12,9 @@
 //   the parameters alone (the head's data, the positions, the lane's M-RoPE axes) is formed before the wait on the
 //   previous kernel (with programmatic dependent launch that part overlaps it); after the wait the head's two
 //   vectors and every position are loaded at once, so the only chain left is positions -> angles -> store.
+//   Tiny problems (one decode token and the like, kTinyWork) take rope_decode_tiny_kernel instead, in blocks of
+//   kTinyThreads: every parameter-derived value pinned in registers before the wait and the chain after it cut to
+//   what the positions decide.
 // - walk (rope_kernel): every larger case but heavy prefill, and every larger M-RoPE case. A thread reads its
 //   position(s) and angles once and walks over heads slot, slot + slots, ... (2 to 8), issuing the first head's
 //   loads before the position -> angle chain.
@@ -39,6 +42,14 @@ namespace fuseops::detail::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+/// Decode kernel of tiny problems: threads per block (or one head's lanes, when more), so that the few warps spread
+/// over SMs and each issues its dependent chain without sharing a scheduler (measured: 1.12-1.14 us against
+/// 1.16-1.21 in blocks of 256 at one M-RoPE token).
+constexpr int64_t kTinyThreads = 64;
+/// Tiny: at most this many (token, head, lane) threads (every one-token case of the benchmark sets, 72-320 threads,
+/// where rope_decode_tiny_kernel was measured faster; DeepSeek-V3's one token, 516, and 64 tokens stay on
+/// rope_decode_kernel).
+constexpr int64_t kTinyWork = 512;
 /// Walk kernel: heads per thread at most.
 constexpr int kMaxHeadsPerThread = 8;
 /// Group kernel: heads per thread (8 16-byte loads in flight), and the resident blocks of kThreads per SM asked
@@ -57,6 +68,9 @@ struct Pack {
   } u;
   __device__ __forceinline__ void load(const T* p) { u.raw = *reinterpret_cast<const Raw*>(p); }
   __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Raw*>(p) = u.raw; }
+  /// The same as global accesses cached in L2 only, for pointers whose address space the compiler cannot see.
+  __device__ __forceinline__ void load_global(const T* p) { u.raw = __ldcg(reinterpret_cast<const Raw*>(p)); }
+  __device__ __forceinline__ void store_global(T* p) const { __stcg(reinterpret_cast<Raw*>(p), u.raw); }
   __device__ __forceinline__ float get(int i) const { return to_float(u.e[i]); }
   __device__ __forceinline__ void set(int i, float v) { u.e[i] = from_float<T>(v); }
 };
@@ -282,6 +296,166 @@ __global__ void __launch_bounds__(kThreads)
   CacheValues<C, P> c, s;
   const bool valid = token_angles<C, P, A>(a, pos, t, threadIdx.x == 0 && hd == 0, lane, j0, rec, c, s);
   finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
+}
+
+/// Keeps a value formed from the parameters in a register from this point on: an empty asm statement that the
+/// compiler cannot move across the PDL wait (another asm volatile), so the value is neither recomputed nor read
+/// from the parameters again after the wait.
+__device__ __forceinline__ void pin(uint64_t& v) { asm volatile("" : "+l"(v)); }
+__device__ __forceinline__ void pin(uint32_t& v) { asm volatile("" : "+r"(v)); }
+template <typename V>
+__device__ __forceinline__ void pin_ptr(V*& p) {
+  uint64_t u = reinterpret_cast<uint64_t>(p);
+  pin(u);
+  p = reinterpret_cast<V*>(u);
+}
+
+/// The decode kernel's position pointers, one per axis, formed before the wait. M-RoPE: the lane's own axis (its
+/// first pair's) comes first, so a lane whose pairs share an axis takes its row from pos[0] with no select.
+template <int AXES>
+struct DecodePositions {
+  const char* at[AXES] = {};  ///< null: no positions (`value` is the position on every axis)
+  uint32_t i32 = 0;
+  uint64_t value = 0;
+  __device__ __forceinline__ void load(int64_t (&pos)[AXES]) const {
+    if (at[0] == nullptr) {
+#pragma unroll
+      for (int k = 0; k < AXES; ++k) pos[k] = static_cast<int64_t>(value);
+    } else if (i32) {
+#pragma unroll
+      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const int32_t*>(at[k]));
+    } else {
+#pragma unroll
+      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const long long*>(at[k]));
+    }
+  }
+};
+
+/// 32-bit word w of a lane's P cache values (pieces of at most 16 bytes).
+template <typename C, int P>
+__device__ __forceinline__ uint32_t& cache_word(CacheValues<C, P>& v, int w) {
+  constexpr int kWordsPerPiece = CacheValues<C, P>::W * static_cast<int>(sizeof(C)) / 4;
+  return reinterpret_cast<uint32_t*>(&v.piece[w / kWordsPerPiece].u)[w % kWordsPerPiece];
+}
+
+/// Decode kernel of tiny problems (at most kTinyWork threads: one decode token and the like), in blocks of
+/// kTinyThreads: thread (lane x, head y, token z) rotates head y of token z, as rope_decode_kernel, with the chain
+/// after the wait cut to what the positions decide. Everything that comes from the parameters alone is formed and
+/// pinned in registers before the wait; after it: the head's two vectors and the positions (all loads at once, L2
+/// only), one unsigned compare per axis, the row address (one 64-bit multiply-add), the cache loads, the rotation
+/// and the stores. M-RoPE: the lane's own axis (its first pair's) is loaded first, so a lane whose pairs share an
+/// axis takes its row from pos[0]; a lane whose pairs name different rows loads its vectors of all three rows and
+/// merges them with per-word masks (in the shadow of the loads) instead of one scalar load per pair. The inverse
+/// flips sin's sign bits (one xor per word). Measured on the H200 only for tiny problems: at 64 tokens it was
+/// 0.3-0.6 us slower than rope_decode_kernel (docs/ops/rope.md, Performance, sixth session).
+template <typename T, typename C, int P, bool NEOX, Angles A>
+__global__ void __launch_bounds__(kThreads)
+    rope_decode_tiny_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  constexpr int AXES = kAxes<A>;
+  constexpr int kWords = P * static_cast<int>(sizeof(C)) / 4;  // of the lane's cos (0: one 16-bit value)
+  const int j0 = static_cast<int>(threadIdx.x) * P;  // first pair of this lane
+  const int64_t h = a.rotary_dim / 2;
+  const int64_t offA = NEOX ? j0 : 2 * j0;
+  const int64_t offB = NEOX ? h + j0 : 2 * j0 + P;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
+  const int64_t hd = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
+  const bool active = t < a.tokens && hd < a.q.heads + a.k.heads;
+  const T* in = nullptr;
+  T* out = nullptr;
+  if (active) locate(a, hd, t, in, out);
+  const T* inA = in + offA;
+  const T* inB = in + offB;
+  T* outA = out + offA;
+  T* outB = out + offB;
+  // Positions, the lane's own axis first.
+  const LaneAxes<P, A> lane = lane_axes<P, A>(a, j0);
+  const uint32_t ax0 = lane.code & 3u;
+  DecodePositions<AXES> dp;
+  {
+    const PositionSource src = position_source(a, t);
+    dp.i32 = src.i32;
+    dp.value = static_cast<uint64_t>(src.value);
+    if (src.at != nullptr) {
+      const int64_t axis_bytes = src.axis_stride * (src.i32 ? 4 : 8);
+#pragma unroll
+      for (int k = 0; k < AXES; ++k) {
+        const uint32_t ax = (ax0 + k) % 3u;
+        dp.at[k] = static_cast<const char*>(src.at) + static_cast<int64_t>(ax) * axis_bytes;
+      }
+    }
+  }
+  // The angles: the lane's first cos / sin value in row 0, the row strides in bytes, the valid rows.
+  const char* cos0 = static_cast<const char*>(a.cos) + static_cast<int64_t>(j0) * sizeof(C);
+  const char* sin0 = static_cast<const char*>(a.sin) + static_cast<int64_t>(j0) * sizeof(C);
+  uint64_t cos_row = static_cast<uint64_t>(a.cos_stride) * sizeof(C);
+  uint64_t sin_row = static_cast<uint64_t>(a.sin_stride) * sizeof(C);
+  uint64_t max_pos = static_cast<uint64_t>(a.max_position);
+  uint32_t sign = a.inverse ? (sizeof(C) == 2 ? 0x80008000u : 0x80000000u) : 0u;
+  uint32_t mixed = A == Angles::pair_rows && !lane.uniform;
+  pin_ptr(inA), pin_ptr(inB), pin_ptr(outA), pin_ptr(outB), pin_ptr(cos0), pin_ptr(sin0);
+#pragma unroll
+  for (int k = 0; k < AXES; ++k) pin_ptr(dp.at[k]);
+  pin(dp.i32), pin(dp.value), pin(cos_row), pin(sin_row), pin(max_pos), pin(sign), pin(mixed);
+  pdl_wait_and_release();
+  if (!active) return;
+  Pack<T, P> x, y;
+  x.load_global(inA);
+  y.load_global(inB);
+  int64_t pos[AXES];
+  dp.load(pos);
+  bool valid = true;
+#pragma unroll
+  for (int k = 0; k < AXES; ++k) valid &= static_cast<uint64_t>(pos[k]) < max_pos;
+  if (!valid) {
+    if (threadIdx.x == 0 && hd == 0) {  // the first bad axis in axis order (pos[k] is axis (ax0 + k) % 3)
+      uint32_t bad = 2;
+#pragma unroll
+      for (int k = 0; k < AXES; ++k)
+        if (static_cast<uint64_t>(pos[k]) >= max_pos) bad = min(bad, (ax0 + k) % 3u);
+      record_device_error(rec, a.error_site, static_cast<int64_t>(AXES == 1 ? 0u : bad) * a.tokens + t);
+    }
+    if (inA != outA) {
+      x.store_global(outA);
+      y.store_global(outB);
+    }
+    return;
+  }
+  CacheValues<C, P> c, s;
+  c.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[0]) * cos_row));
+  s.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[0]) * sin_row));
+  if constexpr (A == Angles::pair_rows && P * sizeof(C) >= 4) {
+    if (mixed) {  // the other two rows, merged word by word
+      CacheValues<C, P> c1, s1, c2, s2;
+      c1.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[1]) * cos_row));
+      s1.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[1]) * sin_row));
+      c2.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[2]) * cos_row));
+      s2.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[2]) * sin_row));
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) {
+        uint32_t m1 = 0, m2 = 0;  // the word's elements on the lane's second and third axes
+#pragma unroll
+        for (int e = 0; e < 4 / static_cast<int>(sizeof(C)); ++e) {
+          const int i = w * (4 / static_cast<int>(sizeof(C))) + e;
+          const uint32_t rel = (((lane.code >> (2 * i)) & 3u) + 3u - ax0) % 3u;
+          const uint32_t field = sizeof(C) == 2 ? 0xffffu << (16 * e) : 0xffffffffu;
+          m1 |= rel == 1u ? field : 0u;
+          m2 |= rel == 2u ? field : 0u;
+        }
+        const uint32_t m0 = ~(m1 | m2);
+        cache_word(c, w) = (cache_word(c, w) & m0) | (cache_word(c1, w) & m1) | (cache_word(c2, w) & m2);
+        cache_word(s, w) = (cache_word(s, w) & m0) | (cache_word(s1, w) & m1) | (cache_word(s2, w) & m2);
+      }
+    }
+  }
+  if constexpr (P * sizeof(C) >= 4) {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) cache_word(s, w) ^= sign;
+  } else {  // one 16-bit value
+    s.piece[0].u.raw ^= static_cast<uint16_t>(sign);
+  }
+  rotate_head<T, P, NEOX>(x, y, c, s);
+  x.store_global(outA);
+  y.store_global(outB);
 }
 
 /// Walk kernel: threads per block at most, and resident blocks per SM asked of the compiler, per angle variant and
@@ -515,15 +689,25 @@ template <typename T, int P>
 void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   // One head per thread: the grid covers every (token, head), as rope_decode_kernel_fits keeps it within
   // the limits of make_plan's grid.
-  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, kThreads);
+  const bool tiny = a.tokens * (a.q.heads + a.k.heads) * (a.rotary_dim / 2 / P) <= kTinyWork;
+  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, tiny ? kTinyThreads : kThreads);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
-    launch_variant(
-        a, angles_of(a, P), pl,
-        [](auto neox, auto angles) {
-          return rope_decode_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
-        },
-        rec, stream, device);
+    if (tiny) {
+      launch_variant(
+          a, angles_of(a, P), pl,
+          [](auto neox, auto angles) {
+            return rope_decode_tiny_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
+          },
+          rec, stream, device);
+    } else {
+      launch_variant(
+          a, angles_of(a, P), pl,
+          [](auto neox, auto angles) {
+            return rope_decode_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
+          },
+          rec, stream, device);
+    }
   });
 }
 
