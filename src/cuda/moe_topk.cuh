@@ -29,7 +29,6 @@ struct RouteParams {
   int64_t bias_stride;
   int bias_dtype;    ///< DType of the bias
   int prefetch;      ///< the routers' L2 prefetch of their first rows before the PDL wait (prefetch_rows_l2)
-  int prefetch_bias;  ///< the same for a contiguous bias (prefetch_bias_l2)
   float* weights;
   int64_t weights_stride;
   void* ids;
@@ -91,14 +90,6 @@ __device__ __forceinline__ void prefetch_logits_l2(const RouteParams& p, int t, 
   const int64_t stride = p.logits_stride * static_cast<int64_t>(sizeof(T));
   prefetch_rows_l2(static_cast<const char*>(p.logits) + t * stride, stride, p.E * static_cast<int>(sizeof(T)),
                    min(tokens, p.T - t), lane);
-}
-
-/// prefetch_rows_l2 of a contiguous bias (E values of its dtype), when the call asks for it (RouteParams::prefetch_bias):
-/// the bias is read by every token, right after the logits, and is usually not in L2 either.
-__device__ __forceinline__ void prefetch_bias_l2(const RouteParams& p, int lane) {
-  if (!p.prefetch_bias || p.bias == nullptr || p.bias_stride != 1) return;
-  const int size = p.bias_dtype == static_cast<int>(DType::f32) ? 4 : 2;
-  prefetch_rows_l2(p.bias, p.E * size, p.E * size, 1, lane);
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
