@@ -314,7 +314,7 @@ __device__ __forceinline__ void load_group32(const RouteParams& p, int t, int la
 /// HALVES: topk_group == L / 2 (the surviving groups' halves are picked from; groups32_halves), a kernel of its own:
 /// the other path's 32-key tree would set the registers of both (75 instead of 64 at DeepSeek-V3's shape).
 /// `g`: this lane's logits (load_group32), loaded by the caller ahead of the bias staging and the previous token.
-template <typename T, int L, bool BIAS, bool HALVES, bool BP>
+template <typename T, int L, bool BIAS, bool HALVES>
 __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int lane, const float* bias_sh,
                                                uint32_t* halves, uint32_t* cand, const Group32Logits<T>& g) {
   constexpr int M = 32 / L;
@@ -329,11 +329,6 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   // above -80; else the warp forms its keys again with moe_sigmoid.
   uint32_t a[2], b[2];  // running top-two order keys over the key pairs (j, j + 1), j = 0, 2
   uint32_t* mine = halves + 32 * lane;
-  // BP: each chunk's bias loaded one chunk ahead (the first before the range test), so that the shared load's latency
-  // is not waited for by the chunk's additions (where it was loaded, the most sampled stall of the key forming).
-  const float4* bias4_sh = reinterpret_cast<const float4*>(bias_sh + base);
-  [[maybe_unused]] float4 b_next{};
-  if constexpr (BIAS && BP) b_next = bias4_sh[0];
   auto form_keys = [&](auto fast_tag) {
     [[maybe_unused]] constexpr bool FAST = decltype(fast_tag)::value;
 #pragma unroll
@@ -341,13 +336,7 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
       uint32_t key[4];
       [[maybe_unused]] float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
       if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (bias_sh is 16-byte aligned, base + 4c too)
-        float4 b4;
-        if constexpr (BP) {
-          b4 = b_next;
-          if (c + 1 < 8) b_next = bias4_sh[c + 1];
-        } else {
-          b4 = bias4_sh[c];
-        }
+        const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[c];
         bias4[0] = b4.x;
         bias4[1] = b4.y;
         bias4[2] = b4.z;

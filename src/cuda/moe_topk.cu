@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RoutePara
 /// capped (about 120 uncapped with a bias: the sigmoids' reciprocals all in flight): 64 for the halves variant with
 /// 16-bit logits (DeepSeek-V3; no spills): 8 blocks per SM, so that 16384 tokens (1 024 blocks) run in one wave;
 /// for the other 16-bit variants 96, with f32 logits 128 (32 registers of logits held across the bias staging).
-template <typename T, int L, bool BIAS, bool HALVES, bool BP>
+template <typename T, int L, bool BIAS, bool HALVES>
 __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES ? 8 : 5)
     route_groups32_kernel(RouteParams p) {
   __shared__ __align__(16) float bias_sh[BIAS ? kGroups32MaxExperts : 4];
@@ -102,15 +102,8 @@ __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES 
   }
   for (int t0 = first; t0 < p.T; t0 += step) {
     if (!BIAS || t0 != first) load_group32<T, L>(p, t0 + lane / L, lane, g);
-    route_groups32<T, L, BIAS, HALVES, BP>(p, t0 + lane / L, lane, bias_sh, halves[warp], cand[warp], g);
+    route_groups32<T, L, BIAS, HALVES>(p, t0 + lane / L, lane, bias_sh, halves[warp], cand[warp], g);  // warp-uniform
   }
-}
-
-/// The groups-of-32 router's bias loaded a chunk of keys ahead (route_groups32's BP); FUSEOPS_MOE_GROUPS32_BIAS_AHEAD=0
-/// switches it off (the halves variant with a bias; the other variant loads each chunk's bias where it is used).
-bool groups32_bias_ahead_enabled() {
-  static const bool on = !env_switched_off("FUSEOPS_MOE_GROUPS32_BIAS_AHEAD");
-  return on;
 }
 
 /// Launches route_groups32_kernel with L lanes per token.
@@ -120,12 +113,9 @@ void launch_groups32(const char* op, const RouteParams& p, DType dtype, cudaStre
   const int64_t blocks = std::min<int64_t>((p.T + per_block - 1) / per_block, 16 * sm_count(device));
   with_float_type(dtype, [&](auto t) {
     using T = typename decltype(t)::type;
-    auto kernel =
-        p.bias ? route_groups32_kernel<T, L, true, false, false> : route_groups32_kernel<T, L, false, false, false>;
+    auto kernel = p.bias ? route_groups32_kernel<T, L, true, false> : route_groups32_kernel<T, L, false, false>;
     if (groups32_halves(p)) {
-      kernel = !p.bias                        ? route_groups32_kernel<T, L, false, true, false>
-               : groups32_bias_ahead_enabled() ? route_groups32_kernel<T, L, true, true, true>
-                                               : route_groups32_kernel<T, L, true, true, false>;
+      kernel = p.bias ? route_groups32_kernel<T, L, true, true> : route_groups32_kernel<T, L, false, true>;
     }
     // 18 KB of shared memory per block (24.4 KB with the candidates of HALVES): the largest carveout keeps 8 blocks
     // (64 registers) resident per SM.
