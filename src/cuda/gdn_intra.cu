@@ -81,6 +81,19 @@ std::size_t kkt_smem_bytes(int ld) {
                     : std::max(kkt_k_bytes<TK, BT>(ld), kkt_f_bytes<BT, kSolve>());
 }
 
+/// The tiles of a kkt kernel in its dynamic shared memory `smem`, laid out as kkt_smem_bytes counts them.
+template <typename TK, int BT, bool kPipelined>
+struct KktTiles {
+  TK* ks;          ///< k tile [BT][ld]
+  float* tile;     ///< fp32 A tile [BT][kTileLd]
+  float* scratch;  ///< merge scratch (fused op)
+  __device__ __forceinline__ KktTiles(float4* smem, int ld)
+      : ks(reinterpret_cast<TK*>(smem)),
+        tile(reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(smem) +
+                                      (kPipelined ? kkt_k_bytes<TK, BT>(ld) : 0))),
+        scratch(tile + gdn::kTileFloats<BT>) {}
+};
+
 /// The value heads [begin, end) of key unit y (a key head, or a share of its value heads), and its key head.
 struct UnitHeads {
   int hk, begin, end;
@@ -121,9 +134,10 @@ __global__ void __launch_bounds__(kThreads, kLatencyBlocks)
     kkt_kernel(const KktArgs args, const GdnOut out, const KktParams prm) {
   pdl_wait_and_release();
   extern __shared__ float4 smem[];
-  TK* ks = reinterpret_cast<TK*>(smem);
-  float* tile = reinterpret_cast<float*>(smem);
-  float* scratch = tile + gdn::kTileFloats<BT>;
+  const KktTiles<TK, BT, false> tiles(smem, prm.ld);
+  TK* ks = tiles.ks;
+  float* tile = tiles.tile;  // in the k tile's bytes
+  float* scratch = tiles.scratch;
   __shared__ ChunkRef chunk;
   __shared__ float gate_beta[2 * BT];  // g then beta of the chunk's rows, current value head
   const int tid = static_cast<int>(threadIdx.x);
@@ -192,9 +206,10 @@ __global__ void __launch_bounds__(kThreads, kThroughputBlocks)
     kkt_pipelined_kernel(const KktArgs args, const GdnOut out, const KktParams prm) {
   pdl_wait_and_release();
   extern __shared__ float4 smem[];
-  TK* ks = reinterpret_cast<TK*>(smem);
-  float* tile = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(smem) + kkt_k_bytes<TK, BT>(prm.ld));
-  float* scratch = tile + gdn::kTileFloats<BT>;
+  const KktTiles<TK, BT, true> tiles(smem, prm.ld);
+  TK* ks = tiles.ks;
+  float* tile = tiles.tile;  // apart from the k tile
+  float* scratch = tiles.scratch;
   __shared__ KktItem next;
   __shared__ float gate_beta[2 * BT];  // g then beta of the chunk's rows, current value head
   const int tid = static_cast<int>(threadIdx.x);

@@ -94,13 +94,6 @@ __global__ void __maxnreg__((kAlignWideAfterRouteRegs<R, TRUSTED>))
   align_wide<R, TRUSTED>(p, slice, smem_wide_after);
 }
 
-/// The small variant's L2 prefetch of the ids (align_prefetch_ids); FUSEOPS_MOE_PREFETCH=0 switches it off with the
-/// routers' (A/B).
-bool align_prefetch_enabled() {
-  static const bool on = !env_switched_off("FUSEOPS_MOE_PREFETCH");
-  return on;
-}
-
 bool align_wide_cap_enabled() {
   static const bool on = !env_switched_off("FUSEOPS_MOE_ROUTE_WIDE_CAP");
   return on;
@@ -235,7 +228,7 @@ void align_launch(const char* op, const AlignArgs& args, int device, void* strea
     allow_smem(kernel, smem, op);
     launch_kernel(kernel, dim3(static_cast<unsigned>(align_small_blocks(plan.replicas))),
                   dim3(32 * (plan.warps + (prefilled ? 0 : 1))), smem, s, device, p,
-                  static_cast<int>(align_prefetch_enabled()));
+                  static_cast<int>(moe_prefetch_enabled()));
     after_launch(op, s, device);
     return;
   }

@@ -37,6 +37,9 @@ RouteParams route_params(const RouteArgs& a);
 /// Whether the threshold router (moe_threshold.cuh) may run: false when the environment sets
 /// FUSEOPS_MOE_THRESHOLD=0 (the packed router then takes its calls; for A/B measurements without a rebuild).
 bool threshold_route_enabled();
+/// Whether the MoE kernels (routers, the small schedule variant) prefetch their inputs into L2 before the PDL wait:
+/// true unless the environment sets FUSEOPS_MOE_PREFETCH=0 (for A/B measurements without a rebuild).
+bool moe_prefetch_enabled();
 
 
 }  // namespace fuseops::detail::cuda

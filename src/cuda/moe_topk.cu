@@ -137,13 +137,12 @@ bool threshold_route_enabled() {
   return on;
 }
 
-namespace {
-
-/// The routers' L2 prefetch before the PDL wait (RouteParams::prefetch); FUSEOPS_MOE_PREFETCH=0 switches it off (A/B).
-bool route_prefetch_enabled() {
+bool moe_prefetch_enabled() {
   static const bool on = !env_switched_off("FUSEOPS_MOE_PREFETCH");
   return on;
 }
+
+namespace {
 
 /// The groups-of-32 router's candidate ranks (RouteParams::ranks); FUSEOPS_MOE_GROUPS32_RANKS=0 switches them off.
 bool groups32_ranks_enabled() {
@@ -176,7 +175,7 @@ RouteParams route_params(const RouteArgs& a) {
   p.renormalize = a.renormalize;
   p.scale = a.scale;
   p.inv_k = 1.0f / static_cast<float>(p.k);  // IEEE division: the device's div.rn (computed by every warp before)
-  p.prefetch = route_prefetch_enabled();
+  p.prefetch = moe_prefetch_enabled();
   p.ranks = groups32_ranks_enabled();
   return p;
 }

@@ -268,34 +268,46 @@ __device__ __forceinline__ void finish_head(Pack<T, P>& x, Pack<T, P>& y, const 
   y.store(out + offB);
 }
 
+/// A decode kernel's thread (lane x, head y, token z of the block): its first pair j0, the offsets of its two
+/// vectors in a head, its token and head, and the head's input / output rows (null when the thread has no (token,
+/// head)). Shared by rope_decode_kernel and rope_decode_tiny_kernel.
+template <typename T, int P, bool NEOX>
+struct DecodeThread {
+  int j0;
+  int64_t offA, offB, t, hd;
+  bool active;
+  const T* in = nullptr;
+  T* out = nullptr;
+  __device__ __forceinline__ explicit DecodeThread(const RopeArgs& a)
+      : j0(static_cast<int>(threadIdx.x) * P),
+        offA(NEOX ? j0 : 2 * j0),
+        offB(NEOX ? a.rotary_dim / 2 + j0 : 2 * j0 + P),
+        t(static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z),
+        hd(static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y),
+        active(t < a.tokens && hd < a.q.heads + a.k.heads) {
+    if (active) locate(a, hd, t, in, out);
+  }
+};
+
 /// Decode kernel: thread (lane x, head y, token z) of the block rotates head y of token z; the grid covers every
 /// (token, head) once (no loop). Parameter-only work before the wait (see the file comment).
 template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads)
     rope_decode_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
-  const int j0 = static_cast<int>(threadIdx.x) * P;  // first pair of this lane
-  const int64_t h = a.rotary_dim / 2;
-  const int64_t offA = NEOX ? j0 : 2 * j0;
-  const int64_t offB = NEOX ? h + j0 : 2 * j0 + P;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
-  const int64_t hd = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
-  const bool active = t < a.tokens && hd < a.q.heads + a.k.heads;
-  const T* in = nullptr;
-  T* out = nullptr;
-  if (active) locate(a, hd, t, in, out);
-  const PositionSource src = position_source(a, t);
-  const LaneAxes<P, A> lane = lane_axes<P, A>(a, j0);
+  const DecodeThread<T, P, NEOX> d(a);
+  const PositionSource src = position_source(a, d.t);
+  const LaneAxes<P, A> lane = lane_axes<P, A>(a, d.j0);
   pdl_wait_and_release();
-  if (!active) return;
+  if (!d.active) return;
   // Every load that needs no position, all at once: the head's two vectors and the position(s).
   Pack<T, P> x, y;
-  x.load(in + offA);
-  y.load(in + offB);
+  x.load(d.in + d.offA);
+  y.load(d.in + d.offB);
   int64_t pos[kAxes<A>];
   src.load(pos);
   CacheValues<C, P> c, s;
-  const bool valid = token_angles<C, P, A>(a, pos, t, threadIdx.x == 0 && hd == 0, lane, j0, rec, c, s);
-  finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
+  const bool valid = token_angles<C, P, A>(a, pos, d.t, threadIdx.x == 0 && d.hd == 0, lane, d.j0, rec, c, s);
+  finish_head<T, P, NEOX>(x, y, d.in, d.out, d.offA, d.offB, valid, c, s);
 }
 
 /// Keeps a value formed from the parameters in a register from this point on: an empty asm statement that the
@@ -353,20 +365,14 @@ __global__ void __launch_bounds__(kThreads)
     rope_decode_tiny_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   constexpr int AXES = kAxes<A>;
   constexpr int kWords = P * static_cast<int>(sizeof(C)) / 4;  // of the lane's cos (0: one 16-bit value)
-  const int j0 = static_cast<int>(threadIdx.x) * P;  // first pair of this lane
-  const int64_t h = a.rotary_dim / 2;
-  const int64_t offA = NEOX ? j0 : 2 * j0;
-  const int64_t offB = NEOX ? h + j0 : 2 * j0 + P;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z;
-  const int64_t hd = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
-  const bool active = t < a.tokens && hd < a.q.heads + a.k.heads;
-  const T* in = nullptr;
-  T* out = nullptr;
-  if (active) locate(a, hd, t, in, out);
-  const T* inA = in + offA;
-  const T* inB = in + offB;
-  T* outA = out + offA;
-  T* outB = out + offB;
+  const DecodeThread<T, P, NEOX> d(a);
+  const int j0 = d.j0;
+  const int64_t t = d.t, hd = d.hd;
+  const bool active = d.active;
+  const T* inA = d.in + d.offA;
+  const T* inB = d.in + d.offB;
+  T* outA = d.out + d.offA;
+  T* outB = d.out + d.offB;
   // Positions, the lane's own axis first.
   const LaneAxes<P, A> lane = lane_axes<P, A>(a, j0);
   const uint32_t ax0 = lane.code & 3u;
