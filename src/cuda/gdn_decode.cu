@@ -655,9 +655,7 @@ int fast_groups(int64_t K) {
 template <int KG, typename ST>
 void launch_warp_kernel_kg(const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device, const char* op) {
   const auto kernel = decode_warp_kernel<KG, ST>;
-  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  cudaSharedmemCarveoutMaxShared),
-             op, "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
+  prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
   const std::size_t smem = prm.stage_inputs ? kWarpBlock * 2 * kStagedInputBytes : 0;
   const int64_t blocks =
       std::min((prm.units + kWarpBlock - 1) / kWarpBlock, resident_blocks(kernel, kWarpBlock * 32, smem, device, op));

@@ -88,6 +88,14 @@ void allow_smem(Kernel kernel, std::size_t bytes, const char* op) {
              "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
 }
 
+/// Asks for a shared-memory carveout of `percent` (0-100, or cudaSharedmemCarveoutMaxShared) for `kernel`, so that as
+/// many blocks as its launch plans for stay resident per SM. Errors name `op`.
+template <typename Kernel>
+void prefer_carveout(Kernel kernel, int percent, const char* op) {
+  check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent), op,
+             "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
+}
+
 /// Blocks of `threads` threads and `smem` bytes of dynamic shared memory that `kernel` can keep resident on the
 /// whole of `device` at once (at least 1): the grid of a grid-stride kernel that fills the GPU in one wave. Errors
 /// name `op`.

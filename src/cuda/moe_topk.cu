@@ -119,9 +119,7 @@ void launch_groups32(const char* op, const RouteParams& p, DType dtype, cudaStre
     }
     // 18 KB of shared memory per block (24.4 KB with the candidates of HALVES): the largest carveout keeps 8 blocks
     // (64 registers) resident per SM.
-    check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared),
-               op, "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
+    prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
     launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
   });
 }
@@ -222,8 +220,7 @@ void route(const char* op, const RouteArgs& args, int device, void* stream) {
           if (threshold) {
             kernel = route_threshold_kernel<T, VPT>;
             // 5-9 KB of shared memory per block (the raw logits): a carveout of a quarter keeps 8 blocks resident.
-            check_cuda(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, 25), op,
-                       "cudaFuncSetAttribute(PreferredSharedMemoryCarveout)");
+            prefer_carveout(kernel, 25, op);
           }
         }
         launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
