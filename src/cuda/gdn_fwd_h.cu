@@ -321,8 +321,9 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           const uint32_t wb = static_cast<uint32_t>(b * C::kWTile * sizeof(TK));
           const uint32_t ub = static_cast<uint32_t>(b * C::kUTile * sizeof(TK));
           if (TMA && L == BT) {  // whole chunk: w and k tiles by tensor-map copies, K / 64 boxes each
-            if (tid == 0) {  // the block's reads of the buffer (its previous chunk) precede it: barrier A
-              fence_proxy_async_shared();
+            // issued by the last thread (warps 0-1 hold the gate rows); the block's reads of the buffer (its previous
+            // chunk) precede it (barrier A), and no generic write to it is outstanding: no proxy fence
+            if (tid == kThreads - 1) {
               mbar_arrive_expect(bars + b, static_cast<uint32_t>(2 * BT * K * sizeof(TK)));
               for (int box = 0; box * 64 < K; ++box) {
                 tma_load_4d(smem0 + wb + box * C::kBoxBytes, &maps.w, box * 64, static_cast<int>(hv),
