@@ -27,9 +27,11 @@
 // fwd_h_ffma_kernel (f32 inputs and any mix of dtypes): S [K][32] in shared memory, fp32 FFMA (no TF32); thread
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
 // All sums run in a fixed order: results do not depend on the batch around a sequence.
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/device_error.cuh"
 #include "cuda/gdn_forward.cuh"
 #include "fuseops/error.h"
@@ -127,21 +129,32 @@ struct FwdHVec {
   bool w, k, u, h, v_new_pairs;
 };
 
+/// The w and k tensors as 4-D tensor maps (K, heads, T, B) with boxes of 64 x 1 x BT x 1 and 128-byte swizzle.
+struct FwdHMaps {
+  CUtensorMap w, k;
+};
+
 /// Compile-time shape: state rows KP (K padded: 128 or 256), chunk BT, V block BV, NS buffers of the w, k, u tiles
-/// (the chunks in flight: NS - 1 are loading while one is computed).
-template <typename TK, int KP, int BT, int BV, int NS>
+/// (the chunks in flight: NS - 1 are loading while one is computed). TMA: the w and k tiles of whole chunks arrive
+/// by tensor-map copies (KP = 128): each tile is then two boxes [BT][64] with 128-byte swizzle (16-byte group g of
+/// row r at group g ^ (r % 8)) instead of rows padded to KP + 8.
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA = false>
 struct FwdHMma {
-  static constexpr int kLdK = KP + 8;  ///< row stride of the w / k tiles: 8 rows of an ldmatrix hit distinct banks
+  static constexpr int kLdK = TMA ? 64 : KP + 8;  ///< row stride of the w / k tiles (of a box with TMA)
   static constexpr int kLdV = BV + 8;  ///< row stride of the u and S / v_new tiles
   static constexpr int kMT = KP / 16 / gdn::kWarps;  ///< 16-row tiles of S per warp
   static constexpr int kNV = BV / 8;                 ///< 8-column tiles of S and v_new
   static constexpr int kVT = (BT / 16) * kNV;        ///< 16 x 8 tiles of v_new
   static constexpr int kNPW = kVT >= gdn::kWarps ? kVT / gdn::kWarps : 1;  ///< v_new tiles per warp (one row block)
-  static constexpr int kWTile = BT * kLdK, kUTile = BT * kLdV, kSTile = KP * kLdV;
-  /// w, k, u in NS buffers, the S tile, the gated v_new tile (the size of a u tile), the gate table double-buffered
-  static constexpr std::size_t kSmem =
-      (NS * (2 * kWTile + kUTile) + kSTile + kUTile) * sizeof(TK) + 2 * (BT + 1) * sizeof(float);
+  static constexpr int kWTile = TMA ? BT * KP : BT * kLdK, kUTile = BT * kLdV, kSTile = KP * kLdV;
+  static constexpr int kBoxBytes = BT * 128;  ///< one swizzled box (TMA)
+  /// w, k, u in NS buffers, the S tile, the gated v_new tile (the size of a u tile), the gate table double-buffered,
+  /// the mbarriers of the tensor-map copies (one per buffer)
+  static constexpr std::size_t kBarOffset =
+      ((NS * (2 * kWTile + kUTile) + kSTile + kUTile) * sizeof(TK) + 2 * (BT + 1) * sizeof(float) + 7) / 8 * 8;
+  static constexpr std::size_t kSmem = kBarOffset + (TMA ? NS * sizeof(uint64_t) : 0);
   static_assert(NS >= 2, "at least double buffering");
+  static_assert(!TMA || KP == 128, "tensor-map tiles: K <= 128");
   static_assert(kMT >= 1 && kNV % 2 == 0 && kNV % kNPW == 0 && (kNPW == 1 || kNPW % 2 == 0), "tile split");
 };
 
@@ -216,22 +229,30 @@ __device__ __forceinline__ float2 unpack2(uint32_t x) {
 template <int KP, int BV>
 constexpr int fwd_h_min_blocks() { return KP == 128 && BV <= 32 ? 2 : 1; }
 
-template <typename TK, int KP, int BT, int BV, int NS>
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA>
 __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
-    fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units, FwdHVec vec, DeviceErrorRecord* errors) {
-  using C = FwdHMma<TK, KP, BT, BV, NS>;
+    fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units, FwdHVec vec, DeviceErrorRecord* errors,
+                     const __grid_constant__ FwdHMaps maps) {
+  using C = FwdHMma<TK, KP, BT, BV, NS, TMA>;
   using TW = TileUnits<BT, KP>;  // w, k tiles
   using TU = TileUnits<BT, BV>;  // u tile
   using TH = TileUnits<KP, BV>;  // S tile -> h
   pdl_wait_and_release();
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  TK* const wsm = reinterpret_cast<TK*>(smem_raw);  // [NS][BT][kLdK]
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  TK* const wsm = reinterpret_cast<TK*>(smem_raw);  // [NS][BT][kLdK] (TMA: [NS][2][BT][64], swizzled)
   TK* const ksm = wsm + NS * C::kWTile;             // [NS][BT][kLdK]
   TK* const usm = ksm + NS * C::kWTile;             // [NS][BT][kLdV]
   TK* const ssm = usm + NS * C::kUTile;             // S [KP][kLdV]
   TK* const vsm = ssm + C::kSTile;                  // the gated v_new [BT][kLdV]
   float* const gsm = reinterpret_cast<float*>(vsm + C::kUTile);  // [2][BT + 1]: exp(g_last - g_i), exp(g_last)
+  uint64_t* const bars = reinterpret_cast<uint64_t*>(smem_raw + C::kBarOffset);  // [NS] (TMA)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  if constexpr (TMA) {
+    if (tid < NS) mbar_init(bars + tid, 1);
+    mbar_init_fence();
+    __syncthreads();
+  }
+  uint32_t bar_phase = 0;  // bit b: the parity of buffer b's next phase (TMA)
   const int qr = lane / 4, qc = 2 * (lane % 4);  // accumulator fragment: rows qr, qr + 8; columns qc, qc + 1
   const int K = static_cast<int>(a.geo.K), kp = (K + 15) / 16 * 16;
   const int64_t HV = a.geo.HV, V = a.V, KV = static_cast<int64_t>(K) * V, group = HV / a.geo.H;
@@ -254,7 +275,12 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   const TU tu(tid);
   const TH th(tid);
   const uint32_t smem0 = static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw));
-  const uint32_t w_dst = smem0 + static_cast<uint32_t>((tw.i0 * C::kLdK + tw.c) * sizeof(TK));
+  // a thread's first w / k unit in buffer 0: padded rows, or (TMA) 16-byte group g = c / 8 of row i0 in box g / 8 at
+  // swizzled group (g % 8) ^ (i0 % 8); its later units are kRowStep (a multiple of 8) rows further, same group
+  const uint32_t w_dst =
+      smem0 + (TMA ? static_cast<uint32_t>((tw.c >> 6) * C::kBoxBytes + tw.i0 * 128 +
+                                           ((((tw.c >> 3) & 7) ^ (tw.i0 & 7)) << 4))
+                   : static_cast<uint32_t>((tw.i0 * C::kLdK + tw.c) * sizeof(TK)));
   const uint32_t k_dst = w_dst + static_cast<uint32_t>(NS * C::kWTile * sizeof(TK));
   const uint32_t u_dst = smem0 + static_cast<uint32_t>((2 * NS * C::kWTile + tu.i0 * C::kLdV + tu.c) * sizeof(TK));
   const int64_t w_off = vec.w ? tw.i0 * wst + tw.c : 0, k_off = vec.k ? tw.i0 * kst + tw.c : 0;
@@ -294,12 +320,26 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           const int L = static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - tq));
           const uint32_t wb = static_cast<uint32_t>(b * C::kWTile * sizeof(TK));
           const uint32_t ub = static_cast<uint32_t>(b * C::kUTile * sizeof(TK));
-          if (vec.w) {
+          if (TMA && L == BT) {  // whole chunk: w and k tiles by tensor-map copies, K / 64 boxes each
+            // issued by the last thread (warps 0-1 hold the gate rows); the block's reads of the buffer (its previous
+            // chunk) precede it (barrier A), and no generic write to it is outstanding: no proxy fence
+            if (tid == kThreads - 1) {
+              mbar_arrive_expect(bars + b, static_cast<uint32_t>(2 * BT * K * sizeof(TK)));
+              for (int box = 0; box * 64 < K; ++box) {
+                tma_load_4d(smem0 + wb + box * C::kBoxBytes, &maps.w, box * 64, static_cast<int>(hv),
+                            static_cast<int>(tq), static_cast<int>(sb.batch), bars + b);
+                tma_load_4d(smem0 + static_cast<uint32_t>(NS * C::kWTile * sizeof(TK)) + wb + box * C::kBoxBytes,
+                            &maps.k, box * 64, static_cast<int>(hk), static_cast<int>(tq), static_cast<int>(sb.batch),
+                            bars + b);
+              }
+            }
+          } else if (vec.w) {
             cp_tile(tw, w_dst + wb, C::kLdK, wq, w_step, L, kp, K, wp);
           } else {
             gdn::load_tile<TK, BT>(wsm + b * C::kWTile, C::kLdK, kp, wq, wst, L, K, false, kThreads);
           }
-          if (vec.k) {
+          if (TMA && L == BT) {
+          } else if (vec.k) {
             cp_tile(tw, k_dst + wb, C::kLdK, kq, k_step, L, kp, K, kptr);
           } else {
             gdn::load_tile<TK, BT>(ksm + b * C::kWTile, C::kLdK, kp, kq, kst, L, K, false, kThreads);
@@ -360,7 +400,11 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           }
         }
         cp_async_wait<NS - 2>();  // this chunk's tiles have landed
-        __syncthreads();          // barrier A
+        if (TMA && L == BT) {
+          mbar_wait(bars + buf, (bar_phase >> buf) & 1u);
+          bar_phase ^= 1u << buf;
+        }
+        __syncthreads();  // barrier A
         // chunk c + NS - 1 into the buffer of chunk c - 1 (free since barrier A) while this one is computed: with two
         // buffers (the next chunk, one chunk step to land) right away, with more after the mma below
         if constexpr (NS == 2) issue(buf == 0 ? NS - 1 : buf - 1);
@@ -378,13 +422,17 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           for (int e = 0; e < 4; ++e) vacc[p][e] = vodd[p][e] = 0.f;
         }
         if (v_active && vm * 16 < L) {  // warp-uniform
-          const TK* const a_ptr = wsm + buf * C::kWTile + (vm * 16 + (lane & 15)) * C::kLdK + (lane >> 4) * 8;
+          const TK* const a_ptr = wsm + buf * C::kWTile + (vm * 16 + (lane & 15)) * C::kLdK + (TMA ? 0 : (lane >> 4) * 8);
           const int b_row = C::kNPW == 1 ? (lane & 15) : (lane & 7) + ((lane >> 3) & 1) * 8;
           const int b_col = C::kNPW == 1 ? vn0 * 8 : (vn0 + (lane >> 4)) * 8;
           const TK* const b_ptr = ssm + b_row * C::kLdV + b_col;
           auto step = [&](int kk, float (&acc)[C::kNPW][4]) {
             uint32_t af[4];
-            ldmatrix_x4(af, a_ptr + kk);
+            if constexpr (TMA) {  // group (kk % 64) / 8 + lane / 16 of row (lane % 8 mod 8) in box kk / 64
+              ldmatrix_x4(af, a_ptr + (kk >> 6) * (C::kBoxBytes / 2) + (((((kk & 63) >> 3) + (lane >> 4)) ^ (lane & 7)) << 3));
+            } else {
+              ldmatrix_x4(af, a_ptr + kk);
+            }
             if constexpr (C::kNPW == 1) {
               uint32_t b0, b1;
               ldmatrix_x2_trans(b0, b1, b_ptr + kk * C::kLdV);
@@ -470,7 +518,12 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             const int m0 = (warp * C::kMT + m) * 16;
             if (m0 < K) {  // warp-uniform; rows >= K stay zero
               uint32_t af[4];
-              ldmatrix_x4_trans(af, kt + (kk + (lane & 7) + (lane >> 4) * 8) * C::kLdK + m0 + ((lane >> 3) & 1) * 8);
+              if constexpr (TMA) {
+                ldmatrix_x4_trans(af, kt + (kk + (lane & 7) + (lane >> 4) * 8) * C::kLdK + (m0 >> 6) * (C::kBoxBytes / 2) +
+                                          (((((m0 & 63) >> 3) + ((lane >> 3) & 1)) ^ (lane & 7)) << 3));
+              } else {
+                ldmatrix_x4_trans(af, kt + (kk + (lane & 7) + (lane >> 4) * 8) * C::kLdK + m0 + ((lane >> 3) & 1) * 8);
+              }
 #pragma unroll
               for (int p = 0; p < C::kNV / 2; ++p) {
                 mma_m16n8k16<TK>(S[m][2 * p], af, bf[p][0], bf[p][1]);
@@ -493,16 +546,31 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   }
 }
 
-template <typename TK, int KP, int BT, int BV, int NS>
-void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, int device, cudaStream_t s) {
-  using C = FwdHMma<TK, KP, BT, BV, NS>;
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA>
+void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps, int device, cudaStream_t s) {
+  using C = FwdHMma<TK, KP, BT, BV, NS, TMA>;
   const char* op = "chunk_gated_delta_rule_fwd_h";
   const int64_t vblocks = (a.V + BV - 1) / BV;
   const int64_t units = a.geo.N * a.geo.HV * vblocks;
-  auto kernel = fwd_h_mma_kernel<TK, KP, BT, BV, NS>;
+  auto kernel = fwd_h_mma_kernel<TK, KP, BT, BV, NS, TMA>;
   allow_smem(kernel, C::kSmem, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
-  launch_kernel(kernel, dim3(gdn::grid_x(units)), dim3(kThreads), C::kSmem, s, device, a, vblocks, units, vec, errors);
+  launch_kernel(kernel, dim3(gdn::grid_x(units)), dim3(kThreads), C::kSmem, s, device, a, vblocks, units, vec, errors,
+                maps);
+}
+
+/// The launch of one variant: TMA (the w and k tiles of whole chunks by tensor-map copies) where the maps were made
+/// (`tma`: K <= 128, BT = 64).
+template <typename TK, int KP, int BT, int BV, int NS>
+void launch_fwd_h_var(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps, bool tma, int device,
+                      cudaStream_t s) {
+  if constexpr (KP == 128 && BT == 64) {
+    if (tma) {
+      launch_fwd_h_mma<TK, KP, BT, BV, NS, true>(a, vec, maps, device, s);
+      return;
+    }
+  }
+  launch_fwd_h_mma<TK, KP, BT, BV, NS, false>(a, vec, maps, device, s);
 }
 
 /// Blocks the V split of one variant gives.
@@ -514,16 +582,15 @@ int64_t fwd_h_blocks(const FwdHArgs& a, int bv) { return a.geo.N * a.geo.HV * ((
 /// when the grid is one block per SM at most, else two (two blocks per SM then share the latency instead); four
 /// measured 8-15% faster on 2/8 [2048] .. [2 x 16384] and 16/32 [4096], 1-3% slower on 16/32 [8192] / [32768].
 template <typename TK, int KP, int BT, int BV>
-void launch_fwd_h_ns(const FwdHArgs& a, const FwdHVec& vec, int device, cudaStream_t s) {
-  if constexpr (KP > 128) {
-    launch_fwd_h_mma<TK, KP, BT, BV, 2>(a, vec, device, s);
-  } else if constexpr (BV == 64) {
-    launch_fwd_h_mma<TK, KP, BT, BV, 2>(a, vec, device, s);
+void launch_fwd_h_ns(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps, bool tma, int device,
+                     cudaStream_t s) {
+  if constexpr (KP > 128 || BV == 64) {
+    launch_fwd_h_var<TK, KP, BT, BV, 2>(a, vec, maps, tma, device, s);
   } else {
     if (fwd_h_blocks(a, BV) <= sm_count(device)) {
-      launch_fwd_h_mma<TK, KP, BT, BV, 4>(a, vec, device, s);
+      launch_fwd_h_var<TK, KP, BT, BV, 4>(a, vec, maps, tma, device, s);
     } else {
-      launch_fwd_h_mma<TK, KP, BT, BV, 2>(a, vec, device, s);
+      launch_fwd_h_var<TK, KP, BT, BV, 2>(a, vec, maps, tma, device, s);
     }
   }
 }
@@ -532,27 +599,65 @@ void launch_fwd_h_ns(const FwdHArgs& a, const FwdHVec& vec, int device, cudaStre
 /// BT = 16 / 32: 32.
 constexpr int64_t kFillBlocks = 128;
 template <typename TK, int KP, int BT>
-void launch_fwd_h_bv(const FwdHArgs& a, const FwdHVec& vec, int device, cudaStream_t s) {
+void launch_fwd_h_bv(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps, bool tma, int device,
+                     cudaStream_t s) {
   if constexpr (BT == 64) {
     if (fwd_h_blocks(a, 64) >= kFillBlocks) {
-      launch_fwd_h_ns<TK, KP, BT, 64>(a, vec, device, s);
+      launch_fwd_h_ns<TK, KP, BT, 64>(a, vec, maps, tma, device, s);
     } else if (fwd_h_blocks(a, 32) >= kFillBlocks) {
-      launch_fwd_h_ns<TK, KP, BT, 32>(a, vec, device, s);
+      launch_fwd_h_ns<TK, KP, BT, 32>(a, vec, maps, tma, device, s);
     } else {
-      launch_fwd_h_ns<TK, KP, BT, 16>(a, vec, device, s);
+      launch_fwd_h_ns<TK, KP, BT, 16>(a, vec, maps, tma, device, s);
     }
   } else {
-    launch_fwd_h_ns<TK, KP, BT, 32>(a, vec, device, s);
+    launch_fwd_h_ns<TK, KP, BT, 32>(a, vec, maps, tma, device, s);
   }
 }
 
 template <typename TK, int KP>
-void launch_fwd_h_bt(const FwdHArgs& a, const FwdHVec& vec, int device, cudaStream_t s) {
+void launch_fwd_h_bt(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps, bool tma, int device,
+                     cudaStream_t s) {
   switch (a.geo.BT) {
-    case 16: launch_fwd_h_bv<TK, KP, 16>(a, vec, device, s); break;
-    case 32: launch_fwd_h_bv<TK, KP, 32>(a, vec, device, s); break;
-    default: launch_fwd_h_bv<TK, KP, 64>(a, vec, device, s); break;
+    case 16: launch_fwd_h_bv<TK, KP, 16>(a, vec, maps, tma, device, s); break;
+    case 32: launch_fwd_h_bv<TK, KP, 32>(a, vec, maps, tma, device, s); break;
+    default: launch_fwd_h_bv<TK, KP, 64>(a, vec, maps, tma, device, s); break;
   }
+}
+
+/// cuTensorMapEncodeTiled from the driver (through the runtime: the library links no driver library), or null.
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+EncodeTiled encode_tiled() {
+  static const EncodeTiled fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      (void)cudaGetLastError();
+      return static_cast<EncodeTiled>(nullptr);
+    }
+    return reinterpret_cast<EncodeTiled>(p);
+  }();
+  return fn;
+}
+
+/// A [B, T, heads, K] tensor (16-byte rows) as a 4-D tensor map (K, heads, T, B), boxes of 64 x 1 x BT x 1 with
+/// 128-byte swizzle. False where the driver refuses it (then the kernel loads by cp.async).
+bool rows_map(CUtensorMap* m, const GdnIn& x, DType dt, int64_t heads, const GdnGeometry& geo) {
+  const EncodeTiled encode = encode_tiled();
+  if (!encode) return false;
+  const cuuint64_t es = 2;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(geo.K), static_cast<cuuint64_t>(heads),
+                              static_cast<cuuint64_t>(geo.T), static_cast<cuuint64_t>(geo.B)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(x.stride_h) * es, static_cast<cuuint64_t>(x.stride_t) * es,
+                                 static_cast<cuuint64_t>(std::max<int64_t>(x.stride_b, 8)) * es};
+  const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(geo.BT), 1};
+  const cuuint32_t estrides[4] = {1, 1, 1, 1};
+  const CUtensorMapDataType type = dt == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  return encode(m, type, 4, const_cast<void*>(x.data), dims, strides, box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
 /// The tensor-core path: k, w, u, h and v_new all in one 16-bit dtype. Returns false (nothing launched) otherwise.
@@ -567,12 +672,17 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
   vec.h = reinterpret_cast<std::uintptr_t>(a.h.data) % 16 == 0 && V % 8 == 0;
   vec.v_new_pairs = reinterpret_cast<std::uintptr_t>(a.v_new.data) % 4 == 0 && V % 2 == 0 &&
                     a.v_new.stride_t % 2 == 0 && a.v_new.stride_h % 2 == 0 && a.v_new.stride_b % 2 == 0;
+  // Tensor-map tiles: K 64 or 128 (whole boxes), BT 64, 16-byte rows; FUSEOPS_GDN_FWD_H_TMA=0 turns them off.
+  static const bool tma_allowed = !env_switched_off("FUSEOPS_GDN_FWD_H_TMA");
+  FwdHMaps maps{};
+  const bool tma = tma_allowed && (K == 64 || K == 128) && a.geo.BT == 64 && vec.w && vec.k &&
+                   rows_map(&maps.w, a.w, dt, a.geo.HV, a.geo) && rows_map(&maps.k, a.k, dt, a.geo.H, a.geo);
   return gdn::with_16bit(dt, [&](auto tag) {
     using TK = decltype(tag);
     if (K <= 128) {
-      launch_fwd_h_bt<TK, 128>(a, vec, device, s);
+      launch_fwd_h_bt<TK, 128>(a, vec, maps, tma, device, s);
     } else {
-      launch_fwd_h_bt<TK, 256>(a, vec, device, s);
+      launch_fwd_h_bt<TK, 256>(a, vec, maps, tma, device, s);
     }
   });
 }

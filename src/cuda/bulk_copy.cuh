@@ -1,0 +1,50 @@
+// mbarrier and tensor-memory-accelerator primitives of sm_90: a tile of a tensor map copied into shared memory by one
+// instruction (cp.async.bulk.tensor), completing on an mbarrier.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace fuseops::detail::cuda {
+
+/// A phase of an mbarrier initialised with count 1 completes once its one arrival (mbar_arrive_expect, announcing the
+/// bytes) and the copies' bytes have all arrived; waiting threads then see the copied bytes.
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+/// Makes initialised mbarriers visible to the asynchronous proxy (before a block barrier and their first use).
+__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+/// The one arrival of a phase, with the bytes its copies bring.
+__device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+}
+/// Waits until the phase of parity `parity` of `bar` has completed.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  }
+}
+/// Orders this thread's earlier shared-memory accesses (and those of the threads it synchronised with) before its
+/// later asynchronous-proxy copies into the same bytes.
+__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+/// The box of a 4-D tensor map at coordinates (c0 innermost .. c3) -> shared address `dst` (aligned as the map's
+/// swizzle needs: 1024 bytes for 128-byte swizzle), completing on `bar`. `map`: a __grid_constant__ kernel parameter.
+__device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                            uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
+      : "memory");
+}
+
+}  // namespace fuseops::detail::cuda
