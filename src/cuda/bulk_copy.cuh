@@ -33,9 +33,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
   }
 }
-/// Orders this thread's earlier shared-memory accesses (and those of the threads it synchronised with) before its
-/// later asynchronous-proxy copies into the same bytes.
-__device__ __forceinline__ void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 /// The box of a 4-D tensor map at coordinates (c0 innermost .. c3) -> shared address `dst` (aligned as the map's
 /// swizzle needs: 1024 bytes for 128-byte swizzle), completing on `bar`. `map`: a __grid_constant__ kernel parameter.
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
