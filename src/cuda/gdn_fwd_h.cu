@@ -676,10 +676,11 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
   vec.h = reinterpret_cast<std::uintptr_t>(a.h.data) % 16 == 0 && V % 8 == 0;
   vec.v_new_pairs = reinterpret_cast<std::uintptr_t>(a.v_new.data) % 4 == 0 && V % 2 == 0 &&
                     a.v_new.stride_t % 2 == 0 && a.v_new.stride_h % 2 == 0 && a.v_new.stride_b % 2 == 0;
-  // Tensor-map tiles: K 64 or 128 (whole boxes), BT 64, 16-byte rows; FUSEOPS_GDN_FWD_H_TMA=0 turns them off.
+  // Tensor-map tiles: K 64 or 128 (whole boxes), BT 64, 16-byte rows, token coordinates in int32;
+  // FUSEOPS_GDN_FWD_H_TMA=0 turns them off.
   static const bool tma_allowed = !env_switched_off("FUSEOPS_GDN_FWD_H_TMA");
   FwdHMaps maps{};
-  const bool tma = tma_allowed && (K == 64 || K == 128) && a.geo.BT == 64 && vec.w && vec.k &&
+  const bool tma = tma_allowed && (K == 64 || K == 128) && a.geo.BT == 64 && vec.w && vec.k && a.geo.T <= INT32_MAX &&
                    rows_map(&maps.w, a.w, dt, a.geo.HV, a.geo) && rows_map(&maps.k, a.k, dt, a.geo.H, a.geo);
   return gdn::with_16bit(dt, [&](auto tag) {
     using TK = decltype(tag);
