@@ -520,11 +520,11 @@ TEST_P(MoeTest, GroupedTopkGroupWarpsF32AndF16Logits) {
   }
 }
 
-// The groups-of-32 router's sigmoid without the reciprocal's range test and the sanitising (moe_sigmoid_mid, taken
-// while every logit of a warp's 4 tokens is above -80) and its exact fallback: logits spread over [-79.5, 100] in
-// the tokens of every other warp (1 + e^-x up to e^79.5, the fast path's end; +inf and -0 in some rows) and over
-// [-200, 100] in the others (the fallback), bf16 and f16: 2100 tokens against the golden, and the first 64 bit for
-// bit against moe_route's fused router (one warp per token, moe_sigmoid) on the same rows.
+// The GPU's sigmoid (moe_sigmoid: the hardware's exp2 and reciprocal, 0 below 2^-126) over its whole range, and the
+// groups-of-32 router's sanitising of NaN alone (sigmoid32): logits spread over [-79.5, 100] in the tokens of every
+// other warp (+inf and -0 in some rows) and over [-200, 100] in the others (1 + e^-x overflows, results below
+// 2^-126), bf16 and f16: 2100 tokens against the golden, and the first 64 bit for bit against moe_route's fused
+// router (one warp per token, moe_sigmoid of the sanitised logits) on the same rows.
 TEST_P(MoeTest, GroupedTopkGroupsOf32SigmoidRange) {
   for (DType dtype : {DType::bf16, DType::f16}) {
     RouteProblem p = grouped_problem(2100, 256, 8, 8, 4, true, MoeScoring::sigmoid);
