@@ -42,13 +42,20 @@ constexpr int kGroups32MaxExperts = 512;
 /// Shared scratch of one warp: the order keys of its lanes' groups, 32 per lane.
 constexpr int kGroups32HalvesWords = 32 * 32;
 
-/// The sanitised bias in the block's shared memory (`bias_sh`, kGroups32MaxExperts floats, 16-byte aligned), read by
-/// every token of the block: a contiguous fp32 bias (groups32_lanes checks it). Ends with a barrier of the block.
+/// Position of bias entry e in the block's shared memory: group g = e / 32 keeps its 8 chunks of 4 entries, chunk c
+/// at chunk (c + g) mod 8 of the group, so that the 8 lanes of a quarter warp, which read chunk c of groups g .. g + 7
+/// in the key forming, hit 8 different banks (unswizzled, the groups' 128-byte rows put every lane's chunk c in the
+/// same 4 banks: 32 wavefronts per 16-byte load instead of 4, the kernel's most loaded shared-memory instruction).
+__device__ __forceinline__ int bias32_slot(int e) { return (e & ~31) | ((((e >> 2) + (e >> 5)) & 7) << 2) | (e & 3); }
+
+/// The sanitised bias in the block's shared memory (`bias_sh`, kGroups32MaxExperts floats, 16-byte aligned, entry e
+/// at bias32_slot(e)), read by every token of the block: a contiguous fp32 bias (groups32_lanes checks it). Ends
+/// with a barrier of the block.
 __device__ __forceinline__ void stage_bias32(const RouteParams& p, float* bias_sh) {
 #pragma unroll
   for (int r = 0; r < kGroups32MaxExperts / (kRouteWarps * 32); ++r) {  // blocks of kRouteWarps warps
     const int i = static_cast<int>(threadIdx.x) + r * kRouteWarps * 32;
-    if (i < p.E) bias_sh[i] = moe_sanitize(static_cast<const float*>(p.bias)[i]);
+    if (i < p.E) bias_sh[bias32_slot(i)] = moe_sanitize(static_cast<const float*>(p.bias)[i]);
   }
   __syncthreads();
 }
@@ -294,8 +301,8 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   for (int c = 0; c < 8; ++c) {
     uint32_t key[4];
     [[maybe_unused]] float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (bias_sh is 16-byte aligned, base + 4c too)
-      const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[c];
+    if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (16-byte aligned chunks; bias32_slot's order)
+      const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[(c + s) & 7];
       bias4[0] = b4.x;
       bias4[1] = b4.y;
       bias4[2] = b4.z;
