@@ -170,7 +170,8 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
   static_assert(kMoeAlignWideMaxExperts <= NT, "one expert per thread in steps 3 and 4");
   const int E = p.E, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const unsigned cl = cluster_blocks(), rank = cluster_rank();
-  const unsigned clusters = gridDim.x / cl, c = blockIdx.x / cl;
+  const unsigned lg = static_cast<unsigned>(__ffs(static_cast<int>(cl)) - 1);  // cl is a power of two (the plan's)
+  const unsigned clusters = gridDim.x >> lg, c = blockIdx.x >> lg;  // (a division's ~15 instructions before the loads)
   const int zero = static_cast<int>(moe_align_wide_zeroed_words(E));
   int* cnt = smem;              // [W][E]: per-warp counts, then their exclusive prefix over warps
   int* hist = cnt + W * E;      // [E + 1]: ids of each expert in this block's chunk; [E]: skipped ids
