@@ -724,6 +724,20 @@ TEST_P(MoeTest, MoeRouteDecodeCases) {
   }
 }
 
+// moe_route's router kernels that fill the schedule's padding before the wide schedule (CUDA: every router kernel
+// can; these sizes reach the lanes router (E <= 16 from 1024 tokens) and the packed router) against the golden and
+// bit for bit against the parts, whose schedule writes every word itself.
+TEST_P(MoeTest, MoeRouteRouterFillsSchedule) {
+  struct Case {
+    int64_t T, E, k;
+  };
+  for (const Case& c : {Case{1500, 8, 2}, Case{1024, 16, 4}, Case{700, 60, 4}}) {
+    RouteProblem p = grouped_problem(c.T, c.E, c.k, 1, 1, false, MoeScoring::softmax);
+    p.op = RouteOp::moe_route;
+    check_route_and_parts(p);
+  }
+}
+
 TEST_P(MoeTest, MoeRouteWideBiasedRouter) {
   // Kimi-K2-like (384 experts, bias): the CUDA moe_route runs the router and the schedule as two launches there.
   RouteProblem p = grouped_problem(16, 384, 8, 1, 1, true, MoeScoring::sigmoid);
