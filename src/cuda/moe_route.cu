@@ -7,8 +7,7 @@
 // - otherwise up to kFusedMaxTokens tokens (and not E > 256 with a bias): a cluster whose blocks of up to 32 warps
 //   route a contiguous range of tokens each and then build the schedule of those tokens' ids together
 //   (align_schedule);
-// - otherwise the two launches, the wide schedule variant after the router with capped registers; the router kernel
-//   then also fills the schedule's padding (route_filling_schedule), which the wide variant does not rewrite.
+// - otherwise the two launches, the wide schedule variant after the router with capped registers.
 // Every path runs the same device code as topk_softmax / grouped_topk and moe_align_block_size, so the results are
 // identical. (Tried and removed, measured slower than the two launches at 1-64 tokens on every model: blocks that
 // each route every token into shared memory and compute the whole schedule, and a cluster routing one token per
