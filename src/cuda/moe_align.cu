@@ -216,13 +216,10 @@ MoeAlignPlan align_plan(int64_t numel, int64_t E, int64_t out_words, int device)
 
 namespace {
 
-/// `prefilled` (after moe_route's router only): the router filled the outputs (route_filling_schedule), which only
-/// the wide variant takes into account (the others write every word).
-void align_launch(const char* op, const AlignArgs& args, int device, void* stream, bool after_route,
-                  bool prefilled) {
+void align_launch(const char* op, const AlignArgs& args, int device, void* stream, bool after_route) {
   DeviceGuard guard(device, op);
   auto s = static_cast<cudaStream_t>(stream);
-  AlignParams p = align_params(args, device);
+  const AlignParams p = align_params(args, device);
   const MoeAlignPlan plan = align_plan(p.numel, args.E, args.sorted_len + args.blocks, device);
   const std::size_t smem = static_cast<std::size_t>(plan.smem_words) * sizeof(int);
   if (plan.replicas > 0) {
@@ -235,7 +232,6 @@ void align_launch(const char* op, const AlignArgs& args, int device, void* strea
     after_launch(op, s, device);
     return;
   }
-  p.prefilled = after_route && prefilled;  // read by the wide variant only
   if (align_wide_launch(op, p, device, s, after_route)) {
     after_launch(op, s, device);
     return;
@@ -258,20 +254,11 @@ void align_launch(const char* op, const AlignArgs& args, int device, void* strea
 }  // namespace
 
 void align(const char* op, const AlignArgs& args, int device, void* stream) {
-  align_launch(op, args, device, stream, false, false);
+  align_launch(op, args, device, stream, false);
 }
 
-void align_after_route(const char* op, const AlignArgs& args, int device, void* stream, bool prefilled) {
-  align_launch(op, args, device, stream, true, prefilled);
-}
-
-bool align_wide_after_route(const AlignArgs& args, int device) {
-  const AlignParams p = align_params(args, device);
-  if (align_plan(p.numel, args.E, args.sorted_len + args.blocks, device).replicas > 0) return false;
-  const int max_cluster = is_sm90_or_newer(device) ? static_cast<int>(kMaxCluster) : 1;
-  return moe_align_wide_plan(p.numel, p.E, max_cluster, kMoeAlignSmemWords, align_wide_min_ids(),
-                             align_wide_own_ids_after_route(), true)
-             .clusters != 0;
+void align_after_route(const char* op, const AlignArgs& args, int device, void* stream) {
+  align_launch(op, args, device, stream, true);
 }
 
 }  // namespace fuseops::detail::cuda

@@ -45,7 +45,6 @@ struct AlignParams {
   int E, block_size;
   DeviceErrorRecord* record;
   uint32_t ids_site, map_site;
-  int prefilled;  ///< the wide variant after moe_route's router: padding and -1 blocks already written (align_fill)
 };
 
 __device__ __forceinline__ unsigned cluster_blocks() {
@@ -287,11 +286,9 @@ struct AlignSmem {
 
 /// Step 6: padding, expert_ids and num_tokens_post_padded from the region starts `start` [E + 1] (multiples of
 /// block_size) and the counts `count` [E] in shared memory, by all threads of `parts` blocks (a cluster, or the
-/// small variant's independent blocks), this one being `part`. `prefilled`: sorted_token_ids and expert_ids already
-/// hold numel and -1 (moe_route's router filled them: AlignParams::prefilled), so only the used blocks' experts and
-/// the total are written.
+/// small variant's independent blocks), this one being `part`.
 inline __device__ void align_fill(const AlignParams& p, const int* start, const int* count, unsigned parts,
-                                  unsigned part, bool prefilled = false) {
+                                  unsigned part) {
   const int E = p.E, bs = p.block_size, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
   // Warps numbered across the parts first (warp w of part q is q + w * parts), so that consecutive experts go to
   // different blocks and every block gets a share.
@@ -315,17 +312,13 @@ inline __device__ void align_fill(const AlignParams& p, const int* start, const 
       busy &= busy - 1;
       const int u = __shfl_sync(0xffffffffu, used, src), h = __shfl_sync(0xffffffffu, hi, src);
       const int b0 = __shfl_sync(0xffffffffu, blo, src), b1 = __shfl_sync(0xffffffffu, bhi, src);
-      if (!prefilled) {
-        for (int j = u + lane; j < h; j += 32) p.sorted[j] = p.numel;
-      }
+      for (int j = u + lane; j < h; j += 32) p.sorted[j] = p.numel;
       for (int b = b0 + lane; b < b1; b += 32) p.expert_ids[b] = e0 + src;
     }
   }
   const int gt = static_cast<int>(part * blockDim.x + threadIdx.x), gs = static_cast<int>(parts * blockDim.x);
-  if (!prefilled) {
-    for (int j = total + gt; j < p.sorted_len; j += gs) p.sorted[j] = p.numel;
-    for (int b = total / bs + gt; b < p.blocks; b += gs) p.expert_ids[b] = -1;
-  }
+  for (int j = total + gt; j < p.sorted_len; j += gs) p.sorted[j] = p.numel;
+  for (int b = total / bs + gt; b < p.blocks; b += gs) p.expert_ids[b] = -1;
   if (gt == 0) *p.total = total;
 }
 

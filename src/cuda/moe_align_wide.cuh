@@ -282,7 +282,7 @@ inline __device__ void align_wide(const AlignParams& p, int64_t slice, int* smem
     const int e = static_cast<int>(v >> 16);
     p.sorted[start[e] + before[e] + q - local[e]] = lo + static_cast<int>(v & 0xffffu);
   }
-  align_fill(p, start, count, gridDim.x, blockIdx.x, p.prefilled != 0);
+  align_fill(p, start, count, gridDim.x, blockIdx.x);
   cluster_wait(cl);  // no block leaves while another may still read its histogram or owned counts
 }
 

@@ -29,16 +29,7 @@ int64_t align_small_max_ids();
 bool align_small_prefill_enabled();
 /// align() launched right after a router kernel of the same moe_route call (route()): the small variant then fills
 /// its outputs' padding before the PDL wait (align_small_after_route_kernel), overlapping the router. Only there.
-/// `prefilled`: the router kernel filled sorted_token_ids and expert_ids (route_filling_schedule); the wide variant
-/// then writes only the ids, the used blocks' experts and the total (the other variants write every word anyway).
-void align_after_route(const char* op, const AlignArgs& args, int device, void* stream, bool prefilled = false);
-/// Whether align_after_route takes the wide variant for these arguments (moe_route then lets its router fill the
-/// schedule's padding: route_filling_schedule).
-bool align_wide_after_route(const AlignArgs& args, int device);
-/// route() whose kernel also fills `schedule`'s sorted_token_ids with numel and expert_ids with -1 (after its PDL
-/// wait), for align_after_route(..., prefilled = true).
-void route_filling_schedule(const char* op, const RouteArgs& args, const AlignArgs& schedule, int device,
-                            void* stream);
+void align_after_route(const char* op, const AlignArgs& args, int device, void* stream);
 /// Kernel parameters of the schedule.
 AlignParams align_params(const AlignArgs& a, int device);
 /// Kernel parameters of a router.

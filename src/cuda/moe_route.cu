@@ -56,11 +56,6 @@ void route_then_align(const char* op, const RouteArgs& r, const AlignArgs& a, in
     align(op, a, device, stream);
     return;
   }
-  if (align_wide_after_route(a, device)) {  // the router fills the schedule's padding: less for the wide variant
-    route_filling_schedule(op, r, a, device, stream);
-    align_after_route(op, a, device, stream, true);
-    return;
-  }
   route(op, r, device, stream);
   align_after_route(op, a, device, stream);
 }

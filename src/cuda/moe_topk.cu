@@ -13,23 +13,12 @@
 namespace fuseops::detail::cuda {
 namespace {
 
-/// moe_route's padding of its schedule (RouteParams::fill_sorted), grid-strided over the router's threads, after the
-/// PDL wait (a kernel before the router may still read the previous schedule). The schedule kernel's own wait then
-/// orders these stores before its stores of the ids and the used blocks' experts (the router grid has completed).
-__device__ __forceinline__ void route_fill_schedule(const RouteParams& p) {
-  if (p.fill_sorted == nullptr) return;
-  const int nt = static_cast<int>(gridDim.x * blockDim.x), tid = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
-  fill_words(p.fill_sorted, 0, p.fill_sorted_len, p.fill_value, tid, nt);
-  fill_words(p.fill_expert_ids, 0, p.fill_blocks, -1, tid, nt);
-}
-
 template <typename T, int VPT, bool BIAS>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(RouteParams p) {
   __shared__ float keys[kRouteWarps][route_scratch_floats(VPT)];
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   prefetch_logits_l2<T>(p, static_cast<int>(blockIdx.x) * kRouteWarps + warp, 1, lane);
   pdl_wait_and_release();
-  route_fill_schedule(p);
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
     route_token<T, VPT, BIAS>(p, t, keys[warp], lane);
@@ -42,7 +31,6 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_packed_kernel(RoutePar
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   prefetch_logits_l2<T>(p, static_cast<int>(blockIdx.x) * kRouteWarps + warp, 1, lane);
   pdl_wait_and_release();
-  route_fill_schedule(p);
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
     route_token_packed<T, VPT>(p, t, lane);
@@ -59,7 +47,6 @@ __global__ void __launch_bounds__(kRouteWarps * 32, VPT == 16 ? 8 : 4) route_thr
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   prefetch_logits_l2<T>(p, static_cast<int>(blockIdx.x) * kRouteWarps + warp, 1, lane);
   pdl_wait_and_release();
-  route_fill_schedule(p);
   for (int t = static_cast<int>(blockIdx.x) * kRouteWarps + warp; t < p.T;
        t += static_cast<int>(gridDim.x) * kRouteWarps) {
     if (!route_token_threshold<T, VPT>(p, t, lane, sh[warp], raw[warp])) route_token_packed<T, VPT>(p, t, lane);
@@ -75,7 +62,6 @@ __global__ void __launch_bounds__(1024) route_group_warps_kernel(RouteParams p) 
   if (warp == 0) prefetch_logits_l2<T>(p, t, 1, lane);
   if (BIAS && warp == 1) prefetch_bias_l2(p, lane);
   pdl_wait_and_release();
-  route_fill_schedule(p);
   route_group_warps_rank<T, BIAS>(p, t, sh, warp, lane);
   __syncthreads();
   if (warp == 0) route_group_warps_select<BIAS>(p, t, sh, lane);
@@ -85,7 +71,6 @@ __global__ void __launch_bounds__(1024) route_group_warps_kernel(RouteParams p) 
 template <typename T, int L>
 __global__ void __launch_bounds__(kRouteWarps * 32) route_lanes_kernel(RouteParams p) {
   pdl_wait_and_release();
-  route_fill_schedule(p);
   constexpr int kPerWarp = 32 / L;
   const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
   const int first = (static_cast<int>(blockIdx.x) * kRouteWarps + warp) * kPerWarp;
@@ -111,7 +96,6 @@ __global__ void __launch_bounds__(kRouteWarps * 32, sizeof(T) == 4 ? 4 : HALVES 
   // 1.26 us slower cold; the first block is placed first, while the previous kernel's last blocks run.
   if (BIAS && blockIdx.x == 0 && warp == 1) prefetch_bias_l2(p, lane);
   pdl_wait_and_release();
-  route_fill_schedule(p);
   const int step = static_cast<int>(gridDim.x) * kRouteWarps * kPerWarp;
   // With a bias, the first token's logits are loaded before the bias is staged (the two loads' latencies overlap
   // instead of adding up: the staging ends with a barrier of the block).
@@ -198,12 +182,10 @@ RouteParams route_params(const RouteArgs& a) {
   return p;
 }
 
-namespace {
-
-/// route() with its kernel parameters given (route_params, possibly with the schedule fill of moe_route).
-void route_launch(const char* op, const RouteArgs& args, const RouteParams& p, int device, void* stream) {
+void route(const char* op, const RouteArgs& args, int device, void* stream) {
   DeviceGuard guard(device, op);
   auto s = static_cast<cudaStream_t>(stream);
+  const RouteParams p = route_params(args);
   if (args.T >= kLanesMinTokens && args.E <= 16 && args.topk_group >= args.n_group) {
     const int lanes = args.E <= 8 ? 8 : 16, per_block = kRouteWarps * (32 / lanes);
     const int64_t blocks = std::min<int64_t>((args.T + per_block - 1) / per_block, 16 * sm_count(device));
@@ -256,23 +238,6 @@ void route_launch(const char* op, const RouteArgs& args, const RouteParams& p, i
                   dim3(static_cast<unsigned>(blocks)), dim3(kRouteWarps * 32), 0, s, device, p);
   });
   after_launch(op, s, device);
-}
-
-}  // namespace
-
-void route(const char* op, const RouteArgs& args, int device, void* stream) {
-  route_launch(op, args, route_params(args), device, stream);
-}
-
-void route_filling_schedule(const char* op, const RouteArgs& args, const AlignArgs& schedule, int device,
-                            void* stream) {
-  RouteParams p = route_params(args);
-  p.fill_sorted = schedule.sorted;
-  p.fill_expert_ids = schedule.expert_ids;
-  p.fill_sorted_len = static_cast<int>(schedule.sorted_len);
-  p.fill_blocks = static_cast<int>(schedule.blocks);
-  p.fill_value = static_cast<int>(schedule.ids.rows * schedule.ids.cols);
-  route_launch(op, args, p, device, stream);
 }
 
 }  // namespace fuseops::detail::cuda

@@ -40,11 +40,6 @@ struct RouteParams {
   int T, E, k, n_group, topk_group, softmax, renormalize;
   float scale;
   float inv_k;  ///< 1 / k (fp32, correctly rounded as on the device): the weights of a renormalised row whose sum is 0
-  /// moe_route's schedule outputs that the router fills (nullptr: none): sorted_token_ids [fill_sorted_len] with
-  /// fill_value (numel) and expert_ids [fill_blocks] with -1, for the wide schedule after it (AlignParams::prefilled).
-  int32_t* fill_sorted;
-  int32_t* fill_expert_ids;
-  int fill_sorted_len, fill_blocks, fill_value;
 };
 
 __device__ __forceinline__ float load_any_float(const void* p, int dtype, int64_t i) {
