@@ -724,10 +724,9 @@ TEST_P(MoeTest, MoeRouteDecodeCases) {
   }
 }
 
-// moe_route's router kernels that fill the schedule's padding before the wide schedule (CUDA: every router kernel
-// can; these sizes reach the lanes router (E <= 16 from 1024 tokens) and the packed router) against the golden and
-// bit for bit against the parts, whose schedule writes every word itself.
-TEST_P(MoeTest, MoeRouteRouterFillsSchedule) {
+// moe_route with the wide schedule after the lanes router (E <= 16 from 1024 tokens) and the packed router, against
+// the golden and bit for bit against its parts.
+TEST_P(MoeTest, MoeRouteWideAfterLanesAndPackedRouters) {
   struct Case {
     int64_t T, E, k;
   };
