@@ -21,19 +21,6 @@
 
 namespace fuseops::detail::cuda {
 
-/// Smallest logit (exclusive) for which moe_sigmoid_mid equals moe_sigmoid: 1 + e^80 < 2^126.
-constexpr float kSigmoidMidMin = -80.0f;
-
-/// moe_sigmoid(x) bit for bit for a sanitised x > kSigmoidMidMin: 1 + e^-x is then in [1, 2^126), where the
-/// correctly rounded reciprocal (div.rn / rcp.rn) is its fast path, MUFU.RCP and one FMA correction, without the
-/// range test and the branch around its slow path (6 instructions fewer per score).
-__device__ __forceinline__ float moe_sigmoid_mid(float x) {
-  const float y = 1.0f + expf(-x);
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(y));
-  return fmaf(r, -fmaf(y, r, -1.0f), r);
-}
-
 /// Sum of the k weights as route_token's warp_sum adds them: output j = m L + s sits in slot m of lane s (zeros
 /// past k); offsets 16 .. L of the butterfly flip m (pairs of this lane's slots), L/2 .. 1 flip s (shuffles).
 template <int L>
@@ -55,13 +42,20 @@ constexpr int kGroups32MaxExperts = 512;
 /// Shared scratch of one warp: the order keys of its lanes' groups, 32 per lane.
 constexpr int kGroups32HalvesWords = 32 * 32;
 
-/// The sanitised bias in the block's shared memory (`bias_sh`, kGroups32MaxExperts floats, 16-byte aligned), read by
-/// every token of the block: a contiguous fp32 bias (groups32_lanes checks it). Ends with a barrier of the block.
+/// Position of bias entry e in the block's shared memory: group g = e / 32 keeps its 8 chunks of 4 entries, chunk c
+/// at chunk (c + g) mod 8 of the group, so that the 8 lanes of a quarter warp, which read chunk c of groups g .. g + 7
+/// in the key forming, hit 8 different banks (unswizzled, the groups' 128-byte rows put every lane's chunk c in the
+/// same 4 banks: 32 wavefronts per 16-byte load instead of 4, the kernel's most loaded shared-memory instruction).
+__device__ __forceinline__ int bias32_slot(int e) { return (e & ~31) | ((((e >> 2) + (e >> 5)) & 7) << 2) | (e & 3); }
+
+/// The sanitised bias in the block's shared memory (`bias_sh`, kGroups32MaxExperts floats, 16-byte aligned, entry e
+/// at bias32_slot(e)), read by every token of the block: a contiguous fp32 bias (groups32_lanes checks it). Ends
+/// with a barrier of the block.
 __device__ __forceinline__ void stage_bias32(const RouteParams& p, float* bias_sh) {
 #pragma unroll
   for (int r = 0; r < kGroups32MaxExperts / (kRouteWarps * 32); ++r) {  // blocks of kRouteWarps warps
     const int i = static_cast<int>(threadIdx.x) + r * kRouteWarps * 32;
-    if (i < p.E) bias_sh[i] = moe_sanitize(static_cast<const float*>(p.bias)[i]);
+    if (i < p.E) bias_sh[bias32_slot(i)] = moe_sanitize(static_cast<const float*>(p.bias)[i]);
   }
   __syncthreads();
 }
@@ -128,12 +122,10 @@ __device__ __forceinline__ void pick_experts(const RouteParams& p, uint32_t (&uk
   }
 }
 
-/// The score of a logit as route_token computes it (sigmoid of the sanitised value); FAST (every logit of the warp
-/// above kSigmoidMidMin, with a bias) takes moe_sigmoid_mid, bitwise the same there.
-template <bool BIAS>
-__device__ __forceinline__ float score32(bool fast, float x) {
-  return fast && BIAS ? moe_sigmoid_mid(x) : moe_sigmoid(moe_sanitize(x));
-}
+/// The score of a logit as route_token computes it, moe_sigmoid(moe_sanitize(x)) bit for bit with one instruction
+/// of sanitising: moe_sigmoid gives the same bits for +inf as for FLT_MAX (1) and for -0 as for +0 (1/2), so only NaN
+/// (and -inf, which gives 0 either way) is mapped, to -FLT_MAX.
+__device__ __forceinline__ float sigmoid32(float x) { return moe_sigmoid(fmaxf(x, -FLT_MAX)); }
 
 /// Most candidates of a token in rank_candidates32 (a warp with a token above it takes pick_experts).
 constexpr int kGroups32MaxCandidates = 32;
@@ -179,7 +171,7 @@ __device__ __forceinline__ void store_pair_if_bit(uint32_t& to, uint32_t k, uint
 template <typename T, int L, bool BIAS>
 __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const uint32_t (&half)[16], int first,
                                                   bool kept, uint32_t second, int lane, uint32_t* cand,
-                                                  const T* row, bool fast, int& out_id, float& w) {
+                                                  const T* row, int& out_id, float& w) {
   const int s = lane & (L - 1);
   uint32_t tau = kept ? second : ~0u;
 #pragma unroll
@@ -230,11 +222,11 @@ __device__ __forceinline__ bool rank_candidates32(const RouteParams& p, const ui
     }
     if (ra < p.k) {
       by_rank[ra] = ~a.y;
-      score_by_rank[ra] = score32<BIAS>(fast, to_float(xa));
+      score_by_rank[ra] = sigmoid32(to_float(xa));
     }
     if (r1 < C && rb < p.k) {
       by_rank[rb] = ~b.y;
-      score_by_rank[rb] = score32<BIAS>(fast, to_float(xb));
+      score_by_rank[rb] = sigmoid32(to_float(xb));
     }
   }
   __syncwarp();
@@ -265,29 +257,6 @@ struct Group32Logits {
       return raw[i / CH].get(i % CH);
     }
   }
-  /// Whether every logit is above lo (false for NaN): a NaN-propagating minimum of the packed values, compared once.
-  __device__ __forceinline__ bool above(float lo) const {
-    if constexpr (sizeof(T) == 2) {
-      uint32_t m = raw[0].u.raw.x;
-#pragma unroll
-      for (int c = 0; c < 32 / CH; ++c) {
-        const uint4 r = raw[c].u.raw;
-        m = min_nan2(m, c == 0 ? r.y : r.x);
-        if (c != 0) m = min_nan2(m, r.y);
-        m = min_nan2(m, r.z);
-        m = min_nan2(m, r.w);
-      }
-      T h[2];
-      memcpy(h, &m, sizeof(m));
-      return to_float(h[0]) > lo && to_float(h[1]) > lo;
-    } else {
-      bool ok = true;
-#pragma unroll
-      for (int i = 0; i < 32; ++i) ok = ok && get(i) > lo;
-      return ok;
-    }
-  }
-  static __device__ __forceinline__ uint32_t min_nan2(uint32_t x, uint32_t y) { return minmax_nan2<T, false>(x, y); }
 };
 
 /// The row of token t (row 0 for t >= T: those segments compute and store nothing).
@@ -325,54 +294,37 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   // bias. Each goes to the warp's scratch as its order key (lane l's row of 8 16-byte chunks, chunk c at c ^ (l & 7):
   // the 8 lanes of a quarter warp store to different banks) while running top-two pairs over the keys i = j mod 4
   // give the group's top two (top_two32's selects, in another order: the same multiset). Only 4 keys are live.
-  // FAST: the sigmoid's reciprocal without its range test (moe_sigmoid_mid), valid while every logit of the warp is
-  // above -80; else the warp forms its keys again with moe_sigmoid.
   uint32_t a[2], b[2];  // running top-two order keys over the key pairs (j, j + 1), j = 0, 2
   uint32_t* mine = halves + 32 * lane;
-  auto form_keys = [&](auto fast_tag) {
-    [[maybe_unused]] constexpr bool FAST = decltype(fast_tag)::value;
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      uint32_t key[4];
-      [[maybe_unused]] float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (bias_sh is 16-byte aligned, base + 4c too)
-        const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[c];
-        bias4[0] = b4.x;
-        bias4[1] = b4.y;
-        bias4[2] = b4.z;
-        bias4[3] = b4.w;
-      }
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float v = g.get(4 * c + j);
-        if constexpr (BIAS) {
-          // Above -80 (NaN and -inf are not) the sanitising changes nothing that the sigmoid sees: -0 and +inf give
-          // the scores of +0 and FLT_MAX.
-          key[j] = moe_order_key((FAST ? moe_sigmoid_mid(v) : moe_sigmoid(moe_sanitize(v))) + bias4[j]);
-        } else {
-          key[j] = moe_order_key(moe_sanitize(v));
-        }
-      }
-#pragma unroll
-      for (int j = 0; j < 4; j += 2) {  // top two of {a, b, key j, key j + 1}: 3-input min / max (VIMNMX3)
-        const uint32_t hi = max(key[j], key[j + 1]), lo = min(key[j], key[j + 1]);
-        if (c == 0) {
-          a[j / 2] = hi;
-          b[j / 2] = lo;
-        } else {
-          b[j / 2] = max(max(b[j / 2], min(a[j / 2], hi)), lo);
-          a[j / 2] = max(a[j / 2], hi);
-        }
-      }
-      reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(key[0], key[1], key[2], key[3]);
-    }
-  };
   __syncwarp();  // the previous tokens' reads of the scratch are done
-  const bool fast = !BIAS || __all_sync(kFullMask, g.above(kSigmoidMidMin));
-  if (fast) {
-    form_keys(std::true_type{});
-  } else {
-    form_keys(std::false_type{});
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    uint32_t key[4];
+    [[maybe_unused]] float bias4[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if constexpr (BIAS) {  // one 16-byte shared load per 4 keys (16-byte aligned chunks; bias32_slot's order)
+      const float4 b4 = reinterpret_cast<const float4*>(bias_sh + base)[(c + s) & 7];
+      bias4[0] = b4.x;
+      bias4[1] = b4.y;
+      bias4[2] = b4.z;
+      bias4[3] = b4.w;
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const float v = g.get(4 * c + j);
+      key[j] = moe_order_key(BIAS ? sigmoid32(v) + bias4[j] : moe_sanitize(v));
+    }
+#pragma unroll
+    for (int j = 0; j < 4; j += 2) {  // top two of {a, b, key j, key j + 1}: 3-input min / max (VIMNMX3)
+      const uint32_t hi = max(key[j], key[j + 1]), lo = min(key[j], key[j + 1]);
+      if (c == 0) {
+        a[j / 2] = hi;
+        b[j / 2] = lo;
+      } else {
+        b[j / 2] = max(max(b[j / 2], min(a[j / 2], hi)), lo);
+        a[j / 2] = max(a[j / 2], hi);
+      }
+    }
+    reinterpret_cast<uint4*>(mine)[c ^ (lane & 7)] = make_uint4(key[0], key[1], key[2], key[3]);
   }
   bool kept = true;
   [[maybe_unused]] uint32_t second = 0;  // the order key of the group's second key (HALVES)
@@ -414,7 +366,7 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
       half[4 * j + 3] = v.w;
     }
     ranked = p.ranks && p.k <= L &&
-             rank_candidates32<T, L, BIAS>(p, half, 32 * src + 16 * h, kept, second, lane, cand, row, fast, out_id[0],
+             rank_candidates32<T, L, BIAS>(p, half, 32 * src + 16 * h, kept, second, lane, cand, row, out_id[0],
                                            w[0]);
     if (!ranked) pick_experts<L, 16>(p, half, 32 * src + 16 * h, s, out_id);
   } else {
@@ -433,7 +385,7 @@ __device__ __forceinline__ void route_groups32(const RouteParams& p, int t, int 
   // score, and as route_token's weight).
   if (!ranked) {
 #pragma unroll
-    for (int q = 0; q < M; ++q) w[q] = q * L + s < p.k ? score32<BIAS>(fast, to_float(row[out_id[q]])) : 0.0f;
+    for (int q = 0; q < M; ++q) w[q] = q * L + s < p.k ? sigmoid32(to_float(row[out_id[q]])) : 0.0f;
   }
   if (p.k <= L) {  // one output per lane (output s in slot 0; warp-uniform): the tail below without the other slots
     float w0 = w[0];

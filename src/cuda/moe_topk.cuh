@@ -92,6 +92,14 @@ __device__ __forceinline__ void prefetch_logits_l2(const RouteParams& p, int t, 
                    min(tokens, p.T - t), lane);
 }
 
+/// prefetch_rows_l2 of a contiguous bias, when the call asks for it (RouteParams::prefetch): a bias that is not in
+/// the L2 (in a model it is read once per layer) is otherwise a DRAM load after the PDL wait, beside the logits'.
+__device__ __forceinline__ void prefetch_bias_l2(const RouteParams& p, int lane) {
+  if (!p.prefetch || p.bias == nullptr || p.bias_stride != 1) return;
+  const int size = p.bias_dtype == static_cast<int>(DType::f32) ? 4 : 2;
+  prefetch_rows_l2(p.bias, 0, p.E * size, 1, lane);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);  // a + b == b + a: every lane agrees

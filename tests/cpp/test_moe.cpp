@@ -520,11 +520,11 @@ TEST_P(MoeTest, GroupedTopkGroupWarpsF32AndF16Logits) {
   }
 }
 
-// The groups-of-32 router's sigmoid without the reciprocal's range test and the sanitising (moe_sigmoid_mid, taken
-// while every logit of a warp's 4 tokens is above -80) and its exact fallback: logits spread over [-79.5, 100] in
-// the tokens of every other warp (1 + e^-x up to e^79.5, the fast path's end; +inf and -0 in some rows) and over
-// [-200, 100] in the others (the fallback), bf16 and f16: 2100 tokens against the golden, and the first 64 bit for
-// bit against moe_route's fused router (one warp per token, moe_sigmoid) on the same rows.
+// The GPU's sigmoid (moe_sigmoid: the hardware's exp2 and reciprocal, 0 below 2^-126) over its whole range, and the
+// groups-of-32 router's sanitising of NaN alone (sigmoid32): logits spread over [-79.5, 100] in the tokens of every
+// other warp (+inf and -0 in some rows) and over [-200, 100] in the others (1 + e^-x overflows, results below
+// 2^-126), bf16 and f16: 2100 tokens against the golden, and the first 64 bit for bit against moe_route's fused
+// router (one warp per token, moe_sigmoid of the sanitised logits) on the same rows.
 TEST_P(MoeTest, GroupedTopkGroupsOf32SigmoidRange) {
   for (DType dtype : {DType::bf16, DType::f16}) {
     RouteProblem p = grouped_problem(2100, 256, 8, 8, 4, true, MoeScoring::sigmoid);
@@ -720,6 +720,19 @@ TEST_P(MoeTest, MoeRouteDecodeCases) {
     p.spec.renormalize = n % 3 != 2;
     p.special_rows = n % 4 == 1 && c.T >= 4;
     ++n;
+    check_route_and_parts(p);
+  }
+}
+
+// moe_route with the wide schedule after the lanes router (E <= 16 from 1024 tokens) and the packed router, against
+// the golden and bit for bit against its parts.
+TEST_P(MoeTest, MoeRouteWideAfterLanesAndPackedRouters) {
+  struct Case {
+    int64_t T, E, k;
+  };
+  for (const Case& c : {Case{1500, 8, 2}, Case{1024, 16, 4}, Case{700, 60, 4}}) {
+    RouteProblem p = grouped_problem(c.T, c.E, c.k, 1, 1, false, MoeScoring::softmax);
+    p.op = RouteOp::moe_route;
     check_route_and_parts(p);
   }
 }
