@@ -94,12 +94,22 @@ struct KktTiles {
         scratch(tile + gdn::kTileFloats<BT>) {}
 };
 
+/// The value heads [begin, end) of key unit y (a key head, or a share of its value heads), and its key head.
+struct UnitHeads {
+  int hk, begin, end;
+};
+__device__ __forceinline__ UnitHeads unit_heads(const KktParams& prm, int y) {
+  const int hk = prm.parts == 1 ? y : y / prm.parts;  // no integer division in the usual case
+  const int begin = hk * prm.group + (y - hk * prm.parts) * prm.heads_per_cta;
+  return {hk, begin, min(begin + prm.heads_per_cta, (hk + 1) * prm.group)};
+}
+
 /// The value heads of one (chunk, key unit) once its Gram is formed and gate_beta holds the first head's g / beta:
 /// per head the kkt tile, then either its store (kSolve = false) or its inverse and that store. Ends with a barrier.
 template <typename TK, int BT, bool kSolve, bool kTc>
 __device__ __forceinline__ void kkt_heads(const gdn::Gram<TK, BT>& gram, float* gate_beta, float* tile,
                                           float* scratch, const KktArgs& args, const GdnOut& out,
-                                          const KktParams& prm, const ChunkRef& ch, const gdn::UnitHeads& u) {
+                                          const KktParams& prm, const ChunkRef& ch, const UnitHeads& u) {
   const int tid = static_cast<int>(threadIdx.x);
   float gb = 0.f;
   for (int hv = u.begin; hv < u.end; ++hv) {
@@ -144,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, kLatencyBlocks)
     if (ch.len == 0) continue;
 
     for (int y = blockIdx.y; y < key_units; y += gridDim.y) {
-      const gdn::UnitHeads u = gdn::unit_heads(prm, y);
+      const UnitHeads u = unit_heads(prm, y);
       gdn::load_k_tile<TK, BT>(ks, prm.ld, prm.kp, args.k, args.geo.K, ch, u.hk, prm.k_vec, prm.k_row_shift);
       const float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(args, ch, u.begin, tid) : 0.f;  // with the copies
       cp_async_wait_all();
@@ -156,6 +166,35 @@ __global__ void __launch_bounds__(kThreads, kLatencyBlocks)
       kkt_heads<TK, BT, kSolve, kTc>(gram, gate_beta, tile, scratch, args, out, prm, ch, u);
     }
   }
+}
+
+/// One work item of a kkt block: a chunk slot, a key unit y and the slot's chunk (len 0: no item left).
+struct KktItem {
+  int64_t slot;
+  int y;
+  ChunkRef ch;
+};
+
+/// The block's first work item (`first`) or the one after `it`, skipping empty slots: y steps over the key units by
+/// gridDim.y, then the slot by gridDim.x (the walk order of kkt_kernel). Called by warp 0 (resolve_chunk is a warp
+/// routine); lane 0 writes it.
+template <int BT>
+__device__ void find_item(const KktArgs& args, const KktParams& prm, int key_units, KktItem it, bool first,
+                          KktItem& dst) {
+  if (first) {
+    it = {static_cast<int64_t>(blockIdx.x), static_cast<int>(blockIdx.y), ChunkRef{0, 0, 0}};
+    if (it.slot < prm.slots) it.ch = gdn::resolve_chunk<BT>(args.geo, it.slot, prm.errors, blockIdx.y == 0);
+  } else {
+    it.y += gridDim.y;
+  }
+  while (it.slot < prm.slots && (it.y >= key_units || it.ch.len == 0)) {
+    it.y = blockIdx.y;
+    it.slot += gridDim.x;
+    it.ch = ChunkRef{0, 0, 0};
+    if (it.slot < prm.slots) it.ch = gdn::resolve_chunk<BT>(args.geo, it.slot, prm.errors, blockIdx.y == 0);
+  }
+  if (it.slot >= prm.slots) it.ch.len = 0;
+  if ((threadIdx.x & 31) == 0) dst = it;
 }
 
 /// The throughput kernel, for grids of several waves (kThroughputBlocks blocks per SM, each walking many items):
@@ -171,17 +210,17 @@ __global__ void __launch_bounds__(kThreads, kThroughputBlocks)
   TK* ks = tiles.ks;
   float* tile = tiles.tile;  // apart from the k tile
   float* scratch = tiles.scratch;
-  __shared__ gdn::WorkItem next;
+  __shared__ KktItem next;
   __shared__ float gate_beta[2 * BT];  // g then beta of the chunk's rows, current value head
   const int tid = static_cast<int>(threadIdx.x);
   const int key_units = static_cast<int>(args.geo.H) * prm.parts;
 
-  if (tid < 32) gdn::find_work_item<BT>(args.geo, prm.slots, prm.errors, key_units, gdn::WorkItem{}, true, next);
+  if (tid < 32) find_item<BT>(args, prm, key_units, KktItem{}, true, next);
   __syncthreads();
-  gdn::WorkItem cur = next;
+  KktItem cur = next;
   if (cur.ch.len == 0) return;
-  auto issue = [&](const gdn::WorkItem& it) {  // the k rows and the first value head's g / beta of an item
-    const gdn::UnitHeads u = gdn::unit_heads(prm, it.y);
+  auto issue = [&](const KktItem& it) {  // the k rows and the first value head's g / beta of an item
+    const UnitHeads u = unit_heads(prm, it.y);
     gdn::load_k_tile<TK, BT>(ks, prm.ld, prm.kp, args.k, args.geo.K, it.ch, u.hk, prm.k_vec, prm.k_row_shift);
     return tid < 2 * BT ? gdn::load_gate_or_beta<BT>(args, it.ch, u.begin, tid) : 0.f;
   };
@@ -189,12 +228,11 @@ __global__ void __launch_bounds__(kThreads, kThroughputBlocks)
 
   for (;;) {
     __syncthreads();  // every thread has read `next` (below) for the previous item
-    // the next item, behind the copies
-    if (tid < 32) gdn::find_work_item<BT>(args.geo, prm.slots, prm.errors, key_units, cur, false, next);
+    if (tid < 32) find_item<BT>(args, prm, key_units, cur, false, next);  // behind the copies
     cp_async_wait_all();
     if (tid < 2 * BT) gate_beta[tid] = gb;
     __syncthreads();
-    const gdn::UnitHeads u = gdn::unit_heads(prm, cur.y);
+    const UnitHeads u = unit_heads(prm, cur.y);
     gdn::Gram<TK, BT> gram;
     gram.template compute<true>(ks, prm.ld, prm.kp, cur.ch.len);
     __syncthreads();  // the k tile is free

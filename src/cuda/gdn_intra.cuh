@@ -92,18 +92,6 @@ inline HeadSplit split_value_heads(int64_t units, int64_t group, int64_t want) {
   return {static_cast<int>(per), static_cast<int>((group + per - 1) / per)};
 }
 
-/// The value heads [begin, end) of key unit y (a key head, or a share of its value heads: prm.parts per key head of
-/// prm.heads_per_cta each, prm.group per key head), and its key head.
-struct UnitHeads {
-  int hk, begin, end;
-};
-template <typename Params>
-__device__ __forceinline__ UnitHeads unit_heads(const Params& prm, int y) {
-  const int hk = prm.parts == 1 ? y : y / prm.parts;  // no integer division in the usual case
-  const int begin = hk * prm.group + (y - hk * prm.parts) * prm.heads_per_cta;
-  return {hk, begin, min(begin + prm.heads_per_cta, (hk + 1) * prm.group)};
-}
-
 /// Number of chunk slots resolve_chunk() maps: fixed length B * ceil(T / BT) (exactly the chunks); varlen
 /// N + ceil(T / BT) (an upper bound). (GdnGeometry::max_chunks() is not used: without cu_seqlens it gives
 /// ceil(B * T / BT), which is short of B * ceil(T / BT) when BT does not divide T.)
@@ -150,36 +138,6 @@ __device__ ChunkRef resolve_chunk(const GdnGeometry& geo, int64_t slot, DeviceEr
   const int64_t t0 = sb.bos + ((p - sb.bos) / BT + 1) * BT;
   if (t0 >= sb.eos) return none;
   return ChunkRef{0, t0, static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0))};
-}
-
-/// One work item of a block that walks (chunk slot, key unit) pairs: the slot, the key unit y (a key head, or a share
-/// of its value heads) and the slot's chunk (len 0: no item left).
-struct WorkItem {
-  int64_t slot;
-  int y;
-  ChunkRef ch;
-};
-
-/// The block's first work item (`first`) or the one after `it`, skipping empty slots: y steps over the key_units by
-/// gridDim.y, then the slot by gridDim.x. Called by one whole warp (resolve_chunk is a warp routine); lane 0 writes
-/// it to dst.
-template <int BT>
-__device__ void find_work_item(const GdnGeometry& geo, int64_t slots, DeviceErrorRecord* errors, int key_units,
-                               WorkItem it, bool first, WorkItem& dst) {
-  if (first) {
-    it = {static_cast<int64_t>(blockIdx.x), static_cast<int>(blockIdx.y), ChunkRef{0, 0, 0}};
-    if (it.slot < slots) it.ch = resolve_chunk<BT>(geo, it.slot, errors, blockIdx.y == 0);
-  } else {
-    it.y += gridDim.y;
-  }
-  while (it.slot < slots && (it.y >= key_units || it.ch.len == 0)) {
-    it.y = blockIdx.y;
-    it.slot += gridDim.x;
-    it.ch = ChunkRef{0, 0, 0};
-    if (it.slot < slots) it.ch = resolve_chunk<BT>(geo, it.slot, errors, blockIdx.y == 0);
-  }
-  if (it.slot >= slots) it.ch.len = 0;
-  if ((threadIdx.x & 31) == 0) dst = it;
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -91,90 +91,66 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int ld = prm.dp + 8;
   TK* const ks = reinterpret_cast<TK*>(smem_raw);
-  TK* const xv0 = ks + BT * ld;  // v tiles of alternate value heads (the walk's head count mod 2), then beta v
+  TK* const xv0 = ks + BT * ld;  // v tiles of alternate value heads (Xv[h % 2]), then beta v in place
   TK* const Xk = xv0 + 2 * BT * ld;
   TK* const As = Xk + BT * ld;
   float* const tile = reinterpret_cast<float*>(As + BT * kLdA<BT>);
   float* const scratch = tile + gdn::kTileFloats<BT>;
-  __shared__ gdn::WorkItem next;
+  __shared__ ChunkRef chunk;
   __shared__ float gate_beta[2 * BT];  // g then beta of the chunk's rows, current value head
   __shared__ float eg[BT];             // e^g of the rows
   const int tid = static_cast<int>(threadIdx.x);
   const int K = static_cast<int>(a.geo.K), V = static_cast<int>(a.V);
   const int key_units = static_cast<int>(a.geo.H) * prm.parts;
 
-  if (tid < 32) gdn::find_work_item<BT>(a.geo, prm.slots, prm.errors, key_units, gdn::WorkItem{}, true, next);
-  __syncthreads();
-  gdn::WorkItem cur = next;
-  if (cur.ch.len == 0) return;
-  int buf = 0;  // the v tile of the current value head
-  auto load_v = [&](const ChunkRef& ch, int hv, int b) {
-    gdn::load_k_tile<TK, BT>(xv0 + b * BT * ld, ld, prm.dp, a.v, V, ch, hv, prm.vec.v, prm.row_shift);
-    cp_async_commit();
-  };
-  auto load_k = [&](const ChunkRef& ch, int hk) {
-    gdn::load_k_tile<TK, BT>(ks, ld, prm.dp, a.k, K, ch, hk, prm.vec.k, prm.row_shift);
-    cp_async_commit();
-  };
-  {
-    const gdn::UnitHeads u = gdn::unit_heads(prm, cur.y);
-    load_k(cur.ch, u.hk);
-    load_v(cur.ch, u.begin, buf);
-  }
-  float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(ka, cur.ch, gdn::unit_heads(prm, cur.y).begin, tid) : 0.f;
-
-  // A block walks (chunk, key unit) items; the next item's k tile, first v tile and g / beta are copied during the
-  // current item's last value head.
-  for (;;) {
-    __syncthreads();  // every thread has read `next` for the current item
-    if (tid < 32) gdn::find_work_item<BT>(a.geo, prm.slots, prm.errors, key_units, cur, false, next);
-    cp_async_wait_all();  // k and the first v tile
-    if (tid < 2 * BT) gate_beta[tid] = gb;
-    __syncthreads();
-    const gdn::WorkItem nx = next;
-    const ChunkRef ch = cur.ch;
+  for (int64_t slot = blockIdx.x; slot < prm.slots; slot += gridDim.x) {
+    const ChunkRef ch = gdn::block_chunk<BT>(a.geo, slot, prm.errors, chunk);
+    if (ch.len == 0) continue;
     const int L = ch.len;
-    const gdn::UnitHeads u = gdn::unit_heads(prm, cur.y);
-    gdn::Gram<TK, BT> gram;
-    gram.compute(ks, ld, prm.kp, L);
-
-    // Per value head: five block barriers. The next head's v tile is copied one whole head ahead (two tiles); the
-    // operand scaling runs on the warps that the diagonal blocks of the inverse leave idle.
-    for (int hv = u.begin; hv < u.end; ++hv, buf ^= 1) {
-      TK* const Xv = xv0 + buf * BT * ld;
-      gram.kkt_tile(gate_beta, L, tile);  // the tile's last reader (round_inverse) is behind a barrier
-      if (tid < BT) eg[tid] = expf(gate_beta[tid]);  // rows past the chunk: g = 0, e^g = 1
-      cp_async_wait_all();  // this value head's v tile
-      __syncthreads();      // also: the previous head's products are done with the other v tile, Xk, As
-      const bool last = hv + 1 == u.end;
-      if (!last) {
-        load_v(ch, hv + 1, buf ^ 1);
-        if (tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(ka, ch, hv + 1, tid);  // behind the inverse
-      } else if (nx.ch.len > 0) {
-        load_v(nx.ch, gdn::unit_heads(prm, nx.y).begin, buf ^ 1);
-      }
-      invert_unit_lower_with<BT>(tile, scratch, L, [&](int t, int n) {
-        // beta e^g k over all BT rows (rows past the chunk stay 0, as the separate kernel's zero fill), beta v
-        gdn::scale_rows(ks, Xk, ld, BT, prm.dp, gate_beta + BT, eg, t, n);
-        gdn::scale_rows(Xv, Xv, ld, L, V, gate_beta + BT, static_cast<const float*>(nullptr), t, n);
-      });
-      // the k tile and gate_beta are free (their last readers, the scaling, are behind a barrier)
-      if (!last) {
-        if (tid < 2 * BT) gate_beta[tid] = gb;
-      } else if (nx.ch.len > 0) {
-        const gdn::UnitHeads un = gdn::unit_heads(prm, nx.y);
-        load_k(nx.ch, un.hk);
-        if (tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(ka, nx.ch, un.begin, tid);
-      }
-      gdn::round_inverse<TK, BT>(tile, As);
+    for (int y = blockIdx.y; y < key_units; y += gridDim.y) {
+      const int hk = y / prm.parts;
+      const int hv_begin = hk * prm.group + (y - hk * prm.parts) * prm.heads_per_cta;
+      const int hv_end = min(hv_begin + prm.heads_per_cta, (hk + 1) * prm.group);
+      auto load_v = [&](int hv) {
+        gdn::load_k_tile<TK, BT>(xv0 + (hv - hv_begin) % 2 * BT * ld, ld, prm.dp, a.v, V, ch, hv, prm.vec.v,
+                                 prm.row_shift);
+        cp_async_commit();
+      };
+      __syncthreads();  // the previous unit is done with every tile
+      gdn::load_k_tile<TK, BT>(ks, ld, prm.dp, a.k, K, ch, hk, prm.vec.k, prm.row_shift);
+      load_v(hv_begin);
+      float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(ka, ch, hv_begin, tid) : 0.f;
+      cp_async_wait_all();
+      if (tid < 2 * BT) gate_beta[tid] = gb;
       __syncthreads();
-      gdn::lower_times_to_rows<TK, BT>(As, Xk, ld, static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv),
-                                       a.w.stride_t, L, K, prm.pairs.w);
-      gdn::lower_times_to_rows<TK, BT>(As, Xv, ld, static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv),
-                                       a.u.stride_t, L, V, prm.pairs.u);
+      gdn::Gram<TK, BT> gram;
+      gram.compute(ks, ld, prm.kp, L);
+
+      // Per value head: five block barriers. The next head's v tile is copied one whole head ahead (two buffers);
+      // the operand scaling runs on the warps that the diagonal blocks of the inverse leave idle.
+      for (int hv = hv_begin; hv < hv_end; ++hv) {
+        TK* const Xv = xv0 + (hv - hv_begin) % 2 * BT * ld;
+        gram.kkt_tile(gate_beta, L, tile);  // the tile's last reader (round_inverse) is behind a barrier
+        if (tid < BT) eg[tid] = expf(gate_beta[tid]);  // rows past the chunk: g = 0, e^g = 1
+        cp_async_wait_all();  // this value head's v tile
+        __syncthreads();      // also: the previous head's products are done with Xv[other], Xk, As
+        const bool next = hv + 1 < hv_end;
+        if (next) load_v(hv + 1);
+        if (next && tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(ka, ch, hv + 1, tid);  // behind the inverse
+        invert_unit_lower_with<BT>(tile, scratch, L, [&](int t, int n) {
+          // beta e^g k over all BT rows (rows past the chunk stay 0, as the separate kernel's zero fill), beta v
+          gdn::scale_rows(ks, Xk, ld, BT, prm.dp, gate_beta + BT, eg, t, n);
+          gdn::scale_rows(Xv, Xv, ld, L, V, gate_beta + BT, static_cast<const float*>(nullptr), t, n);
+        });
+        gdn::round_inverse<TK, BT>(tile, As);
+        if (next && tid < 2 * BT) gate_beta[tid] = gb;  // its last readers (scaling) are behind a barrier
+        __syncthreads();
+        gdn::lower_times_to_rows<TK, BT>(As, Xk, ld, static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv),
+                                         a.w.stride_t, L, K, prm.pairs.w);
+        gdn::lower_times_to_rows<TK, BT>(As, Xv, ld, static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv),
+                                         a.u.stride_t, L, V, prm.pairs.u);
+      }
     }
-    if (nx.ch.len == 0) break;
-    cur = nx;
   }
 }
 
@@ -199,12 +175,8 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
   prm.errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   auto kernel = intra_fwd_kernel<TK, BT>;
   allow_smem(kernel, smem, op);
-  // At most kBlocksPerSm blocks per SM in all (two resident), each walking several items (the next one's tiles
-  // copied during the current one's last value head).
-  constexpr int64_t kBlocksPerSm = 4;
-  const int64_t gy = std::max<int64_t>(1, std::min<int64_t>(a.geo.H * prm.parts, 65535));
-  const int64_t gx = std::min<int64_t>(prm.slots, std::max<int64_t>(1, kBlocksPerSm * sm_count(device) / gy));
-  launch_kernel(kernel, dim3(gdn::grid_x(gx), gdn::grid_y(gy)), dim3(kThreads), smem, s, device, ka, a, prm);
+  launch_kernel(kernel, dim3(gdn::grid_x(prm.slots), gdn::grid_y(a.geo.H * prm.parts)), dim3(kThreads), smem, s,
+                device, ka, a, prm);
 }
 
 }  // namespace
