@@ -75,13 +75,13 @@ constexpr std::size_t float_region_bytes() {
   return (gdn::kTileFloats<BT> + gdn::kScratchFloats<BT>) * sizeof(float);
 }
 
-/// Dynamic shared memory: ks, Xv[2], Xk [BT][ld] (16-bit), As [BT][kLdA], the fp32 region, then a staging tile per
-/// warp (108.5 KB at BT = 64, K = V = 128: two blocks per SM). Registers bounded for two blocks per SM: three (80
-/// registers, ~100 bytes spilled) measured 10-17% slower on the H200 (docs/ops/gdn.md).
+/// Dynamic shared memory: ks, Xv[2], Xk [BT][ld] (16-bit), As [BT][kLdA], then the fp32 region (98.5 KB at BT = 64,
+/// K = V = 128: two blocks per SM). Registers bounded for two blocks per SM: three (80 registers, ~100 bytes
+/// spilled) measured 10-17% slower on the H200 (docs/ops/gdn.md).
 template <int BT>
 std::size_t intra_smem_bytes(int ld) {
   return 4 * static_cast<std::size_t>(BT) * ld * 2 + static_cast<std::size_t>(BT) * kLdA<BT> * 2 +
-         float_region_bytes<BT>() + gdn::kWarps * gdn::kStageElems * 2;
+         float_region_bytes<BT>();
 }
 
 template <typename TK, int BT>
@@ -145,20 +145,10 @@ __global__ void __launch_bounds__(kThreads, 2)
         gdn::round_inverse<TK, BT>(tile, As);
         if (next && tid < 2 * BT) gate_beta[tid] = gb;  // its last readers (scaling) are behind a barrier
         __syncthreads();
-        TK* const w = static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv);
-        TK* const u = static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv);
-        TK* const stage = reinterpret_cast<TK*>(scratch + gdn::kScratchFloats<BT>) +  // after the fp32 region:
-                          threadIdx.x / 32 * gdn::kStageElems;  // this warp's staging tile of w / u items
-        if (prm.vec.w) {
-          gdn::lower_times_to_rows_16b<TK, BT>(As, Xk, ld, w, a.w.stride_t, L, K, stage);
-        } else {
-          gdn::lower_times_to_rows<TK, BT>(As, Xk, ld, w, a.w.stride_t, L, K, prm.pairs.w);
-        }
-        if (prm.vec.u) {
-          gdn::lower_times_to_rows_16b<TK, BT>(As, Xv, ld, u, a.u.stride_t, L, V, stage);
-        } else {
-          gdn::lower_times_to_rows<TK, BT>(As, Xv, ld, u, a.u.stride_t, L, V, prm.pairs.u);
-        }
+        gdn::lower_times_to_rows<TK, BT>(As, Xk, ld, static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv),
+                                         a.w.stride_t, L, K, prm.pairs.w);
+        gdn::lower_times_to_rows<TK, BT>(As, Xv, ld, static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv),
+                                         a.u.stride_t, L, V, prm.pairs.u);
       }
     }
   }
@@ -177,11 +167,9 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
   prm.kp = static_cast<int>((a.geo.K + 15) / 16 * 16);
   prm.dp = static_cast<int>((std::max(a.geo.K, a.V) + 31) / 32 * 32);
   prm.row_shift = gdn::k_tile_row_shift<TK>(prm.dp);
-  const std::size_t smem = intra_smem_bytes<BT>(prm.dp + 8);  // K = V = 256 at BT = 64: 176 KB (sm_90: 227 KB)
+  const std::size_t smem = intra_smem_bytes<BT>(prm.dp + 8);  // K = V = 256 at BT = 64: 166 KB (sm_90: 227 KB)
   prm.vec.k = gdn::rows_16b(a.k, a.geo.K);
   prm.vec.v = gdn::rows_16b(a.v, a.V);
-  prm.vec.w = gdn::rows_16b(a.w, a.geo.K);  // w / u items staged per warp for 16-byte stores
-  prm.vec.u = gdn::rows_16b(a.u, a.V);
   prm.pairs.w = a.geo.K % 2 == 0 && gdn::rows_pairs(a.w);  // an odd last column takes element stores
   prm.pairs.u = a.V % 2 == 0 && gdn::rows_pairs(a.u);
   prm.errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;

@@ -79,10 +79,9 @@ __device__ void round_inverse(const float* tile, TK* As) {
 /// `store(row, col, o0, o1)` (elements (row, col) and (row, col + 1); it rounds them once to the output dtype; rows may
 /// reach the row block's end past len, columns the 32-column item's end past cols). Work items of 16 rows x 32
 /// columns are dealt to the warps, the row blocks in reverse order on odd rounds so that the triangle's work is spread
-/// evenly; each sums over the blocks j0 <= i0 only (A is zero above the diagonal), ascending. `done(row0, col0)` is
-/// called by the whole warp after the stores of each of its items (rows row0.., columns col0..).
-template <typename TK, int BT, typename Store, typename Done>
-__device__ void lower_times(const TK* As, const TK* X, int ld, int len, int cols, Store&& store, Done&& done) {
+/// evenly; each sums over the blocks j0 <= i0 only (A is zero above the diagonal), ascending.
+template <typename TK, int BT, typename Store>
+__device__ void lower_times(const TK* As, const TK* X, int ld, int len, int cols, Store&& store) {
   constexpr int MB = BT / 16;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const int qr = lane / 4, qc = 2 * (lane % 4);
@@ -112,14 +111,7 @@ __device__ void lower_times(const TK* As, const TK* X, int ld, int len, int cols
       store(mi * 16 + qr, n0 + t * 8 + qc, acc[t][0], acc[t][1]);
       store(mi * 16 + qr + 8, n0 + t * 8 + qc, acc[t][2], acc[t][3]);
     }
-    done(mi * 16, n0);
   }
-}
-
-/// lower_times with `done(row0, col0)` called by the whole warp after the stores of each of its 16 x 32 items.
-template <typename TK, int BT, typename Store>
-__device__ void lower_times(const TK* As, const TK* X, int ld, int len, int cols, Store&& store) {
-  lower_times<TK, BT>(As, X, ld, len, cols, store, [](int, int) {});
 }
 
 /// lower_times into a shared staging tile O [BT][ld] (every row and column of the items).
@@ -145,38 +137,6 @@ __device__ void lower_times_to_rows(const TK* As, const TK* X, int ld, TK* dst, 
       if (c + 1 < cols) p[1] = from_float<TK>(o1);
     }
   });
-}
-
-/// Row stride (elements) of a warp's staging tile of one 16 x 32 product item: 80 bytes, so that the accumulator
-/// pairs (8 rows x 4 lanes) and the 16-byte reads (8 rows of one column group) each hit distinct banks.
-constexpr int kStageLd = 40;
-/// Elements of one warp's staging tile.
-constexpr int kStageElems = 16 * kStageLd;
-
-/// lower_times into global rows with 16-byte stores: each warp rounds its item's accumulators into its own staging tile
-/// `stage` [16][kStageLd] as pairs (the same rounding as lower_times_to_rows), then copies the item's rows < len and
-/// columns < cols out as 16-byte groups (cols, stride and dst multiples of 8 elements, dst 16-byte aligned). Warp
-/// barriers only; each store instruction writes whole 32-byte sectors (8 rows x 64 bytes) instead of 8 rows x 16 bytes.
-template <typename TK, int BT>
-__device__ void lower_times_to_rows_16b(const TK* As, const TK* X, int ld, TK* dst, int64_t stride, int len, int cols,
-                                        TK* stage) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  lower_times<TK, BT>(
-      As, X, ld, len, cols,
-      [&](int i, int c, float o0, float o1) {
-        *reinterpret_cast<uint32_t*>(stage + (i & 15) * kStageLd + (c & 31)) = pack2<TK>(o0, o1);
-      },
-      [&](int r0, int c0) {
-        __syncwarp();  // the item is staged
-        const int g = lane / 8, c = c0 + 8 * g;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = lane % 8 + 8 * h;
-          const uint4 x = *reinterpret_cast<const uint4*>(stage + r * kStageLd + 8 * g);
-          if (r0 + r < len && c < cols) *reinterpret_cast<uint4*>(dst + (r0 + r) * stride + c) = x;
-        }
-        __syncwarp();  // the staging tile is free for the warp's next item
-      });
 }
 
 }  // namespace fuseops::detail::cuda::gdn
