@@ -9,10 +9,12 @@
 //
 // One 256-thread block per (chunk, key head), looping over the key head's value heads (split over several blocks
 // when the grid would be small, as the kkt kernel). Per unit: k tile (raw, kept) and the first value head's v tile by
-// cp.async; Gram in registers. Per value head: its v tile copied (cp.async) behind the kkt tile and the inverse (fp32,
-// in place) -> As (16-bit, lower with the diagonal); beta e^g k -> Xk (in the inverse's bytes), beta v in place; w and
-// u products stored from the mma fragments as pairs (the first version, staging them in shared memory for 16-byte
-// stores with one warp per row of scaling, measured 1.45 ms against 1.27 ms at 16 / 64 heads, T = 32768).
+// cp.async; Gram in registers. Per value head (five block barriers): the kkt tile (fp32) and e^g; the next value
+// head's v tile copied (cp.async, two v tiles alternating) so that it lands during this whole head; the inverse
+// (fp32, in place), whose diagonal blocks and level-16 merges leave most warps idle: those scale beta e^g k -> Xk and
+// beta v (in place) meanwhile; the inverse rounded -> As (16-bit, lower with the diagonal); w and u products stored
+// from the mma fragments as pairs (the first version, staging them in shared memory for 16-byte stores with one warp
+// per row of scaling, measured 1.45 ms against 1.27 ms at 16 / 64 heads, T = 32768).
 // f16 / bf16 only (k, v, w, u of one dtype); other dtypes take the separate kernels.
 #include <algorithm>
 #include <cstdint>
@@ -36,26 +38,50 @@ struct IntraParams {
   int parts;          ///< blocks per (chunk, key head)
   int kp;             ///< K padded to 16 (the Gram's steps)
   int dp;             ///< max(K, V) padded to 32 (the product's column items); tiles are [BT][dp + 8]
+  int row_shift;      ///< gdn::load_k_tile's row_shift for dp columns (k and v tiles)
   gdn::WuVec vec;     ///< 16-byte rows (k, v)
   gdn::WuVec pairs;   ///< 4-byte pairs of output elements (w, u)
   DeviceErrorRecord* errors;
 };
 
-/// Bytes of the fp32 region: the kkt / inverse tile and the merge scratch; once the inverse is rounded into As, the
-/// tile of beta e^g k [BT][ld] (16-bit).
+/// Warps that solve the diagonal blocks and the level-16 merges of invert_unit_lower<BT, kTc> (the others wait).
 template <int BT>
-std::size_t float_region_bytes(int ld) {
-  const std::size_t f = (gdn::kTileFloats<BT> + gdn::kScratchFloats<BT>) * sizeof(float);
-  return std::max(f, static_cast<std::size_t>(BT) * ld * 2);
+constexpr int kInverseWarps = BT >= 64 ? 2 : 1;
+
+/// gdn::invert_unit_lower<BT, tensor_core_inverse(16-bit)> (BT = 16: its one path) with other work in its shadow: warps
+/// from kInverseWarps<BT> on call other(first thread of theirs, their thread count) while the first warps solve the
+/// diagonal blocks and the level-16 merges; then one block barrier and the level-32 merge. The inverse's arithmetic
+/// and order are those of invert_unit_lower (the same bits); other() must not touch the tile or the scratch. Ends
+/// with a block barrier.
+template <int BT, typename Other>
+__device__ void invert_unit_lower_with(float* a, float* p, int len, Other&& other) {
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  if (warp < kInverseWarps<BT>) {
+    gdn::invert_diagonal_blocks<BT, false>(a, len);
+    if constexpr (BT >= 32) {
+      __syncwarp();  // the warp's two diagonal blocks are inverted
+      gdn::merge16_tc<BT>(a, p, len, warp);
+    }
+  } else {
+    other(static_cast<int>(threadIdx.x) - 32 * kInverseWarps<BT>, kThreads - 32 * kInverseWarps<BT>);
+  }
+  __syncthreads();
+  if constexpr (BT >= 64) gdn::merge32_tc(a, p, len);
 }
 
-/// Dynamic shared memory: ks, Xv [BT][ld] (16-bit), As [BT][kLdA], then the fp32 region (64.5 KB at BT = 64,
-/// K = V = 128). Registers bounded for two blocks per SM: three (80 registers, ~100 bytes spilled) measured 10-17%
-/// slower on the H200 (docs/ops/gdn.md).
+/// Bytes of the fp32 region: the kkt / inverse tile and the merge scratch.
+template <int BT>
+constexpr std::size_t float_region_bytes() {
+  return (gdn::kTileFloats<BT> + gdn::kScratchFloats<BT>) * sizeof(float);
+}
+
+/// Dynamic shared memory: ks, Xv[2], Xk [BT][ld] (16-bit), As [BT][kLdA], then the fp32 region (98.5 KB at BT = 64,
+/// K = V = 128: two blocks per SM). Registers bounded for two blocks per SM: three (80 registers, ~100 bytes
+/// spilled) measured 10-17% slower on the H200 (docs/ops/gdn.md).
 template <int BT>
 std::size_t intra_smem_bytes(int ld) {
-  return 2 * static_cast<std::size_t>(BT) * ld * 2 + static_cast<std::size_t>(BT) * kLdA<BT> * 2 +
-         float_region_bytes<BT>(ld);
+  return 4 * static_cast<std::size_t>(BT) * ld * 2 + static_cast<std::size_t>(BT) * kLdA<BT> * 2 +
+         float_region_bytes<BT>();
 }
 
 template <typename TK, int BT>
@@ -65,11 +91,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int ld = prm.dp + 8;
   TK* const ks = reinterpret_cast<TK*>(smem_raw);
-  TK* const Xv = ks + BT * ld;
-  TK* const As = Xv + BT * ld;
+  TK* const xv0 = ks + BT * ld;  // v tiles of alternate value heads (Xv[h % 2]), then beta v in place
+  TK* const Xk = xv0 + 2 * BT * ld;
+  TK* const As = Xk + BT * ld;
   float* const tile = reinterpret_cast<float*>(As + BT * kLdA<BT>);
   float* const scratch = tile + gdn::kTileFloats<BT>;
-  TK* const Xk = reinterpret_cast<TK*>(tile);  // once the inverse is in As
   __shared__ ChunkRef chunk;
   __shared__ float gate_beta[2 * BT];  // g then beta of the chunk's rows, current value head
   __shared__ float eg[BT];             // e^g of the rows
@@ -85,12 +111,14 @@ __global__ void __launch_bounds__(kThreads, 2)
       const int hk = y / prm.parts;
       const int hv_begin = hk * prm.group + (y - hk * prm.parts) * prm.heads_per_cta;
       const int hv_end = min(hv_begin + prm.heads_per_cta, (hk + 1) * prm.group);
-      auto v_src = [&](int hv) { return static_cast<const TK*>(a.v.data) + gdn::at(a.v, ch.batch, ch.t0, hv); };
+      auto load_v = [&](int hv) {
+        gdn::load_k_tile<TK, BT>(xv0 + (hv - hv_begin) % 2 * BT * ld, ld, prm.dp, a.v, V, ch, hv, prm.vec.v,
+                                 prm.row_shift);
+        cp_async_commit();
+      };
       __syncthreads();  // the previous unit is done with every tile
-      gdn::load_tile<TK, BT>(ks, ld, prm.dp, static_cast<const TK*>(a.k.data) + gdn::at(a.k, ch.batch, ch.t0, hk),
-                             a.k.stride_t, L, K, prm.vec.k, kThreads);
-      gdn::load_tile<TK, BT>(Xv, ld, prm.dp, v_src(hv_begin), a.v.stride_t, L, V, prm.vec.v, kThreads);
-      cp_async_commit();
+      gdn::load_k_tile<TK, BT>(ks, ld, prm.dp, a.k, K, ch, hk, prm.vec.k, prm.row_shift);
+      load_v(hv_begin);
       float gb = tid < 2 * BT ? gdn::load_gate_or_beta<BT>(ka, ch, hv_begin, tid) : 0.f;
       cp_async_wait_all();
       if (tid < 2 * BT) gate_beta[tid] = gb;
@@ -98,30 +126,29 @@ __global__ void __launch_bounds__(kThreads, 2)
       gdn::Gram<TK, BT> gram;
       gram.compute(ks, ld, prm.kp, L);
 
+      // Per value head: five block barriers. The next head's v tile is copied one whole head ahead (two buffers);
+      // the operand scaling runs on the warps that the diagonal blocks of the inverse leave idle.
       for (int hv = hv_begin; hv < hv_end; ++hv) {
-        if (hv > hv_begin) {  // this value head's v tile, behind its kkt tile and inverse
-          gdn::load_tile<TK, BT>(Xv, ld, prm.dp, v_src(hv), a.v.stride_t, L, V, prm.vec.v, kThreads);
-          cp_async_commit();
-        }
-        gram.kkt_tile(gate_beta, L, tile);
+        TK* const Xv = xv0 + (hv - hv_begin) % 2 * BT * ld;
+        gram.kkt_tile(gate_beta, L, tile);  // the tile's last reader (round_inverse) is behind a barrier
         if (tid < BT) eg[tid] = expf(gate_beta[tid]);  // rows past the chunk: g = 0, e^g = 1
-        __syncthreads();
-        const bool next = hv + 1 < hv_end;  // the next value head's g / beta behind the inverse
-        if (next && tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(ka, ch, hv + 1, tid);
-        gdn::invert_unit_lower<BT, (BT >= 32)>(tile, scratch, L);  // ends with a barrier
-        gdn::round_inverse<TK, BT>(tile, As);
         cp_async_wait_all();  // this value head's v tile
+        __syncthreads();      // also: the previous head's products are done with Xv[other], Xk, As
+        const bool next = hv + 1 < hv_end;
+        if (next) load_v(hv + 1);
+        if (next && tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(ka, ch, hv + 1, tid);  // behind the inverse
+        invert_unit_lower_with<BT>(tile, scratch, L, [&](int t, int n) {
+          // beta e^g k over all BT rows (rows past the chunk stay 0, as the separate kernel's zero fill), beta v
+          gdn::scale_rows(ks, Xk, ld, BT, prm.dp, gate_beta + BT, eg, t, n);
+          gdn::scale_rows(Xv, Xv, ld, L, V, gate_beta + BT, static_cast<const float*>(nullptr), t, n);
+        });
+        gdn::round_inverse<TK, BT>(tile, As);
+        if (next && tid < 2 * BT) gate_beta[tid] = gb;  // its last readers (scaling) are behind a barrier
         __syncthreads();
-        // beta e^g k over all BT rows (rows past the chunk stay 0, as the separate kernel's zero fill), beta v
-        gdn::scale_rows(ks, Xk, ld, BT, prm.dp, gate_beta + BT, eg);
-        gdn::scale_rows(Xv, Xv, ld, L, V, gate_beta + BT, static_cast<const float*>(nullptr));
-        __syncthreads();
-        if (next && tid < 2 * BT) gate_beta[tid] = gb;  // read above, before the barrier
         gdn::lower_times_to_rows<TK, BT>(As, Xk, ld, static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv),
                                          a.w.stride_t, L, K, prm.pairs.w);
         gdn::lower_times_to_rows<TK, BT>(As, Xv, ld, static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv),
                                          a.u.stride_t, L, V, prm.pairs.u);
-        __syncthreads();
       }
     }
   }
@@ -139,7 +166,8 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
   prm.parts = split.parts;
   prm.kp = static_cast<int>((a.geo.K + 15) / 16 * 16);
   prm.dp = static_cast<int>((std::max(a.geo.K, a.V) + 31) / 32 * 32);
-  const std::size_t smem = intra_smem_bytes<BT>(prm.dp + 8);  // K = V = 256 at BT = 64: 108 KB (sm_90: 227 KB)
+  prm.row_shift = gdn::k_tile_row_shift<TK>(prm.dp);
+  const std::size_t smem = intra_smem_bytes<BT>(prm.dp + 8);  // K = V = 256 at BT = 64: 166 KB (sm_90: 227 KB)
   prm.vec.k = gdn::rows_16b(a.k, a.geo.K);
   prm.vec.v = gdn::rows_16b(a.v, a.V);
   prm.pairs.w = a.geo.K % 2 == 0 && gdn::rows_pairs(a.w);  // an odd last column takes element stores

@@ -18,13 +18,18 @@ constexpr int kLdA = BT + 8;
 
 /// Y[i][c] = X[i][c] times f1[i] (and then f2[i]), rounded once to TK, for rows i < rows and columns c < cols rounded
 /// up to 8 (X and Y both [.][ld], ld a multiple of 8 and 16-byte aligned rows; Y may be X): 16-byte groups of 8
-/// elements dealt to the threads. THE operand scaling of w and u (beta e^g k, beta v, as FLA). The columns past
-/// `cols` in the last group only feed output columns that are never stored.
+/// elements dealt to threads t, t + n, ... (t in [0, n): all of the block, or a subset of its warps). THE operand
+/// scaling of w and u (beta e^g k, beta v, as FLA). The columns past `cols` in the last group only feed output columns
+/// that are never stored.
 template <typename TK>
-__device__ void scale_rows(const TK* X, TK* Y, int ld, int rows, int cols, const float* f1, const float* f2) {
+__device__ void scale_rows(const TK* X, TK* Y, int ld, int rows, int cols, const float* f1, const float* f2, int t,
+                           int n) {
   const int groups = (cols + 7) / 8;
-  for (int u = static_cast<int>(threadIdx.x); u < rows * groups; u += kThreads) {
-    const int i = u / groups, c = (u - i * groups) * 8;
+  // group u = i * groups + g of this thread: t, t + n, ...; (i, g) advanced without a division per group
+  int i = t / groups, g = t - i * groups;
+  const int di = n / groups, dg = n - di * groups;
+  while (i < rows) {
+    const int c = g * 8;
     const float a = f1[i], b = f2 ? f2[i] : 1.f;
     union {
       uint4 raw;
@@ -37,7 +42,16 @@ __device__ void scale_rows(const TK* X, TK* Y, int ld, int rows, int cols, const
       x.e[e] = from_float<TK>(f2 ? y * b : y);
     }
     *reinterpret_cast<uint4*>(Y + i * ld + c) = x.raw;
+    i += di;
+    g += dg;
+    if (g >= groups) g -= groups, ++i;
   }
+}
+
+/// scale_rows by the whole block.
+template <typename TK>
+__device__ void scale_rows(const TK* X, TK* Y, int ld, int rows, int cols, const float* f1, const float* f2) {
+  scale_rows(X, Y, ld, rows, cols, f1, f2, static_cast<int>(threadIdx.x), kThreads);
 }
 
 /// As[i][j] = the fp32 tile's (I + A)^{-1} [i][j] rounded once to TK for j <= i, 0 above the diagonal (rows < BT):
