@@ -126,4 +126,19 @@ __device__ __forceinline__ void pdl_wait_and_release() {
 #endif
 }
 
+/// The two halves of pdl_wait_and_release() in the other order, for a kernel of a few blocks: pdl_release() first
+/// lets the next kernel in the stream start launching at once (its blocks then do their own work up to their wait
+/// while this kernel runs), pdl_wait() before anything the previous kernel may have written is read. No-ops before
+/// sm_90.
+__device__ __forceinline__ void pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
 }  // namespace fuseops::detail

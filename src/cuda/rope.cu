@@ -31,6 +31,7 @@
 // no address derived from a bad position is formed.
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/device_error.cuh"
@@ -71,6 +72,9 @@ struct Pack {
   /// The same as global accesses cached in L2 only, for pointers whose address space the compiler cannot see.
   __device__ __forceinline__ void load_global(const T* p) { u.raw = __ldcg(reinterpret_cast<const Raw*>(p)); }
   __device__ __forceinline__ void store_global(T* p) const { __stcg(reinterpret_cast<Raw*>(p), u.raw); }
+  /// Global accesses with the default caching.
+  __device__ __forceinline__ void load_global_ca(const T* p) { u.raw = __ldca(reinterpret_cast<const Raw*>(p)); }
+  __device__ __forceinline__ void store_global_wb(T* p) const { __stwb(reinterpret_cast<Raw*>(p), u.raw); }
   __device__ __forceinline__ float get(int i) const { return to_float(u.e[i]); }
   __device__ __forceinline__ void set(int i, float v) { u.e[i] = from_float<T>(v); }
 };
@@ -291,13 +295,15 @@ struct DecodeThread {
 
 /// Decode kernel: thread (lane x, head y, token z) of the block rotates head y of token z; the grid covers every
 /// (token, head) once (no loop). Parameter-only work before the wait (see the file comment).
-template <typename T, typename C, int P, bool NEOX, Angles A>
+template <typename T, typename C, int P, bool NEOX, Angles A, bool kReleaseFirst = false>
 __global__ void __launch_bounds__(kThreads)
     rope_decode_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  if constexpr (kReleaseFirst) pdl_release();
   const DecodeThread<T, P, NEOX> d(a);
   const PositionSource src = position_source(a, d.t);
   const LaneAxes<P, A> lane = lane_axes<P, A>(a, d.j0);
-  pdl_wait_and_release();
+  if constexpr (kReleaseFirst) pdl_wait();
+  else pdl_wait_and_release();
   if (!d.active) return;
   // Every load that needs no position, all at once: the head's two vectors and the position(s).
   Pack<T, P> x, y;
@@ -329,16 +335,25 @@ struct DecodePositions {
   const char* at[AXES] = {};  ///< null: no positions (`value` is the position on every axis)
   uint32_t i32 = 0;
   uint64_t value = 0;
+  template <bool kL2Only = true>
   __device__ __forceinline__ void load(int64_t (&pos)[AXES]) const {
     if (at[0] == nullptr) {
 #pragma unroll
       for (int k = 0; k < AXES; ++k) pos[k] = static_cast<int64_t>(value);
     } else if (i32) {
 #pragma unroll
-      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const int32_t*>(at[k]));
+      for (int k = 0; k < AXES; ++k) {
+        const int32_t* q = reinterpret_cast<const int32_t*>(at[k]);
+        if constexpr (kL2Only) pos[k] = __ldcg(q);
+        else pos[k] = __ldca(q);
+      }
     } else {
 #pragma unroll
-      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const long long*>(at[k]));
+      for (int k = 0; k < AXES; ++k) {
+        const long long* q = reinterpret_cast<const long long*>(at[k]);
+        if constexpr (kL2Only) pos[k] = __ldcg(q);
+        else pos[k] = __ldca(q);
+      }
     }
   }
 };
@@ -360,9 +375,13 @@ __device__ __forceinline__ uint32_t& cache_word(CacheValues<C, P>& v, int w) {
 /// merges them with per-word masks (in the shadow of the loads) instead of one scalar load per pair. The inverse
 /// flips sin's sign bits (one xor per word). Measured on the H200 only for tiny problems: at 64 tokens it was
 /// 0.3-0.6 us slower than rope_decode_kernel (docs/ops/rope.md, Performance, sixth session).
-template <typename T, typename C, int P, bool NEOX, Angles A>
+/// Experiment variants of the tiny kernel (bits of V): 1 = pdl_release() first, 2 = the lane's axis word from
+/// uniform parameter reads, 4 = default-cached loads and stores.
+template <typename T, typename C, int P, bool NEOX, Angles A, int V = 0>
 __global__ void __launch_bounds__(kThreads)
     rope_decode_tiny_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  constexpr bool kReleaseFirst = (V & 1) != 0, kUniformAxes = (V & 2) != 0, kL2Only = (V & 4) == 0;
+  if constexpr (kReleaseFirst) pdl_release();
   constexpr int AXES = kAxes<A>;
   constexpr int kWords = P * static_cast<int>(sizeof(C)) / 4;  // of the lane's cos (0: one 16-bit value)
   const DecodeThread<T, P, NEOX> d(a);
@@ -374,7 +393,18 @@ __global__ void __launch_bounds__(kThreads)
   T* outA = d.out + d.offA;
   T* outB = d.out + d.offB;
   // Positions, the lane's own axis first.
-  const LaneAxes<P, A> lane = lane_axes<P, A>(a, j0);
+  LaneAxes<P, A> lane;
+  if constexpr (kUniformAxes && A != Angles::rope) {
+    constexpr uint32_t kMask = (1u << (2 * P)) - 1u;
+    const int word = j0 / 16;
+    uint32_t w = a.axis_code[0];
+#pragma unroll
+    for (int i = 1; i < kRopeMaxPairs / 16; ++i) w = word == i ? a.axis_code[i] : w;
+    lane.code = (w >> (2 * (j0 % 16))) & kMask;
+    if constexpr (A == Angles::pair_rows) lane.uniform = lane.code == (lane.code & 3u) * (0x55555555u & kMask);
+  } else {
+    lane = lane_axes<P, A>(a, j0);
+  }
   const uint32_t ax0 = lane.code & 3u;
   DecodePositions<AXES> dp;
   {
@@ -402,13 +432,19 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < AXES; ++k) pin_ptr(dp.at[k]);
   pin(dp.i32), pin(dp.value), pin(cos_row), pin(sin_row), pin(max_pos), pin(sign), pin(mixed);
-  pdl_wait_and_release();
+  if constexpr (kReleaseFirst) pdl_wait();
+  else pdl_wait_and_release();
   if (!active) return;
   Pack<T, P> x, y;
-  x.load_global(inA);
-  y.load_global(inB);
+  if constexpr (kL2Only) {
+    x.load_global(inA);
+    y.load_global(inB);
+  } else {
+    x.load_global_ca(inA);
+    y.load_global_ca(inB);
+  }
   int64_t pos[AXES];
-  dp.load(pos);
+  dp.template load<kL2Only>(pos);
   bool valid = true;
 #pragma unroll
   for (int k = 0; k < AXES; ++k) valid &= static_cast<uint64_t>(pos[k]) < max_pos;
@@ -421,8 +457,13 @@ __global__ void __launch_bounds__(kThreads)
       record_device_error(rec, a.error_site, static_cast<int64_t>(AXES == 1 ? 0u : bad) * a.tokens + t);
     }
     if (inA != outA) {
-      x.store_global(outA);
-      y.store_global(outB);
+      if constexpr (kL2Only) {
+        x.store_global(outA);
+        y.store_global(outB);
+      } else {
+        x.store_global_wb(outA);
+        y.store_global_wb(outB);
+      }
     }
     return;
   }
@@ -460,8 +501,13 @@ __global__ void __launch_bounds__(kThreads)
     s.piece[0].u.raw ^= static_cast<uint16_t>(sign);
   }
   rotate_head<T, P, NEOX>(x, y, c, s);
-  x.store_global(outA);
-  y.store_global(outB);
+  if constexpr (kL2Only) {
+    x.store_global(outA);
+    y.store_global(outB);
+  } else {
+    x.store_global_wb(outA);
+    y.store_global_wb(outB);
+  }
 }
 
 /// Walk kernel: threads per block at most, and resident blocks per SM asked of the compiler, per angle variant and
@@ -521,10 +567,12 @@ __global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blo
 /// Group kernel (1-D positions, P = 16 bytes of T): thread (lane x, group y, token z) of the block; heads
 /// kGroupHeads g .. kGroupHeads g + kGroupHeads - 1 of the token (fewer in the last group). T: q / k storage type,
 /// C: cache storage type.
-template <typename T, typename C, bool NEOX>
+template <typename T, typename C, bool NEOX, Angles A = Angles::rope>
 __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
     rope_group_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   constexpr int P = static_cast<int>(16 / sizeof(T));
+  static_assert(A != Angles::pair_rows, "the group kernel takes one row per lane");
+  const LaneAxes<P, A> lane = lane_axes<P, A>(a, static_cast<int>(threadIdx.x) * P);
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
@@ -538,8 +586,8 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
     for (int64_t g = group0; g * kGroupHeads < total_heads; g += group_step) {
       const int64_t first = g * kGroupHeads;
       const int n = static_cast<int>(min(static_cast<int64_t>(kGroupHeads), total_heads - first));
-      // 1. The position: the head of the only dependent chain (position -> cache row).
-      int64_t pos[1];
+      // 1. The position(s): the head of the only dependent chain (position -> cache row).
+      int64_t pos[kAxes<A>];
       position_source(a, t).load(pos);
       // 2. Every head's data, independent of the position, before anything waits for it.
       Pack<T, P> x[kGroupHeads], y[kGroupHeads];
@@ -553,14 +601,19 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
           y[k].load(in + offB);
         }
       }
-      // 3. Range check; the first group's lane 0 records a bad position.
-      const bool valid = pos[0] >= 0 && pos[0] < a.max_position;
-      if (!valid && g == 0 && threadIdx.x == 0) record_device_error(rec, a.error_site, t);
-      // 4. The angles, once for all the thread's heads.
+      // 3. Range check; the first group's lane 0 records a bad position. 4. The angles, once for all the
+      // thread's heads.
       CacheValues<C, P> c, s;
-      if (valid) {
-        gather_angles<C, P, Angles::rope>(a, pos, LaneAxes<P, Angles::rope>{}, j0, c, s);
-        if (a.inverse) s.negate();
+      bool valid;
+      if constexpr (A == Angles::rope) {
+        valid = pos[0] >= 0 && pos[0] < a.max_position;
+        if (!valid && g == 0 && threadIdx.x == 0) record_device_error(rec, a.error_site, t);
+        if (valid) {
+          gather_angles<C, P, Angles::rope>(a, pos, LaneAxes<P, Angles::rope>{}, j0, c, s);
+          if (a.inverse) s.negate();
+        }
+      } else {
+        valid = token_angles<C, P, A>(a, pos, t, g == 0 && threadIdx.x == 0, lane, j0, rec, c, s);
       }
       // 5. Rotate and store.
 #pragma unroll
@@ -574,6 +627,31 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
     }
   }
 }
+
+/// Experiment knobs (read once): FUSEOPS_ROPE_EXP bits 1 / 2 / 4 = the tiny kernel's variant V, 8 = tiny problems
+/// on rope_decode_kernel, 16 = rope_decode_kernel releases first, 32 = lane_row M-RoPE prefill on the group kernel;
+/// FUSEOPS_ROPE_TINY_THREADS = the tiny kernel's block; FUSEOPS_ROPE_HPT = the walk kernel's heads per thread.
+struct RopeExp {
+  int bits = 0;
+  int64_t tiny_threads = kTinyThreads;
+  int64_t hpt = 0;
+};
+const RopeExp& rope_exp() {
+  static const RopeExp e = [] {
+    RopeExp r;
+    auto num = [](const char* name, int64_t dflt) {
+      const char* v = std::getenv(name);
+      return v && *v ? std::atoll(v) : dflt;
+    };
+    r.bits = static_cast<int>(num("FUSEOPS_ROPE_EXP", 0));
+    r.tiny_threads = num("FUSEOPS_ROPE_TINY_THREADS", kTinyThreads);
+    r.hpt = num("FUSEOPS_ROPE_HPT", 0);
+    return r;
+  }();
+  return e;
+}
+template <typename T, typename C, int P>
+constexpr bool kExpTypes = std::is_same_v<T, __nv_bfloat16> && std::is_same_v<C, __nv_bfloat16> && P == 8;
 
 /// P elements (16 bytes of T) when every pointer and stride allows it, else 1.
 int pick_pairs_per_thread(const RopeArgs& a) {
@@ -619,8 +697,13 @@ bool use_decode_kernel(const RopeArgs& a, int p, int sms) {
 }
 
 /// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread.
+Angles angles_of(const RopeArgs& a, int p);
+
 bool use_group_kernel(const RopeArgs& a, int p, int sms) {
   const int64_t heads = a.q.heads + a.k.heads;
+  if ((rope_exp().bits & 32) && a.num_axes == 3 && p == static_cast<int>(16 / dtype_size(a.dtype)) &&
+      heads >= kGroupHeads && angles_of(a, p) == Angles::lane_row)
+    return true;
   return a.num_axes == 1 && p == static_cast<int>(16 / dtype_size(a.dtype)) && heads >= kMaxHeadsPerThread &&
          walk_heads_wanted(a, p, sms) >= kMaxHeadsPerThread;
 }
@@ -646,8 +729,8 @@ Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_
 /// blocks of at most max_threads.
 Plan walk_plan(const RopeArgs& a, int p, int sms, int64_t max_threads) {
   const int64_t heads = a.q.heads + a.k.heads;
-  const int64_t hpt =
-      std::clamp<int64_t>(walk_heads_wanted(a, p, sms), 1, std::min<int64_t>(kMaxHeadsPerThread, heads));
+  const int64_t hpt = std::clamp<int64_t>(rope_exp().hpt > 0 ? rope_exp().hpt : walk_heads_wanted(a, p, sms), 1,
+                                          std::min<int64_t>(kMaxHeadsPerThread, heads));
   return make_plan(a, p, sms, (heads + hpt - 1) / hpt, 2, max_threads);
 }
 
@@ -695,24 +778,50 @@ template <typename T, int P>
 void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   // One head per thread: the grid covers every (token, head), as rope_decode_kernel_fits keeps it within
   // the limits of make_plan's grid.
-  const bool tiny = a.tokens * (a.q.heads + a.k.heads) * (a.rotary_dim / 2 / P) <= kTinyWork;
-  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, tiny ? kTinyThreads : kThreads);
+  const RopeExp& e = rope_exp();
+  const bool tiny = a.tokens * (a.q.heads + a.k.heads) * (a.rotary_dim / 2 / P) <= kTinyWork && !(e.bits & 8);
+  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, tiny ? e.tiny_threads : kThreads);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
     if (tiny) {
-      launch_variant(
-          a, angles_of(a, P), pl,
-          [](auto neox, auto angles) {
-            return rope_decode_tiny_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
-          },
-          rec, stream, device);
+      auto go = [&](auto v) {
+        launch_variant(
+            a, angles_of(a, P), pl,
+            [](auto neox, auto angles) {
+              return rope_decode_tiny_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value,
+                                             decltype(v)::value>;
+            },
+            rec, stream, device);
+      };
+      if constexpr (kExpTypes<T, C, P>) {
+        switch (e.bits & 7) {
+          case 1: go(std::integral_constant<int, 1>{}); break;
+          case 2: go(std::integral_constant<int, 2>{}); break;
+          case 3: go(std::integral_constant<int, 3>{}); break;
+          case 4: go(std::integral_constant<int, 4>{}); break;
+          case 5: go(std::integral_constant<int, 5>{}); break;
+          case 6: go(std::integral_constant<int, 6>{}); break;
+          case 7: go(std::integral_constant<int, 7>{}); break;
+          default: go(std::integral_constant<int, 0>{}); break;
+        }
+      } else {
+        go(std::integral_constant<int, 0>{});
+      }
     } else {
-      launch_variant(
-          a, angles_of(a, P), pl,
-          [](auto neox, auto angles) {
-            return rope_decode_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
-          },
-          rec, stream, device);
+      auto go = [&](auto rf) {
+        launch_variant(
+            a, angles_of(a, P), pl,
+            [](auto neox, auto angles) {
+              return rope_decode_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value, decltype(rf)::value>;
+            },
+            rec, stream, device);
+      };
+      if constexpr (kExpTypes<T, C, P>) {
+        if (e.bits & 16) go(std::true_type{});
+        else go(std::false_type{});
+      } else {
+        go(std::false_type{});
+      }
     }
   });
 }
@@ -737,8 +846,14 @@ void launch_group(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
     auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
-    if (a.is_neox) go(rope_group_kernel<T, C, true>);
-    else go(rope_group_kernel<T, C, false>);
+    if (a.num_axes == 3) {
+      if (a.is_neox) go(rope_group_kernel<T, C, true, Angles::lane_row>);
+      else go(rope_group_kernel<T, C, false, Angles::lane_row>);
+    } else if (a.is_neox) {
+      go(rope_group_kernel<T, C, true>);
+    } else {
+      go(rope_group_kernel<T, C, false>);
+    }
   });
 }
 
