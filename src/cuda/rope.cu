@@ -72,9 +72,6 @@ struct Pack {
   /// The same as global accesses cached in L2 only, for pointers whose address space the compiler cannot see.
   __device__ __forceinline__ void load_global(const T* p) { u.raw = __ldcg(reinterpret_cast<const Raw*>(p)); }
   __device__ __forceinline__ void store_global(T* p) const { __stcg(reinterpret_cast<Raw*>(p), u.raw); }
-  /// Global accesses with the default caching.
-  __device__ __forceinline__ void load_global_ca(const T* p) { u.raw = __ldca(reinterpret_cast<const Raw*>(p)); }
-  __device__ __forceinline__ void store_global_wb(T* p) const { __stwb(reinterpret_cast<Raw*>(p), u.raw); }
   __device__ __forceinline__ float get(int i) const { return to_float(u.e[i]); }
   __device__ __forceinline__ void set(int i, float v) { u.e[i] = from_float<T>(v); }
 };
@@ -295,15 +292,13 @@ struct DecodeThread {
 
 /// Decode kernel: thread (lane x, head y, token z) of the block rotates head y of token z; the grid covers every
 /// (token, head) once (no loop). Parameter-only work before the wait (see the file comment).
-template <typename T, typename C, int P, bool NEOX, Angles A, bool kReleaseFirst = false>
+template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads)
     rope_decode_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
-  if constexpr (kReleaseFirst) pdl_release();
   const DecodeThread<T, P, NEOX> d(a);
   const PositionSource src = position_source(a, d.t);
   const LaneAxes<P, A> lane = lane_axes<P, A>(a, d.j0);
-  if constexpr (kReleaseFirst) pdl_wait();
-  else pdl_wait_and_release();
+  pdl_wait_and_release();
   if (!d.active) return;
   // Every load that needs no position, all at once: the head's two vectors and the position(s).
   Pack<T, P> x, y;
@@ -335,25 +330,16 @@ struct DecodePositions {
   const char* at[AXES] = {};  ///< null: no positions (`value` is the position on every axis)
   uint32_t i32 = 0;
   uint64_t value = 0;
-  template <bool kL2Only = true>
   __device__ __forceinline__ void load(int64_t (&pos)[AXES]) const {
     if (at[0] == nullptr) {
 #pragma unroll
       for (int k = 0; k < AXES; ++k) pos[k] = static_cast<int64_t>(value);
     } else if (i32) {
 #pragma unroll
-      for (int k = 0; k < AXES; ++k) {
-        const int32_t* q = reinterpret_cast<const int32_t*>(at[k]);
-        if constexpr (kL2Only) pos[k] = __ldcg(q);
-        else pos[k] = __ldca(q);
-      }
+      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const int32_t*>(at[k]));
     } else {
 #pragma unroll
-      for (int k = 0; k < AXES; ++k) {
-        const long long* q = reinterpret_cast<const long long*>(at[k]);
-        if constexpr (kL2Only) pos[k] = __ldcg(q);
-        else pos[k] = __ldca(q);
-      }
+      for (int k = 0; k < AXES; ++k) pos[k] = __ldcg(reinterpret_cast<const long long*>(at[k]));
     }
   }
 };
@@ -365,47 +351,62 @@ __device__ __forceinline__ uint32_t& cache_word(CacheValues<C, P>& v, int w) {
   return reinterpret_cast<uint32_t*>(&v.piece[w / kWordsPerPiece].u)[w % kWordsPerPiece];
 }
 
+/// Axis bits of the N pairs j .. j + N - 1 (in one word of axis_code; N <= 8) from uniform parameter reads: every
+/// word is read at a fixed offset and the thread's word selected in registers (a parameter read at a per-thread
+/// index is serialised over a warp's distinct addresses).
+template <int N>
+__device__ __forceinline__ uint32_t axis_bits(const RopeArgs& a, int j) {
+  static_assert(N <= 8, "at most 8 pairs (16 bits)");
+  const int word = j / 16;
+  uint32_t w = a.axis_code[0];
+#pragma unroll
+  for (int i = 1; i < kRopeMaxPairs / 16; ++i) w = word == i ? a.axis_code[i] : w;
+  return (w >> (2 * (j % 16))) & ((1u << (2 * N)) - 1u);
+}
+
 /// Decode kernel of tiny problems (at most kTinyWork threads: one decode token and the like), in blocks of
-/// kTinyThreads: thread (lane x, head y, token z) rotates head y of token z, as rope_decode_kernel, with the chain
-/// after the wait cut to what the positions decide. Everything that comes from the parameters alone is formed and
-/// pinned in registers before the wait; after it: the head's two vectors and the positions (all loads at once, L2
-/// only), one unsigned compare per axis, the row address (one 64-bit multiply-add), the cache loads, the rotation
-/// and the stores. M-RoPE: the lane's own axis (its first pair's) is loaded first, so a lane whose pairs share an
-/// axis takes its row from pos[0]; a lane whose pairs name different rows loads its vectors of all three rows and
-/// merges them with per-word masks (in the shadow of the loads) instead of one scalar load per pair. The inverse
-/// flips sin's sign bits (one xor per word). Measured on the H200 only for tiny problems: at 64 tokens it was
-/// 0.3-0.6 us slower than rope_decode_kernel (docs/ops/rope.md, Performance, sixth session).
-/// Experiment variants of the tiny kernel (bits of V): 1 = pdl_release() first, 2 = the lane's axis word from
-/// uniform parameter reads, 4 = default-cached loads and stores.
-template <typename T, typename C, int P, bool NEOX, Angles A, int V = 0>
+/// kTinyThreads: thread (lane x, head y, token z) rotates head y of token z, as rope_decode_kernel. It first lets the
+/// next kernel in the stream start launching (pdl_release), so that the next launch forms its addresses while this
+/// one runs and only the chain after the wait remains between two launches. Everything that comes from the
+/// parameters alone is formed and pinned in registers before the wait; after it: the head's two vectors and the
+/// positions (all loads at once, L2 only), one unsigned compare per axis, the row address (one 64-bit multiply-add),
+/// the cache loads, the rotation and the stores. M-RoPE: the lane's axis bits come from uniform parameter reads,
+/// its own axis (its first pair's) is loaded first, so a lane whose pairs share an axis takes its row from pos[0];
+/// a lane whose pairs name different rows loads its vectors of all three rows and merges them with per-word masks
+/// (in the shadow of the loads) instead of one scalar load per pair. The inverse flips sin's sign bits (one xor per
+/// word). SPLIT (experiment; GPT-J, P = 8): the two vectors are the 16-byte pieces at j0 and h + j0 of the rotated
+/// part (each 4 GPT-J pairs; a warp's store then covers whole 32-byte sectors), their cos / sin two pieces of 4
+/// values each. Measured on the H200 only for tiny problems (docs/ops/rope.md, Performance).
+template <typename T, typename C, int P, bool NEOX, Angles A, bool SPLIT = false>
 __global__ void __launch_bounds__(kThreads)
     rope_decode_tiny_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
-  constexpr bool kReleaseFirst = (V & 1) != 0, kUniformAxes = (V & 2) != 0, kL2Only = (V & 4) == 0;
-  if constexpr (kReleaseFirst) pdl_release();
+  static_assert(!SPLIT || (!NEOX && P == 8), "SPLIT: GPT-J pairs, 8 per lane");
+  pdl_release();
   constexpr int AXES = kAxes<A>;
   constexpr int kWords = P * static_cast<int>(sizeof(C)) / 4;  // of the lane's cos (0: one 16-bit value)
   const DecodeThread<T, P, NEOX> d(a);
   const int j0 = d.j0;
+  const int h = static_cast<int>(a.rotary_dim / 2);
   const int64_t t = d.t, hd = d.hd;
   const bool active = d.active;
-  const T* inA = d.in + d.offA;
-  const T* inB = d.in + d.offB;
-  T* outA = d.out + d.offA;
-  T* outB = d.out + d.offB;
+  const int64_t offA = SPLIT ? j0 : d.offA, offB = SPLIT ? h + j0 : d.offB;
+  const T* inA = d.in + offA;
+  const T* inB = d.in + offB;
+  T* outA = d.out + offA;
+  T* outB = d.out + offB;
+  // The lane's pairs in element order: j0 .. j0 + P - 1, or with SPLIT j0 / 2 .. + 3 and (h + j0) / 2 .. + 3.
+  const int pairA = SPLIT ? j0 / 2 : j0, pairB = SPLIT ? (h + j0) / 2 : j0 + P / 2;
   // Positions, the lane's own axis first.
-  LaneAxes<P, A> lane;
-  if constexpr (kUniformAxes && A != Angles::rope) {
-    constexpr uint32_t kMask = (1u << (2 * P)) - 1u;
-    const int word = j0 / 16;
-    uint32_t w = a.axis_code[0];
-#pragma unroll
-    for (int i = 1; i < kRopeMaxPairs / 16; ++i) w = word == i ? a.axis_code[i] : w;
-    lane.code = (w >> (2 * (j0 % 16))) & kMask;
-    if constexpr (A == Angles::pair_rows) lane.uniform = lane.code == (lane.code & 3u) * (0x55555555u & kMask);
-  } else {
-    lane = lane_axes<P, A>(a, j0);
+  uint32_t code = 0;
+  if constexpr (A != Angles::rope) {
+    if constexpr (SPLIT) code = axis_bits<P / 2>(a, pairA) | axis_bits<P / 2>(a, pairB) << P;
+    else code = axis_bits<P>(a, j0);
   }
-  const uint32_t ax0 = lane.code & 3u;
+  constexpr uint32_t kMask = (1u << (2 * P)) - 1u;
+  // SPLIT lanes are not those that angles_of checked for lane_row: they take the pair_rows path.
+  constexpr bool kPairRows = A == Angles::pair_rows || (SPLIT && A == Angles::lane_row);
+  const bool uniform = !kPairRows || code == (code & 3u) * (0x55555555u & kMask);
+  const uint32_t ax0 = code & 3u;
   DecodePositions<AXES> dp;
   {
     const PositionSource src = position_source(a, t);
@@ -420,31 +421,29 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  // The angles: the lane's first cos / sin value in row 0, the row strides in bytes, the valid rows.
-  const char* cos0 = static_cast<const char*>(a.cos) + static_cast<int64_t>(j0) * sizeof(C);
-  const char* sin0 = static_cast<const char*>(a.sin) + static_cast<int64_t>(j0) * sizeof(C);
+  // The angles: the lane's first cos / sin value in row 0 (SPLIT: of each half), the row strides in bytes, the
+  // valid rows.
+  const char* cos0 = static_cast<const char*>(a.cos) + static_cast<int64_t>(pairA) * sizeof(C);
+  const char* sin0 = static_cast<const char*>(a.sin) + static_cast<int64_t>(pairA) * sizeof(C);
+  const char* cos1 = static_cast<const char*>(a.cos) + static_cast<int64_t>(pairB) * sizeof(C);
+  const char* sin1 = static_cast<const char*>(a.sin) + static_cast<int64_t>(pairB) * sizeof(C);
   uint64_t cos_row = static_cast<uint64_t>(a.cos_stride) * sizeof(C);
   uint64_t sin_row = static_cast<uint64_t>(a.sin_stride) * sizeof(C);
   uint64_t max_pos = static_cast<uint64_t>(a.max_position);
   uint32_t sign = a.inverse ? (sizeof(C) == 2 ? 0x80008000u : 0x80000000u) : 0u;
-  uint32_t mixed = A == Angles::pair_rows && !lane.uniform;
+  uint32_t mixed = !uniform;
   pin_ptr(inA), pin_ptr(inB), pin_ptr(outA), pin_ptr(outB), pin_ptr(cos0), pin_ptr(sin0);
+  if constexpr (SPLIT) pin_ptr(cos1), pin_ptr(sin1);
 #pragma unroll
   for (int k = 0; k < AXES; ++k) pin_ptr(dp.at[k]);
   pin(dp.i32), pin(dp.value), pin(cos_row), pin(sin_row), pin(max_pos), pin(sign), pin(mixed);
-  if constexpr (kReleaseFirst) pdl_wait();
-  else pdl_wait_and_release();
+  pdl_wait();
   if (!active) return;
   Pack<T, P> x, y;
-  if constexpr (kL2Only) {
-    x.load_global(inA);
-    y.load_global(inB);
-  } else {
-    x.load_global_ca(inA);
-    y.load_global_ca(inB);
-  }
+  x.load_global(inA);
+  y.load_global(inB);
   int64_t pos[AXES];
-  dp.template load<kL2Only>(pos);
+  dp.load(pos);
   bool valid = true;
 #pragma unroll
   for (int k = 0; k < AXES; ++k) valid &= static_cast<uint64_t>(pos[k]) < max_pos;
@@ -457,33 +456,40 @@ __global__ void __launch_bounds__(kThreads)
       record_device_error(rec, a.error_site, static_cast<int64_t>(AXES == 1 ? 0u : bad) * a.tokens + t);
     }
     if (inA != outA) {
-      if constexpr (kL2Only) {
-        x.store_global(outA);
-        y.store_global(outB);
-      } else {
-        x.store_global_wb(outA);
-        y.store_global_wb(outB);
-      }
+      x.store_global(outA);
+      y.store_global(outB);
     }
     return;
   }
+  // The lane's cos or sin values of row `p` (SPLIT: two halves of P / 2 values).
+  auto load_row = [&](CacheValues<C, P>& v, const char* base0, const char* base1, uint64_t row_bytes, int64_t p) {
+    const uint64_t off = static_cast<uint64_t>(p) * row_bytes;
+    if constexpr (SPLIT) {
+      using Half = typename RawPack<P / 2 * sizeof(C)>::type;
+      Half* half = reinterpret_cast<Half*>(&v.piece[0]);
+      half[0] = __ldg(reinterpret_cast<const Half*>(base0 + off));
+      half[1] = __ldg(reinterpret_cast<const Half*>(base1 + off));
+    } else {
+      v.load(reinterpret_cast<const C*>(base0 + off));
+    }
+  };
   CacheValues<C, P> c, s;
-  c.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[0]) * cos_row));
-  s.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[0]) * sin_row));
-  if constexpr (A == Angles::pair_rows && P * sizeof(C) >= 4) {
+  load_row(c, cos0, cos1, cos_row, pos[0]);
+  load_row(s, sin0, sin1, sin_row, pos[0]);
+  if constexpr (kPairRows && P * sizeof(C) >= 4) {
     if (mixed) {  // the other two rows, merged word by word
       CacheValues<C, P> c1, s1, c2, s2;
-      c1.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[1]) * cos_row));
-      s1.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[1]) * sin_row));
-      c2.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[2]) * cos_row));
-      s2.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[2]) * sin_row));
+      load_row(c1, cos0, cos1, cos_row, pos[1]);
+      load_row(s1, sin0, sin1, sin_row, pos[1]);
+      load_row(c2, cos0, cos1, cos_row, pos[2]);
+      load_row(s2, sin0, sin1, sin_row, pos[2]);
 #pragma unroll
       for (int w = 0; w < kWords; ++w) {
         uint32_t m1 = 0, m2 = 0;  // the word's elements on the lane's second and third axes
 #pragma unroll
         for (int e = 0; e < 4 / static_cast<int>(sizeof(C)); ++e) {
           const int i = w * (4 / static_cast<int>(sizeof(C))) + e;
-          const uint32_t rel = (((lane.code >> (2 * i)) & 3u) + 3u - ax0) % 3u;
+          const uint32_t rel = (((code >> (2 * i)) & 3u) + 3u - ax0) % 3u;
           const uint32_t field = sizeof(C) == 2 ? 0xffffu << (16 * e) : 0xffffffffu;
           m1 |= rel == 1u ? field : 0u;
           m2 |= rel == 2u ? field : 0u;
@@ -501,13 +507,8 @@ __global__ void __launch_bounds__(kThreads)
     s.piece[0].u.raw ^= static_cast<uint16_t>(sign);
   }
   rotate_head<T, P, NEOX>(x, y, c, s);
-  if constexpr (kL2Only) {
-    x.store_global(outA);
-    y.store_global(outB);
-  } else {
-    x.store_global_wb(outA);
-    y.store_global_wb(outB);
-  }
+  x.store_global(outA);
+  y.store_global(outB);
 }
 
 /// Walk kernel: threads per block at most, and resident blocks per SM asked of the compiler, per angle variant and
@@ -567,12 +568,10 @@ __global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blo
 /// Group kernel (1-D positions, P = 16 bytes of T): thread (lane x, group y, token z) of the block; heads
 /// kGroupHeads g .. kGroupHeads g + kGroupHeads - 1 of the token (fewer in the last group). T: q / k storage type,
 /// C: cache storage type.
-template <typename T, typename C, bool NEOX, Angles A = Angles::rope>
+template <typename T, typename C, bool NEOX>
 __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
     rope_group_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   constexpr int P = static_cast<int>(16 / sizeof(T));
-  static_assert(A != Angles::pair_rows, "the group kernel takes one row per lane");
-  const LaneAxes<P, A> lane = lane_axes<P, A>(a, static_cast<int>(threadIdx.x) * P);
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
@@ -586,8 +585,8 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
     for (int64_t g = group0; g * kGroupHeads < total_heads; g += group_step) {
       const int64_t first = g * kGroupHeads;
       const int n = static_cast<int>(min(static_cast<int64_t>(kGroupHeads), total_heads - first));
-      // 1. The position(s): the head of the only dependent chain (position -> cache row).
-      int64_t pos[kAxes<A>];
+      // 1. The position: the head of the only dependent chain (position -> cache row).
+      int64_t pos[1];
       position_source(a, t).load(pos);
       // 2. Every head's data, independent of the position, before anything waits for it.
       Pack<T, P> x[kGroupHeads], y[kGroupHeads];
@@ -601,19 +600,14 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
           y[k].load(in + offB);
         }
       }
-      // 3. Range check; the first group's lane 0 records a bad position. 4. The angles, once for all the
-      // thread's heads.
+      // 3. Range check; the first group's lane 0 records a bad position.
+      const bool valid = pos[0] >= 0 && pos[0] < a.max_position;
+      if (!valid && g == 0 && threadIdx.x == 0) record_device_error(rec, a.error_site, t);
+      // 4. The angles, once for all the thread's heads.
       CacheValues<C, P> c, s;
-      bool valid;
-      if constexpr (A == Angles::rope) {
-        valid = pos[0] >= 0 && pos[0] < a.max_position;
-        if (!valid && g == 0 && threadIdx.x == 0) record_device_error(rec, a.error_site, t);
-        if (valid) {
-          gather_angles<C, P, Angles::rope>(a, pos, LaneAxes<P, Angles::rope>{}, j0, c, s);
-          if (a.inverse) s.negate();
-        }
-      } else {
-        valid = token_angles<C, P, A>(a, pos, t, g == 0 && threadIdx.x == 0, lane, j0, rec, c, s);
+      if (valid) {
+        gather_angles<C, P, Angles::rope>(a, pos, LaneAxes<P, Angles::rope>{}, j0, c, s);
+        if (a.inverse) s.negate();
       }
       // 5. Rotate and store.
 #pragma unroll
@@ -628,30 +622,22 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
   }
 }
 
-/// Experiment knobs (read once): FUSEOPS_ROPE_EXP bits 1 / 2 / 4 = the tiny kernel's variant V, 8 = tiny problems
-/// on rope_decode_kernel, 16 = rope_decode_kernel releases first, 32 = lane_row M-RoPE prefill on the group kernel;
-/// FUSEOPS_ROPE_TINY_THREADS = the tiny kernel's block; FUSEOPS_ROPE_HPT = the walk kernel's heads per thread.
-struct RopeExp {
-  int bits = 0;
-  int64_t tiny_threads = kTinyThreads;
-  int64_t hpt = 0;
-};
-const RopeExp& rope_exp() {
-  static const RopeExp e = [] {
-    RopeExp r;
-    auto num = [](const char* name, int64_t dflt) {
-      const char* v = std::getenv(name);
-      return v && *v ? std::atoll(v) : dflt;
-    };
-    r.bits = static_cast<int>(num("FUSEOPS_ROPE_EXP", 0));
-    r.tiny_threads = num("FUSEOPS_ROPE_TINY_THREADS", kTinyThreads);
-    r.hpt = num("FUSEOPS_ROPE_HPT", 0);
-    return r;
+/// Experiment switches (read once): FUSEOPS_ROPE_EXP bit 64 = GPT-J tiny problems of 16-bit data on the SPLIT tiny
+/// kernel; FUSEOPS_ROPE_TINY_THREADS = the tiny kernel's block.
+int rope_exp() {
+  static const int bits = [] {
+    const char* v = std::getenv("FUSEOPS_ROPE_EXP");
+    return v && *v ? std::atoi(v) : 0;
   }();
-  return e;
+  return bits;
 }
-template <typename T, typename C, int P>
-constexpr bool kExpTypes = std::is_same_v<T, __nv_bfloat16> && std::is_same_v<C, __nv_bfloat16> && P == 8;
+int64_t tiny_threads() {
+  static const int64_t n = [] {
+    const char* v = std::getenv("FUSEOPS_ROPE_TINY_THREADS");
+    return v && *v ? static_cast<int64_t>(std::atoll(v)) : kTinyThreads;
+  }();
+  return n;
+}
 
 /// P elements (16 bytes of T) when every pointer and stride allows it, else 1.
 int pick_pairs_per_thread(const RopeArgs& a) {
@@ -697,13 +683,8 @@ bool use_decode_kernel(const RopeArgs& a, int p, int sms) {
 }
 
 /// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread.
-Angles angles_of(const RopeArgs& a, int p);
-
 bool use_group_kernel(const RopeArgs& a, int p, int sms) {
   const int64_t heads = a.q.heads + a.k.heads;
-  if ((rope_exp().bits & 32) && a.num_axes == 3 && p == static_cast<int>(16 / dtype_size(a.dtype)) &&
-      heads >= kGroupHeads && angles_of(a, p) == Angles::lane_row)
-    return true;
   return a.num_axes == 1 && p == static_cast<int>(16 / dtype_size(a.dtype)) && heads >= kMaxHeadsPerThread &&
          walk_heads_wanted(a, p, sms) >= kMaxHeadsPerThread;
 }
@@ -729,8 +710,8 @@ Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_
 /// blocks of at most max_threads.
 Plan walk_plan(const RopeArgs& a, int p, int sms, int64_t max_threads) {
   const int64_t heads = a.q.heads + a.k.heads;
-  const int64_t hpt = std::clamp<int64_t>(rope_exp().hpt > 0 ? rope_exp().hpt : walk_heads_wanted(a, p, sms), 1,
-                                          std::min<int64_t>(kMaxHeadsPerThread, heads));
+  const int64_t hpt =
+      std::clamp<int64_t>(walk_heads_wanted(a, p, sms), 1, std::min<int64_t>(kMaxHeadsPerThread, heads));
   return make_plan(a, p, sms, (heads + hpt - 1) / hpt, 2, max_threads);
 }
 
@@ -778,9 +759,9 @@ template <typename T, int P>
 void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   // One head per thread: the grid covers every (token, head), as rope_decode_kernel_fits keeps it within
   // the limits of make_plan's grid.
-  const RopeExp& e = rope_exp();
-  const bool tiny = a.tokens * (a.q.heads + a.k.heads) * (a.rotary_dim / 2 / P) <= kTinyWork && !(e.bits & 8);
-  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, tiny ? e.tiny_threads : kThreads);
+  const int e = rope_exp();
+  const bool tiny = a.tokens * (a.q.heads + a.k.heads) * (a.rotary_dim / 2 / P) <= kTinyWork;
+  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, tiny ? tiny_threads() : kThreads);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
     if (tiny) {
@@ -789,39 +770,23 @@ void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStrea
             a, angles_of(a, P), pl,
             [](auto neox, auto angles) {
               return rope_decode_tiny_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value,
-                                             decltype(v)::value>;
+                                             decltype(v)::value && !decltype(neox)::value>;
             },
             rec, stream, device);
       };
-      if constexpr (kExpTypes<T, C, P>) {
-        switch (e.bits & 7) {
-          case 1: go(std::integral_constant<int, 1>{}); break;
-          case 2: go(std::integral_constant<int, 2>{}); break;
-          case 3: go(std::integral_constant<int, 3>{}); break;
-          case 4: go(std::integral_constant<int, 4>{}); break;
-          case 5: go(std::integral_constant<int, 5>{}); break;
-          case 6: go(std::integral_constant<int, 6>{}); break;
-          case 7: go(std::integral_constant<int, 7>{}); break;
-          default: go(std::integral_constant<int, 0>{}); break;
-        }
-      } else {
-        go(std::integral_constant<int, 0>{});
-      }
-    } else {
-      auto go = [&](auto rf) {
-        launch_variant(
-            a, angles_of(a, P), pl,
-            [](auto neox, auto angles) {
-              return rope_decode_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value, decltype(rf)::value>;
-            },
-            rec, stream, device);
-      };
-      if constexpr (kExpTypes<T, C, P>) {
-        if (e.bits & 16) go(std::true_type{});
+      if constexpr (P == 8) {
+        if ((e & 64) && !a.is_neox) go(std::true_type{});
         else go(std::false_type{});
       } else {
         go(std::false_type{});
       }
+    } else {
+      launch_variant(
+          a, angles_of(a, P), pl,
+          [](auto neox, auto angles) {
+            return rope_decode_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
+          },
+          rec, stream, device);
     }
   });
 }
@@ -846,14 +811,8 @@ void launch_group(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
     auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
-    if (a.num_axes == 3) {
-      if (a.is_neox) go(rope_group_kernel<T, C, true, Angles::lane_row>);
-      else go(rope_group_kernel<T, C, false, Angles::lane_row>);
-    } else if (a.is_neox) {
-      go(rope_group_kernel<T, C, true>);
-    } else {
-      go(rope_group_kernel<T, C, false>);
-    }
+    if (a.is_neox) go(rope_group_kernel<T, C, true>);
+    else go(rope_group_kernel<T, C, false>);
   });
 }
 
