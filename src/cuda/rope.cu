@@ -31,7 +31,6 @@
 // no address derived from a bad position is formed.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <type_traits>
 
 #include "cuda/device_error.cuh"
@@ -353,7 +352,7 @@ __device__ __forceinline__ uint32_t& cache_word(CacheValues<C, P>& v, int w) {
 
 /// Axis bits of the N pairs j .. j + N - 1 (in one word of axis_code; N <= 8) from uniform parameter reads: every
 /// word is read at a fixed offset and the thread's word selected in registers (a parameter read at a per-thread
-/// index is serialised over a warp's distinct addresses).
+/// index is serialised over a warp's distinct addresses; measured 0.04 us faster at one Qwen2.5-VL token).
 template <int N>
 __device__ __forceinline__ uint32_t axis_bits(const RopeArgs& a, int j) {
   static_assert(N <= 8, "at most 8 pairs (16 bits)");
@@ -365,47 +364,36 @@ __device__ __forceinline__ uint32_t axis_bits(const RopeArgs& a, int j) {
 }
 
 /// Decode kernel of tiny problems (at most kTinyWork threads: one decode token and the like), in blocks of
-/// kTinyThreads: thread (lane x, head y, token z) rotates head y of token z, as rope_decode_kernel. It first lets the
-/// next kernel in the stream start launching (pdl_release), so that the next launch forms its addresses while this
-/// one runs and only the chain after the wait remains between two launches. Everything that comes from the
+/// kTinyThreads: thread (lane x, head y, token z) rotates head y of token z, as rope_decode_kernel. M-RoPE: it first
+/// lets the next kernel in the stream start launching (pdl_release), so that the next launch forms its addresses
+/// while this one runs and only the chain after the wait remains between two launches (1-D positions: measured level
+/// or 0.01-0.02 us slower so, hence released after the wait as in every kernel). Everything that comes from the
 /// parameters alone is formed and pinned in registers before the wait; after it: the head's two vectors and the
 /// positions (all loads at once, L2 only), one unsigned compare per axis, the row address (one 64-bit multiply-add),
 /// the cache loads, the rotation and the stores. M-RoPE: the lane's axis bits come from uniform parameter reads,
 /// its own axis (its first pair's) is loaded first, so a lane whose pairs share an axis takes its row from pos[0];
 /// a lane whose pairs name different rows loads its vectors of all three rows and merges them with per-word masks
 /// (in the shadow of the loads) instead of one scalar load per pair. The inverse flips sin's sign bits (one xor per
-/// word). SPLIT (experiment; GPT-J, P = 8): the two vectors are the 16-byte pieces at j0 and h + j0 of the rotated
-/// part (each 4 GPT-J pairs; a warp's store then covers whole 32-byte sectors), their cos / sin two pieces of 4
-/// values each. Measured on the H200 only for tiny problems (docs/ops/rope.md, Performance).
-template <typename T, typename C, int P, bool NEOX, Angles A, bool SPLIT = false>
+/// word). Measured on the H200 only for tiny problems (docs/ops/rope.md, Performance, sixth and ninth sessions).
+template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads)
     rope_decode_tiny_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
-  static_assert(!SPLIT || (!NEOX && P == 8), "SPLIT: GPT-J pairs, 8 per lane");
-  pdl_release();
+  constexpr bool kReleaseFirst = A != Angles::rope;
+  if constexpr (kReleaseFirst) pdl_release();
   constexpr int AXES = kAxes<A>;
   constexpr int kWords = P * static_cast<int>(sizeof(C)) / 4;  // of the lane's cos (0: one 16-bit value)
   const DecodeThread<T, P, NEOX> d(a);
   const int j0 = d.j0;
-  const int h = static_cast<int>(a.rotary_dim / 2);
   const int64_t t = d.t, hd = d.hd;
   const bool active = d.active;
-  const int64_t offA = SPLIT ? j0 : d.offA, offB = SPLIT ? h + j0 : d.offB;
-  const T* inA = d.in + offA;
-  const T* inB = d.in + offB;
-  T* outA = d.out + offA;
-  T* outB = d.out + offB;
-  // The lane's pairs in element order: j0 .. j0 + P - 1, or with SPLIT j0 / 2 .. + 3 and (h + j0) / 2 .. + 3.
-  const int pairA = SPLIT ? j0 / 2 : j0, pairB = SPLIT ? (h + j0) / 2 : j0 + P / 2;
+  const T* inA = d.in + d.offA;
+  const T* inB = d.in + d.offB;
+  T* outA = d.out + d.offA;
+  T* outB = d.out + d.offB;
   // Positions, the lane's own axis first.
-  uint32_t code = 0;
-  if constexpr (A != Angles::rope) {
-    if constexpr (SPLIT) code = axis_bits<P / 2>(a, pairA) | axis_bits<P / 2>(a, pairB) << P;
-    else code = axis_bits<P>(a, j0);
-  }
+  const uint32_t code = A == Angles::rope ? 0u : axis_bits<P>(a, j0);
   constexpr uint32_t kMask = (1u << (2 * P)) - 1u;
-  // SPLIT lanes are not those that angles_of checked for lane_row: they take the pair_rows path.
-  constexpr bool kPairRows = A == Angles::pair_rows || (SPLIT && A == Angles::lane_row);
-  const bool uniform = !kPairRows || code == (code & 3u) * (0x55555555u & kMask);
+  const bool uniform = A != Angles::pair_rows || code == (code & 3u) * (0x55555555u & kMask);
   const uint32_t ax0 = code & 3u;
   DecodePositions<AXES> dp;
   {
@@ -421,23 +409,20 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   }
-  // The angles: the lane's first cos / sin value in row 0 (SPLIT: of each half), the row strides in bytes, the
-  // valid rows.
-  const char* cos0 = static_cast<const char*>(a.cos) + static_cast<int64_t>(pairA) * sizeof(C);
-  const char* sin0 = static_cast<const char*>(a.sin) + static_cast<int64_t>(pairA) * sizeof(C);
-  const char* cos1 = static_cast<const char*>(a.cos) + static_cast<int64_t>(pairB) * sizeof(C);
-  const char* sin1 = static_cast<const char*>(a.sin) + static_cast<int64_t>(pairB) * sizeof(C);
+  // The angles: the lane's first cos / sin value in row 0, the row strides in bytes, the valid rows.
+  const char* cos0 = static_cast<const char*>(a.cos) + static_cast<int64_t>(j0) * sizeof(C);
+  const char* sin0 = static_cast<const char*>(a.sin) + static_cast<int64_t>(j0) * sizeof(C);
   uint64_t cos_row = static_cast<uint64_t>(a.cos_stride) * sizeof(C);
   uint64_t sin_row = static_cast<uint64_t>(a.sin_stride) * sizeof(C);
   uint64_t max_pos = static_cast<uint64_t>(a.max_position);
   uint32_t sign = a.inverse ? (sizeof(C) == 2 ? 0x80008000u : 0x80000000u) : 0u;
   uint32_t mixed = !uniform;
   pin_ptr(inA), pin_ptr(inB), pin_ptr(outA), pin_ptr(outB), pin_ptr(cos0), pin_ptr(sin0);
-  if constexpr (SPLIT) pin_ptr(cos1), pin_ptr(sin1);
 #pragma unroll
   for (int k = 0; k < AXES; ++k) pin_ptr(dp.at[k]);
   pin(dp.i32), pin(dp.value), pin(cos_row), pin(sin_row), pin(max_pos), pin(sign), pin(mixed);
-  pdl_wait();
+  if constexpr (kReleaseFirst) pdl_wait();
+  else pdl_wait_and_release();
   if (!active) return;
   Pack<T, P> x, y;
   x.load_global(inA);
@@ -461,28 +446,16 @@ __global__ void __launch_bounds__(kThreads)
     }
     return;
   }
-  // The lane's cos or sin values of row `p` (SPLIT: two halves of P / 2 values).
-  auto load_row = [&](CacheValues<C, P>& v, const char* base0, const char* base1, uint64_t row_bytes, int64_t p) {
-    const uint64_t off = static_cast<uint64_t>(p) * row_bytes;
-    if constexpr (SPLIT) {
-      using Half = typename RawPack<P / 2 * sizeof(C)>::type;
-      Half* half = reinterpret_cast<Half*>(&v.piece[0]);
-      half[0] = __ldg(reinterpret_cast<const Half*>(base0 + off));
-      half[1] = __ldg(reinterpret_cast<const Half*>(base1 + off));
-    } else {
-      v.load(reinterpret_cast<const C*>(base0 + off));
-    }
-  };
   CacheValues<C, P> c, s;
-  load_row(c, cos0, cos1, cos_row, pos[0]);
-  load_row(s, sin0, sin1, sin_row, pos[0]);
-  if constexpr (kPairRows && P * sizeof(C) >= 4) {
+  c.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[0]) * cos_row));
+  s.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[0]) * sin_row));
+  if constexpr (A == Angles::pair_rows && P * sizeof(C) >= 4) {
     if (mixed) {  // the other two rows, merged word by word
       CacheValues<C, P> c1, s1, c2, s2;
-      load_row(c1, cos0, cos1, cos_row, pos[1]);
-      load_row(s1, sin0, sin1, sin_row, pos[1]);
-      load_row(c2, cos0, cos1, cos_row, pos[2]);
-      load_row(s2, sin0, sin1, sin_row, pos[2]);
+      c1.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[1]) * cos_row));
+      s1.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[1]) * sin_row));
+      c2.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[2]) * cos_row));
+      s2.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[2]) * sin_row));
 #pragma unroll
       for (int w = 0; w < kWords; ++w) {
         uint32_t m1 = 0, m2 = 0;  // the word's elements on the lane's second and third axes
@@ -622,23 +595,6 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
   }
 }
 
-/// Experiment switches (read once): FUSEOPS_ROPE_EXP bit 64 = GPT-J tiny problems of 16-bit data on the SPLIT tiny
-/// kernel; FUSEOPS_ROPE_TINY_THREADS = the tiny kernel's block.
-int rope_exp() {
-  static const int bits = [] {
-    const char* v = std::getenv("FUSEOPS_ROPE_EXP");
-    return v && *v ? std::atoi(v) : 0;
-  }();
-  return bits;
-}
-int64_t tiny_threads() {
-  static const int64_t n = [] {
-    const char* v = std::getenv("FUSEOPS_ROPE_TINY_THREADS");
-    return v && *v ? static_cast<int64_t>(std::atoll(v)) : kTinyThreads;
-  }();
-  return n;
-}
-
 /// P elements (16 bytes of T) when every pointer and stride allows it, else 1.
 int pick_pairs_per_thread(const RopeArgs& a) {
   const int64_t esize = static_cast<int64_t>(dtype_size(a.dtype));
@@ -759,27 +715,17 @@ template <typename T, int P>
 void launch_decode(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   // One head per thread: the grid covers every (token, head), as rope_decode_kernel_fits keeps it within
   // the limits of make_plan's grid.
-  const int e = rope_exp();
   const bool tiny = a.tokens * (a.q.heads + a.k.heads) * (a.rotary_dim / 2 / P) <= kTinyWork;
-  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, tiny ? tiny_threads() : kThreads);
+  const Plan pl = make_plan(a, P, sms, a.q.heads + a.k.heads, 2, tiny ? kTinyThreads : kThreads);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
     if (tiny) {
-      auto go = [&](auto v) {
-        launch_variant(
-            a, angles_of(a, P), pl,
-            [](auto neox, auto angles) {
-              return rope_decode_tiny_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value,
-                                             decltype(v)::value && !decltype(neox)::value>;
-            },
-            rec, stream, device);
-      };
-      if constexpr (P == 8) {
-        if ((e & 64) && !a.is_neox) go(std::true_type{});
-        else go(std::false_type{});
-      } else {
-        go(std::false_type{});
-      }
+      launch_variant(
+          a, angles_of(a, P), pl,
+          [](auto neox, auto angles) {
+            return rope_decode_tiny_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>;
+          },
+          rec, stream, device);
     } else {
       launch_variant(
           a, angles_of(a, P), pl,
