@@ -11,7 +11,8 @@ What FlagGems runs for each of our ops (the same shapes, dtypes, positions and b
   positions, rotary_interleaved=not is_neox, inplace=True)` on [T, H, D] views (DeepSeek: head stride 192).
 - mrope(layout): FlagGems-new `mrope(query, key, cos_sin_cache, positions, s_t, s_h, s_w, head_size, rotary_dim,
   is_interleaved, is_interleaved_glm, is_neox_style, axis_map)`, in place; the GLM axis map is passed explicitly.
-Backward cases are skipped (FlagGems has no rope backward op).
+Backward cases are skipped (FlagGems has no rope backward op). Every buffer set has its own positions and tables, as
+in `fuseops bench`; FLAGGEMS_ROPE_SHARED_TABLES=1 shares one set of them (cold, they then stay in L2).
 """
 import json
 import os
