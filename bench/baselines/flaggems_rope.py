@@ -11,7 +11,8 @@ What FlagGems runs for each of our ops (the same shapes, dtypes, positions and b
   positions, rotary_interleaved=not is_neox, inplace=True)` on [T, H, D] views (DeepSeek: head stride 192).
 - mrope(layout): FlagGems-new `mrope(query, key, cos_sin_cache, positions, s_t, s_h, s_w, head_size, rotary_dim,
   is_interleaved, is_interleaved_glm, is_neox_style, axis_map)`, in place; the GLM axis map is passed explicitly.
-Backward cases are skipped (FlagGems has no rope backward op).
+Backward cases are skipped (FlagGems has no rope backward op). Every buffer set has its own positions and tables, as
+in `fuseops bench`; FLAGGEMS_ROPE_SHARED_TABLES=1 shares one set of them (cold, they then stay in L2).
 """
 import json
 import os
@@ -66,23 +67,35 @@ def case_fn(r, fg):
     def heads(H):
         return torch.randn(T, H, hs, device="cuda", dtype=dt)[..., :D]
 
+    # Every buffer set has its own positions and tables, as in `fuseops bench` (RopeBench::allocate): cold, the
+    # position -> cache row chain reads them from memory too. FLAGGEMS_ROPE_SHARED_TABLES=1: one set of tables and
+    # positions for all sets (what this script did before; cold, they then stay in L2).
+    shared = {}
+
+    def once(key, make_value):
+        if os.environ.get("FLAGGEMS_ROPE_SHARED_TABLES") != "1":
+            return make_value()
+        if key not in shared:
+            shared[key] = make_value()
+        return shared[key]
+
+    def table(cols, key="table"):
+        return once((key, cols), lambda: torch.randn(max_pos, cols, device="cuda").to(cdt))
+
+    def positions(axes):
+        return once(("pos", axes), lambda: positions_of(T, axes))
+
     if op.startswith("apply_rotary_pos_emb"):
         seq = T // B
-        cos = torch.randn(max_pos, h, device="cuda").to(cdt)
-        sin = torch.randn(max_pos, h, device="cuda").to(cdt)
-        ids = torch.arange(seq, device="cuda").repeat(B, 1)
 
         def make(i):
-            return heads(Hq).view(B, seq, Hq, D), heads(Hk).view(B, seq, Hk, D), cos, sin, ids
+            return (heads(Hq).view(B, seq, Hq, D), heads(Hk).view(B, seq, Hk, D), table(h, "cos"), table(h, "sin"),
+                    once("ids", lambda: torch.arange(seq, device="cuda").repeat(B, 1)))
 
         return make, lambda a: fg["apply"](a[0], a[1], a[2], a[3], a[4], rotary_interleaved=not neox)
     if op.startswith("rotary_embedding"):
-        cos = torch.randn(max_pos, h, device="cuda").to(cdt)
-        sin = torch.randn(max_pos, h, device="cuda").to(cdt)
-        pos = positions_of(T, 1)
-
         def make(i):
-            return heads(Hq)[..., :rd], heads(Hk)[..., :rd], cos, sin, pos
+            return heads(Hq)[..., :rd], heads(Hk)[..., :rd], table(h, "cos"), table(h, "sin"), positions(1)
 
         return make, lambda a: fg["apply"](a[0], a[1], a[2], a[3], a[4], rotary_interleaved=not neox, inplace=True)
     if op.startswith("mrope"):
@@ -90,13 +103,11 @@ def case_fn(r, fg):
         section = SECTIONS.get(r["set"])
         if section is None:
             return None
-        cache = torch.randn(max_pos, rd, device="cuda").to(cdt)
-        pos = positions_of(T, 3)
         axis_map = glm_axis_map(section, h) if layout == "interleaved_glm" else None
 
         def make(i):
             return (torch.randn(T, Hq * D, device="cuda", dtype=dt), torch.randn(T, Hk * D, device="cuda", dtype=dt),
-                    cache, pos)
+                    table(rd), positions(3))
 
         return make, lambda a: fg["mrope"](a[0], a[1], a[2], a[3], *section, D, rd,
                                            is_interleaved=layout == "interleaved",
@@ -120,7 +131,10 @@ def main():
             continue
         make, fn = made
         first = make(0)
-        set_bytes = sum(t.untyped_storage().nbytes() for t in first[:2]) * 2  # inputs, and outputs when out of place
+        # q / k (twice: the outputs when out of place), positions and tables
+        set_bytes = sum(t.untyped_storage().nbytes() for t in first[:2]) * 2
+        if os.environ.get("FLAGGEMS_ROPE_SHARED_TABLES") != "1":
+            set_bytes += sum(t.untyped_storage().nbytes() for t in first[2:])
         sets = cold_sets(set_bytes)
         args = [first] + [make(i) for i in range(1, sets)]
         try:

@@ -350,19 +350,36 @@ __device__ __forceinline__ uint32_t& cache_word(CacheValues<C, P>& v, int w) {
   return reinterpret_cast<uint32_t*>(&v.piece[w / kWordsPerPiece].u)[w % kWordsPerPiece];
 }
 
+/// Axis bits of the N pairs j .. j + N - 1 (in one word of axis_code; N <= 8) from uniform parameter reads: every
+/// word is read at a fixed offset and the thread's word selected in registers (a parameter read at a per-thread
+/// index is serialised over a warp's distinct addresses; measured 0.04 us faster at one Qwen2.5-VL token).
+template <int N>
+__device__ __forceinline__ uint32_t axis_bits(const RopeArgs& a, int j) {
+  static_assert(N <= 8, "at most 8 pairs (16 bits)");
+  const int word = j / 16;
+  uint32_t w = a.axis_code[0];
+#pragma unroll
+  for (int i = 1; i < kRopeMaxPairs / 16; ++i) w = word == i ? a.axis_code[i] : w;
+  return (w >> (2 * (j % 16))) & ((1u << (2 * N)) - 1u);
+}
+
 /// Decode kernel of tiny problems (at most kTinyWork threads: one decode token and the like), in blocks of
-/// kTinyThreads: thread (lane x, head y, token z) rotates head y of token z, as rope_decode_kernel, with the chain
-/// after the wait cut to what the positions decide. Everything that comes from the parameters alone is formed and
-/// pinned in registers before the wait; after it: the head's two vectors and the positions (all loads at once, L2
-/// only), one unsigned compare per axis, the row address (one 64-bit multiply-add), the cache loads, the rotation
-/// and the stores. M-RoPE: the lane's own axis (its first pair's) is loaded first, so a lane whose pairs share an
-/// axis takes its row from pos[0]; a lane whose pairs name different rows loads its vectors of all three rows and
-/// merges them with per-word masks (in the shadow of the loads) instead of one scalar load per pair. The inverse
-/// flips sin's sign bits (one xor per word). Measured on the H200 only for tiny problems: at 64 tokens it was
-/// 0.3-0.6 us slower than rope_decode_kernel (docs/ops/rope.md, Performance, sixth session).
+/// kTinyThreads: thread (lane x, head y, token z) rotates head y of token z, as rope_decode_kernel. M-RoPE: it first
+/// lets the next kernel in the stream start launching (pdl_release), so that the next launch forms its addresses
+/// while this one runs and only the chain after the wait remains between two launches (1-D positions: measured level
+/// or 0.01-0.02 us slower so, hence released after the wait as in every kernel). Everything that comes from the
+/// parameters alone is formed and pinned in registers before the wait; after it: the head's two vectors and the
+/// positions (all loads at once, L2 only), one unsigned compare per axis, the row address (one 64-bit multiply-add),
+/// the cache loads, the rotation and the stores. M-RoPE: the lane's axis bits come from uniform parameter reads,
+/// its own axis (its first pair's) is loaded first, so a lane whose pairs share an axis takes its row from pos[0];
+/// a lane whose pairs name different rows loads its vectors of all three rows and merges them with per-word masks
+/// (in the shadow of the loads) instead of one scalar load per pair. The inverse flips sin's sign bits (one xor per
+/// word). Measured on the H200 only for tiny problems (docs/ops/rope.md, Performance, sixth and ninth sessions).
 template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads)
     rope_decode_tiny_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  constexpr bool kReleaseFirst = A != Angles::rope;
+  if constexpr (kReleaseFirst) pdl_release();
   constexpr int AXES = kAxes<A>;
   constexpr int kWords = P * static_cast<int>(sizeof(C)) / 4;  // of the lane's cos (0: one 16-bit value)
   const DecodeThread<T, P, NEOX> d(a);
@@ -374,8 +391,10 @@ __global__ void __launch_bounds__(kThreads)
   T* outA = d.out + d.offA;
   T* outB = d.out + d.offB;
   // Positions, the lane's own axis first.
-  const LaneAxes<P, A> lane = lane_axes<P, A>(a, j0);
-  const uint32_t ax0 = lane.code & 3u;
+  const uint32_t code = A == Angles::rope ? 0u : axis_bits<P>(a, j0);
+  constexpr uint32_t kMask = (1u << (2 * P)) - 1u;
+  const bool uniform = A != Angles::pair_rows || code == (code & 3u) * (0x55555555u & kMask);
+  const uint32_t ax0 = code & 3u;
   DecodePositions<AXES> dp;
   {
     const PositionSource src = position_source(a, t);
@@ -397,12 +416,13 @@ __global__ void __launch_bounds__(kThreads)
   uint64_t sin_row = static_cast<uint64_t>(a.sin_stride) * sizeof(C);
   uint64_t max_pos = static_cast<uint64_t>(a.max_position);
   uint32_t sign = a.inverse ? (sizeof(C) == 2 ? 0x80008000u : 0x80000000u) : 0u;
-  uint32_t mixed = A == Angles::pair_rows && !lane.uniform;
+  uint32_t mixed = !uniform;
   pin_ptr(inA), pin_ptr(inB), pin_ptr(outA), pin_ptr(outB), pin_ptr(cos0), pin_ptr(sin0);
 #pragma unroll
   for (int k = 0; k < AXES; ++k) pin_ptr(dp.at[k]);
   pin(dp.i32), pin(dp.value), pin(cos_row), pin(sin_row), pin(max_pos), pin(sign), pin(mixed);
-  pdl_wait_and_release();
+  if constexpr (kReleaseFirst) pdl_wait();
+  else pdl_wait_and_release();
   if (!active) return;
   Pack<T, P> x, y;
   x.load_global(inA);
@@ -442,7 +462,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int e = 0; e < 4 / static_cast<int>(sizeof(C)); ++e) {
           const int i = w * (4 / static_cast<int>(sizeof(C))) + e;
-          const uint32_t rel = (((lane.code >> (2 * i)) & 3u) + 3u - ax0) % 3u;
+          const uint32_t rel = (((code >> (2 * i)) & 3u) + 3u - ax0) % 3u;
           const uint32_t field = sizeof(C) == 2 ? 0xffffu << (16 * e) : 0xffffffffu;
           m1 |= rel == 1u ? field : 0u;
           m2 |= rel == 2u ? field : 0u;
