@@ -1,5 +1,6 @@
 // mbarrier and tensor-memory-accelerator primitives of sm_90: a tile of a tensor map copied into shared memory by one
-// instruction (cp.async.bulk.tensor), completing on an mbarrier.
+// instruction (cp.async.bulk.tensor), completing on an mbarrier. Below sm_90 (a build that also lists an older
+// architecture) they trap: the host launches the kernels that use them only where is_sm90_or_newer() holds.
 #pragma once
 
 #include <cuda.h>
@@ -8,22 +9,35 @@
 
 namespace fuseops::detail::cuda {
 
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define FUSEOPS_SM90_ASM(...) asm volatile(__VA_ARGS__)
+#else
+#define FUSEOPS_SM90_ASM(...) __trap()
+#endif
+
 /// A phase of an mbarrier initialised with count 1 completes once its one arrival (mbar_arrive_expect, announcing the
 /// bytes) and the copies' bytes have all arrived; waiting threads then see the copied bytes.
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 __device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+  FUSEOPS_SM90_ASM("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
 }
 /// Makes initialised mbarriers visible to the asynchronous proxy (before a block barrier and their first use).
-__device__ __forceinline__ void mbar_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+__device__ __forceinline__ void mbar_init_fence() { FUSEOPS_SM90_ASM("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+/// Orders this thread's earlier generic-proxy shared-memory accesses (e.g. cp.async writes that have completed) before
+/// later asynchronous-proxy accesses to the same bytes; executed by every thread, then a block barrier, then the copy.
+__device__ __forceinline__ void fence_proxy_async_shared() {
+  FUSEOPS_SM90_ASM("fence.proxy.async.shared::cta;" ::: "memory");
+}
 /// The one arrival of a phase, with the bytes its copies bring.
 __device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes) : "memory");
+  FUSEOPS_SM90_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+                   : "memory");
 }
 /// Waits until the phase of parity `parity` of `bar` has completed.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint32_t done = 0;
   while (!done) {
     asm volatile(
@@ -32,16 +46,23 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "r"(smem_addr(bar)), "r"(parity)
         : "memory");
   }
+#else
+  (void)bar;
+  (void)parity;
+  __trap();
+#endif
 }
 /// The box of a 4-D tensor map at coordinates (c0 innermost .. c3) -> shared address `dst` (aligned as the map's
 /// swizzle needs: 1024 bytes for 128-byte swizzle), completing on `bar`. `map`: a __grid_constant__ kernel parameter.
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
                                             uint64_t* bar) {
-  asm volatile(
+  FUSEOPS_SM90_ASM(
       "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
       "[%6];" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar))
       : "memory");
 }
+
+#undef FUSEOPS_SM90_ASM
 
 }  // namespace fuseops::detail::cuda

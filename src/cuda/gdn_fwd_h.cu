@@ -374,7 +374,10 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           if (tid == 0) dst[BT] = gated ? expf(gl) : 1.f;
         }
       };
-      __syncthreads();  // the previous unit is done with the shared tiles
+      // The previous unit is done with the shared tiles. With TMA, its last chunk may have been written by cp.async
+      // (generic proxy) into a buffer a tensor-map copy (async proxy) now overwrites: every thread fences first.
+      if constexpr (TMA) fence_proxy_async_shared();
+      __syncthreads();
       // Prologue: chunks 0 .. NS - 2 into buffers 0 .. NS - 2, one cp.async group each, so that before chunk c the
       // groups committed are NS - 1 + c and waiting until NS - 2 remain lands chunk c.
 #pragma unroll
@@ -650,12 +653,14 @@ EncodeTiled encode_tiled() {
 /// 128-byte swizzle. False where the driver refuses it (then the kernel loads by cp.async).
 bool rows_map(CUtensorMap* m, const GdnIn& x, DType dt, int64_t heads, const GdnGeometry& geo) {
   const EncodeTiled encode = encode_tiled();
-  if (!encode) return false;
+  // A batch stride of 0 with B > 1 (a broadcast view) is not a tensor map: cp.async then.
+  if (!encode || (geo.B > 1 && x.stride_b == 0)) return false;
   const cuuint64_t es = 2;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(geo.K), static_cast<cuuint64_t>(heads),
                               static_cast<cuuint64_t>(geo.T), static_cast<cuuint64_t>(geo.B)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(x.stride_h) * es, static_cast<cuuint64_t>(x.stride_t) * es,
-                                 static_cast<cuuint64_t>(std::max<int64_t>(x.stride_b, 8)) * es};
+                                 static_cast<cuuint64_t>(geo.B == 1 ? std::max<int64_t>(x.stride_b, 8) : x.stride_b) *
+                                     es};
   const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(geo.BT), 1};
   const cuuint32_t estrides[4] = {1, 1, 1, 1};
   const CUtensorMapDataType type = dt == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
@@ -680,7 +685,8 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
   // FUSEOPS_GDN_FWD_H_TMA=0 turns them off.
   static const bool tma_allowed = !env_switched_off("FUSEOPS_GDN_FWD_H_TMA");
   FwdHMaps maps{};
-  const bool tma = tma_allowed && (K == 64 || K == 128) && a.geo.BT == 64 && vec.w && vec.k && a.geo.T <= INT32_MAX &&
+  const bool tma = tma_allowed && is_sm90_or_newer(device) && (K == 64 || K == 128) && a.geo.BT == 64 && vec.w &&
+                   vec.k && a.geo.T <= INT32_MAX &&
                    rows_map(&maps.w, a.w, dt, a.geo.HV, a.geo) && rows_map(&maps.k, a.k, dt, a.geo.H, a.geo);
   return gdn::with_16bit(dt, [&](auto tag) {
     using TK = decltype(tag);
