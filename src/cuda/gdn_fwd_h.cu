@@ -326,7 +326,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           const uint32_t ub = static_cast<uint32_t>(b * C::kUTile * sizeof(TK));
           if (TMA && L == BT) {  // whole chunk: w and k tiles by tensor-map copies, K / 64 boxes each
             // issued by the last thread (warps 0-1 hold the gate rows); the block's reads of the buffer (its previous
-            // chunk) precede it (barrier A), and no generic write to it is outstanding: no proxy fence
+            // chunk) precede it (barrier A); a previous unit's cp.async writes were fenced at this unit's start
             if (tid == kThreads - 1) {
               mbar_arrive_expect(bars + b, static_cast<uint32_t>(2 * BT * K * sizeof(TK)));
               for (int box = 0; box * 64 < K; ++box) {
@@ -337,16 +337,17 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
                             bars + b);
               }
             }
-          } else if (vec.w) {
-            cp_tile(tw, w_dst + wb, C::kLdK, wq, w_step, L, kp, K, wp);
-          } else {
-            gdn::load_tile<TK, BT>(wsm + b * C::kWTile, C::kLdK, kp, wq, wst, L, K, false, kThreads);
-          }
-          if (TMA && L == BT) {
-          } else if (vec.k) {
-            cp_tile(tw, k_dst + wb, C::kLdK, kq, k_step, L, kp, K, kptr);
-          } else {
-            gdn::load_tile<TK, BT>(ksm + b * C::kWTile, C::kLdK, kp, kq, kst, L, K, false, kThreads);
+          } else {  // the last chunk of a sequence (zero rows past it), or no tensor maps
+            if (vec.w) {
+              cp_tile(tw, w_dst + wb, C::kLdK, wq, w_step, L, kp, K, wp);
+            } else {
+              gdn::load_tile<TK, BT>(wsm + b * C::kWTile, C::kLdK, kp, wq, wst, L, K, false, kThreads);
+            }
+            if (vec.k) {
+              cp_tile(tw, k_dst + wb, C::kLdK, kq, k_step, L, kp, K, kptr);
+            } else {
+              gdn::load_tile<TK, BT>(ksm + b * C::kWTile, C::kLdK, kp, kq, kst, L, K, false, kThreads);
+            }
           }
           if (vec.u) {
             cp_tile(tu, u_dst + ub, C::kLdV, uq, u_step, L, BV, vcols, up);

@@ -116,20 +116,10 @@ void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::si
   launch_kernel_cluster(kernel, grid, block, smem, stream, device, 1u, std::forward<Args>(args)...);
 }
 
-/// First statement of every kernel launched by launch_kernel(): waits until the previous kernel in the stream has
-/// completed and its memory is visible (a no-op when it was not launched as a dependent), then lets the next
-/// kernel start launching. No-op before sm_90.
-__device__ __forceinline__ void pdl_wait_and_release() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" :::);
-#endif
-}
-
-/// The two halves of pdl_wait_and_release() in the other order, for a kernel of a few blocks: pdl_release() first
-/// lets the next kernel in the stream start launching at once (its blocks then do their own work up to their wait
-/// while this kernel runs), pdl_wait() before anything the previous kernel may have written is read. No-ops before
-/// sm_90.
+/// The two halves of pdl_wait_and_release(), also usable in the other order by a kernel of a few blocks:
+/// pdl_release() first lets the next kernel in the stream start launching at once (its blocks then do their own work
+/// up to their wait while this kernel runs), pdl_wait() before anything the previous kernel may have written is read.
+/// No-ops before sm_90.
 __device__ __forceinline__ void pdl_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" :::);
@@ -139,6 +129,14 @@ __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
+
+/// First statement of every kernel launched by launch_kernel(): waits until the previous kernel in the stream has
+/// completed and its memory is visible (a no-op when it was not launched as a dependent), then lets the next
+/// kernel start launching. No-op before sm_90.
+__device__ __forceinline__ void pdl_wait_and_release() {
+  pdl_wait();
+  pdl_release();
 }
 
 }  // namespace fuseops::detail
