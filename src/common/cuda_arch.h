@@ -48,4 +48,33 @@ inline int cuda_code_arch(std::string_view archs, int major, int minor) {
   return best_sass > 0 ? best_sass : best_ptx;
 }
 
+/// Whether the code the driver picks on a device of compute capability `major`.`minor` from a build for `archs` is
+/// sm_90a code (SASS or PTX), the only target with the wgmma instructions: the device is 9.0 and the list's best
+/// code there is a "90a" entry. Conservative where the pick is not documented: false when the list also has plain
+/// sm_90 code of the same kind (SASS or PTX) or cannot be read.
+inline bool cuda_code_is_sm90a(std::string_view archs, int major, int minor) {
+  if (major != 9 || minor != 0 || cuda_code_arch(archs, major, minor) != 90) return false;
+  bool sass_a = false, sass_plain = false, ptx_a = false, ptx_plain = false;
+  while (!archs.empty()) {
+    const std::size_t cut = archs.find_first_of(",;");
+    std::string_view entry = archs.substr(0, cut);
+    archs = cut == std::string_view::npos ? std::string_view{} : archs.substr(cut + 1);
+    bool sass = true, ptx = true;
+    if (const std::size_t dash = entry.find('-'); dash != std::string_view::npos) {
+      sass = entry.substr(dash + 1) == "real";
+      ptx = !sass;
+      entry = entry.substr(0, dash);
+    }
+    if (entry == "90a") {
+      sass_a = sass_a || sass;
+      ptx_a = ptx_a || ptx;
+    } else if (entry == "90" || entry == "90f") {
+      sass_plain = sass_plain || sass;
+      ptx_plain = ptx_plain || ptx;
+    }
+  }
+  // cuda_code_arch gave 90: the driver runs SASS for 9.0 where the list has some, else compiles PTX
+  return (sass_a || sass_plain) ? sass_a && !sass_plain : ptx_a && !ptx_plain;
+}
+
 }  // namespace fuseops::detail

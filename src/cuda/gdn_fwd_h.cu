@@ -38,6 +38,7 @@
 #include "cuda/bulk_copy.cuh"
 #include "cuda/device_error.cuh"
 #include "cuda/gdn_forward.cuh"
+#include "cuda/wgmma.cuh"
 #include "fuseops/error.h"
 
 namespace fuseops::detail::cuda {
@@ -142,7 +143,7 @@ struct FwdHMaps {
 /// (the chunks in flight: NS - 1 are loading while one is computed). TMA: the w and k tiles of whole chunks arrive
 /// by tensor-map copies (KP = 128): each tile is then two boxes [BT][64] with 128-byte swizzle (16-byte group g of
 /// row r at group g ^ (r % 8)) instead of rows padded to KP + 8.
-template <typename TK, int KP, int BT, int BV, int NS, bool TMA = false>
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA = false, bool WG = false>
 struct FwdHMma {
   static constexpr int kLdK = TMA ? 64 : KP + 8;  ///< row stride of the w / k tiles (of a box with TMA)
   static constexpr int kLdV = BV + 8;  ///< row stride of the u and S / v_new tiles
@@ -152,17 +153,35 @@ struct FwdHMma {
   static constexpr int kNPW = kVT >= gdn::kWarps ? kVT / gdn::kWarps : 1;  ///< v_new tiles per warp (one row block)
   static constexpr int kWTile = TMA ? BT * KP : BT * kLdK, kUTile = BT * kLdV, kSTile = KP * kLdV;
   static constexpr int kBoxBytes = BT * 128;  ///< one swizzled box (TMA)
-  /// w, k, u in NS buffers, the S tile, the gated v_new tile (the size of a u tile), the gate table double-buffered,
+  /// WG (wgmma): S^T as the B operand of w S, two K-major 128-byte-swizzled boxes [BV][64] (state rows 0-63,
+  /// 64-127), and the gated v_new^T as the B operand of k^T v_new, one box [BV][64]; both after the k tiles (1024-byte
+  /// aligned), in elements. Without WG the gated v_new is a padded tile [BT][kLdV] after the S tile.
+  static constexpr int kStTile = WG ? 2 * BV * 64 : 0, kVtTile = WG ? BV * 64 : 0;
+  static constexpr int kUOffset = NS * 2 * kWTile + kStTile + kVtTile;  ///< of the u tiles, in elements
+  static constexpr int kVTile = WG ? 0 : kUTile;
+  /// w, k (, S^T, v_new^T) and u in NS buffers, the S tile, the gated v_new tile, the gate table double-buffered,
   /// the mbarriers of the tensor-map copies (one per buffer)
   static constexpr std::size_t kBarOffset =
-      ((NS * (2 * kWTile + kUTile) + kSTile + kUTile) * sizeof(TK) + 2 * (BT + 1) * sizeof(float) + 7) / 8 * 8;
+      ((kUOffset + NS * kUTile + kSTile + kVTile) * sizeof(TK) + 2 * (BT + 1) * sizeof(float) + 7) / 8 * 8;
   static constexpr std::size_t kSmem = kBarOffset + (TMA ? NS * sizeof(uint64_t) : 0);
   static_assert(NS >= 2, "at least double buffering");
   static_assert(!TMA || KP == 128, "tensor-map tiles: K <= 128");
+  static_assert(!WG || (TMA && BT == 64 && kMT == 1 && BV >= 16), "wgmma: tensor-map tiles, BT 64, K 128");
   static_assert(kMT >= 1 && kNV % 2 == 0 && kNV % kNPW == 0 && (kNPW == 1 || kNPW % 2 == 0), "tile split");
 };
 
 __device__ __forceinline__ void st_pair(void* p, uint32_t v) { *static_cast<uint32_t*>(p) = v; }
+
+/// v_new columns col, col + 1 of a row (those < vcols): one 4-byte store where `pairs` allows it.
+template <typename TK>
+__device__ __forceinline__ void store_v_pair(TK* vrow, int col, float v0, float v1, int vcols, bool pairs) {
+  if (pairs && col + 1 < vcols) {
+    st_pair(vrow + col, pack2<TK>(v0, v1));
+  } else {
+    if (col < vcols) vrow[col] = from_float<TK>(v0);
+    if (col + 1 < vcols) vrow[col + 1] = from_float<TK>(v1);
+  }
+}
 
 /// f(row, col, element) for every element of this thread's state fragments S[m][j][e]: warp w owns the row tiles
 /// w MT .. w MT + MT - 1 of 16 rows; element e of an mma accumulator sits at row lane / 4 (+ 8 for e >= 2) and
@@ -233,11 +252,11 @@ __device__ __forceinline__ float2 unpack2(uint32_t x) {
 template <int KP, int BV>
 constexpr int fwd_h_min_blocks() { return KP == 128 && BV <= 32 ? 2 : 1; }
 
-template <typename TK, int KP, int BT, int BV, int NS, bool TMA>
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG>
 __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
     fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units, FwdHVec vec, DeviceErrorRecord* errors,
                      const __grid_constant__ FwdHMaps maps) {
-  using C = FwdHMma<TK, KP, BT, BV, NS, TMA>;
+  using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG>;
   using TW = TileUnits<BT, KP>;  // w, k tiles
   using TU = TileUnits<BT, BV>;  // u tile
   using TH = TileUnits<KP, BV>;  // S tile -> h
@@ -245,10 +264,10 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   TK* const wsm = reinterpret_cast<TK*>(smem_raw);  // [NS][BT][kLdK] (TMA: [NS][2][BT][64], swizzled)
   TK* const ksm = wsm + NS * C::kWTile;             // [NS][BT][kLdK]
-  TK* const usm = ksm + NS * C::kWTile;             // [NS][BT][kLdV]
+  TK* const usm = wsm + C::kUOffset;                // [NS][BT][kLdV]
   TK* const ssm = usm + NS * C::kUTile;             // S [KP][kLdV]
-  TK* const vsm = ssm + C::kSTile;                  // the gated v_new [BT][kLdV]
-  float* const gsm = reinterpret_cast<float*>(vsm + C::kUTile);  // [2][BT + 1]: exp(g_last - g_i), exp(g_last)
+  TK* const vsm = ssm + C::kSTile;                  // the gated v_new [BT][kLdV] (not WG)
+  float* const gsm = reinterpret_cast<float*>(vsm + C::kVTile);  // [2][BT + 1]: exp(g_last - g_i), exp(g_last)
   uint64_t* const bars = reinterpret_cast<uint64_t*>(smem_raw + C::kBarOffset);  // [NS] (TMA)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   if constexpr (TMA) {
@@ -286,12 +305,15 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
                                            ((((tw.c >> 3) & 7) ^ (tw.i0 & 7)) << 4))
                    : static_cast<uint32_t>((tw.i0 * C::kLdK + tw.c) * sizeof(TK)));
   const uint32_t k_dst = w_dst + static_cast<uint32_t>(NS * C::kWTile * sizeof(TK));
-  const uint32_t u_dst = smem0 + static_cast<uint32_t>((2 * NS * C::kWTile + tu.i0 * C::kLdV + tu.c) * sizeof(TK));
+  const uint32_t u_dst = smem0 + static_cast<uint32_t>((C::kUOffset + tu.i0 * C::kLdV + tu.c) * sizeof(TK));
+  // WG: the S^T boxes and the v_new^T box (shared byte addresses)
+  const uint32_t st_addr = smem0 + static_cast<uint32_t>(2 * NS * C::kWTile * sizeof(TK));
+  const uint32_t vt_addr = st_addr + static_cast<uint32_t>(C::kStTile * sizeof(TK));
   const int64_t w_off = vec.w ? tw.i0 * wst + tw.c : 0, k_off = vec.k ? tw.i0 * kst + tw.c : 0;
   const int64_t u_off = vec.u ? tu.i0 * ust + tu.c : 0;
   const int64_t w_step = TW::kRowStep * wst, k_step = TW::kRowStep * kst, u_step = TU::kRowStep * ust;
   const int64_t h_off = vec.h ? th.i0 * V + th.c : 0, h_step = TH::kRowStep * V;
-  const int64_t v_off = (vm * 16 + qr) * vst;  // this thread's first v_new row of a chunk
+  const int64_t v_off = ((WG ? (warp & 3) : vm) * 16 + qr) * vst;  // this thread's first v_new row of a chunk
 
   for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const int64_t vb = unit % vblocks, nh = unit / vblocks, hv = nh % HV, n = nh / HV, hk = hv / group;
@@ -407,7 +429,24 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             st_pair(ssm + (row + 8) * C::kLdV + j * 8 + qc, pack2<TK>(S[m][j][2], S[m][j][3]));
           }
         }
+        if constexpr (WG) {
+          // S^T into its K-major boxes (the B operand of w S): the warp's 16 rows are groups 2 (warp % 4) and + 1 of
+          // box warp / 4; matrices (rows +0 | +8) x (columns of tiles j, j + 1) stored transposed.
+          const int q = lane >> 3, i8 = lane & 7;
+          const uint32_t box = st_addr + static_cast<uint32_t>((warp >> 2) * BV * 128);
+          const uint32_t grp = static_cast<uint32_t>(((2 * (warp & 3) + (q & 1)) ^ i8) << 4);
+#pragma unroll
+          for (int j = 0; j < C::kNV; j += 2) {
+            const int n = 8 * (j + (q >> 1)) + i8;
+            stmatrix_x4_trans(box + static_cast<uint32_t>(n * 128) + grp, pack2<TK>(S[0][j][0], S[0][j][1]),
+                              pack2<TK>(S[0][j][2], S[0][j][3]), pack2<TK>(S[0][j + 1][0], S[0][j + 1][1]),
+                              pack2<TK>(S[0][j + 1][2], S[0][j + 1][3]));
+          }
+        }
         cp_async_wait<NS - 2>();  // this chunk's tiles have landed
+        // WG: the S^T writes and this thread's landed cp.async rows (a last chunk's w tile) are read by wgmma, i.e. by
+        // the asynchronous proxy: fenced by every thread before barrier A
+        if constexpr (WG) fence_proxy_async_shared();
         if (TMA && L == BT) {
           mbar_wait(bars + buf, (bar_phase >> buf) & 1u);
           bar_phase ^= 1u << buf;
@@ -429,7 +468,23 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
 #pragma unroll
           for (int e = 0; e < 4; ++e) vacc[p][e] = vodd[p][e] = 0.f;
         }
-        if (v_active && vm * 16 < L) {  // warp-uniform
+        float wacc[WG ? BV / 4 : 1];  // WG: the warpgroup's v_new block, rows 16 (warp % 4) .., columns of its half
+        if constexpr (WG) {
+          // warpgroup warp / 4 takes columns [BV / 2 (warp / 4), + BV / 2) of all 64 rows: A = the w tile (its two
+          // K-major boxes as the tensor map left them), B = S^T rows of those columns; issued here, waited for before
+          // the epilogue
+          const uint32_t a0 = smem0 + static_cast<uint32_t>(buf * C::kWTile * sizeof(TK));  // the w tile's boxes
+          const uint32_t b0 = st_addr + static_cast<uint32_t>((warp >> 2) * (BV / 2) * 128);
+          wgmma_fence();
+#pragma unroll
+          for (int st = 0; st < KP / 16; ++st) {
+            const uint32_t ka = static_cast<uint32_t>((st >> 2) * C::kBoxBytes + (st & 3) * 32);
+            const uint32_t kb = static_cast<uint32_t>((st >> 2) * BV * 128 + (st & 3) * 32);
+            wgmma_ss<TK, BV / 2>(wacc, wgmma_desc_sw128(a0 + ka), wgmma_desc_sw128(b0 + kb), st > 0);
+          }
+          wgmma_commit();
+          wgmma_fence_operands(wacc);
+        } else if (v_active && vm * 16 < L) {  // warp-uniform
           const TK* const a_ptr = wsm + buf * C::kWTile + (vm * 16 + (lane & 15)) * C::kLdK + (TMA ? 0 : (lane >> 4) * 8);
           const int b_row = C::kNPW == 1 ? (lane & 15) : (lane & 7) + ((lane >> 3) & 1) * 8;
           const int b_col = C::kNPW == 1 ? vn0 * 8 : (vn0 + (lane >> 4)) * 8;
@@ -478,6 +533,44 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
         } else {
           gdn::store_tile(hq, V, ssm, C::kLdV, K, vcols, false, kThreads);
         }
+        if constexpr (WG) {
+          // v_new = u - w S of the warpgroup's block; the gated v_new^T into its K-major box (the B operand of
+          // k^T v_new): matrices (rows 16 (warp % 4) + 0 | + 8) x (columns of tiles jj, jj + 1) stored transposed
+          constexpr int NH = BV / 2;
+          wgmma_wait<0>();
+          wgmma_fence_operands(wacc);
+          const int n0 = (warp >> 2) * NH;
+          const TK* const ut = usm + buf * C::kUTile;
+          uint32_t vg[NH / 8][2];
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int i = (warp & 3) * 16 + qr + 8 * hr;
+            const float f = gc[i];  // 0 past the chunk
+            TK* const vrow = vq + v_off + (hr ? 8 * vst : 0);
+#pragma unroll
+            for (int jj = 0; jj < NH / 8; ++jj) {
+              const int col = n0 + jj * 8 + qc;
+              const float2 uu = unpack2<TK>(*reinterpret_cast<const uint32_t*>(ut + i * C::kLdV + col));
+              const float v0 = uu.x - wacc[4 * jj + 2 * hr];
+              const float v1 = uu.y - wacc[4 * jj + 2 * hr + 1];
+              if (i < L) store_v_pair(vrow, col, v0, v1, vcols, vec.v_new_pairs);
+              vg[jj][hr] = pack2<TK>(v0 * f, v1 * f);
+            }
+          }
+          const int q = lane >> 3, i8 = lane & 7;
+          const uint32_t grp = static_cast<uint32_t>(((2 * (warp & 3) + (q & 1)) ^ i8) << 4);
+          if constexpr (NH == 8) {
+            stmatrix_x2_trans(vt_addr + static_cast<uint32_t>((n0 + i8) * 128) + grp, vg[0][0], vg[0][1]);
+          } else {
+#pragma unroll
+            for (int jj = 0; jj < NH / 8; jj += 2) {
+              const int n = n0 + 8 * (jj + (q >> 1)) + i8;
+              stmatrix_x4_trans(vt_addr + static_cast<uint32_t>(n * 128) + grp, vg[jj][0], vg[jj][1], vg[jj + 1][0],
+                                vg[jj + 1][1]);
+            }
+          }
+          fence_proxy_async_shared();
+        } else {
 #pragma unroll
         for (int p = 0; p < C::kNPW; ++p) {
 #pragma unroll
@@ -496,17 +589,11 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
               const float2 uu = unpack2<TK>(*reinterpret_cast<const uint32_t*>(ut + i * C::kLdV + col));
               const float v0 = uu.x - vacc[p][2 * hr];
               const float v1 = uu.y - vacc[p][2 * hr + 1];
-              if (i < L) {
-                if (vec.v_new_pairs && col + 1 < vcols) {
-                  st_pair(vrow + col, pack2<TK>(v0, v1));
-                } else {
-                  if (col < vcols) vrow[col] = from_float<TK>(v0);
-                  if (col + 1 < vcols) vrow[col + 1] = from_float<TK>(v1);
-                }
-              }
+              if (i < L) store_v_pair(vrow, col, v0, v1, vcols, vec.v_new_pairs);
               st_pair(vsm + i * C::kLdV + col, pack2<TK>(v0 * f, v1 * f));
             }
           }
+        }
         }
         __syncthreads();  // barrier B
 
@@ -514,7 +601,27 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
         for_each_state(S, warp, lane, [&](int, int, float& x) { x *= decay; });
         const TK* const kt = ksm + buf * C::kWTile;
         const int lp = (L + 15) / 16 * 16;
-        for (int kk = 0; kk < lp; kk += 16) {
+        if constexpr (WG) {
+          // the warpgroup's 64 state rows (warp w: rows 16 w ..): A = k^T fragments from registers, B = v_new^T
+          // (all BT rows: past a last chunk's rows both k and the gated v_new are zero)
+          const int m0 = warp * 16;
+          uint32_t af[BT / 16][4];
+#pragma unroll
+          for (int st = 0; st < BT / 16; ++st) {
+            ldmatrix_x4_trans(af[st], kt + (st * 16 + (lane & 7) + (lane >> 4) * 8) * C::kLdK + (m0 >> 6) * (C::kBoxBytes / 2) +
+                                          (((((m0 & 63) >> 3) + ((lane >> 3) & 1)) ^ (lane & 7)) << 3));
+          }
+          float(&sf)[BV / 2] = reinterpret_cast<float(&)[BV / 2]>(S[0]);
+          wgmma_fence();
+#pragma unroll
+          for (int st = 0; st < BT / 16; ++st) {
+            wgmma_rs<TK, BV>(sf, af[st], wgmma_desc_sw128(vt_addr + static_cast<uint32_t>(st * 32)), 1);
+          }
+          wgmma_commit();
+          wgmma_wait<0>();
+          wgmma_fence_operands(sf);
+        }
+        for (int kk = 0; kk < (WG ? 0 : lp); kk += 16) {
           uint32_t bf[C::kNV / 2][4];
 #pragma unroll
           for (int p = 0; p < C::kNV / 2; ++p) {
@@ -554,13 +661,13 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   }
 }
 
-template <typename TK, int KP, int BT, int BV, int NS, bool TMA>
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG = false>
 void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps, int device, cudaStream_t s) {
-  using C = FwdHMma<TK, KP, BT, BV, NS, TMA>;
+  using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG>;
   const char* op = "chunk_gated_delta_rule_fwd_h";
   const int64_t vblocks = (a.V + BV - 1) / BV;
   const int64_t units = a.geo.N * a.geo.HV * vblocks;
-  auto kernel = fwd_h_mma_kernel<TK, KP, BT, BV, NS, TMA>;
+  auto kernel = fwd_h_mma_kernel<TK, KP, BT, BV, NS, TMA, WG>;
   allow_smem(kernel, C::kSmem, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   launch_kernel(kernel, dim3(gdn::grid_x(units)), dim3(kThreads), C::kSmem, s, device, a, vblocks, units, vec, errors,
@@ -568,13 +675,19 @@ void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& map
 }
 
 /// The launch of one variant: TMA (the w and k tiles of whole chunks by tensor-map copies) where the maps were made
-/// (`tma`: K <= 128, BT = 64).
+/// (`tma`: K <= 128, BT = 64); with K = 128 on sm_90a code the products by wgmma (FUSEOPS_GDN_FWD_H_WGMMA=0 turns them
+/// off).
 template <typename TK, int KP, int BT, int BV, int NS>
 void launch_fwd_h_var(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps, bool tma, int device,
                       cudaStream_t s) {
   if constexpr (KP == 128 && BT == 64) {
     if (tma) {
-      launch_fwd_h_mma<TK, KP, BT, BV, NS, true>(a, vec, maps, device, s);
+      static const bool wgmma_allowed = !env_switched_off("FUSEOPS_GDN_FWD_H_WGMMA");
+      if (wgmma_allowed && a.geo.K == 128 && runs_sm90a_code(device)) {
+        launch_fwd_h_mma<TK, KP, BT, BV, NS, true, true>(a, vec, maps, device, s);
+      } else {
+        launch_fwd_h_mma<TK, KP, BT, BV, NS, true>(a, vec, maps, device, s);
+      }
       return;
     }
   }

@@ -48,6 +48,10 @@ bool pdl_enabled(int device);
 /// cluster and PDL helpers are no-ops).
 bool is_sm90_or_newer(int device);
 
+/// Whether the code that runs on `device` is sm_90a code (common/cuda_arch.h, cuda_code_is_sm90a; cached): where
+/// kernels may use the wgmma instructions, which exist on that target only.
+bool runs_sm90a_code(int device);
+
 /// launch_kernel() for a kernel that runs as thread block clusters of `cluster_x` blocks (sm_90+; grid.x must be a
 /// multiple of cluster_x); cluster_x == 1 launches without the cluster attribute.
 template <typename... KernelArgs, typename... Args>

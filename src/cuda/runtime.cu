@@ -62,9 +62,12 @@ int sm_count(int device) {
   return counts[device];
 }
 
-bool is_sm90_or_newer(int device) {
-  // Read on every launch: a lock-free cache per device (0 unknown, 1 no, 2 yes).
-  static std::atomic<int> cache[64];
+namespace {
+
+/// decide(major, minor) for `device`, cached in `cache` (a lock-free cache per device: 0 unknown, 1 no, 2 yes; read
+/// on every launch).
+template <typename Decide>
+bool cached_capability(std::atomic<int> (&cache)[64], int device, Decide decide) {
   if (device < 0 || device >= 64) return false;
   int state = cache[device].load(std::memory_order_relaxed);
   if (state == 0) {
@@ -73,13 +76,28 @@ bool is_sm90_or_newer(int device) {
                "compute capability");
     check_cuda(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "fuseops",
                "compute capability");
-    // The code that runs must have been compiled for sm_90+ too (common/cuda_arch.h); an unreadable list
-    // ("native", "all") leaves the device's capability to decide.
-    const int code = cuda_code_arch(FUSEOPS_CUDA_ARCH_LIST, major, minor);
-    state = major >= 9 && (code < 0 || code >= 90) ? 2 : 1;
+    state = decide(major, minor) ? 2 : 1;
     cache[device].store(state, std::memory_order_relaxed);
   }
   return state == 2;
+}
+
+}  // namespace
+
+bool is_sm90_or_newer(int device) {
+  static std::atomic<int> cache[64];
+  return cached_capability(cache, device, [](int major, int minor) {
+    // The code that runs must have been compiled for sm_90+ too (common/cuda_arch.h); an unreadable list
+    // ("native", "all") leaves the device's capability to decide.
+    const int code = cuda_code_arch(FUSEOPS_CUDA_ARCH_LIST, major, minor);
+    return major >= 9 && (code < 0 || code >= 90);
+  });
+}
+
+bool runs_sm90a_code(int device) {
+  static std::atomic<int> cache[64];
+  return cached_capability(cache, device,
+                           [](int major, int minor) { return cuda_code_is_sm90a(FUSEOPS_CUDA_ARCH_LIST, major, minor); });
 }
 
 bool env_switched_off(const char* name) {
