@@ -38,6 +38,7 @@
 #include "cuda/bulk_copy.cuh"
 #include "cuda/device_error.cuh"
 #include "cuda/gdn_forward.cuh"
+#include "cuda/tensor_map.h"
 #include "cuda/wgmma.cuh"
 #include "fuseops/error.h"
 
@@ -745,44 +746,6 @@ void launch_fwd_h_bt(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps
   }
 }
 
-/// cuTensorMapEncodeTiled from the driver (through the runtime: the library links no driver library), or null.
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
-                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
-                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-EncodeTiled encode_tiled() {
-  static const EncodeTiled fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess) {
-      (void)cudaGetLastError();
-      return static_cast<EncodeTiled>(nullptr);
-    }
-    return reinterpret_cast<EncodeTiled>(p);
-  }();
-  return fn;
-}
-
-/// A [B, T, heads, K] tensor (16-byte rows) as a 4-D tensor map (K, heads, T, B), boxes of 64 x 1 x BT x 1 with
-/// 128-byte swizzle. False where the driver refuses it (then the kernel loads by cp.async).
-bool rows_map(CUtensorMap* m, const GdnIn& x, DType dt, int64_t heads, const GdnGeometry& geo) {
-  const EncodeTiled encode = encode_tiled();
-  // A batch stride of 0 with B > 1 (a broadcast view) is not a tensor map: cp.async then.
-  if (!encode || (geo.B > 1 && x.stride_b == 0)) return false;
-  const cuuint64_t es = 2;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(geo.K), static_cast<cuuint64_t>(heads),
-                              static_cast<cuuint64_t>(geo.T), static_cast<cuuint64_t>(geo.B)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(x.stride_h) * es, static_cast<cuuint64_t>(x.stride_t) * es,
-                                 static_cast<cuuint64_t>(geo.B == 1 ? std::max<int64_t>(x.stride_b, 8) : x.stride_b) *
-                                     es};
-  const cuuint32_t box[4] = {64, 1, static_cast<cuuint32_t>(geo.BT), 1};
-  const cuuint32_t estrides[4] = {1, 1, 1, 1};
-  const CUtensorMapDataType type = dt == DType::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
-  return encode(m, type, 4, const_cast<void*>(x.data), dims, strides, box, estrides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
-}
-
 /// The tensor-core path: k, w, u, h and v_new all in one 16-bit dtype. Returns false (nothing launched) otherwise.
 bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
   const DType dt = a.k.dtype;
@@ -801,7 +764,7 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
   FwdHMaps maps{};
   const bool tma = tma_allowed && is_sm90_or_newer(device) && (K == 64 || K == 128) && a.geo.BT == 64 && vec.w &&
                    vec.k && a.geo.T <= INT32_MAX &&
-                   rows_map(&maps.w, a.w, dt, a.geo.HV, a.geo) && rows_map(&maps.k, a.k, dt, a.geo.H, a.geo);
+                   gdn_rows_map(&maps.w, a.w, dt, K, a.geo.HV, a.geo) && gdn_rows_map(&maps.k, a.k, dt, K, a.geo.H, a.geo);
   return gdn::with_16bit(dt, [&](auto tag) {
     using TK = decltype(tag);
     if (K <= 128) {

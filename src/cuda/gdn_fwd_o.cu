@@ -100,7 +100,8 @@ void launch_fwd_o(const FwdOArgs& a, int device, cudaStream_t s) {
 
 }  // namespace
 
-void chunk_fwd_o_mma(const FwdOArgs& a, int device, cudaStream_t s);  // gdn_fwd_o_mma.cu
+void chunk_fwd_o_mma(const FwdOArgs& a, int device, cudaStream_t s);     // gdn_fwd_o_mma.cu
+bool chunk_fwd_o_wgmma(const FwdOArgs& a, int device, cudaStream_t s);   // gdn_fwd_o_wgmma.cu
 
 void chunk_fwd_o(const FwdOArgs& a, int device, void* stream) {
   const char* op = "chunk_fwd_o";
@@ -109,7 +110,7 @@ void chunk_fwd_o(const FwdOArgs& a, int device, void* stream) {
   const DType dt = a.q.dtype;
   if ((dt == DType::f16 || dt == DType::bf16) && a.k.dtype == dt && a.v_new.dtype == dt && a.h.dtype == dt &&
       (a.geo.BT == 16 || a.geo.BT == 32 || a.geo.BT == 64)) {
-    chunk_fwd_o_mma(a, device, s);
+    if (!chunk_fwd_o_wgmma(a, device, s)) chunk_fwd_o_mma(a, device, s);
     after_launch(op, s, device);
     return;
   }

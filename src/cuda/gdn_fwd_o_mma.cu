@@ -16,11 +16,14 @@
 #include <cstdint>
 
 #include "cuda/gdn_forward.cuh"
+#include "cuda/gdn_fwd_o.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/vec.cuh"
 
 namespace fuseops::detail::cuda {
 namespace {
+
+using namespace fwd_o;
 
 constexpr int kPad = 8;  ///< row padding (elements, 16 bytes): ldmatrix rows in distinct banks
 /// Threads of a block for BV columns of V.
@@ -30,49 +33,9 @@ constexpr int kThreadsFor = 2 * BV;
 template <int BV>
 constexpr int kLdVFor = BV + kPad;
 
-/// Which inputs allow 16-byte copies (bits of the kernel's `vec`), whether o takes two-element stores, and whether o
-/// is of the inputs' dtype.
-enum : unsigned { kVecQ = 1u, kVecK = 2u, kVecV = 4u, kVecH = 8u, kPairO = 16u, kNativeO = 32u };
-
 /// Row stride (elements) of the q and k tiles for kp (K rounded up to 16) columns: kp + 8, an odd number of 16-byte
 /// units, so the 8 rows of one ldmatrix matrix fall in distinct bank quads.
 __host__ __device__ constexpr int qk_ld(int kp) { return kp + kPad; }
-
-/// Stores x at element i of o and, when `two`, y at i + 1, rounded to o's dtype; `pair`: one 2-element store
-/// (i even and o's base aligned to two elements).
-__device__ __forceinline__ void store_two(const GdnOut& o, int64_t i, float x, float y, bool two, bool pair) {
-  if (two && pair) {
-    switch (o.dtype) {
-      case DType::f16: *reinterpret_cast<__half2*>(static_cast<__half*>(o.data) + i) = __floats2half2_rn(x, y); return;
-      case DType::bf16:
-        *reinterpret_cast<__nv_bfloat162*>(static_cast<__nv_bfloat16*>(o.data) + i) = __floats2bfloat162_rn(x, y);
-        return;
-      default: *reinterpret_cast<float2*>(static_cast<float*>(o.data) + i) = make_float2(x, y); return;
-    }
-  }
-  gdn::store_f(o.data, o.dtype, i, x);
-  if (two) gdn::store_f(o.data, o.dtype, i + 1, y);
-}
-
-/// Score entry (i, j) of the chunk: s exp(g_i - g_j) for j <= i < len (s without g), 0 above the diagonal and in
-/// rows past the chunk (never stored; their g is a placeholder 0). exp by ex2.approx (__expf: relative error ~2^-21 for
-/// the exponent's range here, far below the rounding of P to the input dtype).
-__device__ __forceinline__ float gated_score(float s, int i, int j, int len, float g_i, float g_j, bool gated) {
-  if (j > i || i >= len) return 0.f;
-  return gated ? s * __expf(g_i - g_j) : s;
-}
-
-/// Launch-time constants: the work items are (chunk slot, key head, part, V block), the V blocks innermost; each
-/// item walks value heads [hv_begin, hv_end) of its key head (all G of them unless the grid would be small).
-struct FwdOParams {
-  int64_t slots;
-  int vblocks;        ///< blocks of BV columns of V
-  int group;          ///< G = HV / H
-  int heads_per_cta;  ///< value heads per item
-  int parts;          ///< items per (chunk slot, key head, V block)
-  unsigned vec;       ///< kVec* / kPairO bits
-  DeviceErrorRecord* errors;
-};
 
 template <typename TK, int BT, int BV>
 __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(const FwdOArgs a, const FwdOParams prm) {
@@ -108,21 +71,12 @@ __global__ void __launch_bounds__(kThreadsFor<BV>, 256 / BV) fwd_o_mma_kernel(co
   const int tb_off = (lane % 8 + ((lane / 8) & 1) * 8) * kLdV + cb + (lane / 16) * 8;
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t slot = item / units;
-    const int u = static_cast<int>(item - slot * units);
-    __syncthreads();  // the previous item is done with the tiles, gs and chunk
-    if (warp == 0) {
-      const gdn::ChunkRef ch = gdn::resolve_chunk<BT>(a.geo, slot, prm.errors, u == 0);
-      if (lane == 0) chunk = ch;
-    }
-    __syncthreads();
-    const gdn::ChunkRef ch = chunk;
+    // the previous item is done with the tiles, gs and chunk
+    const FwdOItem it = fwd_o_item<BT>(a, prm, item, units, BV, chunk);
+    const gdn::ChunkRef ch = it.ch;
     if (ch.len == 0) continue;
-    const int L = ch.len;
-    const int key_part = u / prm.vblocks, hk = key_part / prm.parts;
-    const int v0 = (u - key_part * prm.vblocks) * BV;
-    const int hv_begin = hk * prm.group + (key_part - hk * prm.parts) * prm.heads_per_cta;
-    const int hv_end = min(hv_begin + prm.heads_per_cta, (hk + 1) * prm.group);
+    const int64_t slot = it.slot;
+    const int L = ch.len, hk = it.hk, v0 = it.v0, hv_begin = it.hv_begin, hv_end = it.hv_end;
     const int vcols = static_cast<int>(min(static_cast<int64_t>(BV), V - v0));
     const int64_t hslot = gdn::state_slot(a.geo, slot, ch);
     auto load_h_v = [&](int hv) {  // h and v_new of value head hv, one cp.async group
@@ -278,31 +232,16 @@ bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0;
 
 template <typename TK, int BT, int BV>
 void launch_mma(const FwdOArgs& a, int device, cudaStream_t s) {
-  FwdOParams prm{};
-  prm.slots = gdn::chunk_slots(a.geo);
-  prm.vblocks = static_cast<int>((a.V + BV - 1) / BV);
-  const int64_t group = a.geo.HV / a.geo.H;
-  // The G value heads of a key head in one item (one q / k tile, one q k^T), split over several items only when
-  // (chunks x key heads x V blocks) cannot fill two blocks per SM.
-  const gdn::HeadSplit split = gdn::split_value_heads(prm.slots * a.geo.H * prm.vblocks, group, 2LL * sm_count(device));
-  prm.group = static_cast<int>(group);
-  prm.heads_per_cta = split.heads_per_cta;
-  prm.parts = split.parts;
+  FwdOParams prm = fwd_o_params(a, BV, device);
   const int kp = (static_cast<int>(a.geo.K) + 15) & ~15;
   const std::size_t smem = (2 * BT * qk_ld(kp) + (kp + BT) * kLdVFor<BV>) * sizeof(TK);
-  unsigned vec = 0;
-  if (gdn::rows_16b(a.q, a.geo.K)) vec |= kVecQ;
-  if (gdn::rows_16b(a.k, a.geo.K)) vec |= kVecK;
-  if (gdn::rows_16b(a.v_new, a.V)) vec |= kVecV;
-  if (aligned16(a.h.data) && a.V % 8 == 0) vec |= kVecH;  // h is contiguous: every row starts at a multiple of V
-  if (gdn::rows_pairs(a.o)) vec |= kPairO;
-  if (a.o.dtype == a.q.dtype) vec |= kNativeO;
-  prm.vec = vec;
-  prm.errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
+  if (gdn::rows_16b(a.q, a.geo.K)) prm.vec |= kVecQ;
+  if (gdn::rows_16b(a.k, a.geo.K)) prm.vec |= kVecK;
+  if (gdn::rows_16b(a.v_new, a.V)) prm.vec |= kVecV;
+  if (aligned16(a.h.data) && a.V % 8 == 0) prm.vec |= kVecH;  // h is contiguous: every row starts at a multiple of V
   auto kernel = fwd_o_mma_kernel<TK, BT, BV>;
   allow_smem(kernel, smem, "chunk_fwd_o");
-  const int64_t items = prm.slots * a.geo.H * prm.parts * prm.vblocks;
-  launch_kernel(kernel, dim3(gdn::grid_x(items)), dim3(kThreadsFor<BV>), smem, s, device, a, prm);
+  launch_kernel(kernel, dim3(gdn::grid_x(fwd_o_items(a, prm))), dim3(kThreadsFor<BV>), smem, s, device, a, prm);
 }
 
 template <typename TK, int BV>
