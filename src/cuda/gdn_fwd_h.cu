@@ -28,6 +28,15 @@
 // ~30 -> ~10 (~60 in the two warps holding the rows), S to shared memory ~17 -> ~9, w S ~100 -> ~45, v_new epilogue
 // ~140 -> ~62, k^T v_new ~115 -> ~120 (unchanged), loop ~50 -> ~50: ~1150 -> ~460.
 //
+// wgmma variant of the TMA kernel (K = 128 on sm_90a code; FUSEOPS_GDN_FWD_H_WGMMA=0 turns it off): the two products
+// by warpgroup mma. w S: A = the w tile as the tensor map left it (K-major, 128-byte swizzle), B = S^T, written each
+// chunk by stmatrix.trans from the accumulators into two K-major boxes (state rows 0-63, 64-127); warpgroup g computes
+// columns [g BV / 2, (g + 1) BV / 2) of all 64 rows. k^T v_new: A = k^T fragments by ldmatrix.trans (registers), B =
+// the gated v_new^T, written by stmatrix.trans into one K-major box; warpgroup g updates state rows [64 g, 64 g + 64)
+// (the same rows its warps own as mma.sync accumulators, so S's registers need no reshuffle). Every thread fences the
+// generic and async proxies before the barrier that precedes a wgmma reading what it wrote (S^T, v_new^T, and a last
+// chunk's w rows copied by cp.async). Measured 0.90-0.94x the mma.sync TMA kernel's whole forward (docs/ops/gdn.md).
+//
 // fwd_h_ffma_kernel (f32 inputs and any mix of dtypes): S [K][32] in shared memory, fp32 FFMA (no TF32); thread
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
 // All sums run in a fixed order: results do not depend on the batch around a sequence.
