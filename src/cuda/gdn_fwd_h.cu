@@ -32,6 +32,7 @@
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
 // All sums run in a fixed order: results do not depend on the batch around a sequence.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -670,6 +671,9 @@ bool rows_map(CUtensorMap* m, const GdnIn& x, DType dt, int64_t heads, const Gdn
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+/// set_fwd_h_tma_off_for_testing (false unless a test turns the tensor-map tiles off in its process).
+std::atomic<bool> fwd_h_tma_off_for_testing{false};
+
 /// The tensor-core path: k, w, u, h and v_new all in one 16-bit dtype. Returns false (nothing launched) otherwise.
 bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
   const DType dt = a.k.dtype;
@@ -686,7 +690,8 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
   // FUSEOPS_GDN_FWD_H_TMA=0 turns them off.
   static const bool tma_allowed = !env_switched_off("FUSEOPS_GDN_FWD_H_TMA");
   FwdHMaps maps{};
-  const bool tma = tma_allowed && is_sm90_or_newer(device) && (K == 64 || K == 128) && a.geo.BT == 64 && vec.w &&
+  const bool tma = tma_allowed && !fwd_h_tma_off_for_testing.load(std::memory_order_relaxed) &&
+                   is_sm90_or_newer(device) && (K == 64 || K == 128) && a.geo.BT == 64 && vec.w &&
                    vec.k && a.geo.T <= INT32_MAX &&
                    rows_map(&maps.w, a.w, dt, a.geo.HV, a.geo) && rows_map(&maps.k, a.k, dt, a.geo.H, a.geo);
   return gdn::with_16bit(dt, [&](auto tag) {
@@ -700,6 +705,8 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
 }
 
 }  // namespace
+
+void set_fwd_h_tma_off_for_testing(bool off) { fwd_h_tma_off_for_testing.store(off, std::memory_order_relaxed); }
 
 void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream) {
   const char* op = "chunk_gated_delta_rule_fwd_h";
