@@ -41,6 +41,7 @@
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
 // All sums run in a fixed order: results do not depend on the batch around a sequence.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -684,6 +685,10 @@ void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& map
                 maps);
 }
 
+/// set_fwd_h_tma_off_for_testing / set_fwd_h_wgmma_off_for_testing (false unless a test turns the tensor-map tiles or
+/// the wgmma variant off in its process).
+std::atomic<bool> fwd_h_tma_off_for_testing{false}, fwd_h_wgmma_off_for_testing{false};
+
 /// The launch of one variant: TMA (the w and k tiles of whole chunks by tensor-map copies) where the maps were made
 /// (`tma`: K <= 128, BT = 64); with K = 128 on sm_90a code the products by wgmma (FUSEOPS_GDN_FWD_H_WGMMA=0 turns them
 /// off).
@@ -693,7 +698,8 @@ void launch_fwd_h_var(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& map
   if constexpr (KP == 128 && BT == 64) {
     if (tma) {
       static const bool wgmma_allowed = !env_switched_off("FUSEOPS_GDN_FWD_H_WGMMA");
-      if (wgmma_allowed && a.geo.K == 128 && runs_sm90a_code(device)) {
+      if (wgmma_allowed && !fwd_h_wgmma_off_for_testing.load(std::memory_order_relaxed) && a.geo.K == 128 &&
+          runs_sm90a_code(device)) {
         launch_fwd_h_mma<TK, KP, BT, BV, NS, true, true>(a, vec, maps, device, s);
       } else {
         launch_fwd_h_mma<TK, KP, BT, BV, NS, true>(a, vec, maps, device, s);
@@ -771,7 +777,8 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
   // FUSEOPS_GDN_FWD_H_TMA=0 turns them off.
   static const bool tma_allowed = !env_switched_off("FUSEOPS_GDN_FWD_H_TMA");
   FwdHMaps maps{};
-  const bool tma = tma_allowed && is_sm90_or_newer(device) && (K == 64 || K == 128) && a.geo.BT == 64 && vec.w &&
+  const bool tma = tma_allowed && !fwd_h_tma_off_for_testing.load(std::memory_order_relaxed) &&
+                   is_sm90_or_newer(device) && (K == 64 || K == 128) && a.geo.BT == 64 && vec.w &&
                    vec.k && a.geo.T <= INT32_MAX &&
                    gdn_rows_map(&maps.w, a.w, dt, K, a.geo.HV, a.geo) && gdn_rows_map(&maps.k, a.k, dt, K, a.geo.H, a.geo);
   return gdn::with_16bit(dt, [&](auto tag) {
@@ -785,6 +792,9 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
 }
 
 }  // namespace
+
+void set_fwd_h_tma_off_for_testing(bool off) { fwd_h_tma_off_for_testing.store(off, std::memory_order_relaxed); }
+void set_fwd_h_wgmma_off_for_testing(bool off) { fwd_h_wgmma_off_for_testing.store(off, std::memory_order_relaxed); }
 
 void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream) {
   const char* op = "chunk_gated_delta_rule_fwd_h";

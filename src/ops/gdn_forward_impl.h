@@ -97,6 +97,13 @@ void recompute_w_u_fwd(const WuArgs& a, int device, void* stream);
 /// recompute_w_u_fwd. Returns false (nothing launched) unless k, v, w, u are of one 16-bit dtype.
 bool chunk_gated_delta_rule_fwd_intra(const KktArgs& ka, const WuArgs& a, int device, void* stream);
 void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream);
+/// Tests only: `off` true makes the launches that follow take cp.async for the w and k tiles as
+/// FUSEOPS_GDN_FWD_H_TMA=0 does (that switch is read once per process); false returns to the switch's setting.
+/// Launches already issued are unaffected (the choice is made on the host at launch).
+void set_fwd_h_tma_off_for_testing(bool off);
+/// Tests only: `off` true makes the launches that follow take the mma.sync kernel where the wgmma variant would run, as
+/// FUSEOPS_GDN_FWD_H_WGMMA=0 does (read once per process); false returns to the switch's setting.
+void set_fwd_h_wgmma_off_for_testing(bool off);
 void chunk_fwd_o(const FwdOArgs& a, int device, void* stream);
 void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* stream);
 }  // namespace cuda

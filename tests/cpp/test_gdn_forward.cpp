@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "gdn_forward_test_util.h"
+#if defined(FUSEOPS_WITH_CUDA)
+#include "ops/gdn_forward_impl.h"
+#endif
 
 namespace fuseops_test::gdn_forward {
 namespace {
@@ -541,6 +544,184 @@ TEST_P(GdnForward, NoTokens) {
         ASSERT_EQ(out.final_state.get(e / s.V, e % s.V), in.h0.get(e / s.V, e % s.V));
       }
     }
+  }
+}
+
+// ---- fwd_h on the views and switches of its tensor-map path (src/cuda/gdn_fwd_h.cu: on sm_90 the w and k tiles of
+// whole chunks arrive by tensor-map copies where K is 64 or 128 at BT 64 with 16-bit, 16-byte-aligned rows; a
+// batch-broadcast view and FUSEOPS_GDN_FWD_H_TMA=0 keep cp.async)
+
+/// Every batch row of a compact [B, ...] tensor set to row 0.
+void copy_batch_row0(HostTensor& x) {
+  ASSERT_EQ(x.row_pitch(), x.cols());
+  const std::size_t row = x.bytes() / static_cast<std::size_t>(x.shape()[0]);
+  auto* p = static_cast<unsigned char*>(x.data());
+  for (int64_t b = 1; b < x.shape()[0]; ++b) std::memcpy(p + b * row, p, row);
+}
+
+/// Batch row b of a compact [B, ...] tensor, as [1, ...].
+HostTensor batch_row(const HostTensor& x, int64_t b) {
+  std::vector<int64_t> shape = x.shape();
+  shape[0] = 1;
+  HostTensor out(x.dtype(), shape);
+  std::memcpy(out.data(), static_cast<const unsigned char*>(x.data()) + b * out.bytes(), out.bytes());
+  return out;
+}
+
+/// fwd_h's inputs of a fixed-length spec, made by the stages before it on the CPU backend (w and u as in the
+/// forward, which keeps the state bounded): k, the chunk-local cumsum g, w, u, h0. `shared_keys`: every batch row
+/// takes row 0's k, g and beta, so that k and w are equal over the rows while u (from each row's own v) is not.
+struct FwdHInputs {
+  HostTensor k, g, w, u, h0;
+};
+FwdHInputs fwd_h_inputs(const Spec& s, std::mt19937_64& rng, bool shared_keys) {
+  Inputs in = make_inputs(s, rng);
+  if (shared_keys) {
+    for (HostTensor* x : {&in.k, &in.g, &in.beta}) copy_batch_row0(*x);
+  }
+  FwdHInputs f;
+  f.k = in.k;
+  f.h0 = in.h0;
+  f.g = HostTensor(f32, {s.B, s.T, s.HV});
+  f.w = HostTensor(s.dtype, {s.B, s.T, s.HV, s.K});
+  f.u = HostTensor(s.dtype, {s.B, s.T, s.HV, s.V});
+  HostTensor Ai(s.dtype, {s.B, s.T, s.HV, s.BT});
+  const TensorView gv = f.g.view(), bv = in.beta.view();
+  fuseops::chunk_local_cumsum(f.g.view(), in.g.view(), s.BT);
+  fuseops::chunk_gated_delta_rule_fwd_kkt_solve(Ai.view(), in.k.view(), &gv, &bv, s.BT);
+  fuseops::recompute_w_u_fwd(f.w.view(), f.u.view(), in.k.view(), in.v.view(), in.beta.view(), Ai.view(), &gv);
+  return f;
+}
+
+struct FwdHOutputs {
+  HostTensor h, v_new, final_state;
+};
+/// chunk_gated_delta_rule_fwd_h of a fixed-length spec on placed copies (16-byte aligned: guards of 8 elements);
+/// `k_b0` / `w_b0` non-null: k / w given as the batch-broadcast view (batch stride 0) of these [1, T, heads, K]
+/// tensors instead of `f`'s. Outputs NaN-poisoned first; guards and inputs checked untouched.
+FwdHOutputs run_fwd_h(Where w, const Spec& s, const FwdHInputs& f, const HostTensor* k_b0 = nullptr,
+                      const HostTensor* w_b0 = nullptr) {
+  constexpr int64_t guard = 8;
+  const int64_t NS = fuseops::gdn_chunk_slots(s.T, s.N(), s.BT, false);
+  Placed k(w, k_b0 ? *k_b0 : f.k, 0, guard), W(w, w_b0 ? *w_b0 : f.w, 0, guard), U(w, f.u, 0, guard),
+      g(w, f.g, 0, guard), H0(w, f.h0, 0, guard), Hs(w, s.dtype, {s.B, NS, s.HV, s.K, s.V}, guard),
+      Vn(w, s.dtype, {s.B, s.T, s.HV, s.V}, guard), Ht(w, f32, {s.N(), s.HV, s.K, s.V}, guard);
+  for (Placed* p : {&k, &W, &U, &g, &H0, &Hs, &Vn, &Ht}) p->upload();
+  auto broadcast = [&](TensorView v) {
+    v.shape[0] = s.B;
+    v.strides[0] = 0;
+    return v;
+  };
+  const TensorView kv = k_b0 ? broadcast(k.view()) : k.view(), wv = w_b0 ? broadcast(W.view()) : W.view();
+  const TensorView gv = g.view(), h0v = H0.view();
+  TensorView htv = Ht.view();
+  fuseops::chunk_gated_delta_rule_fwd_h(Hs.view(), Vn.view(), &htv, kv, wv, U.view(), &gv, &h0v, s.BT);
+  for (Placed* p : {&k, &W, &U, &g, &H0, &Hs, &Vn, &Ht}) p->download();
+  for (Placed* p : {&k, &W, &U, &g, &H0}) EXPECT_TRUE(p->untouched_outside(false));
+  for (Placed* p : {&Hs, &Vn, &Ht}) EXPECT_TRUE(p->untouched_outside(true));
+  return {Hs.read(), Vn.read(), Ht.read()};
+}
+
+/// h, v_new and final_state against the double golden of fwd_h from the stored inputs (the stage tolerances of
+/// check_stages; every slot of h is written at fixed length).
+void expect_fwd_h_golden(const Spec& s, const FwdHInputs& f, const FwdHOutputs& out) {
+  ref::StageInputs si{s.B, s.T, s.H, s.HV, s.K, s.V, s.BT, {}, f.g.to_double()};
+  std::vector<double> h_ref, vn_ref, ht_ref;
+  ref::fwd_h_golden(si, f.k.to_double(), f.w.to_double(), f.u.to_double(), f.h0.to_double(), h_ref, vn_ref, ht_ref);
+  EXPECT_TRUE(matches(out.h, h_ref, s.dtype, "h"));
+  EXPECT_TRUE(matches(out.v_new, vn_ref, s.dtype, "v_new"));
+  EXPECT_TRUE(matches(out.final_state, ht_ref, s.dtype, "final_state"));
+}
+
+void expect_same_fwd_h(const FwdHOutputs& a, const FwdHOutputs& b, const char* what) {
+  EXPECT_TRUE(same_bytes(a.h, b.h)) << "h: " << what;
+  EXPECT_TRUE(same_bytes(a.v_new, b.v_new)) << "v_new: " << what;
+  EXPECT_TRUE(same_bytes(a.final_state, b.final_state)) << "final_state: " << what;
+}
+
+/// RAII: fwd_h's tensor-map tiles and / or its wgmma variant off in this process (CUDA builds), back on at scope exit.
+class FwdHPathsOff {
+ public:
+  FwdHPathsOff(bool tma, bool wgmma) : tma_(tma), wgmma_(wgmma) { set(tma_, wgmma_); }
+  ~FwdHPathsOff() { set(false, false); }
+  FwdHPathsOff(const FwdHPathsOff&) = delete;
+  FwdHPathsOff& operator=(const FwdHPathsOff&) = delete;
+
+ private:
+  static void set([[maybe_unused]] bool tma, [[maybe_unused]] bool wgmma) {
+#if defined(FUSEOPS_WITH_CUDA)
+    fuseops::detail::cuda::set_fwd_h_tma_off_for_testing(tma);
+    fuseops::detail::cuda::set_fwd_h_wgmma_off_for_testing(wgmma);
+#endif
+  }
+  bool tma_, wgmma_;
+};
+
+// k and w as batch-broadcast views (one [1, T, heads, K] buffer seen as [2, T, heads, K] with batch stride 0; u, g
+// and the initial state per row) give the same bytes as materialised contiguous copies, and both match the golden.
+// B = 2, T = 130 (two whole chunks of 64 and a partial one), grouped heads, K = V = 128 at BT 64, 16-byte-aligned
+// rows: on CUDA (sm_90) the copies take the tensor-map tiles with batch coordinate 1 and the views cp.async (no map
+// with a made-up batch stride); on the CPU a test of view handling.
+TEST_P(GdnForward, FwdHBatchBroadcastViews) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType dt : {bf16, f16}) {
+    Spec s = fixed(2, 130, 1, 2, 128, 128, dt);
+    s.BT = 64;
+    SCOPED_TRACE(s.describe());
+    const FwdHInputs f = fwd_h_inputs(s, rng, /*shared_keys=*/true);
+    const HostTensor k0 = batch_row(f.k, 0), w0 = batch_row(f.w, 0);
+    ASSERT_TRUE(same_bytes(batch_row(f.w, 1), w0)) << "w of equal k, g, beta rows";
+    ASSERT_FALSE(same_bytes(batch_row(f.u, 1), batch_row(f.u, 0)));
+    // the default path of the copies (on sm_90a the wgmma variant, its own order of sums) against the golden; then
+    // with the mma.sync kernel (the one the views take) byte for byte
+    expect_fwd_h_golden(s, f, run_fwd_h(GetParam(), s, f));
+    const FwdHPathsOff wgmma_off(/*tma=*/false, /*wgmma=*/true);
+    const FwdHOutputs copies = run_fwd_h(GetParam(), s, f);
+    const FwdHOutputs views = run_fwd_h(GetParam(), s, f, &k0, &w0);
+    const FwdHOutputs k_view = run_fwd_h(GetParam(), s, f, &k0, nullptr);
+    expect_same_fwd_h(views, copies, "k and w broadcast vs copies");
+    expect_same_fwd_h(k_view, copies, "k broadcast vs copies");
+    expect_fwd_h_golden(s, f, copies);
+    if (HasFailure()) return;
+  }
+}
+
+// The tensor-map tiles against cp.async (as FUSEOPS_GDN_FWD_H_TMA=0 gives), both with the mma.sync kernel (the wgmma
+// variant off): the same contiguous inputs, the same bytes of h, v_new and final_state. T = 64 x 5 + 17 (whole chunks
+// by tensor map, the last by cp.async into the swizzled layout), grouped heads (H 2, HV 4), B = 1 and 2 (batch
+// coordinate of the map), K = V = 128 bf16 and K = 64, V = 128 f16 (one box per tile; zero-padded rows 64..127 of the
+// state): on an H200 blocks of 16 columns of V and four tile buffers. CUDA only, B = 2 with 32 value heads (128 blocks
+// of 64 columns): two tile buffers. The default path (at K = 128 on sm_90a the wgmma variant, whose sums run in
+// another order) and the mma.sync one against the golden. On the CPU every run takes the one CPU path.
+TEST_P(GdnForward, FwdHTensorMapMatchesCpAsync) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  struct C {
+    int64_t B, H, HV, K;
+    DType dt;
+  };
+  std::vector<C> cases = {{1, 2, 4, 128, bf16}, {1, 2, 4, 64, f16}, {2, 2, 4, 128, bf16}, {2, 2, 4, 64, f16}};
+  if (GetParam() == Where::cuda) cases.push_back({2, 4, 32, 128, bf16});
+  for (const C& c : cases) {
+    Spec s = fixed(c.B, 64 * 5 + 17, c.H, c.HV, c.K, 128, c.dt);
+    s.BT = 64;
+    SCOPED_TRACE(s.describe());
+    const FwdHInputs f = fwd_h_inputs(s, rng, /*shared_keys=*/false);
+    const FwdHOutputs normal = run_fwd_h(GetParam(), s, f);
+    FwdHOutputs maps, cp_async;
+    {
+      const FwdHPathsOff off(/*tma=*/false, /*wgmma=*/true);
+      maps = run_fwd_h(GetParam(), s, f);
+    }
+    {
+      const FwdHPathsOff off(/*tma=*/true, /*wgmma=*/true);
+      cp_async = run_fwd_h(GetParam(), s, f);
+    }
+    expect_same_fwd_h(maps, cp_async, "tensor-map tiles vs cp.async");
+    expect_fwd_h_golden(s, f, normal);
+    expect_fwd_h_golden(s, f, maps);
+    if (HasFailure()) return;
   }
 }
 
