@@ -31,11 +31,12 @@
 // wgmma variant of the TMA kernel (K = 128 on sm_90a code; FUSEOPS_GDN_FWD_H_WGMMA=0 turns it off): the two products
 // by warpgroup mma. w S: A = the w tile as the tensor map left it (K-major, 128-byte swizzle), B = S^T, written each
 // chunk by stmatrix.trans from the accumulators into two K-major boxes (state rows 0-63, 64-127); warpgroup g computes
-// columns [g BV / 2, (g + 1) BV / 2) of all 64 rows. k^T v_new: A = k^T fragments by ldmatrix.trans (registers), B =
-// the gated v_new^T, written by stmatrix.trans into one K-major box; warpgroup g updates state rows [64 g, 64 g + 64)
-// (the same rows its warps own as mma.sync accumulators, so S's registers need no reshuffle). Every thread fences the
+// columns [g BV / 2, (g + 1) BV / 2) of all 64 rows. k^T v_new: A = box g of the k tile read as an M-major operand,
+// B = the gated v_new^T, written by stmatrix.trans into one K-major box; warpgroup g updates state rows [64 g, 64 g +
+// 64) (the same rows its warps own as mma.sync accumulators, so S's registers need no reshuffle). The S tile for h is
+// written by stmatrix. Every thread fences the
 // generic and async proxies before the barrier that precedes a wgmma reading what it wrote (S^T, v_new^T, and a last
-// chunk's w rows copied by cp.async). Measured 0.90-0.94x the mma.sync TMA kernel's whole forward (docs/ops/gdn.md).
+// chunk's w rows copied by cp.async). Measured 0.87-0.94x the mma.sync TMA kernel's whole forward (docs/ops/gdn.md).
 //
 // fwd_h_ffma_kernel (f32 inputs and any mix of dtypes): S [K][32] in shared memory, fp32 FFMA (no TF32); thread
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
@@ -282,6 +283,8 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   uint64_t* const bars = reinterpret_cast<uint64_t*>(smem_raw + C::kBarOffset);  // [NS] (TMA)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   if constexpr (TMA) {
+    // the swizzled tiles need 1024-byte alignment (no static shared memory here; never expected to fire)
+    if ((static_cast<uint32_t>(__cvta_generic_to_shared(smem_raw)) & 1023u) != 0) __trap();
     if (tid < NS) mbar_init(bars + tid, 1);
     mbar_init_fence();
     __syncthreads();
@@ -430,9 +433,21 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
         const int L = static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0));
         const bool has_next = t0 + BT < sb.eos;
 
-        // 1. S -> shared memory (rounded once): h[slot] and the B operand of w S. Rows >= K are zero.
+        // 1. S -> shared memory (rounded once): h[slot] and the B operand of w S. Rows >= K are zero. (WG: the S tile
+        // only for h, by stmatrix: matrices (rows +0 | +8) x (columns of tiles j, j + 1).)
+        if constexpr (WG) {
+          const int q = lane >> 3;
+          const uint32_t row_at = smem0 + static_cast<uint32_t>(
+              ((C::kUOffset + NS * C::kUTile) + (warp * 16 + (lane & 7) + (q & 1) * 8) * C::kLdV + (q >> 1) * 8) * sizeof(TK));
 #pragma unroll
-        for (int m = 0; m < C::kMT; ++m) {
+          for (int j = 0; j < C::kNV; j += 2) {
+            stmatrix_x4(row_at + static_cast<uint32_t>(j * 8 * sizeof(TK)), pack2<TK>(S[0][j][0], S[0][j][1]),
+                        pack2<TK>(S[0][j][2], S[0][j][3]), pack2<TK>(S[0][j + 1][0], S[0][j + 1][1]),
+                        pack2<TK>(S[0][j + 1][2], S[0][j + 1][3]));
+          }
+        }
+#pragma unroll
+        for (int m = 0; m < (WG ? 0 : C::kMT); ++m) {
           const int row = (warp * C::kMT + m) * 16 + qr;
 #pragma unroll
           for (int j = 0; j < C::kNV; ++j) {
@@ -614,19 +629,16 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
         const int lp = (L + 15) / 16 * 16;
         if constexpr (WG) {
           // the warpgroup's 64 state rows (warp w: rows 16 w ..): A = k^T fragments from registers, B = v_new^T
-          // (all BT rows: past a last chunk's rows both k and the gated v_new are zero)
-          const int m0 = warp * 16;
-          uint32_t af[BT / 16][4];
-#pragma unroll
-          for (int st = 0; st < BT / 16; ++st) {
-            ldmatrix_x4_trans(af[st], kt + (st * 16 + (lane & 7) + (lane >> 4) * 8) * C::kLdK + (m0 >> 6) * (C::kBoxBytes / 2) +
-                                          (((((m0 & 63) >> 3) + ((lane >> 3) & 1)) ^ (lane & 7)) << 3));
-          }
+          // (all BT rows: past a last chunk's rows both k and the gated v_new are zero). A = k^T: box warp / 4 of the
+          // k tile as an M-major operand (its rows are the chunk's rows, 64 state rows each)
+          const uint32_t a0 = smem0 + static_cast<uint32_t>(((NS + buf) * C::kWTile) * sizeof(TK) + (warp >> 2) * C::kBoxBytes);
           float(&sf)[BV / 2] = reinterpret_cast<float(&)[BV / 2]>(S[0]);
+          wgmma_fence_operands(sf);  // the decay's products before the fence
           wgmma_fence();
 #pragma unroll
           for (int st = 0; st < BT / 16; ++st) {
-            wgmma_rs<TK, BV>(sf, af[st], wgmma_desc_sw128(vt_addr + static_cast<uint32_t>(st * 32)), 1);
+            wgmma_ss<TK, BV, false, true>(sf, wgmma_desc_sw128_mn(a0 + static_cast<uint32_t>(st * 2048), 1024),
+                                          wgmma_desc_sw128(vt_addr + static_cast<uint32_t>(st * 32)), 1);
           }
           wgmma_commit();
           wgmma_wait<0>();

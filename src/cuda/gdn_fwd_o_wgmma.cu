@@ -32,11 +32,12 @@ using namespace fwd_o;
 constexpr int kBT = 64, kK = 128, kBV = 128;
 constexpr int kThreadsWg = 256;
 /// Shared memory (bytes, 1024-aligned tiles): q, k [2 boxes][64][64]; h [2 halves][128][64]; v_new [2 halves][64][64];
-/// the gates of two value heads; the mbarriers of q / k and of h / v_new.
+/// the gates of two value heads; the mbarriers of q / k and of h / v_new; the item's chunk.
 constexpr int kQBytes = kBT * kK * 2, kHBytes = kK * kBV * 2, kVBytes = kBT * kBV * 2;
 constexpr int kOffK = kQBytes, kOffH = 2 * kQBytes, kOffV = kOffH + kHBytes, kOffG = kOffV + kVBytes;
 constexpr int kOffBar = kOffG + 2 * kBT * 4;
-constexpr int kSmemWg = kOffBar + 2 * 8;
+constexpr int kOffChunk = kOffBar + 2 * 8;
+constexpr int kSmemWg = kOffChunk + static_cast<int>(sizeof(gdn::ChunkRef));
 
 /// q, k, v_new: 4-D maps (columns, heads, T, B), boxes 64 x 1 x 64 x 1; h: 3-D (V, K, B NS HV), boxes 64 x 128 x 1.
 struct FwdOMaps {
@@ -47,12 +48,13 @@ template <typename TK>
 __global__ void __launch_bounds__(kThreadsWg, 2)
     fwd_o_wgmma_kernel(const FwdOArgs a, const FwdOParams prm, const __grid_constant__ FwdOMaps maps) {
   pdl_wait_and_release();
-  extern __shared__ __align__(1024) unsigned char smem_raw[];
-  __shared__ gdn::ChunkRef chunk;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];  // no static shared memory: the tiles stay 1024-aligned
+  gdn::ChunkRef& chunk = *reinterpret_cast<gdn::ChunkRef*>(smem_raw + kOffChunk);
   float* const gsm = reinterpret_cast<float*>(smem_raw + kOffG);  // [2][kBT]: gates of value heads of each parity
   uint64_t* const bars = reinterpret_cast<uint64_t*>(smem_raw + kOffBar);  // [0] q / k, [1] h / v_new
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32, wg = warp / 4;
   const uint32_t smem0 = smem_addr(smem_raw);
+  if ((smem0 & 1023u) != 0) __trap();  // the swizzled tiles need 1024-byte alignment (never expected to fire)
   if (tid == 0) {
     mbar_init(bars, 1);
     mbar_init(bars + 1, 1);
