@@ -136,8 +136,8 @@ Spec aligned(Spec s) {
 //    block) and 100 (u and h rows not 16-byte: element loads and stores beside the tensor-map w / k);
 //  - strong (-100 .. -200 per token) and zero decays, no initial state, an initial state x 20 with scale 0.7,
 //    use_qk_l2norm_in_kernel (the normalised q, k in the workspace);
-//  - CUDA only: G = 8 with 70 chunks (on an H200 blocks of 2 value heads), 300 chunks (one block walks all 8), and a
-//    varlen batch of long and short sequences.
+//  - CUDA only: G = 8 with 70 chunks (on an H200 blocks of 2 value heads), 300 chunks (one block walks all 8), a
+//    varlen batch of long and short sequences, and 300 sequences of 0 .. 130 tokens (f16; many empty chunk slots).
 TEST_P(GdnWgmmaEdges, ForwardShapes) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
@@ -179,6 +179,12 @@ TEST_P(GdnWgmmaEdges, ForwardShapes) {
   cases.push_back({aligned(fixed(1, 64 * 70 + 5, 1, 8, 128, 128, bf16)), 1, true});
   cases.push_back({aligned(fixed(1, 64 * 300, 1, 8, 128, 128, bf16)), 1, true});
   cases.push_back({aligned(varlen({1, 4000, 63, 1, 2000, 64}, 2, 8, 128, 128, bf16)), 1, true});
+  {
+    std::vector<int64_t> lens(300);
+    std::uniform_int_distribution<int64_t> len(0, 130);
+    for (int64_t& l : lens) l = len(rng);
+    cases.push_back({aligned(varlen(lens, 1, 2, 128, 128, f16)), 1, true});
+  }
   for (const Case& c : cases) {
     if (c.cuda_only && GetParam() != Where::cuda) continue;
     SCOPED_TRACE(c.s.describe() + " h0 x " + std::to_string(c.h0_mult));
