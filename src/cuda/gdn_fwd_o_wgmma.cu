@@ -6,8 +6,8 @@
 // [hv_begin, hv_end) of its key head. One block of two warpgroups per item, two blocks per SM. Tiles arrive by
 // tensor-map copies with 128-byte swizzle on mbarriers, issued by thread 0: q and k of the chunk (boxes [64 rows][64]),
 // then per value head h [128][128] and v_new [64][128] (boxes of 64 columns). Rows past the tensor's end arrive as zero;
-// rows past the chunk inside the tensor (the next sequence of a varlen batch) are real data that the causal mask
-// multiplies by zero (P) or that no stored row reads.
+// rows past the chunk inside the tensor (the next sequence of a varlen batch) are real data: no stored row reads q's,
+// the causal mask selects 0 for k's, and v_new's are zeroed in shared memory before P v_new (0 x NaN would be NaN).
 // Per item: S = q k^T (64 x 64; both warpgroups compute all of it: wgmma with q and k from shared memory). Per value
 // head, warpgroup wg computes columns [64 wg, 64 wg + 64) of the block:
 //   P = S exp(g_i - g_j) for j <= i < len, else 0, rounded to TK in registers (the accumulator layout of S is the A
@@ -150,6 +150,22 @@ __global__ void __launch_bounds__(kThreadsWg, 2)
       float oacc[32];
       mbar_wait(bars + 1, hv_phase);
       hv_phase ^= 1u;
+      if (L < kBT) {
+        // Rows [L, 64) of this warpgroup's v_new box: zeros past the tensor's end, but in a varlen batch the next
+        // sequence's rows. P is 0 there, and 0 x Inf / NaN is NaN: a non-finite v_new of the next sequence would reach
+        // this one's o. Zeroed (whole 128-byte rows, so the swizzle does not matter) by the warpgroup's threads, fenced
+        // for the asynchronous proxy (the wgmma below, the next head's copy), then the warpgroup's named barrier.
+        for (int e = tid % 128; e < (kBT - L) * 8; e += 128) {
+          const uint32_t at = v_at + static_cast<uint32_t>((L + e / 8) * 128 + (e % 8) * 16);
+          asm volatile("st.shared.v4.u32 [%0], {%1, %1, %1, %1};" ::"r"(at), "r"(0u) : "memory");
+        }
+        fence_proxy_async_shared();
+        if (wg == 0) {
+          asm volatile("bar.sync 1, 128;" ::: "memory");
+        } else {
+          asm volatile("bar.sync 2, 128;" ::: "memory");
+        }
+      }
       wgmma_fence();
 #pragma unroll
       for (int st = 0; st < kK / 16; ++st) {

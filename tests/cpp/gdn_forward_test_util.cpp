@@ -18,8 +18,9 @@ std::string Spec::describe() const {
   if (varlen()) os << " seqlens=" << gdn::seqlens_text(seqlens);
   os << " " << fuseops::dtype_name(dtype) << " gates " << fuseops::dtype_name(gate_dtype) << " h0 "
      << (has_h0 ? fuseops::dtype_name(h0_dtype) : "none") << " decay " << gdn::decay_name(decay)
-     << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << (aligned ? " aligned" : "")
-     << ", FUSEOPS_SEED=" << run_seed();
+     << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << (aligned ? " aligned" : "");
+  if (scale) os << " scale " << *scale;
+  os << ", FUSEOPS_SEED=" << run_seed();
   return os.str();
 }
 
@@ -90,7 +91,7 @@ ref::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normali
   r.g = in.g.to_double();
   r.beta = in.beta.to_double();
   r.h0 = s.has_h0 ? &in.h0 : nullptr;
-  r.scale = 1.0 / std::sqrt(static_cast<double>(s.K));
+  r.scale = s.scale.value_or(1.0 / std::sqrt(static_cast<double>(s.K)));
   r.l2norm = s.l2norm;
   r.round_normalized = round_normalized;
   r.cu_seqlens = in.cu;
@@ -148,7 +149,7 @@ Outputs run_chunk(Where where, const Spec& s, const Inputs& in) {
       fuseops::chunk_gated_delta_rule_workspace_size(qv, vv, r.cu ? &cuv : nullptr, s.l2norm, s.BT);
   Placed ws(where, DType::f32, {static_cast<int64_t>(bytes / 4 + 1)}, 0);
   ws.upload();
-  fuseops::chunk_gated_delta_rule(r.o.view(), &htv, qv, r.k.view(), vv, r.g.view(), r.beta.view(), std::nullopt,
+  fuseops::chunk_gated_delta_rule(r.o.view(), &htv, qv, r.k.view(), vv, r.g.view(), r.beta.view(), s.scale,
                                   r.h0 ? &h0v : nullptr, s.l2norm, r.cu ? &cuv : nullptr, ws.view(), s.BT);
   Outputs out;
   r.finish(out);
@@ -162,7 +163,7 @@ Outputs run_recurrent(Where where, const Spec& s, const Inputs& in) {
   if (r.cu) cuv = r.cu->view();
   const TensorView gv = r.g.view(), bv = r.beta.view();
   fuseops::fused_recurrent_gated_delta_rule(r.o.view(), &htv, r.q.view(), r.k.view(), r.v.view(), &gv, &bv,
-                                            std::nullopt, r.h0 ? &h0v : nullptr, s.l2norm,
+                                            s.scale, r.h0 ? &h0v : nullptr, s.l2norm,
                                             r.cu ? &cuv : nullptr);
   Outputs out;
   r.finish(out);
@@ -208,6 +209,46 @@ HostTensor tokens(const HostTensor& x, int64_t t0, int64_t t1) {
     }
   }
   return out;
+}
+
+Inputs tokens(const Inputs& in, int64_t t0, int64_t t1) {
+  Inputs out;
+  out.q = tokens(in.q, t0, t1);
+  out.k = tokens(in.k, t0, t1);
+  out.v = tokens(in.v, t0, t1);
+  out.g = tokens(in.g, t0, t1);
+  out.beta = tokens(in.beta, t0, t1);
+  return out;
+}
+
+void check_split_run(Where where, const Spec& s, int64_t T1, std::mt19937_64& rng) {
+  SCOPED_TRACE(s.describe() + " split at " + std::to_string(T1));
+  const DType dt = s.dtype;
+  const int64_t T2 = s.T - T1;
+  const Inputs in = make_inputs(s, rng);
+  const ref::RecurrenceGolden gold = golden(s, in, true);
+  Spec s1 = s, s2 = s;
+  s1.T = T1;
+  s2.T = T2;
+  Inputs in1 = tokens(in, 0, T1), in2 = tokens(in, T1, s.T);
+  in1.h0 = in.h0;
+  const Outputs o1 = run_chunk(where, s1, in1);
+  in2.h0 = o1.final_state;
+  s2.h0_dtype = DType::f32;
+  const Outputs o2 = run_chunk(where, s2, in2);
+  HostTensor o(dt, {s.B, s.T, s.HV, s.V});
+  for (int64_t b = 0; b < s.B; ++b) {
+    for (int64_t t = 0; t < s.T; ++t) {
+      for (int64_t h = 0; h < s.HV; ++h) {
+        for (int64_t c = 0; c < s.V; ++c) {
+          const double x = t < T1 ? o1.o.get((b * T1 + t) * s.HV + h, c) : o2.o.get((b * T2 + t - T1) * s.HV + h, c);
+          o.set((b * s.T + t) * s.HV + h, c, static_cast<float>(x));
+        }
+      }
+    }
+  }
+  EXPECT_TRUE(matches(o, gold.o, dt, "split o"));
+  EXPECT_TRUE(matches(o2.final_state, gold.final_state, dt, "split final_state"));
 }
 
 }  // namespace fuseops_test::gdn_forward

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@ struct Spec {
   bool aligned = false;
   Decay decay = Decay::realistic;
   DType cu_dtype = DType::i32;
+  std::optional<double> scale;  ///< none: K^-0.5
   bool varlen() const { return !seqlens.empty(); }
   int64_t N() const { return varlen() ? static_cast<int64_t>(seqlens.size()) : B; }
   std::string describe() const;
@@ -64,5 +66,11 @@ double max_abs_cumsum(const Spec& s, const Inputs& in);
 
 /// The tokens [t0, t1) of every batch row of a compact [B, T, ...] tensor.
 HostTensor tokens(const HostTensor& x, int64_t t0, int64_t t1);
+/// q, k, v, g, beta of tokens [t0, t1) of every batch row of fixed-length inputs (h0 and cu left empty).
+Inputs tokens(const Inputs& in, int64_t t0, int64_t t1);
+
+/// Split run of a fixed-length spec: chunk_gated_delta_rule on tokens [0, T1), then on [T1, T) from the returned
+/// state; o of both runs and the last final_state against the golden of all T tokens (gtest assertions).
+void check_split_run(Where where, const Spec& s, int64_t T1, std::mt19937_64& rng);
 
 }  // namespace fuseops_test::gdn_forward

@@ -10,7 +10,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "gdn_forward_test_util.h"
@@ -233,40 +232,7 @@ TEST_P(GdnForward, SplitRun) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
   for (DType dt : {f32, bf16}) {
-    const int64_t T1 = 45, T2 = 100;
-    Spec s = fixed(2, T1 + T2, 1, 2, 64, 64, dt);
-    SCOPED_TRACE(s.describe());
-    const Inputs in = make_inputs(s, rng);
-    const ref::RecurrenceGolden gold = golden(s, in, true);
-    Spec s1 = s, s2 = s;
-    s1.T = T1;
-    s2.T = T2;
-    Inputs in1, in2;
-    for (auto [dst, t0, t1] : {std::tuple{&in1, int64_t{0}, T1}, std::tuple{&in2, T1, T1 + T2}}) {
-      dst->q = tokens(in.q, t0, t1);
-      dst->k = tokens(in.k, t0, t1);
-      dst->v = tokens(in.v, t0, t1);
-      dst->g = tokens(in.g, t0, t1);
-      dst->beta = tokens(in.beta, t0, t1);
-    }
-    in1.h0 = in.h0;
-    const Outputs o1 = run_chunk(GetParam(), s1, in1);
-    in2.h0 = o1.final_state;
-    s2.h0_dtype = f32;
-    const Outputs o2 = run_chunk(GetParam(), s2, in2);
-    HostTensor o(dt, {s.B, s.T, s.HV, s.V});
-    for (int64_t b = 0; b < s.B; ++b) {
-      for (int64_t t = 0; t < s.T; ++t) {
-        for (int64_t h = 0; h < s.HV; ++h) {
-          for (int64_t c = 0; c < s.V; ++c) {
-            const double x = t < T1 ? o1.o.get((b * T1 + t) * s.HV + h, c) : o2.o.get((b * T2 + t - T1) * s.HV + h, c);
-            o.set((b * s.T + t) * s.HV + h, c, static_cast<float>(x));
-          }
-        }
-      }
-    }
-    EXPECT_TRUE(matches(o, gold.o, dt, "split o"));
-    EXPECT_TRUE(matches(o2.final_state, gold.final_state, dt, "split final_state"));
+    check_split_run(GetParam(), fixed(2, 45 + 100, 1, 2, 64, 64, dt), 45, rng);
     if (HasFailure()) return;
   }
 }
@@ -287,14 +253,7 @@ TEST_P(GdnForward, PrefillThenDecode) {
     Spec sp = s, sd = s;
     sp.T = T;
     sd.T = 1;
-    Inputs ip, id;
-    for (auto [dst, t0, t1] : {std::tuple{&ip, int64_t{0}, T}, std::tuple{&id, T, T + 1}}) {
-      dst->q = tokens(in.q, t0, t1);
-      dst->k = tokens(in.k, t0, t1);
-      dst->v = tokens(in.v, t0, t1);
-      dst->g = tokens(in.g, t0, t1);
-      dst->beta = tokens(in.beta, t0, t1);
-    }
+    Inputs ip = tokens(in, 0, T), id = tokens(in, T, T + 1);
     ip.h0 = in.h0;
     const Outputs pre = run_chunk(GetParam(), sp, ip);
     id.h0 = pre.final_state;
@@ -573,6 +532,7 @@ HostTensor batch_row(const HostTensor& x, int64_t b) {
 /// takes row 0's k, g and beta, so that k and w are equal over the rows while u (from each row's own v) is not.
 struct FwdHInputs {
   HostTensor k, g, w, u, h0;
+  bool gated = true, has_h0 = true;  ///< false: g / initial_state not passed (the golden takes none)
 };
 FwdHInputs fwd_h_inputs(const Spec& s, std::mt19937_64& rng, bool shared_keys) {
   Inputs in = make_inputs(s, rng);
@@ -615,7 +575,8 @@ FwdHOutputs run_fwd_h(Where w, const Spec& s, const FwdHInputs& f, const HostTen
   const TensorView kv = k_b0 ? broadcast(k.view()) : k.view(), wv = w_b0 ? broadcast(W.view()) : W.view();
   const TensorView gv = g.view(), h0v = H0.view();
   TensorView htv = Ht.view();
-  fuseops::chunk_gated_delta_rule_fwd_h(Hs.view(), Vn.view(), &htv, kv, wv, U.view(), &gv, &h0v, s.BT);
+  fuseops::chunk_gated_delta_rule_fwd_h(Hs.view(), Vn.view(), &htv, kv, wv, U.view(), f.gated ? &gv : nullptr,
+                                        f.has_h0 ? &h0v : nullptr, s.BT);
   for (Placed* p : {&k, &W, &U, &g, &H0, &Hs, &Vn, &Ht}) p->download();
   for (Placed* p : {&k, &W, &U, &g, &H0}) EXPECT_TRUE(p->untouched_outside(false));
   for (Placed* p : {&Hs, &Vn, &Ht}) EXPECT_TRUE(p->untouched_outside(true));
@@ -625,9 +586,10 @@ FwdHOutputs run_fwd_h(Where w, const Spec& s, const FwdHInputs& f, const HostTen
 /// h, v_new and final_state against the double golden of fwd_h from the stored inputs (the stage tolerances of
 /// check_stages; every slot of h is written at fixed length).
 void expect_fwd_h_golden(const Spec& s, const FwdHInputs& f, const FwdHOutputs& out) {
-  ref::StageInputs si{s.B, s.T, s.H, s.HV, s.K, s.V, s.BT, {}, f.g.to_double()};
+  ref::StageInputs si{s.B, s.T, s.H, s.HV, s.K, s.V, s.BT, {}, f.gated ? f.g.to_double() : std::vector<double>{}};
   std::vector<double> h_ref, vn_ref, ht_ref;
-  ref::fwd_h_golden(si, f.k.to_double(), f.w.to_double(), f.u.to_double(), f.h0.to_double(), h_ref, vn_ref, ht_ref);
+  ref::fwd_h_golden(si, f.k.to_double(), f.w.to_double(), f.u.to_double(),
+                    f.has_h0 ? f.h0.to_double() : std::vector<double>{}, h_ref, vn_ref, ht_ref);
   EXPECT_TRUE(matches(out.h, h_ref, s.dtype, "h"));
   EXPECT_TRUE(matches(out.v_new, vn_ref, s.dtype, "v_new"));
   EXPECT_TRUE(matches(out.final_state, ht_ref, s.dtype, "final_state"));
@@ -721,6 +683,24 @@ TEST_P(GdnForward, FwdHTensorMapMatchesCpAsync) {
     expect_same_fwd_h(maps, cp_async, "tensor-map tiles vs cp.async");
     expect_fwd_h_golden(s, f, normal);
     expect_fwd_h_golden(s, f, maps);
+    if (HasFailure()) return;
+  }
+}
+
+// fwd_h without g and without an initial state (the public stage op; chunk_gated_delta_rule always passes g): on
+// CUDA (K = 128, chunk 64, 16-byte rows) the wgmma variant with a gate table of ones and a zero start state; B = 2,
+// T = 64 x 3 + 5 (whole chunks by tensor map, a cp.async last chunk); w and u from zero decays (what no g means).
+TEST_P(GdnForward, FwdHWithoutGateOrInitialState) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType dt : {bf16, f16}) {
+    Spec s = fixed(2, 64 * 3 + 5, 1, 2, 128, 128, dt);
+    s.decay = Decay::zero;
+    SCOPED_TRACE(s.describe() + " no g, no initial state");
+    FwdHInputs f = fwd_h_inputs(s, rng, /*shared_keys=*/false);
+    f.gated = false;
+    f.has_h0 = false;
+    expect_fwd_h_golden(s, f, run_fwd_h(GetParam(), s, f));
     if (HasFailure()) return;
   }
 }
