@@ -363,6 +363,16 @@ __device__ __forceinline__ uint32_t axis_bits(const RopeArgs& a, int j) {
   return (w >> (2 * (j % 16))) & ((1u << (2 * N)) - 1u);
 }
 
+/// Keeps the arithmetic behind `v` in front of the PDL wait. The empty-asm pins bind the front end only: ptxas sinks
+/// pure arithmetic below griddepcontrol.wait (in the sm_90a SASS, ~100 instructions of M-RoPE mask arithmetic between
+/// the wait and the position loads). An exit predicated on `v` is control flow, which ptxas keeps in front of the
+/// wait, and with it everything `v` is computed from. Never taken for the values passed (xors of masks made of whole
+/// 16- or 32-bit fields of ones or zeros, never 0x5a5a5a5a). (A predicated trap anchors as well but made ptxas spill
+/// in one instantiation.)
+__device__ __forceinline__ void anchor_before_wait(uint32_t v) {
+  asm volatile("{\n\t.reg .pred p;\n\tsetp.eq.u32 p, %0, 0x5a5a5a5a;\n\t@p exit;\n\t}" ::"r"(v));
+}
+
 /// Decode kernel of tiny problems (at most kTinyWork threads: one decode token and the like), in blocks of
 /// kTinyThreads: thread (lane x, head y, token z) rotates head y of token z, as rope_decode_kernel. M-RoPE: it first
 /// lets the next kernel in the stream start launching (pdl_release), so that the next launch forms its addresses
@@ -372,9 +382,11 @@ __device__ __forceinline__ uint32_t axis_bits(const RopeArgs& a, int j) {
 /// positions (all loads at once, L2 only), one unsigned compare per axis, the row address (one 64-bit multiply-add),
 /// the cache loads, the rotation and the stores. M-RoPE: the lane's axis bits come from uniform parameter reads,
 /// its own axis (its first pair's) is loaded first, so a lane whose pairs share an axis takes its row from pos[0];
-/// a lane whose pairs name different rows loads its vectors of all three rows and merges them with per-word masks
-/// (in the shadow of the loads) instead of one scalar load per pair. The inverse flips sin's sign bits (one xor per
-/// word). Measured on the H200 only for tiny problems (docs/ops/rope.md, Performance, sixth and ninth sessions).
+/// in the pair_rows variant every lane loads its vectors of all three rows and merges them with per-word masks formed
+/// before the wait (zero for a lane on one axis), instead of one scalar load per pair; with GPT-J pairs the masks are
+/// anchored there (anchor_before_wait; with NeoX pairs measured slower so). The inverse flips sin's sign bits (one xor
+/// per word). Measured on the H200 only for tiny problems (docs/ops/rope.md, Performance, sixth, ninth and tenth
+/// sessions).
 template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads)
     rope_decode_tiny_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
@@ -382,6 +394,8 @@ __global__ void __launch_bounds__(kThreads)
   if constexpr (kReleaseFirst) pdl_release();
   constexpr int AXES = kAxes<A>;
   constexpr int kWords = P * static_cast<int>(sizeof(C)) / 4;  // of the lane's cos (0: one 16-bit value)
+  // M-RoPE with lanes on several axes: the angles of three rows, merged by masks formed before the wait.
+  constexpr bool kMerge = A == Angles::pair_rows && P * sizeof(C) >= 4;
   const DecodeThread<T, P, NEOX> d(a);
   const int j0 = d.j0;
   const int64_t t = d.t, hd = d.hd;
@@ -392,8 +406,6 @@ __global__ void __launch_bounds__(kThreads)
   T* outB = d.out + d.offB;
   // Positions, the lane's own axis first.
   const uint32_t code = A == Angles::rope ? 0u : axis_bits<P>(a, j0);
-  constexpr uint32_t kMask = (1u << (2 * P)) - 1u;
-  const bool uniform = A != Angles::pair_rows || code == (code & 3u) * (0x55555555u & kMask);
   const uint32_t ax0 = code & 3u;
   DecodePositions<AXES> dp;
   {
@@ -416,11 +428,33 @@ __global__ void __launch_bounds__(kThreads)
   uint64_t sin_row = static_cast<uint64_t>(a.sin_stride) * sizeof(C);
   uint64_t max_pos = static_cast<uint64_t>(a.max_position);
   uint32_t sign = a.inverse ? (sizeof(C) == 2 ? 0x80008000u : 0x80000000u) : 0u;
-  uint32_t mixed = !uniform;
+  // Per 32-bit word of the lane's cos / sin: the elements on the lane's second and third axes (rows pos[1], pos[2]).
+  constexpr int kMaskWords = kMerge ? kWords : 1;
+  uint32_t m1[kMaskWords] = {}, m2[kMaskWords] = {};
+  if constexpr (kMerge) {
+#pragma unroll
+    for (int w = 0; w < kWords; ++w) {
+#pragma unroll
+      for (int e = 0; e < 4 / static_cast<int>(sizeof(C)); ++e) {
+        const int i = w * (4 / static_cast<int>(sizeof(C))) + e;
+        const uint32_t r = ((code >> (2 * i)) & 3u) + 3u - ax0;  // 1 .. 5: the axis relative to ax0, plus 3
+        const uint32_t field = sizeof(C) == 2 ? 0xffffu << (16 * e) : 0xffffffffu;
+        m1[w] |= r == 1u || r == 4u ? field : 0u;
+        m2[w] |= r == 2u || r == 5u ? field : 0u;
+      }
+      pin(m1[w]), pin(m2[w]);
+    }
+    if constexpr (!NEOX) {  // measured: GPT-J 1.05 -> 0.99 us at one GLM-4.1V token, NeoX 0.98 -> 1.07 (Qwen3-VL)
+      uint32_t all = 0;
+#pragma unroll
+      for (int w = 0; w < kWords; ++w) all ^= m1[w] ^ m2[w];
+      anchor_before_wait(all);
+    }
+  }
   pin_ptr(inA), pin_ptr(inB), pin_ptr(outA), pin_ptr(outB), pin_ptr(cos0), pin_ptr(sin0);
 #pragma unroll
   for (int k = 0; k < AXES; ++k) pin_ptr(dp.at[k]);
-  pin(dp.i32), pin(dp.value), pin(cos_row), pin(sin_row), pin(max_pos), pin(sign), pin(mixed);
+  pin(dp.i32), pin(dp.value), pin(cos_row), pin(sin_row), pin(max_pos), pin(sign);
   if constexpr (kReleaseFirst) pdl_wait();
   else pdl_wait_and_release();
   if (!active) return;
@@ -449,28 +483,17 @@ __global__ void __launch_bounds__(kThreads)
   CacheValues<C, P> c, s;
   c.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[0]) * cos_row));
   s.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[0]) * sin_row));
-  if constexpr (A == Angles::pair_rows && P * sizeof(C) >= 4) {
-    if (mixed) {  // the other two rows, merged word by word
-      CacheValues<C, P> c1, s1, c2, s2;
-      c1.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[1]) * cos_row));
-      s1.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[1]) * sin_row));
-      c2.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[2]) * cos_row));
-      s2.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[2]) * sin_row));
+  if constexpr (kMerge) {  // the other two rows (a lane on one axis has zero masks), merged word by word
+    CacheValues<C, P> c1, s1, c2, s2;
+    c1.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[1]) * cos_row));
+    s1.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[1]) * sin_row));
+    c2.load(reinterpret_cast<const C*>(cos0 + static_cast<uint64_t>(pos[2]) * cos_row));
+    s2.load(reinterpret_cast<const C*>(sin0 + static_cast<uint64_t>(pos[2]) * sin_row));
 #pragma unroll
-      for (int w = 0; w < kWords; ++w) {
-        uint32_t m1 = 0, m2 = 0;  // the word's elements on the lane's second and third axes
-#pragma unroll
-        for (int e = 0; e < 4 / static_cast<int>(sizeof(C)); ++e) {
-          const int i = w * (4 / static_cast<int>(sizeof(C))) + e;
-          const uint32_t rel = (((code >> (2 * i)) & 3u) + 3u - ax0) % 3u;
-          const uint32_t field = sizeof(C) == 2 ? 0xffffu << (16 * e) : 0xffffffffu;
-          m1 |= rel == 1u ? field : 0u;
-          m2 |= rel == 2u ? field : 0u;
-        }
-        const uint32_t m0 = ~(m1 | m2);
-        cache_word(c, w) = (cache_word(c, w) & m0) | (cache_word(c1, w) & m1) | (cache_word(c2, w) & m2);
-        cache_word(s, w) = (cache_word(s, w) & m0) | (cache_word(s1, w) & m1) | (cache_word(s2, w) & m2);
-      }
+    for (int w = 0; w < kWords; ++w) {
+      const uint32_t m0 = ~(m1[w] | m2[w]);
+      cache_word(c, w) = (cache_word(c, w) & m0) | (cache_word(c1, w) & m1[w]) | (cache_word(c2, w) & m2[w]);
+      cache_word(s, w) = (cache_word(s, w) & m0) | (cache_word(s1, w) & m1[w]) | (cache_word(s2, w) & m2[w]);
     }
   }
   if constexpr (P * sizeof(C) >= 4) {

@@ -97,7 +97,11 @@ std::vector<RopeSpec> mrope_specs(DType dtype) {
   std::vector<RopeSpec> v;
   for (bool neox : {true, false}) {
     for (const RopeSpec& s : mrope_layout_specs(dtype, neox, 7, 4, 2)) v.push_back(s);
-    RopeSpec s = rope_spec(RopeOp::mrope, dtype, neox, 5, 3, 1, 128, 128);
+    RopeSpec s = rope_spec(RopeOp::mrope, dtype, neox, 3, 4, 2, 128, 80);  // 16-bit data: 5 lanes, an odd count
+    s.layout = MropeLayout::interleaved;
+    s.section = {16, 12, 12};
+    v.push_back(s);
+    s = rope_spec(RopeOp::mrope, dtype, neox, 5, 3, 1, 128, 128);
     s.layout = MropeLayout::interleaved;
     s.section = {24, 20, 20};
     s.mrope_axes = 1;  // [T] positions: ordinary RoPE
