@@ -9,12 +9,12 @@
 //
 // Fast kernel (decode_warp_kernel, docs/ops/gdn.md "decode kernel"): a unit is (sequence, value head, slice of
 // 128 / KG state columns), done by one warp without barriers; persistent warps (a grid that stays resident) walk the
-// units, and while a warp computes one unit the state of its next one is copied into the warp's shared buffer
-// (cp.async: bytes in flight that hold no registers), with its first token's q / k rows and v slice for 16-bit
-// inputs (stage_inputs); state stores are streaming. Lane = kg * (32 / KG) + vl holds the 4 columns
-// slice * 128 / KG + 4 vl .. + 3 of the kRows consecutive rows kg kRows .. kg kRows + kRows - 1 (K = KG kRows) in fp32
-// registers for all the sequence's tokens; sums over K run over the lane's rows, then over the KG groups by xor
-// shuffles (every lane of a column gets the same bits: fp addition is commutative).
+// units (blocks of 2 or 4 independent warps), and while a warp computes one unit the state of its next one is copied
+// into the warp's shared buffer (cp.async: bytes in flight that hold no registers), with its first token's q / k rows
+// and v slice for 16-bit inputs (stage_inputs); state stores are streaming. Lane = kg * (32 / KG) + vl holds the 4
+// columns slice * 128 / KG + 4 vl .. + 3 of the kRows consecutive rows kg kRows .. kg kRows + kRows - 1 (K = KG kRows)
+// in fp32 registers for all the sequence's tokens; sums over K run over the lane's rows, then over the KG groups by
+// xor shuffles (every lane of a column gets the same bits: fp addition is commutative).
 //
 // Fallback kernel (decode_kernel): one 256-thread block per (sequence, value head, block of 32 state columns), three
 // block barriers per token; taken when K is not 64, 128 or 256, V % 4 != 0, or a state tensor (pool,
@@ -23,8 +23,6 @@
 // the sums over K reduce over the 4 row lanes by shuffles, then over the 8 warps through shared memory.
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <type_traits>
 
 #include "cuda/device_error.cuh"
 #include "cuda/gdn_forward.cuh"
@@ -289,7 +287,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
 // Fast kernel: persistent warps, each over units (sequence, value head, column slice)
 
 constexpr int kRows = 16;      ///< state rows per lane (K = KG kRows)
-constexpr int kWarpBlock = 2;  ///< warps per block (small: the units of a 1-sequence decode spread over the SMs)
+/// Warps per block: 4 when the units fill the resident warps at least once (measured 1-2% faster at K = V = 128 than
+/// 2), else 2 (the units of a 1-sequence decode spread over twice as many SMs); see launch_warp_kernel_kg().
+constexpr int kWarpBlock = 2, kWideWarpBlock = 4;
 
 struct WarpParams {
   int64_t slices, units;       ///< column slices per head (ceil(V / (128 / KG))); N * HV * slices
@@ -457,60 +457,15 @@ __device__ __forceinline__ void read_staged(const unsigned char* p, DType dt, fl
   }
 }
 
-/// Block-wide staging (COOP >= 1): the block's WB warps hold WB consecutive column slices of one head, so its
-/// threads copy the K rows x WB slices together. Thread tid copies, for it < kRows, the 16 bytes at row it KG + tid /
-/// (WB kLanesV), 4-column group tid % (WB kLanesV) of the block's columns, into the slot of the lane that computes
-/// them: a warp-wide copy covers 32 / (WB kLanesV) rows of WB kCols contiguous columns (whole 512-byte rows at
-/// WB kCols = 128) instead of 32 / kLanesV rows of kCols. The slots, and so what each lane reads, are those of
-/// stage_state(). Nothing when `src` is null.
-template <int KG, int WB>
-struct BlockPieces {
-  static constexpr int kLanesV = 32 / KG, kPer = WB * kLanesV;  // 4-column groups per row of the block's region
-  static_assert(32 * WB == KG * kPer && kRows % KG == 0, "KG rows of the region per thread block pass");
-  const float* src;  ///< the thread's first piece (row tid / kPer) in global memory
-  int64_t step;      ///< KG rows
-  uint4* slot;       ///< its slot in staged[.][buf]: row (it KG) % kRows + r0, lane (it KG / kRows) kLanesV + ...
-
-  __device__ __forceinline__ BlockPieces(const float* head, int64_t V, int64_t col0, StagedRows<float> (*staged)[2],
-                                         int buf, int tid) {
-    const int r0 = tid / kPer, c = tid % kPer;
-    src = head + r0 * V + col0 + c * 4;
-    step = KG * V;
-    slot = &staged[c / kLanesV][buf][r0][c % kLanesV];
-  }
-  /// Offset of pass it's slot from `slot`, in uint4.
-  __device__ static constexpr int slot_offset(int it) { return ((it * KG) % kRows) * 32 + ((it * KG) / kRows) * kLanesV; }
-};
-template <int KG, int WB>
-__device__ __forceinline__ void stage_state_block(const float* head, int64_t V, int64_t col0,
-                                                  StagedRows<float> (*staged)[2], int buf, int tid) {
-  if (!head) return;
-  const BlockPieces<KG, WB> bp(head, V, col0, staged, buf, tid);
-#pragma unroll
-  for (int it = 0; it < kRows; ++it) {
-    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(bp.slot + bp.slot_offset(it)));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(bp.src + it * bp.step) : "memory");
-  }
-}
-/// Block-wide streaming stores of the state the block's lanes left in their slots of staged[.][buf] (the inverse of
-/// stage_state_block()).
-template <int KG, int WB>
-__device__ __forceinline__ void store_state_block(float* head, int64_t V, int64_t col0,
-                                                  StagedRows<float> (*staged)[2], int buf, int tid) {
-  const BlockPieces<KG, WB> bp(head, V, col0, staged, buf, tid);
-  float* dst = const_cast<float*>(bp.src);
-#pragma unroll 4  // 16 registers of pieces in flight (the state stays live in the token loop)
-  for (int it = 0; it < kRows; ++it) __stcs(reinterpret_cast<uint4*>(dst + it * bp.step), bp.slot[bp.slot_offset(it)]);
-}
-
 /// ST: storage type of the state read (the pool's dtype, else initial_state's; float when there is none).
 /// Persistent warps: each walks its units (stride: all the warps of the grid); the state of its next unit is copied
 /// into shared memory (cp.async) while the current one is computed and stored.
-template <int KG, typename ST, int WB, int COOP>
+/// WB warps per block, at most 170 registers (12 warps per SM; the kernel takes 168).
+template <int KG, typename ST, int WB>
 __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const DecodeArgs a, const WarpParams prm) {
   using Unit = WarpUnit<KG, ST>;
-  // dynamic shared memory: the staged state [WB][2] StagedRows<ST>, then the staged inputs [WB][2][kStagedInputBytes]
-  // (only when staging)
+  // dynamic shared memory: the staged state [WB][2], then the staged inputs [WB][2][kStagedInputBytes], allocated
+  // only when staging (the other calls keep the shared memory, and so the L1 share, they had)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   StagedRows<ST>(*staged)[2] = reinterpret_cast<StagedRows<ST>(*)[2]>(smem_raw);
   unsigned char* const staged_in_raw = smem_raw + WB * 2 * sizeof(StagedRows<ST>);
@@ -525,11 +480,7 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
   int64_t unit = static_cast<int64_t>(blockIdx.x) * WB + warp;
   if (unit < prm.units) {
     const Unit first(a, prm, unit, lane);
-    if constexpr (COOP > 0) {
-      stage_state_block<KG, WB>(first.src, V, (first.sl - warp) * Unit::kCols, staged, 0, threadIdx.x);
-    } else {
-      stage_state<ST>(first.src, V, kg * kRows, first.col, first.active, staged[warp][0], lane);
-    }
+    stage_state<ST>(first.src, V, kg * kRows, first.col, first.active, staged[warp][0], lane);
     if (prm.stage_inputs) stage_inputs(a, first, staged_in(warp, 0), lane);
   }
   stage_commit();
@@ -557,17 +508,9 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
     } else if (!padding && len > 0) {
       load_token(sb.bos);
     }
-    if constexpr (COOP > 0) {
-      asm volatile("cp.async.wait_group 0;" ::: "memory");  // this unit's copies, made by the whole block, ...
-      __syncthreads();  // ... have landed; and every warp has taken its previous state out of staged[.][buf ^ 1]
-    }
     if (unit + stride < prm.units) {  // the next unit's state (and inputs) in flight during this one
       const Unit next(a, prm, unit + stride, lane);
-      if constexpr (COOP > 0) {
-        stage_state_block<KG, WB>(next.src, V, (next.sl - warp) * Unit::kCols, staged, buf ^ 1, threadIdx.x);
-      } else {
-        stage_state<ST>(next.src, V, kg * kRows, next.col, next.active, staged[warp][buf ^ 1], lane);
-      }
+      stage_state<ST>(next.src, V, kg * kRows, next.col, next.active, staged[warp][buf ^ 1], lane);
       if (prm.stage_inputs) stage_inputs(a, next, staged_in(warp, buf ^ 1), lane);
     }
     stage_commit();
@@ -664,19 +607,7 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
       if (kg == 0 && active) store4(a.o.data, a.o.dtype, gdn::at(a.o, sb.batch, t, hv) + col, 4, prm.o_vec, o);
       if (a.pool_form) {
         const int64_t slot = write_slot(a, n, t - sb.bos, len, leader, prm.errors);
-        if constexpr (COOP == 2) {
-          if (slot >= 0) {  // the same slot in the whole block
-            if (t > sb.bos) __syncthreads();  // the previous token's block stores have read the slots
-#pragma unroll
-            for (int j = 0; j < kRows; ++j) {
-              staged[warp][buf][j][lane] = make_uint4(__float_as_uint(S[j][0]), __float_as_uint(S[j][1]),
-                                                      __float_as_uint(S[j][2]), __float_as_uint(S[j][3]));
-            }
-            __syncthreads();
-            store_state_block<KG, WB>(static_cast<float*>(a.pool) + (slot * HV + hv) * KV, V,
-                                      (u.sl - warp) * Unit::kCols, staged, buf, threadIdx.x);
-          }
-        } else if (slot >= 0 && active) {
+        if (slot >= 0 && active) {
           ST* dst = static_cast<ST*>(a.pool) + (slot * HV + hv) * KV;
 #pragma unroll
           for (int j = 0; j < kRows; ++j) store_state4(dst + (row0 + j) * V + col, S[j]);
@@ -723,58 +654,31 @@ int fast_groups(int64_t K) {
   }
 }
 
-/// Persistent grid: as many blocks as stay resident (the shared-memory carveout at its maximum), at most one unit
-/// per warp.
-template <int KG, typename ST, int WB, int COOP>
-void launch_warp_kernel_wb(const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device, const char* op) {
-  const auto kernel = decode_warp_kernel<KG, ST, WB, COOP>;
+/// Persistent grid of WB-warp blocks: as many blocks as stay resident (the shared-memory carveout at its maximum), at
+/// most one unit per warp. Returns false, launching nothing, when `fill` and the units do not fill those blocks' warps.
+template <int KG, typename ST, int WB>
+bool launch_warp_kernel_wb(const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device, const char* op,
+                           bool fill) {
+  const auto kernel = decode_warp_kernel<KG, ST, WB>;
   prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
   const std::size_t smem = WB * 2 * (sizeof(StagedRows<ST>) + (prm.stage_inputs ? kStagedInputBytes : 0));
   allow_smem(kernel, smem, op);
-  const int64_t blocks = std::min((prm.units + WB - 1) / WB, resident_blocks(kernel, WB * 32, smem, device, op));
+  const int64_t resident = resident_blocks(kernel, WB * 32, smem, device, op);
+  if (fill && prm.units < resident * WB) return false;
+  const int64_t blocks = std::min((prm.units + WB - 1) / WB, resident);
   launch_kernel(kernel, dim3(gdn::grid_x(blocks)), dim3(WB * 32), smem, s, device, a, prm);
+  return true;
 }
-/// Experimental A/B: warps per block FUSEOPS_GDN_DECODE_WARPS = 2, 4 or 8 (default kWarpBlock); block-wide staging
-/// FUSEOPS_GDN_DECODE_COOP = 1 (loads), 2 (loads and pool stores), 0 (per warp, default).
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atoi(v) : fallback;
-}
-int warp_block() {
-  static const int wb = [] {
-    const int x = env_int("FUSEOPS_GDN_DECODE_WARPS", kWarpBlock);
-    return x == 4 || x == 8 ? x : 2;
-  }();
-  return wb;
-}
-int coop_mode() {
-  static const int c = [] {
-    const int x = env_int("FUSEOPS_GDN_DECODE_COOP", 0);
-    return x == 1 || x == 2 ? x : 0;
-  }();
-  return c;
-}
-template <int KG, typename ST, int WB>
-void launch_warp_kernel_coop(const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device, const char* op) {
-  // block-wide staging: f32 state, every lane's columns in range, the block's WB slices within one head
-  const bool coop = std::is_same_v<ST, float> && prm.slices % WB == 0 && a.V % WarpUnit<KG, ST>::kCols == 0;
-  if constexpr (std::is_same_v<ST, float>) {
-    if (coop && coop_mode() == 1) return launch_warp_kernel_wb<KG, ST, WB, 1>(a, prm, s, device, op);
-    if (coop && coop_mode() == 2) return launch_warp_kernel_wb<KG, ST, WB, 2>(a, prm, s, device, op);
-  }
-  launch_warp_kernel_wb<KG, ST, WB, 0>(a, prm, s, device, op);
-}
+/// 4-warp blocks at K = 128 (where they were measured) when the units fill their resident warps, else 2-warp blocks;
+/// FUSEOPS_GDN_DECODE_WIDE_BLOCKS=0 keeps 2-warp blocks (A/B). The block shape changes which warps run which units,
+/// not a unit's arithmetic: results are the same bits.
 template <int KG, typename ST>
 void launch_warp_kernel_kg(const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device, const char* op) {
-  if constexpr (KG != 8) {
-    launch_warp_kernel_wb<KG, ST, 2, 0>(a, prm, s, device, op);
-  } else {
-    switch (warp_block()) {
-      case 4: launch_warp_kernel_coop<KG, ST, 4>(a, prm, s, device, op); break;
-      case 8: launch_warp_kernel_coop<KG, ST, 8>(a, prm, s, device, op); break;
-      default: launch_warp_kernel_coop<KG, ST, 2>(a, prm, s, device, op); break;
-    }
+  static const bool wide = !env_switched_off("FUSEOPS_GDN_DECODE_WIDE_BLOCKS");
+  if constexpr (KG == 8) {
+    if (wide && launch_warp_kernel_wb<KG, ST, kWideWarpBlock>(a, prm, s, device, op, true)) return;
   }
+  launch_warp_kernel_wb<KG, ST, kWarpBlock>(a, prm, s, device, op, false);
 }
 template <typename ST>
 void launch_warp_kernel(int kg, const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device,
