@@ -14,14 +14,7 @@
 #include <functional>
 #include <vector>
 
-#define CK(x)                                               \
-  do {                                                      \
-    cudaError_t ck_ = (x);                                  \
-    if (ck_ != cudaSuccess) {                               \
-      std::printf("%s: %s\n", #x, cudaGetErrorString(ck_)); \
-      std::exit(1);                                         \
-    }                                                       \
-  } while (0)
+#include "graph_timing.cuh"
 
 // Vector i (16 bytes) of the touched part: row i >> log_vpr (a head of one token), vector i & (vpr - 1) in it.
 // U vectors per thread, every load issued before any store; the xor with `flip` (0 at run time) keeps the store.
@@ -43,45 +36,6 @@ __global__ void __launch_bounds__(256) strided_rw(char* base, int64_t nvec, int 
     v[u].x ^= flip;
     if (i < nvec) *reinterpret_cast<uint4*>(p[u]) = v[u];
   }
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
-
-double time_graph_us(const std::function<void(int, cudaStream_t)>& launch, int launches) {
-  cudaStream_t s;
-  CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-  for (int i = 0; i < 2; ++i) launch(i, s);
-  CK(cudaStreamSynchronize(s));
-  cudaGraph_t g;
-  CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-  for (int i = 0; i < launches; ++i) launch(i, s);
-  CK(cudaStreamEndCapture(s, &g));
-  cudaGraphExec_t e;
-  CK(cudaGraphInstantiate(&e, g, 0));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  CK(cudaGraphLaunch(e, s));
-  CK(cudaStreamSynchronize(s));
-  std::vector<double> per;
-  for (int r = 0; r < 15; ++r) {
-    CK(cudaEventRecord(a, s));
-    CK(cudaGraphLaunch(e, s));
-    CK(cudaEventRecord(b, s));
-    CK(cudaEventSynchronize(b));
-    float ms = 0;
-    CK(cudaEventElapsedTime(&ms, a, b));
-    per.push_back(ms * 1e3 / launches);
-  }
-  CK(cudaGraphExecDestroy(e));
-  CK(cudaGraphDestroy(g));
-  CK(cudaEventDestroy(a));
-  CK(cudaEventDestroy(b));
-  CK(cudaStreamDestroy(s));
-  return median(per);
 }
 
 double copy_rate_tbps() {

@@ -9,12 +9,12 @@
 //
 // Fast kernel (decode_warp_kernel, docs/ops/gdn.md "decode kernel"): a unit is (sequence, value head, slice of
 // 128 / KG state columns), done by one warp without barriers; persistent warps (a grid that stays resident) walk the
-// units, and while a warp computes one unit the state of its next one is copied into the warp's shared buffer
-// (cp.async: bytes in flight that hold no registers), with its first token's q / k rows and v slice for 16-bit
-// inputs (stage_inputs); state stores are streaming. Lane = kg * (32 / KG) + vl holds the 4 columns
-// slice * 128 / KG + 4 vl .. + 3 of the kRows consecutive rows kg kRows .. kg kRows + kRows - 1 (K = KG kRows) in fp32
-// registers for all the sequence's tokens; sums over K run over the lane's rows, then over the KG groups by xor
-// shuffles (every lane of a column gets the same bits: fp addition is commutative).
+// units (blocks of 2 or 4 independent warps), and while a warp computes one unit the state of its next one is copied
+// into the warp's shared buffer (cp.async: bytes in flight that hold no registers), with its first token's q / k rows
+// and v slice for 16-bit inputs (stage_inputs); state stores are streaming. Lane = kg * (32 / KG) + vl holds the 4
+// columns slice * 128 / KG + 4 vl .. + 3 of the kRows consecutive rows kg kRows .. kg kRows + kRows - 1 (K = KG kRows)
+// in fp32 registers for all the sequence's tokens; sums over K run over the lane's rows, then over the KG groups by
+// xor shuffles (every lane of a column gets the same bits: fp addition is commutative).
 //
 // Fallback kernel (decode_kernel): one 256-thread block per (sequence, value head, block of 32 state columns), three
 // block barriers per token; taken when K is not 64, 128 or 256, V % 4 != 0, or a state tensor (pool,
@@ -287,7 +287,9 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
 // Fast kernel: persistent warps, each over units (sequence, value head, column slice)
 
 constexpr int kRows = 16;      ///< state rows per lane (K = KG kRows)
-constexpr int kWarpBlock = 2;  ///< warps per block (small: the units of a 1-sequence decode spread over the SMs)
+/// Warps per block: 4 when the units fill the resident warps at least once (measured 1-2% faster at K = V = 128 than
+/// 2), else 2 (the units of a 1-sequence decode spread over twice as many SMs); see launch_warp_kernel_kg().
+constexpr int kWarpBlock = 2, kWideWarpBlock = 4;
 
 struct WarpParams {
   int64_t slices, units;       ///< column slices per head (ceil(V / (128 / KG))); N * HV * slices
@@ -458,22 +460,24 @@ __device__ __forceinline__ void read_staged(const unsigned char* p, DType dt, fl
 /// ST: storage type of the state read (the pool's dtype, else initial_state's; float when there is none).
 /// Persistent warps: each walks its units (stride: all the warps of the grid); the state of its next unit is copied
 /// into shared memory (cp.async) while the current one is computed and stored.
-template <int KG, typename ST>
-__global__ void __launch_bounds__(kWarpBlock * 32) decode_warp_kernel(const DecodeArgs a, const WarpParams prm) {
+/// WB warps per block, at most 170 registers (12 warps per SM; the kernel takes 168).
+template <int KG, typename ST, int WB>
+__global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const DecodeArgs a, const WarpParams prm) {
   using Unit = WarpUnit<KG, ST>;
-  __shared__ __align__(16) StagedRows<ST> staged[kWarpBlock][2];
-  // staged inputs: [kWarpBlock][2][kStagedInputBytes] in dynamic shared memory, allocated only when staging (the
-  // other calls keep the shared memory, and so the L1 share, they had)
-  extern __shared__ __align__(16) unsigned char staged_in_raw[];
+  // dynamic shared memory: the staged state [WB][2], then the staged inputs [WB][2][kStagedInputBytes], allocated
+  // only when staging (the other calls keep the shared memory, and so the L1 share, they had)
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  StagedRows<ST>(*staged)[2] = reinterpret_cast<StagedRows<ST>(*)[2]>(smem_raw);
+  unsigned char* const staged_in_raw = smem_raw + WB * 2 * sizeof(StagedRows<ST>);
   const auto staged_in = [&](int w, int b) { return staged_in_raw + (w * 2 + b) * kStagedInputBytes; };
   pdl_wait_and_release();
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int kg = lane / Unit::kLanesV;
   const int64_t HV = a.geo.HV, V = a.V, KV = a.geo.K * V;
   const int64_t row0 = static_cast<int64_t>(kg) * kRows;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kWarpBlock;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * WB;
 
-  int64_t unit = static_cast<int64_t>(blockIdx.x) * kWarpBlock + warp;
+  int64_t unit = static_cast<int64_t>(blockIdx.x) * WB + warp;
   if (unit < prm.units) {
     const Unit first(a, prm, unit, lane);
     stage_state<ST>(first.src, V, kg * kRows, first.col, first.active, staged[warp][0], lane);
@@ -650,16 +654,31 @@ int fast_groups(int64_t K) {
   }
 }
 
-/// Persistent grid: as many blocks as stay resident (the shared-memory carveout at its maximum), at most one unit
-/// per warp.
+/// Persistent grid of WB-warp blocks: as many blocks as stay resident (the shared-memory carveout at its maximum), at
+/// most one unit per warp. Returns false, launching nothing, when `fill` and the units do not fill those blocks' warps.
+template <int KG, typename ST, int WB>
+bool launch_warp_kernel_wb(const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device, const char* op,
+                           bool fill) {
+  const auto kernel = decode_warp_kernel<KG, ST, WB>;
+  prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
+  const std::size_t smem = WB * 2 * (sizeof(StagedRows<ST>) + (prm.stage_inputs ? kStagedInputBytes : 0));
+  allow_smem(kernel, smem, op);
+  const int64_t resident = resident_blocks(kernel, WB * 32, smem, device, op);
+  if (fill && prm.units < resident * WB) return false;
+  const int64_t blocks = std::min((prm.units + WB - 1) / WB, resident);
+  launch_kernel(kernel, dim3(gdn::grid_x(blocks)), dim3(WB * 32), smem, s, device, a, prm);
+  return true;
+}
+/// 4-warp blocks at K = 128 (where they were measured) when the units fill their resident warps, else 2-warp blocks;
+/// FUSEOPS_GDN_DECODE_WIDE_BLOCKS=0 keeps 2-warp blocks (A/B). The block shape changes which warps run which units,
+/// not a unit's arithmetic: results are the same bits.
 template <int KG, typename ST>
 void launch_warp_kernel_kg(const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device, const char* op) {
-  const auto kernel = decode_warp_kernel<KG, ST>;
-  prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
-  const std::size_t smem = prm.stage_inputs ? kWarpBlock * 2 * kStagedInputBytes : 0;
-  const int64_t blocks =
-      std::min((prm.units + kWarpBlock - 1) / kWarpBlock, resident_blocks(kernel, kWarpBlock * 32, smem, device, op));
-  launch_kernel(kernel, dim3(gdn::grid_x(blocks)), dim3(kWarpBlock * 32), smem, s, device, a, prm);
+  static const bool wide = !env_switched_off("FUSEOPS_GDN_DECODE_WIDE_BLOCKS");
+  if constexpr (KG == 8) {
+    if (wide && launch_warp_kernel_wb<KG, ST, kWideWarpBlock>(a, prm, s, device, op, true)) return;
+  }
+  launch_warp_kernel_wb<KG, ST, kWarpBlock>(a, prm, s, device, op, false);
 }
 template <typename ST>
 void launch_warp_kernel(int kg, const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device,
