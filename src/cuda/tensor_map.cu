@@ -48,7 +48,8 @@ bool tensor_map_16b_sw128(CUtensorMap* map, DType dt, int rank, const void* base
 }
 
 bool gdn_rows_map(CUtensorMap* map, const GdnIn& x, DType dt, int64_t inner, int64_t heads, const GdnGeometry& geo) {
-  if (geo.B > 1 && x.stride_b == 0) return false;
+  // Views with a zero stride (batch, head or token broadcasts) are not given to the driver: cp.async then.
+  if ((geo.B > 1 && x.stride_b == 0) || (heads > 1 && x.stride_h == 0) || (geo.T > 1 && x.stride_t == 0)) return false;
   const int64_t dims[4] = {inner, heads, geo.T, geo.B};
   // B = 1: the batch stride is never stepped; any multiple of 8 elements is a valid map stride
   const int64_t strides[3] = {x.stride_h, x.stride_t, geo.B == 1 ? std::max<int64_t>(x.stride_b, 8) : x.stride_b};

@@ -19,8 +19,9 @@ bool tensor_map_16b_sw128(CUtensorMap* map, DType dt, int rank, const void* base
                           const int64_t* strides, const uint32_t* box);
 
 /// A GDN input [B, T, heads, inner] (16-byte rows; inner = K or V) as a 4-D tensor map (inner, heads, T, B), boxes
-/// of 64 x 1 x geo.BT x 1 (a chunk's rows of one head, 64 columns per box). False for a batch-broadcast view (B > 1,
-/// stride_b 0: no map has a zero stride) or where the driver refuses it.
+/// of 64 x 1 x geo.BT x 1 (a chunk's rows of one head, 64 columns per box). False for a broadcast view (a zero batch,
+/// head or token stride where that dimension has more than one entry: no map is made with a zero stride) or where the
+/// driver refuses it.
 bool gdn_rows_map(CUtensorMap* map, const GdnIn& x, DType dt, int64_t inner, int64_t heads, const GdnGeometry& geo);
 
 }  // namespace fuseops::detail::cuda
