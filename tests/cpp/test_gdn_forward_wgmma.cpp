@@ -258,10 +258,14 @@ Outputs run_chunk_qkv_views(Where w, const Spec& s, const Inputs& in, Qkv layout
   auto at = [&](const Placed& p, int64_t elems) {
     return static_cast<void*>(static_cast<unsigned char*>(p.view().data) + elems * fuseops::dtype_size(dt));
   };
-  // a buffer holding `buf`, and a view of it at element `off` with `shape` and `strides`
+  // a buffer holding `buf` (uploaded at once: a CUDA view points at device memory, which upload() allocates), and a
+  // view of it at element `off` with `shape` and `strides`
   auto place = [&](const HostTensor& buf, int64_t off, std::initializer_list<int64_t> shape,
                    std::initializer_list<int64_t> strides) {
-    if (off == 0) bufs.push_back(std::make_unique<Placed>(w, buf, 0, 8));
+    if (off == 0) {
+      bufs.push_back(std::make_unique<Placed>(w, buf, 0, 8));
+      bufs.back()->upload();
+    }
     return TensorView(at(*bufs.back(), off), dt, bufs.back()->view().device, shape, strides);
   };
   if (layout == Qkv::fused) {
@@ -307,7 +311,6 @@ Outputs run_chunk_qkv_views(Where w, const Spec& s, const Inputs& in, Qkv layout
       ht(w, f32, {s.N(), s.HV, s.K, s.V}, 8);
   std::unique_ptr<Placed> cu;
   if (s.varlen()) cu = std::make_unique<Placed>(w, index_tensor(s.cu_dtype, in.cu), 0, 0);
-  for (auto& p : bufs) p->upload();
   for (Placed* p : {&g, &beta, &h0, &o, &ht}) p->upload();
   if (cu) cu->upload();
   const TensorView cuv = cu ? cu->view() : TensorView{}, h0v = h0.view();

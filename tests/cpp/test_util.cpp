@@ -1,6 +1,7 @@
 #include "test_util.h"
 
 #include <cstring>
+#include <stdexcept>
 #include <sstream>
 
 namespace fuseops_test {
@@ -93,6 +94,9 @@ void Workspace::upload() {
 }
 
 TensorView Workspace::view(const Region& r) const {
+  if (where_ == Where::cuda && static_cast<std::size_t>(r.buffer) >= device_.size()) {
+    throw std::logic_error("test workspace: view() of a CUDA buffer before upload() allocated it");
+  }
   const HostTensor& h = host_[r.buffer];
   char* base = static_cast<char*>(where_ == Where::cuda ? device_[r.buffer]->data() : const_cast<void*>(h.data()));
   if (base) base += r.offset * static_cast<int64_t>(fuseops::dtype_size(dtype_));
