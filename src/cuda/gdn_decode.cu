@@ -12,9 +12,10 @@
 // units (blocks of 2 or 4 independent warps), and while a warp computes one unit the state of its next one is copied
 // into the warp's shared buffer (cp.async: bytes in flight that hold no registers), with its first token's q / k rows
 // and v slice for 16-bit inputs (stage_inputs); state stores are streaming. Lane = kg * (32 / KG) + vl holds the 4
-// columns slice * 128 / KG + 4 vl .. + 3 of the kRows consecutive rows kg kRows .. kg kRows + kRows - 1 (K = KG kRows)
-// in fp32 registers for all the sequence's tokens; sums over K run over the lane's rows, then over the KG groups by
-// xor shuffles (every lane of a column gets the same bits: fp addition is commutative).
+// columns slice * 128 / KG + 4 vl .. + 3 of the R consecutive rows kg R .. kg R + R - 1 (K = KG R; R = 16, or 8)
+// in fp32 registers for all the sequence's tokens (R = 8 at K = 128 for steps of few sequences); sums over K run as
+// 8-row FMA chains over the lane's rows, then over the row groups by xor shuffles in one fixed tree (every lane of a
+// column gets the same bits, fp addition being commutative, and R = 8 or 16 gives the same bits).
 //
 // Fallback kernel (decode_kernel): one 256-thread block per (sequence, value head, block of 32 state columns), three
 // block barriers per token; taken when K is not 64, 128 or 256, V % 4 != 0, or a state tensor (pool,
@@ -22,6 +23,7 @@
 // the rows r = 4 w + l / 8 + 32 j (j < 8, K <= 256), so one warp-wide access covers 4 rows x 128 contiguous bytes;
 // the sums over K reduce over the 4 row lanes by shuffles, then over the 8 warps through shared memory.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "cuda/device_error.cuh"
@@ -286,7 +288,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
 // ---------------------------------------------------------------------------------------------------------------
 // Fast kernel: persistent warps, each over units (sequence, value head, column slice)
 
-constexpr int kRows = 16;      ///< state rows per lane (K = KG kRows)
+/// State rows per lane R (K = KG R): 16, or 8 at K = 128 when the units of 16-row lanes leave warps idle (a decode of
+/// few sequences: twice the units, half the chain per warp). Every sum over K runs over 8-row chains in a fixed tree
+/// (rows_dot, sum_groups), so both give the same bits.
+constexpr int kRows = 16, kHalfRows = 8;
 /// Warps per block: 4 when the units fill the resident warps at least once (measured 1-2% faster at K = V = 128 than
 /// 2), else 2 (the units of a 1-sequence decode spread over twice as many SMs); see launch_warp_kernel_kg().
 constexpr int kWarpBlock = 2, kWideWarpBlock = 4;
@@ -313,8 +318,9 @@ __device__ __forceinline__ void divmod(int64_t x, int64_t d, int64_t& q, int64_t
   }
 }
 
-/// kRows consecutive elements of a q / k row at element index i, as f32; 16-byte loads when `vec`.
-__device__ __forceinline__ void load_rows(const void* p, DType dt, int64_t i, bool vec, float (&x)[kRows]) {
+/// R consecutive elements of a q / k row at element index i, as f32; 16-byte loads when `vec`.
+template <int R>
+__device__ __forceinline__ void load_rows(const void* p, DType dt, int64_t i, bool vec, float (&x)[R]) {
   if (vec) {
     switch (dt) {
       case DType::f32: load_as_floats(static_cast<const float*>(p) + i, x); return;
@@ -324,14 +330,37 @@ __device__ __forceinline__ void load_rows(const void* p, DType dt, int64_t i, bo
     }
   }
 #pragma unroll
-  for (int e = 0; e < kRows; ++e) x[e] = gdn::load_f(p, dt, i + e);
+  for (int e = 0; e < R; ++e) x[e] = gdn::load_f(p, dt, i + e);
 }
 
-/// Sum over the KG row groups of a warp (lane = kg * (32 / KG) + vl), by xor shuffles; the same bits in every lane.
-template <int KG>
-__device__ __forceinline__ float sum_groups(float x) {
+/// The lane's part of a sum over K: sum_j a[j] b[j] over its R rows, as 8-row FMA chains (each from 0) added in order.
+template <int R>
+__device__ __forceinline__ float rows_dot(const float (&a)[R], const float (&b)[R]) {
+  static_assert(R % 8 == 0, "8-row chains");
+  float part[R / 8];
 #pragma unroll
-  for (int m = 16; m >= 32 / KG; m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  for (int c = 0; c < R / 8; ++c) {
+    part[c] = 0.f;
+#pragma unroll
+    for (int j = 8 * c; j < 8 * c + 8; ++j) part[c] = fmaf(a[j], b[j], part[c]);
+  }
+  float x = part[0];
+#pragma unroll
+  for (int c = 1; c < R / 8; ++c) x += part[c];
+  return x;
+}
+
+/// Sum over the KG row groups of a warp (lane = kg * (32 / KG) + vl) of the lanes' rows_dot parts, by xor shuffles;
+/// the same bits in every lane. The tree is that of 16-row groups: with R = 8 the two halves of each 16-row group
+/// (kg, kg ^ 1: lanes 32 / KG apart) are added first, as a 16-row lane adds its two chains; then the 16-row groups
+/// pair as with R = 16 (lanes 16, 8, ... apart). So R = 8 and R = 16 give the same bits.
+template <int KG, int R>
+__device__ __forceinline__ float sum_groups(float x) {
+  static_assert(R == 8 || R == 16, "8 or 16 rows per lane");
+  constexpr int low = 32 / KG;  // lanes between neighbouring row groups
+  if constexpr (R == 8) x += __shfl_xor_sync(0xffffffffu, x, low);
+#pragma unroll
+  for (int m = 16; m >= (R == 8 ? 2 * low : low); m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
   return x;
 }
 
@@ -382,18 +411,18 @@ struct WarpUnit {
 /// Shared-memory staging of the state: per warp two buffers (the current unit, the next one) of kRows x 32 slots of
 /// 4 state elements; lane l uses slot l of each row (consecutive lanes, consecutive 8 / 16 bytes) and reads back only
 /// what it copied itself (no warp synchronisation).
-template <typename ST>
-using StagedRows = typename RawPack<4 * sizeof(ST)>::type[kRows][32];
+template <typename ST, int R>
+using StagedRows = typename RawPack<4 * sizeof(ST)>::type[R][32];
 
 /// Issues the asynchronous copies of the lane's kRows x 4 state elements at `src` (rows row0.., row stride V, column
 /// col) into `buf`: the bytes are in flight without holding registers. Nothing when `src` is null or the lane is
 /// past V.
-template <typename ST>
+template <typename ST, int R>
 __device__ __forceinline__ void stage_state(const ST* src, int64_t V, int row0, int64_t col, bool active,
-                                            StagedRows<ST>& buf, int lane) {
+                                            StagedRows<ST, R>& buf, int lane) {
   if (!src || !active) return;
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
+  for (int j = 0; j < R; ++j) {
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(&buf[j][lane]));
     const ST* p = src + (row0 + j) * V + col;
     if constexpr (sizeof(ST) == 4) {
@@ -461,26 +490,26 @@ __device__ __forceinline__ void read_staged(const unsigned char* p, DType dt, fl
 /// Persistent warps: each walks its units (stride: all the warps of the grid); the state of its next unit is copied
 /// into shared memory (cp.async) while the current one is computed and stored.
 /// WB warps per block, at most 170 registers (12 warps per SM; the kernel takes 168).
-template <int KG, typename ST, int WB>
+template <int KG, int R, typename ST, int WB>
 __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const DecodeArgs a, const WarpParams prm) {
   using Unit = WarpUnit<KG, ST>;
   // dynamic shared memory: the staged state [WB][2], then the staged inputs [WB][2][kStagedInputBytes], allocated
   // only when staging (the other calls keep the shared memory, and so the L1 share, they had)
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  StagedRows<ST>(*staged)[2] = reinterpret_cast<StagedRows<ST>(*)[2]>(smem_raw);
-  unsigned char* const staged_in_raw = smem_raw + WB * 2 * sizeof(StagedRows<ST>);
+  StagedRows<ST, R>(*staged)[2] = reinterpret_cast<StagedRows<ST, R>(*)[2]>(smem_raw);
+  unsigned char* const staged_in_raw = smem_raw + WB * 2 * sizeof(StagedRows<ST, R>);
   const auto staged_in = [&](int w, int b) { return staged_in_raw + (w * 2 + b) * kStagedInputBytes; };
   pdl_wait_and_release();
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int kg = lane / Unit::kLanesV;
   const int64_t HV = a.geo.HV, V = a.V, KV = a.geo.K * V;
-  const int64_t row0 = static_cast<int64_t>(kg) * kRows;
+  const int64_t row0 = static_cast<int64_t>(kg) * R;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * WB;
 
   int64_t unit = static_cast<int64_t>(blockIdx.x) * WB + warp;
   if (unit < prm.units) {
     const Unit first(a, prm, unit, lane);
-    stage_state<ST>(first.src, V, kg * kRows, first.col, first.active, staged[warp][0], lane);
+    stage_state<ST, R>(first.src, V, kg * R, first.col, first.active, staged[warp][0], lane);
     if (prm.stage_inputs) stage_inputs(a, first, staged_in(warp, 0), lane);
   }
   stage_commit();
@@ -492,7 +521,7 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
     const int64_t len = sb.eos - sb.bos;
     const bool padding = a.pool_form && u.ps.start < 0;  // o rows 0, nothing read or written
     const HeadGate hg = head_gate(a, hv);
-    float q[kRows], k[kRows], v[4] = {0.f, 0.f, 0.f, 0.f}, g = 0.f, beta = 0.f;
+    float q[R], k[R], v[4] = {0.f, 0.f, 0.f, 0.f}, g = 0.f, beta = 0.f;
     const auto load_token = [&](int64_t t) {
       load_rows(a.q.data, a.q.dtype, gdn::at(a.q, sb.batch, t, hk) + row0, prm.q_vec, q);
       load_rows(a.k.data, a.k.dtype, gdn::at(a.k, sb.batch, t, hk) + row0, prm.k_vec, k);
@@ -510,7 +539,7 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
     }
     if (unit + stride < prm.units) {  // the next unit's state (and inputs) in flight during this one
       const Unit next(a, prm, unit + stride, lane);
-      stage_state<ST>(next.src, V, kg * kRows, next.col, next.active, staged[warp][buf ^ 1], lane);
+      stage_state<ST, R>(next.src, V, kg * R, next.col, next.active, staged[warp][buf ^ 1], lane);
       if (prm.stage_inputs) stage_inputs(a, next, staged_in(warp, buf ^ 1), lane);
     }
     stage_commit();
@@ -537,12 +566,12 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
       }
     }
     // the staged state, taken once the first token's inputs are loaded and reduced (their latency overlaps the copy)
-    float S[kRows][4];
+    float S[R][4];
     const auto take_state = [&] {
       stage_wait_previous();  // this unit's copies (committed one group earlier) have landed
       if (u.src && active) {
 #pragma unroll
-        for (int j = 0; j < kRows; ++j) {
+        for (int j = 0; j < R; ++j) {
           union {
             typename RawPack<4 * sizeof(ST)>::type raw;
             ST elems[4];
@@ -553,7 +582,7 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
         }
       } else {
 #pragma unroll
-        for (int j = 0; j < kRows; ++j) {
+        for (int j = 0; j < R; ++j) {
 #pragma unroll
           for (int e = 0; e < 4; ++e) S[j][e] = 0.f;
         }
@@ -564,43 +593,42 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
     for (int64_t t = sb.bos; t < sb.eos; ++t) {
       if (t > sb.bos) load_token(t);
       if (a.l2norm) {
-        float sqq = 0.f, skk = 0.f;
+        const float qd = sqrtf(sum_groups<KG, R>(rows_dot<R>(q, q)) + 1e-6f);
+        const float kd = sqrtf(sum_groups<KG, R>(rows_dot<R>(k, k)) + 1e-6f);
 #pragma unroll
-        for (int j = 0; j < kRows; ++j) {
-          sqq = fmaf(q[j], q[j], sqq);
-          skk = fmaf(k[j], k[j], skk);
-        }
-        const float qd = sqrtf(sum_groups<KG>(sqq) + 1e-6f), kd = sqrtf(sum_groups<KG>(skk) + 1e-6f);
-#pragma unroll
-        for (int j = 0; j < kRows; ++j) {
+        for (int j = 0; j < R; ++j) {
           q[j] = q[j] / qd;
           k[j] = k[j] / kd;
         }
       }
-      float kq = 0.f;
-#pragma unroll
-      for (int j = 0; j < kRows; ++j) kq = fmaf(k[j], q[j], kq);
-      kq = sum_groups<KG>(kq);
+      const float kq = sum_groups<KG, R>(rows_dot<R>(k, q));
       if (t == sb.bos) take_state();
       const float decay = expf(g);
-      float sk[4] = {0.f, 0.f, 0.f, 0.f}, sq[4] = {0.f, 0.f, 0.f, 0.f};
+      // S^T k and S^T q of the decayed state as rows_dot does (8-row chains added in order), rows outer
+      float sk[R / 8][4], sq[R / 8][4];
 #pragma unroll
-      for (int j = 0; j < kRows; ++j) {
+      for (int j = 0; j < R; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           S[j][e] *= decay;
-          sk[e] = fmaf(S[j][e], k[j], sk[e]);
-          sq[e] = fmaf(S[j][e], q[j], sq[e]);
+          sk[j / 8][e] = fmaf(S[j][e], k[j], j % 8 == 0 ? 0.f : sk[j / 8][e]);
+          sq[j / 8][e] = fmaf(S[j][e], q[j], j % 8 == 0 ? 0.f : sq[j / 8][e]);
         }
       }
       float vp[4], o[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        vp[e] = beta * (v[e] - sum_groups<KG>(sk[e]));
-        o[e] = a.scale * fmaf(vp[e], kq, sum_groups<KG>(sq[e]));
+        float ske = sk[0][e], sqe = sq[0][e];
+#pragma unroll
+        for (int c = 1; c < R / 8; ++c) {
+          ske += sk[c][e];
+          sqe += sq[c][e];
+        }
+        vp[e] = beta * (v[e] - sum_groups<KG, R>(ske));
+        o[e] = a.scale * fmaf(vp[e], kq, sum_groups<KG, R>(sqe));
       }
 #pragma unroll
-      for (int j = 0; j < kRows; ++j) {
+      for (int j = 0; j < R; ++j) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) S[j][e] = fmaf(k[j], vp[e], S[j][e]);
       }
@@ -610,14 +638,14 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
         if (slot >= 0 && active) {
           ST* dst = static_cast<ST*>(a.pool) + (slot * HV + hv) * KV;
 #pragma unroll
-          for (int j = 0; j < kRows; ++j) store_state4(dst + (row0 + j) * V + col, S[j]);
+          for (int j = 0; j < R; ++j) store_state4(dst + (row0 + j) * V + col, S[j]);
         }
       }
     }
     if (a.ht && active) {
       float* dst = a.ht + (n * HV + hv) * KV;
 #pragma unroll
-      for (int j = 0; j < kRows; ++j) store_state4(dst + (row0 + j) * V + col, S[j]);
+      for (int j = 0; j < R; ++j) store_state4(dst + (row0 + j) * V + col, S[j]);
     }
   }
   asm volatile("cp.async.wait_all;" ::: "memory");  // no copy outlives the kernel (the last ones are empty)
@@ -654,14 +682,22 @@ int fast_groups(int64_t K) {
   }
 }
 
-/// Persistent grid of WB-warp blocks: as many blocks as stay resident (the shared-memory carveout at its maximum), at
-/// most one unit per warp. Returns false, launching nothing, when `fill` and the units do not fill those blocks' warps.
-template <int KG, typename ST, int WB>
-bool launch_warp_kernel_wb(const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device, const char* op,
+/// Testing hook (set_decode_rows_for_testing): 0 = the launch rule, 8 / 16 = that many rows per lane at K = 128.
+std::atomic<int> decode_rows_for_testing{0};
+
+/// Persistent grid of WB-warp blocks of the (KG, R) kernel: as many blocks as stay resident (the shared-memory carveout
+/// at its maximum), at most one unit per warp. Returns false, launching nothing, when `fill` and the units do not fill
+/// those blocks' warps.
+template <int KG, int R, typename ST, int WB>
+bool launch_warp_kernel_wb(const DecodeArgs& a, WarpParams prm, cudaStream_t s, int device, const char* op,
                            bool fill) {
-  const auto kernel = decode_warp_kernel<KG, ST, WB>;
+  constexpr int64_t cols = WarpUnit<KG, ST>::kCols;
+  prm.slices = (a.V + cols - 1) / cols;
+  prm.units = a.geo.N * a.geo.HV * prm.slices;
+  prm.stage_inputs = stage_inputs_applies(a, KG);
+  const auto kernel = decode_warp_kernel<KG, R, ST, WB>;
   prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
-  const std::size_t smem = WB * 2 * (sizeof(StagedRows<ST>) + (prm.stage_inputs ? kStagedInputBytes : 0));
+  const std::size_t smem = WB * 2 * (sizeof(StagedRows<ST, R>) + (prm.stage_inputs ? kStagedInputBytes : 0));
   allow_smem(kernel, smem, op);
   const int64_t resident = resident_blocks(kernel, WB * 32, smem, device, op);
   if (fill && prm.units < resident * WB) return false;
@@ -669,16 +705,37 @@ bool launch_warp_kernel_wb(const DecodeArgs& a, const WarpParams& prm, cudaStrea
   launch_kernel(kernel, dim3(gdn::grid_x(blocks)), dim3(WB * 32), smem, s, device, a, prm);
   return true;
 }
-/// 4-warp blocks at K = 128 (where they were measured) when the units fill their resident warps, else 2-warp blocks;
-/// FUSEOPS_GDN_DECODE_WIDE_BLOCKS=0 keeps 2-warp blocks (A/B). The block shape changes which warps run which units,
-/// not a unit's arithmetic: results are the same bits.
+/// K = 128 (KG 8): 4-warp blocks (where they were measured) when the units fill their resident warps; else, when the
+/// units of 16-row lanes in 2-warp blocks leave warps idle (a step of few sequences), lanes of 8 rows (KG 16: twice
+/// the units, each warp's chain about half as long; FUSEOPS_GDN_DECODE_HALF_ROWS=0 turns this off); else 2-warp
+/// blocks. Other K: 2-warp blocks of 16-row lanes. FUSEOPS_GDN_DECODE_WIDE_BLOCKS=0 keeps 2-warp blocks (A/B). Block
+/// shape and rows per lane change which warps and lanes run what, not the arithmetic: results are the same bits.
 template <int KG, typename ST>
 void launch_warp_kernel_kg(const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device, const char* op) {
   static const bool wide = !env_switched_off("FUSEOPS_GDN_DECODE_WIDE_BLOCKS");
+  static const bool half_rows = !env_switched_off("FUSEOPS_GDN_DECODE_HALF_ROWS");
   if constexpr (KG == 8) {
-    if (wide && launch_warp_kernel_wb<KG, ST, kWideWarpBlock>(a, prm, s, device, op, true)) return;
+    const int forced = decode_rows_for_testing.load(std::memory_order_relaxed);
+    if (forced == kHalfRows) {
+      launch_warp_kernel_wb<16, kHalfRows, ST, kWarpBlock>(a, prm, s, device, op, false);
+      return;
+    }
+    if (forced == 0) {
+      if (wide && launch_warp_kernel_wb<KG, kRows, ST, kWideWarpBlock>(a, prm, s, device, op, true)) return;
+      if (half_rows) {
+        const auto full = decode_warp_kernel<KG, kRows, ST, kWarpBlock>;
+        const std::size_t smem = kWarpBlock * 2 * (sizeof(StagedRows<ST, kRows>) + kStagedInputBytes);
+        allow_smem(full, smem, op);
+        const int64_t warps = resident_blocks(full, kWarpBlock * 32, smem, device, op) * kWarpBlock;
+        const int64_t units = a.geo.N * a.geo.HV * ((a.V + 15) / 16);
+        if (units < warps) {
+          launch_warp_kernel_wb<16, kHalfRows, ST, kWarpBlock>(a, prm, s, device, op, false);
+          return;
+        }
+      }
+    }
   }
-  launch_warp_kernel_wb<KG, ST, kWarpBlock>(a, prm, s, device, op, false);
+  launch_warp_kernel_wb<KG, kRows, ST, kWarpBlock>(a, prm, s, device, op, false);
 }
 template <typename ST>
 void launch_warp_kernel(int kg, const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device,
@@ -692,6 +749,8 @@ void launch_warp_kernel(int kg, const DecodeArgs& a, const WarpParams& prm, cuda
 
 }  // namespace
 
+void set_decode_rows_for_testing(int rows) { decode_rows_for_testing.store(rows, std::memory_order_relaxed); }
+
 void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* stream) {
   const char* op = a.fused_gating ? "fused_sigmoid_gating_delta_rule_update"
                    : a.pool_form  ? "fused_recurrent_gated_delta_rule_update"
@@ -700,14 +759,11 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* str
   const auto s = static_cast<cudaStream_t>(stream);
   const int kg = fast_groups(a.geo.K);
   if (kg > 0 && a.V % 4 == 0 && aligned16(a.pool) && aligned16(a.h0) && aligned16(a.ht)) {
-    WarpParams prm{};
-    prm.slices = (a.V + 128 / kg - 1) / (128 / kg);
-    prm.units = a.geo.N * a.geo.HV * prm.slices;
+    WarpParams prm{};  // slices, units and stage_inputs: per variant (launch_warp_kernel_wb)
     prm.q_vec = rows_vec(a.q);
     prm.k_vec = rows_vec(a.k);
     prm.v_vec = aligned16(a.v.data) && a.v.stride_b % 4 == 0 && a.v.stride_t % 4 == 0 && a.v.stride_h % 4 == 0;
     prm.o_vec = aligned16(a.o.data);
-    prm.stage_inputs = stage_inputs_applies(a, kg);
     prm.errors = cuda_error_record(device);
     const DType state_dtype = a.pool_form ? a.pool_dtype : a.h0 ? a.h0_dtype : DType::f32;
     with_float_type(state_dtype, [&](auto tag) {

@@ -106,6 +106,9 @@ void set_fwd_h_tma_off_for_testing(bool off);
 void set_fwd_h_wgmma_off_for_testing(bool off);
 void chunk_fwd_o(const FwdOArgs& a, int device, void* stream);
 void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* stream);
+/// Tests only: the decode launches that follow at K = 128 take lanes of `rows` state rows (8 or 16) in 2-warp blocks;
+/// 0 returns to the launch rule (gdn_decode.cu). The results must not change: every sum runs in one fixed tree.
+void set_decode_rows_for_testing(int rows);
 }  // namespace cuda
 #endif
 

@@ -7,6 +7,9 @@
 #include <vector>
 
 #include "gdn_forward_test_util.h"
+#if defined(FUSEOPS_WITH_CUDA)
+#include "ops/gdn_forward_impl.h"
+#endif
 
 namespace fuseops_test::gdn_forward {
 namespace {
@@ -410,6 +413,76 @@ TEST_P(GdnDecode, FlaBaselineStep) {
   many.idx_dtype = DType::i32;
   many.guard = 8;
   run_pool_case(GetParam(), many, rng);
+}
+
+/// RAII (CUDA builds): the decode launches at K = 128 take `rows` state rows per lane (8 or 16), back to the launch
+/// rule at scope exit.
+class DecodeRows {
+ public:
+  explicit DecodeRows([[maybe_unused]] int rows) {
+#if defined(FUSEOPS_WITH_CUDA)
+    fuseops::detail::cuda::set_decode_rows_for_testing(rows);
+#endif
+  }
+  ~DecodeRows() {
+#if defined(FUSEOPS_WITH_CUDA)
+    fuseops::detail::cuda::set_decode_rows_for_testing(0);
+#endif
+  }
+  DecodeRows(const DecodeRows&) = delete;
+  DecodeRows& operator=(const DecodeRows&) = delete;
+};
+
+// The CUDA fast kernel at K = 128 runs lanes of 16 state rows, or of 8 for steps of few sequences (twice the units):
+// both sum over K in one fixed tree of 8-row chains, so a sequence's o and state do not depend on which one the batch
+// size picked. Both forced in turn on the same inputs: the same bytes, and the golden. FLA form with multi-token and
+// empty sequences, V = 128 (staged inputs) and V = 100 (a partial last column slice, no staging), f32 / bf16 h0;
+// then the pool forms (per-sequence and per-token writes, fused gating) against the golden with 8-row lanes.
+TEST(GdnDecodeRows, SameBitsWithEightOrSixteenRowsPerLane) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  std::mt19937_64 rng = test_rng();
+  for (int64_t V : {128, 100}) {
+    for (DType h0 : {f32, bf16}) {
+      Spec s = varlen({1, 3, 0, 2, 1}, 2, 4, 128, V, bf16);
+      s.aligned = true;
+      s.l2norm = true;
+      s.h0_dtype = h0;
+      SCOPED_TRACE(s.describe());
+      const Inputs in = make_inputs(s, rng);
+      const fuseops::reference::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/false);
+      Outputs r8, r16;
+      {
+        DecodeRows rows(8);
+        r8 = run_recurrent(Where::cuda, s, in);
+      }
+      {
+        DecodeRows rows(16);
+        r16 = run_recurrent(Where::cuda, s, in);
+      }
+      EXPECT_TRUE(same_bytes(r8.o, r16.o)) << "o";
+      EXPECT_TRUE(same_bytes(r8.final_state, r16.final_state)) << "final_state";
+      EXPECT_TRUE(matches(r8.o, gold.o, s.dtype, "o"));
+      EXPECT_TRUE(matches(r8.final_state, gold.final_state, s.dtype, "final_state"));
+      if (HasFailure()) return;
+    }
+  }
+  DecodeRows rows(8);
+  PoolCase step;
+  step.s = fixed(3, 1, 2, 4, 128, 128, bf16);
+  step.s.l2norm = true;
+  step.guard = 8;
+  step.idx = {2, -1, 0};
+  run_pool_case(Where::cuda, step, rng);
+  PoolCase gating = step;
+  gating.fused_gating = true;
+  gating.pool_dtype = bf16;
+  run_pool_case(Where::cuda, gating, rng);
+  PoolCase per_token;
+  per_token.s = varlen({2, 3, 1}, 2, 4, 128, 128, bf16);
+  per_token.guard = 8;
+  per_token.cols = 3;
+  per_token.idx = {0, 1, -1, 2, 3, 4, 5, -1, -1};
+  run_pool_case(Where::cuda, per_token, rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, GdnDecode, ::testing::Values(Where::cpu, Where::cuda), where_param_name);
