@@ -74,10 +74,17 @@ std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const Tens
                                                       const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
                                                       int64_t chunk_size);
 
+/// dtype in which chunk_gated_delta_rule stores its intermediates (the normalised q and k, the solved (I + A)^-1, w, u,
+/// v_new and the chunk states h) for inputs of `dtype` with head dims K and V: the input dtype, as FLA, except f32
+/// for f16 / bf16 inputs with K < 32 or V < 32. With so few dimensions a head's output is a short sum of terms that
+/// cancel, and 16-bit intermediates miss the 16-bit accuracy bound by up to 20x (docs/ops/gdn.md, Tolerances).
+DType chunk_gated_delta_rule_intermediate_dtype(DType dtype, int64_t head_k_dim, int64_t head_v_dim);
+
 /// The chunked GDN forward (prefill), as FLA `chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state,
 /// output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: optional l2 normalisation of q and k
-/// (x * (1 / sqrt(sum x^2 + 1e-6)) in fp32, rounded to the input dtype: FLA's l2norm_fwd), chunk_local_cumsum of g, the fused kkt + solve, then
-/// recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h and chunk_fwd_o.
+/// (x * (1 / sqrt(sum x^2 + 1e-6)) in fp32, rounded to the intermediate dtype: FLA's l2norm_fwd rounds to the input
+/// dtype), chunk_local_cumsum of g, the fused kkt + solve, then recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h and
+/// chunk_fwd_o, with intermediates in chunk_gated_delta_rule_intermediate_dtype().
 /// q, k: [B, T, H, K]; v: [B, T, HV, V] (q, k, v one dtype: f32 / f16 / bf16, innermost stride 1); g (raw per-token
 /// log-decay): [B, T, HV] f32 / f16 / bf16; beta: [B, T, HV] f32 / f16 / bf16; initial_state (optional):
 /// [N, HV, K, V] f32 / f16 / bf16 (read as f32), contiguous. o (out): [B, T, HV, V] in q's dtype, contiguous; final_state (out, optional):

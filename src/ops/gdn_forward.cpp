@@ -156,11 +156,12 @@ struct FwdLayout {
   std::size_t qn = 0, kn = 0, gcum = 0, Ai = 0, w = 0, u = 0, v_new = 0, h = 0, total = 0;
 };
 
-/// Byte offsets of the intermediates (each 256-byte aligned). Intermediates are stored in the input dtype (as FLA
-/// does); gcum in f32. A size past 64 bits is an argument error of `op` naming q (the sizes come from q and v).
+/// Byte offsets of the intermediates (each 256-byte aligned): gcum in f32, the others in
+/// chunk_gated_delta_rule_intermediate_dtype(). A size past 64 bits is an argument error of `op` naming q (the sizes
+/// come from q and v).
 FwdLayout fwd_layout(const char* op, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, int64_t NS,
                      int64_t BT, DType dtype, bool l2norm) {
-  const int64_t e = static_cast<int64_t>(dtype_size(dtype));
+  const int64_t ei = static_cast<int64_t>(dtype_size(chunk_gated_delta_rule_intermediate_dtype(dtype, K, V)));
   FwdLayout L;
   int64_t at = 0;
   auto take = [&](std::initializer_list<int64_t> sizes, int64_t elem) {
@@ -175,15 +176,15 @@ FwdLayout fwd_layout(const char* op, int64_t B, int64_t T, int64_t H, int64_t HV
     return static_cast<std::size_t>(off);
   };
   if (l2norm) {
-    L.qn = take({B, T, H, K}, e);
-    L.kn = take({B, T, H, K}, e);
+    L.qn = take({B, T, H, K}, ei);
+    L.kn = take({B, T, H, K}, ei);
   }
   L.gcum = take({B, T, HV}, 4);
-  L.Ai = take({B, T, HV, BT}, e);
-  L.w = take({B, T, HV, K}, e);
-  L.u = take({B, T, HV, V}, e);
-  L.v_new = take({B, T, HV, V}, e);
-  L.h = take({B, NS, HV, K, V}, e);
+  L.Ai = take({B, T, HV, BT}, ei);
+  L.w = take({B, T, HV, K}, ei);
+  L.u = take({B, T, HV, V}, ei);
+  L.v_new = take({B, T, HV, V}, ei);
+  L.h = take({B, NS, HV, K, V}, ei);
   L.total = static_cast<std::size_t>(at);
   return L;
 }
@@ -211,6 +212,12 @@ GdnIn as_in(const GdnOut& o) {
 
 }  // namespace
 }  // namespace detail
+
+DType chunk_gated_delta_rule_intermediate_dtype(DType dtype, int64_t head_k_dim, int64_t head_v_dim) {
+  constexpr int64_t kSmallHeadDim = 32;
+  const bool small = head_k_dim < kSmallHeadDim || head_v_dim < kSmallHeadDim;
+  return small && (dtype == DType::bf16 || dtype == DType::f16) ? DType::f32 : dtype;
+}
 
 int64_t gdn_chunk_slots(int64_t T, int64_t N, int64_t chunk_size, bool varlen) {
   detail::check_chunk_size("gdn_chunk_slots", chunk_size);
@@ -430,18 +437,18 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   if (d.N == 0 || (d.T == 0 && !final_state)) return;
 
   void* ws = workspace.data;
-  const DType dt = q.dtype;
+  const DType dt = q.dtype, it = chunk_gated_delta_rule_intermediate_dtype(dt, d.K, d.V);
   GdnIn qn = in_view(q), kn = in_view(k);
   if (d.T > 0) {
     if (use_qk_l2norm_in_kernel) {
       L2NormArgs la;
       la.geo = geo;
       la.x = in_view(q);
-      la.y = contiguous_out(ws, L.qn, dt, d.T, d.H, d.K);
+      la.y = contiguous_out(ws, L.qn, it, d.T, d.H, d.K);
       FUSEOPS_GDN_RUN(op, device, stream, l2norm_fwd, la);
       qn = as_in(la.y);
       la.x = in_view(k);
-      la.y = contiguous_out(ws, L.kn, dt, d.T, d.H, d.K);
+      la.y = contiguous_out(ws, L.kn, it, d.T, d.H, d.K);
       FUSEOPS_GDN_RUN(op, device, stream, l2norm_fwd, la);
       kn = as_in(la.y);
     }
@@ -457,7 +464,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     ka.k = kn;
     ka.g = as_in(ca.out);
     ka.beta = in_view(beta);
-    const GdnOut Ai = contiguous_out(ws, L.Ai, dt, d.T, d.HV, chunk_size);
+    const GdnOut Ai = contiguous_out(ws, L.Ai, it, d.T, d.HV, chunk_size);
     WuArgs wa;
     wa.geo = geo;
     wa.V = d.V;
@@ -466,8 +473,8 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     wa.beta = in_view(beta);
     wa.A = as_in(Ai);
     wa.g = ka.g;
-    wa.w = contiguous_out(ws, L.w, dt, d.T, d.HV, d.K);
-    wa.u = contiguous_out(ws, L.u, dt, d.T, d.HV, d.V);
+    wa.w = contiguous_out(ws, L.w, it, d.T, d.HV, d.K);
+    wa.u = contiguous_out(ws, L.u, it, d.T, d.HV, d.V);
     // CUDA, 16-bit: kkt, inverse and w / u in one kernel (the same bytes); otherwise the two stages via Ai.
     bool fused = false;
 #if defined(FUSEOPS_WITH_CUDA)
@@ -486,17 +493,17 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   ha.geo = geo;
   ha.V = d.V;
   ha.k = kn;
-  ha.w = as_in(contiguous_out(ws, L.w, dt, d.T, d.HV, d.K));
-  ha.u = as_in(contiguous_out(ws, L.u, dt, d.T, d.HV, d.V));
+  ha.w = as_in(contiguous_out(ws, L.w, it, d.T, d.HV, d.K));
+  ha.u = as_in(contiguous_out(ws, L.u, it, d.T, d.HV, d.V));
   ha.g = as_in(contiguous_out(ws, L.gcum, DType::f32, d.T, d.HV, 0));
   if (initial_state) {
     ha.h0 = initial_state->data;
     ha.h0_dtype = initial_state->dtype;
   }
   ha.h.data = static_cast<unsigned char*>(ws) + L.h;
-  ha.h.dtype = dt;
+  ha.h.dtype = it;
   ha.h.slots = d.NS;
-  ha.v_new = contiguous_out(ws, L.v_new, dt, d.T, d.HV, d.V);
+  ha.v_new = contiguous_out(ws, L.v_new, it, d.T, d.HV, d.V);
   ha.ht = final_state ? static_cast<float*>(final_state->data) : nullptr;
   FUSEOPS_GDN_RUN(op, device, stream, chunk_gated_delta_rule_fwd_h, ha);
   if (d.T == 0) return;

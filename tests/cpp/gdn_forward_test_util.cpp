@@ -93,7 +93,8 @@ ref::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normali
   r.h0 = s.has_h0 ? &in.h0 : nullptr;
   r.scale = s.scale.value_or(1.0 / std::sqrt(static_cast<double>(s.K)));
   r.l2norm = s.l2norm;
-  r.round_normalized = round_normalized;
+  // the chunked op rounds the normalised q, k to its intermediate dtype: the input dtype, or f32 at small head dims
+  r.round_normalized = round_normalized && fuseops::chunk_gated_delta_rule_intermediate_dtype(s.dtype, s.K, s.V) == s.dtype;
   r.cu_seqlens = in.cu;
   r.keep_token_states = keep_token_states;
   return ref::gated_delta_rule_recurrence(r);

@@ -44,7 +44,8 @@ struct Inputs {
 };
 Inputs make_inputs(const Spec& s, std::mt19937_64& rng);
 
-/// The golden of the spec's inputs (token recurrence; `round_normalized` for the chunked path).
+/// The golden of the spec's inputs (token recurrence; `round_normalized` for the chunked path, where the op rounds the
+/// normalised q, k: to its intermediate dtype, so the golden rounds them only where that is the input dtype).
 fuseops::reference::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normalized,
                                             bool keep_token_states = false);
 

@@ -317,7 +317,8 @@ class ForwardCase : public OpCase {
     ri.h0 = &in.h0;
     ri.scale = 1.0 / std::sqrt(static_cast<double>(s.K));
     ri.l2norm = true;
-    ri.round_normalized = !s.decode;
+    // the chunked op rounds the normalised q, k to its intermediate dtype (the input dtype, or f32 at small head dims)
+    ri.round_normalized = !s.decode && chunk_gated_delta_rule_intermediate_dtype(s.dtype, s.K, s.V) == s.dtype;
     ri.cu_seqlens = in.cu_values;
     const double cost = static_cast<double>(s.B * s.T) * s.HV * s.K * s.V;
     if (cost > 4e9) ri.heads = {0, s.HV / 3, (2 * s.HV) / 3, s.HV - 1};  // long cases: four value heads
