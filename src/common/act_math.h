@@ -8,11 +8,7 @@
 
 #include <cmath>
 
-#if defined(__CUDACC__)
-#define FUSEOPS_HD __host__ __device__ __forceinline__
-#else
-#define FUSEOPS_HD inline
-#endif
+#include "common/hd.h"
 
 namespace fuseops::detail {
 

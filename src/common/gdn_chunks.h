@@ -4,17 +4,12 @@
 
 #include <cstdint>
 
+#include "common/hd.h"
 #include "ops/gdn_impl.h"
-
-#if defined(__CUDACC__)
-#define FUSEOPS_GDN_HD __host__ __device__ __forceinline__
-#else
-#define FUSEOPS_GDN_HD inline
-#endif
 
 namespace fuseops::detail {
 
-FUSEOPS_GDN_HD int64_t load_cu(const GdnGeometry& g, int64_t i) {
+FUSEOPS_HD int64_t load_cu(const GdnGeometry& g, int64_t i) {
   return g.cu_dtype == DType::i32 ? static_cast<const int32_t*>(g.cu_seqlens)[i]
                                   : static_cast<const int64_t*>(g.cu_seqlens)[i];
 }
@@ -25,7 +20,7 @@ struct SeqBounds {
   int64_t batch, bos, eos;
   bool bad;
 };
-FUSEOPS_GDN_HD SeqBounds sequence_bounds(const GdnGeometry& g, int64_t n) {
+FUSEOPS_HD SeqBounds sequence_bounds(const GdnGeometry& g, int64_t n) {
   if (!g.cu_seqlens) return SeqBounds{n, 0, g.T, false};
   const int64_t a = load_cu(g, n), b = load_cu(g, n + 1);
   const bool bad = a < 0 || a > g.T || b < a || b > g.T || (n == 0 && a != 0) || (n + 1 == g.N && b != g.T);
@@ -34,6 +29,6 @@ FUSEOPS_GDN_HD SeqBounds sequence_bounds(const GdnGeometry& g, int64_t n) {
   return SeqBounds{0, bos, eos, bad};
 }
 
-FUSEOPS_GDN_HD int64_t chunks_of(int64_t len, int64_t bt) { return (len + bt - 1) / bt; }
+FUSEOPS_HD int64_t chunks_of(int64_t len, int64_t bt) { return (len + bt - 1) / bt; }
 
 }  // namespace fuseops::detail

@@ -13,23 +13,23 @@ namespace fuseops::detail {
 /// Slot in h of the chunk starting at token t0 of sequence n (first token bos): see gdn_chunk_slots(). Fixed length:
 /// the chunk index (t0 - bos) / BT. Varlen: n for chunk 0, else N + (t0 - 1) / BT (the one multiple of BT in the
 /// previous chunk, which no other chunk >= 1 shares).
-FUSEOPS_GDN_HD int64_t chunk_slot(const GdnGeometry& g, int64_t n, int64_t bos, int64_t t0) {
+FUSEOPS_HD int64_t chunk_slot(const GdnGeometry& g, int64_t n, int64_t bos, int64_t t0) {
   if (!g.cu_seqlens) return (t0 - bos) / g.BT;
   return t0 == bos ? n : g.N + (t0 - 1) / g.BT;
 }
 
 /// Element offset of state (b, slot, hv) in h [B, NS, HV, K, V].
-FUSEOPS_GDN_HD int64_t state_offset(const GdnStates& h, int64_t b, int64_t slot, int64_t hv, int64_t HV, int64_t KV) {
+FUSEOPS_HD int64_t state_offset(const GdnStates& h, int64_t b, int64_t slot, int64_t hv, int64_t HV, int64_t KV) {
   return ((b * h.slots + slot) * HV + hv) * KV;
 }
 
 /// Index entry i of an i32 / i64 device-resident array.
-FUSEOPS_GDN_HD int64_t load_index(const void* p, DType dtype, int64_t i) {
+FUSEOPS_HD int64_t load_index(const void* p, DType dtype, int64_t i) {
   return dtype == DType::i32 ? static_cast<const int32_t*>(p)[i] : static_cast<const int64_t*>(p)[i];
 }
 
 /// A pool index is bad unless it is -1 (padding) or in [0, S).
-FUSEOPS_GDN_HD bool bad_pool_index(const DecodeArgs& a, int64_t s) { return s < -1 || s >= a.pool_slots; }
+FUSEOPS_HD bool bad_pool_index(const DecodeArgs& a, int64_t s) { return s < -1 || s >= a.pool_slots; }
 
 /// The pool slots of sequence n (pool form). start: the slot read first (-1: padding, skip the sequence).
 /// A bad value sets `bad_site` / `bad_index` (to be recorded) and makes the sequence padding.
@@ -38,7 +38,7 @@ struct PoolSeq {
   uint32_t bad_site;
   int64_t bad_index;
 };
-FUSEOPS_GDN_HD PoolSeq pool_sequence(const DecodeArgs& a, int64_t n, int64_t len) {
+FUSEOPS_HD PoolSeq pool_sequence(const DecodeArgs& a, int64_t n, int64_t len) {
   int64_t col = 0;
   if (a.idx_cols > 0) {
     if (a.num_accepted) {
@@ -54,7 +54,7 @@ FUSEOPS_GDN_HD PoolSeq pool_sequence(const DecodeArgs& a, int64_t n, int64_t len
 }
 /// Slot written after token t (0-based within the sequence) of sequence n, or -1 (none or padding); `bad` when the
 /// entry is < -1 or >= S (a bad value: not written, recorded by the caller).
-FUSEOPS_GDN_HD int64_t pool_write_slot(const DecodeArgs& a, int64_t n, int64_t t, int64_t len, bool* bad) {
+FUSEOPS_HD int64_t pool_write_slot(const DecodeArgs& a, int64_t n, int64_t t, int64_t len, bool* bad) {
   *bad = false;
   int64_t e;
   if (a.idx_cols > 0) {
@@ -72,10 +72,10 @@ FUSEOPS_GDN_HD int64_t pool_write_slot(const DecodeArgs& a, int64_t n, int64_t t
 }
 
 /// softplus as vLLM's gating: log(1 + exp(beta x)) / beta, or x where beta x > threshold.
-FUSEOPS_GDN_HD float softplus_gate(float x, float beta, float threshold) {
+FUSEOPS_HD float softplus_gate(float x, float beta, float threshold) {
   const float bx = beta * x;
   return bx <= threshold ? log1pf(expf(bx)) / beta : x;
 }
-FUSEOPS_GDN_HD float sigmoid_gate(float x) { return 1.f / (1.f + expf(-x)); }
+FUSEOPS_HD float sigmoid_gate(float x) { return 1.f / (1.f + expf(-x)); }
 
 }  // namespace fuseops::detail

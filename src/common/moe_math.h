@@ -8,13 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#if !defined(FUSEOPS_HD)
-#if defined(__CUDACC__)
-#define FUSEOPS_HD __host__ __device__ __forceinline__
-#else
-#define FUSEOPS_HD inline
-#endif
-#endif
+#include "common/hd.h"
 
 namespace fuseops::detail {
 

@@ -26,6 +26,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include "common/fast_divmod.h"
 #include "cuda/device_error.cuh"
 #include "cuda/gdn_forward.cuh"
 #include "cuda/vec.cuh"
@@ -304,19 +305,9 @@ struct WarpParams {
   /// dtype, K <= 128, every piece 16-byte aligned; stage_inputs_applies()).
   bool stage_inputs;
   DeviceErrorRecord* errors;
+  /// unit -> (n HV + hv, slice), n HV + hv -> (n, hv), hv -> (key head, rest): divisions by launch constants
+  FastDivmod by_slices, by_hv, by_group;
 };
-
-/// x / d and x % d, in 32 bits when both fit (a 64-bit division is a subroutine call).
-__device__ __forceinline__ void divmod(int64_t x, int64_t d, int64_t& q, int64_t& r) {
-  if (((x | d) >> 31) == 0) {
-    const uint32_t qq = static_cast<uint32_t>(x) / static_cast<uint32_t>(d);
-    q = qq;
-    r = x - static_cast<int64_t>(qq) * d;
-  } else {
-    q = x / d;
-    r = x - q * d;
-  }
-}
 
 /// R consecutive elements of a q / k row at element index i, as f32; 16-byte loads when `vec`.
 template <int R>
@@ -391,9 +382,9 @@ struct WarpUnit {
   __device__ __forceinline__ WarpUnit(const DecodeArgs& a, const WarpParams& prm, int64_t unit, int lane) {
     const int64_t HV = a.geo.HV, KV = a.geo.K * a.V;
     int64_t nh, hr;
-    divmod(unit, prm.slices, nh, sl);
-    divmod(nh, HV, n, hv);
-    divmod(hv, HV / a.geo.H, hk, hr);
+    prm.by_slices(unit, nh, sl);
+    prm.by_hv(nh, n, hv);
+    prm.by_group(hv, hk, hr);
     col = sl * kCols + (lane % kLanesV) * 4;
     active = col < a.V;
     sb = sequence_bounds(a.geo, n);
@@ -694,6 +685,9 @@ bool launch_warp_kernel_wb(const DecodeArgs& a, WarpParams prm, cudaStream_t s, 
   constexpr int64_t cols = WarpUnit<KG, ST>::kCols;
   prm.slices = (a.V + cols - 1) / cols;
   prm.units = a.geo.N * a.geo.HV * prm.slices;
+  prm.by_slices = FastDivmod(prm.slices);
+  prm.by_hv = FastDivmod(a.geo.HV);
+  prm.by_group = FastDivmod(a.geo.HV / a.geo.H);
   prm.stage_inputs = stage_inputs_applies(a, KG);
   const auto kernel = decode_warp_kernel<KG, R, ST, WB>;
   prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
