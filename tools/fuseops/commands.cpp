@@ -103,6 +103,10 @@ std::vector<Work> collect(const Options& opts, bool real_model_only) {
 
 }  // namespace
 
+uint64_t seed_option(const std::string& text, bool given) {
+  return given || !text.empty() ? testing::parse_seed("--seed", text) : testing::seed_from_env_or_clock();
+}
+
 bool use_cuda(const std::string& backend) {
   const int gpus = cuda_device_count();
   if (backend == "cuda") {
@@ -166,8 +170,7 @@ int run_list() {
 int run_check(const Options& opts) {
   check_writable("--json", opts.json, opts.json_given);
   const bool cuda = use_cuda(opts.backend);
-  const uint64_t seed =
-      opts.seed_text.empty() ? testing::seed_from_env_or_clock() : testing::parse_seed("--seed", opts.seed_text);
+  const uint64_t seed = seed_option(opts.seed_text, opts.seed_given);
   const std::vector<Work> work = collect(opts, false);
   std::printf("fuseops check: backend %s, seed %llu (replay with --seed %llu)\n",
               cuda ? ("cuda:0 (" + gpu::device_info(0).name + ")").c_str() : "cpu",

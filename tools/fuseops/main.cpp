@@ -12,6 +12,13 @@
 #include "fuseops/error.h"
 #include "fuseops/version.h"
 
+namespace {
+
+constexpr const char* kSeedHelp =
+    "random seed, decimal 0 .. 2^64-1 (default: FUSEOPS_SEED, unless empty, else the clock)";
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace fuseops::cli;
   CLI::App app{"fuseops " + std::string(fuseops::version()) +
@@ -27,7 +34,7 @@ int main(int argc, char** argv) {
   check->add_option("--backend", check_opts.backend, "auto | cpu | cuda (auto: the GPU when there is one)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   CLI::Option* check_json = check->add_option("--json", check_opts.json, "write the results as JSON to this file");
-  check->add_option("--seed", check_opts.seed_text, "random seed, 0 .. 2^64-1 (default: FUSEOPS_SEED or the clock)");
+  CLI::Option* check_seed = check->add_option("--seed", check_opts.seed_text, kSeedHelp);
   check->add_option("--cpu-rows", check_opts.cpu_rows, "rows per case on the CPU backend (reduced sizes)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   check->add_option("--filter", check_opts.filter, "only cases whose op name contains this text");
@@ -72,7 +79,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   model->add_option("--backend", model_opts.backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   model->add_option("--json", model_opts.json, "write the table as JSON to this file");
-  model->add_option("--seed", model_opts.seed_text, "random seed (default: FUSEOPS_SEED or the clock)");
+  CLI::Option* model_seed = model->add_option("--seed", model_opts.seed_text, kSeedHelp);
   model->add_flag("--quiet", model_opts.quiet, "no progress line on a terminal");
 
   try {
@@ -88,6 +95,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   check_opts.json_given = check_json->count() > 0;
+  check_opts.seed_given = check_seed->count() > 0;
+  model_opts.seed_given = model_seed->count() > 0;
   bench_opts.json_given = bench_json->count() > 0;
   bench_opts.md_given = bench_md->count() > 0;
   bench_opts.svg_given = bench_svg->count() > 0;

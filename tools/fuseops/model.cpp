@@ -21,7 +21,6 @@
 #include "gpu.h"
 #include "model.h"
 #include "progress.h"
-#include "testing/host_tensor.h"
 
 namespace fuseops::cli {
 namespace {
@@ -226,8 +225,7 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
   }
   if (!model) throw Error(ErrorKind::invalid_argument, "model: unknown model \"" + opts.name + "\" (known: " + known + ")");
   const bool cuda = use_cuda(opts.backend);
-  const uint64_t seed =
-      opts.seed_text.empty() ? testing::seed_from_env_or_clock() : testing::parse_seed("--seed", opts.seed_text);
+  const uint64_t seed = seed_option(opts.seed_text, opts.seed_given);
   const std::vector<Step> steps = model->layer(opts.tokens, opts.batch);
   std::printf("fuseops model %s: %s\n", model->name.c_str(), model->description.c_str());
   std::printf("tokens %lld per sequence, batch %lld; seed %llu; golden check of a slice of %lld rows per op on %s\n",
