@@ -44,8 +44,8 @@ int run_model(const ModelOptions& opts);
 std::map<std::string, std::vector<std::string>> op_families(const Registry& reg);
 /// The same with the ops of `reg` (tests).
 int run_model(const ModelOptions& opts, const Registry& reg);
-/// `fuseops model --list`-style text: the models and their layers' ops.
-int run_model_list();
+/// `fuseops model --list [NAME]`: the models (only NAME when given; an error for an unknown one) and their layers' ops.
+int run_model_list(const std::string& name = "");
 
 /// The run's seed: --seed (decimal, also when given empty) if given or not empty, else FUSEOPS_SEED or the clock.
 uint64_t seed_option(const std::string& text, bool given);

@@ -71,7 +71,7 @@ int main(int argc, char** argv) {
   CLI::App* model = app.add_subcommand(
       "model", "run the op sequence of one layer of a real model: golden check of a slice, time per op, share");
   model->add_option("name", model_opts.name, "qwen3-next-80b | llama3-8b | deepseek-v3");
-  model->add_flag("--list", model_list, "list the models and the ops of their layers");
+  model->add_flag("--list", model_list, "list the models (or only NAME) and the ops of their layers");
   model->add_option("--tokens", model_opts.tokens, "tokens per sequence (default 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   model->add_option("--batch", model_opts.batch, "sequences (default 1)")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("bench")) return run_bench(bench_opts);
     if (app.got_subcommand("chart")) return run_chart(chart_from, chart_svg, chart_html);
     if (app.got_subcommand("model")) {
-      if (model_list || model_opts.name.empty()) return run_model_list();
+      if (model_list || model_opts.name.empty()) return run_model_list(model_opts.name);
       return run_model(model_opts);
     }
   } catch (const fuseops::Error& e) {
