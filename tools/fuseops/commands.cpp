@@ -71,11 +71,6 @@ std::string today() {
   return buf;
 }
 
-bool matches(const OpCase& c, const Options& opts) {
-  return (opts.filter.empty() || c.op.find(opts.filter) != std::string::npos) &&
-         (opts.shape.empty() || c.shape == opts.shape);
-}
-
 /// One case to run, with the name of the set (or case file) it came from.
 struct Work {
   std::string set;
@@ -94,7 +89,7 @@ std::vector<Work> collect(const Options& opts, bool real_model_only) {
   for (const CaseSet* set : sets) {
     for (const CaseFactory& factory : set->factories) {
       for (auto& c : factory()) {
-        if (matches(*c, opts)) work.push_back({set->name, std::move(c)});
+        if (selected(*c, opts, registry())) work.push_back({set->name, std::move(c)});
       }
     }
   }
@@ -102,6 +97,14 @@ std::vector<Work> collect(const Options& opts, bool real_model_only) {
 }
 
 }  // namespace
+
+bool selected(const OpCase& c, const Options& opts, const Registry& reg) {
+  auto has_filter = [&](const std::string& name) { return name.find(opts.filter) != std::string::npos; };
+  // the printed name is the op's name or alias, then the variant's marks: "rms_norm,gate", "gelu_and_mul_split(tanh)"
+  const OpSpec* spec = opts.filter.empty() ? nullptr : reg.find_op(c.op.substr(0, c.op.find_first_of(",(")));
+  return (opts.filter.empty() || has_filter(c.op) || (spec && has_filter(spec->name))) &&
+         (opts.shape.empty() || c.shape == opts.shape);
+}
 
 uint64_t seed_option(const std::string& text, bool given) {
   return given || !text.empty() ? testing::parse_seed("--seed", text) : testing::seed_from_env_or_clock();

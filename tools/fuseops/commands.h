@@ -8,6 +8,7 @@
 
 namespace fuseops::cli {
 
+class OpCase;
 class Registry;
 
 struct Options {
@@ -47,6 +48,9 @@ int run_model(const ModelOptions& opts, const Registry& reg);
 /// `fuseops model --list [NAME]`: the models (only NAME when given; an error for an unknown one) and their layers' ops.
 int run_model_list(const std::string& name = "");
 
+/// Whether --filter and --shape select the case: the filter text is in the op name printed (the case's, e.g.
+/// kkt_solve) or in the public name of its op in `reg` (as `fuseops list` shows it, chunk_gated_delta_rule_fwd_kkt_solve).
+bool selected(const OpCase& c, const Options& opts, const Registry& reg);
 /// The run's seed: --seed (decimal, also when given empty) if given or not empty, else FUSEOPS_SEED or the clock.
 uint64_t seed_option(const std::string& text, bool given);
 /// "cpu" or "cuda" from --backend (auto: the GPU when there is one); an error for cuda without one.
