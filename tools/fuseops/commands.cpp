@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "fuseops/error.h"
 #include "fuseops/version.h"
 #include "gpu.h"
+#include "paths.h"
 #include "progress.h"
 #include "testing/host_tensor.h"
 
@@ -46,6 +48,23 @@ std::vector<const CaseSet*> select_sets(const std::vector<std::string>& names, b
       if (!real_model_only || s.real_model) out.push_back(&s);
     }
   }
+  return out;
+}
+
+/// A newline in --note would add lines (table rows) to the Markdown: one line of printable text only.
+void check_one_line(const char* option, const std::string& text) {
+  const auto bad = std::find_if(text.begin(), text.end(), [](char c) { return std::iscntrl(static_cast<unsigned char>(c)); });
+  if (bad == text.end()) return;
+  char code[8];
+  std::snprintf(code, sizeof code, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(*bad)));
+  throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected one line of text, got the control character " +
+                                               code + " at position " + std::to_string(bad - text.begin()));
+}
+
+/// The --cases files, as inputs that no output may overwrite.
+std::vector<FileArg> case_file_args(const Options& opts) {
+  std::vector<FileArg> out;
+  for (const std::string& path : opts.cases) out.push_back({"--cases", path});
   return out;
 }
 
@@ -171,6 +190,7 @@ int run_list() {
 }
 
 int run_check(const Options& opts) {
+  check_distinct_files(case_file_args(opts), {{"--json", opts.json}});
   check_writable("--json", opts.json, opts.json_given);
   const bool cuda = use_cuda(opts.backend);
   const uint64_t seed = seed_option(opts.seed_text, opts.seed_given);
@@ -371,6 +391,9 @@ double cpu_memcpy_tbps() {
 }
 
 int run_bench(const Options& opts) {
+  check_one_line("--note", opts.note);
+  check_distinct_files(case_file_args(opts), {{"--json", opts.json}, {"--md", opts.md}, {"--svg", opts.svg},
+                                              {"--html", opts.html}});
   check_writable("--json", opts.json, opts.json_given);
   check_writable("--md", opts.md, opts.md_given);
   check_writable("--svg", opts.svg, opts.svg_given);
