@@ -17,6 +17,20 @@ namespace {
 constexpr const char* kSeedHelp =
     "random seed, decimal 0 .. 2^64-1 (default: FUSEOPS_SEED, unless empty, else the clock)";
 
+/// `fuseops bogus`: CLI11 reports only "A subcommand is required"; name the word and the subcommands instead.
+bool unknown_subcommand(const CLI::App& app) {
+  if (!app.get_subcommands().empty()) return false;
+  for (const std::string& word : app.remaining()) {
+    if (word.empty() || word[0] == '-') continue;
+    std::string known;
+    for (const CLI::App* s : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + s->get_name();
+    std::fprintf(stderr, "fuseops: error: unknown subcommand \"%s\" (valid: %s; fuseops --help)\n", word.c_str(),
+                 known.c_str());
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -91,7 +105,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    if (!unknown_subcommand(app)) app.exit(e);
     return 2;
   }
   check_opts.json_given = check_json->count() > 0;
