@@ -61,7 +61,7 @@ void run(const char* op, TensorView out, const TensorView* mean, const TensorVie
                   std::to_string(G));
   }
   if (!std::isfinite(eps) || eps < 0 || !std::isfinite(static_cast<float>(eps))) {
-    fail_argument(op, "eps", "a finite value >= 0 (also in fp32, where it is used)", std::to_string(eps));
+    fail_argument(op, "eps", "a finite value >= 0 (also in fp32, where it is used)", number_text(eps));
   }
   if (is_rms_norm && mean) fail_argument(op, "mean", "none for RMSNorm (is_rms_norm: no mean)", "a tensor");
 

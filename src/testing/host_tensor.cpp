@@ -1,7 +1,6 @@
 #include "testing/host_tensor.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -170,19 +169,21 @@ void fill_rows(HostTensor& t, Fill fill, std::mt19937_64& rng, int64_t row_begin
 }  // namespace
 
 uint64_t parse_seed(const char* what, const std::string& text) {
-  const bool ok_start = !text.empty() && std::isdigit(static_cast<unsigned char>(text[0]));
+  // Decimal digits only (strtoull's base prefixes would read "010" as 8 and "0x10" as 16; "-1", " 1" and "1e3" are
+  // no seeds either): leading zeros are decimal, so "010" is 10.
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
   errno = 0;
-  char* end = nullptr;
-  const unsigned long long v = ok_start ? std::strtoull(text.c_str(), &end, 0) : 0;
-  if (!ok_start || errno == ERANGE || !end || *end != '\0') {
+  const unsigned long long v = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+  if (!digits || errno == ERANGE) {
     throw Error(ErrorKind::invalid_argument,
-                std::string(what) + ": expected an integer seed in [0, 2^64 - 1], got \"" + text + "\"");
+                std::string(what) + ": expected a decimal integer seed in [0, 2^64 - 1], got \"" + text + "\"");
   }
   return static_cast<uint64_t>(v);
 }
 
 uint64_t seed_from_env_or_clock() {
-  if (const char* s = std::getenv("FUSEOPS_SEED")) return parse_seed("FUSEOPS_SEED", s);
+  const char* s = std::getenv("FUSEOPS_SEED");
+  if (s && *s) return parse_seed("FUSEOPS_SEED", s);  // FUSEOPS_SEED= (empty) counts as unset
   return static_cast<uint64_t>(std::chrono::high_resolution_clock::now().time_since_epoch().count());
 }
 

@@ -73,9 +73,11 @@ void fill_random(HostTensor& t, Fill fill, std::mt19937_64& rng);
 /// thread count).
 void fill_random_seeded(HostTensor& t, Fill fill, uint64_t seed);
 
-/// Parses a seed (decimal or 0x hex, 0 .. 2^64-1); throws Error(invalid_argument) naming `what` otherwise.
+/// Parses a seed: decimal digits only, 0 .. 2^64-1 (leading zeros are decimal: "010" is 10); throws
+/// Error(invalid_argument) naming `what` for anything else ("0x10", "-1", " 1", "", too large).
 uint64_t parse_seed(const char* what, const std::string& text);
-/// A seed from the environment (FUSEOPS_SEED, parsed strictly) or from the clock, to be printed by the caller.
+/// A seed from the environment (FUSEOPS_SEED, parsed strictly; set but empty counts as unset) or from the clock, to
+/// be printed by the caller.
 uint64_t seed_from_env_or_clock();
 
 /// Device memory holding a copy of a HostTensor (same layout). In a build without CUDA, constructing one throws.

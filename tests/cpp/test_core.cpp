@@ -1,6 +1,7 @@
 // Core types: TensorView, dtypes, devices, version, and the host float <-> f16 / bf16 conversions (bit-exact
 // round to nearest even, checked exhaustively against a slow reference).
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <regex>
@@ -135,6 +136,31 @@ TEST(Version, IsSemanticAndConsistent) {
     EXPECT_EQ(fuseops::cuda_device_count(), 0);
   }
   EXPECT_GE(fuseops::cuda_device_count(), 0);
+}
+
+// Seeds (--seed, FUSEOPS_SEED) are decimal only: strtoull's base prefixes read "010" as 8 and "0x10" as 16, so the
+// replay line showed another number than the one typed. FUSEOPS_SEED set but empty counts as unset.
+TEST(Seeds, DecimalOnly) {
+  using fuseops::testing::parse_seed;
+  EXPECT_EQ(parse_seed("--seed", "0"), 0u);
+  EXPECT_EQ(parse_seed("--seed", "010"), 10u);
+  EXPECT_EQ(parse_seed("--seed", "18446744073709551615"), UINT64_MAX);
+  for (const char* bad : {"0x10", "0X10", "1e3", "-1", "+1", " 1", "1 ", "", "18446744073709551616", "0b1", "1_0"}) {
+    expect_invalid([&] { parse_seed("--seed", bad); }, "--seed: expected a decimal integer seed");
+  }
+  const char* old = std::getenv("FUSEOPS_SEED");
+  const std::string saved = old ? old : "";
+  setenv("FUSEOPS_SEED", "010", 1);
+  EXPECT_EQ(fuseops::testing::seed_from_env_or_clock(), 10u);
+  setenv("FUSEOPS_SEED", "0x10", 1);
+  expect_invalid([] { fuseops::testing::seed_from_env_or_clock(); }, "FUSEOPS_SEED: expected a decimal integer");
+  setenv("FUSEOPS_SEED", "", 1);
+  EXPECT_NO_THROW(fuseops::testing::seed_from_env_or_clock());
+  if (old) {
+    setenv("FUSEOPS_SEED", saved.c_str(), 1);
+  } else {
+    unsetenv("FUSEOPS_SEED");
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------------

@@ -13,7 +13,18 @@ from pathlib import Path
 
 import pytest
 
-SEED = int(os.environ.get("FUSEOPS_SEED", random.SystemRandom().randrange(2**31)))
+
+def _seed():
+    """FUSEOPS_SEED as the C++ tests read it: decimal digits only ("010" is 10), set but empty counts as unset."""
+    text = os.environ.get("FUSEOPS_SEED", "")
+    if not text:
+        return random.SystemRandom().randrange(2**31)
+    if not (text.isascii() and text.isdigit()) or int(text) >= 2**64:
+        raise pytest.UsageError(f'FUSEOPS_SEED: expected a decimal integer seed in [0, 2^64 - 1], got "{text}"')
+    return int(text)
+
+
+SEED = _seed()
 _IN_TREE = Path(__file__).resolve().parents[2] / "python"
 
 

@@ -34,7 +34,11 @@ std::vector<std::pair<std::string, YAML::Mark>> keys_of(const std::string& path,
   throw Error(ErrorKind::invalid_argument, at(path, m) + ": key \"" + key + "\": " + msg);
 }
 
+/// A scalar written as a string ("64", '64', !!str 64): not a number or a boolean even when it reads as one.
+bool quoted(const YAML::Node& n) { return n.IsScalar() && (n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str"); }
+
 std::string scalar_text(const YAML::Node& n) {
+  if (quoted(n)) return "the quoted string \"" + n.Scalar() + "\"";
   if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
   if (n.IsSequence()) return "a list";
   if (n.IsMap()) return "a mapping";
@@ -81,8 +85,8 @@ class EntryReader {
  private:
   int64_t integer(const YAML::Node& n) const {
     int64_t v = 0;
-    if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) {
-      const std::string t = n.IsScalar() ? n.Scalar() : "";
+    if (!n.IsScalar() || quoted(n) || !YAML::convert<int64_t>::decode(n, v)) {
+      const std::string t = n.IsScalar() && !quoted(n) ? n.Scalar() : "";
       const std::size_t digits = !t.empty() && (t[0] == '-' || t[0] == '+') ? 1 : 0;  // after the sign
       if (t.size() > digits && t.find_first_not_of("0123456789", digits) == std::string::npos) {
         fail(path_, n.Mark(), key_, "integer " + t + " does not fit in 64 bits");
@@ -99,14 +103,14 @@ class EntryReader {
   ParamValue single(const YAML::Node& n) const {
     if (spec_.kind == ParamKind::number) {
       double d = 0;
-      if (!n.IsScalar() || !YAML::convert<double>::decode(n, d)) {
+      if (!n.IsScalar() || quoted(n) || !YAML::convert<double>::decode(n, d)) {
         fail(path_, n.Mark(), key_, "expected a number, got " + scalar_text(n));
       }
       return d;
     }
     if (spec_.kind == ParamKind::boolean) {
       bool b = false;
-      if (!n.IsScalar() || !YAML::convert<bool>::decode(n, b)) {
+      if (!n.IsScalar() || quoted(n) || !YAML::convert<bool>::decode(n, b)) {
         fail(path_, n.Mark(), key_, "expected true or false, got " + scalar_text(n));
       }
       return b;
@@ -144,10 +148,10 @@ class EntryReader {
     const int64_t a = integer(from), b = integer(to);
     if (a > b) fail(path_, to.Mark(), key_ + ".to", "to (" + std::to_string(b) + ") is below from (" + std::to_string(a) + ")");
     int64_t s = 1, m = 0;
-    if (step.IsDefined() && (!step.IsScalar() || !YAML::convert<int64_t>::decode(step, s) || s < 1)) {
+    if (step.IsDefined() && (!step.IsScalar() || quoted(step) || !YAML::convert<int64_t>::decode(step, s) || s < 1)) {
       fail(path_, step.Mark(), key_ + ".step", "expected an integer >= 1, got " + scalar_text(step));
     }
-    if (mul.IsDefined() && (!mul.IsScalar() || !YAML::convert<int64_t>::decode(mul, m) || m < 2)) {
+    if (mul.IsDefined() && (!mul.IsScalar() || quoted(mul) || !YAML::convert<int64_t>::decode(mul, m) || m < 2)) {
       fail(path_, mul.Mark(), key_ + ".mul", "expected an integer >= 2, got " + scalar_text(mul));
     }
     if (m >= 2 && a < 1) fail(path_, from.Mark(), key_ + ".from", "a multiplicative range starts at 1 or more");
@@ -249,21 +253,38 @@ CaseSet CaseFile::as_set() const {
   return CaseSet{name, description.empty() ? "cases from " + path : description, true, {[copy] { return copy->make_cases(); }}};
 }
 
-CaseFile parse_case_text(const std::string& text, const std::string& path, const Registry& reg) {
-  YAML::Node root;
+namespace {
+
+/// The one document of the file: a second one (after `---`) with content is an error at its start, not ignored;
+/// empty documents (a trailing `---`) are skipped.
+YAML::Node single_document(const std::string& text, const std::string& path) {
+  std::vector<YAML::Node> docs;
   try {
-    root = YAML::Load(text);
+    docs = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {
     throw Error(ErrorKind::invalid_argument, at(path, e.mark) + ": YAML syntax: " + e.msg);
   }
+  YAML::Node root;
+  for (const YAML::Node& d : docs) {
+    if (d.IsNull()) continue;
+    if (root.IsDefined() && !root.IsNull()) {
+      fail(path, d.Mark(), "cases", "a second YAML document (after ---): a case file is one document; put every "
+                                    "entry under one cases: list");
+    }
+    root = d;
+  }
+  return root;
+}
+
+CaseFile parse_document(const YAML::Node& root, const std::string& path, const Registry& reg) {
   CaseFile file;
   file.path = path;
   file.name = stem(path);
   if (!root.IsDefined() || root.IsNull()) {
     fail(path, YAML::Mark::null_mark(), "cases", "the file is empty: expected a mapping with a list under cases:");
   }
-  keys_of(path, root);  // no top-level key twice
   if (!root.IsMap()) fail(path, root.Mark(), "cases", "expected a mapping with a list under cases:, got " + scalar_text(root));
+  keys_of(path, root);  // no top-level key twice
   YAML::Node cases;
   bool has_cases = false;
   for (const auto& kv : root) {
@@ -282,6 +303,16 @@ CaseFile parse_case_text(const std::string& text, const std::string& path, const
   if (!cases.IsSequence() || cases.size() == 0) fail(path, cases.Mark(), "cases", "expected a non-empty list of entries, got " + scalar_text(cases));
   for (const YAML::Node& entry : cases) read_entry(path, entry, reg, file);
   return file;
+}
+
+}  // namespace
+
+CaseFile parse_case_text(const std::string& text, const std::string& path, const Registry& reg) {
+  try {
+    return parse_document(single_document(text, path), path, reg);
+  } catch (const YAML::Exception& e) {  // a yaml-cpp error no check above foresaw: still with the file and place
+    throw Error(ErrorKind::invalid_argument, at(path, e.mark) + ": YAML: " + e.msg);
+  }
 }
 
 CaseFile read_case_file(const std::string& path, const Registry& reg) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fuseops/error.h"
+#include "paths.h"
 
 namespace fuseops::cli {
 namespace {
@@ -230,6 +231,7 @@ void write_charts(const nlohmann::json& bench, const std::string& svg_path, cons
 
 int run_chart(const std::string& from, const std::string& svg_path, const std::string& html_path) {
   if (svg_path.empty() && html_path.empty()) throw Error(ErrorKind::invalid_argument, "chart: give --svg FILE and/or --html FILE");
+  check_distinct_files({{"--from", from}}, {{"--svg", svg_path}, {"--html", html_path}});
   std::ifstream f(from);
   if (!f) throw Error(ErrorKind::invalid_argument, "--from: cannot read " + from);
   nlohmann::json j;

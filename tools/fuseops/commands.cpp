@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -20,6 +21,7 @@
 #include "fuseops/error.h"
 #include "fuseops/version.h"
 #include "gpu.h"
+#include "paths.h"
 #include "progress.h"
 #include "testing/host_tensor.h"
 
@@ -49,6 +51,23 @@ std::vector<const CaseSet*> select_sets(const std::vector<std::string>& names, b
   return out;
 }
 
+/// A newline in --note would add lines (table rows) to the Markdown: one line of printable text only.
+void check_one_line(const char* option, const std::string& text) {
+  const auto bad = std::find_if(text.begin(), text.end(), [](char c) { return std::iscntrl(static_cast<unsigned char>(c)); });
+  if (bad == text.end()) return;
+  char code[8];
+  std::snprintf(code, sizeof code, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(*bad)));
+  throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected one line of text, got the control character " +
+                                               code + " at position " + std::to_string(bad - text.begin()));
+}
+
+/// The --cases files, as inputs that no output may overwrite.
+std::vector<FileArg> case_file_args(const Options& opts) {
+  std::vector<FileArg> out;
+  for (const std::string& path : opts.cases) out.push_back({"--cases", path});
+  return out;
+}
+
 /// Fails early (before any case runs) if an output path given on the command line cannot be written.
 void check_writable(const char* option, const std::string& path, bool given) {
   if (!given) return;
@@ -71,11 +90,6 @@ std::string today() {
   return buf;
 }
 
-bool matches(const OpCase& c, const Options& opts) {
-  return (opts.filter.empty() || c.op.find(opts.filter) != std::string::npos) &&
-         (opts.shape.empty() || c.shape == opts.shape);
-}
-
 /// One case to run, with the name of the set (or case file) it came from.
 struct Work {
   std::string set;
@@ -94,7 +108,7 @@ std::vector<Work> collect(const Options& opts, bool real_model_only) {
   for (const CaseSet* set : sets) {
     for (const CaseFactory& factory : set->factories) {
       for (auto& c : factory()) {
-        if (matches(*c, opts)) work.push_back({set->name, std::move(c)});
+        if (selected(*c, opts, registry())) work.push_back({set->name, std::move(c)});
       }
     }
   }
@@ -102,6 +116,18 @@ std::vector<Work> collect(const Options& opts, bool real_model_only) {
 }
 
 }  // namespace
+
+bool selected(const OpCase& c, const Options& opts, const Registry& reg) {
+  auto has_filter = [&](const std::string& name) { return name.find(opts.filter) != std::string::npos; };
+  // the printed name is the op's name or alias, then the variant's marks: "rms_norm,gate", "gelu_and_mul_split(tanh)"
+  const OpSpec* spec = opts.filter.empty() ? nullptr : reg.find_op(c.op.substr(0, c.op.find_first_of(",(")));
+  return (opts.filter.empty() || has_filter(c.op) || (spec && has_filter(spec->name))) &&
+         (opts.shape.empty() || c.shape == opts.shape);
+}
+
+uint64_t seed_option(const std::string& text, bool given) {
+  return given || !text.empty() ? testing::parse_seed("--seed", text) : testing::seed_from_env_or_clock();
+}
 
 bool use_cuda(const std::string& backend) {
   const int gpus = cuda_device_count();
@@ -164,10 +190,10 @@ int run_list() {
 }
 
 int run_check(const Options& opts) {
+  check_distinct_files(case_file_args(opts), {{"--json", opts.json}});
   check_writable("--json", opts.json, opts.json_given);
   const bool cuda = use_cuda(opts.backend);
-  const uint64_t seed =
-      opts.seed_text.empty() ? testing::seed_from_env_or_clock() : testing::parse_seed("--seed", opts.seed_text);
+  const uint64_t seed = seed_option(opts.seed_text, opts.seed_given);
   const std::vector<Work> work = collect(opts, false);
   std::printf("fuseops check: backend %s, seed %llu (replay with --seed %llu)\n",
               cuda ? ("cuda:0 (" + gpu::device_info(0).name + ")").c_str() : "cpu",
@@ -365,6 +391,9 @@ double cpu_memcpy_tbps() {
 }
 
 int run_bench(const Options& opts) {
+  check_one_line("--note", opts.note);
+  check_distinct_files(case_file_args(opts), {{"--json", opts.json}, {"--md", opts.md}, {"--svg", opts.svg},
+                                              {"--html", opts.html}});
   check_writable("--json", opts.json, opts.json_given);
   check_writable("--md", opts.md, opts.md_given);
   check_writable("--svg", opts.svg, opts.svg_given);

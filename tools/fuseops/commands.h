@@ -8,6 +8,7 @@
 
 namespace fuseops::cli {
 
+class OpCase;
 class Registry;
 
 struct Options {
@@ -19,7 +20,8 @@ struct Options {
   bool json_given = false, md_given = false;  ///< the option was on the command line (even with an empty value)
   bool svg_given = false, html_given = false;
   bool quiet = false;     ///< no progress line
-  std::string seed_text;  ///< --seed; empty: from FUSEOPS_SEED or the clock
+  std::string seed_text;  ///< --seed; not given: from FUSEOPS_SEED or the clock
+  bool seed_given = false;
   int64_t cpu_rows = 64;
 };
 
@@ -31,6 +33,7 @@ struct ModelOptions {
   std::string backend = "auto";
   std::string json;
   std::string seed_text;
+  bool seed_given = false;
   bool quiet = false;
 };
 
@@ -42,9 +45,14 @@ int run_model(const ModelOptions& opts);
 std::map<std::string, std::vector<std::string>> op_families(const Registry& reg);
 /// The same with the ops of `reg` (tests).
 int run_model(const ModelOptions& opts, const Registry& reg);
-/// `fuseops model --list`-style text: the models and their layers' ops.
-int run_model_list();
+/// `fuseops model --list [NAME]`: the models (only NAME when given; an error for an unknown one) and their layers' ops.
+int run_model_list(const std::string& name = "");
 
+/// Whether --filter and --shape select the case: the filter text is in the op name printed (the case's, e.g.
+/// kkt_solve) or in the public name of its op in `reg` (as `fuseops list` shows it, chunk_gated_delta_rule_fwd_kkt_solve).
+bool selected(const OpCase& c, const Options& opts, const Registry& reg);
+/// The run's seed: --seed (decimal, also when given empty) if given or not empty, else FUSEOPS_SEED or the clock.
+uint64_t seed_option(const std::string& text, bool given);
 /// "cpu" or "cuda" from --backend (auto: the GPU when there is one); an error for cuda without one.
 bool use_cuda(const std::string& backend);
 /// Launches per timed graph for a problem whose single launch takes about `est_us`: enough for ~2 ms, 10..1000.

@@ -12,6 +12,27 @@
 #include "fuseops/error.h"
 #include "fuseops/version.h"
 
+namespace {
+
+constexpr const char* kSeedHelp =
+    "random seed, decimal 0 .. 2^64-1 (default: FUSEOPS_SEED, unless empty, else the clock)";
+
+/// `fuseops bogus`: CLI11 reports only "A subcommand is required"; name the word and the subcommands instead.
+bool unknown_subcommand(const CLI::App& app) {
+  if (!app.get_subcommands().empty()) return false;
+  for (const std::string& word : app.remaining()) {
+    if (word.empty() || word[0] == '-') continue;
+    std::string known;
+    for (const CLI::App* s : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + s->get_name();
+    std::fprintf(stderr, "fuseops: error: unknown subcommand \"%s\" (valid: %s; fuseops --help)\n", word.c_str(),
+                 known.c_str());
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace fuseops::cli;
   CLI::App app{"fuseops " + std::string(fuseops::version()) +
@@ -27,10 +48,10 @@ int main(int argc, char** argv) {
   check->add_option("--backend", check_opts.backend, "auto | cpu | cuda (auto: the GPU when there is one)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   CLI::Option* check_json = check->add_option("--json", check_opts.json, "write the results as JSON to this file");
-  check->add_option("--seed", check_opts.seed_text, "random seed, 0 .. 2^64-1 (default: FUSEOPS_SEED or the clock)");
+  CLI::Option* check_seed = check->add_option("--seed", check_opts.seed_text, kSeedHelp);
   check->add_option("--cpu-rows", check_opts.cpu_rows, "rows per case on the CPU backend (reduced sizes)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  check->add_option("--filter", check_opts.filter, "only cases whose op name contains this text");
+  check->add_option("--filter", check_opts.filter, "only cases whose op name (printed or public) contains this text");
   check->add_option("--shape", check_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)");
   check->add_option("--cases", check_opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")
       ->check(CLI::ExistingFile);
@@ -44,7 +65,7 @@ int main(int argc, char** argv) {
   CLI::Option* bench_md = bench->add_option("--md", bench_opts.md, "write the results as a Markdown table to this file");
   bench->add_option("--cpu-rows", bench_opts.cpu_rows, "rows per case on the CPU backend")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  bench->add_option("--filter", bench_opts.filter, "only cases whose op name contains this text");
+  bench->add_option("--filter", bench_opts.filter, "only cases whose op name (printed or public) contains this text");
   bench->add_option("--shape", bench_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)");
   bench->add_option("--note", bench_opts.note, "a line for the Markdown header (commit, command)");
   bench->add_option("--cases", bench_opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")
@@ -64,7 +85,7 @@ int main(int argc, char** argv) {
   CLI::App* model = app.add_subcommand(
       "model", "run the op sequence of one layer of a real model: golden check of a slice, time per op, share");
   model->add_option("name", model_opts.name, "qwen3-next-80b | llama3-8b | deepseek-v3");
-  model->add_flag("--list", model_list, "list the models and the ops of their layers");
+  model->add_flag("--list", model_list, "list the models (or only NAME) and the ops of their layers");
   model->add_option("--tokens", model_opts.tokens, "tokens per sequence (default 4096)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   model->add_option("--batch", model_opts.batch, "sequences (default 1)")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
@@ -72,7 +93,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   model->add_option("--backend", model_opts.backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   model->add_option("--json", model_opts.json, "write the table as JSON to this file");
-  model->add_option("--seed", model_opts.seed_text, "random seed (default: FUSEOPS_SEED or the clock)");
+  CLI::Option* model_seed = model->add_option("--seed", model_opts.seed_text, kSeedHelp);
   model->add_flag("--quiet", model_opts.quiet, "no progress line on a terminal");
 
   try {
@@ -84,10 +105,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    if (!unknown_subcommand(app)) app.exit(e);
     return 2;
   }
   check_opts.json_given = check_json->count() > 0;
+  check_opts.seed_given = check_seed->count() > 0;
+  model_opts.seed_given = model_seed->count() > 0;
   bench_opts.json_given = bench_json->count() > 0;
   bench_opts.md_given = bench_md->count() > 0;
   bench_opts.svg_given = bench_svg->count() > 0;
@@ -98,7 +121,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("bench")) return run_bench(bench_opts);
     if (app.got_subcommand("chart")) return run_chart(chart_from, chart_svg, chart_html);
     if (app.got_subcommand("model")) {
-      if (model_list || model_opts.name.empty()) return run_model_list();
+      if (model_list || model_opts.name.empty()) return run_model_list(model_opts.name);
       return run_model(model_opts);
     }
   } catch (const fuseops::Error& e) {

@@ -21,7 +21,6 @@
 #include "gpu.h"
 #include "model.h"
 #include "progress.h"
-#include "testing/host_tensor.h"
 
 namespace fuseops::cli {
 namespace {
@@ -178,13 +177,16 @@ Resolved resolve(const Step& s, const Registry& reg, const std::string& model) {
       r.c = spec->make(spec->with_defaults(s.params));
       r.source = "hook " + spec->name;
       return r;
-    } catch (const ParamError& e) {  // the hook does not take the model's parameters: say so, try a built-in case
+    } catch (const ParamError& e) {  // the hook does not take the model's parameters (a size too big, ...)
       r.note = spec->name + " rejects " + e.key() + ": " + e.what();
     } catch (const Error& e) {
       r.note = spec->name + " rejects the parameters: " + e.what();
     }
   }
-  // A built-in case of the op, preferring the model's own set.
+  // Rejected: no stand-in of another shape (its time would count as this layer's, its check as this op's).
+  if (!r.note.empty()) return r;
+  // An op without a hook (a family that registers only built-in cases): a built-in case of it, preferring the model's
+  // own set, at that case's shape; shown, but not added to the layer total.
   for (int pass = 0; pass < 2; ++pass) {
     for (const CaseSet& set : reg.sets()) {
       if ((pass == 0) != (set.name == model)) continue;
@@ -192,7 +194,7 @@ Resolved resolve(const Step& s, const Registry& reg, const std::string& model) {
         for (auto& c : f()) {
           if (std::find(s.names.begin(), s.names.end(), c->op) == s.names.end()) continue;
           r.c = std::move(c);
-          r.source = "set " + set.name + " (its shape, not --tokens)";
+          r.source = "set " + set.name + " (its shape, not the requested one)";
           return r;
         }
       }
@@ -201,9 +203,28 @@ Resolved resolve(const Step& s, const Registry& reg, const std::string& model) {
   return r;
 }
 
-int run_model_list() {
+namespace {
+
+/// The model called `name`; an error listing the known ones otherwise.
+const Model& find_model(const std::string& name) {
+  std::string known;
+  for (const Model& m : models()) {
+    if (m.name == name) return m;
+    known += (known.empty() ? "" : ", ") + m.name;
+  }
+  throw Error(ErrorKind::invalid_argument, "model: unknown model \"" + name + "\" (known: " + known + ")");
+}
+
+/// Added to the layer total: a case at the requested shape (from the op's hook), not a built-in stand-in.
+bool at_requested_shape(const Resolved& r) { return r.c && r.source.rfind("hook ", 0) == 0; }
+
+}  // namespace
+
+int run_model_list(const std::string& name) {
+  if (!name.empty()) find_model(name);  // an unknown name is an error, not the whole list
   std::printf("models (fuseops model NAME [--tokens N] [--batch B]):\n");
   for (const Model& m : models()) {
+    if (!name.empty() && m.name != name) continue;
     std::printf("  %-15s %s\n", m.name.c_str(), m.description.c_str());
     for (const Step& s : m.layer(4096, 1)) {
       const Resolved r = resolve(s, registry(), m.name);
@@ -218,16 +239,9 @@ int run_model_list() {
 int run_model(const ModelOptions& opts) { return run_model(opts, registry()); }
 
 int run_model(const ModelOptions& opts, const Registry& reg) {
-  const Model* model = nullptr;
-  std::string known;
-  for (const Model& m : models()) {
-    if (m.name == opts.name) model = &m;
-    known += (known.empty() ? "" : ", ") + m.name;
-  }
-  if (!model) throw Error(ErrorKind::invalid_argument, "model: unknown model \"" + opts.name + "\" (known: " + known + ")");
+  const Model* model = &find_model(opts.name);
   const bool cuda = use_cuda(opts.backend);
-  const uint64_t seed =
-      opts.seed_text.empty() ? testing::seed_from_env_or_clock() : testing::parse_seed("--seed", opts.seed_text);
+  const uint64_t seed = seed_option(opts.seed_text, opts.seed_given);
   const std::vector<Step> steps = model->layer(opts.tokens, opts.batch);
   std::printf("fuseops model %s: %s\n", model->name.c_str(), model->description.c_str());
   std::printf("tokens %lld per sequence, batch %lld; seed %llu; golden check of a slice of %lld rows per op on %s\n",
@@ -277,12 +291,16 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
   }
   progress.clear();
 
-  // A step is added to the layer total unless it says why not, or the op containing it is present too.
+  // A step is added to the layer total unless it ran at another shape than the requested one (a built-in case), it
+  // says why not, or the op containing it ran at the requested shape too. Rejected steps did not run.
   auto why_not_added = [&](const Row& row) -> std::string {
+    if (!at_requested_shape(row.r)) return "from " + row.r.source;
     if (!row.step->not_added.empty()) return row.step->not_added;
     if (row.step->inside_of.empty()) return "";
     for (const Row& o : rows) {
-      if (o.r.c && &o != &row && o.step->names.front() == row.step->inside_of) return "a part of " + row.step->inside_of;
+      if (&o != &row && at_requested_shape(o.r) && o.step->names.front() == row.step->inside_of) {
+        return "a part of " + row.step->inside_of;
+      }
     }
     return "";
   };
@@ -314,16 +332,15 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
                 dtype_name(r.r.c->dtype), r.check.pass ? "PASS" : "FAIL", r.check.rel_rms_error, r.us, share);
     if (!r.check.pass) std::printf("    FAIL: %s\n", r.check.detail.c_str());
     if (!added) std::printf("    not added to the layer total: %s\n", why.c_str());
-    if (!r.r.note.empty()) std::printf("    %s\n", r.r.note.c_str());
-    if (r.r.source.rfind("set ", 0) == 0) std::printf("    from %s\n", r.r.source.c_str());
     out["steps"].push_back({{"step", what}, {"op", r.r.c->op}, {"shape", r.r.c->shape}, {"dtype", dtype_name(r.r.c->dtype)},
                             {"source", r.r.source}, {"pass", r.check.pass}, {"rel_rms_error", r.check.rel_rms_error},
                             {"max_abs_error", r.check.max_abs_error}, {"detail", r.check.detail}, {"time_us", r.us},
                             {"added", added}, {"share", added && total > 0 ? r.us / total : 0.0}, {"note", r.r.note}});
   }
-  std::printf("layer total of the ops present: %.2f us (%s)\n", total, cuda ? "GPU" : "CPU, scaled; not GPU numbers");
+  std::printf("layer total of the ops present: %.2f us (%s)%s\n", total, cuda ? "GPU" : "CPU, scaled; not GPU numbers",
+              rejected.empty() ? "" : "; INCOMPLETE: without the rejected ops below");
   if (!rejected.empty()) {
-    std::printf("not run (the op's hook rejects the model's parameters and it has no built-in case):\n");
+    std::printf("rejected (the op refuses the requested size or parameters; not run, not in the total or shares):\n");
     for (const Row* r : rejected) {
       std::printf("  %-28s %s  [%s]\n    %s\n", r->step->names.front().c_str(), r->step->what.c_str(),
                   show_params(r->step->params).c_str(), r->r.note.c_str());
@@ -337,6 +354,7 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
     }
   }
   out["total_us"] = total;
+  out["complete"] = rejected.empty();  // every op of the layer that fuseops has ran at the requested shape
   if (!opts.json.empty()) {
     std::ofstream f(opts.json);
     if (!f) throw Error(ErrorKind::invalid_argument, "--json: cannot write " + opts.json);
@@ -344,7 +362,7 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
   }
   std::printf("model: %zu ops present, %zu missing, %zu rejected; check %d passed, %d failed\n", present,
               missing.size(), rejected.size(), static_cast<int>(present) - failed, failed);
-  return failed ? 1 : 0;
+  return failed || !rejected.empty() ? 1 : 0;
 }
 
 }  // namespace fuseops::cli

@@ -347,6 +347,37 @@ TEST(CaseFile, EmptyFilePointsAtLineOne) {
   EXPECT_CASE_ERROR("# nothing but a comment\n", "f.yaml:1:1", "cases", "the file is empty");
 }
 
+// A second document (after ---) was ignored: only the first one ran. It is an error at the second one's start; an
+// empty trailing document is harmless.
+TEST(CaseFile, ASecondDocumentIsAnError) {
+  const std::string one = "cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n";
+  EXPECT_CASE_ERROR(one + "---\n" + one, "f.yaml:6:1", "cases", "a second YAML document");
+  EXPECT_CASE_ERROR("---\n" + one + "---\n# more\n" + one, "f.yaml:8:1", "cases", "a second YAML document");
+  EXPECT_EQ(parse(one + "---\n").points.size(), 1u);
+  EXPECT_EQ(parse("---\n" + one + "...\n").points.size(), 1u);
+}
+
+// A list at the top level (or a scalar) printed yaml-cpp's "invalid node" without a place.
+TEST(CaseFile, TopLevelThatIsNoMapping) {
+  EXPECT_CASE_ERROR("- op: chunk_gated_delta_rule\n  seq_len: 64\n", "f.yaml:1:1", "cases", "got a list");
+  EXPECT_CASE_ERROR("just text\n", "f.yaml:1:1", "cases", "got \"just text\"");
+  EXPECT_CASE_ERROR("cases:\n  - - op: silu_and_mul\n", "f.yaml:2:5", "cases", "got a list");
+}
+
+// A quoted scalar is a string, even when it reads as a number or a boolean.
+TEST(CaseFile, QuotedScalarsAreNoNumbers) {
+  const std::string head = "cases:\n  - op: silu_and_mul\n";
+  EXPECT_CASE_ERROR(head + "    tokens: \"64\"\n    d: 8\n", "f.yaml:3:13", "tokens", "the quoted string \"64\"");
+  EXPECT_CASE_ERROR(head + "    tokens: 64\n    d: !!str 8\n", "f.yaml:4:8", "d", "expected an integer, got the quoted");
+  EXPECT_CASE_ERROR(head + "    tokens: ['4', 8]\n    d: 8\n", "f.yaml:3:14", "tokens", "the quoted string \"4\"");
+  EXPECT_CASE_ERROR(head + "    tokens: {from: 1, to: 8, mul: '2'}\n    d: 8\n", "f.yaml:3:35", "tokens.mul",
+                    "the quoted string \"2\"");
+  const std::string rope = "cases:\n  - op: rotary_embedding\n    tokens: 4\n    num_heads: 2\n    head_size: 64\n";
+  EXPECT_CASE_ERROR(rope + "    is_neox: 'true'\n", "f.yaml:6:14", "is_neox", "expected true or false, got the quoted");
+  EXPECT_CASE_ERROR(rope + "    theta: \"1e4\"\n", "f.yaml:6:12", "theta", "expected a number, got the quoted");
+  EXPECT_EQ(parse(head + "    tokens: 64\n    d: 8\n    dtype: \"bf16\"\n").points.size(), 1u);  // text may be quoted
+}
+
 TEST(CaseParams, HooksRejectUnknownAndMissingParameters) {
   const OpSpec* op = registry().find_op("silu_and_mul");
   ASSERT_NE(op, nullptr);

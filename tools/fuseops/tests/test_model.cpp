@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -38,7 +39,11 @@ class StubCase : public OpCase {
     shape = "7x7";
     rows = 7;
   }
-  CheckOutcome check(Device, int64_t, uint64_t) const override { return {}; }
+  CheckOutcome check(Device, int64_t, uint64_t) const override {
+    CheckOutcome o;
+    o.pass = true;
+    return o;
+  }
   double time_cpu_us(int64_t) const override { return 1; }
   std::unique_ptr<BenchProblem> bench() const override { return nullptr; }
 };
@@ -86,9 +91,10 @@ TEST(Model, OpsResolveByNameAtRunTime) {
   });
   const Resolved rope = resolve(step_of(steps, "rotary_embedding"), with_rope, "qwen3-next-80b");
   ASSERT_NE(rope.c, nullptr);
-  EXPECT_EQ(rope.source, "set other (its shape, not --tokens)");
+  EXPECT_EQ(rope.source, "set other (its shape, not the requested one)");
 
-  // a hook that does not take the model's parameters: noted, then the built-in case
+  // a hook that does not take the model's parameters: rejected, with the reason, and no built-in case of another shape
+  // stands in for it
   OpSpec picky;
   picky.family = "stub";
   picky.name = "rotary_embedding";
@@ -96,8 +102,22 @@ TEST(Model, OpsResolveByNameAtRunTime) {
   picky.make = [](const CaseParams&) -> std::unique_ptr<OpCase> { return std::make_unique<StubCase>("rotary_embedding"); };
   with_rope.add_op(picky);
   const Resolved r2 = resolve(step_of(steps, "rotary_embedding"), with_rope, "qwen3-next-80b");
-  ASSERT_NE(r2.c, nullptr);
+  EXPECT_EQ(r2.c, nullptr);
   EXPECT_NE(r2.note.find("rotary_embedding rejects"), std::string::npos) << r2.note;
+}
+
+// Sizes the hooks refuse (the user's `--tokens 16777216 --batch 16` and `--batch 65536`): rejected, never replaced by
+// a built-in case of another shape (RMSNorm of hidden 8192 from the norm set for Qwen3-Next's 2048).
+TEST(Model, TooBigSizesAreRejectedNotReplaced) {
+  for (const int64_t batch : {int64_t{16}, int64_t{65536}}) {
+    const auto steps = model("qwen3-next-80b").layer(int64_t{1} << 24, batch);
+    for (const char* op : {"silu_and_mul", "moe_route", "layer_norm_fwd"}) {
+      const Resolved r = resolve(step_of(steps, op), registry(), "qwen3-next-80b");
+      if (batch == 16 && std::string(op) == "layer_norm_fwd") continue;  // 2^28 x 2048 fits
+      EXPECT_EQ(r.c, nullptr) << op << " batch " << batch << " from " << r.source;
+      EXPECT_NE(r.note.find(" rejects "), std::string::npos) << op << ": " << r.note;
+    }
+  }
 }
 
 /// `fuseops model NAME --tokens T --check-rows R --backend cpu --quiet --seed 7`.
@@ -201,11 +221,8 @@ TEST(Model, DimensionsOfTheRealModels) {
   EXPECT_FALSE(std::get<bool>(step_of(d, "rotary_embedding").params.at("is_neox")));
 }
 
-// A hook that rejects the model's parameters: a "rejects" line in the table and in --json, and the op is not listed
-// as missing.
-TEST(Model, RejectionsArePrintedAndInTheJson) {
-  Registry reg;
-  register_activation_cases(reg);
+/// A rotary_embedding hook taking the parameters the models pass and rejecting them all through `make`.
+OpSpec picky_rope(std::function<std::unique_ptr<OpCase>(const CaseParams&)> make) {
   OpSpec picky;
   picky.family = "stub";
   picky.name = "rotary_embedding";
@@ -214,18 +231,28 @@ TEST(Model, RejectionsArePrintedAndInTheJson) {
   }
   picky.params.push_back(bool_param("is_neox", "", true));
   picky.params.push_back(ParamSpec{"theta", ParamKind::number, "", 1.0, {}, 0, INT64_MAX});
-  picky.make = [](const CaseParams&) -> std::unique_ptr<OpCase> { throw ParamError("head_size", "only 96 here"); };
-  reg.add_op(picky);
+  picky.make = std::move(make);
+  return picky;
+}
+
+// A hook that rejects the model's parameters: a "rejects" line in the table and in --json, and the op is not listed
+// as missing.
+TEST(Model, RejectionsArePrintedAndInTheJson) {
+  Registry reg;
+  register_activation_cases(reg);
+  reg.add_op(picky_rope([](const CaseParams&) -> std::unique_ptr<OpCase> { throw ParamError("head_size", "only 96 here"); }));
   ModelOptions o = cpu_options("llama3-8b", 4, 4);
   o.json = ::testing::TempDir() + "fuseops_model_reject.json";
   ::testing::internal::CaptureStdout();
   const int rc = run_model(o, reg);
   const std::string out = ::testing::internal::GetCapturedStdout();
-  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(rc, 1) << out;  // a requested op did not run: the layer total is incomplete
   EXPECT_NE(out.find("rotary_embedding rejects head_size: only 96 here"), std::string::npos) << out;
   EXPECT_NE(out.find("1 missing, 1 rejected"), std::string::npos) << out;  // layer_norm_fwd is not in `reg`
+  EXPECT_NE(out.find("INCOMPLETE: without the rejected ops"), std::string::npos) << out;
   std::ifstream f(o.json);
   const nlohmann::json j = nlohmann::json::parse(f);
+  EXPECT_FALSE(j["complete"].get<bool>());
   bool seen = false;
   for (const auto& s : j["steps"]) {
     if (s["op"] == "rotary_embedding") {
@@ -236,6 +263,48 @@ TEST(Model, RejectionsArePrintedAndInTheJson) {
     }
   }
   EXPECT_TRUE(seen);
+  std::remove(o.json.c_str());
+}
+
+// A rejected op with a built-in case (the old fallback) and a built-in stand-in of an op without a hook: neither is in
+// the layer total or the shares; the rejected one counts as rejected and the run fails.
+TEST(Model, StandInsAndRejectionsAreOutOfTheTotal) {
+  Registry reg;
+  register_activation_cases(reg);
+  reg.add("other", "", true, [] {
+    std::vector<std::unique_ptr<OpCase>> v;
+    v.push_back(std::make_unique<StubCase>("rotary_embedding"));
+    v.push_back(std::make_unique<StubCase>("layer_norm_fwd"));
+    return v;
+  });
+  reg.add_op(picky_rope([](const CaseParams& p) -> std::unique_ptr<OpCase> {
+    throw ParamError("tokens", "tokens " + std::to_string(p.integer("tokens")) + " is too many");
+  }));
+  ModelOptions o = cpu_options("llama3-8b", 4, 4);
+  o.json = ::testing::TempDir() + "fuseops_model_standin.json";
+  ::testing::internal::CaptureStdout();
+  const int rc = run_model(o, reg);
+  const std::string out = ::testing::internal::GetCapturedStdout();
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("0 missing, 1 rejected"), std::string::npos) << out;
+  EXPECT_NE(out.find("not added to the layer total: from set other (its shape, not the requested one)"),
+            std::string::npos) << out;
+  std::ifstream f(o.json);
+  const nlohmann::json j = nlohmann::json::parse(f);
+  double added_us = 0;
+  for (const auto& s : j["steps"]) {
+    if (s["op"] == "rotary_embedding") {
+      EXPECT_TRUE(s["rejected"].get<bool>());
+      EXPECT_FALSE(s.contains("time_us"));  // not run
+    } else if (s["op"] == "layer_norm_fwd") {
+      EXPECT_FALSE(s["added"].get<bool>());
+      EXPECT_EQ(s["share"].get<double>(), 0.0);
+    } else if (s["added"].get<bool>()) {
+      added_us += s["time_us"].get<double>();
+    }
+  }
+  EXPECT_DOUBLE_EQ(j["total_us"].get<double>(), added_us);
+  EXPECT_GT(added_us, 0.0);
   std::remove(o.json.c_str());
 }
 

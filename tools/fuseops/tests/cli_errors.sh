@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The command line's answers to mistakes, exit status and message (what GoogleTest cannot see: main() and CLI11).
+#   cli_errors.sh FUSEOPS WORK_DIR
+# Each `expect STATUS TEXT -- COMMAND...` runs the command and fails unless it exits with STATUS and its output
+# (stdout + stderr) contains TEXT.
+set -uo pipefail
+fuseops=$1 work=$2
+mkdir -p "$work"
+failed=0
+
+expect() {
+  local status=$1 text=$2
+  shift 3
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [ "$rc" -ne "$status" ] || [[ "$out" != *"$text"* ]]; then
+    echo "FAIL: $* -> exit $rc (expected $status), output:"
+    echo "$out" | tail -n 5
+    echo "  (expected to contain: $text)"
+    failed=1
+  else
+    echo "ok: $*"
+  fi
+}
+
+# an unknown subcommand is named, with the valid ones (CLI11 said only "A subcommand is required")
+expect 2 'unknown subcommand "bogus" (valid: list, check, bench, chart, model' -- "$fuseops" bogus
+expect 2 'A subcommand is required' -- "$fuseops"
+# model --list NAME lists that model only; an unknown NAME is an error
+out=$("$fuseops" model --list llama3-8b)
+if [[ "$out" != *llama3-8b* ]] || [[ "$out" == *deepseek-v3* ]]; then echo "FAIL: model --list llama3-8b: $out"; failed=1; fi
+expect 2 'unknown model "gpt"' -- "$fuseops" model --list gpt
+# seeds are decimal; FUSEOPS_SEED= (empty) counts as unset
+expect 2 '--seed: expected a decimal integer seed in [0, 2^64 - 1], got "0x10"' -- \
+  "$fuseops" check --set norm --seed 0x10
+expect 0 'seed 10 (replay with --seed 10)' -- "$fuseops" check --set norm --cpu-rows 2 --quiet --seed 010
+expect 0 'seed 10 (replay with --seed 10)' -- env FUSEOPS_SEED=010 "$fuseops" check --set norm --cpu-rows 2 --quiet
+expect 2 'FUSEOPS_SEED: expected a decimal integer seed' -- env FUSEOPS_SEED=0x10 "$fuseops" check --set norm
+expect 0 'check: 10 passed, 0 failed' -- env FUSEOPS_SEED= "$fuseops" check --set norm --cpu-rows 2 --quiet
+expect 2 '--seed: expected a decimal integer seed in [0, 2^64 - 1], got ""' -- "$fuseops" check --set norm --seed ''
+# --filter takes the public op name (fuseops list) as well as the printed one
+expect 0 'check: 10 passed' -- "$fuseops" check --set norm --filter layer_norm_fwd --cpu-rows 2 --quiet
+# a size an op refuses: the op is rejected, out of the total, and the run fails
+expect 1 '0 missing, 3 rejected' -- "$fuseops" model llama3-8b --tokens 16777216 --batch 65536 --check-rows 2 --quiet
+# outputs never overwrite an input or each other
+printf '{"results": []}\n' > "$work/b.json"
+expect 2 '--svg: '"$work"'/b.json is the same file as the input --from' -- \
+  "$fuseops" chart --from "$work/b.json" --svg "$work/b.json"
+expect 2 'is the same file as the output --svg' -- "$fuseops" chart --from "$work/b.json" --svg "$work/x" --html "$work/x"
+expect 2 '--note: expected one line of text' -- "$fuseops" bench --backend cpu --set norm --note $'a\nb'
+exit $failed

@@ -1,0 +1,151 @@
+// What `check` and `bench` select (--filter on printed and public op names), and the files a command reads and writes:
+// no output may overwrite an input or another output; --note is one line.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "cases.h"
+#include "chart.h"
+#include "commands.h"
+#include "fuseops/error.h"
+#include "paths.h"
+
+namespace fuseops::cli {
+namespace {
+
+/// The cases of built-in set `set` that --filter `filter` selects, and how many the set has.
+std::pair<std::size_t, std::size_t> filtered(const std::string& set, const std::string& filter) {
+  Options o;
+  o.filter = filter;
+  std::size_t n = 0, picked = 0;
+  for (const CaseFactory& f : registry().find(set)->factories) {
+    for (const auto& c : f()) {
+      ++n;
+      picked += selected(*c, o, registry()) ? 1 : 0;
+    }
+  }
+  return {picked, n};
+}
+
+// `fuseops list` and the README show public names (chunk_gated_delta_rule_fwd_kkt_solve, layer_norm_fwd); the rows
+// print the cases' names (kkt_solve, rms_norm): --filter takes either.
+TEST(Filter, MatchesPublicAndPrintedOpNames) {
+  for (const auto& [set, filter] : {std::pair{"gdn-kkt-solve", "chunk_gated_delta_rule_fwd_kkt_solve"},
+                                    std::pair{"gdn-kkt-solve", "kkt_solve"}, std::pair{"norm", "layer_norm_fwd"},
+                                    std::pair{"norm", "norm"}}) {
+    const auto [picked, n] = filtered(set, filter);
+    EXPECT_GT(n, 0u) << set;
+    EXPECT_EQ(picked, n) << set << " --filter " << filter;
+  }
+  EXPECT_EQ(filtered("norm", "no_such_op").first, 0u);
+  EXPECT_EQ(filtered("norm", "layer_norm,gate").first, 2u);  // the printed name with its variant marks
+  EXPECT_EQ(filtered("gdn-kkt-solve", "layer_norm_fwd").first, 0u);
+}
+
+/// A fresh empty folder for one test.
+std::string temp_dir(const std::string& name) {
+  const std::string d = ::testing::TempDir() + "fuseops_" + name;
+  std::filesystem::remove_all(d);
+  std::filesystem::create_directories(d + "/sub");
+  return d;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+/// The message of the Error `f` throws ("" when it does not throw).
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Paths, SameFileByCanonicalOrNormalisedPath) {
+  const std::string d = temp_dir("paths");
+  std::ofstream(d + "/a.json") << "{}";
+  std::filesystem::create_symlink(d + "/a.json", d + "/link.json");
+  EXPECT_TRUE(same_file(d + "/a.json", d + "/sub/../a.json"));
+  EXPECT_TRUE(same_file(d + "/a.json", d + "/./link.json"));          // both exist: the same file
+  EXPECT_TRUE(same_file(d + "/new.svg", d + "/sub/../new.svg"));     // neither exists: normalised paths
+  EXPECT_TRUE(same_file(d + "/sub/new.svg", d + "/sub//new.svg"));
+  EXPECT_FALSE(same_file(d + "/a.json", d + "/new.svg"));
+  EXPECT_FALSE(same_file(d + "/new.svg", d + "/new.html"));
+  const std::string msg = error_of([&] {
+    check_distinct_files({{"--from", d + "/a.json"}}, {{"--svg", d + "/x.svg"}, {"--html", d + "/sub/../x.svg"}});
+  });
+  EXPECT_NE(msg.find("--html: " + d + "/sub/../x.svg is the same file as the output --svg"), std::string::npos) << msg;
+  EXPECT_EQ(error_of([&] { check_distinct_files({{"--from", d + "/a.json"}}, {{"--svg", ""}, {"--html", ""}}); }), "");
+  std::filesystem::remove_all(d);
+}
+
+// `chart --from b.json --svg b.json` replaced the results with the chart; `--svg x --html x` wrote both to one file.
+TEST(Paths, ChartNeverOverwritesItsInputOrWritesTwiceToOneFile) {
+  const std::string d = temp_dir("chart_paths");
+  const std::string from = d + "/b.json";
+  const std::string results = R"({"command": "bench", "backend": "cpu", "ceiling_tbps": 0.01,
+    "results": [{"set": "s", "op": "silu_and_mul", "shape": "8x8", "dtype": "f32", "bytes": 512, "cpu_us": 1.0}]})";
+  std::ofstream(from) << results;
+  std::string msg = error_of([&] { run_chart(from, from, ""); });
+  EXPECT_NE(msg.find("--svg: " + from + " is the same file as the input --from"), std::string::npos) << msg;
+  msg = error_of([&] { run_chart(from, "", d + "/sub/../b.json"); });
+  EXPECT_NE(msg.find("--html:"), std::string::npos) << msg;
+  msg = error_of([&] { run_chart(from, d + "/x", d + "/x"); });
+  EXPECT_NE(msg.find("--html: " + d + "/x is the same file as the output --svg"), std::string::npos) << msg;
+  EXPECT_EQ(read(from), results);
+  EXPECT_FALSE(std::filesystem::exists(d + "/x"));
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(run_chart(from, d + "/x.svg", d + "/x.html"), 0);
+  ::testing::internal::GetCapturedStdout();
+  std::filesystem::remove_all(d);
+}
+
+// bench's four outputs and its case files: all distinct, checked before any case runs.
+TEST(Paths, BenchOutputsAreDistinctFromEachOtherAndTheCaseFiles) {
+  const std::string d = temp_dir("bench_paths");
+  const std::string cases = d + "/c.yaml";
+  const std::string text = "cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n";
+  std::ofstream(cases) << text;
+  Options o;
+  o.backend = "cpu";
+  o.quiet = true;
+  o.cases = {cases};
+  o.json = cases;
+  std::string msg = error_of([&] { run_bench(o); });
+  EXPECT_NE(msg.find("--json: " + cases + " is the same file as the input --cases"), std::string::npos) << msg;
+  EXPECT_NE(error_of([&] { run_check(o); }).find("--json:"), std::string::npos);
+  o.json = d + "/r.json";
+  o.md = d + "/r.md";
+  o.html = d + "/./r.md";
+  msg = error_of([&] { run_bench(o); });
+  EXPECT_NE(msg.find("--html: " + d + "/./r.md is the same file as the output --md"), std::string::npos) << msg;
+  EXPECT_EQ(read(cases), text);
+  std::filesystem::remove_all(d);
+}
+
+// A newline in --note added lines (and table rows) to the Markdown.
+TEST(Note, IsOneLineOfText) {
+  Options o;
+  o.backend = "cpu";
+  o.note = "commit abc\n| x | y |";
+  const std::string msg = error_of([&] { run_bench(o); });
+  EXPECT_NE(msg.find("--note: expected one line of text, got the control character 0x0a at position 10"),
+            std::string::npos) << msg;
+  o.note = "tab\there";
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("0x09"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace fuseops::cli
