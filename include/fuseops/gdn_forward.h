@@ -19,8 +19,11 @@
 // State layout [N, HV, K, V] (FLA's default; `state_v_first` is not supported). Every op writes every element of
 // its outputs that is defined, never synchronises with the host and is capturable in a CUDA graph.
 //
-// Errors: fuseops::Error (invalid_argument) naming the argument for a bad rank, shape, dtype, device, stride, overlap
-// or chunk size; unsupported for CUDA tensors in a build without CUDA.
+// Float scalars (scale, softplus_beta, softplus_threshold) are used in fp32: each must be finite in fp32 (|x| <=
+// 3.4e38) and not a nonzero value that rounds to 0 there (|x| <= 7e-46); 0 itself is valid.
+//
+// Errors: fuseops::Error (invalid_argument) naming the argument for a bad rank, shape, dtype, device, stride, overlap,
+// chunk size or float scalar; unsupported for CUDA tensors in a build without CUDA.
 #pragma once
 
 #include <cstddef>

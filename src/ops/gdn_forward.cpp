@@ -143,10 +143,9 @@ GdnIn vector_view(const TensorView& t) {  // [HV] as (0, 0, stride)
   return r;
 }
 
-double default_scale(const char* op, std::optional<double> scale, int64_t K) {
-  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(K)));
-  if (!std::isfinite(s)) fail_argument(op, "scale", "a finite value", std::to_string(s));
-  return s;
+/// scale as the kernels use it (fp32); none: K^-0.5.
+float default_scale(const char* op, std::optional<double> scale, int64_t K) {
+  return fp32_argument(op, "scale", scale.value_or(1.0 / std::sqrt(static_cast<double>(K))));
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -318,8 +317,8 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
     fail_argument(op, "v_new", "the value heads of g and h, HV = " + std::to_string(g->shape[2]), v_new.shape_str());
   }
   check_cumsum_g(op, g, B, T, HV);
-  if (!std::isfinite(scale)) fail_argument(op, "scale", "a finite value", number_text(scale));
   FwdOArgs a;
+  a.scale = fp32_argument(op, "scale", scale);
   a.geo = geometry(B, T, H, HV, K, chunk_size);
   const Device device = common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v_new", &v_new}, {"h", &h}});
   if (g) common_device(op, {{"q", &q}, {"g", g}});
@@ -340,7 +339,6 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
   if (g) a.g = in_view(*g);
   a.h = states_view(h);
   a.o = out_view(o);
-  a.scale = static_cast<float>(scale);
   if (o.numel() == 0) return;
   FUSEOPS_GDN_RUN(op, device, stream, chunk_fwd_o, a);
 }
@@ -405,7 +403,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   if (initial_state) check_state(op, "initial_state", *initial_state, kFloat, d.N, d.HV, d.K, d.V);
   check_output(op, "o", o, {q.dtype}, {d.B, d.T, d.HV, d.V}, "[B, T, HV, V]");
   if (final_state) check_state(op, "final_state", *final_state, {DType::f32}, d.N, d.HV, d.K, d.V);
-  const double s = default_scale(op, scale, d.K);
+  const float s = default_scale(op, scale, d.K);
   const Device device =
       common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", &g}, {"beta", &beta}, {"workspace", &workspace}});
   if (initial_state) common_device(op, {{"q", &q}, {"initial_state", initial_state}});
@@ -510,7 +508,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   oa.g = ha.g;
   oa.h = ha.h;
   oa.o = out_view(o);
-  oa.scale = static_cast<float>(s);
+  oa.scale = s;
   FUSEOPS_GDN_RUN(op, device, stream, chunk_fwd_o, oa);
 }
 
@@ -536,7 +534,7 @@ Device check_decode(const char* op, const TensorView& o, const TensorView& q, co
   a.k = in_view(k);
   a.v = in_view(v);
   a.o = out_view(o);
-  a.scale = static_cast<float>(default_scale(op, scale, K));
+  a.scale = default_scale(op, scale, K);
   a.l2norm = l2norm;
   return device;
 }
@@ -670,12 +668,8 @@ void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool,
   }
   a.A_log = vector_view(A_log);
   a.dt_bias = vector_view(dt_bias);
-  if (!(softplus_beta > 0) || !std::isfinite(softplus_beta)) {
-    fail_argument(op, "softplus_beta", "a finite value > 0", std::to_string(softplus_beta));
-  }
-  if (std::isnan(softplus_threshold)) fail_argument(op, "softplus_threshold", "a number", "nan");
-  a.softplus_beta = static_cast<float>(softplus_beta);
-  a.softplus_threshold = static_cast<float>(softplus_threshold);
+  a.softplus_beta = fp32_argument(op, "softplus_beta", softplus_beta, "> 0", softplus_beta > 0);
+  a.softplus_threshold = fp32_argument(op, "softplus_threshold", softplus_threshold);
   check_pool(op, state_pool, ssm_state_indices, num_accepted_tokens, device, a);
   check_outputs_disjoint(op, {{"o", &o}, {"state_pool", &state_pool}},
                          {{"o", &o}, {"state_pool", &state_pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"a", &a_in},

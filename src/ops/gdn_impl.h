@@ -50,7 +50,7 @@ struct CumsumArgs {
   GdnOut out;
   bool reverse = false;
   bool has_scale = false;
-  double scale = 1.0;
+  float scale = 1.f;  ///< validated in fp32 (fp32_argument)
 };
 
 namespace cpu {

@@ -239,5 +239,45 @@ TEST(GdnForwardErrors, Decode) {
                    sg, "softplus_beta");
 }
 
+// Float scalars are used in fp32: a value outside fp32's range (inf there) or a nonzero value that rounds to 0 there is
+// an error naming the op and the argument, not an output of inf or a silent 0. 0 itself is valid.
+TEST(GdnForwardErrors, ScalarsMustBeFp32) {
+  Valid x;
+  TensorView ht = x.ht.view(), h0 = x.h0.view(), g = x.g.view(), beta = x.beta.view();
+  for (double bad : {1e300, 1e39, -1e39, 1e-300, -1e-50, std::nan("")}) {
+    SCOPED_TRACE(bad);
+    EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                     x.beta.view(), bad, &h0, false, nullptr, x.ws.view(), 16),
+                     "chunk_gated_delta_rule", "scale", "finite in fp32");
+    EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), x.k.view(), x.vn.view(), x.h.view(), &g, bad, 16),
+                     "chunk_fwd_o", "scale", "finite in fp32");
+    EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(),
+                                                               &g, &beta, bad, &h0),
+                     "fused_recurrent_gated_delta_rule", "scale", "finite in fp32");
+    EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(),
+                                                                      x.k.view(), x.v.view(), &g, &beta, bad,
+                                                                      x.idx.view()),
+                     "fused_recurrent_gated_delta_rule_update", "scale", "finite in fp32");
+    auto gating = [&](double scale, double sp_beta, double sp_threshold) {
+      fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(), x.g.view(),
+                                                      x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),
+                                                      x.beta.view(), scale, x.idx.view(), nullptr, false, nullptr,
+                                                      sp_beta, sp_threshold);
+    };
+    const char* sg = "fused_sigmoid_gating_delta_rule_update";
+    EXPECT_ARG_ERROR(gating(bad, 1.0, 20.0), sg, "scale", "finite in fp32");
+    EXPECT_ARG_ERROR(gating(0.25, std::fabs(bad), 20.0), sg, "softplus_beta", "> 0", "finite in fp32");
+    EXPECT_ARG_ERROR(gating(0.25, 1.0, bad), sg, "softplus_threshold", "finite in fp32");
+  }
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                   x.beta.view(), 1e39, &h0, false, nullptr, x.ws.view(), 16),
+                   "chunk_gated_delta_rule", "scale", "got 1e+39");  // the number given, not fp32's inf
+  EXPECT_NO_THROW(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                  x.beta.view(), 0.0, &h0, false, nullptr, x.ws.view(), 16));
+  EXPECT_NO_THROW(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), x.k.view(), x.vn.view(), x.h.view(), &g, 3e38, 16));
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g,
+                                                            &beta, 1e-40, &h0));  // an fp32 subnormal: kept
+}
+
 }  // namespace
 }  // namespace fuseops_test::gdn_forward
