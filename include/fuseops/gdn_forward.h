@@ -37,7 +37,8 @@ namespace fuseops {
 /// Number of per-chunk state slots NS of `h` for chunk_gated_delta_rule_fwd_h / chunk_fwd_o: ceil(T / BT) per batch
 /// row without cu_seqlens; with cu_seqlens (B = 1, N sequences) N + ceil(T / BT) slots, an upper bound on the chunk
 /// count found without reading cu_seqlens (chunk 0 of sequence n is slot n; chunk c >= 1 starting at token t is slot
-/// N + (t - 1) / BT; other slots are not written).
+/// N + (t - 1) / BT; other slots are not written). Error (invalid_argument) naming T or N when negative, and N
+/// when N + ceil(T / BT) does not fit in int64.
 int64_t gdn_chunk_slots(int64_t T, int64_t N, int64_t chunk_size, bool varlen);
 
 /// w = Ai (beta * exp(g) * k), u = Ai (beta * v), chunk by chunk (the WY representation).
@@ -67,7 +68,8 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
                  double scale, int64_t chunk_size = 64, const TensorView* cu_seqlens = nullptr, Stream stream = {});
 
 /// Bytes of device (or host, for CPU tensors) scratch memory chunk_gated_delta_rule needs for these arguments.
-/// Validates them as chunk_gated_delta_rule does (Error naming chunk_gated_delta_rule_workspace_size and the argument).
+/// Validates them as chunk_gated_delta_rule does (Error naming chunk_gated_delta_rule_workspace_size and the argument:
+/// cu_seqlens when its sequence count alone takes the size past 64 bits, else q).
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
                                                   const TensorView* cu_seqlens = nullptr,
                                                   bool use_qk_l2norm_in_kernel = false, int64_t chunk_size = 64);

@@ -7,6 +7,7 @@
 #include "core/validate.h"
 #include "cuda/device_error.h"
 #include "fuseops/gdn_forward.h"
+#include "common/gdn_chunks.h"
 #include "ops/gdn_forward_impl.h"
 #include "ops/gdn_impl.h"
 #include "ops/gdn_validate.h"
@@ -148,6 +149,21 @@ float default_scale(const char* op, std::optional<double> scale, int64_t K) {
   return fp32_argument(op, "scale", scale.value_or(1.0 / std::sqrt(static_cast<double>(K))));
 }
 
+/// gdn_chunk_slots for `op`: a slot count past int64 (N + ceil(T / BT) with cu_seqlens) is an error naming `n_name`
+/// (the argument that gave N: ceil(T / BT) <= T fits).
+int64_t chunk_slots(const char* op, const char* n_name, int64_t T, int64_t N, int64_t chunk_size, bool varlen) {
+  check_chunk_size(op, chunk_size);
+  if (T < 0) fail_argument(op, "T", ">= 0", to_string(T));
+  if (N < 0) fail_argument(op, n_name, "N >= 0", to_string(N));
+  const int64_t per_row = chunks_of(T, chunk_size);
+  int64_t slots = per_row;
+  if (varlen && __builtin_add_overflow(N, per_row, &slots)) {
+    fail_argument(op, n_name, "N sequences with N + ceil(T / chunk_size) chunk slots within int64",
+                  "N = " + to_string(N) + " with T = " + to_string(T));
+  }
+  return slots;
+}
+
 // ------------------------------------------------------------------------------------------------------------
 // Workspace of chunk_gated_delta_rule
 
@@ -156,21 +172,29 @@ struct FwdLayout {
 };
 
 /// Byte offsets of the intermediates (each 256-byte aligned). Intermediates are stored in the input dtype (as FLA
-/// does); gcum in f32. A size past 64 bits is an argument error of `op` naming q (the sizes come from q and v).
-FwdLayout fwd_layout(const char* op, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, int64_t NS,
-                     int64_t BT, DType dtype, bool l2norm) {
+/// does); gcum in f32. A size past 64 bits is an argument error of `op` naming q (the sizes come from q and v), or
+/// cu_seqlens when its sequence count N alone takes the chunk states h past 64 bits (NS = N + ceil(T / BT) slots).
+FwdLayout fwd_layout(const char* op, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, int64_t N,
+                     int64_t NS, int64_t BT, DType dtype, bool l2norm, bool varlen) {
   const int64_t e = static_cast<int64_t>(dtype_size(dtype));
   FwdLayout L;
   int64_t at = 0;
-  auto take = [&](std::initializer_list<int64_t> sizes, int64_t elem) {
-    int64_t bytes = elem;
+  // elem * sizes rounded up to 256 bytes, added at `at`: the new end, or -1 past 64 bits
+  auto end_after = [&](std::initializer_list<int64_t> sizes, int64_t elem) {
+    int64_t bytes = elem, end = 0;
     bool overflow = false;
     for (int64_t d : sizes) overflow = overflow || __builtin_mul_overflow(bytes, d, &bytes);
-    const int64_t off = at;
     overflow = overflow || __builtin_add_overflow(bytes, int64_t{255}, &bytes) ||
-               __builtin_add_overflow(at, bytes / 256 * 256, &at);
-    if (overflow) fail_argument(op, "q", "sizes whose workspace fits in 64 bits", "B T H K HV V = " +
-                                dims({B, T, H, K, HV, V}));
+               __builtin_add_overflow(at, bytes / 256 * 256, &end);
+    return overflow ? int64_t{-1} : end;
+  };
+  auto take = [&](std::initializer_list<int64_t> sizes, int64_t elem) {
+    const int64_t end = end_after(sizes, elem);
+    if (end < 0) {
+      fail_argument(op, "q", "sizes whose workspace fits in 64 bits", "B T H K HV V = " + dims({B, T, H, K, HV, V}));
+    }
+    const int64_t off = at;
+    at = end;
     return static_cast<std::size_t>(off);
   };
   if (l2norm) {
@@ -182,6 +206,10 @@ FwdLayout fwd_layout(const char* op, int64_t B, int64_t T, int64_t H, int64_t HV
   L.w = take({B, T, HV, K}, e);
   L.u = take({B, T, HV, V}, e);
   L.v_new = take({B, T, HV, V}, e);
+  if (varlen && end_after({B, NS, HV, K, V}, e) < 0 && end_after({B, NS - N, HV, K, V}, e) >= 0) {
+    fail_argument(op, "cu_seqlens", "N sequences whose chunk states (workspace) fit in 64 bits",
+                  "N = " + to_string(N) + " (B T H K HV V = " + dims({B, T, H, K, HV, V}) + ")");
+  }
   L.h = take({B, NS, HV, K, V}, e);
   L.total = static_cast<std::size_t>(at);
   return L;
@@ -212,11 +240,7 @@ GdnIn as_in(const GdnOut& o) {
 }  // namespace detail
 
 int64_t gdn_chunk_slots(int64_t T, int64_t N, int64_t chunk_size, bool varlen) {
-  detail::check_chunk_size("gdn_chunk_slots", chunk_size);
-  if (T < 0) detail::fail_argument("gdn_chunk_slots", "T", ">= 0", std::to_string(T));
-  if (N < 0) detail::fail_argument("gdn_chunk_slots", "N", ">= 0", std::to_string(N));
-  const int64_t per_row = (T + chunk_size - 1) / chunk_size;
-  return varlen ? N + per_row : per_row;
+  return detail::chunk_slots("gdn_chunk_slots", "N", T, N, chunk_size, varlen);
 }
 
 void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, TensorView beta, TensorView A,
@@ -279,7 +303,7 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   const Device device = common_device(op, {{"k", &k}, {"w", &w}, {"u", &u}});
   attach_cu_seqlens(op, cu_seqlens, device, a.geo);
   const int64_t N = a.geo.N;
-  const int64_t NS = gdn_chunk_slots(T, N, chunk_size, cu_seqlens != nullptr);
+  const int64_t NS = chunk_slots(op, "cu_seqlens", T, N, chunk_size, cu_seqlens != nullptr);
   check_output(op, "h", h, kFloat, {B, NS, HV, K, V}, "[B, NS, HV, K, V]");
   check_output(op, "v_new", v_new, kFloat, {B, T, HV, V}, "[B, T, HV, V]");
   if (final_state) check_state(op, "final_state", *final_state, {DType::f32}, N, HV, K, V);
@@ -323,7 +347,7 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
   const Device device = common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v_new", &v_new}, {"h", &h}});
   if (g) common_device(op, {{"q", &q}, {"g", g}});
   attach_cu_seqlens(op, cu_seqlens, device, a.geo);
-  const int64_t NS = gdn_chunk_slots(T, a.geo.N, chunk_size, cu_seqlens != nullptr);
+  const int64_t NS = chunk_slots(op, "cu_seqlens", T, a.geo.N, chunk_size, cu_seqlens != nullptr);
   check_dtype(op, "h", h, kFloat);
   if (h.rank != 5 || h.shape[0] != B || h.shape[1] != NS || h.shape[2] != HV || h.shape[3] != K || h.shape[4] != V) {
     fail_argument(op, "h", "shape [B, NS, HV, K, V] = " + dims({B, NS, HV, K, V}), h.shape_str());
@@ -364,7 +388,7 @@ FwdDims forward_dims(const char* op, const TensorView& q, const TensorView& v, c
     if (cu->rank != 1 || cu->shape[0] < 1) fail_argument(op, "cu_seqlens", "rank 1 [N+1] with N >= 0", cu->shape_str());
     d.N = cu->shape[0] - 1;
   }
-  d.NS = gdn_chunk_slots(d.T, d.N, BT, cu != nullptr);
+  d.NS = chunk_slots(op, "cu_seqlens", d.T, d.N, BT, cu != nullptr);
   return d;
 }
 
@@ -376,7 +400,9 @@ std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const Tens
                                                       int64_t chunk_size) {
   using namespace detail;
   const FwdDims d = forward_dims(op, q, v, cu_seqlens, chunk_size);
-  return fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel).total;
+  return fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.N, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel,
+                    cu_seqlens != nullptr)
+      .total;
 }
 
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
@@ -411,7 +437,8 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   GdnGeometry geo = geometry(d.B, d.T, d.H, d.HV, d.K, chunk_size);
   attach_cu_seqlens(op, cu_seqlens, device, geo);
   const FwdLayout L =
-      fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel);
+      fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.N, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel,
+                 cu_seqlens != nullptr);
   if (!workspace.is_contiguous()) fail_argument(op, "workspace", "a contiguous tensor", "strided");
   const std::size_t ws_bytes = static_cast<std::size_t>(workspace.numel()) * dtype_size(workspace.dtype);
   if (ws_bytes < L.total) {

@@ -1,5 +1,6 @@
 // Error paths of the GDN forward ops: every bad argument raises fuseops::Error naming the op and the argument, before
 // anything is written.
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -127,6 +128,26 @@ TEST(GdnForwardErrors, WorkspaceQuery) {
                    "chunk_gated_delta_rule_workspace_size", "q", "fits in 64 bits");
   EXPECT_ARG_ERROR(fuseops::gdn_chunk_slots(-5, 1, 64, false), "gdn_chunk_slots", "T");
   EXPECT_ARG_ERROR(fuseops::gdn_chunk_slots(10, -3, 64, true), "gdn_chunk_slots", "N");
+}
+
+// Slot counts and workspace sizes near INT64_MAX: exact where they fit, an error naming the cause where they do not
+// (no signed overflow: (T + BT - 1) / BT and N + ceil(T / BT) wrapped before).
+TEST(GdnForwardErrors, SizesNearInt64Max) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(fuseops::gdn_chunk_slots(kMax, 0, 16, false), kMax / 16 + 1);
+  EXPECT_EQ(fuseops::gdn_chunk_slots(kMax - 63, 7, 64, true), 7 + kMax / 64);
+  EXPECT_EQ(fuseops::gdn_chunk_slots(kMax, kMax - kMax / 16 - 1, 16, true), kMax);
+  EXPECT_ARG_ERROR(fuseops::gdn_chunk_slots(kMax, kMax, 16, true), "gdn_chunk_slots", "N", "within int64");
+  EXPECT_ARG_ERROR(fuseops::gdn_chunk_slots(kMax, kMax - kMax / 16, 16, true), "gdn_chunk_slots", "N");
+  // cu_seqlens whose N alone takes the chunk slots (or the chunk states' bytes) past 64 bits: named, not q
+  Valid x;
+  std::vector<int32_t> cu_buf(4);
+  for (int64_t n1 : {kMax, int64_t{1} << 62, int64_t{1} << 56}) {
+    SCOPED_TRACE(n1);
+    const TensorView cu(cu_buf.data(), i32, fuseops::Device::cpu(), {n1});
+    EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size(x.q.view(), x.v.view(), &cu, true, 16),
+                     "chunk_gated_delta_rule_workspace_size", "cu_seqlens", "fit");
+  }
 }
 
 TEST(GdnForwardErrors, Stages) {
