@@ -14,8 +14,10 @@
 // starting at token bos covers tokens [bos + c*BT, min(bos + (c+1)*BT, eos)); chunks never cross sequences.
 // cu_seqlens is read on the device without a host synchronisation (the ops are capturable in CUDA graphs). A
 // malformed cu_seqlens (first != 0, decreasing, last != T) never causes an out-of-bounds access: the op records it in
-// the device error record (check_errors()), runs each sequence on its bounds clamped into [0, T], and leaves rows
-// outside every sequence's clamped range unwritten (docs/ops/gdn.md, "Variable length").
+// the device error record, runs each sequence on its bounds clamped into [0, T], leaves rows outside every sequence's
+// clamped range unwritten (docs/ops/gdn.md, "Variable length") and returns normally, on the CPU backend too (which
+// checks the values as it runs but records them the same way, to match CUDA). Only fuseops::check_errors() raises the
+// record (Error of kind device_value); call it after the op (or set FUSEOPS_DEBUG=1) to learn about bad values.
 //
 // Errors: fuseops::Error (invalid_argument) naming the argument for a bad rank, shape, dtype, device, stride or
 // chunk size; unsupported for CUDA tensors in a build without CUDA.

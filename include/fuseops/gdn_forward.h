@@ -112,7 +112,8 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
 ///    (column 0 without num_accepted_tokens) and writes the state after its token t to slot ssm_state_indices[n, t].
 /// Index -1 is a padding slot: nothing is read (a padding start slot: the sequence's o rows are written as 0 and no
 /// state is written) or written there. An index < -1 or >= S, a num_accepted_tokens outside [1, Tmax] or a sequence
-/// longer than Tmax is recorded in the device error record (check_errors()) and treated as padding.
+/// longer than Tmax is recorded in the device error record and treated as padding; the op returns normally (on the
+/// CPU backend as on CUDA) and only fuseops::check_errors() raises the record (see fuseops/error.h).
 /// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. Other arguments as in
 /// fused_recurrent_gated_delta_rule. Sequences must not read a slot another sequence writes in the same call.
 void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool, TensorView q, TensorView k,
