@@ -23,7 +23,9 @@
 // 3.4e38) and not a nonzero value that rounds to 0 there (|x| <= 7e-46); 0 itself is valid.
 //
 // Errors: fuseops::Error (invalid_argument) naming the argument for a bad rank, shape, dtype, device, stride, overlap,
-// chunk size or float scalar; unsupported for CUDA tensors in a build without CUDA.
+// chunk size or float scalar; unsupported for CUDA tensors in a build without CUDA. A shape mismatch names the argument
+// that disagrees with the others: q defines B, T, H, K (as FLA) and k must match it, unless k fits v and q does not
+// (then q is named); v is named when the per-head tensors beside it (g and beta, a and b, g and h) agree against it.
 #pragma once
 
 #include <cstddef>

@@ -93,16 +93,40 @@ struct QkvDims {
   int64_t B, T, H, HV, K, V;
 };
 
-/// q, k [B, T, H, K] and v (named `v_name`) [B, T, HV, V] with HV a multiple of H, in this order.
+/// Whether x [B, T, H, K] fits the values v [B, T, HV, V]: both rank 4, the same B and T, H >= 1 dividing HV.
+bool fits_values(const TensorView& x, const TensorView& v) {
+  return x.rank == 4 && v.rank == 4 && x.shape[0] == v.shape[0] && x.shape[1] == v.shape[1] && x.shape[2] >= 1 &&
+         v.shape[2] % x.shape[2] == 0;
+}
+
+/// q, k [B, T, H, K] (one shape) and v (named `v_name`) [B, T, HV, V] with HV a multiple of H. q defines B, T, H, K
+/// (as FLA) and k must match it, unless k fits v and q does not: then q is the argument that disagrees with the others
+/// and the error names it (against k's shape). A v that fits neither is named.
 QkvDims check_qkv(const char* op, const TensorView& q, const TensorView& k, const TensorView& v, const char* v_name) {
-  check_input4(op, "q", q, -1, -1, -1, -1, "[B, T, H, K]");
-  check_head_dim(op, "q", q);
-  const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3];
-  check_input4(op, "k", k, B, T, H, K, "[B, T, H, K]");
+  const bool q_odd = !fits_values(q, v) && fits_values(k, v);
+  const TensorView& ref = q_odd ? k : q;
+  const TensorView& other = q_odd ? q : k;
+  const char* ref_name = q_odd ? "k" : "q";
+  check_input4(op, ref_name, ref, -1, -1, -1, -1, "[B, T, H, K]");
+  check_head_dim(op, ref_name, ref);
+  const int64_t B = ref.shape[0], T = ref.shape[1], H = ref.shape[2], K = ref.shape[3];
+  check_input4(op, q_odd ? "q" : "k", other, B, T, H, K, q_odd ? "[B, T, H, K] of k" : "[B, T, H, K] of q");
   check_input4(op, v_name, v, B, T, -1, -1, "[B, T, HV, V]");
   check_head_dim(op, v_name, v);
   check_grouping(op, v_name, v.shape[2], H);
   return {B, T, H, v.shape[2], K, v.shape[3]};
+}
+
+/// When the per-head tensors `a` and `b` (null: absent) agree on a value-head count (dim 2) that `v` (dim 2) does not
+/// have, v is the argument that disagrees with the others: an error naming it (else each is checked against v).
+void check_value_heads(const char* op, const char* v_name, const TensorView& v, const char* a_name,
+                       const TensorView* a, const char* b_name, const TensorView* b) {
+  if (!a || !b || v.rank < 3 || a->rank < 3 || b->rank < 3) return;
+  const int64_t HV = a->shape[2];
+  if (b->shape[2] == HV && v.shape[2] != HV) {
+    fail_argument(op, v_name, std::string("the value heads of ") + a_name + " and " + b_name + ", HV = " + to_string(HV),
+                  v.shape_str());
+  }
 }
 
 /// Every pair (output, other) is disjoint.
@@ -251,6 +275,7 @@ void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, T
   check_head_dim(op, "k", k);
   const int64_t B = k.shape[0], T = k.shape[1], H = k.shape[2], K = k.shape[3];
   check_input4(op, "A", A, B, T, -1, -1, "[B, T, HV, BT]");
+  check_value_heads(op, "A", A, "v", &v, "beta", &beta);
   const int64_t HV = A.shape[2], BT = A.shape[3];
   if (BT != 16 && BT != 32 && BT != 64) fail_argument(op, "A", "last dim BT in {16, 32, 64}", A.shape_str());
   check_grouping(op, "A", HV, H);
@@ -292,6 +317,7 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   check_head_dim(op, "k", k);
   const int64_t B = k.shape[0], T = k.shape[1], H = k.shape[2], K = k.shape[3];
   check_input4(op, "w", w, B, T, -1, K, "[B, T, HV, K]");
+  check_value_heads(op, "w", w, "u", &u, "g", g);
   const int64_t HV = w.shape[2];
   check_grouping(op, "w", HV, H);
   check_input4(op, "u", u, B, T, HV, -1, "[B, T, HV, V]");
@@ -336,10 +362,8 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
   using namespace detail;
   const char* op = "chunk_fwd_o";
   check_chunk_size(op, chunk_size);
+  check_value_heads(op, "v_new", v_new, "g", g, "h", &h);
   const auto [B, T, H, HV, K, V] = check_qkv(op, q, k, v_new, "v_new");
-  if (g && g->rank == 3 && h.rank == 5 && g->shape[2] == h.shape[2] && g->shape[2] != HV) {  // g and h agree
-    fail_argument(op, "v_new", "the value heads of g and h, HV = " + std::to_string(g->shape[2]), v_new.shape_str());
-  }
   check_cumsum_g(op, g, B, T, HV);
   FwdOArgs a;
   a.scale = fp32_argument(op, "scale", scale);
@@ -375,14 +399,12 @@ struct FwdDims {
   int64_t B, T, H, HV, K, V, N, NS;
 };
 
-FwdDims forward_dims(const char* op, const TensorView& q, const TensorView& v, const TensorView* cu, int64_t BT) {
+/// k: q for the workspace query (which has no k).
+FwdDims forward_dims(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView* cu, int64_t BT) {
   check_chunk_size(op, BT);
-  check_input4(op, "q", q, -1, -1, -1, -1, "[B, T, H, K]");
-  check_head_dim(op, "q", q);
-  check_input4(op, "v", v, q.shape[0], q.shape[1], -1, -1, "[B, T, HV, V]");
-  check_head_dim(op, "v", v);
-  check_grouping(op, "v", v.shape[2], q.shape[2]);
-  FwdDims d{q.shape[0], q.shape[1], q.shape[2], v.shape[2], q.shape[3], v.shape[3], q.shape[0], 0};
+  const QkvDims s = check_qkv(op, q, k, v, "v");
+  FwdDims d{s.B, s.T, s.H, s.HV, s.K, s.V, s.B, 0};
   if (cu) {
     check_dtype(op, "cu_seqlens", *cu, {DType::i32, DType::i64});
     if (cu->rank != 1 || cu->shape[0] < 1) fail_argument(op, "cu_seqlens", "rank 1 [N+1] with N >= 0", cu->shape_str());
@@ -399,7 +421,7 @@ std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const Tens
                                                       const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
                                                       int64_t chunk_size) {
   using namespace detail;
-  const FwdDims d = forward_dims(op, q, v, cu_seqlens, chunk_size);
+  const FwdDims d = forward_dims(op, q, q, v, cu_seqlens, chunk_size);
   return fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.N, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel,
                     cu_seqlens != nullptr)
       .total;
@@ -418,8 +440,8 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
                             const TensorView* cu_seqlens, TensorView workspace, int64_t chunk_size, Stream stream) {
   using namespace detail;
   const char* op = "chunk_gated_delta_rule";
-  const FwdDims d = forward_dims(op, q, v, cu_seqlens, chunk_size);
-  check_input4(op, "k", k, d.B, d.T, d.H, d.K, "[B, T, H, K]");
+  check_value_heads(op, "v", v, "g", &g, "beta", &beta);
+  const FwdDims d = forward_dims(op, q, k, v, cu_seqlens, chunk_size);
   check_same_dtype(op, "k", k, "q", q);
   check_same_dtype(op, "v", v, "q", q);
   check_dtype(op, "g", g, kFloat);
@@ -545,10 +567,13 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
 namespace detail {
 namespace {
 
-/// Shared checks of the three decode ops: q, k, v, o, scale, cu_seqlens; fills a.geo, a.V, views, scale, l2norm.
+/// Shared checks of the three decode ops: q, k, v, o, scale, cu_seqlens; fills a.geo, a.V, views, scale, l2norm. The
+/// two per-token gates (g and beta, or a and b; null: absent) are only consulted to name v when they agree against it.
 Device check_decode(const char* op, const TensorView& o, const TensorView& q, const TensorView& k,
                     const TensorView& v, std::optional<double> scale, bool l2norm, const TensorView* cu,
-                    DecodeArgs& a) {
+                    DecodeArgs& a, const char* g_name, const TensorView* g, const char* beta_name,
+                    const TensorView* beta) {
+  check_value_heads(op, "v", v, g_name, g, beta_name, beta);
   const auto [B, T, H, HV, K, V] = check_qkv(op, q, k, v, "v");
   check_same_dtype(op, "k", k, "q", q);  // as chunk_gated_delta_rule (FLA: one dtype, o = q.new_empty)
   check_same_dtype(op, "v", v, "q", q);
@@ -632,7 +657,8 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
   using namespace detail;
   const char* op = "fused_recurrent_gated_delta_rule";
   DecodeArgs a;
-  const Device device = check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a);
+  const Device device =
+      check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a, "g", g, "beta", beta);
   check_gate(op, "g", g, a, device, a.g);
   check_gate(op, "beta", beta, a, device, a.beta);
   const int64_t N = a.geo.N, HV = a.geo.HV, K = a.geo.K, V = a.V;
@@ -662,7 +688,8 @@ void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool
   using namespace detail;
   const char* op = "fused_recurrent_gated_delta_rule_update";
   DecodeArgs a;
-  const Device device = check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a);
+  const Device device =
+      check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a, "g", g, "beta", beta);
   check_gate(op, "g", g, a, device, a.g);
   check_gate(op, "beta", beta, a, device, a.beta);
   check_pool(op, state_pool, ssm_state_indices, num_accepted_tokens, device, a);
@@ -683,7 +710,8 @@ void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool,
   using namespace detail;
   const char* op = "fused_sigmoid_gating_delta_rule_update";
   DecodeArgs a;
-  const Device device = check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a);
+  const Device device =
+      check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a, "a", &a_in, "b", &b);
   a.fused_gating = true;
   check_gate(op, "a", &a_in, a, device, a.a);
   check_gate(op, "b", &b, a, device, a.b);

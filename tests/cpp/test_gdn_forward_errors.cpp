@@ -260,6 +260,46 @@ TEST(GdnForwardErrors, Decode) {
                    sg, "softplus_beta");
 }
 
+// A shape mismatch names the argument that disagrees with the others: q defines B, T, H, K (as FLA) and k must match
+// it, unless k fits the values and q does not (then q is named); v (A, w) is named when the two per-head tensors
+// beside it agree on a head count it does not have.
+TEST(GdnForwardErrors, NamesTheArgumentThatDisagrees) {
+  Valid x;  // H = 1, HV = 2
+  TensorView ht = x.ht.view(), h0 = x.h0.view(), g = x.g.view(), beta = x.beta.view();
+  HostTensor q3(bf16, {1, 8, 3, 16}), k2(bf16, {1, 8, 2, 16}), v4(bf16, {1, 8, 4, 8}), A4(bf16, {1, 8, 4, 16}),
+      w4(bf16, {1, 8, 4, 16});
+  // chunk_fwd_o: q with 3 heads, where k (1) and v_new, g, h (2) agree
+  EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), q3.view(), x.k.view(), x.vn.view(), x.h.view(), &g, 0.25, 16),
+                   "chunk_fwd_o", "q", "[B, T, H, K] of k = [1, 8, 1, 16]", "got [1, 8, 3, 16]");
+  // both fit the values: q defines H, k is named
+  EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), k2.view(), x.vn.view(), x.h.view(), &g, 0.25, 16),
+                   "chunk_fwd_o", "k", "[B, T, H, K] of q = [1, 8, 1, 16]", "got [1, 8, 2, 16]");
+  const char* op = "chunk_gated_delta_rule";
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, q3.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                   x.beta.view(), std::nullopt, &h0, false, nullptr, x.ws.view(), 16),
+                   op, "q", "of k");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), v4.view(), x.g.view(),
+                                                   x.beta.view(), std::nullopt, &h0, false, nullptr, x.ws.view(), 16),
+                   op, "v", "value heads of g and beta, HV = 2");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, q3.view(), x.k.view(), x.v.view(), &g,
+                                                             &beta, std::nullopt, &h0),
+                   "fused_recurrent_gated_delta_rule", "q", "of k");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), v4.view(), &g,
+                                                             &beta, std::nullopt, &h0),
+                   "fused_recurrent_gated_delta_rule", "v", "value heads of g and beta");
+  EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(),
+                                                                   x.g.view(), x.dt_bias.view(), x.q.view(),
+                                                                   x.k.view(), v4.view(), x.beta.view(), std::nullopt,
+                                                                   x.idx.view()),
+                   "fused_sigmoid_gating_delta_rule_update", "v", "value heads of a and b");
+  EXPECT_ARG_ERROR(fuseops::recompute_w_u_fwd(x.w.view(), x.u.view(), x.k.view(), x.v.view(), x.beta.view(),
+                                              A4.view(), &g),
+                   "recompute_w_u_fwd", "A", "value heads of v and beta");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_fwd_h(x.h.view(), x.vn.view(), &ht, x.k.view(), w4.view(),
+                                                         x.u.view(), &g, nullptr, 16),
+                   "chunk_gated_delta_rule_fwd_h", "w", "value heads of u and g");
+}
+
 // Float scalars are used in fp32: a value outside fp32's range (inf there) or a nonzero value that rounds to 0 there is
 // an error naming the op and the argument, not an output of inf or a silent 0. 0 itself is valid.
 TEST(GdnForwardErrors, ScalarsMustBeFp32) {
