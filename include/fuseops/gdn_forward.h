@@ -16,7 +16,13 @@
 // per-token log-decays (chunk_local_cumsum); g of the top-level op and of the decode ops is the raw per-token log-decay.
 // Valid data has finite g <= 0 (the chunk sums must stay finite in fp32: |g| summed over a chunk < 3e38).
 //
-// State layout [N, HV, K, V] (FLA's default; `state_v_first` is not supported). Every op writes every element of
+// State layout [N, HV, K, V] (FLA's default; `state_v_first` is not supported). In-place states: final_state may be
+// initial_state itself (the same data, dtype f32, shape and strides; FLA's reuse of one state buffer) in
+// chunk_gated_delta_rule, chunk_gated_delta_rule_fwd_h and fused_recurrent_gated_delta_rule, with the same result as
+// separate buffers: the one kernel that reads initial_state also writes final_state, and each of its units (sequence,
+// value head, column slice of V) reads its state elements before writing the same elements, which no other unit or
+// stage touches (chunk_gated_delta_rule's later stages read the copy in h, not initial_state). Any other overlap of
+// final_state with initial_state (or with any input) is an Error naming final_state. Every op writes every element of
 // its outputs that is defined, never synchronises with the host and is capturable in a CUDA graph.
 //
 // Float scalars (scale, softplus_beta, softplus_threshold) are used in fp32: each must be finite in fp32 (|x| <=
@@ -57,7 +63,8 @@ void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, T
 /// k: [B, T, H, K]; w: [B, T, HV, K]; u: [B, T, HV, V]; g (optional): [B, T, HV] f32 chunk-local cumsum;
 /// initial_state (optional): [N, HV, K, V] f32 / f16 / bf16 (read as f32), contiguous.
 /// h (out): [B, NS, HV, K, V] (NS = gdn_chunk_slots), f32 / f16 / bf16; v_new (out): [B, T, HV, V] (ungated);
-/// final_state (out, optional): [N, HV, K, V] f32. Outputs contiguous. As FLA `chunk_gated_delta_rule_fwd_h`, with
+/// final_state (out, optional): [N, HV, K, V] f32, may be initial_state itself (in place, see above). Outputs
+/// contiguous. As FLA `chunk_gated_delta_rule_fwd_h`, with
 /// h indexed by chunk slot (see gdn_chunk_slots) rather than FLA's compacted chunk list.
 void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* final_state, TensorView k,
                                   TensorView w, TensorView u, const TensorView* g, const TensorView* initial_state,
@@ -88,7 +95,7 @@ std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const Tens
 /// q, k: [B, T, H, K]; v: [B, T, HV, V] (q, k, v one dtype: f32 / f16 / bf16, innermost stride 1); g (raw per-token
 /// log-decay): [B, T, HV] f32 / f16 / bf16; beta: [B, T, HV] f32 / f16 / bf16; initial_state (optional):
 /// [N, HV, K, V] f32 / f16 / bf16 (read as f32), contiguous. o (out): [B, T, HV, V] in q's dtype, contiguous; final_state (out, optional):
-/// [N, HV, K, V] f32 contiguous. scale: none = K^-0.5. workspace: a contiguous tensor of any dtype on the op's
+/// [N, HV, K, V] f32 contiguous, may be initial_state itself (in place, see above). scale: none = K^-0.5. workspace: a contiguous tensor of any dtype on the op's
 /// device with at least chunk_gated_delta_rule_workspace_size() bytes, 16-byte aligned.
 void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k, TensorView v,
                             TensorView g, TensorView beta, std::optional<double> scale,
@@ -99,8 +106,9 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
 /// The token recurrence for any number of tokens (decode), as FLA `fused_recurrent_gated_delta_rule(q, k, v, g,
 /// beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: q, k, v, g (raw, absent:
 /// 0), beta (absent: 1) as in chunk_gated_delta_rule; l2 normalisation in f32, not re-rounded. initial_state
-/// (optional, read-only): [N, HV, K, V] f32 / f16 / bf16, contiguous. o (out): [B, T, HV, V] in q's dtype; final_state (out,
-/// optional): [N, HV, K, V] f32. Outputs contiguous.
+/// (optional, read-only unless it is final_state): [N, HV, K, V] f32 / f16 / bf16, contiguous. o (out): [B, T, HV, V] in
+/// q's dtype; final_state (out, optional): [N, HV, K, V] f32, may be initial_state itself (in place, see above).
+/// Outputs contiguous.
 void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k,
                                       TensorView v, const TensorView* g, const TensorView* beta,
                                       std::optional<double> scale, const TensorView* initial_state,

@@ -141,6 +141,20 @@ void check_outputs_disjoint(const char* op, std::initializer_list<NamedView> out
   }
 }
 
+/// initial_state as the overlap checks see it: none when it IS final_state (the same data, dtype, shape and strides:
+/// an in-place update, as FLA's `initial_state=ht, output_final_state` reuse), else itself, so that any other overlap
+/// with final_state is an error. In place is safe in every kernel that reads initial_state and writes final_state
+/// (chunk_gated_delta_rule_fwd_h, which chunk_gated_delta_rule runs, and the recurrence, CPU and CUDA): each
+/// (sequence, value head, column slice) is one unit whose threads read their state elements before they write the same
+/// elements, no other unit touches them, and no other stage reads initial_state (chunk_fwd_o reads the copy in h).
+const TensorView* state_for_overlap(const TensorView* initial_state, const TensorView* final_state) {
+  if (!initial_state || !final_state) return initial_state;
+  const TensorView &a = *initial_state, &b = *final_state;
+  bool same = a.data == b.data && a.dtype == b.dtype && a.rank == b.rank;
+  for (int i = 0; same && i < a.rank; ++i) same = a.shape[i] == b.shape[i] && a.strides[i] == b.strides[i];
+  return same ? nullptr : initial_state;
+}
+
 GdnGeometry geometry(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t BT) {
   GdnGeometry g;
   g.B = B;
@@ -340,7 +354,8 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   if (initial_state) common_device(op, {{"k", &k}, {"initial_state", initial_state}});
   check_outputs_disjoint(op, {{"h", &h}, {"v_new", &v_new}, {"final_state", final_state}},
                          {{"h", &h}, {"v_new", &v_new}, {"final_state", final_state}, {"k", &k}, {"w", &w},
-                          {"u", &u}, {"g", g}, {"initial_state", initial_state}, {"cu_seqlens", cu_seqlens}});
+                          {"u", &u}, {"g", g}, {"initial_state", state_for_overlap(initial_state, final_state)},
+                          {"cu_seqlens", cu_seqlens}});
   a.V = V;
   a.k = in_view(k);
   a.w = in_view(w);
@@ -472,8 +487,8 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   }
   check_outputs_disjoint(op, {{"o", &o}, {"final_state", final_state}, {"workspace", &workspace}},
                          {{"o", &o}, {"final_state", final_state}, {"workspace", &workspace}, {"q", &q}, {"k", &k},
-                          {"v", &v}, {"g", &g}, {"beta", &beta}, {"initial_state", initial_state},
-                          {"cu_seqlens", cu_seqlens}});
+                          {"v", &v}, {"g", &g}, {"beta", &beta},
+                          {"initial_state", state_for_overlap(initial_state, final_state)}, {"cu_seqlens", cu_seqlens}});
   if (d.N == 0 || (d.T == 0 && !final_state)) return;
 
   void* ws = workspace.data;
@@ -675,7 +690,8 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
   }
   check_outputs_disjoint(op, {{"o", &o}, {"final_state", final_state}},
                          {{"o", &o}, {"final_state", final_state}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},
-                          {"beta", beta}, {"initial_state", initial_state}, {"cu_seqlens", cu_seqlens}});
+                          {"beta", beta}, {"initial_state", state_for_overlap(initial_state, final_state)},
+                          {"cu_seqlens", cu_seqlens}});
   if (N == 0 || (a.geo.T == 0 && !final_state)) return;
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
 }
