@@ -125,7 +125,11 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
 /// longer than Tmax is recorded in the device error record and treated as padding; the op returns normally (on the
 /// CPU backend as on CUDA) and only fuseops::check_errors() raises the record (see fuseops/error.h).
 /// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. Other arguments as in
-/// fused_recurrent_gated_delta_rule. Sequences must not read a slot another sequence writes in the same call.
+/// fused_recurrent_gated_delta_rule.
+/// Precondition NOT checked (the indices live on the device): no slot may be used by two sequences of one call, i.e.
+/// no sequence may read or write a slot that another sequence of the same call writes (two sequences on one pool
+/// slot). The sequences run concurrently, so such a call gives an unspecified state in that slot and unspecified
+/// outputs for the sequences involved; it is not detected, not recorded for check_errors(), and not an Error.
 void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool, TensorView q, TensorView k,
                                              TensorView v, const TensorView* g, const TensorView* beta,
                                              std::optional<double> scale, TensorView ssm_state_indices,
