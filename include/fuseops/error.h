@@ -26,10 +26,19 @@ class Error : public std::runtime_error {
   ErrorKind kind_;
 };
 
-/// Raises the first bad device-resident value that any op recorded on `device` (or on every device that has
-/// run an op, when `device` < 0) as an Error of kind `device_value` naming the op, the argument and the first
-/// bad index, then clears the record. Synchronises with that device. Never called by ops themselves, so ops
-/// stay free of host synchronisation and capturable in CUDA graphs. A no-op in a build without CUDA.
+/// Raises the first bad device-resident value that any op recorded (a malformed cu_seqlens, an out-of-range
+/// ssm_state_indices / num_accepted_tokens / topk_ids / positions / masked_m value, ...) as an Error of kind
+/// `device_value` naming the op, the argument and the first bad index, then clears the record. Ops never raise these
+/// themselves (unless FUSEOPS_DEBUG is on, see debug_mode()): they return normally, having skipped or clamped the bad
+/// entries as their docs say (e.g. leaving the affected output rows unwritten), so the caller must call
+/// check_errors() to learn about them. This holds for every backend, in every build:
+///  - CPU tensors: the CPU backend records the value in a host-side record while the op runs; check_errors() raises
+///    it first (whatever `device` is), with "(first bad index recorded on cpu)". Also in a build without CUDA.
+///  - CUDA tensors: the kernels record on the device without synchronising; check_errors() synchronises with
+///    `device` (or every device that has run an op, when `device` < 0) and raises the record. In a build without
+///    CUDA there are no CUDA records.
+/// Never called by ops themselves, so ops stay free of host synchronisation and capturable in CUDA graphs; the CPU
+/// backend behaves the same way so that code written against one backend checks errors correctly on the other.
 void check_errors(int device = -1);
 
 /// Clears any recorded device error without raising it.

@@ -14,8 +14,10 @@
 // starting at token bos covers tokens [bos + c*BT, min(bos + (c+1)*BT, eos)); chunks never cross sequences.
 // cu_seqlens is read on the device without a host synchronisation (the ops are capturable in CUDA graphs). A
 // malformed cu_seqlens (first != 0, decreasing, last != T) never causes an out-of-bounds access: the op records it in
-// the device error record (check_errors()), runs each sequence on its bounds clamped into [0, T], and leaves rows
-// outside every sequence's clamped range unwritten (docs/ops/gdn.md, "Variable length").
+// the device error record, runs each sequence on its bounds clamped into [0, T], leaves rows outside every sequence's
+// clamped range unwritten (docs/ops/gdn.md, "Variable length") and returns normally, on the CPU backend too (which
+// checks the values as it runs but records them the same way, to match CUDA). Only fuseops::check_errors() raises the
+// record (Error of kind device_value); call it after the op (or set FUSEOPS_DEBUG=1) to learn about bad values.
 //
 // Errors: fuseops::Error (invalid_argument) naming the argument for a bad rank, shape, dtype, device, stride or
 // chunk size; unsupported for CUDA tensors in a build without CUDA.
@@ -31,7 +33,8 @@ namespace fuseops {
 /// Chunk-local cumulative sum of log-decays: out[t] = scale * sum of g over the tokens of t's chunk up to and
 /// including t (reverse: from t to the chunk's end). Restarts at every chunk and every sequence.
 /// g: [B, T, HV] f32 / f16 / bf16 (any strides). out: [B, T, HV] f32 (any strides; may not overlap g).
-/// scale: multiplies after the sum (none: 1). As FLA `chunk_local_cumsum(g, chunk_size, reverse, scale,
+/// scale: multiplies after the sum (none: 1), in fp32: an Error names it when it is not finite in fp32 or is nonzero
+/// but rounds to 0 there. As FLA `chunk_local_cumsum(g, chunk_size, reverse, scale,
 /// cu_seqlens)` with output_dtype f32.
 void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const TensorView* cu_seqlens = nullptr,
                         bool reverse = false, std::optional<double> scale = std::nullopt, Stream stream = {});

@@ -16,11 +16,22 @@
 // per-token log-decays (chunk_local_cumsum); g of the top-level op and of the decode ops is the raw per-token log-decay.
 // Valid data has finite g <= 0 (the chunk sums must stay finite in fp32: |g| summed over a chunk < 3e38).
 //
-// State layout [N, HV, K, V] (FLA's default; `state_v_first` is not supported). Every op writes every element of
+// State layout [N, HV, K, V] (FLA's default; `state_v_first` is not supported). In-place states: final_state may be
+// initial_state itself (the same data, dtype f32, shape and strides; FLA's reuse of one state buffer) in
+// chunk_gated_delta_rule, chunk_gated_delta_rule_fwd_h and fused_recurrent_gated_delta_rule, with the same result as
+// separate buffers: the one kernel that reads initial_state also writes final_state, and each of its units (sequence,
+// value head, column slice of V) reads its state elements before writing the same elements, which no other unit or
+// stage touches (chunk_gated_delta_rule's later stages read the copy in h, not initial_state). Any other overlap of
+// final_state with initial_state (or with any input) is an Error naming final_state. Every op writes every element of
 // its outputs that is defined, never synchronises with the host and is capturable in a CUDA graph.
 //
-// Errors: fuseops::Error (invalid_argument) naming the argument for a bad rank, shape, dtype, device, stride, overlap
-// or chunk size; unsupported for CUDA tensors in a build without CUDA.
+// Float scalars (scale, softplus_beta, softplus_threshold) are used in fp32: each must be finite in fp32 (|x| <=
+// 3.4e38) and not a nonzero value that rounds to 0 there (|x| <= 7e-46); 0 itself is valid.
+//
+// Errors: fuseops::Error (invalid_argument) naming the argument for a bad rank, shape, dtype, device, stride, overlap,
+// chunk size or float scalar; unsupported for CUDA tensors in a build without CUDA. A shape mismatch names the argument
+// that disagrees with the others: q defines B, T, H, K (as FLA) and k must match it, unless k fits v and q does not
+// (then q is named); v is named when the per-head tensors beside it (g and beta, a and b, g and h) agree against it.
 #pragma once
 
 #include <cstddef>
@@ -34,7 +45,8 @@ namespace fuseops {
 /// Number of per-chunk state slots NS of `h` for chunk_gated_delta_rule_fwd_h / chunk_fwd_o: ceil(T / BT) per batch
 /// row without cu_seqlens; with cu_seqlens (B = 1, N sequences) N + ceil(T / BT) slots, an upper bound on the chunk
 /// count found without reading cu_seqlens (chunk 0 of sequence n is slot n; chunk c >= 1 starting at token t is slot
-/// N + (t - 1) / BT; other slots are not written).
+/// N + (t - 1) / BT; other slots are not written). Error (invalid_argument) naming T or N when negative, and N
+/// when N + ceil(T / BT) does not fit in int64.
 int64_t gdn_chunk_slots(int64_t T, int64_t N, int64_t chunk_size, bool varlen);
 
 /// w = Ai (beta * exp(g) * k), u = Ai (beta * v), chunk by chunk (the WY representation).
@@ -51,7 +63,8 @@ void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, T
 /// k: [B, T, H, K]; w: [B, T, HV, K]; u: [B, T, HV, V]; g (optional): [B, T, HV] f32 chunk-local cumsum;
 /// initial_state (optional): [N, HV, K, V] f32 / f16 / bf16 (read as f32), contiguous.
 /// h (out): [B, NS, HV, K, V] (NS = gdn_chunk_slots), f32 / f16 / bf16; v_new (out): [B, T, HV, V] (ungated);
-/// final_state (out, optional): [N, HV, K, V] f32. Outputs contiguous. As FLA `chunk_gated_delta_rule_fwd_h`, with
+/// final_state (out, optional): [N, HV, K, V] f32, may be initial_state itself (in place, see above). Outputs
+/// contiguous. As FLA `chunk_gated_delta_rule_fwd_h`, with
 /// h indexed by chunk slot (see gdn_chunk_slots) rather than FLA's compacted chunk list.
 void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* final_state, TensorView k,
                                   TensorView w, TensorView u, const TensorView* g, const TensorView* initial_state,
@@ -64,7 +77,8 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
                  double scale, int64_t chunk_size = 64, const TensorView* cu_seqlens = nullptr, Stream stream = {});
 
 /// Bytes of device (or host, for CPU tensors) scratch memory chunk_gated_delta_rule needs for these arguments.
-/// Validates them as chunk_gated_delta_rule does (Error naming chunk_gated_delta_rule_workspace_size and the argument).
+/// Validates them as chunk_gated_delta_rule does (Error naming chunk_gated_delta_rule_workspace_size and the argument:
+/// cu_seqlens when its sequence count alone takes the size past 64 bits, else q).
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
                                                   const TensorView* cu_seqlens = nullptr,
                                                   bool use_qk_l2norm_in_kernel = false, int64_t chunk_size = 64);
@@ -88,7 +102,7 @@ DType chunk_gated_delta_rule_intermediate_dtype(DType dtype, int64_t head_k_dim,
 /// q, k: [B, T, H, K]; v: [B, T, HV, V] (q, k, v one dtype: f32 / f16 / bf16, innermost stride 1); g (raw per-token
 /// log-decay): [B, T, HV] f32 / f16 / bf16; beta: [B, T, HV] f32 / f16 / bf16; initial_state (optional):
 /// [N, HV, K, V] f32 / f16 / bf16 (read as f32), contiguous. o (out): [B, T, HV, V] in q's dtype, contiguous; final_state (out, optional):
-/// [N, HV, K, V] f32 contiguous. scale: none = K^-0.5. workspace: a contiguous tensor of any dtype on the op's
+/// [N, HV, K, V] f32 contiguous, may be initial_state itself (in place, see above). scale: none = K^-0.5. workspace: a contiguous tensor of any dtype on the op's
 /// device with at least chunk_gated_delta_rule_workspace_size() bytes, 16-byte aligned.
 void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k, TensorView v,
                             TensorView g, TensorView beta, std::optional<double> scale,
@@ -99,8 +113,9 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
 /// The token recurrence for any number of tokens (decode), as FLA `fused_recurrent_gated_delta_rule(q, k, v, g,
 /// beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: q, k, v, g (raw, absent:
 /// 0), beta (absent: 1) as in chunk_gated_delta_rule; l2 normalisation in f32, not re-rounded. initial_state
-/// (optional, read-only): [N, HV, K, V] f32 / f16 / bf16, contiguous. o (out): [B, T, HV, V] in q's dtype; final_state (out,
-/// optional): [N, HV, K, V] f32. Outputs contiguous.
+/// (optional, read-only unless it is final_state): [N, HV, K, V] f32 / f16 / bf16, contiguous. o (out): [B, T, HV, V] in
+/// q's dtype; final_state (out, optional): [N, HV, K, V] f32, may be initial_state itself (in place, see above).
+/// Outputs contiguous.
 void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k,
                                       TensorView v, const TensorView* g, const TensorView* beta,
                                       std::optional<double> scale, const TensorView* initial_state,
@@ -114,9 +129,14 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
 ///    (column 0 without num_accepted_tokens) and writes the state after its token t to slot ssm_state_indices[n, t].
 /// Index -1 is a padding slot: nothing is read (a padding start slot: the sequence's o rows are written as 0 and no
 /// state is written) or written there. An index < -1 or >= S, a num_accepted_tokens outside [1, Tmax] or a sequence
-/// longer than Tmax is recorded in the device error record (check_errors()) and treated as padding.
+/// longer than Tmax is recorded in the device error record and treated as padding; the op returns normally (on the
+/// CPU backend as on CUDA) and only fuseops::check_errors() raises the record (see fuseops/error.h).
 /// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. Other arguments as in
-/// fused_recurrent_gated_delta_rule. Sequences must not read a slot another sequence writes in the same call.
+/// fused_recurrent_gated_delta_rule.
+/// Precondition NOT checked (the indices live on the device): no slot may be used by two sequences of one call, i.e.
+/// no sequence may read or write a slot that another sequence of the same call writes (two sequences on one pool
+/// slot). The sequences run concurrently, so such a call gives an unspecified state in that slot and unspecified
+/// outputs for the sequences involved; it is not detected, not recorded for check_errors(), and not an Error.
 void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool, TensorView q, TensorView k,
                                              TensorView v, const TensorView* g, const TensorView* beta,
                                              std::optional<double> scale, TensorView ssm_state_indices,

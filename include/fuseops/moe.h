@@ -58,7 +58,8 @@ void topk_softmax(TensorView topk_weights, TensorView topk_ids, TensorView token
 /// Grouped top-k routing (DeepSeek-V3 / R1 noaux_tc, Kimi-K2 with n_group = 1): topk_weights [T, k] f32 and
 /// topk_ids [T, k] i32 | i64 from scores [T, E] (f32 | f16 | bf16 logits), bias [E] (any float dtype, converted to
 /// fp32) or nullptr. E % n_group == 0, 1 <= n_group <= 32, 1 <= topk_group <= n_group,
-/// 1 <= k <= min(32, topk_group * E / n_group), E <= 1024. routed_scaling_factor must be finite.
+/// 1 <= k <= min(32, topk_group * E / n_group), E <= 1024. routed_scaling_factor is used in fp32: it must be finite
+/// there and not a nonzero value that rounds to 0 there (Error naming it).
 /// As vLLM `grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_factor, bias, scoring)`
 /// (the bias may have any float dtype here; vLLM requires the scores' dtype).
 void grouped_topk(TensorView topk_weights, TensorView topk_ids, TensorView scores, const TensorView* bias,

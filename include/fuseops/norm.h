@@ -13,6 +13,11 @@
 //   if z and norm_before_gate:      y <- y * silu(z)                       (gate applied after the norm)
 // with silu(z) = z / (1 + e^-z). The output is rounded once, to x's dtype.
 //
+// Range: the statistics are fp32 sums of squares (of x for RMSNorm, of x - mean for LayerNorm), so values whose squares
+// overflow fp32 (magnitudes above ~1.8e19, e.g. f32 x = 3e19) make the variance inf and rstd 0: the group's outputs
+// are then 0 (NaN for an inf element; plus bias), not the normalised values of the exact math. Not detected; scale such
+// inputs down first. f16 inputs cannot reach this range; f32 and bf16 inputs can.
+//
 // Statistics: mean and rstd are f32 [N / G * M], group-major (entry g * M + m for group g of row m), as FLA returns
 // them for its backward. Both are optional outputs: a null pointer skips the store (inference needs neither).
 //
@@ -21,7 +26,7 @@
 //    dims expressible with one row stride (rows may be further apart than N). M = 0 rows is valid (nothing runs).
 //  - weight, bias: [N], stride 1, f32 or x's dtype (both the same dtype), read as f32. weight is required.
 //  - group_size: 0 means N (one group per row); otherwise 1 <= G, N % G == 0. G <= 16384 (a group is held in registers).
-//  - eps: finite and >= 0.
+//  - eps: >= 0, finite in fp32 (where it is used) and not a nonzero value that rounds to 0 there (|eps| <= 7e-46).
 //  - mean, rstd: f32, rank 1, [N / G * M], contiguous; mean must be null for RMSNorm (it has no mean).
 //  - all tensors on one device (CPU or one CUDA device); the work runs there, on `stream`, without synchronising.
 //  - out must not overlap x, z, weight, bias; mean and rstd must not overlap anything.

@@ -29,6 +29,7 @@ FUSEOPS_HD SeqBounds sequence_bounds(const GdnGeometry& g, int64_t n) {
   return SeqBounds{0, bos, eos, bad};
 }
 
-FUSEOPS_HD int64_t chunks_of(int64_t len, int64_t bt) { return (len + bt - 1) / bt; }
+/// ceil(len / bt) for len >= 0, bt >= 1, without the signed overflow of (len + bt - 1) / bt near INT64_MAX.
+FUSEOPS_HD int64_t chunks_of(int64_t len, int64_t bt) { return len / bt + (len % bt != 0 ? 1 : 0); }
 
 }  // namespace fuseops::detail

@@ -1,6 +1,7 @@
 #include "core/validate.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -48,6 +49,18 @@ std::string number_text(double x) {
     if (std::strtod(shorter, nullptr) == x) return shorter;
   }
   return buf;
+}
+
+float fp32_argument(const char* op, const char* name, double x, const char* rule, bool in_range) {
+  const float f = static_cast<float>(x);
+  if (!std::isfinite(f) || (f == 0.f && x != 0.0) || !in_range) {
+    fail_argument(op, name,
+                  std::string(rule ? std::string("a value ") + rule + ", " : "a value ") +
+                      "finite in fp32, where it is used (|x| <= 3.4028235e+38), and not rounding to 0 there unless "
+                      "it is 0 (|x| > 7.0e-46)",
+                  number_text(x));
+  }
+  return f;
 }
 
 void check_layout(const char* op, const char* name, const TensorView& v) {

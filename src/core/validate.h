@@ -16,6 +16,11 @@ namespace fuseops::detail {
 /// A floating-point argument as messages print it: shortest round-trip form ("1e+39", "0.3", "nan").
 std::string number_text(double x);
 
+/// A floating-point argument the kernels use in fp32: returns it as a float, or throws Error(invalid_argument)
+/// naming `op` and `name` when it is not finite in fp32 (NaN, +-inf, |x| > 3.4028235e38), when it is nonzero but
+/// rounds to 0 there (|x| <= 7.0e-46: underflow), or when `in_range` is false (the op's own rule, `rule`: "> 0").
+float fp32_argument(const char* op, const char* name, double x, const char* rule = nullptr, bool in_range = true);
+
 /// A named tensor argument, for messages.
 struct NamedView {
   const char* name;

@@ -93,10 +93,9 @@ inline HeadSplit split_value_heads(int64_t units, int64_t group, int64_t want) {
 }
 
 /// Number of chunk slots resolve_chunk() maps: fixed length B * ceil(T / BT) (exactly the chunks); varlen
-/// N + ceil(T / BT) (an upper bound). (GdnGeometry::max_chunks() is not used: without cu_seqlens it gives
-/// ceil(B * T / BT), which is short of B * ceil(T / BT) when BT does not divide T.)
+/// N + ceil(T / BT) (an upper bound; fits in int64 for validated arguments, see gdn_chunk_slots).
 inline int64_t chunk_slots(const GdnGeometry& geo) {
-  const int64_t per_row = (geo.T + geo.BT - 1) / geo.BT;
+  const int64_t per_row = chunks_of(geo.T, geo.BT);
   return geo.cu_seqlens ? geo.N + per_row : geo.B * per_row;
 }
 

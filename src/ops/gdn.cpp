@@ -150,9 +150,8 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   a.g = in_view(g);
   a.out = out_view(out);
   a.reverse = reverse;
-  if (scale && !std::isfinite(*scale)) fail_argument(op, "scale", "a finite value", number_text(*scale));
   a.has_scale = scale.has_value();
-  a.scale = scale.value_or(1.0);
+  a.scale = scale ? fp32_argument(op, "scale", *scale) : 1.f;
   check_disjoint(op, "out", out, "g", g);
   if (cu_seqlens) check_disjoint(op, "out", out, "cu_seqlens", *cu_seqlens);
   if (g.numel() == 0 && !has_sequences(a.geo)) return;

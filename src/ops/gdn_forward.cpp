@@ -7,6 +7,7 @@
 #include "core/validate.h"
 #include "cuda/device_error.h"
 #include "fuseops/gdn_forward.h"
+#include "common/gdn_chunks.h"
 #include "ops/gdn_forward_impl.h"
 #include "ops/gdn_impl.h"
 #include "ops/gdn_validate.h"
@@ -92,16 +93,40 @@ struct QkvDims {
   int64_t B, T, H, HV, K, V;
 };
 
-/// q, k [B, T, H, K] and v (named `v_name`) [B, T, HV, V] with HV a multiple of H, in this order.
+/// Whether x [B, T, H, K] fits the values v [B, T, HV, V]: both rank 4, the same B and T, H >= 1 dividing HV.
+bool fits_values(const TensorView& x, const TensorView& v) {
+  return x.rank == 4 && v.rank == 4 && x.shape[0] == v.shape[0] && x.shape[1] == v.shape[1] && x.shape[2] >= 1 &&
+         v.shape[2] % x.shape[2] == 0;
+}
+
+/// q, k [B, T, H, K] (one shape) and v (named `v_name`) [B, T, HV, V] with HV a multiple of H. q defines B, T, H, K
+/// (as FLA) and k must match it, unless k fits v and q does not: then q is the argument that disagrees with the others
+/// and the error names it (against k's shape). A v that fits neither is named.
 QkvDims check_qkv(const char* op, const TensorView& q, const TensorView& k, const TensorView& v, const char* v_name) {
-  check_input4(op, "q", q, -1, -1, -1, -1, "[B, T, H, K]");
-  check_head_dim(op, "q", q);
-  const int64_t B = q.shape[0], T = q.shape[1], H = q.shape[2], K = q.shape[3];
-  check_input4(op, "k", k, B, T, H, K, "[B, T, H, K]");
+  const bool q_odd = !fits_values(q, v) && fits_values(k, v);
+  const TensorView& ref = q_odd ? k : q;
+  const TensorView& other = q_odd ? q : k;
+  const char* ref_name = q_odd ? "k" : "q";
+  check_input4(op, ref_name, ref, -1, -1, -1, -1, "[B, T, H, K]");
+  check_head_dim(op, ref_name, ref);
+  const int64_t B = ref.shape[0], T = ref.shape[1], H = ref.shape[2], K = ref.shape[3];
+  check_input4(op, q_odd ? "q" : "k", other, B, T, H, K, q_odd ? "[B, T, H, K] of k" : "[B, T, H, K] of q");
   check_input4(op, v_name, v, B, T, -1, -1, "[B, T, HV, V]");
   check_head_dim(op, v_name, v);
   check_grouping(op, v_name, v.shape[2], H);
   return {B, T, H, v.shape[2], K, v.shape[3]};
+}
+
+/// When the per-head tensors `a` and `b` (null: absent) agree on a value-head count (dim 2) that `v` (dim 2) does not
+/// have, v is the argument that disagrees with the others: an error naming it (else each is checked against v).
+void check_value_heads(const char* op, const char* v_name, const TensorView& v, const char* a_name,
+                       const TensorView* a, const char* b_name, const TensorView* b) {
+  if (!a || !b || v.rank < 3 || a->rank < 3 || b->rank < 3) return;
+  const int64_t HV = a->shape[2];
+  if (b->shape[2] == HV && v.shape[2] != HV) {
+    fail_argument(op, v_name, std::string("the value heads of ") + a_name + " and " + b_name + ", HV = " + to_string(HV),
+                  v.shape_str());
+  }
 }
 
 /// Every pair (output, other) is disjoint.
@@ -114,6 +139,20 @@ void check_outputs_disjoint(const char* op, std::initializer_list<NamedView> out
       check_disjoint(op, o.name, *o.view, x.name, *x.view);
     }
   }
+}
+
+/// initial_state as the overlap checks see it: none when it IS final_state (the same data, dtype, shape and strides:
+/// an in-place update, as FLA's `initial_state=ht, output_final_state` reuse), else itself, so that any other overlap
+/// with final_state is an error. In place is safe in every kernel that reads initial_state and writes final_state
+/// (chunk_gated_delta_rule_fwd_h, which chunk_gated_delta_rule runs, and the recurrence, CPU and CUDA): each
+/// (sequence, value head, column slice) is one unit whose threads read their state elements before they write the same
+/// elements, no other unit touches them, and no other stage reads initial_state (chunk_fwd_o reads the copy in h).
+const TensorView* state_for_overlap(const TensorView* initial_state, const TensorView* final_state) {
+  if (!initial_state || !final_state) return initial_state;
+  const TensorView &a = *initial_state, &b = *final_state;
+  bool same = a.data == b.data && a.dtype == b.dtype && a.rank == b.rank;
+  for (int i = 0; same && i < a.rank; ++i) same = a.shape[i] == b.shape[i] && a.strides[i] == b.strides[i];
+  return same ? nullptr : initial_state;
 }
 
 GdnGeometry geometry(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t BT) {
@@ -143,10 +182,24 @@ GdnIn vector_view(const TensorView& t) {  // [HV] as (0, 0, stride)
   return r;
 }
 
-double default_scale(const char* op, std::optional<double> scale, int64_t K) {
-  const double s = scale.value_or(1.0 / std::sqrt(static_cast<double>(K)));
-  if (!std::isfinite(s)) fail_argument(op, "scale", "a finite value", std::to_string(s));
-  return s;
+/// scale as the kernels use it (fp32); none: K^-0.5.
+float default_scale(const char* op, std::optional<double> scale, int64_t K) {
+  return fp32_argument(op, "scale", scale.value_or(1.0 / std::sqrt(static_cast<double>(K))));
+}
+
+/// gdn_chunk_slots for `op`: a slot count past int64 (N + ceil(T / BT) with cu_seqlens) is an error naming `n_name`
+/// (the argument that gave N: ceil(T / BT) <= T fits).
+int64_t chunk_slots(const char* op, const char* n_name, int64_t T, int64_t N, int64_t chunk_size, bool varlen) {
+  check_chunk_size(op, chunk_size);
+  if (T < 0) fail_argument(op, "T", ">= 0", to_string(T));
+  if (N < 0) fail_argument(op, n_name, "N >= 0", to_string(N));
+  const int64_t per_row = chunks_of(T, chunk_size);
+  int64_t slots = per_row;
+  if (varlen && __builtin_add_overflow(N, per_row, &slots)) {
+    fail_argument(op, n_name, "N sequences with N + ceil(T / chunk_size) chunk slots within int64",
+                  "N = " + to_string(N) + " with T = " + to_string(T));
+  }
+  return slots;
 }
 
 // ------------------------------------------------------------------------------------------------------------
@@ -158,21 +211,29 @@ struct FwdLayout {
 
 /// Byte offsets of the intermediates (each 256-byte aligned): gcum in f32, the others in
 /// chunk_gated_delta_rule_intermediate_dtype(). A size past 64 bits is an argument error of `op` naming q (the sizes
-/// come from q and v).
-FwdLayout fwd_layout(const char* op, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, int64_t NS,
-                     int64_t BT, DType dtype, bool l2norm) {
+/// come from q and v), or cu_seqlens when its sequence count N alone takes the chunk states h past 64 bits (NS = N +
+/// ceil(T / BT) slots).
+FwdLayout fwd_layout(const char* op, int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V, int64_t N,
+                     int64_t NS, int64_t BT, DType dtype, bool l2norm, bool varlen) {
   const int64_t ei = static_cast<int64_t>(dtype_size(chunk_gated_delta_rule_intermediate_dtype(dtype, K, V)));
   FwdLayout L;
   int64_t at = 0;
-  auto take = [&](std::initializer_list<int64_t> sizes, int64_t elem) {
-    int64_t bytes = elem;
+  // elem * sizes rounded up to 256 bytes, added at `at`: the new end, or -1 past 64 bits
+  auto end_after = [&](std::initializer_list<int64_t> sizes, int64_t elem) {
+    int64_t bytes = elem, end = 0;
     bool overflow = false;
     for (int64_t d : sizes) overflow = overflow || __builtin_mul_overflow(bytes, d, &bytes);
-    const int64_t off = at;
     overflow = overflow || __builtin_add_overflow(bytes, int64_t{255}, &bytes) ||
-               __builtin_add_overflow(at, bytes / 256 * 256, &at);
-    if (overflow) fail_argument(op, "q", "sizes whose workspace fits in 64 bits", "B T H K HV V = " +
-                                dims({B, T, H, K, HV, V}));
+               __builtin_add_overflow(at, bytes / 256 * 256, &end);
+    return overflow ? int64_t{-1} : end;
+  };
+  auto take = [&](std::initializer_list<int64_t> sizes, int64_t elem) {
+    const int64_t end = end_after(sizes, elem);
+    if (end < 0) {
+      fail_argument(op, "q", "sizes whose workspace fits in 64 bits", "B T H K HV V = " + dims({B, T, H, K, HV, V}));
+    }
+    const int64_t off = at;
+    at = end;
     return static_cast<std::size_t>(off);
   };
   if (l2norm) {
@@ -184,6 +245,10 @@ FwdLayout fwd_layout(const char* op, int64_t B, int64_t T, int64_t H, int64_t HV
   L.w = take({B, T, HV, K}, ei);
   L.u = take({B, T, HV, V}, ei);
   L.v_new = take({B, T, HV, V}, ei);
+  if (varlen && end_after({B, NS, HV, K, V}, ei) < 0 && end_after({B, NS - N, HV, K, V}, ei) >= 0) {
+    fail_argument(op, "cu_seqlens", "N sequences whose chunk states (workspace) fit in 64 bits",
+                  "N = " + to_string(N) + " (B T H K HV V = " + dims({B, T, H, K, HV, V}) + ")");
+  }
   L.h = take({B, NS, HV, K, V}, ei);
   L.total = static_cast<std::size_t>(at);
   return L;
@@ -220,11 +285,7 @@ DType chunk_gated_delta_rule_intermediate_dtype(DType dtype, int64_t head_k_dim,
 }
 
 int64_t gdn_chunk_slots(int64_t T, int64_t N, int64_t chunk_size, bool varlen) {
-  detail::check_chunk_size("gdn_chunk_slots", chunk_size);
-  if (T < 0) detail::fail_argument("gdn_chunk_slots", "T", ">= 0", std::to_string(T));
-  if (N < 0) detail::fail_argument("gdn_chunk_slots", "N", ">= 0", std::to_string(N));
-  const int64_t per_row = (T + chunk_size - 1) / chunk_size;
-  return varlen ? N + per_row : per_row;
+  return detail::chunk_slots("gdn_chunk_slots", "N", T, N, chunk_size, varlen);
 }
 
 void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, TensorView beta, TensorView A,
@@ -235,6 +296,7 @@ void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, T
   check_head_dim(op, "k", k);
   const int64_t B = k.shape[0], T = k.shape[1], H = k.shape[2], K = k.shape[3];
   check_input4(op, "A", A, B, T, -1, -1, "[B, T, HV, BT]");
+  check_value_heads(op, "A", A, "v", &v, "beta", &beta);
   const int64_t HV = A.shape[2], BT = A.shape[3];
   if (BT != 16 && BT != 32 && BT != 64) fail_argument(op, "A", "last dim BT in {16, 32, 64}", A.shape_str());
   check_grouping(op, "A", HV, H);
@@ -276,6 +338,7 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   check_head_dim(op, "k", k);
   const int64_t B = k.shape[0], T = k.shape[1], H = k.shape[2], K = k.shape[3];
   check_input4(op, "w", w, B, T, -1, K, "[B, T, HV, K]");
+  check_value_heads(op, "w", w, "u", &u, "g", g);
   const int64_t HV = w.shape[2];
   check_grouping(op, "w", HV, H);
   check_input4(op, "u", u, B, T, HV, -1, "[B, T, HV, V]");
@@ -287,7 +350,7 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   const Device device = common_device(op, {{"k", &k}, {"w", &w}, {"u", &u}});
   attach_cu_seqlens(op, cu_seqlens, device, a.geo);
   const int64_t N = a.geo.N;
-  const int64_t NS = gdn_chunk_slots(T, N, chunk_size, cu_seqlens != nullptr);
+  const int64_t NS = chunk_slots(op, "cu_seqlens", T, N, chunk_size, cu_seqlens != nullptr);
   check_output(op, "h", h, kFloat, {B, NS, HV, K, V}, "[B, NS, HV, K, V]");
   check_output(op, "v_new", v_new, kFloat, {B, T, HV, V}, "[B, T, HV, V]");
   if (final_state) check_state(op, "final_state", *final_state, {DType::f32}, N, HV, K, V);
@@ -298,7 +361,8 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   if (initial_state) common_device(op, {{"k", &k}, {"initial_state", initial_state}});
   check_outputs_disjoint(op, {{"h", &h}, {"v_new", &v_new}, {"final_state", final_state}},
                          {{"h", &h}, {"v_new", &v_new}, {"final_state", final_state}, {"k", &k}, {"w", &w},
-                          {"u", &u}, {"g", g}, {"initial_state", initial_state}, {"cu_seqlens", cu_seqlens}});
+                          {"u", &u}, {"g", g}, {"initial_state", state_for_overlap(initial_state, final_state)},
+                          {"cu_seqlens", cu_seqlens}});
   a.V = V;
   a.k = in_view(k);
   a.w = in_view(w);
@@ -320,18 +384,16 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
   using namespace detail;
   const char* op = "chunk_fwd_o";
   check_chunk_size(op, chunk_size);
+  check_value_heads(op, "v_new", v_new, "g", g, "h", &h);
   const auto [B, T, H, HV, K, V] = check_qkv(op, q, k, v_new, "v_new");
-  if (g && g->rank == 3 && h.rank == 5 && g->shape[2] == h.shape[2] && g->shape[2] != HV) {  // g and h agree
-    fail_argument(op, "v_new", "the value heads of g and h, HV = " + std::to_string(g->shape[2]), v_new.shape_str());
-  }
   check_cumsum_g(op, g, B, T, HV);
-  if (!std::isfinite(scale)) fail_argument(op, "scale", "a finite value", number_text(scale));
   FwdOArgs a;
+  a.scale = fp32_argument(op, "scale", scale);
   a.geo = geometry(B, T, H, HV, K, chunk_size);
   const Device device = common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v_new", &v_new}, {"h", &h}});
   if (g) common_device(op, {{"q", &q}, {"g", g}});
   attach_cu_seqlens(op, cu_seqlens, device, a.geo);
-  const int64_t NS = gdn_chunk_slots(T, a.geo.N, chunk_size, cu_seqlens != nullptr);
+  const int64_t NS = chunk_slots(op, "cu_seqlens", T, a.geo.N, chunk_size, cu_seqlens != nullptr);
   check_dtype(op, "h", h, kFloat);
   if (h.rank != 5 || h.shape[0] != B || h.shape[1] != NS || h.shape[2] != HV || h.shape[3] != K || h.shape[4] != V) {
     fail_argument(op, "h", "shape [B, NS, HV, K, V] = " + dims({B, NS, HV, K, V}), h.shape_str());
@@ -347,7 +409,6 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
   if (g) a.g = in_view(*g);
   a.h = states_view(h);
   a.o = out_view(o);
-  a.scale = static_cast<float>(scale);
   if (o.numel() == 0) return;
   FUSEOPS_GDN_RUN(op, device, stream, chunk_fwd_o, a);
 }
@@ -360,20 +421,18 @@ struct FwdDims {
   int64_t B, T, H, HV, K, V, N, NS;
 };
 
-FwdDims forward_dims(const char* op, const TensorView& q, const TensorView& v, const TensorView* cu, int64_t BT) {
+/// k: q for the workspace query (which has no k).
+FwdDims forward_dims(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
+                     const TensorView* cu, int64_t BT) {
   check_chunk_size(op, BT);
-  check_input4(op, "q", q, -1, -1, -1, -1, "[B, T, H, K]");
-  check_head_dim(op, "q", q);
-  check_input4(op, "v", v, q.shape[0], q.shape[1], -1, -1, "[B, T, HV, V]");
-  check_head_dim(op, "v", v);
-  check_grouping(op, "v", v.shape[2], q.shape[2]);
-  FwdDims d{q.shape[0], q.shape[1], q.shape[2], v.shape[2], q.shape[3], v.shape[3], q.shape[0], 0};
+  const QkvDims s = check_qkv(op, q, k, v, "v");
+  FwdDims d{s.B, s.T, s.H, s.HV, s.K, s.V, s.B, 0};
   if (cu) {
     check_dtype(op, "cu_seqlens", *cu, {DType::i32, DType::i64});
     if (cu->rank != 1 || cu->shape[0] < 1) fail_argument(op, "cu_seqlens", "rank 1 [N+1] with N >= 0", cu->shape_str());
     d.N = cu->shape[0] - 1;
   }
-  d.NS = gdn_chunk_slots(d.T, d.N, BT, cu != nullptr);
+  d.NS = chunk_slots(op, "cu_seqlens", d.T, d.N, BT, cu != nullptr);
   return d;
 }
 
@@ -384,8 +443,10 @@ std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const Tens
                                                       const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
                                                       int64_t chunk_size) {
   using namespace detail;
-  const FwdDims d = forward_dims(op, q, v, cu_seqlens, chunk_size);
-  return fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel).total;
+  const FwdDims d = forward_dims(op, q, q, v, cu_seqlens, chunk_size);
+  return fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.N, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel,
+                    cu_seqlens != nullptr)
+      .total;
 }
 
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
@@ -401,8 +462,8 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
                             const TensorView* cu_seqlens, TensorView workspace, int64_t chunk_size, Stream stream) {
   using namespace detail;
   const char* op = "chunk_gated_delta_rule";
-  const FwdDims d = forward_dims(op, q, v, cu_seqlens, chunk_size);
-  check_input4(op, "k", k, d.B, d.T, d.H, d.K, "[B, T, H, K]");
+  check_value_heads(op, "v", v, "g", &g, "beta", &beta);
+  const FwdDims d = forward_dims(op, q, k, v, cu_seqlens, chunk_size);
   check_same_dtype(op, "k", k, "q", q);
   check_same_dtype(op, "v", v, "q", q);
   check_dtype(op, "g", g, kFloat);
@@ -412,7 +473,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   if (initial_state) check_state(op, "initial_state", *initial_state, kFloat, d.N, d.HV, d.K, d.V);
   check_output(op, "o", o, {q.dtype}, {d.B, d.T, d.HV, d.V}, "[B, T, HV, V]");
   if (final_state) check_state(op, "final_state", *final_state, {DType::f32}, d.N, d.HV, d.K, d.V);
-  const double s = default_scale(op, scale, d.K);
+  const float s = default_scale(op, scale, d.K);
   const Device device =
       common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", &g}, {"beta", &beta}, {"workspace", &workspace}});
   if (initial_state) common_device(op, {{"q", &q}, {"initial_state", initial_state}});
@@ -420,7 +481,8 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   GdnGeometry geo = geometry(d.B, d.T, d.H, d.HV, d.K, chunk_size);
   attach_cu_seqlens(op, cu_seqlens, device, geo);
   const FwdLayout L =
-      fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel);
+      fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.N, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel,
+                 cu_seqlens != nullptr);
   if (!workspace.is_contiguous()) fail_argument(op, "workspace", "a contiguous tensor", "strided");
   const std::size_t ws_bytes = static_cast<std::size_t>(workspace.numel()) * dtype_size(workspace.dtype);
   if (ws_bytes < L.total) {
@@ -432,8 +494,8 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   }
   check_outputs_disjoint(op, {{"o", &o}, {"final_state", final_state}, {"workspace", &workspace}},
                          {{"o", &o}, {"final_state", final_state}, {"workspace", &workspace}, {"q", &q}, {"k", &k},
-                          {"v", &v}, {"g", &g}, {"beta", &beta}, {"initial_state", initial_state},
-                          {"cu_seqlens", cu_seqlens}});
+                          {"v", &v}, {"g", &g}, {"beta", &beta},
+                          {"initial_state", state_for_overlap(initial_state, final_state)}, {"cu_seqlens", cu_seqlens}});
   if (d.N == 0 || (d.T == 0 && !final_state)) return;
 
   void* ws = workspace.data;
@@ -517,7 +579,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   oa.g = ha.g;
   oa.h = ha.h;
   oa.o = out_view(o);
-  oa.scale = static_cast<float>(s);
+  oa.scale = s;
   FUSEOPS_GDN_RUN(op, device, stream, chunk_fwd_o, oa);
 }
 
@@ -527,10 +589,13 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
 namespace detail {
 namespace {
 
-/// Shared checks of the three decode ops: q, k, v, o, scale, cu_seqlens; fills a.geo, a.V, views, scale, l2norm.
+/// Shared checks of the three decode ops: q, k, v, o, scale, cu_seqlens; fills a.geo, a.V, views, scale, l2norm. The
+/// two per-token gates (g and beta, or a and b; null: absent) are only consulted to name v when they agree against it.
 Device check_decode(const char* op, const TensorView& o, const TensorView& q, const TensorView& k,
                     const TensorView& v, std::optional<double> scale, bool l2norm, const TensorView* cu,
-                    DecodeArgs& a) {
+                    DecodeArgs& a, const char* g_name, const TensorView* g, const char* beta_name,
+                    const TensorView* beta) {
+  check_value_heads(op, "v", v, g_name, g, beta_name, beta);
   const auto [B, T, H, HV, K, V] = check_qkv(op, q, k, v, "v");
   check_same_dtype(op, "k", k, "q", q);  // as chunk_gated_delta_rule (FLA: one dtype, o = q.new_empty)
   check_same_dtype(op, "v", v, "q", q);
@@ -543,7 +608,7 @@ Device check_decode(const char* op, const TensorView& o, const TensorView& q, co
   a.k = in_view(k);
   a.v = in_view(v);
   a.o = out_view(o);
-  a.scale = static_cast<float>(default_scale(op, scale, K));
+  a.scale = default_scale(op, scale, K);
   a.l2norm = l2norm;
   return device;
 }
@@ -614,7 +679,8 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
   using namespace detail;
   const char* op = "fused_recurrent_gated_delta_rule";
   DecodeArgs a;
-  const Device device = check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a);
+  const Device device =
+      check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a, "g", g, "beta", beta);
   check_gate(op, "g", g, a, device, a.g);
   check_gate(op, "beta", beta, a, device, a.beta);
   const int64_t N = a.geo.N, HV = a.geo.HV, K = a.geo.K, V = a.V;
@@ -631,7 +697,8 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
   }
   check_outputs_disjoint(op, {{"o", &o}, {"final_state", final_state}},
                          {{"o", &o}, {"final_state", final_state}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},
-                          {"beta", beta}, {"initial_state", initial_state}, {"cu_seqlens", cu_seqlens}});
+                          {"beta", beta}, {"initial_state", state_for_overlap(initial_state, final_state)},
+                          {"cu_seqlens", cu_seqlens}});
   if (N == 0 || (a.geo.T == 0 && !final_state)) return;
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
 }
@@ -644,7 +711,8 @@ void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool
   using namespace detail;
   const char* op = "fused_recurrent_gated_delta_rule_update";
   DecodeArgs a;
-  const Device device = check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a);
+  const Device device =
+      check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a, "g", g, "beta", beta);
   check_gate(op, "g", g, a, device, a.g);
   check_gate(op, "beta", beta, a, device, a.beta);
   check_pool(op, state_pool, ssm_state_indices, num_accepted_tokens, device, a);
@@ -665,7 +733,8 @@ void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool,
   using namespace detail;
   const char* op = "fused_sigmoid_gating_delta_rule_update";
   DecodeArgs a;
-  const Device device = check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a);
+  const Device device =
+      check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a, "a", &a_in, "b", &b);
   a.fused_gating = true;
   check_gate(op, "a", &a_in, a, device, a.a);
   check_gate(op, "b", &b, a, device, a.b);
@@ -677,12 +746,8 @@ void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool,
   }
   a.A_log = vector_view(A_log);
   a.dt_bias = vector_view(dt_bias);
-  if (!(softplus_beta > 0) || !std::isfinite(softplus_beta)) {
-    fail_argument(op, "softplus_beta", "a finite value > 0", std::to_string(softplus_beta));
-  }
-  if (std::isnan(softplus_threshold)) fail_argument(op, "softplus_threshold", "a number", "nan");
-  a.softplus_beta = static_cast<float>(softplus_beta);
-  a.softplus_threshold = static_cast<float>(softplus_threshold);
+  a.softplus_beta = fp32_argument(op, "softplus_beta", softplus_beta, "> 0", softplus_beta > 0);
+  a.softplus_threshold = fp32_argument(op, "softplus_threshold", softplus_threshold);
   check_pool(op, state_pool, ssm_state_indices, num_accepted_tokens, device, a);
   check_outputs_disjoint(op, {{"o", &o}, {"state_pool", &state_pool}},
                          {{"o", &o}, {"state_pool", &state_pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"a", &a_in},

@@ -18,9 +18,6 @@ struct GdnGeometry {
   DType cu_dtype = DType::i64;
   int64_t N = 0;  ///< number of sequences (B without cu_seqlens)
   uint32_t cu_site = 0;
-  /// Upper bound on the number of chunks: B * ceil(T / BT) without cu_seqlens; with it (B == 1), the sum over
-  /// sequences of ceil(len / BT) <= ceil(T / BT) + N.
-  int64_t max_chunks() const { return cu_seqlens ? (T + BT - 1) / BT + N : B * ((T + BT - 1) / BT); }
 };
 
 /// A read-only strided tensor [B, T, heads(, inner)].
@@ -50,7 +47,7 @@ struct CumsumArgs {
   GdnOut out;
   bool reverse = false;
   bool has_scale = false;
-  double scale = 1.0;
+  float scale = 1.f;  ///< validated in fp32 (fp32_argument)
 };
 
 namespace cpu {

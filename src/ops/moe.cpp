@@ -122,12 +122,9 @@ void check_groups(const char* op, RouteArgs& a, int64_t n_group, int64_t topk_gr
   if (a.k > candidates) {
     fail_argument(op, "topk", "k <= topk_group * E / n_group = " + std::to_string(candidates), std::to_string(a.k));
   }
-  if (!std::isfinite(scale) || std::fabs(scale) > std::numeric_limits<float>::max()) {
-    fail_argument(op, "routed_scaling_factor", "a finite fp32 value", number_text(scale));
-  }
   a.n_group = static_cast<int>(n_group);
   a.topk_group = static_cast<int>(topk_group);
-  a.scale = static_cast<float>(scale);
+  a.scale = fp32_argument(op, "routed_scaling_factor", scale);
 }
 
 void check_scoring(const char* op, MoeScoring scoring) {

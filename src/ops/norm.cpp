@@ -60,9 +60,7 @@ void run(const char* op, TensorView out, const TensorView* mean, const TensorVie
                   "a group of at most " + std::to_string(kMaxNormGroup) + " elements (held on chip)",
                   std::to_string(G));
   }
-  if (!std::isfinite(eps) || eps < 0 || !std::isfinite(static_cast<float>(eps))) {
-    fail_argument(op, "eps", "a finite value >= 0 (also in fp32, where it is used)", number_text(eps));
-  }
+  const float eps32 = fp32_argument(op, "eps", eps, ">= 0", eps >= 0);
   if (is_rms_norm && mean) fail_argument(op, "mean", "none for RMSNorm (is_rms_norm: no mean)", "a tensor");
 
   const Device device = common_device(op, {{"out", &out}, {"x", &x}, {"weight", &weight}});
@@ -97,7 +95,7 @@ void run(const char* op, TensorView out, const TensorView* mean, const TensorVie
   a.weight = weight.data;
   a.bias = bias ? bias->data : nullptr;
   a.w_dtype = weight.dtype;
-  a.eps = static_cast<float>(eps);
+  a.eps = eps32;
   a.gate = !z ? NormGate::none : norm_before_gate ? NormGate::after_norm : NormGate::before_norm;
   a.rms = is_rms_norm;
   if (M == 0) return;

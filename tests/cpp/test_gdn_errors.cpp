@@ -4,6 +4,7 @@
 // except by a crash.
 #include <limits>
 #include <tuple>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,13 @@ TEST_F(GdnErrors, Cumsum) {
   EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {1, 8, 4}), v(1, {1, 8, 4}), 16, nullptr, false,
                                                std::numeric_limits<double>::quiet_NaN()),
                    cumsum, "scale", "finite");
+  // scale is applied in fp32: outside its range or rounding to 0 there is an error, not inf / 0 outputs
+  for (const auto& [bad, text] : {std::pair<double, const char*>{1e39, "got 1e+39"}, {-1e300, "got -1e+300"},
+                                   {1e-300, "got 1e-300"}}) {
+    EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {1, 8, 4}), v(1, {1, 8, 4}), 16, nullptr, false, bad), cumsum,
+                     "scale", "finite in fp32", text);
+  }
+  EXPECT_NO_THROW(fuseops::chunk_local_cumsum(v(3, {1, 8, 4}), v(1, {1, 8, 4}), 16, nullptr, false, 0.0));
   EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {1, 8, 4}, bf16), gv, 16), cumsum, "out", "dtype f32",
                    "got bf16");
   EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {1, 8, 5}), gv, 16), cumsum, "out", "[1, 8, 4]", "got [1, 8, 5]");

@@ -726,5 +726,71 @@ TEST_P(GdnForward, FwdHWithoutGateOrInitialState) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, GdnForward, ::testing::Values(Where::cpu, Where::cuda), where_param_name);
 
+// final_state may BE initial_state (the same memory and layout: FLA's in-place reuse of a state buffer) in
+// chunk_gated_delta_rule, chunk_gated_delta_rule_fwd_h and fused_recurrent_gated_delta_rule: the same bytes as with
+// separate buffers (every kernel reads a state element before writing it, per (sequence, head, column slice)). Views
+// that overlap in any other way are an error naming final_state. Distinct TensorView objects over one buffer, as a
+// binding passes them.
+TEST(GdnForwardInPlace, FinalStateMayBeTheInitialState) {
+  std::mt19937_64 rng = test_rng();
+  Spec s = fixed(2, 37, 1, 2, 16, 8, DType::f32);
+  s.BT = 16;
+  const Inputs in = make_inputs(s, rng);
+  const TensorView q = in.q.view(), k = in.k.view(), v = in.v.view(), g = in.g.view(), beta = in.beta.view();
+  HostTensor ws(DType::f32, {static_cast<int64_t>(
+                                fuseops::chunk_gated_delta_rule_workspace_size(q, v, nullptr, false, s.BT) / 4 + 64)});
+  const std::vector<int64_t> o_shape{s.B, s.T, s.HV, s.V}, st_shape{s.N(), s.HV, s.K, s.V};
+  // views of a state at element `off` of one buffer: at(0) and at(1) overlap without being the same view
+  HostTensor big(DType::f32, {in.h0.numel() + 1});
+  auto at = [&](int64_t off) {
+    return TensorView(static_cast<float*>(big.data()) + off, DType::f32, fuseops::Device::cpu(),
+                      {s.N(), s.HV, s.K, s.V});
+  };
+  for (const char* op : {"chunk_gated_delta_rule", "fused_recurrent_gated_delta_rule"}) {
+    SCOPED_TRACE(op);
+    const bool chunk = std::string(op) == "chunk_gated_delta_rule";
+    auto run = [&](TensorView o, TensorView* ht, const TensorView* h0) {
+      if (chunk) {
+        fuseops::chunk_gated_delta_rule(o, ht, q, k, v, g, beta, std::nullopt, h0, false, nullptr, ws.view(), s.BT);
+      } else {
+        fuseops::fused_recurrent_gated_delta_rule(o, ht, q, k, v, &g, &beta, std::nullopt, h0);
+      }
+    };
+    HostTensor o_ref(DType::f32, o_shape), ht_ref(DType::f32, st_shape), o(DType::f32, o_shape);
+    TensorView ht_ref_v = ht_ref.view(), h0_v = in.h0.view();
+    run(o_ref.view(), &ht_ref_v, &h0_v);
+    HostTensor state = in.h0;  // updated in place
+    TensorView final_v = state.view();
+    const TensorView initial_v = state.view();
+    run(o.view(), &final_v, &initial_v);
+    EXPECT_TRUE(same_bytes(o, o_ref));
+    EXPECT_TRUE(same_bytes(state, ht_ref));
+    TensorView shifted = at(1);
+    const TensorView at0 = at(0);
+    EXPECT_ARG_ERROR(run(o.view(), &shifted, &at0), op, "final_state", "no overlap with initial_state");
+  }
+  // the stage that reads initial_state and writes final_state: in place accepted, shifted refused
+  HostTensor gc(DType::f32, {s.B, s.T, s.HV}), Ai(DType::f32, {s.B, s.T, s.HV, s.BT}), w(DType::f32, {s.B, s.T, s.HV, s.K}),
+      u(DType::f32, {s.B, s.T, s.HV, s.V}), vn(DType::f32, {s.B, s.T, s.HV, s.V}), vn2(DType::f32, {s.B, s.T, s.HV, s.V}),
+      h(DType::f32, {s.B, fuseops::gdn_chunk_slots(s.T, s.N(), s.BT, false), s.HV, s.K, s.V}), h2 = h;
+  fuseops::chunk_local_cumsum(gc.view(), g, s.BT);
+  const TensorView gcv = gc.view();
+  fuseops::chunk_gated_delta_rule_fwd_kkt_solve(Ai.view(), k, &gcv, &beta, s.BT);
+  fuseops::recompute_w_u_fwd(w.view(), u.view(), k, v, beta, Ai.view(), &gcv);
+  HostTensor ht_ref(DType::f32, st_shape), state = in.h0;
+  TensorView ht_ref_v = ht_ref.view(), h0_v = in.h0.view(), final_v = state.view();
+  const TensorView initial_v = state.view();
+  fuseops::chunk_gated_delta_rule_fwd_h(h.view(), vn.view(), &ht_ref_v, k, w.view(), u.view(), &gcv, &h0_v, s.BT);
+  fuseops::chunk_gated_delta_rule_fwd_h(h2.view(), vn2.view(), &final_v, k, w.view(), u.view(), &gcv, &initial_v,
+                                        s.BT);
+  EXPECT_TRUE(same_bytes(state, ht_ref));
+  EXPECT_TRUE(same_bytes(h2, h));
+  TensorView shifted = at(1);
+  const TensorView at0 = at(0);
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_fwd_h(h.view(), vn.view(), &shifted, k, w.view(), u.view(), &gcv,
+                                                         &at0, s.BT),
+                   "chunk_gated_delta_rule_fwd_h", "final_state", "no overlap with initial_state");
+}
+
 }  // namespace
 }  // namespace fuseops_test::gdn_forward

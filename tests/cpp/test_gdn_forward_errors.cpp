@@ -1,5 +1,6 @@
 // Error paths of the GDN forward ops: every bad argument raises fuseops::Error naming the op and the argument, before
 // anything is written.
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -129,6 +130,26 @@ TEST(GdnForwardErrors, WorkspaceQuery) {
   EXPECT_ARG_ERROR(fuseops::gdn_chunk_slots(10, -3, 64, true), "gdn_chunk_slots", "N");
 }
 
+// Slot counts and workspace sizes near INT64_MAX: exact where they fit, an error naming the cause where they do not
+// (no signed overflow: (T + BT - 1) / BT and N + ceil(T / BT) wrapped before).
+TEST(GdnForwardErrors, SizesNearInt64Max) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(fuseops::gdn_chunk_slots(kMax, 0, 16, false), kMax / 16 + 1);
+  EXPECT_EQ(fuseops::gdn_chunk_slots(kMax - 63, 7, 64, true), 7 + kMax / 64);
+  EXPECT_EQ(fuseops::gdn_chunk_slots(kMax, kMax - kMax / 16 - 1, 16, true), kMax);
+  EXPECT_ARG_ERROR(fuseops::gdn_chunk_slots(kMax, kMax, 16, true), "gdn_chunk_slots", "N", "within int64");
+  EXPECT_ARG_ERROR(fuseops::gdn_chunk_slots(kMax, kMax - kMax / 16, 16, true), "gdn_chunk_slots", "N");
+  // cu_seqlens whose N alone takes the chunk slots (or the chunk states' bytes) past 64 bits: named, not q
+  Valid x;
+  std::vector<int32_t> cu_buf(4);
+  for (int64_t n1 : {kMax, int64_t{1} << 62, int64_t{1} << 56}) {
+    SCOPED_TRACE(n1);
+    const TensorView cu(cu_buf.data(), i32, fuseops::Device::cpu(), {n1});
+    EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size(x.q.view(), x.v.view(), &cu, true, 16),
+                     "chunk_gated_delta_rule_workspace_size", "cu_seqlens", "fit");
+  }
+}
+
 TEST(GdnForwardErrors, Stages) {
   Valid x;
   TensorView ht = x.ht.view(), g = x.g.view();
@@ -237,6 +258,86 @@ TEST(GdnForwardErrors, Decode) {
                                                                    x.beta.view(), std::nullopt, x.idx.view(), nullptr,
                                                                    false, nullptr, 0.0),
                    sg, "softplus_beta");
+}
+
+// A shape mismatch names the argument that disagrees with the others: q defines B, T, H, K (as FLA) and k must match
+// it, unless k fits the values and q does not (then q is named); v (A, w) is named when the two per-head tensors
+// beside it agree on a head count it does not have.
+TEST(GdnForwardErrors, NamesTheArgumentThatDisagrees) {
+  Valid x;  // H = 1, HV = 2
+  TensorView ht = x.ht.view(), h0 = x.h0.view(), g = x.g.view(), beta = x.beta.view();
+  HostTensor q3(bf16, {1, 8, 3, 16}), k2(bf16, {1, 8, 2, 16}), v4(bf16, {1, 8, 4, 8}), A4(bf16, {1, 8, 4, 16}),
+      w4(bf16, {1, 8, 4, 16});
+  // chunk_fwd_o: q with 3 heads, where k (1) and v_new, g, h (2) agree
+  EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), q3.view(), x.k.view(), x.vn.view(), x.h.view(), &g, 0.25, 16),
+                   "chunk_fwd_o", "q", "[B, T, H, K] of k = [1, 8, 1, 16]", "got [1, 8, 3, 16]");
+  // both fit the values: q defines H, k is named
+  EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), k2.view(), x.vn.view(), x.h.view(), &g, 0.25, 16),
+                   "chunk_fwd_o", "k", "[B, T, H, K] of q = [1, 8, 1, 16]", "got [1, 8, 2, 16]");
+  const char* op = "chunk_gated_delta_rule";
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, q3.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                   x.beta.view(), std::nullopt, &h0, false, nullptr, x.ws.view(), 16),
+                   op, "q", "of k");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), v4.view(), x.g.view(),
+                                                   x.beta.view(), std::nullopt, &h0, false, nullptr, x.ws.view(), 16),
+                   op, "v", "value heads of g and beta, HV = 2");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, q3.view(), x.k.view(), x.v.view(), &g,
+                                                             &beta, std::nullopt, &h0),
+                   "fused_recurrent_gated_delta_rule", "q", "of k");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), v4.view(), &g,
+                                                             &beta, std::nullopt, &h0),
+                   "fused_recurrent_gated_delta_rule", "v", "value heads of g and beta");
+  EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(),
+                                                                   x.g.view(), x.dt_bias.view(), x.q.view(),
+                                                                   x.k.view(), v4.view(), x.beta.view(), std::nullopt,
+                                                                   x.idx.view()),
+                   "fused_sigmoid_gating_delta_rule_update", "v", "value heads of a and b");
+  EXPECT_ARG_ERROR(fuseops::recompute_w_u_fwd(x.w.view(), x.u.view(), x.k.view(), x.v.view(), x.beta.view(),
+                                              A4.view(), &g),
+                   "recompute_w_u_fwd", "A", "value heads of v and beta");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_fwd_h(x.h.view(), x.vn.view(), &ht, x.k.view(), w4.view(),
+                                                         x.u.view(), &g, nullptr, 16),
+                   "chunk_gated_delta_rule_fwd_h", "w", "value heads of u and g");
+}
+
+// Float scalars are used in fp32: a value outside fp32's range (inf there) or a nonzero value that rounds to 0 there is
+// an error naming the op and the argument, not an output of inf or a silent 0. 0 itself is valid.
+TEST(GdnForwardErrors, ScalarsMustBeFp32) {
+  Valid x;
+  TensorView ht = x.ht.view(), h0 = x.h0.view(), g = x.g.view(), beta = x.beta.view();
+  for (double bad : {1e300, 1e39, -1e39, 1e-300, -1e-50, std::nan("")}) {
+    SCOPED_TRACE(bad);
+    EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                     x.beta.view(), bad, &h0, false, nullptr, x.ws.view(), 16),
+                     "chunk_gated_delta_rule", "scale", "finite in fp32");
+    EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), x.k.view(), x.vn.view(), x.h.view(), &g, bad, 16),
+                     "chunk_fwd_o", "scale", "finite in fp32");
+    EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(),
+                                                               &g, &beta, bad, &h0),
+                     "fused_recurrent_gated_delta_rule", "scale", "finite in fp32");
+    EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(),
+                                                                      x.k.view(), x.v.view(), &g, &beta, bad,
+                                                                      x.idx.view()),
+                     "fused_recurrent_gated_delta_rule_update", "scale", "finite in fp32");
+    auto gating = [&](double scale, double sp_beta, double sp_threshold) {
+      fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(), x.g.view(),
+                                                      x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),
+                                                      x.beta.view(), scale, x.idx.view(), nullptr, false, nullptr,
+                                                      sp_beta, sp_threshold);
+    };
+    const char* sg = "fused_sigmoid_gating_delta_rule_update";
+    EXPECT_ARG_ERROR(gating(bad, 1.0, 20.0), sg, "scale", "finite in fp32");
+    EXPECT_ARG_ERROR(gating(0.25, std::fabs(bad), 20.0), sg, "softplus_beta", "> 0", "finite in fp32");
+    EXPECT_ARG_ERROR(gating(0.25, 1.0, bad), sg, "softplus_threshold", "finite in fp32");
+  }
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                   x.beta.view(), 1e39, &h0, false, nullptr, x.ws.view(), 16),
+                   "chunk_gated_delta_rule", "scale", "got 1e+39");  // the number given, not fp32's inf
+  EXPECT_NO_THROW(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                  x.beta.view(), 0.0, &h0, false, nullptr, x.ws.view(), 16));
+  EXPECT_NO_THROW(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), x.k.view(), x.vn.view(), x.h.view(), &g, 3e38, 16));
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g,
+                                                            &beta, 1e-40, &h0));  // an fp32 subnormal: kept
 }
 
 }  // namespace

@@ -70,6 +70,8 @@ TEST(MoeErrors, GroupedTopk) {
                    "routed_scaling_factor");
   EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 8, 4, true, 1e39), op, "routed_scaling_factor",
                    "got 1e+39");  // above fp32's range, printed as the number given
+  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 8, 4, true, 1e-300), op,
+                   "routed_scaling_factor", "rounding to 0", "got 1e-300");  // would silently scale every weight to 0
   EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 8, 4, true, 1.0, static_cast<MoeScoring>(7)), op,
                    "scoring");
   EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L({256}), &bias, 8, 4, true, 1.0), op, "scores");

@@ -68,9 +68,11 @@ TEST_F(NormErrors, EveryArgument) {
   EXPECT_ARG_ERROR(call(out, x, w, &b, &z, &mean, &rstd, -1), op, "group_size");
   EXPECT_ARG_ERROR(call(out, x, w, &b, &z, &mean, &rstd, 16, -1.0), op, "eps");
   EXPECT_ARG_ERROR(call(out, x, w, &b, &z, &mean, &rstd, 16, std::nan("")), op, "eps");
-  // finite in double, infinite in fp32: the value as given, in %g form (not 300 digits of %f)
-  EXPECT_ARG_ERROR(call(out, x, w, &b, &z, &mean, &rstd, 16, 1e300), op, "eps", "got 1e+300");
-  EXPECT_ARG_ERROR(call(out, x, w, &b, &z, &mean, &rstd, 16, -2.5e-7), op, "eps", "got -2.5e-07");
+  // eps is used in fp32: above its range, or nonzero and rounding to 0 there, is an error (0 itself is valid)
+  EXPECT_ARG_ERROR(call(out, x, w, &b, &z, &mean, &rstd, 16, 1e300), op, "eps", ">= 0", "finite in fp32", "got 1e+300");
+  EXPECT_ARG_ERROR(call(out, x, w, &b, &z, &mean, &rstd, 16, 1e-50), op, "eps", "finite in fp32", "got 1e-50");
+  EXPECT_ARG_ERROR(call(out, x, w, &b, &z, &mean, &rstd, 16, -2.5e-7), op, "eps", ">= 0", "got -2.5e-07");
+  EXPECT_NO_THROW(call(out, x, w, &b, &z, &mean, &rstd, 16, 0.0));
   // mean, rstd
   const TensorView st_bad = v(st_, {15}), st_f16 = v(st_, {16}, DType::f16), st_x = v(x_, {16}, DType::f32, 4);
   EXPECT_ARG_ERROR(call(out, x, w, &b, &z, &st_bad, &rstd), op, "mean", "[16]");
