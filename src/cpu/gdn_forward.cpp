@@ -29,13 +29,8 @@ float l2_root(const float* x, int64_t n) {
   return std::sqrt(s + 1e-6f);
 }
 
-/// x / l2_root(x), as FLA's fused recurrent kernels normalise q and k in kernel.
-void l2normalize(float* x, int64_t n) {
-  const float d = l2_root(x, n);
-  for (int64_t c = 0; c < n; ++c) x[c] = x[c] / d;
-}
-
-/// x rstd, rstd = 1 / l2_root(x): FLA's l2norm_fwd (the chunked forward's q / k normalisation).
+/// x rstd, rstd = 1 / l2_root(x): FLA's l2norm_fwd (the chunked forward's q / k normalisation, and the decode's:
+/// FLA's fused recurrent kernels divide by the root instead, at most an ulp or two apart).
 void l2norm_row(float* x, int64_t n) {
   const float rstd = 1.0f / l2_root(x, n);
   for (int64_t c = 0; c < n; ++c) x[c] = x[c] * rstd;
@@ -218,8 +213,8 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
         load_row(a.k, s.batch, t, hk, K, k.data());
         load_row(a.v, s.batch, t, hv, V, v.data());
         if (a.l2norm) {
-          l2normalize(q.data(), K);
-          l2normalize(k.data(), K);
+          l2norm_row(q.data(), K);
+          l2norm_row(k.data(), K);
         }
         float g, beta;
         if (a.fused_gating) {

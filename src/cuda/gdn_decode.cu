@@ -2,7 +2,7 @@
 // (state pool) and fused_sigmoid_gating_delta_rule_update (gates from the raw projections); the form is chosen by the
 // arguments (include/fuseops/gdn_forward.h; reference/gdn.md §11). Per token, in both kernels:
 //   S *= exp(g); (S^T k, S^T q) reduced over K; v' = beta (v - S^T k); S += k v'^T; o = scale (S^T q + v' (k . q))
-//   (= scale S_new^T q); with use_qk_l2norm_in_kernel q and k are first divided by sqrt(sum x^2 + 1e-6).
+//   (= scale S_new^T q); with use_qk_l2norm_in_kernel q and k are first multiplied by 1 / sqrt(sum x^2 + 1e-6).
 // Sums run in a fixed order: results do not depend on the other sequences of the batch.
 //
 // A bandwidth problem: per (sequence, value head) the fp32 state is read once and written once.
@@ -213,13 +213,13 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
         if (lane == 0) scal[2 + warp] = s;
       }
       __syncthreads();
-      const float qd = a.l2norm ? sqrtf(scal[2] + 1e-6f) : 1.f, kd = a.l2norm ? sqrtf(scal[3] + 1e-6f) : 1.f;
+      const float rq = a.l2norm ? 1.f / sqrtf(scal[2] + 1e-6f) : 1.f, rk = a.l2norm ? 1.f / sqrtf(scal[3] + 1e-6f) : 1.f;
       const float decay = expf(scal[0]), beta = scal[1];
       float sk[4] = {0.f, 0.f, 0.f, 0.f}, sq[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
       for (int j = 0; j < kMaxRows; ++j) {
         const int64_t r = rgi + 32 * j;
-        const float kr = r < K ? ks[r] / kd : 0.f, qr = r < K ? qs[r] / qd : 0.f;
+        const float kr = r < K ? ks[r] * rk : 0.f, qr = r < K ? qs[r] * rq : 0.f;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           S[j][e] *= decay;
@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
         }
       }
       __syncthreads();
-      const float kq = scal[4] / (qd * kd);
+      const float kq = scal[4] * rq * rk;
       float vp[4], o[4];
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
 #pragma unroll
       for (int j = 0; j < kMaxRows; ++j) {
         const int64_t r = rgi + 32 * j;
-        const float kr = r < K ? ks[r] / kd : 0.f;
+        const float kr = r < K ? ks[r] * rk : 0.f;
 #pragma unroll
         for (int e = 0; e < 4; ++e) S[j][e] = fmaf(kr, vp[e], S[j][e]);
       }
@@ -584,12 +584,12 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
     for (int64_t t = sb.bos; t < sb.eos; ++t) {
       if (t > sb.bos) load_token(t);
       if (a.l2norm) {
-        const float qd = sqrtf(sum_groups<KG, R>(rows_dot<R>(q, q)) + 1e-6f);
-        const float kd = sqrtf(sum_groups<KG, R>(rows_dot<R>(k, k)) + 1e-6f);
+        const float rq = 1.f / sqrtf(sum_groups<KG, R>(rows_dot<R>(q, q)) + 1e-6f);
+        const float rk = 1.f / sqrtf(sum_groups<KG, R>(rows_dot<R>(k, k)) + 1e-6f);
 #pragma unroll
         for (int j = 0; j < R; ++j) {
-          q[j] = q[j] / qd;
-          k[j] = k[j] / kd;
+          q[j] *= rq;
+          k[j] *= rk;
         }
       }
       const float kq = sum_groups<KG, R>(rows_dot<R>(k, q));
