@@ -135,7 +135,7 @@ class EntryReader {
     return v;
   }
 
-  /// {from: A, to: B, step: S} or {from: A, to: B, mul: M}: A, A+S, ... <= B or A, A*M, ... <= B.
+  /// {from: A, to: B, step: S} or {from: A, to: B, mul: M}: A, A+S, ... <= B or A, A*M, ... <= B; neither: step 1.
   std::vector<ParamValue> range(const YAML::Node& n) const {
     const YAML::Node from = n["from"], to = n["to"], step = n["step"], mul = n["mul"];  // undefined when absent
     for (const auto& [k, mark] : keys_of(path_, n)) {
@@ -292,6 +292,7 @@ CaseFile parse_document(const YAML::Node& root, const std::string& path, const R
     if (key == "name" || key == "description") {
       if (!kv.second.IsScalar()) fail(path, kv.second.Mark(), key, "expected text, got " + scalar_text(kv.second));
       (key == "name" ? file.name : file.description) = kv.second.Scalar();
+      if (key == "name" && file.name.empty()) fail(path, kv.second.Mark(), key, "expected a non-empty name");
     } else if (key == "cases") {
       cases = kv.second;
       has_cases = true;

@@ -117,6 +117,15 @@ TEST(CaseFile, ReducedVarlenKeepsEverySequence) {
   }
 }
 
+// The set name of a file's cases is not empty (default: the file's stem); a range without step or mul counts by 1.
+TEST(CaseFile, SetNamesAndDefaultStep) {
+  const std::string body = "cases:\n  - op: silu_and_mul\n    tokens: {from: 1, to: 3}\n    d: 64\n";
+  EXPECT_CASE_ERROR("name: \"\"\n" + body, "f.yaml:1:7", "name", "non-empty");
+  EXPECT_EQ(parse("name: mine\n" + body).name, "mine");
+  EXPECT_EQ(parse(body).name, "f");
+  EXPECT_EQ(parse(body).make_cases().size(), 3u);
+}
+
 TEST(CaseFile, UnknownOpNamesFileLineColumnAndKey) {
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mull\n    d: 8\n", "f.yaml:2:9", "op", "unknown op \"silu_and_mull\"");
 }
