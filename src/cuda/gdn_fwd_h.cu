@@ -441,9 +441,9 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
               ((C::kUOffset + NS * C::kUTile) + (warp * 16 + (lane & 7) + (q & 1) * 8) * C::kLdV + (q >> 1) * 8) * sizeof(TK));
 #pragma unroll
           for (int j = 0; j < C::kNV; j += 2) {
-            stmatrix_x4(row_at + static_cast<uint32_t>(j * 8 * sizeof(TK)), pack2<TK>(S[0][j][0], S[0][j][1]),
-                        pack2<TK>(S[0][j][2], S[0][j][3]), pack2<TK>(S[0][j + 1][0], S[0][j + 1][1]),
-                        pack2<TK>(S[0][j + 1][2], S[0][j + 1][3]));
+            stmatrix_x4<false>(row_at + static_cast<uint32_t>(j * 8 * sizeof(TK)), pack2<TK>(S[0][j][0], S[0][j][1]),
+                               pack2<TK>(S[0][j][2], S[0][j][3]), pack2<TK>(S[0][j + 1][0], S[0][j + 1][1]),
+                               pack2<TK>(S[0][j + 1][2], S[0][j + 1][3]));
           }
         }
 #pragma unroll
@@ -464,7 +464,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
 #pragma unroll
           for (int j = 0; j < C::kNV; j += 2) {
             const int n = 8 * (j + (q >> 1)) + i8;
-            stmatrix_x4_trans(box + static_cast<uint32_t>(n * 128) + grp, pack2<TK>(S[0][j][0], S[0][j][1]),
+            stmatrix_x4<true>(box + static_cast<uint32_t>(n * 128) + grp, pack2<TK>(S[0][j][0], S[0][j][1]),
                               pack2<TK>(S[0][j][2], S[0][j][3]), pack2<TK>(S[0][j + 1][0], S[0][j + 1][1]),
                               pack2<TK>(S[0][j + 1][2], S[0][j + 1][3]));
           }
@@ -591,7 +591,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
 #pragma unroll
             for (int jj = 0; jj < NH / 8; jj += 2) {
               const int n = n0 + 8 * (jj + (q >> 1)) + i8;
-              stmatrix_x4_trans(vt_addr + static_cast<uint32_t>(n * 128) + grp, vg[jj][0], vg[jj][1], vg[jj + 1][0],
+              stmatrix_x4<true>(vt_addr + static_cast<uint32_t>(n * 128) + grp, vg[jj][0], vg[jj][1], vg[jj + 1][0],
                                 vg[jj + 1][1]);
             }
           }
