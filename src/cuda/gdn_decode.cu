@@ -676,12 +676,18 @@ int fast_groups(int64_t K) {
 /// Testing hook (set_decode_rows_for_testing): 0 = the launch rule, 8 / 16 = that many rows per lane at K = 128.
 std::atomic<int> decode_rows_for_testing{0};
 
-/// Persistent grid of WB-warp blocks of the (KG, R) kernel: as many blocks as stay resident (the shared-memory carveout
-/// at its maximum), at most one unit per warp. Returns false, launching nothing, when `fill` and the units do not fill
-/// those blocks' warps.
+/// The persistent grid of the (KG, R) kernel in WB-warp blocks for `a`: its parameters (slices, units, division
+/// constants, input staging), dynamic shared memory, and the blocks that stay resident (the shared-memory carveout at
+/// its maximum), which the grid does not exceed.
 template <int KG, int R, typename ST, int WB>
-bool launch_warp_kernel_wb(const DecodeArgs& a, WarpParams prm, cudaStream_t s, int device, const char* op,
-                           bool fill) {
+struct WarpGrid {
+  WarpParams prm;
+  std::size_t smem;
+  int64_t resident;
+  int64_t resident_warps() const { return resident * WB; }
+};
+template <int KG, int R, typename ST, int WB>
+WarpGrid<KG, R, ST, WB> warp_grid(const DecodeArgs& a, WarpParams prm, int device, const char* op) {
   constexpr int64_t cols = WarpUnit<KG, ST>::kCols;
   prm.slices = (a.V + cols - 1) / cols;
   prm.units = a.geo.N * a.geo.HV * prm.slices;
@@ -693,11 +699,14 @@ bool launch_warp_kernel_wb(const DecodeArgs& a, WarpParams prm, cudaStream_t s, 
   prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
   const std::size_t smem = WB * 2 * (sizeof(StagedRows<ST, R>) + (prm.stage_inputs ? kStagedInputBytes : 0));
   allow_smem(kernel, smem, op);
-  const int64_t resident = resident_blocks(kernel, WB * 32, smem, device, op);
-  if (fill && prm.units < resident * WB) return false;
-  const int64_t blocks = std::min((prm.units + WB - 1) / WB, resident);
-  launch_kernel(kernel, dim3(gdn::grid_x(blocks)), dim3(WB * 32), smem, s, device, a, prm);
-  return true;
+  return {prm, smem, resident_blocks(kernel, WB * 32, smem, device, op)};
+}
+/// Launches that grid: at most one unit per resident warp.
+template <int KG, int R, typename ST, int WB>
+void launch_warp_grid(const DecodeArgs& a, const WarpGrid<KG, R, ST, WB>& g, cudaStream_t s, int device) {
+  const int64_t blocks = std::min((g.prm.units + WB - 1) / WB, g.resident);
+  launch_kernel(decode_warp_kernel<KG, R, ST, WB>, dim3(gdn::grid_x(blocks)), dim3(WB * 32), g.smem, s, device, a,
+                g.prm);
 }
 /// K = 128 (KG 8): 4-warp blocks (where they were measured) when the units fill their resident warps; else, when the
 /// units of 16-row lanes in 2-warp blocks leave warps idle (a step of few sequences), lanes of 8 rows (KG 16: twice
@@ -710,26 +719,18 @@ void launch_warp_kernel_kg(const DecodeArgs& a, const WarpParams& prm, cudaStrea
   static const bool half_rows = !env_switched_off("FUSEOPS_GDN_DECODE_HALF_ROWS");
   if constexpr (KG == 8) {
     const int forced = decode_rows_for_testing.load(std::memory_order_relaxed);
-    if (forced == kHalfRows) {
-      launch_warp_kernel_wb<16, kHalfRows, ST, kWarpBlock>(a, prm, s, device, op, false);
-      return;
+    if (forced == 0 && wide) {
+      const auto wide_grid = warp_grid<KG, kRows, ST, kWideWarpBlock>(a, prm, device, op);
+      if (wide_grid.prm.units >= wide_grid.resident_warps()) return launch_warp_grid(a, wide_grid, s, device);
     }
-    if (forced == 0) {
-      if (wide && launch_warp_kernel_wb<KG, kRows, ST, kWideWarpBlock>(a, prm, s, device, op, true)) return;
-      if (half_rows) {
-        const auto full = decode_warp_kernel<KG, kRows, ST, kWarpBlock>;
-        const std::size_t smem = kWarpBlock * 2 * (sizeof(StagedRows<ST, kRows>) + kStagedInputBytes);
-        allow_smem(full, smem, op);
-        const int64_t warps = resident_blocks(full, kWarpBlock * 32, smem, device, op) * kWarpBlock;
-        const int64_t units = a.geo.N * a.geo.HV * ((a.V + 15) / 16);
-        if (units < warps) {
-          launch_warp_kernel_wb<16, kHalfRows, ST, kWarpBlock>(a, prm, s, device, op, false);
-          return;
-        }
-      }
+    const auto full = warp_grid<KG, kRows, ST, kWarpBlock>(a, prm, device, op);
+    if (forced == kHalfRows || (forced == 0 && half_rows && full.prm.units < full.resident_warps())) {
+      return launch_warp_grid(a, warp_grid<16, kHalfRows, ST, kWarpBlock>(a, prm, device, op), s, device);
     }
+    launch_warp_grid(a, full, s, device);
+  } else {
+    launch_warp_grid(a, warp_grid<KG, kRows, ST, kWarpBlock>(a, prm, device, op), s, device);
   }
-  launch_warp_kernel_wb<KG, kRows, ST, kWarpBlock>(a, prm, s, device, op, false);
 }
 template <typename ST>
 void launch_warp_kernel(int kg, const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device,
