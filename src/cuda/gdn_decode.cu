@@ -122,6 +122,13 @@ __device__ __forceinline__ int64_t write_slot(const DecodeArgs& a, int64_t n, in
   if (bad && leader) record_device_error(errors, a.idx_site, a.idx_cols > 0 ? n * a.idx_cols + tr : n);
   return slot;
 }
+/// As write_slot, for a sequence whose slot read first is `start` (>= 0): with [N] indices the slot written after its
+/// last token is that same entry, which is then not loaded again.
+__device__ __forceinline__ int64_t write_slot(const DecodeArgs& a, int64_t start, int64_t n, int64_t tr, int64_t len,
+                                              bool leader, DeviceErrorRecord* errors) {
+  if (a.idx_cols == 0) return tr == len - 1 ? start : -1;
+  return write_slot(a, n, tr, len, leader, errors);
+}
 
 struct DecodeParams {
   int64_t vblocks, units;
@@ -304,6 +311,9 @@ struct WarpParams {
   /// The first token's q / k rows and v slice are copied into shared memory with the state (16-bit q, k, v of one
   /// dtype, K <= 128, every piece 16-byte aligned; stage_inputs_applies()).
   bool stage_inputs;
+  /// With stage_inputs, the first token's g and beta too, as the 4-byte words that hold them (stage_gates_applies()),
+  /// when every warp has at most one unit (warp_grid()).
+  bool stage_gates;
   DeviceErrorRecord* errors;
   /// unit -> (n HV + hv, slice), n HV + hv -> (n, hv), hv -> (key head, rest): divisions by launch constants
   FastDivmod by_slices, by_hv, by_group;
@@ -353,6 +363,59 @@ __device__ __forceinline__ float sum_groups(float x) {
 #pragma unroll
   for (int m = 16; m >= (R == 8 ? 2 * low : low); m >>= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
   return x;
+}
+
+/// A token's q / k (the lane's R rows of each) made ready: with use_qk_l2norm_in_kernel both multiplied by
+/// 1 / sqrt(sum x^2 + 1e-6) (in place); returns k . q over K (the same bits in every lane).
+template <int KG, int R>
+__device__ __forceinline__ float token_norms(const DecodeArgs& a, float (&q)[R], float (&k)[R]) {
+  if (a.l2norm) {
+    const float rq = 1.f / sqrtf(sum_groups<KG, R>(rows_dot<R>(q, q)) + 1e-6f);
+    const float rk = 1.f / sqrtf(sum_groups<KG, R>(rows_dot<R>(k, k)) + 1e-6f);
+#pragma unroll
+    for (int j = 0; j < R; ++j) {
+      q[j] *= rq;
+      k[j] *= rk;
+    }
+  }
+  return sum_groups<KG, R>(rows_dot<R>(k, q));
+}
+
+/// One token's step on the lane's R x 4 state elements S (rows kg R.., its 4 columns): S *= exp(g); v' = beta (v -
+/// S^T k); o = scale (S^T q + v' (k . q)); S += k v'^T. The sums over K as rows_dot (8-row chains added in order,
+/// rows outer), then sum_groups.
+template <int KG, int R>
+__device__ __forceinline__ void token_update(const DecodeArgs& a, float (&S)[R][4], const float (&q)[R],
+                                             const float (&k)[R], const float (&v)[4], float g, float beta, float kq,
+                                             float (&o)[4]) {
+  const float decay = expf(g);
+  float sk[R / 8][4], sq[R / 8][4];
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      S[j][e] *= decay;
+      sk[j / 8][e] = fmaf(S[j][e], k[j], j % 8 == 0 ? 0.f : sk[j / 8][e]);
+      sq[j / 8][e] = fmaf(S[j][e], q[j], j % 8 == 0 ? 0.f : sq[j / 8][e]);
+    }
+  }
+  float vp[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    float ske = sk[0][e], sqe = sq[0][e];
+#pragma unroll
+    for (int c = 1; c < R / 8; ++c) {
+      ske += sk[c][e];
+      sqe += sq[c][e];
+    }
+    vp[e] = beta * (v[e] - sum_groups<KG, R>(ske));
+    o[e] = a.scale * fmaf(vp[e], kq, sum_groups<KG, R>(sqe));
+  }
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) S[j][e] = fmaf(k[j], vp[e], S[j][e]);
+  }
 }
 
 /// 4 consecutive state elements of storage type ST (aligned to 4 elements), stored from f32 with a streaming store
@@ -427,27 +490,62 @@ __device__ __forceinline__ void stage_commit() { asm volatile("cp.async.commit_g
 /// Waits until every committed group but the most recent one is complete (the current unit's copies).
 __device__ __forceinline__ void stage_wait_previous() { asm volatile("cp.async.wait_group 1;" ::: "memory"); }
 
-/// Bytes of a unit's staged inputs: q and k rows of K <= 128 16-bit elements and a v slice of 128 / KG <= 32.
-constexpr int kStagedInputBytes = 2 * 128 * 2 + 32 * 2;
+/// Bytes of a unit's staged inputs: q and k rows of K <= 128 16-bit elements, its v slice of `cols`, and 16 for the
+/// gates (stage_gates: the words holding g and beta).
+__host__ __device__ constexpr int staged_input_bytes(int cols) { return 2 * 128 * 2 + cols * 2 + 16; }
+
+/// The 4-byte-aligned word that holds element e of x (stage_gates_applies(): inside x's row).
+__device__ __forceinline__ const void* gate_word(const GdnIn& x, int64_t e) {
+  const std::uintptr_t size = x.dtype == DType::f32 ? 4 : 2;  // f32 or 16-bit (stage_gates_applies)
+  const auto p = reinterpret_cast<std::uintptr_t>(x.data) + static_cast<std::uintptr_t>(e) * size;
+  return reinterpret_cast<const void*>(p & ~static_cast<std::uintptr_t>(3));
+}
+/// Element e of x as f32 from the word that holds it (see gate_word).
+__device__ __forceinline__ float gate_from_word(uint32_t bits, const GdnIn& x, int64_t e) {
+  if (x.dtype == DType::f32) return __uint_as_float(bits);
+  const uint32_t h = (bits >> (16 * (e & 1))) & 0xffffu;
+  return x.dtype == DType::bf16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half(static_cast<uint16_t>(h)));
+}
 
 /// Issues the copies of unit `u`'s first-token inputs into `buf`: [q row: K][k row: K][v slice: kCols] elements of
-/// the 16-bit input dtype, in 16-byte pieces (lane l copies pieces l, l + 32, ...). Nothing for padding or an empty
-/// sequence. The pieces are read by every lane of the warp after the wait and a __syncwarp.
-template <int KG, typename ST>
-__device__ __forceinline__ void stage_inputs(const DecodeArgs& a, const WarpUnit<KG, ST>& u, unsigned char* buf,
+/// the 16-bit input dtype, in 16-byte pieces (lane l copies pieces l, l + 32, ...), then with `gates` the words
+/// holding g and beta (lane 0; read by staged_gates). Nothing for padding or an empty sequence. The pieces are read by
+/// every lane of the warp after the wait and a __syncwarp.
+template <typename Unit>
+__device__ __forceinline__ void stage_inputs(const DecodeArgs& a, const Unit& u, bool gates, unsigned char* buf,
                                              int lane) {
   if ((a.pool_form && u.ps.start < 0) || u.sb.eos <= u.sb.bos) return;
-  const int qk = static_cast<int>(a.geo.K) * 2 / 16, vp = WarpUnit<KG, ST>::kCols * 2 / 16;
+  const int qk = static_cast<int>(a.geo.K) * 2 / 16, vp = Unit::kCols * 2 / 16;
   const int64_t t = u.sb.bos;
   const char* q = static_cast<const char*>(a.q.data) + gdn::at(a.q, u.sb.batch, t, u.hk) * 2;
   const char* k = static_cast<const char*>(a.k.data) + gdn::at(a.k, u.sb.batch, t, u.hk) * 2;
-  const char* v = static_cast<const char*>(a.v.data) +
-                  (gdn::at(a.v, u.sb.batch, t, u.hv) + u.sl * WarpUnit<KG, ST>::kCols) * 2;
+  const char* v = static_cast<const char*>(a.v.data) + (gdn::at(a.v, u.sb.batch, t, u.hv) + u.sl * Unit::kCols) * 2;
   for (int p = lane; p < 2 * qk + vp; p += 32) {
     const char* src = p < qk ? q + p * 16 : p < 2 * qk ? k + (p - qk) * 16 : v + (p - 2 * qk) * 16;
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(buf + p * 16));
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(src) : "memory");
   }
+  if (gates && lane == 0) {
+    const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(buf + (2 * a.geo.K + Unit::kCols) * 2));
+    if (a.g.data) {
+      const void* w = gate_word(a.g, gdn::at(a.g, u.sb.batch, t, u.hv));
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(w) : "memory");
+    }
+    if (a.beta.data) {
+      const void* w = gate_word(a.beta, gdn::at(a.beta, u.sb.batch, t, u.hv));
+      asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst + 4), "l"(w) : "memory");
+    }
+  }
+}
+
+/// The first token's g and beta of a unit from its staged inputs `in` (stage_inputs with gates), as token_gates gives
+/// them (g 0 without gating, beta 1 without beta).
+template <typename Unit>
+__device__ __forceinline__ void staged_gates(const DecodeArgs& a, const Unit& u, const unsigned char* in, float& g,
+                                             float& beta) {
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(in + (2 * a.geo.K + Unit::kCols) * 2);
+  g = a.g.data ? gate_from_word(w[0], a.g, gdn::at(a.g, u.sb.batch, u.sb.bos, u.hv)) : 0.f;
+  beta = a.beta.data ? gate_from_word(w[1], a.beta, gdn::at(a.beta, u.sb.batch, u.sb.bos, u.hv)) : 1.f;
 }
 
 /// N (4 or a multiple of 8) 16-bit elements of dtype `dt` (bf16 or f16) at p (shared memory, aligned to 2 N bytes up
@@ -489,7 +587,8 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
   extern __shared__ __align__(16) unsigned char smem_raw[];
   StagedRows<ST, R>(*staged)[2] = reinterpret_cast<StagedRows<ST, R>(*)[2]>(smem_raw);
   unsigned char* const staged_in_raw = smem_raw + WB * 2 * sizeof(StagedRows<ST, R>);
-  const auto staged_in = [&](int w, int b) { return staged_in_raw + (w * 2 + b) * kStagedInputBytes; };
+  constexpr int in_bytes = staged_input_bytes(Unit::kCols);
+  const auto staged_in = [&](int w, int b) { return staged_in_raw + (w * 2 + b) * in_bytes; };
   pdl_wait_and_release();
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int kg = lane / Unit::kLanesV;
@@ -501,7 +600,7 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
   if (unit < prm.units) {
     const Unit first(a, prm, unit, lane);
     stage_state<ST, R>(first.src, V, kg * R, first.col, first.active, staged[warp][0], lane);
-    if (prm.stage_inputs) stage_inputs(a, first, staged_in(warp, 0), lane);
+    if (prm.stage_inputs) stage_inputs(a, first, prm.stage_gates, staged_in(warp, 0), lane);
   }
   stage_commit();
   for (int buf = 0; unit < prm.units; unit += stride, buf ^= 1) {
@@ -524,14 +623,14 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
     // unit's pool slot (the staging waits for it).
     const bool staged_first = prm.stage_inputs && !padding && len > 0;
     if (staged_first) {
-      token_gates(a, hg, sb.batch, sb.bos, hv, g, beta);
+      if (!prm.stage_gates) token_gates(a, hg, sb.batch, sb.bos, hv, g, beta);
     } else if (!padding && len > 0) {
       load_token(sb.bos);
     }
     if (unit + stride < prm.units) {  // the next unit's state (and inputs) in flight during this one
       const Unit next(a, prm, unit + stride, lane);
       stage_state<ST, R>(next.src, V, kg * R, next.col, next.active, staged[warp][buf ^ 1], lane);
-      if (prm.stage_inputs) stage_inputs(a, next, staged_in(warp, buf ^ 1), lane);
+      if (prm.stage_inputs) stage_inputs(a, next, prm.stage_gates, staged_in(warp, buf ^ 1), lane);
     }
     stage_commit();
     if (staged_first) {
@@ -541,6 +640,7 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
       read_staged(in + row0 * 2, a.q.dtype, q);
       read_staged(in + (a.geo.K + row0) * 2, a.q.dtype, k);
       if (active) read_staged(in + (2 * a.geo.K + (lane % Unit::kLanesV) * 4) * 2, a.q.dtype, v);
+      if (prm.stage_gates) staged_gates(a, u, in, g, beta);
     }
     const bool leader = hv == 0 && u.sl == 0 && lane == 0;  // records bad device values once per sequence
     if (sb.bad && leader) record_device_error(prm.errors, a.geo.cu_site, n);
@@ -583,49 +683,13 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
 
     for (int64_t t = sb.bos; t < sb.eos; ++t) {
       if (t > sb.bos) load_token(t);
-      if (a.l2norm) {
-        const float rq = 1.f / sqrtf(sum_groups<KG, R>(rows_dot<R>(q, q)) + 1e-6f);
-        const float rk = 1.f / sqrtf(sum_groups<KG, R>(rows_dot<R>(k, k)) + 1e-6f);
-#pragma unroll
-        for (int j = 0; j < R; ++j) {
-          q[j] *= rq;
-          k[j] *= rk;
-        }
-      }
-      const float kq = sum_groups<KG, R>(rows_dot<R>(k, q));
+      const float kq = token_norms<KG, R>(a, q, k);
       if (t == sb.bos) take_state();
-      const float decay = expf(g);
-      // S^T k and S^T q of the decayed state as rows_dot does (8-row chains added in order), rows outer
-      float sk[R / 8][4], sq[R / 8][4];
-#pragma unroll
-      for (int j = 0; j < R; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          S[j][e] *= decay;
-          sk[j / 8][e] = fmaf(S[j][e], k[j], j % 8 == 0 ? 0.f : sk[j / 8][e]);
-          sq[j / 8][e] = fmaf(S[j][e], q[j], j % 8 == 0 ? 0.f : sq[j / 8][e]);
-        }
-      }
-      float vp[4], o[4];
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float ske = sk[0][e], sqe = sq[0][e];
-#pragma unroll
-        for (int c = 1; c < R / 8; ++c) {
-          ske += sk[c][e];
-          sqe += sq[c][e];
-        }
-        vp[e] = beta * (v[e] - sum_groups<KG, R>(ske));
-        o[e] = a.scale * fmaf(vp[e], kq, sum_groups<KG, R>(sqe));
-      }
-#pragma unroll
-      for (int j = 0; j < R; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) S[j][e] = fmaf(k[j], vp[e], S[j][e]);
-      }
+      float o[4];
+      token_update<KG, R>(a, S, q, k, v, g, beta, kq, o);
       if (kg == 0 && active) store4(a.o.data, a.o.dtype, gdn::at(a.o, sb.batch, t, hv) + col, 4, prm.o_vec, o);
       if (a.pool_form) {
-        const int64_t slot = write_slot(a, n, t - sb.bos, len, leader, prm.errors);
+        const int64_t slot = write_slot(a, u.ps.start, n, t - sb.bos, len, leader, prm.errors);
         if (slot >= 0 && active) {
           ST* dst = static_cast<ST*>(a.pool) + (slot * HV + hv) * KV;
 #pragma unroll
@@ -663,6 +727,22 @@ bool stage_inputs_applies(const DecodeArgs& a, int kg) {
          rows_vec(a.q) && rows_vec(a.k) && rows_vec(a.v) && a.V % cols == 0;
 }
 
+/// Whether the staged inputs also carry the first token's g and beta (WarpParams::stage_gates): given gates (not the
+/// fused gating form), each absent, f32, or 16-bit with its 4-byte-aligned word inside the row (pointer 4-byte
+/// aligned, heads contiguous, HV and the other strides even: the word pairs heads 2i, 2i + 1). cp.async copies 4
+/// bytes at least, so a 16-bit gate travels with its neighbour. FUSEOPS_GDN_DECODE_STAGE_GATES=0 switches it off.
+bool stage_gates_applies(const DecodeArgs& a) {
+  static const bool off = env_switched_off("FUSEOPS_GDN_DECODE_STAGE_GATES");
+  const auto words = [&](const GdnIn& x) {
+    if (!x.data) return true;
+    const bool aligned4 = reinterpret_cast<std::uintptr_t>(x.data) % 4 == 0;
+    if (x.dtype == DType::f32) return aligned4;
+    return (x.dtype == DType::bf16 || x.dtype == DType::f16) && aligned4 && x.stride_h == 1 && a.geo.HV % 2 == 0 &&
+           x.stride_t % 2 == 0 && x.stride_b % 2 == 0;
+  };
+  return !off && !a.fused_gating && words(a.g) && words(a.beta);
+}
+
 /// Row groups KG of the fast kernel for K (K = KG kRows), or 0 when K takes the fallback.
 int fast_groups(int64_t K) {
   switch (K) {
@@ -676,37 +756,47 @@ int fast_groups(int64_t K) {
 /// Testing hook (set_decode_rows_for_testing): 0 = the launch rule, 8 / 16 = that many rows per lane at K = 128.
 std::atomic<int> decode_rows_for_testing{0};
 
-/// The persistent grid of the (KG, R) kernel in WB-warp blocks for `a`: its parameters (slices, units, division
+/// A persistent grid of one fast-kernel variant (WB-warp blocks) for `a`: its parameters (slices, units, division
 /// constants, input staging), dynamic shared memory, and the blocks that stay resident (the shared-memory carveout at
 /// its maximum), which the grid does not exceed.
-template <int KG, int R, typename ST, int WB>
+using WarpKernel = void (*)(const DecodeArgs, const WarpParams);
 struct WarpGrid {
+  WarpKernel kernel;
+  int wb;
   WarpParams prm;
   std::size_t smem;
   int64_t resident;
-  int64_t resident_warps() const { return resident * WB; }
+  int64_t resident_warps() const { return resident * wb; }
 };
-template <int KG, int R, typename ST, int WB>
-WarpGrid<KG, R, ST, WB> warp_grid(const DecodeArgs& a, WarpParams prm, int device, const char* op) {
-  constexpr int64_t cols = WarpUnit<KG, ST>::kCols;
+/// cols: columns per unit; state_bytes: a warp's state buffers; kg: row groups (input staging rule).
+WarpGrid warp_grid(WarpKernel kernel, int wb, int64_t cols, std::size_t state_bytes, int kg, const DecodeArgs& a,
+                   WarpParams prm, int device, const char* op) {
   prm.slices = (a.V + cols - 1) / cols;
   prm.units = a.geo.N * a.geo.HV * prm.slices;
   prm.by_slices = FastDivmod(prm.slices);
   prm.by_hv = FastDivmod(a.geo.HV);
   prm.by_group = FastDivmod(a.geo.HV / a.geo.H);
-  prm.stage_inputs = stage_inputs_applies(a, KG);
-  const auto kernel = decode_warp_kernel<KG, R, ST, WB>;
+  prm.stage_inputs = stage_inputs_applies(a, kg);
   prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
-  const std::size_t smem = WB * 2 * (sizeof(StagedRows<ST, R>) + (prm.stage_inputs ? kStagedInputBytes : 0));
+  const std::size_t inputs = prm.stage_inputs ? 2 * staged_input_bytes(static_cast<int>(cols)) : 0;
+  const std::size_t smem = wb * (state_bytes + inputs);
   allow_smem(kernel, smem, op);
-  return {prm, smem, resident_blocks(kernel, WB * 32, smem, device, op)};
+  WarpGrid g{kernel, wb, prm, smem, resident_blocks(kernel, wb * 32, smem, device, op)};
+  // gates staged only when each warp has at most one unit (its chain is the time; measured: N = 1 5.18 -> 5.05 us);
+  // with more units the two 4-byte copies cost more than they hide (N = 256 308 -> 355 us)
+  g.prm.stage_gates = prm.stage_inputs && stage_gates_applies(a) && prm.units <= g.resident_warps();
+  return g;
 }
-/// Launches that grid: at most one unit per resident warp.
+/// The (KG, R) decode_warp_kernel's grid in WB-warp blocks.
 template <int KG, int R, typename ST, int WB>
-void launch_warp_grid(const DecodeArgs& a, const WarpGrid<KG, R, ST, WB>& g, cudaStream_t s, int device) {
-  const int64_t blocks = std::min((g.prm.units + WB - 1) / WB, g.resident);
-  launch_kernel(decode_warp_kernel<KG, R, ST, WB>, dim3(gdn::grid_x(blocks)), dim3(WB * 32), g.smem, s, device, a,
-                g.prm);
+WarpGrid slice_grid(const DecodeArgs& a, const WarpParams& prm, int device, const char* op) {
+  return warp_grid(decode_warp_kernel<KG, R, ST, WB>, WB, WarpUnit<KG, ST>::kCols, 2 * sizeof(StagedRows<ST, R>), KG,
+                   a, prm, device, op);
+}
+/// Launches a grid: at most one unit per resident warp.
+void launch_warp_grid(const DecodeArgs& a, const WarpGrid& g, cudaStream_t s, int device) {
+  const int64_t blocks = std::min((g.prm.units + g.wb - 1) / g.wb, g.resident);
+  launch_kernel(g.kernel, dim3(gdn::grid_x(blocks)), dim3(g.wb * 32), g.smem, s, device, a, g.prm);
 }
 /// K = 128 (KG 8): 4-warp blocks (where they were measured) when the units fill their resident warps; else, when the
 /// units of 16-row lanes in 2-warp blocks leave warps idle (a step of few sequences), lanes of 8 rows (KG 16: twice
@@ -715,21 +805,21 @@ void launch_warp_grid(const DecodeArgs& a, const WarpGrid<KG, R, ST, WB>& g, cud
 /// shape and rows per lane change which warps and lanes run what, not the arithmetic: results are the same bits.
 template <int KG, typename ST>
 void launch_warp_kernel_kg(const DecodeArgs& a, const WarpParams& prm, cudaStream_t s, int device, const char* op) {
-  static const bool wide = !env_switched_off("FUSEOPS_GDN_DECODE_WIDE_BLOCKS");
+  static const bool wide_blocks = !env_switched_off("FUSEOPS_GDN_DECODE_WIDE_BLOCKS");
   static const bool half_rows = !env_switched_off("FUSEOPS_GDN_DECODE_HALF_ROWS");
   if constexpr (KG == 8) {
     const int forced = decode_rows_for_testing.load(std::memory_order_relaxed);
-    if (forced == 0 && wide) {
-      const auto wide_grid = warp_grid<KG, kRows, ST, kWideWarpBlock>(a, prm, device, op);
-      if (wide_grid.prm.units >= wide_grid.resident_warps()) return launch_warp_grid(a, wide_grid, s, device);
+    if (forced == 0 && wide_blocks) {
+      const WarpGrid g = slice_grid<KG, kRows, ST, kWideWarpBlock>(a, prm, device, op);
+      if (g.prm.units >= g.resident_warps()) return launch_warp_grid(a, g, s, device);
     }
-    const auto full = warp_grid<KG, kRows, ST, kWarpBlock>(a, prm, device, op);
+    const WarpGrid full = slice_grid<KG, kRows, ST, kWarpBlock>(a, prm, device, op);
     if (forced == kHalfRows || (forced == 0 && half_rows && full.prm.units < full.resident_warps())) {
-      return launch_warp_grid(a, warp_grid<16, kHalfRows, ST, kWarpBlock>(a, prm, device, op), s, device);
+      return launch_warp_grid(a, slice_grid<16, kHalfRows, ST, kWarpBlock>(a, prm, device, op), s, device);
     }
     launch_warp_grid(a, full, s, device);
   } else {
-    launch_warp_grid(a, warp_grid<KG, kRows, ST, kWarpBlock>(a, prm, device, op), s, device);
+    launch_warp_grid(a, slice_grid<KG, kRows, ST, kWarpBlock>(a, prm, device, op), s, device);
   }
 }
 template <typename ST>
