@@ -10,6 +10,11 @@
 //   order "chunk":  warp w takes the contiguous units [w U / W, (w + 1) U / W) (it walks a head's 8 slices in turn);
 //   order "rows":   as "kernel", but a unit is 16 whole consecutive 512-byte rows (8 KB contiguous; each warp-wide
 //                   access is one whole row): the same staging machinery with a copy's footprint.
+//   order "wide32": a unit = (head, 32-column slice), lane (r = lane / 8, c = lane % 8) moves rows 4 j + r, columns
+//                   slice 32 + 4 c .. + 3 for j < 32 (each warp-wide access = 4 rows x 128 bytes; 16 KB per buffer).
+//   orders "kernel loads, rows stores" and "rows loads, kernel stores": the loads of one footprint, the stores of the
+//                   other, to tell which side costs (in place, so the stores race with later loads: a timing probe
+//                   only; the "touched exactly once" check reports it).
 // Blocks per SM are fixed with padding shared memory (the grid is the resident blocks, as the kernel's).
 // Standalone: nvcc -O3 -std=c++17 -arch=sm_90a bench/experiments/gdn_decode_pattern.cu -o /tmp/pattern && /tmp/pattern
 // Times: median us per launch of 15 replays of a CUDA graph of 4 launches (the 537 MB state is > 10x L2: cold).
@@ -30,14 +35,28 @@ constexpr int64_t kElems = kHeads * kHeadElems;
 constexpr int kRows = 16;                  // rows per lane
 constexpr int kSlices = 8;                 // 16-column slices per head
 constexpr int64_t kUnits = kHeads * kSlices;
-constexpr int kWarpSmem = 2 * kRows * 32 * 16;  // two buffers of 16 rows x 32 lanes x 16 bytes
 
-enum Order { kKernel = 0, kChunk = 1, kRowsOrder = 2 };
+enum Order { kKernel = 0, kChunk = 1, kRowsOrder = 2, kWide32 = 3, kNarrowLoadRowStore = 4, kRowLoadNarrowStore = 5 };
+
+/// 16-byte pieces per lane and unit, units, and shared bytes per warp (two buffers).
+__host__ __device__ constexpr int pieces_of(int order) { return order == kWide32 ? 32 : kRows; }
+__host__ __device__ constexpr int64_t units_of(int order) { return order == kWide32 ? kHeads * 4 : kUnits; }
+__host__ __device__ constexpr int warp_smem(int order) { return 2 * pieces_of(order) * 32 * 16; }
+/// The footprints the loads and the stores of ORDER follow.
+__host__ __device__ constexpr int load_order(int order) {
+  return order == kNarrowLoadRowStore ? kKernel : order == kRowLoadNarrowStore ? kRowsOrder : order;
+}
+__host__ __device__ constexpr int store_order(int order) {
+  return order == kNarrowLoadRowStore ? kRowsOrder : order == kRowLoadNarrowStore ? kKernel : order;
+}
 
 /// Element index of lane `lane`'s piece j of unit u.
 template <int ORDER>
 __device__ __forceinline__ int64_t piece(int64_t u, int lane, int j) {
   if constexpr (ORDER == kRowsOrder) return u * (kRows * 128) + j * 128 + lane * 4;
+  if constexpr (ORDER == kWide32) {
+    return (u / 4) * kHeadElems + static_cast<int64_t>(j * 4 + lane / 8) * 128 + (u % 4) * 32 + (lane % 8) * 4;
+  }
   const int64_t head = u / kSlices, sl = u % kSlices;
   const int kg = lane / 4, vl = lane % 4;
   return head * kHeadElems + static_cast<int64_t>(kg * kRows + j) * 128 + sl * 16 + vl * 4;
@@ -46,9 +65,10 @@ __device__ __forceinline__ int64_t piece(int64_t u, int lane, int j) {
 template <int ORDER>
 __device__ __forceinline__ void stage(const float* state, int64_t u, int lane, float4 (*buf)[32]) {
 #pragma unroll
-  for (int j = 0; j < kRows; ++j) {
+  for (int j = 0; j < pieces_of(ORDER); ++j) {
     const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(&buf[j][lane]));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(state + piece<ORDER>(u, lane, j))
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst),
+                 "l"(state + piece<load_order(ORDER)>(u, lane, j))
                  : "memory");
   }
 }
@@ -57,9 +77,10 @@ template <int WB, int ORDER>
 __global__ void __launch_bounds__(WB * 32) pattern_rmw(float* state) {
   extern __shared__ __align__(16) float4 smem[];
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
-  float4(*bufs)[kRows][32] = reinterpret_cast<float4(*)[kRows][32]>(smem) + 2 * warp;
+  constexpr int P = pieces_of(ORDER);
+  float4(*bufs)[P][32] = reinterpret_cast<float4(*)[P][32]>(smem) + 2 * warp;
   const int64_t gw = static_cast<int64_t>(blockIdx.x) * WB + warp, nw = static_cast<int64_t>(gridDim.x) * WB;
-  int64_t u = gw, end = kUnits, step = nw;
+  int64_t u = gw, end = units_of(ORDER), step = nw;
   if constexpr (ORDER == kChunk) {
     u = gw * kUnits / nw;
     end = (gw + 1) * kUnits / nw;
@@ -72,13 +93,13 @@ __global__ void __launch_bounds__(WB * 32) pattern_rmw(float* state) {
     asm volatile("cp.async.commit_group;" ::: "memory");
     asm volatile("cp.async.wait_group 1;" ::: "memory");
 #pragma unroll
-    for (int j = 0; j < kRows; ++j) {
+    for (int j = 0; j < P; ++j) {
       float4 x = bufs[b][j][lane];
       x.x += 1.f;
       x.y += 1.f;
       x.z += 1.f;
       x.w += 1.f;
-      __stcs(reinterpret_cast<float4*>(state + piece<ORDER>(u, lane, j)), x);
+      __stcs(reinterpret_cast<float4*>(state + piece<store_order(ORDER)>(u, lane, j)), x);
     }
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
@@ -133,7 +154,7 @@ void pattern(const char* order, int per_sm, float* state, unsigned long long* ba
   CK(cudaDeviceGetAttribute(&smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, 0));
   CK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   const auto k = pattern_rmw<WB, ORDER>;
-  const int smem = std::min(smem_optin, std::max(WB * kWarpSmem, smem_sm / per_sm - 1024));
+  const int smem = std::min(smem_optin, std::max(WB * warp_smem(ORDER), smem_sm / per_sm - 1024));
   CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int resident = 0;
   CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, k, WB * 32, smem));
@@ -186,6 +207,13 @@ int main() {
   pattern<2, kRowsOrder>("rows", 6, a, bad);
   pattern<4, kRowsOrder>("rows", 3, a, bad);
   pattern<8, kRowsOrder>("rows", 1, a, bad);
+  pattern<4, kNarrowLoadRowStore>("kernel loads, rows stores", 3, a, bad);
+  pattern<4, kRowLoadNarrowStore>("rows loads, kernel stores", 3, a, bad);
+  pattern<1, kWide32>("wide32", 6, a, bad);
+  pattern<2, kWide32>("wide32", 3, a, bad);
+  pattern<1, kWide32>("wide32", 4, a, bad);
+  pattern<2, kWide32>("wide32", 2, a, bad);
+  pattern<4, kWide32>("wide32", 1, a, bad);
   CK(cudaFree(a));
   CK(cudaFree(b));
   CK(cudaFree(bad));
