@@ -38,6 +38,16 @@ struct PoolCase {
   std::optional<DType> beta_dtype;         ///< beta's dtype when not the spec's gate dtype (beta rounded to it)
 };
 
+/// fused_recurrent_gated_delta_rule (FLA form) on inputs of `s` against the float64 recurrence golden.
+void check_recurrent(Where where, const Spec& s, std::mt19937_64& rng) {
+  SCOPED_TRACE(s.describe());
+  const Inputs in = make_inputs(s, rng);
+  const fuseops::reference::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/false);
+  const Outputs r = run_recurrent(where, s, in);
+  EXPECT_TRUE(matches(r.o, gold.o, s.dtype, "o"));
+  EXPECT_TRUE(matches(r.final_state, gold.final_state, s.dtype, "final_state"));
+}
+
 void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   const Spec& s = pc.s;
   SCOPED_TRACE(s.describe() + (pc.fused_gating ? " fused gating" : "") + " pool " + fuseops::dtype_name(pc.pool_dtype) +
@@ -307,12 +317,7 @@ TEST_P(GdnDecode, KernelVariantsFlaForm) {
       s.l2norm = variant == 2 || variant == 4;
       s.padded = variant == 2;
       s.h0_dtype = variant == 2 ? bf16 : variant == 3 ? DType::f16 : f32;
-      SCOPED_TRACE(s.describe());
-      const Inputs in = make_inputs(s, rng);
-      const fuseops::reference::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/false);
-      const Outputs r = run_recurrent(GetParam(), s, in);
-      EXPECT_TRUE(matches(r.o, gold.o, s.dtype, "o"));
-      EXPECT_TRUE(matches(r.final_state, gold.final_state, s.dtype, "final_state"));
+      check_recurrent(GetParam(), s, rng);
       if (HasFailure()) return;
     }
   }
@@ -324,12 +329,7 @@ TEST_P(GdnDecode, KernelVariantsFlaForm) {
   s.aligned = true;
   s.l2norm = true;
   s.h0_dtype = DType::f16;
-  SCOPED_TRACE(s.describe());
-  const Inputs in = make_inputs(s, rng);
-  const fuseops::reference::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/false);
-  const Outputs r = run_recurrent(GetParam(), s, in);
-  EXPECT_TRUE(matches(r.o, gold.o, s.dtype, "o"));
-  EXPECT_TRUE(matches(r.final_state, gold.final_state, s.dtype, "final_state"));
+  check_recurrent(GetParam(), s, rng);
 }
 
 // The pool forms on both kernels: aligned q, k, v, o (16-byte loads) at K = V = 128 with l2 normalisation and at
@@ -499,12 +499,7 @@ TEST_P(GdnDecode, GateDtypes) {
       s.aligned = true;
       s.gate_dtype = gate;
       s.l2norm = true;
-      SCOPED_TRACE(s.describe());
-      const Inputs in = make_inputs(s, rng);
-      const fuseops::reference::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/false);
-      const Outputs out = run_recurrent(GetParam(), s, in);
-      EXPECT_TRUE(matches(out.o, gold.o, s.dtype, "o"));
-      EXPECT_TRUE(matches(out.final_state, gold.final_state, s.dtype, "final_state"));
+      check_recurrent(GetParam(), s, rng);
       if (HasFailure()) return;
     }
   }
