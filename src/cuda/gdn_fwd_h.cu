@@ -169,6 +169,11 @@ struct FwdHMma {
   /// 64-127), and the gated v_new^T as the B operand of k^T v_new, one box [BV][64]; both after the k tiles (1024-byte
   /// aligned), in elements. Without WG the gated v_new is a padded tile [BT][kLdV] after the S tile.
   static constexpr int kStTile = WG ? 2 * BV * 64 : 0, kVtTile = WG ? BV * 64 : 0;
+  /// WG with 16 columns (the grids of few heads, where one block's chain of chunk steps is the whole time): u and the
+  /// gates of the epilogue loaded before the wait for w S, h's rows loaded before the copies are issued, v_new stored
+  /// after the epilogue's proxy fence, and the gate table kept by warps 5-6 (warps 0-3 copy u, the last issues the
+  /// tensor-map copies) instead of 0-1. Measured 3-4% faster there; with 32 or 64 columns 2-7% slower.
+  static constexpr bool kNarrow = WG && BV == 16;
   static constexpr int kUOffset = NS * 2 * kWTile + kStTile + kVtTile;  ///< of the u tiles, in elements
   static constexpr int kVTile = WG ? 0 : kUTile;
   /// w, k (, S^T, v_new^T) and u in NS buffers, the S tile, the gated v_new tile, the gate table double-buffered,
@@ -291,6 +296,9 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   }
   uint32_t bar_phase = 0;  // bit b: the parity of buffer b's next phase (TMA)
   const int qr = lane / 4, qc = 2 * (lane % 4);  // accumulator fragment: rows qr, qr + 8; columns qc, qc + 1
+  // the gate table's row of this thread (none unless in [0, BT)): threads 0 .. BT - 1, or (kNarrow) the warps before
+  // the last, which neither copy u nor issue the tensor-map copies
+  const int gt = C::kNarrow ? tid - (kThreads - 32 - BT) : tid;
   const int K = static_cast<int>(a.geo.K), kp = (K + 15) / 16 * 16;
   const int64_t HV = a.geo.HV, V = a.V, KV = static_cast<int64_t>(K) * V, group = HV / a.geo.H;
   const bool gated = a.g.data != nullptr;
@@ -328,6 +336,13 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   const int64_t w_step = TW::kRowStep * wst, k_step = TW::kRowStep * kst, u_step = TU::kRowStep * ust;
   const int64_t h_off = vec.h ? th.i0 * V + th.c : 0, h_step = TH::kRowStep * V;
   const int64_t v_off = ((WG ? (warp & 3) : vm) * 16 + qr) * vst;  // this thread's first v_new row of a chunk
+  // WG: descriptors of buffer 0's w tile, of this warpgroup's S^T columns, of buffer 0's k box of this warpgroup (M-
+  // major) and of the v_new^T box; a k-step or another buffer adds its byte offset (wgmma_desc_add)
+  const uint64_t wdesc0 = wgmma_desc_sw128(smem0);
+  const uint64_t sdesc0 = wgmma_desc_sw128(st_addr + static_cast<uint32_t>((warp >> 2) * (BV / 2) * 128));
+  const uint64_t kdesc0 = wgmma_desc_sw128_mn(
+      smem0 + static_cast<uint32_t>(NS * C::kWTile * sizeof(TK) + (warp >> 2) * C::kBoxBytes), 1024);
+  const uint64_t vdesc0 = wgmma_desc_sw128(vt_addr);
 
   for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const int64_t vb = unit % vblocks, nh = unit / vblocks, hv = nh % HV, n = nh / HV, hk = hv / group;
@@ -400,15 +415,15 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
       // Gate table of a chunk (row pointer gc, L rows): row tid < BT gets exp(g_last - g_i) (0 past the chunk, 1
       // without g), entry BT exp(g_last) (1 without g). Loaded in one place, written in another (the loads fly).
       auto gate_load = [&](const float* gc, int L, float& gi, float& gl) {
-        if (gated && tid < BT) {
+        if (gated && gt >= 0 && gt < BT) {
           gl = gc[(L - 1) * gst];
-          if (tid < L) gi = gc[tid * gst];
+          if (gt < L) gi = gc[gt * gst];
         }
       };
       auto gate_store = [&](float gi, float gl, int L, float* dst) {
-        if (tid < BT) {
-          dst[tid] = tid < L ? (gated ? expf(gl - gi) : 1.f) : 0.f;
-          if (tid == 0) dst[BT] = gated ? expf(gl) : 1.f;
+        if (gt >= 0 && gt < BT) {
+          dst[gt] = gt < L ? (gated ? expf(gl - gi) : 1.f) : 0.f;
+          if (gt == 0) dst[BT] = gated ? expf(gl) : 1.f;
         }
       };
       // The previous unit is done with the shared tiles. With TMA, its last chunk may have been written by cp.async
@@ -499,14 +514,13 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           // warpgroup warp / 4 takes columns [BV / 2 (warp / 4), + BV / 2) of all 64 rows: A = the w tile (its two
           // K-major boxes as the tensor map left them), B = S^T rows of those columns; issued here, waited for before
           // the epilogue
-          const uint32_t a0 = smem0 + static_cast<uint32_t>(buf * C::kWTile * sizeof(TK));  // the w tile's boxes
-          const uint32_t b0 = st_addr + static_cast<uint32_t>((warp >> 2) * (BV / 2) * 128);
           wgmma_fence();
+          const uint64_t da = wgmma_desc_add(wdesc0, static_cast<uint32_t>(buf * C::kWTile * sizeof(TK)));
 #pragma unroll
           for (int st = 0; st < KP / 16; ++st) {
             const uint32_t ka = static_cast<uint32_t>((st >> 2) * C::kBoxBytes + (st & 3) * 32);
             const uint32_t kb = static_cast<uint32_t>((st >> 2) * BV * 128 + (st & 3) * 32);
-            wgmma_ss<TK, BV / 2>(wacc, wgmma_desc_sw128(a0 + ka), wgmma_desc_sw128(b0 + kb), st > 0);
+            wgmma_ss<TK, BV / 2>(wacc, wgmma_desc_add(da, ka), wgmma_desc_add(sdesc0, kb), st > 0);
           }
           wgmma_commit();
           wgmma_fence_operands(wacc);
@@ -542,47 +556,88 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             if (kk + 16 < kp) step(kk + 16, vodd);
           }
         }
+        uint4 hrow[C::kNarrow ? TH::kUnits : 1];  // kNarrow: this thread's h units, loaded before the copies
+        if constexpr (C::kNarrow) {
+          if (vec.h) {
+#pragma unroll
+            for (int j = 0; j < TH::kUnits; ++j) {
+              const int r = th.i0 + j * TH::kRowStep;
+              if (th.in_tile(j) && r < K && th.c < vcols) {
+                hrow[j] = *reinterpret_cast<const uint4*>(ssm + r * C::kLdV + th.c);
+              }
+            }
+          }
+        }
         if constexpr (NS > 2) issue(buf == 0 ? NS - 1 : buf - 1);
         float gi_next = 0.f, gl_next = 0.f;  // the next chunk's gates, stored to shared memory at the end
         const int L_next = has_next ? static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0 - BT)) : 0;
         if (has_next && gated) gate_load(gq + BT * gst, L_next, gi_next, gl_next);
-        // h[slot] = S from the shared tile (read before barrier B)
+        // h[slot] = S from the shared tile (read before barrier B; kNarrow: the rows loaded above)
         if (vec.h) {
 #pragma unroll
           for (int j = 0; j < TH::kUnits; ++j) {
             const int r = th.i0 + j * TH::kRowStep;
             if (th.in_tile(j) && r < K && th.c < vcols) {
               *reinterpret_cast<uint4*>(hq + j * h_step) =
-                  *reinterpret_cast<const uint4*>(ssm + r * C::kLdV + th.c);
+                  C::kNarrow ? hrow[j] : *reinterpret_cast<const uint4*>(ssm + r * C::kLdV + th.c);
             }
           }
         } else {
           gdn::store_tile(hq, V, ssm, C::kLdV, K, vcols, false, kThreads);
         }
+        // WG: v_new of this thread (rows 8 hr + its fragment row, column tiles jj): stored to global memory before the
+        // proxy fence of the epilogue, or (kNarrow) after it
+        constexpr int kVv = WG ? BV / 16 : 1;
+        float vv[2][kVv][2];
+        auto store_vnew = [&]() {
+          if constexpr (WG) {
+            const int n0 = (warp >> 2) * (BV / 2);
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const int i = (warp & 3) * 16 + qr + 8 * hr;
+              TK* const vrow = vq + v_off + (hr ? 8 * vst : 0);
+#pragma unroll
+              for (int jj = 0; jj < kVv; ++jj) {
+                if (i < L) store_v_pair(vrow, n0 + jj * 8 + qc, vv[hr][jj][0], vv[hr][jj][1], vcols, vec.v_new_pairs);
+              }
+            }
+          }
+        };
         if constexpr (WG) {
           // v_new = u - w S of the warpgroup's block; the gated v_new^T into its K-major box (the B operand of
           // k^T v_new): matrices (rows 16 (warp % 4) + 0 | + 8) x (columns of tiles jj, jj + 1) stored transposed
           constexpr int NH = BV / 2;
-          wgmma_wait<0>();
-          wgmma_fence_operands(wacc);
           const int n0 = (warp >> 2) * NH;
           const TK* const ut = usm + buf * C::kUTile;
+          uint32_t upair[2][NH / 8];
+          float fg[2];
+          auto load_u = [&]() {
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const int i = (warp & 3) * 16 + qr + 8 * hr;
+              fg[hr] = gc[i];  // 0 past the chunk
+#pragma unroll
+              for (int jj = 0; jj < NH / 8; ++jj) {
+                upair[hr][jj] = *reinterpret_cast<const uint32_t*>(ut + i * C::kLdV + n0 + jj * 8 + qc);
+              }
+            }
+          };
+          if constexpr (C::kNarrow) load_u();  // in the shadow of the products
+          wgmma_wait<0>();
+          wgmma_fence_operands(wacc);
+          if constexpr (!C::kNarrow) load_u();
           uint32_t vg[NH / 8][2];
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
-            const int i = (warp & 3) * 16 + qr + 8 * hr;
-            const float f = gc[i];  // 0 past the chunk
-            TK* const vrow = vq + v_off + (hr ? 8 * vst : 0);
 #pragma unroll
             for (int jj = 0; jj < NH / 8; ++jj) {
-              const int col = n0 + jj * 8 + qc;
-              const float2 uu = unpack2<TK>(*reinterpret_cast<const uint32_t*>(ut + i * C::kLdV + col));
-              const float v0 = uu.x - wacc[4 * jj + 2 * hr];
-              const float v1 = uu.y - wacc[4 * jj + 2 * hr + 1];
-              if (i < L) store_v_pair(vrow, col, v0, v1, vcols, vec.v_new_pairs);
-              vg[jj][hr] = pack2<TK>(v0 * f, v1 * f);
+              const float2 uu = unpack2<TK>(upair[hr][jj]);
+              vv[hr][jj][0] = uu.x - wacc[4 * jj + 2 * hr];
+              vv[hr][jj][1] = uu.y - wacc[4 * jj + 2 * hr + 1];
+              vg[jj][hr] = pack2<TK>(vv[hr][jj][0] * fg[hr], vv[hr][jj][1] * fg[hr]);
             }
           }
+          if constexpr (!C::kNarrow) store_vnew();
           const int q = lane >> 3, i8 = lane & 7;
           const uint32_t grp = static_cast<uint32_t>(((2 * (warp & 3) + (q & 1)) ^ i8) << 4);
           if constexpr (NH == 8) {
@@ -596,6 +651,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             }
           }
           fence_proxy_async_shared();
+          if constexpr (C::kNarrow) store_vnew();
         } else {
 #pragma unroll
         for (int p = 0; p < C::kNPW; ++p) {
@@ -631,16 +687,19 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           // the warpgroup's 64 state rows (warp w: rows 16 w ..): A = k^T fragments from registers, B = v_new^T
           // (all BT rows: past a last chunk's rows both k and the gated v_new are zero). A = k^T: box warp / 4 of the
           // k tile as an M-major operand (its rows are the chunk's rows, 64 state rows each)
-          const uint32_t a0 = smem0 + static_cast<uint32_t>(((NS + buf) * C::kWTile) * sizeof(TK) + (warp >> 2) * C::kBoxBytes);
           float(&sf)[BV / 2] = reinterpret_cast<float(&)[BV / 2]>(S[0]);
           wgmma_fence_operands(sf);  // the decay's products before the fence
           wgmma_fence();
+          const uint64_t ka = wgmma_desc_add(kdesc0, static_cast<uint32_t>(buf * C::kWTile * sizeof(TK)));
 #pragma unroll
           for (int st = 0; st < BT / 16; ++st) {
-            wgmma_ss<TK, BV, false, true>(sf, wgmma_desc_sw128_mn(a0 + static_cast<uint32_t>(st * 2048), 1024),
-                                          wgmma_desc_sw128(vt_addr + static_cast<uint32_t>(st * 32)), 1);
+            wgmma_ss<TK, BV, false, true>(sf, wgmma_desc_add(ka, static_cast<uint32_t>(st * 2048)),
+                                          wgmma_desc_add(vdesc0, static_cast<uint32_t>(st * 32)), 1);
           }
           wgmma_commit();
+          // the next chunk's gate table while the products run (its buffer was last read before barrier B of the
+          // previous chunk)
+          if (has_next) gate_store(gi_next, gl_next, L_next, gsm + (gbuf ^ 1) * (BT + 1));
           wgmma_wait<0>();
           wgmma_fence_operands(sf);
         }
@@ -670,7 +729,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             }
           }
         }
-        if (has_next) gate_store(gi_next, gl_next, L_next, gsm + (gbuf ^ 1) * (BT + 1));
+        if (!WG && has_next) gate_store(gi_next, gl_next, L_next, gsm + (gbuf ^ 1) * (BT + 1));
         vq += BT * vst;
         if (gated) gq += BT * gst;
         hq = t0 == sb.bos ? hq1 : hq + h_slot;

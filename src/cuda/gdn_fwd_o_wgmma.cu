@@ -72,6 +72,9 @@ __global__ void __launch_bounds__(kThreadsWg, 2)
   // this warpgroup's 64 columns of h and v_new (one box each)
   const uint32_t h_at = smem0 + kOffH + static_cast<uint32_t>(wg * (kHBytes / 2));
   const uint32_t v_at = smem0 + kOffV + static_cast<uint32_t>(wg * (kVBytes / 2));
+  // the operands' descriptors; a k-step adds its byte offset (wgmma_desc_add)
+  const uint64_t q_desc = wgmma_desc_sw128(q_at), k_desc = wgmma_desc_sw128(k_at);
+  const uint64_t h_desc = wgmma_desc_sw128_mn(h_at, 1024), v_desc = wgmma_desc_sw128_mn(v_at, 1024);
 
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     // the previous item is done with every tile, the gates and `chunk`
@@ -110,7 +113,7 @@ __global__ void __launch_bounds__(kThreadsWg, 2)
 #pragma unroll
     for (int st = 0; st < kK / 16; ++st) {
       const uint32_t off = static_cast<uint32_t>((st >> 2) * (kQBytes / 2) + (st & 3) * 32);
-      wgmma_ss<TK, 64>(sacc, wgmma_desc_sw128(q_at + off), wgmma_desc_sw128(k_at + off), st > 0);
+      wgmma_ss<TK, 64>(sacc, wgmma_desc_add(q_desc, off), wgmma_desc_add(k_desc, off), st > 0);
     }
     wgmma_commit();
     wgmma_wait<0>();
@@ -170,7 +173,8 @@ __global__ void __launch_bounds__(kThreadsWg, 2)
 #pragma unroll
       for (int st = 0; st < kK / 16; ++st) {
         const uint32_t qoff = static_cast<uint32_t>((st >> 2) * (kQBytes / 2) + (st & 3) * 32);
-        wgmma_ss<TK, 64, true>(oacc, wgmma_desc_sw128(q_at + qoff), wgmma_desc_sw128_mn(h_at + st * 2048, 1024), st > 0);
+        const uint64_t hd = wgmma_desc_add(h_desc, static_cast<uint32_t>(st * 2048));
+        wgmma_ss<TK, 64, true>(oacc, wgmma_desc_add(q_desc, qoff), hd, st > 0);
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -185,7 +189,7 @@ __global__ void __launch_bounds__(kThreadsWg, 2)
       wgmma_fence();
 #pragma unroll
       for (int j = 0; j < kBT / 16; ++j) {
-        wgmma_rs<TK, 64, true>(oacc, pk[j], wgmma_desc_sw128_mn(v_at + j * 2048, 1024), 1);
+        wgmma_rs<TK, 64, true>(oacc, pk[j], wgmma_desc_add(v_desc, static_cast<uint32_t>(j * 2048)), 1);
       }
       wgmma_commit();
       wgmma_wait<0>();

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/wgmma_desc.h"
+
 namespace fuseops::detail::cuda {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -24,20 +26,6 @@ namespace fuseops::detail::cuda {
 #else
 #define FUSEOPS_WGMMA_ARCH 0
 #endif
-
-/// Descriptor of a K-major, 128-byte-swizzled operand tile starting at shared byte address `addr` (see above).
-__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | (static_cast<uint64_t>(1) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
-}
-/// Descriptor of an MN-major (N contiguous), 128-byte-swizzled B tile (used with TRANS_B): rows of 128 bytes hold 64
-/// consecutive n of one k, 16-byte group c of row k stored at group c ^ (k % 8), 8-row groups 1024 bytes apart (the
-/// stride byte offset); `lbo` bytes between the 64-column halves when N > 64 (the leading byte offset; for N = 64 it
-/// is not used, and passing 1024 as well makes the K stride 1024 whichever of the two fields the hardware reads).
-__device__ __forceinline__ uint64_t wgmma_desc_sw128_mn(uint32_t addr, uint32_t lbo) {
-  return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | (static_cast<uint64_t>((lbo & 0x3ffffu) >> 4) << 16) |
-         (static_cast<uint64_t>(1024 >> 4) << 32) | (static_cast<uint64_t>(1) << 62);
-}
 
 /// Orders this warpgroup's register accesses (accumulators, A fragments) before the wgmma that follow.
 __device__ __forceinline__ void wgmma_fence() {
