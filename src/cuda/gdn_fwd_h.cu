@@ -20,7 +20,7 @@
 // that does not change from one chunk to the next is computed once per unit: each thread's cp.async source / shared
 // destination offsets, its h and v_new row offsets (pointers advanced by BT rows, h by one slot, per chunk; no
 // division and no 64-bit multiply per element or chunk), and the gate table exp(g_last - g_i), exp(g_last) (computed
-// once per row, at the end of the previous chunk, by the BT threads that loaded g); after barrier A the w S mma are
+// once per row, during the previous chunk, by the BT threads that loaded g); after barrier A the w S mma are
 // issued first and the g loads, the h stores and (NS > 2) the cp.async of a later chunk run in their shadow (with
 // NS = 2 the next chunk's cp.async go first, to have the whole step to land). Instructions per warp and chunk step
 // (sm_90a SASS of bf16, K = V = 128, BT = 64, BV = 16, NS = 4, by source step; docs/ops/gdn.md "fwd_h and
@@ -170,9 +170,10 @@ struct FwdHMma {
   /// aligned), in elements. Without WG the gated v_new is a padded tile [BT][kLdV] after the S tile.
   static constexpr int kStTile = WG ? 2 * BV * 64 : 0, kVtTile = WG ? BV * 64 : 0;
   /// WG with 16 columns (the grids of few heads, where one block's chain of chunk steps is the whole time): u and the
-  /// gates of the epilogue loaded before the wait for w S, h's rows loaded before the copies are issued, v_new stored
-  /// after the epilogue's proxy fence, and the gate table kept by warps 5-6 (warps 0-3 copy u, the last issues the
-  /// tensor-map copies) instead of 0-1. Measured 3-4% faster there; with 32 or 64 columns 2-7% slower.
+  /// gates of the epilogue loaded before the wait for w S, h's rows loaded before the later chunk's copies are issued
+  /// (with four buffers; with two those go right after barrier A), v_new stored after the epilogue's proxy fence, and
+  /// the gate table kept by warps 5-6 (warps 0-3 copy u, the last issues the tensor-map copies) instead of 0-1.
+  /// Measured 3-4% faster there; with 32 or 64 columns 2-7% slower.
   static constexpr bool kNarrow = WG && BV == 16;
   static constexpr int kUOffset = NS * 2 * kWTile + kStTile + kVtTile;  ///< of the u tiles, in elements
   static constexpr int kVTile = WG ? 0 : kUTile;
@@ -376,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           const uint32_t wb = static_cast<uint32_t>(b * C::kWTile * sizeof(TK));
           const uint32_t ub = static_cast<uint32_t>(b * C::kUTile * sizeof(TK));
           if (TMA && L == BT) {  // whole chunk: w and k tiles by tensor-map copies, K / 64 boxes each
-            // issued by the last thread (warps 0-1 hold the gate rows); the block's reads of the buffer (its previous
+            // issued by the last thread (the gate rows are on warps 0-1, or 5-6 with kNarrow); the block's reads of the buffer (its previous
             // chunk) precede it (barrier A); a previous unit's cp.async writes were fenced at this unit's start
             if (tid == kThreads - 1) {
               mbar_arrive_expect(bars + b, static_cast<uint32_t>(2 * BT * K * sizeof(TK)));
@@ -412,7 +413,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
         kq += BT * kst;
         uq += BT * ust;
       };
-      // Gate table of a chunk (row pointer gc, L rows): row tid < BT gets exp(g_last - g_i) (0 past the chunk, 1
+      // Gate table of a chunk (row pointer gc, L rows): row gt < BT gets exp(g_last - g_i) (0 past the chunk, 1
       // without g), entry BT exp(g_last) (1 without g). Loaded in one place, written in another (the loads fly).
       auto gate_load = [&](const float* gc, int L, float& gi, float& gl) {
         if (gated && gt >= 0 && gt < BT) {
@@ -556,7 +557,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             if (kk + 16 < kp) step(kk + 16, vodd);
           }
         }
-        uint4 hrow[C::kNarrow ? TH::kUnits : 1];  // kNarrow: this thread's h units, loaded before the copies
+        uint4 hrow[C::kNarrow ? TH::kUnits : 1];  // kNarrow: this thread's h units, loaded early
         if constexpr (C::kNarrow) {
           if (vec.h) {
 #pragma unroll
@@ -569,7 +570,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           }
         }
         if constexpr (NS > 2) issue(buf == 0 ? NS - 1 : buf - 1);
-        float gi_next = 0.f, gl_next = 0.f;  // the next chunk's gates, stored to shared memory at the end
+        float gi_next = 0.f, gl_next = 0.f;  // the next chunk's gates, stored to shared memory later
         const int L_next = has_next ? static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0 - BT)) : 0;
         if (has_next && gated) gate_load(gq + BT * gst, L_next, gi_next, gl_next);
         // h[slot] = S from the shared tile (read before barrier B; kNarrow: the rows loaded above)
