@@ -48,7 +48,9 @@ struct TensorView {
   int64_t strides[kMaxRank] = {};
 
   TensorView() = default;
-  /// A contiguous (row-major) view. Throws fuseops::Error if the rank exceeds kMaxRank or a dim is negative.
+  /// A contiguous (row-major) view. Throws fuseops::Error if the rank exceeds kMaxRank or a dim is negative. A shape
+  /// of more than 2^63 - 1 elements is not refused here: strides past that range saturate at INT64_MAX and numel()
+  /// returns INT64_MAX; every op refuses such a view, naming the argument (its extent does not fit in 64 bits).
   TensorView(void* data, DType dtype, Device device, std::initializer_list<int64_t> shape);
   /// A strided view; `strides` must have as many entries as `shape`.
   TensorView(void* data, DType dtype, Device device, std::initializer_list<int64_t> shape,
@@ -64,7 +66,7 @@ struct TensorView {
   /// Stride of dim `i` in elements; negative `i` counts from the end.
   int64_t stride(int i) const;
   /// True if the strides are those of a row-major contiguous tensor (size-1 dims are ignored; a tensor without
-  /// elements is contiguous, as in PyTorch).
+  /// elements is contiguous, as in PyTorch). False where a row-major stride would exceed 2^63 - 1.
   bool is_contiguous() const;
   /// "[2, 64, 128]".
   std::string shape_str() const;

@@ -112,7 +112,8 @@ bool TensorView::is_contiguous() const {
   for (int i = rank - 1; i >= 0; --i) {
     if (shape[i] == 1) continue;
     if (strides[i] != expected) return false;
-    expected *= shape[i];
+    // the outermost size is not needed; past 2^63 - 1 elements no stride can be the next one's expected value
+    if (i > 0 && __builtin_mul_overflow(expected, shape[i], &expected)) return false;
   }
   return true;
 }

@@ -66,6 +66,16 @@ TEST(TensorView, Contiguity) {
   // No elements: contiguous whatever the strides (the constructor's and PyTorch's differ for a 0-sized dim).
   EXPECT_TRUE(TensorView(data, DType::f32, Device::cpu(), {2, 0, 4, 8}).is_contiguous());
   EXPECT_TRUE(TensorView(data, DType::f32, Device::cpu(), {2, 0, 4, 8}, {32, 32, 8, 1}).is_contiguous());
+  // More than 2^63 - 1 elements, without signed overflow (the sanitizer build runs this): the row-major strides of
+  // [2^31, 2^31, 1, 256] all fit (only the element count does not); those of [2, 2^40, 2^40] do not (the
+  // constructor saturates the outer one), nor can a stride follow 4 x 2^61 elements
+  const int64_t big = int64_t{1} << 31;
+  const TensorView huge(data, DType::f32, Device::cpu(), {big, big, 1, 256});
+  EXPECT_TRUE(huge.is_contiguous());
+  EXPECT_EQ(huge.numel(), std::numeric_limits<int64_t>::max());
+  EXPECT_FALSE(TensorView(data, DType::f32, Device::cpu(), {2, int64_t{1} << 40, int64_t{1} << 40}).is_contiguous());
+  EXPECT_FALSE(
+      TensorView(data, DType::f32, Device::cpu(), {3, big * big / 2, 4}, {int64_t{1} << 62, 4, 1}).is_contiguous());
 }
 
 TEST(TensorView, Slice) {
