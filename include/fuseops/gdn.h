@@ -32,7 +32,8 @@ namespace fuseops {
 
 /// Chunk-local cumulative sum of log-decays: out[t] = scale * sum of g over the tokens of t's chunk up to and
 /// including t (reverse: from t to the chunk's end). Restarts at every chunk and every sequence.
-/// g: [B, T, HV] f32 / f16 / bf16 (any strides). out: [B, T, HV] f32 (any strides; may not overlap g).
+/// g: [B, T, HV] f32 / f16 / bf16 (any strides). out: [B, T, HV] f32 (any strides; its address range may not overlap
+/// g's, so interleaved views of one buffer are refused even where they share no element).
 /// scale: multiplies after the sum (none: 1), in fp32: an Error names it when it is not finite in fp32 or is nonzero
 /// but rounds to 0 there. As FLA `chunk_local_cumsum(g, chunk_size, reverse, scale,
 /// cu_seqlens)` with output_dtype f32.

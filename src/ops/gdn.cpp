@@ -53,23 +53,28 @@ void check_token_head(const char* op, const char* name, const TensorView& v, int
 /// (a malformed cu_seqlens with T = 0 or no heads is recorded like any other; nothing is written).
 bool has_sequences(const GdnGeometry& geo) { return geo.cu_seqlens != nullptr && geo.N > 0; }
 
+int64_t cu_seqlens_count(const char* op, const TensorView& cu, int64_t T) {
+  check_dtype(op, "cu_seqlens", cu, {DType::i32, DType::i64});
+  if (cu.rank != 1 || cu.shape[0] < 1) fail_argument(op, "cu_seqlens", "rank 1 [N+1] with N >= 0", cu.shape_str());
+  if (cu.shape[0] == 1 && T > 0) {  // no sequence, yet tokens: malformed by its shape alone
+    fail_argument(op, "cu_seqlens", "[N+1] with N >= 1 for T = " + std::to_string(T) + " tokens", "[1]");
+  }
+  return cu.shape[0] - 1;
+}
+
 /// cu_seqlens: [N+1] i32 / i64, B == 1; fills geo.cu_*.
 void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& device, GdnGeometry& geo) {
   if (!cu) {
     geo.N = geo.B;
     return;
   }
-  check_dtype(op, "cu_seqlens", *cu, {DType::i32, DType::i64});
-  if (cu->rank != 1 || cu->shape[0] < 1) fail_argument(op, "cu_seqlens", "rank 1 [N+1] with N >= 0", cu->shape_str());
+  cu_seqlens_count(op, *cu, geo.T);
   common_device(op, {{"cu_seqlens", cu}});  // layout, a data pointer, a valid device
   if (cu->shape[0] > 1 && cu->strides[0] != 1) {
     fail_argument(op, "cu_seqlens", "a contiguous tensor", "stride " + std::to_string(cu->strides[0]));
   }
   check_on_device(op, "cu_seqlens", *cu, device);
   if (geo.B != 1) fail_argument(op, "B", "1 with cu_seqlens (sequences packed along T)", std::to_string(geo.B));
-  if (cu->shape[0] == 1 && geo.T > 0) {  // no sequence, yet tokens: malformed by its shape alone, no data read
-    fail_argument(op, "cu_seqlens", "[N+1] with N >= 1 for T = " + std::to_string(geo.T) + " tokens", "[1]");
-  }
   geo.cu_seqlens = cu->data;
   geo.cu_dtype = cu->dtype;
   geo.N = cu->shape[0] - 1;

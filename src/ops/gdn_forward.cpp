@@ -427,11 +427,7 @@ FwdDims forward_dims(const char* op, const TensorView& q, const TensorView& k, c
   check_chunk_size(op, BT);
   const QkvDims s = check_qkv(op, q, k, v, "v");
   FwdDims d{s.B, s.T, s.H, s.HV, s.K, s.V, s.B, 0};
-  if (cu) {
-    check_dtype(op, "cu_seqlens", *cu, {DType::i32, DType::i64});
-    if (cu->rank != 1 || cu->shape[0] < 1) fail_argument(op, "cu_seqlens", "rank 1 [N+1] with N >= 0", cu->shape_str());
-    d.N = cu->shape[0] - 1;
-  }
+  if (cu) d.N = cu_seqlens_count(op, *cu, d.T);
   d.NS = chunk_slots(op, "cu_seqlens", d.T, d.N, BT, cu != nullptr);
   return d;
 }
@@ -635,7 +631,8 @@ void check_pool(const char* op, const TensorView& pool, const TensorView& idx, c
   check_dtype(op, "ssm_state_indices", idx, {DType::i32, DType::i64});
   const int64_t N = a.geo.N;
   if (!((idx.rank == 1 && idx.shape[0] == N) || (idx.rank == 2 && idx.shape[0] == N && idx.shape[1] >= 1))) {
-    fail_argument(op, "ssm_state_indices", "shape [N] or [N, Tmax] with N = " + std::to_string(N), idx.shape_str());
+    fail_argument(op, "ssm_state_indices", "shape [N] or [N, Tmax] with N = " + std::to_string(N) + " and Tmax >= 1",
+                  idx.shape_str());
   }
   if (!idx.is_contiguous()) fail_argument(op, "ssm_state_indices", "a contiguous tensor", "strided");
   if (idx.rank == 2 && a.geo.cu_seqlens == nullptr && idx.shape[1] < a.geo.T) {

@@ -21,6 +21,9 @@ GdnIn in_view(const TensorView& v);
 GdnOut out_view(const TensorView& v);
 /// [B, T, HV] of a per-token, per-head tensor (HV < 0: any).
 void check_token_head(const char* op, const char* name, const TensorView& v, int64_t B, int64_t T, int64_t HV);
+/// The sequence count N of cu_seqlens [N+1] (i32 / i64, rank 1; N >= 1 when there are tokens): its shape alone,
+/// no data read.
+int64_t cu_seqlens_count(const char* op, const TensorView& cu, int64_t T);
 /// cu_seqlens: [N+1] i32 / i64 on `device`, B == 1; fills geo.cu_* and geo.N (B without cu_seqlens).
 void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& device, GdnGeometry& geo);
 

@@ -53,6 +53,10 @@ TEST(GdnForwardErrors, ChunkGatedDeltaRule) {
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), nullptr, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
                                                    x.beta.view(), std::nullopt, nullptr, false, &cun, x.ws.view(), 16),
                    op, "cu_seqlens");
+  // ... named as cu_seqlens also when states are passed (their [N, ...] shape comes from it: N = 0 would blame them)
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
+                                                   x.beta.view(), std::nullopt, &h0, false, &cun, x.ws.view(), 16),
+                   op, "cu_seqlens", "N >= 1");
   // HV not a multiple of H
   HostTensor q2(bf16, {1, 8, 2, 16}), v3(bf16, {1, 8, 3, 8});
   EXPECT_ARG_ERROR(call(x.o.view(), q2.view(), q2.view(), v3.view(), x.g.view(), x.beta.view(), &h0, &cu, x.ws.view()), op, "v");
@@ -121,6 +125,10 @@ TEST(GdnForwardErrors, WorkspaceQuery) {
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size_for("chunk_gated_delta_rule", x.q.view(),
                                                                       x.v.view(), &cub, false, 16),
                    "chunk_gated_delta_rule", "cu_seqlens");
+  HostTensor cu_none(i32, {1});  // no sequence, yet T = 8 tokens
+  const TensorView cun = cu_none.view();
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size(x.q.view(), x.v.view(), &cun, false, 16),
+                   "chunk_gated_delta_rule_workspace_size", "cu_seqlens", "N >= 1");
   // sizes whose workspace passes 64 bits (views over a small buffer: never read): an error, not a wrapped count
   std::vector<float> buf(16);
   const TensorView huge(buf.data(), f32, fuseops::Device::cpu(), {1, int64_t{3} << 50, 1, 256});

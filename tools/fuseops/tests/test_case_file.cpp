@@ -312,6 +312,11 @@ TEST(CaseFile, HooksRejectImpossibleCombinations) {
                     "f.yaml:5:5", "num_v_heads", "not a multiple of num_heads 4");
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seqlens: [0, 0]\n    num_v_heads: 4\n", "f.yaml:3:5",
                     "seqlens", "the sequences hold no tokens");
+  // the cumsum's scale as the op takes it, in fp32: out of its range, or nonzero and rounding to 0 there
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seq_len: 64\n    num_v_heads: 4\n    scale: 1e39\n",
+                    "f.yaml:5:5", "scale", "finite in fp32");
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seq_len: 64\n    num_v_heads: 4\n    scale: 1e-50\n",
+                    "f.yaml:5:5", "scale", "not round to 0");
 }
 
 TEST(CaseFile, SeqLenZeroSaysWhatToGive) {
