@@ -66,6 +66,16 @@ const char* error_site_arg(uint32_t site) {
   return site >= 1 && site <= g_sites.size() ? g_sites[site - 1].second.c_str() : "unknown argument";
 }
 
+std::string error_site_message(uint32_t site, unsigned long long index) {
+  const std::string arg = error_site_arg(site), i = std::to_string(index);
+  std::string msg = std::string(error_site_op(site)) + ": " + arg + ": value out of range at index " + i;
+  if (arg == "cu_seqlens") {
+    msg += " (sequence " + i + ": expected 0 = cu_seqlens[0] <= cu_seqlens[" + i + "] <= cu_seqlens[" + i +
+           " + 1] <= cu_seqlens[N] = T)";
+  }
+  return msg;
+}
+
 DeviceErrorRecord* host_error_record() { return &g_host_record; }
 
 void record_host_error(uint32_t site, int64_t index) {
@@ -117,9 +127,8 @@ void check_index_range(const char* op, const char* arg, TensorView values, int64
 void check_errors(int device) {
   const detail::DeviceErrorRecord host = detail::take_host_record();
   if (host.site != 0u) {
-    throw Error(ErrorKind::device_value, std::string(detail::error_site_op(host.site)) + ": " +
-                                             detail::error_site_arg(host.site) + ": value out of range at index " +
-                                             std::to_string(host.index) + " (first bad index recorded on cpu)");
+    throw Error(ErrorKind::device_value,
+                detail::error_site_message(host.site, host.index) + " (first bad index recorded on cpu)");
   }
 #if defined(FUSEOPS_WITH_CUDA)
   detail::cuda_check_errors(device);

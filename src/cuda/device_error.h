@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 namespace fuseops::detail {
 
@@ -19,6 +20,9 @@ uint32_t error_site(const char* op, const char* arg);
 /// "op", "arg" of a site id.
 const char* error_site_op(uint32_t site);
 const char* error_site_arg(uint32_t site);
+/// "op: arg: value out of range at index i", with the rule of the argument where the index alone does not say it
+/// (cu_seqlens: the index is a sequence, bad by its two entries).
+std::string error_site_message(uint32_t site, unsigned long long index);
 
 /// The record of the CPU backend (host memory).
 DeviceErrorRecord* host_error_record();

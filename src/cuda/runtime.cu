@@ -174,9 +174,8 @@ void cuda_check_errors(int device) {
   for (int d : devices_to_check(device)) {
     const DeviceErrorRecord rec = take_record(d);
     if (rec.site != 0u) {
-      throw Error(ErrorKind::device_value, std::string(error_site_op(rec.site)) + ": " + error_site_arg(rec.site) +
-                                               ": value out of range at index " + std::to_string(rec.index) +
-                                               " (first bad index recorded on cuda:" + std::to_string(d) + ")");
+      throw Error(ErrorKind::device_value,
+                  error_site_message(rec.site, rec.index) + " (first bad index recorded on cuda:" + std::to_string(d) + ")");
     }
   }
 }
