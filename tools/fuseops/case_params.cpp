@@ -1,6 +1,7 @@
 #include "case_params.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace fuseops::cli {
@@ -17,6 +18,16 @@ std::string value_text(const ParamValue& v) {
   std::string out = "[";
   for (int64_t x : std::get<std::vector<int64_t>>(v)) out += (out.size() > 1 ? "," : "") + std::to_string(x);
   return out + "]";
+}
+
+double CaseParams::fp32_number(const std::string& name) const {
+  const double x = number(name);
+  const float f = static_cast<float>(x);
+  if (!std::isfinite(f) || (f == 0.f && x != 0.0)) {
+    throw ParamError(name,
+                     "must be finite in fp32 (|" + name + "| <= 3.4028235e+38) and, if nonzero, not round to 0 there");
+  }
+  return x;
 }
 
 std::string CaseParams::describe() const {

@@ -66,6 +66,9 @@ class CaseParams {
   bool boolean(const std::string& name) const { return get<bool>(name); }
   const std::vector<int64_t>& int_list(const std::string& name) const { return get<std::vector<int64_t>>(name); }
   double number(const std::string& name) const { return get<double>(name); }
+  /// A number the op takes in fp32: ParamError unless it is finite there and, if nonzero, does not round to 0 (the
+  /// ops' own rule for such scalars, so a bad value is a case-file error rather than a failed case).
+  double fp32_number(const std::string& name) const;
   const std::map<std::string, ParamValue>& values() const { return values_; }
   /// "d=14336 dtype=bf16 tokens=4096": for messages.
   std::string describe() const;

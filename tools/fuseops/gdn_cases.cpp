@@ -500,12 +500,7 @@ OpSpec cumsum_op() {
   spec.make = [](const CaseParams& p) -> std::unique_ptr<OpCase> {
     Spec s = gdn_spec_of(p, 1, p.integer("num_v_heads"), 1);
     s.reverse = p.boolean("reverse");
-    s.scale = p.number("scale");
-    // as the op takes it (fp32_argument): finite in fp32 and, if nonzero, not rounding to 0 there
-    const float scale32 = static_cast<float>(s.scale);
-    if (!std::isfinite(scale32) || (scale32 == 0.f && s.scale != 0.0)) {
-      throw ParamError("scale", "must be finite in fp32 (|scale| <= 3.4028235e+38) and, if nonzero, not round to 0 there");
-    }
+    s.scale = p.fp32_number("scale");
     const std::string seqs = s.varlen() ? std::to_string(s.seqlens.size()) + "seq:" + std::to_string(s.T)
                                         : std::to_string(s.B) + "x" + std::to_string(s.T);
     s.label = seqs + "x" + std::to_string(s.HV) + (s.BT != 64 ? ",bt" + std::to_string(s.BT) : "") +

@@ -254,7 +254,7 @@ OpSpec moe_op(Kind kind, RouteOp router) {
     if (grouped) {
       rp.spec.n_group = p.integer("n_group");
       rp.spec.topk_group = p.integer("topk_group");
-      rp.spec.scale = p.number("routed_scaling_factor");
+      rp.spec.scale = p.fp32_number("routed_scaling_factor");
       rp.spec.scoring = p.text("scoring") == "sigmoid" ? MoeScoring::sigmoid : MoeScoring::softmax;
       if (rp.E % rp.spec.n_group != 0) {
         throw ParamError("n_group", "num_experts " + std::to_string(rp.E) + " is not a multiple of n_group " +
@@ -268,7 +268,6 @@ OpSpec moe_op(Kind kind, RouteOp router) {
         throw ParamError("topk", "topk " + std::to_string(rp.k) + " is more than the experts of topk_group groups, " +
                                      std::to_string(rp.spec.topk_group * (rp.E / rp.spec.n_group)));
       }
-      if (!std::isfinite(rp.spec.scale)) throw ParamError("routed_scaling_factor", "must be finite");
       const bool plain = rp.spec.n_group == 1 && rp.spec.scale == 1.0 && rp.spec.scoring == MoeScoring::softmax;
       if (kind == Kind::route && !plain) rp.op = RouteOp::grouped_topk;  // the router moe_route runs
     }

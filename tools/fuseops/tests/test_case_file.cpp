@@ -317,6 +317,8 @@ TEST(CaseFile, HooksRejectImpossibleCombinations) {
                     "f.yaml:5:5", "scale", "finite in fp32");
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seq_len: 64\n    num_v_heads: 4\n    scale: 1e-50\n",
                     "f.yaml:5:5", "scale", "not round to 0");
+  EXPECT_CASE_ERROR("cases:\n  - op: grouped_topk\n    tokens: 4\n    num_experts: 64\n    n_group: 8\n    topk: 2\n"
+                    "    routed_scaling_factor: 1e39\n", "f.yaml:7:5", "routed_scaling_factor", "finite in fp32");
 }
 
 TEST(CaseFile, SeqLenZeroSaysWhatToGive) {
