@@ -42,38 +42,41 @@ bool debug_mode() {
 namespace detail {
 namespace {
 std::mutex g_sites_mutex;
-std::deque<std::pair<std::string, std::string>> g_sites;  // index + 1 = site id; deque keeps c_str() stable
+struct Site {
+  std::string op, arg, rule;
+};
+std::deque<Site> g_sites;  // index + 1 = site id; deque keeps c_str() stable
 std::mutex g_host_mutex;
 DeviceErrorRecord g_host_record{0u, 0u, ULLONG_MAX};
 }  // namespace
 
-uint32_t error_site(const char* op, const char* arg) {
+uint32_t error_site(const char* op, const char* arg, const char* rule) {
   std::lock_guard<std::mutex> lock(g_sites_mutex);
   for (std::size_t i = 0; i < g_sites.size(); ++i) {
-    if (g_sites[i].first == op && g_sites[i].second == arg) return static_cast<uint32_t>(i + 1);
+    if (g_sites[i].op == op && g_sites[i].arg == arg) return static_cast<uint32_t>(i + 1);
   }
-  g_sites.emplace_back(op, arg);
+  g_sites.push_back(Site{op, arg, rule ? rule : ""});
   return static_cast<uint32_t>(g_sites.size());
 }
 
 const char* error_site_op(uint32_t site) {
   std::lock_guard<std::mutex> lock(g_sites_mutex);
-  return site >= 1 && site <= g_sites.size() ? g_sites[site - 1].first.c_str() : "unknown op";
+  return site >= 1 && site <= g_sites.size() ? g_sites[site - 1].op.c_str() : "unknown op";
 }
 
 const char* error_site_arg(uint32_t site) {
   std::lock_guard<std::mutex> lock(g_sites_mutex);
-  return site >= 1 && site <= g_sites.size() ? g_sites[site - 1].second.c_str() : "unknown argument";
+  return site >= 1 && site <= g_sites.size() ? g_sites[site - 1].arg.c_str() : "unknown argument";
 }
 
 std::string error_site_message(uint32_t site, unsigned long long index) {
-  const std::string arg = error_site_arg(site), i = std::to_string(index);
-  std::string msg = std::string(error_site_op(site)) + ": " + arg + ": value out of range at index " + i;
-  if (arg == "cu_seqlens") {
-    msg += " (sequence " + i + ": expected 0 = cu_seqlens[0] <= cu_seqlens[" + i + "] <= cu_seqlens[" + i +
-           " + 1] <= cu_seqlens[N] = T)";
+  std::string rule;
+  {
+    std::lock_guard<std::mutex> lock(g_sites_mutex);
+    if (site >= 1 && site <= g_sites.size()) rule = g_sites[site - 1].rule;
   }
-  return msg;
+  return std::string(error_site_op(site)) + ": " + error_site_arg(site) + ": value out of range at index " +
+         std::to_string(index) + (rule.empty() ? "" : " (" + rule + ")");
 }
 
 DeviceErrorRecord* host_error_record() { return &g_host_record; }

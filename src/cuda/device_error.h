@@ -15,13 +15,13 @@ struct DeviceErrorRecord {
   unsigned long long index;
 };
 
-/// Id (>= 1) of an (op, argument) pair; registered once, stable for the process.
-uint32_t error_site(const char* op, const char* arg);
+/// Id (>= 1) of an (op, argument) pair; registered once, stable for the process. `rule`, where the index alone does
+/// not say what is wrong (cu_seqlens: the index is a sequence), is added to the message (the first registration's).
+uint32_t error_site(const char* op, const char* arg, const char* rule = nullptr);
 /// "op", "arg" of a site id.
 const char* error_site_op(uint32_t site);
 const char* error_site_arg(uint32_t site);
-/// "op: arg: value out of range at index i", with the rule of the argument where the index alone does not say it
-/// (cu_seqlens: the index is a sequence, bad by its two entries).
+/// "op: arg: value out of range at index i", then " (rule)" where the site has one.
 std::string error_site_message(uint32_t site, unsigned long long index);
 
 /// The record of the CPU backend (host memory).

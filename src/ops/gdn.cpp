@@ -78,7 +78,10 @@ void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& devic
   geo.cu_seqlens = cu->data;
   geo.cu_dtype = cu->dtype;
   geo.N = cu->shape[0] - 1;
-  geo.cu_site = error_site(op, "cu_seqlens");
+  geo.cu_site = error_site(
+      op, "cu_seqlens",
+      "the index is a sequence n: expected 0 = cu_seqlens[0] <= cu_seqlens[n] <= cu_seqlens[n + 1] <= "
+      "cu_seqlens[N] = T");
 }
 
 namespace {
