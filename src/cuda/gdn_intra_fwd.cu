@@ -9,12 +9,13 @@
 //
 // One 256-thread block per (chunk, key head), looping over the key head's value heads (split over several blocks
 // when the grid would be small, as the kkt kernel). Per unit: k tile (raw, kept) and the first value head's v tile by
-// cp.async; Gram in registers. Per value head (five block barriers): the kkt tile (fp32) and e^g; the next value
-// head's v tile copied (cp.async, two v tiles alternating) so that it lands during this whole head; the inverse
-// (fp32, in place), whose diagonal blocks and level-16 merges leave most warps idle: those scale beta e^g k -> Xk and
-// beta v (in place) meanwhile; the inverse rounded -> As (16-bit, lower with the diagonal); w and u products stored
-// from the mma fragments as pairs (the first version, staging them in shared memory for 16-byte stores with one warp
-// per row of scaling, measured 1.45 ms against 1.27 ms at 16 / 64 heads, T = 32768).
+// cp.async; Gram in registers. Per value head (five block barriers): the kkt tile (fp32), the column factors beta e^g
+// and beta; the next value head's v tile copied (cp.async, two v tiles alternating) so that it lands during this whole
+// head; the inverse (fp32, in place); its columns scaled into the A operands of w and u (scale_inverse_columns: the
+// inverse rounded once to the input dtype as kkt_solve stores it, times beta e^g or beta, rounded once), so that w
+// and u multiply the raw k and v tiles; w and u products stored from the mma fragments as pairs (the first version,
+// staging them in shared memory for 16-byte stores with one warp per row of scaling, measured 1.45 ms against 1.27 ms
+// at 16 / 64 heads, T = 32768).
 // f16 / bf16 only (k, v, w, u of one dtype); other dtypes take the separate kernels.
 #include <algorithm>
 #include <cstdint>
@@ -44,43 +45,18 @@ struct IntraParams {
   DeviceErrorRecord* errors;
 };
 
-/// Warps that solve the diagonal blocks and the level-16 merges of invert_unit_lower<BT, kTc> (the others wait).
-template <int BT>
-constexpr int kInverseWarps = BT >= 64 ? 2 : 1;
-
-/// gdn::invert_unit_lower<BT, tensor_core_inverse(16-bit)> (BT = 16: its one path) with other work in its shadow: warps
-/// from kInverseWarps<BT> on call other(first thread of theirs, their thread count) while the first warps solve the
-/// diagonal blocks and the level-16 merges; then one block barrier and the level-32 merge. The inverse's arithmetic
-/// and order are those of invert_unit_lower (the same bits); other() must not touch the tile or the scratch. Ends
-/// with a block barrier.
-template <int BT, typename Other>
-__device__ void invert_unit_lower_with(float* a, float* p, int len, Other&& other) {
-  const int warp = static_cast<int>(threadIdx.x / 32);
-  if (warp < kInverseWarps<BT>) {
-    gdn::invert_diagonal_blocks<BT, false>(a, len);
-    if constexpr (BT >= 32) {
-      __syncwarp();  // the warp's two diagonal blocks are inverted
-      gdn::merge16_tc<BT>(a, p, len, warp);
-    }
-  } else {
-    other(static_cast<int>(threadIdx.x) - 32 * kInverseWarps<BT>, kThreads - 32 * kInverseWarps<BT>);
-  }
-  __syncthreads();
-  if constexpr (BT >= 64) gdn::merge32_tc(a, p, len);
-}
-
 /// Bytes of the fp32 region: the kkt / inverse tile and the merge scratch.
 template <int BT>
 constexpr std::size_t float_region_bytes() {
   return (gdn::kTileFloats<BT> + gdn::kScratchFloats<BT>) * sizeof(float);
 }
 
-/// Dynamic shared memory: ks, Xv[2], Xk [BT][ld] (16-bit), As [BT][kLdA], then the fp32 region (98.5 KB at BT = 64,
+/// Dynamic shared memory: ks, Xv[2] [BT][ld] (16-bit), Aw, Au [BT][kLdA], then the fp32 region (90 KB at BT = 64,
 /// K = V = 128: two blocks per SM). Registers bounded for two blocks per SM: three (80 registers, ~100 bytes
 /// spilled) measured 10-17% slower on the H200 (docs/ops/gdn.md).
 template <int BT>
 std::size_t intra_smem_bytes(int ld) {
-  return 4 * static_cast<std::size_t>(BT) * ld * 2 + static_cast<std::size_t>(BT) * kLdA<BT> * 2 +
+  return 3 * static_cast<std::size_t>(BT) * ld * 2 + 2 * static_cast<std::size_t>(BT) * kLdA<BT> * 2 +
          float_region_bytes<BT>();
 }
 
@@ -91,14 +67,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int ld = prm.dp + 8;
   TK* const ks = reinterpret_cast<TK*>(smem_raw);
-  TK* const xv0 = ks + BT * ld;  // v tiles of alternate value heads (Xv[h % 2]), then beta v in place
-  TK* const Xk = xv0 + 2 * BT * ld;
-  TK* const As = Xk + BT * ld;
-  float* const tile = reinterpret_cast<float*>(As + BT * kLdA<BT>);
+  TK* const xv0 = ks + BT * ld;  // v tiles of alternate value heads (Xv[h % 2])
+  TK* const Aw = xv0 + 2 * BT * ld;  // the A operands of w and u: the inverse's columns scaled (scale_inverse_columns)
+  TK* const Au = Aw + BT * kLdA<BT>;
+  float* const tile = reinterpret_cast<float*>(Au + BT * kLdA<BT>);
   float* const scratch = tile + gdn::kTileFloats<BT>;
   __shared__ ChunkRef chunk;
   __shared__ float gate_beta[2 * BT];  // g then beta of the chunk's rows, current value head
-  __shared__ float eg[BT];             // e^g of the rows
+  __shared__ float colscale[2 * BT];   // beta e^g, then beta, of the rows (the inverse's column factors)
   const int tid = static_cast<int>(threadIdx.x);
   const int K = static_cast<int>(a.geo.K), V = static_cast<int>(a.V);
   const int key_units = static_cast<int>(a.geo.H) * prm.parts;
@@ -126,28 +102,35 @@ __global__ void __launch_bounds__(kThreads, 2)
       gdn::Gram<TK, BT> gram;
       gram.compute(ks, ld, prm.kp, L);
 
-      // Per value head: five block barriers. The next head's v tile is copied one whole head ahead (two buffers);
-      // the operand scaling runs on the warps that the diagonal blocks of the inverse leave idle.
+      // Per value head: five block barriers. The next head's v tile is copied one whole head ahead (two buffers).
       for (int hv = hv_begin; hv < hv_end; ++hv) {
         TK* const Xv = xv0 + (hv - hv_begin) % 2 * BT * ld;
-        gram.kkt_tile(gate_beta, L, tile);  // the tile's last reader (round_inverse) is behind a barrier
-        if (tid < BT) eg[tid] = expf(gate_beta[tid]);  // rows past the chunk: g = 0, e^g = 1
+        gram.kkt_tile(gate_beta, L, tile);  // the tile's last reader (scale_inverse_columns) is behind a barrier
+        if (tid < BT) {  // rows past the chunk: g = 0, beta = 1
+          const float b = gate_beta[BT + tid];
+          colscale[tid] = b * expf(gate_beta[tid]);
+          colscale[BT + tid] = b;
+        }
         cp_async_wait_all();  // this value head's v tile
-        __syncthreads();      // also: the previous head's products are done with Xv[other], Xk, As
+        __syncthreads();      // also: the previous head's products are done with Xv[other], Aw, Au
         const bool next = hv + 1 < hv_end;
         if (next) load_v(hv + 1);
         if (next && tid < 2 * BT) gb = gdn::load_gate_or_beta<BT>(ka, ch, hv + 1, tid);  // behind the inverse
-        invert_unit_lower_with<BT>(tile, scratch, L, [&](int t, int n) {
-          // beta e^g k over all BT rows (rows past the chunk stay 0, as the separate kernel's zero fill), beta v
-          gdn::scale_rows(ks, Xk, ld, BT, prm.dp, gate_beta + BT, eg, t, n);
-          gdn::scale_rows(Xv, Xv, ld, L, V, gate_beta + BT, static_cast<const float*>(nullptr), t, n);
-        });
-        gdn::round_inverse<TK, BT>(tile, As);
-        if (next && tid < 2 * BT) gate_beta[tid] = gb;  // its last readers (scaling) are behind a barrier
+        gdn::invert_unit_lower<BT, true>(tile, scratch, L);  // tensor_core_inverse(16-bit)
+        gdn::scale_inverse_columns<TK, BT>(
+            [&](int i, int j0, float(&f)[8]) {  // rounded as kkt_solve stores the inverse
+              const float4 lo = *reinterpret_cast<const float4*>(tile + i * gdn::kTileLd<BT> + j0);
+              const float4 hi = *reinterpret_cast<const float4*>(tile + i * gdn::kTileLd<BT> + j0 + 4);
+              const float x[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+              for (int e = 0; e < 8; ++e) f[e] = to_float(from_float<TK>(x[e]));
+            },
+            Aw, Au, colscale, colscale + BT);
+        if (next && tid < 2 * BT) gate_beta[tid] = gb;  // its last readers (kkt_tile, colscale) are behind a barrier
         __syncthreads();
-        gdn::lower_times_to_rows<TK, BT>(As, Xk, ld, static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv),
+        gdn::lower_times_to_rows<TK, BT>(Aw, ks, ld, static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv),
                                          a.w.stride_t, L, K, prm.pairs.w);
-        gdn::lower_times_to_rows<TK, BT>(As, Xv, ld, static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv),
+        gdn::lower_times_to_rows<TK, BT>(Au, Xv, ld, static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv),
                                          a.u.stride_t, L, V, prm.pairs.u);
       }
     }

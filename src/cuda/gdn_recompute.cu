@@ -3,8 +3,9 @@
 //
 // recompute_w_u, one 256-thread block per (chunk slot, value head), in one of two kernels:
 // - recompute_w_u_mma_kernel (k, v, A, w, u all f16 or all bf16; any K, V, chunk size): the A tile (lower part with
-//   the diagonal), beta e^g k and beta v (rounded once to the input dtype, as FLA) in shared memory; m16n8k16 mma
-//   over the lower-triangular blocks, fp32 accumulators, outputs staged in shared memory and stored as rows.
+//   the diagonal) with its columns scaled into A diag(beta e^g) and A diag(beta) (each rounded once to the input
+//   dtype; FLA rounds beta e^g k and beta v instead), the raw k and v tiles in shared memory; m16n8k16 mma over the
+//   lower-triangular blocks, fp32 accumulators, outputs staged in shared memory and stored as rows.
 // - recompute_w_u_ffma_kernel (f32 and any mix of dtypes): fp32 FFMA in shared memory (no TF32), each output a sum
 //   over j <= i in ascending order; the A tile (fp32) and one operand tile (beta e^g k, then beta v).
 // l2norm: one warp per row.
@@ -22,7 +23,6 @@ namespace {
 using gdn::kThreads;
 using gdn::kLdA;
 using gdn::lower_times;
-using gdn::scale_rows;
 using gdn::WuVec;
 
 template <int BT>
@@ -203,20 +203,22 @@ void launch_wu_ffma(const WuArgs& a, int device, cudaStream_t s) {
 // ---------------------------------------------------------------------------------------------------------------
 // Tensor-core kernel (f16 / bf16)
 
-/// One block per (chunk slot, value head): shared A tile [BT][kLdA], beta e^g k and beta v tiles [BT][ld] and the
-/// output staging tile [BT][ld], ld = dp + 8 with dp = max(K, V) rounded up to 32 (zero past K / V and the chunk).
-/// Registers bounded for 3 blocks per SM (61 KB of shared memory each at BT = 64, K = V = 128; no spills).
+/// One block per (chunk slot, value head): shared A operands of w and u [BT][kLdA] (gdn::scale_inverse_columns), k and
+/// v tiles [BT][ld] and the output staging tile [BT][ld], ld = dp + 8 with dp = max(K, V) rounded up to 32 (zero past
+/// K / V and the chunk). Registers bounded for 3 blocks per SM (70 KB of shared memory each at BT = 64, K = V = 128;
+/// no spills).
 template <typename TK, int BT>
 __global__ void __launch_bounds__(kThreads, 3)
     recompute_w_u_mma_kernel(const WuArgs a, int64_t slots, int dp, WuVec vec, DeviceErrorRecord* errors) {
   pdl_wait_and_release();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int ld = dp + 8;
-  TK* const As = reinterpret_cast<TK*>(smem_raw);
-  TK* const Xk = As + BT * kLdA<BT>;
+  TK* const As = reinterpret_cast<TK*>(smem_raw);  // A as loaded, then in place the A operand of w
+  TK* const Au = As + BT * kLdA<BT>;                // the A operand of u
+  TK* const Xk = Au + BT * kLdA<BT>;
   TK* const Xv = Xk + BT * ld;
   TK* const Os = Xv + BT * ld;
-  __shared__ float beta_s[BT], eg_s[BT];
+  __shared__ float colscale[2 * BT];  // beta e^g, then beta, of the rows (1 past the chunk)
   __shared__ gdn::ChunkRef chunk;
   const int tid = static_cast<int>(threadIdx.x);
   const int K = static_cast<int>(a.geo.K), V = static_cast<int>(a.V);
@@ -235,18 +237,27 @@ __global__ void __launch_bounds__(kThreads, 3)
       gdn::load_tile<TK, BT>(Xv, ld, dp, static_cast<const TK*>(a.v.data) + gdn::at(a.v, ch.batch, ch.t0, hv),
                              a.v.stride_t, L, V, vec.v, kThreads);
       cp_async_commit();
-      if (tid < L) {
-        beta_s[tid] = gdn::load_f(a.beta.data, a.beta.dtype, gdn::at(a.beta, ch.batch, ch.t0 + tid, hv));
-        eg_s[tid] = a.g.data ? expf(static_cast<const float*>(a.g.data)[gdn::at(a.g, ch.batch, ch.t0 + tid, hv)]) : 1.f;
+      if (tid < BT) {
+        const float b = tid < L ? gdn::load_f(a.beta.data, a.beta.dtype, gdn::at(a.beta, ch.batch, ch.t0 + tid, hv)) : 1.f;
+        const float eg =
+            tid < L && a.g.data ? expf(static_cast<const float*>(a.g.data)[gdn::at(a.g, ch.batch, ch.t0 + tid, hv)]) : 1.f;
+        colscale[tid] = b * eg;
+        colscale[BT + tid] = b;
       }
       cp_async_wait<0>();
       __syncthreads();
-      for (int e = tid; e < BT * BT; e += kThreads) {  // only the lower triangle with the diagonal is read
-        const int i = e / BT, j = e % BT;
-        if (j > i) As[i * kLdA<BT> + j] = from_float<TK>(0.f);
-      }
-      scale_rows(Xk, Xk, ld, L, K, beta_s, eg_s);  // (k beta) e^g, as the FFMA kernel and FLA
-      scale_rows(Xv, Xv, ld, L, V, beta_s, static_cast<const float*>(nullptr));
+      // the inverse's columns scaled (only its lower triangle with the diagonal is read); k and v stay as loaded
+      gdn::scale_inverse_columns<TK, BT>(
+          [&](int i, int j0, float(&f)[8]) {
+            union {
+              uint4 raw;
+              TK e[8];
+            } x;
+            x.raw = *reinterpret_cast<const uint4*>(As + i * kLdA<BT> + j0);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) f[e] = to_float(x.e[e]);
+          },
+          As, Au, colscale, colscale + BT);
       __syncthreads();
       TK* const wdst = static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv);
       TK* const udst = static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv);
@@ -254,7 +265,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       __syncthreads();
       gdn::store_tile(wdst, a.w.stride_t, Os, ld, L, K, vec.w, kThreads);
       __syncthreads();
-      lower_times<TK, BT>(As, Xv, ld, Os, L, V);
+      lower_times<TK, BT>(Au, Xv, ld, Os, L, V);
       __syncthreads();
       gdn::store_tile(udst, a.u.stride_t, Os, ld, L, V, vec.u, kThreads);
     }
@@ -266,7 +277,8 @@ void launch_wu_mma(const WuArgs& a, const WuVec& vec, int device, cudaStream_t s
   const char* op = "recompute_w_u_fwd";
   const int64_t slots = gdn::chunk_slots(a.geo);
   const int dp = static_cast<int>((std::max(a.geo.K, a.V) + 31) / 32 * 32);
-  const std::size_t smem = (static_cast<std::size_t>(BT) * kLdA<BT> + 3 * static_cast<std::size_t>(BT) * (dp + 8)) * 2;
+  const std::size_t smem =
+      (2 * static_cast<std::size_t>(BT) * kLdA<BT> + 3 * static_cast<std::size_t>(BT) * (dp + 8)) * 2;
   auto kernel = recompute_w_u_mma_kernel<TK, BT>;
   allow_smem(kernel, smem, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;

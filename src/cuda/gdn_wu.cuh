@@ -1,6 +1,7 @@
 // Device routines of w = A (beta e^g k) and u = A (beta v) shared by recompute_w_u_fwd (gdn_recompute.cu) and the
-// forward's fused intra-chunk kernel (gdn_intra_fwd.cu): both round the operands and the products through these, so
-// the fused kernel gives the same bytes as chunk_gated_delta_rule_fwd_kkt_solve followed by recompute_w_u_fwd.
+// forward's fused intra-chunk kernel (gdn_intra_fwd.cu): both scale the inverse's columns and form the products
+// through these, so the fused kernel gives the same bytes as chunk_gated_delta_rule_fwd_kkt_solve followed by
+// recompute_w_u_fwd.
 #pragma once
 
 #include "cuda/gdn_forward.cuh"
@@ -16,62 +17,32 @@ struct WuVec {
 template <int BT>
 constexpr int kLdA = BT + 8;
 
-/// Y[i][c] = X[i][c] times f1[i] (and then f2[i]), rounded once to TK, for rows i < rows and columns c < cols rounded
-/// up to 8 (X and Y both [.][ld], ld a multiple of 8 and 16-byte aligned rows; Y may be X): 16-byte groups of 8
-/// elements dealt to threads t, t + n, ... (t in [0, n): all of the block, or a subset of its warps). THE operand
-/// scaling of w and u (beta e^g k, beta v, as FLA). The columns past `cols` in the last group only feed output columns
-/// that are never stored.
-template <typename TK>
-__device__ void scale_rows(const TK* X, TK* Y, int ld, int rows, int cols, const float* f1, const float* f2, int t,
-                           int n) {
-  const int groups = (cols + 7) / 8;
-  // group u = i * groups + g of this thread: t, t + n, ...; (i, g) advanced without a division per group
-  int i = t / groups, g = t - i * groups;
-  const int di = n / groups, dg = n - di * groups;
-  while (i < rows) {
-    const int c = g * 8;
-    const float a = f1[i], b = f2 ? f2[i] : 1.f;
-    union {
-      uint4 raw;
-      TK e[8];
-    } x;
-    x.raw = *reinterpret_cast<const uint4*>(X + i * ld + c);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) {
-      const float y = to_float(x.e[e]) * a;
-      x.e[e] = from_float<TK>(f2 ? y * b : y);
-    }
-    *reinterpret_cast<uint4*>(Y + i * ld + c) = x.raw;
-    i += di;
-    g += dg;
-    if (g >= groups) g -= groups, ++i;
-  }
-}
-
-/// scale_rows by the whole block.
-template <typename TK>
-__device__ void scale_rows(const TK* X, TK* Y, int ld, int rows, int cols, const float* f1, const float* f2) {
-  scale_rows(X, Y, ld, rows, cols, f1, f2, static_cast<int>(threadIdx.x), kThreads);
-}
-
-/// As[i][j] = the fp32 tile's (I + A)^{-1} [i][j] rounded once to TK for j <= i, 0 above the diagonal (rows < BT):
-/// the inverse as the separate chunk_gated_delta_rule_fwd_kkt_solve stores it and recompute_w_u_fwd reads it. Groups
-/// of 8 columns per thread.
-template <typename TK, int BT>
-__device__ void round_inverse(const float* tile, TK* As) {
+/// The two A operands of w and u from the inverse: Aw[i][j] = a_ij sw_j and Au[i][j] = a_ij sb_j for j <= i, 0 above
+/// the diagonal (rows < BT), each rounded once to TK, where a_ij is the inverse (I + A)^{-1} as rounded to TK (as
+/// chunk_gated_delta_rule_fwd_kkt_solve stores it), sw_j = beta_j e^{g_j} and sb_j = beta_j (fp32; BT finite entries,
+/// 1 past the chunk): w = Aw k and u = Au v then multiply the raw k and v tiles. The columns of the BT x BT inverse are
+/// scaled instead of the BT x K and BT x V operands (FLA rounds beta e^g k and beta v: w = a (beta e^g k)); one
+/// rounding per term either way. `inverse(i, j0, f)` gives a_{i, j0 .. j0 + 7} as floats. Groups of 8 columns per
+/// thread; a group is read whole before it is written, so Aw may be the tile `inverse` reads.
+template <typename TK, int BT, typename Inverse>
+__device__ void scale_inverse_columns(Inverse&& inverse, TK* Aw, TK* Au, const float* sw, const float* sb) {
   constexpr int kGroups = BT / 8;
   for (int u = static_cast<int>(threadIdx.x); u < BT * kGroups; u += kThreads) {
     const int i = u / kGroups, j0 = (u - i * kGroups) * 8;
-    const float4 lo = *reinterpret_cast<const float4*>(tile + i * kTileLd<BT> + j0);
-    const float4 hi = *reinterpret_cast<const float4*>(tile + i * kTileLd<BT> + j0 + 4);
-    const float f[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+    float f[8];
+    inverse(i, j0, f);
     union {
       uint4 raw;
       TK e[8];
-    } x;
+    } w, v;
 #pragma unroll
-    for (int e = 0; e < 8; ++e) x.e[e] = from_float<TK>(j0 + e > i ? 0.f : f[e]);
-    *reinterpret_cast<uint4*>(As + i * kLdA<BT> + j0) = x.raw;
+    for (int e = 0; e < 8; ++e) {
+      const bool lower = j0 + e <= i;  // a select: no product of what lies above the diagonal
+      w.e[e] = from_float<TK>(lower ? f[e] * sw[j0 + e] : 0.f);
+      v.e[e] = from_float<TK>(lower ? f[e] * sb[j0 + e] : 0.f);
+    }
+    *reinterpret_cast<uint4*>(Aw + i * kLdA<BT> + j0) = w.raw;
+    *reinterpret_cast<uint4*>(Au + i * kLdA<BT> + j0) = v.raw;
   }
 }
 
