@@ -51,7 +51,7 @@ constexpr std::size_t float_region_bytes() {
   return (gdn::kTileFloats<BT> + gdn::kScratchFloats<BT>) * sizeof(float);
 }
 
-/// Dynamic shared memory: ks, Xv[2] [BT][ld] (16-bit), Aw, Au [BT][kLdA], then the fp32 region (90 KB at BT = 64,
+/// Dynamic shared memory: ks, Xv[2] [BT][ld] (16-bit), Aw, Au [BT][kLdA], then the fp32 region (90.5 KB at BT = 64,
 /// K = V = 128: two blocks per SM). Registers bounded for two blocks per SM: three (80 registers, ~100 bytes
 /// spilled) measured 10-17% slower on the H200 (docs/ops/gdn.md).
 template <int BT>
@@ -150,7 +150,7 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
   prm.kp = static_cast<int>((a.geo.K + 15) / 16 * 16);
   prm.dp = static_cast<int>((std::max(a.geo.K, a.V) + 31) / 32 * 32);
   prm.row_shift = gdn::k_tile_row_shift<TK>(prm.dp);
-  const std::size_t smem = intra_smem_bytes<BT>(prm.dp + 8);  // K = V = 256 at BT = 64: 166 KB (sm_90: 227 KB)
+  const std::size_t smem = intra_smem_bytes<BT>(prm.dp + 8);  // K = V = 256 at BT = 64: 138.5 KB (sm_90: 227 KB)
   prm.vec.k = gdn::rows_16b(a.k, a.geo.K);
   prm.vec.v = gdn::rows_16b(a.v, a.V);
   prm.pairs.w = a.geo.K % 2 == 0 && gdn::rows_pairs(a.w);  // an odd last column takes element stores

@@ -205,7 +205,7 @@ void launch_wu_ffma(const WuArgs& a, int device, cudaStream_t s) {
 
 /// One block per (chunk slot, value head): shared A operands of w and u [BT][kLdA] (gdn::scale_inverse_columns), k and
 /// v tiles [BT][ld] and the output staging tile [BT][ld], ld = dp + 8 with dp = max(K, V) rounded up to 32 (zero past
-/// K / V and the chunk). Registers bounded for 3 blocks per SM (70 KB of shared memory each at BT = 64, K = V = 128;
+/// K / V and the chunk). Registers bounded for 3 blocks per SM (69 KB of shared memory each at BT = 64, K = V = 128;
 /// no spills).
 template <typename TK, int BT>
 __global__ void __launch_bounds__(kThreads, 3)
