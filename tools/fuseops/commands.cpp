@@ -196,6 +196,10 @@ int run_check(const Options& opts) {
   const bool cuda = use_cuda(opts.backend);
   const uint64_t seed = seed_option(opts.seed_text, opts.seed_given);
   const std::vector<Work> work = collect(opts, false);
+  if (work.empty()) {  // before the header: nothing of a run is printed or written
+    std::fprintf(stderr, "fuseops: error: no case matched (--set / --cases / --filter / --shape)\n");
+    return 2;
+  }
   std::printf("fuseops check: backend %s, seed %llu (replay with --seed %llu)\n",
               cuda ? ("cuda:0 (" + gpu::device_info(0).name + ")").c_str() : "cpu",
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
@@ -234,10 +238,6 @@ int run_check(const Options& opts) {
   progress.clear();
   write_json(opts.json, {{"command", "check"}, {"version", version()}, {"seed", seed}, {"results", rows}});
   std::printf("check: %d passed, %d failed\n", passed, failed);
-  if (passed + failed == 0) {
-    std::fprintf(stderr, "fuseops: error: no case matched (--set / --filter / --shape)\n");
-    return 2;
-  }
   return failed ? 1 : 0;
 }
 

@@ -41,6 +41,12 @@ expect 0 'check: 10 passed, 0 failed' -- env FUSEOPS_SEED= "$fuseops" check --se
 expect 2 '--seed: expected a decimal integer seed in [0, 2^64 - 1], got ""' -- "$fuseops" check --set norm --seed ''
 # --filter takes the public op name (fuseops list) as well as the printed one
 expect 0 'check: 10 passed' -- "$fuseops" check --set norm --filter layer_norm_fwd --cpu-rows 2 --quiet
+# a filter that matches no case is an error, reported before any header (check and bench alike)
+expect 2 'no case matched (--set / --cases / --filter / --shape)' -- "$fuseops" check --set norm --filter nomatch
+out=$("$fuseops" check --set norm --filter nomatch 2>&1)
+if [[ "$out" == *"fuseops check: backend"* ]]; then echo "FAIL: check with no matching case printed a header: $out"; failed=1; fi
+expect 2 'no case matched (--set / --cases / --filter / --shape)' -- \
+  "$fuseops" bench --backend cpu --set norm --filter nomatch
 # a size an op refuses: the op is rejected, out of the total, and the run fails
 expect 1 '0 missing, 3 rejected' -- "$fuseops" model llama3-8b --tokens 16777216 --batch 65536 --check-rows 2 --quiet
 # outputs never overwrite an input or each other
