@@ -53,9 +53,10 @@ int64_t gdn_chunk_slots(int64_t T, int64_t N, int64_t chunk_size, bool varlen);
 /// k: [B, T, H, K]; v: [B, T, HV, V]; beta: [B, T, HV]; A (the solved (I + A)^{-1} of
 /// chunk_gated_delta_rule_fwd_kkt_solve): [B, T, HV, BT]; g (optional chunk-local cumsum): [B, T, HV] f32.
 /// w (out): [B, T, HV, K]; u (out): [B, T, HV, V]; contiguous. Inputs f32 / f16 / bf16 with innermost stride 1,
-/// BT = A.shape[3]. As FLA `recompute_w_u_fwd(k, v, beta, A, g, cu_seqlens)`. Rounding: with f16 / bf16 inputs the CUDA
-/// backend multiplies the raw k and v by A diag(beta e^g) and A diag(beta), each rounded once to the input dtype,
-/// where FLA rounds beta e^g k and beta v (one rounding per term either way; docs/ops/gdn.md "Numerics").
+/// BT = A.shape[3]. As FLA `recompute_w_u_fwd(k, v, beta, A, g, cu_seqlens)`. Rounding: where k, v, A, w and u share one
+/// 16-bit dtype the CUDA backend multiplies the raw k and v by A diag(beta e^g) and A diag(beta), each rounded once to
+/// that dtype, where FLA rounds beta e^g k and beta v (one rounding per term either way; docs/ops/gdn.md "Numerics");
+/// other dtypes are computed in fp32 without intermediate rounding.
 void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, TensorView beta, TensorView A,
                        const TensorView* g = nullptr, const TensorView* cu_seqlens = nullptr, Stream stream = {});
 

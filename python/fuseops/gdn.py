@@ -245,7 +245,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
 def recompute_w_u_fwd(k, v, beta, A, g=None, cu_seqlens=None, chunk_indices=None):
     """w = A (beta e^g k), u = A (beta v) per chunk, as FLA ``recompute_w_u_fwd``. ``g``: natural-log chunk-local
-    cumsum (float32) or None. Returns (w [B, T, HV, K] in k.dtype, u [B, T, HV, V] in v.dtype)."""
+    cumsum (float32) or None. Returns (w [B, T, HV, K] in k.dtype, u [B, T, HV, V] in v.dtype). Rounding: with k, v,
+    A of one 16-bit dtype on CUDA, A diag(beta e^g) and A diag(beta) are rounded once to it (FLA rounds beta e^g k and
+    beta v instead; one rounding per term either way)."""
     op = "recompute_w_u_fwd"
     forward_only(op, k=k, v=v, beta=beta, A=A, g=g)
     cu_seqlens = _check_cu(op, cu_seqlens)

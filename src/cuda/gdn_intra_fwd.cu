@@ -4,7 +4,7 @@
 // The separate kernels (chunk_gated_delta_rule_fwd_kkt_solve into a 16-bit Ai, then recompute_w_u_fwd) cost the
 // inverse's round trip through memory, a second read of k per value head and a launch; this kernel keeps their
 // numerics: the same Gram / kkt_tile / invert_unit_lower routines (gdn_intra.cuh), the inverse rounded once to the
-// input dtype as the separate path stores it, and the same operand scaling and products (gdn_wu.cuh). So the forward
+// input dtype as the separate path stores it, and the same column scaling of it and products (gdn_wu.cuh). So the forward
 // gives the same bytes either way (test GdnForward.StagesAligned / Stages compare them).
 //
 // One 256-thread block per (chunk, key head), looping over the key head's value heads (split over several blocks

@@ -206,7 +206,9 @@ void launch_wu_ffma(const WuArgs& a, int device, cudaStream_t s) {
 /// One block per (chunk slot, value head): shared A operands of w and u [BT][kLdA] (gdn::scale_inverse_columns), k and
 /// v tiles [BT][ld] and the output staging tile [BT][ld], ld = dp + 8 with dp = max(K, V) rounded up to 32 (zero past
 /// K / V and the chunk). Registers bounded for 3 blocks per SM (69 KB of shared memory each at BT = 64, K = V = 128;
-/// no spills).
+/// no spills). The A operand of u (9 KB at BT = 64, since the fourteenth session) leaves fewer blocks per SM at BT = 64
+/// where max(K, V) > 128: 2 instead of 3 at 160, 1 instead of 2 at 256 (not measured: the forward takes the fused
+/// kernel; storing w and u from the accumulators, without the staging tile, would win the space back).
 template <typename TK, int BT>
 __global__ void __launch_bounds__(kThreads, 3)
     recompute_w_u_mma_kernel(const WuArgs a, int64_t slots, int dp, WuVec vec, DeviceErrorRecord* errors) {
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       }
       cp_async_wait<0>();
       __syncthreads();
-      // the inverse's columns scaled (only its lower triangle with the diagonal is read); k and v stay as loaded
+      // the inverse's columns scaled (what lies above the diagonal is loaded but replaced by 0); k and v stay as loaded
       gdn::scale_inverse_columns<TK, BT>(
           [&](int i, int j0, float(&f)[8]) {
             union {
