@@ -94,6 +94,15 @@ Device common_device(const char* op, std::initializer_list<NamedView> args) {
     if (a.view->numel() > 0 && a.view->data == nullptr) {
       fail_argument(op, a.name, "a data pointer for " + std::to_string(a.view->numel()) + " elements", "null");
     }
+    // every kernel reads whole elements (a CUDA access of a misaligned element faults and spoils the context)
+    const std::size_t esize = dtype_size(a.view->dtype);
+    const auto addr = reinterpret_cast<std::uintptr_t>(a.view->data);
+    if (a.view->numel() > 0 && addr % esize != 0) {
+      fail_argument(op, a.name,
+                    "a data pointer aligned to its element size (" + std::to_string(esize) + " bytes for " +
+                        dtype_name(a.view->dtype) + ")",
+                    "an address that is " + std::to_string(addr % esize) + " modulo " + std::to_string(esize));
+    }
     const Device& d = a.view->device;
     if (d.kind != Device::Kind::cpu && d.kind != Device::Kind::cuda) {
       fail_argument(op, a.name, "device kind cpu or cuda", "kind code " + std::to_string(static_cast<int>(d.kind)));

@@ -34,8 +34,8 @@ void check_same_dtype(const char* op, const char* name, const TensorView& v, con
                       const TensorView& ref);
 /// Non-negative strides and an extent (elements, address span in bytes) that fits in int64.
 void check_layout(const char* op, const char* name, const TensorView& v);
-/// Every tensor passes check_layout(), has a valid device and a data pointer when it has elements, and all are on the
-/// same device; returns that device.
+/// Every tensor passes check_layout(), has a valid device and a data pointer (aligned to its element size) when it has
+/// elements, and all are on the same device; returns that device.
 Device common_device(const char* op, std::initializer_list<NamedView> args);
 /// v.device == device (the op's device, from common_device of its other arguments).
 void check_on_device(const char* op, const char* name, const TensorView& v, const Device& device);

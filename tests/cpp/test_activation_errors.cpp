@@ -222,6 +222,20 @@ TEST_F(ActivationErrors, NullDataWithElements) {
                    "gelu_and_mul_backward", "dup", "null");
 }
 
+// A data pointer that is not a multiple of the element size is refused, naming the argument (kernels read whole
+// elements; on CUDA such an access faults).
+TEST_F(ActivationErrors, MisalignedData) {
+  const auto off = [](float* x, int bytes) { return reinterpret_cast<char*>(x) + bytes; };
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}), v(off(q(), 2), {4, 8})), "silu_and_mul", "input",
+                   "aligned to its element size (4 bytes for f32)", "2 modulo 4");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(off(p(), 1), {4, 4}), v(q(), {4, 8})), "silu_and_mul", "out",
+                   "1 modulo 4");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}, DType::bf16), v(off(q(), 1), {4, 8}, DType::bf16)),
+                   "silu_and_mul", "input", "2 bytes for bf16", "1 modulo 2");
+  // no elements: any address
+  EXPECT_NO_THROW(fuseops::silu_and_mul(v(off(p(), 1), {0, 4}), v(off(q(), 3), {0, 8})));
+}
+
 TEST_F(ActivationErrors, ErrorsWriteNothing) {
   std::vector<float> out(16, -7.0f);
   EXPECT_ANY_THROW(fuseops::silu_and_mul(v(out.data(), {4, 4}), v(q(), {4, 7})));
