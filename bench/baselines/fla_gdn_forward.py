@@ -43,8 +43,11 @@ K = V = 128
 def label(H, HV, lens):
     if len(lens) == 1:
         return "%d/%d:%d" % (H, HV, lens[0])
-    same = all(x == lens[0] for x in lens)
-    return "%d/%d:%s" % (H, HV, ("%dx%d" % (len(lens), lens[0])) if same else "%dseq" % len(lens))
+    if all(x == lens[0] for x in lens):
+        return "%d/%d:%dx%d" % (H, HV, len(lens), lens[0])
+    if len(lens) <= 8:  # as tools/fuseops/gdn_forward_cases.cpp
+        return "%d/%d:[%s]" % (H, HV, ",".join(str(x) for x in lens))
+    return "%d/%d:%dseq,%dtok" % (H, HV, len(lens), sum(lens))
 
 
 def time_us(fn):

@@ -504,7 +504,7 @@ OpSpec cumsum_op() {
     const std::string seqs = s.varlen() ? std::to_string(s.seqlens.size()) + "seq:" + std::to_string(s.T)
                                         : std::to_string(s.B) + "x" + std::to_string(s.T);
     s.label = seqs + "x" + std::to_string(s.HV) + (s.BT != 64 ? ",bt" + std::to_string(s.BT) : "") +
-              (s.reverse ? ",rev" : "");
+              (s.reverse ? ",rev" : "") + (s.scale != 1.0 ? ",x" + value_text(ParamValue{s.scale}) : "");
     return std::make_unique<CumsumCase>(s);
   };
   return spec;

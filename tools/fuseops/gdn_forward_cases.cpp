@@ -53,7 +53,14 @@ Spec prefill(int64_t H, int64_t HV, std::vector<int64_t> seqlens) {
   } else {
     for (int64_t l : seqlens) s.T += l;
     const bool same = std::all_of(seqlens.begin(), seqlens.end(), [&](int64_t l) { return l == seqlens[0]; });
-    lens = same ? std::to_string(seqlens.size()) + "x" + std::to_string(seqlens[0]) : std::to_string(seqlens.size()) + "seq";
+    if (same) {
+      lens = std::to_string(seqlens.size()) + "x" + std::to_string(seqlens[0]);
+    } else if (seqlens.size() <= 8) {  // the lengths themselves, so that two batches get two labels
+      for (int64_t l : seqlens) lens += (lens.empty() ? "[" : ",") + std::to_string(l);
+      lens += "]";
+    } else {
+      lens = std::to_string(seqlens.size()) + "seq," + std::to_string(s.T) + "tok";
+    }
     s.seqlens = std::move(seqlens);
   }
   s.label = std::to_string(H) + "/" + std::to_string(HV) + ":" + lens;

@@ -229,7 +229,8 @@ TEST(CaseFile, EveryFamilysHooksParse) {
       "  - op: fused_recurrent_gated_delta_rule\n    batch: 3\n    seq_len: 5\n    num_heads: 2\n"
       "  - op: fused_recurrent_gated_delta_rule_update\n    batch: 3\n    num_heads: 2\n"
       "  - op: fused_sigmoid_gating_delta_rule_update\n    batch: 3\n    num_heads: 2\n    num_v_heads: 4\n"
-      "  - op: chunk_local_cumsum\n    seqlens: [3, 70, 0, 5]\n    num_v_heads: 3\n    reverse: true\n");
+      "  - op: chunk_local_cumsum\n    seqlens: [3, 70, 0, 5]\n    num_v_heads: 3\n    reverse: true\n"
+      "  - op: chunk_local_cumsum\n    seqlens: [3, 70, 0, 5]\n    num_v_heads: 3\n    reverse: true\n    scale: -2\n");
   const auto cases = f.make_cases();
   const std::vector<std::pair<std::string, std::string>> want = {
       {"rotary_embedding", "30x128/1x64j,hs192"},
@@ -248,11 +249,12 @@ TEST(CaseFile, EveryFamilysHooksParse) {
       {"silu_and_mul_masked", "8x32x64:3@7"},
       {"gelu_and_mul_masked(tanh)", "8x32x64:8@32"},
       {"chunk_gated_delta_rule", "2/4:2x100"},
-      {"chunk_gated_delta_rule", "2/2:3seq,bt32"},
+      {"chunk_gated_delta_rule", "2/2:[1,63,65],bt32"},
       {"fused_recurrent_gated_delta_rule", "2/2:N3x5"},
       {"fused_recurrent_gated_delta_rule_update", "2/2:N3"},
       {"fused_sigmoid_gating_delta_rule_update", "2/4:N3,gating"},
-      {"chunk_local_cumsum", "4seq:78x3,rev"}};
+      {"chunk_local_cumsum", "4seq:78x3,rev"},
+      {"chunk_local_cumsum", "4seq:78x3,rev,x-2"}};  // scale is in the label
   ASSERT_EQ(cases.size(), want.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(cases[i]->op, want[i].first) << i;
