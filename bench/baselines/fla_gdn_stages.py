@@ -6,8 +6,8 @@ after three warm-up calls (Triton's autotuning), so that Nsight Compute times FL
 
 Our side of the same comparison: `ncu --clock-control none --metrics gpu__time_duration.sum --csv -k
 regex:"l2norm|cumsum|intra|fwd_|kkt|solve|w_u" -c 8 fuseops bench --quiet --set gdn-prefill --shape 16/64:8192`.
-Inputs as bench/baselines/fla_gdn_prefill.py (bf16 q, k, v, beta, f32 log-sigmoid g, an f32 initial state per
-sequence, output_final_state=True, use_qk_l2norm_in_kernel=True, K = V = 128). One process per case keeps ncu's
+Inputs: fla_gdn_forward.prefill_inputs (bf16 q, k, v, beta, f32 log-sigmoid g, an f32 initial state per sequence;
+output_final_state=True, use_qk_l2norm_in_kernel=True, K = V = 128). One process per case keeps ncu's
 output in the case's order (ncu prints its results when the process ends). Results: bench/results/h200/gdn.md
 (fourteenth session).
 """
@@ -15,10 +15,10 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fla_gdn_prefill import K, V, parse  # noqa: E402
+from fla_gdn_forward import prefill_inputs  # noqa: E402
+from fla_gdn_prefill import parse  # noqa: E402
 
 
 def main():
@@ -28,18 +28,7 @@ def main():
         parsed = parse(shape)
         if parsed is None:
             sys.exit("not a gdn-prefill label (H/HV:T or H/HV:NxT): %s" % shape)
-        H, HV, lens = parsed
-        T, N = sum(lens), len(lens)
-        gen = torch.Generator(device="cuda").manual_seed(0)
-        q = torch.randn(1, T, H, K, device="cuda", generator=gen).bfloat16()
-        k = torch.randn(1, T, H, K, device="cuda", generator=gen).bfloat16()
-        v = torch.randn(1, T, HV, V, device="cuda", generator=gen).bfloat16()
-        g = F.logsigmoid(torch.randn(1, T, HV, device="cuda", generator=gen))
-        beta = torch.rand(1, T, HV, device="cuda", generator=gen).bfloat16()
-        h0 = torch.randn(N, HV, K, V, device="cuda", generator=gen)
-        cu = None
-        if N > 1:
-            cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int64, device="cuda")
+        q, k, v, g, beta, h0, cu = prefill_inputs(*parsed)
 
         def call():
             return fla_chunk(q, k, v, g, beta, initial_state=h0, output_final_state=True,

@@ -115,6 +115,12 @@ std::vector<Work> collect(const Options& opts, bool real_model_only) {
   return work;
 }
 
+/// The answer of check and bench when no case is selected: the error, exit status 2 (nothing run, printed or written).
+int no_case_matched() {
+  std::fprintf(stderr, "fuseops: error: no case matched (--set / --cases / --filter / --shape)\n");
+  return 2;
+}
+
 }  // namespace
 
 bool selected(const OpCase& c, const Options& opts, const Registry& reg) {
@@ -196,10 +202,7 @@ int run_check(const Options& opts) {
   const bool cuda = use_cuda(opts.backend);
   const uint64_t seed = seed_option(opts.seed_text, opts.seed_given);
   const std::vector<Work> work = collect(opts, false);
-  if (work.empty()) {  // before the header: nothing of a run is printed or written
-    std::fprintf(stderr, "fuseops: error: no case matched (--set / --cases / --filter / --shape)\n");
-    return 2;
-  }
+  if (work.empty()) return no_case_matched();  // before the header
   std::printf("fuseops check: backend %s, seed %llu (replay with --seed %llu)\n",
               cuda ? ("cuda:0 (" + gpu::device_info(0).name + ")").c_str() : "cpu",
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
@@ -401,10 +404,7 @@ int run_bench(const Options& opts) {
   check_writable("--html", opts.html, opts.html_given);
   const bool cuda = use_cuda(opts.backend);
   const std::vector<Work> work = collect(opts, true);
-  if (work.empty()) {
-    std::fprintf(stderr, "fuseops: error: no case matched (--set / --cases / --filter / --shape)\n");
-    return 2;
-  }
+  if (work.empty()) return no_case_matched();
   return cuda ? bench_gpu(opts, work) : bench_cpu(opts, work);
 }
 
