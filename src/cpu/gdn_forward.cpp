@@ -41,13 +41,17 @@ void l2norm_row(float* x, int64_t n) {
 void l2norm_fwd(const L2NormArgs& a) {
   const int64_t K = a.geo.K;
   std::vector<float> row(static_cast<std::size_t>(K));
-  for (int64_t b = 0; b < a.geo.B; ++b) {
-    for (int64_t t = 0; t < a.geo.T; ++t) {
-      for (int64_t h = 0; h < a.geo.H; ++h) {
-        load_row(a.x, b, t, h, K, row.data());
-        l2norm_row(row.data(), K);
-        const int64_t base = offset(a.y, b, t, h);
-        for (int64_t c = 0; c < K; ++c) store(a.y.data, a.y.dtype, base + c, row[c]);
+  for (int pair = 0; pair < (a.x2.data ? 2 : 1); ++pair) {
+    const GdnIn& x = pair ? a.x2 : a.x;
+    const GdnOut& y = pair ? a.y2 : a.y;
+    for (int64_t b = 0; b < a.geo.B; ++b) {
+      for (int64_t t = 0; t < a.geo.T; ++t) {
+        for (int64_t h = 0; h < a.geo.H; ++h) {
+          load_row(x, b, t, h, K, row.data());
+          l2norm_row(row.data(), K);
+          const int64_t base = offset(y, b, t, h);
+          for (int64_t c = 0; c < K; ++c) store(y.data, y.dtype, base + c, row[c]);
+        }
       }
     }
   }

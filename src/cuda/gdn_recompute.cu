@@ -83,25 +83,29 @@ __global__ void __launch_bounds__(kThreads) recompute_w_u_ffma_kernel(const WuAr
 
 /// One warp per (b, t, h) row: y = x rstd, rstd = 1 / sqrt(sum x^2 + 1e-6) (FLA's l2norm_fwd). Element loads of any
 /// dtype mix and layout; the vector form below takes the common layouts (it measured 400 us per call at 32768 x 16 x
-/// 128 bf16, 0.67 TB/s, on the H200).
-__global__ void __launch_bounds__(kThreads) l2norm_kernel(const L2NormArgs a, int64_t rows) {
+/// 128 bf16, 0.67 TB/s, on the H200). Rows [0, rows) of x -> y, then (x2 given) rows [rows, 2 rows) of x2 -> y2.
+__global__ void __launch_bounds__(kThreads) l2norm_kernel(const L2NormArgs a, int64_t rows, int64_t total) {
   pdl_wait_and_release();
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t K = a.geo.K;
-  for (int64_t r = static_cast<int64_t>(blockIdx.x) * gdn::kWarps + threadIdx.x / 32; r < rows;
-       r += static_cast<int64_t>(gridDim.x) * gdn::kWarps) {
+  for (int64_t r2 = static_cast<int64_t>(blockIdx.x) * gdn::kWarps + threadIdx.x / 32; r2 < total;
+       r2 += static_cast<int64_t>(gridDim.x) * gdn::kWarps) {
+    const bool second = r2 >= rows;
+    const GdnIn& x = second ? a.x2 : a.x;
+    const GdnOut& y = second ? a.y2 : a.y;
+    const int64_t r = second ? r2 - rows : r2;
     const int64_t h = r % a.geo.H, bt = r / a.geo.H, t = bt % a.geo.T, b = bt / a.geo.T;
-    const int64_t src = gdn::at(a.x, b, t, h), dst = gdn::at(a.y, b, t, h);
+    const int64_t src = gdn::at(x, b, t, h), dst = gdn::at(y, b, t, h);
     float s = 0.f;
     for (int64_t c = lane; c < K; c += 32) {
-      const float x = gdn::load_f(a.x.data, a.x.dtype, src + c);
-      s = fmaf(x, x, s);
+      const float v = gdn::load_f(x.data, x.dtype, src + c);
+      s = fmaf(v, v, s);
     }
 #pragma unroll
     for (int m = 16; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
     const float rstd = 1.0f / sqrtf(s + 1e-6f);
     for (int64_t c = lane; c < K; c += 32) {
-      gdn::store_f(a.y.data, a.y.dtype, dst + c, gdn::load_f(a.x.data, a.x.dtype, src + c) * rstd);
+      gdn::store_f(y.data, y.dtype, dst + c, gdn::load_f(x.data, x.dtype, src + c) * rstd);
     }
   }
 }
@@ -113,19 +117,20 @@ __global__ void __launch_bounds__(kThreads) l2norm_kernel(const L2NormArgs a, in
 /// ones made the kernel issue-bound: 88 us per call at 32768 x 16 x 128 bf16, 0.83 instructions per scheduler cycle,
 /// DRAM 59% busy, on the H200).
 template <typename T, int L, int NV>
-__global__ void __launch_bounds__(kThreads) l2norm_vec_kernel(const L2NormArgs a, int rows) {
+__global__ void __launch_bounds__(kThreads) l2norm_vec_kernel(const L2NormArgs a, int rows, int total) {
   pdl_wait_and_release();
   constexpr int E = static_cast<int>(16 / sizeof(T)), kRowsPerWarp = 32 / L;
   const int lane = static_cast<int>(threadIdx.x % 32), sub = lane % L;
   const unsigned H = static_cast<unsigned>(a.geo.H), T_ = static_cast<unsigned>(a.geo.T);
   const int step = static_cast<int>(gridDim.x) * gdn::kWarps * kRowsPerWarp;
   for (int r0 = (static_cast<int>(blockIdx.x) * gdn::kWarps + static_cast<int>(threadIdx.x) / 32) * kRowsPerWarp;
-       r0 < rows; r0 += step) {
-    const int r = r0 + lane / L;
-    const bool ok = r < rows;
-    const unsigned ur = static_cast<unsigned>(r), bt = ur / H, b = bt / T_;
+       r0 < total; r0 += step) {
+    const int r2 = r0 + lane / L;
+    const bool ok = r2 < total, second = r2 >= rows;  // rows of the second pair follow the first's
+    const unsigned ur = static_cast<unsigned>(second ? r2 - rows : r2), bt = ur / H, b = bt / T_;
     const int64_t h = ur - bt * H, t = bt - b * T_;
-    const T* const src = static_cast<const T*>(a.x.data) + gdn::at(a.x, b, t, h);
+    const T* const src = static_cast<const T*>(second ? a.x2.data : a.x.data) +
+                         (second ? gdn::at(a.x2, b, t, h) : gdn::at(a.x, b, t, h));
     FloatVec<T, E> v[NV];
     float s = 0.f;
 #pragma unroll
@@ -143,7 +148,8 @@ __global__ void __launch_bounds__(kThreads) l2norm_vec_kernel(const L2NormArgs a
     for (int m = L / 2; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
     const float rstd = 1.0f / sqrtf(s + 1e-6f);
     if (ok) {
-      T* const dst = static_cast<T*>(a.y.data) + gdn::at(a.y, b, t, h);
+      T* const dst = static_cast<T*>(second ? a.y2.data : a.y.data) +
+                     (second ? gdn::at(a.y2, b, t, h) : gdn::at(a.y, b, t, h));
 #pragma unroll
       for (int j = 0; j < NV; ++j) {
 #pragma unroll
@@ -154,11 +160,12 @@ __global__ void __launch_bounds__(kThreads) l2norm_vec_kernel(const L2NormArgs a
   }
 }
 
-/// The vector form where its layout applies: x and y of one dtype, a row of K elements a whole number of 8, 16, 32 or
-/// 64 16-byte vectors (e.g. K 64 / 128 / 256 in f16 / bf16 or f32), 16-byte aligned bases and strides. Returns false
-/// (nothing launched) otherwise.
-bool launch_l2norm_vec(const L2NormArgs& a, int64_t rows, int device, cudaStream_t s) {
-  if (a.x.dtype != a.y.dtype || rows > INT32_MAX) return false;
+/// The vector form where its layout applies: x and y (and x2, y2) of one dtype, a row of K elements a whole number of
+/// 8, 16, 32 or 64 16-byte vectors (e.g. K 64 / 128 / 256 in f16 / bf16 or f32), 16-byte aligned bases and strides,
+/// fewer than 2^31 rows in all. Returns false (nothing launched) otherwise.
+bool launch_l2norm_vec(const L2NormArgs& a, int64_t rows, int64_t total, int device, cudaStream_t s) {
+  if (a.x.dtype != a.y.dtype || total > INT32_MAX) return false;
+  if (a.x2.data && (a.x2.dtype != a.x.dtype || a.y2.dtype != a.x.dtype)) return false;
   const int64_t es = static_cast<int64_t>(dtype_size(a.x.dtype)), ev = 16 / es;
   if ((a.geo.K * es) % 16 != 0) return false;
   auto vec_ok = [&](const void* data, int64_t sb, int64_t st, int64_t sh) {
@@ -168,14 +175,18 @@ bool launch_l2norm_vec(const L2NormArgs& a, int64_t rows, int device, cudaStream
       !vec_ok(a.y.data, a.y.stride_b, a.y.stride_t, a.y.stride_h)) {
     return false;
   }
+  if (a.x2.data && (!vec_ok(a.x2.data, a.x2.stride_b, a.x2.stride_t, a.x2.stride_h) ||
+                    !vec_ok(a.y2.data, a.y2.stride_b, a.y2.stride_t, a.y2.stride_h))) {
+    return false;
+  }
   const int64_t nv = a.geo.K * es / 16;
   if (nv != 8 && nv != 16 && nv != 32 && nv != 64) return false;
   with_float_type(a.x.dtype, [&](auto tag) {
     using T = typename decltype(tag)::type;
     auto launch = [&](auto kernel, int rows_per_warp) {
       const int64_t per_block = int64_t{gdn::kWarps} * rows_per_warp;
-      launch_kernel(kernel, dim3(gdn::grid_x((rows + per_block - 1) / per_block)), dim3(kThreads), 0, s, device, a,
-                    static_cast<int>(rows));
+      launch_kernel(kernel, dim3(gdn::grid_x((total + per_block - 1) / per_block)), dim3(kThreads), 0, s, device, a,
+                    static_cast<int>(rows), static_cast<int>(total));
     };
     switch (nv) {
       case 8: launch(l2norm_vec_kernel<T, 8, 1>, 4); break;
@@ -332,13 +343,13 @@ void l2norm_fwd(const L2NormArgs& a, int device, void* stream) {
   const char* op = "chunk_gated_delta_rule";
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
-  const int64_t rows = a.geo.B * a.geo.T * a.geo.H;
-  if (launch_l2norm_vec(a, rows, device, s)) {
+  const int64_t rows = a.geo.B * a.geo.T * a.geo.H, total = a.x2.data ? 2 * rows : rows;
+  if (launch_l2norm_vec(a, rows, total, device, s)) {
     after_launch(op, s, device);
     return;
   }
-  launch_kernel(l2norm_kernel, dim3(gdn::grid_x((rows + gdn::kWarps - 1) / gdn::kWarps)), dim3(kThreads), 0, s, device,
-                a, rows);
+  launch_kernel(l2norm_kernel, dim3(gdn::grid_x((total + gdn::kWarps - 1) / gdn::kWarps)), dim3(kThreads), 0, s,
+                device, a, rows, total);
   after_launch(op, s, device);
 }
 

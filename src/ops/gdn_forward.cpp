@@ -499,16 +499,15 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   GdnIn qn = in_view(q), kn = in_view(k);
   if (d.T > 0) {
     if (use_qk_l2norm_in_kernel) {
-      L2NormArgs la;
+      L2NormArgs la;  // q and k in one launch
       la.geo = geo;
       la.x = in_view(q);
       la.y = contiguous_out(ws, L.qn, it, d.T, d.H, d.K);
+      la.x2 = in_view(k);
+      la.y2 = contiguous_out(ws, L.kn, it, d.T, d.H, d.K);
       FUSEOPS_GDN_RUN(op, device, stream, l2norm_fwd, la);
       qn = as_in(la.y);
-      la.x = in_view(k);
-      la.y = contiguous_out(ws, L.kn, it, d.T, d.H, d.K);
-      FUSEOPS_GDN_RUN(op, device, stream, l2norm_fwd, la);
-      kn = as_in(la.y);
+      kn = as_in(la.y2);
     }
     CumsumArgs ca;
     ca.geo = geo;

@@ -16,11 +16,13 @@ struct GdnStates {
   int64_t slots = 0;  ///< NS
 };
 
-/// l2 normalisation of rows: y = x / sqrt(sum x^2 + 1e-6), in f32, rounded to y's dtype. x, y: [B, T, H, K].
+/// l2 normalisation of rows: y = x / sqrt(sum x^2 + 1e-6), in f32, rounded to y's dtype. x, y: [B, T, H, K]. An
+/// optional second pair x2 -> y2 (x2.data non-null) of the same shape and dtypes (the forward's q and k) is normalised
+/// in the same launch, its rows after the first pair's.
 struct L2NormArgs {
   GdnGeometry geo;  ///< B, T, H, K
-  GdnIn x;
-  GdnOut y;  ///< contiguous
+  GdnIn x, x2;
+  GdnOut y, y2;  ///< contiguous
 };
 
 struct WuArgs {
