@@ -13,7 +13,8 @@
 //    Work that only feeds rows past a short chunk's end (Gram tiles, kkt rows, diagonal blocks, block merges) is
 //    skipped, so a chunk of 16 tokens costs far less than a full one (varlen batches of short sequences).
 //  - solve_tril: one block per (chunk, value head): load the strictly lower part as fp32, invert, store.
-//  - cumsum: one warp per chunk, a lane per head, sequential fp32 sums.
+//  - cumsum: one warp per (chunk, group of 8 value heads): the group's g staged in shared memory by one round of
+//    loads, then a lane per head, sequential fp32 sums.
 // Kkt and fused are one kernel template (kSolve), and all numerics live in shared routines of gdn_intra.cuh: that is
 // what makes the fused op bitwise identical to kkt (f32 A) + solve_tril.
 #include <algorithm>
@@ -281,7 +282,6 @@ __global__ void __launch_bounds__(kThreads, kThroughputBlocks)
   }
 }
 
-/// Forward (prefix) or reverse (suffix) sum of g over the chunk's rows for head h, sequential in fp32, times scale.
 constexpr int kCumsumHeads = 8;  ///< heads per unit of chunk_local_cumsum's kernel
 
 /// Slot `ch`, heads [h0, h0 + nh) (nh <= kCumsumHeads) of chunk_local_cumsum through the warp's shared buffer `buf`
@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(kThreads)
        u += static_cast<int64_t>(gridDim.x) * kWarps) {
     const int64_t slot = u / groups, h0 = (u - slot * groups) * kCumsumHeads;
     const ChunkRef ch = gdn::resolve_chunk<BT>(args.geo, slot, errors, h0 == 0);
-    if (ch.len == 0) continue;
+    if (ch.len == 0 || h0 >= args.geo.HV) continue;  // HV = 0: one unit per slot still checks the bounds
     const int nh = static_cast<int>(min(static_cast<int64_t>(kCumsumHeads), args.geo.HV - h0));
     switch (args.g.dtype) {
       case DType::f16: cumsum_group<BT, __half>(args, ch, h0, nh, scale, cumsum_buf[warp], lane); break;
@@ -451,8 +451,13 @@ void chunk_local_cumsum(const CumsumArgs& args, int device, void* stream) {
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
   const int64_t slots = gdn::chunk_slots(args.geo);
-  const int64_t groups = (args.geo.HV + kCumsumHeads - 1) / kCumsumHeads;
-  const int64_t units = slots * groups;  // <= (N + T / BT) (HV / 8 + 1): far below int64 for validated sizes
+  // at least one unit per slot (HV = 0 too: its sequence bounds are checked and a malformed cu_seqlens recorded)
+  const int64_t groups = std::max<int64_t>(1, (args.geo.HV + kCumsumHeads - 1) / kCumsumHeads);
+  int64_t units = 0;
+  if (__builtin_mul_overflow(slots, groups, &units)) {  // only for views with zero strides over huge extents
+    throw Error(ErrorKind::invalid_argument,
+                std::string(op) + ": g: (chunk slots) x (value heads / 8) does not fit in int64");
+  }
   const unsigned blocks = grid_x((units + kWarps - 1) / kWarps);
   const float scale = args.has_scale ? static_cast<float>(args.scale) : 1.f;
   DeviceErrorRecord* errors = args.geo.cu_seqlens ? cuda_error_record(device) : nullptr;

@@ -8,7 +8,7 @@
 //   lower-triangular blocks, fp32 accumulators, outputs staged in shared memory and stored as rows.
 // - recompute_w_u_ffma_kernel (f32 and any mix of dtypes): fp32 FFMA in shared memory (no TF32), each output a sum
 //   over j <= i in ascending order; the A tile (fp32) and one operand tile (beta e^g k, then beta v).
-// l2norm: one warp per row.
+// l2norm: one row per warp (element form) or per L lanes (vector form); the forward's q and k pairs in one launch.
 #include <cstdint>
 
 #include "cuda/device_error.h"
@@ -122,10 +122,11 @@ __global__ void __launch_bounds__(kThreads) l2norm_vec_kernel(const L2NormArgs a
   constexpr int E = static_cast<int>(16 / sizeof(T)), kRowsPerWarp = 32 / L;
   const int lane = static_cast<int>(threadIdx.x % 32), sub = lane % L;
   const unsigned H = static_cast<unsigned>(a.geo.H), T_ = static_cast<unsigned>(a.geo.T);
-  const int step = static_cast<int>(gridDim.x) * gdn::kWarps * kRowsPerWarp;
-  for (int r0 = (static_cast<int>(blockIdx.x) * gdn::kWarps + static_cast<int>(threadIdx.x) / 32) * kRowsPerWarp;
-       r0 < total; r0 += step) {
-    const int r2 = r0 + lane / L;
+  // 64-bit row counter: total may be close to 2^31 and r0 + step past it
+  const int64_t step = static_cast<int64_t>(gridDim.x) * gdn::kWarps * kRowsPerWarp;
+  for (int64_t r0 = (static_cast<int64_t>(blockIdx.x) * gdn::kWarps + threadIdx.x / 32) * kRowsPerWarp; r0 < total;
+       r0 += step) {
+    const int64_t r2 = r0 + lane / L;
     const bool ok = r2 < total, second = r2 >= rows;  // rows of the second pair follow the first's
     const unsigned ur = static_cast<unsigned>(second ? r2 - rows : r2), bt = ur / H, b = bt / T_;
     const int64_t h = ur - bt * H, t = bt - b * T_;
@@ -162,7 +163,7 @@ __global__ void __launch_bounds__(kThreads) l2norm_vec_kernel(const L2NormArgs a
 
 /// The vector form where its layout applies: x and y (and x2, y2) of one dtype, a row of K elements a whole number of
 /// 8, 16, 32 or 64 16-byte vectors (e.g. K 64 / 128 / 256 in f16 / bf16 or f32), 16-byte aligned bases and strides,
-/// fewer than 2^31 rows in all. Returns false (nothing launched) otherwise.
+/// at most 2^31 - 1 rows in all. Returns false (nothing launched) otherwise.
 bool launch_l2norm_vec(const L2NormArgs& a, int64_t rows, int64_t total, int device, cudaStream_t s) {
   if (a.x.dtype != a.y.dtype || total > INT32_MAX) return false;
   if (a.x2.data && (a.x2.dtype != a.x.dtype || a.y2.dtype != a.x.dtype)) return false;
@@ -344,12 +345,26 @@ void l2norm_fwd(const L2NormArgs& a, int device, void* stream) {
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
   const int64_t rows = a.geo.B * a.geo.T * a.geo.H, total = a.x2.data ? 2 * rows : rows;
-  if (launch_l2norm_vec(a, rows, total, device, s)) {
-    after_launch(op, s, device);
-    return;
+  auto run = [&](const L2NormArgs& p, int64_t n) {
+    if (!launch_l2norm_vec(p, rows, n, device, s)) {
+      launch_kernel(l2norm_kernel, dim3(gdn::grid_x((n + gdn::kWarps - 1) / gdn::kWarps)), dim3(kThreads), 0, s,
+                    device, p, rows, n);
+    }
+  };
+  if (a.x2.data && !launch_l2norm_vec(a, rows, total, device, s)) {
+    // the pair cannot share the vector form: each tensor on its own path (one may still take the vector form)
+    L2NormArgs first = a, second = a;
+    first.x2 = GdnIn{};
+    first.y2 = GdnOut{};
+    second.x = a.x2;
+    second.y = a.y2;
+    second.x2 = GdnIn{};
+    second.y2 = GdnOut{};
+    run(first, rows);
+    run(second, rows);
+  } else if (!a.x2.data) {
+    run(a, rows);
   }
-  launch_kernel(l2norm_kernel, dim3(gdn::grid_x((total + gdn::kWarps - 1) / gdn::kWarps)), dim3(kThreads), 0, s,
-                device, a, rows, total);
   after_launch(op, s, device);
 }
 

@@ -17,8 +17,9 @@ struct GdnStates {
 };
 
 /// l2 normalisation of rows: y = x / sqrt(sum x^2 + 1e-6), in f32, rounded to y's dtype. x, y: [B, T, H, K]. An
-/// optional second pair x2 -> y2 (x2.data non-null) of the same shape and dtypes (the forward's q and k) is normalised
-/// in the same launch, its rows after the first pair's.
+/// optional second pair x2 -> y2 (x2.data non-null) of the same shape (the forward's q and k) is normalised in the same
+/// launch, its rows after the first pair's (on CUDA, where both pairs can take the same kernel form; else one launch
+/// each).
 struct L2NormArgs {
   GdnGeometry geo;  ///< B, T, H, K
   GdnIn x, x2;

@@ -430,6 +430,27 @@ Clamped clamped_ranges(const std::vector<int64_t>& cu, int64_t T) {
   return c;
 }
 
+// chunk_local_cumsum of g with no heads ([1, T, 0]) still records a malformed cu_seqlens, as every other op does (the
+// CUDA kernel's units are (chunk, group of heads): at least one group per chunk).
+TEST_P(GdnMalformed, CumsumWithoutHeadsRecordsCuSeqlens) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  if (fuseops::debug_mode()) GTEST_SKIP() << "FUSEOPS_DEBUG is set: ops raise at once";
+  const Where where = GetParam();
+  for (const BadCu& bad : bad_cus()) {
+    SCOPED_TRACE(std::string(where_name(where)) + ": cu_seqlens " + bad.what);
+    const Clamped clamped = clamped_ranges(bad.cu, bad.T);
+    Placed g(where, HostTensor(f32, {1, bad.T, 0})), cup(where, ft::index_tensor(DType::i64, bad.cu)),
+        out(where, f32, {1, bad.T, 0});
+    for (Placed* p : {&g, &cup, &out}) p->upload();
+    fuseops::clear_errors();
+    const TensorView cv = cup.view();
+    EXPECT_NO_THROW(fuseops::chunk_local_cumsum(out.view(), g.view(), 64, &cv));
+    const std::string msg = take_device_error();
+    EXPECT_NE(msg.find("chunk_local_cumsum: cu_seqlens: "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("at index " + std::to_string(clamped.first_bad) + " ("), std::string::npos) << msg;
+  }
+}
+
 TEST_P(GdnMalformed, CuSeqlensIsRecordedAndNothingOutsideIsWritten) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   if (fuseops::debug_mode()) GTEST_SKIP() << "FUSEOPS_DEBUG is set: ops raise at once";
