@@ -124,11 +124,15 @@ int no_case_matched() {
 }  // namespace
 
 bool selected(const OpCase& c, const Options& opts, const Registry& reg) {
-  auto has_filter = [&](const std::string& name) { return name.find(opts.filter) != std::string::npos; };
+  const bool shape_ok = opts.shape.empty() || c.shape == opts.shape;
+  if (opts.filter.empty()) return shape_ok;
   // the printed name is the op's name or alias, then the variant's marks: "rms_norm,gate", "gelu_and_mul_split(tanh)"
-  const OpSpec* spec = opts.filter.empty() ? nullptr : reg.find_op(c.op.substr(0, c.op.find_first_of(",(")));
-  return (opts.filter.empty() || has_filter(c.op) || (spec && has_filter(spec->name))) &&
-         (opts.shape.empty() || c.shape == opts.shape);
+  const OpSpec* spec = reg.find_op(c.op.substr(0, c.op.find_first_of(",(")));
+  // a whole op name (public or printed, any alias) selects that op only: chunk_gated_delta_rule is not
+  // chunk_gated_delta_rule_fwd_kkt_solve; other text selects every op whose names contain it
+  if (const OpSpec* named = reg.find_op(opts.filter)) return spec == named && shape_ok;
+  auto has_filter = [&](const std::string& name) { return name.find(opts.filter) != std::string::npos; };
+  return (has_filter(c.op) || (spec && has_filter(spec->name))) && shape_ok;
 }
 
 uint64_t seed_option(const std::string& text, bool given) {

@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   CLI::Option* check_seed = check->add_option("--seed", check_opts.seed_text, kSeedHelp);
   check->add_option("--cpu-rows", check_opts.cpu_rows, "rows per case on the CPU backend (reduced sizes)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  check->add_option("--filter", check_opts.filter, "only cases whose op name (printed or public) contains this text");
+  check->add_option("--filter", check_opts.filter, "only cases of this op (a whole name, public or printed) or of every op whose name contains this text");
   check->add_option("--shape", check_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)");
   check->add_option("--cases", check_opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")
       ->check(CLI::ExistingFile);
@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   CLI::Option* bench_md = bench->add_option("--md", bench_opts.md, "write the results as a Markdown table to this file");
   bench->add_option("--cpu-rows", bench_opts.cpu_rows, "rows per case on the CPU backend")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  bench->add_option("--filter", bench_opts.filter, "only cases whose op name (printed or public) contains this text");
+  bench->add_option("--filter", bench_opts.filter, "only cases of this op (a whole name, public or printed) or of every op whose name contains this text");
   bench->add_option("--shape", bench_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)");
   bench->add_option("--note", bench_opts.note, "a line for the Markdown header (commit, command)");
   bench->add_option("--cases", bench_opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")

@@ -46,6 +46,20 @@ TEST(Filter, MatchesPublicAndPrintedOpNames) {
   EXPECT_EQ(filtered("gdn-kkt-solve", "layer_norm_fwd").first, 0u);
 }
 
+// A whole op name selects that op only; other text every op whose names contain it.
+TEST(Filter, WholeNameSelectsThatOpOnly) {
+  EXPECT_EQ(filtered("gdn-kkt-solve", "chunk_gated_delta_rule").first, 0u);  // the forward, not kkt_solve
+  const auto [picked, n] = filtered("gdn-kkt-solve", "chunk_gated_delta");  // a part of both names
+  EXPECT_GT(n, 0u);
+  EXPECT_EQ(picked, n);
+  EXPECT_EQ(filtered("gdn-prefill", "chunk_gated_delta_rule").first, filtered("gdn-prefill", "").second);
+  // silu_and_mul is not silu_and_mul_backward; "silu_and_mul_" selects the others
+  const std::size_t whole = filtered("llama3-8b", "silu_and_mul").first, part = filtered("llama3-8b", "silu").first;
+  EXPECT_GT(whole, 0u);
+  EXPECT_LT(whole, part);
+  EXPECT_EQ(whole + filtered("llama3-8b", "silu_and_mul_").first, part);
+}
+
 /// A fresh empty folder for one test.
 std::string temp_dir(const std::string& name) {
   const std::string d = ::testing::TempDir() + "fuseops_" + name;
