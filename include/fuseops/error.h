@@ -39,6 +39,9 @@ class Error : public std::runtime_error {
 ///    CUDA there are no CUDA records.
 /// Never called by ops themselves, so ops stay free of host synchronisation and capturable in CUDA graphs; the CPU
 /// backend behaves the same way so that code written against one backend checks errors correctly on the other.
+/// The records are per process (one for the CPU backend, one per CUDA device), not per thread or stream: when several
+/// threads run ops at once, one thread's check_errors() raises and clears whatever any of them recorded first, so such
+/// callers serialise their op-and-check sequences (or check from one thread) to attribute an error to its call.
 void check_errors(int device = -1);
 
 /// Clears any recorded device error without raising it.

@@ -80,8 +80,10 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
                  double scale, int64_t chunk_size = 64, const TensorView* cu_seqlens = nullptr, Stream stream = {});
 
 /// Bytes of device (or host, for CPU tensors) scratch memory chunk_gated_delta_rule needs for these arguments.
-/// Validates them as chunk_gated_delta_rule does (Error naming chunk_gated_delta_rule_workspace_size and the argument:
-/// cu_seqlens when its sequence count alone takes the size past 64 bits, else q).
+/// Validates what the size depends on: q's and v's shapes, the chunk size and cu_seqlens' count (Error naming
+/// chunk_gated_delta_rule_workspace_size and the argument: cu_seqlens when its sequence count alone takes the size past
+/// 64 bits, else q or v). It does not check what only the op needs (q and v of one dtype and device, the other
+/// arguments): chunk_gated_delta_rule itself refuses those, so a size returned here does not promise the call passes.
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
                                                   const TensorView* cu_seqlens = nullptr,
                                                   bool use_qk_l2norm_in_kernel = false, int64_t chunk_size = 64);

@@ -119,6 +119,7 @@ bool TensorView::is_contiguous() const {
 }
 
 std::string TensorView::shape_str() const {
+  if (rank < 0 || rank > kMaxRank) return "[rank " + std::to_string(rank) + " outside 0.." + std::to_string(kMaxRank) + "]";
   std::ostringstream os;
   os << '[';
   for (int i = 0; i < rank; ++i) os << (i ? ", " : "") << shape[i];

@@ -1,6 +1,7 @@
 #include "core/validate.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -64,7 +65,14 @@ float fp32_argument(const char* op, const char* name, double x, const char* rule
 }
 
 void check_layout(const char* op, const char* name, const TensorView& v) {
-  // Non-negative strides, and an element count and address span that fit in int64 (and in bytes).
+  // A rank the view's arrays hold (the field is public), non-negative dims and strides, and an element count and
+  // address span that fit in int64 (and in bytes).
+  if (v.rank < 0 || v.rank > TensorView::kMaxRank) {
+    fail_argument(op, name, "rank in [0, " + std::to_string(TensorView::kMaxRank) + "]", std::to_string(v.rank));
+  }
+  for (int i = 0; i < v.rank; ++i) {
+    if (v.shape[i] < 0) fail_argument(op, name, "non-negative dims", v.shape_str());
+  }
   int64_t span = 0, count = 1;
   bool empty = false;
   for (int i = 0; i < v.rank; ++i) {
@@ -188,6 +196,29 @@ void check_no_overlap(const char* op, const char* a_name, const RowMatrix& a, co
     if (off >= wa && off + wb <= pitch) return;
   }
   fail_argument(op, a_name, std::string("no overlap with ") + b_name, "overlapping memory");
+}
+
+void check_no_internal_overlap(const char* op, const char* name, const TensorView& v) {
+  if (v.numel() <= 1) return;
+  // the dims of size > 1 by increasing stride; each stride must pass the largest offset of the dims before it
+  std::array<std::pair<int64_t, int64_t>, TensorView::kMaxRank> dims{};
+  int n = 0;
+  for (int i = 0; i < v.rank; ++i) {
+    if (v.shape[i] > 1) dims[n++] = {v.strides[i], v.shape[i]};
+  }
+  std::sort(dims.begin(), dims.begin() + n);
+  int64_t reach = 0;  // the largest offset of the dims taken so far (fits: check_layout())
+  for (int i = 0; i < n; ++i) {
+    if (dims[i].first <= reach) {
+      std::string strides;
+      for (int d = 0; d < v.rank; ++d) strides += (d ? ", " : "") + std::to_string(v.strides[d]);
+      fail_argument(op, name,
+                    "an output whose elements do not share memory (each stride, smallest first, greater than the "
+                    "largest offset of the dims with smaller strides)",
+                    "strides [" + strides + "] over " + v.shape_str());
+    }
+    reach += (dims[i].second - 1) * dims[i].first;
+  }
 }
 
 void check_disjoint(const char* op, const char* a_name, const TensorView& a, const char* b_name, const TensorView& b) {

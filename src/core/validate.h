@@ -32,7 +32,8 @@ void check_dtype(const char* op, const char* name, const TensorView& v, std::ini
 /// v.dtype == ref.dtype.
 void check_same_dtype(const char* op, const char* name, const TensorView& v, const char* ref_name,
                       const TensorView& ref);
-/// Non-negative strides and an extent (elements, address span in bytes) that fits in int64.
+/// A rank in [0, kMaxRank], non-negative dims and strides, and an extent (elements, address span in bytes) that fits
+/// in int64.
 void check_layout(const char* op, const char* name, const TensorView& v);
 /// Every tensor passes check_layout(), has a valid device and a data pointer (aligned to its element size) when it has
 /// elements, and all are on the same device; returns that device.
@@ -60,6 +61,10 @@ void check_no_overlap(const char* op, const char* a_name, const RowMatrix& a, co
 /// Error unless the address ranges spanned by `a` and `b` are disjoint (conservative: interleaved views that share
 /// no element are rejected too). Empty views never overlap.
 void check_disjoint(const char* op, const char* a_name, const TensorView& a, const char* b_name, const TensorView& b);
+/// No two elements of the output view `v` share an address (after check_layout()). Tested by a sufficient rule: the
+/// dims of size > 1 sorted by stride, each stride exceeds the largest offset the smaller-stride dims reach (so a
+/// broadcast (stride 0) or interleaved output is refused, and so are rare non-overlapping interleavings).
+void check_no_internal_overlap(const char* op, const char* name, const TensorView& v);
 
 /// Same rank and leading dims as `ref`, and a last dim of `expected_last`; the message names `name` and `ref_name`.
 void check_shape_like(const char* op, const char* name, const TensorView& v, const char* ref_name,

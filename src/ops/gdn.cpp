@@ -145,6 +145,7 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   check_chunk_size(op, chunk_size);
   check_dtype(op, "g", g, kFloat);
   if (g.rank != 3) fail_argument(op, "g", "rank 3 [B, T, HV]", g.shape_str());
+  check_layout(op, "g", g);  // before out's shape is taken from g's dims
   check_dtype(op, "out", out, {DType::f32});
   check_token_head(op, "out", out, g.shape[0], g.shape[1], g.shape[2]);
   const Device device = common_device(op, {{"out", &out}, {"g", &g}});
@@ -160,6 +161,7 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   a.reverse = reverse;
   a.has_scale = scale.has_value();
   a.scale = scale ? fp32_argument(op, "scale", *scale) : 1.f;
+  check_no_internal_overlap(op, "out", out);
   check_disjoint(op, "out", out, "g", g);
   if (cu_seqlens) check_disjoint(op, "out", out, "cu_seqlens", *cu_seqlens);
   if (g.numel() == 0 && !has_sequences(a.geo)) return;

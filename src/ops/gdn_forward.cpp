@@ -129,11 +129,12 @@ void check_value_heads(const char* op, const char* v_name, const TensorView& v, 
   }
 }
 
-/// Every pair (output, other) is disjoint.
+/// No output overlaps itself, and every pair (output, other) is disjoint.
 void check_outputs_disjoint(const char* op, std::initializer_list<NamedView> outputs,
                             std::initializer_list<NamedView> all) {
   for (const NamedView& o : outputs) {
     if (!o.view) continue;
+    check_no_internal_overlap(op, o.name, *o.view);
     for (const NamedView& x : all) {
       if (!x.view || x.view == o.view) continue;
       check_disjoint(op, o.name, *o.view, x.name, *x.view);

@@ -53,6 +53,28 @@ struct KktOp {
 const KktOp kKktOps[] = {{kkt, "A", fuseops::chunk_scaled_dot_kkt_fwd},
                          {fused, "Ai", fuseops::chunk_gated_delta_rule_fwd_kkt_solve}};
 
+// An output whose elements share memory (a broadcast or interleaved view) is refused, naming it: each element would be
+// written by several tokens (on CUDA a write race). A view whose rank its arrays cannot hold (the field is public) or
+// with a negative dim is refused too, never read past its arrays.
+TEST_F(GdnErrors, SelfOverlappingOutputAndBadRankAreErrors) {
+  const TensorView gv = g();
+  EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(s(3, {1, 8, 4}, {0, 0, 1}), gv, 16), cumsum, "out",
+                   "do not share memory", "strides [0, 0, 1]");
+  EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(s(3, {1, 8, 4}, {32, 1, 1}), gv, 16), cumsum, "out",
+                   "do not share memory");
+  EXPECT_NO_THROW(fuseops::chunk_local_cumsum(s(3, {1, 8, 4}, {32, 1, 8}), gv, 16));  // transposed: distinct
+  EXPECT_NO_THROW(fuseops::chunk_local_cumsum(s(3, {1, 8, 4}, {0, 4, 1}), gv, 16));   // stride 0 on a dim of 1
+  TensorView bad = v(3, {1, 8, 4});
+  for (int rank : {100000, 9, -5}) {
+    bad.rank = rank;
+    EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(bad, gv, 16), cumsum, "out",
+                     "[rank " + std::to_string(rank) + " outside 0..8]");
+  }
+  TensorView neg = v(1, {1, 8, 4});
+  neg.shape[1] = -5;
+  EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {1, 8, 4}), neg, 16), cumsum, "g", "non-negative dims");
+}
+
 TEST_F(GdnErrors, ValidCallsPass) {
   const TensorView kv = k(), gv = g(), bv = beta();
   for (const KktOp& op : kKktOps) {
