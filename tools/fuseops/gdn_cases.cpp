@@ -425,7 +425,12 @@ class CumsumCase : public OpCase {
     o.max_abs_error = c.max_abs_error;
     o.rel_rms_error = rms.rel_rms_error;
     o.tolerance = tol.describe();
-    o.detail = !c.pass ? c.detail : rms.pass ? "" : "relative RMS error above the limit or non-finite outputs";
+    o.detail = !c.pass     ? c.detail
+               : rms.pass  ? ""
+               : rms.nonfinite > 0
+                   ? std::to_string(rms.nonfinite) + " non-finite outputs (left out of the errors shown; e.g. a sum " +
+                         "times scale past fp32's range)"
+                   : "relative RMS error above the limit";
     o.rows_checked = s.B * s.T;
     o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return o;
