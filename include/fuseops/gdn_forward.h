@@ -108,7 +108,8 @@ DType chunk_gated_delta_rule_intermediate_dtype(DType dtype, int64_t head_k_dim,
 /// log-decay): [B, T, HV] f32 / f16 / bf16; beta: [B, T, HV] f32 / f16 / bf16; initial_state (optional):
 /// [N, HV, K, V] f32 / f16 / bf16 (read as f32), contiguous. o (out): [B, T, HV, V] in q's dtype, contiguous; final_state (out, optional):
 /// [N, HV, K, V] f32 contiguous, may be initial_state itself (in place, see above). scale: none = K^-0.5. workspace: a contiguous tensor of any dtype on the op's
-/// device with at least chunk_gated_delta_rule_workspace_size() bytes, 16-byte aligned.
+/// device with at least chunk_gated_delta_rule_workspace_size() bytes, 16-byte aligned; a default TensorView() stands
+/// for none (0 bytes: enough only where the size is 0, e.g. no tokens).
 void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k, TensorView v,
                             TensorView g, TensorView beta, std::optional<double> scale,
                             const TensorView* initial_state, bool use_qk_l2norm_in_kernel,

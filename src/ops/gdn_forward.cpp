@@ -458,6 +458,9 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
                             const TensorView* initial_state, bool use_qk_l2norm_in_kernel,
                             const TensorView* cu_seqlens, TensorView workspace, int64_t chunk_size, Stream stream) {
   using namespace detail;
+  // a default TensorView() (rank 0, no data) is no workspace: 0 bytes on the op's device, enough where the size query
+  // says 0 (no tokens), else refused by the size check below
+  if (workspace.rank == 0 && workspace.data == nullptr) workspace = TensorView(nullptr, q.dtype, q.device, {0});
   const char* op = "chunk_gated_delta_rule";
   check_value_heads(op, "v", v, "g", &g, "beta", &beta);
   const FwdDims d = forward_dims(op, q, k, v, cu_seqlens, chunk_size);

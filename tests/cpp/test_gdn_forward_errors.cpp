@@ -33,6 +33,16 @@ TEST(GdnForwardErrors, ChunkGatedDeltaRule) {
   };
   EXPECT_NO_THROW(call(x.o.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), &h0, &cu,
                        x.ws.view()));
+  // a default TensorView() is no workspace: refused by the size check where tokens need one, accepted with none
+  EXPECT_ARG_ERROR(call(x.o.view(), x.q.view(), x.k.view(), x.v.view(), x.g.view(), x.beta.view(), &h0, &cu,
+                        TensorView()),
+                   op, "workspace", "at least", "got 0 bytes");
+  {
+    HostTensor q0(bf16, {1, 0, 1, 16}), v0(bf16, {1, 0, 2, 8}), g0(f32, {1, 0, 2}), o0(bf16, {1, 0, 2, 8});
+    EXPECT_EQ(fuseops::chunk_gated_delta_rule_workspace_size(q0.view(), v0.view(), nullptr, false, 16), 0u);
+    EXPECT_NO_THROW(fuseops::chunk_gated_delta_rule(o0.view(), &ht, q0.view(), q0.view(), v0.view(), g0.view(),
+                                                    g0.view(), std::nullopt, &h0, false, nullptr, TensorView(), 16));
+  }
   HostTensor q3(bf16, {1, 8, 16}), qf(f32, {1, 8, 1, 16}), v3heads(bf16, {1, 8, 3, 8}), big(bf16, {1, 8, 1, 300});
   HostTensor g_bad(f32, {1, 8, 3}), o_bad(f32, {1, 8, 2, 8}), h0_bad(f32, {2, 2, 16, 8}), small_ws(f32, {4});
   HostTensor cu64(DType::f32, {2});
