@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
   CLI::Option* check_seed = check->add_option("--seed", check_opts.seed_text, kSeedHelp);
   check->add_option("--cpu-rows", check_opts.cpu_rows,
                     "rows per case on the CPU backend (reduced sizes; the chunked GDN forward keeps at least two "
-                    "chunks and a half per sequence; the rows column shows what ran)")
+                    "chunks and a half; the rows column shows what ran)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   check->add_option("--filter", check_opts.filter, "only cases of this op (a whole name, public or printed) or of every op whose name contains this text");
   check->add_option("--shape", check_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)");
