@@ -83,17 +83,15 @@ __global__ void __launch_bounds__(kThreads) recompute_w_u_ffma_kernel(const WuAr
 
 /// One warp per (b, t, h) row: y = x rstd, rstd = 1 / sqrt(sum x^2 + 1e-6) (FLA's l2norm_fwd). Element loads of any
 /// dtype mix and layout; the vector form below takes the common layouts (it measured 400 us per call at 32768 x 16 x
-/// 128 bf16, 0.67 TB/s, on the H200). Rows [0, rows) of x -> y, then (x2 given) rows [rows, 2 rows) of x2 -> y2.
-__global__ void __launch_bounds__(kThreads) l2norm_kernel(const L2NormArgs a, int64_t rows, int64_t total) {
+/// 128 bf16, 0.67 TB/s, on the H200). x -> y only (l2norm_fwd launches it once per pair).
+__global__ void __launch_bounds__(kThreads) l2norm_kernel(const L2NormArgs a, int64_t rows) {
   pdl_wait_and_release();
   const int lane = static_cast<int>(threadIdx.x % 32);
   const int64_t K = a.geo.K;
-  for (int64_t r2 = static_cast<int64_t>(blockIdx.x) * gdn::kWarps + threadIdx.x / 32; r2 < total;
-       r2 += static_cast<int64_t>(gridDim.x) * gdn::kWarps) {
-    const bool second = r2 >= rows;
-    const GdnIn& x = second ? a.x2 : a.x;
-    const GdnOut& y = second ? a.y2 : a.y;
-    const int64_t r = second ? r2 - rows : r2;
+  const GdnIn& x = a.x;
+  const GdnOut& y = a.y;
+  for (int64_t r = static_cast<int64_t>(blockIdx.x) * gdn::kWarps + threadIdx.x / 32; r < rows;
+       r += static_cast<int64_t>(gridDim.x) * gdn::kWarps) {
     const int64_t h = r % a.geo.H, bt = r / a.geo.H, t = bt % a.geo.T, b = bt / a.geo.T;
     const int64_t src = gdn::at(x, b, t, h), dst = gdn::at(y, b, t, h);
     float s = 0.f;
@@ -344,26 +342,22 @@ void l2norm_fwd(const L2NormArgs& a, int device, void* stream) {
   const char* op = "chunk_gated_delta_rule";
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
-  const int64_t rows = a.geo.B * a.geo.T * a.geo.H, total = a.x2.data ? 2 * rows : rows;
-  auto run = [&](const L2NormArgs& p, int64_t n) {
-    if (!launch_l2norm_vec(p, rows, n, device, s)) {
-      launch_kernel(l2norm_kernel, dim3(gdn::grid_x((n + gdn::kWarps - 1) / gdn::kWarps)), dim3(kThreads), 0, s,
-                    device, p, rows, n);
+  const int64_t rows = a.geo.B * a.geo.T * a.geo.H;
+  // both pairs in one vector-form launch where they can share it; else each pair on its own path
+  if (!a.x2.data || !launch_l2norm_vec(a, rows, 2 * rows, device, s)) {
+    L2NormArgs one = a;
+    one.x2 = GdnIn{};
+    one.y2 = GdnOut{};
+    for (int pair = 0; pair < (a.x2.data ? 2 : 1); ++pair) {
+      if (pair) {
+        one.x = a.x2;
+        one.y = a.y2;
+      }
+      if (!launch_l2norm_vec(one, rows, rows, device, s)) {
+        launch_kernel(l2norm_kernel, dim3(gdn::grid_x((rows + gdn::kWarps - 1) / gdn::kWarps)), dim3(kThreads), 0,
+                      s, device, one, rows);
+      }
     }
-  };
-  if (a.x2.data && !launch_l2norm_vec(a, rows, total, device, s)) {
-    // the pair cannot share the vector form: each tensor on its own path (one may still take the vector form)
-    L2NormArgs first = a, second = a;
-    first.x2 = GdnIn{};
-    first.y2 = GdnOut{};
-    second.x = a.x2;
-    second.y = a.y2;
-    second.x2 = GdnIn{};
-    second.y2 = GdnOut{};
-    run(first, rows);
-    run(second, rows);
-  } else if (!a.x2.data) {
-    run(a, rows);
   }
   after_launch(op, s, device);
 }
