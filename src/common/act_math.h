@@ -123,9 +123,13 @@ FUSEOPS_HD float act_grad(float x) {
   } else {
     // 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx with t = tanh u; 0.5 (1 + t) = s, 0.5 (1 - t^2) = 2 s (1 - s), s = sigma(2u).
     const float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
+    // For finite x where s (1 - s) is 0 (|2u| past exp's range, |x| >~ 11) the second term is 0 and is left out, since
+    // du overflows to inf for |x| >~ 1.8e19 and 0 x inf would be NaN (the same value as the full formula wherever du is
+    // finite); x = +-inf or NaN keeps the IEEE result of the formula (NaN), as the golden.
     const Logistic l = logistic<Fast>(2.0f * u);
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhCubic * x * x);
-    return l.s + 2.0f * x * l.s * l.oms * du;
+    const bool finite_zero_term = l.s * l.oms == 0.0f && fabsf(x) <= 3.40282346638528859812e38f;
+    return finite_zero_term ? l.s : l.s + 2.0f * x * l.s * l.oms * du;
   }
 }
 

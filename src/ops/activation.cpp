@@ -133,6 +133,7 @@ void masked_forward(const char* op, Act act, TensorView out, TensorView input, T
   }
   check_expert_major(op, "out", out, "[E, T_max, d]");
   check_shape_like(op, "out", out, "input", input, two_d / 2);
+  check_no_internal_overlap(op, "out", out);  // rows or experts sharing elements would race (CUDA) or be overwritten
   if (masked_m.rank != 1 || masked_m.shape[0] != E) {
     fail_argument(op, "masked_m", "shape [E] = [" + std::to_string(E) + "]", masked_m.shape_str());
   }

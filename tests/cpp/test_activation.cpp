@@ -65,6 +65,42 @@ TEST_P(ActivationAccuracy, MatchesGolden) {
   }
 }
 
+// gelu_and_mul_backward (tanh) where |gate| is so large that gate^2 overflows fp32 (|gate| > ~1.8e19): the tanh
+// factor's derivative term is 0 there and must stay 0 (0 x inf gave NaN), so dgate = dout up (gate > 0) or 0
+// (gate < 0) exactly, as for |gate| = 12 where exp already underflows; dup = dout gelu(gate) = gate or -0.
+TEST(ActivationBackward, TanhGeluHugeGatesGiveFiniteGradients) {
+  const std::vector<float> gates = {12.f, -12.f, 1e19f, -1e19f, 1e20f, -1e20f, 1e30f, -1e30f, 3e38f, -3e38f};
+  const int64_t n = static_cast<int64_t>(gates.size());
+  for (Where where : {Where::cpu, Where::cuda}) {
+    if (where == Where::cuda && !cuda_available()) continue;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(where_name(where)) + " " + fuseops::dtype_name(dt));
+      Workspace ws(where, dt);
+      const Region rdg = ws.region({1, n}), rdu = ws.region({1, n}), rdo = ws.region({1, n}), rg = ws.region({1, n}),
+                   ru = ws.region({1, n});
+      HostTensor g(dt, {1, n}), u(dt, {1, n}), o(dt, {1, n});
+      for (int64_t i = 0; i < n; ++i) {
+        g.set(0, i, gates[i]);
+        u.set(0, i, 2.f);
+        o.set(0, i, 1.f);
+      }
+      ws.write(rg, g);
+      ws.write(ru, u);
+      ws.write(rdo, o);
+      ws.upload();
+      fuseops::gelu_and_mul_backward(ws.view(rdg), ws.view(rdu), ws.view(rdo), ws.view(rg), ws.view(ru),
+                                     fuseops::GeluApproximate::tanh);
+      ws.download();
+      const HostTensor dg = ws.read(rdg), du = ws.read(rdu);
+      for (int64_t i = 0; i < n; ++i) {
+        const bool pos = gates[i] > 0;
+        EXPECT_EQ(dg.get(0, i), pos ? 2.0 : 0.0) << "dgate at gate " << gates[i];
+        EXPECT_EQ(du.get(0, i), pos ? g.get(0, i) : 0.0) << "dup at gate " << gates[i];
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(All, ActivationAccuracy, ::testing::ValuesIn(all_params()),
                          [](const ::testing::TestParamInfo<Param>& info) { return param_name(info.param); });
 

@@ -175,6 +175,13 @@ TEST(ActivationMaskedErrors, EveryArgument) {
                                    mm({4})),
       op, "input", "innermost stride 1");
   EXPECT_ARG_ERROR(fuseops::silu_and_mul_masked(in({4, 8, 16}), in({4, 8, 32}), mm({4})), op, "out", "overlap");
+  // out rows or experts sharing elements: rows 2 apart at d = 4, or one row block for every expert
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_masked(TensorView(b.data(), DType::f32, cpu, {1, 2, 4}, {16, 2, 1}),
+                                                in({1, 2, 8}), mm({1})),
+                   op, "out", "do not share memory");
+  EXPECT_ARG_ERROR(fuseops::gelu_and_mul_masked(TensorView(b.data(), DType::f32, cpu, {2, 2, 4}, {0, 4, 1}),
+                                                in({2, 2, 8}), mm({2})),
+                   "gelu_and_mul_masked", "out", "do not share memory");
   TensorView mc = mm({4});
   mc.device = fuseops::Device::cuda(0);
   EXPECT_ARG_ERROR(fuseops::silu_and_mul_masked(out({4, 8, 16}), in({4, 8, 32}), mc), op, "masked_m", "device");
