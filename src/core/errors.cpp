@@ -1,5 +1,6 @@
 // Error records, check_errors(), debug mode, version.
 #include <climits>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -27,14 +28,26 @@ bool built_with_cuda() { return false; }
 int cuda_device_count() { return 0; }
 #endif
 
+namespace detail {
+bool debug_value_on(const char* value) {
+  std::string v(value);
+  const auto first = v.find_first_not_of(" \t\n\r\f\v");
+  if (first == std::string::npos) return false;  // empty or blank
+  v = v.substr(first, v.find_last_not_of(" \t\n\r\f\v") - first + 1);
+  std::string lower(v);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "false" || lower == "off" || lower == "no") return false;
+  // a number that is zero ("0", "00", "+0", "-0", "0.0", "0e5") is off; any other text or number is on
+  char* end = nullptr;
+  const double x = std::strtod(v.c_str(), &end);
+  return !(end == v.c_str() + v.size() && x == 0.0);
+}
+}  // namespace detail
+
 bool debug_mode() {
   static const bool on = [] {
     const char* v = std::getenv("FUSEOPS_DEBUG");
-    if (!v || !*v) return false;
-    for (const char* off : {"0", "false", "off", "no", "False", "OFF", "NO"}) {
-      if (std::strcmp(v, off) == 0) return false;
-    }
-    return true;
+    return v != nullptr && detail::debug_value_on(v);
   }();
   return on;
 }

@@ -12,6 +12,10 @@ namespace fuseops::detail {
 /// pair (op, arg) in the record of the tensor's device. Reads nothing out of bounds; asynchronous on CUDA.
 void check_index_range(const char* op, const char* arg, TensorView values, int64_t bound, Stream stream = {});
 
+/// Whether a FUSEOPS_DEBUG value turns debug mode on (debug_mode()): off for an empty or blank value, false / off /
+/// no (any case) and a number equal to zero ("0", "00", "+0", "0.0", surrounding blanks allowed); on otherwise.
+bool debug_value_on(const char* value);
+
 #if defined(FUSEOPS_WITH_CUDA)
 namespace cuda {
 void check_index_range(uint32_t site, const TensorView& values, int64_t bound, int device, void* stream);

@@ -117,6 +117,16 @@ TEST(ErrorRecord, CudaReportsFirstBadIndexAcrossThreads) {
 // FUSEOPS_DEBUG. The first test runs only in a process started with FUSEOPS_DEBUG=1 (the second test starts one);
 // FUSEOPS_TEST_EXPECT_DEBUG=1 makes it fail, instead of skip, when debug mode did not turn on.
 
+// The FUSEOPS_DEBUG values that turn debug mode on: "a non-zero value" (error.h), so every spelling of zero is off.
+TEST(DebugMode, ValueParsing) {
+  for (const char* off : {"", " ", "0", "00", "+0", "-0", "0.0", " 0", "0 ", "0e3", "false", "False", "OFF", "no"}) {
+    EXPECT_FALSE(fuseops::detail::debug_value_on(off)) << "'" << off << "'";
+  }
+  for (const char* on : {"1", "01", " 1 ", "2", "-1", "0.5", "true", "on", "yes", "debug", "0x1", "0 0"}) {
+    EXPECT_TRUE(fuseops::detail::debug_value_on(on)) << "'" << on << "'";
+  }
+}
+
 TEST(DebugMode, OpRaisesAtTheOp) {
   if (!fuseops::debug_mode()) {
     const char* expect = std::getenv("FUSEOPS_TEST_EXPECT_DEBUG");
