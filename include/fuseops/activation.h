@@ -65,7 +65,8 @@ void gelu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, Te
 ///   out[e, r, i] = silu(input[e, r, i]) * input[e, r, d + i]    for r < n_e = min(masked_m[e], T_max), 0 <= i < d
 /// Rows r >= n_e of `out` are neither read nor written (they keep whatever they held); rows r >= n_e of `input` are
 /// never read. input: [E, T_max, 2*d]; out: [E, T_max, d] (same dtype; innermost stride 1, any non-negative expert
-/// and row strides that keep out's elements apart: a stride-0 or overlapping out is an error naming out); masked_m:
+/// and row strides that keep out's elements apart by the sufficient rule of docs/ops/activation.md, else an error
+/// naming out: e.g. a row stride below d with T_max > 1, or expert stride 0 with E > 1); masked_m:
 /// [E] int32 or int64 on the same device (any stride), E <= 4096. The work is spread
 /// over the valid rows only (a few busy experts still fill the GPU) and read on the device without synchronising:
 /// masked_m[e] > T_max is treated as T_max and masked_m[e] < 0 as 0, and either records the first such e in the

@@ -47,8 +47,8 @@ void check_errors(int device = -1);
 /// Clears any recorded device error without raising it.
 void clear_errors(int device = -1);
 
-/// True when the environment variable FUSEOPS_DEBUG is set to a non-zero value (not empty or blank, not a number equal
-/// to zero such as 0, 00 or 0.0, not false / off / no in any case; read once per process): every op then synchronises
+/// True when the environment variable FUSEOPS_DEBUG is set to a non-zero value (not empty or blank, not a decimal zero
+/// such as 0, 00, +0 or 0.0, not false / off / no in any case; read once per process): every op then synchronises
 /// its stream after launch and calls check_errors(), so a bad device value or a kernel fault surfaces at the
 /// op that caused it.
 bool debug_mode();

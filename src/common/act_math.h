@@ -25,8 +25,9 @@ constexpr float kGeluTanhCubic = 0.044715f;
 //    polynomial erfc (below). Their error is a few fp32 ulp plus ~|x| ulp from rounding the exponent's argument,
 //    i.e. the exact function at an input perturbed by a few ulp: far below the rounding to f16 / bf16 at the
 //    store, for which this policy is used. They flush subnormal results (below 2^-126) to zero; in every formula
-//    here such an intermediate is multiplied by factors of at most ~128 besides the op's other operands (up, dout),
-//    so the flush changes a result by at most 2^-119 times those operands' magnitudes (testing/compare.h). It costs about half the instructions, which matters because at
+//    here such an intermediate is multiplied by factors of at most ~272 besides the op's other operands (up, dout),
+//    so the flush changes a result by at most 2^-117 times those operands' magnitudes (testing/compare.h). It costs
+//    about half the instructions, which matters because at
 //    ~45 instructions per element the precise form is as slow as the memory traffic (docs/ops/activation.md).
 // On the host exp_ and recip_ are the precise functions under either policy.
 
@@ -123,9 +124,9 @@ FUSEOPS_HD float act_grad(float x) {
   } else {
     // 0.5 (1 + t) + 0.5 x (1 - t^2) du/dx with t = tanh u; 0.5 (1 + t) = s, 0.5 (1 - t^2) = 2 s (1 - s), s = sigma(2u).
     const float u = kSqrt2OverPi * (x + kGeluTanhCubic * x * x * x);
-    // For finite x where s (1 - s) is 0 (|2u| past exp's range, |x| >~ 11) the second term is 0 and is left out, since
-    // du overflows to inf for |x| >~ 1.8e19 and 0 x inf would be NaN (the same value as the full formula wherever du is
-    // finite); x = +-inf or NaN keeps the IEEE result of the formula (NaN), as the golden.
+    // For finite x where s (1 - s) is 0 in fp32 (|x| >~ 10.7, or >~ 10.0 with the fast exp) the second term is 0 and
+    // is left out, since du = 0.134 x^2 + .. overflows to inf for |x| >~ 5.04e19 and 0 x inf would be NaN (the same
+    // value as the full formula wherever du is finite); x = +-inf or NaN keeps the formula's NaN, as the golden.
     const Logistic l = logistic<Fast>(2.0f * u);
     const float du = kSqrt2OverPi * (1.0f + 3.0f * kGeluTanhCubic * x * x);
     const bool finite_zero_term = l.s * l.oms == 0.0f && fabsf(x) <= 3.40282346638528859812e38f;

@@ -37,10 +37,26 @@ bool debug_value_on(const char* value) {
   std::string lower(v);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "false" || lower == "off" || lower == "no") return false;
-  // a number that is zero ("0", "00", "+0", "-0", "0.0", "0e5") is off; any other text or number is on
-  char* end = nullptr;
-  const double x = std::strtod(v.c_str(), &end);
-  return !(end == v.c_str() + v.size() && x == 0.0);
+  // a decimal number whose digits are all zero ("0", "00", "+0", "-0", "0.0", ".0", "0e5") is off; any other text
+  // or number is on. Parsed by hand: strtod would follow the host's LC_NUMERIC and underflow 1e-400 to 0.
+  std::size_t i = (v[0] == '+' || v[0] == '-') ? 1 : 0;
+  bool digit = false, nonzero = false;
+  for (bool dot = false; i < v.size() && (std::isdigit(static_cast<unsigned char>(v[i])) || (v[i] == '.' && !dot));
+       ++i) {
+    if (v[i] == '.') {
+      dot = true;
+      continue;
+    }
+    digit = true;
+    nonzero = nonzero || v[i] != '0';
+  }
+  if (digit && i < v.size() && (v[i] == 'e' || v[i] == 'E')) {  // an exponent: [+-] digits
+    std::size_t j = i + 1 + ((i + 1 < v.size() && (v[i + 1] == '+' || v[i + 1] == '-')) ? 1 : 0);
+    const std::size_t first = j;
+    while (j < v.size() && std::isdigit(static_cast<unsigned char>(v[j]))) ++j;
+    if (j > first) i = j;
+  }
+  return !(digit && !nonzero && i == v.size());
 }
 }  // namespace detail
 

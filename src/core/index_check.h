@@ -13,7 +13,8 @@ namespace fuseops::detail {
 void check_index_range(const char* op, const char* arg, TensorView values, int64_t bound, Stream stream = {});
 
 /// Whether a FUSEOPS_DEBUG value turns debug mode on (debug_mode()): off for an empty or blank value, false / off /
-/// no (any case) and a number equal to zero ("0", "00", "+0", "0.0", surrounding blanks allowed); on otherwise.
+/// no (any case) and a decimal number whose digits are all zero ("0", "00", "+0", "0.0", "0e3", blanks around it
+/// allowed; parsed without the C locale); on otherwise (also "1e-400", "0x0", "nan").
 bool debug_value_on(const char* value);
 
 #if defined(FUSEOPS_WITH_CUDA)

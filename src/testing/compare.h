@@ -2,9 +2,9 @@
 // (docs/ops/activation.md, "Tolerances"):
 //   |out - ref| <= store_eps * |ref| + math_ulps * 2^-24 * sensitivity + flush * flush_scale + atol
 // store_eps is the unit roundoff of the output dtype (one rounding at the store), math_ulps bounds the fp32
-// arithmetic before it, weighted by the golden's sensitivity |x dref/dx|, flush covers the fast math policy's
-// flushing of subnormal intermediates (2^-119 times the magnitude of the operands that multiply them, f16 / bf16
-// outputs only; common/act_math.h), and atol covers fp32/f16 underflow.
+// arithmetic before it, weighted by the golden's sensitivity |x dref/dx|, flush covers subnormal intermediates (f16 /
+// bf16 outputs: flushed by the fast math policy, 2^-117 times the magnitude of the operands that multiply them; f32:
+// rounded to the subnormal spacing, 2^-140 times it; common/act_math.h), and atol covers fp32/f16 underflow.
 // Non-finite golden values must be non-finite in the output (the same infinity, or NaN where fp32's underflow
 // turns tiny * inf into 0 * inf); a NaN golden value must be NaN; a finite golden value must be finite unless it
 // rounds beyond the dtype's largest finite value.

@@ -65,9 +65,10 @@ TEST_P(ActivationAccuracy, MatchesGolden) {
   }
 }
 
-// gelu_and_mul_backward (tanh) where |gate| is so large that gate^2 overflows fp32 (|gate| > ~1.8e19): the tanh
-// factor's derivative term is 0 there and must stay 0 (0 x inf gave NaN), so dgate = dout up (gate > 0) or 0
-// (gate < 0) exactly, as for |gate| = 12 where exp already underflows; dup = dout gelu(gate) = gate or -0.
+// gelu_and_mul_backward (tanh) where |gate| is so large that du/dx = sqrt(2/pi) (1 + 0.134 gate^2) overflows fp32
+// (|gate| > ~5.04e19; 1e20 .. 3e38 here, 1e19 and 12 below it): the tanh factor's derivative term is 0 there and must
+// stay 0 (0 x inf gave NaN), so dgate = dout up (gate > 0) or 0 (gate < 0) exactly, as for |gate| = 12 where exp
+// already underflows; dup = dout gelu(gate) = gate or -0.
 TEST(ActivationBackward, TanhGeluHugeGatesGiveFiniteGradients) {
   const std::vector<float> gates = {12.f, -12.f, 1e19f, -1e19f, 1e20f, -1e20f, 1e30f, -1e30f, 3e38f, -3e38f};
   const int64_t n = static_cast<int64_t>(gates.size());

@@ -119,10 +119,12 @@ TEST(ErrorRecord, CudaReportsFirstBadIndexAcrossThreads) {
 
 // The FUSEOPS_DEBUG values that turn debug mode on: "a non-zero value" (error.h), so every spelling of zero is off.
 TEST(DebugMode, ValueParsing) {
-  for (const char* off : {"", " ", "0", "00", "+0", "-0", "0.0", " 0", "0 ", "0e3", "false", "False", "OFF", "no"}) {
+  for (const char* off : {"", " ", "0", "00", "+0", "-0", "0.0", ".0", "0.", " 0", "0 ", "0e3", "0E-7", "false",
+                          "False", "OFF", "no"}) {
     EXPECT_FALSE(fuseops::detail::debug_value_on(off)) << "'" << off << "'";
   }
-  for (const char* on : {"1", "01", " 1 ", "2", "-1", "0.5", "true", "on", "yes", "debug", "0x1", "0 0"}) {
+  for (const char* on : {"1", "01", " 1 ", "2", "-1", "0.5", "1e-400", "true", "on", "yes", "debug", "0x0", "0 0",
+                         "nan", "inf", ".", "+", "0e", "0,0", "e0"}) {
     EXPECT_TRUE(fuseops::detail::debug_value_on(on)) << "'" << on << "'";
   }
 }

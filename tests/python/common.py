@@ -89,8 +89,8 @@ def reference_backward(dout, gate, up, kind):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Tolerance (docs/ops/activation.md): |out - ref| <= u_out |ref| + 16 * 2^-24 * sens + atol. The doc's flush term
-# (2^-119 times |up| or |dout|, for subnormal intermediates flushed by the f16 / bf16 fast policy) is left out: these
-# tests draw moderate values, where no intermediate is subnormal.
+# (2^-117 times |up| or |dout| for subnormal intermediates flushed by the f16 / bf16 fast policy, 2^-140 for f32
+# ones rounded to the subnormal spacing) is left out: these tests draw moderate values, where none is subnormal.
 
 UNIT_ROUNDOFF = {torch.float32: 2.0**-24, torch.float16: 2.0**-11, torch.bfloat16: 2.0**-8}
 ATOL = {torch.float32: 1e-30, torch.float16: 1e-30 + 2.0**-25, torch.bfloat16: 1e-30}
