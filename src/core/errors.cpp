@@ -2,7 +2,6 @@
 #include <climits>
 #include <cctype>
 #include <cstdlib>
-#include <cstring>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -37,26 +36,15 @@ bool debug_value_on(const char* value) {
   std::string lower(v);
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (lower == "false" || lower == "off" || lower == "no") return false;
-  // a decimal number whose digits are all zero ("0", "00", "+0", "-0", "0.0", ".0", "0e5") is off; any other text
-  // or number is on. Parsed by hand: strtod would follow the host's LC_NUMERIC and underflow 1e-400 to 0.
-  std::size_t i = (v[0] == '+' || v[0] == '-') ? 1 : 0;
-  bool digit = false, nonzero = false;
-  for (bool dot = false; i < v.size() && (std::isdigit(static_cast<unsigned char>(v[i])) || (v[i] == '.' && !dot));
-       ++i) {
-    if (v[i] == '.') {
-      dot = true;
-      continue;
-    }
-    digit = true;
-    nonzero = nonzero || v[i] != '0';
-  }
-  if (digit && i < v.size() && (v[i] == 'e' || v[i] == 'E')) {  // an exponent: [+-] digits
-    std::size_t j = i + 1 + ((i + 1 < v.size() && (v[i + 1] == '+' || v[i + 1] == '-')) ? 1 : 0);
-    const std::size_t first = j;
-    while (j < v.size() && std::isdigit(static_cast<unsigned char>(v[j]))) ++j;
-    if (j > first) i = j;
-  }
-  return !(digit && !nonzero && i == v.size());
+  // a decimal zero ("0", "00", "+0", "-0", "0.0", ".0", "0e5") is off; any other text or number is on. Checked by
+  // hand: strtod would follow the host's LC_NUMERIC and underflow 1e-400 to 0.
+  const std::size_t sign = (v[0] == '+' || v[0] == '-') ? 1 : 0, e = v.find_first_of("eE");
+  const std::string mantissa = v.substr(sign, e == std::string::npos ? std::string::npos : e - sign);
+  const bool zero = mantissa.find('0') != std::string::npos && mantissa.find_first_not_of("0.") == std::string::npos &&
+                    mantissa.find('.') == mantissa.rfind('.');
+  if (!zero || e == std::string::npos) return !zero;
+  const std::size_t digits = e + 1 + ((e + 1 < v.size() && (v[e + 1] == '+' || v[e + 1] == '-')) ? 1 : 0);
+  return digits == v.size() || v.find_first_not_of("0123456789", digits) != std::string::npos;  // [+-] digits
 }
 }  // namespace detail
 
