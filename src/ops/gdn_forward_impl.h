@@ -112,6 +112,9 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* str
 /// Tests only: the decode launches that follow at K = 128 take lanes of `rows` state rows (8 or 16) in 2-warp blocks;
 /// 0 returns to the launch rule (gdn_decode.cu). The results must not change: every sum runs in one fixed tree.
 void set_decode_rows_for_testing(int rows);
+/// Tests only: `off` true makes the decode launches that follow skip the L2 prefetch of the state two units ahead, as
+/// FUSEOPS_GDN_DECODE_L2_PREFETCH=0 does; false returns to the switch's setting. A hint: results must not change.
+void set_decode_l2_prefetch_off_for_testing(bool off);
 }  // namespace cuda
 #endif
 

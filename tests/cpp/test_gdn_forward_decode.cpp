@@ -435,6 +435,23 @@ class DecodeRows {
   DecodeRows& operator=(const DecodeRows&) = delete;
 };
 
+/// RAII (CUDA builds): the decode launches skip the L2 prefetch of the state two units ahead, back at scope exit.
+class L2PrefetchOff {
+ public:
+  L2PrefetchOff() {
+#if defined(FUSEOPS_WITH_CUDA)
+    fuseops::detail::cuda::set_decode_l2_prefetch_off_for_testing(true);
+#endif
+  }
+  ~L2PrefetchOff() {
+#if defined(FUSEOPS_WITH_CUDA)
+    fuseops::detail::cuda::set_decode_l2_prefetch_off_for_testing(false);
+#endif
+  }
+  L2PrefetchOff(const L2PrefetchOff&) = delete;
+  L2PrefetchOff& operator=(const L2PrefetchOff&) = delete;
+};
+
 // The CUDA fast kernel at K = 128 runs lanes of 16 state rows, or of 8 for steps of few sequences (twice the units):
 // both sum over K in one fixed tree of 8-row chains, so a sequence's o and state do not depend on which one the batch
 // size picked. Both forced in turn on the same inputs: the same bytes, and the golden. FLA form with multi-token and
@@ -485,6 +502,39 @@ TEST(GdnDecodeRows, SameBitsWithEightOrSixteenRowsPerLane) {
   per_token.cols = 3;
   per_token.idx = {0, 1, -1, 2, 3, 4, 5, -1, -1};
   run_pool_case(Where::cuda, per_token, rng);
+}
+
+// With three units or more per warp, each warp prefetches the state of the head two units ahead into the L2 (a hint).
+// A step of 24 sequences x 32 value heads (6144 units at K = V = 128, over twice the resident warps of a 148-SM GPU),
+// with and without the prefetch: the same bytes, and the golden. FLA form (h0 read) and the pool form (read and
+// written in place, padding slots among the indices).
+TEST(GdnDecodeL2Prefetch, SameBitsWithAndWithout) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  std::mt19937_64 rng = test_rng();
+  Spec s = fixed(24, 1, 16, 32, 128, 128, bf16);
+  s.aligned = true;
+  s.l2norm = true;
+  s.h0_dtype = f32;
+  SCOPED_TRACE(s.describe());
+  const Inputs in = make_inputs(s, rng);
+  const fuseops::reference::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/false);
+  const Outputs with = run_recurrent(Where::cuda, s, in);
+  Outputs without;
+  {
+    L2PrefetchOff off;
+    without = run_recurrent(Where::cuda, s, in);
+  }
+  EXPECT_TRUE(same_bytes(with.o, without.o)) << "o";
+  EXPECT_TRUE(same_bytes(with.final_state, without.final_state)) << "final_state";
+  EXPECT_TRUE(matches(with.o, gold.o, s.dtype, "o"));
+  EXPECT_TRUE(matches(with.final_state, gold.final_state, s.dtype, "final_state"));
+  PoolCase pool;
+  pool.s = fixed(24, 1, 16, 32, 128, 128, bf16);
+  pool.s.l2norm = true;
+  pool.guard = 8;
+  pool.slots = 30;
+  for (int64_t n = 0; n < 24; ++n) pool.idx.push_back(n % 7 == 3 ? -1 : (n * 11) % 30);
+  run_pool_case(Where::cuda, pool, rng);  // against the golden, with the prefetch
 }
 
 // g and beta in f32, bf16 and f16. On CUDA, a step whose units do not outnumber the warps (this one) copies the first
