@@ -773,7 +773,8 @@ bool stage_gates_applies(const DecodeArgs& a) {
 std::atomic<bool> decode_l2_prefetch_off_for_testing{false};
 bool l2_prefetch_applies(const DecodeArgs& a, int64_t units, int64_t resident_warps, int device) {
   static const bool off = env_switched_off("FUSEOPS_GDN_DECODE_L2_PREFETCH");
-  return !off && !decode_l2_prefetch_off_for_testing.load(std::memory_order_relaxed) && is_sm90_or_newer(device) && units > 2 * resident_warps && a.geo.K * a.V <= 65536;
+  const bool forced_off = decode_l2_prefetch_off_for_testing.load(std::memory_order_relaxed);
+  return !off && !forced_off && is_sm90_or_newer(device) && units > 2 * resident_warps && a.geo.K * a.V <= 65536;
 }
 
 /// Row groups KG of the fast kernel for K (K = KG kRows), or 0 when K takes the fallback.
