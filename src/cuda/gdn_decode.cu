@@ -314,8 +314,9 @@ struct WarpParams {
   /// With stage_inputs, the first token's g and beta too, as the 4-byte words that hold them (stage_gates_applies()),
   /// when every warp has at most one unit (warp_grid()).
   bool stage_gates;
-  /// At the end of each unit, the warp that will take slice 0 of the unit two steps ahead prefetches that head's
-  /// whole state into the L2 (l2_prefetch_applies()); prefetch_bytes: K V state elements in bytes.
+  /// At the end of each unit (not after a padding unit), the warp that will take slice 0 of the unit two steps ahead
+  /// prefetches that head's whole state into the L2 (l2_prefetch_applies()); prefetch_bytes: K V state elements in
+  /// bytes (at most 256 KB: K, V <= 256).
   bool l2_prefetch;
   unsigned prefetch_bytes;
   DeviceErrorRecord* errors;
@@ -766,15 +767,14 @@ bool stage_gates_applies(const DecodeArgs& a) {
   return !off && !a.fused_gating && words(a.g) && words(a.beta);
 }
 
-/// Whether the warp kernel prefetches the state two units ahead into the L2 (WarpParams::l2_prefetch): sm_90 code and a
-/// grid whose warps take three units or more (so a state read at least two units later exists); the prefetch size
-/// fits the instruction's 32-bit operand (K V elements <= 2^16: 256 KB of f32). FUSEOPS_GDN_DECODE_L2_PREFETCH=0
-/// switches it off (A/B).
+/// Whether the warp kernel prefetches the state two units ahead into the L2 (WarpParams::l2_prefetch): sm_90 code and
+/// more units than twice the resident warps (the grid is then the resident warps, and a warp whose unit has one two
+/// strides ahead prefetches that unit's head). FUSEOPS_GDN_DECODE_L2_PREFETCH=0 switches it off (A/B).
 std::atomic<bool> decode_l2_prefetch_off_for_testing{false};
 bool l2_prefetch_applies(const DecodeArgs& a, int64_t units, int64_t resident_warps, int device) {
   static const bool off = env_switched_off("FUSEOPS_GDN_DECODE_L2_PREFETCH");
   const bool forced_off = decode_l2_prefetch_off_for_testing.load(std::memory_order_relaxed);
-  return !off && !forced_off && is_sm90_or_newer(device) && units > 2 * resident_warps && a.geo.K * a.V <= 65536;
+  return !off && !forced_off && is_sm90_or_newer(device) && units > 2 * resident_warps;
 }
 
 /// Row groups KG of the fast kernel for K (K = KG kRows), or 0 when K takes the fallback.
