@@ -27,8 +27,8 @@ constexpr float kGeluTanhCubic = 0.044715f;
 //    store, for which this policy is used. They flush subnormal results (below 2^-126) to zero; in every formula
 //    here such an intermediate is multiplied by factors of at most ~272 besides the op's other operands (up, dout),
 //    so the flush changes a result by at most 2^-117 times those operands' magnitudes (testing/compare.h). It costs
-//    about half the instructions, which matters because at
-//    ~45 instructions per element the precise form is as slow as the memory traffic (docs/ops/activation.md).
+//    about half the instructions, which matters because at ~45 instructions per element the precise form is as
+//    slow as the memory traffic (docs/ops/activation.md).
 // On the host exp_ and recip_ are the precise functions under either policy.
 
 /// e^x.
