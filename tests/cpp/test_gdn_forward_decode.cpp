@@ -3,6 +3,7 @@
 // [N, Tmax] indices and num_accepted_tokens (speculative decoding), the fused sigmoid-gating form, and bad indices
 // (< -1 or >= S: recorded, treated as padding). Untouched pool slots must keep their bytes.
 #include <cmath>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -417,40 +418,39 @@ TEST_P(GdnDecode, FlaBaselineStep) {
   run_pool_case(GetParam(), many, rng);
 }
 
-/// RAII (CUDA builds): the decode launches at K = 128 take `rows` state rows per lane (8 or 16), back to the launch
-/// rule at scope exit.
-class DecodeRows {
+/// RAII: runs `undo` at scope exit (the decode launch rules' testing hooks, set by the functions below).
+class ScopeExit {
  public:
-  explicit DecodeRows([[maybe_unused]] int rows) {
-#if defined(FUSEOPS_WITH_CUDA)
-    fuseops::detail::cuda::set_decode_rows_for_testing(rows);
-#endif
-  }
-  ~DecodeRows() {
-#if defined(FUSEOPS_WITH_CUDA)
-    fuseops::detail::cuda::set_decode_rows_for_testing(0);
-#endif
-  }
-  DecodeRows(const DecodeRows&) = delete;
-  DecodeRows& operator=(const DecodeRows&) = delete;
+  explicit ScopeExit(std::function<void()> undo) : undo_(std::move(undo)) {}
+  ~ScopeExit() { undo_(); }
+  ScopeExit(const ScopeExit&) = delete;
+  ScopeExit& operator=(const ScopeExit&) = delete;
+
+ private:
+  std::function<void()> undo_;
 };
 
-/// RAII (CUDA builds): the decode launches skip the L2 prefetch of the state two units ahead, back at scope exit.
-class L2PrefetchOff {
- public:
-  L2PrefetchOff() {
+/// CUDA builds: the decode launches at K = 128 take lanes of `rows` state rows (8 or 16) until the returned guard's
+/// scope ends, then the launch rule again.
+[[nodiscard]] ScopeExit decode_rows([[maybe_unused]] int rows) {
 #if defined(FUSEOPS_WITH_CUDA)
-    fuseops::detail::cuda::set_decode_l2_prefetch_off_for_testing(true);
+  fuseops::detail::cuda::set_decode_rows_for_testing(rows);
+  return ScopeExit([] { fuseops::detail::cuda::set_decode_rows_for_testing(0); });
+#else
+  return ScopeExit([] {});
 #endif
-  }
-  ~L2PrefetchOff() {
+}
+
+/// CUDA builds: the decode launches skip the L2 prefetch of the state two units ahead until the returned guard's
+/// scope ends.
+[[nodiscard]] ScopeExit l2_prefetch_off() {
 #if defined(FUSEOPS_WITH_CUDA)
-    fuseops::detail::cuda::set_decode_l2_prefetch_off_for_testing(false);
+  fuseops::detail::cuda::set_decode_l2_prefetch_off_for_testing(true);
+  return ScopeExit([] { fuseops::detail::cuda::set_decode_l2_prefetch_off_for_testing(false); });
+#else
+  return ScopeExit([] {});
 #endif
-  }
-  L2PrefetchOff(const L2PrefetchOff&) = delete;
-  L2PrefetchOff& operator=(const L2PrefetchOff&) = delete;
-};
+}
 
 // The CUDA fast kernel at K = 128 runs lanes of 16 state rows, or of 8 for steps of few sequences (twice the units):
 // both sum over K in one fixed tree of 8-row chains, so a sequence's o and state do not depend on which one the batch
@@ -471,11 +471,11 @@ TEST(GdnDecodeRows, SameBitsWithEightOrSixteenRowsPerLane) {
       const fuseops::reference::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/false);
       Outputs r8, r16;
       {
-        DecodeRows rows(8);
+        const ScopeExit rows = decode_rows(8);
         r8 = run_recurrent(Where::cuda, s, in);
       }
       {
-        DecodeRows rows(16);
+        const ScopeExit rows = decode_rows(16);
         r16 = run_recurrent(Where::cuda, s, in);
       }
       EXPECT_TRUE(same_bytes(r8.o, r16.o)) << "o";
@@ -485,7 +485,7 @@ TEST(GdnDecodeRows, SameBitsWithEightOrSixteenRowsPerLane) {
       if (HasFailure()) return;
     }
   }
-  DecodeRows rows(8);
+  const ScopeExit rows = decode_rows(8);
   PoolCase step;
   step.s = fixed(3, 1, 2, 4, 128, 128, bf16);
   step.s.l2norm = true;
@@ -521,7 +521,7 @@ TEST(GdnDecodeL2Prefetch, SameBitsWithAndWithout) {
   const Outputs with = run_recurrent(Where::cuda, s, in);
   Outputs without;
   {
-    L2PrefetchOff off;
+    const ScopeExit off = l2_prefetch_off();
     without = run_recurrent(Where::cuda, s, in);
   }
   EXPECT_TRUE(same_bytes(with.o, without.o)) << "o";
