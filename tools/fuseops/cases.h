@@ -63,6 +63,10 @@ class OpCase {
   virtual CheckOutcome check(Device device, int64_t rows, uint64_t seed) const = 0;
   /// Median wall time of the op on the CPU backend with `rows` rows, microseconds.
   virtual double time_cpu_us(int64_t rows) const = 0;
+  /// Rows (tokens) time_cpu_us(rows) runs: `rows` itself, unless the case keeps more (the chunked GDN forward keeps
+  /// two and a half chunks, decode whole sequences, a fixed-length GDN batch `rows` per batch row). check() reports
+  /// its own count (CheckOutcome::rows_checked).
+  virtual int64_t rows_at(int64_t rows) const { return rows; }
   /// A benchmark problem at full size on the current CUDA device.
   virtual std::unique_ptr<BenchProblem> bench() const = 0;
   /// Bytes the op moves with `rows` rows (reduced CPU runs): the full size's scaled linearly, exact for row-wise ops;

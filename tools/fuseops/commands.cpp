@@ -350,8 +350,8 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
   for (std::size_t i = 0; i < work.size(); ++i) {
     const OpCase* c = work[i].c.get();
     progress.show(i, work[i].label());
-    const int64_t nrows = std::min(c->rows, opts.cpu_rows);
-    const double us = c->time_cpu_us(nrows);
+    const int64_t asked = std::min(c->rows, opts.cpu_rows), nrows = c->rows_at(asked);  // the rows that ran
+    const double us = c->time_cpu_us(asked);
     // Bytes of the rows run (OpCase::bytes_at); FLOPs scaled from the full size (exact for row-wise ops; close for
     // varlen cuts).
     const double scale = c->rows > 0 ? static_cast<double>(nrows) / static_cast<double>(c->rows) : 0.0;

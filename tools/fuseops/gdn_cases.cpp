@@ -307,6 +307,10 @@ class KktSolveCase : public OpCase {
     return o;
   }
 
+  int64_t rows_at(int64_t nrows) const override {
+    const Spec s = reduced(s_, nrows);
+    return s.B * s.T;
+  }
   double time_cpu_us(int64_t nrows) const override {
     const Spec s = reduced(s_, nrows);
     const HostInputs in = make_inputs(s, 1);
@@ -436,6 +440,10 @@ class CumsumCase : public OpCase {
     return o;
   }
 
+  int64_t rows_at(int64_t nrows) const override {
+    const Spec s = reduced(s_, nrows);
+    return s.B * s.T;
+  }
   double time_cpu_us(int64_t nrows) const override {
     const Spec s = reduced(s_, nrows);
     const CumsumInputs in = make_cumsum_inputs(s, 1);

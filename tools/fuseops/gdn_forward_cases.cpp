@@ -368,6 +368,10 @@ class ForwardCase : public OpCase {
     return r;
   }
 
+  int64_t rows_at(int64_t nrows) const override {
+    const Spec s = reduced(s_, nrows);
+    return s.B * s.T;
+  }
   double time_cpu_us(int64_t nrows) const override {
     const Spec s = reduced(s_, nrows);
     const HostInputs in = make_inputs(s, 1);

@@ -205,6 +205,10 @@ class FwdOCase : public OpCase {
     return r;
   }
 
+  int64_t rows_at(int64_t nrows) const override {
+    const Spec s = reduced_tokens(s_, nrows);
+    return s.B * s.T;
+  }
   double time_cpu_us(int64_t nrows) const override {
     const Spec s = reduced_tokens(s_, nrows);
     const Inputs in = make_inputs(s, 1);

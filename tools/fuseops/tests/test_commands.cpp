@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "fuseops/error.h"
 #include "paths.h"
+#include "nlohmann/json.hpp"
 
 namespace fuseops::cli {
 namespace {
@@ -146,6 +147,41 @@ TEST(Paths, BenchOutputsAreDistinctFromEachOtherAndTheCaseFiles) {
   msg = error_of([&] { run_bench(o); });
   EXPECT_NE(msg.find("--html: " + d + "/./r.md is the same file as the output --md"), std::string::npos) << msg;
   EXPECT_EQ(read(cases), text);
+  std::filesystem::remove_all(d);
+}
+
+// A reduced CPU run of the chunked GDN forward keeps two and a half chunks (161 tokens at chunk 64) whatever
+// --cpu-rows says: bench's rows and bytes (and model's scaling) are those of the rows that ran, not of those asked.
+TEST(CpuRows, BenchReportsTheRowsThatRan) {
+  const Registry& reg = registry();
+  const auto cases = reg.find("gdn-prefill")->factories.front()();
+  ASSERT_FALSE(cases.empty());
+  EXPECT_EQ(cases.front()->rows_at(1), 161) << cases.front()->shape;
+  const std::string d = temp_dir("cpu_rows");
+  std::ofstream(d + "/c.yaml") << "cases:\n  - op: chunk_gated_delta_rule\n    seq_len: 1000\n    num_heads: 1\n"
+                                  "    head_k_dim: 16\n    head_v_dim: 8\n  - op: silu_and_mul\n    tokens: 9\n"
+                                  "    d: 8\n";
+  Options o;
+  o.backend = "cpu";
+  o.quiet = true;
+  o.cpu_rows = 1;
+  o.cases = {d + "/c.yaml"};
+  o.json = d + "/r.json";
+  ::testing::internal::CaptureStdout();
+  run_bench(o);
+  ::testing::internal::GetCapturedStdout();
+  const nlohmann::json r = nlohmann::json::parse(read(o.json))["results"];
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[0]["rows"], 161);
+  EXPECT_EQ(r[1]["rows"], 1);
+  o.cpu_rows = 161;  // asking for the rows that ran reports the same rows and bytes
+  ::testing::internal::CaptureStdout();
+  run_bench(o);
+  ::testing::internal::GetCapturedStdout();
+  const nlohmann::json r161 = nlohmann::json::parse(read(o.json))["results"];
+  EXPECT_EQ(r161[0]["rows"], 161);
+  EXPECT_EQ(r161[0]["bytes"], r[0]["bytes"]);
+  EXPECT_EQ(r161[1]["rows"], 9);
   std::filesystem::remove_all(d);
 }
 
