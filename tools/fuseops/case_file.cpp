@@ -3,6 +3,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <fstream>
 #include <sstream>
 
@@ -83,15 +85,21 @@ class EntryReader {
   }
 
  private:
+  // Decimal digits with an optional sign, leading zeros decimal (010 is 10), as the seeds are read: not YAML's
+  // 0x / 0o forms, nor a C-style octal 010.
   int64_t integer(const YAML::Node& n) const {
+    const std::string t = n.IsScalar() && !quoted(n) ? n.Scalar() : "";
+    const std::size_t digits = !t.empty() && (t[0] == '-' || t[0] == '+') ? 1 : 0;  // after the sign
+    if (t.size() <= digits || t.find_first_not_of("0123456789", digits) != std::string::npos) {
+      const bool numeric = !t.empty() && std::isdigit(static_cast<unsigned char>(t[digits < t.size() ? digits : 0]));
+      fail(path_, n.Mark(), key_,
+           "expected an integer, got " + scalar_text(n) + (numeric ? " (decimal digits only)" : ""));
+    }
     int64_t v = 0;
-    if (!n.IsScalar() || quoted(n) || !YAML::convert<int64_t>::decode(n, v)) {
-      const std::string t = n.IsScalar() && !quoted(n) ? n.Scalar() : "";
-      const std::size_t digits = !t.empty() && (t[0] == '-' || t[0] == '+') ? 1 : 0;  // after the sign
-      if (t.size() > digits && t.find_first_not_of("0123456789", digits) == std::string::npos) {
-        fail(path_, n.Mark(), key_, "integer " + t + " does not fit in 64 bits");
-      }
-      fail(path_, n.Mark(), key_, "expected an integer, got " + scalar_text(n));
+    const char* first = t.data() + (t[0] == '+' ? 1 : 0);
+    const auto [end, ec] = std::from_chars(first, t.data() + t.size(), v);
+    if (ec != std::errc() || end != t.data() + t.size()) {
+      fail(path_, n.Mark(), key_, "integer " + t + " does not fit in 64 bits");
     }
     if (v < spec_.min || v > spec_.max) {
       std::string range = "[" + std::to_string(spec_.min) + ", " + (spec_.max == INT64_MAX ? "inf" : std::to_string(spec_.max)) + "]";

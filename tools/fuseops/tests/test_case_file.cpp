@@ -57,6 +57,15 @@ TEST(CaseFile, ExpandsListsAndRangesToTheCrossProduct) {
   EXPECT_EQ(f.points[0].where, "f.yaml:3:5");
 }
 
+// Integers are decimal with leading zeros decimal, as the seeds (C-style 010 was read as 8, and 09 "did not fit").
+TEST(CaseFile, LeadingZerosAreDecimal) {
+  const auto cases = parse("cases:\n  - op: silu_and_mul\n    tokens: [010, 09, +7]\n    d: 008\n").make_cases();
+  ASSERT_EQ(cases.size(), 3u);
+  EXPECT_EQ(cases[0]->shape, "10x8");
+  EXPECT_EQ(cases[1]->shape, "9x8");
+  EXPECT_EQ(cases[2]->shape, "7x8");
+}
+
 TEST(CaseFile, StepRangesOptionsAndDefaults) {
   const CaseFile f = parse(
       "cases:\n"
@@ -143,6 +152,12 @@ TEST(CaseFile, UnknownKey) {
 
 TEST(CaseFile, BadValues) {
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: abc\n", "f.yaml:4:8", "d", "expected an integer");
+  // decimal only, leading zeros decimal (as the seeds): 010 is 10, 09 is 9; 0x10 and 0o10 are errors
+  for (const auto& [d, words] : {std::pair<std::string, std::string>{"0x10", "got \"0x10\" (decimal digits only)"},
+                                 {"0o10", "got \"0o10\" (decimal digits only)"},
+                                 {"99999999999999999999", "integer 99999999999999999999 does not fit in 64 bits"}}) {
+    EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: " + d + "\n", "f.yaml:4:8", "d", words);
+  }
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: [4, 0]\n    d: 8\n", "f.yaml:3:17", "tokens",
                     "value 0 outside [1, inf]");
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n    dtype: f64\n", "f.yaml:5:12", "dtype",
