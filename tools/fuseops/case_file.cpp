@@ -91,14 +91,12 @@ class EntryReader {
     const std::string t = n.IsScalar() && !quoted(n) ? n.Scalar() : "";
     const std::size_t digits = !t.empty() && (t[0] == '-' || t[0] == '+') ? 1 : 0;  // after the sign
     if (t.size() <= digits || t.find_first_not_of("0123456789", digits) != std::string::npos) {
-      const bool numeric = !t.empty() && std::isdigit(static_cast<unsigned char>(t[digits < t.size() ? digits : 0]));
+      const bool numeric = t.size() > digits && std::isdigit(static_cast<unsigned char>(t[digits]));
       fail(path_, n.Mark(), key_,
            "expected an integer, got " + scalar_text(n) + (numeric ? " (decimal digits only)" : ""));
     }
     int64_t v = 0;
-    const char* first = t.data() + (t[0] == '+' ? 1 : 0);
-    const auto [end, ec] = std::from_chars(first, t.data() + t.size(), v);
-    if (ec != std::errc() || end != t.data() + t.size()) {
+    if (std::from_chars(t.data() + (t[0] == '+' ? 1 : 0), t.data() + t.size(), v).ec != std::errc()) {  // range
       fail(path_, n.Mark(), key_, "integer " + t + " does not fit in 64 bits");
     }
     if (v < spec_.min || v > spec_.max) {

@@ -1,6 +1,8 @@
 // What `check` and `bench` select (--filter on printed and public op names), and the files a command reads and writes:
-// no output may overwrite an input or another output; --note is one line.
+// no output may overwrite an input or another output; --note is one line; a reduced CPU bench reports the rows that
+// ran.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <cstdio>
 #include <filesystem>
@@ -13,7 +15,6 @@
 #include "commands.h"
 #include "fuseops/error.h"
 #include "paths.h"
-#include "nlohmann/json.hpp"
 
 namespace fuseops::cli {
 namespace {
@@ -153,8 +154,7 @@ TEST(Paths, BenchOutputsAreDistinctFromEachOtherAndTheCaseFiles) {
 // A reduced CPU run of the chunked GDN forward keeps two and a half chunks (161 tokens at chunk 64) whatever
 // --cpu-rows says: bench's rows and bytes (and model's scaling) are those of the rows that ran, not of those asked.
 TEST(CpuRows, BenchReportsTheRowsThatRan) {
-  const Registry& reg = registry();
-  const auto cases = reg.find("gdn-prefill")->factories.front()();
+  const auto cases = registry().find("gdn-prefill")->factories.front()();
   ASSERT_FALSE(cases.empty());
   EXPECT_EQ(cases.front()->rows_at(1), 161) << cases.front()->shape;
   const std::string d = temp_dir("cpu_rows");
