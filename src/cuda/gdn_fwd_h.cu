@@ -154,8 +154,10 @@ struct FwdHMaps {
 /// Compile-time shape: state rows KP (K padded: 128 or 256), chunk BT, V block BV, NS buffers of the w, k, u tiles
 /// (the chunks in flight: NS - 1 are loading while one is computed). TMA: the w and k tiles of whole chunks arrive
 /// by tensor-map copies (KP = 128): each tile is then two boxes [BT][64] with 128-byte swizzle (16-byte group g of
-/// row r at group g ^ (r % 8)) instead of rows padded to KP + 8.
-template <typename TK, int KP, int BT, int BV, int NS, bool TMA = false, bool WG = false>
+/// row r at group g ^ (r % 8)) instead of rows padded to KP + 8. RDY: the w / u of a chunk are produced by the intra
+/// kernel running beside (chunk_gated_delta_rule_fwd_intra in its intra-first form); a chunk's copies wait for its
+/// ready flag.
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA = false, bool WG = false, bool RDY = false>
 struct FwdHMma {
   static constexpr int kLdK = TMA ? 64 : KP + 8;  ///< row stride of the w / k tiles (of a box with TMA)
   static constexpr int kLdV = BV + 8;  ///< row stride of the u and S / v_new tiles
@@ -181,7 +183,9 @@ struct FwdHMma {
   /// the mbarriers of the tensor-map copies (one per buffer)
   static constexpr std::size_t kBarOffset =
       ((kUOffset + NS * kUTile + kSTile + kVTile) * sizeof(TK) + 2 * (BT + 1) * sizeof(float) + 7) / 8 * 8;
-  static constexpr std::size_t kSmem = kBarOffset + (TMA ? NS * sizeof(uint64_t) : 0);
+  /// RDY: NS 16-byte slots of ready flags (slot j % NS holds flags j & ~3 .. (j & ~3) + 3, those of chunk j's group)
+  static constexpr std::size_t kFlagOffset = (kBarOffset + (TMA ? NS * sizeof(uint64_t) : 0) + 15) / 16 * 16;
+  static constexpr std::size_t kSmem = RDY ? kFlagOffset + NS * 16 : kBarOffset + (TMA ? NS * sizeof(uint64_t) : 0);
   static_assert(NS >= 2, "at least double buffering");
   static_assert(!TMA || KP == 128, "tensor-map tiles: K <= 128");
   static_assert(!WG || (TMA && BT == 64 && kMT == 1 && BV >= 16), "wgmma: tensor-map tiles, BT 64, K 128");
@@ -270,15 +274,21 @@ __device__ __forceinline__ float2 unpack2(uint32_t x) {
 template <int KP, int BV>
 constexpr int fwd_h_min_blocks() { return KP == 128 && BV <= 32 ? 2 : 1; }
 
-template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG>
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG, bool RDY>
 __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
     fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units, FwdHVec vec, DeviceErrorRecord* errors,
                      const __grid_constant__ FwdHMaps maps) {
-  using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG>;
+  using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG, RDY>;
   using TW = TileUnits<BT, KP>;  // w, k tiles
   using TU = TileUnits<BT, BV>;  // u tile
   using TH = TileUnits<KP, BV>;  // S tile -> h
-  pdl_wait_and_release();
+  // RDY: no wait for the intra kernel (launched before, still running); what the kernels before it wrote was complete
+  // when this grid launched (every intra block releases its dependents after its own wait)
+  if constexpr (RDY) {
+    pdl_release();
+  } else {
+    pdl_wait_and_release();
+  }
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   TK* const wsm = reinterpret_cast<TK*>(smem_raw);  // [NS][BT][kLdK] (TMA: [NS][2][BT][64], swizzled)
   TK* const ksm = wsm + NS * C::kWTile;             // [NS][BT][kLdK]
@@ -370,9 +380,29 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
       TK* const hq1 =
           hp + state_offset(a.h, sb.batch, chunk_slot(a.geo, n, sb.bos, sb.bos + BT), hv, HV, KV) + col0 + h_off;
       const int64_t h_slot = HV * KV;
+      // RDY: chunk j's flag is copied into shared slot j % NS by thread 0 in the copy group of chunk j - (NS - 1),
+      // which has landed (barrier A passed) by the time chunk j is issued; chunks 0 .. NS - 2 read theirs from global
+      // memory. A clear flag: a spin on the global flag. No register waits on a flag load: a loaded flag kept in a
+      // register cost ~0.23 us per chunk (the MOV right after the load waited for it). The flag is set after the
+      // producer's stores and a fence; the w / u rows are then read through L2 (cp.async.cg, tensor-map copies).
+      const unsigned* const rdy = RDY ? a.ready + hv * a.ready_slots : nullptr;
+      const int64_t flag_end = (sb.eos - sb.bos + BT - 1) / BT;
+      const unsigned* const fsm = reinterpret_cast<const unsigned*>(smem_raw + C::kFlagOffset);
       // w, k, u rows of the chunk at tq -> buffer `b`, one cp.async group (empty past the sequence); pointers advance
       auto issue = [&](int b) {
         if (tq < sb.eos) {
+          if constexpr (RDY) {
+            const int64_t sl = (tq - sb.bos) / BT;
+            if (sl < NS - 1 || fsm[(sl % NS) * 4 + (sl & 3)] == 0) {
+              while (ld_relaxed_gpu(rdy + sl) == 0) {
+              }
+            }
+            const int64_t nx = sl + NS - 1;
+            if (tid == 0 && nx < flag_end) {
+              cp_async_16(smem0 + static_cast<uint32_t>(C::kFlagOffset + (nx % NS) * 16), rdy + (nx & ~int64_t{3}),
+                          true);
+            }
+          }
           const int L = static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - tq));
           const uint32_t wb = static_cast<uint32_t>(b * C::kWTile * sizeof(TK));
           const uint32_t ub = static_cast<uint32_t>(b * C::kUTile * sizeof(TK));
@@ -744,13 +774,13 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   }
 }
 
-template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG = false>
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG = false, bool RDY = false>
 void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps, int device, cudaStream_t s) {
-  using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG>;
+  using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG, RDY>;
   const char* op = "chunk_gated_delta_rule_fwd_h";
   const int64_t vblocks = (a.V + BV - 1) / BV;
   const int64_t units = a.geo.N * a.geo.HV * vblocks;
-  auto kernel = fwd_h_mma_kernel<TK, KP, BT, BV, NS, TMA, WG>;
+  auto kernel = fwd_h_mma_kernel<TK, KP, BT, BV, NS, TMA, WG, RDY>;
   allow_smem(kernel, C::kSmem, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   launch_kernel(kernel, dim3(gdn::grid_x(units)), dim3(kThreads), C::kSmem, s, device, a, vblocks, units, vec, errors,
@@ -760,6 +790,19 @@ void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& map
 /// set_fwd_h_tma_off_for_testing / set_fwd_h_wgmma_off_for_testing (false unless a test turns the tensor-map tiles or
 /// the wgmma variant off in its process).
 std::atomic<bool> fwd_h_tma_off_for_testing{false}, fwd_h_wgmma_off_for_testing{false};
+/// set_intra_first_off_for_testing (false unless a test turns the intra-first form off in its process).
+std::atomic<bool> intra_first_off_for_testing{false};
+std::atomic<int64_t> intra_first_launches{0};  ///< fwd_h launches in the intra-first form (tests)
+
+/// Whether the tensor-map tiles and the wgmma products are switched on (environment, tests).
+bool tma_switched_on() {
+  static const bool tma_allowed = !env_switched_off("FUSEOPS_GDN_FWD_H_TMA");
+  return tma_allowed && !fwd_h_tma_off_for_testing.load(std::memory_order_relaxed);
+}
+bool wgmma_switched_on() {
+  static const bool wgmma_allowed = !env_switched_off("FUSEOPS_GDN_FWD_H_WGMMA");
+  return wgmma_allowed && !fwd_h_wgmma_off_for_testing.load(std::memory_order_relaxed);
+}
 
 /// The launch of one variant: TMA (the w and k tiles of whole chunks by tensor-map copies) where the maps were made
 /// (`tma`: K <= 128, BT = 64); with K = 128 on sm_90a code the products by wgmma (FUSEOPS_GDN_FWD_H_WGMMA=0 turns them
@@ -769,9 +812,7 @@ void launch_fwd_h_var(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& map
                       cudaStream_t s) {
   if constexpr (KP == 128 && BT == 64) {
     if (tma) {
-      static const bool wgmma_allowed = !env_switched_off("FUSEOPS_GDN_FWD_H_WGMMA");
-      if (wgmma_allowed && !fwd_h_wgmma_off_for_testing.load(std::memory_order_relaxed) && a.geo.K == 128 &&
-          runs_sm90a_code(device)) {
+      if (wgmma_switched_on() && a.geo.K == 128 && runs_sm90a_code(device)) {
         launch_fwd_h_mma<TK, KP, BT, BV, NS, true, true>(a, vec, maps, device, s);
       } else {
         launch_fwd_h_mma<TK, KP, BT, BV, NS, true>(a, vec, maps, device, s);
@@ -807,6 +848,9 @@ void launch_fwd_h_ns(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps
 /// BV: BT = 64: the widest of 64 / 32 that still gives >= kFillBlocks blocks (about one per SM), else 16;
 /// BT = 16 / 32: 32.
 constexpr int64_t kFillBlocks = 128;
+/// The intra-first form (chunk_gated_delta_rule_intra_first_blocks): sequences of at least 64 chunks (at 2/8 [2048],
+/// 32 chunks, it measured 3-6% slower: the first chunks wait for the intra kernel); SMs left idle beside it.
+constexpr int64_t kIntraFirstMinChunks = 64, kIntraFirstSpareSms = 8;
 template <typename TK, int KP, int BT>
 void launch_fwd_h_bv(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps, bool tma, int device,
                      cudaStream_t s) {
@@ -847,15 +891,18 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
                     a.v_new.stride_t % 2 == 0 && a.v_new.stride_h % 2 == 0 && a.v_new.stride_b % 2 == 0;
   // Tensor-map tiles: K 64 or 128 (whole boxes), BT 64, 16-byte rows, token coordinates in int32;
   // FUSEOPS_GDN_FWD_H_TMA=0 turns them off.
-  static const bool tma_allowed = !env_switched_off("FUSEOPS_GDN_FWD_H_TMA");
   FwdHMaps maps{};
-  const bool tma = tma_allowed && !fwd_h_tma_off_for_testing.load(std::memory_order_relaxed) &&
-                   is_sm90_or_newer(device) && (K == 64 || K == 128) && a.geo.BT == 64 && vec.w &&
-                   vec.k && a.geo.T <= INT32_MAX &&
+  const bool tma = tma_switched_on() && is_sm90_or_newer(device) && (K == 64 || K == 128) && a.geo.BT == 64 &&
+                   vec.w && vec.k && a.geo.T <= INT32_MAX &&
                    gdn_rows_map(&maps.w, a.w, dt, K, a.geo.HV, a.geo) && gdn_rows_map(&maps.k, a.k, dt, K, a.geo.H, a.geo);
+  // the intra-first form: polls the ready flags of the intra kernel launched before (else this waits for that kernel)
+  const bool ready = a.ready && tma && chunk_gated_delta_rule_intra_first_blocks(a, device) > 0;
   return gdn::with_16bit(dt, [&](auto tag) {
     using TK = decltype(tag);
-    if (K <= 128) {
+    if (ready) {
+      launch_fwd_h_mma<TK, 128, 64, 16, 4, true, true, true>(a, vec, maps, device, s);
+      intra_first_launches.fetch_add(1, std::memory_order_relaxed);
+    } else if (K <= 128) {
       launch_fwd_h_bt<TK, 128>(a, vec, maps, tma, device, s);
     } else {
       launch_fwd_h_bt<TK, 256>(a, vec, maps, tma, device, s);
@@ -865,8 +912,33 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
 
 }  // namespace
 
+bool intra_first_device(int device) {
+  return is_sm90_or_newer(device) && runs_sm90a_code(device) && pdl_enabled(device);
+}
+
+int64_t chunk_gated_delta_rule_intra_first_blocks(const FwdHArgs& a, int device) {
+  static const bool allowed = !env_switched_off("FUSEOPS_GDN_INTRA_FIRST");
+  const DType dt = a.k.dtype;
+  const bool same = (dt == DType::bf16 || dt == DType::f16) && a.w.dtype == dt && a.u.dtype == dt &&
+                    a.h.dtype == dt && a.v_new.dtype == dt;
+  // fwd_h's variant of few heads (V blocks of 16 columns, four buffers, tensor maps, wgmma; one block per SM) on one
+  // sequence of at least kIntraFirstMinChunks chunks
+  const bool form = allowed && !intra_first_off_for_testing.load(std::memory_order_relaxed) && same &&
+                    a.geo.BT == 64 && a.geo.K == 128 && a.V == 128 && a.geo.B == 1 && !a.geo.cu_seqlens &&
+                    a.geo.T >= kIntraFirstMinChunks * 64 && a.geo.T <= INT32_MAX &&
+                    fwd_h_blocks(a, 32) < kFillBlocks && tma_switched_on() && wgmma_switched_on() &&
+                    gdn::rows_16b(a.w, a.geo.K) && gdn::rows_16b(a.k, a.geo.K) && intra_first_device(device);
+  if (!form) return 0;
+  // the SMs fwd_h leaves free, less a margin (fewer blocks, less traffic beside fwd_h's chain: 60 of 68 free SMs
+  // measured 3-4% faster at 2/8 [32768] than 68), if enough to keep ahead of fwd_h: 7.5 per value head
+  const int64_t blocks = sm_count(device) - fwd_h_blocks(a, 16) - kIntraFirstSpareSms;
+  return 2 * blocks >= 15 * a.geo.HV ? blocks : 0;
+}
+
 void set_fwd_h_tma_off_for_testing(bool off) { fwd_h_tma_off_for_testing.store(off, std::memory_order_relaxed); }
 void set_fwd_h_wgmma_off_for_testing(bool off) { fwd_h_wgmma_off_for_testing.store(off, std::memory_order_relaxed); }
+void set_intra_first_off_for_testing(bool off) { intra_first_off_for_testing.store(off, std::memory_order_relaxed); }
+int64_t intra_first_launches_for_testing() { return intra_first_launches.load(std::memory_order_relaxed); }
 
 void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream) {
   const char* op = "chunk_gated_delta_rule_fwd_h";

@@ -42,6 +42,8 @@ struct IntraParams {
   int row_shift;      ///< gdn::load_k_tile's row_shift for dp columns (k and v tiles)
   gdn::WuVec vec;     ///< 16-byte rows (k, v)
   gdn::WuVec pairs;   ///< 4-byte pairs of output elements (w, u)
+  unsigned* ready;    ///< the intra-first form: flags [HV][ready_stride] (WuArgs::ready); a flat chunk-major item loop
+  int64_t ready_stride;
   DeviceErrorRecord* errors;
 };
 
@@ -63,7 +65,7 @@ std::size_t intra_smem_bytes(int ld) {
 template <typename TK, int BT>
 __global__ void __launch_bounds__(kThreads, 2)
     intra_fwd_kernel(const KktArgs ka, const WuArgs a, const IntraParams prm) {
-  pdl_wait_and_release();
+  pdl_wait_and_release();  // the intra-first form: fwd_h launches once every block has passed this
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int ld = prm.dp + 8;
   TK* const ks = reinterpret_cast<TK*>(smem_raw);
@@ -79,11 +81,18 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int K = static_cast<int>(a.geo.K), V = static_cast<int>(a.V);
   const int key_units = static_cast<int>(a.geo.H) * prm.parts;
 
-  for (int64_t slot = blockIdx.x; slot < prm.slots; slot += gridDim.x) {
+  // Items (chunk slot, key unit): slot-major over a grid (slots, key units), or, in the intra-first form, one flat
+  // chunk-major loop over a persistent grid (the early chunks first: fwd_h is waiting for them)
+  const bool first = prm.ready != nullptr;
+  const int64_t items = first ? prm.slots * key_units : prm.slots;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t slot = first ? item / key_units : item;
     const ChunkRef ch = gdn::block_chunk<BT>(a.geo, slot, prm.errors, chunk);
     if (ch.len == 0) continue;
     const int L = ch.len;
-    for (int y = blockIdx.y; y < key_units; y += gridDim.y) {
+    const int y_begin = first ? static_cast<int>(item % key_units) : static_cast<int>(blockIdx.y);
+    const int y_end = first ? y_begin + 1 : key_units, y_step = first ? 1 : static_cast<int>(gridDim.y);
+    for (int y = y_begin; y < y_end; y += y_step) {
       const int hk = y / prm.parts;
       const int hv_begin = hk * prm.group + (y - hk * prm.parts) * prm.heads_per_cta;
       const int hv_end = min(hv_begin + prm.heads_per_cta, (hk + 1) * prm.group);
@@ -132,6 +141,13 @@ __global__ void __launch_bounds__(kThreads, 2)
                                          a.w.stride_t, L, K, prm.pairs.w);
         gdn::lower_times_to_rows<TK, BT>(Au, Xv, ld, static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv),
                                          a.u.stride_t, L, V, prm.pairs.u);
+        if (first) {  // this (chunk, value head)'s w and u are stored: its flag, after them
+          __syncthreads();
+          if (tid == 0) {
+            __threadfence();
+            st_relaxed_gpu(prm.ready + hv * prm.ready_stride + slot, 1u);
+          }
+        }
       }
     }
   }
@@ -156,10 +172,20 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
   prm.pairs.w = a.geo.K % 2 == 0 && gdn::rows_pairs(a.w);  // an odd last column takes element stores
   prm.pairs.u = a.V % 2 == 0 && gdn::rows_pairs(a.u);
   prm.errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
+  prm.ready = a.ready;
+  prm.ready_stride = a.ready_stride;
+  if (a.ready) {  // intra first: one value head per item (a chunk's heads at once, by as many blocks; two heads per
+    // item measured 1-2% slower at 2/8 [8192] and [32768])
+    prm.heads_per_cta = 1;
+    prm.parts = prm.group;
+    check_cuda(cudaMemsetAsync(a.ready, 0, static_cast<std::size_t>(a.geo.HV * a.ready_stride) * sizeof(unsigned), s),
+               op, "cudaMemsetAsync");
+  }
   auto kernel = intra_fwd_kernel<TK, BT>;
   allow_smem(kernel, smem, op);
-  launch_kernel(kernel, dim3(gdn::grid_x(prm.slots), gdn::grid_y(a.geo.H * prm.parts)), dim3(kThreads), smem, s,
-                device, ka, a, prm);
+  const dim3 grid = a.ready ? dim3(static_cast<unsigned>(a.intra_blocks))
+                            : dim3(gdn::grid_x(prm.slots), gdn::grid_y(a.geo.H * prm.parts));
+  launch_kernel(kernel, grid, dim3(kThreads), smem, s, device, ka, a, prm);
 }
 
 }  // namespace

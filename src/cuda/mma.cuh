@@ -21,6 +21,17 @@ __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool fil
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
+/// A 4-byte flag another block sets (ld.relaxed.gpu: read from L2, not from this SM's L1).
+__device__ __forceinline__ unsigned ld_relaxed_gpu(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+/// Sets a flag other blocks poll (after a __threadfence() that orders this thread's earlier writes before it).
+__device__ __forceinline__ void st_relaxed_gpu(unsigned* p, unsigned v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 /// Waits until at most N of this thread's committed cp.async groups are still in flight.
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>

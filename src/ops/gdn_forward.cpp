@@ -501,6 +501,22 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   void* ws = workspace.data;
   const DType dt = q.dtype, it = chunk_gated_delta_rule_intermediate_dtype(dt, d.K, d.V);
   GdnIn qn = in_view(q), kn = in_view(k);
+  FwdHArgs ha;
+  ha.geo = geo;
+  ha.V = d.V;
+  ha.k = kn;
+  ha.w = as_in(contiguous_out(ws, L.w, it, d.T, d.HV, d.K));
+  ha.u = as_in(contiguous_out(ws, L.u, it, d.T, d.HV, d.V));
+  ha.g = as_in(contiguous_out(ws, L.gcum, DType::f32, d.T, d.HV, 0));
+  if (initial_state) {
+    ha.h0 = initial_state->data;
+    ha.h0_dtype = initial_state->dtype;
+  }
+  ha.h.data = static_cast<unsigned char*>(ws) + L.h;
+  ha.h.dtype = it;
+  ha.h.slots = d.NS;
+  ha.v_new = contiguous_out(ws, L.v_new, it, d.T, d.HV, d.V);
+  ha.ht = final_state ? static_cast<float*>(final_state->data) : nullptr;
   if (d.T > 0) {
     if (use_qk_l2norm_in_kernel) {
       L2NormArgs la;  // q and k in one launch
@@ -512,6 +528,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
       FUSEOPS_GDN_RUN(op, device, stream, l2norm_fwd, la);
       qn = as_in(la.y);
       kn = as_in(la.y2);
+      ha.k = kn;
     }
     CumsumArgs ca;
     ca.geo = geo;
@@ -540,8 +557,20 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     bool fused = false;
 #if defined(FUSEOPS_WITH_CUDA)
     if (backend_for(op, device) == Backend::cuda) {
+      // the intra-first form (gdn_forward_impl.h): its flags take the Ai region, unused by the fused intra kernel
+      const int64_t blocks = cuda::chunk_gated_delta_rule_intra_first_blocks(ha, device.index);
+      if (blocks > 0) {
+        wa.ready = reinterpret_cast<unsigned*>(static_cast<unsigned char*>(ws) + L.Ai);
+        wa.ready_stride = (d.T + 4 * chunk_size - 1) / (4 * chunk_size) * 4;
+        wa.intra_blocks = blocks;
+        ha.ready = wa.ready;
+        ha.ready_slots = wa.ready_stride;
+      }
       fused = cuda::chunk_gated_delta_rule_fwd_intra(ka, wa, device.index, stream.handle);
-      if (!fused) cuda::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai, device.index, stream.handle);
+      if (!fused) {
+        ha.ready = nullptr;  // no flags will be set: fwd_h must not poll them
+        cuda::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai, device.index, stream.handle);
+      }
     } else {
       cpu::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai);
     }
@@ -550,22 +579,6 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
 #endif
     if (!fused) FUSEOPS_GDN_RUN(op, device, stream, recompute_w_u_fwd, wa);
   }
-  FwdHArgs ha;
-  ha.geo = geo;
-  ha.V = d.V;
-  ha.k = kn;
-  ha.w = as_in(contiguous_out(ws, L.w, it, d.T, d.HV, d.K));
-  ha.u = as_in(contiguous_out(ws, L.u, it, d.T, d.HV, d.V));
-  ha.g = as_in(contiguous_out(ws, L.gcum, DType::f32, d.T, d.HV, 0));
-  if (initial_state) {
-    ha.h0 = initial_state->data;
-    ha.h0_dtype = initial_state->dtype;
-  }
-  ha.h.data = static_cast<unsigned char*>(ws) + L.h;
-  ha.h.dtype = it;
-  ha.h.slots = d.NS;
-  ha.v_new = contiguous_out(ws, L.v_new, it, d.T, d.HV, d.V);
-  ha.ht = final_state ? static_cast<float*>(final_state->data) : nullptr;
   FUSEOPS_GDN_RUN(op, device, stream, chunk_gated_delta_rule_fwd_h, ha);
   if (d.T == 0) return;
 

@@ -31,6 +31,11 @@ struct WuArgs {
   int64_t V = 0;
   GdnIn k, v, beta, A, g;  ///< g optional
   GdnOut w, u;             ///< contiguous
+  /// The intra-first form (chunk_gated_delta_rule_fwd_intra only): flags [HV][ready_stride] zeroed by the launch and
+  /// set per (chunk, value head) once its w and u are stored, by a grid of `intra_blocks` blocks; nullptr otherwise.
+  unsigned* ready = nullptr;
+  int64_t ready_stride = 0;  ///< flags per value head (the chunks rounded up to 4: fwd_h copies them 16 bytes at once)
+  int64_t intra_blocks = 0;
 };
 
 struct FwdHArgs {
@@ -42,6 +47,10 @@ struct FwdHArgs {
   GdnStates h;          ///< out
   GdnOut v_new;         ///< out, contiguous
   float* ht = nullptr;  ///< [N, HV, K, V] f32 contiguous, optional
+  /// The intra-first form: the flags of WuArgs::ready (w and u are being produced by the intra kernel launched before;
+  /// a chunk's copies wait for its flag) where chunk_gated_delta_rule_intra_first_blocks applies; nullptr otherwise.
+  const unsigned* ready = nullptr;
+  int64_t ready_slots = 0;  ///< flags per value head (a multiple of 4)
 };
 
 struct FwdOArgs {
@@ -99,6 +108,17 @@ void recompute_w_u_fwd(const WuArgs& a, int device, void* stream);
 /// from k, v, g, beta; the same bytes as chunk_gated_delta_rule_fwd_kkt_solve (Ai in the input dtype) followed by
 /// recompute_w_u_fwd. Returns false (nothing launched) unless k, v, w, u are of one 16-bit dtype.
 bool chunk_gated_delta_rule_fwd_intra(const KktArgs& ka, const WuArgs& a, int device, void* stream);
+/// The intra-first form of the forward: the intra kernel (a persistent grid walking (chunk, value head) items chunk
+/// by chunk, setting WuArgs::ready flags) launched first, fwd_h right after it as its programmatic dependent, polling
+/// the flags before a chunk's copies, so that the recurrence starts while later chunks are still being prepared. Never
+/// a deadlock: the intra kernel waits for nothing fwd_h does, and fwd_h launches only once every intra block has
+/// started (or, without programmatic launches, once the intra kernel is done). Returns the intra kernel's blocks (the
+/// SMs fwd_h leaves free: its blocks take a whole SM each), 0 where the form does not apply. It applies to fwd_h's
+/// variant of few heads: B = 1 without cu_seqlens, T >= 64 chunks, K = V = 128, BT = 64, 16-bit, sm_90a, programmatic
+/// launches on, enough free SMs; FUSEOPS_GDN_INTRA_FIRST=0 turns it off.
+int64_t chunk_gated_delta_rule_intra_first_blocks(const FwdHArgs& a, int device);
+/// Whether `device` can run the intra-first form at all (sm_90a code, programmatic launches on).
+bool intra_first_device(int device);
 void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream);
 /// Tests only: `off` true makes the launches that follow take cp.async for the w and k tiles as
 /// FUSEOPS_GDN_FWD_H_TMA=0 does (that switch is read once per process); false returns to the switch's setting.
@@ -107,6 +127,11 @@ void set_fwd_h_tma_off_for_testing(bool off);
 /// Tests only: `off` true makes the launches that follow take the mma.sync kernel where the wgmma variant would run, as
 /// FUSEOPS_GDN_FWD_H_WGMMA=0 does (read once per process); false returns to the switch's setting.
 void set_fwd_h_wgmma_off_for_testing(bool off);
+/// Tests only: `off` true turns the intra-first form off for the launches that follow, as FUSEOPS_GDN_INTRA_FIRST=0
+/// does; false returns to the switch's setting.
+void set_intra_first_off_for_testing(bool off);
+/// Tests only: how many fwd_h launches of this process took the intra-first form.
+int64_t intra_first_launches_for_testing();
 void chunk_fwd_o(const FwdOArgs& a, int device, void* stream);
 void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* stream);
 /// Tests only: the decode launches that follow at K = 128 take lanes of `rows` state rows (8 or 16) in 2-warp blocks;

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gdn_forward_test_util.h"
@@ -84,6 +85,42 @@ TEST_P(GdnForward, HeadDimsAndChunkSizes) {
                {{130, 1, 2, 128, 128, 64, bf16}, {70, 1, 1, 256, 256, 64, bf16}, {75, 2, 2, 60, 100, 32, f16, true},
                 {50, 1, 3, 100, 60, 16, f32, true}, {33, 1, 2, 1, 7, 16, f32}, {64, 1, 1, 32, 200, 64, bf16}},
                rng, true);
+}
+
+// The intra-first form of the CUDA forward (gdn_forward_impl.h: the intra kernel first, walking chunk by chunk and
+// setting a flag per (chunk, value head), fwd_h launched right after it, polling the flags) against the same forward
+// with the form off: the same bytes of o and final_state (the same kernels and arithmetic; only the launch order, the
+// intra kernel's walk and the waits differ), and the golden. B = 1, T = 64 x 64 + 17 (the form's smallest chunk count,
+// a partial last chunk), H 2, K = V = 128; bf16 with 8 value heads (the measured case: on an H200 60 intra blocks
+// beside 64 fwd_h blocks) and f16 with 4. On a GPU that can run the form (sm_90a, programmatic launches) it must have
+// been taken. CUDA only.
+TEST_P(GdnForward, IntraFirstSameBytes) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA launch order";
+#if defined(FUSEOPS_WITH_CUDA)
+  namespace cuda = fuseops::detail::cuda;
+  std::mt19937_64 rng = test_rng();
+  const int64_t launches = cuda::intra_first_launches_for_testing();
+  for (auto [dt, HV] : {std::pair{bf16, int64_t{8}}, std::pair{f16, int64_t{4}}}) {
+    Spec s = fixed(1, 64 * 64 + 17, 2, HV, 128, 128, dt);
+    s.aligned = true;
+    SCOPED_TRACE(s.describe());
+    const Inputs in = make_inputs(s, rng);
+    const Outputs first = run_chunk(GetParam(), s, in);
+    cuda::set_intra_first_off_for_testing(true);
+    const Outputs off = run_chunk(GetParam(), s, in);
+    cuda::set_intra_first_off_for_testing(false);
+    EXPECT_TRUE(same_bytes(first.o, off.o)) << "o";
+    EXPECT_TRUE(same_bytes(first.final_state, off.final_state)) << "final_state";
+    const ref::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/true);
+    EXPECT_TRUE(matches(first.o, gold.o, s.dtype, "o"));
+    EXPECT_TRUE(matches(first.final_state, gold.final_state, s.dtype, "final_state"));
+    if (HasFailure()) return;
+  }
+  if (cuda::intra_first_device(0)) {
+    EXPECT_EQ(cuda::intra_first_launches_for_testing() - launches, 2) << "the form was not taken";
+  }
+#endif
 }
 
 // The CUDA tensor-core variants of recompute_w_u / fwd_h (f16 / bf16; src/cuda/gdn_fwd_h.cu picks the V block BV from
