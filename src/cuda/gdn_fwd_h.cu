@@ -912,10 +912,6 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
 
 }  // namespace
 
-bool intra_first_device(int device) {
-  return is_sm90_or_newer(device) && runs_sm90a_code(device) && pdl_enabled(device);
-}
-
 int64_t chunk_gated_delta_rule_intra_first_blocks(const FwdHArgs& a, int device) {
   static const bool allowed = !env_switched_off("FUSEOPS_GDN_INTRA_FIRST");
   const DType dt = a.k.dtype;
@@ -927,7 +923,8 @@ int64_t chunk_gated_delta_rule_intra_first_blocks(const FwdHArgs& a, int device)
                     a.geo.BT == 64 && a.geo.K == 128 && a.V == 128 && a.geo.B == 1 && !a.geo.cu_seqlens &&
                     a.geo.T >= kIntraFirstMinChunks * 64 && a.geo.T <= INT32_MAX &&
                     fwd_h_blocks(a, 32) < kFillBlocks && tma_switched_on() && wgmma_switched_on() &&
-                    gdn::rows_16b(a.w, a.geo.K) && gdn::rows_16b(a.k, a.geo.K) && intra_first_device(device);
+                    gdn::rows_16b(a.w, a.geo.K) && gdn::rows_16b(a.k, a.geo.K) && is_sm90_or_newer(device) &&
+                    runs_sm90a_code(device) && pdl_enabled(device);
   if (!form) return 0;
   // the SMs fwd_h leaves free, less a margin (fewer blocks, less traffic beside fwd_h's chain: 60 of 68 free SMs
   // measured 3-4% faster at 2/8 [32768] than 68), if enough to keep ahead of fwd_h: 7.5 per value head

@@ -117,8 +117,6 @@ bool chunk_gated_delta_rule_fwd_intra(const KktArgs& ka, const WuArgs& a, int de
 /// variant of few heads: B = 1 without cu_seqlens, T >= 64 chunks, K = V = 128, BT = 64, 16-bit, sm_90a, programmatic
 /// launches on, enough free SMs; FUSEOPS_GDN_INTRA_FIRST=0 turns it off.
 int64_t chunk_gated_delta_rule_intra_first_blocks(const FwdHArgs& a, int device);
-/// Whether `device` can run the intra-first form at all (sm_90a code, programmatic launches on).
-bool intra_first_device(int device);
 void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream);
 /// Tests only: `off` true makes the launches that follow take cp.async for the w and k tiles as
 /// FUSEOPS_GDN_FWD_H_TMA=0 does (that switch is read once per process); false returns to the switch's setting.

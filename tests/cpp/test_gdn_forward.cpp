@@ -92,21 +92,41 @@ TEST_P(GdnForward, HeadDimsAndChunkSizes) {
 // with the form off: the same bytes of o and final_state (the same kernels and arithmetic; only the launch order, the
 // intra kernel's walk and the waits differ), and the golden. B = 1, T = 64 x 64 + 17 (the form's smallest chunk count,
 // a partial last chunk), H 2, K = V = 128; bf16 with 8 value heads (the measured case: on an H200 60 intra blocks
-// beside 64 fwd_h blocks) and f16 with 4. On a GPU that can run the form (sm_90a, programmatic launches) it must have
-// been taken. CUDA only.
+// beside 64 fwd_h blocks) and f16 with 4. Each run must have taken the form exactly where its launch rule says it
+// applies to these shapes on this GPU (chunk_gated_delta_rule_intra_first_blocks: sm_90a, programmatic launches, the
+// SM count, the switches); on an H200 both. CUDA only.
 TEST_P(GdnForward, IntraFirstSameBytes) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA launch order";
 #if defined(FUSEOPS_WITH_CUDA)
   namespace cuda = fuseops::detail::cuda;
   std::mt19937_64 rng = test_rng();
-  const int64_t launches = cuda::intra_first_launches_for_testing();
+  // the launch rule's answer for the forward's fwd_h arguments of a spec (contiguous 16-byte rows, as the workspace's)
+  const auto form_applies = [](const Spec& s) {
+    fuseops::detail::FwdHArgs a;
+    a.geo.B = s.B;
+    a.geo.T = s.T;
+    a.geo.H = s.H;
+    a.geo.HV = s.HV;
+    a.geo.K = s.K;
+    a.geo.BT = s.BT;
+    a.geo.N = s.B;
+    a.V = s.V;
+    a.k = {nullptr, s.dtype, s.T * s.H * s.K, s.H * s.K, s.K};
+    a.w = {nullptr, s.dtype, s.T * s.HV * s.K, s.HV * s.K, s.K};
+    a.u = {nullptr, s.dtype, s.T * s.HV * s.V, s.HV * s.V, s.V};
+    a.h.dtype = s.dtype;
+    a.v_new = {nullptr, s.dtype, s.T * s.HV * s.V, s.HV * s.V, s.V};
+    return cuda::chunk_gated_delta_rule_intra_first_blocks(a, 0) > 0;
+  };
   for (auto [dt, HV] : {std::pair{bf16, int64_t{8}}, std::pair{f16, int64_t{4}}}) {
     Spec s = fixed(1, 64 * 64 + 17, 2, HV, 128, 128, dt);
     s.aligned = true;
     SCOPED_TRACE(s.describe());
     const Inputs in = make_inputs(s, rng);
+    const int64_t launches = cuda::intra_first_launches_for_testing();
     const Outputs first = run_chunk(GetParam(), s, in);
+    EXPECT_EQ(cuda::intra_first_launches_for_testing() - launches, form_applies(s) ? 1 : 0) << "the launch rule";
     cuda::set_intra_first_off_for_testing(true);
     const Outputs off = run_chunk(GetParam(), s, in);
     cuda::set_intra_first_off_for_testing(false);
@@ -116,9 +136,6 @@ TEST_P(GdnForward, IntraFirstSameBytes) {
     EXPECT_TRUE(matches(first.o, gold.o, s.dtype, "o"));
     EXPECT_TRUE(matches(first.final_state, gold.final_state, s.dtype, "final_state"));
     if (HasFailure()) return;
-  }
-  if (cuda::intra_first_device(0)) {
-    EXPECT_EQ(cuda::intra_first_launches_for_testing() - launches, 2) << "the form was not taken";
   }
 #endif
 }
