@@ -299,6 +299,13 @@ CaseFile parse_document(const YAML::Node& root, const std::string& path, const R
       if (!kv.second.IsScalar()) fail(path, kv.second.Mark(), key, "expected text, got " + scalar_text(kv.second));
       (key == "name" ? file.name : file.description) = kv.second.Scalar();
       if (key == "name" && file.name.empty()) fail(path, kv.second.Mark(), key, "expected a non-empty name");
+      if (key == "name") {  // the set column of every table: one line, and no '|' (a Markdown column separator)
+        for (const char c : file.name) {
+          if (std::iscntrl(static_cast<unsigned char>(c)) || c == '|') {
+            fail(path, kv.second.Mark(), key, "expected a name of one line without '|' (it is a column of the tables)");
+          }
+        }
+      }
     } else if (key == "cases") {
       cases = kv.second;
       has_cases = true;

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -68,12 +69,18 @@ std::vector<FileArg> case_file_args(const Options& opts) {
   return out;
 }
 
-/// Fails early (before any case runs) if an output path given on the command line cannot be written.
+/// Fails early (before any case runs) if an output path given on the command line cannot be written. A file this made
+/// to find out is removed again, so that a run failing later (no case matched, a bad case file) leaves no empty file.
 void check_writable(const char* option, const std::string& path, bool given) {
   if (!given) return;
   if (path.empty()) throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected a file path, got \"\"");
-  std::ofstream f(path, std::ios::app);
-  if (!f) throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path);
+  std::error_code ec;
+  const bool existed = std::filesystem::exists(path, ec);
+  {
+    std::ofstream f(path, std::ios::app);
+    if (!f) throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path);
+  }
+  if (!existed) std::filesystem::remove(path, ec);
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {

@@ -415,8 +415,18 @@ Spec with_heads(Spec s, const CaseParams& p) {
   s.K = p.integer("head_k_dim");
   s.V = p.integer("head_v_dim");
   s.dtype = dtype_from_name("dtype", p.text("dtype"));
-  const int64_t tokens = s.B * s.T;
-  bounded_product({{s.decode ? "batch" : s.varlen() ? "seqlens" : "seq_len", tokens}, {"num_v_heads", s.HV}, {"head_v_dim", std::max(s.K, s.V)}});
+  // the tokens as the user gave them: seq_len x batch (fixed length; the decode op's one-token steps: batch), or the
+  // total of seqlens; the first factor names the key an error points at
+  std::vector<std::pair<std::string, int64_t>> rows;
+  if (s.varlen()) {
+    rows.emplace_back("seqlens", s.B * s.T);
+  } else {
+    if (!s.decode || s.T > 1) rows.emplace_back("seq_len", s.T);
+    rows.emplace_back("batch", s.B);
+  }
+  rows.emplace_back("num_v_heads", s.HV);
+  rows.emplace_back("head_v_dim", std::max(s.K, s.V));
+  bounded_product(rows);
   bounded_product({{"batch", s.N()}, {"num_v_heads", s.HV}, {"head_k_dim", s.K}, {"head_v_dim", s.V}}, 36);  // states
   return s;
 }

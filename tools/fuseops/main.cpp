@@ -42,6 +42,10 @@ int main(int argc, char** argv) {
 
   app.add_subcommand("list", "list op families and case sets");
 
+  // --filter '' / --shape '' would select every case (every name contains ''): an error, not a silent "all"
+  const CLI::Validator non_empty(
+      [](const std::string& v) { return v.empty() ? std::string("expected a non-empty value") : std::string(); },
+      "TEXT");
   Options check_opts;
   CLI::App* check = app.add_subcommand("check", "run cases on a backend and compare with the float64 golden");
   check->add_option("--set", check_opts.sets, "case set(s) to run (default: every set)");
@@ -53,8 +57,12 @@ int main(int argc, char** argv) {
                     "rows per case on the CPU backend (reduced sizes; the chunked GDN forward keeps at least two "
                     "chunks and a half; the rows column shows what ran)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  check->add_option("--filter", check_opts.filter, "only cases of this op (a whole name, public or printed) or of every op whose name contains this text");
-  check->add_option("--shape", check_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)");
+  check->add_option("--filter", check_opts.filter,
+                  "only cases of this op (a whole name, public or printed) or of every op whose name contains "
+                  "this text")
+      ->check(non_empty);
+  check->add_option("--shape", check_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)")
+      ->check(non_empty);
   check->add_option("--cases", check_opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")
       ->check(CLI::ExistingFile);
   check->add_flag("--quiet", check_opts.quiet, "no progress line on a terminal");
@@ -67,8 +75,12 @@ int main(int argc, char** argv) {
   CLI::Option* bench_md = bench->add_option("--md", bench_opts.md, "write the results as a Markdown table to this file");
   bench->add_option("--cpu-rows", bench_opts.cpu_rows, "rows per case on the CPU backend")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  bench->add_option("--filter", bench_opts.filter, "only cases of this op (a whole name, public or printed) or of every op whose name contains this text");
-  bench->add_option("--shape", bench_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)");
+  bench->add_option("--filter", bench_opts.filter,
+                  "only cases of this op (a whole name, public or printed) or of every op whose name contains "
+                  "this text")
+      ->check(non_empty);
+  bench->add_option("--shape", bench_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)")
+      ->check(non_empty);
   bench->add_option("--note", bench_opts.note, "a line for the Markdown header (commit, command)");
   bench->add_option("--cases", bench_opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")
       ->check(CLI::ExistingFile);
@@ -123,7 +135,12 @@ int main(int argc, char** argv) {
     if (app.got_subcommand("bench")) return run_bench(bench_opts);
     if (app.got_subcommand("chart")) return run_chart(chart_from, chart_svg, chart_html);
     if (app.got_subcommand("model")) {
-      if (model_list || model_opts.name.empty()) return run_model_list(model_opts.name);
+      if (model_list) return run_model_list(model_opts.name);
+      if (model_opts.name.empty()) {  // a usage error (nothing ran), with the list to choose from
+        run_model_list("");
+        std::fprintf(stderr, "fuseops: error: model: give a model NAME (one of the list above)\n");
+        return 2;
+      }
       return run_model(model_opts);
     }
   } catch (const fuseops::Error& e) {

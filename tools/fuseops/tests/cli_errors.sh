@@ -31,6 +31,11 @@ expect 2 'A subcommand is required' -- "$fuseops"
 out=$("$fuseops" model --list llama3-8b)
 if [[ "$out" != *llama3-8b* ]] || [[ "$out" == *deepseek-v3* ]]; then echo "FAIL: model --list llama3-8b: $out"; failed=1; fi
 expect 2 'unknown model "gpt"' -- "$fuseops" model --list gpt
+# model without NAME: the list and a usage error (its run options would otherwise be ignored)
+expect 2 'model: give a model NAME (one of the list above)' -- "$fuseops" model --tokens 100
+# an empty --filter / --shape is an error, not every case
+expect 2 '--filter: expected a non-empty value' -- "$fuseops" check --set norm --filter ''
+expect 2 '--shape: expected a non-empty value' -- "$fuseops" bench --backend cpu --set norm --shape ''
 # seeds are decimal; FUSEOPS_SEED= (empty) counts as unset
 expect 2 '--seed: expected a decimal integer seed in [0, 2^64 - 1], got "0x10"' -- \
   "$fuseops" check --set norm --seed 0x10
@@ -47,6 +52,11 @@ out=$("$fuseops" check --set norm --filter nomatch 2>&1)
 if [[ "$out" == *"fuseops check: backend"* ]]; then echo "FAIL: check with no matching case printed a header: $out"; failed=1; fi
 expect 2 'no case matched (--set / --cases / --filter / --shape)' -- \
   "$fuseops" bench --backend cpu --set norm --filter nomatch
+# a run that fails before any case leaves no empty output file behind (the early writability check made one)
+rm -f "$work/none.json" "$work/none.md"
+expect 2 'no case matched' -- "$fuseops" bench --backend cpu --set norm --filter nomatch --json "$work/none.json" \
+  --md "$work/none.md"
+if [ -e "$work/none.json" ] || [ -e "$work/none.md" ]; then echo "FAIL: a failed bench left an output file"; failed=1; fi
 # a size an op refuses: the op is rejected, out of the total, and the run fails
 expect 1 '0 missing, 3 rejected' -- "$fuseops" model llama3-8b --tokens 16777216 --batch 65536 --check-rows 2 --quiet
 # outputs never overwrite an input or each other

@@ -348,6 +348,13 @@ TEST(CaseFile, SeqLenZeroSaysWhatToGive) {
                     "seq_len 0 gives no tokens");
 }
 
+TEST(CaseFile, NameIsOneLineWithoutBars) {
+  EXPECT_CASE_ERROR("name: \"a|b\"\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:7", "name",
+                    "expected a name of one line without '|'");
+  EXPECT_CASE_ERROR("name: \"a\\nb\"\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:7", "name",
+                    "expected a name of one line without '|'");
+}
+
 TEST(CaseFile, DuplicateKeysAreErrors) {
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n    d: 16\n", "f.yaml:5:5", "d",
                     "duplicate key (first at f.yaml:4:5)");
@@ -373,6 +380,12 @@ TEST(CaseFile, SizesThatOverflowNameTheirKey) {
                     "    num_v_heads: 4\n", "f.yaml:3:5", "seqlens", "more than 2^40 tokens");
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    batch: 4294967296\n    seq_len: 4294967296\n"
                     "    num_heads: 1\n", "f.yaml:4:5", "seq_len", "seq_len x batch");
+  // the token recurrence's tokens are seq_len x batch: a long seq_len is to blame, not batch
+  EXPECT_CASE_ERROR("cases:\n  - op: fused_recurrent_gated_delta_rule\n    batch: 1\n    seq_len: 100000000000\n"
+                    "    num_heads: 16\n", "f.yaml:4:5", "seq_len",
+                    "seq_len x batch x num_v_heads x head_v_dim = 100000000000 x 1 x 16 x 128 is more than 2^40");
+  EXPECT_CASE_ERROR("cases:\n  - op: fused_recurrent_gated_delta_rule_update\n    batch: 100000000000\n"
+                    "    num_heads: 16\n", "f.yaml:3:5", "batch", "batch x num_v_heads x head_v_dim = 100000000000 x 16");
 }
 
 TEST(CaseFile, EmptyFilePointsAtLineOne) {
