@@ -42,7 +42,7 @@ bool quoted(const YAML::Node& n) { return n.IsScalar() && (n.Tag() == "!" || n.T
 std::string scalar_text(const YAML::Node& n) {
   if (quoted(n)) return "the quoted string \"" + n.Scalar() + "\"";
   if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
-  if (n.IsSequence()) return "a list";
+  if (n.IsSequence()) return n.size() == 0 ? "an empty list" : "a list";
   if (n.IsMap()) return "a mapping";
   return "nothing";
 }

@@ -64,6 +64,12 @@ Results load(const nlohmann::json& j) {
   r.timing = cpu ? "median wall time on the CPU" : "cold: median per launch under CUDA-graph replay, rotating buffers >= 4x L2";
   // The ceiling measured in the same run: the GPU copy rate (copy_tbps); a result that gives its own ceiling_tbps
   // (the CPU memcpy rate, or a GPU result from elsewhere) has that one.
+  for (const char* key : {"copy_tbps", "ceiling_tbps"}) {  // given: a rate in TB/s, never silently no ceiling
+    if (j.contains(key) && !(j[key].is_number() && j[key].get<double>() > 0)) {
+      throw Error(ErrorKind::invalid_argument,
+                  std::string("chart: \"") + key + "\" must be a positive number (TB/s), got " + j[key].dump());
+    }
+  }
   const bool copy = !cpu && num_of(j, "copy_tbps") > 0;
   r.ceiling_tbps = copy ? num_of(j, "copy_tbps") : num_of(j, "ceiling_tbps");
   r.ceiling_name = cpu ? "memcpy rate (read + write)" : copy ? "copy rate (1 GiB D2D, read + write)" : "ceiling_tbps of the results";

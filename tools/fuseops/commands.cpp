@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,17 @@ struct Work {
   std::unique_ptr<OpCase> c;
   std::string label() const { return c->op + " " + c->shape + " " + dtype_name(c->dtype); }
 };
+
+/// Runs `f` for the case `w`; an allocation that fails (host memory) becomes an Error naming the case (std::bad_alloc
+/// alone says nothing of which one).
+template <typename F>
+auto naming_the_case(const Work& w, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorKind::unsupported, w.set + " " + w.label() + ": out of host memory (std::bad_alloc)");
+  }
+}
 
 /// The cases of the selected sets and case files (only the files when --cases is given without --set), filtered.
 std::vector<Work> collect(const Options& opts, bool real_model_only) {
@@ -232,8 +244,8 @@ int run_check(const Options& opts) {
     const int64_t nrows = cuda ? c->rows : std::min(c->rows, opts.cpu_rows);
     CheckOutcome o;
     try {
-      o = c->check(cuda ? Device::cuda(0) : Device::cpu(), nrows, seed);
-    } catch (const Error& e) {
+      o = naming_the_case(work[i], [&] { return c->check(cuda ? Device::cuda(0) : Device::cpu(), nrows, seed); });
+    } catch (const Error& e) {  // the case fails (with the reason); the others still run
       o.pass = false;
       o.detail = e.what();
     }
@@ -306,14 +318,14 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
   for (std::size_t i = 0; i < work.size(); ++i) {
     const OpCase* c = work[i].c.get();
     progress.show(i, work[i].label());
-    auto p = c->bench();
+    auto p = naming_the_case(work[i], [&] { return c->bench(); });
     BenchRow r{work[i].set, c->op, c->shape, dtype_name(c->dtype), c->baseline, c->decode, p->bytes(), p->flops()};
     const std::size_t set_bytes = std::max<std::size_t>(p->set_bytes(), 1);
     int sets_cold = static_cast<int>(std::clamp<std::size_t>((4 * info.l2_bytes + set_bytes - 1) / set_bytes, 2, 4096));
     const std::size_t budget = gpu::device_info(0).free_bytes * 8 / 10;
     while (sets_cold > 2 && sets_cold * set_bytes > budget) sets_cold /= 2;
     r.cold_sets = sets_cold;
-    p->allocate(sets_cold);
+    naming_the_case(work[i], [&] { p->allocate(sets_cold); });
     const double est = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, 5, 0.0, 3);
     const int n = launches_for(est);
     r.warm = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, n);
@@ -358,7 +370,7 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
     const OpCase* c = work[i].c.get();
     progress.show(i, work[i].label());
     const int64_t asked = std::min(c->rows, opts.cpu_rows), nrows = c->rows_at(asked);  // the rows that ran
-    const double us = c->time_cpu_us(asked);
+    const double us = naming_the_case(work[i], [&] { return c->time_cpu_us(asked); });
     // Bytes of the rows run (OpCase::bytes_at); FLOPs scaled from the full size (exact for row-wise ops; close for
     // varlen cuts).
     const double scale = c->rows > 0 ? static_cast<double>(nrows) / static_cast<double>(c->rows) : 0.0;

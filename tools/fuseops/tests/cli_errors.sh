@@ -57,6 +57,20 @@ rm -f "$work/none.json" "$work/none.md"
 expect 2 'no case matched' -- "$fuseops" bench --backend cpu --set norm --filter nomatch --json "$work/none.json" \
   --md "$work/none.md"
 if [ -e "$work/none.json" ] || [ -e "$work/none.md" ]; then echo "FAIL: a failed bench left an output file"; failed=1; fi
+# an allocation that fails (host memory capped by ulimit -v) fails its case by name; the run goes on. Not under
+# AddressSanitizer, which needs more address space than the cap to start.
+printf 'cases:\n  - op: silu_and_mul\n    tokens: 400000000\n    d: 1000\n' > "$work/big.yaml"
+out=$(bash -c 'ulimit -v 4000000 && exec "$0" check --backend cpu --cpu-rows 1000000 --quiet --cases "$1"' \
+  "$fuseops" "$work/big.yaml" 2>&1)
+rc=$?
+if [[ "$out" == *AddressSanitizer* ]]; then
+  echo "skip: the host-memory cap under AddressSanitizer"
+elif [ "$rc" -ne 1 ] || [[ "$out" != *"silu_and_mul 400000000x1000 bf16: out of host memory (std::bad_alloc)"* ]]; then
+  echo "FAIL: a case out of host memory -> exit $rc: $(echo "$out" | tail -n 3)"
+  failed=1
+else
+  echo "ok: a case out of host memory is named"
+fi
 # a size an op refuses: the op is rejected, out of the total, and the run fails
 expect 1 '0 missing, 3 rejected' -- "$fuseops" model llama3-8b --tokens 16777216 --batch 65536 --check-rows 2 --quiet
 # outputs never overwrite an input or each other

@@ -408,6 +408,8 @@ TEST(CaseFile, TopLevelThatIsNoMapping) {
   EXPECT_CASE_ERROR("- op: chunk_gated_delta_rule\n  seq_len: 64\n", "f.yaml:1:1", "cases", "got a list");
   EXPECT_CASE_ERROR("just text\n", "f.yaml:1:1", "cases", "got \"just text\"");
   EXPECT_CASE_ERROR("cases:\n  - - op: silu_and_mul\n", "f.yaml:2:5", "cases", "got a list");
+  // an empty list says so (it said "got a list" after "expected a non-empty list")
+  EXPECT_CASE_ERROR("cases: []\n", "f.yaml:1:8", "cases", "expected a non-empty list of entries, got an empty list");
 }
 
 // A quoted scalar is a string, even when it reads as a number or a boolean.

@@ -100,6 +100,16 @@ TEST(Chart, CpuResultsWithoutBaselines) {
 
 TEST(Chart, RejectsWhatIsNotABenchResult) {
   EXPECT_THROW(chart_svg(nlohmann::json::parse(R"({"command": "check", "results": []})")), Error);
+  // a ceiling given as zero, negative or text is an error (it silently drew no ceiling line)
+  for (const char* bad : {R"("copy_tbps": -4.0)", R"("copy_tbps": 0)", R"("ceiling_tbps": "fast")"}) {
+    const std::string text = std::string(R"({"command": "bench", "backend": "cuda", )") + bad + R"(, "results": []})";
+    try {
+      chart_svg(nlohmann::json::parse(text));
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("must be a positive number (TB/s)"), std::string::npos) << e.what();
+    }
+  }
   EXPECT_THROW(chart_html(nlohmann::json::parse(R"([1, 2])")), Error);
   EXPECT_THROW(run_chart("/nonexistent/x.json", "a.svg", ""), Error);
 }
