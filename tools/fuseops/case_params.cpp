@@ -47,11 +47,16 @@ bool OpSpec::answers_to(const std::string& n) const {
   return n == name || std::find(aliases.begin(), aliases.end(), n) != aliases.end();
 }
 
-CaseParams OpSpec::with_defaults(const std::map<std::string, ParamValue>& given) const {
+CaseParams OpSpec::with_defaults(const std::map<std::string, ParamValue>& given, const std::string& as) const {
   CaseParams out;
   for (const auto& [k, v] : given) {
     if (!param(k)) throw ParamError(k, name + ": unknown parameter \"" + k + "\"");
     out.set(k, v);
+  }
+  if (const auto a = alias_defaults.find(as); a != alias_defaults.end()) {
+    for (const auto& [k, v] : a->second) {
+      if (!out.has(k)) out.set(k, v);
+    }
   }
   for (const ParamSpec& p : params) {
     if (out.has(p.name)) continue;

@@ -91,14 +91,17 @@ struct OpSpec {
   std::string family;                ///< "activation"
   std::string name;                  ///< the public op name, "silu_and_mul"
   std::vector<std::string> aliases;  ///< other names it answers to, e.g. the OpCase::op of its built-in cases
+  /// Defaults an alias implies where the entry does not give the parameter (`layer_norm`: is_rms_norm false).
+  std::map<std::string, std::map<std::string, ParamValue>> alias_defaults;
   std::string help;
   std::vector<ParamSpec> params;
   std::function<std::unique_ptr<OpCase>(const CaseParams&)> make;  ///< throws ParamError for an impossible combination
 
   const ParamSpec* param(const std::string& n) const;
   bool answers_to(const std::string& n) const;
-  /// The defaults plus `given` (names checked: an unknown one throws ParamError naming it).
-  CaseParams with_defaults(const std::map<std::string, ParamValue>& given) const;
+  /// The defaults plus `given` (names checked: an unknown one throws ParamError naming it); `as`: the name the op was
+  /// called by (an alias's defaults come before the op's).
+  CaseParams with_defaults(const std::map<std::string, ParamValue>& given, const std::string& as = "") const;
 };
 
 /// Parameter descriptions for the families' hooks. `def` none: required.

@@ -174,7 +174,7 @@ Resolved resolve(const Step& s, const Registry& reg, const std::string& model) {
     const OpSpec* spec = reg.find_op(name);
     if (!spec) continue;
     try {
-      r.c = spec->make(spec->with_defaults(s.params));
+      r.c = spec->make(spec->with_defaults(s.params, name));
       r.source = "hook " + spec->name;
       return r;
     } catch (const ParamError& e) {  // the hook does not take the model's parameters (a size too big, ...)

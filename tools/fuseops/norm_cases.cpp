@@ -189,6 +189,10 @@ OpSpec layer_norm_op() {
   spec.family = "norm";
   spec.name = "layer_norm_fwd";
   spec.aliases = {"rms_norm", "rms_norm_gated", "rmsnorm_gated", "layer_norm"};
+  // what the names say, where the entry does not: layer_norm is a LayerNorm, the *_gated ones have the gate
+  spec.alias_defaults = {{"layer_norm", {{"is_rms_norm", false}}},
+                         {"rms_norm_gated", {{"gate", true}}},
+                         {"rmsnorm_gated", {{"gate", true}}}};
   spec.help = "gated RMSNorm / LayerNorm per group: x, z [tokens, hidden] -> out, rstd (and mean)";
   spec.params = {integer_param("tokens", "rows"),
                  integer_param("hidden", "N, the normalised width"),

@@ -82,6 +82,29 @@ TEST(CaseFile, StepRangesOptionsAndDefaults) {
   EXPECT_EQ(f.name, "f");                                // the file name without extension
 }
 
+// An alias means what it says where the entry does not: layer_norm is a LayerNorm, rms_norm_gated has the gate (both
+// ran as an ungated RMSNorm); a parameter the entry gives wins.
+TEST(CaseFile, NormAliasesImplyTheirForm) {
+  const CaseFile f = parse(
+      "cases:\n"
+      "  - op: layer_norm\n    tokens: 4\n    hidden: 64\n"
+      "  - op: rms_norm_gated\n    tokens: 4\n    hidden: 64\n"
+      "  - op: layer_norm\n    tokens: 4\n    hidden: 64\n    is_rms_norm: true\n"
+      "  - op: rms_norm\n    tokens: 4\n    hidden: 64\n");
+  ASSERT_EQ(f.points.size(), 4u);
+  EXPECT_FALSE(f.points[0].params.boolean("is_rms_norm"));
+  EXPECT_FALSE(f.points[0].params.boolean("gate"));
+  EXPECT_TRUE(f.points[1].params.boolean("is_rms_norm"));
+  EXPECT_TRUE(f.points[1].params.boolean("gate"));
+  EXPECT_TRUE(f.points[2].params.boolean("is_rms_norm"));
+  EXPECT_TRUE(f.points[3].params.boolean("is_rms_norm"));
+  EXPECT_FALSE(f.points[3].params.boolean("gate"));
+  const auto cases = f.make_cases();
+  ASSERT_EQ(cases.size(), 4u);
+  EXPECT_EQ(cases[0]->op.rfind("layer_norm", 0), 0u) << cases[0]->op;
+  EXPECT_NE(cases[1]->op.find("gate"), std::string::npos) << cases[1]->op;
+}
+
 TEST(CaseFile, GdnFixedVarlenAndAlias) {
   const CaseFile f = parse(
       "cases:\n"
