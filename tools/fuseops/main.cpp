@@ -46,6 +46,13 @@ int main(int argc, char** argv) {
   const CLI::Validator non_empty(
       [](const std::string& v) { return v.empty() ? std::string("expected a non-empty value") : std::string(); },
       "TEXT");
+  // integer options: decimal digits only, checked before the range (CLI11 said "Value 1e3 not in range 1 to ...")
+  const CLI::Validator decimal(
+      [](const std::string& v) {
+        const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
+        return digits ? std::string() : "expected a decimal integer, got \"" + v + "\"";
+      },
+      "INT");
   Options check_opts;
   CLI::App* check = app.add_subcommand("check", "run cases on a backend and compare with the float64 golden");
   check->add_option("--set", check_opts.sets, "case set(s) to run (default: every set)");
@@ -56,7 +63,7 @@ int main(int argc, char** argv) {
   check->add_option("--cpu-rows", check_opts.cpu_rows,
                     "rows per case on the CPU backend (reduced sizes; the chunked GDN forward keeps at least two "
                     "chunks and a half; the rows column shows what ran)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->check(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   check->add_option("--filter", check_opts.filter,
                   "only cases of this op (a whole name, public or printed) or of every op whose name contains "
                   "this text")
@@ -74,7 +81,7 @@ int main(int argc, char** argv) {
   CLI::Option* bench_json = bench->add_option("--json", bench_opts.json, "write the results as JSON to this file");
   CLI::Option* bench_md = bench->add_option("--md", bench_opts.md, "write the results as a Markdown table to this file");
   bench->add_option("--cpu-rows", bench_opts.cpu_rows, "rows per case on the CPU backend")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->check(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   bench->add_option("--filter", bench_opts.filter,
                   "only cases of this op (a whole name, public or printed) or of every op whose name contains "
                   "this text")
@@ -101,10 +108,12 @@ int main(int argc, char** argv) {
   model->add_option("name", model_opts.name, "qwen3-next-80b | llama3-8b | deepseek-v3");
   model->add_flag("--list", model_list, "list the models (or only NAME) and the ops of their layers");
   model->add_option("--tokens", model_opts.tokens, "tokens per sequence (default 4096)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  model->add_option("--batch", model_opts.batch, "sequences (default 1)")->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+      ->check(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  model->add_option("--batch", model_opts.batch, "sequences (default 1)")
+      ->check(decimal)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
   model->add_option("--check-rows", model_opts.check_rows, "rows of the slice checked against the golden (default 64)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->check(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   model->add_option("--backend", model_opts.backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   model->add_option("--json", model_opts.json, "write the table as JSON to this file");
   CLI::Option* model_seed = model->add_option("--seed", model_opts.seed_text, kSeedHelp);

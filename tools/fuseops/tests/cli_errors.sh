@@ -33,6 +33,9 @@ if [[ "$out" != *llama3-8b* ]] || [[ "$out" == *deepseek-v3* ]]; then echo "FAIL
 expect 2 'unknown model "gpt"' -- "$fuseops" model --list gpt
 # model without NAME: the list and a usage error (its run options would otherwise be ignored)
 expect 2 'model: give a model NAME (one of the list above)' -- "$fuseops" model --tokens 100
+# integer options take decimal digits (1e3 was "not in range")
+expect 2 '--tokens: expected a decimal integer, got "1e3"' -- "$fuseops" model qwen3-next-80b --tokens 1e3
+expect 2 '--cpu-rows: expected a decimal integer, got "-5"' -- "$fuseops" check --set norm --cpu-rows -5
 # an empty --filter / --shape is an error, not every case
 expect 2 '--filter: expected a non-empty value' -- "$fuseops" check --set norm --filter ''
 expect 2 '--shape: expected a non-empty value' -- "$fuseops" bench --backend cpu --set norm --shape ''
