@@ -74,6 +74,7 @@ Results load(const nlohmann::json& j) {
   r.ceiling_tbps = copy ? num_of(j, "copy_tbps") : num_of(j, "ceiling_tbps");
   r.ceiling_name = cpu ? "memcpy rate (read + write)" : copy ? "copy rate (1 GiB D2D, read + write)" : "ceiling_tbps of the results";
   const auto& results = j["results"];
+  if (results.empty()) throw Error(ErrorKind::invalid_argument, "chart: the results list is empty (nothing to chart)");
   for (std::size_t i = 0; i < results.size(); ++i) {
     const nlohmann::json& e = results[i];
     if (!e.is_object()) bad_entry(i, e, "expected an object with op, shape and a time");
@@ -85,11 +86,17 @@ Results load(const nlohmann::json& j) {
     Row row;
     row.label = text_of(e, "set") + "  " + text_of(e, "op") + "  " + text_of(e, "shape") + "  " + text_of(e, "dtype");
     row.time_us = time_of(i, e, e, time_key, "");
+    for (const char* key : {"bytes", "flops"}) {  // optional, but a number where given
+      if (e.contains(key) && !e[key].is_number()) bad_entry(i, e, std::string("\"") + key + "\" is not a number");
+    }
     row.bytes = num_of(e, "bytes");
     row.flops = num_of(e, "flops");
     if (row.bytes < 0 || row.flops < 0) bad_entry(i, e, "\"bytes\" and \"flops\" must be >= 0");
-    if (e.contains("baseline_cold_us") && time_of(i, e, e, "baseline_cold_us", "") > 0) {
-      row.baselines.emplace_back(text_of(e, "baseline").empty() ? "baseline" : text_of(e, "baseline"), num_of(e, "baseline_cold_us"));
+    if (e.contains("baseline_cold_us")) {  // a time (>= 0, drawn even when zero) of the baseline named "baseline"
+      const double t = time_of(i, e, e, "baseline_cold_us", "");
+      // bench writes "baseline": "" (and the time of an empty graph) for a case without one: not a baseline
+      const bool none = e.contains("baseline") && text_of(e, "baseline").empty();
+      if (!none) row.baselines.emplace_back(text_of(e, "baseline").empty() ? "baseline" : text_of(e, "baseline"), t);
     }
     if (e.contains("baselines")) {  // other baselines run side by side (name, cold_us)
       if (!e["baselines"].is_array()) bad_entry(i, e, "\"baselines\" is not a list of {name, cold_us}");
@@ -98,7 +105,7 @@ Results load(const nlohmann::json& j) {
         if (!b.is_object() || !b.contains("cold_us")) {
           bad_entry(i, e, who + "no \"cold_us\" (its cold time in microseconds, run side by side with this case)");
         }
-        if (time_of(i, e, b, "cold_us", who) > 0) row.baselines.emplace_back(text_of(b, "name"), num_of(b, "cold_us"));
+        row.baselines.emplace_back(text_of(b, "name"), time_of(i, e, b, "cold_us", who));
       }
     }
     r.rows.push_back(std::move(row));

@@ -75,13 +75,17 @@ std::vector<FileArg> case_file_args(const Options& opts) {
 void check_writable(const char* option, const std::string& path, bool given) {
   if (!given) return;
   if (path.empty()) throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected a file path, got \"\"");
+  namespace fs = std::filesystem;
   std::error_code ec;
-  const bool existed = std::filesystem::exists(path, ec);
+  const bool existed = fs::exists(path, ec);  // the file written to (through a symbolic link: its target)
   {
     std::ofstream f(path, std::ios::app);
     if (!f) throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path);
   }
-  if (!existed) std::filesystem::remove(path, ec);
+  if (!existed) {  // remove what was made: the link's target, never the link itself
+    const fs::path made = fs::is_symlink(fs::symlink_status(path, ec)) ? fs::canonical(path, ec) : fs::path(path);
+    if (!ec) fs::remove(made, ec);
+  }
 }
 
 void write_json(const std::string& path, const nlohmann::json& j) {
@@ -421,6 +425,9 @@ double cpu_memcpy_tbps() {
 
 int run_bench(const Options& opts) {
   check_one_line("--note", opts.note);
+  if (!opts.note.empty() && opts.md.empty() && opts.json.empty()) {
+    throw Error(ErrorKind::invalid_argument, "--note: it goes into the --md / --json output; give one of them");
+  }
   check_distinct_files(case_file_args(opts), {{"--json", opts.json}, {"--md", opts.md}, {"--svg", opts.svg},
                                               {"--html", opts.html}});
   check_writable("--json", opts.json, opts.json_given);

@@ -106,17 +106,25 @@ int main(int argc, char** argv) {
   CLI::App* model = app.add_subcommand(
       "model", "run the op sequence of one layer of a real model: golden check of a slice, time per op, share");
   model->add_option("name", model_opts.name, "qwen3-next-80b | llama3-8b | deepseek-v3");
-  model->add_flag("--list", model_list, "list the models (or only NAME) and the ops of their layers");
-  model->add_option("--tokens", model_opts.tokens, "tokens per sequence (default 4096)")
-      ->check(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
-  model->add_option("--batch", model_opts.batch, "sequences (default 1)")
-      ->check(decimal)
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
-  model->add_option("--check-rows", model_opts.check_rows, "rows of the slice checked against the golden (default 64)")
-      ->check(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  model->add_option("--backend", model_opts.backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
-  model->add_option("--json", model_opts.json, "write the table as JSON to this file");
+  CLI::Option* model_list_flag =
+      model->add_flag("--list", model_list, "list the models (or only NAME) and the ops of their layers");
+  std::vector<CLI::Option*> model_run_opts;  // what --list would ignore: an error with it
+  model_run_opts.push_back(model->add_option("--tokens", model_opts.tokens, "tokens per sequence (default 4096)")
+                               ->check(decimal)
+                               ->check(CLI::Range(int64_t{1}, int64_t{1} << 24)));
+  model_run_opts.push_back(model->add_option("--batch", model_opts.batch, "sequences (default 1)")
+                               ->check(decimal)
+                               ->check(CLI::Range(int64_t{1}, int64_t{1} << 16)));
+  model_run_opts.push_back(
+      model->add_option("--check-rows", model_opts.check_rows, "rows of the slice checked against the golden (default 64)")
+          ->check(decimal)
+          ->check(CLI::Range(int64_t{1}, int64_t{1} << 20)));
+  model_run_opts.push_back(model->add_option("--backend", model_opts.backend, "auto | cpu | cuda")
+                               ->check(CLI::IsMember({"auto", "cpu", "cuda"})));
+  model_run_opts.push_back(model->add_option("--json", model_opts.json, "write the table as JSON to this file"));
   CLI::Option* model_seed = model->add_option("--seed", model_opts.seed_text, kSeedHelp);
+  model_run_opts.push_back(model_seed);
+  for (CLI::Option* o : model_run_opts) model_list_flag->excludes(o);
   model->add_flag("--quiet", model_opts.quiet, "no progress line on a terminal");
 
   try {

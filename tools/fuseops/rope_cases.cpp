@@ -365,8 +365,9 @@ Spec rope_spec_of(const CaseParams& p, RopeOp op) {
     throw ParamError("head_stride", "head_stride " + std::to_string(s.head_stride) + " is below head_size " + std::to_string(s.d));
   }
   if (!(s.theta > 1.0) || !std::isfinite(s.theta)) throw ParamError("theta", "theta must be finite and above 1");
-  bounded_product({{"tokens", s.tokens}, {"num_heads", s.hq}, {"head_size", s.hs()}});
-  bounded_product({{"tokens", s.tokens}, {"num_kv_heads", s.hk}, {"head_size", s.hs()}});
+  const char* const row = s.head_stride ? "head_stride" : "head_size";  // the elements a head takes, by name
+  bounded_product({{"tokens", s.tokens}, {"num_heads", s.hq}, {row, s.hs()}});
+  bounded_product({{"tokens", s.tokens}, {"num_kv_heads", s.hk}, {row, s.hs()}});
   return s;
 }
 

@@ -31,6 +31,8 @@ expect 2 'A subcommand is required' -- "$fuseops"
 out=$("$fuseops" model --list llama3-8b)
 if [[ "$out" != *llama3-8b* ]] || [[ "$out" == *deepseek-v3* ]]; then echo "FAIL: model --list llama3-8b: $out"; failed=1; fi
 expect 2 'unknown model "gpt"' -- "$fuseops" model --list gpt
+# --list runs nothing: the run options are errors with it (they were ignored)
+expect 2 '--list excludes --tokens' -- "$fuseops" model --list llama3-8b --tokens 5
 # model without NAME: the list and a usage error (its run options would otherwise be ignored)
 expect 2 'model: give a model NAME (one of the list above)' -- "$fuseops" model --tokens 100
 # integer options take decimal digits (1e3 was "not in range")
@@ -60,6 +62,17 @@ rm -f "$work/none.json" "$work/none.md"
 expect 2 'no case matched' -- "$fuseops" bench --backend cpu --set norm --filter nomatch --json "$work/none.json" \
   --md "$work/none.md"
 if [ -e "$work/none.json" ] || [ -e "$work/none.md" ]; then echo "FAIL: a failed bench left an output file"; failed=1; fi
+# ... also through a symbolic link to a file not yet there: the link stays, no target is left; a run that succeeds
+# writes through the link
+rm -f "$work/target.json" "$work/link.json" && ln -s target.json "$work/link.json"
+expect 2 'no case matched' -- "$fuseops" check --set norm --filter nomatch --json "$work/link.json"
+if [ ! -L "$work/link.json" ] || [ -e "$work/target.json" ]; then
+  echo "FAIL: a failed check removed the --json link or left its target"; failed=1
+fi
+expect 0 'check: 10 passed' -- "$fuseops" check --set norm --cpu-rows 2 --quiet --json "$work/link.json"
+if [ ! -L "$work/link.json" ] || [ ! -s "$work/target.json" ]; then
+  echo "FAIL: check did not write through the --json link"; failed=1
+fi
 # an allocation that fails (host memory capped by ulimit -v) fails its case by name; the run goes on. Not under
 # AddressSanitizer, which needs more address space than the cap to start.
 printf 'cases:\n  - op: silu_and_mul\n    tokens: 400000000\n    d: 1000\n' > "$work/big.yaml"
@@ -81,5 +94,6 @@ printf '{"results": []}\n' > "$work/b.json"
 expect 2 '--svg: '"$work"'/b.json is the same file as the input --from' -- \
   "$fuseops" chart --from "$work/b.json" --svg "$work/b.json"
 expect 2 'is the same file as the output --svg' -- "$fuseops" chart --from "$work/b.json" --svg "$work/x" --html "$work/x"
+expect 2 '--note: it goes into the --md / --json output' -- "$fuseops" bench --backend cpu --set norm --note x
 expect 2 '--note: expected one line of text' -- "$fuseops" bench --backend cpu --set norm --note $'a\nb'
 exit $failed

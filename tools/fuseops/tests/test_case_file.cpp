@@ -399,6 +399,10 @@ TEST(CaseFile, SizesThatOverflowNameTheirKey) {
                     "tokens x d = 4000000000 x 4000 is more than 2^39 elements");
   EXPECT_CASE_ERROR("cases:\n  - op: rotary_embedding\n    tokens: 4\n    num_heads: 9223372036854775807\n"
                     "    num_kv_heads: 1\n    head_size: 64\n", "f.yaml:4:5", "num_heads", "more than 2^40");
+  // a head's elements are head_stride where one is given (it said "head_size" with head_stride's value)
+  EXPECT_CASE_ERROR("cases:\n  - op: rotary_embedding\n    tokens: 268435456\n    num_heads: 128\n"
+                    "    num_kv_heads: 1\n    head_size: 64\n    head_stride: 192\n", "f.yaml:3:5", "tokens",
+                    "tokens x num_heads x head_stride = 268435456 x 128 x 192");
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seqlens: [9223372036854775807, 9223372036854775807]\n"
                     "    num_v_heads: 4\n", "f.yaml:3:5", "seqlens", "more than 2^40 tokens");
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    batch: 4294967296\n    seq_len: 4294967296\n"

@@ -75,6 +75,22 @@ TEST(Chart, RejectsIncompleteOrNegativeEntries) {
                 .find("baseline \"FLA\": \"cold_us\" is negative"),
             std::string::npos);
   EXPECT_EQ(chart_error(R"({"op": "x", "shape": "1", "cold_us": 0})"), "");  // zero is a time
+  EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": 1, "bytes": "lots"})").find("\"bytes\" is not a number"),
+            std::string::npos);
+}
+
+// Baseline times of zero are drawn (they were dropped: "no baseline in these results"); "baseline": "" (what bench
+// writes for a case without one, with the time of an empty graph) is no baseline; an empty results list is an error.
+TEST(Chart, ZeroBaselinesDrawnEmptyNamesNot) {
+  const auto zero = nlohmann::json::parse(R"({"command": "bench", "backend": "cuda", "results": [
+    {"set": "s", "op": "x", "shape": "1", "cold_us": 2.0, "baselines": [{"name": "a", "cold_us": 0}]}]})");
+  EXPECT_EQ(count(chart_svg(zero), "class=\"ratio-bar\""), 1u);
+  const auto none = nlohmann::json::parse(R"({"command": "bench", "backend": "cuda", "results": [
+    {"set": "s", "op": "x", "shape": "1", "cold_us": 2.0, "baseline": "", "baseline_cold_us": 0.18}]})");
+  const std::string svg = chart_svg(none);
+  EXPECT_EQ(count(svg, "class=\"ratio-bar\""), 0u);
+  EXPECT_NE(svg.find("no baseline in these results"), std::string::npos);
+  EXPECT_THROW(chart_svg(nlohmann::json::parse(R"({"command": "bench", "results": []})")), Error);
 }
 
 TEST(Chart, GpuResultWithItsOwnCeiling) {
