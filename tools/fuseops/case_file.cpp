@@ -184,6 +184,9 @@ class EntryReader {
 void read_entry(const std::string& path, const YAML::Node& entry, const Registry& reg, CaseFile& file) {
   if (!entry.IsMap()) fail(path, entry.Mark(), "cases", "each case entry is a mapping with an op, got " + scalar_text(entry));
   keys_of(path, entry);  // no key twice
+  if (entry["<<"].IsDefined()) {  // yaml-cpp does not merge: the entry would lack the merged keys
+    fail(path, entry.Mark(), "<<", "YAML merge keys (<<) are not supported: write the entry's keys out");
+  }
   const YAML::Node op_node = entry["op"];
   if (!op_node.IsDefined()) fail(path, entry.Mark(), "op", "missing: each entry names its op");
   if (!op_node.IsScalar()) fail(path, op_node.Mark(), "op", "expected an op name, got " + scalar_text(op_node));
@@ -214,7 +217,7 @@ void read_entry(const std::string& path, const YAML::Node& entry, const Registry
   for (const auto& a : axes) {
     total *= a.second.size();
     if (total + file.points.size() > kMaxCasesPerFile) {
-      fail(path, entry.Mark(), a.first, "the file expands to more than " + std::to_string(kMaxCasesPerFile) + " cases");
+      fail(path, marks[a.first], a.first, "the file expands to more than " + std::to_string(kMaxCasesPerFile) + " cases");
     }
   }
   std::vector<std::size_t> idx(axes.size(), 0);
@@ -265,6 +268,13 @@ namespace {
 /// empty documents (a trailing `---`) are skipped.
 YAML::Node single_document(const std::string& text, const std::string& path) {
   std::vector<YAML::Node> docs;
+  if (const std::size_t nul = text.find('\0'); nul != std::string::npos) {  // yaml-cpp: "unknown escape character"
+    const std::size_t line_start = text.rfind('\n', nul);
+    YAML::Mark m;
+    m.line = static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n'));
+    m.column = static_cast<int>(line_start == std::string::npos ? nul : nul - line_start - 1);
+    fail(path, m, "cases", "the file contains a NUL byte: expected a YAML text file");
+  }
   try {
     docs = YAML::LoadAll(text);
   } catch (const YAML::ParserException& e) {

@@ -213,7 +213,7 @@ TEST(CaseFile, MissingRequiredSyntaxAndSize) {
   EXPECT_NE(syntax.find("YAML syntax"), std::string::npos) << syntax;
   EXPECT_CASE_ERROR("cases: {}\n", "f.yaml:1:8", "cases", "non-empty list");
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: {from: 1, to: 200}\n    d: {from: 1, to: 200}\n",
-                    "f.yaml:2:5", "d", "more than 10000 cases");
+                    "f.yaml:4:5", "d", "more than 10000 cases");  // at the key that crossed the limit
 }
 
 TEST(CaseFile, ReadsFilesAndNamesUnreadableOnes) {
@@ -369,6 +369,14 @@ TEST(CaseFile, SeqLenZeroSaysWhatToGive) {
                     "seq_len", "seqlens is empty");
   EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n    seq_len: [64, 0]\n    num_heads: 2\n", "f.yaml:3:5", "seq_len",
                     "seq_len 0 gives no tokens");
+}
+
+// A NUL byte (yaml-cpp: "unknown escape character") and a merge key (yaml-cpp does not merge: "op missing") say so.
+TEST(CaseFile, NulBytesAndMergeKeys) {
+  EXPECT_CASE_ERROR(std::string("cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 64\n\0junk", 57), "f.yaml:5:1",
+                    "cases", "the file contains a NUL byte");
+  EXPECT_CASE_ERROR("cases:\n  - &e {op: silu_and_mul, tokens: 4, d: 64}\n  - <<: *e\n    d: 128\n", "f.yaml:3:5",
+                    "<<", "YAML merge keys (<<) are not supported");
 }
 
 TEST(CaseFile, NameIsOneLineWithoutBars) {
