@@ -88,6 +88,10 @@ class EntryReader {
   // Decimal digits with an optional sign, leading zeros decimal (010 is 10), as the seeds are read: not YAML's
   // 0x / 0o forms, nor a C-style octal 010.
   int64_t integer(const YAML::Node& n) const {
+    // an explicit tag other than !!int (e.g. !!float 64) says the value is not meant as an integer
+    if (n.IsScalar() && !quoted(n) && n.Tag() != "?" && n.Tag() != "tag:yaml.org,2002:int") {
+      fail(path_, n.Mark(), key_, "expected an integer, got " + scalar_text(n) + " tagged " + n.Tag());
+    }
     const std::string t = n.IsScalar() && !quoted(n) ? n.Scalar() : "";
     const std::size_t digits = !t.empty() && (t[0] == '-' || t[0] == '+') ? 1 : 0;  // after the sign
     if (t.size() <= digits || t.find_first_not_of("0123456789", digits) != std::string::npos) {

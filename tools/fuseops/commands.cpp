@@ -125,7 +125,16 @@ std::vector<Work> collect(const Options& opts, bool real_model_only) {
   std::vector<const CaseSet*> sets;
   if (!opts.sets.empty() || opts.cases.empty()) sets = select_sets(opts.sets, real_model_only);
   std::vector<CaseSet> files;
-  for (const std::string& path : opts.cases) files.push_back(read_case_file(path, registry()).as_set());
+  std::vector<std::string> read;  // a file given twice runs once (as a set named twice)
+  for (const std::string& path : opts.cases) {
+    std::error_code ec;
+    const bool again = std::any_of(read.begin(), read.end(), [&](const std::string& r) {
+      return std::filesystem::equivalent(r, path, ec);
+    });
+    if (again) continue;
+    read.push_back(path);
+    files.push_back(read_case_file(path, registry()).as_set());
+  }
   for (const CaseSet& f : files) sets.push_back(&f);
   std::vector<Work> work;
   for (const CaseSet* set : sets) {

@@ -87,6 +87,9 @@ elif [ "$rc" -ne 1 ] || [[ "$out" != *"silu_and_mul 400000000x1000 bf16: out of 
 else
   echo "ok: a case out of host memory is named"
 fi
+# a case file given twice (also by another path) runs once, as a set named twice does
+printf 'cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 64\n' > "$work/one.yaml"
+expect 0 'check: 1 passed' -- "$fuseops" check --backend cpu --quiet --cases "$work/one.yaml" --cases "$work/../$(basename "$work")/one.yaml"
 # a size an op refuses: the op is rejected, out of the total, and the run fails
 expect 1 '0 missing, 3 rejected' -- "$fuseops" model llama3-8b --tokens 16777216 --batch 65536 --check-rows 2 --quiet
 # outputs never overwrite an input or each other

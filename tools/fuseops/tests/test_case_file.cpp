@@ -379,6 +379,13 @@ TEST(CaseFile, NulBytesAndMergeKeys) {
                     "<<", "YAML merge keys (<<) are not supported");
 }
 
+// A tag other than !!int on an integer key is an error (!!float 64 was read as 64); !!int is fine.
+TEST(CaseFile, IntegerKeysTakeNoOtherTag) {
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: !!float 64\n", "f.yaml:4:8", "d",
+                    "expected an integer, got \"64\" tagged tag:yaml.org,2002:float");
+  EXPECT_EQ(parse("cases:\n  - op: silu_and_mul\n    tokens: !!int 4\n    d: 64\n").points.size(), 1u);
+}
+
 TEST(CaseFile, NameIsOneLineWithoutBars) {
   EXPECT_CASE_ERROR("name: \"a|b\"\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:7", "name",
                     "expected a name of one line without '|'");
