@@ -70,7 +70,7 @@ void gelu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, Te
 /// [E] int32 or int64 on the same device (any stride), E <= 4096. The work is spread
 /// over the valid rows only (a few busy experts still fill the GPU) and read on the device without synchronising:
 /// masked_m[e] > T_max is treated as T_max and masked_m[e] < 0 as 0, and either records the first such e in the
-/// device error record (check_errors()). out must not overlap input. Same numerics as silu_and_mul.
+/// device error record (check_errors()). out must not overlap input or masked_m. Same numerics as silu_and_mul.
 void silu_and_mul_masked(TensorView out, TensorView input, TensorView masked_m, Stream stream = {});
 
 /// gelu_and_mul (none / tanh) in the masked expert-major form of silu_and_mul_masked.

@@ -141,6 +141,7 @@ void masked_forward(const char* op, Act act, TensorView out, TensorView input, T
     fail_argument(op, "input", "at most " + std::to_string(kMaxMaskedExperts) + " experts", std::to_string(E));
   }
   check_disjoint(op, "out", out, "input", input);
+  check_disjoint(op, "out", out, "masked_m", masked_m);  // an input too: rows written over it would change the counts
   MaskedActArgs a;
   a.act = act;
   a.dtype = input.dtype;

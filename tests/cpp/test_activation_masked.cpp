@@ -175,6 +175,13 @@ TEST(ActivationMaskedErrors, EveryArgument) {
                                    mm({4})),
       op, "input", "innermost stride 1");
   EXPECT_ARG_ERROR(fuseops::silu_and_mul_masked(in({4, 8, 16}), in({4, 8, 32}), mm({4})), op, "out", "overlap");
+  // masked_m inside out (an input as well): expert 0's rows would overwrite expert 1's count
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_masked(out({4, 8, 16}), in({4, 8, 32}),
+                                                TensorView(b.data() + 1, DType::i32, cpu, {4})),
+                   op, "out", "no overlap with masked_m");
+  EXPECT_ARG_ERROR(fuseops::gelu_and_mul_masked(out({4, 8, 16}), in({4, 8, 32}),
+                                                TensorView(b.data() + 1, DType::i32, cpu, {4})),
+                   "gelu_and_mul_masked", "out", "no overlap with masked_m");
   // out rows or experts sharing elements: rows 2 apart at d = 4, or one row block for every expert
   EXPECT_ARG_ERROR(fuseops::silu_and_mul_masked(TensorView(b.data(), DType::f32, cpu, {1, 2, 4}, {16, 2, 1}),
                                                 in({1, 2, 8}), mm({1})),
