@@ -38,6 +38,10 @@
 // generic and async proxies before the barrier that precedes a wgmma reading what it wrote (S^T, v_new^T, and a last
 // chunk's w rows copied by cp.async). Measured 0.87-0.94x the mma.sync TMA kernel's whole forward (docs/ops/gdn.md).
 //
+// Intra-first variant of the wgmma kernel (RDY; chunk_gated_delta_rule_intra_first_blocks says where): launched while
+// the intra-chunk kernel is still producing w and u, it waits per chunk for that chunk's ready flag instead of for the
+// whole previous grid (docs/ops/gdn.md, "the intra-first form"). Same arithmetic, same bytes.
+//
 // fwd_h_ffma_kernel (f32 inputs and any mix of dtypes): S [K][32] in shared memory, fp32 FFMA (no TF32); thread
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
 // All sums run in a fixed order: results do not depend on the batch around a sequence.

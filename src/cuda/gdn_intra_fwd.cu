@@ -16,6 +16,9 @@
 // and u multiply the raw k and v tiles; w and u products stored from the mma fragments as pairs (the first version,
 // staging them in shared memory for 16-byte stores with one warp per row of scaling, measured 1.45 ms against 1.27 ms
 // at 16 / 64 heads, T = 32768).
+// Intra-first form (WuArgs::ready; gdn_forward_impl.h): a persistent grid on the SMs fwd_h leaves free walks the
+// (chunk, value head) items in chunk order, one head per item, and sets a flag per item after its w / u stores, for
+// fwd_h, which is launched right after this kernel and polls the flags (same arithmetic per item, same bytes).
 // f16 / bf16 only (k, v, w, u of one dtype); other dtypes take the separate kernels.
 #include <algorithm>
 #include <cstdint>
