@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
       // memory. A clear flag: a spin on the global flag. No register waits on a flag load: a loaded flag kept in a
       // register cost ~0.23 us per chunk (the MOV right after the load waited for it). The flag is set after the
       // producer's stores and a fence; the w / u rows are then read through L2 (cp.async.cg, tensor-map copies).
-      const unsigned* const rdy = RDY ? a.ready + hv * a.ready_slots : nullptr;
+      const unsigned* const rdy = RDY ? a.ready + hv * a.ready_stride : nullptr;
       const int64_t flag_end = (sb.eos - sb.bos + BT - 1) / BT;
       const unsigned* const fsm = reinterpret_cast<const unsigned*>(smem_raw + C::kFlagOffset);
       // w, k, u rows of the chunk at tq -> buffer `b`, one cp.async group (empty past the sequence); pointers advance
@@ -899,8 +899,9 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
   const bool tma = tma_switched_on() && is_sm90_or_newer(device) && (K == 64 || K == 128) && a.geo.BT == 64 &&
                    vec.w && vec.k && a.geo.T <= INT32_MAX &&
                    gdn_rows_map(&maps.w, a.w, dt, K, a.geo.HV, a.geo) && gdn_rows_map(&maps.k, a.k, dt, K, a.geo.H, a.geo);
-  // the intra-first form: polls the ready flags of the intra kernel launched before (else this waits for that kernel)
-  const bool ready = a.ready && tma && chunk_gated_delta_rule_intra_first_blocks(a, device) > 0;
+  // the intra-first form (a.ready: set only where chunk_gated_delta_rule_intra_first_blocks applied to these args):
+  // polls the ready flags of the intra kernel launched before; without tensor maps this waits for that kernel instead
+  const bool ready = a.ready && tma;
   return gdn::with_16bit(dt, [&](auto tag) {
     using TK = decltype(tag);
     if (ready) {

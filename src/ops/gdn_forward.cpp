@@ -564,7 +564,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
         wa.ready_stride = (d.T + 4 * chunk_size - 1) / (4 * chunk_size) * 4;
         wa.intra_blocks = blocks;
         ha.ready = wa.ready;
-        ha.ready_slots = wa.ready_stride;
+        ha.ready_stride = wa.ready_stride;
       }
       fused = cuda::chunk_gated_delta_rule_fwd_intra(ka, wa, device.index, stream.handle);
       if (!fused) {

@@ -50,7 +50,7 @@ struct FwdHArgs {
   /// The intra-first form: the flags of WuArgs::ready (w and u are being produced by the intra kernel launched before;
   /// a chunk's copies wait for its flag) where chunk_gated_delta_rule_intra_first_blocks applies; nullptr otherwise.
   const unsigned* ready = nullptr;
-  int64_t ready_slots = 0;  ///< flags per value head (a multiple of 4)
+  int64_t ready_stride = 0;  ///< flags per value head (a multiple of 4)
 };
 
 struct FwdOArgs {

@@ -45,14 +45,25 @@ int main(int argc, char** argv) {
   // --filter '' / --shape '' would select every case (every name contains ''): an error, not a silent "all"
   const CLI::Validator non_empty(
       [](const std::string& v) { return v.empty() ? std::string("expected a non-empty value") : std::string(); },
-      "TEXT");
+      "");
   // integer options: decimal digits only, checked before the range (CLI11 said "Value 1e3 not in range 1 to ...")
   const CLI::Validator decimal(
       [](const std::string& v) {
         const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
         return digits ? std::string() : "expected a decimal integer, got \"" + v + "\"";
       },
-      "INT");
+      "");
+  // the case selection of check and bench: --filter, --shape, --cases
+  const auto add_selection = [&non_empty](CLI::App& sub, Options& opts) {
+    sub.add_option("--filter", opts.filter,
+                   "only cases of this op (a whole name, public or printed) or of every op whose name contains this "
+                   "text")
+        ->check(non_empty);
+    sub.add_option("--shape", opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)")
+        ->check(non_empty);
+    sub.add_option("--cases", opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")
+        ->check(CLI::ExistingFile);
+  };
   Options check_opts;
   CLI::App* check = app.add_subcommand("check", "run cases on a backend and compare with the float64 golden");
   check->add_option("--set", check_opts.sets, "case set(s) to run (default: every set)");
@@ -64,14 +75,7 @@ int main(int argc, char** argv) {
                     "rows per case on the CPU backend (reduced sizes; the chunked GDN forward keeps at least two "
                     "chunks and a half; the rows column shows what ran)")
       ->check(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  check->add_option("--filter", check_opts.filter,
-                  "only cases of this op (a whole name, public or printed) or of every op whose name contains "
-                  "this text")
-      ->check(non_empty);
-  check->add_option("--shape", check_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)")
-      ->check(non_empty);
-  check->add_option("--cases", check_opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")
-      ->check(CLI::ExistingFile);
+  add_selection(*check, check_opts);
   check->add_flag("--quiet", check_opts.quiet, "no progress line on a terminal");
 
   Options bench_opts;
@@ -82,15 +86,8 @@ int main(int argc, char** argv) {
   CLI::Option* bench_md = bench->add_option("--md", bench_opts.md, "write the results as a Markdown table to this file");
   bench->add_option("--cpu-rows", bench_opts.cpu_rows, "rows per case on the CPU backend")
       ->check(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
-  bench->add_option("--filter", bench_opts.filter,
-                  "only cases of this op (a whole name, public or printed) or of every op whose name contains "
-                  "this text")
-      ->check(non_empty);
-  bench->add_option("--shape", bench_opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)")
-      ->check(non_empty);
+  add_selection(*bench, bench_opts);
   bench->add_option("--note", bench_opts.note, "a line for the Markdown header (commit, command)");
-  bench->add_option("--cases", bench_opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")
-      ->check(CLI::ExistingFile);
   bench->add_flag("--quiet", bench_opts.quiet, "no progress line on a terminal");
   CLI::Option* bench_svg = bench->add_option("--svg", bench_opts.svg, "write a chart of the results (SVG) to this file");
   CLI::Option* bench_html = bench->add_option("--html", bench_opts.html, "write a chart and table (HTML) to this file");
