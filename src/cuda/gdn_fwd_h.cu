@@ -42,6 +42,15 @@
 // the intra-chunk kernel is still producing w and u, it waits per chunk for that chunk's ready flag instead of for the
 // whole previous grid (docs/ops/gdn.md, "the intra-first form"). Same arithmetic, same bytes.
 //
+// Fused-output variant of the wgmma kernel (FO; chunk_gated_delta_rule_fwd_h_o, the forward's grids of 64-column
+// blocks): chunk_fwd_o inside the chunk step, so h and v_new never leave the block. The q tile arrives with w and k;
+// after barrier A warpgroup g issues, behind w S, q S (its columns, the same S^T operand) and its 32 columns of
+// q k^T; the epilogue also writes the ungated v_new^T box; P = (q k^T) exp(g_i - g_j) (masked) goes by stmatrix into
+// a shared tile, so that each warpgroup computes half of the scores (computing all 64 x 64 in both measured 0.98x the
+// staged forward where this measures 0.84x); O = exp(g_i) q S; after barrier B, P v_new joins k^T v_new; o = scale O
+// is stored from registers. Three tile buffers. The products, roundings and order of sums are those of
+// chunk_fwd_o's wgmma kernel: same bytes as fwd_h + chunk_fwd_o.
+//
 // fwd_h_ffma_kernel (f32 inputs and any mix of dtypes): S [K][32] in shared memory, fp32 FFMA (no TF32); thread
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
 // All sums run in a fixed order: results do not depend on the batch around a sequence.
@@ -53,6 +62,7 @@
 #include "cuda/bulk_copy.cuh"
 #include "cuda/device_error.cuh"
 #include "cuda/gdn_forward.cuh"
+#include "cuda/gdn_fwd_o.cuh"
 #include "cuda/tensor_map.h"
 #include "cuda/wgmma.cuh"
 #include "fuseops/error.h"
@@ -147,12 +157,12 @@ void launch_fwd_h_ffma(const FwdHArgs& a, int device, cudaStream_t s) {
 
 /// Which tensors move as 16-byte rows (cp.async / vector stores) and whether v_new takes 4-byte pair stores.
 struct FwdHVec {
-  bool w, k, u, h, v_new_pairs;
+  bool w, k, u, h, v_new_pairs, q;
 };
 
 /// The w and k tensors as 4-D tensor maps (K, heads, T, B) with boxes of 64 x 1 x BT x 1 and 128-byte swizzle.
 struct FwdHMaps {
-  CUtensorMap w, k;
+  CUtensorMap w, k, q;  ///< q: the fused-output variant only
 };
 
 /// Compile-time shape: state rows KP (K padded: 128 or 256), chunk BT, V block BV, NS buffers of the w, k, u tiles
@@ -160,8 +170,10 @@ struct FwdHMaps {
 /// by tensor-map copies (KP = 128): each tile is then two boxes [BT][64] with 128-byte swizzle (16-byte group g of
 /// row r at group g ^ (r % 8)) instead of rows padded to KP + 8. RDY: the w / u of a chunk are produced by the intra
 /// kernel running beside (chunk_gated_delta_rule_fwd_intra in its intra-first form); a chunk's copies wait for its
-/// ready flag.
-template <typename TK, int KP, int BT, int BV, int NS, bool TMA = false, bool WG = false, bool RDY = false>
+/// ready flag. FO (fused output, WG only): the q tile of each chunk arrives beside w and k, and o is computed from the
+/// chunk's S^T, v_new and P in shared memory (chunk_gated_delta_rule_fwd_h_o); h and v_new are not written.
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA = false, bool WG = false, bool RDY = false,
+          bool FO = false>
 struct FwdHMma {
   static constexpr int kLdK = TMA ? 64 : KP + 8;  ///< row stride of the w / k tiles (of a box with TMA)
   static constexpr int kLdV = BV + 8;  ///< row stride of the u and S / v_new tiles
@@ -169,7 +181,10 @@ struct FwdHMma {
   static constexpr int kNV = BV / 8;                 ///< 8-column tiles of S and v_new
   static constexpr int kVT = (BT / 16) * kNV;        ///< 16 x 8 tiles of v_new
   static constexpr int kNPW = kVT >= gdn::kWarps ? kVT / gdn::kWarps : 1;  ///< v_new tiles per warp (one row block)
-  static constexpr int kWTile = TMA ? BT * KP : BT * kLdK, kUTile = BT * kLdV, kSTile = KP * kLdV;
+  static constexpr int kWTile = TMA ? BT * KP : BT * kLdK, kUTile = BT * kLdV, kSTile = FO ? 0 : KP * kLdV;
+  /// FO: NS q tiles after the k tiles (as the w / k tiles), the ungated v_new^T box (the B operand of P v_new) after
+  /// the gated one, then the tile of P [BT][64] (the K-major A operand of P v_new)
+  static constexpr int kQTile = FO ? kWTile : 0, kVuTile = FO ? BV * 64 : 0, kPTile = FO ? BT * 64 : 0;
   static constexpr int kBoxBytes = BT * 128;  ///< one swizzled box (TMA)
   /// WG (wgmma): S^T as the B operand of w S, two K-major 128-byte-swizzled boxes [BV][64] (state rows 0-63,
   /// 64-127), and the gated v_new^T as the B operand of k^T v_new, one box [BV][64]; both after the k tiles (1024-byte
@@ -181,18 +196,20 @@ struct FwdHMma {
   /// the gate table kept by warps 5-6 (warps 0-3 copy u, the last issues the tensor-map copies) instead of 0-1.
   /// Measured 3-4% faster there; with 32 or 64 columns 2-7% slower.
   static constexpr bool kNarrow = WG && BV == 16;
-  static constexpr int kUOffset = NS * 2 * kWTile + kStTile + kVtTile;  ///< of the u tiles, in elements
+  static constexpr int kUOffset = NS * (2 * kWTile + kQTile) + kStTile + kVtTile + kVuTile + kPTile;  ///< u tiles
   static constexpr int kVTile = WG ? 0 : kUTile;
-  /// w, k (, S^T, v_new^T) and u in NS buffers, the S tile, the gated v_new tile, the gate table double-buffered,
-  /// the mbarriers of the tensor-map copies (one per buffer)
+  /// w, k (, q, S^T, v_new^T) and u in NS buffers, the S tile, the gated v_new tile, the gate table double-buffered
+  /// (FO: then the raw g of the chunk's rows, double-buffered), the mbarriers of the tensor-map copies (one per buffer)
+  static constexpr int kGateFloats = 2 * (BT + 1) + (FO ? 2 * BT : 0);
   static constexpr std::size_t kBarOffset =
-      ((kUOffset + NS * kUTile + kSTile + kVTile) * sizeof(TK) + 2 * (BT + 1) * sizeof(float) + 7) / 8 * 8;
+      ((kUOffset + NS * kUTile + kSTile + kVTile) * sizeof(TK) + kGateFloats * sizeof(float) + 7) / 8 * 8;
   /// RDY: NS 16-byte slots of ready flags (slot j % NS holds flags j & ~3 .. (j & ~3) + 3, those of chunk j's group)
   static constexpr std::size_t kFlagOffset = (kBarOffset + (TMA ? NS * sizeof(uint64_t) : 0) + 15) / 16 * 16;
   static constexpr std::size_t kSmem = RDY ? kFlagOffset + NS * 16 : kBarOffset + (TMA ? NS * sizeof(uint64_t) : 0);
   static_assert(NS >= 2, "at least double buffering");
   static_assert(!TMA || KP == 128, "tensor-map tiles: K <= 128");
   static_assert(!WG || (TMA && BT == 64 && kMT == 1 && BV >= 16), "wgmma: tensor-map tiles, BT 64, K 128");
+  static_assert(!FO || (WG && !RDY && BV >= 32), "fused output: the wgmma variant");
   static_assert(kMT >= 1 && kNV % 2 == 0 && kNV % kNPW == 0 && (kNPW == 1 || kNPW % 2 == 0), "tile split");
 };
 
@@ -278,11 +295,11 @@ __device__ __forceinline__ float2 unpack2(uint32_t x) {
 template <int KP, int BV>
 constexpr int fwd_h_min_blocks() { return KP == 128 && BV <= 32 ? 2 : 1; }
 
-template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG, bool RDY>
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG, bool RDY, bool FO>
 __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
     fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units, FwdHVec vec, DeviceErrorRecord* errors,
                      const __grid_constant__ FwdHMaps maps) {
-  using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG, RDY>;
+  using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG, RDY, FO>;
   using TW = TileUnits<BT, KP>;  // w, k tiles
   using TU = TileUnits<BT, BV>;  // u tile
   using TH = TileUnits<KP, BV>;  // S tile -> h
@@ -300,6 +317,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   TK* const ssm = usm + NS * C::kUTile;             // S [KP][kLdV]
   TK* const vsm = ssm + C::kSTile;                  // the gated v_new [BT][kLdV] (not WG)
   float* const gsm = reinterpret_cast<float*>(vsm + C::kVTile);  // [2][BT + 1]: exp(g_last - g_i), exp(g_last)
+  float* const grw = gsm + 2 * (BT + 1);                            // FO: [2][BT] g_i (0 past the chunk, without g)
   uint64_t* const bars = reinterpret_cast<uint64_t*>(smem_raw + C::kBarOffset);  // [NS] (TMA)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   if constexpr (TMA) {
@@ -323,7 +341,10 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   const TK* const up = static_cast<const TK*>(a.u.data);
   TK* const hp = static_cast<TK*>(a.h.data);
   TK* const vnp = static_cast<TK*>(a.v_new.data);
+  const TK* const qptr = static_cast<const TK*>(a.q.data);
+  TK* const op = static_cast<TK*>(a.o.data);
   const int64_t wst = a.w.stride_t, kst = a.k.stride_t, ust = a.u.stride_t, vst = a.v_new.stride_t;
+  const int64_t qst = a.q.stride_t, ost = a.o.stride_t;
   const int64_t gst = a.g.stride_t;
   // this warp's v_new tiles: row block vm, column tiles vn0 .. vn0 + kNPW
   const int vt0 = warp * C::kNPW;
@@ -342,11 +363,16 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
                                            ((((tw.c >> 3) & 7) ^ (tw.i0 & 7)) << 4))
                    : static_cast<uint32_t>((tw.i0 * C::kLdK + tw.c) * sizeof(TK)));
   const uint32_t k_dst = w_dst + static_cast<uint32_t>(NS * C::kWTile * sizeof(TK));
+  const uint32_t q_dst = w_dst + static_cast<uint32_t>(2 * NS * C::kWTile * sizeof(TK));  // FO
   const uint32_t u_dst = smem0 + static_cast<uint32_t>((C::kUOffset + tu.i0 * C::kLdV + tu.c) * sizeof(TK));
   // WG: the S^T boxes and the v_new^T box (shared byte addresses)
-  const uint32_t st_addr = smem0 + static_cast<uint32_t>(2 * NS * C::kWTile * sizeof(TK));
+  const uint32_t q_addr = smem0 + static_cast<uint32_t>(2 * NS * C::kWTile * sizeof(TK));  // FO: the q tiles
+  const uint32_t st_addr = q_addr + static_cast<uint32_t>(NS * C::kQTile * sizeof(TK));
   const uint32_t vt_addr = st_addr + static_cast<uint32_t>(C::kStTile * sizeof(TK));
+  const uint32_t vu_addr = vt_addr + static_cast<uint32_t>(C::kVtTile * sizeof(TK));  // FO: ungated v_new^T
+  const uint32_t p_addr = vu_addr + static_cast<uint32_t>(C::kVuTile * sizeof(TK));  // FO: P
   const int64_t w_off = vec.w ? tw.i0 * wst + tw.c : 0, k_off = vec.k ? tw.i0 * kst + tw.c : 0;
+  const int64_t q_off = vec.q ? tw.i0 * qst + tw.c : 0, q_step = TW::kRowStep * qst;
   const int64_t u_off = vec.u ? tu.i0 * ust + tu.c : 0;
   const int64_t w_step = TW::kRowStep * wst, k_step = TW::kRowStep * kst, u_step = TU::kRowStep * ust;
   const int64_t h_off = vec.h ? th.i0 * V + th.c : 0, h_step = TH::kRowStep * V;
@@ -358,6 +384,14 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   const uint64_t kdesc0 = wgmma_desc_sw128_mn(
       smem0 + static_cast<uint32_t>(NS * C::kWTile * sizeof(TK) + (warp >> 2) * C::kBoxBytes), 1024);
   const uint64_t vdesc0 = wgmma_desc_sw128(vt_addr);
+  // FO: the q tile (A of q S and of q k^T, K-major), this warpgroup's 32 rows of the k tile as the B operand of
+  // q k^T (K-major: its columns of the scores), its columns of the ungated v_new^T box (B of P v_new), the P tile
+  // (A of P v_new)
+  const uint64_t qdesc0 = wgmma_desc_sw128(q_addr);
+  const uint64_t kbdesc0 =
+      wgmma_desc_sw128(smem0 + static_cast<uint32_t>(NS * C::kWTile * sizeof(TK) + (warp >> 2) * 32 * 128));
+  const uint64_t vudesc0 = wgmma_desc_sw128(vu_addr + static_cast<uint32_t>((warp >> 2) * (BV / 2) * 128));
+  const uint64_t pdesc0 = wgmma_desc_sw128(p_addr);
 
   for (int64_t unit = blockIdx.x; unit < units; unit += gridDim.x) {
     const int64_t vb = unit % vblocks, nh = unit / vblocks, hv = nh % HV, n = nh / HV, hk = hv / group;
@@ -379,6 +413,8 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
       const TK* uq = up + gdn::at(a.u, sb.batch, sb.bos, hv) + col0 + u_off;
       int64_t tq = sb.bos;  // first token of the next chunk to load
       TK* vq = vnp + gdn::at(a.v_new, sb.batch, sb.bos, hv) + col0;
+      const TK* qq = FO ? qptr + gdn::at(a.q, sb.batch, sb.bos, hk) + q_off : nullptr;
+      TK* oq = FO ? op + gdn::at(a.o, sb.batch, sb.bos, hv) + col0 : nullptr;
       const float* gq = gated ? gp + gdn::at(a.g, sb.batch, sb.bos, hv) : nullptr;
       TK* hq = hp + state_offset(a.h, sb.batch, chunk_slot(a.geo, n, sb.bos, sb.bos), hv, HV, KV) + col0 + h_off;
       TK* const hq1 =
@@ -414,13 +450,17 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             // issued by the last thread (the gate rows are on warps 0-1, or 5-6 with kNarrow); the block's reads of the buffer (its previous
             // chunk) precede it (barrier A); a previous unit's cp.async writes were fenced at this unit's start
             if (tid == kThreads - 1) {
-              mbar_arrive_expect(bars + b, static_cast<uint32_t>(2 * BT * K * sizeof(TK)));
+              mbar_arrive_expect(bars + b, static_cast<uint32_t>((FO ? 3 : 2) * BT * K * sizeof(TK)));
               for (int box = 0; box * 64 < K; ++box) {
                 tma_load_4d(smem0 + wb + box * C::kBoxBytes, &maps.w, box * 64, static_cast<int>(hv),
                             static_cast<int>(tq), static_cast<int>(sb.batch), bars + b);
                 tma_load_4d(smem0 + static_cast<uint32_t>(NS * C::kWTile * sizeof(TK)) + wb + box * C::kBoxBytes,
                             &maps.k, box * 64, static_cast<int>(hk), static_cast<int>(tq), static_cast<int>(sb.batch),
                             bars + b);
+                if constexpr (FO) {
+                  tma_load_4d(q_addr + wb + box * C::kBoxBytes, &maps.q, box * 64, static_cast<int>(hk),
+                              static_cast<int>(tq), static_cast<int>(sb.batch), bars + b);
+                }
               }
             }
           } else {  // the last chunk of a sequence (zero rows past it), or no tensor maps
@@ -434,6 +474,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             } else {
               gdn::load_tile<TK, BT>(ksm + b * C::kWTile, C::kLdK, kp, kq, kst, L, K, false, kThreads);
             }
+            if constexpr (FO) cp_tile(tw, q_dst + wb, C::kLdK, qq, q_step, L, kp, K, qptr);  // vec.q: a condition
           }
           if (vec.u) {
             cp_tile(tu, u_dst + ub, C::kLdV, uq, u_step, L, BV, vcols, up);
@@ -446,6 +487,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
         wq += BT * wst;
         kq += BT * kst;
         uq += BT * ust;
+        if constexpr (FO) qq += BT * qst;
       };
       // Gate table of a chunk (row pointer gc, L rows): row gt < BT gets exp(g_last - g_i) (0 past the chunk, 1
       // without g), entry BT exp(g_last) (1 without g). Loaded in one place, written in another (the loads fly).
@@ -455,10 +497,11 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           if (gt < L) gi = gc[gt * gst];
         }
       };
-      auto gate_store = [&](float gi, float gl, int L, float* dst) {
+      auto gate_store = [&](float gi, float gl, int L, float* dst, float* raw) {
         if (gt >= 0 && gt < BT) {
           dst[gt] = gt < L ? (gated ? expf(gl - gi) : 1.f) : 0.f;
           if (gt == 0) dst[BT] = gated ? expf(gl) : 1.f;
+          if constexpr (FO) raw[gt] = gated && gt < L ? gi : 0.f;
         }
       };
       // The previous unit is done with the shared tiles. With TMA, its last chunk may have been written by cp.async
@@ -473,7 +516,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
         const int L0 = static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - sb.bos));
         float gi = 0.f, gl = 0.f;
         gate_load(gq, L0, gi, gl);
-        gate_store(gi, gl, L0, gsm);
+        gate_store(gi, gl, L0, gsm, grw);
       }
       int buf = 0, gbuf = 0;  // tile buffer of this chunk (chunk index mod NS); gate buffer (chunk index mod 2)
       // Two block barriers per chunk. The S tile is last read (w S, h) before barrier B of the previous chunk; the
@@ -484,8 +527,8 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
         const bool has_next = t0 + BT < sb.eos;
 
         // 1. S -> shared memory (rounded once): h[slot] and the B operand of w S. Rows >= K are zero. (WG: the S tile
-        // only for h, by stmatrix: matrices (rows +0 | +8) x (columns of tiles j, j + 1).)
-        if constexpr (WG) {
+        // only for h, by stmatrix: matrices (rows +0 | +8) x (columns of tiles j, j + 1); FO: no h, no S tile.)
+        if constexpr (WG && !FO) {
           const int q = lane >> 3;
           const uint32_t row_at = smem0 + static_cast<uint32_t>(
               ((C::kUOffset + NS * C::kUTile) + (warp * 16 + (lane & 7) + (q & 1) * 8) * C::kLdV + (q >> 1) * 8) * sizeof(TK));
@@ -545,6 +588,8 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           for (int e = 0; e < 4; ++e) vacc[p][e] = vodd[p][e] = 0.f;
         }
         float wacc[WG ? BV / 4 : 1];  // WG: the warpgroup's v_new block, rows 16 (warp % 4) .., columns of its half
+        // FO: o of the warpgroup's block (as wacc), the warpgroup's 32 columns of the scores q k^T (m64n32 layout)
+        float oacc[FO ? BV / 4 : 1], sacc[FO ? 16 : 1];
         if constexpr (WG) {
           // warpgroup warp / 4 takes columns [BV / 2 (warp / 4), + BV / 2) of all 64 rows: A = the w tile (its two
           // K-major boxes as the tensor map left them), B = S^T rows of those columns; issued here, waited for before
@@ -559,6 +604,27 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           }
           wgmma_commit();
           wgmma_fence_operands(wacc);
+          if constexpr (FO) {
+            // o's two products that read only this chunk's tiles, in two more groups: q S (the same columns and
+            // B operand as w S) and the warpgroup's 32 columns of q k^T (P is shared through shared memory)
+            const uint64_t dq = wgmma_desc_add(qdesc0, static_cast<uint32_t>(buf * C::kWTile * sizeof(TK)));
+            const uint64_t dk = wgmma_desc_add(kbdesc0, static_cast<uint32_t>(buf * C::kWTile * sizeof(TK)));
+#pragma unroll
+            for (int st = 0; st < KP / 16; ++st) {
+              const uint32_t ka = static_cast<uint32_t>((st >> 2) * C::kBoxBytes + (st & 3) * 32);
+              const uint32_t kb = static_cast<uint32_t>((st >> 2) * BV * 128 + (st & 3) * 32);
+              wgmma_ss<TK, BV / 2>(oacc, wgmma_desc_add(dq, ka), wgmma_desc_add(sdesc0, kb), st > 0);
+            }
+            wgmma_commit();
+#pragma unroll
+            for (int st = 0; st < KP / 16; ++st) {
+              const uint32_t ka = static_cast<uint32_t>((st >> 2) * C::kBoxBytes + (st & 3) * 32);
+              wgmma_ss<TK, 32>(sacc, wgmma_desc_add(dq, ka), wgmma_desc_add(dk, ka), st > 0);
+            }
+            wgmma_commit();
+            wgmma_fence_operands(oacc);
+            wgmma_fence_operands(sacc);
+          }
         } else if (v_active && vm * 16 < L) {  // warp-uniform
           const TK* const a_ptr = wsm + buf * C::kWTile + (vm * 16 + (lane & 15)) * C::kLdK + (TMA ? 0 : (lane >> 4) * 8);
           const int b_row = C::kNPW == 1 ? (lane & 15) : (lane & 7) + ((lane >> 3) & 1) * 8;
@@ -607,8 +673,9 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
         float gi_next = 0.f, gl_next = 0.f;  // the next chunk's gates, stored to shared memory later
         const int L_next = has_next ? static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0 - BT)) : 0;
         if (has_next && gated) gate_load(gq + BT * gst, L_next, gi_next, gl_next);
-        // h[slot] = S from the shared tile (read before barrier B; kNarrow: the rows loaded above)
-        if (vec.h) {
+        // h[slot] = S from the shared tile (read before barrier B; kNarrow: the rows loaded above); FO: no h
+        if (FO) {
+        } else if (vec.h) {
 #pragma unroll
           for (int j = 0; j < TH::kUnits; ++j) {
             const int r = th.i0 + j * TH::kRowStep;
@@ -633,7 +700,9 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
               TK* const vrow = vq + v_off + (hr ? 8 * vst : 0);
 #pragma unroll
               for (int jj = 0; jj < kVv; ++jj) {
-                if (i < L) store_v_pair(vrow, n0 + jj * 8 + qc, vv[hr][jj][0], vv[hr][jj][1], vcols, vec.v_new_pairs);
+                if (!FO && i < L) {
+                store_v_pair(vrow, n0 + jj * 8 + qc, vv[hr][jj][0], vv[hr][jj][1], vcols, vec.v_new_pairs);
+              }
               }
             }
           }
@@ -658,7 +727,7 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             }
           };
           if constexpr (C::kNarrow) load_u();  // in the shadow of the products
-          wgmma_wait<0>();
+          wgmma_wait<FO ? 2 : 0>();  // w S (FO: q S and q k^T stay in flight)
           wgmma_fence_operands(wacc);
           if constexpr (!C::kNarrow) load_u();
           uint32_t vg[NH / 8][2];
@@ -685,7 +754,56 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
                                 vg[jj + 1][1]);
             }
           }
-          fence_proxy_async_shared();
+          if constexpr (FO) {
+            // the ungated v_new (rounded as fwd_h stores it) into its box alike: the B operand of P v_new
+#pragma unroll
+            for (int jj = 0; jj < NH / 8; jj += 2) {
+              const int n = n0 + 8 * (jj + (q >> 1)) + i8;
+              stmatrix_x4<true>(vu_addr + static_cast<uint32_t>(n * 128) + grp,
+                                pack2<TK>(vv[0][jj][0], vv[0][jj][1]), pack2<TK>(vv[1][jj][0], vv[1][jj][1]),
+                                pack2<TK>(vv[0][jj + 1][0], vv[0][jj + 1][1]),
+                                pack2<TK>(vv[1][jj + 1][0], vv[1][jj + 1][1]));
+            }
+          }
+          if constexpr (FO) {
+            // P = (q k^T) exp(g_i - g_j) for j <= i < L, else 0 (chunk_fwd_o's wgmma kernel), the warpgroup's columns
+            // [32 g, 32 g + 32) rounded to TK into the P tile by stmatrix (rows +0 | +8 x column tiles t, t + 1;
+            // 128-byte swizzle); O = exp(g_i) q S
+            wgmma_wait<0>();
+            wgmma_fence_operands(oacc);
+            wgmma_fence_operands(sacc);
+            const float* const gr = grw + gbuf * BT;
+            const int ra = (warp & 3) * 16 + qr, rb = ra + 8;
+            const float ga = gr[ra], gb = gr[rb];
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+              const int c = (warp >> 2) * 32 + 8 * t + qc;
+              const float g0 = gr[c], g1 = gr[c + 1];
+              sacc[4 * t + 0] = fwd_o::gated_score(sacc[4 * t + 0], ra, c, L, ga, g0, gated);
+              sacc[4 * t + 1] = fwd_o::gated_score(sacc[4 * t + 1], ra, c + 1, L, ga, g1, gated);
+              sacc[4 * t + 2] = fwd_o::gated_score(sacc[4 * t + 2], rb, c, L, gb, g0, gated);
+              sacc[4 * t + 3] = fwd_o::gated_score(sacc[4 * t + 3], rb, c + 1, L, gb, g1, gated);
+            }
+            const int prow = (warp & 3) * 16 + (q & 1) * 8 + i8;
+#pragma unroll
+            for (int t = 0; t < 4; t += 2) {
+              const int cg = (warp >> 2) * 4 + t + (q >> 1);  // the 16-byte group of the row
+              stmatrix_x4<false>(p_addr + static_cast<uint32_t>(prow * 128 + ((cg ^ i8) << 4)),
+                                 pack2<TK>(sacc[4 * t + 0], sacc[4 * t + 1]),
+                                 pack2<TK>(sacc[4 * t + 2], sacc[4 * t + 3]),
+                                 pack2<TK>(sacc[4 * t + 4], sacc[4 * t + 5]),
+                                 pack2<TK>(sacc[4 * t + 6], sacc[4 * t + 7]));
+            }
+            const float ea = gated ? __expf(ga) : 1.f, eb = gated ? __expf(gb) : 1.f;
+#pragma unroll
+            for (int t = 0; t < BV / 16; ++t) {
+              oacc[4 * t + 0] *= ea;
+              oacc[4 * t + 1] *= ea;
+              oacc[4 * t + 2] *= eb;
+              oacc[4 * t + 3] *= eb;
+            }
+          }
+          fence_proxy_async_shared();  // (FO: P, read by the wgmma after barrier B, with the v_new^T boxes)
           if constexpr (C::kNarrow) store_vnew();
         } else {
 #pragma unroll
@@ -731,12 +849,36 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             wgmma_ss<TK, BV, false, true>(sf, wgmma_desc_add(ka, static_cast<uint32_t>(st * 2048)),
                                           wgmma_desc_add(vdesc0, static_cast<uint32_t>(st * 32)), 1);
           }
+          if constexpr (FO) {  // O += P v_new (P from its tile, the warpgroup's columns of the ungated v_new^T box)
+#pragma unroll
+            for (int j = 0; j < BT / 16; ++j) {
+              wgmma_ss<TK, BV / 2>(oacc, wgmma_desc_add(pdesc0, static_cast<uint32_t>(j * 32)),
+                                   wgmma_desc_add(vudesc0, static_cast<uint32_t>(j * 32)), 1);
+            }
+          }
           wgmma_commit();
           // the next chunk's gate table while the products run (its buffer was last read before barrier B of the
           // previous chunk)
-          if (has_next) gate_store(gi_next, gl_next, L_next, gsm + (gbuf ^ 1) * (BT + 1));
+          if (has_next) gate_store(gi_next, gl_next, L_next, gsm + (gbuf ^ 1) * (BT + 1), grw + (gbuf ^ 1) * BT);
           wgmma_wait<0>();
           wgmma_fence_operands(sf);
+          if constexpr (FO) {
+            // o = scale O, rows < L, from registers (o in TK with pair stores: a condition of the variant)
+            wgmma_fence_operands(oacc);
+            const float sc = a.scale;
+            const int n0 = (warp >> 2) * (BV / 2);
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const int i = (warp & 3) * 16 + qr + 8 * hr;
+              TK* const orow = oq + static_cast<int64_t>(i) * ost + n0 + qc;
+              if (i < L) {
+#pragma unroll
+                for (int t = 0; t < BV / 16; ++t) {
+                  st_pair(orow + 8 * t, pack2<TK>(sc * oacc[4 * t + 2 * hr], sc * oacc[4 * t + 2 * hr + 1]));
+                }
+              }
+            }
+          }
         }
         for (int kk = 0; kk < (WG ? 0 : lp); kk += 16) {
           uint32_t bf[C::kNV / 2][4];
@@ -764,8 +906,9 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
             }
           }
         }
-        if (!WG && has_next) gate_store(gi_next, gl_next, L_next, gsm + (gbuf ^ 1) * (BT + 1));
+        if (!WG && has_next) gate_store(gi_next, gl_next, L_next, gsm + (gbuf ^ 1) * (BT + 1), nullptr);
         vq += BT * vst;
+        if constexpr (FO) oq += BT * ost;
         if (gated) gq += BT * gst;
         hq = t0 == sb.bos ? hq1 : hq + h_slot;
       }
@@ -778,13 +921,13 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
   }
 }
 
-template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG = false, bool RDY = false>
+template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG = false, bool RDY = false, bool FO = false>
 void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps, int device, cudaStream_t s) {
-  using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG, RDY>;
+  using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG, RDY, FO>;
   const char* op = "chunk_gated_delta_rule_fwd_h";
   const int64_t vblocks = (a.V + BV - 1) / BV;
   const int64_t units = a.geo.N * a.geo.HV * vblocks;
-  auto kernel = fwd_h_mma_kernel<TK, KP, BT, BV, NS, TMA, WG, RDY>;
+  auto kernel = fwd_h_mma_kernel<TK, KP, BT, BV, NS, TMA, WG, RDY, FO>;
   allow_smem(kernel, C::kSmem, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   launch_kernel(kernel, dim3(gdn::grid_x(units)), dim3(kThreads), C::kSmem, s, device, a, vblocks, units, vec, errors,
@@ -797,6 +940,9 @@ std::atomic<bool> fwd_h_tma_off_for_testing{false}, fwd_h_wgmma_off_for_testing{
 /// set_intra_first_off_for_testing (false unless a test turns the intra-first form off in its process).
 std::atomic<bool> intra_first_off_for_testing{false};
 std::atomic<int64_t> intra_first_launches{0};  ///< fwd_h launches in the intra-first form (tests)
+/// set_fwd_h_o_off_for_testing; launches of the fused-output form (tests)
+std::atomic<bool> fwd_h_o_off_for_testing{false};
+std::atomic<int64_t> fwd_h_o_launches{0};
 
 /// Whether the tensor-map tiles and the wgmma products are switched on (environment, tests).
 bool tma_switched_on() {
@@ -881,12 +1027,19 @@ void launch_fwd_h_bt(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps
   }
 }
 
+/// Whether the fused-output form is switched on (environment, tests).
+bool fwd_h_o_switched_on() {
+  static const bool allowed = !env_switched_off("FUSEOPS_GDN_FWD_HO");
+  return allowed && !fwd_h_o_off_for_testing.load(std::memory_order_relaxed);
+}
+
 /// The tensor-core path: k, w, u, h and v_new all in one 16-bit dtype. Returns false (nothing launched) otherwise.
-bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
+/// `fo`: the fused-output form (chunk_gated_delta_rule_fwd_h_o) only, false (nothing launched) where it does not apply.
+bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo) {
   const DType dt = a.k.dtype;
   if (a.w.dtype != dt || a.u.dtype != dt || a.h.dtype != dt || a.v_new.dtype != dt) return false;
   const int64_t K = a.geo.K, V = a.V;
-  FwdHVec vec;
+  FwdHVec vec{};
   vec.w = gdn::rows_16b(a.w, K);
   vec.k = gdn::rows_16b(a.k, K);
   vec.u = gdn::rows_16b(a.u, V);
@@ -902,6 +1055,21 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s) {
   // the intra-first form (a.ready: set only where chunk_gated_delta_rule_intra_first_blocks applied to these args):
   // polls the ready flags of the intra kernel launched before; without tensor maps this waits for that kernel instead
   const bool ready = a.ready && tma;
+  if (fo) {
+    // the wgmma variant of 64 columns (launch_fwd_h_bv's choice for grids of >= kFillBlocks such blocks), whole V
+    // blocks, q as w / k (16-byte rows, a tensor map), o in TK with pair stores
+    vec.q = a.q.data != nullptr && a.q.dtype == dt && gdn::rows_16b(a.q, K);
+    const bool form = fwd_h_o_switched_on() && tma && !ready && K == 128 && V % 64 == 0 && wgmma_switched_on() &&
+                      runs_sm90a_code(device) && fwd_h_blocks(a, 64) >= kFillBlocks && vec.q && a.o.dtype == dt &&
+                      gdn::rows_pairs(a.o) && gdn_rows_map(&maps.q, a.q, dt, K, a.geo.H, a.geo);
+    if (!form) return false;
+    // three buffers (211 KB of shared memory): measured 2-3% faster than two on the gdn-prefill cases it takes
+    gdn::with_16bit(dt, [&](auto tag) {
+      launch_fwd_h_mma<decltype(tag), 128, 64, 64, 3, true, true, false, true>(a, vec, maps, device, s);
+    });
+    fwd_h_o_launches.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   return gdn::with_16bit(dt, [&](auto tag) {
     using TK = decltype(tag);
     if (ready) {
@@ -937,6 +1105,17 @@ int64_t chunk_gated_delta_rule_intra_first_blocks(const FwdHArgs& a, int device)
   return 2 * blocks >= 15 * a.geo.HV ? blocks : 0;
 }
 
+bool chunk_gated_delta_rule_fwd_h_o(const FwdHArgs& a, int device, void* stream) {
+  const char* op = "chunk_gated_delta_rule";
+  DeviceGuard guard(device, op);
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (a.geo.BT != 64 || !launch_fwd_h_tc(a, device, s, true)) return false;
+  after_launch(op, s, device);
+  return true;
+}
+void set_fwd_h_o_off_for_testing(bool off) { fwd_h_o_off_for_testing.store(off, std::memory_order_relaxed); }
+int64_t fwd_h_o_launches_for_testing() { return fwd_h_o_launches.load(std::memory_order_relaxed); }
+
 void set_fwd_h_tma_off_for_testing(bool off) { fwd_h_tma_off_for_testing.store(off, std::memory_order_relaxed); }
 void set_fwd_h_wgmma_off_for_testing(bool off) { fwd_h_wgmma_off_for_testing.store(off, std::memory_order_relaxed); }
 void set_intra_first_off_for_testing(bool off) { intra_first_off_for_testing.store(off, std::memory_order_relaxed); }
@@ -949,7 +1128,7 @@ void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream) {
   if (a.geo.BT != 16 && a.geo.BT != 32 && a.geo.BT != 64) {
     throw Error(ErrorKind::invalid_argument, std::string(op) + ": unsupported chunk size");
   }
-  if (!launch_fwd_h_tc(a, device, s)) {
+  if (!launch_fwd_h_tc(a, device, s, false)) {
     switch (a.geo.BT) {
       case 16: launch_fwd_h_ffma<16>(a, device, s); break;
       case 32: launch_fwd_h_ffma<32>(a, device, s); break;

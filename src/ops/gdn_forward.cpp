@@ -578,6 +578,16 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     cpu::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai);
 #endif
     if (!fused) FUSEOPS_GDN_RUN(op, device, stream, recompute_w_u_fwd, wa);
+#if defined(FUSEOPS_WITH_CUDA)
+    // CUDA: the output stage inside the recurrence where that form applies (h and v_new then stay in the kernel)
+    if (backend_for(op, device) == Backend::cuda) {
+      FwdHArgs hoa = ha;
+      hoa.q = qn;
+      hoa.o = out_view(o);
+      hoa.scale = s;
+      if (cuda::chunk_gated_delta_rule_fwd_h_o(hoa, device.index, stream.handle)) return;
+    }
+#endif
   }
   FUSEOPS_GDN_RUN(op, device, stream, chunk_gated_delta_rule_fwd_h, ha);
   if (d.T == 0) return;

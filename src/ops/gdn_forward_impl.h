@@ -51,6 +51,11 @@ struct FwdHArgs {
   /// a chunk's copies wait for its flag) where chunk_gated_delta_rule_intra_first_blocks applies; nullptr otherwise.
   const unsigned* ready = nullptr;
   int64_t ready_stride = 0;  ///< flags per value head (a multiple of 4)
+  /// The output stage fused into the recurrence (CUDA, chunk_gated_delta_rule_fwd_h_o only): q [B, T, H, K], o
+  /// [B, T, HV, V] and scale as in FwdOArgs; unused by chunk_gated_delta_rule_fwd_h.
+  GdnIn q;
+  GdnOut o;
+  float scale = 1.f;
 };
 
 struct FwdOArgs {
@@ -118,6 +123,17 @@ bool chunk_gated_delta_rule_fwd_intra(const KktArgs& ka, const WuArgs& a, int de
 /// launches on, enough free SMs; FUSEOPS_GDN_INTRA_FIRST=0 turns it off.
 int64_t chunk_gated_delta_rule_intra_first_blocks(const FwdHArgs& a, int device);
 void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream);
+/// chunk_gated_delta_rule_fwd_h and chunk_fwd_o in one kernel (gdn_fwd_h.cu, the fused-output variant of fwd_h): o
+/// from q, k, g, scale of `a` and each chunk's state and v_new while they are in the block, so h and v_new are never
+/// written (a.h, a.v_new unused); ht as fwd_h. o gets the bytes chunk_fwd_o's wgmma kernel gives from fwd_h's h and
+/// v_new. Applies where fwd_h takes its wgmma variant of 64 columns (K = 128, BT = 64, 16-bit, sm_90a, tensor maps,
+/// N HV V / 64 >= 128 blocks) with V a multiple of 64, q 16-byte rows and o in q's dtype with pair stores;
+/// FUSEOPS_GDN_FWD_HO=0 turns it off. Returns false (nothing launched) where it does not apply.
+bool chunk_gated_delta_rule_fwd_h_o(const FwdHArgs& a, int device, void* stream);
+/// Tests only: `off` true turns the fused-output form off for the launches that follow, as FUSEOPS_GDN_FWD_HO=0 does.
+void set_fwd_h_o_off_for_testing(bool off);
+/// Tests only: how many launches of this process took the fused-output form.
+int64_t fwd_h_o_launches_for_testing();
 /// Tests only: `off` true makes the launches that follow take cp.async for the w and k tiles as
 /// FUSEOPS_GDN_FWD_H_TMA=0 does (that switch is read once per process); false returns to the switch's setting.
 /// Launches already issued are unaffected (the choice is made on the host at launch).
