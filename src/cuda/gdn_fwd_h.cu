@@ -49,7 +49,8 @@
 // a shared tile, so that each warpgroup computes half of the scores (computing all 64 x 64 in both measured 0.98x the
 // staged forward where this measures 0.84x); O = exp(g_i) q S; after barrier B, P v_new joins k^T v_new; o = scale O
 // is stored from registers. Three tile buffers. The products, roundings and order of sums are those of
-// chunk_fwd_o's wgmma kernel: same bytes as fwd_h + chunk_fwd_o.
+// chunk_fwd_o's wgmma kernel: same bytes as fwd_h + chunk_fwd_o where that kernel is the staged output stage (V a
+// multiple of 128); with V = 64 / 192 the staged path takes the mma.sync kernel, whose sums skip the zero blocks.
 //
 // fwd_h_ffma_kernel (f32 inputs and any mix of dtypes): S [K][32] in shared memory, fp32 FFMA (no TF32); thread
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
@@ -1063,10 +1064,11 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo) {
                       runs_sm90a_code(device) && fwd_h_blocks(a, 64) >= kFillBlocks && vec.q && a.o.dtype == dt &&
                       gdn::rows_pairs(a.o) && gdn_rows_map(&maps.q, a.q, dt, K, a.geo.H, a.geo);
     if (!form) return false;
-    // three buffers (211 KB of shared memory): measured 2-3% faster than two on the gdn-prefill cases it takes
-    gdn::with_16bit(dt, [&](auto tag) {
+    // three buffers (212 KB of shared memory): measured 2-3% faster than two on the gdn-prefill cases it takes
+    const bool launched = gdn::with_16bit(dt, [&](auto tag) {
       launch_fwd_h_mma<decltype(tag), 128, 64, 64, 3, true, true, false, true>(a, vec, maps, device, s);
     });
+    if (!launched) return false;  // (not 16-bit: no tensor maps, so not reached)
     fwd_h_o_launches.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
