@@ -289,7 +289,16 @@ struct BenchRow {
   bool decode = false;
   double bytes = 0, flops = 0, warm = 0, cold = 0, base_warm = 0, base_cold = 0;
   int cold_sets = 0;
+  bool has_baseline = true;  ///< false: the case runs no baseline (run_baseline returned false); base_* unset
 };
+
+/// A baseline time for the tables: "%.2f", or "—" where the case has no baseline.
+std::string base_cell(const BenchRow& r, double v) {
+  if (!r.has_baseline) return "—";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f", v);
+  return buf;
+}
 
 
 void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double copy_tbps, double empty_us,
@@ -310,9 +319,10 @@ void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double cop
   f << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& r : rows) {
     const double copy_us = r.bytes / (copy_tbps * 1e6);
-    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %.2f | %.2f | %.2f |\n",
+    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %s | %s | %s |\n",
                   r.set.c_str(), r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6,
-                  copy_us, r.cold / copy_us, r.base_warm, r.base_cold, r.base_cold / r.cold);
+                  copy_us, r.cold / copy_us, base_cell(r, r.base_warm).c_str(), base_cell(r, r.base_cold).c_str(),
+                  base_cell(r, r.base_cold / r.cold).c_str());
     f << buf;
   }
 }
@@ -344,13 +354,17 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
     r.warm = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, n);
     const int cold_n = std::max(sets_cold, (n / sets_cold) * sets_cold);
     r.cold = gpu::time_graph_us([&](int k, void* s) { p->run(k % sets_cold, s); }, cold_n);
-    r.base_warm = gpu::time_graph_us([&](int, void* s) { p->run_baseline(0, s); }, n);
-    r.base_cold = gpu::time_graph_us([&](int k, void* s) { p->run_baseline(k % sets_cold, s); }, cold_n);
+    // the first capture says whether the case has a baseline (else the graph is empty and nothing more is timed)
+    r.base_warm = gpu::time_graph_us([&](int, void* s) { r.has_baseline = p->run_baseline(0, s); }, n);
+    if (r.has_baseline) {
+      r.base_cold = gpu::time_graph_us([&](int k, void* s) { p->run_baseline(k % sets_cold, s); }, cold_n);
+    }
     const double copy_us = r.bytes / (copy_tbps * 1e12) * 1e6;
     progress.clear();
-    std::printf("%-16s %-26s %-11s %-5s %9.2f %9.2f %7.3f %8.2f %6.2f %10.2f %10.2f %7.2f\n", r.set.c_str(),
-                r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6, copy_us,
-                r.cold / copy_us, r.base_warm, r.base_cold, r.base_cold / r.cold);
+    std::printf("%-16s %-26s %-11s %-5s %9.2f %9.2f %7.3f %8.2f %6.2f %10s %10s %7s\n", r.set.c_str(), r.op.c_str(),
+                r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6, copy_us, r.cold / copy_us,
+                base_cell(r, r.base_warm).c_str(), base_cell(r, r.base_cold).c_str(),
+                base_cell(r, r.base_cold / r.cold).c_str());
     std::fflush(stdout);
     rows.push_back(r);
   }
@@ -359,10 +373,16 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
                       {"copy_tbps", copy_tbps}, {"empty_kernel_us", empty_us}, {"date", today()}, {"note", opts.note}};
   j["results"] = nlohmann::json::array();
   for (const BenchRow& r : rows) {
-    j["results"].push_back({{"set", r.set}, {"op", r.op}, {"shape", r.shape}, {"dtype", r.dtype}, {"bytes", r.bytes},
-                            {"flops", r.flops}, {"warm_us", r.warm}, {"cold_us", r.cold}, {"cold_sets", r.cold_sets},
-                            {"baseline", r.baseline}, {"baseline_warm_us", r.base_warm},
-                            {"baseline_cold_us", r.base_cold}, {"copy_rate_us", r.bytes / (copy_tbps * 1e6)}});
+    // a case without a baseline: "baseline" "" and no baseline times (the chart and the scripts read them as absent)
+    nlohmann::json e = {{"set", r.set}, {"op", r.op}, {"shape", r.shape}, {"dtype", r.dtype}, {"bytes", r.bytes},
+                        {"flops", r.flops}, {"warm_us", r.warm}, {"cold_us", r.cold}, {"cold_sets", r.cold_sets},
+                        {"baseline", r.has_baseline ? r.baseline : std::string()},
+                        {"copy_rate_us", r.bytes / (copy_tbps * 1e6)}};
+    if (r.has_baseline) {
+      e["baseline_warm_us"] = r.base_warm;
+      e["baseline_cold_us"] = r.base_cold;
+    }
+    j["results"].push_back(e);
   }
   write_json(opts.json, j);
   if (!opts.md.empty()) write_bench_md(opts, info, copy_tbps, empty_us, rows);
