@@ -596,27 +596,25 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
           // K-major boxes as the tensor map left them), B = S^T rows of those columns; issued here, waited for before
           // the epilogue
           wgmma_fence();
-          const uint64_t da = wgmma_desc_add(wdesc0, static_cast<uint32_t>(buf * C::kWTile * sizeof(TK)));
-#pragma unroll
-          for (int st = 0; st < KP / 16; ++st) {
-            const uint32_t ka = static_cast<uint32_t>((st >> 2) * C::kBoxBytes + (st & 3) * 32);
-            const uint32_t kb = static_cast<uint32_t>((st >> 2) * BV * 128 + (st & 3) * 32);
-            wgmma_ss<TK, BV / 2>(wacc, wgmma_desc_add(da, ka), wgmma_desc_add(sdesc0, kb), st > 0);
-          }
-          wgmma_commit();
-          wgmma_fence_operands(wacc);
-          if constexpr (FO) {
-            // o's two products that read only this chunk's tiles, in two more groups: q S (the same columns and
-            // B operand as w S) and the warpgroup's 32 columns of q k^T (P is shared through shared memory)
-            const uint64_t dq = wgmma_desc_add(qdesc0, static_cast<uint32_t>(buf * C::kWTile * sizeof(TK)));
-            const uint64_t dk = wgmma_desc_add(kbdesc0, static_cast<uint32_t>(buf * C::kWTile * sizeof(TK)));
+          // acc = A S for an A tile of buffer `buf` (descriptor of buffer 0: `a0`), the warpgroup's columns of S^T
+          auto times_s = [&](float (&acc)[BV / 4], uint64_t a0) {
+            const uint64_t da = wgmma_desc_add(a0, static_cast<uint32_t>(buf * C::kWTile * sizeof(TK)));
 #pragma unroll
             for (int st = 0; st < KP / 16; ++st) {
               const uint32_t ka = static_cast<uint32_t>((st >> 2) * C::kBoxBytes + (st & 3) * 32);
               const uint32_t kb = static_cast<uint32_t>((st >> 2) * BV * 128 + (st & 3) * 32);
-              wgmma_ss<TK, BV / 2>(oacc, wgmma_desc_add(dq, ka), wgmma_desc_add(sdesc0, kb), st > 0);
+              wgmma_ss<TK, BV / 2>(acc, wgmma_desc_add(da, ka), wgmma_desc_add(sdesc0, kb), st > 0);
             }
             wgmma_commit();
+          };
+          times_s(wacc, wdesc0);
+          wgmma_fence_operands(wacc);
+          if constexpr (FO) {
+            // o's two products that read only this chunk's tiles, in two more groups: q S (the same columns and
+            // B operand as w S) and the warpgroup's 32 columns of q k^T (P is shared through shared memory)
+            times_s(oacc, qdesc0);
+            const uint64_t dq = wgmma_desc_add(qdesc0, static_cast<uint32_t>(buf * C::kWTile * sizeof(TK)));
+            const uint64_t dk = wgmma_desc_add(kbdesc0, static_cast<uint32_t>(buf * C::kWTile * sizeof(TK)));
 #pragma unroll
             for (int st = 0; st < KP / 16; ++st) {
               const uint32_t ka = static_cast<uint32_t>((st >> 2) * C::kBoxBytes + (st & 3) * 32);
@@ -1040,6 +1038,11 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo) {
   const DType dt = a.k.dtype;
   if (a.w.dtype != dt || a.u.dtype != dt || a.h.dtype != dt || a.v_new.dtype != dt) return false;
   const int64_t K = a.geo.K, V = a.V;
+  // fo: the shape rules first, so that a forward the form does not take encodes its tensor maps once (in fwd_h's call)
+  if (fo && !(fwd_h_o_switched_on() && !a.ready && a.geo.BT == 64 && K == 128 && V % 64 == 0 &&
+              fwd_h_blocks(a, 64) >= kFillBlocks)) {
+    return false;
+  }
   FwdHVec vec{};
   vec.w = gdn::rows_16b(a.w, K);
   vec.k = gdn::rows_16b(a.k, K);
@@ -1060,8 +1063,7 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo) {
     // the wgmma variant of 64 columns (launch_fwd_h_bv's choice for grids of >= kFillBlocks such blocks), whole V
     // blocks, q as w / k (16-byte rows, a tensor map), o in TK with pair stores
     vec.q = a.q.data != nullptr && a.q.dtype == dt && gdn::rows_16b(a.q, K);
-    const bool form = fwd_h_o_switched_on() && tma && !ready && K == 128 && V % 64 == 0 && wgmma_switched_on() &&
-                      runs_sm90a_code(device) && fwd_h_blocks(a, 64) >= kFillBlocks && vec.q && a.o.dtype == dt &&
+    const bool form = tma && wgmma_switched_on() && runs_sm90a_code(device) && vec.q && a.o.dtype == dt &&
                       gdn::rows_pairs(a.o) && gdn_rows_map(&maps.q, a.q, dt, K, a.geo.H, a.geo);
     if (!form) return false;
     // three buffers (212 KB of shared memory): measured 2-3% faster than two on the gdn-prefill cases it takes
