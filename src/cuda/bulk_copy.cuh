@@ -73,6 +73,23 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+/// Bulk store: `bytes` (a multiple of 16; both addresses 16-byte aligned) from shared address `src` to global `dst`,
+/// in this thread's current bulk group. The bytes must have been fenced (fence_proxy_async_shared) after they were
+/// written and before a block barrier that precedes this call.
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src, uint32_t bytes) {
+  FUSEOPS_SM90_ASM("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src), "r"(bytes)
+                   : "memory");
+}
+/// Closes this thread's current bulk group.
+__device__ __forceinline__ void bulk_commit() { FUSEOPS_SM90_ASM("cp.async.bulk.commit_group;" ::: "memory"); }
+/// Waits until every bulk group of this thread has finished reading its shared-memory source (the bytes may be
+/// overwritten once a block barrier follows).
+__device__ __forceinline__ void bulk_wait_read() {
+  FUSEOPS_SM90_ASM("cp.async.bulk.wait_group.read 0;" ::: "memory");
+}
+/// Waits until every bulk group of this thread is complete (its writes done).
+__device__ __forceinline__ void bulk_wait() { FUSEOPS_SM90_ASM("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
 #undef FUSEOPS_SM90_ASM
 
 }  // namespace fuseops::detail::cuda

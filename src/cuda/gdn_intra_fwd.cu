@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/bulk_copy.cuh"
 #include "cuda/device_error.h"
 #include "cuda/gdn_forward.cuh"
 #include "cuda/gdn_wu.cuh"
@@ -59,13 +60,28 @@ constexpr std::size_t float_region_bytes() {
 /// Dynamic shared memory: ks, Xv[2] [BT][ld] (16-bit), Aw, Au [BT][kLdA], then the fp32 region (90.5 KB at BT = 64,
 /// K = V = 128: two blocks per SM). Registers bounded for two blocks per SM: three (80 registers, ~100 bytes
 /// spilled) measured 10-17% slower on the H200 (docs/ops/gdn.md).
+/// Bytes of one fp32 tile slot of the bulk-store kernel: the kkt / inverse tile, later the u rows staged [BT][ld].
 template <int BT>
-std::size_t intra_smem_bytes(int ld) {
-  return 3 * static_cast<std::size_t>(BT) * ld * 2 + 2 * static_cast<std::size_t>(BT) * kLdA<BT> * 2 +
-         float_region_bytes<BT>();
+__host__ __device__ std::size_t bulk_tile_bytes(int ld) {
+  const std::size_t f = gdn::kTileFloats<BT> * sizeof(float), r = static_cast<std::size_t>(BT) * ld * 2;
+  return f > r ? f : r;
 }
 
-template <typename TK, int BT>
+/// kBulk = false: ks, Xv[2] [BT][ld] (16-bit), Aw, Au [BT][kLdA], the fp32 tile and the merge scratch. kBulk: the same
+/// with the merge scratch first and two tile slots (bulk_tile_bytes) after it (108 KB at BT = 64, K = V = 128).
+template <int BT, bool kBulk>
+std::size_t intra_smem_bytes(int ld) {
+  const std::size_t tiles16 =
+      3 * static_cast<std::size_t>(BT) * ld * 2 + 2 * static_cast<std::size_t>(BT) * kLdA<BT> * 2;
+  if (!kBulk) return tiles16 + float_region_bytes<BT>();
+  return tiles16 + gdn::kScratchFloats<BT> * sizeof(float) + 2 * bulk_tile_bytes<BT>(ld);
+}
+
+/// kBulk: w and u leave through shared memory by bulk copies (one cp.async.bulk per row, sm_90) instead of 4-byte
+/// stores from the mma fragments: u is staged in the head's tile slot (dead once the inverse is scaled), w in its v
+/// tile (dead once u is formed); the two tile slots alternate between value heads, and each copying thread waits for
+/// its copies' reads before the barrier behind which a slot or v tile is written again.
+template <typename TK, int BT, bool kBulk>
 __global__ void __launch_bounds__(kThreads, 2)
     intra_fwd_kernel(const KktArgs ka, const WuArgs a, const IntraParams prm) {
   pdl_wait_and_release();  // the intra-first form: fwd_h launches once every block has passed this
@@ -75,8 +91,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   TK* const xv0 = ks + BT * ld;  // v tiles of alternate value heads (Xv[h % 2])
   TK* const Aw = xv0 + 2 * BT * ld;  // the A operands of w and u: the inverse's columns scaled (scale_inverse_columns)
   TK* const Au = Aw + BT * kLdA<BT>;
-  float* const tile = reinterpret_cast<float*>(Au + BT * kLdA<BT>);
-  float* const scratch = tile + gdn::kTileFloats<BT>;
+  float* const region = reinterpret_cast<float*>(Au + BT * kLdA<BT>);
+  float* const scratch = kBulk ? region : region + gdn::kTileFloats<BT>;
+  float* const tile0 = kBulk ? region + gdn::kScratchFloats<BT> : region;
+  const std::size_t tile_step = kBulk ? bulk_tile_bytes<BT>(ld) / sizeof(float) : 0;  // floats between slots
+  int slot_parity = 0;  // kBulk: the tile slot of the current value head
   __shared__ ChunkRef chunk;
   __shared__ float gate_beta[2 * BT];  // g then beta of the chunk's rows, current value head
   __shared__ float colscale[2 * BT];   // beta e^g, then beta, of the rows (the inverse's column factors)
@@ -104,6 +123,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                                  prm.row_shift);
         cp_async_commit();
       };
+      if (kBulk && tid < 2 * BT) bulk_wait_read();  // the previous unit's staged rows are read
       __syncthreads();  // the previous unit is done with every tile
       gdn::load_k_tile<TK, BT>(ks, ld, prm.dp, a.k, K, ch, hk, prm.vec.k, prm.row_shift);
       load_v(hv_begin);
@@ -117,6 +137,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       // Per value head: five block barriers. The next head's v tile is copied one whole head ahead (two buffers).
       for (int hv = hv_begin; hv < hv_end; ++hv) {
         TK* const Xv = xv0 + (hv - hv_begin) % 2 * BT * ld;
+        float* const tile = kBulk ? tile0 + slot_parity * tile_step : tile0;  // the other slot may still be read by a bulk copy
         gram.kkt_tile(gate_beta, L, tile);  // the tile's last reader (scale_inverse_columns) is behind a barrier
         if (tid < BT) {  // rows past the chunk: g = 0, beta = 1
           const float b = gate_beta[BT + tid];
@@ -124,6 +145,7 @@ __global__ void __launch_bounds__(kThreads, 2)
           colscale[BT + tid] = b;
         }
         cp_async_wait_all();  // this value head's v tile
+        if (kBulk && tid < 2 * BT) bulk_wait_read();  // the previous head's staged rows (Xv[other], its slot) are read
         __syncthreads();      // also: the previous head's products are done with Xv[other], Aw, Au
         const bool next = hv + 1 < hv_end;
         if (next) load_v(hv + 1);
@@ -140,10 +162,33 @@ __global__ void __launch_bounds__(kThreads, 2)
             Aw, Au, colscale, colscale + BT);
         if (next && tid < 2 * BT) gate_beta[tid] = gb;  // its last readers (kkt_tile, colscale) are behind a barrier
         __syncthreads();
-        gdn::lower_times_to_rows<TK, BT>(Aw, ks, ld, static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv),
-                                         a.w.stride_t, L, K, prm.pairs.w);
-        gdn::lower_times_to_rows<TK, BT>(Au, Xv, ld, static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv),
-                                         a.u.stride_t, L, V, prm.pairs.u);
+        if constexpr (kBulk) {
+          TK* const wdst = static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv);
+          TK* const udst = static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv);
+          TK* const ustage = reinterpret_cast<TK*>(tile);
+          gdn::lower_times<TK, BT>(Au, Xv, ld, ustage, L, V);
+          __syncthreads();  // every u product is done with Xv
+          gdn::lower_times<TK, BT>(Aw, ks, ld, Xv, L, K);
+          fence_proxy_async_shared();
+          __syncthreads();
+          if (tid < 2 * BT) {  // one row each: u rows, then w rows
+            const int i = tid % BT;
+            if (i < L) {
+              if (tid < BT) {
+                bulk_store(udst + i * a.u.stride_t, smem_addr(ustage + i * ld), static_cast<uint32_t>(V) * 2);
+              } else {
+                bulk_store(wdst + i * a.w.stride_t, smem_addr(Xv + i * ld), static_cast<uint32_t>(K) * 2);
+              }
+            }
+            bulk_commit();
+          }
+          slot_parity ^= 1;
+        } else {
+          gdn::lower_times_to_rows<TK, BT>(Aw, ks, ld, static_cast<TK*>(a.w.data) + gdn::at(a.w, ch.batch, ch.t0, hv),
+                                           a.w.stride_t, L, K, prm.pairs.w);
+          gdn::lower_times_to_rows<TK, BT>(Au, Xv, ld, static_cast<TK*>(a.u.data) + gdn::at(a.u, ch.batch, ch.t0, hv),
+                                           a.u.stride_t, L, V, prm.pairs.u);
+        }
         if (first) {  // this (chunk, value head)'s w and u are stored: its flag, after them
           __syncthreads();
           if (tid == 0) {
@@ -154,6 +199,16 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   }
+  if (kBulk && tid < 2 * BT) bulk_wait();  // the block's shared memory outlives its copies
+}
+
+/// Whether the intra kernel stores w and u by bulk copies (kBulk): sm_90 code, not the intra-first form (whose ready
+/// flags follow plain stores), rows of a multiple of 16 bytes at 16-byte aligned addresses; FUSEOPS_GDN_INTRA_BULK=0
+/// turns it off.
+bool intra_bulk_applies(const WuArgs& a, int device) {
+  static const bool allowed = !env_switched_off("FUSEOPS_GDN_INTRA_BULK");
+  return allowed && a.ready == nullptr && gdn::rows_16b(a.w, a.geo.K) && gdn::rows_16b(a.u, a.V) &&
+         is_sm90_or_newer(device);
 }
 
 template <typename TK, int BT>
@@ -169,7 +224,6 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
   prm.kp = static_cast<int>((a.geo.K + 15) / 16 * 16);
   prm.dp = static_cast<int>((std::max(a.geo.K, a.V) + 31) / 32 * 32);
   prm.row_shift = gdn::k_tile_row_shift<TK>(prm.dp);
-  const std::size_t smem = intra_smem_bytes<BT>(prm.dp + 8);  // K = V = 256 at BT = 64: 138.5 KB (sm_90: 227 KB)
   prm.vec.k = gdn::rows_16b(a.k, a.geo.K);
   prm.vec.v = gdn::rows_16b(a.v, a.V);
   prm.pairs.w = a.geo.K % 2 == 0 && gdn::rows_pairs(a.w);  // an odd last column takes element stores
@@ -184,11 +238,19 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
     check_cuda(cudaMemsetAsync(a.ready, 0, static_cast<std::size_t>(a.geo.HV * a.ready_stride) * sizeof(unsigned), s),
                op, "cudaMemsetAsync");
   }
-  auto kernel = intra_fwd_kernel<TK, BT>;
-  allow_smem(kernel, smem, op);
   const dim3 grid = a.ready ? dim3(static_cast<unsigned>(a.intra_blocks))
                             : dim3(gdn::grid_x(prm.slots), gdn::grid_y(a.geo.H * prm.parts));
-  launch_kernel(kernel, grid, dim3(kThreads), smem, s, device, ka, a, prm);
+  // K = V = 256 at BT = 64: 138.5 KB, with bulk stores 187.5 KB (sm_90: 227 KB)
+  const int ld = prm.dp + 8;
+  if (intra_bulk_applies(a, device)) {
+    auto kernel = intra_fwd_kernel<TK, BT, true>;
+    allow_smem(kernel, intra_smem_bytes<BT, true>(ld), op);
+    launch_kernel(kernel, grid, dim3(kThreads), intra_smem_bytes<BT, true>(ld), s, device, ka, a, prm);
+  } else {
+    auto kernel = intra_fwd_kernel<TK, BT, false>;
+    allow_smem(kernel, intra_smem_bytes<BT, false>(ld), op);
+    launch_kernel(kernel, grid, dim3(kThreads), intra_smem_bytes<BT, false>(ld), s, device, ka, a, prm);
+  }
 }
 
 }  // namespace
