@@ -15,12 +15,17 @@
 // inverse rounded once to the input dtype as kkt_solve stores it, times beta e^g or beta, rounded once), so that w
 // and u multiply the raw k and v tiles; w and u products stored from the mma fragments as pairs (the first version,
 // staging them in shared memory for 16-byte stores with one warp per row of scaling, measured 1.45 ms against 1.27 ms
-// at 16 / 64 heads, T = 32768).
+// at 16 / 64 heads, T = 32768). Bulk-store variant (kBulk, sm_90, rows of 16-byte multiples; the default wherever
+// it applies): the products go as pairs into shared memory instead (u into the head's fp32 tile slot, dead once the
+// inverse is scaled; w, after a barrier, into the head's v tile) and leave by one cp.async.bulk per row, so the
+// 4-byte stores that each touched 8 rows no longer load the LSU; two tile slots alternate between heads (108 KB of
+// shared memory at K = V = 128, still two blocks per SM). Measured 284 -> 256 us at 16 / 64 heads, T = 8192.
 // Intra-first form (WuArgs::ready; gdn_forward_impl.h): a persistent grid on the SMs fwd_h leaves free walks the
 // (chunk, value head) items in chunk order, one head per item, and sets a flag per item after its w / u stores, for
 // fwd_h, which is launched right after this kernel and polls the flags (same arithmetic per item, same bytes).
 // f16 / bf16 only (k, v, w, u of one dtype); other dtypes take the separate kernels.
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "cuda/bulk_copy.cuh"
@@ -205,9 +210,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 /// Whether the intra kernel stores w and u by bulk copies (kBulk): sm_90 code, not the intra-first form (whose ready
 /// flags follow plain stores), rows of a multiple of 16 bytes at 16-byte aligned addresses; FUSEOPS_GDN_INTRA_BULK=0
 /// turns it off.
+std::atomic<bool> intra_bulk_off_for_testing{false};
+std::atomic<int64_t> intra_bulk_launches{0};
 bool intra_bulk_applies(const WuArgs& a, int device) {
   static const bool allowed = !env_switched_off("FUSEOPS_GDN_INTRA_BULK");
-  return allowed && a.ready == nullptr && gdn::rows_16b(a.w, a.geo.K) && gdn::rows_16b(a.u, a.V) &&
+  return allowed && !intra_bulk_off_for_testing.load(std::memory_order_relaxed) && a.ready == nullptr && gdn::rows_16b(a.w, a.geo.K) && gdn::rows_16b(a.u, a.V) &&
          is_sm90_or_newer(device);
 }
 
@@ -246,6 +253,7 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
     auto kernel = intra_fwd_kernel<TK, BT, true>;
     allow_smem(kernel, intra_smem_bytes<BT, true>(ld), op);
     launch_kernel(kernel, grid, dim3(kThreads), intra_smem_bytes<BT, true>(ld), s, device, ka, a, prm);
+    intra_bulk_launches.fetch_add(1, std::memory_order_relaxed);
   } else {
     auto kernel = intra_fwd_kernel<TK, BT, false>;
     allow_smem(kernel, intra_smem_bytes<BT, false>(ld), op);
@@ -254,6 +262,9 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
 }
 
 }  // namespace
+
+void set_intra_bulk_off_for_testing(bool off) { intra_bulk_off_for_testing.store(off, std::memory_order_relaxed); }
+int64_t intra_bulk_launches_for_testing() { return intra_bulk_launches.load(std::memory_order_relaxed); }
 
 bool chunk_gated_delta_rule_fwd_intra(const KktArgs& ka, const WuArgs& a, int device, void* stream) {
   const DType dt = a.k.dtype;

@@ -113,6 +113,11 @@ void recompute_w_u_fwd(const WuArgs& a, int device, void* stream);
 /// from k, v, g, beta; the same bytes as chunk_gated_delta_rule_fwd_kkt_solve (Ai in the input dtype) followed by
 /// recompute_w_u_fwd. Returns false (nothing launched) unless k, v, w, u are of one 16-bit dtype.
 bool chunk_gated_delta_rule_fwd_intra(const KktArgs& ka, const WuArgs& a, int device, void* stream);
+/// Tests only: `off` true makes the intra kernel's launches that follow store w and u from the mma fragments, as
+/// FUSEOPS_GDN_INTRA_BULK=0 does (instead of bulk copies of staged rows; same bytes).
+void set_intra_bulk_off_for_testing(bool off);
+/// Tests only: how many launches of the intra kernel in this process stored w and u by bulk copies.
+int64_t intra_bulk_launches_for_testing();
 /// The intra-first form of the forward: the intra kernel (a persistent grid walking (chunk, value head) items chunk
 /// by chunk, setting WuArgs::ready flags) launched first, fwd_h right after it as its programmatic dependent, polling
 /// the flags before a chunk's copies, so that the recurrence starts while later chunks are still being prepared. Never

@@ -193,6 +193,45 @@ TEST_P(GdnForward, FusedOutputSameBytes) {
 #endif
 }
 
+// The intra kernel's bulk stores (src/cuda/gdn_intra_fwd.cu: w and u staged in shared memory, one bulk copy per row)
+// give the bytes of its fragment stores: chunk sizes 64 / 32 / 16, K = V = 256 (larger tile slots), value heads split
+// over blocks, varlen with empty and short sequences; K = 100 (rows not a multiple of 16 bytes) must not take them.
+TEST_P(GdnForward, IntraBulkSameBytes) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA kernel variant";
+#if defined(FUSEOPS_WITH_CUDA)
+  namespace cuda = fuseops::detail::cuda;
+  std::mt19937_64 rng = test_rng();
+  Spec a = fixed(1, 300, 4, 64, 128, 128, bf16);
+  Spec b = varlen({0, 1, 63, 64, 65, 130, 0, 200}, 2, 16, 128, 128, f16);
+  Spec c = fixed(1, 100, 2, 8, 256, 256, bf16);
+  c.decay = Decay::strong;
+  Spec d = fixed(2, 90, 2, 4, 96, 64, bf16);
+  d.BT = 32;
+  Spec e = fixed(1, 50, 1, 2, 128, 64, f16);
+  e.BT = 16;
+  Spec f = fixed(1, 70, 1, 2, 100, 128, bf16);
+  const bool on = !fuseops::detail::env_switched_off("FUSEOPS_GDN_INTRA_BULK") && fuseops::detail::is_sm90_or_newer(0);
+  for (Spec* s : {&a, &b, &c, &d, &e, &f}) {
+    SCOPED_TRACE(s->describe());
+    const Inputs in = make_inputs(*s, rng);
+    const int64_t launches = cuda::intra_bulk_launches_for_testing();
+    const Outputs bulk = run_chunk(GetParam(), *s, in);
+    EXPECT_EQ(cuda::intra_bulk_launches_for_testing() - launches, on && s != &f ? 1 : 0) << "the launch rule";
+    cuda::set_intra_bulk_off_for_testing(true);
+    const Outputs off = run_chunk(GetParam(), *s, in);
+    cuda::set_intra_bulk_off_for_testing(false);
+    EXPECT_TRUE(same_bytes(bulk.o, off.o)) << "o";
+    EXPECT_TRUE(same_bytes(bulk.final_state, off.final_state)) << "final_state";
+    const ref::RecurrenceGolden gold = golden(*s, in, /*round_normalized=*/true);
+    const double limit = ref::gdn_forward_rel_rms_limit(s->dtype) + std::ldexp(max_abs_cumsum(*s, in), -24);
+    EXPECT_TRUE(matches(bulk.o, gold.o, s->dtype, "o", limit));
+    EXPECT_TRUE(matches(bulk.final_state, gold.final_state, s->dtype, "final_state", limit));
+    if (HasFailure()) return;
+  }
+#endif
+}
+
 // The CUDA tensor-core variants of recompute_w_u / fwd_h (f16 / bf16; src/cuda/gdn_fwd_h.cu picks the V block BV from
 // the number of blocks N HV ceil(V / BV)): BV 64 (N HV = 64), 32 (N HV = 32), 16 (the small specs of the other
 // tests); chunk sizes 16 and 32 (BV 32); K padded to 256 at BT 16 / 32; 16-byte aligned inputs (cp.async) with
