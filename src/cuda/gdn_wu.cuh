@@ -26,8 +26,11 @@ constexpr int kLdA = BT + 8;
 /// thread; a group is read whole before it is written, so Aw may be the tile `inverse` reads.
 template <typename TK, int BT, typename Inverse>
 __device__ void scale_inverse_columns(Inverse&& inverse, TK* Aw, TK* Au, const float* sw, const float* sb) {
-  constexpr int kGroups = BT / 8;
-  for (int u = static_cast<int>(threadIdx.x); u < BT * kGroups; u += kThreads) {
+  constexpr int kGroups = BT / 8, kUnits = BT * kGroups;
+#pragma unroll
+  for (int u0 = 0; u0 < kUnits; u0 += kThreads) {  // BT 64: two groups per thread
+    const int u = u0 + static_cast<int>(threadIdx.x);
+    if (kUnits % kThreads != 0 && u >= kUnits) break;
     const int i = u / kGroups, j0 = (u - i * kGroups) * 8;
     float f[8];
     inverse(i, j0, f);
@@ -46,66 +49,109 @@ __device__ void scale_inverse_columns(Inverse&& inverse, TK* Aw, TK* Au, const f
   }
 }
 
+/// One 16 x 32 item of lower_times: acc[t] := rows [16 MI, 16 MI + 16) x columns [n0 + 8 t, n0 + 8 t + 8) of A X,
+/// summed over the k blocks 0 .. MI in ascending order (A is zero above the diagonal). a_ptr / b_ptr: this lane's
+/// ldmatrix rows of A's row block MI and of X's columns n0 at k = 0. MI is a template parameter so that the k loop is
+/// unrolled (over a run-time bound its control took more instructions than its mma: docs/ops/gdn.md, fused intra-chunk
+/// kernel).
+template <typename TK, int BT, int MI>
+__device__ __forceinline__ void lower_item(const TK* a_ptr, const TK* b_ptr, int ld, float (&acc)[4][4]) {
+#pragma unroll
+  for (int t = 0; t < 4; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
+#pragma unroll
+  for (int s = 0; s <= MI; ++s) {
+    uint32_t af[4];
+    ldmatrix_x4(af, a_ptr + 16 * s);
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, b_ptr + 16 * s * ld + p * 16);
+      mma_m16n8k16<TK>(acc[2 * p], af, b[0], b[1]);
+      mma_m16n8k16<TK>(acc[2 * p + 1], af, b[2], b[3]);
+    }
+  }
+}
+
 /// O[i][c] = sum_{j <= i} A[i][j] X[j][c] for rows i < len and columns c < cols, fp32 accumulators handed to
-/// `store(row, col, o0, o1)` (elements (row, col) and (row, col + 1); it rounds them once to the output dtype; rows may
-/// reach the row block's end past len, columns the 32-column item's end past cols). Work items of 16 rows x 32
-/// columns are dealt to the warps, the row blocks in reverse order on odd rounds so that the triangle's work is spread
+/// `store(mi, n0, acc)` per item of 16 rows x 32 columns (row block mi, first column n0; acc as lower_item leaves it:
+/// lane (qr, qc) = (lane / 4, 2 (lane % 4)) holds rows 16 mi + qr (acc[t][0..1]) and + 8 (acc[t][2..3]) at columns
+/// n0 + 8 t + qc, + 1; the store rounds them once to the output dtype; the item may reach past len and cols). Items
+/// are dealt to the warps, the row blocks in reverse order on odd rounds so that the triangle's work is spread
 /// evenly; each sums over the blocks j0 <= i0 only (A is zero above the diagonal), ascending.
 template <typename TK, int BT, typename Store>
 __device__ void lower_times(const TK* As, const TK* X, int ld, int len, int cols, Store&& store) {
   constexpr int MB = BT / 16;
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const int qr = lane / 4, qc = 2 * (lane % 4);
   const int items = MB * ((cols + 31) / 32);
+  const TK* const a_lane = As + (lane & 15) * kLdA<BT> + (lane >> 4) * 8;
+  const TK* const b_lane = X + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
   for (int item = warp; item < items; item += kWarps) {
     const int r = item % MB;
     const int mi = (item / kWarps) % 2 ? MB - 1 - r : r, n0 = (item / MB) * 32;
     if (mi * 16 >= len) continue;  // warp-uniform
+    const TK* const a_ptr = a_lane + mi * 16 * kLdA<BT>;
+    const TK* const b_ptr = b_lane + n0;
     float acc[4][4];
-#pragma unroll
-    for (int t = 0; t < 4; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.f;
-    const TK* const a_ptr = As + (mi * 16 + (lane & 15)) * kLdA<BT> + (lane >> 4) * 8;
-    const TK* const b_ptr = X + ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + n0 + (lane >> 4) * 8;
-    for (int kk = 0; kk <= mi * 16; kk += 16) {
-      uint32_t af[4];
-      ldmatrix_x4(af, a_ptr + kk);
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {
-        uint32_t b[4];
-        ldmatrix_x4_trans(b, b_ptr + kk * ld + p * 16);
-        mma_m16n8k16<TK>(acc[2 * p], af, b[0], b[1]);
-        mma_m16n8k16<TK>(acc[2 * p + 1], af, b[2], b[3]);
-      }
+    switch (mi) {  // warp-uniform
+      case 0: lower_item<TK, BT, 0>(a_ptr, b_ptr, ld, acc); break;
+      case 1: if constexpr (MB > 1) lower_item<TK, BT, 1>(a_ptr, b_ptr, ld, acc); break;
+      case 2: if constexpr (MB > 2) lower_item<TK, BT, 2>(a_ptr, b_ptr, ld, acc); break;
+      default: if constexpr (MB > 3) lower_item<TK, BT, 3>(a_ptr, b_ptr, ld, acc); break;
     }
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      store(mi * 16 + qr, n0 + t * 8 + qc, acc[t][0], acc[t][1]);
-      store(mi * 16 + qr + 8, n0 + t * 8 + qc, acc[t][2], acc[t][3]);
-    }
+    store(mi, n0, acc);
   }
 }
 
 /// lower_times into a shared staging tile O [BT][ld] (every row and column of the items).
 template <typename TK, int BT>
 __device__ void lower_times(const TK* As, const TK* X, int ld, TK* O, int len, int cols) {
-  lower_times<TK, BT>(As, X, ld, len, cols, [&](int i, int c, float o0, float o1) {
-    *reinterpret_cast<uint32_t*>(O + i * ld + c) = pack2<TK>(o0, o1);
+  const int lane = static_cast<int>(threadIdx.x % 32), qr = lane / 4, qc = 2 * (lane % 4);
+  lower_times<TK, BT>(As, X, ld, len, cols, [&](int mi, int n0, const float(&acc)[4][4]) {
+    TK* const o = O + (mi * 16 + qr) * ld + n0 + qc;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      *reinterpret_cast<uint32_t*>(o + 8 * t) = pack2<TK>(acc[t][0], acc[t][1]);
+      *reinterpret_cast<uint32_t*>(o + 8 * ld + 8 * t) = pack2<TK>(acc[t][2], acc[t][3]);
+    }
   });
 }
 
 /// lower_times straight into global rows (row stride `stride`): rows < len, columns < cols. `pairs`: cols, stride and
-/// dst allow 4-byte stores of two elements.
+/// dst allow 4-byte stores of two elements. Items wholly inside (rows and columns) with pairs take one 64-bit row
+/// offset per item and no per-element checks.
 template <typename TK, int BT>
 __device__ void lower_times_to_rows(const TK* As, const TK* X, int ld, TK* dst, int64_t stride, int len, int cols,
                                     bool pairs) {
-  lower_times<TK, BT>(As, X, ld, len, cols, [&](int i, int c, float o0, float o1) {
-    if (i >= len || c >= cols) return;
-    TK* const p = dst + i * stride + c;
-    if (pairs) {
-      *reinterpret_cast<uint32_t*>(p) = pack2<TK>(o0, o1);
-    } else {
-      p[0] = from_float<TK>(o0);
-      if (c + 1 < cols) p[1] = from_float<TK>(o1);
+  const int lane = static_cast<int>(threadIdx.x % 32), qr = lane / 4, qc = 2 * (lane % 4);
+  lower_times<TK, BT>(As, X, ld, len, cols, [&](int mi, int n0, const float(&acc)[4][4]) {
+    const int i0 = mi * 16 + qr;
+    if (pairs && mi * 16 + 16 <= len && n0 + 32 <= cols) {  // warp-uniform
+      TK* const p = dst + i0 * stride + n0 + qc;
+      TK* const q = p + 8 * stride;
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        *reinterpret_cast<uint32_t*>(p + 8 * t) = pack2<TK>(acc[t][0], acc[t][1]);
+        *reinterpret_cast<uint32_t*>(q + 8 * t) = pack2<TK>(acc[t][2], acc[t][3]);
+      }
+      return;
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = i0 + 8 * h;
+      if (i >= len) continue;
+      TK* const row = dst + i * stride;
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const int c = n0 + 8 * t + qc;
+        const float o0 = acc[t][2 * h], o1 = acc[t][2 * h + 1];
+        if (c >= cols) continue;
+        if (pairs) {
+          *reinterpret_cast<uint32_t*>(row + c) = pack2<TK>(o0, o1);
+        } else {
+          row[c] = from_float<TK>(o0);
+          if (c + 1 < cols) row[c + 1] = from_float<TK>(o1);
+        }
+      }
     }
   });
 }
