@@ -292,6 +292,18 @@ struct BenchRow {
   bool has_baseline = true;  ///< false: the case runs no baseline (run_baseline returned false); base_* unset
 };
 
+}  // namespace
+
+std::string pad_column(const std::string& text, int width, bool right) {
+  int columns = 0;
+  for (const char ch : text) columns += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;  // not a continuation byte
+  if (columns >= width) return text;
+  const std::string pad(static_cast<std::size_t>(width - columns), ' ');
+  return right ? pad + text : text + pad;
+}
+
+namespace {
+
 /// A baseline time for the tables: "%.2f", or "—" where the case has no baseline.
 std::string base_cell(const BenchRow& r, double v) {
   if (!r.has_baseline) return "—";
@@ -312,16 +324,19 @@ void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double cop
                 "\nCopy rate %.3f TB/s (1 GiB device-to-device cudaMemcpyAsync, bytes read + written); empty kernel "
                 "%.2f us. Times: median per launch under CUDA-graph replay, us; warm = the same buffers every launch, "
                 "cold = rotating buffer sets >= 4x L2. TB/s and x copy on the cold time; copy_us = bytes / copy rate. "
-                "Baseline = the unfused two-kernel form in the same binary.\n\n",
+                "Baseline = the reference form the case names (column baseline; most often the op's unfused kernels), "
+                "in the same binary; speedup = baseline cold / cold; — where the case has none.\n\n",
                 copy_tbps, empty_us);
   f << buf;
-  f << "| set | op | shape | dtype | warm us | cold us | TB/s cold | copy us | x copy | unfused warm | unfused cold | speedup cold |\n";
-  f << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  f << "| set | op | shape | dtype | warm us | cold us | TB/s cold | copy us | x copy | baseline | baseline warm | "
+       "baseline cold | speedup cold |\n";
+  f << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& r : rows) {
     const double copy_us = r.bytes / (copy_tbps * 1e6);
-    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %s | %s | %s |\n",
+    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %s | %s | %s | %s |\n",
                   r.set.c_str(), r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6,
-                  copy_us, r.cold / copy_us, base_cell(r, r.base_warm).c_str(), base_cell(r, r.base_cold).c_str(),
+                  copy_us, r.cold / copy_us, r.has_baseline && !r.baseline.empty() ? r.baseline.c_str() : "—",
+                  base_cell(r, r.base_warm).c_str(), base_cell(r, r.base_cold).c_str(),
                   base_cell(r, r.base_cold / r.cold).c_str());
     f << buf;
   }
@@ -361,10 +376,12 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
     }
     const double copy_us = r.bytes / (copy_tbps * 1e12) * 1e6;
     progress.clear();
-    std::printf("%-16s %-26s %-11s %-5s %9.2f %9.2f %7.3f %8.2f %6.2f %10s %10s %7s\n", r.set.c_str(), r.op.c_str(),
-                r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6, copy_us, r.cold / copy_us,
-                base_cell(r, r.base_warm).c_str(), base_cell(r, r.base_cold).c_str(),
-                base_cell(r, r.base_cold / r.cold).c_str());
+    std::printf("%s %s %s %s %9.2f %9.2f %7.3f %8.2f %6.2f %s %s %s\n", pad_column(r.set, 16).c_str(),
+                pad_column(r.op, 26).c_str(), pad_column(r.shape, 11).c_str(), pad_column(r.dtype, 5).c_str(), r.warm,
+                r.cold, r.bytes / r.cold / 1e6, copy_us, r.cold / copy_us,
+                pad_column(base_cell(r, r.base_warm), 10, true).c_str(),
+                pad_column(base_cell(r, r.base_cold), 10, true).c_str(),
+                pad_column(base_cell(r, r.base_cold / r.cold), 7, true).c_str());
     std::fflush(stdout);
     rows.push_back(r);
   }

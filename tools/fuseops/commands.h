@@ -57,6 +57,9 @@ uint64_t seed_option(const std::string& text, bool given);
 bool use_cuda(const std::string& backend);
 /// Launches per timed graph for a problem whose single launch takes about `est_us`: enough for ~2 ms, 10..1000.
 int launches_for(double est_us);
+/// `text` padded with spaces to `width` terminal columns (left-aligned, or right-aligned with `right`), counting
+/// UTF-8 code points rather than bytes (a "—" cell takes one column); longer text is returned whole.
+std::string pad_column(const std::string& text, int width, bool right = false);
 
 /// The CPU's memcpy rate (64 MiB, best of 3), bytes read + written per second, TB/s: the CPU bench's ceiling.
 double cpu_memcpy_tbps();

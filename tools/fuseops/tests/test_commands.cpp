@@ -153,6 +153,15 @@ TEST(Paths, BenchOutputsAreDistinctFromEachOtherAndTheCaseFiles) {
 
 // A reduced CPU run of the chunked GDN forward keeps two and a half chunks (161 tokens at chunk 64) whatever
 // --cpu-rows says: bench's rows and bytes (and model's scaling) are those of the rows that ran, not of those asked.
+// The console tables pad by terminal columns: a "—" cell (3 bytes of UTF-8) is one column wide.
+TEST(Tables, PadColumnCountsCodePoints) {
+  EXPECT_EQ(pad_column("—", 5, true), "    —");
+  EXPECT_EQ(pad_column("—", 5), "—    ");
+  EXPECT_EQ(pad_column("12.50", 7, true), "  12.50");
+  EXPECT_EQ(pad_column("gdn-prefill", 4), "gdn-prefill");  // longer text is kept whole
+  EXPECT_EQ(pad_column("", 2), "  ");
+}
+
 TEST(CpuRows, BenchReportsTheRowsThatRan) {
   const auto cases = registry().find("gdn-prefill")->factories.front()();
   ASSERT_FALSE(cases.empty());
