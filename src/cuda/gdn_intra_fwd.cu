@@ -4,8 +4,8 @@
 // The separate kernels (chunk_gated_delta_rule_fwd_kkt_solve into a 16-bit Ai, then recompute_w_u_fwd) cost the
 // inverse's round trip through memory, a second read of k per value head and a launch; this kernel keeps their
 // numerics: the same Gram / kkt_tile / invert_unit_lower routines (gdn_intra.cuh), the inverse rounded once to the
-// input dtype as the separate path stores it, and the same column scaling of it and products (gdn_wu.cuh). So the forward
-// gives the same bytes either way (test GdnForward.StagesAligned / Stages compare them).
+// input dtype as the separate path stores it, and the same column scaling of it and products (gdn_wu.cuh). So the
+// forward gives the same bytes either way (test GdnForward.StagesAligned / Stages compare them).
 //
 // One 256-thread block per (chunk, key head), looping over the key head's value heads (split over several blocks
 // when the grid would be small, as the kkt kernel). Per unit: k tile (raw, kept) and the first value head's v tile by
@@ -27,6 +27,9 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <utility>
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/device_error.h"
@@ -62,9 +65,6 @@ constexpr std::size_t float_region_bytes() {
   return (gdn::kTileFloats<BT> + gdn::kScratchFloats<BT>) * sizeof(float);
 }
 
-/// Dynamic shared memory: ks, Xv[2] [BT][ld] (16-bit), Aw, Au [BT][kLdA], then the fp32 region (90.5 KB at BT = 64,
-/// K = V = 128: two blocks per SM). Registers bounded for two blocks per SM: three (80 registers, ~100 bytes
-/// spilled) measured 10-17% slower on the H200 (docs/ops/gdn.md).
 /// Bytes of one fp32 tile slot of the bulk-store kernel: the kkt / inverse tile, later the u rows staged [BT][ld].
 template <int BT>
 __host__ __device__ std::size_t bulk_tile_bytes(int ld) {
@@ -72,8 +72,10 @@ __host__ __device__ std::size_t bulk_tile_bytes(int ld) {
   return f > r ? f : r;
 }
 
-/// kBulk = false: ks, Xv[2] [BT][ld] (16-bit), Aw, Au [BT][kLdA], the fp32 tile and the merge scratch. kBulk: the same
-/// with the merge scratch first and two tile slots (bulk_tile_bytes) after it (108 KB at BT = 64, K = V = 128).
+/// Dynamic shared memory. kBulk = false: ks, Xv[2] [BT][ld] (16-bit), Aw, Au [BT][kLdA], the fp32 tile and the merge
+/// scratch (90.5 KB at BT = 64, K = V = 128: two blocks per SM). kBulk: the same with the merge scratch first and two
+/// tile slots (bulk_tile_bytes) after it (107.5 KB there, still two blocks per SM). Registers bounded for two blocks
+/// per SM: three (80 registers, ~100 bytes spilled) measured 10-17% slower on the H200 (docs/ops/gdn.md).
 template <int BT, bool kBulk>
 std::size_t intra_smem_bytes(int ld) {
   const std::size_t tiles16 =
@@ -139,10 +141,12 @@ __global__ void __launch_bounds__(kThreads, 2)
       gdn::Gram<TK, BT> gram;
       gram.compute(ks, ld, prm.kp, L);
 
-      // Per value head: five block barriers. The next head's v tile is copied one whole head ahead (two buffers).
+      // Per value head: five block barriers (seven with kBulk). The next head's v tile is copied one whole head ahead
+      // (two buffers).
       for (int hv = hv_begin; hv < hv_end; ++hv) {
         TK* const Xv = xv0 + (hv - hv_begin) % 2 * BT * ld;
-        float* const tile = kBulk ? tile0 + slot_parity * tile_step : tile0;  // the other slot may still be read by a bulk copy
+        // kBulk: the other slot may still be read by a bulk copy
+        float* const tile = kBulk ? tile0 + slot_parity * tile_step : tile0;
         gram.kkt_tile(gate_beta, L, tile);  // the tile's last reader (scale_inverse_columns) is behind a barrier
         if (tid < BT) {  // rows past the chunk: g = 0, beta = 1
           const float b = gate_beta[BT + tid];
@@ -207,15 +211,43 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (kBulk && tid < 2 * BT) bulk_wait();  // the block's shared memory outlives its copies
 }
 
+std::atomic<bool> intra_bulk_off_for_testing{false};  ///< set_intra_bulk_off_for_testing
+std::atomic<int64_t> intra_bulk_launches{0};           ///< intra_bulk_launches_for_testing
+
+/// Whether the bulk-store kernel of (TK, BT) with rows of `ld` elements fits the device's shared memory per block and
+/// keeps as many blocks per SM as the fragment-store kernel (its tile slots outgrow the fp32 tile from max(K, V) > 128
+/// at chunk 64, e.g. one block per SM instead of two at 160). Cached per (device, ld). Errors name `op`.
+template <typename TK, int BT>
+bool bulk_keeps_occupancy(int ld, int device, const char* op) {
+  static std::mutex mutex;
+  static std::map<std::pair<int, int>, bool> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_pair(device, ld);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  int optin = 0;
+  check_cuda(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), op,
+             "cudaDeviceGetAttribute(MaxSharedMemoryPerBlockOptin)");
+  const std::size_t bulk = intra_smem_bytes<BT, true>(ld), plain = intra_smem_bytes<BT, false>(ld);
+  bool keeps = bulk + 8 * 1024 <= static_cast<std::size_t>(optin);  // static shared memory below 8 KiB
+  if (keeps) {
+    allow_smem(intra_fwd_kernel<TK, BT, true>, bulk, op);
+    allow_smem(intra_fwd_kernel<TK, BT, false>, plain, op);
+    keeps = resident_blocks(intra_fwd_kernel<TK, BT, true>, kThreads, bulk, device, op) >=
+            resident_blocks(intra_fwd_kernel<TK, BT, false>, kThreads, plain, device, op);
+  }
+  known.emplace(key, keeps);
+  return keeps;
+}
+
 /// Whether the intra kernel stores w and u by bulk copies (kBulk): sm_90 code, not the intra-first form (whose ready
-/// flags follow plain stores), rows of a multiple of 16 bytes at 16-byte aligned addresses; FUSEOPS_GDN_INTRA_BULK=0
-/// turns it off.
-std::atomic<bool> intra_bulk_off_for_testing{false};
-std::atomic<int64_t> intra_bulk_launches{0};
-bool intra_bulk_applies(const WuArgs& a, int device) {
+/// flags follow plain stores), rows of a multiple of 16 bytes at 16-byte aligned addresses, and no fewer blocks per
+/// SM than the fragment-store kernel (bulk_keeps_occupancy); FUSEOPS_GDN_INTRA_BULK=0 turns it off.
+template <typename TK, int BT>
+bool intra_bulk_applies(const WuArgs& a, int ld, int device, const char* op) {
   static const bool allowed = !env_switched_off("FUSEOPS_GDN_INTRA_BULK");
-  return allowed && !intra_bulk_off_for_testing.load(std::memory_order_relaxed) && a.ready == nullptr && gdn::rows_16b(a.w, a.geo.K) && gdn::rows_16b(a.u, a.V) &&
-         is_sm90_or_newer(device);
+  return allowed && !intra_bulk_off_for_testing.load(std::memory_order_relaxed) && a.ready == nullptr &&
+         gdn::rows_16b(a.w, a.geo.K) && gdn::rows_16b(a.u, a.V) && is_sm90_or_newer(device) &&
+         bulk_keeps_occupancy<TK, BT>(ld, device, op);
 }
 
 template <typename TK, int BT>
@@ -249,7 +281,7 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
                             : dim3(gdn::grid_x(prm.slots), gdn::grid_y(a.geo.H * prm.parts));
   // K = V = 256 at BT = 64: 138.5 KB, with bulk stores 187.5 KB (sm_90: 227 KB)
   const int ld = prm.dp + 8;
-  if (intra_bulk_applies(a, device)) {
+  if (intra_bulk_applies<TK, BT>(a, ld, device, op)) {
     auto kernel = intra_fwd_kernel<TK, BT, true>;
     allow_smem(kernel, intra_smem_bytes<BT, true>(ld), op);
     launch_kernel(kernel, grid, dim3(kThreads), intra_smem_bytes<BT, true>(ld), s, device, ka, a, prm);

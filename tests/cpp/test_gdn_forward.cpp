@@ -194,8 +194,10 @@ TEST_P(GdnForward, FusedOutputSameBytes) {
 }
 
 // The intra kernel's bulk stores (src/cuda/gdn_intra_fwd.cu: w and u staged in shared memory, one bulk copy per row)
-// give the bytes of its fragment stores: chunk sizes 64 / 32 / 16, K = V = 256 (larger tile slots), value heads split
-// over blocks, varlen with empty and short sequences; K = 100 (rows not a multiple of 16 bytes) must not take them.
+// give the forward the bytes (o, final_state) of its fragment stores: chunk sizes 64 / 32 / 16, K = V = 256 (larger
+// tile slots), value heads split over blocks, varlen with empty and short sequences, and (spec g: 280 (chunk, key
+// head) units, enough for one block per unit on 132 SMs) blocks walking four value heads, so that the tile slots and
+// v tiles are written again after their bulk copies; K = 100 (rows not a multiple of 16 bytes) must not take them.
 TEST_P(GdnForward, IntraBulkSameBytes) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA kernel variant";
@@ -211,16 +213,22 @@ TEST_P(GdnForward, IntraBulkSameBytes) {
   Spec e = fixed(1, 50, 1, 2, 128, 64, f16);
   e.BT = 16;
   Spec f = fixed(1, 70, 1, 2, 100, 128, bf16);
+  Spec g = fixed(2, 35 * 64, 4, 16, 128, 128, bf16);
   const bool on = !fuseops::detail::env_switched_off("FUSEOPS_GDN_INTRA_BULK") && fuseops::detail::is_sm90_or_newer(0);
-  for (Spec* s : {&a, &b, &c, &d, &e, &f}) {
+  struct BulkOff {  // the fragment stores for one run, restored whatever happens
+    BulkOff() { fuseops::detail::cuda::set_intra_bulk_off_for_testing(true); }
+    ~BulkOff() { fuseops::detail::cuda::set_intra_bulk_off_for_testing(false); }
+  };
+  for (Spec* s : {&a, &b, &c, &d, &e, &f, &g}) {
     SCOPED_TRACE(s->describe());
     const Inputs in = make_inputs(*s, rng);
     const int64_t launches = cuda::intra_bulk_launches_for_testing();
     const Outputs bulk = run_chunk(GetParam(), *s, in);
     EXPECT_EQ(cuda::intra_bulk_launches_for_testing() - launches, on && s != &f ? 1 : 0) << "the launch rule";
-    cuda::set_intra_bulk_off_for_testing(true);
-    const Outputs off = run_chunk(GetParam(), *s, in);
-    cuda::set_intra_bulk_off_for_testing(false);
+    const Outputs off = [&] {
+      const BulkOff scope;
+      return run_chunk(GetParam(), *s, in);
+    }();
     EXPECT_TRUE(same_bytes(bulk.o, off.o)) << "o";
     EXPECT_TRUE(same_bytes(bulk.final_state, off.final_state)) << "final_state";
     const ref::RecurrenceGolden gold = golden(*s, in, /*round_normalized=*/true);
