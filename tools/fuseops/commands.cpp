@@ -53,14 +53,20 @@ std::vector<const CaseSet*> select_sets(const std::vector<std::string>& names, b
   return out;
 }
 
-/// A newline in --note would add lines (table rows) to the Markdown: one line of printable text only.
+/// A newline in --note would add lines (table rows) to the Markdown: one line of printable UTF-8 text only.
 void check_one_line(const char* option, const std::string& text) {
   const auto bad = std::find_if(text.begin(), text.end(), [](char c) { return std::iscntrl(static_cast<unsigned char>(c)); });
-  if (bad == text.end()) return;
   char code[8];
-  std::snprintf(code, sizeof code, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(*bad)));
-  throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected one line of text, got the control character " +
-                                               code + " at position " + std::to_string(bad - text.begin()));
+  if (bad != text.end()) {
+    std::snprintf(code, sizeof code, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(*bad)));
+    throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected one line of text, got the control " +
+                                                 "character " + code + " at position " + std::to_string(bad - text.begin()));
+  }
+  const std::size_t at = utf8_error_at(text);
+  if (at == std::string::npos) return;
+  std::snprintf(code, sizeof code, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(text[at])));
+  throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected UTF-8 text, got the byte " + code +
+                                               " at position " + std::to_string(at));
 }
 
 /// The --cases files, as inputs that no output may overwrite.
@@ -90,9 +96,12 @@ void check_writable(const char* option, const std::string& path, bool given) {
 
 void write_json(const std::string& path, const nlohmann::json& j) {
   if (path.empty()) return;
+  // serialised before the file is opened, and bytes that are not UTF-8 (a case file's name or path) replaced by
+  // U+FFFD: a run's results are never lost to a failed write, nor an earlier file truncated
+  const std::string text = json_text(j);
   std::ofstream f(path);
   if (!f) throw Error(ErrorKind::invalid_argument, "--json: cannot write " + path);
-  f << j.dump(1) << "\n";
+  f << text << "\n";
 }
 
 std::string today() {
@@ -293,6 +302,33 @@ struct BenchRow {
 };
 
 }  // namespace
+
+std::size_t utf8_error_at(const std::string& text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    const int more = (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2 : (c & 0xF8) == 0xF0 ? 3 : 0;
+    if (more == 0 || text.size() - i <= static_cast<std::size_t>(more)) return i;
+    uint32_t cp = c & (0x3F >> more);
+    for (int k = 1; k <= more; ++k) {
+      const auto cc = static_cast<unsigned char>(text[i + k]);
+      if ((cc & 0xC0) != 0x80) return i;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    const uint32_t least = more == 1 ? 0x80 : more == 2 ? 0x800 : 0x10000;
+    if (cp < least || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return i;
+    i += static_cast<std::size_t>(more) + 1;
+  }
+  return std::string::npos;
+}
+
+std::string json_text(const nlohmann::json& j) {
+  return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 std::string pad_column(const std::string& text, int width, bool right) {
   int columns = 0;

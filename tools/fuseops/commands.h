@@ -1,6 +1,9 @@
 // The subcommands of the `fuseops` command line.
 #pragma once
 
+#include <nlohmann/json_fwd.hpp>
+
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -60,6 +63,11 @@ int launches_for(double est_us);
 /// `text` padded with spaces to `width` terminal columns (left-aligned, or right-aligned with `right`), counting
 /// UTF-8 code points rather than bytes (a "—" cell takes one column); longer text is returned whole.
 std::string pad_column(const std::string& text, int width, bool right = false);
+/// Position of the first byte of `text` that does not begin a well-formed UTF-8 sequence (stray continuation bytes,
+/// truncated or overlong sequences, surrogates, code points past U+10FFFF), or std::string::npos.
+std::size_t utf8_error_at(const std::string& text);
+/// `j` as the JSON text the commands write (indent 1), bytes that are not UTF-8 replaced by U+FFFD.
+std::string json_text(const nlohmann::json& j);
 
 /// The CPU's memcpy rate (64 MiB, best of 3), bytes read + written per second, TB/s: the CPU bench's ceiling.
 double cpu_memcpy_tbps();

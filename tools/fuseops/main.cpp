@@ -2,6 +2,7 @@
 // bench results, run a `model` layer.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -46,11 +47,14 @@ int main(int argc, char** argv) {
   const CLI::Validator non_empty(
       [](const std::string& v) { return v.empty() ? std::string("expected a non-empty value") : std::string(); },
       "");
-  // integer options: decimal digits only, checked before the range (CLI11 said "Value 1e3 not in range 1 to ...")
+  // integer options: decimal digits only, checked before the range (CLI11 said "Value 1e3 not in range 1 to ..."),
+  // and leading zeros dropped before CLI11 converts the text (it reads 010 as octal 8 and fails on 08)
   const CLI::Validator decimal(
-      [](const std::string& v) {
+      [](std::string& v) {
         const bool digits = !v.empty() && v.find_first_not_of("0123456789") == std::string::npos;
-        return digits ? std::string() : "expected a decimal integer, got \"" + v + "\"";
+        if (!digits) return "expected a decimal integer, got \"" + v + "\"";
+        v.erase(0, std::min(v.find_first_not_of('0'), v.size() - 1));
+        return std::string();
       },
       "");
   // the case selection of check and bench: --filter, --shape, --cases
@@ -74,7 +78,7 @@ int main(int argc, char** argv) {
   check->add_option("--cpu-rows", check_opts.cpu_rows,
                     "rows per case on the CPU backend (reduced sizes; the chunked GDN forward keeps at least two "
                     "chunks and a half; the rows column shows what ran)")
-      ->check(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->transform(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   add_selection(*check, check_opts);
   check->add_flag("--quiet", check_opts.quiet, "no progress line on a terminal");
 
@@ -85,7 +89,7 @@ int main(int argc, char** argv) {
   CLI::Option* bench_json = bench->add_option("--json", bench_opts.json, "write the results as JSON to this file");
   CLI::Option* bench_md = bench->add_option("--md", bench_opts.md, "write the results as a Markdown table to this file");
   bench->add_option("--cpu-rows", bench_opts.cpu_rows, "rows per case on the CPU backend")
-      ->check(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+      ->transform(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   add_selection(*bench, bench_opts);
   bench->add_option("--note", bench_opts.note, "a line for the Markdown header (commit, command)");
   bench->add_flag("--quiet", bench_opts.quiet, "no progress line on a terminal");
@@ -95,30 +99,31 @@ int main(int argc, char** argv) {
   std::string chart_from, chart_svg, chart_html;
   CLI::App* chart = app.add_subcommand("chart", "chart a bench result file (fuseops bench --json) as SVG / HTML");
   chart->add_option("--from", chart_from, "the JSON of fuseops bench --json")->required()->check(CLI::ExistingFile);
-  chart->add_option("--svg", chart_svg, "write the SVG chart to this file");
-  chart->add_option("--html", chart_html, "write the HTML chart and table to this file");
+  chart->add_option("--svg", chart_svg, "write the SVG chart to this file")->check(non_empty);
+  chart->add_option("--html", chart_html, "write the HTML chart and table to this file")->check(non_empty);
 
   ModelOptions model_opts;
   bool model_list = false;
   CLI::App* model = app.add_subcommand(
       "model", "run the op sequence of one layer of a real model: golden check of a slice, time per op, share");
-  model->add_option("name", model_opts.name, "qwen3-next-80b | llama3-8b | deepseek-v3");
+  model->add_option("name", model_opts.name, "qwen3-next-80b | llama3-8b | deepseek-v3")->check(non_empty);
   CLI::Option* model_list_flag =
       model->add_flag("--list", model_list, "list the models (or only NAME) and the ops of their layers");
   std::vector<CLI::Option*> model_run_opts;  // what --list would ignore: an error with it
   model_run_opts.push_back(model->add_option("--tokens", model_opts.tokens, "tokens per sequence (default 4096)")
-                               ->check(decimal)
+                               ->transform(decimal)
                                ->check(CLI::Range(int64_t{1}, int64_t{1} << 24)));
   model_run_opts.push_back(model->add_option("--batch", model_opts.batch, "sequences (default 1)")
-                               ->check(decimal)
+                               ->transform(decimal)
                                ->check(CLI::Range(int64_t{1}, int64_t{1} << 16)));
   model_run_opts.push_back(
       model->add_option("--check-rows", model_opts.check_rows, "rows of the slice checked against the golden (default 64)")
-          ->check(decimal)
+          ->transform(decimal)
           ->check(CLI::Range(int64_t{1}, int64_t{1} << 20)));
   model_run_opts.push_back(model->add_option("--backend", model_opts.backend, "auto | cpu | cuda")
                                ->check(CLI::IsMember({"auto", "cpu", "cuda"})));
-  model_run_opts.push_back(model->add_option("--json", model_opts.json, "write the table as JSON to this file"));
+  model_run_opts.push_back(
+      model->add_option("--json", model_opts.json, "write the table as JSON to this file")->check(non_empty));
   CLI::Option* model_seed = model->add_option("--seed", model_opts.seed_text, kSeedHelp);
   model_run_opts.push_back(model_seed);
   for (CLI::Option* o : model_run_opts) model_list_flag->excludes(o);

@@ -360,7 +360,7 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
   if (!opts.json.empty()) {
     std::ofstream f(opts.json);
     if (!f) throw Error(ErrorKind::invalid_argument, "--json: cannot write " + opts.json);
-    f << out.dump(1) << "\n";
+    f << json_text(out) << "\n";
   }
   std::printf("model: %zu ops present, %zu missing, %zu rejected; check %d passed, %d failed\n", present,
               missing.size(), rejected.size(), static_cast<int>(present) - failed, failed);

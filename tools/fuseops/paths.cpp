@@ -7,13 +7,29 @@
 
 namespace fuseops::cli {
 
+namespace {
+
+/// The normalised absolute path that writing to `path` reaches: symbolic links followed, also one whose target does
+/// not exist yet (writing through it creates the target), then the existing part canonicalised.
+std::filesystem::path written_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path p = fs::absolute(path, ec);
+  for (int hop = 0; hop < 40 && fs::is_symlink(fs::symlink_status(p, ec)); ++hop) {
+    const fs::path target = fs::read_symlink(p, ec);
+    if (ec) break;
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  return fs::weakly_canonical(p, ec);
+}
+
+}  // namespace
+
 bool same_file(const std::string& a, const std::string& b) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
-  const fs::path ca = fs::weakly_canonical(fs::absolute(a, ec), ec);
-  const fs::path cb = fs::weakly_canonical(fs::absolute(b, ec), ec);
-  return ca == cb;
+  return written_path(a) == written_path(b);
 }
 
 void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<FileArg>& outputs) {

@@ -403,6 +403,12 @@ OpSpec rope_op(RopeOp op, bool backward) {
     if (mrope) {
       const std::vector<int64_t>& sec = p.int_list("mrope_section");
       if (sec.size() != 3) throw ParamError("mrope_section", "expected 3 values [s_t, s_h, s_w], got " + std::to_string(sec.size()));
+      for (const int64_t v : sec) {  // each in [0, rotary_dim / 2] first, so that the sum cannot wrap
+        if (v < 0 || v > s.r / 2) {
+          throw ParamError("mrope_section", "a section is " + std::to_string(v) + ", not in [0, rotary_dim / 2 = " +
+                                                std::to_string(s.r / 2) + "]");
+        }
+      }
       if (sec[0] + sec[1] + sec[2] != s.r / 2) {
         throw ParamError("mrope_section", "the sections sum to " + std::to_string(sec[0] + sec[1] + sec[2]) +
                                               ", not rotary_dim / 2 = " + std::to_string(s.r / 2));

@@ -38,6 +38,16 @@ expect 2 'model: give a model NAME (one of the list above)' -- "$fuseops" model 
 # integer options take decimal digits (1e3 was "not in range")
 expect 2 '--tokens: expected a decimal integer, got "1e3"' -- "$fuseops" model qwen3-next-80b --tokens 1e3
 expect 2 '--cpu-rows: expected a decimal integer, got "-5"' -- "$fuseops" check --set norm --cpu-rows -5
+# leading zeros are decimal (CLI11 read 010 as octal 8 and rejected 08 as out of range)
+expect 0 '10x14336' -- "$fuseops" model llama3-8b --tokens 010 --check-rows 2 --backend cpu --quiet
+expect 0 '8x14336' -- "$fuseops" model llama3-8b --tokens 08 --check-rows 2 --backend cpu --quiet
+# empty names and output paths are errors in every command (model and chart took them as "none")
+expect 2 'name: expected a non-empty value' -- "$fuseops" model ''
+expect 2 'name: expected a non-empty value' -- "$fuseops" model --list ''
+expect 2 '--json: expected a non-empty value' -- "$fuseops" model llama3-8b --json ''
+# --note must be UTF-8 (a byte that is not failed only when the JSON was written, leaving it empty)
+expect 2 '--note: expected UTF-8 text, got the byte 0xff at position 2' -- \
+  "$fuseops" bench --set norm --cpu-rows 1 --note $'ab\xff'
 # an empty --filter / --shape is an error, not every case
 expect 2 '--filter: expected a non-empty value' -- "$fuseops" check --set norm --filter ''
 expect 2 '--shape: expected a non-empty value' -- "$fuseops" bench --backend cpu --set norm --shape ''
@@ -97,6 +107,7 @@ printf '{"results": []}\n' > "$work/b.json"
 expect 2 '--svg: '"$work"'/b.json is the same file as the input --from' -- \
   "$fuseops" chart --from "$work/b.json" --svg "$work/b.json"
 expect 2 'is the same file as the output --svg' -- "$fuseops" chart --from "$work/b.json" --svg "$work/x" --html "$work/x"
+expect 2 '--svg: expected a non-empty value' -- "$fuseops" chart --from "$work/b.json" --svg '' --html "$work/y.html"
 expect 2 '--note: it goes into the --md / --json output' -- "$fuseops" bench --backend cpu --set norm --note x
 expect 2 '--note: expected one line of text' -- "$fuseops" bench --backend cpu --set norm --note $'a\nb'
 exit $failed

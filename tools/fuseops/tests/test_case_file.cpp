@@ -336,6 +336,10 @@ TEST(CaseFile, HooksRejectImpossibleCombinations) {
                     "    head_size: 1024\n", "f.yaml:6:5", "head_size", "limit of 512");
   EXPECT_CASE_ERROR("cases:\n  - op: mrope\n    tokens: 4\n    num_heads: 2\n    num_kv_heads: 1\n    head_size: 128\n"
                     "    mrope_section: [16, 24, 20]\n", "f.yaml:7:5", "mrope_section", "not rotary_dim / 2 = 64");
+  // sections whose sum wraps around int64 to rotary_dim / 2 (each is checked first)
+  EXPECT_CASE_ERROR("cases:\n  - op: mrope\n    tokens: 4\n    num_heads: 2\n    num_kv_heads: 1\n    head_size: 64\n"
+                    "    mrope_section: [9223372036854775807, 9223372036854775807, 34]\n", "f.yaml:7:5", "mrope_section",
+                    "not in [0, rotary_dim / 2 = 32]");
   EXPECT_CASE_ERROR("cases:\n  - op: apply_rotary_pos_emb\n    tokens: 10\n    batch: 4\n    num_heads: 2\n"
                     "    num_kv_heads: 1\n    head_size: 64\n", "f.yaml:4:5", "batch", "not a multiple of batch 4");
   EXPECT_CASE_ERROR("cases:\n  - op: grouped_topk\n    tokens: 4\n    num_experts: 100\n    n_group: 8\n    topk: 2\n",

@@ -99,6 +99,12 @@ TEST(Paths, SameFileByCanonicalOrNormalisedPath) {
   EXPECT_TRUE(same_file(d + "/sub/new.svg", d + "/sub//new.svg"));
   EXPECT_FALSE(same_file(d + "/a.json", d + "/new.svg"));
   EXPECT_FALSE(same_file(d + "/new.svg", d + "/new.html"));
+  // a link to a file not made yet: writing through it creates that file (relative and absolute targets)
+  std::filesystem::create_symlink("z.md", d + "/dangling.json");
+  std::filesystem::create_symlink(d + "/sub/../y.md", d + "/dangling2.json");
+  EXPECT_TRUE(same_file(d + "/dangling.json", d + "/z.md"));
+  EXPECT_TRUE(same_file(d + "/y.md", d + "/dangling2.json"));
+  EXPECT_FALSE(same_file(d + "/dangling.json", d + "/y.md"));
   const std::string msg = error_of([&] {
     check_distinct_files({{"--from", d + "/a.json"}}, {{"--svg", d + "/x.svg"}, {"--html", d + "/sub/../x.svg"}});
   });
@@ -154,6 +160,19 @@ TEST(Paths, BenchOutputsAreDistinctFromEachOtherAndTheCaseFiles) {
 // A reduced CPU run of the chunked GDN forward keeps two and a half chunks (161 tokens at chunk 64) whatever
 // --cpu-rows says: bench's rows and bytes (and model's scaling) are those of the rows that ran, not of those asked.
 // The console tables pad by terminal columns: a "—" cell (3 bytes of UTF-8) is one column wide.
+// --note and the JSON outputs: bytes that are not UTF-8 are an error in --note and replaced in the JSON text (a
+// serialisation error used to truncate the --json file after the whole run).
+TEST(Text, Utf8ErrorsAndJsonText) {
+  EXPECT_EQ(utf8_error_at("plain — ok \xF0\x9F\x99\x82"), std::string::npos);
+  EXPECT_EQ(utf8_error_at("\xff"), 0u);
+  EXPECT_EQ(utf8_error_at("ab\x80"), 2u);          // a stray continuation byte
+  EXPECT_EQ(utf8_error_at("a\xE2\x80"), 1u);      // truncated
+  EXPECT_EQ(utf8_error_at("\xC0\xAF"), 0u);        // overlong
+  EXPECT_EQ(utf8_error_at("\xED\xA0\x80"), 0u);    // a surrogate
+  EXPECT_EQ(utf8_error_at("\xF4\x90\x80\x80"), 0u);  // past U+10FFFF
+  EXPECT_EQ(json_text(nlohmann::json{{"name", "a\xff" "b"}}), "{\n \"name\": \"a\xEF\xBF\xBD" "b\"\n}");
+}
+
 TEST(Tables, PadColumnCountsCodePoints) {
   EXPECT_EQ(pad_column("—", 5, true), "    —");
   EXPECT_EQ(pad_column("—", 5), "—    ");
