@@ -119,11 +119,11 @@ class EntryReader {
       return d;
     }
     if (spec_.kind == ParamKind::boolean) {
-      bool b = false;
-      if (!n.IsScalar() || quoted(n) || !YAML::convert<bool>::decode(n, b)) {
+      // true / false only (yaml-cpp's decoder also takes yes, no, on, off, y, n in any case)
+      if (!n.IsScalar() || quoted(n) || (n.Scalar() != "true" && n.Scalar() != "false")) {
         fail(path_, n.Mark(), key_, "expected true or false, got " + scalar_text(n));
       }
-      return b;
+      return n.Scalar() == "true";
     }
     if (!n.IsScalar()) fail(path_, n.Mark(), key_, "expected a word, got " + scalar_text(n));
     const std::string s = n.Scalar();
@@ -344,11 +344,19 @@ CaseFile parse_case_text(const std::string& text, const std::string& path, const
 }
 
 CaseFile read_case_file(const std::string& path, const Registry& reg) {
-  std::ifstream f(path);
+  std::ifstream f(path, std::ios::binary);
   if (!f) throw Error(ErrorKind::invalid_argument, "--cases: cannot read " + path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return parse_case_text(ss.str(), path, reg);
+  // at most kMaxCaseFileBytes, read in pieces: /dev/zero or a runaway pipe is an error, not an endless read
+  constexpr std::size_t kMaxCaseFileBytes = std::size_t{16} << 20;
+  std::string text;
+  char piece[1 << 16];
+  while (f.read(piece, sizeof piece) || f.gcount() > 0) {
+    text.append(piece, static_cast<std::size_t>(f.gcount()));
+    if (text.size() > kMaxCaseFileBytes) {
+      throw Error(ErrorKind::invalid_argument, "--cases: " + path + " is larger than 16 MiB; a case file is a short list");
+    }
+  }
+  return parse_case_text(text, path, reg);
 }
 
 }  // namespace fuseops::cli

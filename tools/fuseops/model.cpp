@@ -244,14 +244,14 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
   const uint64_t seed = seed_option(opts.seed_text, opts.seed_given);
   const std::vector<Step> steps = model->layer(opts.tokens, opts.batch);
   std::printf("fuseops model %s: %s\n", model->name.c_str(), model->description.c_str());
-  std::printf("tokens %lld per sequence, batch %lld; seed %llu; golden check of a slice of %lld rows per op on %s\n",
+  std::printf("tokens %lld per sequence, batch %lld; seed %llu; golden check of a slice of at most %lld rows per op on %s\n",
               static_cast<long long>(opts.tokens), static_cast<long long>(opts.batch),
               static_cast<unsigned long long>(seed), static_cast<long long>(opts.check_rows), cuda ? "the GPU" : "the CPU");
   if (cuda) {
     std::printf("times: %s, median per launch under CUDA-graph replay, warm (the same buffers)\n",
                 gpu::device_info(0).name.c_str());
   } else {
-    std::printf("times: NO GPU in use: CPU backend wall time on a slice of %lld rows, scaled linearly to the full "
+    std::printf("times: NO GPU in use: CPU backend wall time on a slice of at most %lld rows, scaled linearly to the full "
                 "rows (not GPU numbers)\n",
                 static_cast<long long>(opts.check_rows));
   }

@@ -41,6 +41,8 @@ expect 2 '--cpu-rows: expected a decimal integer, got "-5"' -- "$fuseops" check 
 # leading zeros are decimal (CLI11 read 010 as octal 8 and rejected 08 as out of range)
 expect 0 '10x14336' -- "$fuseops" model llama3-8b --tokens 010 --check-rows 2 --backend cpu --quiet
 expect 0 '8x14336' -- "$fuseops" model llama3-8b --tokens 08 --check-rows 2 --backend cpu --quiet
+# a case file is read up to 16 MiB (/dev/zero was read until memory ran out)
+expect 2 'is larger than 16 MiB' -- "$fuseops" check --cases /dev/zero
 # empty names and output paths are errors in every command (model and chart took them as "none")
 expect 2 'name: expected a non-empty value' -- "$fuseops" model ''
 expect 2 'name: expected a non-empty value' -- "$fuseops" model --list ''

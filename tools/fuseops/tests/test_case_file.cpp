@@ -468,6 +468,10 @@ TEST(CaseFile, QuotedScalarsAreNoNumbers) {
                     "the quoted string \"2\"");
   const std::string rope = "cases:\n  - op: rotary_embedding\n    tokens: 4\n    num_heads: 2\n    head_size: 64\n";
   EXPECT_CASE_ERROR(rope + "    is_neox: 'true'\n", "f.yaml:6:14", "is_neox", "expected true or false, got the quoted");
+  // YAML 1.1's other spellings are not booleans here (yaml-cpp's decoder took them silently)
+  for (const char* word : {"yes", "on", "y", "Y", "no", "off", "True"}) {
+    EXPECT_CASE_ERROR(rope + "    is_neox: " + word + "\n", "f.yaml:6:14", "is_neox", "expected true or false");
+  }
   EXPECT_CASE_ERROR(rope + "    theta: \"1e4\"\n", "f.yaml:6:12", "theta", "expected a number, got the quoted");
   EXPECT_EQ(parse(head + "    tokens: 64\n    d: 8\n    dtype: \"bf16\"\n").points.size(), 1u);  // text may be quoted
 }
