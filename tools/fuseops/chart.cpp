@@ -105,6 +105,7 @@ Results load(const nlohmann::json& j) {
         if (!b.is_object() || !b.contains("cold_us")) {
           bad_entry(i, e, who + "no \"cold_us\" (its cold time in microseconds, run side by side with this case)");
         }
+        if (text_of(b, "name").empty()) bad_entry(i, e, "a baseline without a \"name\" (text)");
         row.baselines.emplace_back(text_of(b, "name"), time_of(i, e, b, "cold_us", who));
       }
     }
@@ -131,6 +132,12 @@ std::string fmt(const char* f, double v) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
+}
+
+/// The achieved rate of a row as the SVG labels and the HTML table print it: GB/s below 0.1 TB/s (CPU results).
+std::string rate_text(const Row& row) {
+  if (row.bytes <= 0) return "no byte count";
+  return row.tbps() < 0.1 ? fmt("%.2f GB/s", 1e3 * row.tbps()) : fmt("%.3f TB/s", row.tbps());
 }
 
 constexpr int kWidth = 1240, kLabelW = 450, kBarW = 440, kRowH = 20, kX0 = kLabelW + 10;
@@ -169,7 +176,7 @@ std::string svg_element(const Results& r) {
     s << "<rect class=\"bar\" x=\"" << kX0 << "\" y=\"" << y + 3 << "\" width=\"" << fmt("%.2f", w) << "\" height=\""
       << kRowH - 6 << "\" data-value=\"" << fmt("%.6g", row.tbps()) << "\"><title>" << esc(row.label) << ": "
       << fmt("%.2f", row.time_us) << " us</title></rect>\n";
-    std::string v = row.bytes <= 0 ? "no byte count" : row.tbps() < 0.1 ? fmt("%.2f GB/s", 1e3 * row.tbps()) : fmt("%.3f TB/s", row.tbps());
+    std::string v = rate_text(row);
     if (row.bytes > 0 && r.ceiling_tbps > 0) v += fmt(" (%.0f%% of ceiling)", 100 * row.tbps() / r.ceiling_tbps);
     if (row.flops > 0 && row.time_us > 0) v += fmt(", %.2f TFLOP/s", row.flops / row.time_us / 1e6);
     s << "<text class=\"v\" x=\"" << fmt("%.2f", kX0 + w + 4) << "\" y=\"" << y + 14 << "\">" << esc(v) << "</text>\n";
@@ -216,11 +223,11 @@ std::string chart_html(const nlohmann::json& bench) {
     << "<style>body{font-family:sans-serif;margin:16px}table{border-collapse:collapse;font-size:12px}"
        "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}td:first-child{text-align:left}</style></head>\n"
     << "<body data-cases=\"" << r.rows.size() << "\">\n" << svg_element(r)
-    << "<table><tr><th>case</th><th>time us</th><th>TB/s</th><th>TFLOP/s</th><th>baselines (us)</th></tr>\n";
+    << "<table><tr><th>case</th><th>time us</th><th>rate</th><th>TFLOP/s</th><th>baselines (us)</th></tr>\n";
   for (const Row& row : r.rows) {
     std::string b;
     for (const auto& x : row.baselines) b += (b.empty() ? "" : ", ") + x.first + " " + fmt("%.2f", x.second);
-    h << "<tr><td>" << esc(row.label) << "</td><td>" << fmt("%.2f", row.time_us) << "</td><td>" << fmt("%.3f", row.tbps())
+    h << "<tr><td>" << esc(row.label) << "</td><td>" << fmt("%.2f", row.time_us) << "</td><td>" << rate_text(row)
       << "</td><td>" << (row.flops > 0 ? fmt("%.2f", row.flops / std::max(row.time_us, 1e-9) / 1e6) : "") << "</td><td>"
       << esc(b) << "</td></tr>\n";
   }

@@ -75,6 +75,9 @@ TEST(Chart, RejectsIncompleteOrNegativeEntries) {
                 .find("baseline \"FLA\": \"cold_us\" is negative"),
             std::string::npos);
   EXPECT_EQ(chart_error(R"({"op": "x", "shape": "1", "cold_us": 0})"), "");  // zero is a time
+  EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": 1, "baselines": [{"cold_us": 3}]})")
+                .find("a baseline without a \"name\""),
+            std::string::npos);  // it was drawn without a label
   EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": 1, "bytes": "lots"})").find("\"bytes\" is not a number"),
             std::string::npos);
 }
@@ -112,6 +115,9 @@ TEST(Chart, CpuResultsWithoutBaselines) {
   EXPECT_NE(svg.find("no baseline in these results"), std::string::npos);
   EXPECT_NE(svg.find("not GPU numbers"), std::string::npos);
   EXPECT_NE(svg.find("memcpy rate"), std::string::npos);
+  // the HTML table gives the CPU rate in GB/s as the SVG does (it printed 0.000 TB/s)
+  const std::string html = chart_html(j);
+  EXPECT_NE(html.find("<td>0.10 GB/s</td>"), std::string::npos) << html;
 }
 
 TEST(Chart, RejectsWhatIsNotABenchResult) {
