@@ -169,9 +169,11 @@ bool selected(const OpCase& c, const Options& opts, const Registry& reg) {
   if (opts.filter.empty()) return shape_ok;
   // the printed name is the op's name or alias, then the variant's marks: "rms_norm,gate", "gelu_and_mul_split(tanh)"
   const OpSpec* spec = reg.find_op(c.op.substr(0, c.op.find_first_of(",(")));
-  // a whole op name (public or printed, any alias) selects that op only: chunk_gated_delta_rule is not
-  // chunk_gated_delta_rule_fwd_kkt_solve; other text selects every op whose names contain it
-  if (const OpSpec* named = reg.find_op(opts.filter)) return spec == named && shape_ok;
+  // a whole op name (public or printed, any alias, without variant marks) selects that op only: chunk_gated_delta_rule
+  // is not chunk_gated_delta_rule_fwd_kkt_solve; other text, a printed name with its marks too ("mrope(interleaved)",
+  // "rms_norm,gate"), selects every case whose names contain it
+  const bool marks = opts.filter.find_first_of(",(") != std::string::npos;
+  if (const OpSpec* named = marks ? nullptr : reg.find_op(opts.filter)) return spec == named && shape_ok;
   auto has_filter = [&](const std::string& name) { return name.find(opts.filter) != std::string::npos; };
   return (has_filter(c.op) || (spec && has_filter(spec->name))) && shape_ok;
 }

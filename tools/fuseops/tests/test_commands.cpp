@@ -45,6 +45,10 @@ TEST(Filter, MatchesPublicAndPrintedOpNames) {
   }
   EXPECT_EQ(filtered("norm", "no_such_op").first, 0u);
   EXPECT_EQ(filtered("norm", "layer_norm,gate").first, 2u);  // the printed name with its variant marks
+  // with marks it is text: the rows printing it, not the whole op ("mrope(interleaved)" took all three layouts)
+  EXPECT_GT(filtered("qwen3-vl", "mrope(interleaved)").first, 0u);
+  EXPECT_EQ(filtered("qwen2.5-vl", "mrope(interleaved)").first, 0u);  // its rows print mrope(chunked)
+  EXPECT_GT(filtered("qwen2.5-vl", "mrope").first, 0u);
   EXPECT_EQ(filtered("gdn-kkt-solve", "layer_norm_fwd").first, 0u);
 }
 
