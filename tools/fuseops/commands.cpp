@@ -342,13 +342,15 @@ std::string pad_column(const std::string& text, int width, bool right) {
 
 namespace {
 
-/// A baseline time for the tables: "%.2f", or "—" where the case has no baseline.
-std::string base_cell(const BenchRow& r, double v) {
-  if (!r.has_baseline) return "—";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", v);
+/// One number in printf format `f` (a single conversion).
+std::string fmt2(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
+
+/// A baseline time for the tables: "%.2f", or "—" where the case has no baseline.
+std::string base_cell(const BenchRow& r, double v) { return r.has_baseline ? fmt2("%.2f", v) : "—"; }
 
 
 void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double copy_tbps, double empty_us,
@@ -357,26 +359,22 @@ void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double cop
   if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
   f << "Device: " << info.name << " (" << info.sms << " SMs). Date: " << today() << ". fuseops " << version() << ".\n";
   if (!opts.note.empty()) f << opts.note << "\n";
-  char buf[512];
-  std::snprintf(buf, sizeof buf,
-                "\nCopy rate %.3f TB/s (1 GiB device-to-device cudaMemcpyAsync, bytes read + written); empty kernel "
-                "%.2f us. Times: median per launch under CUDA-graph replay, us; warm = the same buffers every launch, "
-                "cold = rotating buffer sets >= 4x L2. TB/s and x copy on the cold time; copy_us = bytes / copy rate. "
-                "Baseline = the reference form the case names (column baseline; most often the op's unfused kernels), "
-                "in the same binary; speedup = baseline cold / cold; — where the case has none.\n\n",
-                copy_tbps, empty_us);
-  f << buf;
+  f << "\nCopy rate " << fmt2("%.3f", copy_tbps)
+    << " TB/s (1 GiB device-to-device cudaMemcpyAsync, bytes read + written); empty kernel " << fmt2("%.2f", empty_us)
+    << " us. Times: median per launch under CUDA-graph replay, us; warm = the same buffers every launch, cold = "
+       "rotating buffer sets >= 4x L2. TB/s and x copy on the cold time; copy_us = bytes / copy rate. Baseline = the "
+       "reference form the case names (column baseline; most often the op's unfused kernels), in the same binary; "
+       "speedup = baseline cold / cold; — where the case has none.\n\n";
   f << "| set | op | shape | dtype | warm us | cold us | TB/s cold | copy us | x copy | baseline | baseline warm | "
        "baseline cold | speedup cold |\n";
   f << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const BenchRow& r : rows) {
+  for (const BenchRow& r : rows) {  // streamed: names of any length (a fixed buffer cut long rows)
     const double copy_us = r.bytes / (copy_tbps * 1e6);
-    std::snprintf(buf, sizeof buf, "| %s | %s | %s | %s | %.2f | %.2f | %.3f | %.2f | %.2f | %s | %s | %s | %s |\n",
-                  r.set.c_str(), r.op.c_str(), r.shape.c_str(), r.dtype.c_str(), r.warm, r.cold, r.bytes / r.cold / 1e6,
-                  copy_us, r.cold / copy_us, r.has_baseline && !r.baseline.empty() ? r.baseline.c_str() : "—",
-                  base_cell(r, r.base_warm).c_str(), base_cell(r, r.base_cold).c_str(),
-                  base_cell(r, r.base_cold / r.cold).c_str());
-    f << buf;
+    f << "| " << r.set << " | " << r.op << " | " << r.shape << " | " << r.dtype << " | " << fmt2("%.2f", r.warm) << " | "
+      << fmt2("%.2f", r.cold) << " | " << fmt2("%.3f", r.bytes / r.cold / 1e6) << " | " << fmt2("%.2f", copy_us) << " | "
+      << fmt2("%.2f", r.cold / copy_us) << " | " << (r.has_baseline && !r.baseline.empty() ? r.baseline : "—") << " | "
+      << base_cell(r, r.base_warm) << " | " << base_cell(r, r.base_cold) << " | " << base_cell(r, r.base_cold / r.cold)
+      << " |\n";
   }
 }
 

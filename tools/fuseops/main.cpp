@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
   // the case selection of check and bench: --filter, --shape, --cases
   const auto add_selection = [&non_empty](CLI::App& sub, Options& opts) {
     sub.add_option("--filter", opts.filter,
-                   "only cases of this op (a whole name, public or printed) or of every op whose name contains this "
-                   "text")
+                   "only cases of this op (a whole name, public or printed without its variant marks) or every case "
+                   "whose op names contain this text")
         ->check(non_empty);
     sub.add_option("--shape", opts.shape, "only cases with exactly this shape, as printed (e.g. 1x8192x8x128)")
         ->check(non_empty);

@@ -379,7 +379,12 @@ OpSpec rope_op(RopeOp op, bool backward) {
   spec.help = apply ? "rotary embedding of q, k [batch, seq, H, D] from cos / sin tables (FlagGems), out of place"
               : mrope ? "multimodal rotary embedding (3 position axes) of q, k [T, H, D] in place"
                       : "rotary embedding of q, k [T, H, D] in place from a cos / sin cache (vLLM)";
-  if (mrope) spec.aliases = {"mrope(chunked)", "mrope(interleaved)", "mrope(interleaved_glm)"};
+  if (mrope) {  // the printed names, each implying its layout where the entry gives none (it ran chunked)
+    spec.aliases = {"mrope(chunked)", "mrope(interleaved)", "mrope(interleaved_glm)"};
+    for (const char* layout : {"chunked", "interleaved", "interleaved_glm"}) {
+      spec.alias_defaults[std::string("mrope(") + layout + ")"] = {{"mrope_layout", std::string(layout)}};
+    }
+  }
   spec.params = rope_params(!apply, op == RopeOp::rotary_embedding);
   if (apply) spec.params.insert(spec.params.begin() + 1, integer_param("batch", "sequences; tokens = batch x seq", 1));
   if (mrope) {

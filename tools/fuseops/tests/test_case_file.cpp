@@ -82,6 +82,21 @@ TEST(CaseFile, StepRangesOptionsAndDefaults) {
   EXPECT_EQ(f.name, "f");                                // the file name without extension
 }
 
+// mrope's printed names imply their layout (mrope(interleaved) ran the chunked default and printed mrope(chunked))
+TEST(CaseFile, MropeAliasesImplyTheirLayout) {
+  const std::string rest = "    tokens: 4\n    num_heads: 2\n    num_kv_heads: 1\n    head_size: 64\n"
+                           "    mrope_section: [8, 12, 12]\n";
+  const CaseFile f = parse("cases:\n  - op: mrope(interleaved)\n" + rest + "  - op: mrope(interleaved_glm)\n" + rest +
+                           "  - op: mrope\n" + rest);
+  ASSERT_EQ(f.points.size(), 3u);
+  EXPECT_EQ(f.points[0].params.text("mrope_layout"), "interleaved");
+  EXPECT_EQ(f.points[1].params.text("mrope_layout"), "interleaved_glm");
+  EXPECT_EQ(f.points[2].params.text("mrope_layout"), "chunked");
+  const auto cases = f.make_cases();
+  ASSERT_EQ(cases.size(), 3u);
+  EXPECT_EQ(cases[0]->op, "mrope(interleaved)");
+}
+
 // An alias means what it says where the entry does not: layer_norm is a LayerNorm, rms_norm_gated has the gate (both
 // ran as an ungated RMSNorm); a parameter the entry gives wins.
 TEST(CaseFile, NormAliasesImplyTheirForm) {

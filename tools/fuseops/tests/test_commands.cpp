@@ -161,9 +161,6 @@ TEST(Paths, BenchOutputsAreDistinctFromEachOtherAndTheCaseFiles) {
   std::filesystem::remove_all(d);
 }
 
-// A reduced CPU run of the chunked GDN forward keeps two and a half chunks (161 tokens at chunk 64) whatever
-// --cpu-rows says: bench's rows and bytes (and model's scaling) are those of the rows that ran, not of those asked.
-// The console tables pad by terminal columns: a "—" cell (3 bytes of UTF-8) is one column wide.
 // --note and the JSON outputs: bytes that are not UTF-8 are an error in --note and replaced in the JSON text (a
 // serialisation error used to truncate the --json file after the whole run).
 TEST(Text, Utf8ErrorsAndJsonText) {
@@ -177,6 +174,7 @@ TEST(Text, Utf8ErrorsAndJsonText) {
   EXPECT_EQ(json_text(nlohmann::json{{"name", "a\xff" "b"}}), "{\n \"name\": \"a\xEF\xBF\xBD" "b\"\n}");
 }
 
+// The console tables pad by terminal columns: a "—" cell (3 bytes of UTF-8) is one column wide.
 TEST(Tables, PadColumnCountsCodePoints) {
   EXPECT_EQ(pad_column("—", 5, true), "    —");
   EXPECT_EQ(pad_column("—", 5), "—    ");
@@ -185,6 +183,8 @@ TEST(Tables, PadColumnCountsCodePoints) {
   EXPECT_EQ(pad_column("", 2), "  ");
 }
 
+// A reduced CPU run of the chunked GDN forward keeps two and a half chunks (161 tokens at chunk 64) whatever
+// --cpu-rows says: bench's rows and bytes (and model's scaling) are those of the rows that ran, not of those asked.
 TEST(CpuRows, BenchReportsTheRowsThatRan) {
   const auto cases = registry().find("gdn-prefill")->factories.front()();
   ASSERT_FALSE(cases.empty());
