@@ -193,6 +193,10 @@ double max_abs_cumsum(const Spec& s, const Inputs& in) {
   return m;
 }
 
+double forward_limit(const Spec& s, const Inputs& in) {
+  return ref::gdn_forward_rel_rms_limit(s.dtype) + std::ldexp(max_abs_cumsum(s, in), -24);
+}
+
 HostTensor tokens(const HostTensor& x, int64_t t0, int64_t t1) {
   std::vector<int64_t> shape = x.shape();
   const int64_t T = shape[1];

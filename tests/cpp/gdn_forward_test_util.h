@@ -64,6 +64,9 @@ Outputs run_recurrent(Where where, const Spec& s, const Inputs& in);
 /// The largest |chunk-local cumsum of g| of the spec's inputs: the decay factors exp(g_i - g_j) of the chunked
 /// algorithm carry a relative error up to about this times 2^-24 (fp32 rounding of the cumsum).
 double max_abs_cumsum(const Spec& s, const Inputs& in);
+/// The relative-RMS limit of the chunked forward against the golden: the dtype's, plus the fp32 rounding of the
+/// chunk-local cumsum (max_abs_cumsum 2^-24; docs/ops/gdn.md "Tolerances").
+double forward_limit(const Spec& s, const Inputs& in);
 
 /// The tokens [t0, t1) of every batch row of a compact [B, T, ...] tensor.
 HostTensor tokens(const HostTensor& x, int64_t t0, int64_t t1);

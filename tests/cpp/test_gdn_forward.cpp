@@ -28,6 +28,15 @@ constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
 
 class GdnForward : public ::testing::TestWithParam<Where> {};
 
+/// o and final_state of the chunked op's outputs `out` (`what`) against the golden `gold` of the spec, within
+/// forward_limit.
+void expect_golden(const Spec& s, const Inputs& in, const ref::RecurrenceGolden& gold, const Outputs& out,
+                   const std::string& what) {
+  const double limit = forward_limit(s, in);
+  EXPECT_TRUE(matches(out.o, gold.o, s.dtype, what + " o", limit));
+  EXPECT_TRUE(matches(out.final_state, gold.final_state, s.dtype, what + " final_state", limit));
+}
+
 /// Runs the chunked op (and the recurrent op when `recurrent`) and compares o and final_state with the golden.
 /// The chunked algorithm's decay factors exp(g_i - g_j) come from the fp32 chunk-local cumsum, whose rounding is a
 /// relative error of up to max|cumsum| 2^-24 per factor (docs/ops/gdn.md "Tolerances"): the limit of f32 inputs
@@ -36,10 +45,7 @@ void check_spec(Where where, const Spec& s, std::mt19937_64& rng, bool recurrent
   SCOPED_TRACE(s.describe());
   const Inputs in = make_inputs(s, rng);
   const ref::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/true);
-  const Outputs out = run_chunk(where, s, in);
-  const double limit = ref::gdn_forward_rel_rms_limit(s.dtype) + std::ldexp(max_abs_cumsum(s, in), -24);
-  EXPECT_TRUE(matches(out.o, gold.o, s.dtype, "chunk o", limit));
-  EXPECT_TRUE(matches(out.final_state, gold.final_state, s.dtype, "chunk final_state", limit));
+  expect_golden(s, in, gold, run_chunk(where, s, in), "chunk");
   if (recurrent) {
     const ref::RecurrenceGolden gr = golden(s, in, /*round_normalized=*/false);
     const Outputs r = run_recurrent(where, s, in);
@@ -184,10 +190,8 @@ TEST_P(GdnForward, FusedOutputSameBytes) {
       EXPECT_TRUE(same_bytes(first.final_state, off.final_state)) << "final_state";
     }
     const ref::RecurrenceGolden gold = golden(*s, in, /*round_normalized=*/true);
-    const double limit = ref::gdn_forward_rel_rms_limit(s->dtype) + std::ldexp(max_abs_cumsum(*s, in), -24);
-    EXPECT_TRUE(matches(first.o, gold.o, s->dtype, "o", limit));
-    EXPECT_TRUE(matches(first.final_state, gold.final_state, s->dtype, "final_state", limit));
-    EXPECT_TRUE(matches(off.o, gold.o, s->dtype, "o, the form off", limit));
+    expect_golden(*s, in, gold, first, "the form");
+    expect_golden(*s, in, gold, off, "the form off");
     if (HasFailure()) return;
   }
 #endif
@@ -231,10 +235,7 @@ TEST_P(GdnForward, IntraBulkSameBytes) {
     }();
     EXPECT_TRUE(same_bytes(bulk.o, off.o)) << "o";
     EXPECT_TRUE(same_bytes(bulk.final_state, off.final_state)) << "final_state";
-    const ref::RecurrenceGolden gold = golden(*s, in, /*round_normalized=*/true);
-    const double limit = ref::gdn_forward_rel_rms_limit(s->dtype) + std::ldexp(max_abs_cumsum(*s, in), -24);
-    EXPECT_TRUE(matches(bulk.o, gold.o, s->dtype, "o", limit));
-    EXPECT_TRUE(matches(bulk.final_state, gold.final_state, s->dtype, "final_state", limit));
+    expect_golden(*s, in, golden(*s, in, /*round_normalized=*/true), bulk, "bulk");
     if (HasFailure()) return;
   }
 #endif

@@ -71,11 +71,6 @@ void expect_each_sequence(const Spec& s, const std::vector<int64_t>& cu, const O
   }
 }
 
-/// The limit of check_spec: the dtype's plus the fp32 rounding of the chunk-local cumsum.
-double forward_limit(const Spec& s, const Inputs& in) {
-  return ref::gdn_forward_rel_rms_limit(s.dtype) + std::ldexp(max_abs_cumsum(s, in), -24);
-}
-
 /// The forward's outputs `out` of `in` against the token recurrence, sequence by sequence.
 void expect_forward(const Spec& s, const Inputs& in, const Outputs& out) {
   expect_each_sequence(s, in.cu, out, golden(s, in, true), forward_limit(s, in));

@@ -128,12 +128,6 @@ std::string esc(const std::string& s) {
   return o;
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 /// The achieved rate of a row as the SVG labels and the HTML table print it: GB/s below 0.1 TB/s (CPU results).
 std::string rate_text(const Row& row) {
   if (row.bytes <= 0) return "no byte count";
@@ -211,6 +205,12 @@ std::string svg_element(const Results& r) {
 }
 
 }  // namespace
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
 
 std::string chart_svg(const nlohmann::json& bench) {
   return "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n" + svg_element(load(bench));

@@ -18,6 +18,9 @@ std::string chart_html(const nlohmann::json& bench);
 /// Writes the charts to the paths that are not empty.
 void write_charts(const nlohmann::json& bench, const std::string& svg_path, const std::string& html_path);
 
+/// One number in printf format `f` (a single conversion), as the charts and the bench tables print it.
+std::string fmt(const char* f, double v);
+
 /// `fuseops chart --from results.json --svg F --html F`.
 int run_chart(const std::string& from, const std::string& svg_path, const std::string& html_path);
 

@@ -59,8 +59,9 @@ void check_one_line(const char* option, const std::string& text) {
   char code[8];
   if (bad != text.end()) {
     std::snprintf(code, sizeof code, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(*bad)));
-    throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected one line of text, got the control " +
-                                                 "character " + code + " at position " + std::to_string(bad - text.begin()));
+    throw Error(ErrorKind::invalid_argument, std::string(option) +
+                                                 ": expected one line of text, got the control character " + code +
+                                                 " at position " + std::to_string(bad - text.begin()));
   }
   const std::size_t at = utf8_error_at(text);
   if (at == std::string::npos) return;
@@ -342,15 +343,8 @@ std::string pad_column(const std::string& text, int width, bool right) {
 
 namespace {
 
-/// One number in printf format `f` (a single conversion).
-std::string fmt2(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 /// A baseline time for the tables: "%.2f", or "—" where the case has no baseline.
-std::string base_cell(const BenchRow& r, double v) { return r.has_baseline ? fmt2("%.2f", v) : "—"; }
+std::string base_cell(const BenchRow& r, double v) { return r.has_baseline ? fmt("%.2f", v) : "—"; }
 
 
 void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double copy_tbps, double empty_us,
@@ -359,8 +353,8 @@ void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double cop
   if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
   f << "Device: " << info.name << " (" << info.sms << " SMs). Date: " << today() << ". fuseops " << version() << ".\n";
   if (!opts.note.empty()) f << opts.note << "\n";
-  f << "\nCopy rate " << fmt2("%.3f", copy_tbps)
-    << " TB/s (1 GiB device-to-device cudaMemcpyAsync, bytes read + written); empty kernel " << fmt2("%.2f", empty_us)
+  f << "\nCopy rate " << fmt("%.3f", copy_tbps)
+    << " TB/s (1 GiB device-to-device cudaMemcpyAsync, bytes read + written); empty kernel " << fmt("%.2f", empty_us)
     << " us. Times: median per launch under CUDA-graph replay, us; warm = the same buffers every launch, cold = "
        "rotating buffer sets >= 4x L2. TB/s and x copy on the cold time; copy_us = bytes / copy rate. Baseline = the "
        "reference form the case names (column baseline; most often the op's unfused kernels), in the same binary; "
@@ -370,9 +364,9 @@ void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double cop
   f << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& r : rows) {  // streamed: names of any length (a fixed buffer cut long rows)
     const double copy_us = r.bytes / (copy_tbps * 1e6);
-    f << "| " << r.set << " | " << r.op << " | " << r.shape << " | " << r.dtype << " | " << fmt2("%.2f", r.warm) << " | "
-      << fmt2("%.2f", r.cold) << " | " << fmt2("%.3f", r.bytes / r.cold / 1e6) << " | " << fmt2("%.2f", copy_us) << " | "
-      << fmt2("%.2f", r.cold / copy_us) << " | " << (r.has_baseline && !r.baseline.empty() ? r.baseline : "—") << " | "
+    f << "| " << r.set << " | " << r.op << " | " << r.shape << " | " << r.dtype << " | " << fmt("%.2f", r.warm) << " | "
+      << fmt("%.2f", r.cold) << " | " << fmt("%.3f", r.bytes / r.cold / 1e6) << " | " << fmt("%.2f", copy_us) << " | "
+      << fmt("%.2f", r.cold / copy_us) << " | " << (r.has_baseline && !r.baseline.empty() ? r.baseline : "—") << " | "
       << base_cell(r, r.base_warm) << " | " << base_cell(r, r.base_cold) << " | " << base_cell(r, r.base_cold / r.cold)
       << " |\n";
   }
