@@ -43,7 +43,8 @@
 // whole previous grid (docs/ops/gdn.md, "the intra-first form"). Same arithmetic, same bytes.
 //
 // Fused-output variant of the wgmma kernel (FO; chunk_gated_delta_rule_fwd_h_o, the forward's grids of 64-column
-// blocks): chunk_fwd_o inside the chunk step, so h and v_new never leave the block. The q tile arrives with w and k;
+// blocks, and of 32-column blocks that fit one per SM): chunk_fwd_o inside the chunk step, so h and v_new never leave
+// the block. The q tile arrives with w and k;
 // after barrier A warpgroup g issues, behind w S, q S (its columns, the same S^T operand) and its 32 columns of
 // q k^T; the epilogue also writes the ungated v_new^T box; P = (q k^T) exp(g_i - g_j) (masked) goes by stmatrix into
 // a shared tile, so that each warpgroup computes half of the scores (computing all 64 x 64 in both measured 0.98x the
@@ -292,12 +293,13 @@ __device__ __forceinline__ float2 unpack2(uint32_t x) {
 }
 
 /// Blocks per SM the register budget is set for: two where the shared memory of K <= 128 and BV <= 32 lets two
-/// blocks share an SM (grids of more blocks than SMs take two buffers and then run two blocks per SM), else one.
-template <int KP, int BV>
-constexpr int fwd_h_min_blocks() { return KP == 128 && BV <= 32 ? 2 : 1; }
+/// blocks share an SM (grids of more blocks than SMs take two buffers and then run two blocks per SM), else one (and
+/// always one in the fused-output form, whose q, P and v_new^T tiles fill the SM's shared memory).
+template <int KP, int BV, bool FO>
+constexpr int fwd_h_min_blocks() { return KP == 128 && BV <= 32 && !FO ? 2 : 1; }
 
 template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG, bool RDY, bool FO>
-__global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV>())
+__global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV, FO>())
     fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units, FwdHVec vec, DeviceErrorRecord* errors,
                      const __grid_constant__ FwdHMaps maps) {
   using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG, RDY, FO>;
@@ -1038,10 +1040,18 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo) {
   const DType dt = a.k.dtype;
   if (a.w.dtype != dt || a.u.dtype != dt || a.h.dtype != dt || a.v_new.dtype != dt) return false;
   const int64_t K = a.geo.K, V = a.V;
-  // fo: the shape rules first, so that a forward the form does not take encodes its tensor maps once (in fwd_h's call)
-  if (fo && !(fwd_h_o_switched_on() && !a.ready && a.geo.BT == 64 && K == 128 && V % 64 == 0 &&
-              fwd_h_blocks(a, 64) >= kFillBlocks)) {
-    return false;
+  // fo: the shape rules first, so that a forward the form does not take encodes its tensor maps once (in fwd_h's call).
+  // The form's V block is launch_fwd_h_bv's: 64 columns on grids of >= kFillBlocks such blocks, else 32 on grids of
+  // kFillBlocks .. one block per SM (more would run two per SM in the staged kernel; the form's tiles fill an SM);
+  // whole blocks only.
+  int fo_bv = 0;
+  if (fo) {
+    if (fwd_h_blocks(a, 64) >= kFillBlocks) {
+      fo_bv = V % 64 == 0 ? 64 : 0;
+    } else if (fwd_h_blocks(a, 32) >= kFillBlocks && fwd_h_blocks(a, 32) <= sm_count(device)) {
+      fo_bv = V % 32 == 0 ? 32 : 0;
+    }
+    if (!(fwd_h_o_switched_on() && !a.ready && a.geo.BT == 64 && K == 128 && fo_bv != 0)) return false;
   }
   FwdHVec vec{};
   vec.w = gdn::rows_16b(a.w, K);
@@ -1060,15 +1070,20 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo) {
   // polls the ready flags of the intra kernel launched before; without tensor maps this waits for that kernel instead
   const bool ready = a.ready && tma;
   if (fo) {
-    // the wgmma variant of 64 columns (launch_fwd_h_bv's choice for grids of >= kFillBlocks such blocks), whole V
-    // blocks, q as w / k (16-byte rows, a tensor map), o in TK with pair stores
+    // the wgmma variant of fo_bv columns (launch_fwd_h_bv's choice, see above), q as w / k (16-byte rows, a tensor map), o in TK with pair stores
     vec.q = a.q.data != nullptr && a.q.dtype == dt && gdn::rows_16b(a.q, K);
     const bool form = tma && wgmma_switched_on() && runs_sm90a_code(device) && vec.q && a.o.dtype == dt &&
                       gdn::rows_pairs(a.o) && gdn_rows_map(&maps.q, a.q, dt, K, a.geo.H, a.geo);
     if (!form) return false;
-    // three buffers (212 KB of shared memory): measured 2-3% faster than two on the gdn-prefill cases it takes
+    // three buffers (212 KB of shared memory at 64 columns): measured 2-3% faster than two on the gdn-prefill cases
+    // of 64-column blocks
     const bool launched = gdn::with_16bit(dt, [&](auto tag) {
-      launch_fwd_h_mma<decltype(tag), 128, 64, 64, 3, true, true, false, true>(a, vec, maps, device, s);
+      using TK = decltype(tag);
+      if (fo_bv == 64) {
+        launch_fwd_h_mma<TK, 128, 64, 64, 3, true, true, false, true>(a, vec, maps, device, s);
+      } else {
+        launch_fwd_h_mma<TK, 128, 64, 32, 3, true, true, false, true>(a, vec, maps, device, s);
+      }
     });
     if (!launched) return false;  // (not 16-bit: no tensor maps, so not reached)
     fwd_h_o_launches.fetch_add(1, std::memory_order_relaxed);

@@ -148,13 +148,16 @@ TEST_P(GdnForward, IntraFirstSameBytes) {
 }
 
 // The fused-output form of the CUDA forward (chunk_gated_delta_rule_fwd_h_o: chunk_fwd_o inside fwd_h's wgmma variant
-// of 64 columns, where N HV V / 64 >= 128 blocks): o and final_state byte for byte those of fwd_h + chunk_fwd_o (the
-// form off) where the staged output stage is chunk_fwd_o's wgmma kernel (V a multiple of 128), whose products the form
-// reproduces; both against the golden; the form is taken exactly where its rule and the environment's switches say.
+// of 64 columns where N HV V / 64 >= 128 blocks, else of 32 columns where 128 <= N HV V / 32 <= the SM count): o and
+// final_state byte for byte those of fwd_h + chunk_fwd_o (the form off) where the staged output stage is chunk_fwd_o's
+// wgmma kernel (V a multiple of 128), whose products the form reproduces; both against the golden; the form is taken
+// exactly where its rule and the environment's switches say.
 // Specs: fixed length with a partial last chunk and scale 0.7 (bf16); varlen with empty, 1-token, chunk-edge and long
 // sequences (f16: the next sequence's rows inside a chunk's copies); B = 2 with G = 8 grouped heads and strong decays
 // (the batch coordinate of the tensor maps); V = 256 (four blocks per head); V = 64 (the staged output stage is the
-// mma.sync kernel: the golden only); V = 96 (not whole 64-column blocks: the staged path).
+// mma.sync kernel: the golden only); V = 96 (not whole 64-column blocks: the staged path); 32-column blocks (N HV =
+// 32): fixed length with a partial chunk and scale 0.7, varlen (bf16, G = 4) with empty and short sequences, B = 2
+// with strong decays; N HV = 48 (192 blocks of 32 columns, more than one per SM on an H200: the staged path).
 TEST_P(GdnForward, FusedOutputSameBytes) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA kernel form";
@@ -169,18 +172,28 @@ TEST_P(GdnForward, FusedOutputSameBytes) {
   Spec d = fixed(1, 100, 2, 32, 128, 256, bf16);
   Spec e = fixed(1, 70, 2, 64, 128, 96, bf16);
   Spec f = fixed(1, 100, 2, 128, 128, 64, bf16);
+  Spec g = fixed(1, 300, 4, 32, 128, 128, bf16);
+  g.scale = 0.7;
+  Spec h = varlen({0, 1, 63, 64, 65, 130, 0, 200}, 1, 4, 128, 128, bf16);
+  Spec i = fixed(2, 129, 2, 16, 128, 128, f16);
+  i.decay = Decay::strong;
+  Spec j = fixed(1, 130, 4, 48, 128, 128, bf16);
+  // the 32-column form's rule: its blocks (128 for g, h, i; 192 for j) one per SM
+  const int sms = fuseops::detail::sm_count(0);
   // the switches of the form's rule and of the staged output stage's kernel, as the library reads them
   using fuseops::detail::env_switched_off;
   const bool switches_on = !env_switched_off("FUSEOPS_GDN_FWD_HO") && !env_switched_off("FUSEOPS_GDN_FWD_H_TMA") &&
                            !env_switched_off("FUSEOPS_GDN_FWD_H_WGMMA");
   const bool wgmma_o = !env_switched_off("FUSEOPS_GDN_FWD_O_WGMMA");
-  for (Spec* s : {&a, &b, &c, &d, &e, &f}) {
+  for (Spec* s : {&a, &b, &c, &d, &e, &f, &g, &h, &i, &j}) {
     s->aligned = true;
     SCOPED_TRACE(s->describe());
     const Inputs in = make_inputs(*s, rng);
     const int64_t launches = cuda::fwd_h_o_launches_for_testing();
     const Outputs first = run_chunk(GetParam(), *s, in);
-    const bool applies = s != &e && switches_on && fuseops::detail::runs_sm90a_code(0);
+    const bool narrow = s == &g || s == &h || s == &i;
+    const bool shape_ok = s == &j ? sms >= 192 : s != &e && (!narrow || sms >= 128);
+    const bool applies = shape_ok && switches_on && fuseops::detail::runs_sm90a_code(0);
     EXPECT_EQ(cuda::fwd_h_o_launches_for_testing() - launches, applies ? 1 : 0) << "the launch rule";
     cuda::set_fwd_h_o_off_for_testing(true);
     const Outputs off = run_chunk(GetParam(), *s, in);
