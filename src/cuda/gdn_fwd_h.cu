@@ -44,14 +44,14 @@
 //
 // Fused-output variant of the wgmma kernel (FO; chunk_gated_delta_rule_fwd_h_o, the forward's grids of 64-column
 // blocks, and of 32-column blocks that fit one per SM): chunk_fwd_o inside the chunk step, so h and v_new never leave
-// the block. The q tile arrives with w and k;
-// after barrier A warpgroup g issues, behind w S, q S (its columns, the same S^T operand) and its 32 columns of
-// q k^T; the epilogue also writes the ungated v_new^T box; P = (q k^T) exp(g_i - g_j) (masked) goes by stmatrix into
-// a shared tile, so that each warpgroup computes half of the scores (computing all 64 x 64 in both measured 0.98x the
-// staged forward where this measures 0.84x); O = exp(g_i) q S; after barrier B, P v_new joins k^T v_new; o = scale O
-// is stored from registers. Three tile buffers. The products, roundings and order of sums are those of
-// chunk_fwd_o's wgmma kernel: same bytes as fwd_h + chunk_fwd_o where that kernel is the staged output stage (V a
-// multiple of 128); with V = 64 / 192 the staged path takes the mma.sync kernel, whose sums skip the zero blocks.
+// the block. The q tile arrives with w and k; after barrier A warpgroup g issues, behind w S, q S (its columns, the
+// same S^T operand) and its 32 columns of q k^T; the epilogue also writes the ungated v_new^T box; P = (q k^T) exp(g_i
+// - g_j) (masked) goes by stmatrix into a shared tile, so that each warpgroup computes half of the scores (computing
+// all 64 x 64 in both measured 0.98x the staged forward where this measures 0.84x); O = exp(g_i) q S; after barrier B,
+// P v_new joins k^T v_new; o = scale O is stored from registers. Three tile buffers. The products, roundings and order
+// of sums are those of chunk_fwd_o's wgmma kernel: same bytes as fwd_h + chunk_fwd_o where that kernel is the staged
+// output stage (V a multiple of 128); with V = 64 / 192 the staged path takes the mma.sync kernel, whose sums skip the
+// zero blocks.
 //
 // fwd_h_ffma_kernel (f32 inputs and any mix of dtypes): S [K][32] in shared memory, fp32 FFMA (no TF32); thread
 // (rg = tid / 32, c = tid % 32) owns column c and the rows rg, rg + 8, ... of S and of the chunk.
@@ -1070,13 +1070,14 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo) {
   // polls the ready flags of the intra kernel launched before; without tensor maps this waits for that kernel instead
   const bool ready = a.ready && tma;
   if (fo) {
-    // the wgmma variant of fo_bv columns (launch_fwd_h_bv's choice, see above), q as w / k (16-byte rows, a tensor map), o in TK with pair stores
+    // the wgmma variant of fo_bv columns (launch_fwd_h_bv's choice, see above), q as w / k (16-byte rows, a tensor
+    // map), o in TK with pair stores
     vec.q = a.q.data != nullptr && a.q.dtype == dt && gdn::rows_16b(a.q, K);
     const bool form = tma && wgmma_switched_on() && runs_sm90a_code(device) && vec.q && a.o.dtype == dt &&
                       gdn::rows_pairs(a.o) && gdn_rows_map(&maps.q, a.q, dt, K, a.geo.H, a.geo);
     if (!form) return false;
-    // three buffers (212 KB of shared memory at 64 columns): measured 2-3% faster than two on the gdn-prefill cases
-    // of 64-column blocks
+    // three buffers (212 KB of shared memory at 64 columns, 184 KB at 32): measured 2-3% faster than two on the
+    // gdn-prefill cases of 64-column blocks
     const bool launched = gdn::with_16bit(dt, [&](auto tag) {
       using TK = decltype(tag);
       if (fo_bv == 64) {

@@ -133,7 +133,8 @@ void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream);
 /// written (a.h, a.v_new unused); ht as fwd_h. o gets the bytes that chunk_fwd_o's wgmma kernel (V a multiple of 128,
 /// its switch on) gives from fwd_h's h and v_new; with V = 64 / 192 the staged path's mma.sync kernel sums in another
 /// order. Applies where fwd_h takes its wgmma variant of 64 columns (K = 128, BT = 64, 16-bit, sm_90a, tensor maps,
-/// N HV V / 64 >= 128 blocks) with V a multiple of 64, q 16-byte rows and o in q's dtype with pair stores;
+/// N HV V / 64 >= 128 blocks) with V a multiple of 64, or of 32 columns (N HV V / 64 < 128 <= N HV V / 32 <= the SM
+/// count: one block per SM) with V a multiple of 32; q 16-byte rows and o in q's dtype with pair stores;
 /// FUSEOPS_GDN_FWD_HO=0 turns it off. Returns false (nothing launched) where it does not apply.
 bool chunk_gated_delta_rule_fwd_h_o(const FwdHArgs& a, int device, void* stream);
 /// Tests only: `off` true turns the fused-output form off for the launches that follow, as FUSEOPS_GDN_FWD_HO=0 does.

@@ -157,7 +157,9 @@ TEST_P(GdnForward, IntraFirstSameBytes) {
 // (the batch coordinate of the tensor maps); V = 256 (four blocks per head); V = 64 (the staged output stage is the
 // mma.sync kernel: the golden only); V = 96 (not whole 64-column blocks: the staged path); 32-column blocks (N HV =
 // 32): fixed length with a partial chunk and scale 0.7, varlen (bf16, G = 4) with empty and short sequences, B = 2
-// with strong decays; N HV = 48 (192 blocks of 32 columns, more than one per SM on an H200: the staged path).
+// with strong decays; N HV = 48 (192 blocks of 32 columns, more than one per SM on an H200: the staged path); N HV = 16
+// (64 blocks of 32 columns: fwd_h takes 16 columns, the staged path); N HV = 33 (132 blocks: the form where the SMs
+// are at least 132, the bound of the rule).
 TEST_P(GdnForward, FusedOutputSameBytes) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA kernel form";
@@ -178,21 +180,23 @@ TEST_P(GdnForward, FusedOutputSameBytes) {
   Spec i = fixed(2, 129, 2, 16, 128, 128, f16);
   i.decay = Decay::strong;
   Spec j = fixed(1, 130, 4, 48, 128, 128, bf16);
-  // the 32-column form's rule: its blocks (128 for g, h, i; 192 for j) one per SM
+  Spec k = fixed(1, 130, 4, 16, 128, 128, bf16);
+  Spec l = fixed(1, 130, 3, 33, 128, 128, bf16);
+  // the 32-column form's rule: its blocks (128 for g, h, i; 132 for l; 192 for j) one per SM
   const int sms = fuseops::detail::sm_count(0);
   // the switches of the form's rule and of the staged output stage's kernel, as the library reads them
   using fuseops::detail::env_switched_off;
   const bool switches_on = !env_switched_off("FUSEOPS_GDN_FWD_HO") && !env_switched_off("FUSEOPS_GDN_FWD_H_TMA") &&
                            !env_switched_off("FUSEOPS_GDN_FWD_H_WGMMA");
   const bool wgmma_o = !env_switched_off("FUSEOPS_GDN_FWD_O_WGMMA");
-  for (Spec* s : {&a, &b, &c, &d, &e, &f, &g, &h, &i, &j}) {
+  for (Spec* s : {&a, &b, &c, &d, &e, &f, &g, &h, &i, &j, &k, &l}) {
     s->aligned = true;
     SCOPED_TRACE(s->describe());
     const Inputs in = make_inputs(*s, rng);
     const int64_t launches = cuda::fwd_h_o_launches_for_testing();
     const Outputs first = run_chunk(GetParam(), *s, in);
     const bool narrow = s == &g || s == &h || s == &i;
-    const bool shape_ok = s == &j ? sms >= 192 : s != &e && (!narrow || sms >= 128);
+    const bool shape_ok = s == &j ? sms >= 192 : s == &l ? sms >= 132 : s != &e && s != &k && (!narrow || sms >= 128);
     const bool applies = shape_ok && switches_on && fuseops::detail::runs_sm90a_code(0);
     EXPECT_EQ(cuda::fwd_h_o_launches_for_testing() - launches, applies ? 1 : 0) << "the launch rule";
     cuda::set_fwd_h_o_off_for_testing(true);
