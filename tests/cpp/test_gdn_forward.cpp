@@ -5,6 +5,7 @@
 // state-pool form (padding slots, per-token writes with num_accepted_tokens) and the fused sigmoid-gating form.
 // Criterion: relative RMS error <= 5e-3 (f16 / bf16 inputs) or 1e-4 (f32), docs/ops/gdn.md "Tolerances"; outputs are
 // NaN-poisoned first and nothing outside them may change.
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -182,22 +183,23 @@ TEST_P(GdnForward, FusedOutputSameBytes) {
   Spec j = fixed(1, 130, 4, 48, 128, 128, bf16);
   Spec k = fixed(1, 130, 4, 16, 128, 128, bf16);
   Spec l = fixed(1, 130, 3, 33, 128, 128, bf16);
-  // the 32-column form's rule: its blocks (128 for g, h, i; 132 for l; 192 for j) one per SM
+  // the SMs the form's rule needs for each spec (its 32-column blocks one per SM; kNever: not taken)
+  constexpr int kNever = INT_MAX;
+  const std::vector<std::pair<Spec*, int>> specs = {{&a, 0},   {&b, 0},   {&c, 0},   {&d, 0},   {&e, kNever}, {&f, 0},
+                                                    {&g, 128}, {&h, 128}, {&i, 128}, {&j, 192}, {&k, kNever}, {&l, 132}};
   const int sms = fuseops::detail::sm_count(0);
   // the switches of the form's rule and of the staged output stage's kernel, as the library reads them
   using fuseops::detail::env_switched_off;
   const bool switches_on = !env_switched_off("FUSEOPS_GDN_FWD_HO") && !env_switched_off("FUSEOPS_GDN_FWD_H_TMA") &&
                            !env_switched_off("FUSEOPS_GDN_FWD_H_WGMMA");
   const bool wgmma_o = !env_switched_off("FUSEOPS_GDN_FWD_O_WGMMA");
-  for (Spec* s : {&a, &b, &c, &d, &e, &f, &g, &h, &i, &j, &k, &l}) {
+  for (const auto& [s, min_sms] : specs) {
     s->aligned = true;
     SCOPED_TRACE(s->describe());
     const Inputs in = make_inputs(*s, rng);
     const int64_t launches = cuda::fwd_h_o_launches_for_testing();
     const Outputs first = run_chunk(GetParam(), *s, in);
-    const bool narrow = s == &g || s == &h || s == &i;
-    const bool shape_ok = s == &j ? sms >= 192 : s == &l ? sms >= 132 : s != &e && s != &k && (!narrow || sms >= 128);
-    const bool applies = shape_ok && switches_on && fuseops::detail::runs_sm90a_code(0);
+    const bool applies = min_sms != kNever && sms >= min_sms && switches_on && fuseops::detail::runs_sm90a_code(0);
     EXPECT_EQ(cuda::fwd_h_o_launches_for_testing() - launches, applies ? 1 : 0) << "the launch rule";
     cuda::set_fwd_h_o_off_for_testing(true);
     const Outputs off = run_chunk(GetParam(), *s, in);
