@@ -97,6 +97,8 @@ std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const Tens
 /// v_new and the chunk states h) for inputs of `dtype` with head dims K and V: the input dtype, as FLA, except f32
 /// for f16 / bf16 inputs with K < 32 or V < 32. With so few dimensions a head's output is a short sum of terms that
 /// cancel, and 16-bit intermediates miss the 16-bit accuracy bound by up to 20x (docs/ops/gdn.md, Tolerances).
+/// Throws Error (invalid_argument) naming the argument for a dtype other than f32 / f16 / bf16 or a head dim outside
+/// [1, 256] (what chunk_gated_delta_rule accepts).
 DType chunk_gated_delta_rule_intermediate_dtype(DType dtype, int64_t head_k_dim, int64_t head_v_dim);
 
 /// The chunked GDN forward (prefill), as FLA `chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state,

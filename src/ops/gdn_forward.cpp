@@ -280,6 +280,16 @@ GdnIn as_in(const GdnOut& o) {
 }  // namespace detail
 
 DType chunk_gated_delta_rule_intermediate_dtype(DType dtype, int64_t head_k_dim, int64_t head_v_dim) {
+  const char* op = "chunk_gated_delta_rule_intermediate_dtype";
+  if (dtype != DType::f32 && dtype != DType::f16 && dtype != DType::bf16) {
+    detail::fail_argument(op, "dtype", "f32, f16 or bf16 (the dtype of q, k and v)", dtype_name(dtype));
+  }
+  if (head_k_dim < 1 || head_k_dim > 256) {
+    detail::fail_argument(op, "head_k_dim", "1 to 256", std::to_string(head_k_dim));
+  }
+  if (head_v_dim < 1 || head_v_dim > 256) {
+    detail::fail_argument(op, "head_v_dim", "1 to 256", std::to_string(head_v_dim));
+  }
   constexpr int64_t kSmallHeadDim = 32;
   const bool small = head_k_dim < kSmallHeadDim || head_v_dim < kSmallHeadDim;
   return small && (dtype == DType::bf16 || dtype == DType::f16) ? DType::f32 : dtype;
@@ -480,6 +490,9 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   if (final_state) common_device(op, {{"q", &q}, {"final_state", final_state}});
   GdnGeometry geo = geometry(d.B, d.T, d.H, d.HV, d.K, chunk_size);
   attach_cu_seqlens(op, cu_seqlens, device, geo);
+  // CUDA tensors on a machine (or build) without CUDA: that error first, not the workspace's, and also when there is
+  // nothing to compute
+  (void)backend_for(op, device);
   const FwdLayout L =
       fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.N, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel,
                  cu_seqlens != nullptr);

@@ -122,6 +122,49 @@ TEST(GdnForwardErrors, CuSeqlensInsideAnOutput) {
 }
 
 // The workspace query validates q, v, cu_seqlens, chunk_size and names itself, or the op a binding sizes it for.
+TEST(GdnForwardErrors, MissingCudaDeviceBeforeTheWorkspace) {
+  // cuda:N with N = the number of devices never exists. The device is the first thing wrong to report (it said the
+  // workspace was too small), also when there are no tokens (that returned silently). The views point at host
+  // memory and are never read.
+  Valid x;
+  const int n = fuseops::cuda_device_count();
+  const fuseops::Device dev = fuseops::Device::cuda(n);
+  const std::string name = "cuda:" + std::to_string(n);
+  const char* op = "chunk_gated_delta_rule";
+  auto on = [&](HostTensor& t) { return t.view_at(t.data(), dev); };
+  HostTensor q0(bf16, {1, 0, 1, 16}), v0(bf16, {1, 0, 2, 8}), g0(f32, {1, 0, 2}), o0(bf16, {1, 0, 2, 8});
+  for (bool empty : {false, true}) {
+    SCOPED_TRACE(empty ? "T = 0" : "T = 8");
+    auto run = [&] {
+      if (empty) {
+        fuseops::chunk_gated_delta_rule(on(o0), nullptr, on(q0), on(q0), on(v0), on(g0), on(g0), std::nullopt,
+                                        nullptr, false, nullptr, TensorView(), 16);
+      } else {
+        fuseops::chunk_gated_delta_rule(on(x.o), nullptr, on(x.q), on(x.k), on(x.v), on(x.g), on(x.beta),
+                                        std::nullopt, nullptr, false, nullptr, TensorView(), 16);
+      }
+    };
+    if (!fuseops::built_with_cuda()) {
+      EXPECT_TRUE(raises(run, fuseops::ErrorKind::unsupported, {op, name, "no CUDA backend"}));
+    } else if (n == 0) {
+      EXPECT_TRUE(raises(run, fuseops::ErrorKind::unsupported, {op, name, "no CUDA device"}));
+    } else {
+      EXPECT_ARG_ERROR(run(), op, "device", "got " + name);
+    }
+  }
+}
+
+TEST(GdnForwardErrors, IntermediateDtypeQuery) {
+  const char* op = "chunk_gated_delta_rule_intermediate_dtype";
+  EXPECT_EQ(fuseops::chunk_gated_delta_rule_intermediate_dtype(bf16, 128, 128), bf16);
+  EXPECT_EQ(fuseops::chunk_gated_delta_rule_intermediate_dtype(fuseops::DType::f16, 16, 128), f32);
+  EXPECT_EQ(fuseops::chunk_gated_delta_rule_intermediate_dtype(f32, 8, 8), f32);
+  // an index dtype or a head dim the op refuses is an error (i32 came back as i32)
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_intermediate_dtype(i32, 128, 128), op, "dtype");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_intermediate_dtype(bf16, 0, 128), op, "head_k_dim");
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_intermediate_dtype(bf16, 128, 257), op, "head_v_dim");
+}
+
 TEST(GdnForwardErrors, WorkspaceQuery) {
   Valid x;
   HostTensor q2(bf16, {1, 8, 2, 16}), v3(bf16, {1, 8, 3, 8}), cuf(f32, {2});

@@ -4,7 +4,9 @@
 // distributions and layouts (contiguous, pitched rows, misaligned starts that force the scalar path). Outputs and
 // statistics are poisoned with NaN first, and padding between output rows must stay untouched.
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -216,6 +218,70 @@ TEST(NormDeterminism, BitwiseRepeatableAndRowIndependent) {
     const HostTensor a = run(rows), b = run(rows), one = run(1);
     EXPECT_EQ(std::memcmp(a.data(), b.data(), a.bytes()), 0) << where_name(where) << ": repeated runs differ";
     EXPECT_EQ(std::memcmp(a.data(), one.data(), one.bytes()), 0) << where_name(where) << ": row 0 depends on the batch";
+  }
+}
+
+// Edge values documented in docs/ops/norm.md: eps = 0 on a zero-variance group gives rstd = Inf and NaN outputs (as
+// FLA); the SiLU gate of z = -Inf is NaN, of z = +Inf is +Inf, of finite z of any magnitude finite.
+TEST(NormEdgeValues, EpsZeroAndInfiniteGates) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (Where where : {Where::cpu, Where::cuda}) {
+    if (where == Where::cuda && !cuda_available()) continue;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      SCOPED_TRACE(std::string(where_name(where)) + " " + fuseops::dtype_name(dt));
+      const int64_t N = 8;
+      for (bool rms : {true, false}) {  // eps = 0, one all-zero (RMS) / constant (LayerNorm) row, one ordinary row
+        Workspace ws(where, dt), wss(where, DType::f32);
+        const Region rx = ws.region({2, N}), ro = ws.region({2, N}), rw = ws.region({N});
+        const Region rrstd = wss.region({2});
+        HostTensor x(dt, {2, N}), w(dt, {N});
+        for (int64_t c = 0; c < N; ++c) {
+          x.set(0, c, rms ? 0.0f : 3.0f);
+          x.set(1, c, static_cast<float>(c) - 2.5f);
+          w.set(0, c, 1.0f);
+        }
+        ws.write(rx, x);
+        ws.write(rw, w);
+        ws.upload();
+        wss.upload();
+        const TensorView vr = wss.view(rrstd);
+        fuseops::layer_norm_fwd(ws.view(ro), nullptr, &vr, ws.view(rx), ws.view(rw), nullptr, nullptr, 0.0, 0, true,
+                                rms);
+        ws.download();
+        wss.download();
+        const HostTensor out = ws.read(ro), rstd = wss.read(rrstd);
+        EXPECT_EQ(static_cast<float>(rstd.get(0, 0)), inf) << (rms ? "rms" : "layer");
+        EXPECT_TRUE(std::isfinite(static_cast<float>(rstd.get(0, 1))));
+        for (int64_t c = 0; c < N; ++c) {
+          EXPECT_TRUE(std::isnan(static_cast<float>(out.get(0, c)))) << c;
+          EXPECT_TRUE(std::isfinite(static_cast<float>(out.get(1, c)))) << c;
+        }
+      }
+      // gates after the norm: z = -Inf, +Inf, -1e30, 1e30 (bf16 holds both), 0 on a row of ones (normalised: 1)
+      Workspace ws(where, dt);
+      const Region rx = ws.region({1, 5}), rz = ws.region({1, 5}), ro = ws.region({1, 5}), rw = ws.region({5});
+      HostTensor x(dt, {1, 5}), z(dt, {1, 5}), w(dt, {5});
+      const float zs[5] = {-inf, inf, -1e30f, 1e30f, 0.0f};
+      for (int64_t c = 0; c < 5; ++c) {
+        x.set(0, c, 1.0f);
+        z.set(0, c, zs[c]);
+        w.set(0, c, 1.0f);
+      }
+      ws.write(rx, x);
+      ws.write(rz, z);
+      ws.write(rw, w);
+      ws.upload();
+      const TensorView vz = ws.view(rz);
+      fuseops::layer_norm_fwd(ws.view(ro), nullptr, nullptr, ws.view(rx), ws.view(rw), nullptr, &vz, 1e-6, 0, true,
+                              true);
+      ws.download();
+      const HostTensor out = ws.read(ro);
+      EXPECT_TRUE(std::isnan(static_cast<float>(out.get(0, 0))));
+      EXPECT_EQ(static_cast<float>(out.get(0, 1)), inf);
+      EXPECT_EQ(static_cast<float>(out.get(0, 2)), 0.0f);  // -1e30 x sigmoid(-1e30) = -0
+      EXPECT_TRUE(std::isfinite(static_cast<float>(out.get(0, 3))));
+      EXPECT_EQ(static_cast<float>(out.get(0, 4)), 0.0f);
+    }
   }
 }
 

@@ -158,8 +158,26 @@ std::vector<Work> collect(const Options& opts, bool real_model_only) {
 }
 
 /// The answer of check and bench when no case is selected: the error, exit status 2 (nothing run, printed or written).
-int no_case_matched() {
-  std::fprintf(stderr, "fuseops: error: no case matched (--set / --cases / --filter / --shape)\n");
+/// When --shape alone rejected every case, it lists the shapes the other selectors kept (the printed forms to copy).
+int no_case_matched(const Options& opts, bool real_model_only) {
+  std::vector<std::string> shapes;
+  if (!opts.shape.empty()) {
+    Options any_shape = opts;
+    any_shape.shape.clear();
+    for (const Work& w : collect(any_shape, real_model_only)) {
+      if (std::find(shapes.begin(), shapes.end(), w.c->shape) == shapes.end()) shapes.push_back(w.c->shape);
+    }
+  }
+  if (shapes.empty()) {
+    std::fprintf(stderr, "fuseops: error: no case matched (--set / --cases / --filter / --shape)\n");
+    return 2;
+  }
+  std::string list;
+  const std::size_t shown = std::min<std::size_t>(shapes.size(), 12);
+  for (std::size_t i = 0; i < shown; ++i) list += (i ? ", " : "") + shapes[i];
+  if (shapes.size() > shown) list += ", ... (" + std::to_string(shapes.size() - shown) + " more)";
+  std::fprintf(stderr, "fuseops: error: --shape \"%s\": no selected case has this shape; it takes a shape as printed, "
+               "one of: %s\n", opts.shape.c_str(), list.c_str());
   return 2;
 }
 
@@ -250,7 +268,7 @@ int run_check(const Options& opts) {
   const bool cuda = use_cuda(opts.backend);
   const uint64_t seed = seed_option(opts.seed_text, opts.seed_given);
   const std::vector<Work> work = collect(opts, false);
-  if (work.empty()) return no_case_matched();  // before the header
+  if (work.empty()) return no_case_matched(opts, false);  // before the header
   std::printf("fuseops check: backend %s, seed %llu (replay with --seed %llu)\n",
               cuda ? ("cuda:0 (" + gpu::device_info(0).name + ")").c_str() : "cpu",
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
@@ -512,7 +530,7 @@ int run_bench(const Options& opts) {
   check_writable("--html", opts.html, opts.html_given);
   const bool cuda = use_cuda(opts.backend);
   const std::vector<Work> work = collect(opts, true);
-  if (work.empty()) return no_case_matched();
+  if (work.empty()) return no_case_matched(opts, true);
   return cuda ? bench_gpu(opts, work) : bench_cpu(opts, work);
 }
 

@@ -463,13 +463,19 @@ CaseFactory make(std::vector<Spec> specs) { return case_factory<KktSolveCase>(st
 /// Qwen3-Next-80B-A3B linear attention: 16 key heads, 32 value heads, head dim 128.
 std::vector<Spec> qwen3_next() { return {fixed(1, 4096, 16, 32, 128), fixed(1, 32768, 16, 32, 128)}; }
 
-/// The Spec of a GDN hook's sequences and heads (H = 1 and K = 1 where the op has none).
+/// The Spec of a GDN hook's sequences and heads (H = 1 and K = 0 where the op has none: chunk_local_cumsum's g and
+/// output are [B, T, HV], no row per head). The size bound counts the op's largest tensor: k [B, T, H, K] or the
+/// output [B, T, HV, BT] when the op has a head dim, else g [B, T, HV].
 Spec gdn_spec_of(const CaseParams& p, int64_t H, int64_t HV, int64_t K) {
   const Sequences q = sequences_of(p);
-  Spec s = q.seqlens.empty() ? fixed(q.batch, q.seq_len, H, HV, K) : varlen(q.seqlens, H, HV, K);
+  Spec s = q.seqlens.empty() ? fixed(q.batch, q.seq_len, H, HV, std::max<int64_t>(K, 1))
+                             : varlen(q.seqlens, H, HV, std::max<int64_t>(K, 1));
   s.BT = chunk_size_of(p);
   s.dtype = dtype_from_name("dtype", p.text("dtype"));
-  bounded_product({{q.seqlens.empty() ? "seq_len" : "seqlens", q.tokens()}, {"num_v_heads", HV}, {"head_k_dim", std::max(K, s.BT)}});
+  std::vector<std::pair<std::string, int64_t>> factors = {{q.seqlens.empty() ? "seq_len" : "seqlens", q.tokens()},
+                                                         {"num_v_heads", HV}};
+  if (K > 0) factors.emplace_back(K >= s.BT ? "head_k_dim" : "chunk_size", std::max(K, s.BT));
+  bounded_product(factors);
   return s;
 }
 
@@ -511,7 +517,7 @@ OpSpec cumsum_op() {
     spec.params.push_back(q);
   }
   spec.make = [](const CaseParams& p) -> std::unique_ptr<OpCase> {
-    Spec s = gdn_spec_of(p, 1, p.integer("num_v_heads"), 1);
+    Spec s = gdn_spec_of(p, 1, p.integer("num_v_heads"), 0);
     s.reverse = p.boolean("reverse");
     s.scale = p.fp32_number("scale");
     const std::string seqs = s.varlen() ? std::to_string(s.seqlens.size()) + "seq:" + std::to_string(s.T)

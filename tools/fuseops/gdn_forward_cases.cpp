@@ -409,7 +409,9 @@ std::vector<ParamSpec> head_params() {
           integer_param("head_k_dim", "K", 128, 1, 256), integer_param("head_v_dim", "V", 128, 1, 256)};
 }
 
-Spec with_heads(Spec s, const CaseParams& p) {
+/// `as_seqlens`: the user gave the tokens as seqlens (a single sequence runs as fixed length but its errors name the
+/// key the user wrote).
+Spec with_heads(Spec s, const CaseParams& p, bool as_seqlens = false) {
   s.H = p.integer("num_heads");
   s.HV = value_heads_of(p);
   s.K = p.integer("head_k_dim");
@@ -418,7 +420,7 @@ Spec with_heads(Spec s, const CaseParams& p) {
   // the tokens as the user gave them: seq_len x batch (fixed length; the decode op's one-token steps: batch), or the
   // total of seqlens; the first factor names the key an error points at
   std::vector<std::pair<std::string, int64_t>> rows;
-  if (s.varlen()) {
+  if (s.varlen() || as_seqlens) {
     rows.emplace_back("seqlens", s.B * s.T);
   } else {
     if (!s.decode || s.T > 1) rows.emplace_back("seq_len", s.T);
@@ -452,7 +454,7 @@ OpSpec chunk_op() {
       s.T = q.seqlens[0];
     }
     s.BT = chunk_size_of(p);
-    s = with_heads(s, p);
+    s = with_heads(s, p, !q.seqlens.empty());
     const std::string lens = q.seqlens.empty() ? (s.B > 1 ? std::to_string(s.B) + "x" : "") + std::to_string(s.T)
                                                : s.label.substr(s.label.find(':') + 1);
     s.label = std::to_string(s.H) + "/" + std::to_string(s.HV) + ":" + lens + (s.K != 128 || s.V != 128 ?

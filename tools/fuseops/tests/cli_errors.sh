@@ -69,6 +69,10 @@ out=$("$fuseops" check --set norm --filter nomatch 2>&1)
 if [[ "$out" == *"fuseops check: backend"* ]]; then echo "FAIL: check with no matching case printed a header: $out"; failed=1; fi
 expect 2 'no case matched (--set / --cases / --filter / --shape)' -- \
   "$fuseops" bench --backend cpu --set norm --filter nomatch
+# a --shape no selected case has lists the shapes those cases print (it said only "no case matched")
+expect 2 '--shape "1x2xx3": no selected case has this shape; it takes a shape as printed, one of: ' -- \
+  "$fuseops" check --set gdn-kkt-solve --shape 1x2xx3
+expect 2 '1x256x8x128, 1x512x8x128' -- "$fuseops" bench --backend cpu --set gdn-kkt-solve --shape abc
 # a run that fails before any case leaves no empty output file behind (the early writability check made one)
 rm -f "$work/none.json" "$work/none.md"
 expect 2 'no case matched' -- "$fuseops" bench --backend cpu --set norm --filter nomatch --json "$work/none.json" \

@@ -439,6 +439,17 @@ TEST(CaseFile, SizesThatOverflowNameTheirKey) {
                     "tokens x num_heads x head_stride = 268435456 x 128 x 192");
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seqlens: [9223372036854775807, 9223372036854775807]\n"
                     "    num_v_heads: 4\n", "f.yaml:3:5", "seqlens", "more than 2^40 tokens");
+  // one sequence given as seqlens runs as fixed length; its error still names seqlens, the key the file has
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    seqlens: [100000000000]\n    num_heads: 16\n",
+                    "f.yaml:3:5", "seqlens", "seqlens x num_v_heads x head_v_dim = 100000000000 x 16 x 128");
+  // chunk_local_cumsum has no head dim: g and its output are [B, T, HV], so 2^34 x 2 elements are accepted (they
+  // were counted x 64) and 2^40 x 2 are not
+  EXPECT_EQ(error_of("cases:\n  - op: chunk_local_cumsum\n    seq_len: 17179869184\n    num_v_heads: 2\n"), "");
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seq_len: 1099511627776\n    num_v_heads: 2\n",
+                    "f.yaml:3:5", "seq_len", "seq_len x num_v_heads = 1099511627776 x 2 is more than 2^40");
+  // kkt_solve's output rows are chunk_size wide: with head_k_dim below chunk_size, chunk_size is named
+  EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n    seq_len: 8589934592\n    num_heads: 4\n    head_k_dim: 16\n",
+                    "f.yaml:3:5", "seq_len", "seq_len x num_v_heads x chunk_size = 8589934592 x 4 x 64");
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    batch: 4294967296\n    seq_len: 4294967296\n"
                     "    num_heads: 1\n", "f.yaml:4:5", "seq_len", "seq_len x batch");
   // the token recurrence's tokens are seq_len x batch: a long seq_len is to blame, not batch
