@@ -7,6 +7,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -523,6 +524,26 @@ TEST(GdnEmpty, ZeroTokensWithNullDataIsANoOp) {
     EXPECT_NO_THROW(fuseops::solve_tril(out, TensorView(nullptr, f32, dev, {2, 0, 4, 64})));
     EXPECT_NO_THROW(fuseops::chunk_local_cumsum(cum, g, 64));
   }
+}
+
+// The relative-RMS criterion of the GDN checks: an infinity of the golden's sign where the golden is past the output
+// dtype's range is the right answer (chunk_local_cumsum with a large scale); any other non-finite output fails.
+TEST(GdnRmsCheck, InfinitiesOnlyWhereTheGoldenOverflows) {
+  HostTensor out(f32, {1, 3});
+  const double inf = std::numeric_limits<double>::infinity();
+  auto check = [&](float a, float b, std::vector<double> ref) {
+    out.set(0, 0, a);
+    out.set(0, 1, b);
+    out.set(0, 2, 1.0f);
+    return ref::gdn_rms_check(out, ref);
+  };
+  EXPECT_TRUE(check(static_cast<float>(inf), static_cast<float>(-inf), {1e39, -5e38, 1.0}).pass);
+  EXPECT_TRUE(check(2.0f, static_cast<float>(inf), {2.0, 3.4028235e38, 1.0}).pass);  // rounds to inf in fp32
+  const ref::RmsCheck wrong_sign = check(static_cast<float>(-inf), 2.0f, {1e39, 2.0, 1.0});
+  EXPECT_FALSE(wrong_sign.pass);
+  EXPECT_EQ(wrong_sign.nonfinite, 1);
+  EXPECT_FALSE(check(static_cast<float>(inf), 2.0f, {3e38, 2.0, 1.0}).pass);  // in range: inf is wrong
+  EXPECT_FALSE(check(std::nanf(""), 2.0f, {1e39, 2.0, 1.0}).pass);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "chart.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "fuseops/error.h"
+#include "commands.h"
 #include "paths.h"
 
 namespace fuseops::cli {
@@ -92,6 +94,17 @@ Results load(const nlohmann::json& j) {
     row.bytes = num_of(e, "bytes");
     row.flops = num_of(e, "flops");
     if (row.bytes < 0 || row.flops < 0) bad_entry(i, e, "\"bytes\" and \"flops\" must be >= 0");
+    // the case's own time divides the rates and the baseline ratios: where there is one to draw, 0 would show the
+    // fastest case as an empty bar and a tiny time a non-finite width
+    const bool named_base = e.contains("baseline_cold_us") && !(e.contains("baseline") && text_of(e, "baseline").empty());
+    const bool divides = row.bytes > 0 || row.flops > 0 || e.contains("baselines") || named_base;
+    if (row.time_us == 0 && divides) {
+      bad_entry(i, e, std::string("\"") + time_key + "\" is 0: no rate or ratio to draw for bytes, flops or baselines");
+    }
+    if (divides && (!std::isfinite(row.bytes / row.time_us) || !std::isfinite(row.flops / row.time_us))) {
+      bad_entry(i, e, "bytes or flops / \"" + std::string(time_key) + "\" (" + fmt_g(row.time_us) +
+                          ") is not a finite rate");
+    }
     if (e.contains("baseline_cold_us")) {  // a time (>= 0, drawn even when zero) of the baseline named "baseline"
       const double t = time_of(i, e, e, "baseline_cold_us", "");
       // bench writes "baseline": "" (and the time of an empty graph) for a case without one: not a baseline
@@ -109,14 +122,21 @@ Results load(const nlohmann::json& j) {
         row.baselines.emplace_back(text_of(b, "name"), time_of(i, e, b, "cold_us", who));
       }
     }
+    for (const auto& b : row.baselines) {
+      if (!std::isfinite(b.second / row.time_us) && row.time_us > 0) {
+        bad_entry(i, e, "baseline \"" + b.first + "\": its time / the case's (" + fmt_g(b.second) + " / " +
+                            fmt_g(row.time_us) + ") is not a finite ratio");
+      }
+    }
     r.rows.push_back(std::move(row));
   }
   return r;
 }
 
+/// `s` as SVG / HTML text: printable_text (no raw control or non-UTF-8 bytes, which XML forbids), markup escaped.
 std::string esc(const std::string& s) {
   std::string o;
-  for (char c : s) {
+  for (char c : printable_text(s)) {
     switch (c) {
       case '&': o += "&amp;"; break;
       case '<': o += "&lt;"; break;

@@ -347,6 +347,26 @@ std::size_t utf8_error_at(const std::string& text) {
   return std::string::npos;
 }
 
+std::string printable_text(const std::string& text) {
+  static const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+  std::string out;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const std::size_t bad = utf8_error_at(text.substr(i));
+    const std::size_t end = bad == std::string::npos ? text.size() : i + bad;
+    for (; i < end; ++i) {
+      const auto c = static_cast<unsigned char>(text[i]);
+      if (c < 0x20 || c == 0x7F) {
+        out += kReplacement;
+      } else {
+        out += text[i];
+      }
+    }
+    if (bad != std::string::npos) out += kReplacement, ++i;  // one replacement per byte that starts no sequence
+  }
+  return out;
+}
+
 std::string json_text(const nlohmann::json& j) {
   return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
@@ -361,6 +381,16 @@ std::string pad_column(const std::string& text, int width, bool right) {
 
 namespace {
 
+/// A name in a Markdown table cell: printable_text, with `|` escaped (it would end the cell).
+std::string md_cell(const std::string& text) {
+  std::string out;
+  for (const char c : printable_text(text)) {
+    if (c == '|') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 /// A baseline time for the tables: "%.2f", or "—" where the case has no baseline.
 std::string base_cell(const BenchRow& r, double v) { return r.has_baseline ? fmt("%.2f", v) : "—"; }
 
@@ -370,7 +400,7 @@ void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double cop
   std::ofstream f(opts.md);
   if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
   f << "Device: " << info.name << " (" << info.sms << " SMs). Date: " << today() << ". fuseops " << version() << ".\n";
-  if (!opts.note.empty()) f << opts.note << "\n";
+  if (!opts.note.empty()) f << printable_text(opts.note) << "\n";
   f << "\nCopy rate " << fmt("%.3f", copy_tbps)
     << " TB/s (1 GiB device-to-device cudaMemcpyAsync, bytes read + written); empty kernel " << fmt("%.2f", empty_us)
     << " us. Times: median per launch under CUDA-graph replay, us; warm = the same buffers every launch, cold = "
@@ -382,9 +412,11 @@ void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double cop
   f << "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const BenchRow& r : rows) {  // streamed: names of any length (a fixed buffer cut long rows)
     const double copy_us = r.bytes / (copy_tbps * 1e6);
-    f << "| " << r.set << " | " << r.op << " | " << r.shape << " | " << r.dtype << " | " << fmt("%.2f", r.warm) << " | "
+    f << "| " << md_cell(r.set) << " | " << md_cell(r.op) << " | " << md_cell(r.shape) << " | " << r.dtype << " | "
+      << fmt("%.2f", r.warm) << " | "
       << fmt("%.2f", r.cold) << " | " << fmt("%.3f", r.bytes / r.cold / 1e6) << " | " << fmt("%.2f", copy_us) << " | "
-      << fmt("%.2f", r.cold / copy_us) << " | " << (r.has_baseline && !r.baseline.empty() ? r.baseline : "—") << " | "
+      << fmt("%.2f", r.cold / copy_us) << " | "
+      << (r.has_baseline && !r.baseline.empty() ? md_cell(r.baseline) : "—") << " | "
       << base_cell(r, r.base_warm) << " | " << base_cell(r, r.base_cold) << " | " << base_cell(r, r.base_cold / r.cold)
       << " |\n";
   }
@@ -489,11 +521,12 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
     if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
     f << "CPU backend times (median wall time of 5 runs, at most " << opts.cpu_rows
       << " rows per case); not GPU numbers. Date: " << today() << ". fuseops " << version() << ".\n";
-    if (!opts.note.empty()) f << opts.note << "\n";
+    if (!opts.note.empty()) f << printable_text(opts.note) << "\n";
     f << "\n| set | op | shape | dtype | rows | cpu us |\n|---|---|---|---|---|---|\n";
     for (const auto& r : results) {
-      f << "| " << r["set"].get<std::string>() << " | " << r["op"].get<std::string>() << " | "
-        << r["shape"].get<std::string>() << " | " << r["dtype"].get<std::string>() << " | " << r["rows"].get<int64_t>()
+      f << "| " << md_cell(r["set"].get<std::string>()) << " | " << md_cell(r["op"].get<std::string>()) << " | "
+        << md_cell(r["shape"].get<std::string>()) << " | " << r["dtype"].get<std::string>() << " | "
+        << r["rows"].get<int64_t>()
         << " | " << r["cpu_us"].get<double>() << " |\n";
     }
   }

@@ -36,6 +36,13 @@ Step part_of(const std::string& whole, Step s) {
   return s;
 }
 
+/// Valid rows per busy expert of the masked layout holding `pairs` (token, expert) rows over min(experts, pairs) busy
+/// experts: ceil(pairs / busy), at least 1.
+int64_t masked_rows(int64_t pairs, int64_t experts) {
+  const int64_t busy = std::max<int64_t>(1, std::min(experts, pairs));
+  return std::max<int64_t>(1, (pairs + busy - 1) / busy);
+}
+
 std::vector<Model> make_models() {
   std::vector<Model> m;
   // Qwen3-Next-80B-A3B (config.json): hidden 2048, RMSNorm eps 1e-6 on the input and after the attention; GDN with
@@ -90,9 +97,12 @@ std::vector<Model> make_models() {
                            {"block_size", int64_t{64}}}),
                      step("routed experts: SwiGLU (tokens x 10 rows)", {"silu_and_mul"},
                           {{"tokens", N * 10}, {"d", int64_t{512}}}),
+                     // the same tokens x 10 rows, spread over min(512, tokens x 10) busy experts (at decode sizes
+                     // most experts hold none; all 512 with a row each made a decode step's row 51x too large)
                      step("routed experts, expert-major masked layout", {"silu_and_mul_masked"},
-                          {{"num_experts", int64_t{512}}, {"max_tokens", std::max<int64_t>(1, 2 * ((N * 10 + 511) / 512))},
-                           {"tokens_per_expert", std::max<int64_t>(1, (N * 10 + 511) / 512)}, {"d", int64_t{512}}},
+                          {{"num_experts", int64_t{512}}, {"max_tokens", 2 * masked_rows(N * 10, 512)},
+                           {"tokens_per_expert", masked_rows(N * 10, 512)},
+                           {"busy_experts", std::min<int64_t>(512, N * 10)}, {"d", int64_t{512}}},
                           "an alternative layout of the row above"),
                      step("shared expert: SwiGLU", {"silu_and_mul"}, {{"tokens", N}, {"d", int64_t{512}}}),
                      step("rope, partial 64 of 256 (NeoX)", {"rotary_embedding"},

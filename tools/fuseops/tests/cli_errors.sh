@@ -116,4 +116,20 @@ expect 2 'is the same file as the output --svg' -- "$fuseops" chart --from "$wor
 expect 2 '--svg: expected a non-empty value' -- "$fuseops" chart --from "$work/b.json" --svg '' --html "$work/y.html"
 expect 2 '--note: it goes into the --md / --json output' -- "$fuseops" bench --backend cpu --set norm --note x
 expect 2 '--note: expected one line of text' -- "$fuseops" bench --backend cpu --set norm --note $'a\nb'
+# chunk_local_cumsum with a scale that takes sums past fp32's range: inf where the golden rounds past it is the right
+# answer, not a FAIL (it exited 1)
+printf 'cases:\n  - op: chunk_local_cumsum\n    seq_len: 64\n    num_v_heads: 3\n    scale: 3e38\n' > "$work/ov.yaml"
+expect 0 'check: 1 passed, 0 failed' -- "$fuseops" check --backend cpu --quiet --cases "$work/ov.yaml"
+# a case file whose name has a control character, a byte that is not UTF-8 and a bar: the set's name reaches the
+# Markdown, SVG and HTML as U+FFFD (the raw bytes made an SVG that does not parse) and an escaped bar
+odd="$work/"$'od\x07d\xff|x.yaml'
+printf 'cases:\n  - op: silu_and_mul\n    tokens: 1\n    d: 4\n' > "$odd"
+"$fuseops" bench --backend cpu --cpu-rows 1 --quiet --cases "$odd" --md "$work/odd.md" --svg "$work/odd.svg" \
+  --html "$work/odd.html" > /dev/null 2>&1 || { echo "FAIL: bench of a case file with an odd name"; failed=1; }
+for f in odd.md odd.svg odd.html; do
+  if LC_ALL=C grep -q $'[\x01-\x08\x0b\x0c\x0e-\x1f\x7f\xff]' "$work/$f"; then
+    echo "FAIL: $f holds a control or non-UTF-8 byte"; failed=1
+  fi
+done
+grep -qF $'od\xef\xbf\xbdd\xef\xbf\xbd\\|x' "$work/odd.md" || { echo "FAIL: odd.md lacks the replaced name"; failed=1; }
 exit $failed

@@ -75,6 +75,15 @@ TEST(Chart, RejectsIncompleteOrNegativeEntries) {
                 .find("baseline \"FLA\": \"cold_us\" is negative"),
             std::string::npos);
   EXPECT_EQ(chart_error(R"({"op": "x", "shape": "1", "cold_us": 0})"), "");  // zero is a time
+  // ... but not one to divide by: a rate or a ratio would be drawn as 0 or as a non-finite width
+  EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": 0, "bytes": 64})").find("\"cold_us\" is 0"),
+            std::string::npos);
+  EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": 1e-300, "bytes": 1e308})").find("not a finite rate"),
+            std::string::npos);
+  EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": 1e-300,
+                            "baselines": [{"name": "a", "cold_us": 1e300}]})")
+                .find("baseline \"a\": its time / the case's"),
+            std::string::npos);
   EXPECT_NE(chart_error(R"({"op": "x", "shape": "1", "cold_us": 1, "baselines": [{"cold_us": 3}]})")
                 .find("a baseline without a \"name\""),
             std::string::npos);  // it was drawn without a label
@@ -84,6 +93,22 @@ TEST(Chart, RejectsIncompleteOrNegativeEntries) {
 
 // Baseline times of zero are drawn (they were dropped: "no baseline in these results"); "baseline": "" (what bench
 // writes for a case without one, with the time of an empty graph) is no baseline; an empty results list is an error.
+// Names with control characters or bytes that are not UTF-8 (a case file's name is the set's) reach the SVG and HTML
+// as U+FFFD: XML forbids the raw bytes, and the SVG would not parse.
+TEST(Chart, UnprintableNamesReplaced) {
+  const auto j = nlohmann::json::parse(std::string(R"({"command": "bench", "backend": "cuda", "results": [
+    {"set": "bad\u0007set", "op": "a\u0000b", "shape": "1", "cold_us": 2.0}]})"));
+  nlohmann::json raw = j;
+  raw["results"][0]["shape"] = std::string("x\xffy");  // not UTF-8 (JSON text cannot hold it; a parsed result can)
+  for (const std::string& out : {chart_svg(raw), chart_html(raw)}) {
+    EXPECT_EQ(out.find('\x07'), std::string::npos);
+    EXPECT_EQ(out.find(std::string(1, '\0')), std::string::npos);
+    EXPECT_EQ(out.find('\xff'), std::string::npos);
+    EXPECT_NE(out.find("bad\xEF\xBF\xBDset"), std::string::npos);
+    EXPECT_NE(out.find("x\xEF\xBF\xBDy"), std::string::npos);
+  }
+}
+
 TEST(Chart, ZeroBaselinesDrawnEmptyNamesNot) {
   const auto zero = nlohmann::json::parse(R"({"command": "bench", "backend": "cuda", "results": [
     {"set": "s", "op": "x", "shape": "1", "cold_us": 2.0, "baselines": [{"name": "a", "cold_us": 0}]}]})");

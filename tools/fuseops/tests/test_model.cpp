@@ -2,6 +2,7 @@
 // runs on the CPU.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -67,6 +68,21 @@ TEST(Model, DecodeUsesTheGdnDecodeStep) {
   EXPECT_THROW(step_of(steps, "chunk_gated_delta_rule"), std::runtime_error);
   EXPECT_NO_THROW(step_of(model("qwen3-next-80b").layer(2, 64), "chunk_gated_delta_rule"));
   EXPECT_EQ(resolve(gdn, registry(), "qwen3-next-80b").c->shape, "16/32:N64,gating");
+}
+
+// The masked expert layout is the same tokens x 10 rows as the row above it: at one token, 10 busy experts with a
+// row each (it had all 512 experts with a row each, 51x the work); at 100 tokens, 512 experts with 2 rows.
+TEST(Model, MaskedExpertRowsMatchTheUnmaskedRow) {
+  for (auto [tokens, busy, per] : std::vector<std::array<int64_t, 3>>{{1, 10, 1}, {100, 512, 2}, {52, 512, 2}}) {
+    const auto steps = model("qwen3-next-80b").layer(tokens, 1);
+    const Step& m = step_of(steps, "silu_and_mul_masked");
+    EXPECT_EQ(std::get<int64_t>(m.params.at("busy_experts")), busy) << tokens;
+    EXPECT_EQ(std::get<int64_t>(m.params.at("tokens_per_expert")), per) << tokens;
+    EXPECT_GE(busy * per, 10 * tokens);
+    EXPECT_LT((busy - 1) * per, 10 * tokens + busy);
+  }
+  const auto decode = model("qwen3-next-80b").layer(1, 1);
+  EXPECT_EQ(resolve(step_of(decode, "silu_and_mul_masked"), registry(), "qwen3-next-80b").c->shape, "512x2x512:10@1");
 }
 
 TEST(Model, OpsResolveByNameAtRunTime) {
