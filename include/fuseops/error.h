@@ -16,7 +16,7 @@ enum class ErrorKind : int {
 };
 
 /// The one exception type of the library. The message names the argument, what was expected and what was
-/// given, e.g. "silu_and_mul: input: expected last dim 2*d = 8, got 7".
+/// given, e.g. "silu_and_mul: input: expected an even last dim 2*d >= 2, got 7 in [4, 7]".
 class Error : public std::runtime_error {
  public:
   Error(ErrorKind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}

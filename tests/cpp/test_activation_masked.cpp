@@ -24,7 +24,7 @@ std::string masked_name(const ::testing::TestParamInfo<MaskedParam>& info) {
 }
 void PrintTo(const MaskedParam& p, std::ostream* os) { *os << where_name(p.where) << "_" << fuseops::dtype_name(p.dtype); }
 
-enum class Counts { zeros, full, uneven, out_of_range };
+enum class Counts { zeros, full, uneven, out_of_range, sparse };
 
 const char* counts_name(Counts c) {
   switch (c) {
@@ -32,6 +32,7 @@ const char* counts_name(Counts c) {
     case Counts::full: return "full";
     case Counts::uneven: return "uneven";
     case Counts::out_of_range: return "out_of_range";
+    case Counts::sparse: return "sparse";
   }
   return "?";
 }
@@ -55,6 +56,9 @@ void check_masked(Where where, DType dtype, Act act, int64_t E, int64_t T_max, i
       case Counts::zeros: m[e] = 0; break;
       case Counts::full: m[e] = T_max; break;
       case Counts::uneven: m[e] = e % 3 == 0 ? 0 : static_cast<int64_t>(rng() % (T_max + 1)); break;
+      case Counts::sparse:  // rows in every 37th expert and the last, long runs of empty experts between
+        m[e] = (e % 37 == 36 || e == E - 1) && T_max > 0 ? 1 + static_cast<int64_t>(rng() % T_max) : 0;
+        break;
       case Counts::out_of_range:
         m[e] = e % 4 == 1 ? T_max + 1 + static_cast<int64_t>(rng() % 5) : e % 4 == 3 ? -3 : static_cast<int64_t>(rng() % (T_max + 1));
         break;
@@ -124,7 +128,7 @@ TEST_P(ActivationMasked, MatchesGoldenOnValidRowsOnly) {
   };
   const Shape shapes[] = {{1, 1, 1}, {3, 5, 7}, {8, 16, 64}, {64, 4, 8}, {130, 3, 24}, {2, 3, 3420}, {5, 0, 8}};
   for (const Shape& s : shapes) {
-    for (Counts c : {Counts::zeros, Counts::full, Counts::uneven, Counts::out_of_range}) {
+    for (Counts c : {Counts::zeros, Counts::full, Counts::uneven, Counts::out_of_range, Counts::sparse}) {
       for (Act act : {Act::silu, Act::gelu, Act::gelu_tanh}) {
         const bool pitched = act == Act::gelu;
         check_masked(where, dtype, act, s.E, s.T_max, s.d, c, pitched, act == Act::gelu_tanh ? DType::i64 : DType::i32,
@@ -149,6 +153,9 @@ TEST(ActivationMaskedLarge, FewBusyExpertsAndManyRows) {
   check_masked(Where::cuda, DType::bf16, Act::silu, 64, 512, 256, Counts::uneven, false, DType::i32, rng);
   check_masked(Where::cuda, DType::bf16, Act::silu, 16, 8192, 64, Counts::full, false, DType::i32, rng);
   check_masked(Where::cuda, DType::f16, Act::gelu, 4096, 3, 8, Counts::uneven, true, DType::i32, rng);
+  // a decode step's few rows over many experts (each thread's rows cross long runs of empty experts)
+  check_masked(Where::cuda, DType::bf16, Act::silu, 512, 2, 512, Counts::sparse, false, DType::i32, rng);
+  check_masked(Where::cuda, DType::bf16, Act::silu, 4096, 64, 128, Counts::sparse, false, DType::i64, rng);
 }
 
 // Validation errors name the op and the argument.

@@ -11,7 +11,6 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -85,17 +84,10 @@ Spec decode(int64_t N, int64_t H, int64_t HV, bool gating) {
 /// in each batch row, a varlen one over its sequences together (the GoogleTest suite runs varlen over many chunks;
 /// per sequence here would take CI's sanitizer run of check 1.5 minutes longer).
 Spec reduced(const Spec& s, int64_t rows) {
-  if (!s.decode) rows = std::max(rows, (s.varlen() ? 1 : s.B) * (2 * s.BT + s.BT / 2 + 1));
+  if (!s.decode) return reduced_tokens(s, std::max(rows, (s.varlen() ? 1 : s.B) * (2 * s.BT + s.BT / 2 + 1)));
   if (rows >= s.B * s.T) return s;
   Spec r = s;
-  if (s.decode) {
-    r.B = std::max<int64_t>(1, rows / s.T);
-  } else if (!s.varlen()) {
-    r.T = std::max<int64_t>(1, rows);
-  } else {
-    r.seqlens = seqlens_reduced(s.seqlens, rows);
-    r.T = std::accumulate(r.seqlens.begin(), r.seqlens.end(), int64_t{0});
-  }
+  r.B = std::max<int64_t>(1, rows / s.T);
   return r;
 }
 

@@ -143,6 +143,21 @@ TEST(CaseFile, GdnFixedVarlenAndAlias) {
   EXPECT_EQ(cases[4]->family, "gdn");
 }
 
+// A reduced CPU run of a fixed-length chunked forward keeps two and a half chunks per batch row: 161 x B rows (it
+// kept 161 x B tokens per row, 161 x B^2 rows, and a batch of short sequences ran whole).
+TEST(CaseFile, GdnForwardReducedPerBatchRow) {
+  const std::string op = "  - op: chunk_gated_delta_rule\n    num_heads: 2\n";
+  const CaseFile f = parse("cases:\n" + op + "    batch: [1, 2, 8]\n    seq_len: 4096\n" + op +
+                           "    batch: 64\n    seq_len: 200\n");
+  const auto cases = f.make_cases();
+  ASSERT_EQ(cases.size(), 4u);
+  EXPECT_EQ(cases[0]->rows_at(1), 161);
+  EXPECT_EQ(cases[1]->rows_at(1), 2 * 161);
+  EXPECT_EQ(cases[2]->rows_at(1), 8 * 161);
+  EXPECT_EQ(cases[3]->rows_at(1), 64 * 161);
+  EXPECT_EQ(cases[3]->rows_at(100000), 64 * 200);  // all of it when the rows allow
+}
+
 // Reduced CPU runs cut varlen cases with their structure kept: every sequence stays (empty ones empty, the others
 // at least one token), so the empty and 1-token sequences a case names are still checked.
 TEST(CaseFile, ReducedVarlenKeepsEverySequence) {
