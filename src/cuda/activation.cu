@@ -89,10 +89,9 @@ __global__ void __launch_bounds__(kThreads)
 // Masked expert-major form. Every block first turns masked_m into an exclusive prefix sum of the valid row counts
 // n_e = clamp(masked_m[e], 0, T_max) in shared memory (E <= kMaxMaskedExperts; masked_m is a few KB, read from L2
 // by every block), then the grid loops over the flattened valid rows v in [0, sum n_e): row v belongs to the expert
-// e with prefix[e] <= v < prefix[e + 1] (from the thread's previous row's expert: the same one, else a binary
-// search; uniform across the threads of a row), at row v - prefix[e]. So the work, and the grid, follow the valid
-// rows only, however they are spread over the experts. Each thread takes two rows per iteration, both loaded before
-// either is computed.
+// e with prefix[e] <= v < prefix[e + 1] (searched upwards from the thread's previous row, uniform across the threads
+// of a row), at row v - prefix[e]. So the work, and the grid, follow the valid rows only, however they are spread
+// over the experts. Each thread takes two rows per iteration, both loaded before either is computed.
 
 template <typename T>
 struct MaskedParams {
@@ -144,22 +143,11 @@ __device__ int64_t masked_prefix(const MaskedParams<T>& p, int64_t* prefix) {
   return prefix[p.E];
 }
 
-/// The expert of flattened valid row v < prefix[E]: the e with prefix[e] <= v < prefix[e + 1], at or after `e` (the
-/// expert of the thread's previous row: rows of one thread only grow). One shared load when v is still in expert e,
-/// else a binary search for the last e' in (e, E) with prefix[e'] <= v (empty experts between busy ones cost
-/// nothing: a step upwards per expert took ~7 us for 10 rows spread over 512 experts).
-__device__ __forceinline__ int64_t masked_expert(const int64_t* prefix, int64_t E, int64_t e, int64_t v) {
-  if (prefix[e + 1] > v) return e;
-  int64_t lo = e + 1, hi = E - 1;  // prefix[lo] <= v; prefix[E] > v
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) / 2;
-    if (prefix[mid] <= v) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
+/// The expert of flattened valid row v: the e with prefix[e] <= v < prefix[e + 1], searched upwards from `e` (rows
+/// of one thread only grow, so this is one shared load per row in the common case).
+__device__ __forceinline__ int64_t masked_expert(const int64_t* prefix, int64_t e, int64_t v) {
+  while (prefix[e + 1] <= v) ++e;
+  return e;
 }
 
 /// out = act(gate) * up for one vector already loaded in storage form (the numerics of act_and_mul_vec).
@@ -184,8 +172,8 @@ __global__ void __launch_bounds__(kThreads) act_and_mul_masked_kernel(const Mask
   for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; v0 < total; v0 += 2 * step) {
     const int64_t v1 = v0 + step;
     const bool two = v1 < total;
-    e0 = masked_expert(prefix, p.E, e0, v0);
-    const int64_t e1 = two ? masked_expert(prefix, p.E, e0, v1) : e0;
+    e0 = masked_expert(prefix, e0, v0);
+    const int64_t e1 = two ? masked_expert(prefix, e0, v1) : e0;
     const int64_t r0 = v0 - prefix[e0], r1 = two ? v1 - prefix[e1] : r0;
     T* out0 = p.out + e0 * p.out_stride_e + r0 * p.out_stride_t;
     T* out1 = p.out + e1 * p.out_stride_e + r1 * p.out_stride_t;
