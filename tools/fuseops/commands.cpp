@@ -296,8 +296,8 @@ int run_check(const Options& opts) {
     progress.clear();
     // the rows the case ran (a case may keep more than asked: the chunked GDN forward keeps two and a half chunks)
     const int64_t ran = o.rows_checked > 0 ? o.rows_checked : nrows;
-    std::printf("%-16s %-28s %-12s %-5s %6lld %11.3e %11.3e  %-34s %s%s%s\n", work[i].set.c_str(), c->op.c_str(),
-                c->shape.c_str(), dtype_name(c->dtype), static_cast<long long>(ran), o.max_abs_error,
+    std::printf("%-16s %-28s %-12s %-5s %6lld %11.3e %11.3e  %-34s %s%s%s\n", printable_text(work[i].set).c_str(),
+                c->op.c_str(), c->shape.c_str(), dtype_name(c->dtype), static_cast<long long>(ran), o.max_abs_error,
                 o.rel_rms_error, o.tolerance.c_str(), o.pass ? "PASS" : "FAIL", o.detail.empty() ? "" : "  ",
                 o.detail.c_str());
     std::fflush(stdout);
@@ -456,7 +456,7 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
     }
     const double copy_us = r.bytes / (copy_tbps * 1e12) * 1e6;
     progress.clear();
-    std::printf("%s %s %s %s %9.2f %9.2f %7.3f %8.2f %6.2f %s %s %s\n", pad_column(r.set, 16).c_str(),
+    std::printf("%s %s %s %s %9.2f %9.2f %7.3f %8.2f %6.2f %s %s %s\n", pad_column(printable_text(r.set), 16).c_str(),
                 pad_column(r.op, 26).c_str(), pad_column(r.shape, 11).c_str(), pad_column(r.dtype, 5).c_str(), r.warm,
                 r.cold, r.bytes / r.cold / 1e6, copy_us, r.cold / copy_us,
                 pad_column(base_cell(r, r.base_warm), 10, true).c_str(),
@@ -506,8 +506,8 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
     const double scale = c->rows > 0 ? static_cast<double>(nrows) / static_cast<double>(c->rows) : 0.0;
     const double bytes = c->bytes_at(nrows), flops = c->bench()->flops() * scale;
     progress.clear();
-    std::printf("%-16s %-26s %-11s %-5s %6lld %12.1f %9.2f\n", work[i].set.c_str(), c->op.c_str(), c->shape.c_str(),
-                dtype_name(c->dtype), static_cast<long long>(nrows), us, us > 0 ? bytes / us / 1e3 : 0.0);
+    std::printf("%-16s %-26s %-11s %-5s %6lld %12.1f %9.2f\n", printable_text(work[i].set).c_str(), c->op.c_str(),
+                c->shape.c_str(), dtype_name(c->dtype), static_cast<long long>(nrows), us, us > 0 ? bytes / us / 1e3 : 0.0);
     std::fflush(stdout);
     results.push_back({{"set", work[i].set}, {"op", c->op}, {"shape", c->shape}, {"dtype", dtype_name(c->dtype)},
                        {"rows", nrows}, {"cpu_us", us}, {"bytes", bytes}, {"flops", flops}});

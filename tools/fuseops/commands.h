@@ -68,7 +68,8 @@ std::string pad_column(const std::string& text, int width, bool right = false);
 std::size_t utf8_error_at(const std::string& text);
 /// `text` with each byte that does not begin a well-formed UTF-8 sequence, and each control character (U+0000 -
 /// U+001F, U+007F: XML and SVG forbid most of them, and in Markdown or on a terminal they act rather than print),
-/// replaced by U+FFFD: the form of names (case files, sets, ops) in the Markdown, SVG and HTML outputs.
+/// replaced by U+FFFD: the form of names (case files, sets, ops) in the Markdown, SVG and HTML outputs and the
+/// console rows.
 std::string printable_text(const std::string& text);
 /// `j` as the JSON text the commands write (indent 1), bytes that are not UTF-8 replaced by U+FFFD.
 std::string json_text(const nlohmann::json& j);

@@ -132,4 +132,9 @@ for f in odd.md odd.svg odd.html; do
   fi
 done
 grep -qF $'od\xef\xbf\xbdd\xef\xbf\xbd\\|x' "$work/odd.md" || { echo "FAIL: odd.md lacks the replaced name"; failed=1; }
+# ... and the console rows of check (a BEL in a file name rang the terminal)
+out=$("$fuseops" check --backend cpu --quiet --cases "$odd" 2>&1)
+if [[ "$out" == *$'\x07'* ]] || [[ "$out" != *$'od\xef\xbf\xbdd'* ]]; then
+  echo "FAIL: check printed the raw name"; failed=1
+fi
 exit $failed
