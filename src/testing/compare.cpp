@@ -15,6 +15,8 @@ double unit_roundoff(DType d) {
   }
 }
 
+}  // namespace
+
 double max_finite(DType d) {
   switch (d) {
     case DType::f16: return 65504.0;
@@ -22,7 +24,6 @@ double max_finite(DType d) {
     default: return std::numeric_limits<float>::max();
   }
 }
-}  // namespace
 
 Tolerance Tolerance::for_dtype(DType out_dtype, double math_ulps) {
   Tolerance t;

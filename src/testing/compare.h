@@ -32,6 +32,10 @@ struct Tolerance {
   std::string describe() const;
 };
 
+/// The largest finite value of a float storage dtype (f32 / f16 / bf16): a golden value beyond it rounds to an
+/// infinity of its sign in that dtype.
+double max_finite(DType d);
+
 struct Comparison {
   int64_t count = 0;         ///< elements compared
   int64_t violations = 0;    ///< elements outside their bound
