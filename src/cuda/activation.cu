@@ -89,9 +89,9 @@ __global__ void __launch_bounds__(kThreads)
 // Masked expert-major form. Every block first turns masked_m into an exclusive prefix sum of the valid row counts
 // n_e = clamp(masked_m[e], 0, T_max) in shared memory (E <= kMaxMaskedExperts; masked_m is a few KB, read from L2
 // by every block), then the grid loops over the flattened valid rows v in [0, sum n_e): row v belongs to the expert
-// e with prefix[e] <= v < prefix[e + 1] (searched upwards from the thread's previous row, uniform across the threads
-// of a row), at row v - prefix[e]. So the work, and the grid, follow the valid rows only, however they are spread
-// over the experts. Each thread takes two rows per iteration, both loaded before either is computed.
+// e with prefix[e] <= v < prefix[e + 1] (searched upwards from the thread's previous row by the row's warp, 32
+// experts per step), at row v - prefix[e]. So the work, and the grid, follow the valid rows only, however they are
+// spread over the experts. Each thread takes two rows per iteration.
 
 template <typename T>
 struct MaskedParams {
@@ -143,11 +143,20 @@ __device__ int64_t masked_prefix(const MaskedParams<T>& p, int64_t* prefix) {
   return prefix[p.E];
 }
 
-/// The expert of flattened valid row v: the e with prefix[e] <= v < prefix[e + 1], searched upwards from `e` (rows
-/// of one thread only grow, so this is one shared load per row in the common case).
-__device__ __forceinline__ int64_t masked_expert(const int64_t* prefix, int64_t e, int64_t v) {
-  while (prefix[e + 1] <= v) ++e;
-  return e;
+/// The expert of flattened valid row v < prefix[E]: the e with prefix[e] <= v < prefix[e + 1], at or after `e` (the
+/// expert of the thread's previous row: rows of one thread only grow), found by the whole warp (v is warp-uniform: a
+/// row spans blockDim.x >= 32 threads): lane l probes the boundary e + 1 + l and the passing lanes, a prefix of the
+/// warp since prefix[] does not decrease, advance e. One shared load and ballot per 32 experts passed; one in all
+/// while v stays in expert e. (A thread walking one expert per step took 15 us for a decode step's 10 rows over 512
+/// experts; a galloping search per thread was slower than this on sparse layouts: bench/results/h200/moe.md.)
+__device__ __forceinline__ int64_t masked_expert(const int64_t* prefix, int64_t E, int64_t e, int64_t v) {
+  const int lane = static_cast<int>(threadIdx.x & 31);
+  while (true) {
+    const int64_t probe = e + 1 + lane;  // prefix[E] > v: lanes at or past E never pass
+    const unsigned pass = __ballot_sync(0xffffffffu, probe < E && prefix[probe] <= v);
+    e += __popc(pass);
+    if (pass != 0xffffffffu) return e;
+  }
 }
 
 /// out = act(gate) * up for one vector already loaded in storage form (the numerics of act_and_mul_vec).
@@ -157,11 +166,11 @@ __device__ __forceinline__ void act_and_mul_loaded(T* out, const StorageVec<T, V
   FloatVec<T, VEC> r;
 #pragma unroll
   for (int i = 0; i < VEC; ++i) r.v[i] = act_fwd<A, kFast<T>>(gate.get(i)) * up.get(i);
-  r.store(out);
+  r.store_whole(out);
 }
 
-/// Two rows per thread and iteration (v and v + step of the grid-stride order), both rows' loads in flight before
-/// any math, so that the row lookup and the stores of one row do not leave the memory system idle.
+/// Two rows per thread and iteration (v and v + step of the grid-stride order), both rows' loads written before any
+/// math (the SASS of CUDA 13's ptxas issues row 1's loads after row 0's store all the same).
 template <typename T, Act A, int VEC>
 __global__ void __launch_bounds__(kThreads) act_and_mul_masked_kernel(const MaskedParams<T> p) {
   extern __shared__ int64_t prefix[];  // [E + 1]
@@ -172,8 +181,8 @@ __global__ void __launch_bounds__(kThreads) act_and_mul_masked_kernel(const Mask
   for (int64_t v0 = static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y; v0 < total; v0 += 2 * step) {
     const int64_t v1 = v0 + step;
     const bool two = v1 < total;
-    e0 = masked_expert(prefix, e0, v0);
-    const int64_t e1 = two ? masked_expert(prefix, e0, v1) : e0;
+    e0 = masked_expert(prefix, p.E, e0, v0);
+    const int64_t e1 = two ? masked_expert(prefix, p.E, e0, v1) : e0;  // `two` is warp-uniform
     const int64_t r0 = v0 - prefix[e0], r1 = two ? v1 - prefix[e1] : r0;
     T* out0 = p.out + e0 * p.out_stride_e + r0 * p.out_stride_t;
     T* out1 = p.out + e1 * p.out_stride_e + r1 * p.out_stride_t;
@@ -201,7 +210,7 @@ struct Launch {
 Launch plan(int64_t rows, int64_t cols, int vec) {
   Launch l;
   l.tile = Tile{rows, cols / vec};
-  int tx = 32;
+  int tx = 32;  // whole warps per row (the masked kernel's expert search is warp-wide)
   while (tx < kThreads && tx < l.tile.vecs_per_row) tx *= 2;
   const int ty = kThreads / tx;
   l.block = dim3(tx, ty);
