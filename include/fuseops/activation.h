@@ -60,6 +60,9 @@ void silu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, Te
 void gelu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, TensorView gate, TensorView up,
                            GeluApproximate approximate = GeluApproximate::none, Stream stream = {});
 
+/// The largest expert count E of the masked forms (the CUDA kernel keeps a prefix sum of masked_m in shared memory).
+inline constexpr int64_t kMaxMaskedExperts = 4096;
+
 /// Masked expert-major form of silu_and_mul (MoE expert outputs in the DeepEP low-latency / DeepGEMM masked layout,
 /// as SGLang's `silu_and_mul_masked_post_quant_fwd` and vLLM's `masked_moe_activation` without the quantisation):
 ///   out[e, r, i] = silu(input[e, r, i]) * input[e, r, d + i]    for r < n_e = min(masked_m[e], T_max), 0 <= i < d
@@ -67,10 +70,11 @@ void gelu_and_mul_backward(TensorView dgate, TensorView dup, TensorView dout, Te
 /// never read. input: [E, T_max, 2*d]; out: [E, T_max, d] (same dtype; innermost stride 1, any non-negative expert
 /// and row strides that keep out's elements apart by the sufficient rule of docs/ops/activation.md, else an error
 /// naming out: e.g. a row stride below d with T_max > 1, or expert stride 0 with E > 1); masked_m:
-/// [E] int32 or int64 on the same device (any stride), E <= 4096. The work is spread
-/// over the valid rows only (a few busy experts still fill the GPU) and read on the device without synchronising:
-/// masked_m[e] > T_max is treated as T_max and masked_m[e] < 0 as 0, and either records the first such e in the
-/// device error record (check_errors()). out must not overlap input or masked_m. Same numerics as silu_and_mul.
+/// [E] int32 or int64 on the same device (any non-negative stride), E <= kMaxMaskedExperts (4096). The work is
+/// spread over the valid rows only (a few busy experts still fill the GPU) and masked_m is read on the device without
+/// synchronising: masked_m[e] > T_max is treated as T_max and masked_m[e] < 0 as 0, and either records the first such
+/// e in the device error record (check_errors()). out must not overlap input or masked_m. Same numerics as
+/// silu_and_mul.
 void silu_and_mul_masked(TensorView out, TensorView input, TensorView masked_m, Stream stream = {});
 
 /// gelu_and_mul (none / tanh) in the masked expert-major form of silu_and_mul_masked.

@@ -18,9 +18,6 @@ struct ActAndMulBackwardArgs {
   RowMatrix dgate, dup, dout, gate, up;
 };
 
-/// The largest expert count of the masked form (the CUDA kernel scans masked_m in shared memory).
-constexpr int64_t kMaxMaskedExperts = 4096;
-
 /// out[e, r, :] = act(input[e, r, :d]) * input[e, r, d:] for r < clamp(masked_m[e], 0, T_max).
 struct MaskedActArgs {
   Act act;

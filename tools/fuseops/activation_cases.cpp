@@ -264,14 +264,19 @@ void run_masked(const MaskedSpec& s, const TensorView& out, const TensorView& in
   else gelu_and_mul_masked(out, in, m, approx(s.act), st);
 }
 
+/// Valid rows of the case at T_max = T: busy experts x min(busy_rows, T).
+int64_t valid_rows(const MaskedSpec& s, int64_t T) { return s.busy * std::min(s.busy_rows, T); }
+
+/// Bytes the op moves at T_max = T: the valid rows read (2d) and written (d), and masked_m (int32).
+double masked_bytes(const MaskedSpec& s, int64_t T) {
+  return 3.0 * static_cast<double>(valid_rows(s, T)) * static_cast<double>(s.d) * dtype_size(s.dtype) + 4.0 * s.E;
+}
+
 class MaskedBench : public BenchProblem {
  public:
   explicit MaskedBench(const MaskedSpec& s) : s_(s) {}
   std::size_t set_bytes() const override { return 3 * rows() * s_.d * dtype_size(s_.dtype) + 4 * s_.E; }
-  double bytes() const override {
-    const double valid = static_cast<double>(s_.busy * std::min(s_.busy_rows, s_.T_max));
-    return 3.0 * valid * s_.d * dtype_size(s_.dtype) + 4.0 * s_.E;
-  }
+  double bytes() const override { return masked_bytes(s_, s_.T_max); }
   void allocate(int sets) override {
     const std::vector<int32_t> m = masked_counts(s_, s_.T_max);
     for (int k = 0; k < sets; ++k) {
@@ -385,6 +390,13 @@ class MaskedCase : public OpCase {
 
   std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<MaskedBench>(s_); }
 
+  /// The bytes of the valid rows at T_max = nrows (the work follows the valid rows, not T_max).
+  double bytes_at(int64_t nrows) const override { return masked_bytes(s_, nrows); }
+  double time_scale_to_full(int64_t nrows) const override {
+    const int64_t ran = std::max<int64_t>(valid_rows(s_, nrows), 1);
+    return static_cast<double>(valid_rows(s_, s_.T_max)) / static_cast<double>(ran);
+  }
+
  private:
   MaskedSpec s_;
 };
@@ -448,6 +460,10 @@ OpSpec masked_op(Act act) {
     const int64_t rows = p.integer("tokens_per_expert"), busy = p.integer("busy_experts") == 0 ? E : p.integer("busy_experts");
     bounded_product({{"max_tokens", T}, {"num_experts", E}, {"d", d}}, 39);
     if (T > INT32_MAX) throw ParamError("max_tokens", "max_tokens " + std::to_string(T) + " is more than 2^31 - 1");
+    if (E > kMaxMaskedExperts) {
+      throw ParamError("num_experts", "num_experts " + std::to_string(E) + " is more than " +
+                                          std::to_string(kMaxMaskedExperts) + " (the masked forms' limit)");
+    }
     if (rows > T) {
       throw ParamError("tokens_per_expert",
                        "tokens_per_expert " + std::to_string(rows) + " is more than max_tokens " + std::to_string(T));

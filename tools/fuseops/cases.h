@@ -3,6 +3,7 @@
 // benchmark problem on the GPU.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -73,6 +74,12 @@ class OpCase {
   /// a case with a part that does not grow with the rows (the MoE schedule's padding) overrides it.
   virtual double bytes_at(int64_t rows) const {
     return this->rows > 0 ? bench()->bytes() * static_cast<double>(rows) / static_cast<double>(this->rows) : 0.0;
+  }
+  /// Factor from time_cpu_us(rows) to the full size's CPU time (`fuseops model` on the CPU): the full rows over the
+  /// rows that ran (rows_at), exact for row-wise ops; a case whose work does not follow its rows (the masked
+  /// activation: its valid rows) overrides it.
+  virtual double time_scale_to_full(int64_t rows) const {
+    return static_cast<double>(this->rows) / static_cast<double>(std::max<int64_t>(rows_at(rows), 1));
   }
 };
 

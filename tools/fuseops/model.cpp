@@ -295,9 +295,8 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
       const double est = gpu::time_graph_us([&](int, void* st) { p->run(0, st); }, 5, 0.0, 3);
       row.us = gpu::time_graph_us([&](int, void* st) { p->run(0, st); }, launches_for(est));
     } else {
-      // scaled by the rows that ran (a case may keep more than the slice: whole chunks, whole sequences)
-      row.us = c.time_cpu_us(slice) * static_cast<double>(c.rows) /
-               static_cast<double>(std::max<int64_t>(c.rows_at(slice), 1));
+      // scaled by the work that ran (a case may keep more than the slice: whole chunks, whole sequences)
+      row.us = c.time_cpu_us(slice) * c.time_scale_to_full(slice);
     }
     row.us *= row.step->count;
   }

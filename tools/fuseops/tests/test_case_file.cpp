@@ -382,6 +382,9 @@ TEST(CaseFile, HooksRejectImpossibleCombinations) {
                     "group_size", "does not divide hidden 100");
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul_masked\n    num_experts: 4\n    max_tokens: 8\n    tokens_per_expert: 9\n"
                     "    d: 8\n", "f.yaml:5:5", "tokens_per_expert", "more than max_tokens 8");
+  // the masked forms' expert limit, before anything runs (the op would refuse only the case that reaches it)
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul_masked\n    num_experts: [4, 5000]\n    max_tokens: 4\n"
+                    "    tokens_per_expert: 2\n    d: 8\n", "f.yaml:3:5", "num_experts", "5000 is more than 4096");
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    seq_len: 64\n    num_heads: 4\n    num_v_heads: 6\n",
                     "f.yaml:5:5", "num_v_heads", "not a multiple of num_heads 4");
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seqlens: [0, 0]\n    num_v_heads: 4\n", "f.yaml:3:5",

@@ -85,6 +85,24 @@ TEST(Model, MaskedExpertRowsMatchTheUnmaskedRow) {
   EXPECT_EQ(resolve(step_of(decode, "silu_and_mul_masked"), registry(), "qwen3-next-80b").c->shape, "512x2x512:10@1");
 }
 
+// The masked step's CPU time and bytes follow its valid rows, not T_max: a run at T_max = 64 of a case with 80 rows
+// in each of 512 experts (T_max 160) did 64 of the 80 rows per expert (the time was scaled by 160 / 64).
+TEST(Model, MaskedCpuWorkFollowsTheValidRows) {
+  const Resolved r = resolve(step_of(model("qwen3-next-80b").layer(4096, 1), "silu_and_mul_masked"), registry(), "m");
+  ASSERT_NE(r.c, nullptr);
+  ASSERT_EQ(r.c->shape, "512x160x512:512@80");
+  EXPECT_DOUBLE_EQ(r.c->time_scale_to_full(64), 80.0 / 64.0);
+  EXPECT_DOUBLE_EQ(r.c->time_scale_to_full(160), 1.0);
+  const double row_bytes = 3.0 * 512 * 2;  // per valid row: 2d read, d written, bf16
+  EXPECT_DOUBLE_EQ(r.c->bytes_at(64), 512 * 64 * row_bytes + 4.0 * 512);
+  EXPECT_DOUBLE_EQ(r.c->bytes_at(160), r.c->bench()->bytes());
+  EXPECT_DOUBLE_EQ(r.c->bytes_at(100), r.c->bytes_at(160));  // past the 80 valid rows T_max adds nothing
+  // a row-wise op keeps the plain rows ratio
+  const Resolved act = resolve(step_of(model("qwen3-next-80b").layer(4096, 1), "silu_and_mul"), registry(), "m");
+  ASSERT_NE(act.c, nullptr);
+  EXPECT_DOUBLE_EQ(act.c->time_scale_to_full(64), static_cast<double>(act.c->rows) / 64.0);
+}
+
 TEST(Model, OpsResolveByNameAtRunTime) {
   Registry only_activation;
   register_activation_cases(only_activation);
