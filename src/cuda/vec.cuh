@@ -88,9 +88,8 @@ struct FloatVec {
   /// store() at a global address in one instruction whatever the compiler makes of the kernel: the elements packed
   /// into 32-bit words by shifts and stored by __stwb (a plain store, SASS STG.E.128.STRONG.SM for 16 bytes). In the
   /// masked activation kernel the compiler split store()'s 16 bytes into four 4-byte stores (3-7% of its time on a
-  /// bandwidth-bound case, measured);
-  /// in kernels where store() is one instruction, __stwb cost 0.06-0.14 us on one-row launches (measured), so only
-  /// kernels that split use this.
+  /// bandwidth-bound case, measured); in kernels where store() is one instruction, __stwb cost 0.06-0.14 us on
+  /// one-row launches (measured), so only kernels that split use this (bench/results/h200/moe.md, 26th session).
   __device__ __forceinline__ void store_whole(T* p) const {
     constexpr int kBytes = N * static_cast<int>(sizeof(T));
     static_assert(kBytes == 2 || kBytes == 4 || kBytes == 8 || kBytes == 16, "one store of 2, 4, 8 or 16 bytes");
