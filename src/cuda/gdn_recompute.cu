@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads) l2norm_vec_kernel(const L2NormArgs a
       for (int j = 0; j < NV; ++j) {
 #pragma unroll
         for (int i = 0; i < E; ++i) v[j].v[i] = v[j].v[i] * rstd;
-        v[j].store(dst + (j * L + sub) * E);
+        v[j].store_whole(dst + (j * L + sub) * E);
       }
     }
   }

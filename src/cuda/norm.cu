@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
 #pragma unroll
         for (int k = 0; k < VEC; ++k) y.v[k] *= act_fwd<Act::silu, kFast>(zs[i].get(k));
       }
-      y.store(out + col(i));
+      y.store_whole(out + col(i));
     }
   }
 }

@@ -67,7 +67,8 @@ struct Pack {
     T e[N];
   } u;
   __device__ __forceinline__ void load(const T* p) { u.raw = *reinterpret_cast<const Raw*>(p); }
-  __device__ __forceinline__ void store(T* p) const { *reinterpret_cast<Raw*>(p) = u.raw; }
+  /// One store instruction (store_global_whole: a plain store was split into four in the group kernel).
+  __device__ __forceinline__ void store(T* p) const { store_global_whole(reinterpret_cast<Raw*>(p), u.raw); }
   /// The same as global accesses cached in L2 only, for pointers whose address space the compiler cannot see.
   __device__ __forceinline__ void load_global(const T* p) { u.raw = __ldcg(reinterpret_cast<const Raw*>(p)); }
   __device__ __forceinline__ void store_global(T* p) const { __stcg(reinterpret_cast<Raw*>(p), u.raw); }

@@ -33,6 +33,23 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { re
 __device__ __forceinline__ uint32_t storage_bits(__half v) { return __half_as_ushort(v); }
 __device__ __forceinline__ uint32_t storage_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
 
+/// One weak store of 16 / 8 / 4 / 2 bytes at global address `p` (aligned to its size), in one instruction (PTX
+/// st.global.v4.b32 / v2.b32 / b32 / b16: what a plain C++ store compiles to where the compiler keeps it whole). In
+/// some kernels the compiler split a plain 16-byte store into four 4-byte ones (PTX st.global.u32 / v2.u16 pairs),
+/// four store instructions for one.
+__device__ __forceinline__ void store_global_whole(uint4* p, uint4 v) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+__device__ __forceinline__ void store_global_whole(uint2* p, uint2 v) {
+  asm volatile("st.global.v2.b32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory");
+}
+__device__ __forceinline__ void store_global_whole(uint32_t* p, uint32_t v) {
+  asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void store_global_whole(uint16_t* p, uint16_t v) {
+  asm volatile("st.global.b16 [%0], %1;" ::"l"(p), "h"(v) : "memory");
+}
+
 /// Raw storage of `Bytes` bytes, loadable in one instruction.
 template <int Bytes>
 struct RawPack;
@@ -86,10 +103,9 @@ struct FloatVec {
   }
 
   /// store() at a global address in one instruction whatever the compiler makes of the kernel: the elements packed
-  /// into 32-bit words by shifts and stored by __stwb (a plain store, SASS STG.E.128.STRONG.SM for 16 bytes). In the
-  /// masked activation kernel the compiler split store()'s 16 bytes into four 4-byte stores (3-7% of its time on a
-  /// bandwidth-bound case, measured); in kernels where store() is one instruction, __stwb cost 0.06-0.14 us on
-  /// one-row launches (measured), so only kernels that split use this (bench/results/h200/moe.md, 26th session).
+  /// into 32-bit words by shifts, stored by store_global_whole. In the masked activation kernel and the gated norm the
+  /// compiler split store()'s 16 bytes into four 4-byte stores (3-7% of the masked kernel's time on a bandwidth-bound
+  /// case, measured with __stwb, which is a strong store: +0.06-0.14 us on one-row launches of other kernels).
   __device__ __forceinline__ void store_whole(T* p) const {
     constexpr int kBytes = N * static_cast<int>(sizeof(T));
     static_assert(kBytes == 2 || kBytes == 4 || kBytes == 8 || kBytes == 16, "one store of 2, 4, 8 or 16 bytes");
@@ -106,11 +122,11 @@ struct FloatVec {
         }
       }
       if constexpr (kBytes == 16) {
-        __stwb(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
+        store_global_whole(reinterpret_cast<uint4*>(p), make_uint4(w[0], w[1], w[2], w[3]));
       } else if constexpr (kBytes == 8) {
-        __stwb(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
+        store_global_whole(reinterpret_cast<uint2*>(p), make_uint2(w[0], w[1]));
       } else {
-        __stwb(reinterpret_cast<unsigned int*>(p), w[0]);
+        store_global_whole(reinterpret_cast<uint32_t*>(p), w[0]);
       }
     }
   }
