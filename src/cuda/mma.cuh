@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "vec.cuh"
+
 namespace fuseops::detail::cuda {
 
 /// 16-byte asynchronous copy global -> shared; `fill` false writes 16 zero bytes and reads nothing. `dst`: a shared
@@ -75,18 +77,6 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, const void* row) {
   const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0, %1}, [%2];\n" : "=r"(r0), "=r"(r1) : "r"(a));
-}
-
-/// Two floats rounded to a packed pair of f16 / bf16 (lo in the low half), as an mma A / B register.
-template <typename TK>
-__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
-  if constexpr (std::is_same_v<TK, __nv_bfloat16>) {
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  } else {
-    const __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<const uint32_t*>(&v);
-  }
 }
 
 /// Finite x rounded to tf32 (11 significant bits, to nearest, ties away from zero: what cvt.rna.tf32.f32 gives) as

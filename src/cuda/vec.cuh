@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "fuseops/error.h"
 #include "fuseops/tensor.h"
@@ -29,9 +30,18 @@ __device__ __forceinline__ __half from_float<__half>(float v) { return __float2h
 template <>
 __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
-/// The 16 bits of a half / bfloat16 value, widened.
-__device__ __forceinline__ uint32_t storage_bits(__half v) { return __half_as_ushort(v); }
-__device__ __forceinline__ uint32_t storage_bits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+/// Two floats rounded to a packed pair of f16 / bf16 (lo in the low half), as one 32-bit word (an mma A / B register, a
+/// vector store's word).
+template <typename TK>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  if constexpr (std::is_same_v<TK, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  } else {
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
+}
 
 /// One weak store of 16 / 8 / 4 / 2 bytes at global address `p` (aligned to its size), in one instruction (PTX
 /// st.global.v4.b32 / v2.b32 / b32 / b16: what a plain C++ store compiles to where the compiler keeps it whole). In
@@ -103,7 +113,7 @@ struct FloatVec {
   }
 
   /// store() at a global address in one instruction whatever the compiler makes of the kernel: the elements packed
-  /// into 32-bit words by shifts, stored by store_global_whole. In the masked activation kernel and the gated norm the
+  /// into 32-bit words (pack2), stored by store_global_whole. In the masked activation kernel and the gated norm the
   /// compiler split store()'s 16 bytes into four 4-byte stores (3-7% of the masked kernel's time on a bandwidth-bound
   /// case, measured with __stwb, which is a strong store: +0.06-0.14 us on one-row launches of other kernels).
   __device__ __forceinline__ void store_whole(T* p) const {
@@ -118,7 +128,7 @@ struct FloatVec {
         if constexpr (sizeof(T) == 4) {
           w[i] = __float_as_uint(v[i]);
         } else {
-          w[i] = storage_bits(from_float<T>(v[2 * i])) | (storage_bits(from_float<T>(v[2 * i + 1])) << 16);
+          w[i] = pack2<T>(v[2 * i], v[2 * i + 1]);
         }
       }
       if constexpr (kBytes == 16) {
