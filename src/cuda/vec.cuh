@@ -113,9 +113,9 @@ struct FloatVec {
   }
 
   /// store() at a global address in one instruction whatever the compiler makes of the kernel: the elements packed
-  /// into 32-bit words (pack2), stored by store_global_whole. In the masked activation kernel and the gated norm the
-  /// compiler split store()'s 16 bytes into four 4-byte stores (3-7% of the masked kernel's time on a bandwidth-bound
-  /// case, measured with __stwb, which is a strong store: +0.06-0.14 us on one-row launches of other kernels).
+  /// into 32-bit words (pack2), stored by store_global_whole. In the masked activation, the gated norm and the GDN
+  /// l2norm kernels the compiler split store()'s 16 bytes into four 4-byte stores (3-7% of the masked kernel's time on
+  /// a bandwidth-bound case, 1-2% of the norm's: bench/results/h200/norm.md, twenty-seventh session).
   __device__ __forceinline__ void store_whole(T* p) const {
     constexpr int kBytes = N * static_cast<int>(sizeof(T));
     static_assert(kBytes == 2 || kBytes == 4 || kBytes == 8 || kBytes == 16, "one store of 2, 4, 8 or 16 bytes");
