@@ -13,7 +13,8 @@
 // per thread) and, for wide groups on 16-byte vectors (kWideThreads to
 // kWideThreads * kWideElems / VEC vectors: whole-row norms of 2048-8192 elements), one block of kWideThreads threads
 // per (row, group) with up to kWideElems elements per thread: more bytes in flight per thread and more groups per
-// SM than 1024 threads holding one vector each.
+// SM than 1024 threads holding one vector each; with 32 16-bit elements per thread (no gate before the norm) x is held
+// in its storage form (RAW), so that 4 blocks fit per SM instead of 3.
 #include <algorithm>
 #include <type_traits>
 
@@ -31,9 +32,12 @@ constexpr int kMaxThreads = 1024;
 static_assert(kThreadElems * kMaxThreads == kMaxNormGroup, "the on-chip capacity is the validated group limit");
 constexpr int kWideThreads = 256;  // threads per group of the wide variant (one block)
 constexpr int kWideElems = 32;     // elements per thread of the wide variant: groups up to 8192
-/// Blocks per SM the wide variant is compiled for (bounds its registers without spills): 4 with 16 elements per
-/// thread (64 registers), 3 with 32 16-bit elements (80), 2 with 32 f32 elements.
-constexpr int wide_min_blocks(int elems, int elem_bytes) { return elems <= 16 ? 4 : elems * elem_bytes <= 64 ? 3 : 2; }
+/// Blocks per SM the wide variant is compiled for (bounds its registers): 4 with 16 elements per thread (64
+/// registers, no spills), 3 with 32 16-bit elements as floats (80), 4 with them in storage form (RAW: 64 registers,
+/// ~110 bytes of spill loads, measured faster), 2 with 32 f32 elements.
+constexpr int wide_min_blocks(int elems, int elem_bytes, bool raw) {
+  return elems <= 16 || raw ? 4 : elems * elem_bytes <= 64 ? 3 : 2;
+}
 
 /// f16 / bf16 outputs take the fast SiLU policy (common/act_math.h); f32 the precise one.
 template <typename T>
@@ -76,12 +80,15 @@ __device__ __forceinline__ float segment_sum(float v, int tpg, float (*red)[kMax
 }
 
 /// NV: vectors per thread held in registers (p.nv <= NV); 1 for groups of up to 1024 vectors. BLOCK: the largest
-/// block it is launched with (kMaxThreads, or kWideThreads for the wide variant: more registers per thread).
-template <typename T, typename W, int VEC, int NV, int BLOCK = kMaxThreads>
-__global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blocks(NV * VEC, sizeof(T)))
+/// block it is launched with (kMaxThreads, or kWideThreads for the wide variant: more registers per thread). RAW: x
+/// held in its 16-bit storage form and converted at each use (half the registers of floats; never with a gate before
+/// the norm, whose x silu(z) is held as floats).
+template <typename T, typename W, int VEC, int NV, int BLOCK = kMaxThreads, bool RAW = false>
+__global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blocks(NV * VEC, sizeof(T), RAW))
     layer_norm_fwd_kernel(const NormParams<T, W> p) {
   constexpr int kMaxVecs = NV;
   static_assert(NV * VEC <= (BLOCK == kMaxThreads ? kThreadElems : kWideElems), "registers per thread");
+  static_assert(!RAW || sizeof(T) == 2, "the storage form saves registers for 16-bit x only");
   constexpr bool kFast = kFastSilu<T>;
   __shared__ float red[2][kMaxThreads / 32];
   int turn = 0;
@@ -103,7 +110,8 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
     auto col = [&](int i) { return static_cast<int64_t>(i * tpg + lane) * VEC; };
     auto inside = [&](int i) { return valid && i < p.nv && col(i) < G; };
 
-    float xs[kMaxVecs][VEC];
+    float xs[RAW ? 1 : kMaxVecs][VEC];
+    StorageVec<T, VEC> xr[RAW ? kMaxVecs : 1];
     // z in storage form. With few vectors per thread, a gate after the norm is loaded together with x (twice the
     // bytes in flight per thread); with many, at its use, to stay within the registers of the launch bounds.
     constexpr bool kEarlyZ = NV <= 2;
@@ -111,6 +119,17 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
     float sum = 0.0f;
 #pragma unroll
     for (int i = 0; i < kMaxVecs; ++i) {
+      if constexpr (RAW) {
+        if (inside(i)) {
+          xr[i].load(x + col(i));
+          if (kEarlyZ && p.gate == NormGate::after_norm) zs[i].load(z + col(i));
+        } else {
+          xr[i].u.raw = {};  // zero bits: 0.0
+        }
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) sum += xr[i].get(k);
+        continue;
+      }
       if (inside(i)) {
         FloatVec<T, VEC> v;
         v.load(x + col(i));
@@ -129,6 +148,14 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
         for (int k = 0; k < VEC; ++k) xs[i][k] = 0.0f;
       }
     }
+    // element k of vector i of x (x silu(z) with a gate before the norm)
+    auto xval = [&](int i, int k) {
+      if constexpr (RAW) {
+        return xr[i].get(k);
+      } else {
+        return xs[i][k];
+      }
+    };
     float mean = 0.0f;
     if (!p.rms) mean = segment_sum(sum, tpg, red, turn) / n;
     float sq = 0.0f;
@@ -137,7 +164,7 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
       if (inside(i)) {
 #pragma unroll
         for (int k = 0; k < VEC; ++k) {
-          const float c = xs[i][k] - mean;
+          const float c = xval(i, k) - mean;
           sq += c * c;
         }
       }
@@ -158,7 +185,7 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
       FloatVec<T, VEC> y;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        y.v[k] = (xs[i][k] - mean) * rstd * w[k];
+        y.v[k] = (xval(i, k) - mean) * rstd * w[k];
         if (p.bias) y.v[k] += b[k];
       }
       if (p.gate == NormGate::after_norm) {
@@ -198,6 +225,18 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
   p.gate = a.gate;
   p.rms = a.rms;
 
+  // 16-bit x held in storage form by the wide variant of 32 elements per thread (no gate before the norm);
+  // FUSEOPS_NORM_RAW=0: as floats (the same bytes; for A/B runs and the test that compares them)
+  const bool raw = sizeof(T) == 2 && a.gate != NormGate::before_norm && !env_switched_off("FUSEOPS_NORM_RAW");
+  auto with_raw = [&](auto f) {
+    if constexpr (sizeof(T) == 2) {
+      if (raw) {
+        f(std::true_type{});
+        return;
+      }
+    }
+    f(std::false_type{});
+  };
   // 16-byte vectors where x, z, out (rows and groups) and weight, bias allow; else scalars.
   constexpr int kVec = static_cast<int>(16 / sizeof(T));
   int vec = a.z.data ? pick_vec({&a.out, &a.x, &a.z}, a.group_size) : pick_vec({&a.out, &a.x}, a.group_size);
@@ -216,8 +255,10 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
       launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs / 2, kWideThreads>, grid, dim3(kWideThreads), 0,
                     stream, device, p);
     } else {
-      launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs, kWideThreads>, grid, dim3(kWideThreads), 0, stream,
-                    device, p);
+      with_raw([&](auto held_raw) {
+        launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs, kWideThreads, held_raw()>, grid,
+                      dim3(kWideThreads), 0, stream, device, p);
+      });
     }
     return;
   }
@@ -231,7 +272,9 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
   const int block = std::max(p.tpg, std::max(32, next_pow2(std::min<int64_t>(256, spread))));
   const int64_t per_block = block / p.tpg;
   const int64_t grid = std::min<int64_t>((p.items + per_block - 1) / per_block, int64_t{1} << 20);
-  auto go = [&](auto kernel) { launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), 0, stream, device, p); };
+  auto go = [&](auto kernel) {
+    launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), 0, stream, device, p);
+  };
   if (vec == kVec) {
     if (p.nv == 1) go(layer_norm_fwd_kernel<T, W, kVec, 1>);
     else go(layer_norm_fwd_kernel<T, W, kVec, kThreadElems / kVec>);

@@ -5,6 +5,7 @@
 // statistics are poisoned with NaN first, and padding between output rows must stay untouched.
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <ostream>
@@ -57,8 +58,13 @@ std::string describe(const NormCase& c) {
          (c.misaligned ? " misaligned" : "") + (c.pitched ? " pitched" : "") + " fill=" + ft::fill_name(c.fill);
 }
 
-/// Runs one case and records gtest failures.
-void check_norm(const Param& p, const NormCase& c, std::mt19937_64& rng) {
+/// What a case wrote: out, and mean / rstd (the workspace's NaN poison where not requested).
+struct NormOutputs {
+  HostTensor out, mean, rstd;
+};
+
+/// Runs one case, records gtest failures and returns what it wrote.
+NormOutputs check_norm(const Param& p, const NormCase& c, std::mt19937_64& rng) {
   SCOPED_TRACE(param_name(p) + ": " + describe(c) + ", FUSEOPS_SEED=" + std::to_string(run_seed()));
   const DType wdt = p.f32_weight ? DType::f32 : p.dtype;
   const int64_t off = c.misaligned ? 1 : 0, pitch = c.pitched ? c.N + 16 : c.misaligned ? c.N + 1 : 0;
@@ -109,6 +115,7 @@ void check_norm(const Param& p, const NormCase& c, std::mt19937_64& rng) {
     }
   }
   EXPECT_TRUE(wss.unchanged_outside(stats_written)) << "a statistic that was not requested was written";
+  return {ws.read(rout), wss.read(rmean), wss.read(rrstd)};
 }
 
 class NormAccuracy : public ::testing::TestWithParam<Param> {};
@@ -185,6 +192,35 @@ TEST(NormLargeGroup, WideRows) {
   check_norm(Param{Where::cuda, DType::bf16, true}, NormCase{2048, 8192, 0, NormGate::none, true, false, true}, rng);
   check_norm(Param{Where::cuda, DType::f32, false},
              NormCase{512, 8192, 4096, NormGate::before_norm, false, true, true}, rng);
+}
+
+// The wide variant's storage form (16-bit x held as stored, 32 elements per thread; docs/ops/norm.md) gives the same
+// bytes as x held as floats (FUSEOPS_NORM_RAW=0): whole rows of 4104-8192 elements (threads holding 3 or 4 vectors),
+// groups of 8192, every gate but the one before the norm (which always holds floats), both weight dtypes.
+TEST(NormWide, StorageFormSameBytes) {
+  FUSEOPS_SKIP_WITHOUT_CUDA();
+  const std::mt19937_64 seeded = test_rng();
+  const struct {
+    Param p;
+    NormCase c;
+  } cases[] = {
+      {{Where::cuda, DType::bf16, true}, {64, 8192, 0, NormGate::none, true, false, true}},
+      {{Where::cuda, DType::f16, false}, {33, 5000, 0, NormGate::after_norm, false, true, true}},
+      {{Where::cuda, DType::bf16, false}, {17, 16384, 8192, NormGate::after_norm, true, false, true}},
+      {{Where::cuda, DType::bf16, false}, {9, 4104, 0, NormGate::none, false, true, true}},
+  };
+  for (const auto& k : cases) {
+    SCOPED_TRACE(param_name(k.p) + ": " + describe(k.c));
+    std::mt19937_64 rng = seeded;
+    const NormOutputs held = check_norm(k.p, k.c, rng);
+    setenv("FUSEOPS_NORM_RAW", "0", 1);
+    rng = seeded;
+    const NormOutputs floats = check_norm(k.p, k.c, rng);
+    unsetenv("FUSEOPS_NORM_RAW");
+    EXPECT_TRUE(same_bytes(held.out, floats.out)) << "out";
+    EXPECT_TRUE(same_bytes(held.mean, floats.mean)) << "mean";
+    EXPECT_TRUE(same_bytes(held.rstd, floats.rstd)) << "rstd";
+  }
 }
 
 // Repeated runs give the same bits (fixed reduction order), and a row's result does not depend on the other rows.
