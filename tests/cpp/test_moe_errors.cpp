@@ -1,6 +1,7 @@
 // Every bad argument of the MoE routing ops raises fuseops::Error naming the op and the argument.
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "test_util.h"
@@ -121,6 +122,30 @@ TEST(MoeErrors, MoeRoute) {
   c.n_group = 8;
   EXPECT_ARG_ERROR(fuseops::moe_route(b.W(), b.I(), b.sorted_v(20), b.eids_v(), b.total_v(), b.L(), nullptr, c, 64), op,
                    "sorted_token_ids");
+}
+
+// A first input whose fields are corrupt (a rank its arrays cannot hold, a negative dim: the fields are public) is
+// named itself, never read past its arrays, and never reported against a valid argument compared with its dims.
+TEST(MoeErrors, MalformedFirstInputNamedItself) {
+  Bufs b;
+  fuseops::MoeRouterConfig c;
+  c.n_group = 8;
+  c.topk_group = 4;
+  TensorView bias = b.B();
+  for (int bad = 0; bad < kMalformedWays; ++bad) {
+    SCOPED_TRACE(bad);
+    // how 2: T = -4 (topk_weights' [T, k] would be [-4, 8]; moe_align_sizes would get numel -32)
+    const TensorView logits = malformed(b.L(), bad, 0), ids = malformed(b.I(), bad, 0);
+    const std::string got = malformed_message(bad);
+    EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), b.S(), logits, true, &bias), "topk_softmax",
+                     "gating_output", got);
+    EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), logits, &bias, 8, 4, true, 1.0), "grouped_topk", "scores",
+                     got);
+    EXPECT_ARG_ERROR(fuseops::moe_route(b.W(), b.I(), b.sorted_v(), b.eids_v(), b.total_v(), logits, &bias, c, 64),
+                     "moe_route", "gating_output", got);
+    EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), ids, 256, 64),
+                     "moe_align_block_size", "topk_ids", got);
+  }
 }
 
 TEST(MoeErrors, AlignSizes) {

@@ -167,6 +167,17 @@ std::string take_device_error(int device = -1);
   EXPECT_TRUE(::fuseops_test::raises([&] { statement; }, fuseops::ErrorKind::invalid_argument,             \
                      std::vector<std::string>{std::string(op) + ": " + (arg) + ": ", ##__VA_ARGS__}))
 
+/// The malformed views of the layout tests, as a caller could write the public fields: `t` with a rank its arrays
+/// cannot hold (how 0: 9, how 1: -1) or with dim `dim` negative (how 2: -4); kMalformedWays of them.
+constexpr int kMalformedWays = 3;
+inline TensorView malformed(TensorView t, int how, int dim) {
+  if (how < 2) t.rank = how == 0 ? 9 : -1;
+  else t.shape[dim] = -4;
+  return t;
+}
+/// A part of the message that check_layout() gives for malformed(t, how, dim).
+inline std::string malformed_message(int how) { return how == 0 ? "got 9" : how == 1 ? "got -1" : "non-negative dims"; }
+
 /// Bit-identical tensors (shape, dtype and bytes; two empty tensors are equal); on failure, how many elements differ
 /// and the first.
 ::testing::AssertionResult same_bytes(const HostTensor& a, const HostTensor& b);
