@@ -12,6 +12,12 @@
 namespace fuseops {
 namespace detail {
 
+void check_layouts(const char* op, std::initializer_list<NamedView> views) {
+  for (const NamedView& v : views) {
+    if (v.view) check_layout(op, v.name, *v.view);
+  }
+}
+
 std::string dims(std::initializer_list<int64_t> d) {
   std::string s = "[";
   bool first = true;
@@ -55,6 +61,7 @@ bool has_sequences(const GdnGeometry& geo) { return geo.cu_seqlens != nullptr &&
 
 int64_t cu_seqlens_count(const char* op, const TensorView& cu, int64_t T) {
   check_dtype(op, "cu_seqlens", cu, {DType::i32, DType::i64});
+  check_layout(op, "cu_seqlens", cu);  // N (sizes, chunk slots) is taken from its dim before common_device()
   if (cu.rank != 1 || cu.shape[0] < 1) fail_argument(op, "cu_seqlens", "rank 1 [N+1] with N >= 0", cu.shape_str());
   if (cu.shape[0] == 1 && T > 0) {  // no sequence, yet tokens: malformed by its shape alone
     fail_argument(op, "cu_seqlens", "[N+1] with N >= 1 for T = " + std::to_string(T) + " tokens", "[1]");
@@ -90,6 +97,7 @@ namespace {
 Device check_kkt(const char* op, const TensorView& out, const char* out_name, const TensorView& k, const TensorView* g,
                  const TensorView* beta, int64_t chunk_size, const TensorView* cu, KktArgs& a) {
   check_chunk_size(op, chunk_size);
+  check_layouts(op, {{"k", &k}, {"g", g}, {"beta", beta}, {out_name, &out}});  // the others are compared with k's dims
   check_dtype(op, "k", k, kFloat);
   if (k.rank != 4) fail_argument(op, "k", "rank 4 [B, T, H, K]", k.shape_str());
   const int64_t B = k.shape[0], T = k.shape[1], H = k.shape[2], K = k.shape[3];
@@ -143,9 +151,11 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   using namespace detail;
   const char* op = "chunk_local_cumsum";
   check_chunk_size(op, chunk_size);
+  // each view's own fields first, so a malformed g is named before out's shape is taken from its dims
+  check_layout(op, "g", g);
+  check_layout(op, "out", out);
   check_dtype(op, "g", g, kFloat);
   if (g.rank != 3) fail_argument(op, "g", "rank 3 [B, T, HV]", g.shape_str());
-  check_layout(op, "g", g);  // before out's shape is taken from g's dims
   check_dtype(op, "out", out, {DType::f32});
   check_token_head(op, "out", out, g.shape[0], g.shape[1], g.shape[2]);
   const Device device = common_device(op, {{"out", &out}, {"g", &g}});
@@ -216,6 +226,9 @@ void chunk_gated_delta_rule_fwd_kkt_solve(TensorView Ai, TensorView k, const Ten
 void solve_tril(TensorView Ai, TensorView A, const TensorView* cu_seqlens, Stream stream) {
   using namespace detail;
   const char* op = "solve_tril";
+  // each view's own fields first, so a malformed A is named before Ai is compared with its shape
+  check_layout(op, "A", A);
+  check_layout(op, "Ai", Ai);
   check_dtype(op, "A", A, kFloat);
   if (A.rank != 4) fail_argument(op, "A", "rank 4 [B, T, HV, BT]", A.shape_str());
   const int64_t BT = A.shape[3];

@@ -67,12 +67,29 @@ TEST_F(GdnErrors, SelfOverlappingOutputAndBadRankAreErrors) {
   TensorView bad = v(3, {1, 8, 4});
   for (int rank : {100000, 9, -5}) {
     bad.rank = rank;
-    EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(bad, gv, 16), cumsum, "out",
-                     "[rank " + std::to_string(rank) + " outside 0..8]");
+    EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(bad, gv, 16), cumsum, "out", "rank in [0, 8]",
+                     "got " + std::to_string(rank));
   }
   TensorView neg = v(1, {1, 8, 4});
   neg.shape[1] = -5;
   EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {1, 8, 4}), neg, 16), cumsum, "g", "non-negative dims");
+}
+
+// A first input whose fields are corrupt (rank 9 or -1, a negative dim) is named itself, never read past its arrays,
+// and never reported against a valid argument compared with its dims (a k with T = -4 made the kkt ops name g, an A
+// with B = -4 made solve_tril name Ai: "expected shape [-4, 8, 4, 16] (the shape of A)").
+TEST_F(GdnErrors, MalformedFirstInputNamedItself) {
+  const TensorView gv = g(), bv = beta();
+  for (int bad = 0; bad < kMalformedWays; ++bad) {
+    SCOPED_TRACE(bad);
+    auto corrupt = [bad](TensorView t, int dim) { return malformed(t, bad, dim); };
+    const std::string got = malformed_message(bad);
+    for (const KktOp& op : kKktOps) {
+      EXPECT_ARG_ERROR(op.call(out(), corrupt(k(), 1), &gv, &bv, 16, nullptr, {}), op.name, "k", got);
+    }
+    EXPECT_ARG_ERROR(fuseops::solve_tril(v(5, {1, 8, 4, 16}), corrupt(out(), 0)), solve, "A", got);
+    EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {1, 8, 4}), corrupt(g(), 1), 16), cumsum, "g", got);
+  }
 }
 
 TEST_F(GdnErrors, ValidCallsPass) {
