@@ -303,6 +303,8 @@ void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, T
                        const TensorView* g, const TensorView* cu_seqlens, Stream stream) {
   using namespace detail;
   const char* op = "recompute_w_u_fwd";
+  // each view's own fields first: the others' shapes are compared with dims taken from k, A and v
+  check_layouts(op, {{"k", &k}, {"A", &A}, {"v", &v}, {"beta", &beta}, {"g", g}, {"w", &w}, {"u", &u}});
   check_input4(op, "k", k, -1, -1, -1, -1, "[B, T, H, K]");
   check_head_dim(op, "k", k);
   const int64_t B = k.shape[0], T = k.shape[1], H = k.shape[2], K = k.shape[3];
@@ -345,6 +347,9 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   using namespace detail;
   const char* op = "chunk_gated_delta_rule_fwd_h";
   check_chunk_size(op, chunk_size);
+  // each view's own fields first: the others' shapes are compared with dims taken from k, w and u
+  check_layouts(op, {{"k", &k}, {"w", &w}, {"u", &u}, {"g", g}, {"h", &h}, {"v_new", &v_new},
+                     {"final_state", final_state}, {"initial_state", initial_state}});
   check_input4(op, "k", k, -1, -1, -1, -1, "[B, T, H, K]");
   check_head_dim(op, "k", k);
   const int64_t B = k.shape[0], T = k.shape[1], H = k.shape[2], K = k.shape[3];
@@ -395,6 +400,8 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
   using namespace detail;
   const char* op = "chunk_fwd_o";
   check_chunk_size(op, chunk_size);
+  // each view's own fields first: the others' shapes are compared with dims taken from q, k and v_new
+  check_layouts(op, {{"q", &q}, {"k", &k}, {"v_new", &v_new}, {"h", &h}, {"g", g}, {"o", &o}});
   check_value_heads(op, "v_new", v_new, "g", g, "h", &h);
   const auto [B, T, H, HV, K, V] = check_qkv(op, q, k, v_new, "v_new");
   check_cumsum_g(op, g, B, T, HV);
@@ -436,6 +443,7 @@ struct FwdDims {
 FwdDims forward_dims(const char* op, const TensorView& q, const TensorView& k, const TensorView& v,
                      const TensorView* cu, int64_t BT) {
   check_chunk_size(op, BT);
+  check_layouts(op, {{"q", &q}, {"k", &k}, {"v", &v}});  // the sizes (workspace) are computed from their dims
   const QkvDims s = check_qkv(op, q, k, v, "v");
   FwdDims d{s.B, s.T, s.H, s.HV, s.K, s.V, s.B, 0};
   if (cu) d.N = cu_seqlens_count(op, *cu, d.T);
@@ -472,6 +480,9 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   // says 0 (no tokens), else refused by the size check below
   if (workspace.rank == 0 && workspace.data == nullptr) workspace = TensorView(nullptr, q.dtype, q.device, {0});
   const char* op = "chunk_gated_delta_rule";
+  // each view's own fields first: the others' shapes are compared with dims taken from q and v
+  check_layouts(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"g", &g}, {"beta", &beta}, {"initial_state", initial_state},
+                     {"o", &o}, {"final_state", final_state}});
   check_value_heads(op, "v", v, "g", &g, "beta", &beta);
   const FwdDims d = forward_dims(op, q, k, v, cu_seqlens, chunk_size);
   check_same_dtype(op, "k", k, "q", q);
@@ -630,6 +641,8 @@ Device check_decode(const char* op, const TensorView& o, const TensorView& q, co
                     const TensorView& v, std::optional<double> scale, bool l2norm, const TensorView* cu,
                     DecodeArgs& a, const char* g_name, const TensorView* g, const char* beta_name,
                     const TensorView* beta) {
+  // each view's own fields first: the others' shapes are compared with dims taken from q (or k) and v
+  check_layouts(op, {{"q", &q}, {"k", &k}, {"v", &v}, {g_name, g}, {beta_name, beta}, {"o", &o}});
   check_value_heads(op, "v", v, g_name, g, beta_name, beta);
   const auto [B, T, H, HV, K, V] = check_qkv(op, q, k, v, "v");
   check_same_dtype(op, "k", k, "q", q);  // as chunk_gated_delta_rule (FLA: one dtype, o = q.new_empty)
@@ -661,6 +674,7 @@ void check_gate(const char* op, const char* name, const TensorView* t, const Dec
 /// Pool, indices and num_accepted_tokens of the serving forms.
 void check_pool(const char* op, const TensorView& pool, const TensorView& idx, const TensorView* acc,
                 const Device& device, DecodeArgs& a) {
+  check_layouts(op, {{"state_pool", &pool}, {"ssm_state_indices", &idx}, {"num_accepted_tokens", acc}});
   check_dtype(op, "state_pool", pool, {DType::f32, DType::bf16});
   if (pool.rank != 4 || pool.shape[1] != a.geo.HV || pool.shape[2] != a.geo.K || pool.shape[3] != a.V) {
     fail_argument(op, "state_pool", "shape [S, HV, K, V] = " + dims({pool.rank == 4 ? pool.shape[0] : -1, a.geo.HV, a.geo.K, a.V}),
@@ -720,6 +734,7 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
   check_gate(op, "g", g, a, device, a.g);
   check_gate(op, "beta", beta, a, device, a.beta);
   const int64_t N = a.geo.N, HV = a.geo.HV, K = a.geo.K, V = a.V;
+  check_layouts(op, {{"initial_state", initial_state}, {"final_state", final_state}});
   if (initial_state) {
     check_state(op, "initial_state", *initial_state, kFloat, N, HV, K, V);
     common_device(op, {{"q", &q}, {"initial_state", initial_state}});
@@ -775,6 +790,7 @@ void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool,
   check_gate(op, "a", &a_in, a, device, a.a);
   check_gate(op, "b", &b, a, device, a.b);
   for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"A_log", &A_log}, {"dt_bias", &dt_bias}}) {
+    check_layout(op, name, *t);
     check_dtype(op, name, *t, kFloat);
     if (t->rank != 1 || t->shape[0] != a.geo.HV) fail_argument(op, name, "shape [HV] = " + dims({a.geo.HV}), t->shape_str());
     common_device(op, {{name, t}});

@@ -2,6 +2,7 @@
 // anything is written.
 #include <limits>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "gdn_forward_test_util.h"
@@ -319,6 +320,43 @@ TEST(GdnForwardErrors, Decode) {
                                                                    x.beta.view(), std::nullopt, x.idx.view(), nullptr,
                                                                    false, nullptr, 0.0),
                    sg, "softplus_beta");
+}
+
+// A first input whose fields are corrupt (a rank its arrays cannot hold, a negative dim: the fields are public) is
+// named itself, never read past its arrays, and never reported against a valid argument compared with its dims (a k
+// with T = -4 made recompute_w_u_fwd and chunk_gated_delta_rule_fwd_h name A and w: "expected [1, -4, ...]").
+TEST(GdnForwardErrors, MalformedFirstInputNamedItself) {
+  Valid x;
+  TensorView ht = x.ht.view(), g = x.g.view(), beta = x.beta.view(), cu = x.cu.view();
+  for (int bad = 0; bad < kMalformedWays; ++bad) {
+    SCOPED_TRACE(bad);
+    auto corrupt = [bad](TensorView t) { return malformed(t, bad, 1); };  // how 2: T = -4
+    const std::string got = malformed_message(bad);
+    const TensorView q = corrupt(x.q.view()), k = corrupt(x.k.view());
+    EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, q, x.k.view(), x.v.view(), g, beta, std::nullopt,
+                                                     nullptr, false, &cu, x.ws.view(), 16),
+                     "chunk_gated_delta_rule", "q", got);
+    EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size(q, x.v.view(), &cu, false, 16),
+                     "chunk_gated_delta_rule_workspace_size", "q", got);
+    EXPECT_ARG_ERROR(fuseops::recompute_w_u_fwd(x.w.view(), x.u.view(), k, x.v.view(), beta, x.A.view(), &g),
+                     "recompute_w_u_fwd", "k", got);
+    EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_fwd_h(x.h.view(), x.vn.view(), &ht, k, x.w.view(), x.u.view(), &g,
+                                                           nullptr, 16),
+                     "chunk_gated_delta_rule_fwd_h", "k", got);
+    EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), q, x.k.view(), x.vn.view(), x.h.view(), &g, 0.25, 16),
+                     "chunk_fwd_o", "q", got);
+    EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, q, x.k.view(), x.v.view(), &g, &beta,
+                                                               std::nullopt, nullptr),
+                     "fused_recurrent_gated_delta_rule", "q", got);
+    EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), q, x.k.view(),
+                                                                      x.v.view(), &g, &beta, std::nullopt,
+                                                                      x.idx.view()),
+                     "fused_recurrent_gated_delta_rule_update", "q", got);
+    EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(), g,
+                                                                     x.dt_bias.view(), q, x.k.view(), x.v.view(), beta,
+                                                                     std::nullopt, x.idx.view()),
+                     "fused_sigmoid_gating_delta_rule_update", "q", got);
+  }
 }
 
 // A shape mismatch names the argument that disagrees with the others: q defines B, T, H, K (as FLA) and k must match
