@@ -228,6 +228,7 @@ void vllm_form(const char* op, TensorView positions, TensorView query, const Ten
   if (key) check_same_dtype(op, kn, *key, qn, query);
   const Device device = key ? common_device(op, {{qn, &query}, {kn, key}, {"cos_sin_cache", &cache}})
                             : common_device(op, {{qn, &query}, {"cos_sin_cache", &cache}});
+  check_layout(op, "positions", positions);  // its dims are the token dims query and key are compared with
   if (positions.rank < 1 || positions.rank > 2) {
     fail_argument(op, "positions", "rank 1 [T] or 2 [B, S]", positions.shape_str());
   }
@@ -289,6 +290,7 @@ void mrope_form(const char* op, TensorView positions, TensorView query, const Te
     fail_argument(op, "rotary_dim", "cos_sin_cache.shape[1] = " + std::to_string(a.rotary_dim),
                   std::to_string(rotary_dim));
   }
+  check_layout(op, "positions", positions);  // its last dim is T, which query and key are compared with
   const bool three = positions.rank == 2;
   if (!(positions.rank == 1 || (three && positions.shape[0] == 3))) {
     fail_argument(op, "positions", "shape [3, T] or [T]", positions.shape_str());
@@ -358,6 +360,7 @@ void flaggems_form(const char* op, TensorView q_out, TensorView k_out, TensorVie
   a.k = heads_of(op, kn, k, q.shape, nlead, D, false);
   if (position_ids) {
     const TensorView& p = *position_ids;
+    check_layout(op, "position_ids", p);  // its own fields before its dims are compared with q's
     bool same = p.rank == nlead;
     for (int i = 0; same && i < nlead; ++i) same = p.shape[i] == q.shape[i];
     if (!same) {

@@ -145,6 +145,26 @@ TEST_F(RopeErrors, MropeArguments) {
   EXPECT_EQ(fuseops::parse_mrope_layout("interleaved_glm"), MropeLayout::interleaved_glm);
 }
 
+// A first input (positions, q) or position_ids whose fields are corrupt (rank 9 or -1, a negative dim) is named
+// itself, never read past its arrays, and never reported against a valid argument compared with its dims.
+TEST_F(RopeErrors, MalformedFirstInputNamedItself) {
+  const TensorView kv = k(), q3 = v(1, {4, 2, 64}), k3 = v(2, {4, 1, 64}), cs = v(3, {16, 32}), sn = v(4, {16, 32});
+  const TensorView ids = pos();
+  for (int bad = 0; bad < kMalformedWays; ++bad) {
+    SCOPED_TRACE(bad);
+    auto corrupt = [bad](TensorView t, int dim) { return malformed(t, bad, dim); };
+    const std::string got = malformed_message(bad);
+    EXPECT_ARG_ERROR(fuseops::rotary_embedding(corrupt(pos(), 0), q(), &kv, 64, cache(), true), re, "positions", got);
+    EXPECT_ARG_ERROR(fuseops::mrope(corrupt(v(0, {3, 4}, i32), 1), q(), &kv, 64, 64, cache(), {8, 12, 12}, true), mr,
+                     "positions", got);
+    EXPECT_ARG_ERROR(fuseops::apply_rotary_pos_emb(v(5, {4, 2, 64}), v(6, {4, 1, 64}), corrupt(q3, 0), k3, cs, sn, &ids,
+                                                   false),
+                     ap, "q", got);
+    const TensorView bad_ids = corrupt(pos(), 0);
+    EXPECT_ARG_ERROR(fuseops::apply_rotary_pos_emb(q3, k3, q3, k3, cs, sn, &bad_ids, false), ap, "position_ids", got);
+  }
+}
+
 TEST_F(RopeErrors, ApplyRotaryPosEmbArguments) {
   const TensorView q3 = v(1, {4, 2, 64}), k3 = v(2, {4, 1, 64}), cs = v(3, {16, 32}), sn = v(4, {16, 32});
   const TensorView ids = pos();
