@@ -236,6 +236,26 @@ TEST_F(ActivationErrors, MisalignedData) {
   EXPECT_NO_THROW(fuseops::silu_and_mul(v(off(p(), 1), {0, 4}), v(off(q(), 3), {0, 8})));
 }
 
+// A first input whose fields are corrupt (rank 9 or -1, a negative dim) is named itself, never read past its arrays,
+// and never reported against a valid argument compared with its dims (common_device() checks every layout first).
+TEST_F(ActivationErrors, MalformedFirstInputNamedItself) {
+  std::vector<int32_t> m(4, 0);
+  for (int bad = 0; bad < kMalformedWays; ++bad) {
+    SCOPED_TRACE(bad);
+    auto corrupt = [bad](TensorView t) { return malformed(t, bad, 0); };
+    const std::string got = malformed_message(bad);
+    EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}), corrupt(v(q(), {4, 8}))), "silu_and_mul", "input", got);
+    EXPECT_ARG_ERROR(fuseops::silu_and_mul_split(v(p(), {4, 4}), corrupt(v(q(), {4, 4})), v(q(64), {4, 4})),
+                     "silu_and_mul_split", "gate", got);
+    EXPECT_ARG_ERROR(fuseops::silu_and_mul_backward(v(p(), {4}), v(p(8), {4}), corrupt(v(q(), {4})), v(q(8), {4}),
+                                                    v(q(16), {4})),
+                     "silu_and_mul_backward", "dout", got);
+    EXPECT_ARG_ERROR(fuseops::silu_and_mul_masked(v(p(), {4, 2, 4}), corrupt(v(q(), {4, 2, 8})),
+                                                  v(m.data(), {4}, DType::i32)),
+                     "silu_and_mul_masked", "input", got);
+  }
+}
+
 TEST_F(ActivationErrors, ErrorsWriteNothing) {
   std::vector<float> out(16, -7.0f);
   EXPECT_ANY_THROW(fuseops::silu_and_mul(v(out.data(), {4, 4}), v(q(), {4, 7})));
