@@ -36,6 +36,10 @@ float* check_stat(const char* op, const char* name, const TensorView* v, int64_t
 void run(const char* op, TensorView out, const TensorView* mean, const TensorView* rstd, TensorView x,
          TensorView weight, const TensorView* bias, const TensorView* z, double eps, int64_t group_size,
          bool norm_before_gate, bool is_rms_norm, Stream stream) {
+  // each view's own fields first (rank, dims, strides, span), so a malformed x is named before out is compared to it
+  check_layout(op, "x", x);
+  check_layout(op, "out", out);
+  if (z) check_layout(op, "z", *z);
   check_dtype(op, "x", x, kFloatTypes);
   if (x.rank < 1) fail_argument(op, "x", "rank >= 1 [..., N]", "rank 0");
   const int64_t N = x.shape[x.rank - 1];

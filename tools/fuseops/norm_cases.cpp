@@ -193,6 +193,7 @@ OpSpec layer_norm_op() {
   spec.alias_defaults = {{"layer_norm", {{"is_rms_norm", false}}},
                          {"rms_norm_gated", {{"gate", true}}},
                          {"rmsnorm_gated", {{"gate", true}}}};
+  spec.row_names = {"rms_norm", "layer_norm"};  // what its rows print: --filter rms_norm takes the RMSNorm rows
   spec.help = "gated RMSNorm / LayerNorm per group: x, z [tokens, hidden] -> out, rstd (and mean)";
   spec.params = {integer_param("tokens", "rows"),
                  integer_param("hidden", "N, the normalised width"),

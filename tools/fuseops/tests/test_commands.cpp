@@ -50,6 +50,12 @@ TEST(Filter, MatchesPublicAndPrintedOpNames) {
   EXPECT_EQ(filtered("qwen2.5-vl", "mrope(interleaved)").first, 0u);  // its rows print mrope(chunked)
   EXPECT_GT(filtered("qwen2.5-vl", "mrope").first, 0u);
   EXPECT_EQ(filtered("gdn-kkt-solve", "layer_norm_fwd").first, 0u);
+  // the norm's rows print rms_norm or layer_norm (aliases of layer_norm_fwd): each selects its own rows
+  const std::size_t rms = filtered("norm", "rms_norm").first, layer = filtered("norm", "layer_norm").first;
+  EXPECT_GT(rms, 0u);
+  EXPECT_GT(layer, 0u);
+  EXPECT_EQ(rms + layer, filtered("norm", "").second);
+  EXPECT_EQ(filtered("norm", "rms_norm_gated").first, filtered("norm", "").second);  // an alias no row prints
 }
 
 // A whole op name selects that op only; other text every op whose names contain it.
