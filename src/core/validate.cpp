@@ -95,6 +95,12 @@ void check_layout(const char* op, const char* name, const TensorView& v) {
   }
 }
 
+void check_layouts(const char* op, std::initializer_list<NamedView> views) {
+  for (const NamedView& v : views) {
+    if (v.view) check_layout(op, v.name, *v.view);
+  }
+}
+
 Device common_device(const char* op, std::initializer_list<NamedView> args) {
   const NamedView* first = nullptr;
   for (const NamedView& a : args) {

@@ -35,6 +35,9 @@ void check_same_dtype(const char* op, const char* name, const TensorView& v, con
 /// A rank in [0, kMaxRank], non-negative dims and strides, and an extent (elements, address span in bytes) that fits
 /// in int64.
 void check_layout(const char* op, const char* name, const TensorView& v);
+/// check_layout() of each view (a null view: an absent optional, skipped), before any of their dims is read: a
+/// malformed view is named itself, not a valid argument whose shape is compared with its dims.
+void check_layouts(const char* op, std::initializer_list<NamedView> views);
 /// Every tensor passes check_layout(), has a valid device and a data pointer (aligned to its element size) when it has
 /// elements, and all are on the same device; returns that device.
 Device common_device(const char* op, std::initializer_list<NamedView> args);

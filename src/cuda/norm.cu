@@ -225,18 +225,6 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
   p.gate = a.gate;
   p.rms = a.rms;
 
-  // 16-bit x held in storage form by the wide variant of 32 elements per thread (no gate before the norm);
-  // FUSEOPS_NORM_RAW=0: as floats (the same bytes; for A/B runs and the test that compares them)
-  const bool raw = sizeof(T) == 2 && a.gate != NormGate::before_norm && !env_switched_off("FUSEOPS_NORM_RAW");
-  auto with_raw = [&](auto f) {
-    if constexpr (sizeof(T) == 2) {
-      if (raw) {
-        f(std::true_type{});
-        return;
-      }
-    }
-    f(std::false_type{});
-  };
   // 16-byte vectors where x, z, out (rows and groups) and weight, bias allow; else scalars.
   constexpr int kVec = static_cast<int>(16 / sizeof(T));
   int vec = a.z.data ? pick_vec({&a.out, &a.x, &a.z}, a.group_size) : pick_vec({&a.out, &a.x}, a.group_size);
@@ -255,10 +243,17 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
       launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs / 2, kWideThreads>, grid, dim3(kWideThreads), 0,
                     stream, device, p);
     } else {
-      with_raw([&](auto held_raw) {
-        launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs, kWideThreads, held_raw()>, grid,
-                      dim3(kWideThreads), 0, stream, device, p);
-      });
+      // 16-bit x held in storage form (no gate before the norm); FUSEOPS_NORM_RAW=0: as floats (the same bytes; for
+      // A/B runs and the test that compares them)
+      if constexpr (sizeof(T) == 2) {
+        if (a.gate != NormGate::before_norm && !env_switched_off("FUSEOPS_NORM_RAW")) {
+          launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs, kWideThreads, true>, grid, dim3(kWideThreads), 0,
+                        stream, device, p);
+          return;
+        }
+      }
+      launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs, kWideThreads>, grid, dim3(kWideThreads), 0, stream,
+                    device, p);
     }
     return;
   }

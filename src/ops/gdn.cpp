@@ -12,12 +12,6 @@
 namespace fuseops {
 namespace detail {
 
-void check_layouts(const char* op, std::initializer_list<NamedView> views) {
-  for (const NamedView& v : views) {
-    if (v.view) check_layout(op, v.name, *v.view);
-  }
-}
-
 std::string dims(std::initializer_list<int64_t> d) {
   std::string s = "[";
   bool first = true;
@@ -152,8 +146,7 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   const char* op = "chunk_local_cumsum";
   check_chunk_size(op, chunk_size);
   // each view's own fields first, so a malformed g is named before out's shape is taken from its dims
-  check_layout(op, "g", g);
-  check_layout(op, "out", out);
+  check_layouts(op, {{"g", &g}, {"out", &out}});
   check_dtype(op, "g", g, kFloat);
   if (g.rank != 3) fail_argument(op, "g", "rank 3 [B, T, HV]", g.shape_str());
   check_dtype(op, "out", out, {DType::f32});
@@ -227,8 +220,7 @@ void solve_tril(TensorView Ai, TensorView A, const TensorView* cu_seqlens, Strea
   using namespace detail;
   const char* op = "solve_tril";
   // each view's own fields first, so a malformed A is named before Ai is compared with its shape
-  check_layout(op, "A", A);
-  check_layout(op, "Ai", Ai);
+  check_layouts(op, {{"A", &A}, {"Ai", &Ai}});
   check_dtype(op, "A", A, kFloat);
   if (A.rank != 4) fail_argument(op, "A", "rank 4 [B, T, HV, BT]", A.shape_str());
   const int64_t BT = A.shape[3];

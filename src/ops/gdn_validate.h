@@ -5,7 +5,6 @@
 #include <initializer_list>
 #include <string>
 
-#include "core/validate.h"
 #include "fuseops/tensor.h"
 #include "ops/gdn_impl.h"
 
@@ -13,9 +12,6 @@ namespace fuseops::detail {
 
 constexpr std::initializer_list<DType> kFloat = {DType::f32, DType::f16, DType::bf16};
 
-/// check_layout() of each view (a null view: an absent optional, skipped), before any of their dims is read: a
-/// malformed view is named itself, not a valid argument whose shape is compared with its dims.
-void check_layouts(const char* op, std::initializer_list<NamedView> views);
 /// "[2, 64, 128]".
 std::string dims(std::initializer_list<int64_t> d);
 /// chunk_size in {16, 32, 64}.

@@ -57,11 +57,8 @@ Device check_route(const char* op, TensorView& weights, TensorView& ids, const T
                    RouteArgs& a) {
   // each view's own fields first (rank, dims, strides, span): the shapes are compared with T, E and k taken from
   // logits and topk_weights, so a malformed one must be named before another is measured against it
-  check_layout(op, logits_name, logits);
-  check_layout(op, "topk_weights", weights);
-  check_layout(op, "topk_ids", ids);
-  if (src_rows) check_layout(op, "token_expert_indices", *src_rows);
-  if (bias) check_layout(op, bias_name, *bias);
+  check_layouts(op, {{logits_name, &logits}, {"topk_weights", &weights}, {"topk_ids", &ids},
+                     {"token_expert_indices", src_rows}, {bias_name, bias}});
   check_dtype(op, logits_name, logits, kFloatTypes);
   check_dtype(op, "topk_weights", weights, {DType::f32});
   check_dtype(op, "topk_ids", ids, kIdTypes);
@@ -153,11 +150,8 @@ Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, T
   }
   // each view's own fields first: the schedule's lengths come from topk_ids' dims (a negative or huge one would be
   // reported against sorted_token_ids or as a size overflow)
-  check_layout(op, "topk_ids", ids_view);
-  check_layout(op, "sorted_token_ids", sorted);
-  check_layout(op, "expert_ids", expert_ids);
-  check_layout(op, "num_tokens_post_padded", total);
-  if (expert_map) check_layout(op, "expert_map", *expert_map);
+  check_layouts(op, {{"topk_ids", &ids_view}, {"sorted_token_ids", &sorted}, {"expert_ids", &expert_ids},
+                     {"num_tokens_post_padded", &total}, {"expert_map", expert_map}});
   check_dtype(op, "topk_ids", ids_view, kIdTypes);
   a.ids = matrix(op, "topk_ids", ids_view, "[T, k]", -1, -1);
   const int64_t numel = a.ids.rows * a.ids.cols;

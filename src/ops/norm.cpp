@@ -37,9 +37,7 @@ void run(const char* op, TensorView out, const TensorView* mean, const TensorVie
          TensorView weight, const TensorView* bias, const TensorView* z, double eps, int64_t group_size,
          bool norm_before_gate, bool is_rms_norm, Stream stream) {
   // each view's own fields first (rank, dims, strides, span), so a malformed x is named before out is compared to it
-  check_layout(op, "x", x);
-  check_layout(op, "out", out);
-  if (z) check_layout(op, "z", *z);
+  check_layouts(op, {{"x", &x}, {"out", &out}, {"z", z}});
   check_dtype(op, "x", x, kFloatTypes);
   if (x.rank < 1) fail_argument(op, "x", "rank >= 1 [..., N]", "rank 0");
   const int64_t N = x.shape[x.rank - 1];
