@@ -21,6 +21,20 @@ __device__ __forceinline__ void cp_async_16(uint32_t dst, const void* src, bool 
 __device__ __forceinline__ void cp_async_16(void* dst, const void* src, bool fill) {
   cp_async_16(static_cast<uint32_t>(__cvta_generic_to_shared(dst)), src, fill);
 }
+/// BYTES (4, 8, 16, or a multiple of 16 as several 16-byte copies) asynchronous copy global -> shared, cached in L1
+/// (cp.async.ca: data many blocks of an SM read, such as a norm's weight). Both addresses aligned to min(BYTES, 16).
+template <int BYTES>
+__device__ __forceinline__ void cp_async_ca(void* dst, const void* src) {
+  static_assert(BYTES == 4 || BYTES == 8 || BYTES % 16 == 0, "cp.async copies 4, 8 or 16 bytes");
+  constexpr int kPiece = BYTES < 16 ? BYTES : 16;
+  const uint32_t d = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
+#pragma unroll
+  for (int o = 0; o < BYTES; o += kPiece) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(d + o), "l"(static_cast<const char*>(src) + o),
+                 "n"(kPiece)
+                 : "memory");
+  }
+}
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 
 /// A 4-byte flag another block sets (ld.relaxed.gpu: read from L2, not from this SM's L1).

@@ -14,12 +14,23 @@
 // kWideThreads * kWideElems / VEC vectors: whole-row norms of 2048-8192 elements), one block of kWideThreads threads
 // per (row, group) with up to kWideElems elements per thread: more bytes in flight per thread and more groups per
 // SM than 1024 threads holding one vector each; with 32 16-bit elements per thread (no gate before the norm) x is held
-// in its storage form (RAW), so that 4 blocks fit per SM instead of 3.
+// in its storage form (RAW), so that 4 blocks fit per SM instead of 3. Launched as one wave (at most one block per SM),
+// they stage weight and bias in shared memory by cp.async behind x's loads (NormParams::stage): decode sizes, where
+// the weight's round trip after the reductions was on the critical path.
+//
+// Where more blocks than one wave would run (many rows) and the groups take 16-byte vectors with no gate before the
+// norm, the row-pipelined kernel (layer_norm_fwd_pipelined_kernel) runs instead: a persistent grid copying each
+// segment's next item into shared memory while it normalises the current one. Measured 0.66-0.95x the time of the
+// per-item kernels (docs/ops/norm.md).
 #include <algorithm>
+#include <atomic>
+#include <cstddef>
+#include <numeric>
 #include <type_traits>
 
 #include "common/act_math.h"
 #include "cuda/launch.h"
+#include "cuda/mma.cuh"
 #include "cuda/vec.cuh"
 #include "cuda/vec_width.h"
 #include "ops/norm_impl.h"
@@ -32,6 +43,11 @@ constexpr int kMaxThreads = 1024;
 static_assert(kThreadElems * kMaxThreads == kMaxNormGroup, "the on-chip capacity is the validated group limit");
 constexpr int kWideThreads = 256;  // threads per group of the wide variant (one block)
 constexpr int kWideElems = 32;     // elements per thread of the wide variant: groups up to 8192
+/// Dynamic shared memory of the staged weight and bias, at most: within the default 48 KiB with the kernel's static
+/// buffer, and 4 blocks per SM.
+constexpr std::size_t kStageBytes = 40 * 1024;
+/// Dynamic shared memory of the row-pipelined variant, at most: 4 blocks per SM.
+constexpr std::size_t kPipelinedBytes = 56 * 1024;
 /// Blocks per SM the wide variant is compiled for (bounds its registers): 4 with 16 elements per thread (64
 /// registers, no spills), 3 with 32 16-bit elements as floats (80), 4 with them in storage form (RAW: 64 registers,
 /// ~110 bytes of spill loads, measured faster), 2 with 32 f32 elements.
@@ -59,6 +75,7 @@ struct NormParams {
   float eps;
   NormGate gate;
   bool rms;
+  bool stage;  ///< weight and bias copied into shared memory while x is in flight (stage_smem)
 };
 
 /// Sum over the segment of `tpg` threads containing this thread; every thread of the segment gets the same bits.
@@ -148,6 +165,26 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
         for (int k = 0; k < VEC; ++k) xs[i][k] = 0.0f;
       }
     }
+    // Staged (p.stage): this thread's weight (and bias) vectors go into its own slots of shared memory by cp.async
+    // now, behind x's loads, so that their round trip overlaps x's instead of following the reductions; each thread
+    // reads back only the bytes it copied, after waiting for its own copies (no block barrier).
+    extern __shared__ __align__(16) unsigned char norm_smem[];
+    auto slot = [&](int i) {  // vector i of this thread in the staged weight; the bias follows the weight
+      return reinterpret_cast<W*>(norm_smem) + (static_cast<int>(i * blockDim.x) + static_cast<int>(threadIdx.x)) * VEC;
+    };
+    const int bias_off = static_cast<int>(p.nv * blockDim.x) * VEC;
+    constexpr bool kStageable = VEC > 1;  // 16-byte vectors of x: 8 to 32 bytes of W (the scalar path reads at its use)
+    if constexpr (kStageable) {
+      if (p.stage) {
+#pragma unroll
+        for (int i = 0; i < kMaxVecs; ++i) {
+          if (!inside(i)) continue;
+          cp_async_ca<VEC * sizeof(W)>(slot(i), p.weight + c0 + col(i));
+          if (p.bias) cp_async_ca<VEC * sizeof(W)>(slot(i) + bias_off, p.bias + c0 + col(i));
+        }
+        cp_async_commit();
+      }
+    }
     // element k of vector i of x (x silu(z) with a gate before the norm)
     auto xval = [&](int i, int k) {
       if constexpr (RAW) {
@@ -176,12 +213,19 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
       if (p.rstd) p.rstd[s] = rstd;
     }
     T* out = p.out + row * p.out_stride + c0;
+    const bool staged = kStageable && p.stage;
+    if (staged) cp_async_wait_all();
 #pragma unroll
     for (int i = 0; i < kMaxVecs; ++i) {
       if (!inside(i)) continue;
       float w[VEC], b[VEC];
-      load_as_floats<W, VEC>(p.weight + c0 + col(i), w);
-      if (p.bias) load_as_floats<W, VEC>(p.bias + c0 + col(i), b);
+      if (staged) {
+        load_as_floats<W, VEC, true>(slot(i), w);
+        if (p.bias) load_as_floats<W, VEC, true>(slot(i) + bias_off, b);
+      } else {
+        load_as_floats<W, VEC>(p.weight + c0 + col(i), w);
+        if (p.bias) load_as_floats<W, VEC>(p.bias + c0 + col(i), b);
+      }
       FloatVec<T, VEC> y;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
@@ -198,14 +242,178 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
   }
 }
 
+/// Row-pipelined variant (16-byte vectors, no gate before the norm, segments of at most kWideThreads threads): a
+/// persistent grid whose threads copy their vectors of x (and z) of their segment's next item into their own
+/// shared-memory slots by cp.async while they normalise the current item from the other stage's slots, and their
+/// weight (and bias) vectors once: a segment keeps one group, since the grid's item stride is a multiple of ngroups.
+/// Each thread reads back only the slots it filled, after waiting for its own copies, so the reductions' barriers are
+/// the only ones. Loads of the next item overlap the reductions and stores of the current one, and x needs no
+/// registers while in flight. The sums, their order and the output arithmetic are layer_norm_fwd_kernel's: the same
+/// bytes (test NormPipelined.SameBytesWhereTaken). Shared memory per block (launch_pipelined): per thread, p.nv x
+/// (1 + bias) weight vectors, then 2 stages x (1 + gate) x p.nv 16-byte vectors of x (and z). Three stages measured no
+/// better where they fit (docs/ops/norm.md).
+template <typename T, typename W, int NV>
+__global__ void __launch_bounds__(kWideThreads, 4) layer_norm_fwd_pipelined_kernel(const NormParams<T, W> p) {
+  constexpr int VEC = static_cast<int>(16 / sizeof(T));
+  constexpr bool kFast = kFastSilu<T>;
+  __shared__ float red[2][kMaxThreads / 32];
+  int turn = 0;
+  extern __shared__ __align__(16) unsigned char norm_smem[];
+  pdl_wait_and_release();
+  const int tpg = p.tpg, threads = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
+  const int seg = tid / tpg, lane = tid & (tpg - 1);
+  const int64_t per_block = threads / tpg, stride = static_cast<int64_t>(gridDim.x) * per_block;
+  const int64_t G = p.group_size;
+  const float n = static_cast<float>(G);
+  const bool gated = p.gate == NormGate::after_norm;
+  const int64_t c0 = (static_cast<int64_t>(blockIdx.x) * per_block + seg) % p.ngroups * G;
+  auto col = [&](int i) { return static_cast<int64_t>(i * tpg + lane) * VEC; };
+  auto has = [&](int i) { return i < p.nv && col(i) < G; };  // vector i of this thread is inside the group
+  W* const wslot = reinterpret_cast<W*>(norm_smem) + tid * VEC;  // + i * threads * VEC; the bias after the weight
+  const int bias_off = p.nv * threads * VEC;
+  uint4* const slots = reinterpret_cast<uint4*>(reinterpret_cast<W*>(norm_smem) + (p.bias ? 2 : 1) * bias_off) + tid;
+  const int arrays = gated ? 2 : 1;
+  auto slot = [&](int stage, int array, int i) { return slots + ((stage * arrays + array) * p.nv + i) * threads; };
+  auto issue = [&](int64_t base, int stage) {  // x (and z) of the segment's item at `base`, into `stage`
+    const int64_t item = base + seg;
+    if (item >= p.items) return;
+    const int64_t row = item / p.ngroups;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      if (!has(i)) continue;
+      cp_async_16(slot(stage, 0, i), p.x + row * p.x_stride + c0 + col(i), true);
+      if (gated) cp_async_16(slot(stage, 1, i), p.z + row * p.z_stride + c0 + col(i), true);
+    }
+  };
+  auto xval = [&](int stage, int i, float (&f)[VEC]) {
+    StorageVec<T, VEC> v;
+    v.load_shared(reinterpret_cast<const T*>(slot(stage, 0, i)));
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) f[k] = v.get(k);
+  };
+
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    if (!has(i)) continue;
+    cp_async_ca<VEC * sizeof(W)>(wslot + i * threads * VEC, p.weight + c0 + col(i));
+    if (p.bias) cp_async_ca<VEC * sizeof(W)>(wslot + bias_off + i * threads * VEC, p.bias + c0 + col(i));
+  }
+  int stage = 0;
+  issue(static_cast<int64_t>(blockIdx.x) * per_block, 0);
+  cp_async_commit();  // with the weight's copies
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * per_block; base < p.items; base += stride) {
+    issue(base + stride, stage ^ 1);  // into the stage this thread read in the previous iteration
+    cp_async_commit();
+    cp_async_wait<1>();  // this item's copies (and the weight's) have landed; the next item's may be in flight
+    const int64_t item = base + seg;
+    const bool valid = item < p.items;
+    const int64_t row = valid ? item / p.ngroups : 0;
+    auto inside = [&](int i) { return valid && has(i); };
+    auto each_x = [&](auto&& f) {  // f(x) for every element of the thread's vectors, in layer_norm_fwd_kernel's order
+#pragma unroll
+      for (int i = 0; i < NV; ++i) {
+        if (!inside(i)) continue;
+        float v[VEC];
+        xval(stage, i, v);
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) f(v[k]);
+      }
+    };
+    float sum = 0.0f;
+    if (!p.rms) each_x([&](float v) { sum += v; });
+    const float mean = p.rms ? 0.0f : segment_sum(sum, tpg, red, turn) / n;
+    float sq = 0.0f;
+    each_x([&](float v) {
+      const float c = v - mean;
+      sq += c * c;
+    });
+    const float rstd = 1.0f / sqrtf(segment_sum(sq, tpg, red, turn) / n + p.eps);
+    if (valid && lane == 0) {
+      const int64_t s = c0 / G * p.rows + row;  // group-major, as FLA
+      if (p.mean) p.mean[s] = mean;
+      if (p.rstd) p.rstd[s] = rstd;
+    }
+    T* const out = p.out + row * p.out_stride + c0;
+#pragma unroll
+    for (int i = 0; i < NV; ++i) {
+      if (!inside(i)) continue;
+      float f[VEC], w[VEC], b[VEC];
+      xval(stage, i, f);
+      load_as_floats<W, VEC, true>(wslot + i * threads * VEC, w);
+      if (p.bias) load_as_floats<W, VEC, true>(wslot + bias_off + i * threads * VEC, b);
+      FloatVec<T, VEC> y;
+#pragma unroll
+      for (int k = 0; k < VEC; ++k) {
+        y.v[k] = (f[k] - mean) * rstd * w[k];
+        if (p.bias) y.v[k] += b[k];
+      }
+      if (gated) {
+        StorageVec<T, VEC> zv;
+        zv.load_shared(reinterpret_cast<const T*>(slot(stage, 1, i)));
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) y.v[k] *= act_fwd<Act::silu, kFast>(zv.get(k));
+      }
+      y.store_whole(out + col(i));
+    }
+    stage ^= 1;
+  }
+  cp_async_wait_all();  // nothing is left in flight into the block's shared memory
+}
+
 int next_pow2(int64_t v) {
   int p = 1;
   while (p < v) p *= 2;
   return p;
 }
 
+/// Sets p.stage and returns the dynamic shared memory of the launch: weight and bias staged (nv vectors of `vec` W
+/// elements per thread of `block`) with 16-byte vectors of x where that fits kStageBytes; FUSEOPS_NORM_STAGE=0: read at their use (the same
+/// bytes; for A/B runs and the test that compares them).
 template <typename T, typename W>
-void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
+std::size_t stage_smem(NormParams<T, W>& p, int vec, int block, int64_t grid, int device, bool bias) {
+  const std::size_t bytes = static_cast<std::size_t>(p.nv) * vec * block * sizeof(W) * (bias ? 2 : 1);
+  p.stage = vec > 1 && bytes <= kStageBytes && grid <= sm_count(device) && !env_switched_off("FUSEOPS_NORM_STAGE");
+  return p.stage ? bytes : 0;
+}
+
+std::atomic<int64_t> pipelined_launches{0};  ///< norm_pipelined_launches_for_testing
+
+/// The row-pipelined variant where it applies (16-byte vectors, no gate before the norm, groups of at most
+/// kWideThreads x 4 vectors, shared memory within kPipelinedBytes, more blocks than one wave holds); launches it and
+/// returns true, else false. Segments as the other variants (wide groups: a block; else two vectors per thread for
+/// groups of 16 vectors or more), blocks of kWideThreads threads, a grid of one wave whose item stride is a multiple
+/// of ngroups. FUSEOPS_NORM_PIPE=0 turns it off (the same bytes; for A/B runs and the test that compares them).
+template <typename T, typename W>
+bool launch_pipelined(NormParams<T, W> p, int vec, const LayerNormArgs& a, int device, cudaStream_t stream,
+                      const char* op) {
+  constexpr int kVec = static_cast<int>(16 / sizeof(T));
+  if (vec != kVec || a.gate == NormGate::before_norm) return false;
+  const int64_t vecs = a.group_size / kVec;
+  if (vecs > int64_t{kWideThreads} * 4) return false;
+  p.tpg = vecs >= kWideThreads ? kWideThreads : std::max(1, next_pow2(vecs) / (vecs >= 16 ? 2 : 1));
+  p.nv = static_cast<int>((vecs + p.tpg - 1) / p.tpg);
+  const int64_t per_block = kWideThreads / p.tpg, needed = (p.items + per_block - 1) / per_block;
+  if (needed <= sm_count(device) || env_switched_off("FUSEOPS_NORM_PIPE")) return false;
+  const std::size_t smem = static_cast<std::size_t>(kWideThreads) * p.nv *
+                           (kVec * sizeof(W) * (a.bias ? 2 : 1) + 16 * 2 * (a.gate == NormGate::after_norm ? 2 : 1));
+  if (smem > kPipelinedBytes) return false;
+  p.stage = false;
+  auto go = [&](auto kernel) {
+    allow_smem(kernel, smem, op);
+    const int64_t wave = resident_blocks(kernel, kWideThreads, smem, device, op);
+    if (needed <= wave) return false;
+    const int64_t unit = p.ngroups / std::gcd(per_block, p.ngroups);  // blocks per item stride multiple of ngroups
+    const int64_t grid = wave / unit * unit;
+    if (grid == 0) return false;
+    launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kWideThreads), smem, stream, device, p);
+    pipelined_launches.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  };
+  return p.nv <= 2 ? go(layer_norm_fwd_pipelined_kernel<T, W, 2>) : go(layer_norm_fwd_pipelined_kernel<T, W, 4>);
+}
+
+template <typename T, typename W>
+void launch(const LayerNormArgs& a, int device, cudaStream_t stream, const char* op) {
   NormParams<T, W> p;
   p.out = static_cast<T*>(a.out.data);
   p.x = static_cast<const T*>(a.x.data);
@@ -230,6 +438,7 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
   int vec = a.z.data ? pick_vec({&a.out, &a.x, &a.z}, a.group_size) : pick_vec({&a.out, &a.x}, a.group_size);
   const int64_t w_align = std::min<int64_t>(16, kVec * static_cast<int64_t>(sizeof(W)));
   if (vec != kVec || !aligned_to(a.weight, w_align) || (a.bias && !aligned_to(a.bias, w_align))) vec = 1;
+  if (launch_pipelined(p, vec, a, device, stream, op)) return;
 
   const int64_t vecs = a.group_size / vec;
   constexpr int kWideVecs = kWideElems / kVec;
@@ -239,21 +448,22 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
     p.tpg = kWideThreads;
     p.nv = static_cast<int>((vecs + kWideThreads - 1) / kWideThreads);
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.items, int64_t{1} << 20)));
+    const std::size_t smem = stage_smem(p, kVec, kWideThreads, grid.x, device, a.bias != nullptr);
     if (p.nv <= kWideVecs / 2) {
-      launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs / 2, kWideThreads>, grid, dim3(kWideThreads), 0,
+      launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs / 2, kWideThreads>, grid, dim3(kWideThreads), smem,
                     stream, device, p);
     } else {
       // 16-bit x held in storage form (no gate before the norm); FUSEOPS_NORM_RAW=0: as floats (the same bytes; for
       // A/B runs and the test that compares them)
       if constexpr (sizeof(T) == 2) {
         if (a.gate != NormGate::before_norm && !env_switched_off("FUSEOPS_NORM_RAW")) {
-          launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs, kWideThreads, true>, grid, dim3(kWideThreads), 0,
-                        stream, device, p);
+          launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs, kWideThreads, true>, grid, dim3(kWideThreads),
+                        smem, stream, device, p);
           return;
         }
       }
-      launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs, kWideThreads>, grid, dim3(kWideThreads), 0, stream,
-                    device, p);
+      launch_kernel(layer_norm_fwd_kernel<T, W, kVec, kWideVecs, kWideThreads>, grid, dim3(kWideThreads), smem,
+                    stream, device, p);
     }
     return;
   }
@@ -267,8 +477,9 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
   const int block = std::max(p.tpg, std::max(32, next_pow2(std::min<int64_t>(256, spread))));
   const int64_t per_block = block / p.tpg;
   const int64_t grid = std::min<int64_t>((p.items + per_block - 1) / per_block, int64_t{1} << 20);
+  const std::size_t smem = stage_smem(p, vec, block, grid, device, a.bias != nullptr);
   auto go = [&](auto kernel) {
-    launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), 0, stream, device, p);
+    launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(block), smem, stream, device, p);
   };
   if (vec == kVec) {
     if (p.nv == 1) go(layer_norm_fwd_kernel<T, W, kVec, 1>);
@@ -281,15 +492,17 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream) {
 
 }  // namespace
 
+int64_t norm_pipelined_launches_for_testing() { return pipelined_launches.load(std::memory_order_relaxed); }
+
 void layer_norm_fwd(const char* op, const LayerNormArgs& args, int device, void* stream) {
   DeviceGuard guard(device, op);
   auto s = static_cast<cudaStream_t>(stream);
   with_float_type(args.x.dtype, [&](auto t) {
     using T = typename decltype(t)::type;
     if (args.w_dtype == DType::f32) {
-      launch<T, float>(args, device, s);
+      launch<T, float>(args, device, s, op);
     } else if constexpr (!std::is_same_v<T, float>) {
-      launch<T, T>(args, device, s);  // weight in x's dtype (validated)
+      launch<T, T>(args, device, s, op);  // weight in x's dtype (validated)
     }
   });
   after_launch(op, s, device);

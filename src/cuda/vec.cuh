@@ -84,6 +84,11 @@ struct StorageVec {
   __device__ __forceinline__ void load(const T* p) {
     u.raw = __ldg(reinterpret_cast<const typename RawPack<N * sizeof(T)>::type*>(p));
   }
+  /// Loads N contiguous elements from shared memory at `p` (aligned to N * sizeof(T)): a plain load (__ldg reads
+  /// global memory only).
+  __device__ __forceinline__ void load_shared(const T* p) {
+    u.raw = *reinterpret_cast<const typename RawPack<N * sizeof(T)>::type*>(p);
+  }
   __device__ __forceinline__ float get(int i) const { return to_float(u.elems[i]); }
 };
 
@@ -143,16 +148,20 @@ struct FloatVec {
 };
 
 /// N consecutive elements of T at p (aligned to min(16, N * sizeof(T)) bytes) as floats, in read-only loads of at
-/// most 16 bytes.
-template <typename T, int N>
+/// most 16 bytes (kShared: p in shared memory, plain loads).
+template <typename T, int N, bool kShared = false>
 __device__ __forceinline__ void load_as_floats(const T* p, float (&out)[N]) {
   constexpr int kChunk = N * sizeof(T) <= 16 ? N : static_cast<int>(16 / sizeof(T));
 #pragma unroll
   for (int c = 0; c < N; c += kChunk) {
-    FloatVec<T, kChunk> v;
-    v.load(p + c);
+    StorageVec<T, kChunk> v;
+    if constexpr (kShared) {
+      v.load_shared(p + c);
+    } else {
+      v.load(p + c);
+    }
 #pragma unroll
-    for (int i = 0; i < kChunk; ++i) out[c + i] = v.v[i];
+    for (int i = 0; i < kChunk; ++i) out[c + i] = v.get(i);
   }
 }
 

@@ -34,6 +34,8 @@ void layer_norm_fwd(const LayerNormArgs& args);
 #if defined(FUSEOPS_WITH_CUDA)
 namespace cuda {
 void layer_norm_fwd(const char* op, const LayerNormArgs& args, int device, void* stream);
+/// Tests only: how many launches of the row-pipelined norm kernel (src/cuda/norm.cu) this process made.
+int64_t norm_pipelined_launches_for_testing();
 }  // namespace cuda
 #endif
 

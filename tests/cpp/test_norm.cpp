@@ -7,12 +7,17 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <ostream>
 #include <string>
 #include <vector>
 
 #include "reference/norm.h"
+#if defined(FUSEOPS_WITH_CUDA)
+#include "cuda/launch.h"
+#include "ops/norm_impl.h"
+#endif
 #include "test_util.h"
 
 namespace fuseops_test {
@@ -194,34 +199,97 @@ TEST(NormLargeGroup, WideRows) {
              NormCase{512, 8192, 4096, NormGate::before_norm, false, true, true}, rng);
 }
 
+struct FormCase {
+  Param p;
+  NormCase c;
+};
+
+/// Runs each case with the default launch and with the switch `env` = 0 (same seed) and expects the same bytes of
+/// out, mean and rstd; both runs are also checked against the golden by check_norm.
+void expect_same_bytes_without(const char* env, std::initializer_list<FormCase> cases) {
+  const std::mt19937_64 seeded = test_rng();
+  for (const auto& k : cases) {
+    SCOPED_TRACE(param_name(k.p) + ": " + describe(k.c) + ", " + env + "=0");
+    std::mt19937_64 rng = seeded;
+    const NormOutputs on = check_norm(k.p, k.c, rng);
+    setenv(env, "0", 1);
+    rng = seeded;
+    const NormOutputs off = check_norm(k.p, k.c, rng);
+    unsetenv(env);
+    EXPECT_TRUE(same_bytes(on.out, off.out)) << "out";
+    EXPECT_TRUE(same_bytes(on.mean, off.mean)) << "mean";
+    EXPECT_TRUE(same_bytes(on.rstd, off.rstd)) << "rstd";
+  }
+}
+
 // The wide variant's storage form (16-bit x held as stored, 32 elements per thread; docs/ops/norm.md) gives the same
 // bytes as x held as floats (FUSEOPS_NORM_RAW=0): whole rows of 4104-8192 elements (threads holding 3 or 4 vectors),
 // groups of 8192, every gate but the one before the norm (which always holds floats), both weight dtypes.
 TEST(NormWide, StorageFormSameBytes) {
   FUSEOPS_SKIP_WITHOUT_CUDA();
-  const std::mt19937_64 seeded = test_rng();
+  expect_same_bytes_without(
+      "FUSEOPS_NORM_RAW",
+      {{{Where::cuda, DType::bf16, true}, {64, 8192, 0, NormGate::none, true, false, true}},
+       {{Where::cuda, DType::f16, false}, {33, 5000, 0, NormGate::after_norm, false, true, true}},
+       {{Where::cuda, DType::bf16, false}, {17, 16384, 8192, NormGate::after_norm, true, false, true}},
+       {{Where::cuda, DType::bf16, false}, {9, 4104, 0, NormGate::none, false, true, true}}});
+}
+
+// Weight and bias staged in shared memory (launches of one wave: at most one block per SM; docs/ops/norm.md) give the
+// same bytes as read at their use (FUSEOPS_NORM_STAGE=0), on the wide variant's few-row launches: both weight dtypes
+// with and without bias (f32 weight and bias of 8192 elements are past the staging bound: both runs read them at
+// their use), 2-4 vectors per thread, several groups per row (each item stages its own group's columns), every gate,
+// f32 x.
+TEST(NormWide, StagedWeightSameBytes) {
+  FUSEOPS_SKIP_WITHOUT_CUDA();
+  expect_same_bytes_without(
+      "FUSEOPS_NORM_STAGE",
+      {{{Where::cuda, DType::bf16, false}, {64, 8192, 0, NormGate::none, true, false, true}},
+       {{Where::cuda, DType::bf16, true}, {40, 8192, 0, NormGate::after_norm, false, true, true}},
+       {{Where::cuda, DType::bf16, true}, {20, 4096, 0, NormGate::none, true, true, true}},
+       {{Where::cuda, DType::f16, false}, {33, 4096, 0, NormGate::after_norm, false, true, true}},
+       {{Where::cuda, DType::bf16, false}, {17, 16384, 4096, NormGate::before_norm, false, true, true}},
+       {{Where::cuda, DType::bf16, false}, {9, 5000, 0, NormGate::after_norm, false, true, false}},
+       {{Where::cuda, DType::f32, false}, {12, 8192, 2048, NormGate::after_norm, false, true, true}}});
+}
+
+// The row-pipelined kernel (docs/ops/norm.md: x and z of a segment's next item copied into shared memory while the
+// current one is normalised; a persistent grid) gives the bytes of the per-item kernels (FUSEOPS_NORM_PIPE=0), and
+// runs exactly where its rule says: more blocks than one wave, 16-byte vectors, no gate before the norm. Cases: whole
+// rows (RMSNorm 8192, LayerNorm 4096 with gate and bias), Qwen3-Next's groups of 128 (f32 weight too), groups whose
+// count does not divide a block's segments (3 groups of 256: the grid's item stride a multiple of 3), 3 groups of
+// 2048 (one block per item), f16 groups of 40 (5 vectors: one per thread), f32 rows of 2048; not taken: a gate before
+// the norm, few rows, shared memory past its bound (f32 weight and bias on groups of 128).
+#if defined(FUSEOPS_WITH_CUDA)
+TEST(NormPipelined, SameBytesWhereTaken) {
+  FUSEOPS_SKIP_WITHOUT_CUDA();
   const struct {
-    Param p;
-    NormCase c;
+    FormCase k;
+    bool taken;
   } cases[] = {
-      {{Where::cuda, DType::bf16, true}, {64, 8192, 0, NormGate::none, true, false, true}},
-      {{Where::cuda, DType::f16, false}, {33, 5000, 0, NormGate::after_norm, false, true, true}},
-      {{Where::cuda, DType::bf16, false}, {17, 16384, 8192, NormGate::after_norm, true, false, true}},
-      {{Where::cuda, DType::bf16, false}, {9, 4104, 0, NormGate::none, false, true, true}},
+      {{{Where::cuda, DType::bf16, false}, {2048, 8192, 0, NormGate::none, true, false, true}}, true},
+      {{{Where::cuda, DType::bf16, false}, {2048, 4096, 0, NormGate::after_norm, false, true, true}}, true},
+      {{{Where::cuda, DType::bf16, false}, {1200, 4096, 128, NormGate::after_norm, true, false, true}}, true},
+      {{{Where::cuda, DType::bf16, true}, {1200, 4096, 128, NormGate::after_norm, false, false, true}}, true},
+      {{{Where::cuda, DType::bf16, false}, {12000, 768, 256, NormGate::after_norm, false, true, true}}, true},
+      {{{Where::cuda, DType::f16, false}, {700, 6144, 2048, NormGate::none, false, false, true}}, true},
+      {{{Where::cuda, DType::f16, true}, {40000, 80, 40, NormGate::after_norm, true, true, true}}, true},
+      {{{Where::cuda, DType::f32, false}, {3000, 2048, 0, NormGate::after_norm, false, true, true}}, true},
+      {{{Where::cuda, DType::bf16, false}, {2048, 8192, 0, NormGate::before_norm, true, false, true}}, false},
+      {{{Where::cuda, DType::bf16, false}, {64, 8192, 0, NormGate::none, true, false, true}}, false},
+      {{{Where::cuda, DType::bf16, true}, {1200, 4096, 128, NormGate::after_norm, false, true, true}}, false},
   };
-  for (const auto& k : cases) {
-    SCOPED_TRACE(param_name(k.p) + ": " + describe(k.c));
-    std::mt19937_64 rng = seeded;
-    const NormOutputs held = check_norm(k.p, k.c, rng);
-    setenv("FUSEOPS_NORM_RAW", "0", 1);
-    rng = seeded;
-    const NormOutputs floats = check_norm(k.p, k.c, rng);
-    unsetenv("FUSEOPS_NORM_RAW");
-    EXPECT_TRUE(same_bytes(held.out, floats.out)) << "out";
-    EXPECT_TRUE(same_bytes(held.mean, floats.mean)) << "mean";
-    EXPECT_TRUE(same_bytes(held.rstd, floats.rstd)) << "rstd";
+  const bool on = !fuseops::detail::env_switched_off("FUSEOPS_NORM_PIPE");
+  for (const auto& c : cases) {
+    const int64_t before = fuseops::detail::cuda::norm_pipelined_launches_for_testing();
+    expect_same_bytes_without("FUSEOPS_NORM_PIPE", {c.k});
+    // two launches (golden-checked on, off): the first takes the kernel where the rule says, the second never
+    EXPECT_EQ(fuseops::detail::cuda::norm_pipelined_launches_for_testing() - before, on && c.taken ? 1 : 0)
+        << param_name(c.k.p) << ": " << describe(c.k.c);
   }
 }
+
+#endif
 
 // Repeated runs give the same bits (fixed reduction order), and a row's result does not depend on the other rows.
 TEST(NormDeterminism, BitwiseRepeatableAndRowIndependent) {
