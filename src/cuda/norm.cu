@@ -25,7 +25,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <tuple>
 #include <type_traits>
 
 #include "common/act_math.h"
@@ -46,8 +49,8 @@ constexpr int kWideElems = 32;     // elements per thread of the wide variant: g
 /// Dynamic shared memory of the staged weight and bias, at most: within the default 48 KiB with the kernel's static
 /// buffer, and 4 blocks per SM.
 constexpr std::size_t kStageBytes = 40 * 1024;
-/// Dynamic shared memory of the row-pipelined variant, at most: 4 blocks per SM.
-constexpr std::size_t kPipelinedBytes = 56 * 1024;
+/// Dynamic shared memory of the row-pipelined variant, at most: 4 blocks per SM (4 x (48 + 1.25) KB of the 228 KB).
+constexpr std::size_t kPipelinedBytes = 48 * 1024;
 /// Blocks per SM the wide variant is compiled for (bounds its registers): 4 with 16 elements per thread (64
 /// registers, no spills), 3 with 32 16-bit elements as floats (80), 4 with them in storage form (RAW: 64 registers,
 /// ~110 bytes of spill loads, measured faster), 2 with 32 f32 elements.
@@ -77,6 +80,15 @@ struct NormParams {
   bool rms;
   bool stage;  ///< weight and bias copied into shared memory while x is in flight (stage_smem)
 };
+
+/// One output element before the gate: (x - mean) rstd w (+ b), rounded step by step (no contraction left to the
+/// compiler), so that every kernel variant gives the same bits.
+__device__ __forceinline__ float normalized(float x, float mean, float rstd, float w) {
+  return __fmul_rn(__fmul_rn(__fsub_rn(x, mean), rstd), w);
+}
+__device__ __forceinline__ float normalized(float x, float mean, float rstd, float w, float b) {
+  return __fmaf_rn(__fmul_rn(__fsub_rn(x, mean), rstd), w, b);
+}
 
 /// Sum over the segment of `tpg` threads containing this thread; every thread of the segment gets the same bits.
 /// Called by every thread of the block (block-uniform control flow). `red` holds two buffers of one float per warp,
@@ -229,13 +241,12 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
       FloatVec<T, VEC> y;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        y.v[k] = (xval(i, k) - mean) * rstd * w[k];
-        if (p.bias) y.v[k] += b[k];
+        y.v[k] = p.bias ? normalized(xval(i, k), mean, rstd, w[k], b[k]) : normalized(xval(i, k), mean, rstd, w[k]);
       }
       if (p.gate == NormGate::after_norm) {
         if (!kEarlyZ) zs[i].load(z + col(i));
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) y.v[k] *= act_fwd<Act::silu, kFast>(zs[i].get(k));
+        for (int k = 0; k < VEC; ++k) y.v[k] = __fmul_rn(y.v[k], act_fwd<Act::silu, kFast>(zs[i].get(k)));
       }
       y.store_whole(out + col(i));
     }
@@ -344,14 +355,13 @@ __global__ void __launch_bounds__(kWideThreads, 4) layer_norm_fwd_pipelined_kern
       FloatVec<T, VEC> y;
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
-        y.v[k] = (f[k] - mean) * rstd * w[k];
-        if (p.bias) y.v[k] += b[k];
+        y.v[k] = p.bias ? normalized(f[k], mean, rstd, w[k], b[k]) : normalized(f[k], mean, rstd, w[k]);
       }
       if (gated) {
         StorageVec<T, VEC> zv;
         zv.load_shared(reinterpret_cast<const T*>(slot(stage, 1, i)));
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) y.v[k] *= act_fwd<Act::silu, kFast>(zv.get(k));
+        for (int k = 0; k < VEC; ++k) y.v[k] = __fmul_rn(y.v[k], act_fwd<Act::silu, kFast>(zv.get(k)));
       }
       y.store_whole(out + col(i));
     }
@@ -366,6 +376,9 @@ int next_pow2(int64_t v) {
   return p;
 }
 
+std::atomic<int64_t> pipelined_launches{0};  ///< norm_pipelined_launches_for_testing
+std::atomic<int64_t> staged_launches{0};     ///< norm_staged_launches_for_testing
+
 /// Sets p.stage and returns the dynamic shared memory of the launch: weight and bias staged (nv vectors of `vec` W
 /// elements per thread of `block`) with 16-byte vectors of x where that fits kStageBytes; FUSEOPS_NORM_STAGE=0: read at their use (the same
 /// bytes; for A/B runs and the test that compares them).
@@ -373,10 +386,25 @@ template <typename T, typename W>
 std::size_t stage_smem(NormParams<T, W>& p, int vec, int block, int64_t grid, int device, bool bias) {
   const std::size_t bytes = static_cast<std::size_t>(p.nv) * vec * block * sizeof(W) * (bias ? 2 : 1);
   p.stage = vec > 1 && bytes <= kStageBytes && grid <= sm_count(device) && !env_switched_off("FUSEOPS_NORM_STAGE");
+  if (p.stage) staged_launches.fetch_add(1, std::memory_order_relaxed);
   return p.stage ? bytes : 0;
 }
 
-std::atomic<int64_t> pipelined_launches{0};  ///< norm_pipelined_launches_for_testing
+
+/// Blocks of the row-pipelined kernel `kernel` with `smem` bytes resident on `device` at once (its dynamic shared
+/// memory allowed first); cached per (kernel, smem, device), so that a launch pays no driver query after the first.
+template <typename Kernel>
+int64_t pipelined_wave(Kernel kernel, std::size_t smem, int device, const char* op) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, std::size_t, int>, int64_t> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), smem, device);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  allow_smem(kernel, smem, op);
+  const int64_t wave = resident_blocks(kernel, kWideThreads, smem, device, op);
+  known.emplace(key, wave);
+  return wave;
+}
 
 /// The row-pipelined variant where it applies (16-byte vectors, no gate before the norm, groups of at most
 /// kWideThreads x 4 vectors, shared memory within kPipelinedBytes, more blocks than one wave holds); launches it and
@@ -399,12 +427,11 @@ bool launch_pipelined(NormParams<T, W> p, int vec, const LayerNormArgs& a, int d
   if (smem > kPipelinedBytes) return false;
   p.stage = false;
   auto go = [&](auto kernel) {
-    allow_smem(kernel, smem, op);
-    const int64_t wave = resident_blocks(kernel, kWideThreads, smem, device, op);
+    const int64_t wave = pipelined_wave(kernel, smem, device, op);
     if (needed <= wave) return false;
     const int64_t unit = p.ngroups / std::gcd(per_block, p.ngroups);  // blocks per item stride multiple of ngroups
     const int64_t grid = wave / unit * unit;
-    if (grid == 0) return false;
+    if (grid * 4 < wave * 3) return false;  // a grid rounded far below the wave (many groups): the per-item kernels
     launch_kernel(kernel, dim3(static_cast<unsigned>(grid)), dim3(kWideThreads), smem, stream, device, p);
     pipelined_launches.fetch_add(1, std::memory_order_relaxed);
     return true;
@@ -414,7 +441,7 @@ bool launch_pipelined(NormParams<T, W> p, int vec, const LayerNormArgs& a, int d
 
 template <typename T, typename W>
 void launch(const LayerNormArgs& a, int device, cudaStream_t stream, const char* op) {
-  NormParams<T, W> p;
+  NormParams<T, W> p{};
   p.out = static_cast<T*>(a.out.data);
   p.x = static_cast<const T*>(a.x.data);
   p.z = a.z.data ? static_cast<const T*>(a.z.data) : p.x;
@@ -493,6 +520,7 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream, const char*
 }  // namespace
 
 int64_t norm_pipelined_launches_for_testing() { return pipelined_launches.load(std::memory_order_relaxed); }
+int64_t norm_staged_launches_for_testing() { return staged_launches.load(std::memory_order_relaxed); }
 
 void layer_norm_fwd(const char* op, const LayerNormArgs& args, int device, void* stream) {
   DeviceGuard guard(device, op);

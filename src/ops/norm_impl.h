@@ -36,6 +36,8 @@ namespace cuda {
 void layer_norm_fwd(const char* op, const LayerNormArgs& args, int device, void* stream);
 /// Tests only: how many launches of the row-pipelined norm kernel (src/cuda/norm.cu) this process made.
 int64_t norm_pipelined_launches_for_testing();
+/// Tests only: how many launches of the per-item norm kernels staged weight and bias in shared memory.
+int64_t norm_staged_launches_for_testing();
 }  // namespace cuda
 #endif
 

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -206,16 +207,39 @@ struct FormCase {
 
 /// Runs each case with the default launch and with the switch `env` = 0 (same seed) and expects the same bytes of
 /// out, mean and rstd; both runs are also checked against the golden by check_norm.
+/// Sets `name` to "0" for its lifetime, then restores the earlier value (or its absence).
+class SwitchedOff {
+ public:
+  explicit SwitchedOff(const char* name) : name_(name) {
+    if (const char* v = std::getenv(name)) before_ = v;
+    setenv(name, "0", 1);
+  }
+  ~SwitchedOff() {
+    if (before_) {
+      setenv(name_, before_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  SwitchedOff(const SwitchedOff&) = delete;
+  SwitchedOff& operator=(const SwitchedOff&) = delete;
+
+ private:
+  const char* name_;
+  std::optional<std::string> before_;
+};
+
 void expect_same_bytes_without(const char* env, std::initializer_list<FormCase> cases) {
   const std::mt19937_64 seeded = test_rng();
   for (const auto& k : cases) {
     SCOPED_TRACE(param_name(k.p) + ": " + describe(k.c) + ", " + env + "=0");
     std::mt19937_64 rng = seeded;
     const NormOutputs on = check_norm(k.p, k.c, rng);
-    setenv(env, "0", 1);
-    rng = seeded;
-    const NormOutputs off = check_norm(k.p, k.c, rng);
-    unsetenv(env);
+    const NormOutputs off = [&] {
+      const SwitchedOff scope(env);
+      rng = seeded;
+      return check_norm(k.p, k.c, rng);
+    }();
     EXPECT_TRUE(same_bytes(on.out, off.out)) << "out";
     EXPECT_TRUE(same_bytes(on.mean, off.mean)) << "mean";
     EXPECT_TRUE(same_bytes(on.rstd, off.rstd)) << "rstd";
@@ -235,22 +259,34 @@ TEST(NormWide, StorageFormSameBytes) {
        {{Where::cuda, DType::bf16, false}, {9, 4104, 0, NormGate::none, false, true, true}}});
 }
 
+#if defined(FUSEOPS_WITH_CUDA)
 // Weight and bias staged in shared memory (launches of one wave: at most one block per SM; docs/ops/norm.md) give the
 // same bytes as read at their use (FUSEOPS_NORM_STAGE=0), on the wide variant's few-row launches: both weight dtypes
 // with and without bias (f32 weight and bias of 8192 elements are past the staging bound: both runs read them at
 // their use), 2-4 vectors per thread, several groups per row (each item stages its own group's columns), every gate,
-// f32 x.
+// f32 x, and groups of 16384 (the per-item kernel's 1024-thread segments); each run stages exactly where it should.
 TEST(NormWide, StagedWeightSameBytes) {
   FUSEOPS_SKIP_WITHOUT_CUDA();
-  expect_same_bytes_without(
-      "FUSEOPS_NORM_STAGE",
-      {{{Where::cuda, DType::bf16, false}, {64, 8192, 0, NormGate::none, true, false, true}},
-       {{Where::cuda, DType::bf16, true}, {40, 8192, 0, NormGate::after_norm, false, true, true}},
-       {{Where::cuda, DType::bf16, true}, {20, 4096, 0, NormGate::none, true, true, true}},
-       {{Where::cuda, DType::f16, false}, {33, 4096, 0, NormGate::after_norm, false, true, true}},
-       {{Where::cuda, DType::bf16, false}, {17, 16384, 4096, NormGate::before_norm, false, true, true}},
-       {{Where::cuda, DType::bf16, false}, {9, 5000, 0, NormGate::after_norm, false, true, false}},
-       {{Where::cuda, DType::f32, false}, {12, 8192, 2048, NormGate::after_norm, false, true, true}}});
+  const struct {
+    FormCase k;
+    bool staged;
+  } cases[] = {
+      {{{Where::cuda, DType::bf16, false}, {64, 8192, 0, NormGate::none, true, false, true}}, true},
+      {{{Where::cuda, DType::bf16, true}, {40, 8192, 0, NormGate::after_norm, false, true, true}}, false},
+      {{{Where::cuda, DType::bf16, true}, {20, 4096, 0, NormGate::none, true, true, true}}, true},
+      {{{Where::cuda, DType::f16, false}, {33, 4096, 0, NormGate::after_norm, false, true, true}}, true},
+      {{{Where::cuda, DType::bf16, false}, {17, 16384, 4096, NormGate::before_norm, false, true, true}}, true},
+      {{{Where::cuda, DType::bf16, false}, {9, 5000, 0, NormGate::after_norm, false, true, false}}, true},
+      {{{Where::cuda, DType::f32, false}, {12, 8192, 2048, NormGate::after_norm, false, true, true}}, true},
+      {{{Where::cuda, DType::bf16, false}, {3, 16384, 0, NormGate::after_norm, false, false, true}}, true},
+  };
+  for (const auto& c : cases) {
+    const bool on = !fuseops::detail::env_switched_off("FUSEOPS_NORM_STAGE");
+    const int64_t before = fuseops::detail::cuda::norm_staged_launches_for_testing();
+    expect_same_bytes_without("FUSEOPS_NORM_STAGE", {c.k});
+    EXPECT_EQ(fuseops::detail::cuda::norm_staged_launches_for_testing() - before, on && c.staged ? 1 : 0)
+        << param_name(c.k.p) << ": " << describe(c.k.c);
+  }
 }
 
 // The row-pipelined kernel (docs/ops/norm.md: x and z of a segment's next item copied into shared memory while the
@@ -258,11 +294,14 @@ TEST(NormWide, StagedWeightSameBytes) {
 // runs exactly where its rule says: more blocks than one wave, 16-byte vectors, no gate before the norm. Cases: whole
 // rows (RMSNorm 8192, LayerNorm 4096 with gate and bias), Qwen3-Next's groups of 128 (f32 weight too), groups whose
 // count does not divide a block's segments (3 groups of 256: the grid's item stride a multiple of 3), 3 groups of
-// 2048 (one block per item), f16 groups of 40 (5 vectors: one per thread), f32 rows of 2048; not taken: a gate before
-// the norm, few rows, shared memory past its bound (f32 weight and bias on groups of 128).
-#if defined(FUSEOPS_WITH_CUDA)
+// 2048 (one block per item), f16 groups of 40 (5 vectors: one per thread), f32 rows of 2048 and 4096 (4 vectors per
+// thread), 5 groups of 256 (a grid of a multiple of 5 blocks: 525 of 528 on an H200), rows of 5000 (the last of 3
+// vectors per thread partly filled); not taken: a gate before the norm, few rows, shared memory past its bound (f32
+// weight and bias on groups of 128), 1009 groups of 8 per row (a grid stride that keeps each segment's group would
+// need more blocks than a wave), more blocks than SMs but fewer than a wave.
 TEST(NormPipelined, SameBytesWhereTaken) {
   FUSEOPS_SKIP_WITHOUT_CUDA();
+  const int64_t sms = fuseops::detail::sm_count(0);
   const struct {
     FormCase k;
     bool taken;
@@ -278,9 +317,14 @@ TEST(NormPipelined, SameBytesWhereTaken) {
       {{{Where::cuda, DType::bf16, false}, {2048, 8192, 0, NormGate::before_norm, true, false, true}}, false},
       {{{Where::cuda, DType::bf16, false}, {64, 8192, 0, NormGate::none, true, false, true}}, false},
       {{{Where::cuda, DType::bf16, true}, {1200, 4096, 128, NormGate::after_norm, false, true, true}}, false},
+      {{{Where::cuda, DType::bf16, false}, {3000, 1280, 256, NormGate::after_norm, true, false, true}}, true},
+      {{{Where::cuda, DType::bf16, false}, {2000, 5000, 0, NormGate::none, false, true, true}}, true},
+      {{{Where::cuda, DType::f32, false}, {1500, 4096, 0, NormGate::none, true, false, true}}, true},
+      {{{Where::cuda, DType::bf16, false}, {200, 8072, 8, NormGate::none, true, false, true}}, false},
+      {{{Where::cuda, DType::bf16, false}, {sms + 8, 8192, 0, NormGate::none, true, false, true}}, false},
   };
-  const bool on = !fuseops::detail::env_switched_off("FUSEOPS_NORM_PIPE");
   for (const auto& c : cases) {
+    const bool on = !fuseops::detail::env_switched_off("FUSEOPS_NORM_PIPE");
     const int64_t before = fuseops::detail::cuda::norm_pipelined_launches_for_testing();
     expect_same_bytes_without("FUSEOPS_NORM_PIPE", {c.k});
     // two launches (golden-checked on, off): the first takes the kernel where the rule says, the second never
