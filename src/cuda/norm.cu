@@ -260,8 +260,8 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
 /// Each thread reads back only the slots it filled, after waiting for its own copies, so the reductions' barriers are
 /// the only ones. Loads of the next item overlap the reductions and stores of the current one, and x needs no
 /// registers while in flight. The sums, their order and the output arithmetic are layer_norm_fwd_kernel's: the same
-/// bytes (test NormPipelined.SameBytesWhereTaken). Shared memory per block (launch_pipelined): per thread, p.nv x
-/// (1 + bias) weight vectors, then 2 stages x (1 + gate) x p.nv 16-byte vectors of x (and z). Three stages measured no
+/// bytes (test NormPipelined.SameBytesWhereTaken). Shared memory per block (launch_pipelined): per thread, NV x
+/// (1 + bias) weight vectors, then 2 stages x (1 + gate) x NV 16-byte vectors of x (and z). Three stages measured no
 /// better where they fit (docs/ops/norm.md).
 template <typename T, typename W, int NV>
 __global__ void __launch_bounds__(kWideThreads, 4) layer_norm_fwd_pipelined_kernel(const NormParams<T, W> p) {
@@ -271,7 +271,8 @@ __global__ void __launch_bounds__(kWideThreads, 4) layer_norm_fwd_pipelined_kern
   int turn = 0;
   extern __shared__ __align__(16) unsigned char norm_smem[];
   pdl_wait_and_release();
-  const int tpg = p.tpg, threads = static_cast<int>(blockDim.x), tid = static_cast<int>(threadIdx.x);
+  constexpr int threads = kWideThreads;  // the launch's block: slot offsets known at compile time
+  const int tpg = p.tpg, tid = static_cast<int>(threadIdx.x);
   const int seg = tid / tpg, lane = tid & (tpg - 1);
   const int64_t per_block = threads / tpg, stride = static_cast<int64_t>(gridDim.x) * per_block;
   const int64_t G = p.group_size;
@@ -281,10 +282,10 @@ __global__ void __launch_bounds__(kWideThreads, 4) layer_norm_fwd_pipelined_kern
   auto col = [&](int i) { return static_cast<int64_t>(i * tpg + lane) * VEC; };
   auto has = [&](int i) { return i < p.nv && col(i) < G; };  // vector i of this thread is inside the group
   W* const wslot = reinterpret_cast<W*>(norm_smem) + tid * VEC;  // + i * threads * VEC; the bias after the weight
-  const int bias_off = p.nv * threads * VEC;
+  constexpr int bias_off = NV * threads * VEC;
   uint4* const slots = reinterpret_cast<uint4*>(reinterpret_cast<W*>(norm_smem) + (p.bias ? 2 : 1) * bias_off) + tid;
   const int arrays = gated ? 2 : 1;
-  auto slot = [&](int stage, int array, int i) { return slots + ((stage * arrays + array) * p.nv + i) * threads; };
+  auto slot = [&](int stage, int array, int i) { return slots + ((stage * arrays + array) * NV + i) * threads; };
   auto issue = [&](int64_t base, int stage) {  // x (and z) of the segment's item at `base`, into `stage`
     const int64_t item = base + seg;
     if (item >= p.items) return;
@@ -422,7 +423,8 @@ bool launch_pipelined(NormParams<T, W> p, int vec, const LayerNormArgs& a, int d
   p.nv = static_cast<int>((vecs + p.tpg - 1) / p.tpg);
   const int64_t per_block = kWideThreads / p.tpg, needed = (p.items + per_block - 1) / per_block;
   if (needed <= sm_count(device) || env_switched_off("FUSEOPS_NORM_PIPE")) return false;
-  const std::size_t smem = static_cast<std::size_t>(kWideThreads) * p.nv *
+  const int nv = p.nv == 1 ? 1 : p.nv <= 2 ? 2 : 4;  // the kernel's NV: its slot layout
+  const std::size_t smem = static_cast<std::size_t>(kWideThreads) * nv *
                            (kVec * sizeof(W) * (a.bias ? 2 : 1) + 16 * 2 * (a.gate == NormGate::after_norm ? 2 : 1));
   if (smem > kPipelinedBytes) return false;
   p.stage = false;
@@ -436,7 +438,8 @@ bool launch_pipelined(NormParams<T, W> p, int vec, const LayerNormArgs& a, int d
     pipelined_launches.fetch_add(1, std::memory_order_relaxed);
     return true;
   };
-  return p.nv <= 2 ? go(layer_norm_fwd_pipelined_kernel<T, W, 2>) : go(layer_norm_fwd_pipelined_kernel<T, W, 4>);
+  if (nv == 1) return go(layer_norm_fwd_pipelined_kernel<T, W, 1>);
+  return nv == 2 ? go(layer_norm_fwd_pipelined_kernel<T, W, 2>) : go(layer_norm_fwd_pipelined_kernel<T, W, 4>);
 }
 
 template <typename T, typename W>
