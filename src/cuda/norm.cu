@@ -82,7 +82,8 @@ struct NormParams {
 };
 
 /// One output element before the gate: (x - mean) rstd w (+ b), rounded step by step (no contraction left to the
-/// compiler), so that every kernel variant gives the same bits.
+/// compiler), so that every kernel variant gives the same bits. (A shared helper for the whole output vector, taking
+/// the gate too, measured in ptxas 48-160 bytes of new spills in the wide variants: kept per element.)
 __device__ __forceinline__ float normalized(float x, float mean, float rstd, float w) {
   return __fmul_rn(__fmul_rn(__fsub_rn(x, mean), rstd), w);
 }
@@ -266,7 +267,6 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
 template <typename T, typename W, int NV>
 __global__ void __launch_bounds__(kWideThreads, 4) layer_norm_fwd_pipelined_kernel(const NormParams<T, W> p) {
   constexpr int VEC = static_cast<int>(16 / sizeof(T));
-  constexpr bool kFast = kFastSilu<T>;
   __shared__ float red[2][kMaxThreads / 32];
   int turn = 0;
   extern __shared__ __align__(16) unsigned char norm_smem[];
@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(kWideThreads, 4) layer_norm_fwd_pipelined_kern
         StorageVec<T, VEC> zv;
         zv.load_shared(reinterpret_cast<const T*>(slot(stage, 1, i)));
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) y.v[k] = __fmul_rn(y.v[k], act_fwd<Act::silu, kFast>(zv.get(k)));
+        for (int k = 0; k < VEC; ++k) y.v[k] = __fmul_rn(y.v[k], act_fwd<Act::silu, kFastSilu<T>>(zv.get(k)));
       }
       y.store_whole(out + col(i));
     }
@@ -377,12 +377,21 @@ int next_pow2(int64_t v) {
   return p;
 }
 
+/// Threads per (row, group) segment of the per-item kernel's general variant and of the pipelined kernel's groups
+/// below kWideThreads vectors: the group's vectors rounded up to a power of two (at most kMaxThreads), halved for
+/// 16-byte vectors and 16 to kMaxThreads vectors so each thread holds two (Qwen3-Next's groups of 128: twice the
+/// bytes of x and z in flight per thread at the same 64 registers).
+int segment_threads(int64_t vecs, bool vec16) {
+  const int tpg = std::min(kMaxThreads, next_pow2(vecs));
+  return vec16 && vecs >= 16 && next_pow2(vecs) <= kMaxThreads ? tpg / 2 : tpg;
+}
+
 std::atomic<int64_t> pipelined_launches{0};  ///< norm_pipelined_launches_for_testing
 std::atomic<int64_t> staged_launches{0};     ///< norm_staged_launches_for_testing
 
 /// Sets p.stage and returns the dynamic shared memory of the launch: weight and bias staged (nv vectors of `vec` W
-/// elements per thread of `block`) with 16-byte vectors of x where that fits kStageBytes; FUSEOPS_NORM_STAGE=0: read at their use (the same
-/// bytes; for A/B runs and the test that compares them).
+/// elements per thread of `block`) with 16-byte vectors of x, in a launch of one wave, where that fits kStageBytes;
+/// FUSEOPS_NORM_STAGE=0: read at their use (the same bytes; for A/B runs and the test that compares them).
 template <typename T, typename W>
 std::size_t stage_smem(NormParams<T, W>& p, int vec, int block, int64_t grid, int device, bool bias) {
   const std::size_t bytes = static_cast<std::size_t>(p.nv) * vec * block * sizeof(W) * (bias ? 2 : 1);
@@ -390,7 +399,6 @@ std::size_t stage_smem(NormParams<T, W>& p, int vec, int block, int64_t grid, in
   if (p.stage) staged_launches.fetch_add(1, std::memory_order_relaxed);
   return p.stage ? bytes : 0;
 }
-
 
 /// Blocks of the row-pipelined kernel `kernel` with `smem` bytes resident on `device` at once (its dynamic shared
 /// memory allowed first); cached per (kernel, smem, device), so that a launch pays no driver query after the first.
@@ -419,7 +427,7 @@ bool launch_pipelined(NormParams<T, W> p, int vec, const LayerNormArgs& a, int d
   if (vec != kVec || a.gate == NormGate::before_norm) return false;
   const int64_t vecs = a.group_size / kVec;
   if (vecs > int64_t{kWideThreads} * 4) return false;
-  p.tpg = vecs >= kWideThreads ? kWideThreads : std::max(1, next_pow2(vecs) / (vecs >= 16 ? 2 : 1));
+  p.tpg = vecs >= kWideThreads ? kWideThreads : segment_threads(vecs, true);
   p.nv = static_cast<int>((vecs + p.tpg - 1) / p.tpg);
   const int64_t per_block = kWideThreads / p.tpg, needed = (p.items + per_block - 1) / per_block;
   if (needed <= sm_count(device) || env_switched_off("FUSEOPS_NORM_PIPE")) return false;
@@ -427,7 +435,6 @@ bool launch_pipelined(NormParams<T, W> p, int vec, const LayerNormArgs& a, int d
   const std::size_t smem = static_cast<std::size_t>(kWideThreads) * nv *
                            (kVec * sizeof(W) * (a.bias ? 2 : 1) + 16 * 2 * (a.gate == NormGate::after_norm ? 2 : 1));
   if (smem > kPipelinedBytes) return false;
-  p.stage = false;
   auto go = [&](auto kernel) {
     const int64_t wave = pipelined_wave(kernel, smem, device, op);
     if (needed <= wave) return false;
@@ -497,10 +504,7 @@ void launch(const LayerNormArgs& a, int device, cudaStream_t stream, const char*
     }
     return;
   }
-  p.tpg = std::min(kMaxThreads, next_pow2(vecs));
-  // Grouped (16-byte vectors, 16 to kMaxThreads vectors per group: Qwen3-Next's groups of 128): two vectors per
-  // thread, half the threads per group; twice the bytes of x and z in flight per thread at the same 64 registers.
-  if (vec == kVec && vecs >= 16 && next_pow2(vecs) <= kMaxThreads) p.tpg /= 2;
+  p.tpg = segment_threads(vecs, vec == kVec);
   p.nv = static_cast<int>((vecs + p.tpg - 1) / p.tpg);  // <= kThreadElems / vec: group_size <= kMaxNormGroup
   // Blocks of 256 threads, fewer when that leaves SMs idle (decode), never less than one segment or one warp.
   const int64_t spread = (p.items * p.tpg + sm_count(device) - 1) / sm_count(device);

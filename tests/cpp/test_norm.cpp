@@ -205,8 +205,6 @@ struct FormCase {
   NormCase c;
 };
 
-/// Runs each case with the default launch and with the switch `env` = 0 (same seed) and expects the same bytes of
-/// out, mean and rstd; both runs are also checked against the golden by check_norm.
 /// Sets `name` to "0" for its lifetime, then restores the earlier value (or its absence).
 class SwitchedOff {
  public:
@@ -229,6 +227,8 @@ class SwitchedOff {
   std::optional<std::string> before_;
 };
 
+/// Runs each case with the default launch and with the switch `env` = 0 (same seed) and expects the same bytes of
+/// out, mean and rstd; both runs are also checked against the golden by check_norm.
 void expect_same_bytes_without(const char* env, std::initializer_list<FormCase> cases) {
   const std::mt19937_64 seeded = test_rng();
   for (const auto& k : cases) {
@@ -260,6 +260,22 @@ TEST(NormWide, StorageFormSameBytes) {
 }
 
 #if defined(FUSEOPS_WITH_CUDA)
+struct RuledCase {
+  FormCase k;
+  bool taken;  ///< whether the default run takes the form that `env` = 0 turns off
+};
+
+/// expect_same_bytes_without(env, ...) per case, and that `launches` (a launch counter of the form) counted exactly
+/// one launch where the case says the form is taken (the run with `env` = 0 never takes it), none elsewhere.
+void expect_same_bytes_where_ruled(const char* env, int64_t (*launches)(), std::initializer_list<RuledCase> cases) {
+  for (const auto& c : cases) {
+    const bool on = !fuseops::detail::env_switched_off(env);
+    const int64_t before = launches();
+    expect_same_bytes_without(env, {c.k});
+    EXPECT_EQ(launches() - before, on && c.taken ? 1 : 0) << param_name(c.k.p) << ": " << describe(c.k.c);
+  }
+}
+
 // Weight and bias staged in shared memory (launches of one wave: at most one block per SM; docs/ops/norm.md) give the
 // same bytes as read at their use (FUSEOPS_NORM_STAGE=0), on the wide variant's few-row launches: both weight dtypes
 // with and without bias (f32 weight and bias of 8192 elements are past the staging bound: both runs read them at
@@ -267,10 +283,7 @@ TEST(NormWide, StorageFormSameBytes) {
 // f32 x, and groups of 16384 (the per-item kernel's 1024-thread segments); each run stages exactly where it should.
 TEST(NormWide, StagedWeightSameBytes) {
   FUSEOPS_SKIP_WITHOUT_CUDA();
-  const struct {
-    FormCase k;
-    bool staged;
-  } cases[] = {
+  expect_same_bytes_where_ruled("FUSEOPS_NORM_STAGE", fuseops::detail::cuda::norm_staged_launches_for_testing, {
       {{{Where::cuda, DType::bf16, false}, {64, 8192, 0, NormGate::none, true, false, true}}, true},
       {{{Where::cuda, DType::bf16, true}, {40, 8192, 0, NormGate::after_norm, false, true, true}}, false},
       {{{Where::cuda, DType::bf16, true}, {20, 4096, 0, NormGate::none, true, true, true}}, true},
@@ -279,14 +292,7 @@ TEST(NormWide, StagedWeightSameBytes) {
       {{{Where::cuda, DType::bf16, false}, {9, 5000, 0, NormGate::after_norm, false, true, false}}, true},
       {{{Where::cuda, DType::f32, false}, {12, 8192, 2048, NormGate::after_norm, false, true, true}}, true},
       {{{Where::cuda, DType::bf16, false}, {3, 16384, 0, NormGate::after_norm, false, false, true}}, true},
-  };
-  for (const auto& c : cases) {
-    const bool on = !fuseops::detail::env_switched_off("FUSEOPS_NORM_STAGE");
-    const int64_t before = fuseops::detail::cuda::norm_staged_launches_for_testing();
-    expect_same_bytes_without("FUSEOPS_NORM_STAGE", {c.k});
-    EXPECT_EQ(fuseops::detail::cuda::norm_staged_launches_for_testing() - before, on && c.staged ? 1 : 0)
-        << param_name(c.k.p) << ": " << describe(c.k.c);
-  }
+  });
 }
 
 // The row-pipelined kernel (docs/ops/norm.md: x and z of a segment's next item copied into shared memory while the
@@ -303,10 +309,8 @@ TEST(NormWide, StagedWeightSameBytes) {
 TEST(NormPipelined, SameBytesWhereTaken) {
   FUSEOPS_SKIP_WITHOUT_CUDA();
   const int64_t sms = fuseops::detail::sm_count(0);
-  const struct {
-    FormCase k;
-    bool taken;
-  } cases[] = {
+  // two launches per case (golden-checked on, off): the first takes the kernel where the rule says, the second never
+  expect_same_bytes_where_ruled("FUSEOPS_NORM_PIPE", fuseops::detail::cuda::norm_pipelined_launches_for_testing, {
       {{{Where::cuda, DType::bf16, false}, {2048, 8192, 0, NormGate::none, true, false, true}}, true},
       {{{Where::cuda, DType::bf16, false}, {2048, 4096, 0, NormGate::after_norm, false, true, true}}, true},
       {{{Where::cuda, DType::bf16, false}, {1200, 4096, 128, NormGate::after_norm, true, false, true}}, true},
@@ -324,15 +328,7 @@ TEST(NormPipelined, SameBytesWhereTaken) {
       {{{Where::cuda, DType::f32, false}, {1500, 4096, 0, NormGate::none, true, false, true}}, true},
       {{{Where::cuda, DType::bf16, false}, {200, 8072, 8, NormGate::none, true, false, true}}, false},
       {{{Where::cuda, DType::bf16, false}, {sms + 8, 8192, 0, NormGate::none, true, false, true}}, false},
-  };
-  for (const auto& c : cases) {
-    const bool on = !fuseops::detail::env_switched_off("FUSEOPS_NORM_PIPE");
-    const int64_t before = fuseops::detail::cuda::norm_pipelined_launches_for_testing();
-    expect_same_bytes_without("FUSEOPS_NORM_PIPE", {c.k});
-    // two launches (golden-checked on, off): the first takes the kernel where the rule says, the second never
-    EXPECT_EQ(fuseops::detail::cuda::norm_pipelined_launches_for_testing() - before, on && c.taken ? 1 : 0)
-        << param_name(c.k.p) << ": " << describe(c.k.c);
-  }
+  });
 }
 
 #endif
