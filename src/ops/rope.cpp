@@ -84,7 +84,9 @@ RopeHeads heads_of(const char* op, const char* name, const TensorView& v, const 
   return h;
 }
 
-/// The rotated parts ([tokens, heads, r] at the given strides) of distinct (token, head) pairs do not overlap.
+/// The rotated parts ([tokens, heads, r] at the given strides) of distinct (token, head) pairs do not overlap, by a
+/// sufficient rule: the strides nest (the smaller at least r, the larger at least the span of the smaller's dim).
+/// Conservative: interleaved strides that share no element (token stride 5, head stride 7 at r = 2) are refused too.
 void check_self_overlap(const char* op, const char* name, int64_t tokens, int64_t heads, int64_t r, int64_t ts,
                         int64_t hs) {
   if (tokens == 0 || heads == 0) return;  // no elements
@@ -94,8 +96,8 @@ void check_self_overlap(const char* op, const char* name, int64_t tokens, int64_
   for (auto& [stride, size] : d) {
     if (size <= 1) continue;
     if (stride < extent) {
-      fail_argument(op, name, "token and head strides whose rotated parts do not overlap (rotary_dim " +
-                                  std::to_string(r) + ")",
+      fail_argument(op, name, "nested token and head strides (the smaller >= rotary_dim " + std::to_string(r) +
+                                  ", the larger >= the other dim's span), so that no two rotated parts can overlap",
                     "token stride " + std::to_string(ts) + ", head stride " + std::to_string(hs));
     }
     extent = stride * (size - 1) + extent;

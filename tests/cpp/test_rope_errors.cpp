@@ -83,9 +83,13 @@ TEST_F(RopeErrors, RotaryEmbeddingArguments) {
                    "innermost stride 1");
   // Heads whose rotated parts overlap (head stride 32 < rotary_dim 64), tokens that overlap.
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), s(1, {4, 2, 64}, {128, 32, 1}), &kv, 64, cache(), true), re,
-                   "query", "do not overlap");
+                   "query", "no two rotated parts can overlap");
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), s(1, {4, 2, 64}, {64, 64, 1}), &kv, 64, cache(), true), re,
-                   "query", "do not overlap");
+                   "query", "no two rotated parts can overlap");
+  // The rule is conservative within a tensor (docs/ops/rope.md): token stride 5 and head stride 7 at rotary_dim 2
+  // interleave without sharing an element, and are refused all the same, by a message that says which rule.
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), s(1, {4, 3, 2}, {5, 7, 1}), nullptr, 2, v(3, {16, 2}), true), re,
+                   "query", "nested token and head strides");
   // key overlapping query (views of one buffer).
   const TensorView kq = s(1, {4, 64}, {128, 1});
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kq, 64, cache(), true), re, "key", "no overlap");
