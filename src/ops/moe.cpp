@@ -22,7 +22,7 @@ std::string dims2(int64_t a, int64_t b) { return "[" + std::to_string(a) + ", " 
 RowMatrix matrix(const char* op, const char* name, const TensorView& v, const char* dims, int64_t rows,
                  int64_t cols) {
   if (v.rank != 2 || (rows >= 0 && v.shape[0] != rows) || (cols >= 0 && v.shape[1] != cols)) {
-    std::string expected = std::string("rank 2 ") + dims;
+    std::string expected = std::string(v.rank != 2 ? "rank 2 " : "shape ") + dims;  // the rank, else the sizes
     if (rows >= 0 && cols >= 0) expected += " = " + dims2(rows, cols);
     else if (rows >= 0) expected += " with " + std::to_string(rows) + " rows";
     fail_argument(op, name, expected, v.shape_str());
@@ -34,7 +34,7 @@ RowMatrix matrix(const char* op, const char* name, const TensorView& v, const ch
 StridedVec vector(const char* op, const char* name, const TensorView& v, const char* dims, int64_t n,
                   int64_t n_min = 0) {
   if (v.rank != 1 || (n >= 0 && v.shape[0] != n) || v.shape[0] < n_min) {
-    std::string expected = std::string("rank 1 ") + dims;
+    std::string expected = std::string(v.rank != 1 ? "rank 1 " : "shape ") + dims;
     if (n >= 0) expected += " = [" + std::to_string(n) + "]";
     if (n_min > 0) expected += " (at least " + std::to_string(n_min) + " elements)";
     fail_argument(op, name, expected, v.shape_str());
