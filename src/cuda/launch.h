@@ -6,7 +6,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "fuseops/error.h"
@@ -109,6 +112,29 @@ int64_t resident_blocks(Kernel kernel, int threads, std::size_t smem, int device
   check_cuda(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem), op,
              "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
   return std::max<int64_t>(1, int64_t{per_sm} * sm_count(device));
+}
+
+/// resident_blocks() of a persistent kernel launched with `smem` bytes of dynamic shared memory, cached per (kernel,
+/// threads, smem, device), so that a launch pays no driver query after the first. The kernel's dynamic shared-memory
+/// limit (allow_smem) only ever grows, to the largest `smem` asked for on the device: a launch with a cached smem
+/// must still fit after a smaller one (lowering the limit there made the next larger launch fail, invalid argument).
+template <typename Kernel>
+int64_t cached_wave(Kernel kernel, int threads, std::size_t smem, int device, const char* op) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, std::size_t, int>, int64_t> known;
+  static std::map<std::pair<const void*, int>, std::size_t> allowed;  ///< per (kernel, device): the limit set
+  const std::lock_guard<std::mutex> lock(mutex);
+  const void* k = reinterpret_cast<const void*>(kernel);
+  std::size_t& limit = allowed[{k, device}];
+  if (smem > limit) {
+    allow_smem(kernel, smem, op);
+    limit = smem;
+  }
+  const auto key = std::make_tuple(k, threads, smem, device);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  const int64_t wave = resident_blocks(kernel, threads, smem, device, op);
+  known.emplace(key, wave);
+  return wave;
 }
 
 /// Launches `kernel` on `stream`, with programmatic dependent launch where enabled: the kernel may be scheduled

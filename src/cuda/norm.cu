@@ -25,10 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
-#include <map>
-#include <mutex>
 #include <numeric>
-#include <tuple>
 #include <type_traits>
 
 #include "common/act_math.h"
@@ -400,21 +397,6 @@ std::size_t stage_smem(NormParams<T, W>& p, int vec, int block, int64_t grid, in
   return p.stage ? bytes : 0;
 }
 
-/// Blocks of the row-pipelined kernel `kernel` with `smem` bytes resident on `device` at once (its dynamic shared
-/// memory allowed first); cached per (kernel, smem, device), so that a launch pays no driver query after the first.
-template <typename Kernel>
-int64_t pipelined_wave(Kernel kernel, std::size_t smem, int device, const char* op) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, std::size_t, int>, int64_t> known;
-  const std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), smem, device);
-  if (const auto it = known.find(key); it != known.end()) return it->second;
-  allow_smem(kernel, smem, op);
-  const int64_t wave = resident_blocks(kernel, kWideThreads, smem, device, op);
-  known.emplace(key, wave);
-  return wave;
-}
-
 /// The row-pipelined variant where it applies (16-byte vectors, no gate before the norm, groups of at most
 /// kWideThreads x 4 vectors, shared memory within kPipelinedBytes, more blocks than one wave holds); launches it and
 /// returns true, else false. Segments as the other variants (wide groups: a block; else two vectors per thread for
@@ -436,7 +418,7 @@ bool launch_pipelined(NormParams<T, W> p, int vec, const LayerNormArgs& a, int d
                            (kVec * sizeof(W) * (a.bias ? 2 : 1) + 16 * 2 * (a.gate == NormGate::after_norm ? 2 : 1));
   if (smem > kPipelinedBytes) return false;
   auto go = [&](auto kernel) {
-    const int64_t wave = pipelined_wave(kernel, smem, device, op);
+    const int64_t wave = cached_wave(kernel, kWideThreads, smem, device, op);
     if (needed <= wave) return false;
     const int64_t unit = p.ngroups / std::gcd(per_block, p.ngroups);  // blocks per item stride multiple of ngroups
     const int64_t grid = wave / unit * unit;
