@@ -1,5 +1,5 @@
-// Timing helpers of the standalone experiments in this folder: CK (exit on a CUDA error) and the median time per
-// launch under CUDA-graph replay.
+// Timing helpers of the standalone experiments in this folder: CK (exit on a CUDA error), the median time per
+// launch under CUDA-graph replay and the copy rate.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -57,4 +57,29 @@ inline double time_graph_us(const std::function<void(int, cudaStream_t)>& launch
   CK(cudaEventDestroy(b));
   CK(cudaStreamDestroy(s));
   return median(per);
+}
+
+/// The copy rate as `fuseops bench` measures it: bytes read + written by a 1 GiB device-to-device cudaMemcpy, TB/s.
+inline double copy_rate_tbps() {
+  const size_t bytes = size_t(1) << 30;
+  void *src, *dst;
+  CK(cudaMalloc(&src, bytes));
+  CK(cudaMalloc(&dst, bytes));
+  CK(cudaMemset(src, 1, bytes));
+  cudaEvent_t a, b;
+  CK(cudaEventCreate(&a));
+  CK(cudaEventCreate(&b));
+  std::vector<double> ms;
+  for (int i = 0; i < 12; ++i) {
+    CK(cudaEventRecord(a));
+    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    CK(cudaEventRecord(b));
+    CK(cudaEventSynchronize(b));
+    float m = 0;
+    CK(cudaEventElapsedTime(&m, a, b));
+    if (i >= 2) ms.push_back(m);
+  }
+  CK(cudaFree(src));
+  CK(cudaFree(dst));
+  return 2.0 * bytes / (median(ms) * 1e-3) / 1e12;
 }

@@ -38,30 +38,6 @@ __global__ void __launch_bounds__(256) strided_rw(char* base, int64_t nvec, int 
   }
 }
 
-double copy_rate_tbps() {
-  const size_t bytes = size_t(1) << 30;
-  void *src, *dst;
-  CK(cudaMalloc(&src, bytes));
-  CK(cudaMalloc(&dst, bytes));
-  CK(cudaMemset(src, 1, bytes));
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<double> ms;
-  for (int i = 0; i < 12; ++i) {
-    CK(cudaEventRecord(a));
-    CK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice));
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float m = 0;
-    CK(cudaEventElapsedTime(&m, a, b));
-    if (i >= 2) ms.push_back(m);
-  }
-  CK(cudaFree(src));
-  CK(cudaFree(dst));
-  return 2.0 * bytes / (median(ms) * 1e-3) / 1e12;
-}
-
 struct Case {
   const char* name;
   int64_t heads;   // q + k heads of a token

@@ -19,9 +19,11 @@
 //   position(s) and angles once and walks over heads slot, slot + slots, ... (2 to 8), issuing the first head's
 //   loads before the position -> angle chain.
 // - group (rope_group_kernel): 1-D positions, vector path, when the walk kernel would give every thread 8 heads
-//   (>= 7 heads per resident thread): 4 consecutive heads per thread, all 8 loads issued before the position ->
-//   angle chain, one kernel per cache type. Measured faster there (DeepSeek-V3 q_pe, Llama 16384 tokens, FlagOS
-//   8192-token shapes) and slower everywhere else (docs/ops/rope.md, Performance).
+//   (>= 7 heads per resident thread): 4 consecutive heads of q or of k per thread, addressed from one base and the
+//   head stride, all 8 loads issued before the position -> angle chain; in-place and out-of-place variants. Measured
+//   faster there (DeepSeek-V3 q_pe, Llama 16384 tokens, FlagOS 8192-token shapes) and slower everywhere else; its
+//   per-head address arithmetic (parameter loads and 64-bit products between the loads) had cost 4% at Llama 16384
+//   tokens (docs/ops/rope.md, Performance).
 // M-RoPE: a lane's P pairs take their axes from one 32-bit word of the parameters (2 bits per pair), read once per
 // thread before the wait; lanes whose pairs share an axis (chunked sections) read one row with vector loads, the
 // others one value per pair from its own row, all issued at once. The decode and walk kernels come in three angle
@@ -56,6 +58,8 @@ constexpr int kMaxHeadsPerThread = 8;
 /// of the compiler (at most 80 registers per thread; 64 make it spill).
 constexpr int kGroupHeads = 4;
 constexpr int kGroupMinBlocksPerSm = 3;
+/// Group kernel: the groups of a tensor of `heads` heads.
+__host__ __device__ constexpr int64_t group_count(int64_t heads) { return (heads + kGroupHeads - 1) / kGroupHeads; }
 
 /// N elements of T in one access of N * sizeof(T) <= 16 bytes; plain (coherent) loads, since in place the same
 /// addresses are written by this kernel.
@@ -562,58 +566,65 @@ __global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blo
   }
 }
 
-/// Group kernel (1-D positions, P = 16 bytes of T): thread (lane x, group y, token z) of the block; heads
-/// kGroupHeads g .. kGroupHeads g + kGroupHeads - 1 of the token (fewer in the last group). T: q / k storage type,
-/// C: cache storage type.
-template <typename T, typename C, bool NEOX>
+/// Group kernel (1-D positions, P = 16 bytes of T): thread (lane x, group y, token z) of the block. A group is
+/// kGroupHeads consecutive heads of q, or of k (fewer in a tensor's last group; groups 0 .. q_groups - 1 are q's): one
+/// base address and the head stride reach all of its heads, so that the thread's loads issue back to back. T: q / k
+/// storage type, C: cache storage type; INPLACE: the outputs are the inputs (pointers and strides).
+template <typename T, typename C, bool NEOX, bool INPLACE>
 __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
     rope_group_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   constexpr int P = static_cast<int>(16 / sizeof(T));
+  constexpr Angles A = Angles::rope;
+  const LaneAxes<P, A> lane{};
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
   const int64_t offA = NEOX ? j0 : 2 * j0;
   const int64_t offB = NEOX ? h + j0 : 2 * j0 + P;
-  const int64_t total_heads = a.q.heads + a.k.heads;
+  const int64_t q_groups = group_count(a.q.heads);
+  const int64_t groups = q_groups + group_count(a.k.heads);
   const int64_t group0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
   const int64_t group_step = static_cast<int64_t>(gridDim.y) * blockDim.y;
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
-    for (int64_t g = group0; g * kGroupHeads < total_heads; g += group_step) {
-      const int64_t first = g * kGroupHeads;
-      const int n = static_cast<int>(min(static_cast<int64_t>(kGroupHeads), total_heads - first));
-      // 1. The position: the head of the only dependent chain (position -> cache row).
-      int64_t pos[1];
+    for (int64_t g = group0; g < groups; g += group_step) {
+      // 1. The positions: the head of the only dependent chain (position -> cache row).
+      int64_t pos[kAxes<A>];
       position_source(a, t).load(pos);
       // 2. Every head's data, independent of the position, before anything waits for it.
+      const bool is_q = g < q_groups;
+      const int64_t first = (is_q ? g : g - q_groups) * kGroupHeads;
+      const int n = static_cast<int>(min(static_cast<int64_t>(kGroupHeads), (is_q ? a.q.heads : a.k.heads) - first));
+      const int64_t step = is_q ? a.q.head_stride : a.k.head_stride;
+      const T* in = static_cast<const T*>(is_q ? a.q.data : a.k.data) +
+                    (t * (is_q ? a.q.token_stride : a.k.token_stride) + first * step + offA);
       Pack<T, P> x[kGroupHeads], y[kGroupHeads];
 #pragma unroll
       for (int k = 0; k < kGroupHeads; ++k) {
         if (k < n) {
-          const T* in;
-          T* out;
-          locate(a, first + k, t, in, out);
-          x[k].load(in + offA);
-          y[k].load(in + offB);
+          x[k].load(in + k * step);
+          y[k].load(in + k * step + (offB - offA));
         }
       }
-      // 3. Range check; the first group's lane 0 records a bad position.
-      const bool valid = pos[0] >= 0 && pos[0] < a.max_position;
-      if (!valid && g == 0 && threadIdx.x == 0) record_device_error(rec, a.error_site, t);
-      // 4. The angles, once for all the thread's heads.
+      // 3. Range check (the first group's lane 0 records a bad position) and the angles, once for all the heads.
       CacheValues<C, P> c, s;
-      if (valid) {
-        gather_angles<C, P, Angles::rope>(a, pos, LaneAxes<P, Angles::rope>{}, j0, c, s);
-        if (a.inverse) s.negate();
+      const bool valid = token_angles<C, P, A>(a, pos, t, g == 0 && threadIdx.x == 0, lane, j0, rec, c, s);
+      if (INPLACE && !valid) continue;  // left untouched
+      // 4. Rotate and store (out of place, an unrotated token copied).
+      int64_t out_step = step;
+      T* out = const_cast<T*>(in);
+      if constexpr (!INPLACE) {
+        out_step = is_q ? a.q.out_head_stride : a.k.out_head_stride;
+        out = static_cast<T*>(is_q ? a.q.out : a.k.out) +
+              (t * (is_q ? a.q.out_token_stride : a.k.out_token_stride) + first * out_step + offA);
       }
-      // 5. Rotate and store.
 #pragma unroll
       for (int k = 0; k < kGroupHeads; ++k) {
-        if (k >= n) continue;
-        const T* in;
-        T* out;
-        locate(a, first + k, t, in, out);
-        finish_head<T, P, NEOX>(x[k], y[k], in, out, offA, offB, valid, c, s);
+        if (k < n) {
+          if (valid) rotate_head<T, P, NEOX>(x[k], y[k], c, s);
+          x[k].store(out + k * out_step);
+          y[k].store(out + k * out_step + (offB - offA));
+        }
       }
     }
   }
@@ -696,8 +707,7 @@ Plan walk_plan(const RopeArgs& a, int p, int sms, int64_t max_threads) {
 }
 
 Plan group_plan(const RopeArgs& a, int p, int sms) {
-  const int64_t heads = a.q.heads + a.k.heads;
-  return make_plan(a, p, sms, (heads + kGroupHeads - 1) / kGroupHeads, 8, kThreads);
+  return make_plan(a, p, sms, group_count(a.q.heads) + group_count(a.k.heads), 8, kThreads);
 }
 
 /// The angle variant of a problem at p pairs per thread: rope for 1-D positions; lane_row for M-RoPE whose every
@@ -775,14 +785,25 @@ void launch_walk(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_
   });
 }
 
+/// Whether the outputs are the inputs (same pointers and strides), as in rotary_embedding and mrope.
+bool rope_in_place(const RopeArgs& a) {
+  auto same = [](const RopeHeads& hs) {
+    return hs.out == hs.data && hs.out_token_stride == hs.token_stride && hs.out_head_stride == hs.head_stride;
+  };
+  return same(a.q) && same(a.k);
+}
+
 template <typename T>
 void launch_group(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_t stream, int device) {
   const Plan pl = group_plan(a, static_cast<int>(16 / sizeof(T)), sms);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
     auto go = [&](auto kernel) { launch_kernel(kernel, pl.grid, pl.block, 0, stream, device, a, rec); };
-    if (a.is_neox) go(rope_group_kernel<T, C, true>);
-    else go(rope_group_kernel<T, C, false>);
+    const bool inplace = rope_in_place(a);
+    if (a.is_neox && inplace) go(rope_group_kernel<T, C, true, true>);
+    else if (a.is_neox) go(rope_group_kernel<T, C, true, false>);
+    else if (inplace) go(rope_group_kernel<T, C, false, true>);
+    else go(rope_group_kernel<T, C, false, false>);
   });
 }
 

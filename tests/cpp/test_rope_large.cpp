@@ -113,7 +113,8 @@ std::vector<RopeSpec> mrope_specs(DType dtype) {
 }
 
 // The group kernel: 8192 tokens of 31 + 6 heads of 128 (16-bit 8 lanes: 2.4M lane-heads, 9.0 per resident thread on
-// 132 SMs, 8.0 on 148; f32 16 lanes, twice that); groups {q0..q3} .. {q28,q29,q30,k0} .. {k5}.
+// 132 SMs, 8.0 on 148; f32 16 lanes, twice that); groups {q0..q3} .. {q28,q29,q30}, {k0..k3}, {k4,k5} (a group is
+// heads of one tensor); and 37 query heads without a key (groups up to {q36}).
 std::vector<RopeSpec> group_specs(DType dtype) {
   std::vector<RopeSpec> v;
   RopeSpec s = spec(RopeOp::rotary_embedding, dtype, true, 8192, 31, 6, 128, 128);
@@ -132,6 +133,11 @@ std::vector<RopeSpec> group_specs(DType dtype) {
   s.position_ids = false;
   s.out_of_place = true;
   s.max_position = 3000;
+  v.push_back(s);
+  s = spec(RopeOp::rotary_embedding, dtype, true, 8192, 37, 1, 128, 128);
+  s.has_key = false;
+  s.heads_dim = true;
+  s.bad_tokens = {0, 8191};
   v.push_back(s);
   return v;
 }
