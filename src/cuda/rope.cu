@@ -20,10 +20,9 @@
 //   loads before the position -> angle chain.
 // - group (rope_group_kernel): 1-D positions, vector path, when the walk kernel would give every thread 8 heads
 //   (>= 7 heads per resident thread): 4 consecutive heads of q or of k per thread, addressed from one base and the
-//   head stride, all 8 loads issued before the position -> angle chain; in-place and out-of-place variants. Measured
-//   faster there (DeepSeek-V3 q_pe, Llama 16384 tokens, FlagOS 8192-token shapes) and slower everywhere else; its
-//   per-head address arithmetic (parameter loads and 64-bit products between the loads) had cost 4% at Llama 16384
-//   tokens (docs/ops/rope.md, Performance).
+//   head stride (no per-head address arithmetic between the loads), all 8 loads issued before the position -> angle
+//   chain; in-place and out-of-place variants. Measured faster there (DeepSeek-V3 q_pe, Llama 16384 tokens, FlagOS
+//   8192-token shapes) and slower everywhere else (docs/ops/rope.md, Performance).
 // M-RoPE: a lane's P pairs take their axes from one 32-bit word of the parameters (2 bits per pair), read once per
 // thread before the wait; lanes whose pairs share an axis (chunked sections) read one row with vector loads, the
 // others one value per pair from its own row, all issued at once. The decode and walk kernels come in three angle
@@ -55,7 +54,8 @@ constexpr int64_t kTinyWork = 512;
 /// Walk kernel: heads per thread at most.
 constexpr int kMaxHeadsPerThread = 8;
 /// Group kernel: heads per thread (8 16-byte loads in flight), and the resident blocks of kThreads per SM asked
-/// of the compiler (at most 80 registers per thread; 64 make it spill).
+/// of the compiler (at most 80 registers per thread; 64 make it spill more; at 80, two of its 36 instantiations
+/// spill 24 bytes: 16-bit data with an f32 cache, NeoX, out of place).
 constexpr int kGroupHeads = 4;
 constexpr int kGroupMinBlocksPerSm = 3;
 /// Group kernel: the groups of a tensor of `heads` heads.
@@ -574,8 +574,6 @@ template <typename T, typename C, bool NEOX, bool INPLACE>
 __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
     rope_group_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
   constexpr int P = static_cast<int>(16 / sizeof(T));
-  constexpr Angles A = Angles::rope;
-  const LaneAxes<P, A> lane{};
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
@@ -588,8 +586,8 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
   for (int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.z + threadIdx.z; t < a.tokens;
        t += static_cast<int64_t>(gridDim.x) * blockDim.z) {
     for (int64_t g = group0; g < groups; g += group_step) {
-      // 1. The positions: the head of the only dependent chain (position -> cache row).
-      int64_t pos[kAxes<A>];
+      // 1. The position: the head of the only dependent chain (position -> cache row).
+      int64_t pos[1];
       position_source(a, t).load(pos);
       // 2. Every head's data, independent of the position, before anything waits for it.
       const bool is_q = g < q_groups;
@@ -608,7 +606,8 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
       }
       // 3. Range check (the first group's lane 0 records a bad position) and the angles, once for all the heads.
       CacheValues<C, P> c, s;
-      const bool valid = token_angles<C, P, A>(a, pos, t, g == 0 && threadIdx.x == 0, lane, j0, rec, c, s);
+      const bool valid = token_angles<C, P, Angles::rope>(a, pos, t, g == 0 && threadIdx.x == 0,
+                                                          LaneAxes<P, Angles::rope>{}, j0, rec, c, s);
       if (INPLACE && !valid) continue;  // left untouched
       // 4. Rotate and store (out of place, an unrotated token copied).
       int64_t out_step = step;
@@ -785,7 +784,8 @@ void launch_walk(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_
   });
 }
 
-/// Whether the outputs are the inputs (same pointers and strides), as in rotary_embedding and mrope.
+/// Whether the outputs are the inputs (same pointers and strides): rotary_embedding, mrope and
+/// apply_rotary_pos_emb(inplace=True).
 bool rope_in_place(const RopeArgs& a) {
   auto same = [](const RopeHeads& hs) {
     return hs.out == hs.data && hs.out_token_stride == hs.token_stride && hs.out_head_stride == hs.head_stride;

@@ -11,8 +11,9 @@
 // counts) with every dtype, NeoX and GPT-J, partial rotary, fused-qkv views, the scalar path, key absent,
 // Hk > Hq, the inverse, an fp32 cache, out-of-place outputs, bad positions, and the M-RoPE layouts of
 // rope_test_util.h; group_specs reach the group kernel (at least 8 heads per thread wanted on GPUs of up to 148
-// SMs) with a group that spans the last query heads and the first key heads, a last group of one head, each cache
-// type, fused qkv, bad positions, the inverse and out-of-place apply_rotary_pos_emb.
+// SMs, scaled up on larger GPUs) with groups of one tensor's heads (short last groups, a tensor of 2 or 1 heads, no
+// key), each cache type, fused qkv, DeepSeek-V3's head stride, bad positions, the inverse, and out-of-place
+// apply_rotary_pos_emb with output strides unlike the input's, NeoX and GPT-J.
 #include <string>
 #include <vector>
 
@@ -112,9 +113,37 @@ std::vector<RopeSpec> mrope_specs(DType dtype) {
   return v;
 }
 
-// The group kernel: 8192 tokens of 31 + 6 heads of 128 (16-bit 8 lanes: 2.4M lane-heads, 9.0 per resident thread on
-// 132 SMs, 8.0 on 148; f32 16 lanes, twice that); groups {q0..q3} .. {q28,q29,q30}, {k0..k3}, {k4,k5} (a group is
-// heads of one tensor); and 37 query heads without a key (groups up to {q36}).
+/// SMs of device 0 (132 without a CUDA build, where the specs are never run).
+int device_sms() {
+#if defined(FUSEOPS_WITH_CUDA)
+  int sms = 0;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess && sms > 0) return sms;
+#endif
+  return 132;
+}
+
+/// Whether the group kernel takes a spec on this GPU (src/cuda/rope.cu, use_group_kernel): the walk kernel would want
+/// >= 8 heads per thread, i.e. the (token, head, lane) work is more than 7 x the resident threads, and >= 8 heads.
+bool reaches_group_kernel(const RopeSpec& s) {
+  const int64_t lanes = s.rotary_dim / 2 / (s.dtype == DType::f32 ? 4 : 8);
+  const int64_t heads = s.q_heads + (s.has_key || s.op == RopeOp::apply_rotary_pos_emb ? s.k_heads : 0);
+  return heads >= 8 && s.tokens * heads * lanes > 7 * device_sms() * fuseops::detail::cuda::kRopeResidentThreadsPerSm;
+}
+
+/// `tokens`, or more (a multiple of 256) where this GPU needs more for the spec to reach the group kernel.
+RopeSpec at_group_size(RopeSpec s) {
+  while (!reaches_group_kernel(s)) s.tokens += 256;
+  return s;
+}
+
+// The group kernel: 8192 tokens (more on GPUs of over 148 SMs) of 31 + 6 heads of 128 (16-bit 8 lanes: 2.4M
+// lane-heads, 9.0 per resident thread on 132 SMs, 8.0 on 148; f32 16 lanes, twice that); groups {q0..q3} ..
+// {q28,q29,q30}, {k0..k3}, {k4,k5} (a group is heads of one tensor). In place: fused qkv with bad positions, GPT-J
+// with an other-size cache, i32 positions and the inverse, 37 query heads without a key, 2 query heads (one short
+// group) and 35 key heads, DeepSeek-V3's q_pe (128 + 1 heads of 64 in a stride of 192, GPT-J: 4 lanes). Out of place
+// (apply_rotary_pos_emb): without position_ids, [4, 2048] tokens; and NeoX and GPT-J from a fused qkv buffer (input
+// token strides of 43 heads, outputs of 31 and 6) with i32 position ids, bad positions (copied unrotated) and an f32
+// cache for 16-bit data.
 std::vector<RopeSpec> group_specs(DType dtype) {
   std::vector<RopeSpec> v;
   RopeSpec s = spec(RopeOp::rotary_embedding, dtype, true, 8192, 31, 6, 128, 128);
@@ -126,7 +155,6 @@ std::vector<RopeSpec> group_specs(DType dtype) {
   s.pos_dtype = DType::i32;
   s.inverse = true;
   v.push_back(s);
-  // apply_rotary_pos_emb out of place, [4, 2048] tokens, the position the index in S.
   s = spec(RopeOp::apply_rotary_pos_emb, dtype, true, 8192, 31, 6, 128, 128);
   s.cache_dtype = dtype == DType::f16 ? DType::bf16 : DType::f16;
   s.batch = 4;
@@ -134,11 +162,28 @@ std::vector<RopeSpec> group_specs(DType dtype) {
   s.out_of_place = true;
   s.max_position = 3000;
   v.push_back(s);
+  for (bool neox : {true, false}) {
+    s = spec(RopeOp::apply_rotary_pos_emb, dtype, neox, 8448, 31, 6, 128, 128);
+    s.fused_qkv = true;
+    s.out_of_place = true;
+    s.pos_dtype = DType::i32;
+    s.bad_tokens = {2, 4097};
+    s.cache_dtype = dtype == DType::f32 ? DType::bf16 : DType::f32;
+    v.push_back(s);
+  }
   s = spec(RopeOp::rotary_embedding, dtype, true, 8192, 37, 1, 128, 128);
   s.has_key = false;
   s.heads_dim = true;
   s.bad_tokens = {0, 8191};
   v.push_back(s);
+  s = spec(RopeOp::rotary_embedding, dtype, true, 8192, 2, 35, 128, 128);
+  s.heads_dim = true;
+  v.push_back(s);
+  s = spec(RopeOp::rotary_embedding, dtype, false, 4608, 128, 1, 64, 64);
+  s.head_pad = 128;
+  s.bad_tokens = {4607};
+  v.push_back(s);
+  for (RopeSpec& g : v) g = at_group_size(g);
   return v;
 }
 
@@ -149,7 +194,10 @@ TEST_P(RopeLargeDtype, SeveralHeadsPerThreadMatchGolden) {
   std::mt19937_64 rng = test_rng();
   std::vector<RopeSpec> specs = rotary_specs(GetParam());
   for (const RopeSpec& s : mrope_specs(GetParam())) specs.push_back(s);
-  for (const RopeSpec& s : group_specs(GetParam())) specs.push_back(s);
+  for (const RopeSpec& s : group_specs(GetParam())) {
+    EXPECT_TRUE(reaches_group_kernel(s)) << ft::describe(s);
+    specs.push_back(s);
+  }
   for (const RopeSpec& s : specs) {
     const ft::RopeOutcome o = ft::run_rope_check(s, fuseops::Device::cuda(0), rng());
     EXPECT_TRUE(o.pass()) << ft::describe(s) << ": " << o.detail();
