@@ -66,10 +66,6 @@ __device__ __forceinline__ __nv_bfloat16* head_ptr(const Args& a, int64_t t, int
   return hd < kHq ? a.q + (t * kHq + hd) * kD : a.k + (t * kHk + hd - kHq) * kD;
 }
 
-// A group of 4 heads lies in q or in k (kHq is a multiple of 4): one base pointer, heads 128 elements apart.
-__device__ __forceinline__ __nv_bfloat16* group_ptr(const Args& a, int64_t t, int64_t first) {
-  return head_ptr(a, t, first);
-}
 
 __device__ __forceinline__ void rotate(V8& x, V8& y, const V8& c, const V8& s) {
 #pragma unroll
@@ -137,7 +133,7 @@ __global__ void __launch_bounds__(256, 3) group_kernel(Args a) {
   int64_t pos = t;
   if constexpr (M == Angle::load) pos = a.pos[t];
   V8 x[4], y[4];
-  __nv_bfloat16* base = group_ptr(a, t, first) + j0;
+  __nv_bfloat16* base = head_ptr(a, t, first) + j0;  // a group of 4 heads lies in q or in k
   load_group(base, x, y);
   const bool valid = pos >= 0 && pos < a.max_pos;
   V8 c, s;
@@ -168,7 +164,7 @@ __global__ void __launch_bounds__(240, MINB) group_ahead_kernel(Args a) {
   }
   for (int it = 0; it < ITER && t < a.tokens; ++it, t += stride) {
     V8 x[4], y[4];
-    __nv_bfloat16* base = group_ptr(a, t, first) + j0;
+    __nv_bfloat16* base = head_ptr(a, t, first) + j0;  // a group of 4 heads lies in q or in k
     load_group(base, x, y);
     const int64_t tn = t + stride;
     const bool more = it + 1 < ITER && tn < a.tokens;

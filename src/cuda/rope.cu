@@ -52,7 +52,7 @@ constexpr int64_t kTinyThreads = 64;
 /// rope_decode_kernel).
 constexpr int64_t kTinyWork = 512;
 /// Walk kernel: heads per thread at most.
-constexpr int kMaxHeadsPerThread = 8;
+constexpr int kMaxHeadsPerThread = static_cast<int>(kRopeWalkMaxHeads);
 /// Group kernel: heads per thread (8 16-byte loads in flight), and the resident blocks of kThreads per SM asked
 /// of the compiler (at most 80 registers per thread; 64 make it spill more; at 80, two of its 36 instantiations
 /// spill 24 bytes: 16-bit data with an f32 cache, NeoX, out of place).
@@ -655,14 +655,10 @@ struct Plan {
   dim3 grid, block;
 };
 
-/// Heads per thread of the walk kernel before its clamp to [1, min(kMaxHeadsPerThread, heads)]: the (token, head,
-/// lane) work over the resident threads (kRopeResidentThreadsPerSm per SM). It is 1 exactly where
-/// rope_decode_kernel_fits.
+/// Heads per thread of the walk kernel before its clamp to [1, min(kMaxHeadsPerThread, heads)]
+/// (rope_walk_heads_wanted).
 int64_t walk_heads_wanted(const RopeArgs& a, int p, int sms) {
-  const int64_t lanes = a.rotary_dim / 2 / p;
-  const int64_t work = a.tokens * (a.q.heads + a.k.heads) * lanes;
-  const int64_t resident = static_cast<int64_t>(sms) * kRopeResidentThreadsPerSm;
-  return (work + resident - 1) / resident;
+  return rope_walk_heads_wanted(a.tokens, a.q.heads + a.k.heads, a.rotary_dim / 2 / p, sms);
 }
 
 /// The decode kernel serves every problem whose (token, head, lane) work fits in the resident threads
@@ -672,11 +668,11 @@ bool use_decode_kernel(const RopeArgs& a, int p, int sms) {
   return enabled && rope_decode_kernel_fits(a.tokens, a.q.heads + a.k.heads, a.rotary_dim / 2 / p, sms);
 }
 
-/// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread.
+/// The group kernel serves 1-D positions on the vector path when the walk kernel would walk 8 heads per thread
+/// (rope_group_kernel_size).
 bool use_group_kernel(const RopeArgs& a, int p, int sms) {
-  const int64_t heads = a.q.heads + a.k.heads;
-  return a.num_axes == 1 && p == static_cast<int>(16 / dtype_size(a.dtype)) && heads >= kMaxHeadsPerThread &&
-         walk_heads_wanted(a, p, sms) >= kMaxHeadsPerThread;
+  return a.num_axes == 1 && p == static_cast<int>(16 / dtype_size(a.dtype)) &&
+         rope_group_kernel_size(a.tokens, a.q.heads + a.k.heads, a.rotary_dim / 2 / p, sms);
 }
 
 /// Block (lanes, head slots or groups, tokens) of at most max_threads (>= the lanes) and grid for `units` slots or

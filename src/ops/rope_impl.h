@@ -76,6 +76,20 @@ constexpr int64_t kRopeResidentThreadsPerSm = 2048;
 inline bool rope_decode_kernel_fits(int64_t tokens, int64_t heads, int64_t lanes, int sms) {
   return tokens * heads * lanes <= static_cast<int64_t>(sms) * kRopeResidentThreadsPerSm;
 }
+
+/// Heads per thread that the walk kernel wants for that work: the work over the resident threads, rounded up (1
+/// exactly where rope_decode_kernel_fits). It walks at most kRopeWalkMaxHeads.
+constexpr int64_t kRopeWalkMaxHeads = 8;
+inline int64_t rope_walk_heads_wanted(int64_t tokens, int64_t heads, int64_t lanes, int sms) {
+  const int64_t resident = static_cast<int64_t>(sms) * kRopeResidentThreadsPerSm;
+  return (tokens * heads * lanes + resident - 1) / resident;
+}
+
+/// The sizes at which the group kernel takes a problem of 1-D positions on the vector path: at least
+/// kRopeWalkMaxHeads heads, and the walk kernel would want at least that many heads per thread.
+inline bool rope_group_kernel_size(int64_t tokens, int64_t heads, int64_t lanes, int sms) {
+  return heads >= kRopeWalkMaxHeads && rope_walk_heads_wanted(tokens, heads, lanes, sms) >= kRopeWalkMaxHeads;
+}
 }  // namespace cuda
 
 }  // namespace fuseops::detail

@@ -18,6 +18,9 @@
 #include <vector>
 
 #include "cuda_test_util.h"
+#if defined(FUSEOPS_WITH_CUDA)
+#include "cuda/launch.h"
+#endif
 #include "ops/rope_impl.h"
 #include "rope_test_util.h"
 #include "test_util.h"
@@ -116,18 +119,17 @@ std::vector<RopeSpec> mrope_specs(DType dtype) {
 /// SMs of device 0 (132 without a CUDA build, where the specs are never run).
 int device_sms() {
 #if defined(FUSEOPS_WITH_CUDA)
-  int sms = 0;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess && sms > 0) return sms;
-#endif
+  return fuseops::detail::sm_count(0);
+#else
   return 132;
+#endif
 }
 
-/// Whether the group kernel takes a spec on this GPU (src/cuda/rope.cu, use_group_kernel): the walk kernel would want
-/// >= 8 heads per thread, i.e. the (token, head, lane) work is more than 7 x the resident threads, and >= 8 heads.
+/// Whether the group kernel takes a spec (1-D positions, 16-byte lanes) on this GPU: rope_group_kernel_size.
 bool reaches_group_kernel(const RopeSpec& s) {
   const int64_t lanes = s.rotary_dim / 2 / (s.dtype == DType::f32 ? 4 : 8);
   const int64_t heads = s.q_heads + (s.has_key || s.op == RopeOp::apply_rotary_pos_emb ? s.k_heads : 0);
-  return heads >= 8 && s.tokens * heads * lanes > 7 * device_sms() * fuseops::detail::cuda::kRopeResidentThreadsPerSm;
+  return fuseops::detail::cuda::rope_group_kernel_size(s.tokens, heads, lanes, device_sms());
 }
 
 /// `tokens`, or more (a multiple of 256) where this GPU needs more for the spec to reach the group kernel.
@@ -215,8 +217,7 @@ TEST_P(RopeLargeDtype, DecodeKernelSwitchMatchesGolden) {
   FUSEOPS_SKIP_WITHOUT_CUDA();
 #if defined(FUSEOPS_WITH_CUDA)
   namespace fd = fuseops::detail::cuda;
-  int sms = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), cudaSuccess);
+  const int sms = device_sms();
   const DType dtype = GetParam();
   const int64_t vec = dtype == DType::f32 ? 4 : 8;  // pairs per thread on the vector path
   std::vector<std::pair<RopeSpec, int64_t>> variants;  // (spec, lanes per head)
