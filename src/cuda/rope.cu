@@ -3,8 +3,9 @@
 // Memory-bound: each (token, head) reads and writes its first rotary_dim dims once; the angles of a token are a
 // few hundred bytes shared by all its heads. A thread owns P consecutive frequency pairs of one token ("lane" of
 // the token's h / P lanes) and rotates them in one or more heads: it loads the two P-element vectors that hold its
-// pairs (NeoX: x[j0..] and x[h + j0..]; GPT-J: x[2 j0..] and x[2 j0 + P..]), its P cos / sin values from the
-// cache row of the position, rotates in fp32 and stores. With 16-bit data P = 8 (16-byte accesses), with f32
+// pairs (NeoX: x[j0..] and x[h + j0..]; GPT-J: x[2 j0..] and x[2 j0 + P..], but in the group kernel x[j0..] and
+// x[h + j0..] as NeoX's, i.e. pairs j0 / 2.. and (h + j0) / 2..), its P cos / sin values from the cache row of the
+// position, rotates in fp32 and stores. With 16-bit data P = 8 (16-byte accesses), with f32
 // P = 4; a scalar variant (P = 1) serves views whose pointers or strides are not aligned to P elements.
 // Three kernels, chosen on the host by the work per resident thread:
 // - decode (rope_decode_kernel): while every (token, head, lane) gets its own thread in one wave of resident
@@ -54,8 +55,8 @@ constexpr int64_t kTinyWork = 512;
 /// Walk kernel: heads per thread at most.
 constexpr int kMaxHeadsPerThread = static_cast<int>(kRopeWalkMaxHeads);
 /// Group kernel: heads per thread (8 16-byte loads in flight), and the resident blocks of kThreads per SM asked
-/// of the compiler (at most 80 registers per thread; 64 make it spill more; at 80, two of its 36 instantiations
-/// spill 24 bytes: 16-bit data with an f32 cache, NeoX, out of place).
+/// of the compiler (at most 80 registers per thread; 64 make it spill more; at 80, four of its 36 instantiations
+/// spill 24 bytes: 16-bit data with an f32 cache, out of place).
 constexpr int kGroupHeads = 4;
 constexpr int kGroupMinBlocksPerSm = 3;
 /// Group kernel: the groups of a tensor of `heads` heads.
@@ -130,9 +131,12 @@ __device__ __forceinline__ PositionSource position_source(const RopeArgs& a, int
 /// - pair_rows: M-RoPE with lanes whose pairs name different rows (interleaved, GLM, a chunked boundary inside a
 ///   lane): such a lane reads each pair from its own row, cos at the row's pair j and sin h elements further (one
 ///   cos_sin_cache: mrope's only form, checked on the host).
-enum class Angles { rope, lane_row, pair_rows };
+/// - rope_halves: 1-D positions for the group kernel's GPT-J lane, which holds x[j0..] and x[h + j0..] as NeoX's
+///   does (so that a warp's loads and stores cover whole sectors): its pairs are j0 / 2 .. and (h + j0) / 2 .., two
+///   half-width loads from the row.
+enum class Angles { rope, lane_row, pair_rows, rope_halves };
 template <Angles A>
-constexpr int kAxes = A == Angles::rope ? 1 : 3;
+constexpr int kAxes = A == Angles::rope || A == Angles::rope_halves ? 1 : 3;
 
 /// The M-RoPE axes of a lane's P pairs j0 .. j0 + P - 1 (P in {1, 4, 8}: they lie in one word of axis_code): pair
 /// j0 + i at bits [2 i, 2 i + 2) of `code`. Read once per thread, before the position -> angle chain.
@@ -146,7 +150,7 @@ template <int P, Angles A>
 __device__ __forceinline__ LaneAxes<P, A> lane_axes(const RopeArgs& a, int j0) {
   static_assert(P == 1 || P == 4 || P == 8, "a lane's pairs must lie in one 16-pair code word");
   LaneAxes<P, A> l;
-  if constexpr (A != Angles::rope) {
+  if constexpr (kAxes<A> == 3) {
     constexpr uint32_t kMask = (1u << (2 * P)) - 1u;
     l.code = (a.axis_code[j0 / 16] >> (2 * (j0 % 16))) & kMask;
     if constexpr (A == Angles::pair_rows) l.uniform = l.code == (l.code & 3u) * (0x55555555u & kMask);
@@ -164,6 +168,22 @@ struct CacheValues {
   __device__ __forceinline__ void load(const C* p) {
 #pragma unroll
     for (int k = 0; k < P / W; ++k) piece[k].load(p + k * W);
+  }
+  /// P / 2 consecutive values at p0, then P / 2 at p1 (each aligned to its P / 2 values), read-only loads.
+  __device__ __forceinline__ void load_halves(const C* p0, const C* p1) {
+    if constexpr (W == P) {  // one piece of 8 or 16 bytes, assembled from two loads of half its words
+      StorageVec<C, P / 2> lo, hi;
+      lo.load(p0);
+      hi.load(p1);
+      if constexpr (P * sizeof(C) == 16) piece[0].u.raw = make_uint4(lo.u.raw.x, lo.u.raw.y, hi.u.raw.x, hi.u.raw.y);
+      else piece[0].u.raw = make_uint2(lo.u.raw, hi.u.raw);
+    } else {  // whole pieces
+#pragma unroll
+      for (int k = 0; k < P / W / 2; ++k) {
+        piece[k].load(p0 + k * W);
+        piece[P / W / 2 + k].load(p1 + k * W);
+      }
+    }
   }
   __device__ __forceinline__ void load_one(int i, const C* p) { piece[i / W].u.elems[i % W] = __ldg(p); }
   __device__ __forceinline__ float get(int i) const { return piece[i / W].get(i % W); }
@@ -183,6 +203,12 @@ __device__ __forceinline__ void gather_angles(const RopeArgs& a, const int64_t (
   if constexpr (A == Angles::rope) {
     c.load(cos + pos[0] * a.cos_stride);
     s.load(sin + pos[0] * a.sin_stride);
+  } else if constexpr (A == Angles::rope_halves) {
+    const C* cos_row = static_cast<const C*>(a.cos) + pos[0] * a.cos_stride;
+    const C* sin_row = static_cast<const C*>(a.sin) + pos[0] * a.sin_stride;
+    const int64_t j1 = (a.rotary_dim / 2 + j0) / 2;  // the second half's first pair
+    c.load_halves(cos_row + j0 / 2, cos_row + j1);
+    s.load_halves(sin_row + j0 / 2, sin_row + j1);
   } else {
     auto row = [&](uint32_t axis) { return axis == 0 ? pos[0] : axis == 1 ? pos[1] : pos[2]; };
     if (A == Angles::lane_row || lane.uniform) {  // one row for the whole lane: vector loads
@@ -576,9 +602,13 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
   constexpr int P = static_cast<int>(16 / sizeof(T));
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
-  const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // first pair of this lane
-  const int64_t offA = NEOX ? j0 : 2 * j0;
-  const int64_t offB = NEOX ? h + j0 : 2 * j0 + P;
+  const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // the lane's first element (NeoX: its first pair)
+  // Both pairings: x[j0..] and x[h + j0..], so that each load and store instruction of a warp covers whole 32-byte
+  // sectors (GPT-J's x[2 j0..] and x[2 j0 + P..] had each cover half of twice as many: FlagOS (4, 2048, 32, 128)
+  // GPT-J took 79.97 us against NeoX's 68.27, now 68.22; docs/ops/rope.md, thirty-first session).
+  const int64_t offA = j0;
+  const int64_t offB = h + j0;
+  constexpr Angles kAngles = NEOX ? Angles::rope : Angles::rope_halves;
   const int64_t q_groups = group_count(a.q.heads);
   const int64_t groups = q_groups + group_count(a.k.heads);
   const int64_t group0 = static_cast<int64_t>(blockIdx.y) * blockDim.y + threadIdx.y;
@@ -606,8 +636,8 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
       }
       // 3. Range check (the first group's lane 0 records a bad position) and the angles, once for all the heads.
       CacheValues<C, P> c, s;
-      const bool valid = token_angles<C, P, Angles::rope>(a, pos, t, g == 0 && threadIdx.x == 0,
-                                                          LaneAxes<P, Angles::rope>{}, j0, rec, c, s);
+      const bool valid = token_angles<C, P, kAngles>(a, pos, t, g == 0 && threadIdx.x == 0, LaneAxes<P, kAngles>{}, j0,
+                                                     rec, c, s);
       if (INPLACE && !valid) continue;  // left untouched
       // 4. Rotate and store (out of place, an unrotated token copied).
       int64_t out_step = step;
@@ -737,6 +767,8 @@ void launch_variant(const RopeArgs& a, Angles angles, const Plan& pl, KernelFor 
     case Angles::rope: go(std::integral_constant<Angles, Angles::rope>{}); break;
     case Angles::lane_row: go(std::integral_constant<Angles, Angles::lane_row>{}); break;
     case Angles::pair_rows: go(std::integral_constant<Angles, Angles::pair_rows>{}); break;
+    case Angles::rope_halves:  // the group kernel's alone; angles_of never picks it
+      throw Error(ErrorKind::unsupported, "rope: the rope_halves angles have no decode or walk kernel");
   }
 }
 

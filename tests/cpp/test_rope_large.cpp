@@ -12,8 +12,8 @@
 // Hk > Hq, the inverse, an fp32 cache, out-of-place outputs, bad positions, and the M-RoPE layouts of
 // rope_test_util.h; group_specs reach the group kernel (at least 8 heads per thread wanted on GPUs of up to 148
 // SMs, scaled up on larger GPUs) with groups of one tensor's heads (short last groups, a tensor of 2 or 1 heads, no
-// key), each cache type, fused qkv, DeepSeek-V3's head stride, bad positions, the inverse, and out-of-place
-// apply_rotary_pos_emb with output strides unlike the input's, NeoX and GPT-J.
+// key), each cache type, fused qkv, DeepSeek-V3's head stride, bad positions, the inverse, partial rotary, and
+// out-of-place apply_rotary_pos_emb with output strides unlike the input's, NeoX and GPT-J.
 #include <string>
 #include <vector>
 
@@ -180,6 +180,10 @@ std::vector<RopeSpec> group_specs(DType dtype) {
   v.push_back(s);
   s = spec(RopeOp::rotary_embedding, dtype, true, 8192, 2, 35, 128, 128);
   s.heads_dim = true;
+  v.push_back(s);
+  // Partial rotary GPT-J, rotary 80 of 128: the second half's pairs start at 20 + j0 / 2, off a 16-byte line.
+  s = spec(RopeOp::rotary_embedding, dtype, false, 8192, 31, 6, 128, 80);
+  s.fused_qkv = true;
   v.push_back(s);
   s = spec(RopeOp::rotary_embedding, dtype, false, 4608, 128, 1, 64, 64);
   s.head_pad = 128;
