@@ -18,7 +18,8 @@
 //   what the positions decide.
 // - walk (rope_kernel): every larger case but heavy prefill, and every larger M-RoPE case. A thread reads its
 //   position(s) and angles once and walks over heads slot, slot + slots, ... (2 to 8), issuing the first head's
-//   loads before the position -> angle chain.
+//   loads before the position -> angle chain; from 4 heads per thread (16-bit data and cache, 1-D positions or
+//   lane_row M-RoPE) it issues each next head's loads before rotating the current one (AHEAD).
 // - group (rope_group_kernel): 1-D positions, vector path, when the walk kernel would give every thread 8 heads
 //   (>= 7 heads per resident thread): 4 consecutive heads of q or of k per thread, addressed from one base and the
 //   head stride (no per-head address arithmetic between the loads), all 8 loads issued before the position -> angle
@@ -52,8 +53,6 @@ constexpr int64_t kTinyThreads = 64;
 /// where rope_decode_tiny_kernel was measured faster; DeepSeek-V3's one token, 516, and 64 tokens stay on
 /// rope_decode_kernel).
 constexpr int64_t kTinyWork = 512;
-/// Walk kernel: heads per thread at most.
-constexpr int kMaxHeadsPerThread = static_cast<int>(kRopeWalkMaxHeads);
 /// Group kernel: heads per thread (8 16-byte loads in flight), and the resident blocks of kThreads per SM asked
 /// of the compiler (at most 80 registers per thread; 64 make it spill more; at 80, four of its 36 instantiations
 /// spill 24 bytes: 16-bit data with an f32 cache, out of place).
@@ -550,11 +549,20 @@ constexpr int walk_block_threads(Angles A, int cache_bytes) {
 constexpr int walk_min_blocks(Angles A, int cache_bytes) {
   return cache_bytes == 2 ? (A == Angles::pair_rows ? 9 : 5) : A == Angles::rope ? 5 : 4;
 }
+/// The walk kernel that loads one head ahead (AHEAD): 256 x 4 (at most 64 registers, 58-61 used: 1024 threads per
+/// SM; at 48 it spills 16-28 bytes).
+constexpr int kWalkAheadMinBlocks = 4;
 
 /// Walk kernel: thread (lane x, head slot y, token z) of the block; heads slot, slot + slots, ... of the token.
-template <typename T, typename C, int P, bool NEOX, Angles A>
-__global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blocks(A, sizeof(C)))
+/// AHEAD (16-bit data and cache, P = 8, rope and lane_row angles; chosen by rope_walk_ahead_size): each head's
+/// rotation waits behind the next head's loads, so two heads' vectors are in flight per thread instead of one (at
+/// fewer resident threads: kWalkAheadMinBlocks).
+template <typename T, typename C, int P, bool NEOX, Angles A, bool AHEAD = false>
+__global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)),
+                                  AHEAD ? kWalkAheadMinBlocks : walk_min_blocks(A, sizeof(C)))
     rope_kernel(const __grid_constant__ RopeArgs a, DeviceErrorRecord* rec) {
+  static_assert(!AHEAD || (sizeof(T) == 2 && sizeof(C) == 2 && P == 8 && A != Angles::pair_rows),
+                "the walk kernel loads ahead only where it was measured: 16-bit data and cache, 1-D or lane_row");
   const LaneAxes<P, A> lane = lane_axes<P, A>(a, static_cast<int>(threadIdx.x) * P);
   pdl_wait_and_release();
   const int64_t h = a.rotary_dim / 2;
@@ -582,12 +590,25 @@ __global__ void __launch_bounds__(walk_block_threads(A, sizeof(C)), walk_min_blo
     CacheValues<C, P> c, s;
     const bool valid = token_angles<C, P, A>(a, pos, t, recorder, lane, j0, rec, c, s);
     for (int64_t hd = slot; hd < total_heads; hd += slots) {
-      if (hd != slot) {
-        locate(a, hd, t, in, out);
-        x.load(in + offA);
-        y.load(in + offB);
+      if constexpr (AHEAD) {
+        Pack<T, P> next_x, next_y;
+        const T* next_in = nullptr;
+        T* next_out = nullptr;
+        if (hd + slots < total_heads) {
+          locate(a, hd + slots, t, next_in, next_out);
+          next_x.load(next_in + offA);
+          next_y.load(next_in + offB);
+        }
+        finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
+        x = next_x, y = next_y, in = next_in, out = next_out;
+      } else {
+        if (hd != slot) {
+          locate(a, hd, t, in, out);
+          x.load(in + offA);
+          y.load(in + offB);
+        }
+        finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
       }
-      finish_head<T, P, NEOX>(x, y, in, out, offA, offB, valid, c, s);
     }
   }
 }
@@ -685,12 +706,6 @@ struct Plan {
   dim3 grid, block;
 };
 
-/// Heads per thread of the walk kernel before its clamp to [1, min(kMaxHeadsPerThread, heads)]
-/// (rope_walk_heads_wanted).
-int64_t walk_heads_wanted(const RopeArgs& a, int p, int sms) {
-  return rope_walk_heads_wanted(a.tokens, a.q.heads + a.k.heads, a.rotary_dim / 2 / p, sms);
-}
-
 /// The decode kernel serves every problem whose (token, head, lane) work fits in the resident threads
 /// (rope_decode_kernel_fits), unless FUSEOPS_ROPE_DECODE=0 (then the walk kernel, one head per thread).
 bool use_decode_kernel(const RopeArgs& a, int p, int sms) {
@@ -722,12 +737,11 @@ Plan make_plan(const RopeArgs& a, int p, int sms, int64_t units, int64_t blocks_
   return pl;
 }
 
-/// Walk kernel: heads per thread = the work over the resident threads, clamped to [1, 8] (decode one per thread);
-/// blocks of at most max_threads.
+/// Walk kernel: heads per thread = the work over the resident threads, clamped to [1, 8] (rope_walk_heads; decode
+/// one per thread); blocks of at most max_threads.
 Plan walk_plan(const RopeArgs& a, int p, int sms, int64_t max_threads) {
   const int64_t heads = a.q.heads + a.k.heads;
-  const int64_t hpt =
-      std::clamp<int64_t>(walk_heads_wanted(a, p, sms), 1, std::min<int64_t>(kMaxHeadsPerThread, heads));
+  const int64_t hpt = rope_walk_heads(a.tokens, heads, a.rotary_dim / 2 / p, sms);
   return make_plan(a, p, sms, (heads + hpt - 1) / hpt, 2, max_threads);
 }
 
@@ -803,8 +817,22 @@ void launch_walk(const RopeArgs& a, int sms, DeviceErrorRecord* rec, cudaStream_
   const Angles angles = angles_of(a, P);
   const Plan pl =
       walk_plan(a, P, sms, walk_block_threads(angles, static_cast<int>(dtype_size(a.cache_dtype))));
+  const bool ahead = angles != Angles::pair_rows &&
+                     rope_walk_ahead_size(a.tokens, a.q.heads + a.k.heads, a.rotary_dim / 2 / P, sms);
   with_float_type(a.cache_dtype, [&](auto tag) {
     using C = typename decltype(tag)::type;
+    if constexpr (sizeof(T) == 2 && sizeof(C) == 2 && P == 8) {
+      if (ahead) {
+        launch_variant(
+            a, angles, pl,
+            [](auto neox, auto angles) {
+              constexpr Angles kA = decltype(angles)::value;  // pair_rows never loads ahead (ahead is false there)
+              return rope_kernel<T, C, P, decltype(neox)::value, kA, kA != Angles::pair_rows>;
+            },
+            rec, stream, device);
+        return;
+      }
+    }
     launch_variant(
         a, angles, pl,
         [](auto neox, auto angles) { return rope_kernel<T, C, P, decltype(neox)::value, decltype(angles)::value>; },

@@ -3,6 +3,7 @@
 // angles come from (a cos table and a sin table, indexed by one position per M-RoPE axis), and how pairs are formed.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "fuseops/rope.h"
@@ -83,6 +84,20 @@ constexpr int64_t kRopeWalkMaxHeads = 8;
 inline int64_t rope_walk_heads_wanted(int64_t tokens, int64_t heads, int64_t lanes, int sms) {
   const int64_t resident = static_cast<int64_t>(sms) * kRopeResidentThreadsPerSm;
   return (tokens * heads * lanes + resident - 1) / resident;
+}
+
+/// Heads per thread of the walk kernel: rope_walk_heads_wanted clamped to [1, min(kRopeWalkMaxHeads, heads)].
+inline int64_t rope_walk_heads(int64_t tokens, int64_t heads, int64_t lanes, int sms) {
+  return std::clamp<int64_t>(rope_walk_heads_wanted(tokens, heads, lanes, sms), 1,
+                             std::min<int64_t>(kRopeWalkMaxHeads, heads));
+}
+
+/// From this many heads per thread the walk kernel loads one head ahead (16-bit data and cache, 16-byte lanes, 1-D
+/// positions or M-RoPE lanes on one axis): measured faster at 4-8 heads per thread and slower at 2
+/// (docs/ops/rope.md, thirty-first session).
+constexpr int64_t kRopeWalkAheadMinHeads = 4;
+inline bool rope_walk_ahead_size(int64_t tokens, int64_t heads, int64_t lanes, int sms) {
+  return rope_walk_heads(tokens, heads, lanes, sms) >= kRopeWalkAheadMinHeads;
 }
 
 /// The sizes at which the group kernel takes a problem of 1-D positions on the vector path: at least

@@ -125,11 +125,27 @@ int device_sms() {
 #endif
 }
 
+/// The heads a spec rotates (query and key) and its lanes per head on the 16-byte vector path.
+int64_t spec_heads(const RopeSpec& s) {
+  return s.q_heads + (s.has_key || s.op == RopeOp::apply_rotary_pos_emb ? s.k_heads : 0);
+}
+int64_t vector_lanes(const RopeSpec& s) { return s.rotary_dim / 2 / (s.dtype == DType::f32 ? 4 : 8); }
+
 /// Whether the group kernel takes a spec (1-D positions, 16-byte lanes) on this GPU: rope_group_kernel_size.
 bool reaches_group_kernel(const RopeSpec& s) {
-  const int64_t lanes = s.rotary_dim / 2 / (s.dtype == DType::f32 ? 4 : 8);
-  const int64_t heads = s.q_heads + (s.has_key || s.op == RopeOp::apply_rotary_pos_emb ? s.k_heads : 0);
-  return fuseops::detail::cuda::rope_group_kernel_size(s.tokens, heads, lanes, device_sms());
+  return fuseops::detail::cuda::rope_group_kernel_size(s.tokens, spec_heads(s), vector_lanes(s), device_sms());
+}
+
+/// Whether the walk kernel that loads one head ahead takes a spec of 16-bit data and cache on the vector path with
+/// 1-D positions or lane_row M-RoPE (the spec's part of the rule) on this GPU: above the decode kernel's size, off
+/// the group kernel's (1-D), and rope_walk_ahead_size.
+bool reaches_walk_ahead(const RopeSpec& s) {
+  namespace fd = fuseops::detail::cuda;
+  const int64_t heads = spec_heads(s), lanes = vector_lanes(s);
+  const int sms = device_sms();
+  return !fd::rope_decode_kernel_fits(s.tokens, heads, lanes, sms) &&
+         (s.op == RopeOp::mrope || !fd::rope_group_kernel_size(s.tokens, heads, lanes, sms)) &&
+         fd::rope_walk_ahead_size(s.tokens, heads, lanes, sms);
 }
 
 /// `tokens`, or more (a multiple of 256) where this GPU needs more for the spec to reach the group kernel.
@@ -193,6 +209,46 @@ std::vector<RopeSpec> group_specs(DType dtype) {
   return v;
 }
 
+// The walk kernel that loads one head ahead (16-bit data and cache, 16-byte lanes, 1-D positions or M-RoPE lanes on
+// one axis, at least 4 heads per thread): 5 + 2 or 7 heads (never the group kernel's 8), tokens raised from 12288 (a
+// multiple of 256) until this GPU gives 4 heads per thread (14592 on 132 SMs at 8 lanes); bad positions in every
+// NeoX spec. NeoX from a fused qkv buffer; GPT-J with i32 positions, the inverse and an f16 / bf16 cache of the
+// other type; NeoX partial rotary 64 of 256 (4 lanes); out-of-place GPT-J apply_rotary_pos_emb without
+// position_ids; chunked M-RoPE [16, 24, 24] (lane_row: every lane on one axis), NeoX, and GPT-J without a key. None
+// for f32 data (the kernel has no f32 form).
+std::vector<RopeSpec> walk_ahead_specs(DType dtype) {
+  std::vector<RopeSpec> v;
+  if (dtype == DType::f32) return v;
+  const DType other = dtype == DType::bf16 ? DType::f16 : DType::bf16;
+  RopeSpec s = spec(RopeOp::rotary_embedding, dtype, true, 12288, 5, 2, 128, 128);
+  s.fused_qkv = true;
+  v.push_back(s);
+  s = spec(RopeOp::rotary_embedding, dtype, false, 12288, 6, 1, 128, 128);
+  s.pos_dtype = DType::i32;
+  s.inverse = true;
+  s.cache_dtype = other;
+  v.push_back(s);
+  v.push_back(spec(RopeOp::rotary_embedding, dtype, true, 12288, 5, 2, 256, 64));
+  s = spec(RopeOp::apply_rotary_pos_emb, dtype, false, 12288, 5, 2, 128, 128);
+  s.batch = 2;
+  s.position_ids = false;
+  s.out_of_place = true;
+  s.max_position = 8192;
+  v.push_back(s);
+  for (bool neox : {true, false}) {
+    s = spec(RopeOp::mrope, dtype, neox, 12288, neox ? 5 : 7, 2, 128, 128);
+    s.layout = MropeLayout::chunked;
+    s.section = {16, 24, 24};
+    s.has_key = neox;
+    v.push_back(s);
+  }
+  for (RopeSpec& w : v) {
+    while (!reaches_walk_ahead(w)) w.tokens += 256;
+    if (w.is_neox) w.bad_tokens = {1, w.tokens / 2, w.tokens - 1};
+  }
+  return v;
+}
+
 class RopeLargeDtype : public ::testing::TestWithParam<DType> {};
 
 TEST_P(RopeLargeDtype, SeveralHeadsPerThreadMatchGolden) {
@@ -204,6 +260,7 @@ TEST_P(RopeLargeDtype, SeveralHeadsPerThreadMatchGolden) {
     EXPECT_TRUE(reaches_group_kernel(s)) << ft::describe(s);
     specs.push_back(s);
   }
+  for (const RopeSpec& s : walk_ahead_specs(GetParam())) specs.push_back(s);
   for (const RopeSpec& s : specs) {
     const ft::RopeOutcome o = ft::run_rope_check(s, fuseops::Device::cuda(0), rng());
     EXPECT_TRUE(o.pass()) << ft::describe(s) << ": " << o.detail();
