@@ -549,7 +549,7 @@ constexpr int walk_block_threads(Angles A, int cache_bytes) {
 constexpr int walk_min_blocks(Angles A, int cache_bytes) {
   return cache_bytes == 2 ? (A == Angles::pair_rows ? 9 : 5) : A == Angles::rope ? 5 : 4;
 }
-/// The walk kernel that loads one head ahead (AHEAD): 256 x 4 (at most 64 registers, 58-61 used: 1024 threads per
+/// The walk kernel that loads one head ahead (AHEAD): 256 x 4 (at most 64 registers, 58-64 used: 1024 threads per
 /// SM; at 48 it spills 16-28 bytes).
 constexpr int kWalkAheadMinBlocks = 4;
 

@@ -92,12 +92,21 @@ inline int64_t rope_walk_heads(int64_t tokens, int64_t heads, int64_t lanes, int
                              std::min<int64_t>(kRopeWalkMaxHeads, heads));
 }
 
-/// From this many heads per thread the walk kernel loads one head ahead (16-bit data and cache, 16-byte lanes, 1-D
-/// positions or M-RoPE lanes on one axis): measured faster at 4-8 heads per thread and slower at 2
-/// (docs/ops/rope.md, thirty-first session).
+/// Heads the walk kernel's busiest thread walks: the heads over its head slots per token (ceil(heads /
+/// rope_walk_heads), as the launch plans them), rounded up; below rope_walk_heads where the slots split the heads
+/// unevenly (6 heads at 4 per thread: 2 slots of 3).
+inline int64_t rope_walk_heads_walked(int64_t tokens, int64_t heads, int64_t lanes, int sms) {
+  const int64_t hpt = rope_walk_heads(tokens, heads, lanes, sms);
+  const int64_t slots = (heads + hpt - 1) / hpt;
+  return (heads + slots - 1) / slots;
+}
+
+/// From this many heads walked per thread the walk kernel loads one head ahead (16-bit data and cache, 16-byte
+/// lanes, 1-D positions or M-RoPE lanes on one axis): measured faster at 4-8 heads per thread and slower at 2; 3 not
+/// measured (docs/ops/rope.md, thirty-first session).
 constexpr int64_t kRopeWalkAheadMinHeads = 4;
 inline bool rope_walk_ahead_size(int64_t tokens, int64_t heads, int64_t lanes, int sms) {
-  return rope_walk_heads(tokens, heads, lanes, sms) >= kRopeWalkAheadMinHeads;
+  return rope_walk_heads_walked(tokens, heads, lanes, sms) >= kRopeWalkAheadMinHeads;
 }
 
 /// The sizes at which the group kernel takes a problem of 1-D positions on the vector path: at least

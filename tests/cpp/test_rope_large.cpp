@@ -13,7 +13,8 @@
 // rope_test_util.h; group_specs reach the group kernel (at least 8 heads per thread wanted on GPUs of up to 148
 // SMs, scaled up on larger GPUs) with groups of one tensor's heads (short last groups, a tensor of 2 or 1 heads, no
 // key), each cache type, fused qkv, DeepSeek-V3's head stride, bad positions, the inverse, partial rotary, and
-// out-of-place apply_rotary_pos_emb with output strides unlike the input's, NeoX and GPT-J.
+// out-of-place apply_rotary_pos_emb with output strides unlike the input's, NeoX and GPT-J; walk_ahead_specs reach
+// the walk kernel's form that loads one head ahead (16-bit data and cache, at least 4 heads walked per thread).
 #include <string>
 #include <vector>
 
@@ -197,7 +198,8 @@ std::vector<RopeSpec> group_specs(DType dtype) {
   s = spec(RopeOp::rotary_embedding, dtype, true, 8192, 2, 35, 128, 128);
   s.heads_dim = true;
   v.push_back(s);
-  // Partial rotary GPT-J, rotary 80 of 128: the second half's pairs start at 20 + j0 / 2, off a 16-byte line.
+  // Partial rotary GPT-J, rotary 80 of 128: the second half's pairs start at 20 + j0 / 2 (with a 16-bit cache 40
+  // bytes into the row, off a 16-byte line).
   s = spec(RopeOp::rotary_embedding, dtype, false, 8192, 31, 6, 128, 80);
   s.fused_qkv = true;
   v.push_back(s);
@@ -210,12 +212,13 @@ std::vector<RopeSpec> group_specs(DType dtype) {
 }
 
 // The walk kernel that loads one head ahead (16-bit data and cache, 16-byte lanes, 1-D positions or M-RoPE lanes on
-// one axis, at least 4 heads per thread): 5 + 2 or 7 heads (never the group kernel's 8), tokens raised from 12288 (a
-// multiple of 256) until this GPU gives 4 heads per thread (14592 on 132 SMs at 8 lanes); bad positions in every
-// NeoX spec. NeoX from a fused qkv buffer; GPT-J with i32 positions, the inverse and an f16 / bf16 cache of the
-// other type; NeoX partial rotary 64 of 256 (4 lanes); out-of-place GPT-J apply_rotary_pos_emb without
-// position_ids; chunked M-RoPE [16, 24, 24] (lane_row: every lane on one axis), NeoX, and GPT-J without a key. None
-// for f32 data (the kernel has no f32 form).
+// one axis, at least 4 heads walked per thread): 5 + 2 or 7 heads (never the group kernel's 8), tokens raised from
+// 12288 (a multiple of 256) until this GPU has each thread walk 4 heads (14592 on 132 SMs at 8 lanes); bad
+// positions in every spec with positions. NeoX from a fused qkv buffer; GPT-J with i32 positions, the inverse and an
+// f16 / bf16 cache of the other type; NeoX partial rotary 64 of 256 (4 lanes); out-of-place apply_rotary_pos_emb,
+// GPT-J without position_ids (the cache as long as the sequence) and NeoX with i32 position ids (bad tokens copied
+// unrotated); chunked M-RoPE [16, 24, 24] (lane_row: every lane on one axis), NeoX, and GPT-J without a key. None for
+// f32 data (the kernel has no f32 form).
 std::vector<RopeSpec> walk_ahead_specs(DType dtype) {
   std::vector<RopeSpec> v;
   if (dtype == DType::f32) return v;
@@ -233,7 +236,10 @@ std::vector<RopeSpec> walk_ahead_specs(DType dtype) {
   s.batch = 2;
   s.position_ids = false;
   s.out_of_place = true;
-  s.max_position = 8192;
+  v.push_back(s);
+  s = spec(RopeOp::apply_rotary_pos_emb, dtype, true, 12288, 5, 2, 128, 128);
+  s.out_of_place = true;
+  s.pos_dtype = DType::i32;
   v.push_back(s);
   for (bool neox : {true, false}) {
     s = spec(RopeOp::mrope, dtype, neox, 12288, neox ? 5 : 7, 2, 128, 128);
@@ -244,7 +250,8 @@ std::vector<RopeSpec> walk_ahead_specs(DType dtype) {
   }
   for (RopeSpec& w : v) {
     while (!reaches_walk_ahead(w)) w.tokens += 256;
-    if (w.is_neox) w.bad_tokens = {1, w.tokens / 2, w.tokens - 1};
+    if (w.position_ids) w.bad_tokens = {1, w.tokens / 2, w.tokens - 1};
+    else w.max_position = w.tokens / w.batch;  // position = index in the sequence: a cache row each
   }
   return v;
 }
