@@ -18,8 +18,9 @@
 //   what the positions decide.
 // - walk (rope_kernel): every larger case but heavy prefill, and every larger M-RoPE case. A thread reads its
 //   position(s) and angles once and walks over heads slot, slot + slots, ... (2 to 8), issuing the first head's
-//   loads before the position -> angle chain; from 4 heads per thread (16-bit data and cache, 1-D positions or
-//   lane_row M-RoPE) it issues each next head's loads before rotating the current one (AHEAD).
+//   loads before the position -> angle chain; from 4 heads walked per thread (16-bit data and cache, 1-D positions
+//   or lane_row M-RoPE; rope_walk_ahead_size) it issues each next head's loads before rotating the current one
+//   (AHEAD).
 // - group (rope_group_kernel): 1-D positions, vector path, when the walk kernel would give every thread 8 heads
 //   (>= 7 heads per resident thread): 4 consecutive heads of q or of k per thread, addressed from one base and the
 //   head stride (no per-head address arithmetic between the loads), all 8 loads issued before the position -> angle
