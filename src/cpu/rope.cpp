@@ -1,6 +1,7 @@
 // CPU backend of the rotary embeddings: per token, gather the angles once (one position per M-RoPE axis), then
 // rotate the first rotary_dim dims of every query and key head in fp32, one rounding at the store.
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "common/half.h"
@@ -42,8 +43,12 @@ void rotate_heads(const RopeArgs& a, const RopeHeads& h, int64_t t, bool valid, 
     const int64_t in = t * h.token_stride + head * h.head_stride;
     const int64_t out = t * h.out_token_stride + head * h.out_head_stride;
     if (!valid) {
-      if (copy) {
-        for (int64_t i = 0; i < a.rotary_dim; ++i) store(a.dtype, h.out, out + i, load(a.dtype, h.data, in + i));
+      if (copy) {  // bit for bit (through float, NaN payloads would change), as the CUDA kernels copy
+        const std::size_t es = dtype_size(a.dtype);
+        for (int64_t i = 0; i < a.rotary_dim; ++i) {
+          std::memcpy(static_cast<char*>(h.out) + (out + i) * static_cast<int64_t>(es),
+                      static_cast<const char*>(h.data) + (in + i) * static_cast<int64_t>(es), es);
+        }
       }
       continue;
     }

@@ -311,3 +311,34 @@ TEST(RopeStrides, MropeTokenMajorPositions) {
 
 }  // namespace
 }  // namespace fuseops_test
+
+namespace fuseops_test {
+namespace {
+
+// Out of place, a token with a bad position is copied bit for bit: NaN payloads and signs included (through a float
+// conversion bf16 0x7f81 became 0x7fc1, f16 0x7c01 became 0x7e00). CPU backend; the CUDA kernels store the vectors
+// they loaded.
+TEST(RopeBadPositions, OutOfPlaceCopyIsBitwise) {
+  for (DType dt : {DType::bf16, DType::f16}) {
+    constexpr int64_t T = 2, D = 8;
+    const std::vector<uint16_t> specials = {0x7f81, 0x7fbf, 0xffff, 0xfe01, 0xff80, 0x7c01, 0x8000, 0x0001};
+    std::vector<uint16_t> q(T * D, 0x3c00), k(T * D, 0x3c00), qo(T * D, 0), ko(T * D, 0);
+    for (int64_t i = 0; i < D; ++i) q[D + i] = k[D + i] = specials[i];
+    std::vector<float> cos(4 * D / 2, 1.0f), sin(4 * D / 2, 0.0f);
+    std::vector<int64_t> ids = {0, 99};  // token 1: outside the 4 cache rows
+    const fuseops::Device cpu = fuseops::Device::cpu();
+    const TensorView pid(ids.data(), DType::i64, cpu, {T});
+    fuseops::apply_rotary_pos_emb(TensorView(qo.data(), dt, cpu, {T, 1, D}), TensorView(ko.data(), dt, cpu, {T, 1, D}),
+                                  TensorView(q.data(), dt, cpu, {T, 1, D}), TensorView(k.data(), dt, cpu, {T, 1, D}),
+                                  TensorView(cos.data(), DType::f32, cpu, {4, D / 2}),
+                                  TensorView(sin.data(), DType::f32, cpu, {4, D / 2}), &pid, false);
+    EXPECT_THROW(fuseops::check_errors(), fuseops::Error);  // the bad position is reported (and cleared)
+    for (int64_t i = 0; i < D; ++i) {
+      EXPECT_EQ(qo[D + i], specials[i]) << fuseops::dtype_name(dt) << " q dim " << i;
+      EXPECT_EQ(ko[D + i], specials[i]) << fuseops::dtype_name(dt) << " k dim " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace fuseops_test
