@@ -43,12 +43,11 @@ void rotate_heads(const RopeArgs& a, const RopeHeads& h, int64_t t, bool valid, 
     const int64_t in = t * h.token_stride + head * h.head_stride;
     const int64_t out = t * h.out_token_stride + head * h.out_head_stride;
     if (!valid) {
-      if (copy) {  // bit for bit (through float, NaN payloads would change), as the CUDA kernels copy
-        const std::size_t es = dtype_size(a.dtype);
-        for (int64_t i = 0; i < a.rotary_dim; ++i) {
-          std::memcpy(static_cast<char*>(h.out) + (out + i) * static_cast<int64_t>(es),
-                      static_cast<const char*>(h.data) + (in + i) * static_cast<int64_t>(es), es);
-        }
+      if (copy) {  // bit for bit (through float, NaN payloads would change), as the CUDA kernels copy; the first
+                   // rotary_dim elements of a head are contiguous (innermost stride 1)
+        const int64_t es = static_cast<int64_t>(dtype_size(a.dtype));
+        std::memcpy(static_cast<char*>(h.out) + out * es, static_cast<const char*>(h.data) + in * es,
+                    static_cast<std::size_t>(a.rotary_dim * es));
       }
       continue;
     }
