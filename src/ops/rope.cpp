@@ -78,6 +78,8 @@ RopeHeads heads_of(const char* op, const char* name, const TensorView& v, const 
     fail_argument(op, name, "innermost stride 1", "stride " + std::to_string(v.strides[v.rank - 1]));
   }
   h.token_stride = flat_stride(op, name, v, nlead, 0);
+  if (h.heads <= 1) h.head_stride = 0;  // never used; as flat_stride's for a size-1 token dim, so that views that
+                                        // differ only there are the same view (in place), not an overlap
   h.out = h.data;
   h.out_token_stride = h.token_stride;
   h.out_head_stride = h.head_stride;

@@ -15,7 +15,8 @@ namespace fuseops::detail {
 constexpr int kRopeMaxPairs = static_cast<int>(kRopeMaxRotaryDim / 2);
 
 /// The heads of query or key: element (t, head, i) is data[t * token_stride + head * head_stride + i] (input) and
-/// out[t * out_token_stride + head * out_head_stride + i] (output; out == data and equal strides in place).
+/// out[t * out_token_stride + head * out_head_stride + i] (output; out == data and equal strides in place). The
+/// stride of a size-1 dim (one token, one head) is 0: it is never used.
 struct RopeHeads {
   void* data = nullptr;  ///< null: absent (key=None)
   void* out = nullptr;

@@ -198,5 +198,21 @@ TEST_F(RopeErrors, ApplyRotaryPosEmbArguments) {
                    "apply_rotary_pos_emb_backward", "sin");
 }
 
+// A size-1 head dim's stride is never used: an output that differs from its input only there is the input (in
+// place), not an overlap, as a size-1 token dim already was. The rotation equals that of the identical view.
+TEST_F(RopeErrors, SizeOneHeadDimStrideIsIgnored) {
+  const TensorView ids = v(0, {4, 3}, i64), cs = v(3, {16, 32}), sn = v(4, {16, 32});
+  for (int i = 0; i < 4 * 3 * 64; ++i) static_cast<float*>(buf(1))[i] = static_cast<float>(i % 7) - 3.0f;
+  for (int i = 0; i < 16 * 32; ++i) static_cast<float*>(buf(3))[i] = 0.5f, static_cast<float*>(buf(4))[i] = -0.25f;
+  bufs_[2] = bufs_[1];
+  const std::vector<int64_t> before = bufs_[1];
+  // q: its output view has head stride 1 where the input has 64; k: the identical view. Both rotate the same data.
+  const TensorView q4 = s(1, {4, 3, 1, 64}, {192, 64, 64, 1}), q4_out = s(1, {4, 3, 1, 64}, {192, 64, 1, 1});
+  const TensorView k4 = s(2, {4, 3, 1, 64}, {192, 64, 64, 1});
+  EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(q4_out, k4, q4, k4, cs, sn, &ids, false));
+  EXPECT_EQ(bufs_[1], bufs_[2]);
+  EXPECT_NE(bufs_[1], before);
+}
+
 }  // namespace
 }  // namespace fuseops_test
