@@ -24,7 +24,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import cold_sets, warm_cold_us  # noqa: E402
 
-SHAPE = re.compile(r"^(\d+)x(\d+)/(\d+)x(\d+)(?:r(\d+))?(j?)(?:,hs(\d+))?(?:,B(\d+))?(?:,cache (\w+))?$")
+SHAPE = re.compile(r"^(\d+)x(\d+)/(\d+)x(\d+)(?:r(\d+))?(j?)(?:,hs(\d+))?(?:,B(\d+))?(?:,sec(\d+)/(\d+)/(\d+))?"
+                   r"(?:,theta[^,]+)?(?:,mp(\d+))?(?:,cache (\w+))?$")
 DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
 SECTIONS = {"qwen3-vl": (24, 20, 20), "qwen2.5-vl": (16, 24, 24), "glm-4.1v": (8, 12, 12)}
 
@@ -60,9 +61,9 @@ def case_fn(r, fg):
     hs = int(m.group(7) or D)
     B = int(m.group(8) or 0)
     dt = DTYPES[r["dtype"]]
-    cdt = DTYPES[m.group(9)] if m.group(9) else dt
+    cdt = DTYPES[m.group(13)] if m.group(13) else dt
     h = rd // 2
-    max_pos = max(4096, T // max(B, 1)) if op.startswith("apply") else 32768
+    max_pos = int(m.group(12)) if m.group(12) else max(4096, T // max(B, 1)) if op.startswith("apply") else 32768
 
     def heads(H):
         return torch.randn(T, H, hs, device="cuda", dtype=dt)[..., :D]
@@ -83,7 +84,7 @@ def case_fn(r, fg):
         return once((key, cols), lambda: torch.randn(max_pos, cols, device="cuda").to(cdt))
 
     def positions(axes):
-        return once(("pos", axes), lambda: positions_of(T, axes))
+        return once(("pos", axes), lambda: positions_of(T, axes, max_pos))
 
     if op.startswith("apply_rotary_pos_emb"):
         seq = T // B
@@ -100,7 +101,7 @@ def case_fn(r, fg):
         return make, lambda a: fg["apply"](a[0], a[1], a[2], a[3], a[4], rotary_interleaved=not neox, inplace=True)
     if op.startswith("mrope"):
         layout = op[op.index("(") + 1:-1]
-        section = SECTIONS.get(r["set"])
+        section = tuple(int(m.group(i)) for i in (9, 10, 11)) if m.group(9) else SECTIONS.get(r["set"])
         if section is None:
             return None
         axis_map = glm_axis_map(section, h) if layout == "interleaved_glm" else None

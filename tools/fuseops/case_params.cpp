@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace fuseops::cli {
 
@@ -10,9 +11,12 @@ std::string value_text(const ParamValue& v) {
   if (const auto* i = std::get_if<int64_t>(&v)) return std::to_string(*i);
   if (const auto* s = std::get_if<std::string>(&v)) return *s;
   if (const auto* b = std::get_if<bool>(&v)) return *b ? "true" : "false";
-  if (const auto* d = std::get_if<double>(&v)) {
+  if (const auto* d = std::get_if<double>(&v)) {  // %g, with more digits only where 6 do not give the value back
     char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", *d);
+    for (int digits = 6; digits <= 17; ++digits) {
+      std::snprintf(buf, sizeof buf, "%.*g", digits, *d);
+      if (std::strtod(buf, nullptr) == *d) break;
+    }
     return buf;
   }
   std::string out = "[";

@@ -36,8 +36,16 @@ struct Spec {
   int64_t hs() const { return head_stride ? head_stride : d; }
 };
 
+/// max_position where a case does not give it: the anchors' script's for apply_rotary_pos_emb (the sequence, at
+/// least 4096 rows), the hooks' default otherwise.
+int64_t default_max_position(const Spec& s) {
+  return s.batch > 0 ? std::max<int64_t>(s.tokens / s.batch, 4096) : 32768;
+}
+
 /// "4096x32/8x128" (tokens x Hq / Hk x D), then "r64" (rotary_dim < D), "j" (GPT-J), ",hs192" (head stride),
-/// ",B4" (batch of apply_rotary_pos_emb), ",cache f32" (cache dtype != data dtype): bench/baselines parses it.
+/// ",B4" (batch of apply_rotary_pos_emb), ",sec24/20/20" (mrope_section), ",theta500000" (theta != 10000), ",mp8192"
+/// (max_position != default_max_position), ",cache f32" (cache dtype != data dtype): every parameter that tells two
+/// cases of one op apart; bench/baselines parses it.
 std::string shape_of(const Spec& s) {
   std::string v = std::to_string(s.tokens) + "x" + std::to_string(s.hq) + "/" + std::to_string(s.hk) + "x" +
                   std::to_string(s.d);
@@ -45,6 +53,15 @@ std::string shape_of(const Spec& s) {
   v += s.neox ? "" : "j";
   if (s.head_stride) v += ",hs" + std::to_string(s.head_stride);
   if (s.batch) v += ",B" + std::to_string(s.batch);
+  if (s.op == RopeOp::mrope) {
+    const auto& sec = s.section;
+    v += ",sec" + std::to_string(sec[0]) + "/" + std::to_string(sec[1]) + "/" + std::to_string(sec[2]);
+  }
+  if (s.theta != 10000) {  // as config.json writes it: 1000000, not 1e+06
+    const bool whole = s.theta < 1e15 && std::floor(s.theta) == s.theta;
+    v += ",theta" + (whole ? std::to_string(static_cast<int64_t>(s.theta)) : value_text(ParamValue{s.theta}));
+  }
+  if (s.max_position != default_max_position(s)) v += ",mp" + std::to_string(s.max_position);
   return s.cache_dtype == s.dtype ? v : v + ",cache " + dtype_name(s.cache_dtype);
 }
 
@@ -245,14 +262,15 @@ class RopeCase : public OpCase {
 
   CheckOutcome check(Device device, int64_t nrows, uint64_t seed) const override {
     const auto t0 = std::chrono::steady_clock::now();
-    const testing::RopeOutcome o = testing::run_rope_check(check_spec(s_, nrows, !device.is_cuda()), device, seed);
+    const testing::RopeSpec spec = check_spec(s_, nrows, !device.is_cuda());
+    const testing::RopeOutcome o = testing::run_rope_check(spec, device, seed);
     CheckOutcome r;
     r.pass = o.pass();
     r.max_abs_error = o.cmp.max_abs_error;
     r.rel_rms_error = o.cmp.rel_rms_error;
     r.tolerance = o.tolerance.describe();
     r.detail = o.pass() ? "" : o.detail();
-    r.rows_checked = nrows;
+    r.rows_checked = spec.tokens;  // a whole number of apply_rotary_pos_emb sequences: at most nrows
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
   }
@@ -317,12 +335,12 @@ Spec flaggems(int64_t b, int64_t seq, int64_t hq, int64_t hk, int64_t d, bool ne
   s.op = RopeOp::apply_rotary_pos_emb;
   s.batch = b;
   s.tokens = b * seq;
-  s.max_position = std::max<int64_t>(seq, 4096);  // as the anchors' script
+  s.max_position = default_max_position(s);  // as the anchors' script
   return s;
 }
 
 /// The parameters every rope hook takes (docs/cases.md).
-std::vector<ParamSpec> rope_params(bool rotary_dim, bool head_stride) {
+std::vector<ParamSpec> rope_params(bool rotary_dim, bool head_stride, bool apply) {
   std::vector<ParamSpec> v = {integer_param("tokens", "T (all sequences)"), integer_param("num_heads", "Hq, query heads"),
                               integer_param("num_kv_heads", "Hk, key heads"),
                               integer_param("head_size", "D (even)", std::nullopt, 2)};
@@ -330,7 +348,9 @@ std::vector<ParamSpec> rope_params(bool rotary_dim, bool head_stride) {
   if (head_stride) v.push_back(integer_param("head_stride", "elements between heads, >= head_size (0: head_size)", 0, 0));
   v.push_back(bool_param("is_neox", "NeoX (true: halves) or GPT-J (false: adjacent pairs)", true));
   v.push_back(ParamSpec{"theta", ParamKind::number, "rope base", 10000.0, {}, 0, INT64_MAX});
-  v.push_back(integer_param("max_position", "rows of the cos / sin cache", 32768, 1, int64_t{1} << 24));
+  v.push_back(apply ? integer_param("max_position", "rows of cos / sin (0: the sequence, at least 4096)", 0, 0,
+                                    int64_t{1} << 24)
+                    : integer_param("max_position", "rows of the cos / sin cache", 32768, 1, int64_t{1} << 24));
   v.push_back(dtype_param());
   v.push_back(text_param("cache_dtype", "dtype of the cos / sin cache (same: the data's)", "same", {"same", "f32", "f16", "bf16"}));
   return v;
@@ -385,7 +405,7 @@ OpSpec rope_op(RopeOp op, bool backward) {
       spec.alias_defaults[std::string("mrope(") + layout + ")"] = {{"mrope_layout", std::string(layout)}};
     }
   }
-  spec.params = rope_params(!apply, op == RopeOp::rotary_embedding);
+  spec.params = rope_params(!apply, op == RopeOp::rotary_embedding, apply);
   if (apply) spec.params.insert(spec.params.begin() + 1, integer_param("batch", "sequences; tokens = batch x seq", 1));
   if (mrope) {
     ParamSpec section;
@@ -404,6 +424,7 @@ OpSpec rope_op(RopeOp op, bool backward) {
       if (s.tokens % s.batch != 0) {
         throw ParamError("batch", "tokens " + std::to_string(s.tokens) + " is not a multiple of batch " + std::to_string(s.batch));
       }
+      if (s.max_position == 0) s.max_position = default_max_position(s);
     }
     if (mrope) {
       const std::vector<int64_t>& sec = p.int_list("mrope_section");
@@ -464,7 +485,8 @@ void register_rope_cases(Registry& r) {
   r.add("flagos", "", true, make(flagos));
   std::vector<Spec> dtypes;
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {
-    for (DType c : {DType::f32, t}) {
+    const std::vector<DType> caches = t == DType::f32 ? std::vector<DType>{t} : std::vector<DType>{DType::f32, t};
+    for (DType c : caches) {
       Spec s = rope(8, 2, 128, 80, true, 10000);
       s.dtype = t, s.cache_dtype = c, s.tokens = 257;
       dtypes.push_back(s);

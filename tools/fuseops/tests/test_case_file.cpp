@@ -298,13 +298,17 @@ TEST(CaseFile, EveryFamilysHooksParse) {
       "  - op: fused_recurrent_gated_delta_rule_update\n    batch: 3\n    num_heads: 2\n"
       "  - op: fused_sigmoid_gating_delta_rule_update\n    batch: 3\n    num_heads: 2\n    num_v_heads: 4\n"
       "  - op: chunk_local_cumsum\n    seqlens: [3, 70, 0, 5]\n    num_v_heads: 3\n    reverse: true\n"
-      "  - op: chunk_local_cumsum\n    seqlens: [3, 70, 0, 5]\n    num_v_heads: 3\n    reverse: true\n    scale: -2\n");
+      "  - op: chunk_local_cumsum\n    seqlens: [3, 70, 0, 5]\n    num_v_heads: 3\n    reverse: true\n    scale: -2\n"
+      "  - op: rotary_embedding_backward\n    tokens: 8\n    num_heads: 8\n    num_kv_heads: 2\n    head_size: 128\n"
+      "    rotary_dim: 64\n    theta: 500000.5\n    max_position: 8192\n"
+      "  - op: apply_rotary_pos_emb\n    tokens: 40\n    batch: 4\n    num_heads: 4\n    num_kv_heads: 2\n    head_size: 64\n"
+      "    theta: 1000000\n    max_position: 32768\n    cache_dtype: f32\n");
   const auto cases = f.make_cases();
   const std::vector<std::pair<std::string, std::string>> want = {
       {"rotary_embedding", "30x128/1x64j,hs192"},
       {"rotary_embedding_backward", "8x8/2x128r64"},
       {"apply_rotary_pos_emb", "40x4/2x64,B4"},
-      {"mrope(interleaved)", "50x4/2x128"},
+      {"mrope(interleaved)", "50x4/2x128,sec24/20/20"},
       {"topk_softmax", "33x512 k10,renorm"},
       {"grouped_topk", "33x256 k8,g8/4,x2.5,bias"},
       {"moe_align_block_size", "33x64 k6 bs16"},
@@ -322,7 +326,9 @@ TEST(CaseFile, EveryFamilysHooksParse) {
       {"fused_recurrent_gated_delta_rule_update", "2/2:N3"},
       {"fused_sigmoid_gating_delta_rule_update", "2/4:N3,gating"},
       {"chunk_local_cumsum", "4seq:78x3,rev"},
-      {"chunk_local_cumsum", "4seq:78x3,rev,x-2"}};  // scale is in the label
+      {"chunk_local_cumsum", "4seq:78x3,rev,x-2"},  // scale is in the label
+      {"rotary_embedding_backward", "8x8/2x128r64,theta500000.5,mp8192"},  // every parameter that differs is shown
+      {"apply_rotary_pos_emb", "40x4/2x64,B4,theta1000000,mp32768,cache f32"}};
   ASSERT_EQ(cases.size(), want.size());
   for (std::size_t i = 0; i < want.size(); ++i) {
     EXPECT_EQ(cases[i]->op, want[i].first) << i;

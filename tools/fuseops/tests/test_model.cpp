@@ -202,7 +202,8 @@ TEST(Model, EveryOpThroughItsHookNoFalseMissing) {
   const auto steps = model("qwen3-next-80b").layer(64, 1);
   EXPECT_EQ(resolve(step_of(steps, "chunk_gated_delta_rule"), registry(), "qwen3-next-80b").c->shape, "16/32:64");
   EXPECT_EQ(resolve(step_of(steps, "chunk_local_cumsum"), registry(), "qwen3-next-80b").c->shape, "1x64x32");
-  EXPECT_EQ(resolve(step_of(steps, "rotary_embedding"), registry(), "qwen3-next-80b").c->shape, "64x16/2x256r64");
+  EXPECT_EQ(resolve(step_of(steps, "rotary_embedding"), registry(), "qwen3-next-80b").c->shape,
+            "64x16/2x256r64,theta10000000");
   EXPECT_EQ(resolve(step_of(steps, "topk_softmax"), registry(), "qwen3-next-80b").c->shape, "64x512 k10,renorm");
   const auto ds = model("deepseek-v3").layer(64, 1);
   EXPECT_EQ(resolve(step_of(ds, "rotary_embedding"), registry(), "deepseek-v3").c->shape, "64x128/1x64j,hs192");
