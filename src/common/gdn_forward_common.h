@@ -45,7 +45,7 @@ FUSEOPS_HD PoolSeq pool_sequence(const DecodeArgs& a, int64_t n, int64_t len) {
       col = load_index(a.num_accepted, a.acc_dtype, n) - 1;
       if (col < 0 || col >= a.idx_cols) return PoolSeq{-1, a.acc_site, n};
     }
-    if (len > a.idx_cols) return PoolSeq{-1, a.idx_site, n * a.idx_cols};
+    if (len > a.idx_cols) return PoolSeq{-1, a.len_site, n};
   }
   const int64_t e = a.idx_cols > 0 ? n * a.idx_cols + col : n;
   const int64_t s = load_index(a.indices, a.idx_dtype, e);

@@ -70,7 +70,9 @@ DeviceErrorRecord g_host_record{0u, 0u, ULLONG_MAX};
 uint32_t error_site(const char* op, const char* arg, const char* rule) {
   std::lock_guard<std::mutex> lock(g_sites_mutex);
   for (std::size_t i = 0; i < g_sites.size(); ++i) {
-    if (g_sites[i].op == op && g_sites[i].arg == arg) return static_cast<uint32_t>(i + 1);
+    if (g_sites[i].op == op && g_sites[i].arg == arg && g_sites[i].rule == (rule ? rule : "")) {
+      return static_cast<uint32_t>(i + 1);
+    }
   }
   g_sites.push_back(Site{op, arg, rule ? rule : ""});
   return static_cast<uint32_t>(g_sites.size());

@@ -15,8 +15,9 @@ struct DeviceErrorRecord {
   unsigned long long index;
 };
 
-/// Id (>= 1) of an (op, argument) pair; registered once, stable for the process. `rule`, where the index alone does
-/// not say what is wrong (cu_seqlens: the index is a sequence), is added to the message (the first registration's).
+/// Id (>= 1) of an (op, argument, rule) triple; registered once, stable for the process. `rule`, where the index
+/// alone does not say what is wrong (cu_seqlens: the index is a sequence), is added to the message; two rules of one
+/// argument are two sites.
 uint32_t error_site(const char* op, const char* arg, const char* rule = nullptr);
 /// "op", "arg" of a site id.
 const char* error_site_op(uint32_t site);

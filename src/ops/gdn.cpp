@@ -110,7 +110,8 @@ Device check_kkt(const char* op, const TensorView& out, const char* out_name, co
     if (!g) HV = beta->shape[2];
   }
   if (HV < H || HV % H != 0) {
-    fail_argument(op, g ? "g" : "beta", "HV (heads) a multiple of H = " + std::to_string(H), std::to_string(HV));
+    fail_argument(op, g ? "g" : "beta", "HV (heads) a multiple of H = " + std::to_string(H) + ", at least H",
+                  std::to_string(HV));
   }
   check_dtype(op, out_name, out, kFloat);
   if (out.rank != 4 || out.shape[0] != B || out.shape[1] != T || out.shape[2] != HV || out.shape[3] != chunk_size) {

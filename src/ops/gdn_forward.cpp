@@ -77,9 +77,11 @@ void check_state(const char* op, const char* name, const TensorView& t, std::ini
   check_output(op, name, t, dtypes, {N, HV, K, V}, "[N, HV, K, V]");
 }
 
-/// HV a multiple of H.
+/// HV a multiple of H, at least H (H >= 1 is checked before).
 void check_grouping(const char* op, const char* name, int64_t HV, int64_t H) {
-  if (HV < H || HV % H != 0) fail_argument(op, name, "HV (heads) a multiple of H = " + to_string(H), to_string(HV));
+  if (HV < H || HV % H != 0) {
+    fail_argument(op, name, "HV (heads) a multiple of H = " + to_string(H) + ", at least H", to_string(HV));
+  }
 }
 
 /// The optional g of the stage ops: the f32 chunk-local cumsum [B, T, HV].
@@ -717,6 +719,8 @@ void check_pool(const char* op, const TensorView& pool, const TensorView& idx, c
   a.idx_dtype = idx.dtype;
   a.idx_cols = idx.rank == 2 ? idx.shape[1] : 0;
   a.idx_site = error_site(op, "ssm_state_indices");
+  a.len_site = error_site(op, "cu_seqlens", "the index is a sequence n with more tokens than the Tmax columns of "
+                          "ssm_state_indices [N, Tmax]: it is skipped as padding");
 }
 
 }  // namespace

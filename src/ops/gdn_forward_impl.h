@@ -95,6 +95,7 @@ struct DecodeArgs {
   const void* num_accepted = nullptr;  ///< [N], optional
   DType acc_dtype = DType::i32;
   uint32_t idx_site = 0, acc_site = 0;
+  uint32_t len_site = 0;  ///< cu_seqlens: a sequence longer than the idx_cols columns of [N, Tmax] indices
 };
 
 namespace cpu {

@@ -50,8 +50,8 @@ void run(const char* op, TensorView out, const TensorView* mean, const TensorVie
   }
   check_affine(op, "weight", weight, x, N);
   if (bias) {
+    check_same_dtype(op, "bias", *bias, "weight", weight);  // first: weight's dtype is the rule (weight is checked)
     check_affine(op, "bias", *bias, x, N);
-    check_same_dtype(op, "bias", *bias, "weight", weight);
   }
   if (group_size < 0 || (group_size > 0 && N % group_size != 0)) {
     fail_argument(op, "group_size", "0 (none: N) or a divisor of N = " + std::to_string(N), std::to_string(group_size));

@@ -144,6 +144,9 @@ TEST_F(GdnErrors, GateAndBeta) {
     EXPECT_ARG_ERROR(op.call(v(3, {1, 8, 3, 16}), kv, nullptr, &b3, 16, nullptr, {}), op.name, "beta",
                      "a multiple of H = 2", "got 3");
     EXPECT_ARG_ERROR(op.call(v(3, {1, 8, 1, 16}), kv, &g1, nullptr, 16, nullptr, {}), op.name, "g", "got 1");
+    // HV = 0 heads: refused as H = 0 is (0 is a multiple of H, so the message says "at least H").
+    const TensorView g0 = v(1, {1, 8, 0}), b0 = v(2, {1, 8, 0});
+    EXPECT_ARG_ERROR(op.call(v(3, {1, 8, 0, 16}), kv, &g0, &b0, 16, nullptr, {}), op.name, "g", "at least H", "got 0");
     // g: f32 only; shape [B, T, HV].
     const TensorView gb = v(1, {1, 8, 4}, bf16), gt = v(1, {1, 7, 4}), gr = v(1, {8, 4}), gB = v(1, {2, 8, 4});
     EXPECT_ARG_ERROR(op.call(out(), kv, &gb, &bv, 16, nullptr, {}), op.name, "g", "dtype f32", "got bf16");

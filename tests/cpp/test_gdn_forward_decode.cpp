@@ -37,6 +37,7 @@ struct PoolCase {
   int64_t pool_guard = 0;  ///< guard elements of the pool (0: aligned, the fast kernel; 1: misaligned, the fallback)
   DType idx_dtype = DType::i64;            ///< ssm_state_indices
   std::optional<DType> beta_dtype;         ///< beta's dtype when not the spec's gate dtype (beta rounded to it)
+  std::vector<std::string> error_words;    ///< words the recorded error's message must hold (with bad_rows)
 };
 
 /// fused_recurrent_gated_delta_rule (FLA form) on inputs of `s` against the float64 recurrence golden.
@@ -162,7 +163,7 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   if (pc.bad_rows.empty() && !pc.bad_write) {
     EXPECT_NO_THROW(fuseops::check_errors());
   } else {
-    EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value, {}));
+    EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value, pc.error_words));
   }
   EXPECT_TRUE(O.untouched_outside(true));
   EXPECT_TRUE(matches(O.read(), gold.o, s.dtype == f32 && pc.pool_dtype == f32 ? f32 : bf16, "o"));
@@ -245,6 +246,7 @@ TEST_P(GdnDecode, BadIndicesAreRecorded) {
     pc.s = fixed(3, 1, 1, 2, K, 32, f32);
     pc.idx = {1, 99, 2};
     pc.bad_rows = {1};
+    pc.error_words = {"ssm_state_indices", "index 1"};
     run_pool_case(GetParam(), pc, rng);
     PoolCase acc;
     acc.s = varlen({2, 2}, 1, 2, K, 32, f32);
@@ -252,7 +254,17 @@ TEST_P(GdnDecode, BadIndicesAreRecorded) {
     acc.idx = {0, 1, 2, 3};
     acc.accepted = {1, 5};
     acc.bad_rows = {1};
+    acc.error_words = {"num_accepted_tokens", "index 1"};
     run_pool_case(GetParam(), acc, rng);
+    // a sequence with more tokens than the Tmax columns: padding, recorded under cu_seqlens at its index n, not as
+    // an out-of-range ssm_state_indices entry (every entry here is a valid slot)
+    PoolCase longer;
+    longer.s = varlen({2, 3}, 1, 2, K, 32, f32);
+    longer.cols = 2;
+    longer.idx = {0, 1, 2, 3};
+    longer.bad_rows = {1};
+    longer.error_words = {"cu_seqlens", "index 1", "more tokens than the Tmax columns"};
+    run_pool_case(GetParam(), longer, rng);
     // an empty pool (S = 0, no data): every index is padding (-1, o rows 0) or bad (recorded), in both forms
     for (bool gating : {false, true}) {
       PoolCase empty;

@@ -65,7 +65,7 @@ TEST_F(NormErrors, EveryArgument) {
                    op, "weight", "stride 1");
   const TensorView b_bad = v(b_, {64, 1}), b_f16 = v(b_, {64}, DType::f16);
   EXPECT_ARG_ERROR(call(out, x, w, &b_bad, &z, &mean, &rstd), op, "bias", "[64]");
-  EXPECT_ARG_ERROR(call(out, x, w, &b_f16, &z, &mean, &rstd), op, "bias", "got f16");
+  EXPECT_ARG_ERROR(call(out, x, w, &b_f16, &z, &mean, &rstd), op, "bias", "f32 (the dtype of weight)", "got f16");
   // f32 x: one allowed dtype, said once
   EXPECT_ARG_ERROR(call(out, x, v(w_, {64}, DType::f16), &b, &z, &mean, &rstd), op, "weight",
                    "expected dtype f32 (the dtype of x), got f16");
