@@ -119,6 +119,21 @@ struct Work {
   std::string label() const { return c->op + " " + c->shape + " " + dtype_name(c->dtype); }
 };
 
+/// Widths of the set, op and shape columns of a console table: the given minimum, or the widest cell of `work`
+/// (at most 64 columns), so that a run's rows line up whatever its shapes print.
+struct NameColumns {
+  int set, op, shape;
+};
+NameColumns name_columns(const std::vector<Work>& work, int set, int op, int shape) {
+  NameColumns w{set, op, shape};
+  for (const Work& x : work) {
+    w.set = std::max(w.set, std::min(text_columns(printable_text(x.set)), 64));
+    w.op = std::max(w.op, std::min(text_columns(x.c->op), 64));
+    w.shape = std::max(w.shape, std::min(text_columns(x.c->shape), 64));
+  }
+  return w;
+}
+
 /// Runs `f` for the case `w`; an allocation that fails (host memory) becomes an Error naming the case (std::bad_alloc
 /// alone says nothing of which one).
 template <typename F>
@@ -282,7 +297,9 @@ int run_check(const Options& opts) {
     std::printf("%s: running on the CPU with at most %lld rows per case (reduced sizes)\n",
                 opts.backend == "cpu" ? "--backend cpu" : "no CUDA device", static_cast<long long>(opts.cpu_rows));
   }
-  std::printf("%-16s %-28s %-12s %-5s %6s %11s %11s  %-34s %s\n", "set", "op", "shape", "dtype", "rows", "max_abs_err",
+  const NameColumns w = name_columns(work, 16, 28, 12);
+  std::printf("%s %s %s %-5s %6s %11s %11s  %-34s %s\n", pad_column("set", w.set).c_str(),
+              pad_column("op", w.op).c_str(), pad_column("shape", w.shape).c_str(), "dtype", "rows", "max_abs_err",
               "rel_rms_err", "tolerance", "result");
   nlohmann::json rows = nlohmann::json::array();
   int passed = 0, failed = 0;
@@ -302,10 +319,11 @@ int run_check(const Options& opts) {
     progress.clear();
     // the rows the case ran (a case may keep more than asked: the chunked GDN forward keeps two and a half chunks)
     const int64_t ran = o.rows_checked > 0 ? o.rows_checked : nrows;
-    std::printf("%-16s %-28s %-12s %-5s %6lld %11.3e %11.3e  %-34s %s%s%s\n", printable_text(work[i].set).c_str(),
-                c->op.c_str(), c->shape.c_str(), dtype_name(c->dtype), static_cast<long long>(ran), o.max_abs_error,
-                o.rel_rms_error, o.tolerance.c_str(), o.pass ? "PASS" : "FAIL", o.detail.empty() ? "" : "  ",
-                o.detail.c_str());
+    std::printf("%s %s %s %-5s %6lld %11.3e %11.3e  %-34s %s%s%s\n",
+                pad_column(printable_text(work[i].set), w.set).c_str(), pad_column(c->op, w.op).c_str(),
+                pad_column(c->shape, w.shape).c_str(), dtype_name(c->dtype), static_cast<long long>(ran),
+                o.max_abs_error, o.rel_rms_error, o.tolerance.c_str(), o.pass ? "PASS" : "FAIL",
+                o.detail.empty() ? "" : "  ", o.detail.c_str());
     std::fflush(stdout);
     rows.push_back({{"set", work[i].set}, {"family", c->family}, {"op", c->op}, {"shape", c->shape},
                     {"dtype", dtype_name(c->dtype)}, {"rows", ran}, {"backend", cuda ? "cuda" : "cpu"},
@@ -377,9 +395,14 @@ std::string json_text(const nlohmann::json& j) {
   return j.dump(1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-std::string pad_column(const std::string& text, int width, bool right) {
+int text_columns(const std::string& text) {
   int columns = 0;
   for (const char ch : text) columns += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;  // not a continuation byte
+  return columns;
+}
+
+std::string pad_column(const std::string& text, int width, bool right) {
+  const int columns = text_columns(text);
   if (columns >= width) return text;
   const std::string pad(static_cast<std::size_t>(width - columns), ' ');
   return right ? pad + text : text + pad;
@@ -435,8 +458,10 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
   std::printf("fuseops bench: %s, %d SMs, L2 %.0f MB; copy rate %.3f TB/s (1 GiB D2D, read + write); empty kernel %.2f us\n",
               info.name.c_str(), info.sms, info.l2_bytes / 1e6, copy_tbps, empty_us);
   std::printf("timing: median per launch under CUDA-graph replay; warm = same buffers, cold = rotating >= 4x L2\n");
-  std::printf("%-16s %-26s %-11s %-5s %9s %9s %7s %8s %6s %10s %10s %7s\n", "set", "op", "shape", "dtype", "warm_us",
-              "cold_us", "TB/s", "copy_us", "xcopy", "base_warm", "base_cold", "speedup");
+  const NameColumns w = name_columns(work, 16, 26, 11);
+  std::printf("%s %s %s %-5s %9s %9s %7s %8s %6s %10s %10s %7s\n", pad_column("set", w.set).c_str(),
+              pad_column("op", w.op).c_str(), pad_column("shape", w.shape).c_str(), "dtype", "warm_us", "cold_us",
+              "TB/s", "copy_us", "xcopy", "base_warm", "base_cold", "speedup");
   std::vector<BenchRow> rows;
   Progress progress(work.size(), Progress::on_terminal(opts.quiet));
   for (std::size_t i = 0; i < work.size(); ++i) {
@@ -462,9 +487,10 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
     }
     const double copy_us = r.bytes / (copy_tbps * 1e12) * 1e6;
     progress.clear();
-    std::printf("%s %s %s %s %9.2f %9.2f %7.3f %8.2f %6.2f %s %s %s\n", pad_column(printable_text(r.set), 16).c_str(),
-                pad_column(r.op, 26).c_str(), pad_column(r.shape, 11).c_str(), pad_column(r.dtype, 5).c_str(), r.warm,
-                r.cold, r.bytes / r.cold / 1e6, copy_us, r.cold / copy_us,
+    std::printf("%s %s %s %s %9.2f %9.2f %7.3f %8.2f %6.2f %s %s %s\n",
+                pad_column(printable_text(r.set), w.set).c_str(), pad_column(r.op, w.op).c_str(),
+                pad_column(r.shape, w.shape).c_str(), pad_column(r.dtype, 5).c_str(), r.warm, r.cold,
+                r.bytes / r.cold / 1e6, copy_us, r.cold / copy_us,
                 pad_column(base_cell(r, r.base_warm), 10, true).c_str(),
                 pad_column(base_cell(r, r.base_cold), 10, true).c_str(),
                 pad_column(base_cell(r, r.base_cold / r.cold), 7, true).c_str());
@@ -499,7 +525,9 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
   std::printf("fuseops bench: no GPU in use: CPU backend times (median wall time, %lld rows at most per case); these "
               "are not GPU numbers. CPU memcpy rate %.4f TB/s (read + write)\n",
               static_cast<long long>(opts.cpu_rows), memcpy_tbps);
-  std::printf("%-16s %-26s %-11s %-5s %6s %12s %9s\n", "set", "op", "shape", "dtype", "rows", "cpu_us", "GB/s");
+  const NameColumns w = name_columns(work, 16, 26, 11);
+  std::printf("%s %s %s %-5s %6s %12s %9s\n", pad_column("set", w.set).c_str(), pad_column("op", w.op).c_str(),
+              pad_column("shape", w.shape).c_str(), "dtype", "rows", "cpu_us", "GB/s");
   nlohmann::json results = nlohmann::json::array();
   Progress progress(work.size(), Progress::on_terminal(opts.quiet));
   for (std::size_t i = 0; i < work.size(); ++i) {
@@ -512,8 +540,9 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
     const double scale = c->rows > 0 ? static_cast<double>(nrows) / static_cast<double>(c->rows) : 0.0;
     const double bytes = c->bytes_at(nrows), flops = c->bench()->flops() * scale;
     progress.clear();
-    std::printf("%-16s %-26s %-11s %-5s %6lld %12.1f %9.2f\n", printable_text(work[i].set).c_str(), c->op.c_str(),
-                c->shape.c_str(), dtype_name(c->dtype), static_cast<long long>(nrows), us, us > 0 ? bytes / us / 1e3 : 0.0);
+    std::printf("%s %s %s %-5s %6lld %12.1f %9.2f\n", pad_column(printable_text(work[i].set), w.set).c_str(),
+                pad_column(c->op, w.op).c_str(), pad_column(c->shape, w.shape).c_str(), dtype_name(c->dtype),
+                static_cast<long long>(nrows), us, us > 0 ? bytes / us / 1e3 : 0.0);
     std::fflush(stdout);
     results.push_back({{"set", work[i].set}, {"op", c->op}, {"shape", c->shape}, {"dtype", dtype_name(c->dtype)},
                        {"rows", nrows}, {"cpu_us", us}, {"bytes", bytes}, {"flops", flops}});

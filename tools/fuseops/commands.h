@@ -60,6 +60,8 @@ uint64_t seed_option(const std::string& text, bool given);
 bool use_cuda(const std::string& backend);
 /// Launches per timed graph for a problem whose single launch takes about `est_us`: enough for ~2 ms, 10..1000.
 int launches_for(double est_us);
+/// Terminal columns of UTF-8 `text` (one per code point).
+int text_columns(const std::string& text);
 /// `text` padded with spaces to `width` terminal columns (left-aligned, or right-aligned with `right`), counting
 /// UTF-8 code points rather than bytes (a "—" cell takes one column); longer text is returned whole.
 std::string pad_column(const std::string& text, int width, bool right = false);

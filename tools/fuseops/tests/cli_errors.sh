@@ -137,4 +137,14 @@ out=$("$fuseops" check --backend cpu --quiet --cases "$odd" 2>&1)
 if [[ "$out" == *$'\x07'* ]] || [[ "$out" != *$'od\xef\xbf\xbdd'* ]]; then
   echo "FAIL: check printed the raw name"; failed=1
 fi
+# the console tables line up whatever the shapes print (rope shapes run past the old fixed 12 columns): the dtype
+# of every row sits under the header's "dtype", in check and in the CPU bench
+for cmd in check bench; do
+  out=$("$fuseops" $cmd --backend cpu --set rope-dtypes --cpu-rows 2 --quiet 2>&1)
+  col=$(echo "$out" | awk '/^set /{ print index($0, " dtype ") }')
+  bad=$(echo "$out" | awk -v c="$col" '/^rope-dtypes / { if (substr($0, c + 1, 5) !~ /^(f32 |f16 |bf16)/) print }')
+  if [ -z "$col" ] || [ "$col" -eq 0 ] || [ -n "$bad" ]; then
+    echo "FAIL: $cmd rows do not line up with the header (dtype at $col): $bad"; failed=1
+  fi
+done
 exit $failed
