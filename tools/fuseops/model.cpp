@@ -319,7 +319,19 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
   for (const Row& r : rows) {
     if (r.r.c && why_not_added(r).empty()) total += r.us;
   }
-  std::printf("\n%-44s %-28s %-16s %-5s %-6s %11s %12s %7s\n", "step", "op", "shape", "dtype", "check", "rel_rms_err",
+  // the step, op and shape columns as wide as their widest cell (at most 64 columns), so that the rows line up
+  auto what_of = [](const Row& r) {
+    return r.step->what + (r.step->count > 1 ? " (x" + std::to_string(r.step->count) + ")" : "");
+  };
+  int w_step = 44, w_op = 28, w_shape = 16;
+  for (const Row& r : rows) {
+    if (!r.r.c) continue;
+    w_step = std::max(w_step, std::min(text_columns(what_of(r)), 64));
+    w_op = std::max(w_op, std::min(text_columns(r.r.c->op), 64));
+    w_shape = std::max(w_shape, std::min(text_columns(r.r.c->shape), 64));
+  }
+  std::printf("\n%s %s %s %-5s %-6s %11s %12s %7s\n", pad_column("step", w_step).c_str(),
+              pad_column("op", w_op).c_str(), pad_column("shape", w_shape).c_str(), "dtype", "check", "rel_rms_err",
               cuda ? "time_us" : "cpu_time_us", "share");
   nlohmann::json out = {{"command", "model"}, {"model", model->name}, {"version", version()}, {"tokens", opts.tokens},
                         {"batch", opts.batch}, {"backend", cuda ? "cuda" : "cpu"}, {"seed", seed}};
@@ -327,7 +339,7 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
   int failed = 0;
   std::vector<const Row*> missing, rejected;  // rejected: the op exists, its hook rejects the model's parameters
   for (const Row& r : rows) {
-    const std::string what = r.step->what + (r.step->count > 1 ? " (x" + std::to_string(r.step->count) + ")" : "");
+    const std::string what = what_of(r);
     if (!r.r.c) {
       (r.r.note.empty() ? missing : rejected).push_back(&r);
       out["steps"].push_back({{"step", what}, {"op", r.step->names.front()}, {"missing", r.r.note.empty()},
@@ -339,7 +351,8 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
     const bool added = why.empty();
     char share[32];
     std::snprintf(share, sizeof share, added ? "%.1f%%" : "(%.1f%%)", total > 0 ? 100.0 * r.us / total : 0.0);
-    std::printf("%-44s %-28s %-16s %-5s %-6s %11.3e %12.2f %7s\n", what.c_str(), r.r.c->op.c_str(), r.r.c->shape.c_str(),
+    std::printf("%s %s %s %-5s %-6s %11.3e %12.2f %7s\n", pad_column(what, w_step).c_str(),
+                pad_column(r.r.c->op, w_op).c_str(), pad_column(r.r.c->shape, w_shape).c_str(),
                 dtype_name(r.r.c->dtype), r.check.pass ? "PASS" : "FAIL", r.check.rel_rms_error, r.us, share);
     if (!r.check.pass) std::printf("    FAIL: %s\n", r.check.detail.c_str());
     if (!added) std::printf("    not added to the layer total: %s\n", why.c_str());
