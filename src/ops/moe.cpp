@@ -95,7 +95,9 @@ Device check_route(const char* op, TensorView& weights, TensorView& ids, const T
     device = d;
   }
   if (a.T > std::numeric_limits<int32_t>::max() / a.k) {
-    fail_argument(op, logits_name, "T * k < 2^31 (token_expert_indices and schedules are int32)",
+    fail_argument(op, logits_name,
+                  "T * k < 2^31 (one limit of every router: topk_softmax's token_expert_indices and moe_route's "
+                  "schedule hold such indices in int32)",
                   std::to_string(a.T) + " * " + std::to_string(a.k));
   }
   check_no_overlap(op, "topk_weights", a.weights, "topk_ids", a.ids);
@@ -215,12 +217,14 @@ MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_
   // sorted_len = numel + num_experts * (block_size - 1), rounded up to block_size (pad_sorted_ids): every step must
   // fit in int64 (then numel * block_size below is at most it, or capped by it).
   int64_t pad = 0, len = 0;
-  bool overflow = __builtin_mul_overflow(num_experts, block_size - 1, &pad) || __builtin_add_overflow(numel, pad, &len);
+  const bool pad_overflow = __builtin_mul_overflow(num_experts, block_size - 1, &pad);  // then num_experts is to blame
+  bool overflow = pad_overflow || __builtin_add_overflow(numel, pad, &len);
   if (!overflow && pad_sorted_ids) overflow = len > std::numeric_limits<int64_t>::max() - (block_size - 1);
   if (overflow) {
-    detail::fail_argument(op, "numel", "numel + num_experts * (block_size - 1) < 2^63 (num_experts " +
-                                           std::to_string(num_experts) + ", block_size " + std::to_string(block_size) + ")",
-                          std::to_string(numel));
+    detail::fail_argument(op, pad_overflow ? "num_experts" : "numel",
+                          "numel + num_experts * (block_size - 1) < 2^63 (numel " + std::to_string(numel) +
+                              ", block_size " + std::to_string(block_size) + ")",
+                          pad_overflow ? std::to_string(num_experts) : std::to_string(numel));
   }
   MoeAlignSizes s;
   s.sorted_len = pad_sorted_ids ? detail::moe_round_up(len, block_size) : len;

@@ -162,7 +162,8 @@ TEST(MoeErrors, AlignSizes) {
   // Sizes past int64: an error, never a negative (wrapped) size.
   constexpr int64_t max = std::numeric_limits<int64_t>::max();
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(max, 4096, 1 << 20), op, "numel", "2^63");
-  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(1, max, 3), op, "numel", "2^63");
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(1, max, 3), op, "num_experts", "2^63", "got " + std::to_string(max));
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(10, int64_t{1} << 40, int64_t{1} << 30), op, "num_experts", "2^63");
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(max - 7, 1, 8, true), op, "numel");  // fits, its round-up does not
   const auto edge = fuseops::moe_align_sizes(max - 7, 1, 8);                      // fits exactly
   EXPECT_EQ(edge.sorted_len, max);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -255,6 +256,11 @@ OpSpec moe_op(Kind kind, RouteOp router) {
       rp.spec.n_group = p.integer("n_group");
       rp.spec.topk_group = p.integer("topk_group");
       rp.spec.scale = p.fp32_number("routed_scaling_factor");
+      if (rp.spec.scale != 0 && std::fabs(rp.spec.scale) < std::numeric_limits<float>::min()) {
+        // the op takes it; but every weight would be subnormal, below the check's absolute floor of 2^-126
+        throw ParamError("routed_scaling_factor", "nonzero and below 2^-126 in magnitude: the weights would all be "
+                                                  "subnormal, which the golden check cannot compare");
+      }
       rp.spec.scoring = p.text("scoring") == "sigmoid" ? MoeScoring::sigmoid : MoeScoring::softmax;
       if (rp.E % rp.spec.n_group != 0) {
         throw ParamError("n_group", "num_experts " + std::to_string(rp.E) + " is not a multiple of n_group " +
@@ -272,6 +278,20 @@ OpSpec moe_op(Kind kind, RouteOp router) {
       if (kind == Kind::route && !plain) rp.op = RouteOp::grouped_topk;  // the router moe_route runs
     }
     if (kind != Kind::router) rp.block_size = p.integer("block_size");
+    // the ops' own int32 limits (src/ops/moe.cpp), so that a case the op would refuse is refused here, named, and
+    // `fuseops model` lists it as rejected (every case routes logits, the align case too, to make its ids)
+    const int64_t numel = rp.T * rp.k;  // <= 2^36 * 32 after bounded_product
+    if (numel > std::numeric_limits<int32_t>::max()) {
+      throw ParamError("tokens", "tokens x topk = " + std::to_string(rp.T) + " x " + std::to_string(rp.k) +
+                                     " is 2^31 or more: the routers' limit (int32 indices)");
+    }
+    if (kind != Kind::router) {
+      const int64_t len = moe_align_sizes(numel, rp.E, rp.block_size).sorted_len;
+      if (len > std::numeric_limits<int32_t>::max()) {
+        throw ParamError("tokens", "the schedule of tokens x topk + num_experts x (block_size - 1) = " +
+                                       std::to_string(len) + " entries is 2^31 or more (int32 schedule)");
+      }
+    }
     return std::make_unique<MoeCase>(Spec{kind, rp});
   };
   return spec;

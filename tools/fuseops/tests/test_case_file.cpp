@@ -466,6 +466,16 @@ TEST(CaseFile, SizesThatOverflowNameTheirKey) {
   // one sequence given as seqlens runs as fixed length; its error still names seqlens, the key the file has
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    seqlens: [100000000000]\n    num_heads: 16\n",
                     "f.yaml:3:5", "seqlens", "seqlens x num_v_heads x head_v_dim = 100000000000 x 16 x 128");
+  // the MoE ops' int32 limits (T x k, and the schedule's length) are the hooks' too: the op would refuse the case
+  EXPECT_CASE_ERROR("cases:\n  - op: grouped_topk\n    tokens: 268435456\n    num_experts: 256\n    topk: 8\n"
+                    "    n_group: 8\n    topk_group: 4\n", "f.yaml:3:5", "tokens",
+                    "tokens x topk = 268435456 x 8 is 2^31 or more");
+  EXPECT_CASE_ERROR("cases:\n  - op: moe_align_block_size\n    tokens: 268435455\n    num_experts: 256\n"
+                    "    topk: 8\n", "f.yaml:3:5", "tokens", "2147499768 entries is 2^31 or more (int32 schedule)");
+  EXPECT_EQ(error_of("cases:\n  - op: moe_align_block_size\n    tokens: 1000\n    num_experts: 256\n    topk: 8\n"),
+            "");
+  EXPECT_CASE_ERROR("cases:\n  - op: grouped_topk\n    tokens: 4\n    num_experts: 8\n    topk: 2\n"
+                    "    routed_scaling_factor: 1e-45\n", "f.yaml:6:5", "routed_scaling_factor", "below 2^-126");
   // chunk_local_cumsum has no head dim: g and its output are [B, T, HV], so 2^34 x 2 elements are accepted (they
   // were counted x 64) and 2^40 x 2 are not
   EXPECT_EQ(error_of("cases:\n  - op: chunk_local_cumsum\n    seq_len: 17179869184\n    num_v_heads: 2\n"), "");
