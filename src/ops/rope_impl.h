@@ -67,7 +67,9 @@ void rope(const RopeArgs& args);
 namespace cuda {
 void rope(const char* op, const RopeArgs& args, int device, void* stream);
 
-/// Resident threads per SM that the CUDA launch plans count on.
+/// Resident threads per SM that the CUDA launch plans count on: the hardware's 2048, not what each kernel holds (the
+/// walk kernel's variants hold 1024-1280, so e.g. Llama-3 4096 tokens runs 1.94 waves); the heads-per-thread rule
+/// below was measured against one-wave grids of longer threads and won (docs/ops/rope.md, thirty-second session).
 constexpr int64_t kRopeResidentThreadsPerSm = 2048;
 
 /// Which CUDA kernel serves a problem of `tokens` x `heads` (query + key) heads with `lanes` threads per head
