@@ -91,7 +91,7 @@ def case_fn(r, fg):
 
         def make(i):
             return (heads(Hq).view(B, seq, Hq, D), heads(Hk).view(B, seq, Hk, D), table(h, "cos"), table(h, "sin"),
-                    once("ids", lambda: torch.arange(seq, device="cuda").repeat(B, 1)))
+                    once("ids", lambda: torch.arange(seq, device="cuda").repeat(B, 1) % max_pos))
 
         return make, lambda a: fg["apply"](a[0], a[1], a[2], a[3], a[4], rotary_interleaved=not neox)
     if op.startswith("rotary_embedding"):

@@ -8,7 +8,7 @@
 namespace fuseops::detail {
 
 /// One record per device (and one for the CPU backend). `site` is 0 while nothing was recorded, else the id of
-/// the (op, argument) pair that recorded; `index` is the smallest bad index that pair reported.
+/// the (op, argument, rule) site that recorded; `index` is the smallest bad index that site reported.
 struct DeviceErrorRecord {
   uint32_t site;
   uint32_t reserved;

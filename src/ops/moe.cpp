@@ -217,14 +217,15 @@ MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_
   // sorted_len = numel + num_experts * (block_size - 1), rounded up to block_size (pad_sorted_ids): every step must
   // fit in int64 (then numel * block_size below is at most it, or capped by it).
   int64_t pad = 0, len = 0;
-  const bool pad_overflow = __builtin_mul_overflow(num_experts, block_size - 1, &pad);  // then num_experts is to blame
+  const bool pad_overflow = __builtin_mul_overflow(num_experts, block_size - 1, &pad);
   bool overflow = pad_overflow || __builtin_add_overflow(numel, pad, &len);
   if (!overflow && pad_sorted_ids) overflow = len > std::numeric_limits<int64_t>::max() - (block_size - 1);
-  if (overflow) {
-    detail::fail_argument(op, pad_overflow ? "num_experts" : "numel",
+  if (overflow) {  // blamed on the larger term: num_experts (its product with block_size - 1) or numel
+    const bool blame_experts = pad_overflow || pad > numel;
+    detail::fail_argument(op, blame_experts ? "num_experts" : "numel",
                           "numel + num_experts * (block_size - 1) < 2^63 (numel " + std::to_string(numel) +
                               ", block_size " + std::to_string(block_size) + ")",
-                          pad_overflow ? std::to_string(num_experts) : std::to_string(numel));
+                          blame_experts ? std::to_string(num_experts) : std::to_string(numel));
   }
   MoeAlignSizes s;
   s.sorted_len = pad_sorted_ids ? detail::moe_round_up(len, block_size) : len;

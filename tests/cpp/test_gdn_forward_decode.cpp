@@ -264,7 +264,10 @@ TEST_P(GdnDecode, BadIndicesAreRecorded) {
     longer.idx = {0, 1, 2, 3};
     longer.bad_rows = {1};
     longer.error_words = {"cu_seqlens", "index 1", "more tokens than the Tmax columns"};
-    run_pool_case(GetParam(), longer, rng);
+    for (int64_t guard : {0, 1}) {  // CUDA: an aligned pool takes the fast kernel, a misaligned one the fallback
+      longer.pool_guard = guard;
+      run_pool_case(GetParam(), longer, rng);
+    }
     // an empty pool (S = 0, no data): every index is padding (-1, o rows 0) or bad (recorded), in both forms
     for (bool gating : {false, true}) {
       PoolCase empty;

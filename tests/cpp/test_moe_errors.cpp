@@ -164,6 +164,7 @@ TEST(MoeErrors, AlignSizes) {
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(max, 4096, 1 << 20), op, "numel", "2^63");
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(1, max, 3), op, "num_experts", "2^63", "got " + std::to_string(max));
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(10, int64_t{1} << 40, int64_t{1} << 30), op, "num_experts", "2^63");
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(10, (int64_t{1} << 62) - 1, 3), op, "num_experts", "2^63");  // the sum
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(max - 7, 1, 8, true), op, "numel");  // fits, its round-up does not
   const auto edge = fuseops::moe_align_sizes(max - 7, 1, 8);                      // fits exactly
   EXPECT_EQ(edge.sorted_len, max);

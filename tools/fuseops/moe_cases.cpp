@@ -287,9 +287,13 @@ OpSpec moe_op(Kind kind, RouteOp router) {
     }
     if (kind != Kind::router) {
       const int64_t len = moe_align_sizes(numel, rp.E, rp.block_size).sorted_len;
-      if (len > std::numeric_limits<int32_t>::max()) {
-        throw ParamError("tokens", "the schedule of tokens x topk + num_experts x (block_size - 1) = " +
-                                       std::to_string(len) + " entries is 2^31 or more (int32 schedule)");
+      if (len > std::numeric_limits<int32_t>::max()) {  // block_size is to blame where its padding alone is too long
+        const bool padding = rp.E * (rp.block_size - 1) > std::numeric_limits<int32_t>::max();
+        throw ParamError(padding ? "block_size" : "tokens",
+                         "the schedule (moe_align_sizes of tokens x topk = " + std::to_string(numel) +
+                             ", num_experts " + std::to_string(rp.E) + ", block_size " +
+                             std::to_string(rp.block_size) + ") of " + std::to_string(len) +
+                             " entries is 2^31 or more (int32 schedule)");
       }
     }
     return std::make_unique<MoeCase>(Spec{kind, rp});

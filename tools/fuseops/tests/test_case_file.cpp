@@ -471,7 +471,9 @@ TEST(CaseFile, SizesThatOverflowNameTheirKey) {
                     "    n_group: 8\n    topk_group: 4\n", "f.yaml:3:5", "tokens",
                     "tokens x topk = 268435456 x 8 is 2^31 or more");
   EXPECT_CASE_ERROR("cases:\n  - op: moe_align_block_size\n    tokens: 268435455\n    num_experts: 256\n"
-                    "    topk: 8\n", "f.yaml:3:5", "tokens", "2147499768 entries is 2^31 or more (int32 schedule)");
+                    "    topk: 8\n", "f.yaml:3:5", "tokens", "of 2147499768 entries is 2^31 or more (int32 schedule)");
+  EXPECT_CASE_ERROR("cases:\n  - op: moe_align_block_size\n    tokens: 512\n    num_experts: 4096\n    topk: 8\n"
+                    "    block_size: 1048576\n", "f.yaml:6:5", "block_size", "2^31 or more (int32 schedule)");
   EXPECT_EQ(error_of("cases:\n  - op: moe_align_block_size\n    tokens: 1000\n    num_experts: 256\n    topk: 8\n"),
             "");
   EXPECT_CASE_ERROR("cases:\n  - op: grouped_topk\n    tokens: 4\n    num_experts: 8\n    topk: 2\n"
