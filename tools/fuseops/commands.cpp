@@ -119,17 +119,17 @@ struct Work {
   std::string label() const { return c->op + " " + c->shape + " " + dtype_name(c->dtype); }
 };
 
-/// Widths of the set, op and shape columns of a console table: the given minimum, or the widest cell of `work`
-/// (at most 64 columns), so that a run's rows line up whatever its shapes print.
+/// Widths of the set, op and shape columns of a console table: the given minimum widened to every cell of `work`
+/// (widen_column), so that a run's rows line up whatever its shapes print.
 struct NameColumns {
   int set, op, shape;
 };
 NameColumns name_columns(const std::vector<Work>& work, int set, int op, int shape) {
   NameColumns w{set, op, shape};
   for (const Work& x : work) {
-    w.set = std::max(w.set, std::min(text_columns(printable_text(x.set)), 64));
-    w.op = std::max(w.op, std::min(text_columns(x.c->op), 64));
-    w.shape = std::max(w.shape, std::min(text_columns(x.c->shape), 64));
+    w.set = widen_column(w.set, printable_text(x.set));
+    w.op = widen_column(w.op, x.c->op);
+    w.shape = widen_column(w.shape, x.c->shape);
   }
   return w;
 }
@@ -400,6 +400,8 @@ int text_columns(const std::string& text) {
   for (const char ch : text) columns += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;  // not a continuation byte
   return columns;
 }
+
+int widen_column(int width, const std::string& cell) { return std::max(width, std::min(text_columns(cell), 64)); }
 
 std::string pad_column(const std::string& text, int width, bool right) {
   const int columns = text_columns(text);

@@ -62,6 +62,8 @@ bool use_cuda(const std::string& backend);
 int launches_for(double est_us);
 /// Terminal columns of UTF-8 `text` (one per code point).
 int text_columns(const std::string& text);
+/// A console table column's width widened to hold `cell` (at most 64 columns: a longer cell overflows its row only).
+int widen_column(int width, const std::string& cell);
 /// `text` padded with spaces to `width` terminal columns (left-aligned, or right-aligned with `right`), counting
 /// UTF-8 code points rather than bytes (a "—" cell takes one column); longer text is returned whole.
 std::string pad_column(const std::string& text, int width, bool right = false);

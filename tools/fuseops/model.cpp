@@ -319,16 +319,16 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
   for (const Row& r : rows) {
     if (r.r.c && why_not_added(r).empty()) total += r.us;
   }
-  // the step, op and shape columns as wide as their widest cell (at most 64 columns), so that the rows line up
+  // the step, op and shape columns widened to their cells (widen_column), so that the rows line up
   auto what_of = [](const Row& r) {
     return r.step->what + (r.step->count > 1 ? " (x" + std::to_string(r.step->count) + ")" : "");
   };
   int w_step = 44, w_op = 28, w_shape = 16;
   for (const Row& r : rows) {
     if (!r.r.c) continue;
-    w_step = std::max(w_step, std::min(text_columns(what_of(r)), 64));
-    w_op = std::max(w_op, std::min(text_columns(r.r.c->op), 64));
-    w_shape = std::max(w_shape, std::min(text_columns(r.r.c->shape), 64));
+    w_step = widen_column(w_step, what_of(r));
+    w_op = widen_column(w_op, r.r.c->op);
+    w_shape = widen_column(w_shape, r.r.c->shape);
   }
   std::printf("\n%s %s %s %-5s %-6s %11s %12s %7s\n", pad_column("step", w_step).c_str(),
               pad_column("op", w_op).c_str(), pad_column("shape", w_shape).c_str(), "dtype", "check", "rel_rms_err",

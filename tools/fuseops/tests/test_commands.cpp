@@ -187,6 +187,10 @@ TEST(Tables, PadColumnCountsCodePoints) {
   EXPECT_EQ(pad_column("12.50", 7, true), "  12.50");
   EXPECT_EQ(pad_column("gdn-prefill", 4), "gdn-prefill");  // longer text is kept whole
   EXPECT_EQ(pad_column("", 2), "  ");
+  // a column widens to its widest cell, counted the same way, up to 64 columns
+  EXPECT_EQ(widen_column(4, "——"), 4);
+  EXPECT_EQ(widen_column(4, "16384x32/8x128,theta500000"), 26);
+  EXPECT_EQ(widen_column(4, std::string(100, 'x')), 64);
 }
 
 // A reduced CPU run of the chunked GDN forward keeps two and a half chunks (161 tokens at chunk 64) whatever
