@@ -73,6 +73,16 @@ __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+/// Bulk load: `bytes` (a multiple of 16; both addresses 16-byte aligned) from global `src` to shared address `dst`,
+/// completing on `bar` (whose phase expects them: mbar_arrive_expect). The destination's earlier generic accesses
+/// must have been fenced (fence_proxy_async_shared) by the threads that made them, before a barrier that precedes
+/// this call.
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  FUSEOPS_SM90_ASM("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                   "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                   : "memory");
+}
+
 /// Bulk store: `bytes` (a multiple of 16; both addresses 16-byte aligned) from shared address `src` to global `dst`,
 /// in this thread's current bulk group. The bytes must have been fenced (fence_proxy_async_shared) after they were
 /// written and before a block barrier that precedes this call.

@@ -24,6 +24,7 @@
 
 #include "cuda/device_error.h"
 #include "cuda/gdn_intra.cuh"
+#include "cuda/gdn_intra_warp.h"
 #include "cuda/launch.h"
 #include "fuseops/error.h"
 #include "ops/gdn_impl.h"
@@ -407,6 +408,17 @@ void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int devi
   const int64_t gy = std::max<int64_t>(1, std::min<int64_t>(geo.H * prm.parts, 65535));
   const int64_t gx = std::min<int64_t>(prm.slots, std::max<int64_t>(1, kCtasPerSm * sm_count(device) / gy));
   const bool latency = gx * gy <= int64_t{kLatencyBlocks} * sm_count(device);
+  if constexpr (kSolve && BT == 64 && sizeof(TK) == 2) {
+    // Grids beyond one wave of the latency kernel: one warp per (chunk, value head), the same bytes (its one-unit
+    // chain is longer than the latency kernel's 8-warp one, so one-wave grids keep that; bench/results/h200/gdn.md,
+    // thirty-third session).
+    if (gdn::kkt_solve_warp_applies(a, out, prm.kp, prm.k_vec, device, latency)) {
+      const gdn::WarpKktParams wp{prm.slots,       prm.group, prm.kp, prm.ld, prm.k_row_shift, gdn::kkt_warp_prefetch(),
+                                  prm.errors};
+      gdn::launch_kkt_solve_warp(op, a, out, wp, device, stream);
+      return;
+    }
+  }
   auto pick = [latency](auto tc) {
     constexpr bool kTc = decltype(tc)::value;
     return latency ? kkt_kernel<TK, BT, kSolve, kTc> : kkt_pipelined_kernel<TK, BT, kSolve, kTc>;

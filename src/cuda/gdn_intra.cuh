@@ -159,14 +159,15 @@ __host__ __device__ constexpr int k_tile_ld(int kp) {
 /// issued here, the caller waits with cp_async_wait_all() before its barrier, so other loads can overlap them).
 /// `row_shift`: log2 of the 16-byte units per row (kp / (16 / sizeof(TK))) when that is a power of two (K = 64, 128,
 /// 256: each thread then copies one fixed column of rows kThreads >> row_shift apart, with a pointer increment per
-/// row), else -1 (the general walk over units).
-template <typename TK, int BT>
+/// row), else -1 (the general walk over units). NT: the threads that share the copies, threadIdx.x % NT of them
+/// (kThreads: the whole block; 32: one warp, with kp / (16 / sizeof(TK)) <= 32).
+template <typename TK, int BT, int NT = kThreads>
 __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, const ChunkRef& ch, int64_t hk,
                             bool vec, int row_shift) {
   const TK* src = static_cast<const TK*>(k.data) + ch.batch * k.stride_b + ch.t0 * k.stride_t + hk * k.stride_h;
   constexpr int kVec = 16 / sizeof(TK);
   if (vec && row_shift >= 0) {
-    const int t = static_cast<int>(threadIdx.x), di = kThreads >> row_shift;
+    const int t = static_cast<int>(threadIdx.x % NT), di = NT >> row_shift;
     const int col = (t & ((1 << row_shift) - 1)) * kVec;
     const bool col_ok = col < K;
     int i = t >> row_shift;
@@ -178,10 +179,11 @@ __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, c
       cp_async_16(d, valid ? p : src, valid);
     }
   } else if (vec) {
-    const int per_row = kp / kVec;  // <= 64 < kThreads
-    // unit u = i * per_row + c of thread t: t, t + kThreads, ...; (i, c) advanced without a division per unit
-    int i = static_cast<int>(threadIdx.x) / per_row, c = static_cast<int>(threadIdx.x) - i * per_row;
-    const int di = kThreads / per_row, dc = kThreads - di * per_row;
+    const int per_row = kp / kVec;  // <= 64 < kThreads (<= 32 for NT = 32)
+    // unit u = i * per_row + c of thread t: t, t + NT, ...; (i, c) advanced without a division per unit
+    const int t = static_cast<int>(threadIdx.x % NT);
+    int i = t / per_row, c = t - i * per_row;
+    const int di = NT / per_row, dc = NT - di * per_row;
     for (; i < BT; i += di) {
       const int col = c * kVec;
       const bool valid = i < ch.len && col < K;
@@ -191,7 +193,7 @@ __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, c
     }
   } else {
 #pragma unroll 1
-    for (int u = threadIdx.x; u < BT * kp; u += kThreads) {
+    for (int u = static_cast<int>(threadIdx.x % NT); u < BT * kp; u += NT) {
       const int i = u / kp, col = u - i * kp;
       ks[i * ld + col] = (i < ch.len && col < K) ? src[i * k.stride_t + col] : from_float<TK>(0.f);
     }
@@ -279,33 +281,38 @@ __device__ void load_a_tile(float* tile, const GdnIn& A, const ChunkRef& ch, int
 
 /// The valid rows (i < len) of the fp32 tile -> out rows t0 + i of value head hv, all BT columns, rounded once to
 /// TO (round to nearest even). Rows past the chunk are never written. `vec`: 16-byte stores (out is contiguous;
-/// only its base alignment matters).
-template <typename TO, int BT>
+/// only its base alignment matters). NT: the threads that share the stores, threadIdx.x % NT of them. kZeroUpper:
+/// 16 x 16 blocks above the diagonal blocks are stored as 0 without reading the tile (whose bytes there may hold
+/// scratch: invert_unit_lower_warp); for 16-bit TO with `vec` only.
+template <typename TO, int BT, int NT = kThreads, bool kZeroUpper = false>
 __device__ void store_rows_as(const float* tile, const GdnOut& out, const ChunkRef& ch, int64_t hv, bool vec) {
+  static_assert(!kZeroUpper || sizeof(TO) == 2, "kZeroUpper: 16-bit output, 8-column pieces");
   constexpr int LD = kTileLd<BT>;
   TO* dst = static_cast<TO*>(out.data) + ch.batch * out.stride_b + ch.t0 * out.stride_t + hv * out.stride_h;
   if (vec) {
     constexpr int kVec = 16 / sizeof(TO), kPerRow = BT / kVec, kChunks = BT * kPerRow;
 #pragma unroll
-    for (int u0 = 0; u0 < kChunks; u0 += kThreads) {
-      const int u = u0 + static_cast<int>(threadIdx.x);
+    for (int u0 = 0; u0 < kChunks; u0 += NT) {
+      const int u = u0 + static_cast<int>(threadIdx.x % NT);
       const int i = u / kPerRow, j = (u % kPerRow) * kVec;
-      if ((kChunks % kThreads == 0 || u < kChunks) && i < ch.len) {
+      if ((kChunks % NT == 0 || u < kChunks) && i < ch.len) {
         FloatVec<TO, kVec> v;
+        const bool zero = kZeroUpper && j / 16 > i / 16;
 #pragma unroll
         for (int q = 0; q < kVec / 4; ++q) {
-          const float4 f = *reinterpret_cast<const float4*>(tile + i * LD + j + 4 * q);
+          const float4 f = zero ? make_float4(0.f, 0.f, 0.f, 0.f)
+                                : *reinterpret_cast<const float4*>(tile + i * LD + j + 4 * q);
           v.v[4 * q + 0] = f.x;
           v.v[4 * q + 1] = f.y;
           v.v[4 * q + 2] = f.z;
           v.v[4 * q + 3] = f.w;
         }
-        v.store(dst + i * out.stride_t + j);
+        v.store_whole(dst + i * out.stride_t + j);  // one 16-byte store (store() was split into four)
       }
     }
   } else {
 #pragma unroll 1
-    for (int u = threadIdx.x; u < ch.len * BT; u += kThreads) {
+    for (int u = static_cast<int>(threadIdx.x % NT); u < ch.len * BT; u += NT) {
       const int i = u / BT, j = u % BT;
       dst[i * out.stride_t + j] = from_float<TO>(tile[i * LD + j]);
     }
@@ -502,10 +509,31 @@ using Gram = std::conditional_t<sizeof(TK) == 2, GramMma<TK, BT>, GramFfma<BT>>;
 // starts at or past len. A row < len only ever reads rows < len, so the skips do not change its value. Ends with a
 // barrier.
 
-/// Step 1. Thread t < BT solves column c = t % 16 of diagonal block t / 16:
-///   X[i][c] = [i == c] - sum_{m < i} A[i][m] X[m][c]  (i = 0..15; X[m][c] = 0 for m < c)
-/// keeping the column in registers (rows read as float4; the 16 threads of a block share addresses: broadcast).
-/// The 16 threads of one block are in one warp, so a warp barrier separates their reads of A from their writes.
+/// Step 1 for one column c of the diagonal block whose top-left corner is blk (row stride LD):
+///   x[i] = [i == c] - sum_{m < i} blk[i][m] x[m]  (i = 0..15; x[m] = 0 for m < c)
+/// keeping the column in registers (rows read as float4; the threads of one block share addresses: broadcast).
+template <int LD>
+__device__ __forceinline__ void solve_diagonal_column(const float* blk, int c, float (&x)[16]) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    float row[16];
+#pragma unroll
+    for (int q = 0; q < (i + 3) / 4; ++q) {
+      const float4 f = *reinterpret_cast<const float4*>(blk + i * LD + 4 * q);
+      row[4 * q + 0] = f.x;
+      row[4 * q + 1] = f.y;
+      row[4 * q + 2] = f.z;
+      row[4 * q + 3] = f.w;
+    }
+    float s = 0.f;
+#pragma unroll
+    for (int m = 0; m < i; ++m) s = __fmaf_rn(row[m], x[m], s);
+    x[i] = i < c ? 0.f : (i == c ? 1.f : -s);
+  }
+}
+
+/// Step 1. Thread t < BT solves column c = t % 16 of diagonal block t / 16 (solve_diagonal_column). The 16 threads of
+/// one block are in one warp, so a warp barrier separates their reads of A from their writes.
 template <int BT, bool kBarrier = true>
 __device__ void invert_diagonal_blocks(float* a, int len) {
   constexpr int LD = kTileLd<BT>;
@@ -515,24 +543,7 @@ __device__ void invert_diagonal_blocks(float* a, int len) {
     const int c = t % 16;
     const bool needed = (t / 16) * 16 < len;  // uniform over the block's 16 threads
     float x[16];
-    if (needed) {
-#pragma unroll
-      for (int i = 0; i < 16; ++i) {
-        float row[16];
-#pragma unroll
-        for (int q = 0; q < (i + 3) / 4; ++q) {
-          const float4 f = *reinterpret_cast<const float4*>(blk + i * LD + 4 * q);
-          row[4 * q + 0] = f.x;
-          row[4 * q + 1] = f.y;
-          row[4 * q + 2] = f.z;
-          row[4 * q + 3] = f.w;
-        }
-        float s = 0.f;
-#pragma unroll
-        for (int m = 0; m < i; ++m) s = __fmaf_rn(row[m], x[m], s);
-        x[i] = i < c ? 0.f : (i == c ? 1.f : -s);
-      }
-    }
+    if (needed) solve_diagonal_column<LD>(blk, c, x);
     __syncwarp(BT >= 32 ? 0xffffffffu : 0x0000ffffu);
     if (needed) {
 #pragma unroll
@@ -694,47 +705,60 @@ __device__ __forceinline__ void store_negated(float* m, int ld, const float (&d)
   *reinterpret_cast<float2*>(m + (g + 8) * ld + 2 * t) = make_float2(-d[2], -d[3]);
 }
 
-/// Level 16, pair `pair` (diagonal blocks 2 pair and 2 pair + 1), by one whole warp; warp barriers only.
-template <int BT>
-__device__ void merge16_tc(float* a, float* p, int len, int pair) {
-  constexpr int LD = kTileLd<BT>, PLD = 16 + 4;
-  const int base = pair * 32;
-  if (base + 16 >= len) return;  // warp-uniform
-  const float* x11 = a + base * LD + base;
-  float* a21 = a + (base + 16) * LD + base;  // A21, then X21
-  const float* x22 = a21 + 16;
-  float* pt = p + pair * 16 * PLD;
-  // P = A21 X11, columns 0-7 (k 0-15) and 8-15 (k 8-15: X11 is lower triangular)
-  float p0[4] = {0.f, 0.f, 0.f, 0.f}, p1[4] = {0.f, 0.f, 0.f, 0.f};
-  {
+/// Level 16 for NP pairs pair0 .. pair0 + NP - 1 (pair q: diagonal blocks 2 q and 2 q + 1), by one whole warp, the
+/// pairs' steps interleaved (their chains are independent); warp barriers only. pt[q]: pair q's scratch for P^T (16
+/// x 16, row stride PLD; its bytes are not read before they are written). A pair whose lower half starts at or past
+/// len is skipped when `skip` (the block kernels: NP = 1); the warp kernel runs both pairs of a chunk always (a pair
+/// past len only writes rows that are never stored and that no stored row reads). Each pair's products, in the same
+/// order whatever NP: P = A21 X11 (columns 0-7 over k 0-15, columns 8-15 over k 8-15: X11 is lower triangular), then
+/// X21 = -X22 P over k 0-15.
+template <int BT, int PLD = 16 + 4, int NP = 1>
+__device__ void merge16_tc(float* a, float* const (&pt)[NP], int len, int pair0, bool skip = true) {
+  constexpr int LD = kTileLd<BT>;
+  if (skip && pair0 * 32 + 16 >= len) return;  // warp-uniform (NP = 1)
+  float p0[NP][4] = {}, p1[NP][4] = {};
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    const int base = (pair0 + q) * 32;
+    const float* x11 = a + base * LD + base;
+    const float* a21 = a + (base + 16) * LD + base;
     uint32_t ah[4], al[4], bh[2], bl[2];
     load_a_split(a21, LD, ah, al);
     load_b_split(x11, LD, bh, bl);
-    mma_m16n8k8_split(p0, ah, al, bh[0], bh[1], bl[0], bl[1]);
+    mma_m16n8k8_split(p0[q], ah, al, bh[0], bh[1], bl[0], bl[1]);
     load_a_split(a21 + 8, LD, ah, al);
     load_b_split(x11 + 8 * LD, LD, bh, bl);
-    mma_m16n8k8_split(p0, ah, al, bh[0], bh[1], bl[0], bl[1]);
+    mma_m16n8k8_split(p0[q], ah, al, bh[0], bh[1], bl[0], bl[1]);
     load_b_split(x11 + 8 * LD + 8, LD, bh, bl);
-    mma_m16n8k8_split(p1, ah, al, bh[0], bh[1], bl[0], bl[1]);
+    mma_m16n8k8_split(p1[q], ah, al, bh[0], bh[1], bl[0], bl[1]);
   }
-  store_transposed(pt, PLD, p0);
-  store_transposed(pt + 8 * PLD, PLD, p1);
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    store_transposed(pt[q], PLD, p0[q]);
+    store_transposed(pt[q] + 8 * PLD, PLD, p1[q]);
+  }
   __syncwarp();  // P^T complete; every read of A21 is done (its values fed the mma above)
-  // X21 = -X22 P, both column tiles, k 0-15
-  float x0[4] = {0.f, 0.f, 0.f, 0.f}, x1[4] = {0.f, 0.f, 0.f, 0.f};
-  {
+  float x0[NP][4] = {}, x1[NP][4] = {};
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    const int base = (pair0 + q) * 32;
+    const float* x22 = a + (base + 16) * LD + base + 16;
     uint32_t b0h[4], b0l[4], b1h[4], b1l[4], ah[4], al[4];
-    load_bt2_split(pt, PLD, b0h, b0l);
-    load_bt2_split(pt + 8 * PLD, PLD, b1h, b1l);
+    load_bt2_split(pt[q], PLD, b0h, b0l);
+    load_bt2_split(pt[q] + 8 * PLD, PLD, b1h, b1l);
 #pragma unroll
     for (int s = 0; s < 2; ++s) {
       load_a_split(x22 + 8 * s, LD, ah, al);
-      mma_m16n8k8_split(x0, ah, al, b0h[2 * s], b0h[2 * s + 1], b0l[2 * s], b0l[2 * s + 1]);
-      mma_m16n8k8_split(x1, ah, al, b1h[2 * s], b1h[2 * s + 1], b1l[2 * s], b1l[2 * s + 1]);
+      mma_m16n8k8_split(x0[q], ah, al, b0h[2 * s], b0h[2 * s + 1], b0l[2 * s], b0l[2 * s + 1]);
+      mma_m16n8k8_split(x1[q], ah, al, b1h[2 * s], b1h[2 * s + 1], b1l[2 * s], b1l[2 * s + 1]);
     }
   }
-  store_negated(a21, LD, x0);
-  store_negated(a21 + 8, LD, x1);
+#pragma unroll
+  for (int q = 0; q < NP; ++q) {
+    float* a21 = a + ((pair0 + q) * 32 + 16) * LD + (pair0 + q) * 32;  // A21 -> X21
+    store_negated(a21, LD, x0[q]);
+    store_negated(a21 + 8, LD, x1[q]);
+  }
 }
 
 /// Level 32 (BT = 64, one pair), all 8 warps; ends with a block barrier. Skipped whole when 32 >= len.
@@ -800,7 +824,8 @@ __device__ void invert_unit_lower(float* a, float* p, int len) {
     const int warp = static_cast<int>(threadIdx.x / 32);
     if (warp < BT / 32) {
       __syncwarp();  // the warp's two diagonal blocks are inverted
-      merge16_tc<BT>(a, p, len, warp);
+      float* const pt[1] = {p + warp * 16 * (16 + 4)};
+      merge16_tc<BT>(a, pt, len, warp);
     }
     __syncthreads();
     if constexpr (BT >= 64) merge32_tc(a, p, len);

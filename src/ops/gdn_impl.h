@@ -66,6 +66,13 @@ void chunk_local_cumsum(const CumsumArgs& args, int device, void* stream);
 void chunk_scaled_dot_kkt_fwd(const KktArgs& args, const GdnOut& A, int device, void* stream);
 void solve_tril(const GdnGeometry& geo, const GdnIn& A, const GdnOut& Ai, int device, void* stream);
 void chunk_gated_delta_rule_fwd_kkt_solve(const KktArgs& args, const GdnOut& Ai, int device, void* stream);
+/// Tests only: which kernel the fused launches that follow take where the warp kernel (gdn_intra_warp.cu) can run:
+/// the launch rule, always the warp kernel (also on grids of one wave), or never (the block kernels, as
+/// FUSEOPS_GDN_KKT_WARP=0 does). Same bytes in every mode.
+enum class KktWarpForTesting { rule, always, never };
+void set_kkt_warp_for_testing(KktWarpForTesting mode);
+/// Tests only: how many launches of this process took the warp kernel.
+int64_t kkt_warp_launches_for_testing();
 }  // namespace cuda
 #endif
 

@@ -34,7 +34,8 @@ std::string Spec::describe() const {
   if (varlen()) os << " seqlens=" << seqlens_text(seqlens) << " cu " << fuseops::dtype_name(cu_dtype);
   os << " k " << fuseops::dtype_name(k_dtype) << " beta " << (has_beta ? fuseops::dtype_name(beta_dtype) : "none")
      << " out " << fuseops::dtype_name(out_dtype) << " decay " << decay_name(decay)
-     << (keys == Keys::wide ? " wide keys" : "") << (strided ? " strided" : "") << ", FUSEOPS_SEED=" << run_seed();
+     << (keys == Keys::wide ? " wide keys" : "") << (strided ? " strided" : "") << (aligned ? " aligned" : "")
+     << ", FUSEOPS_SEED=" << run_seed();
   return os.str();
 }
 
@@ -187,18 +188,19 @@ Placed::Placed(Where where, DType dtype, std::vector<int64_t> shape, int64_t gua
 }
 
 Results run_all(Where where, const Spec& s, const Inputs& in) {
-  const int64_t pad = s.strided ? 3 : 0;
-  Placed k(where, in.k, s.strided ? 8 : 0);
+  const int64_t pad = s.strided ? 3 : 0, guard = s.aligned ? 8 : 5;
+  Placed k(where, in.k, s.strided ? 8 : 0, guard);
   // g and beta: [B, T, HV] with rows of HV (+ pad) per token.
   std::unique_ptr<Placed> g, beta, cu;
-  if (s.has_g()) g = std::make_unique<Placed>(where, in.g, pad);
-  if (s.has_beta) beta = std::make_unique<Placed>(where, in.beta, pad);
+  if (s.has_g()) g = std::make_unique<Placed>(where, in.g, pad, guard);
+  if (s.has_beta) beta = std::make_unique<Placed>(where, in.beta, pad, guard);
   if (s.varlen()) {
-    cu = std::make_unique<Placed>(where, ft::index_tensor(s.cu_dtype, in.cu));
+    cu = std::make_unique<Placed>(where, ft::index_tensor(s.cu_dtype, in.cu), 0, guard);
   }
   const std::vector<int64_t> shape = {s.B, s.T, s.HV, s.BT};
-  Placed A(where, s.out_dtype, shape), A32(where, DType::f32, shape), Ai_unfused(where, s.out_dtype, shape),
-      Ai_fused(where, s.out_dtype, shape), Ai_from_A(where, s.out_dtype, shape), Ai_again(where, s.out_dtype, shape);
+  Placed A(where, s.out_dtype, shape, guard), A32(where, DType::f32, shape, guard),
+      Ai_unfused(where, s.out_dtype, shape, guard), Ai_fused(where, s.out_dtype, shape, guard),
+      Ai_from_A(where, s.out_dtype, shape, guard), Ai_again(where, s.out_dtype, shape, guard);
   std::vector<Placed*> inputs = {&k}, outputs = {&A, &A32, &Ai_unfused, &Ai_fused, &Ai_from_A, &Ai_again};
   for (auto* p : {g.get(), beta.get(), cu.get()}) {
     if (p) inputs.push_back(p);

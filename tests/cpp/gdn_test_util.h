@@ -46,6 +46,9 @@ struct Spec {
   Decay decay = Decay::realistic;
   Keys keys = Keys::normalized;
   bool strided = false;  ///< k rows, g and beta tokens padded (non-contiguous inputs)
+  /// Every tensor starts 16-byte aligned (guards of 8 elements), so the CUDA kernels take their 16-byte copy paths
+  /// (and, where it applies, the warp kernel of the fused op); otherwise guards of 5 elements keep them misaligned.
+  bool aligned = false;
   bool varlen() const { return !seqlens.empty(); }
   bool has_g() const { return decay != Decay::none; }
   std::string describe() const;

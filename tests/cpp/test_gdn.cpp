@@ -16,6 +16,7 @@
 
 #include "common/gdn_chunks.h"
 #include "gdn_test_util.h"
+#include "ops/gdn_impl.h"
 
 namespace fuseops_test::gdn {
 namespace {
@@ -228,9 +229,23 @@ TEST_P(GdnIntra, FusedBitIdenticalToUnfused) {
               s.decay = opt & 1 ? Decay::none : Decay::realistic;
               s.has_beta = !(opt & 2);
               if (opt == 3) s.HV = s.H;  // without g and beta, HV = H
-              SCOPED_TRACE(std::string(where_name(GetParam())) + ": " + s.describe());
+              s.aligned = configs % 2 == 1;  // the 16-byte copy paths too
+              // every fourth config on CUDA: the fused op's warp kernel where it can run (these grids are one wave,
+              // where the launch rule keeps the block kernels)
+              const bool warp = configs % 4 == 3;
+              SCOPED_TRACE(std::string(where_name(GetParam())) + ": " + s.describe() + (warp ? " warp kernel" : ""));
               const Inputs in = make_inputs(s, rng);
-              const Results r = run_all(GetParam(), s, in);
+              const Results r = [&] {
+#if defined(FUSEOPS_WITH_CUDA)
+                namespace dc = fuseops::detail::cuda;
+                if (warp) dc::set_kkt_warp_for_testing(dc::KktWarpForTesting::always);
+                Results out = run_all(GetParam(), s, in);
+                dc::set_kkt_warp_for_testing(dc::KktWarpForTesting::rule);
+                return out;
+#else
+                return run_all(GetParam(), s, in);
+#endif
+              }();
               ASSERT_TRUE(same_bytes(r.Ai_fused, r.Ai_unfused)) << "fused != solve_tril(kkt in f32)";
               ASSERT_TRUE(same_bytes(r.Ai_fused, r.Ai_fused_again)) << "fused op not deterministic";
               if (od == f32) {

@@ -1,0 +1,37 @@
+// Host side of the warp-per-unit form of the fused kkt + inverse (gdn_intra_warp.cu), for gdn_intra.cu's dispatch.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/device_error.h"
+#include "ops/gdn_impl.h"
+
+namespace fuseops::detail::cuda::gdn {
+
+/// Launch-time constants of the warp kernel.
+struct WarpKktParams {
+  int64_t slots;         ///< chunk slots (gdn::chunk_slots)
+  int group;             ///< G = HV / H value heads per key head
+  int kp;                ///< K padded to 16
+  int ld;                ///< k tile row stride (elements)
+  int k_row_shift;       ///< gdn::load_k_tile's row_shift
+  bool prefetch;         ///< L2 hints for each warp's next unit (kkt_warp_prefetch; the launch applies its rule)
+  DeviceErrorRecord* errors;
+};
+
+/// Whether chunk_gated_delta_rule_fwd_kkt_solve takes the warp kernel: the grid is more than one wave of the block
+/// kernels' latency form (`one_wave` false: the warp kernel's one-unit chain is longer than that form's 8-warp one),
+/// an sm_90+ device, chunk 64, f16 / bf16 k with 16-byte rows (k_vec), K <= 128, an f16 / bf16 output (the
+/// tensor-core inverse) at a 16-byte aligned base, and not FUSEOPS_GDN_KKT_WARP=0; set_kkt_warp_for_testing
+/// overrides the grid rule and the switch. Its bytes are those of the block kernels.
+bool kkt_solve_warp_applies(const KktArgs& a, const GdnOut& out, int64_t kp, bool k_vec, int device, bool one_wave);
+
+/// Whether the warp kernel hints the L2 to fetch each warp's next unit while it inverts the current one
+/// (FUSEOPS_GDN_KKT_WARP_PREFETCH=0: no, for A/B runs; no value depends on it).
+bool kkt_warp_prefetch();
+
+/// One launch of the warp kernel for k of dtype a.k.dtype and out of dtype out.dtype (kkt_solve_warp_applies holds).
+void launch_kkt_solve_warp(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
+                           void* stream);
+
+}  // namespace fuseops::detail::cuda::gdn

@@ -1,0 +1,138 @@
+// The warp-per-unit form of the fused kkt + inverse (src/cuda/gdn_intra_warp.cu: chunk 64, f16 / bf16 k with K <=
+// 128, f16 / bf16 output) against the block kernels it stands in for: the same bytes (the bit-identity contract of
+// include/fuseops/gdn.h holds whichever kernel runs), the float64 golden, and fused == solve_tril(kkt in f32). Each case
+// also asserts which kernel ran (the launch counter), so a dispatch change cannot make the comparison vacuous.
+#include <string>
+#include <vector>
+
+#include "gdn_test_util.h"
+#include "ops/gdn_impl.h"
+
+namespace fuseops_test::gdn {
+namespace {
+
+#if defined(FUSEOPS_WITH_CUDA)
+constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
+using fuseops::detail::cuda::kkt_warp_launches_for_testing;
+using fuseops::detail::cuda::KktWarpForTesting;
+using fuseops::detail::cuda::set_kkt_warp_for_testing;
+
+/// The fused launches take `mode` until the guard's scope ends, then the launch rule again.
+class WarpMode {
+ public:
+  explicit WarpMode(KktWarpForTesting mode) { set_kkt_warp_for_testing(mode); }
+  ~WarpMode() { set_kkt_warp_for_testing(KktWarpForTesting::rule); }
+  WarpMode(const WarpMode&) = delete;
+  WarpMode& operator=(const WarpMode&) = delete;
+};
+
+/// The cases: partial last chunks, batch rows, varlen with empty / 1-token / chunk-edge sequences (int32 and int64
+/// cu_seqlens), grouped heads, K from 16 to 128 (K % 16 != 0 pads the tile; K = 40 and 104 take the general copy walk),
+/// every decay kind, beta absent, f16 and bf16 in and out, and more units than resident warps (the grid-stride walk).
+std::vector<Spec> warp_cases() {
+  std::vector<Spec> cases;
+  auto add = [&](Spec s, DType kd, DType od, Decay decay) {
+    s.k_dtype = kd;
+    s.beta_dtype = kd;
+    s.out_dtype = od;
+    s.decay = decay;
+    s.aligned = true;
+    cases.push_back(s);
+  };
+  add(fixed(2, 200, 2, 4, 128, 64), bf16, bf16, Decay::realistic);
+  add(fixed(1, 3 * 64 + 17, 1, 1, 64, 64), f16, f16, Decay::realistic);
+  add(fixed(1, 130, 3, 3, 16, 64), bf16, f16, Decay::strong);
+  add(fixed(1, 129, 2, 2, 40, 64), f16, bf16, Decay::extreme);
+  add(fixed(1, 100, 1, 2, 104, 64), bf16, bf16, Decay::zero);
+  add(fixed(1, 64, 2, 2, 120, 64), bf16, bf16, Decay::mixed);
+  add(fixed(1, 190, 2, 2, 128, 64), bf16, bf16, Decay::none);
+  Spec v = varlen({0, 1, 63, 64, 65, 128, 200, 0, 7, 33}, 2, 4, 128, 64);
+  add(v, bf16, bf16, Decay::realistic);
+  v.cu_dtype = DType::i32;
+  add(v, f16, f16, Decay::strong);
+  Spec no_beta = fixed(2, 96, 2, 2, 64, 64);
+  no_beta.has_beta = false;
+  add(no_beta, bf16, bf16, Decay::realistic);
+  Spec mixed_beta = fixed(1, 150, 2, 2, 128, 64);
+  add(mixed_beta, bf16, bf16, Decay::realistic);
+  cases.back().beta_dtype = f32;
+  Spec strided = fixed(1, 140, 2, 2, 128, 64);
+  strided.strided = true;
+  add(strided, bf16, bf16, Decay::realistic);
+  return cases;
+}
+
+TEST(GdnIntraWarp, SameBytesAsTheBlockKernels) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  std::mt19937_64 rng = test_rng();
+  for (const Spec& s : warp_cases()) {
+    SCOPED_TRACE(s.describe());
+    const Inputs in = make_inputs(s, rng);
+    const int64_t before = kkt_warp_launches_for_testing();
+    Results warp, block;
+    {
+      const WarpMode always(KktWarpForTesting::always);  // these grids are one wave: the rule keeps the block kernels
+      warp = run_all(Where::cuda, s, in);
+    }
+    ASSERT_EQ(kkt_warp_launches_for_testing(), before + 2) << "the warp kernel did not run both fused calls";
+    {
+      const WarpMode never(KktWarpForTesting::never);
+      block = run_all(Where::cuda, s, in);
+    }
+    ASSERT_EQ(kkt_warp_launches_for_testing(), before + 2) << "the warp kernel ran while switched off";
+    EXPECT_TRUE(same_bytes(warp.Ai_fused, block.Ai_fused)) << "warp kernel != block kernel";
+    EXPECT_TRUE(same_bytes(warp.Ai_fused, warp.Ai_unfused)) << "warp kernel != solve_tril(kkt in f32)";
+    EXPECT_TRUE(same_bytes(warp.Ai_fused, warp.Ai_fused_again)) << "warp kernel not deterministic";
+    const fuseops::reference::KktInputs gi = in.golden_inputs(s);
+    EXPECT_TRUE(matches_golden(warp.Ai_fused, fuseops::reference::kkt_solve(gi), fuseops::reference::GdnStage::kkt_solve,
+                               s.K, s.BT));
+    if (HasFailure()) return;
+  }
+}
+
+// More units than the GPU's resident warps (every warp walks several), taken by the launch rule; against the block
+// kernels.
+TEST(GdnIntraWarp, GridStrideWalk) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  std::mt19937_64 rng = test_rng();
+  Spec s = varlen({64 * 300 + 5, 0, 3, 64 * 100}, 4, 8, 128, 64);
+  s.out_dtype = bf16;
+  s.aligned = true;
+  SCOPED_TRACE(s.describe());
+  const Inputs in = make_inputs(s, rng);
+  const int64_t before = kkt_warp_launches_for_testing();
+  const Results warp = run_all(Where::cuda, s, in);  // by the launch rule: several waves
+  ASSERT_EQ(kkt_warp_launches_for_testing(), before + 2);
+  Results block;
+  {
+    const WarpMode never(KktWarpForTesting::never);
+    block = run_all(Where::cuda, s, in);
+  }
+  EXPECT_TRUE(same_bytes(warp.Ai_fused, block.Ai_fused)) << "warp kernel != block kernel";
+  EXPECT_TRUE(same_bytes(warp.Ai_fused, warp.Ai_unfused)) << "warp kernel != solve_tril(kkt in f32)";
+}
+
+// Where it does not apply (chunk 32, f32 output, K > 128, f32 k), the block kernels run, even when asked for it.
+TEST(GdnIntraWarp, OtherConfigurationsTakeTheBlockKernels) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  std::mt19937_64 rng = test_rng();
+  std::vector<Spec> cases = {fixed(1, 100, 1, 1, 128, 32), fixed(1, 100, 1, 1, 128, 64), fixed(1, 100, 1, 1, 136, 64),
+                             fixed(1, 100, 1, 1, 128, 64)};
+  cases[0].out_dtype = bf16;
+  cases[1].out_dtype = f32;
+  cases[2].out_dtype = bf16;
+  cases[3].out_dtype = bf16;
+  cases[3].k_dtype = f32;
+  for (Spec& s : cases) s.aligned = true;
+  const WarpMode always(KktWarpForTesting::always);
+  for (const Spec& s : cases) {
+    SCOPED_TRACE(s.describe());
+    const int64_t before = kkt_warp_launches_for_testing();
+    check_spec(Where::cuda, s, rng);
+    EXPECT_EQ(kkt_warp_launches_for_testing(), before);
+  }
+}
+#endif
+
+}  // namespace
+}  // namespace fuseops_test::gdn
