@@ -12,6 +12,8 @@
 //    heads of a key head are split over several blocks (each recomputes the Gram).
 //    Work that only feeds rows past a short chunk's end (Gram tiles, kkt rows, diagonal blocks, block merges) is
 //    skipped, so a chunk of 16 tokens costs far less than a full one (varlen batches of short sequences).
+//    The fused op's grids beyond one wave at chunk 64 with 16-bit k and output take gdn_intra_warp.cu's kernel
+//    instead: one warp per (chunk, value head), the same arithmetic (the same bytes).
 //  - solve_tril: one block per (chunk, value head): load the strictly lower part as fp32, invert, store.
 //  - cumsum: one warp per (chunk, group of 8 value heads): the group's g staged in shared memory by one round of
 //    loads, then a lane per head, sequential fp32 sums.
@@ -413,8 +415,14 @@ void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int devi
     // chain is longer than the latency kernel's 8-warp one, so one-wave grids keep that; bench/results/h200/gdn.md,
     // thirty-third session).
     if (gdn::kkt_solve_warp_applies(a, out, prm.kp, prm.k_vec, device, latency)) {
-      const gdn::WarpKktParams wp{prm.slots,       prm.group, prm.kp, prm.ld, prm.k_row_shift, gdn::kkt_warp_prefetch(),
-                                  prm.errors};
+      gdn::WarpKktParams wp{};
+      wp.slots = prm.slots;
+      wp.group = prm.group;
+      wp.kp = prm.kp;
+      wp.ld = prm.ld;
+      wp.k_row_shift = prm.k_row_shift;
+      wp.prefetch = gdn::kkt_warp_prefetch();
+      wp.errors = prm.errors;
       gdn::launch_kkt_solve_warp(op, a, out, wp, device, stream);
       return;
     }

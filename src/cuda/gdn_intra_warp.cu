@@ -38,7 +38,7 @@ namespace {
 
 constexpr int kBT = 64;
 constexpr int kLd = kTileLd<kBT>;
-constexpr int kUnitWarps = 4;  ///< warps per block (each on its own units)
+constexpr int kUnitWarps = 4;   ///< warps per block (each on its own units)
 constexpr int kUnitBlocks = 3;  ///< blocks per SM: 12 warps, 215 KB of shared memory
 /// Per warp: one region for the k tile [64][kp + 8] (16-bit, kp <= 128), then the fp32 A tile [64][68] in the same
 /// bytes (the k tile is dead once the Gram is in registers), then g / beta of the chunk's rows, then the mbarrier of
@@ -169,7 +169,8 @@ __device__ void merge32_warp(float* a, float* pt, int len) {
     for (int f = 0; f < 3; ++f) {
       const int rb = f == 0 ? 0 : 1, s2 = f == 2 ? 1 : 0;
 #pragma unroll
-      for (int h = 0; h < 2; ++h) load_a_split(a + (32 + 16 * rb) * kLd + 32 + 16 * s2 + 8 * h, kLd, xh[f][h], xl[f][h]);
+      for (int h = 0; h < 2; ++h)
+        load_a_split(a + (32 + 16 * rb) * kLd + 32 + 16 * s2 + 8 * h, kLd, xh[f][h], xl[f][h]);
     }
 #pragma unroll
     for (int nt = 0; nt < 4; ++nt) {
@@ -231,11 +232,12 @@ __device__ __forceinline__ void prefetch_unit(const KktArgs& a, const ChunkRef& 
     const int i = lane + 32 * j;
     if (i >= ch.len) break;
     const int64_t t = ch.t0 + i;
-    const char* row = static_cast<const char*>(a.k.data) +
-                      2 * (ch.batch * a.k.stride_b + t * a.k.stride_t + hk * a.k.stride_h);
+    const char* row =
+        static_cast<const char*>(a.k.data) + 2 * (ch.batch * a.k.stride_b + t * a.k.stride_t + hk * a.k.stride_h);
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(row), "r"(kbytes) : "memory");
     if (a.g.data) {
-      const float* g = static_cast<const float*>(a.g.data) + ch.batch * a.g.stride_b + t * a.g.stride_t + hv * a.g.stride_h;
+      const float* g =
+          static_cast<const float*>(a.g.data) + ch.batch * a.g.stride_b + t * a.g.stride_t + hv * a.g.stride_h;
       asm volatile("prefetch.global.L2 [%0];" ::"l"(g));
     }
     if (a.beta.data) {
@@ -291,8 +293,10 @@ __global__ void __launch_bounds__(kUnitWarps * 32, kUnitBlocks)
       GramWarp<TK> gram;
       gram.compute(ks, prm.ld, prm.kp);
       __syncwarp();  // every lane's k-tile reads are done: the A tile takes its bytes
-      const ChunkRef next = un < units ? resolve_chunk<kBT>(args.geo, slot_n, prm.errors, hv_n == 0) : ChunkRef{0, 0, 0};
-      if (prm.prefetch && next.len > 0) prefetch_unit(args, next, hv_n / prm.group, hv_n, 2 * static_cast<int>(args.geo.K));
+      const ChunkRef next =
+          un < units ? resolve_chunk<kBT>(args.geo, slot_n, prm.errors, hv_n == 0) : ChunkRef{0, 0, 0};
+      if (prm.prefetch && next.len > 0)
+        prefetch_unit(args, next, hv_n / prm.group, hv_n, 2 * static_cast<int>(args.geo.K));
       gram.kkt_tile(gate_beta, ch.len, tile);
       __syncwarp();
       invert_unit_lower_warp(tile, ch.len);

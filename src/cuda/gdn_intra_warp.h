@@ -10,12 +10,12 @@ namespace fuseops::detail::cuda::gdn {
 
 /// Launch-time constants of the warp kernel.
 struct WarpKktParams {
-  int64_t slots;         ///< chunk slots (gdn::chunk_slots)
-  int group;             ///< G = HV / H value heads per key head
-  int kp;                ///< K padded to 16
-  int ld;                ///< k tile row stride (elements)
-  int k_row_shift;       ///< gdn::load_k_tile's row_shift
-  bool prefetch;         ///< L2 hints for each warp's next unit (kkt_warp_prefetch; the launch applies its rule)
+  int64_t slots;    ///< chunk slots (gdn::chunk_slots)
+  int group;        ///< G = HV / H value heads per key head
+  int kp;           ///< K padded to 16
+  int ld;           ///< k tile row stride (elements)
+  int k_row_shift;  ///< gdn::load_k_tile's row_shift
+  bool prefetch;    ///< L2 hints for each warp's next unit (kkt_warp_prefetch; the launch applies its rule)
   DeviceErrorRecord* errors;
 };
 

@@ -1,7 +1,7 @@
 // The warp-per-unit form of the fused kkt + inverse (src/cuda/gdn_intra_warp.cu: chunk 64, f16 / bf16 k with K <=
 // 128, f16 / bf16 output) against the block kernels it stands in for: the same bytes (the bit-identity contract of
-// include/fuseops/gdn.h holds whichever kernel runs), the float64 golden, and fused == solve_tril(kkt in f32). Each case
-// also asserts which kernel ran (the launch counter), so a dispatch change cannot make the comparison vacuous.
+// include/fuseops/gdn.h holds whichever kernel runs), the float64 golden, and fused == solve_tril(kkt in f32). Each
+// case also asserts which kernel ran (the launch counter), so a dispatch change cannot make the comparison vacuous.
 #include <string>
 #include <vector>
 
@@ -84,8 +84,8 @@ TEST(GdnIntraWarp, SameBytesAsTheBlockKernels) {
     EXPECT_TRUE(same_bytes(warp.Ai_fused, warp.Ai_unfused)) << "warp kernel != solve_tril(kkt in f32)";
     EXPECT_TRUE(same_bytes(warp.Ai_fused, warp.Ai_fused_again)) << "warp kernel not deterministic";
     const fuseops::reference::KktInputs gi = in.golden_inputs(s);
-    EXPECT_TRUE(matches_golden(warp.Ai_fused, fuseops::reference::kkt_solve(gi), fuseops::reference::GdnStage::kkt_solve,
-                               s.K, s.BT));
+    EXPECT_TRUE(matches_golden(warp.Ai_fused, fuseops::reference::kkt_solve(gi),
+                               fuseops::reference::GdnStage::kkt_solve, s.K, s.BT));
     if (HasFailure()) return;
   }
 }
