@@ -11,8 +11,9 @@
 // sequence of mma over K ascending (GramMma), every kkt entry is kkt_entry, every diagonal column is
 // solve_diagonal_column, the level-16 merges are merge16_tc, and each level-32 tile takes the same fragments and mma
 // in the same order as merge32_tc's warp for it. Only the warp that executes an element's chain differs, so the output
-// is byte for byte that of kkt_pipelined_kernel and of kkt + solve_tril (tests: GdnIntraWarp.*, and every
-// GdnIntra bit-identity test, which takes this kernel where it applies).
+// is byte for byte that of kkt_pipelined_kernel and of kkt + solve_tril (tests: GdnIntraWarp.*,
+// GdnIntra.FusedBitIdenticalToUnfused, which takes this kernel on every fourth configuration, and
+// GdnLargeGrid.MoreThan2Pow31Elements).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 

@@ -9,6 +9,7 @@
 
 #include "cuda_test_util.h"
 #include "gdn_test_util.h"
+#include "ops/gdn_impl.h"
 
 #if defined(FUSEOPS_WITH_CUDA)
 #include <cuda_runtime.h>
@@ -46,7 +47,9 @@ TEST(GdnLargeGrid, ManySequences) {
 
 
 // Grids of more than one wave take the pipelined kkt / fused kernel (each block walks many (chunk, key head) items
-// and copies the next item's k rows while it inverts the current one); the other tests mostly fit in one wave. Its
+// and copies the next item's k rows while it inverts the current one); the other tests mostly fit in one wave. (The
+// tensors are placed misaligned, so the fused op takes this kernel too rather than the warp kernel that aligned
+// 16-bit chunk-64 grids take: GdnIntraWarp, and MoreThan2Pow31Elements below.) Its
 // walk over items with grouped value heads, keys that take the scalar (K = 100) and the f32 copy paths, every chunk
 // size, strided inputs, and varlen batches with empty and partial sequences: each against the golden, fused ==
 // unfused and deterministic (check_spec).
@@ -76,7 +79,8 @@ TEST(GdnLargeGrid, PipelinedWalk) {
 // Ai of [1, 2^20 + 37, 32, 64] bf16: 2^31 + 75776 elements (4.3 GB); the last, partial chunk starts exactly at
 // element 2^31. The inputs repeat one random 64-token chunk (g is chunk-local, so every chunk has the same values).
 // Sampled chunks (first, around 2^31, last, random) are compared with the golden and, byte for byte, with the unfused
-// chain (kkt into an 8.6 GB f32 A + solve_tril); a guard after the output stays poisoned.
+// chain (kkt into an 8.6 GB f32 A + solve_tril); a guard after the output stays poisoned. The fused op takes the warp
+// kernel here (gdn_intra_warp.cu); the block kernels, run after it on the same grid, give the same bytes.
 TEST(GdnLargeGrid, MoreThan2Pow31Elements) {
   FUSEOPS_SKIP_WITHOUT_CUDA();
 #if defined(FUSEOPS_WITH_CUDA)
@@ -109,8 +113,11 @@ TEST(GdnLargeGrid, MoreThan2Pow31Elements) {
   const fuseops::Device dev = fuseops::Device::cuda(0);
   const TensorView kv(k.ptr, DType::bf16, dev, {1, T, H, K}), gv(g.ptr, DType::f32, dev, {1, T, HV}),
       bv(beta.ptr, DType::bf16, dev, {1, T, HV});
+  namespace dc = fuseops::detail::cuda;
+  const int64_t warp_launches = dc::kkt_warp_launches_for_testing();
   fuseops::chunk_gated_delta_rule_fwd_kkt_solve(TensorView(fused.ptr, DType::bf16, dev, {1, T, HV, BT}), kv, &gv, &bv,
                                                 BT);
+  EXPECT_EQ(dc::kkt_warp_launches_for_testing(), warp_launches + 1) << "the warp kernel (a grid of many waves)";
   const TensorView Av(A.ptr, DType::f32, dev, {1, T, HV, BT});
   fuseops::chunk_scaled_dot_kkt_fwd(Av, kv, &gv, &bv, BT);
   fuseops::solve_tril(TensorView(unfused.ptr, DType::bf16, dev, {1, T, HV, BT}), Av);
@@ -144,6 +151,24 @@ TEST(GdnLargeGrid, MoreThan2Pow31Elements) {
               cudaSuccess);
     EXPECT_TRUE(matches_golden(got, L == BT ? full : partial, ref::GdnStage::kkt_solve, K, BT));
     EXPECT_TRUE(same_bytes(got, base)) << "fused != solve_tril(kkt in f32)";
+  }
+  // The block kernels on the same grid (into the unfused chain's buffer, now compared): the same bytes.
+  dc::set_kkt_warp_for_testing(dc::KktWarpForTesting::never);
+  fuseops::chunk_gated_delta_rule_fwd_kkt_solve(TensorView(unfused.ptr, DType::bf16, dev, {1, T, HV, BT}), kv, &gv,
+                                                &bv, BT);
+  dc::set_kkt_warp_for_testing(dc::KktWarpForTesting::rule);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int64_t c : sample) {
+    const int64_t L = std::min(BT, T - c * BT);
+    SCOPED_TRACE("chunk " + std::to_string(c) + ", block kernels");
+    HostTensor got(DType::bf16, {1, L, HV, BT}), block(DType::bf16, {1, L, HV, BT});
+    const size_t offset = static_cast<size_t>(c * BT * row) * 2;
+    ASSERT_EQ(cudaMemcpy(got.data(), static_cast<char*>(fused.ptr) + offset, got.bytes(), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(block.data(), static_cast<char*>(unfused.ptr) + offset, block.bytes(),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_TRUE(same_bytes(got, block)) << "warp kernel != block kernels";
   }
   std::vector<unsigned char> after(guard);
   ASSERT_EQ(cudaMemcpy(after.data(), static_cast<char*>(fused.ptr) + out_bytes, guard, cudaMemcpyDeviceToHost),
