@@ -19,11 +19,29 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from timing import cold_sets, warm_cold_us  # noqa: E402
 
 
+def retune(modules):
+    """Empties the caches of the Triton autotuners defined in `modules`, so that the next call of each kernel tunes it
+    for the shape at hand: FLA's autotune keys (e.g. H, HV, K, BC) leave T out, so a config tuned at a short sequence
+    would otherwise be reused at a long one (it measured up to 3x slower there, bench/results/h200/gdn.md, thirty-third
+    session)."""
+    for m in modules:
+        for v in vars(m).values():
+            for _ in range(4):  # through wrappers such as triton.heuristics (their .fn is the next layer)
+                if isinstance(v, triton.runtime.Autotuner):
+                    v.cache.clear()
+                v = getattr(v, "fn", None)
+                if v is None:
+                    break
+
+
 def main():
     ours_path, md_path = sys.argv[1], sys.argv[2]
+    import importlib
     from fla.ops.common.chunk_scaled_dot_kkt import chunk_scaled_dot_kkt_fwd
     from fla.ops.gated_delta_rule.chunk_fwd import chunk_gated_delta_rule_fwd_kkt_solve_kernel
     from fla.ops.utils import chunk_local_cumsum, solve_tril
+    tuned = [importlib.import_module(m) for m in ("fla.ops.gated_delta_rule.chunk_fwd",
+                                                  "fla.ops.common.chunk_scaled_dot_kkt", "fla.ops.utils.solve_tril")]
 
     ours = json.load(open(ours_path))
     rows = []
@@ -39,6 +57,7 @@ def main():
         else:
             continue
         BT = 64
+        retune(tuned)
         set_bytes = B * T * (H * K * 2 + HV * (4 + 2 + BT * 2))
         sets = cold_sets(set_bytes)
         torch.manual_seed(0)

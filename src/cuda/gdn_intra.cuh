@@ -159,15 +159,14 @@ __host__ __device__ constexpr int k_tile_ld(int kp) {
 /// issued here, the caller waits with cp_async_wait_all() before its barrier, so other loads can overlap them).
 /// `row_shift`: log2 of the 16-byte units per row (kp / (16 / sizeof(TK))) when that is a power of two (K = 64, 128,
 /// 256: each thread then copies one fixed column of rows kThreads >> row_shift apart, with a pointer increment per
-/// row), else -1 (the general walk over units). NT: the threads that share the copies, threadIdx.x % NT of them
-/// (kThreads: the whole block; 32: one warp, with kp / (16 / sizeof(TK)) <= 32).
-template <typename TK, int BT, int NT = kThreads>
+/// row), else -1 (the general walk over units).
+template <typename TK, int BT>
 __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, const ChunkRef& ch, int64_t hk,
                             bool vec, int row_shift) {
   const TK* src = static_cast<const TK*>(k.data) + ch.batch * k.stride_b + ch.t0 * k.stride_t + hk * k.stride_h;
   constexpr int kVec = 16 / sizeof(TK);
   if (vec && row_shift >= 0) {
-    const int t = static_cast<int>(threadIdx.x % NT), di = NT >> row_shift;
+    const int t = static_cast<int>(threadIdx.x), di = kThreads >> row_shift;
     const int col = (t & ((1 << row_shift) - 1)) * kVec;
     const bool col_ok = col < K;
     int i = t >> row_shift;
@@ -179,11 +178,10 @@ __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, c
       cp_async_16(d, valid ? p : src, valid);
     }
   } else if (vec) {
-    const int per_row = kp / kVec;  // <= 64 < kThreads (<= 32 for NT = 32)
-    // unit u = i * per_row + c of thread t: t, t + NT, ...; (i, c) advanced without a division per unit
-    const int t = static_cast<int>(threadIdx.x % NT);
-    int i = t / per_row, c = t - i * per_row;
-    const int di = NT / per_row, dc = NT - di * per_row;
+    const int per_row = kp / kVec;  // <= 64 < kThreads
+    // unit u = i * per_row + c of thread t: t, t + kThreads, ...; (i, c) advanced without a division per unit
+    int i = static_cast<int>(threadIdx.x) / per_row, c = static_cast<int>(threadIdx.x) - i * per_row;
+    const int di = kThreads / per_row, dc = kThreads - di * per_row;
     for (; i < BT; i += di) {
       const int col = c * kVec;
       const bool valid = i < ch.len && col < K;
@@ -193,7 +191,7 @@ __device__ void load_k_tile(TK* ks, int ld, int kp, const GdnIn& k, int64_t K, c
     }
   } else {
 #pragma unroll 1
-    for (int u = static_cast<int>(threadIdx.x % NT); u < BT * kp; u += NT) {
+    for (int u = threadIdx.x; u < BT * kp; u += kThreads) {
       const int i = u / kp, col = u - i * kp;
       ks[i * ld + col] = (i < ch.len && col < K) ? src[i * k.stride_t + col] : from_float<TK>(0.f);
     }

@@ -14,7 +14,6 @@ struct WarpKktParams {
   int group;        ///< G = HV / H value heads per key head
   int kp;           ///< K padded to 16
   int ld;           ///< k tile row stride (elements)
-  int k_row_shift;  ///< gdn::load_k_tile's row_shift
   bool prefetch;    ///< L2 hints for each warp's next unit (kkt_warp_prefetch; the launch applies its rule)
   DeviceErrorRecord* errors;
 };
@@ -23,7 +22,8 @@ struct WarpKktParams {
 /// kernels' latency form (`one_wave` false: the warp kernel's one-unit chain is longer than that form's 8-warp one),
 /// an sm_90+ device, chunk 64, f16 / bf16 k with 16-byte rows (k_vec), K <= 128, an f16 / bf16 output (the
 /// tensor-core inverse) at a 16-byte aligned base, and not FUSEOPS_GDN_KKT_WARP=0; set_kkt_warp_for_testing
-/// overrides the grid rule and the switch. Its bytes are those of the block kernels.
+/// overrides the grid rule and the switch (`always`: also the L2 hints' rule). Its bytes are those of the block
+/// kernels.
 bool kkt_solve_warp_applies(const KktArgs& a, const GdnOut& out, int64_t kp, bool k_vec, int device, bool one_wave);
 
 /// Whether the warp kernel hints the L2 to fetch each warp's next unit while it inverts the current one

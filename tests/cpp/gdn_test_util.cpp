@@ -4,6 +4,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "common/gdn_chunks.h"
+
 namespace fuseops_test::gdn {
 
 namespace ref = fuseops::reference;
@@ -244,6 +246,57 @@ void check_spec(Where where, const Spec& s, std::mt19937_64& rng, bool check_inv
   EXPECT_TRUE(same_bytes(r.Ai_fused, r.Ai_fused_again)) << "the fused op is not deterministic";
   EXPECT_TRUE(matches_golden(r.Ai_from_A, ref::solve_tril(r.A, in.cu), ref::GdnStage::solve_tril, s.K, s.BT))
       << "solve_tril(A in " << fuseops::dtype_name(s.out_dtype) << ")";
+}
+
+const std::vector<BadCu>& bad_cus() {
+  static const std::vector<BadCu> cases = {
+      {"decreasing", {0, 20, 10, 50}, 70},
+      {"first != 0", {5, 40, 70}, 70},
+      {"last < T", {0, 30, 60}, 70},
+      {"last > T", {0, 30, 90}, 70},
+      {"negative", {0, -5, -3}, 70},
+      {"beyond T in the middle", {0, 100, 70}, 70},
+      {"all zero with T > 0", {0, 0, 0}, 70},
+      {"huge", {0, int64_t{1} << 40, 70}, 70},
+      {"last > T = 0", {0, 3}, 0},
+      {"negative with T = 0", {0, -1, 0}, 0},
+  };
+  return cases;
+}
+
+Clamped clamped_ranges(const std::vector<int64_t>& cu, int64_t T) {
+  fuseops::detail::GdnGeometry geo;
+  geo.B = 1;
+  geo.T = T;
+  geo.cu_seqlens = cu.data();
+  geo.cu_dtype = DType::i64;
+  geo.N = static_cast<int64_t>(cu.size()) - 1;
+  Clamped c;
+  for (int64_t n = 0; n < geo.N; ++n) {
+    const fuseops::detail::SeqBounds b = fuseops::detail::sequence_bounds(geo, n);
+    c.ranges.emplace_back(b.bos, b.eos);
+    if (b.bad && c.first_bad < 0) c.first_bad = n;
+  }
+  return c;
+}
+
+WarpMode::WarpMode([[maybe_unused]] KktWarpForTesting mode) {
+#if defined(FUSEOPS_WITH_CUDA)
+  fuseops::detail::cuda::set_kkt_warp_for_testing(mode);
+#endif
+}
+WarpMode::~WarpMode() {
+#if defined(FUSEOPS_WITH_CUDA)
+  fuseops::detail::cuda::set_kkt_warp_for_testing(KktWarpForTesting::rule);
+#endif
+}
+
+int64_t warp_launches() {
+#if defined(FUSEOPS_WITH_CUDA)
+  return fuseops::detail::cuda::kkt_warp_launches_for_testing();
+#else
+  return 0;
+#endif
 }
 
 }  // namespace fuseops_test::gdn

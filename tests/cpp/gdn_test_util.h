@@ -8,8 +8,10 @@
 #include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "ops/gdn_impl.h"
 #include "reference/gdn.h"
 #include "test_util.h"
 
@@ -118,5 +120,42 @@ Results run_all(Where where, const Spec& s, const Inputs& in);
 /// run_all + every comparison: A, Ai (fused) and solve_tril(A) against the golden; fused == unfused and fused ==
 /// fused again, byte for byte. `check_inverse` false: only A is compared (wide keys).
 void check_spec(Where where, const Spec& s, std::mt19937_64& rng, bool check_inverse = true);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Malformed cu_seqlens (GdnMalformed, GdnIntraWarp)
+
+struct BadCu {
+  const char* what;
+  std::vector<int64_t> cu;
+  int64_t T;
+};
+/// Malformed cu_seqlens of every kind: decreasing, first != 0, last != T, negative, huge, with T = 0.
+const std::vector<BadCu>& bad_cus();
+
+/// The clamped token ranges of every sequence and the first bad sequence, by the backends' own rule.
+struct Clamped {
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+  int64_t first_bad = -1;
+};
+Clamped clamped_ranges(const std::vector<int64_t>& cu, int64_t T);
+
+// ---------------------------------------------------------------------------------------------------------------
+// Which kernel the fused op takes (CUDA builds; gdn_intra_warp.h). Elsewhere: a no-op guard and a zero count.
+
+#if defined(FUSEOPS_WITH_CUDA)
+using fuseops::detail::cuda::KktWarpForTesting;
+#else
+enum class KktWarpForTesting { rule, always, never };
+#endif
+/// The fused launches take `mode` until the guard's scope ends, then the launch rule again.
+class WarpMode {
+ public:
+  explicit WarpMode(KktWarpForTesting mode);
+  ~WarpMode();
+  WarpMode(const WarpMode&) = delete;
+  WarpMode& operator=(const WarpMode&) = delete;
+};
+/// How many fused launches of this process took the warp kernel.
+int64_t warp_launches();
 
 }  // namespace fuseops_test::gdn

@@ -16,7 +16,6 @@
 
 #include "common/gdn_chunks.h"
 #include "gdn_test_util.h"
-#include "ops/gdn_impl.h"
 
 namespace fuseops_test::gdn {
 namespace {
@@ -210,7 +209,7 @@ TEST_P(GdnIntra, WideKeysKkt) {
 TEST_P(GdnIntra, FusedBitIdenticalToUnfused) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  int64_t configs = 0;
+  int64_t configs = 0, warp_configs = 0;
   for (int64_t BT : {16, 32, 64}) {
     for (DType kd : {f32, f16, bf16}) {
       for (DType od : {f32, f16, bf16}) {
@@ -229,23 +228,23 @@ TEST_P(GdnIntra, FusedBitIdenticalToUnfused) {
               s.decay = opt & 1 ? Decay::none : Decay::realistic;
               s.has_beta = !(opt & 2);
               if (opt == 3) s.HV = s.H;  // without g and beta, HV = H
-              s.aligned = configs % 2 == 1;  // the 16-byte copy paths too
-              // every fourth config on CUDA: the fused op's warp kernel where it can run (these grids are one wave,
-              // where the launch rule keeps the block kernels)
-              const bool warp = configs % 4 == 3;
+              // K = 128 aligned always, half of those configurations on the fused op's warp kernel (these grids
+              // are one wave, where the launch rule keeps the block kernels); the other K aligned every other time
+              s.aligned = K == 128 || configs % 2 == 1;
+              const bool warp = K == 128 && (layout + opt) % 2 == 0;
+              const bool warp_applies = warp && BT == 64 && kd != f32 && od != f32;  // gdn_intra_warp.h
               SCOPED_TRACE(std::string(where_name(GetParam())) + ": " + s.describe() + (warp ? " warp kernel" : ""));
               const Inputs in = make_inputs(s, rng);
-              const Results r = [&] {
-#if defined(FUSEOPS_WITH_CUDA)
-                namespace dc = fuseops::detail::cuda;
-                if (warp) dc::set_kkt_warp_for_testing(dc::KktWarpForTesting::always);
-                Results out = run_all(GetParam(), s, in);
-                dc::set_kkt_warp_for_testing(dc::KktWarpForTesting::rule);
-                return out;
-#else
-                return run_all(GetParam(), s, in);
-#endif
-              }();
+              const int64_t launches = warp_launches();
+              Results r;
+              {
+                const WarpMode mode(warp ? KktWarpForTesting::always : KktWarpForTesting::rule);
+                r = run_all(GetParam(), s, in);
+              }
+              if (GetParam() == Where::cuda) {
+                ASSERT_EQ(warp_launches(), launches + (warp_applies ? 2 : 0)) << "which fused kernel ran";
+              }
+              warp_configs += warp_applies;
               ASSERT_TRUE(same_bytes(r.Ai_fused, r.Ai_unfused)) << "fused != solve_tril(kkt in f32)";
               ASSERT_TRUE(same_bytes(r.Ai_fused, r.Ai_fused_again)) << "fused op not deterministic";
               if (od == f32) {
@@ -259,6 +258,7 @@ TEST_P(GdnIntra, FusedBitIdenticalToUnfused) {
     }
   }
   EXPECT_EQ(configs, 3 * 3 * 3 * 3 * 4 * 3);
+  EXPECT_EQ(warp_configs, 2 * 2 * 3 * 4 / 2);  // BT 64, 16-bit k and output, K = 128: half of them
 }
 
 /// Tokens [bos, eos) of a compact [1, T, ...] tensor, as [1, eos - bos, ...].
@@ -402,49 +402,6 @@ INSTANTIATE_TEST_SUITE_P(All, GdnCumsum, ::testing::Values(Where::cpu, Where::cu
 // What lands inside those ranges is unspecified (ranges may overlap) and not checked.
 
 class GdnMalformed : public ::testing::TestWithParam<Where> {};
-
-struct BadCu {
-  const char* what;
-  std::vector<int64_t> cu;
-  int64_t T;
-};
-
-const std::vector<BadCu>& bad_cus() {
-  static const std::vector<BadCu> cases = {
-      {"decreasing", {0, 20, 10, 50}, 70},
-      {"first != 0", {5, 40, 70}, 70},
-      {"last < T", {0, 30, 60}, 70},
-      {"last > T", {0, 30, 90}, 70},
-      {"negative", {0, -5, -3}, 70},
-      {"beyond T in the middle", {0, 100, 70}, 70},
-      {"all zero with T > 0", {0, 0, 0}, 70},
-      {"huge", {0, int64_t{1} << 40, 70}, 70},
-      {"last > T = 0", {0, 3}, 0},
-      {"negative with T = 0", {0, -1, 0}, 0},
-  };
-  return cases;
-}
-
-/// The clamped token ranges of every sequence and the first bad sequence, by the backends' own rule.
-struct Clamped {
-  std::vector<std::pair<int64_t, int64_t>> ranges;
-  int64_t first_bad = -1;
-};
-Clamped clamped_ranges(const std::vector<int64_t>& cu, int64_t T) {
-  fuseops::detail::GdnGeometry geo;
-  geo.B = 1;
-  geo.T = T;
-  geo.cu_seqlens = cu.data();
-  geo.cu_dtype = DType::i64;
-  geo.N = static_cast<int64_t>(cu.size()) - 1;
-  Clamped c;
-  for (int64_t n = 0; n < geo.N; ++n) {
-    const fuseops::detail::SeqBounds b = fuseops::detail::sequence_bounds(geo, n);
-    c.ranges.emplace_back(b.bos, b.eos);
-    if (b.bad && c.first_bad < 0) c.first_bad = n;
-  }
-  return c;
-}
 
 // chunk_local_cumsum of g with no heads ([1, T, 0]) still records a malformed cu_seqlens, as every other op does (the
 // CUDA kernel's units are (chunk, group of heads): at least one group per chunk).

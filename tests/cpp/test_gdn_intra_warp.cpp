@@ -6,29 +6,16 @@
 #include <vector>
 
 #include "gdn_test_util.h"
-#include "ops/gdn_impl.h"
 
 namespace fuseops_test::gdn {
 namespace {
 
 #if defined(FUSEOPS_WITH_CUDA)
 constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
-using fuseops::detail::cuda::kkt_warp_launches_for_testing;
-using fuseops::detail::cuda::KktWarpForTesting;
-using fuseops::detail::cuda::set_kkt_warp_for_testing;
-
-/// The fused launches take `mode` until the guard's scope ends, then the launch rule again.
-class WarpMode {
- public:
-  explicit WarpMode(KktWarpForTesting mode) { set_kkt_warp_for_testing(mode); }
-  ~WarpMode() { set_kkt_warp_for_testing(KktWarpForTesting::rule); }
-  WarpMode(const WarpMode&) = delete;
-  WarpMode& operator=(const WarpMode&) = delete;
-};
 
 /// The cases: partial last chunks, batch rows, varlen with empty / 1-token / chunk-edge sequences (int32 and int64
-/// cu_seqlens), grouped heads, K from 16 to 128 (K % 16 != 0 pads the tile; K = 40 and 104 take the general copy walk),
-/// every decay kind, beta absent, f16 and bf16 in and out, and more units than resident warps (the grid-stride walk).
+/// cu_seqlens), grouped heads, K from 16 to 128 (K % 16 != 0: the lanes zero the tile's padding columns), every decay
+/// kind, beta absent, f16 and bf16 in and out. (GridStrideWalk has more units than resident warps.)
 std::vector<Spec> warp_cases() {
   std::vector<Spec> cases;
   auto add = [&](Spec s, DType kd, DType od, Decay decay) {
@@ -68,18 +55,18 @@ TEST(GdnIntraWarp, SameBytesAsTheBlockKernels) {
   for (const Spec& s : warp_cases()) {
     SCOPED_TRACE(s.describe());
     const Inputs in = make_inputs(s, rng);
-    const int64_t before = kkt_warp_launches_for_testing();
+    const int64_t before = warp_launches();
     Results warp, block;
     {
       const WarpMode always(KktWarpForTesting::always);  // these grids are one wave: the rule keeps the block kernels
       warp = run_all(Where::cuda, s, in);
     }
-    ASSERT_EQ(kkt_warp_launches_for_testing(), before + 2) << "the warp kernel did not run both fused calls";
+    ASSERT_EQ(warp_launches(), before + 2) << "the warp kernel did not run both fused calls";
     {
       const WarpMode never(KktWarpForTesting::never);
       block = run_all(Where::cuda, s, in);
     }
-    ASSERT_EQ(kkt_warp_launches_for_testing(), before + 2) << "the warp kernel ran while switched off";
+    ASSERT_EQ(warp_launches(), before + 2) << "the warp kernel ran while switched off";
     EXPECT_TRUE(same_bytes(warp.Ai_fused, block.Ai_fused)) << "warp kernel != block kernel";
     EXPECT_TRUE(same_bytes(warp.Ai_fused, warp.Ai_unfused)) << "warp kernel != solve_tril(kkt in f32)";
     EXPECT_TRUE(same_bytes(warp.Ai_fused, warp.Ai_fused_again)) << "warp kernel not deterministic";
@@ -90,8 +77,9 @@ TEST(GdnIntraWarp, SameBytesAsTheBlockKernels) {
   }
 }
 
-// More units than the GPU's resident warps (every warp walks several), taken by the launch rule; against the block
-// kernels.
+// More units than the GPU's resident warps (every warp walks several): by the launch rule, and in the testing mode
+// `always`, which also takes the L2 hints of each warp's next unit on every grid (the rule takes them only where the
+// warps have at most two units each, a range that depends on the GPU's size); against the block kernels.
 TEST(GdnIntraWarp, GridStrideWalk) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
   std::mt19937_64 rng = test_rng();
@@ -100,16 +88,58 @@ TEST(GdnIntraWarp, GridStrideWalk) {
   s.aligned = true;
   SCOPED_TRACE(s.describe());
   const Inputs in = make_inputs(s, rng);
-  const int64_t before = kkt_warp_launches_for_testing();
+  const int64_t before = warp_launches();
   const Results warp = run_all(Where::cuda, s, in);  // by the launch rule: several waves
-  ASSERT_EQ(kkt_warp_launches_for_testing(), before + 2);
-  Results block;
+  ASSERT_EQ(warp_launches(), before + 2);
+  Results hinted, block;
+  {
+    const WarpMode always(KktWarpForTesting::always);
+    hinted = run_all(Where::cuda, s, in);
+  }
+  ASSERT_EQ(warp_launches(), before + 4);
   {
     const WarpMode never(KktWarpForTesting::never);
     block = run_all(Where::cuda, s, in);
   }
+  ASSERT_EQ(warp_launches(), before + 4);
   EXPECT_TRUE(same_bytes(warp.Ai_fused, block.Ai_fused)) << "warp kernel != block kernel";
+  EXPECT_TRUE(same_bytes(hinted.Ai_fused, block.Ai_fused)) << "warp kernel with hints != block kernel";
   EXPECT_TRUE(same_bytes(warp.Ai_fused, warp.Ai_unfused)) << "warp kernel != solve_tril(kkt in f32)";
+}
+
+// Malformed cu_seqlens on the warp kernel (each unit looks its chunk up; the unit of value head 0 records a bad
+// sequence): recorded with the op, the argument and the first bad sequence, nothing written outside the sequences'
+// clamped ranges, inputs untouched.
+TEST(GdnIntraWarp, MalformedCuSeqlens) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  if (fuseops::debug_mode()) GTEST_SKIP() << "FUSEOPS_DEBUG is set: ops raise at once";
+  std::mt19937_64 rng = test_rng();
+  const WarpMode always(KktWarpForTesting::always);
+  for (const BadCu& bad : bad_cus()) {
+    SCOPED_TRACE(std::string("cu_seqlens ") + bad.what);
+    const Clamped clamped = clamped_ranges(bad.cu, bad.T);
+    Spec s = fixed(1, bad.T, 2, 4, 128, 64);
+    s.out_dtype = bf16;
+    const Inputs in = make_inputs(s, rng);
+    constexpr int64_t kGuard = 8;  // 16-byte aligned tensors: the warp kernel applies
+    Placed k(Where::cuda, in.k, 0, kGuard), g(Where::cuda, in.g, 0, kGuard), beta(Where::cuda, in.beta, 0, kGuard),
+        cup(Where::cuda, ft::index_tensor(DType::i64, bad.cu), 0, kGuard), out(Where::cuda, bf16, {1, s.T, s.HV, 64}, kGuard);
+    for (Placed* p : {&k, &g, &beta, &cup, &out}) p->upload();
+    fuseops::clear_errors();
+    const TensorView kv = k.view(), gv = g.view(), bv = beta.view(), cv = cup.view();
+    const int64_t before = warp_launches();
+    EXPECT_NO_THROW(fuseops::chunk_gated_delta_rule_fwd_kkt_solve(out.view(), kv, &gv, &bv, 64, &cv));
+    EXPECT_EQ(warp_launches(), before + 1);
+    const std::string msg = take_device_error();
+    EXPECT_NE(msg.find("chunk_gated_delta_rule_fwd_kkt_solve: cu_seqlens: "), std::string::npos) << msg;
+    EXPECT_NE(msg.find("at index " + std::to_string(clamped.first_bad) + " ("), std::string::npos) << msg;
+    for (Placed* p : {&k, &g, &beta, &cup, &out}) p->download();
+    for (Placed* p : {&k, &g, &beta, &cup}) EXPECT_TRUE(p->untouched_outside(false)) << "an input was modified";
+    EXPECT_TRUE(out.untouched_outside(true));
+    EXPECT_TRUE(out.untouched_outside_tokens(clamped.ranges)) << "written outside every sequence's range";
+    EXPECT_NO_THROW(fuseops::check_errors());
+    if (HasFailure()) return;
+  }
 }
 
 // Where it does not apply (chunk 32, f32 output, K > 128, f32 k), the block kernels run, even when asked for it.
@@ -127,9 +157,9 @@ TEST(GdnIntraWarp, OtherConfigurationsTakeTheBlockKernels) {
   const WarpMode always(KktWarpForTesting::always);
   for (const Spec& s : cases) {
     SCOPED_TRACE(s.describe());
-    const int64_t before = kkt_warp_launches_for_testing();
+    const int64_t before = warp_launches();
     check_spec(Where::cuda, s, rng);
-    EXPECT_EQ(kkt_warp_launches_for_testing(), before);
+    EXPECT_EQ(warp_launches(), before);
   }
 }
 #endif
