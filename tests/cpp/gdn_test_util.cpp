@@ -280,6 +280,21 @@ Clamped clamped_ranges(const std::vector<int64_t>& cu, int64_t T) {
   return c;
 }
 
+void expect_malformed_outcome(const std::string& msg, const std::string& op, const Clamped& clamped,
+                              const std::vector<Placed*>& inputs, Placed& out) {
+  EXPECT_NE(msg.find(op + ": cu_seqlens: "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("at index " + std::to_string(clamped.first_bad) + " ("), std::string::npos) << msg;
+  // the index is a sequence: the message says which entries and what they must satisfy
+  const std::string rule = "(the index is a sequence n: expected 0 = cu_seqlens[0] <= cu_seqlens[n] <=";
+  EXPECT_NE(msg.find(rule), std::string::npos) << msg;
+  for (Placed* p : inputs) p->download();
+  out.download();
+  for (Placed* p : inputs) EXPECT_TRUE(p->untouched_outside(false)) << "an input was modified";
+  EXPECT_TRUE(out.untouched_outside(true));
+  EXPECT_TRUE(out.untouched_outside_tokens(clamped.ranges)) << "written outside every sequence's range";
+  EXPECT_NO_THROW(fuseops::check_errors());
+}
+
 WarpMode::WarpMode([[maybe_unused]] KktWarpForTesting mode) {
 #if defined(FUSEOPS_WITH_CUDA)
   fuseops::detail::cuda::set_kkt_warp_for_testing(mode);

@@ -138,6 +138,11 @@ struct Clamped {
   int64_t first_bad = -1;
 };
 Clamped clamped_ranges(const std::vector<int64_t>& cu, int64_t T);
+/// After `op` ran on a malformed cu_seqlens: `msg` (take_device_error) names the op, cu_seqlens, the first bad
+/// sequence and the rule; `inputs` are untouched and `out` is written only inside the sequences' clamped ranges
+/// (downloads them all first); check_errors() is clear again.
+void expect_malformed_outcome(const std::string& msg, const std::string& op, const Clamped& clamped,
+                              const std::vector<Placed*>& inputs, Placed& out);
 
 // ---------------------------------------------------------------------------------------------------------------
 // Which kernel the fused op takes (CUDA builds; gdn_intra_warp.h). Elsewhere: a no-op guard and a zero count.
