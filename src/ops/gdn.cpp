@@ -44,7 +44,8 @@ GdnOut out_view(const TensorView& v) { return strided<GdnOut>(v); }
 
 /// [B, T, HV] of a per-token, per-head tensor.
 void check_token_head(const char* op, const char* name, const TensorView& v, int64_t B, int64_t T, int64_t HV) {
-  if (v.rank != 3 || v.shape[0] != B || v.shape[1] != T || (HV >= 0 && v.shape[2] != HV)) {
+  if (v.rank != 3) fail_argument(op, name, "rank 3 [B, T, HV]", v.shape_str());  // FLA's layout, not [T, HV]
+  if (v.shape[0] != B || v.shape[1] != T || (HV >= 0 && v.shape[2] != HV)) {
     fail_argument(op, name, "shape [B, T, HV] = " + dims({B, T, HV >= 0 ? HV : v.shape[2]}), v.shape_str());
   }
 }

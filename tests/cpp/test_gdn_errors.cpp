@@ -151,7 +151,12 @@ TEST_F(GdnErrors, GateAndBeta) {
     const TensorView gb = v(1, {1, 8, 4}, bf16), gt = v(1, {1, 7, 4}), gr = v(1, {8, 4}), gB = v(1, {2, 8, 4});
     EXPECT_ARG_ERROR(op.call(out(), kv, &gb, &bv, 16, nullptr, {}), op.name, "g", "dtype f32", "got bf16");
     EXPECT_ARG_ERROR(op.call(out(), kv, &gt, &bv, 16, nullptr, {}), op.name, "g", "[1, 7, 4]");
-    EXPECT_ARG_ERROR(op.call(out(), kv, &gr, &bv, 16, nullptr, {}), op.name, "g", "[8, 4]");
+    // a [T, HV] g (or beta when g is absent): the rank is what is wrong, not a head count
+    EXPECT_ARG_ERROR(op.call(out(), kv, &gr, &bv, 16, nullptr, {}), op.name, "g", "expected rank 3 [B, T, HV]",
+                     "got [8, 4]");
+    const TensorView br = v(2, {8, 4});
+    EXPECT_ARG_ERROR(op.call(out(), kv, nullptr, &br, 16, nullptr, {}), op.name, "beta", "expected rank 3 [B, T, HV]",
+                     "got [8, 4]");
     EXPECT_ARG_ERROR(op.call(out(), kv, &gB, &bv, 16, nullptr, {}), op.name, "g", "[2, 8, 4]");
     // beta: float dtypes, the heads of g.
     const TensorView bi = v(2, {1, 8, 4}, i64), b2 = v(2, {1, 8, 2}), bt = v(2, {1, 9, 4});

@@ -172,27 +172,47 @@ std::vector<Work> collect(const Options& opts, bool real_model_only) {
   return work;
 }
 
+/// The distinct values of `field` over the cases the options select, as "a, b, ... (N more)" (at most 12 shown).
+template <typename Field>
+std::string listed(const Options& opts, bool real_model_only, Field field) {
+  std::vector<std::string> seen;
+  for (const Work& w : collect(opts, real_model_only)) {
+    const std::string& v = field(*w.c);
+    if (std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
+  }
+  std::string list;
+  const std::size_t shown = std::min<std::size_t>(seen.size(), 12);
+  for (std::size_t i = 0; i < shown; ++i) list += (i ? ", " : "") + seen[i];
+  if (seen.size() > shown) list += ", ... (" + std::to_string(seen.size() - shown) + " more)";
+  return list;
+}
+
 /// The answer of check and bench when no case is selected: the error, exit status 2 (nothing run, printed or written).
-/// When --shape alone rejected every case, it lists the shapes the other selectors kept (the printed forms to copy).
+/// When --shape alone rejected every case, it lists the shapes the other selectors kept (the printed forms to copy);
+/// when --filter did, the ops of the cases the other selectors kept.
 int no_case_matched(const Options& opts, bool real_model_only) {
-  std::vector<std::string> shapes;
   if (!opts.shape.empty()) {
     Options any_shape = opts;
     any_shape.shape.clear();
-    for (const Work& w : collect(any_shape, real_model_only)) {
-      if (std::find(shapes.begin(), shapes.end(), w.c->shape) == shapes.end()) shapes.push_back(w.c->shape);
+    const std::string shapes = listed(any_shape, real_model_only, [](const OpCase& c) { return c.shape; });
+    if (!shapes.empty()) {
+      std::fprintf(stderr, "fuseops: error: --shape \"%s\": no selected case has this shape; it takes a shape as "
+                   "printed, one of: %s\n", opts.shape.c_str(), shapes.c_str());
+      return 2;
     }
   }
-  if (shapes.empty()) {
-    std::fprintf(stderr, "fuseops: error: no case matched (--set / --cases / --filter / --shape)\n");
-    return 2;
+  if (!opts.filter.empty()) {
+    Options any_op = opts;
+    any_op.filter.clear();
+    const std::string ops = listed(any_op, real_model_only, [](const OpCase& c) { return c.op; });
+    if (!ops.empty()) {
+      std::fprintf(stderr, "fuseops: error: --filter \"%s\": no selected case's op matches it; the ops of the selected "
+                   "cases (as printed; a whole op name, public or printed, or a part of one): %s\n",
+                   opts.filter.c_str(), ops.c_str());
+      return 2;
+    }
   }
-  std::string list;
-  const std::size_t shown = std::min<std::size_t>(shapes.size(), 12);
-  for (std::size_t i = 0; i < shown; ++i) list += (i ? ", " : "") + shapes[i];
-  if (shapes.size() > shown) list += ", ... (" + std::to_string(shapes.size() - shown) + " more)";
-  std::fprintf(stderr, "fuseops: error: --shape \"%s\": no selected case has this shape; it takes a shape as printed, "
-               "one of: %s\n", opts.shape.c_str(), list.c_str());
+  std::fprintf(stderr, "fuseops: error: no case matched (--set / --cases / --filter / --shape)\n");
   return 2;
 }
 
@@ -274,10 +294,12 @@ int run_list() {
     std::printf("  %c %-18s %3zu cases  %s\n", s.real_model ? '*' : ' ', s.name.c_str(), n, s.description.c_str());
   }
   std::printf("\nops in case files (--cases FILE, docs/cases.md) and their parameters:\n");
+  std::size_t name_width = 0;  // the widest op name, so that every row's parameters start in one column
+  for (const OpSpec& o : registry().ops()) name_width = std::max(name_width, o.name.size());
   for (const OpSpec& o : registry().ops()) {
     std::string params;
     for (const ParamSpec& p : o.params) params += (params.empty() ? "" : ", ") + p.name + (p.default_value ? "" : "*");
-    std::printf("  %-11s %-37s %s\n", o.family.c_str(), o.name.c_str(), params.c_str());
+    std::printf("  %-11s %-*s %s\n", o.family.c_str(), static_cast<int>(name_width), o.name.c_str(), params.c_str());
   }
   std::printf("  (* = required)\n");
   return 0;

@@ -63,25 +63,30 @@ expect 0 'check: 10 passed, 0 failed' -- env FUSEOPS_SEED= "$fuseops" check --se
 expect 2 '--seed: expected a decimal integer seed in [0, 2^64 - 1], got ""' -- "$fuseops" check --set norm --seed ''
 # --filter takes the public op name (fuseops list) as well as the printed one
 expect 0 'check: 10 passed' -- "$fuseops" check --set norm --filter layer_norm_fwd --cpu-rows 2 --quiet
-# a filter that matches no case is an error, reported before any header (check and bench alike)
-expect 2 'no case matched (--set / --cases / --filter / --shape)' -- "$fuseops" check --set norm --filter nomatch
+# a filter that matches no case is an error, reported before any header (check and bench alike), listing the ops of
+# the cases the other selectors kept
+expect 2 '--filter "nomatch": no selected case'"'"'s op matches it; the ops of the selected cases' -- \
+  "$fuseops" check --set norm --filter nomatch
+expect 2 'or a part of one): kkt_solve' -- "$fuseops" check --set gdn-kkt-solve --filter solve_tril
 out=$("$fuseops" check --set norm --filter nomatch 2>&1)
 if [[ "$out" == *"fuseops check: backend"* ]]; then echo "FAIL: check with no matching case printed a header: $out"; failed=1; fi
+expect 2 '--filter "nomatch": no selected case' -- "$fuseops" bench --backend cpu --set norm --filter nomatch
+# with neither the shape nor the filter matching, the plain message
 expect 2 'no case matched (--set / --cases / --filter / --shape)' -- \
-  "$fuseops" bench --backend cpu --set norm --filter nomatch
+  "$fuseops" check --set gdn-kkt-solve --filter solve_tril --shape 1x3
 # a --shape no selected case has lists the shapes those cases print (it said only "no case matched")
 expect 2 '--shape "1x2xx3": no selected case has this shape; it takes a shape as printed, one of: ' -- \
   "$fuseops" check --set gdn-kkt-solve --shape 1x2xx3
 expect 2 '1x256x8x128, 1x512x8x128' -- "$fuseops" bench --backend cpu --set gdn-kkt-solve --shape abc
 # a run that fails before any case leaves no empty output file behind (the early writability check made one)
 rm -f "$work/none.json" "$work/none.md"
-expect 2 'no case matched' -- "$fuseops" bench --backend cpu --set norm --filter nomatch --json "$work/none.json" \
+expect 2 'no selected case' -- "$fuseops" bench --backend cpu --set norm --filter nomatch --json "$work/none.json" \
   --md "$work/none.md"
 if [ -e "$work/none.json" ] || [ -e "$work/none.md" ]; then echo "FAIL: a failed bench left an output file"; failed=1; fi
 # ... also through a symbolic link to a file not yet there: the link stays, no target is left; a run that succeeds
 # writes through the link
 rm -f "$work/target.json" "$work/link.json" && ln -s target.json "$work/link.json"
-expect 2 'no case matched' -- "$fuseops" check --set norm --filter nomatch --json "$work/link.json"
+expect 2 'no selected case' -- "$fuseops" check --set norm --filter nomatch --json "$work/link.json"
 if [ ! -L "$work/link.json" ] || [ -e "$work/target.json" ]; then
   echo "FAIL: a failed check removed the --json link or left its target"; failed=1
 fi
