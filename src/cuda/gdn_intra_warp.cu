@@ -279,8 +279,9 @@ __global__ void __launch_bounds__(kUnitWarps * 32, kUnitBlocks)
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kUnitWarps;
   int64_t u = static_cast<int64_t>(blockIdx.x) * kUnitWarps + warp;
   if (u >= units) return;
-  int64_t slot = u / HV, hv = u - slot * HV;
-  ChunkRef ch = resolve_chunk<kBT>(args.geo, slot, prm.errors, hv == 0);
+  const int64_t slot0 = u / HV;
+  int64_t hv = u - slot0 * HV;
+  ChunkRef ch = resolve_chunk<kBT>(args.geo, slot0, prm.errors, hv == 0);
   for (;;) {
     const int64_t un = u + stride;  // the next unit
     const int64_t slot_n = un / HV, hv_n = un - slot_n * HV;
@@ -314,7 +315,6 @@ __global__ void __launch_bounds__(kUnitWarps * 32, kUnitBlocks)
     }
     if (un >= units) break;
     u = un;
-    slot = slot_n;
     hv = hv_n;
   }
 }
