@@ -48,11 +48,12 @@ int64_t flat_stride(const char* op, const char* name, const TensorView& v, int l
   return stride < 0 ? fallback : stride;
 }
 
-/// `v` is [lead dims..., H * head_size] or [lead dims..., H, head_size] with the given lead dims.
+/// `v` is [lead dims..., H * head_size] or [lead dims..., H, head_size] with the given lead dims; `lead_from` (or
+/// null) says where they come from, for the message (e.g. "the token dims of positions").
 RopeHeads heads_of(const char* op, const char* name, const TensorView& v, const int64_t* lead, int nlead,
-                   int64_t head_size, bool allow_flat) {
+                   int64_t head_size, bool allow_flat, const char* lead_from = nullptr) {
   check_dtype(op, name, v, kFloat);
-  const std::string want = "shape " + dims_str(lead, nlead) +
+  const std::string want = "shape " + dims_str(lead, nlead) + (lead_from ? std::string(" (") + lead_from + ")" : "") +
                            (allow_flat ? " + [H * head_size] or [H, head_size]" : " + [H, head_size]");
   const int tail = v.rank - nlead;
   bool ok = (tail == 2 || (allow_flat && tail == 1));
@@ -243,8 +244,9 @@ void vllm_form(const char* op, TensorView positions, TensorView query, const Ten
   attach_positions(op, "positions", positions, device, 1, a);
   attach_cache(op, cache, head_size, a);
   a.tokens = count(positions, positions.rank);
-  a.q = heads_of(op, qn, query, positions.shape, positions.rank, head_size, true);
-  if (key) a.k = heads_of(op, kn, *key, positions.shape, positions.rank, head_size, true);
+  constexpr const char* kFrom = "the token dims of positions";
+  a.q = heads_of(op, qn, query, positions.shape, positions.rank, head_size, true, kFrom);
+  if (key) a.k = heads_of(op, kn, *key, positions.shape, positions.rank, head_size, true, kFrom);
   check_reads_not_written(op, {{qn, &query}, {kn, key}}, {{"cos_sin_cache", &cache}, {"positions", &positions}});
   finish_and_run(op, a, device, stream, qn, kn);
 }
@@ -317,8 +319,9 @@ void mrope_form(const char* op, TensorView positions, TensorView query, const Te
     fill_axes(layout, section, pairs, a);
   }
   const int64_t lead[1] = {a.tokens};
-  a.q = heads_of(op, qn, query, lead, 1, head_size, true);
-  if (key) a.k = heads_of(op, kn, *key, lead, 1, head_size, true);
+  constexpr const char* kFrom = "the tokens of positions";
+  a.q = heads_of(op, qn, query, lead, 1, head_size, true, kFrom);
+  if (key) a.k = heads_of(op, kn, *key, lead, 1, head_size, true, kFrom);
   check_reads_not_written(op, {{qn, &query}, {kn, key}}, {{"cos_sin_cache", &cache}, {"positions", &positions}});
   finish_and_run(op, a, device, stream, qn, kn);
 }

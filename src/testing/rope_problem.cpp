@@ -69,7 +69,9 @@ void make_inputs(Problem& p, uint64_t seed) {
   }
   p.snapshot = p.bufs;
 
-  // Positions: random rows of the cache, the last row at token 0, out-of-range values at the bad tokens.
+  // Positions: random rows of the cache, at token 0 the last row (axis 0) and the two rows before it (M-RoPE axes 1
+  // and 2: distinct positions, so that even a 1-token case tells the section layouts apart), out-of-range values at
+  // the bad tokens.
   std::mt19937_64 rng(seed ^ 0x9e3779b97f4a7c15ull);
   std::uniform_int_distribution<int64_t> row(0, s.max_position - 1);
   const int axes = s.op == RopeOp::mrope ? s.mrope_axes : 1;
@@ -80,7 +82,7 @@ void make_inputs(Problem& p, uint64_t seed) {
   p.positions = HostTensor(s.pos_dtype, shape);
   for (int a = 0; a < axes; ++a) {
     for (int64_t t = 0; t < s.tokens; ++t) {
-      int64_t v = t == 0 ? s.max_position - 1 : row(rng);
+      int64_t v = t == 0 ? std::max<int64_t>(0, s.max_position - 1 - a) : row(rng);
       if (std::find(s.bad_tokens.begin(), s.bad_tokens.end(), t) != s.bad_tokens.end() && a == (t % axes)) {
         v = (t % 2 == 0) ? s.max_position : -1;
       }

@@ -64,6 +64,9 @@ TEST_F(RopeErrors, RotaryEmbeddingArguments) {
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(0, {4}, f32), q(), &kv, 64, cache(), true), re, "positions", "i32");
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(0, {1, 2, 2}, i64), q(), &kv, 64, cache(), true), re, "positions");
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(0, {5}, i64), q(), &kv, 64, cache(), true), re, "query");
+  // M-RoPE's [3, T] positions passed to rotary_embedding: the message says where the expected token dims come from
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(0, {3, 4}, i64), q(), &kv, 64, cache(), true), re, "query",
+                   "shape [3, 4] (the token dims of positions) + [H * head_size]");
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), v(1, {4, 100}), &kv, 64, cache(), true), re, "query",
                    "multiple of head_size");
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), v(1, {4, 2, 32}), &kv, 64, cache(), true), re, "query");
@@ -137,6 +140,8 @@ TEST_F(RopeErrors, MropeArguments) {
   EXPECT_ARG_ERROR(fuseops::mrope(p1, q(), &kv, 64, 64, cache(), {int64_t{1} << 40, 0, 0}, true), mr,
                    "mrope_section");
   EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 32, cache(), sec, true), mr, "rotary_dim", "64");
+  EXPECT_ARG_ERROR(fuseops::mrope(v(0, {3, 5}, i64), q(), &kv, 64, 64, cache(), sec, true), mr, "query",
+                   "shape [5] (the tokens of positions)");
   EXPECT_ARG_ERROR(fuseops::mrope(v(0, {2, 4}, i64), q(), &kv, 64, 64, cache(), sec, true), mr, "positions",
                    "[3, T]");
   EXPECT_ARG_ERROR(fuseops::mrope(v(0, {3, 5}, i64), q(), &kv, 64, 64, cache(), sec, true), mr, "query");
