@@ -107,11 +107,13 @@ void check_self_overlap(const char* op, const char* name, int64_t tokens, int64_
   }
 }
 
-/// Whether the rotated parts of two head sets share an element: a = [tokens, ha heads, r] at (ta, ha_stride) from
-/// `da`, b likewise. Exact when the token strides are equal (every pair of heads, the token offsets that could meet
-/// solved directly); otherwise overlapping spans count as an overlap (conservative).
-bool heads_overlap(const void* da, int64_t na, int64_t ta, int64_t hsa, const void* db, int64_t nb, int64_t tb,
-                   int64_t hsb, int64_t tokens, int64_t r, DType dtype) {
+/// Smallest integer >= a / b for b > 0.
+int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
+
+}  // namespace
+
+bool rope_heads_overlap(const void* da, int64_t na, int64_t ta, int64_t hsa, const void* db, int64_t nb, int64_t tb,
+                        int64_t hsb, int64_t tokens, int64_t r, DType dtype) {
   if (!da || !db || na == 0 || nb == 0 || tokens == 0) return false;
   const int64_t e = static_cast<int64_t>(dtype_size(dtype));
   const int64_t w = r * e;  // bytes of one rotated part
@@ -120,32 +122,38 @@ bool heads_overlap(const void* da, int64_t na, int64_t ta, int64_t hsa, const vo
   const auto span = [&](int64_t n, int64_t ts, int64_t hs) { return ((tokens - 1) * ts + (n - 1) * hs) * e + w; };
   if (delta >= span(na, ta, hsa) || -delta >= span(nb, tb, hsb)) return false;  // disjoint extents
   if (ta != tb) return true;  // conservative
-  const int64_t TS = ta * e;
+  // b's part (token t + dt, head g) starts x = delta + g HB - h HA + dt TS bytes after a's (token t, head h); they
+  // meet iff -w < x < w for some head g in [0, nb) and token offset dt in [-dmax, dmax]. Per head h of a, the shorter
+  // of the two ranges is walked and the other solved for: the first value past -w, then whether it is below w.
+  const int64_t TS = ta * e, HA = hsa * e, HB = hsb * e;
+  const int64_t dmax = (tokens == 1 || TS == 0) ? 0 : tokens - 1;
+  const auto meets = [w](int64_t c, int64_t step, int64_t count) {  // c + k step in (-w, w) for some k in [0, count)
+    if (step == 0) return c > -w && c < w;
+    const int64_t k = std::max<int64_t>(0, ceil_div(-w + 1 - c, step));
+    return k < count && c + k * step < w;
+  };
   for (int64_t h = 0; h < na; ++h) {
-    for (int64_t g = 0; g < nb; ++g) {
-      // b's part (token t + dt, head g) starts c + dt TS bytes after a's (token t, head h): they meet iff that
-      // offset is in (-w, w) for some |dt| < tokens.
-      const int64_t c = delta + g * hsb * e - h * hsa * e;
-      if (tokens == 1 || TS == 0) {
-        if (c > -w && c < w) return true;
-        continue;
+    const int64_t c = delta - h * HA;
+    if (nb <= 2 * dmax + 1) {
+      for (int64_t g = 0; g < nb; ++g) {
+        if (meets(c + g * HB - dmax * TS, TS, 2 * dmax + 1)) return true;
       }
-      // the smallest dt with c + dt TS > -w, then whether that offset is below w
-      const int64_t num = -w + 1 - c;
-      int64_t dt = num >= 0 ? (num + TS - 1) / TS : -((-num) / TS);
-      if (dt < -(tokens - 1)) dt = -(tokens - 1);
-      if (dt > tokens - 1) continue;
-      if (c + dt * TS < w) return true;
+    } else {
+      for (int64_t dt = -dmax; dt <= dmax; ++dt) {
+        if (meets(c + dt * TS, HB, nb)) return true;
+      }
     }
   }
   return false;
 }
 
+namespace {
+
 /// Error unless the rotated parts of head sets `a` (in `a_name`) and `b` share no element (see heads_overlap).
 void check_heads_disjoint(const char* op, const char* a_name, const void* da, int64_t na, int64_t ta, int64_t hsa,
                           const char* b_name, const void* db, int64_t nb, int64_t tb, int64_t hsb, int64_t tokens,
                           int64_t r, DType dtype) {
-  if (heads_overlap(da, na, ta, hsa, db, nb, tb, hsb, tokens, r, dtype)) {
+  if (rope_heads_overlap(da, na, ta, hsa, db, nb, tb, hsb, tokens, r, dtype)) {
     fail_argument(op, a_name, std::string("no overlap with ") + b_name, "overlapping memory");
   }
 }

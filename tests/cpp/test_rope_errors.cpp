@@ -2,9 +2,11 @@
 // message names the op and the argument. All on CPU buffers (large enough for every view below).
 #include <array>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "ops/rope_impl.h"
 #include "test_util.h"
 
 namespace fuseops_test {
@@ -217,6 +219,49 @@ TEST_F(RopeErrors, SizeOneHeadDimStrideIsIgnored) {
   EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(q4_out, k4, q4, k4, cs, sn, &ids, false));
   EXPECT_EQ(bufs_[1], bufs_[2]);
   EXPECT_NE(bufs_[1], before);
+}
+
+// The q / k overlap rule (rope_heads_overlap, which walks the shorter of the head and token-offset ranges and solves
+// for the other) against every pair of rotated parts, on random small layouts: equal token strides exact, unequal ones
+// never missing an overlap.
+TEST(RopeHeadsOverlap, MatchesEveryPairOfParts) {
+  std::mt19937_64 rng(test_rng()());
+  static char buffer[1 << 12];
+  auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };
+  int64_t overlaps = 0, exact = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const DType dtype = trial % 2 ? DType::f32 : DType::bf16;
+    const int64_t e = trial % 2 ? 4 : 2, tokens = uniform(1, 5), na = uniform(1, 7), nb = uniform(1, 7);
+    const int64_t ta = uniform(0, 40), tb = trial % 5 == 0 ? uniform(0, 40) : ta, hsa = uniform(0, 20);
+    const int64_t hsb = uniform(0, 20), r = uniform(1, 8), delta = uniform(-60, 60);  // delta in elements
+    const char* da = buffer + 1024;
+    const char* db = da + delta * e;
+    bool any = false;
+    for (int64_t t = 0; t < tokens && !any; ++t) {
+      for (int64_t h = 0; h < na && !any; ++h) {
+        for (int64_t u = 0; u < tokens && !any; ++u) {
+          for (int64_t g = 0; g < nb && !any; ++g) {
+            const int64_t a0 = t * ta + h * hsa, b0 = delta + u * tb + g * hsb;  // elements from da
+            any = a0 < b0 + r && b0 < a0 + r;
+          }
+        }
+      }
+    }
+    const bool got = fuseops::detail::rope_heads_overlap(da, na, ta, hsa, db, nb, tb, hsb, tokens, r, dtype);
+    SCOPED_TRACE("tokens " + std::to_string(tokens) + " a: " + std::to_string(na) + " heads, strides " +
+                 std::to_string(ta) + " / " + std::to_string(hsa) + "; b: " + std::to_string(nb) + " heads, strides " +
+                 std::to_string(tb) + " / " + std::to_string(hsb) + ", offset " + std::to_string(delta) + "; r " +
+                 std::to_string(r));
+    if (ta == tb) {
+      ASSERT_EQ(got, any);
+      ++exact;
+    } else if (any) {
+      ASSERT_TRUE(got) << "an overlap was missed";
+    }
+    overlaps += any;
+  }
+  EXPECT_GT(overlaps, 2000);  // both answers are well represented
+  EXPECT_GT(exact - overlaps, 2000);
 }
 
 }  // namespace
