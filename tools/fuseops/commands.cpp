@@ -173,11 +173,10 @@ std::vector<Work> collect(const Options& opts, bool real_model_only) {
 }
 
 /// The distinct values of `field` over the cases the options select, as "a, b, ... (N more)" (at most 12 shown).
-template <typename Field>
-std::string listed(const Options& opts, bool real_model_only, Field field) {
+std::string listed(const Options& opts, bool real_model_only, std::string OpCase::*field) {
   std::vector<std::string> seen;
   for (const Work& w : collect(opts, real_model_only)) {
-    const std::string& v = field(*w.c);
+    const std::string& v = (*w.c).*field;
     if (std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
   }
   std::string list;
@@ -191,24 +190,25 @@ std::string listed(const Options& opts, bool real_model_only, Field field) {
 /// When --shape alone rejected every case, it lists the shapes the other selectors kept (the printed forms to copy);
 /// when --filter did, the ops of the cases the other selectors kept.
 int no_case_matched(const Options& opts, bool real_model_only) {
-  if (!opts.shape.empty()) {
-    Options any_shape = opts;
-    any_shape.shape.clear();
-    const std::string shapes = listed(any_shape, real_model_only, [](const OpCase& c) { return c.shape; });
-    if (!shapes.empty()) {
-      std::fprintf(stderr, "fuseops: error: --shape \"%s\": no selected case has this shape; it takes a shape as "
-                   "printed, one of: %s\n", opts.shape.c_str(), shapes.c_str());
-      return 2;
-    }
-  }
-  if (!opts.filter.empty()) {
-    Options any_op = opts;
-    any_op.filter.clear();
-    const std::string ops = listed(any_op, real_model_only, [](const OpCase& c) { return c.op; });
-    if (!ops.empty()) {
-      std::fprintf(stderr, "fuseops: error: --filter \"%s\": no selected case's op matches it; the ops of the selected "
-                   "cases (as printed; a whole op name, public or printed, or a part of one): %s\n",
-                   opts.filter.c_str(), ops.c_str());
+  struct Selector {
+    std::string Options::*option;
+    std::string OpCase::*field;
+    const char* says;  // "--flag \"%s\": ...: %s"
+  };
+  static const Selector kSelectors[] = {
+      {&Options::shape, &OpCase::shape,
+       "fuseops: error: --shape \"%s\": no selected case has this shape; it takes a shape as printed, one of: %s\n"},
+      {&Options::filter, &OpCase::op,
+       "fuseops: error: --filter \"%s\": no selected case's op matches it; the ops of the selected cases (as printed; "
+       "a whole op name, public or printed, or a part of one): %s\n"},
+  };
+  for (const Selector& s : kSelectors) {
+    if ((opts.*s.option).empty()) continue;
+    Options without = opts;
+    (without.*s.option).clear();
+    const std::string values = listed(without, real_model_only, s.field);
+    if (!values.empty()) {
+      std::fprintf(stderr, s.says, (opts.*s.option).c_str(), values.c_str());
       return 2;
     }
   }
