@@ -420,7 +420,6 @@ void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int devi
       wp.group = prm.group;
       wp.kp = prm.kp;
       wp.ld = prm.ld;
-      wp.prefetch = gdn::kkt_warp_prefetch();
       wp.errors = prm.errors;
       gdn::launch_kkt_solve_warp(op, a, out, wp, device, stream);
       return;

@@ -330,9 +330,11 @@ void launch_as(const char* op, const KktArgs& a, const GdnOut& out, const WarpKk
   // The L2 hints pay where a warp has at most two units (its second load is then not hidden behind other warps'
   // work); with more they were slower (bench/results/h200/gdn.md, thirty-third session).
   // (The testing mode `always` takes them on every grid, so that tests reach them whatever the GPU's size.)
+  // FUSEOPS_GDN_KKT_WARP_PREFETCH=0 switches them off (A/B runs; no value depends on them).
+  static const bool hints_off = env_switched_off("FUSEOPS_GDN_KKT_WARP_PREFETCH");
   WarpKktParams p = prm;
-  p.prefetch = prm.prefetch && (units <= 2 * wave * kUnitWarps ||
-                                kkt_warp_mode.load(std::memory_order_relaxed) == KktWarpForTesting::always);
+  p.prefetch = !hints_off && (units <= 2 * wave * kUnitWarps ||
+                              kkt_warp_mode.load(std::memory_order_relaxed) == KktWarpForTesting::always);
   launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kUnitWarps * 32), smem, stream, device, a, out, p);
 }
 
@@ -347,11 +349,6 @@ void launch_k(const char* op, const KktArgs& a, const GdnOut& out, const WarpKkt
 }
 
 }  // namespace
-
-bool kkt_warp_prefetch() {
-  static const bool off = env_switched_off("FUSEOPS_GDN_KKT_WARP_PREFETCH");
-  return !off;
-}
 
 bool kkt_solve_warp_applies(const KktArgs& a, const GdnOut& out, int64_t kp, bool k_vec, int device, bool one_wave) {
   static const bool off = env_switched_off("FUSEOPS_GDN_KKT_WARP");

@@ -14,7 +14,7 @@ struct WarpKktParams {
   int group;        ///< G = HV / H value heads per key head
   int kp;           ///< K padded to 16
   int ld;           ///< k tile row stride (elements)
-  bool prefetch;    ///< L2 hints for each warp's next unit (kkt_warp_prefetch; the launch applies its rule)
+  bool prefetch;    ///< L2 hints for each warp's next unit (set by the launch, by its rule)
   DeviceErrorRecord* errors;
 };
 
@@ -25,10 +25,6 @@ struct WarpKktParams {
 /// overrides the grid rule and the switch (`always`: also the L2 hints' rule). Its bytes are those of the block
 /// kernels.
 bool kkt_solve_warp_applies(const KktArgs& a, const GdnOut& out, int64_t kp, bool k_vec, int device, bool one_wave);
-
-/// Whether the warp kernel hints the L2 to fetch each warp's next unit while it inverts the current one
-/// (FUSEOPS_GDN_KKT_WARP_PREFETCH=0: no, for A/B runs; no value depends on it).
-bool kkt_warp_prefetch();
 
 /// One launch of the warp kernel for k of dtype a.k.dtype and out of dtype out.dtype (kkt_solve_warp_applies holds).
 void launch_kkt_solve_warp(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
