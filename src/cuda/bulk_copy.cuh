@@ -63,6 +63,17 @@ __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map
       : "memory");
 }
 
+/// The box of a 4-D tensor map at coordinates (c0 innermost .. c3) <- shared address `src` (laid out as the map's
+/// swizzle says; elements past a dimension's end are not written), in this thread's current bulk group. The bytes
+/// must have been fenced (fence_proxy_async_shared) after they were written and before a barrier that precedes this
+/// call. `map`: a __grid_constant__ kernel parameter.
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3, uint32_t src) {
+  FUSEOPS_SM90_ASM("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%1, %2, %3, %4}], [%5];" ::"l"(
+                       reinterpret_cast<uint64_t>(map)),
+                   "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(src)
+                   : "memory");
+}
+
 /// The same for a 3-D tensor map.
 __device__ __forceinline__ void tma_load_3d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
                                             uint64_t* bar) {

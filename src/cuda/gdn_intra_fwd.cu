@@ -34,6 +34,7 @@
 #include "cuda/bulk_copy.cuh"
 #include "cuda/device_error.h"
 #include "cuda/gdn_forward.cuh"
+#include "cuda/gdn_intra_fwd_warp.h"
 #include "cuda/gdn_wu.cuh"
 #include "fuseops/error.h"
 
@@ -253,6 +254,9 @@ bool intra_bulk_applies(const WuArgs& a, int ld, int device, const char* op) {
 template <typename TK, int BT>
 void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s) {
   const char* op = "chunk_gated_delta_rule";
+  if constexpr (BT == 64) {
+    if (gdn::intra_fwd_warp_applies(ka, a, device) && gdn::launch_intra_fwd_warp(op, ka, a, device, s)) return;
+  }
   IntraParams prm{};
   prm.slots = gdn::chunk_slots(a.geo);
   const int64_t group = a.geo.HV / a.geo.H;

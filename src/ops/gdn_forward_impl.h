@@ -119,6 +119,13 @@ bool chunk_gated_delta_rule_fwd_intra(const KktArgs& ka, const WuArgs& a, int de
 void set_intra_bulk_off_for_testing(bool off);
 /// Tests only: how many launches of the intra kernel in this process stored w and u by bulk copies.
 int64_t intra_bulk_launches_for_testing();
+/// Tests only: which kernel the forward's intra launches that follow take where its warp-per-unit form
+/// (gdn_intra_fwd_warp.cu) can run: the launch rule (the warp kernel on grids of more than two units per resident
+/// warp, unless FUSEOPS_GDN_INTRA_WARP=0), `always` (every grid, also against the switch) or `never` (the block
+/// kernel). Same bytes in every mode.
+void set_intra_warp_for_testing(KktWarpForTesting mode);
+/// Tests only: how many launches of this process took the warp-per-unit form of the intra kernel.
+int64_t intra_warp_launches_for_testing();
 /// The intra-first form of the forward: the intra kernel (a persistent grid walking (chunk, value head) items chunk
 /// by chunk, setting WuArgs::ready flags) launched first, fwd_h right after it as its programmatic dependent, polling
 /// the flags before a chunk's copies, so that the recurrence starts while later chunks are still being prepared. Never

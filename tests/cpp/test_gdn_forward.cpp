@@ -216,8 +216,8 @@ TEST_P(GdnForward, FusedOutputSameBytes) {
 #endif
 }
 
-// The intra kernel's bulk stores (src/cuda/gdn_intra_fwd.cu: w and u staged in shared memory, one bulk copy per row)
-// give the forward the bytes (o, final_state) of its fragment stores: chunk sizes 64 / 32 / 16, K = V = 256 (larger
+// The block intra kernel's bulk stores (src/cuda/gdn_intra_fwd.cu: w and u staged in shared memory, one bulk copy
+// per row) give the forward the bytes (o, final_state) of its fragment stores: chunk sizes 64 / 32 / 16, K = V = 256 (larger
 // tile slots), value heads split over blocks, varlen with empty and short sequences, and (spec g: 280 (chunk, key
 // head) units, enough for one block per unit on 132 SMs) blocks walking four value heads, so that the tile slots and
 // v tiles are written again after their bulk copies; K = 100 (rows not a multiple of 16 bytes) must not take them.
@@ -238,6 +238,10 @@ TEST_P(GdnForward, IntraBulkSameBytes) {
   Spec f = fixed(1, 70, 1, 2, 100, 128, bf16);
   Spec g = fixed(2, 35 * 64, 4, 16, 128, 128, bf16);
   const bool on = !fuseops::detail::env_switched_off("FUSEOPS_GDN_INTRA_BULK") && fuseops::detail::is_sm90_or_newer(0);
+  struct BlockKernel {  // the block kernel for the whole test (the warp-per-unit form would take most specs)
+    BlockKernel() { cuda::set_intra_warp_for_testing(cuda::KktWarpForTesting::never); }
+    ~BlockKernel() { cuda::set_intra_warp_for_testing(cuda::KktWarpForTesting::rule); }
+  } const block_kernel;
   struct BulkOff {  // the fragment stores for one run, restored whatever happens
     BulkOff() { fuseops::detail::cuda::set_intra_bulk_off_for_testing(true); }
     ~BulkOff() { fuseops::detail::cuda::set_intra_bulk_off_for_testing(false); }

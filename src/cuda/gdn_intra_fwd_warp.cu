@@ -1,0 +1,320 @@
+// Warp-per-unit form of the forward's intra-chunk kernel (chunk 64, f16 / bf16 k and v with K, V <= 128 in 16-byte
+// rows): one warp takes one (chunk, value head) from its k rows to the stored w and u rows, with no block barrier.
+//
+// Why: the block kernel (gdn_intra_fwd.cu) spreads a (chunk, key head) over 8 warps that meet at five to seven block
+// barriers per value head, and runs its diagonal blocks and level-16 merges on 2 of the 8 (~13k warp instructions per
+// unit at 16 / 32 heads, bench/results/h200/gdn.md). As in the fused kkt + inverse's warp kernel (gdn_intra_warp.cu),
+// each warp here runs the whole chain alone, and many independent warps per SM (12, 17.9 KB of shared memory each)
+// hide each other's latencies.
+//
+// Per unit, in the warp's one tile region: the k rows by bulk copies; the Gram in registers; the kkt and inverse in
+// fp32 in the same bytes (gdn_intra_warp.cuh); the two A operands of w and u (scale_inverse_columns' values) taken
+// into registers as mma fragments; then the v rows into the region, u = Au v in place, u's rows out by bulk copies;
+// then the k rows again (from the L2), w = Aw k in place, w's rows out. The k rows are read twice per unit: keeping
+// them beside the A tile would halve the warps per SM.
+//
+// Bytes: every product is lower_times' (gdn_wu.cuh): each 16 x 8 output tile sums the k blocks 0 .. its row block in
+// ascending order with the same mma and the same operand values, rounded once to the input dtype; the operands are
+// scale_inverse_columns' (the inverse rounded to the input dtype, times beta e^g or beta, rounded once), and the
+// inverse is the block routines' (gdn_intra_warp.cuh). So w and u, and the forward's o and final state, are byte for
+// byte those of the block kernel and of kkt_solve + recompute_w_u_fwd (tests: GdnForward.IntraWarpSameBytes).
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/gdn_forward.cuh"
+#include "cuda/gdn_intra_fwd_warp.h"
+#include "cuda/gdn_intra_warp.cuh"
+#include "cuda/launch.h"
+#include "cuda/tensor_map.h"
+#include "fuseops/error.h"
+
+namespace fuseops::detail::cuda {
+
+namespace {
+gdn::warp_unit::TestingHooks intra_warp_hooks;
+}  // namespace
+void set_intra_warp_for_testing(KktWarpForTesting mode) { intra_warp_hooks.set(mode); }
+int64_t intra_warp_launches_for_testing() { return intra_warp_hooks.count_so_far(); }
+
+namespace gdn {
+namespace {
+
+using namespace warp_unit;
+
+/// Index of the A fragment of row block rb and k block s <= rb (the blocks on and below the diagonal, row by row).
+__host__ __device__ constexpr int frag(int rb, int s) { return rb * (rb + 1) / 2 + s; }
+
+/// The A operands of w and u as mma.m16n8k16 A fragments of the 10 blocks on and below the diagonal: the values
+/// scale_inverse_columns gives (a_ij rounded to TK, times sw_j or sb_j for j <= i, 0 above, rounded to TK), read from
+/// the fp32 inverse `tile` (row stride kLd). Fragment registers: (row qr, columns qc, qc + 1), (qr + 8, qc ..),
+/// (qr, qc + 8 ..), (qr + 8, qc + 8 ..) of the block, qr = lane / 4, qc = 2 (lane % 4), as ldmatrix_x4 gives them.
+template <typename TK>
+struct InverseFragments {
+  uint32_t w[10][4], u[10][4];
+
+  __device__ void load(const float* tile, const float* sw, const float* sb) {
+    const int lane = static_cast<int>(threadIdx.x % 32), qr = lane / 4, qc = 2 * (lane % 4);
+#pragma unroll
+    for (int rb = 0; rb < 4; ++rb) {
+#pragma unroll
+      for (int s = 0; s <= rb; ++s) {
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          const int i = 16 * rb + qr + 8 * (h & 1), j = 16 * s + qc + 8 * (h >> 1);
+          const float2 x = *reinterpret_cast<const float2*>(tile + i * kLd + j);
+          const float f0 = to_float(from_float<TK>(x.x)), f1 = to_float(from_float<TK>(x.y));
+          const bool l0 = j <= i, l1 = j + 1 <= i;  // a select, as scale_inverse_columns (always true for s < rb)
+          w[frag(rb, s)][h] = pack2<TK>(l0 ? f0 * sw[j] : 0.f, l1 ? f1 * sw[j + 1] : 0.f);
+          u[frag(rb, s)][h] = pack2<TK>(l0 ? f0 * sb[j] : 0.f, l1 ? f1 * sb[j + 1] : 0.f);
+        }
+      }
+    }
+  }
+};
+
+/// X := A X for the chunk's rows, in place, in column blocks of 16 (cp columns, a multiple of 16): X is a row tile
+/// in the tensor maps' layout (SwizzledRows) whose rows [0, 64) are finite (zero past the chunk), A is given by its
+/// fragments. Each 16 x 8 output tile sums k blocks 0 .. its row block in ascending order, as lower_item; a column
+/// block's results replace its columns once every lane has read them. Row blocks at or past len are skipped
+/// (lower_times skips them too); rows in [len, 16 ceil(len / 16)) take values that are never stored.
+template <typename TK>
+__device__ void lower_times_in_place(const uint32_t (&A)[10][4], unsigned char* X, int cp, int len) {
+  const int lane = static_cast<int>(threadIdx.x % 32), qr = lane / 4, qc = 2 * (lane % 4), rr = lane % 8;
+  const int nrb = (len + 15) / 16;
+  const SwizzledRows lay;
+  const unsigned char* const b_row = X + lay.row((lane & 7) + ((lane >> 3) & 1) * 8);  // rows rr modulo 8
+  unsigned char* const o_row = X + lay.row(qr);                                        // rows qr modulo 8
+#pragma unroll 1
+  for (int n0 = 0; n0 < cp; n0 += 16) {
+    float acc[4][2][4] = {};
+    const unsigned char* const b_ptr = b_row + lay.col(rr, n0 + (lane >> 4) * 8);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      if (s >= nrb) break;  // warp-uniform
+      uint32_t b[4];
+      ldmatrix_x4_trans(b, b_ptr + lay.row(16 * s));
+#pragma unroll
+      for (int rb = s; rb < 4; ++rb) {
+        if (rb >= nrb) break;
+        mma_m16n8k16<TK>(acc[rb][0], A[frag(rb, s)], b[0], b[1]);
+        mma_m16n8k16<TK>(acc[rb][1], A[frag(rb, s)], b[2], b[3]);
+      }
+    }
+    __syncwarp();  // every lane has read these columns
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      unsigned char* const o = o_row + lay.col(qr, n0 + 8 * t + qc);
+#pragma unroll
+      for (int rb = 0; rb < 4; ++rb) {
+        if (rb >= nrb) break;
+        *reinterpret_cast<uint32_t*>(o + lay.row(16 * rb)) = pack2<TK>(acc[rb][t][0], acc[rb][t][1]);
+        *reinterpret_cast<uint32_t*>(o + lay.row(16 * rb + 8)) = pack2<TK>(acc[rb][t][2], acc[rb][t][3]);
+      }
+    }
+  }
+}
+
+/// The four tensors of the kernel as 4-D tensor maps (gdn_rows_map: boxes of 64 columns x one head x 64 rows).
+struct IntraMaps {
+  CUtensorMap k, v, w, u;
+};
+
+/// The chunk's rows of a tensor map's head `head` -> X (SwizzledRows; `boxes` boxes of 64 columns), completing on
+/// `bar` (this call posts the phase's bytes); then, once landed, zeros by the lanes in rows [len, 64), which hold the
+/// next sequence's rows or the map's zero fill. The region's earlier generic accesses must be fenced to the async
+/// proxy and ordered by a warp barrier before the call.
+__device__ __forceinline__ void load_tile(unsigned char* X, const CUtensorMap* map, int boxes, const ChunkRef& ch,
+                                          int64_t head, uint64_t* bar, uint32_t& parity) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (lane == 0) {
+    mbar_arrive_expect(bar, static_cast<uint32_t>(boxes) * SwizzledRows::kBoxBytes);
+    for (int box = 0; box < boxes; ++box) {
+      tma_load_4d(smem_addr(X + box * SwizzledRows::kBoxBytes), map, 64 * box, static_cast<int>(head),
+                  static_cast<int>(ch.t0), static_cast<int>(ch.batch), bar);
+    }
+  }
+  mbar_wait(bar, parity);
+  parity ^= 1u;
+  if (ch.len < kBT) {  // warp-uniform: whole 128-byte rows of each box
+    const int per_row = 8 * boxes;
+    for (int e = lane; e < (kBT - ch.len) * per_row; e += 32) {
+      const int r = ch.len + e / per_row, g = e % per_row;
+      *reinterpret_cast<uint4*>(X + (g / 8) * SwizzledRows::kBoxBytes + r * 128 + (g % 8) * 16) =
+          make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+  __syncwarp();
+}
+
+/// The chunk's rows [0, len) of X (cols elements each, a multiple of 8) -> rows t0 .. of head `head` of `dst`: one
+/// tensor-map store where every row past len lies past the tensor's T (whole chunks and the last chunk of T), else
+/// 16-byte stores by the lanes (a sequence's partial last chunk inside a varlen batch). The rows' generic writes are
+/// ordered before the call by a warp barrier.
+template <typename TK>
+__device__ __forceinline__ void store_tile(const unsigned char* X, const CUtensorMap* map, const GdnOut& dst, int boxes,
+                                           int cols, const ChunkRef& ch, int64_t head, int64_t T) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (ch.len == kBT || ch.t0 + ch.len == T) {
+    fence_proxy_async_shared();
+    __syncwarp();
+    if (lane == 0) {
+      for (int box = 0; box < boxes; ++box) {
+        tma_store_4d(map, 64 * box, static_cast<int>(head), static_cast<int>(ch.t0), static_cast<int>(ch.batch),
+                     smem_addr(X + box * SwizzledRows::kBoxBytes));
+      }
+      bulk_commit();
+    }
+    return;
+  }
+  const SwizzledRows lay;
+  const int per_row = cols / 8;
+  TK* const base = static_cast<TK*>(dst.data) + at(dst, ch.batch, ch.t0, head);
+  for (int e = lane; e < ch.len * per_row; e += 32) {
+    const int r = e / per_row, c = 8 * (e % per_row);
+    store_global_whole(reinterpret_cast<uint4*>(base + r * dst.stride_t + c),
+                       *reinterpret_cast<const uint4*>(X + lay.row(r) + lay.col(r % 8, c)));
+  }
+}
+
+/// Unit u = (chunk slot u / HV, value head u % HV); the warps of the grid walk the units (consecutive warps take the
+/// value heads of one chunk, which share k rows through the L2). Warps per block: blockDim.x / 32. Shared memory:
+/// the warps' tile regions (1024-byte aligned for the 128-byte swizzle), then their g / beta rows, then their
+/// mbarriers.
+template <typename TK>
+__global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
+    intra_fwd_warp_kernel(const KktArgs ka, const WuArgs a, const WarpIntraParams prm,
+                          const __grid_constant__ IntraMaps maps) {
+  pdl_wait_and_release();
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  if (smem_addr(smem_raw) % 1024 != 0) __trap();  // no static shared memory here: never expected to fire
+  const int warps = static_cast<int>(blockDim.x / 32);
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
+  unsigned char* const x = smem_raw + warp * kTileBytes;  // k rows, v rows, u / w rows (SwizzledRows)
+  float* const tile = reinterpret_cast<float*>(x);        // the A tile, in the same bytes
+  float* const gate_beta = reinterpret_cast<float*>(smem_raw + warps * kTileBytes) + warp * 2 * kBT;
+  uint64_t* const bar = reinterpret_cast<uint64_t*>(smem_raw + warps * (kTileBytes + kGateBytes)) + warp;
+  if (lane == 0) {
+    mbar_init(bar, 1);
+    mbar_init_fence();
+  }
+  __syncwarp();
+  uint32_t parity = 0;
+  const int K = static_cast<int>(ka.geo.K), V = static_cast<int>(a.V);
+  const int kboxes = (K + 63) / 64, vboxes = (V + 63) / 64;
+  const int64_t HV = ka.geo.HV, units = prm.slots * HV;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * warps;
+  // the next copy into the region waits for the warp's earlier accesses: generic ones fenced to the async proxy,
+  // the bulk stores' reads of it complete
+  auto region_free = [&] {
+    bulk_wait_read();
+    fence_proxy_async_shared();
+    __syncwarp();
+  };
+  for (int64_t u = static_cast<int64_t>(blockIdx.x) * warps + warp; u < units; u += stride) {
+    const int64_t slot = u / HV, hv = u - slot * HV, hk = hv / prm.group;
+    const ChunkRef ch = resolve_chunk<kBT>(ka.geo, slot, prm.errors, hv == 0);
+    if (ch.len == 0) continue;  // warp-uniform
+    const int len = ch.len;
+    region_free();
+    float gb[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) gb[j] = load_gate_or_beta<kBT>(ka, ch, hv, lane + 32 * j);
+    load_tile(x, &maps.k, kboxes, ch, hk, bar, parity);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) gate_beta[lane + 32 * j] = gb[j];
+    {
+      GramWarp<TK> gram;
+      gram.compute(reinterpret_cast<const TK*>(x), SwizzledRows{}, prm.kp);
+      __syncwarp();  // every lane's k-tile reads (and g / beta writes) are done: the A tile takes the bytes
+      gram.kkt_tile(gate_beta, len, tile);
+    }
+    __syncwarp();
+    invert_unit_lower_warp(tile, len);
+    // the inverse's column factors, as the block kernel's colscale: g := beta e^g (rows past the chunk: 0 and 1 -> 1)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int c = lane + 32 * j;
+      gate_beta[c] = gate_beta[kBT + c] * expf(gate_beta[c]);
+    }
+    __syncwarp();
+    InverseFragments<TK> fr;
+    fr.load(tile, gate_beta, gate_beta + kBT);
+    region_free();  // the tile is read
+    load_tile(x, &maps.v, vboxes, ch, hv, bar, parity);
+    lower_times_in_place<TK>(fr.u, x, prm.vp, len);
+    __syncwarp();
+    store_tile<TK>(x, &maps.u, a.u, vboxes, V, ch, hv, ka.geo.T);
+    region_free();
+    load_tile(x, &maps.k, kboxes, ch, hk, bar, parity);
+    lower_times_in_place<TK>(fr.w, x, prm.kp, len);
+    __syncwarp();
+    store_tile<TK>(x, &maps.w, a.w, kboxes, K, ch, hv, ka.geo.T);
+  }
+  bulk_wait();  // the block's shared memory outlives its copies
+}
+
+GdnIn as_in(const GdnOut& o) { return GdnIn{o.data, o.dtype, o.stride_b, o.stride_t, o.stride_h}; }
+
+/// The launch, or false (nothing launched) where the rule keeps the block kernel: at most two units per resident warp
+/// (the warp chain of one unit is longer than the block kernel's 8-warp one; bench/results/h200/gdn.md, thirty-fourth
+/// session), unless the testing mode is `always`; or where a tensor has no map.
+template <typename TK>
+bool launch_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpIntraParams& prm, int device,
+               cudaStream_t stream) {
+  const auto kernel = intra_fwd_warp_kernel<TK>;
+  const int64_t units = prm.slots * ka.geo.HV;
+  const int64_t resident_warps = cached_wave(kernel, kMaxWarps * 32, kMaxWarps * kWarpBytes, device, op) * kMaxWarps;
+  if (intra_warp_hooks.get() != KktWarpForTesting::always && units <= 2 * resident_warps) {
+    return false;
+  }
+  const DType dt = a.k.dtype;
+  IntraMaps maps;
+  if (!gdn_rows_map(&maps.k, ka.k, dt, a.geo.K, a.geo.H, a.geo) ||
+      !gdn_rows_map(&maps.v, a.v, dt, a.V, a.geo.HV, a.geo) ||
+      !gdn_rows_map(&maps.w, as_in(a.w), dt, a.geo.K, a.geo.HV, a.geo) ||
+      !gdn_rows_map(&maps.u, as_in(a.u), dt, a.V, a.geo.HV, a.geo)) {
+    return false;  // a broadcast view, or the driver refused a map
+  }
+  // Fewer warps per block where the units would not give every SM a block of kMaxWarps (testing mode `always` on
+  // small grids): the units then spread over more SMs.
+  const int64_t sms = sm_count(device);
+  const int warps = static_cast<int>(std::clamp<int64_t>((units + sms - 1) / sms, 1, kMaxWarps));
+  const std::size_t smem = static_cast<std::size_t>(warps) * kWarpBytes;
+  const int64_t wave = cached_wave(kernel, warps * 32, smem, device, op);
+  const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((units + warps - 1) / warps, wave));
+  intra_warp_hooks.count();
+  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(warps * 32), smem, stream, device, ka, a, prm, maps);
+  return true;
+}
+
+}  // namespace
+
+bool intra_fwd_warp_applies(const KktArgs& ka, const WuArgs& a, int device) {
+  static const bool off = env_switched_off("FUSEOPS_GDN_INTRA_WARP");
+  const KktWarpForTesting mode = intra_warp_hooks.get();
+  if (mode == KktWarpForTesting::never || (mode == KktWarpForTesting::rule && off)) return false;
+  if (a.ready != nullptr || a.geo.BT != kBT || !is_sm90_or_newer(device)) return false;
+  const DType dt = a.k.dtype;
+  if ((dt != DType::f16 && dt != DType::bf16) || a.v.dtype != dt || a.w.dtype != dt || a.u.dtype != dt) return false;
+  return a.geo.K <= 128 && a.V <= 128 && rows_16b(ka.k, a.geo.K) && rows_16b(a.v, a.V) && rows_16b(a.w, a.geo.K) &&
+         rows_16b(a.u, a.V);
+}
+
+bool launch_intra_fwd_warp(const char* op, const KktArgs& ka, const WuArgs& a, int device, void* stream) {
+  WarpIntraParams prm{};
+  prm.slots = chunk_slots(a.geo);
+  prm.group = static_cast<int>(a.geo.HV / a.geo.H);
+  prm.kp = static_cast<int>((a.geo.K + 15) / 16 * 16);
+  prm.vp = static_cast<int>((a.V + 15) / 16 * 16);
+  prm.errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
+  const auto s = static_cast<cudaStream_t>(stream);
+  return a.k.dtype == DType::f16 ? launch_as<__half>(op, ka, a, prm, device, s)
+                                 : launch_as<__nv_bfloat16>(op, ka, a, prm, device, s);
+}
+
+}  // namespace gdn
+}  // namespace fuseops::detail::cuda

@@ -1,0 +1,233 @@
+// Device routines of the warp-per-unit kernels of the intra-chunk stage at chunk 64: one warp takes a whole (chunk,
+// value head) unit, from its k rows to the inverse, with no block barrier. Shared by the fused kkt + inverse
+// (gdn_intra_warp.cu) and the forward's kkt + inverse + w / u (gdn_intra_fwd_warp.cu). Their arithmetic is that of
+// gdn_intra.cuh's block routines element by element (GramMma tiles over K ascending, kkt_entry,
+// solve_diagonal_column, merge16_tc, merge32_tc's fragments and order), so the bytes are those of the block kernels.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include "cuda/bulk_copy.cuh"
+#include "cuda/gdn_intra.cuh"
+
+namespace fuseops::detail::cuda::gdn::warp_unit {
+
+constexpr int kBT = 64;
+constexpr int kMaxWarps = 4;     ///< warps per block (each on its own units)
+constexpr int kBlocksPerSm = 3;  ///< blocks per SM: 12 warps, 215 KB of shared memory (kWarpBytes each)
+constexpr int kLd = kTileLd<kBT>;
+/// Per warp: one region for a 16-bit row tile [64][<= 136] (k rows of K <= 128 padded to kp + 8), which is also the
+/// fp32 A tile [64][68] once the rows are dead, then g / beta of the chunk's rows, then the mbarrier of the rows'
+/// bulk copies.
+constexpr std::size_t kTileBytes = std::size_t{kBT} * kLd * sizeof(float);
+static_assert(kTileBytes >= std::size_t{kBT} * (128 + 8) * 2, "the A tile's bytes hold a row tile of <= 128 columns");
+constexpr std::size_t kGateBytes = 2 * kBT * sizeof(float);
+constexpr std::size_t kWarpBytes = kTileBytes + kGateBytes + 16;
+
+/// The chunk's rows of x (head `head`, `cols` elements each, a multiple of 8) -> tile[64][ld]: one bulk copy per valid
+/// row, completing on `bar` (this call posts the phase's byte count), and zeros by the lanes in rows past the chunk and
+/// in columns [cols, cp) (cp: cols padded to 16, so that is at most one 16-byte piece per row). The region's earlier
+/// generic accesses must be fenced to the async proxy and ordered by a warp barrier before the call.
+template <typename TK>
+__device__ __forceinline__ void load_rows_bulk(TK* tile, int ld, int cp, const GdnIn& x, int cols, const ChunkRef& ch,
+                                               int64_t head, uint64_t* bar) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  const TK* src = static_cast<const TK*>(x.data) + ch.batch * x.stride_b + ch.t0 * x.stride_t + head * x.stride_h;
+  const uint32_t row_bytes = static_cast<uint32_t>(cols) * sizeof(TK);
+  if (lane == 0) mbar_arrive_expect(bar, static_cast<uint32_t>(ch.len) * row_bytes);
+  __syncwarp();
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    const int i = lane + 32 * j;
+    TK* d = tile + i * ld;
+    if (i < ch.len) {
+      bulk_load(smem_addr(d), src + i * x.stride_t, row_bytes, bar);
+      if (cols < cp) *reinterpret_cast<uint4*>(d + cols) = zero;
+    } else {
+      for (int c = 0; c < cp; c += 16 / static_cast<int>(sizeof(TK))) *reinterpret_cast<uint4*>(d + c) = zero;
+    }
+  }
+}
+
+/// Byte offsets in a 16-bit row tile of the warp kernels: element (r, c) at row(r) + col(r % 8, c). PaddedRows: rows
+/// of ld elements. SwizzledRows: the layout of the tensor-map copies (tensor_map.h): boxes [64][64] (columns 0-63,
+/// then 64-127) of 128-byte rows, 16-byte group g of row r stored at group g ^ (r % 8).
+struct PaddedRows {
+  int ld;
+  __device__ __forceinline__ uint32_t row(int r) const { return static_cast<uint32_t>(r * ld * 2); }
+  __device__ __forceinline__ uint32_t col(int, int c) const { return static_cast<uint32_t>(c * 2); }
+};
+struct SwizzledRows {
+  static constexpr uint32_t kBoxBytes = 64 * 128;
+  __device__ __forceinline__ uint32_t row(int r) const { return static_cast<uint32_t>(r * 128); }
+  __device__ __forceinline__ uint32_t col(int rr, int c) const {
+    return static_cast<uint32_t>((c >> 6) * kBoxBytes + ((((c >> 3) & 7) ^ rr) << 4) + (c & 7) * 2);
+  }
+};
+
+/// The Gram tiles of one chunk that hold entries below the diagonal, all in one warp: row block rb (16 rows) has
+/// column tiles ct = 0 .. 2 rb + 1 (8 columns), tile index rb (rb + 1) + ct: 20 tiles, 80 accumulators per lane. Each
+/// tile is GramMma's: A fragments of rows 16 rb.., B fragments of the 8 column tokens, mma over K ascending from 0.
+template <typename TK>
+struct GramWarp {
+  static constexpr int kTiles = 20;
+  float v[kTiles][4];
+
+  /// ks: k tile [64][..] in layout `lay` (PaddedRows / SwizzledRows), kp (multiple of 16, <= 128) columns, zero past
+  /// K and past the chunk.
+  template <typename Layout>
+  __device__ void compute(const TK* ks, Layout lay, int kp) {
+    const int lane = static_cast<int>(threadIdx.x % 32), rr = lane % 8;  // every lane row below is rr modulo 8
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) v[t][0] = v[t][1] = v[t][2] = v[t][3] = 0.f;
+    const char* const a_row = reinterpret_cast<const char*>(ks) + lay.row(lane % 16);
+    const char* const b_row = reinterpret_cast<const char*>(ks) + lay.row((lane / 16) * 8 + lane % 8);
+    const int a_col = (lane / 16) * 8, b_col = ((lane / 8) & 1) * 8;
+#pragma unroll 1
+    for (int kk = 0; kk < kp; kk += 16) {  // ascending over K
+      const char* const a_ptr = a_row + lay.col(rr, kk + a_col);
+      const char* const b_ptr = b_row + lay.col(rr, kk + b_col);
+      uint32_t b[8][2];
+#pragma unroll
+      for (int ct = 0; ct < 8; ct += 2) {
+        uint32_t q[4];
+        ldmatrix_x4(q, reinterpret_cast<const TK*>(b_ptr + lay.row(ct * 8)));
+        b[ct][0] = q[0], b[ct][1] = q[1], b[ct + 1][0] = q[2], b[ct + 1][1] = q[3];
+      }
+#pragma unroll
+      for (int rb = 0; rb < 4; ++rb) {
+        uint32_t a[4];
+        ldmatrix_x4(a, reinterpret_cast<const TK*>(a_ptr + lay.row(rb * 16)));
+#pragma unroll
+        for (int ct = 0; ct <= 2 * rb + 1; ++ct) mma_m16n8k16<TK>(v[rb * (rb + 1) + ct], a, b[ct][0], b[ct][1]);
+      }
+    }
+  }
+
+  /// The kkt entries of the 20 tiles -> tile (row stride kLd); gate_beta: g[0..64) then beta[0..64). Tiles past the
+  /// chunk get kkt_entry's exact 0 (j >= len > i), as GramMma::kkt_tile writes for tiles it skips. The 16 x 16 blocks
+  /// above the diagonal blocks are not written (the inverse never reads them; the store writes them as 0).
+  __device__ void kkt_tile(const float* gate_beta, int len, float* tile) const {
+    const int lane = static_cast<int>(threadIdx.x % 32);
+#pragma unroll
+    for (int rb = 0; rb < 4; ++rb) {
+      const int row = 16 * rb + lane / 4;
+      const float g0 = gate_beta[row], g1 = gate_beta[row + 8];
+      const float b0 = gate_beta[kBT + row], b1 = gate_beta[kBT + row + 8];
+#pragma unroll
+      for (int ct = 0; ct <= 2 * rb + 1; ++ct) {
+        const int c = 8 * ct + 2 * (lane % 4);
+        const float(&d)[4] = v[rb * (rb + 1) + ct];
+        const float gc0 = gate_beta[c], gc1 = gate_beta[c + 1];
+        float* p = tile + row * kLd + c;
+        *reinterpret_cast<float2*>(p) =
+            make_float2(kkt_entry(d[0], row, c, len, g0, gc0, b0), kkt_entry(d[1], row, c + 1, len, g0, gc1, b0));
+        *reinterpret_cast<float2*>(p + 8 * kLd) = make_float2(kkt_entry(d[2], row + 8, c, len, g1, gc0, b1),
+                                                              kkt_entry(d[3], row + 8, c + 1, len, g1, gc1, b1));
+      }
+    }
+  }
+};
+
+/// merge32_tc's level-32 merge by one warp: its 8 output tiles (rb, nt), each with merge32_tc's fragments and mma in
+/// merge32_tc's order (P: k steps s = nt..3 ascending; X21: k 0 .. 16 rb + 15 ascending). The two row blocks run
+/// interleaved, and a fragment that both (or all 4 column tiles) use is loaded once. pt: P^T (32 x 32, row stride
+/// kLd). Both row blocks always run (merge32_tc skips a row block at or past len: rows never stored, read by no stored
+/// row).
+inline __device__ void merge32_warp(float* a, float* pt, int len) {
+  if (32 >= len) return;  // warp-uniform
+  {
+    float d[2][4][4] = {};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t ah[2][4], al[2][4];
+#pragma unroll
+      for (int rb = 0; rb < 2; ++rb) load_a_split(a + (32 + 16 * rb) * kLd + 8 * s, kLd, ah[rb], al[rb]);
+#pragma unroll
+      for (int nt = 0; nt <= s; ++nt) {
+        uint32_t bh[2], bl[2];
+        load_b_split(a + (8 * s) * kLd + 8 * nt, kLd, bh, bl);
+#pragma unroll
+        for (int rb = 0; rb < 2; ++rb) mma_m16n8k8_split(d[rb][nt], ah[rb], al[rb], bh[0], bh[1], bl[0], bl[1]);
+      }
+    }
+#pragma unroll
+    for (int rb = 0; rb < 2; ++rb) {
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) store_transposed(pt + (8 * nt) * kLd + 16 * rb, kLd, d[rb][nt]);
+    }
+  }
+  __syncwarp();  // P^T complete
+  {
+    float d[2][4][4] = {};
+    uint32_t xh[3][2][4], xl[3][2][4];  // X22 fragments: (rb 0, s2 0), (rb 1, s2 0), (rb 1, s2 1); h = 0, 1
+#pragma unroll
+    for (int f = 0; f < 3; ++f) {
+      const int rb = f == 0 ? 0 : 1, s2 = f == 2 ? 1 : 0;
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        load_a_split(a + (32 + 16 * rb) * kLd + 32 + 16 * s2 + 8 * h, kLd, xh[f][h], xl[f][h]);
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+      for (int s2 = 0; s2 < 2; ++s2) {
+        uint32_t bh[4], bl[4];
+        load_bt2_split(pt + (8 * nt) * kLd + 16 * s2, kLd, bh, bl);
+#pragma unroll
+        for (int rb = s2; rb < 2; ++rb) {
+          const int f = rb + s2;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            mma_m16n8k8_split(d[rb][nt], xh[f][h], xl[f][h], bh[2 * h], bh[2 * h + 1], bl[2 * h], bl[2 * h + 1]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int rb = 0; rb < 2; ++rb) {
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) store_negated(a + (32 + 16 * rb) * kLd + 8 * nt, kLd, d[rb][nt]);
+    }
+  }
+  __syncwarp();
+}
+
+/// invert_unit_lower<64, true> by one warp: rows [0, len) of tile := those of (I + tile)^{-1}, the same bytes.
+/// Lane l solves column l % 16 of diagonal blocks l / 16 and l / 16 + 2 (always: a block past len only writes rows
+/// that are never stored). The merges' P^T scratch lies in the tile's blocks above the diagonal blocks, which no step
+/// reads: level 16 pair 0 in rows 0-15 / columns 16-31, pair 1 in rows 32-47 / columns 48-63, level 32 in rows 0-31 /
+/// columns 32-63 (so the store must write those blocks as 0).
+inline __device__ void invert_unit_lower_warp(float* a, int len) {
+  const int lane = static_cast<int>(threadIdx.x % 32), c = lane % 16;
+  float* blk0 = a + (lane / 16) * 16 * (kLd + 1);
+  float* blk1 = blk0 + 32 * (kLd + 1);
+  float x0[16], x1[16];
+  solve_diagonal_column<kLd>(blk0, c, x0);
+  solve_diagonal_column<kLd>(blk1, c, x1);
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    blk0[i * kLd + c] = x0[i];
+    blk1[i * kLd + c] = x1[i];
+  }
+  __syncwarp();
+  float* const pt[2] = {a + 16, a + 32 * kLd + 48};
+  merge16_tc<kBT, kLd, 2>(a, pt, len, 0, /*skip=*/false);
+  __syncwarp();
+  merge32_warp(a, a + 32, len);
+}
+
+/// A warp kernel's testing mode (set_*_warp_for_testing) and launch counter (*_warp_launches_for_testing).
+struct TestingHooks {
+  std::atomic<KktWarpForTesting> mode{KktWarpForTesting::rule};
+  std::atomic<int64_t> launches{0};
+  void set(KktWarpForTesting m) { mode.store(m, std::memory_order_relaxed); }
+  KktWarpForTesting get() const { return mode.load(std::memory_order_relaxed); }
+  void count() { launches.fetch_add(1, std::memory_order_relaxed); }
+  int64_t count_so_far() const { return launches.load(std::memory_order_relaxed); }
+};
+
+}  // namespace fuseops::detail::cuda::gdn::warp_unit

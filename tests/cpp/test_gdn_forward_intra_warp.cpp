@@ -1,0 +1,175 @@
+// The warp-per-unit form of the forward's intra-chunk kernel (src/cuda/gdn_intra_fwd_warp.cu: chunk 64, f16 / bf16
+// k and v with K, V <= 128 in 16-byte rows) against the block kernel it stands in for: chunk_gated_delta_rule's o and
+// final_state byte for byte (w and u feed both), and against the float64 golden. Each case asserts which kernel ran
+// (the launch counter), so a dispatch change cannot make the comparison vacuous; LaunchRule checks which grids the
+// rule gives it. CUDA only: the CPU backend has one path, which the other GdnForward tests run.
+#include <string>
+#include <vector>
+
+#include "gdn_forward_test_util.h"
+#if defined(FUSEOPS_WITH_CUDA)
+#include "cuda/launch.h"
+#include "ops/gdn_forward_impl.h"
+#endif
+
+namespace fuseops_test::gdn_forward {
+namespace {
+
+#if defined(FUSEOPS_WITH_CUDA)
+namespace cuda = fuseops::detail::cuda;
+using cuda::KktWarpForTesting;
+constexpr DType f16 = DType::f16, bf16 = DType::bf16;
+
+/// The forward's intra launches take `mode` until the guard's scope ends, then the launch rule again.
+struct IntraWarpMode {
+  explicit IntraWarpMode(KktWarpForTesting mode) { cuda::set_intra_warp_for_testing(mode); }
+  ~IntraWarpMode() { cuda::set_intra_warp_for_testing(KktWarpForTesting::rule); }
+  IntraWarpMode(const IntraWarpMode&) = delete;
+  IntraWarpMode& operator=(const IntraWarpMode&) = delete;
+};
+
+struct Case {
+  Spec s;
+  bool applies;  ///< the warp kernel can run (testing mode `always`; the launch rule also looks at the grid)
+  bool golden;   ///< also against the float64 golden (the large walk: bytes only, its golden takes seconds)
+};
+
+/// Partial last chunks, batch rows, varlen with empty / 1-token / chunk-edge sequences (int32 and int64
+/// cu_seqlens), grouped heads (G = 1 .. 16), K != V, K and V not multiples of 16 (the lanes zero the tiles' padding
+/// columns), strong / extreme / zero / mixed decays, no initial state, l2 normalisation in the kernel, scale 0.7; a
+/// grid with more units than resident warps (each warp walks several, its region and mbarrier reused); grids of
+/// fewer warps per block (few units). The stores: whole chunks and the last chunk of T by tensor-map copies (the map
+/// clips rows past T), a sequence's partial last chunk inside a varlen batch by the lanes. Cases the rule must leave
+/// to the block kernel: K not a multiple of 8, head dims below 32 (f32 intermediates), chunk 32, K = V = 256,
+/// misaligned rows.
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  auto add = [&](Spec s, bool applies = true, bool golden = true) {
+    s.aligned = s.aligned || applies;
+    out.push_back({s, applies, golden});
+  };
+  add(fixed(1, 300, 4, 64, 128, 128, bf16));
+  Spec v = varlen({0, 1, 63, 64, 65, 130, 0, 200}, 2, 16, 128, 128, f16);
+  add(v);
+  v.cu_dtype = DType::i64;
+  v.decay = Decay::mixed;
+  add(v);
+  Spec strong = fixed(2, 129, 8, 64, 128, 128, bf16);
+  strong.decay = Decay::strong;
+  add(strong);
+  Spec extreme = fixed(1, 100, 2, 4, 64, 128, bf16);
+  extreme.decay = Decay::extreme;
+  add(extreme);
+  Spec zero = fixed(1, 150, 2, 4, 128, 64, f16);
+  zero.decay = Decay::zero;
+  zero.has_h0 = false;
+  add(zero);
+  Spec odd = fixed(1, 90, 1, 2, 40, 120, bf16);
+  odd.scale = 0.7;
+  add(odd);
+  add(fixed(1, 70, 1, 1, 32, 40, f16));
+  Spec norm = fixed(2, 200, 2, 4, 128, 128, bf16);
+  norm.l2norm = true;
+  add(norm);
+  add(fixed(1, 64 * 100, 2, 32, 128, 128, bf16), true, /*golden=*/false);
+  add(fixed(1, 64, 1, 2, 128, 128, bf16));  // 2 units: blocks of one warp
+  add(fixed(1, 70, 1, 2, 100, 128, bf16), false);
+  add(fixed(1, 70, 1, 1, 16, 24, f16), false);  // head dims below 32: w and u in f32 (the separate stages)
+  Spec bt32 = fixed(1, 100, 2, 4, 128, 128, bf16);
+  bt32.BT = 32;
+  add(bt32, false);
+  add(fixed(1, 100, 1, 2, 256, 256, bf16), false);
+  Spec misaligned = fixed(1, 100, 2, 4, 128, 128, bf16);
+  misaligned.padded = true;  // guards of 5 elements and odd padding: no 16-byte rows
+  add(misaligned, false);
+  return out;
+}
+
+/// chunk_gated_delta_rule of `s` on the warp kernel (testing mode `always`) and on the block kernel (`never`): o and
+/// final_state byte for byte, the launch count (1 where the kernel applies), and the warp run against the golden.
+void expect_same_bytes(const Case& c, std::mt19937_64& rng) {
+  SCOPED_TRACE(c.s.describe());
+  const Inputs in = make_inputs(c.s, rng);
+  const bool sm90 = fuseops::detail::is_sm90_or_newer(0);
+  const int64_t before = cuda::intra_warp_launches_for_testing();
+  const Outputs warp = [&] {
+    const IntraWarpMode always(KktWarpForTesting::always);
+    return run_chunk(Where::cuda, c.s, in);
+  }();
+  EXPECT_EQ(cuda::intra_warp_launches_for_testing() - before, c.applies && sm90 ? 1 : 0) << "always";
+  const Outputs block = [&] {
+    const IntraWarpMode never(KktWarpForTesting::never);
+    return run_chunk(Where::cuda, c.s, in);
+  }();
+  EXPECT_EQ(cuda::intra_warp_launches_for_testing() - before, c.applies && sm90 ? 1 : 0) << "never";
+  EXPECT_TRUE(same_bytes(warp.o, block.o)) << "o";
+  EXPECT_TRUE(same_bytes(warp.final_state, block.final_state)) << "final_state";
+  if (c.golden) {
+    const fuseops::reference::RecurrenceGolden gold = golden(c.s, in, /*round_normalized=*/true);
+    const double limit = forward_limit(c.s, in);
+    EXPECT_TRUE(matches(warp.o, gold.o, c.s.dtype, "o", limit));
+    EXPECT_TRUE(matches(warp.final_state, gold.final_state, c.s.dtype, "final_state", limit));
+  }
+}
+
+TEST(GdnIntraFwdWarp, SameBytesAsTheBlockKernel) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  std::mt19937_64 rng = test_rng();
+  for (const Case& c : cases()) {
+    expect_same_bytes(c, rng);
+    if (HasFailure()) return;
+  }
+}
+
+// The launch rule: a grid of at most two units per resident warp keeps the block kernel, one of four per resident
+// warp (12 per SM) takes the warp kernel (with the same bytes), unless FUSEOPS_GDN_INTRA_WARP=0.
+TEST(GdnIntraFwdWarp, LaunchRule) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  std::mt19937_64 rng = test_rng();
+  const bool on = fuseops::detail::is_sm90_or_newer(0) && !fuseops::detail::env_switched_off("FUSEOPS_GDN_INTRA_WARP");
+  const int64_t HV = 32, units = 4 * 12 * fuseops::detail::sm_count(0);
+  Spec small = fixed(1, 64 * 10, 2, HV, 128, 128, bf16);
+  Spec large = fixed(1, 64 * ((units + HV - 1) / HV), 2, HV, 128, 128, bf16);
+  for (Spec* s : {&small, &large}) {
+    s->aligned = true;
+    SCOPED_TRACE(s->describe());
+    const Inputs in = make_inputs(*s, rng);
+    const int64_t before = cuda::intra_warp_launches_for_testing();
+    const Outputs by_rule = run_chunk(Where::cuda, *s, in);
+    EXPECT_EQ(cuda::intra_warp_launches_for_testing() - before, on && s == &large ? 1 : 0);
+    const IntraWarpMode never(KktWarpForTesting::never);
+    const Outputs block = run_chunk(Where::cuda, *s, in);
+    EXPECT_TRUE(same_bytes(by_rule.o, block.o)) << "o";
+    EXPECT_TRUE(same_bytes(by_rule.final_state, block.final_state)) << "final_state";
+  }
+}
+
+// The `always` mode takes the warp kernel even with FUSEOPS_GDN_INTRA_WARP=0 (so that this file tests it under the
+// switch too), and malformed cu_seqlens on it set the device error flag without any access outside the tensors
+// (run_chunk checks the guards).
+TEST(GdnIntraFwdWarp, AlwaysModeAndMalformedCuSeqlens) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  if (!fuseops::detail::is_sm90_or_newer(0)) GTEST_SKIP() << "sm_90+ kernel";
+  std::mt19937_64 rng = test_rng();
+  const IntraWarpMode always(KktWarpForTesting::always);
+  Spec s = varlen({10, 70, 0, 64}, 2, 4, 128, 128, bf16);
+  s.aligned = true;
+  const Inputs in = make_inputs(s, rng);
+  const int64_t before = cuda::intra_warp_launches_for_testing();
+  const Outputs warp = run_chunk(Where::cuda, s, in);
+  EXPECT_EQ(cuda::intra_warp_launches_for_testing() - before, 1);
+  const fuseops::reference::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/true);
+  EXPECT_TRUE(matches(warp.o, gold.o, s.dtype, "o", forward_limit(s, in)));
+  if (fuseops::debug_mode()) return;  // FUSEOPS_DEBUG: the op raises at once, before the kernel
+  Inputs bad = in;
+  bad.cu = {0, 80, 70, 144, 144};  // decreasing
+  fuseops::clear_errors();
+  run_chunk(Where::cuda, s, bad);  // the guards around every tensor are checked
+  EXPECT_EQ(cuda::intra_warp_launches_for_testing() - before, 2);
+  const std::string msg = take_device_error();
+  EXPECT_NE(msg.find("cu_seqlens"), std::string::npos) << msg;
+}
+#endif
+
+}  // namespace
+}  // namespace fuseops_test::gdn_forward
