@@ -76,32 +76,29 @@ struct InverseFragments {
   }
 };
 
-/// X := A X for the chunk's rows, in place, in column blocks of 16 (cp columns, a multiple of 16): X is a row tile
-/// in the tensor maps' layout (SwizzledRows) whose rows [0, 64) are finite (zero past the chunk), A is given by its
+/// X := A X for the rows of the first NRB row blocks, in place, in column blocks of 16 (cp columns, a multiple of 16):
+/// X is a row tile in the tensor maps' layout (SwizzledRows) whose rows [0, 64) are finite, A is given by its
 /// fragments. Each 16 x 8 output tile sums k blocks 0 .. its row block in ascending order, as lower_item; a column
-/// block's results replace its columns once every lane has read them. Row blocks at or past len are skipped
-/// (lower_times skips them too); rows in [len, 16 ceil(len / 16)) take values that are never stored.
-template <typename TK>
-__device__ void lower_times_in_place(const uint32_t (&A)[10][4], unsigned char* X, int cp, int len) {
+/// block's results replace its columns once every lane has read them.
+template <typename TK, int NRB>
+__device__ __forceinline__ void lower_times_blocks(const uint32_t (&A)[10][4], unsigned char* X, int cp) {
   const int lane = static_cast<int>(threadIdx.x % 32), qr = lane / 4, qc = 2 * (lane % 4), rr = lane % 8;
-  const int nrb = (len + 15) / 16;
   const SwizzledRows lay;
   const unsigned char* const b_row = X + lay.row((lane & 7) + ((lane >> 3) & 1) * 8);  // rows rr modulo 8
   unsigned char* const o_row = X + lay.row(qr);                                        // rows qr modulo 8
 #pragma unroll 1
   for (int n0 = 0; n0 < cp; n0 += 16) {
-    float acc[4][2][4] = {};
     const unsigned char* const b_ptr = b_row + lay.col(rr, n0 + (lane >> 4) * 8);
+    uint32_t b[NRB][4];
 #pragma unroll
-    for (int s = 0; s < 4; ++s) {
-      if (s >= nrb) break;  // warp-uniform
-      uint32_t b[4];
-      ldmatrix_x4_trans(b, b_ptr + lay.row(16 * s));
+    for (int s = 0; s < NRB; ++s) ldmatrix_x4_trans(b[s], b_ptr + lay.row(16 * s));
+    float acc[NRB][2][4] = {};
 #pragma unroll
-      for (int rb = s; rb < 4; ++rb) {
-        if (rb >= nrb) break;
-        mma_m16n8k16<TK>(acc[rb][0], A[frag(rb, s)], b[0], b[1]);
-        mma_m16n8k16<TK>(acc[rb][1], A[frag(rb, s)], b[2], b[3]);
+    for (int s = 0; s < NRB; ++s) {
+#pragma unroll
+      for (int rb = s; rb < NRB; ++rb) {
+        mma_m16n8k16<TK>(acc[rb][0], A[frag(rb, s)], b[s][0], b[s][1]);
+        mma_m16n8k16<TK>(acc[rb][1], A[frag(rb, s)], b[s][2], b[s][3]);
       }
     }
     __syncwarp();  // every lane has read these columns
@@ -109,12 +106,31 @@ __device__ void lower_times_in_place(const uint32_t (&A)[10][4], unsigned char* 
     for (int t = 0; t < 2; ++t) {
       unsigned char* const o = o_row + lay.col(qr, n0 + 8 * t + qc);
 #pragma unroll
-      for (int rb = 0; rb < 4; ++rb) {
-        if (rb >= nrb) break;
+      for (int rb = 0; rb < NRB; ++rb) {
         *reinterpret_cast<uint32_t*>(o + lay.row(16 * rb)) = pack2<TK>(acc[rb][t][0], acc[rb][t][1]);
         *reinterpret_cast<uint32_t*>(o + lay.row(16 * rb + 8)) = pack2<TK>(acc[rb][t][2], acc[rb][t][3]);
       }
     }
+  }
+}
+
+/// lower_times_blocks over the row blocks that hold the chunk's rows (len > 0): the blocks at or past len are
+/// skipped, as lower_times skips them; rows in [len, 16 ceil(len / 16)) take values that are never stored.
+template <typename TK>
+__device__ void lower_times_in_place(const uint32_t (&A)[10][4], unsigned char* X, int cp, int len) {
+  switch ((len + 15) / 16) {  // warp-uniform
+    case 4:
+      lower_times_blocks<TK, 4>(A, X, cp);
+      break;
+    case 3:
+      lower_times_blocks<TK, 3>(A, X, cp);
+      break;
+    case 2:
+      lower_times_blocks<TK, 2>(A, X, cp);
+      break;
+    default:
+      lower_times_blocks<TK, 1>(A, X, cp);
+      break;
   }
 }
 
