@@ -17,12 +17,14 @@
 // ascending order with the same mma and the same operand values, rounded once to the input dtype; the operands are
 // scale_inverse_columns' (the inverse rounded to the input dtype, times beta e^g or beta, rounded once), and the
 // inverse is the block routines' (gdn_intra_warp.cuh). So w and u, and the forward's o and final state, are byte for
-// byte those of the block kernel and of kkt_solve + recompute_w_u_fwd (tests: GdnForward.IntraWarpSameBytes).
+// byte those of the block kernel and of kkt_solve + recompute_w_u_fwd (tests: GdnIntraFwdWarp.*). k is read through
+// WuArgs::k, as the block kernel reads it; KktArgs gives the geometry, g and beta.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 
 #include "cuda/gdn_forward.cuh"
@@ -277,7 +279,7 @@ GdnIn as_in(const GdnOut& o) { return GdnIn{o.data, o.dtype, o.stride_b, o.strid
 
 /// The launch, or false (nothing launched) where the rule keeps the block kernel: at most two units per resident warp
 /// (the warp chain of one unit is longer than the block kernel's 8-warp one; bench/results/h200/gdn.md, thirty-fourth
-/// session), unless the testing mode is `always`; or where a tensor has no map.
+/// session), unless the testing mode is `always`; or where a tensor has no map, or T or B is past 32 bits.
 template <typename TK>
 bool launch_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpIntraParams& prm, int device,
                cudaStream_t stream) {
@@ -287,9 +289,10 @@ bool launch_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpInt
   if (intra_warp_hooks.get() != KktWarpForTesting::always && units <= 2 * resident_warps) {
     return false;
   }
+  if (ka.geo.T > INT32_MAX || ka.geo.B > INT32_MAX) return false;  // the tensor maps' coordinates are 32-bit
   const DType dt = a.k.dtype;
   IntraMaps maps;
-  if (!gdn_rows_map(&maps.k, ka.k, dt, a.geo.K, a.geo.H, a.geo) ||
+  if (!gdn_rows_map(&maps.k, a.k, dt, a.geo.K, a.geo.H, a.geo) ||
       !gdn_rows_map(&maps.v, a.v, dt, a.V, a.geo.HV, a.geo) ||
       !gdn_rows_map(&maps.w, as_in(a.w), dt, a.geo.K, a.geo.HV, a.geo) ||
       !gdn_rows_map(&maps.u, as_in(a.u), dt, a.V, a.geo.HV, a.geo)) {
@@ -316,7 +319,7 @@ bool intra_fwd_warp_applies(const KktArgs& ka, const WuArgs& a, int device) {
   if (a.ready != nullptr || a.geo.BT != kBT || !is_sm90_or_newer(device)) return false;
   const DType dt = a.k.dtype;
   if ((dt != DType::f16 && dt != DType::bf16) || a.v.dtype != dt || a.w.dtype != dt || a.u.dtype != dt) return false;
-  return a.geo.K <= 128 && a.V <= 128 && rows_16b(ka.k, a.geo.K) && rows_16b(a.v, a.V) && rows_16b(a.w, a.geo.K) &&
+  return a.geo.K <= 128 && a.V <= 128 && rows_16b(a.k, a.geo.K) && rows_16b(a.v, a.V) && rows_16b(a.w, a.geo.K) &&
          rows_16b(a.u, a.V);
 }
 

@@ -25,8 +25,8 @@ bool intra_fwd_warp_applies(const KktArgs& ka, const WuArgs& a, int device);
 
 /// One launch of the warp kernel where intra_fwd_warp_applies holds, or false (nothing launched: the caller takes the
 /// block kernel) where the launch rule keeps the block kernel (at most two (chunk, value head) units per resident
-/// warp, unless the testing mode is `always`) or where k, v, w or u has no tensor map (a broadcast view, or the driver
-/// refuses it). Errors name `op`.
+/// warp, unless the testing mode is `always`), where T or B is past 32 bits (the maps' coordinates), or where k, v, w
+/// or u has no tensor map (a broadcast view, or the driver refuses it). Errors name `op`.
 bool launch_intra_fwd_warp(const char* op, const KktArgs& ka, const WuArgs& a, int device, void* stream);
 
 }  // namespace fuseops::detail::cuda::gdn

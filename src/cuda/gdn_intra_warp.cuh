@@ -17,9 +17,10 @@ constexpr int kBT = 64;
 constexpr int kMaxWarps = 4;     ///< warps per block (each on its own units)
 constexpr int kBlocksPerSm = 3;  ///< blocks per SM: 12 warps, 215 KB of shared memory (kWarpBytes each)
 constexpr int kLd = kTileLd<kBT>;
-/// Per warp: one region for a 16-bit row tile [64][<= 136] (k rows of K <= 128 padded to kp + 8), which is also the
-/// fp32 A tile [64][68] once the rows are dead, then g / beta of the chunk's rows, then the mbarrier of the rows'
-/// bulk copies.
+/// Per warp: a tile region of kTileBytes for a 16-bit row tile (k rows of K <= 128: [64][kp + 8] in the fused kkt +
+/// inverse's kernel, two swizzled boxes [64][64] in the forward's), which is also the fp32 A tile [64][68] once the
+/// rows are dead; g / beta of the chunk's rows (kGateBytes); the mbarrier of the rows' copies. (Each kernel places
+/// them in its shared memory: kWarpBytes per warp in all.)
 constexpr std::size_t kTileBytes = std::size_t{kBT} * kLd * sizeof(float);
 static_assert(kTileBytes >= std::size_t{kBT} * (128 + 8) * 2, "the A tile's bytes hold a row tile of <= 128 columns");
 constexpr std::size_t kGateBytes = 2 * kBT * sizeof(float);

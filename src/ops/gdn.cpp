@@ -125,12 +125,7 @@ Device check_kkt(const char* op, const TensorView& out, const char* out_name, co
   check_disjoint(op, out_name, out, "k", k);
   if (g) check_disjoint(op, out_name, out, "g", *g);
   if (beta) check_disjoint(op, out_name, out, "beta", *beta);
-  a.geo.B = B;
-  a.geo.T = T;
-  a.geo.H = H;
-  a.geo.HV = HV;
-  a.geo.K = K;
-  a.geo.BT = chunk_size;
+  a.geo = gdn_geometry(B, T, H, HV, K, chunk_size);
   attach_cu_seqlens(op, cu, device, a.geo);
   if (cu) check_disjoint(op, out_name, out, "cu_seqlens", *cu);
   a.k = in_view(k);

@@ -158,17 +158,6 @@ const TensorView* state_for_overlap(const TensorView* initial_state, const Tenso
   return same ? nullptr : initial_state;
 }
 
-GdnGeometry geometry(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t BT) {
-  GdnGeometry g;
-  g.B = B;
-  g.T = T;
-  g.H = H;
-  g.HV = HV;
-  g.K = K;
-  g.BT = BT;
-  return g;
-}
-
 GdnStates states_view(const TensorView& h) {
   GdnStates s;
   s.data = h.data;
@@ -326,7 +315,7 @@ void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, T
   const Device device = common_device(op, {{"w", &w}, {"u", &u}, {"k", &k}, {"v", &v}, {"beta", &beta}, {"A", &A}});
   if (g) common_device(op, {{"k", &k}, {"g", g}});
   WuArgs a;
-  a.geo = geometry(B, T, H, HV, K, BT);
+  a.geo = gdn_geometry(B, T, H, HV, K, BT);
   attach_cu_seqlens(op, cu_seqlens, device, a.geo);
   check_outputs_disjoint(op, {{"w", &w}, {"u", &u}},
                          {{"w", &w}, {"u", &u}, {"k", &k}, {"v", &v}, {"beta", &beta}, {"A", &A}, {"g", g},
@@ -364,7 +353,7 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   const int64_t V = u.shape[3];
   check_cumsum_g(op, g, B, T, HV);
   FwdHArgs a;
-  a.geo = geometry(B, T, H, HV, K, chunk_size);
+  a.geo = gdn_geometry(B, T, H, HV, K, chunk_size);
   const Device device = common_device(op, {{"k", &k}, {"w", &w}, {"u", &u}});
   attach_cu_seqlens(op, cu_seqlens, device, a.geo);
   const int64_t N = a.geo.N;
@@ -409,7 +398,7 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
   check_cumsum_g(op, g, B, T, HV);
   FwdOArgs a;
   a.scale = fp32_argument(op, "scale", scale);
-  a.geo = geometry(B, T, H, HV, K, chunk_size);
+  a.geo = gdn_geometry(B, T, H, HV, K, chunk_size);
   const Device device = common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v_new", &v_new}, {"h", &h}});
   if (g) common_device(op, {{"q", &q}, {"g", g}});
   attach_cu_seqlens(op, cu_seqlens, device, a.geo);
@@ -501,7 +490,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
       common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", &g}, {"beta", &beta}, {"workspace", &workspace}});
   if (initial_state) common_device(op, {{"q", &q}, {"initial_state", initial_state}});
   if (final_state) common_device(op, {{"q", &q}, {"final_state", final_state}});
-  GdnGeometry geo = geometry(d.B, d.T, d.H, d.HV, d.K, chunk_size);
+  GdnGeometry geo = gdn_geometry(d.B, d.T, d.H, d.HV, d.K, chunk_size);
   attach_cu_seqlens(op, cu_seqlens, device, geo);
   // CUDA tensors on a machine (or build) without CUDA: that error first, not the workspace's, and also when there is
   // nothing to compute
@@ -651,7 +640,7 @@ Device check_decode(const char* op, const TensorView& o, const TensorView& q, co
   check_same_dtype(op, "v", v, "q", q);
   check_output(op, "o", o, {q.dtype}, {B, T, HV, V}, "[B, T, HV, V]");
   const Device device = common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v", &v}});
-  a.geo = geometry(B, T, H, HV, K, 64);
+  a.geo = gdn_geometry(B, T, H, HV, K, 64);
   attach_cu_seqlens(op, cu, device, a.geo);
   a.V = V;
   a.q = in_view(q);

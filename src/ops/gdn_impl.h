@@ -20,6 +20,20 @@ struct GdnGeometry {
   uint32_t cu_site = 0;
 };
 
+/// The geometry of B x T tokens, H key heads, HV value heads, head dim K and chunk BT, without cu_seqlens (N = B;
+/// attach_cu_seqlens sets the varlen fields).
+inline GdnGeometry gdn_geometry(int64_t B, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t BT) {
+  GdnGeometry g;
+  g.B = B;
+  g.T = T;
+  g.H = H;
+  g.HV = HV;
+  g.K = K;
+  g.BT = BT;
+  g.N = B;
+  return g;
+}
+
 /// A read-only strided tensor [B, T, heads(, inner)].
 struct GdnIn {
   const void* data = nullptr;  ///< null: absent (g: no gating; beta: all ones)

@@ -112,13 +112,7 @@ TEST_P(GdnForward, IntraFirstSameBytes) {
   // the launch rule's answer for the forward's fwd_h arguments of a spec (contiguous 16-byte rows, as the workspace's)
   const auto form_applies = [](const Spec& s) {
     fuseops::detail::FwdHArgs a;
-    a.geo.B = s.B;
-    a.geo.T = s.T;
-    a.geo.H = s.H;
-    a.geo.HV = s.HV;
-    a.geo.K = s.K;
-    a.geo.BT = s.BT;
-    a.geo.N = s.B;
+    a.geo = fuseops::detail::gdn_geometry(s.B, s.T, s.H, s.HV, s.K, s.BT);
     a.V = s.V;
     a.k = {nullptr, s.dtype, s.T * s.H * s.K, s.H * s.K, s.K};
     a.w = {nullptr, s.dtype, s.T * s.HV * s.K, s.HV * s.K, s.K};

@@ -3,6 +3,7 @@
 // final_state byte for byte (w and u feed both), and against the float64 golden. Each case asserts which kernel ran
 // (the launch counter), so a dispatch change cannot make the comparison vacuous; LaunchRule checks which grids the
 // rule gives it. CUDA only: the CPU backend has one path, which the other GdnForward tests run.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 #if defined(FUSEOPS_WITH_CUDA)
 #include "cuda/launch.h"
 #include "ops/gdn_forward_impl.h"
+#include "ops/gdn_validate.h"
 #endif
 
 namespace fuseops_test::gdn_forward {
@@ -18,6 +20,7 @@ namespace {
 #if defined(FUSEOPS_WITH_CUDA)
 namespace cuda = fuseops::detail::cuda;
 using cuda::KktWarpForTesting;
+using gdn::Placed;
 constexpr DType f16 = DType::f16, bf16 = DType::bf16;
 
 /// The forward's intra launches take `mode` until the guard's scope ends, then the launch rule again.
@@ -35,13 +38,14 @@ struct Case {
 };
 
 /// Partial last chunks, batch rows, varlen with empty / 1-token / chunk-edge sequences (int32 and int64
-/// cu_seqlens), grouped heads (G = 1 .. 16), K != V, K and V not multiples of 16 (the lanes zero the tiles' padding
-/// columns), strong / extreme / zero / mixed decays, no initial state, l2 normalisation in the kernel, scale 0.7; a
-/// grid with more units than resident warps (each warp walks several, its region and mbarrier reused); grids of
-/// fewer warps per block (few units). The stores: whole chunks and the last chunk of T by tensor-map copies (the map
-/// clips rows past T), a sequence's partial last chunk inside a varlen batch by the lanes. Cases the rule must leave
-/// to the block kernel: K not a multiple of 8, head dims below 32 (f32 intermediates), chunk 32, K = V = 256,
-/// misaligned rows.
+/// cu_seqlens), grouped heads (G = 1 .. 16), K != V, K and V not multiples of 16 or 64 (the tensor maps' zero fill
+/// pads the boxes), rows padded to 16-byte strides (the maps' strides not the contiguous ones), chunk lengths at the
+/// inverse's block edges (16, 32, 33, 48), strong / extreme / zero / mixed decays, no initial state, l2 normalisation
+/// in the kernel, scale 0.7; a grid with more units than resident warps (each warp walks several, its region and
+/// mbarrier reused); grids of fewer warps per block (few units). The stores: whole chunks and the last chunk of T by
+/// tensor-map copies (the map clips rows past T), a sequence's partial last chunk inside a varlen batch by the lanes.
+/// Cases the rule must leave to the block kernel: K not a multiple of 8, head dims below 32 (f32 intermediates), chunk
+/// 32, K = V = 256, misaligned rows.
 std::vector<Case> cases() {
   std::vector<Case> out;
   auto add = [&](Spec s, bool applies = true, bool golden = true) {
@@ -73,6 +77,10 @@ std::vector<Case> cases() {
   add(norm);
   add(fixed(1, 64 * 100, 2, 32, 128, 128, bf16), true, /*golden=*/false);
   add(fixed(1, 64, 1, 2, 128, 128, bf16));  // 2 units: blocks of one warp
+  Spec padded = fixed(1, 150, 2, 8, 128, 128, bf16);
+  padded.padded = true;  // aligned: rows padded by 8 elements
+  add(padded);
+  add(varlen({16, 32, 33, 48, 17, 64}, 1, 2, 64, 64, f16));
   add(fixed(1, 70, 1, 2, 100, 128, bf16), false);
   add(fixed(1, 70, 1, 1, 16, 24, f16), false);  // head dims below 32: w and u in f32 (the separate stages)
   Spec bt32 = fixed(1, 100, 2, 4, 128, 128, bf16);
@@ -145,8 +153,9 @@ TEST(GdnIntraFwdWarp, LaunchRule) {
 }
 
 // The `always` mode takes the warp kernel even with FUSEOPS_GDN_INTRA_WARP=0 (so that this file tests it under the
-// switch too), and malformed cu_seqlens on it set the device error flag without any access outside the tensors
-// (run_chunk checks the guards).
+// switch too); with malformed cu_seqlens the forward (its cumsum first) records the error, and nothing outside o and
+// final_state is written (run_chunk checks their guards and the inputs'; w and u lie in the workspace, whose bounds
+// IntraOutputsByteForByte checks with guards).
 TEST(GdnIntraFwdWarp, AlwaysModeAndMalformedCuSeqlens) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
   if (!fuseops::detail::is_sm90_or_newer(0)) GTEST_SKIP() << "sm_90+ kernel";
@@ -164,10 +173,84 @@ TEST(GdnIntraFwdWarp, AlwaysModeAndMalformedCuSeqlens) {
   Inputs bad = in;
   bad.cu = {0, 80, 70, 144, 144};  // decreasing
   fuseops::clear_errors();
-  run_chunk(Where::cuda, s, bad);  // the guards around every tensor are checked
+  run_chunk(Where::cuda, s, bad);  // the guards around the inputs, o and final_state are checked
   EXPECT_EQ(cuda::intra_warp_launches_for_testing() - before, 2);
   const std::string msg = take_device_error();
   EXPECT_NE(msg.find("cu_seqlens"), std::string::npos) << msg;
+}
+
+/// w and u of chunk_gated_delta_rule_fwd_intra (the forward's intra-chunk kernel, called directly) on the warp kernel
+/// (testing mode `always`) and on the block kernel (`never`), from the same k, v, beta and cumulative g: byte for byte,
+/// with NaN-poisoned outputs inside guards (a row written by one kernel and not the other, or outside the tensors,
+/// fails).
+void expect_same_w_u(const Spec& s, std::mt19937_64& rng) {
+  namespace fd = fuseops::detail;
+  SCOPED_TRACE(s.describe());
+  const Inputs in = make_inputs(s, rng);
+  const int64_t pad = s.padded ? 8 : 0, guard = 8;
+  Placed k(Where::cuda, in.k, pad, guard), v(Where::cuda, in.v, pad, guard), beta(Where::cuda, in.beta, 0, guard),
+      g(Where::cuda, in.g, 0, guard), gc(Where::cuda, DType::f32, {s.B, s.T, s.HV}, guard);
+  std::unique_ptr<Placed> cu;
+  if (s.varlen()) cu = std::make_unique<Placed>(Where::cuda, ft::index_tensor(s.cu_dtype, in.cu), 0, 0);
+  Placed w0(Where::cuda, s.dtype, {s.B, s.T, s.HV, s.K}, guard), w1(Where::cuda, s.dtype, {s.B, s.T, s.HV, s.K}, guard),
+      u0(Where::cuda, s.dtype, {s.B, s.T, s.HV, s.V}, guard), u1(Where::cuda, s.dtype, {s.B, s.T, s.HV, s.V}, guard);
+  Placed* const w[2] = {&w0, &w1};
+  Placed* const u[2] = {&u0, &u1};
+  for (Placed* p : {&k, &v, &beta, &g, &gc, &w0, &w1, &u0, &u1}) p->upload();
+  if (cu) cu->upload();
+  TensorView cuv;
+  if (cu) cuv = cu->view();
+  fuseops::chunk_local_cumsum(gc.view(), g.view(), s.BT, cu ? &cuv : nullptr);
+  fd::KktArgs ka;
+  ka.geo = fd::gdn_geometry(s.B, s.T, s.H, s.HV, s.K, s.BT);
+  fd::attach_cu_seqlens("chunk_gated_delta_rule", cu ? &cuv : nullptr, fuseops::Device::cuda(0), ka.geo);
+  ka.k = fd::in_view(k.view());
+  ka.g = fd::in_view(gc.view());
+  ka.beta = fd::in_view(beta.view());
+  fd::WuArgs wa;
+  wa.geo = ka.geo;
+  wa.V = s.V;
+  wa.k = ka.k;
+  wa.v = fd::in_view(v.view());
+  wa.beta = ka.beta;
+  wa.g = ka.g;
+  const int64_t before = cuda::intra_warp_launches_for_testing();
+  for (int run = 0; run < 2; ++run) {
+    const IntraWarpMode mode(run == 0 ? KktWarpForTesting::always : KktWarpForTesting::never);
+    wa.w = fd::out_view(w[run]->view());
+    wa.u = fd::out_view(u[run]->view());
+    ASSERT_TRUE(cuda::chunk_gated_delta_rule_fwd_intra(ka, wa, 0, nullptr));
+  }
+  EXPECT_EQ(cuda::intra_warp_launches_for_testing() - before, fuseops::detail::is_sm90_or_newer(0) ? 1 : 0);
+  for (Placed* p : {&w0, &w1, &u0, &u1}) {
+    p->download();
+    EXPECT_TRUE(p->untouched_outside(true));
+  }
+  EXPECT_NO_THROW(fuseops::check_errors());
+  EXPECT_TRUE(same_bytes(w0.read(), w1.read())) << "w";
+  EXPECT_TRUE(same_bytes(u0.read(), u1.read())) << "u";
+}
+
+// w and u themselves (the contract; the forward's o and final_state above could hide a one-ulp difference): fixed
+// length with partial chunks and B = 2, K != V and not multiples of 16 / 64, padded rows, and a varlen batch of 400
+// sequences of 1 .. 100 tokens with 16 value heads (~5000 units, more than two per resident warp: warps walk units
+// whose partial chunks are stored by the lanes, then copy the next unit's rows into the same region).
+TEST(GdnIntraFwdWarp, IntraOutputsByteForByte) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  std::mt19937_64 rng = test_rng();
+  std::vector<Spec> specs = {fixed(2, 200, 2, 8, 128, 128, bf16), fixed(1, 150, 1, 2, 40, 120, f16)};
+  Spec padded = fixed(1, 130, 2, 4, 64, 128, bf16);
+  padded.padded = true;
+  specs.push_back(padded);
+  std::vector<int64_t> lens(400);
+  std::uniform_int_distribution<int64_t> len(1, 100);
+  for (int64_t& n : lens) n = len(rng);
+  specs.push_back(varlen(lens, 4, 16, 128, 128, bf16));
+  for (Spec& s : specs) {
+    s.aligned = true;
+    expect_same_w_u(s, rng);
+    if (HasFailure()) return;
+  }
 }
 #endif
 
