@@ -275,8 +275,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
   bulk_wait();  // the block's shared memory outlives its copies
 }
 
-GdnIn as_in(const GdnOut& o) { return GdnIn{o.data, o.dtype, o.stride_b, o.stride_t, o.stride_h}; }
-
 /// The launch, or false (nothing launched) where the rule keeps the block kernel: at most two units per resident warp
 /// (the warp chain of one unit is longer than the block kernel's 8-warp one; bench/results/h200/gdn.md, thirty-fourth
 /// session), unless the testing mode is `always`; or where a tensor has no map, or T or B is past 32 bits.

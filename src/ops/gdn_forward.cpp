@@ -257,16 +257,6 @@ GdnOut contiguous_out(void* base, std::size_t offset, DType dtype, int64_t T, in
   r.stride_b = T * heads * inner;
   return r;
 }
-GdnIn as_in(const GdnOut& o) {
-  GdnIn r;
-  r.data = o.data;
-  r.dtype = o.dtype;
-  r.stride_b = o.stride_b;
-  r.stride_t = o.stride_t;
-  r.stride_h = o.stride_h;
-  return r;
-}
-
 }  // namespace
 }  // namespace detail
 

@@ -48,6 +48,9 @@ struct GdnOut {
   int64_t stride_b = 0, stride_t = 0, stride_h = 0;
 };
 
+/// An output read by a later stage, as an input view of the same bytes.
+inline GdnIn as_in(const GdnOut& o) { return GdnIn{o.data, o.dtype, o.stride_b, o.stride_t, o.stride_h}; }
+
 struct KktArgs {
   GdnGeometry geo;
   GdnIn k;     ///< [B, T, H, K]
