@@ -94,7 +94,11 @@ std::size_t intra_smem_bytes(int ld) {
 template <typename TK, int BT, bool kBulk>
 __global__ void __launch_bounds__(kThreads, 2)
     intra_fwd_kernel(const KktArgs ka, const WuArgs a, const IntraParams prm) {
-  pdl_wait_and_release();  // the intra-first form: fwd_h launches once every block has passed this
+  pdl_wait();
+  // the intra-first form: fwd_h launches once every block has passed this, and runs beside this grid; else fwd_h
+  // launches once every block is done (as in gdn_intra_fwd_warp.cu; 0.975-1.0x the forward's time on the grids of
+  // this kernel, bench/results/h200/gdn.md, thirty-fifth session)
+  if (prm.ready != nullptr) pdl_release();
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int ld = prm.dp + 8;
   TK* const ks = reinterpret_cast<TK*>(smem_raw);
@@ -211,6 +215,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   }
+  if (prm.ready == nullptr) pdl_release();
   if (kBulk && tid < 2 * BT) bulk_wait();  // the block's shared memory outlives its copies
 }
 

@@ -26,6 +26,8 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/gdn_forward.cuh"
 #include "cuda/gdn_intra_fwd_warp.h"
@@ -206,7 +208,7 @@ template <typename TK>
 __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     intra_fwd_warp_kernel(const KktArgs ka, const WuArgs a, const WarpIntraParams prm,
                           const __grid_constant__ IntraMaps maps) {
-  pdl_wait_and_release();
+  pdl_wait();  // its dependents are released at its end (below)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   if (smem_addr(smem_raw) % 1024 != 0) __trap();  // no static shared memory here: never expected to fire
   const int warps = static_cast<int>(blockDim.x / 32);
@@ -272,21 +274,39 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     __syncwarp();
     store_tile<TK>(x, &maps.w, a.w, kboxes, K, ch, hv, ka.geo.T);
   }
+  // The next kernel (fwd_h) launches once every warp is done here, not at this kernel's start: launched early, its
+  // blocks wait on the SMs this grid's tail frees first, and the forward measured 1.005-1.16x slower (the most on the
+  // smallest grids of this kernel; bench/results/h200/gdn.md, thirty-fifth session). fwd_h's wait for this grid's
+  // completion and its memory is the same either way.
+  pdl_release();
   bulk_wait();  // the block's shared memory outlives its copies
 }
 
-/// The launch, or false (nothing launched) where the rule keeps the block kernel: at most two units per resident warp
-/// (the warp chain of one unit is longer than the block kernel's 8-warp one; bench/results/h200/gdn.md, thirty-fourth
-/// session), unless the testing mode is `always`; or where a tensor has no map, or T or B is past 32 bits.
+/// The mode: the testing hook's where it is set, else FUSEOPS_GDN_INTRA_WARP: `0` never, `always` always (the
+/// measurement switch of the launch rule), unset (or any other value) the rule.
+KktWarpForTesting intra_warp_mode() {
+  const KktWarpForTesting hook = intra_warp_hooks.get();
+  if (hook != KktWarpForTesting::rule) return hook;
+  static const KktWarpForTesting by_env = [] {
+    const char* v = std::getenv("FUSEOPS_GDN_INTRA_WARP");
+    if (v != nullptr && std::strcmp(v, "0") == 0) return KktWarpForTesting::never;
+    if (v != nullptr && std::strcmp(v, "always") == 0) return KktWarpForTesting::always;
+    return KktWarpForTesting::rule;
+  }();
+  return by_env;
+}
+
+/// The launch, or false (nothing launched) where the rule keeps the block kernel: at most four units per SM (one per
+/// warp scheduler, where nothing hides a unit's warp chain, longer than the block kernel's 8-warp one: 0.99-1.18x the
+/// forward's time at 256-512 units, 0.90-0.93x at 768-1024; bench/results/h200/gdn.md, thirty-fifth session), unless
+/// the mode is `always`; or where a tensor has no map, or T or B is past 32 bits.
 template <typename TK>
 bool launch_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpIntraParams& prm, int device,
                cudaStream_t stream) {
   const auto kernel = intra_fwd_warp_kernel<TK>;
   const int64_t units = prm.slots * ka.geo.HV;
-  const int64_t resident_warps = cached_wave(kernel, kMaxWarps * 32, kMaxWarps * kWarpBytes, device, op) * kMaxWarps;
-  if (intra_warp_hooks.get() != KktWarpForTesting::always && units <= 2 * resident_warps) {
-    return false;
-  }
+  const int64_t sms = sm_count(device);
+  if (intra_warp_mode() != KktWarpForTesting::always && units <= 4 * sms) return false;
   if (ka.geo.T > INT32_MAX || ka.geo.B > INT32_MAX) return false;  // the tensor maps' coordinates are 32-bit
   const DType dt = a.k.dtype;
   IntraMaps maps;
@@ -296,9 +316,8 @@ bool launch_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpInt
       !gdn_rows_map(&maps.u, as_in(a.u), dt, a.V, a.geo.HV, a.geo)) {
     return false;  // a broadcast view, or the driver refused a map
   }
-  // Fewer warps per block where the units would not give every SM a block of kMaxWarps (testing mode `always` on
-  // small grids): the units then spread over more SMs.
-  const int64_t sms = sm_count(device);
+  // Fewer warps per block where the units would not give every SM a block of kMaxWarps (mode `always` on small
+  // grids): the units then spread over more SMs.
   const int warps = static_cast<int>(std::clamp<int64_t>((units + sms - 1) / sms, 1, kMaxWarps));
   const std::size_t smem = static_cast<std::size_t>(warps) * kWarpBytes;
   const int64_t wave = cached_wave(kernel, warps * 32, smem, device, op);
@@ -311,9 +330,7 @@ bool launch_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpInt
 }  // namespace
 
 bool intra_fwd_warp_applies(const KktArgs& ka, const WuArgs& a, int device) {
-  static const bool off = env_switched_off("FUSEOPS_GDN_INTRA_WARP");
-  const KktWarpForTesting mode = intra_warp_hooks.get();
-  if (mode == KktWarpForTesting::never || (mode == KktWarpForTesting::rule && off)) return false;
+  if (intra_warp_mode() == KktWarpForTesting::never) return false;
   if (a.ready != nullptr || a.geo.BT != kBT || !is_sm90_or_newer(device)) return false;
   const DType dt = a.k.dtype;
   if ((dt != DType::f16 && dt != DType::bf16) || a.v.dtype != dt || a.w.dtype != dt || a.u.dtype != dt) return false;

@@ -24,9 +24,10 @@ struct WarpIntraParams {
 bool intra_fwd_warp_applies(const KktArgs& ka, const WuArgs& a, int device);
 
 /// One launch of the warp kernel where intra_fwd_warp_applies holds, or false (nothing launched: the caller takes the
-/// block kernel) where the launch rule keeps the block kernel (at most two (chunk, value head) units per resident
-/// warp, unless the testing mode is `always`), where T or B is past 32 bits (the maps' coordinates), or where k, v, w
-/// or u has no tensor map (a broadcast view, or the driver refuses it). Errors name `op`.
+/// block kernel) where the launch rule keeps the block kernel (at most four (chunk, value head) units per SM, i.e. at
+/// most one per warp scheduler, unless the mode is `always`: FUSEOPS_GDN_INTRA_WARP=always or the testing hook), where
+/// T or B is past 32 bits (the maps' coordinates), or where k, v, w or u has no tensor map (a broadcast view, or the
+/// driver refuses it). Errors name `op`.
 bool launch_intra_fwd_warp(const char* op, const KktArgs& ka, const WuArgs& a, int device, void* stream);
 
 }  // namespace fuseops::detail::cuda::gdn

@@ -3,6 +3,7 @@
 // final_state byte for byte (w and u feed both), and against the float64 golden. Each case asserts which kernel ran
 // (the launch counter), so a dispatch change cannot make the comparison vacuous; LaunchRule checks which grids the
 // rule gives it. CUDA only: the CPU backend has one path, which the other GdnForward tests run.
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -129,22 +130,27 @@ TEST(GdnIntraFwdWarp, SameBytesAsTheBlockKernel) {
   }
 }
 
-// The launch rule: a grid of at most two units per resident warp keeps the block kernel, one of four per resident
-// warp (12 per SM) takes the warp kernel (with the same bytes), unless FUSEOPS_GDN_INTRA_WARP=0.
+// The launch rule at its edge: a grid of at most four units per SM keeps the block kernel, one chunk more takes the
+// warp kernel (with the same bytes); FUSEOPS_GDN_INTRA_WARP=0 keeps the block kernel on both, =always takes the warp
+// kernel on both.
 TEST(GdnIntraFwdWarp, LaunchRule) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
   std::mt19937_64 rng = test_rng();
-  const bool on = fuseops::detail::is_sm90_or_newer(0) && !fuseops::detail::env_switched_off("FUSEOPS_GDN_INTRA_WARP");
-  const int64_t HV = 32, units = 4 * 12 * fuseops::detail::sm_count(0);
-  Spec small = fixed(1, 64 * 10, 2, HV, 128, 128, bf16);
-  Spec large = fixed(1, 64 * ((units + HV - 1) / HV), 2, HV, 128, 128, bf16);
+  const char* env = std::getenv("FUSEOPS_GDN_INTRA_WARP");
+  const bool sm90 = fuseops::detail::is_sm90_or_newer(0);
+  const bool on = sm90 && !(env != nullptr && std::string(env) == "0");
+  const bool always = sm90 && env != nullptr && std::string(env) == "always";
+  // the rule's edge: at most 4 units per SM keep the block kernel; one chunk more (HV units) takes the warp kernel
+  const int64_t HV = 32, edge_chunks = 4 * fuseops::detail::sm_count(0) / HV;
+  Spec small = fixed(1, 64 * edge_chunks, 2, HV, 128, 128, bf16);
+  Spec large = fixed(1, 64 * (edge_chunks + 1), 2, HV, 128, 128, bf16);
   for (Spec* s : {&small, &large}) {
     s->aligned = true;
     SCOPED_TRACE(s->describe());
     const Inputs in = make_inputs(*s, rng);
     const int64_t before = cuda::intra_warp_launches_for_testing();
     const Outputs by_rule = run_chunk(Where::cuda, *s, in);
-    EXPECT_EQ(cuda::intra_warp_launches_for_testing() - before, on && s == &large ? 1 : 0);
+    EXPECT_EQ(cuda::intra_warp_launches_for_testing() - before, always || (on && s == &large) ? 1 : 0);
     const IntraWarpMode never(KktWarpForTesting::never);
     const Outputs block = run_chunk(Where::cuda, *s, in);
     EXPECT_TRUE(same_bytes(by_rule.o, block.o)) << "o";
