@@ -23,8 +23,8 @@
 // Intra-first form (WuArgs::ready; gdn_forward_impl.h): a persistent grid on the SMs fwd_h leaves free walks the
 // (chunk, value head) items in chunk order, one head per item, and sets a flag per item after its w / u stores, for
 // fwd_h, which is launched right after this kernel and polls the flags (same arithmetic per item, same bytes).
-// f16 / bf16 only (k, v, w, u of one dtype); other dtypes take the separate kernels. On grids of more than two
-// (chunk, value head) units per resident warp at chunk 64 (K, V <= 128, 16-byte rows), the warp-per-unit form of
+// f16 / bf16 only (k, v, w, u of one dtype); other dtypes take the separate kernels. On grids of more than four
+// (chunk, value head) units per SM at chunk 64 (K, V <= 128, 16-byte rows), the warp-per-unit form of
 // gdn_intra_fwd_warp.cu runs instead, with the same bytes (launch_intra).
 #include <algorithm>
 #include <atomic>

@@ -274,10 +274,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     __syncwarp();
     store_tile<TK>(x, &maps.w, a.w, kboxes, K, ch, hv, ka.geo.T);
   }
-  // The next kernel (fwd_h) launches once every warp is done here, not at this kernel's start: launched early, its
-  // blocks wait on the SMs this grid's tail frees first, and the forward measured 1.005-1.16x slower (the most on the
-  // smallest grids of this kernel; bench/results/h200/gdn.md, thirty-fifth session). fwd_h's wait for this grid's
-  // completion and its memory is the same either way.
+  // The next kernel (fwd_h) launches once each block has a warp done here (the first thread to release counts for
+  // its block), not at this kernel's start: launched early, its blocks wait on the SMs this grid's tail frees first,
+  // and the forward measured 1.005-1.16x slower (the most on the smallest grids of this kernel;
+  // bench/results/h200/gdn.md, thirty-fifth session). fwd_h's wait for this grid's completion and its memory is the
+  // same either way.
   pdl_release();
   bulk_wait();  // the block's shared memory outlives its copies
 }

@@ -138,18 +138,21 @@ int64_t cached_wave(Kernel kernel, int threads, std::size_t smem, int device, co
 }
 
 /// Launches `kernel` on `stream`, with programmatic dependent launch where enabled: the kernel may be scheduled
-/// while the previous kernel in the stream is finishing, and must call pdl_wait_and_release() before it reads
-/// anything that kernel may have written. Errors surface in after_launch().
+/// while the previous kernel in the stream is finishing, and must call pdl_wait() (or pdl_wait_and_release()) before
+/// it reads anything that kernel may have written. Errors surface in after_launch().
 template <typename... KernelArgs, typename... Args>
 void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
                    int device, Args&&... args) {
   launch_kernel_cluster(kernel, grid, block, smem, stream, device, 1u, std::forward<Args>(args)...);
 }
 
-/// The two halves of pdl_wait_and_release(), also usable in the other order by a kernel of a few blocks:
-/// pdl_release() first lets the next kernel in the stream start launching at once (its blocks then do their own work
-/// up to their wait while this kernel runs), pdl_wait() before anything the previous kernel may have written is read.
-/// No-ops before sm_90.
+/// The two halves of pdl_wait_and_release(), also usable apart: pdl_release() first, by a kernel of a few blocks, lets
+/// the next kernel in the stream start launching at once (its blocks then do their own work up to their wait while
+/// this kernel runs); pdl_wait() first and pdl_release() at the end, by a grid of one wave, launches the next kernel
+/// only once each block has a thread there (the GDN forward's intra kernels and the decode warp kernel: launched
+/// earlier, the next grid's blocks waited on the SMs this grid freed first and ran slower; docs/ops/gdn.md, "Where
+/// the intra kernels release fwd_h"). pdl_release() takes effect for a block at the first of its threads to run it;
+/// a block that exits without it counts as released. No-ops before sm_90.
 __device__ __forceinline__ void pdl_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" :::);
@@ -161,9 +164,9 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
-/// First statement of every kernel launched by launch_kernel(): waits until the previous kernel in the stream has
-/// completed and its memory is visible (a no-op when it was not launched as a dependent), then lets the next
-/// kernel start launching. No-op before sm_90.
+/// First statement of most kernels launched by launch_kernel() (the exceptions split it, above): waits until the
+/// previous kernel in the stream has completed and its memory is visible (a no-op when it was not launched as a
+/// dependent), then lets the next kernel start launching. No-op before sm_90.
 __device__ __forceinline__ void pdl_wait_and_release() {
   pdl_wait();
   pdl_release();

@@ -120,9 +120,9 @@ void set_intra_bulk_off_for_testing(bool off);
 /// Tests only: how many launches of the intra kernel in this process stored w and u by bulk copies.
 int64_t intra_bulk_launches_for_testing();
 /// Tests only: which kernel the forward's intra launches that follow take where its warp-per-unit form
-/// (gdn_intra_fwd_warp.cu) can run: the launch rule (the warp kernel on grids of more than two units per resident
-/// warp, unless FUSEOPS_GDN_INTRA_WARP=0), `always` (every grid, also against the switch) or `never` (the block
-/// kernel). Same bytes in every mode.
+/// (gdn_intra_fwd_warp.cu) can run: the launch rule (the warp kernel on grids of more than four units per SM, unless
+/// FUSEOPS_GDN_INTRA_WARP=0; `=always`: every grid), `always` (every grid, also against the switch) or `never` (the
+/// block kernel, also against the switch). Same bytes in every mode.
 void set_intra_warp_for_testing(KktWarpForTesting mode);
 /// Tests only: how many launches of this process took the warp-per-unit form of the intra kernel.
 int64_t intra_warp_launches_for_testing();

@@ -130,7 +130,7 @@ TEST(GdnIntraFwdWarp, SameBytesAsTheBlockKernel) {
   }
 }
 
-// The launch rule at its edge: a grid of at most four units per SM keeps the block kernel, one chunk more takes the
+// The launch rule at its edge: a grid of at most four units per SM keeps the block kernel, four units more take the
 // warp kernel (with the same bytes); FUSEOPS_GDN_INTRA_WARP=0 keeps the block kernel on both, =always takes the warp
 // kernel on both.
 TEST(GdnIntraFwdWarp, LaunchRule) {
@@ -140,10 +140,11 @@ TEST(GdnIntraFwdWarp, LaunchRule) {
   const bool sm90 = fuseops::detail::is_sm90_or_newer(0);
   const bool on = sm90 && !(env != nullptr && std::string(env) == "0");
   const bool always = sm90 && env != nullptr && std::string(env) == "always";
-  // the rule's edge: at most 4 units per SM keep the block kernel; one chunk more (HV units) takes the warp kernel
-  const int64_t HV = 32, edge_chunks = 4 * fuseops::detail::sm_count(0) / HV;
-  Spec small = fixed(1, 64 * edge_chunks, 2, HV, 128, 128, bf16);
-  Spec large = fixed(1, 64 * (edge_chunks + 1), 2, HV, 128, 128, bf16);
+  // the rule's edge, exact for any SM count: B sequences of one chunk with 4 value heads, so B = SMs gives 4 units per
+  // SM (the block kernel) and B = SMs + 1 four units more (the warp kernel); B > 1 is never the intra-first form
+  const int64_t sms = fuseops::detail::sm_count(0);
+  Spec small = fixed(sms, 64, 1, 4, 128, 128, bf16);
+  Spec large = fixed(sms + 1, 64, 1, 4, 128, 128, bf16);
   for (Spec* s : {&small, &large}) {
     s->aligned = true;
     SCOPED_TRACE(s->describe());
@@ -239,7 +240,7 @@ void expect_same_w_u(const Spec& s, std::mt19937_64& rng) {
 
 // w and u themselves (the contract; the forward's o and final_state above could hide a one-ulp difference): fixed
 // length with partial chunks and B = 2, K != V and not multiples of 16 / 64, padded rows, and a varlen batch of 400
-// sequences of 1 .. 100 tokens with 16 value heads (~5000 units, more than two per resident warp: warps walk units
+// sequences of 1 .. 100 tokens with 16 value heads (~5000 units, more than three per resident warp on the H200: warps walk units
 // whose partial chunks are stored by the lanes, then copy the next unit's rows into the same region).
 TEST(GdnIntraFwdWarp, IntraOutputsByteForByte) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
