@@ -606,7 +606,7 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
   unsigned char* const staged_in_raw = smem_raw + WB * 2 * sizeof(StagedRows<ST, R>);
   constexpr int in_bytes = staged_input_bytes(Unit::kCols);
   const auto staged_in = [&](int w, int b) { return staged_in_raw + (w * 2 + b) * in_bytes; };
-  pdl_wait_and_release();
+  pdl_wait();  // its dependents are released at its end (below)
   const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
   const int kg = lane / Unit::kLanesV;
   const int64_t HV = a.geo.HV, V = a.V, KV = a.geo.K * V;
@@ -727,6 +727,12 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
       prefetch_head_state(Unit(a, prm, unit + 2 * stride, lane), prm.prefetch_bytes, lane);
     }
   }
+  // The next kernel launches once each block has a warp done here, not at this kernel's start: launched early (in
+  // the bench, the next decode step's grid, one wave of warps like this one), its blocks wait on the SMs this grid
+  // frees first, and the decode measured 1.02-1.03x slower on the four gdn-decode cases (bench/results/h200/gdn.md,
+  // thirty-fifth session; docs/ops/gdn.md, "Where the intra kernels release fwd_h"). The next kernel's wait for this
+  // grid's completion and its memory is the same either way.
+  pdl_release();
   asm volatile("cp.async.wait_all;" ::: "memory");  // no copy outlives the kernel (the last ones are empty)
 }
 
