@@ -56,6 +56,7 @@ CaseParams OpSpec::with_defaults(const std::map<std::string, ParamValue>& given,
   for (const auto& [k, v] : given) {
     if (!param(k)) throw ParamError(k, name + ": unknown parameter \"" + k + "\"");
     out.set(k, v);
+    out.mark_given(k);
   }
   if (const auto a = alias_defaults.find(as); a != alias_defaults.end()) {
     for (const auto& [k, v] : a->second) {
@@ -185,8 +186,10 @@ Sequences sequences_of(const CaseParams& p) {
   s.seq_len = p.integer("seq_len");
   s.seqlens = p.int_list("seqlens");
   if (s.seqlens.empty() && s.seq_len == 0) {
-    throw ParamError("seq_len", "seq_len 0 gives no tokens and seqlens is empty: give seq_len (fixed length) or a "
-                                "non-empty seqlens (varlen)");
+    // the key the user wrote (an empty seqlens without seq_len), else seq_len
+    throw ParamError(p.given("seqlens") && !p.given("seq_len") ? "seqlens" : "seq_len",
+                     "seq_len 0 gives no tokens and seqlens is empty: give seq_len (fixed length) or a non-empty seqlens "
+                     "(varlen)");
   }
   if (!s.seqlens.empty() && s.seq_len != 0) throw ParamError("seq_len", "seq_len and seqlens exclude each other");
   if (!s.seqlens.empty() && s.batch != 1) {

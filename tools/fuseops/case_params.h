@@ -11,6 +11,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -61,6 +62,9 @@ class CaseParams {
  public:
   void set(const std::string& name, ParamValue v) { values_[name] = std::move(v); }
   bool has(const std::string& name) const { return values_.count(name) > 0; }
+  /// Whether `name` was given (a case file's key or a caller's value), not taken from the op's defaults.
+  bool given(const std::string& name) const { return given_.count(name) > 0; }
+  void mark_given(const std::string& name) { given_.insert(name); }
   int64_t integer(const std::string& name) const { return get<int64_t>(name); }
   const std::string& text(const std::string& name) const { return get<std::string>(name); }
   bool boolean(const std::string& name) const { return get<bool>(name); }
@@ -83,6 +87,7 @@ class CaseParams {
     return std::get<T>(it->second);
   }
   std::map<std::string, ParamValue> values_;
+  std::set<std::string> given_;
 };
 
 /// An op that can be made from parameters: the per-family hook, registered with Registry::add_op from the

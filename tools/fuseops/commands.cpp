@@ -316,7 +316,8 @@ int run_check(const Options& opts) {
               cuda ? ("cuda:0 (" + gpu::device_info(0).name + ")").c_str() : "cpu",
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
   if (!cuda) {
-    std::printf("%s: running on the CPU with at most %lld rows per case (reduced sizes)\n",
+    std::printf("%s: running on the CPU with at most %lld rows per case (reduced sizes; the chunked GDN forward keeps "
+                "at least two chunks and a half; the rows column shows what ran)\n",
                 opts.backend == "cpu" ? "--backend cpu" : "no CUDA device", static_cast<long long>(opts.cpu_rows));
   }
   const NameColumns w = name_columns(work, 16, 28, 12);
@@ -578,7 +579,7 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
   if (!opts.md.empty()) {
     std::ofstream f(opts.md);
     if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
-    f << "CPU backend times (median wall time of 5 runs, at most " << opts.cpu_rows
+    f << "CPU backend times (median wall time of 5 runs, 3 for the MoE cases, at most " << opts.cpu_rows
       << " rows per case); not GPU numbers. Date: " << today() << ". fuseops " << version() << ".\n";
     if (!opts.note.empty()) f << printable_text(opts.note) << "\n";
     f << "\n| set | op | shape | dtype | rows | cpu us |\n|---|---|---|---|---|---|\n";

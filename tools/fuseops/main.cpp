@@ -88,7 +88,9 @@ int main(int argc, char** argv) {
   bench->add_option("--backend", bench_opts.backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   CLI::Option* bench_json = bench->add_option("--json", bench_opts.json, "write the results as JSON to this file");
   CLI::Option* bench_md = bench->add_option("--md", bench_opts.md, "write the results as a Markdown table to this file");
-  bench->add_option("--cpu-rows", bench_opts.cpu_rows, "rows per case on the CPU backend")
+  bench->add_option("--cpu-rows", bench_opts.cpu_rows,
+                    "rows per case on the CPU backend (reduced sizes; the chunked GDN forward keeps at least two "
+                    "chunks and a half; the rows column shows what ran)")
       ->transform(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   add_selection(*bench, bench_opts);
   bench->add_option("--note", bench_opts.note, "a line for the Markdown header (commit, command)");

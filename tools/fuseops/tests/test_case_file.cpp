@@ -408,8 +408,11 @@ TEST(CaseFile, SeqLenZeroSaysWhatToGive) {
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    seq_len: 0\n    num_heads: 2\n", "f.yaml:3:5", "seq_len",
                     "seq_len 0 gives no tokens and seqlens is empty: give seq_len (fixed length) or a non-empty "
                     "seqlens (varlen)");
-  EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    seqlens: []\n    num_heads: 2\n", "f.yaml:2:5",
-                    "seq_len", "seqlens is empty");
+  // an empty seqlens without seq_len: the error points at the key the user wrote
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    seqlens: []\n    num_heads: 2\n", "f.yaml:3:5",
+                    "seqlens", "seqlens is empty");
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    seqlens: [[]]\n    num_heads: 2\n", "f.yaml:3:5",
+                    "seqlens", "seqlens is empty");
   EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n    seq_len: [64, 0]\n    num_heads: 2\n", "f.yaml:3:5", "seq_len",
                     "seq_len 0 gives no tokens");
 }

@@ -200,9 +200,11 @@ TEST(CpuRows, BenchReportsTheRowsThatRan) {
   ASSERT_FALSE(cases.empty());
   EXPECT_EQ(cases.front()->rows_at(1), 161) << cases.front()->shape;
   const std::string d = temp_dir("cpu_rows");
+  // the decode op's tokens are rows too: a long seq_len is cut to the rows (it ran all 10^6 tokens, minutes and GBs)
   std::ofstream(d + "/c.yaml") << "cases:\n  - op: chunk_gated_delta_rule\n    seq_len: 1000\n    num_heads: 1\n"
                                   "    head_k_dim: 16\n    head_v_dim: 8\n  - op: silu_and_mul\n    tokens: 9\n"
-                                  "    d: 8\n";
+                                  "    d: 8\n  - op: fused_recurrent_gated_delta_rule\n    batch: 2\n"
+                                  "    seq_len: 1000000\n    num_heads: 1\n    head_k_dim: 16\n    head_v_dim: 8\n";
   Options o;
   o.backend = "cpu";
   o.quiet = true;
@@ -213,9 +215,10 @@ TEST(CpuRows, BenchReportsTheRowsThatRan) {
   run_bench(o);
   ::testing::internal::GetCapturedStdout();
   const nlohmann::json r = nlohmann::json::parse(read(o.json))["results"];
-  ASSERT_EQ(r.size(), 2u);
+  ASSERT_EQ(r.size(), 3u);
   EXPECT_EQ(r[0]["rows"], 161);
   EXPECT_EQ(r[1]["rows"], 1);
+  EXPECT_EQ(r[2]["rows"], 1);
   o.cpu_rows = 161;  // asking for the rows that ran reports the same rows and bytes
   ::testing::internal::CaptureStdout();
   run_bench(o);
@@ -224,6 +227,7 @@ TEST(CpuRows, BenchReportsTheRowsThatRan) {
   EXPECT_EQ(r161[0]["rows"], 161);
   EXPECT_EQ(r161[0]["bytes"], r[0]["bytes"]);
   EXPECT_EQ(r161[1]["rows"], 9);
+  EXPECT_EQ(r161[2]["rows"], 161);  // one sequence of 161 tokens
   std::filesystem::remove_all(d);
 }
 
