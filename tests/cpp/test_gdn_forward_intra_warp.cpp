@@ -240,8 +240,8 @@ void expect_same_w_u(const Spec& s, std::mt19937_64& rng) {
 
 // w and u themselves (the contract; the forward's o and final_state above could hide a one-ulp difference): fixed
 // length with partial chunks and B = 2, K != V and not multiples of 16 / 64, padded rows, and a varlen batch of 400
-// sequences of 1 .. 100 tokens with 16 value heads (~5000 units, more than three per resident warp on the H200: warps walk units
-// whose partial chunks are stored by the lanes, then copy the next unit's rows into the same region).
+// sequences of 1 .. 100 tokens with 16 value heads (~5000 units, more than three per resident warp on the H200: warps
+// walk units whose partial chunks are stored by the lanes, then copy the next unit's rows into the same region).
 TEST(GdnIntraFwdWarp, IntraOutputsByteForByte) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
   std::mt19937_64 rng = test_rng();

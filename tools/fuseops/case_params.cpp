@@ -188,8 +188,8 @@ Sequences sequences_of(const CaseParams& p) {
   if (s.seqlens.empty() && s.seq_len == 0) {
     // the key the user wrote (an empty seqlens without seq_len), else seq_len
     throw ParamError(p.given("seqlens") && !p.given("seq_len") ? "seqlens" : "seq_len",
-                     "seq_len 0 gives no tokens and seqlens is empty: give seq_len (fixed length) or a non-empty seqlens "
-                     "(varlen)");
+                     "seq_len 0 gives no tokens and seqlens is empty: give seq_len (fixed length) or a non-empty "
+                     "seqlens (varlen)");
   }
   if (!s.seqlens.empty() && s.seq_len != 0) throw ParamError("seq_len", "seq_len and seqlens exclude each other");
   if (!s.seqlens.empty() && s.batch != 1) {

@@ -80,10 +80,10 @@ Spec decode(int64_t N, int64_t H, int64_t HV, bool gating) {
 
 /// At most `rows` tokens (reduced CPU runs): fixed length shortens T, varlen cuts every sequence (seqlens_reduced),
 /// decode keeps the first sequences, each cut to its first `rows` tokens (fused_recurrent_gated_delta_rule's seq_len;
-/// the serving forms have one token per sequence). The chunked forward keeps at least two whole chunks and a partial one (161 tokens
-/// at chunk 64), whatever `rows` says, so that the state carried from chunk to chunk is checked: a fixed-length case
-/// in each batch row, a varlen one over its sequences together (the GoogleTest suite runs varlen over many chunks;
-/// per sequence here would take CI's sanitizer run of check 1.5 minutes longer).
+/// the serving forms have one token per sequence). The chunked forward keeps at least two whole chunks and a partial
+/// one (161 tokens at chunk 64), whatever `rows` says, so that the state carried from chunk to chunk is checked: a
+/// fixed-length case in each batch row, a varlen one over its sequences together (the GoogleTest suite runs varlen over
+/// many chunks; per sequence here would take CI's sanitizer run of check 1.5 minutes longer).
 Spec reduced(const Spec& s, int64_t rows) {
   if (!s.decode) return reduced_tokens(s, std::max(rows, (s.varlen() ? 1 : s.B) * (2 * s.BT + s.BT / 2 + 1)));
   if (rows >= s.B * s.T) return s;
@@ -385,7 +385,8 @@ class ForwardCase : public OpCase {
     v.ht = ht.view();
     v.h0 = pool.view();
     v.ws = ws.view();
-    return median_wall_us([&] { v.run(s, Stream()); });  // the pool is updated in place: its values, not the work, change
+    // the pool is updated in place: its values change from run to run, not the work
+    return median_wall_us([&] { v.run(s, Stream()); });
   }
 
   std::unique_ptr<BenchProblem> bench() const override { return std::make_unique<ForwardBench>(s_); }
