@@ -289,10 +289,9 @@ KktWarpForTesting intra_warp_mode() {
   const KktWarpForTesting hook = intra_warp_hooks.get();
   if (hook != KktWarpForTesting::rule) return hook;
   static const KktWarpForTesting by_env = [] {
+    if (env_switched_off("FUSEOPS_GDN_INTRA_WARP")) return KktWarpForTesting::never;
     const char* v = std::getenv("FUSEOPS_GDN_INTRA_WARP");
-    if (v != nullptr && std::strcmp(v, "0") == 0) return KktWarpForTesting::never;
-    if (v != nullptr && std::strcmp(v, "always") == 0) return KktWarpForTesting::always;
-    return KktWarpForTesting::rule;
+    return v != nullptr && std::strcmp(v, "always") == 0 ? KktWarpForTesting::always : KktWarpForTesting::rule;
   }();
   return by_env;
 }

@@ -138,7 +138,7 @@ TEST(GdnIntraFwdWarp, LaunchRule) {
   std::mt19937_64 rng = test_rng();
   const char* env = std::getenv("FUSEOPS_GDN_INTRA_WARP");
   const bool sm90 = fuseops::detail::is_sm90_or_newer(0);
-  const bool on = sm90 && !(env != nullptr && std::string(env) == "0");
+  const bool on = sm90 && !fuseops::detail::env_switched_off("FUSEOPS_GDN_INTRA_WARP");
   const bool always = sm90 && env != nullptr && std::string(env) == "always";
   // the rule's edge, exact for any SM count: B sequences of one chunk with 4 value heads, so B = SMs gives 4 units per
   // SM (the block kernel) and B = SMs + 1 four units more (the warp kernel); B > 1 is never the intra-first form

@@ -295,25 +295,20 @@ int run_list() {
   }
   std::printf("\nops in case files (--cases FILE, docs/cases.md) and their parameters:\n");
   std::size_t name_width = 0;  // the widest op name, so that every row's parameters start in one column
-  // grouped by family (first appearance), in registration order within one
-  std::vector<const OpSpec*> ops;
+  std::vector<std::string> families;  // in order of first appearance: the ops print grouped by family
   for (const OpSpec& o : registry().ops()) {
     name_width = std::max(name_width, o.name.size());
-    ops.push_back(&o);
+    if (std::find(families.begin(), families.end(), o.family) == families.end()) families.push_back(o.family);
   }
-  std::vector<std::string> families;
-  for (const OpSpec* o : ops) {
-    if (std::find(families.begin(), families.end(), o->family) == families.end()) families.push_back(o->family);
-  }
-  const auto rank = [&](const OpSpec* o) {
-    return std::find(families.begin(), families.end(), o->family) - families.begin();
-  };
-  std::stable_sort(ops.begin(), ops.end(), [&](const OpSpec* a, const OpSpec* b) { return rank(a) < rank(b); });
-  for (const OpSpec* op : ops) {
-    const OpSpec& o = *op;
-    std::string params;
-    for (const ParamSpec& p : o.params) params += (params.empty() ? "" : ", ") + p.name + (p.default_value ? "" : "*");
-    std::printf("  %-11s %-*s %s\n", o.family.c_str(), static_cast<int>(name_width), o.name.c_str(), params.c_str());
+  for (const std::string& family : families) {
+    for (const OpSpec& o : registry().ops()) {
+      if (o.family != family) continue;
+      std::string params;
+      for (const ParamSpec& p : o.params) {
+        params += (params.empty() ? "" : ", ") + p.name + (p.default_value ? "" : "*");
+      }
+      std::printf("  %-11s %-*s %s\n", o.family.c_str(), static_cast<int>(name_width), o.name.c_str(), params.c_str());
+    }
   }
   std::printf("  (* = required)\n");
   return 0;
