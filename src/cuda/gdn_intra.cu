@@ -25,6 +25,7 @@
 #include <type_traits>
 
 #include "cuda/device_error.h"
+#include "cuda/gdn_cumsum.cuh"
 #include "cuda/gdn_intra.cuh"
 #include "cuda/gdn_intra_warp.h"
 #include "cuda/launch.h"
@@ -285,87 +286,14 @@ __global__ void __launch_bounds__(kThreads, kThroughputBlocks)
   }
 }
 
-constexpr int kCumsumHeads = 8;  ///< heads per unit of chunk_local_cumsum's kernel
-
-/// Slot `ch`, heads [h0, h0 + nh) (nh <= kCumsumHeads) of chunk_local_cumsum through the warp's shared buffer `buf`
-/// [len][nh]: the group's g elements loaded at once (element e = (token e / nh, head e % nh), at most BT nh / 32 per
-/// lane, all in flight; coalesced where g is [.., T, HV] contiguous), then lane h sums its head in token order
-/// (reverse: from the chunk's end) in place, then the warp stores the group. The sums are those of a sequential loop
-/// per head (same order, same roundings).
-template <int BT, typename TG>
-__device__ void cumsum_group(const CumsumArgs& a, const ChunkRef& ch, int64_t h0, int nh, float scale, float* buf,
-                             int lane) {
-  constexpr int kPerLane = BT * kCumsumHeads / 32;
-  const TG* const src =
-      static_cast<const TG*>(a.g.data) + ch.batch * a.g.stride_b + ch.t0 * a.g.stride_t + h0 * a.g.stride_h;
-  float* const dst =
-      static_cast<float*>(a.out.data) + ch.batch * a.out.stride_b + ch.t0 * a.out.stride_t + h0 * a.out.stride_h;
-  const int n = ch.len * nh, di = 32 / nh, dh = 32 % nh;  // element e + 32: token + di, head + dh (with carry)
-  const int i0 = lane / nh, h0l = lane % nh;
-  {
-    float v[kPerLane];
-    int i = i0, h = h0l;
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      v[j] = lane + 32 * j < n ? to_float(src[i * a.g.stride_t + h * a.g.stride_h]) : 0.f;
-      i += di;
-      h += dh;
-      if (h >= nh) {
-        h -= nh;
-        ++i;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kPerLane; ++j) {
-      if (lane + 32 * j < n) buf[lane + 32 * j] = v[j];
-    }
-  }
-  __syncwarp();
-  if (lane < nh) {
-    float s = 0.f;
-#pragma unroll 8
-    for (int e = 0; e < ch.len; ++e) {
-      float* const x = buf + (a.reverse ? ch.len - 1 - e : e) * nh + lane;
-      s = __fadd_rn(s, *x);
-      *x = __fmul_rn(s, scale);
-    }
-  }
-  __syncwarp();
-  int i = i0, h = h0l;
-#pragma unroll
-  for (int j = 0; j < kPerLane; ++j) {
-    if (lane + 32 * j < n) dst[i * a.out.stride_t + h * a.out.stride_h] = buf[lane + 32 * j];
-    i += di;
-    h += dh;
-    if (h >= nh) {
-      h -= nh;
-      ++i;
-    }
-  }
-  __syncwarp();  // the buffer is reused by the warp's next unit
-}
-
-/// One warp per unit (chunk slot, group of kCumsumHeads heads), 8 per block, through a [BT][kCumsumHeads] shared
-/// buffer per warp: one memory round trip per unit. (The loop it replaces, lanes over heads with 16-token batches
-/// per lane, paid one round trip per batch, with lanes past HV idle.)
+/// One warp per unit (chunk slot, group of kCumsumHeads heads), 8 per block (gdn_cumsum.cuh).
 template <int BT>
 __global__ void __launch_bounds__(kThreads)
     cumsum_kernel(const CumsumArgs args, int64_t units, int64_t groups, float scale, DeviceErrorRecord* errors) {
   pdl_wait_and_release();
-  __shared__ float cumsum_buf[kWarps][BT * kCumsumHeads];
-  const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  for (int64_t u = static_cast<int64_t>(blockIdx.x) * kWarps + warp; u < units;
-       u += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const int64_t slot = u / groups, h0 = (u - slot * groups) * kCumsumHeads;
-    const ChunkRef ch = gdn::resolve_chunk<BT>(args.geo, slot, errors, h0 == 0);
-    if (ch.len == 0 || h0 >= args.geo.HV) continue;  // HV = 0: one unit per slot still checks the bounds
-    const int nh = static_cast<int>(min(static_cast<int64_t>(kCumsumHeads), args.geo.HV - h0));
-    switch (args.g.dtype) {
-      case DType::f16: cumsum_group<BT, __half>(args, ch, h0, nh, scale, cumsum_buf[warp], lane); break;
-      case DType::bf16: cumsum_group<BT, __nv_bfloat16>(args, ch, h0, nh, scale, cumsum_buf[warp], lane); break;
-      default: cumsum_group<BT, float>(args, ch, h0, nh, scale, cumsum_buf[warp], lane); break;
-    }
-  }
+  __shared__ float cumsum_buf[kWarps][BT * gdn::kCumsumHeads];
+  const int warp = static_cast<int>(threadIdx.x / 32);
+  gdn::cumsum_units<BT, gdn::kCumsumHeads>(args, units, groups, scale, errors, blockIdx.x, gridDim.x, cumsum_buf[warp]);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -468,19 +396,10 @@ void chunk_local_cumsum(const CumsumArgs& args, int device, void* stream) {
   const char* op = "chunk_local_cumsum";
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
-  const int64_t slots = gdn::chunk_slots(args.geo);
-  // at least one unit per slot (HV = 0 too: its sequence bounds are checked and a malformed cu_seqlens recorded)
-  const int64_t groups = std::max<int64_t>(1, (args.geo.HV + kCumsumHeads - 1) / kCumsumHeads);
-  int64_t units = 0;
-  if (__builtin_mul_overflow(slots, groups, &units)) {  // only for views with zero strides over huge extents
-    throw Error(ErrorKind::invalid_argument,
-                std::string(op) + ": g: (chunk slots) x (value heads / 8) does not fit in int64");
-  }
-  const unsigned blocks = grid_x((units + kWarps - 1) / kWarps);
-  const float scale = args.has_scale ? static_cast<float>(args.scale) : 1.f;
-  DeviceErrorRecord* errors = args.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
+  const gdn::CumsumLaunch c = gdn::cumsum_launch(args, gdn::kCumsumHeads, op, device);
   auto go = [&](auto kernel) {
-    launch_kernel(kernel, dim3(blocks), dim3(kThreads), 0, s, device, args, units, groups, scale, errors);
+    launch_kernel(kernel, dim3(grid_x((c.units + kWarps - 1) / kWarps)), dim3(kThreads), 0, s, device, args, c.units,
+                  c.groups, c.scale, c.errors);
   };
   switch (args.geo.BT) {
     case 16: go(cumsum_kernel<16>); break;

@@ -9,9 +9,13 @@
 // - recompute_w_u_ffma_kernel (f32 and any mix of dtypes): fp32 FFMA in shared memory (no TF32), each output a sum
 //   over j <= i in ascending order; the A tile (fp32) and one operand tile (beta e^g k, then beta v).
 // l2norm: one row per warp (element form) or per L lanes (vector form); the forward's q and k pairs in one launch.
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/device_error.h"
+#include "cuda/gdn_cumsum.cuh"
 #include "cuda/gdn_forward.cuh"
 #include "cuda/gdn_wu.cuh"
 #include "fuseops/error.h"
@@ -115,15 +119,13 @@ __global__ void __launch_bounds__(kThreads) l2norm_kernel(const L2NormArgs a, in
 /// ones made the kernel issue-bound: 88 us per call at 32768 x 16 x 128 bf16, 0.83 instructions per scheduler cycle,
 /// DRAM 59% busy, on the H200).
 template <typename T, int L, int NV>
-__global__ void __launch_bounds__(kThreads) l2norm_vec_kernel(const L2NormArgs a, int rows, int total) {
-  pdl_wait_and_release();
+__device__ void l2norm_vec_rows(const L2NormArgs& a, int rows, int total, int64_t block, int64_t blocks) {
   constexpr int E = static_cast<int>(16 / sizeof(T)), kRowsPerWarp = 32 / L;
   const int lane = static_cast<int>(threadIdx.x % 32), sub = lane % L;
   const unsigned H = static_cast<unsigned>(a.geo.H), T_ = static_cast<unsigned>(a.geo.T);
   // 64-bit row counter: total may be close to 2^31 and r0 + step past it
-  const int64_t step = static_cast<int64_t>(gridDim.x) * gdn::kWarps * kRowsPerWarp;
-  for (int64_t r0 = (static_cast<int64_t>(blockIdx.x) * gdn::kWarps + threadIdx.x / 32) * kRowsPerWarp; r0 < total;
-       r0 += step) {
+  const int64_t step = blocks * gdn::kWarps * kRowsPerWarp;
+  for (int64_t r0 = (block * gdn::kWarps + threadIdx.x / 32) * kRowsPerWarp; r0 < total; r0 += step) {
     const int64_t r2 = r0 + lane / L;
     const bool ok = r2 < total, second = r2 >= rows;  // rows of the second pair follow the first's
     const unsigned ur = static_cast<unsigned>(second ? r2 - rows : r2), bt = ur / H, b = bt / T_;
@@ -159,10 +161,45 @@ __global__ void __launch_bounds__(kThreads) l2norm_vec_kernel(const L2NormArgs a
   }
 }
 
+/// The vector form in its own launch.
+template <typename T, int L, int NV>
+__global__ void __launch_bounds__(kThreads) l2norm_vec_kernel(const L2NormArgs a, int rows, int total) {
+  pdl_wait_and_release();
+  l2norm_vec_rows<T, L, NV>(a, rows, total, blockIdx.x, gridDim.x);
+}
+
+/// Blocks per SM of the prologue kernel below: the full 2048 threads of the l2norm part, whose registers (29-40 in
+/// l2norm_vec_kernel) would otherwise follow the cumsum part's (47-105 uncapped: 2-5 blocks per SM, measured 1.03-1.17x
+/// the forward's time with the l2norm of 16 heads at 8192-32768 tokens on the H200).
+constexpr int kL2NormBlocks = 8;
+/// Heads per cumsum unit in the prologue kernel at chunk size BT: 4 loads in flight per lane fit in its registers (8
+/// spilled 268 bytes at BT = 64).
+__host__ __device__ constexpr int prologue_cumsum_heads(int BT) { return 128 / BT; }
+
+/// The forward's prologue in one launch: blocks [0, cumsum_blocks) run chunk_local_cumsum's units (gdn_cumsum.cuh),
+/// the others l2norm_vec_rows over q and k. Neither reads what the other writes; each part's values are those of its
+/// own kernel (the same routines). Two kernels in a row cost the second one's launch and ramp after the first one's
+/// tail (docs/ops/gdn.md, "The forward's prologue in one launch").
+template <typename T, int L, int NV, int BT>
+__global__ void __launch_bounds__(kThreads, kL2NormBlocks)
+    l2norm_cumsum_kernel(const L2NormArgs a, int rows, int total, const CumsumArgs c, int64_t units, int64_t groups,
+                         float scale, DeviceErrorRecord* errors, unsigned cumsum_blocks) {
+  pdl_wait_and_release();
+  if (blockIdx.x < cumsum_blocks) {
+    constexpr int NH = prologue_cumsum_heads(BT);
+    __shared__ float cumsum_buf[gdn::kWarps][BT * NH];
+    gdn::cumsum_units<BT, NH>(c, units, groups, scale, errors, blockIdx.x, cumsum_blocks, cumsum_buf[threadIdx.x / 32]);
+  } else {
+    l2norm_vec_rows<T, L, NV>(a, rows, total, blockIdx.x - cumsum_blocks, gridDim.x - cumsum_blocks);
+  }
+}
+
 /// The vector form where its layout applies: x and y (and x2, y2) of one dtype, a row of K elements a whole number of
 /// 8, 16, 32 or 64 16-byte vectors (e.g. K 64 / 128 / 256 in f16 / bf16 or f32), 16-byte aligned bases and strides,
-/// at most 2^31 - 1 rows in all. Returns false (nothing launched) otherwise.
-bool launch_l2norm_vec(const L2NormArgs& a, int64_t rows, int64_t total, int device, cudaStream_t s) {
+/// at most 2^31 - 1 rows in all. Calls f(tag of T, L, NV, rows per warp) with L and NV as std::integral_constant, and
+/// returns true; returns false (f not called) otherwise.
+template <typename F>
+bool with_l2norm_vec(const L2NormArgs& a, int64_t total, F&& f) {
   if (a.x.dtype != a.y.dtype || total > INT32_MAX) return false;
   if (a.x2.data && (a.x2.dtype != a.x.dtype || a.y2.dtype != a.x.dtype)) return false;
   const int64_t es = static_cast<int64_t>(dtype_size(a.x.dtype)), ev = 16 / es;
@@ -181,20 +218,30 @@ bool launch_l2norm_vec(const L2NormArgs& a, int64_t rows, int64_t total, int dev
   const int64_t nv = a.geo.K * es / 16;
   if (nv != 8 && nv != 16 && nv != 32 && nv != 64) return false;
   with_float_type(a.x.dtype, [&](auto tag) {
-    using T = typename decltype(tag)::type;
-    auto launch = [&](auto kernel, int rows_per_warp) {
-      const int64_t per_block = int64_t{gdn::kWarps} * rows_per_warp;
-      launch_kernel(kernel, dim3(gdn::grid_x((total + per_block - 1) / per_block)), dim3(kThreads), 0, s, device, a,
-                    static_cast<int>(rows), static_cast<int>(total));
-    };
+    using C1 = std::integral_constant<int, 1>;
     switch (nv) {
-      case 8: launch(l2norm_vec_kernel<T, 8, 1>, 4); break;
-      case 16: launch(l2norm_vec_kernel<T, 16, 1>, 2); break;
-      case 32: launch(l2norm_vec_kernel<T, 32, 1>, 1); break;
-      default: launch(l2norm_vec_kernel<T, 32, 2>, 1); break;
+      case 8: f(tag, std::integral_constant<int, 8>{}, C1{}, 4); break;
+      case 16: f(tag, std::integral_constant<int, 16>{}, C1{}, 2); break;
+      case 32: f(tag, std::integral_constant<int, 32>{}, C1{}, 1); break;
+      default: f(tag, std::integral_constant<int, 32>{}, std::integral_constant<int, 2>{}, 1); break;
     }
   });
   return true;
+}
+
+/// Blocks of the vector form over `total` rows at `rows_per_warp`.
+int64_t l2norm_vec_blocks(int64_t total, int rows_per_warp) {
+  const int64_t per_block = int64_t{gdn::kWarps} * rows_per_warp;
+  return (total + per_block - 1) / per_block;
+}
+
+bool launch_l2norm_vec(const L2NormArgs& a, int64_t rows, int64_t total, int device, cudaStream_t s) {
+  return with_l2norm_vec(a, total, [&](auto tag, auto L, auto NV, int rows_per_warp) {
+    using T = typename decltype(tag)::type;
+    launch_kernel(l2norm_vec_kernel<T, decltype(L)::value, decltype(NV)::value>,
+                  dim3(gdn::grid_x(l2norm_vec_blocks(total, rows_per_warp))), dim3(kThreads), 0, s, device, a,
+                  static_cast<int>(rows), static_cast<int>(total));
+  });
 }
 
 template <int BT>
@@ -361,5 +408,48 @@ void l2norm_fwd(const L2NormArgs& a, int device, void* stream) {
   }
   after_launch(op, s, device);
 }
+
+namespace {
+std::atomic<bool> l2norm_cumsum_off_for_testing{false};
+std::atomic<int64_t> l2norm_cumsum_launches{0};
+}  // namespace
+
+bool l2norm_cumsum_fwd(const L2NormArgs& la, const CumsumArgs& ca, int device, void* stream) {
+  static const bool allowed = !env_switched_off("FUSEOPS_GDN_L2NORM_CUMSUM");
+  if (!allowed || l2norm_cumsum_off_for_testing.load(std::memory_order_relaxed) || !la.x2.data) return false;
+  if (ca.geo.BT != 16 && ca.geo.BT != 32 && ca.geo.BT != 64) return false;
+  const char* op = "chunk_gated_delta_rule";
+  DeviceGuard guard(device, op);
+  const auto s = static_cast<cudaStream_t>(stream);
+  const int64_t rows = la.geo.B * la.geo.T * la.geo.H;
+  const gdn::CumsumLaunch c = gdn::cumsum_launch(ca, prologue_cumsum_heads(static_cast<int>(ca.geo.BT)), op, device);
+  // each part's grid-stride walk takes any count of blocks: both capped so that their sum fits in a grid
+  constexpr int64_t kPartCap = int64_t{1} << 30;
+  const int64_t cumsum_blocks = std::min(kPartCap, (c.units + gdn::kWarps - 1) / gdn::kWarps);
+  const bool launched = with_l2norm_vec(la, 2 * rows, [&](auto tag, auto L, auto NV, int rows_per_warp) {
+    using T = typename decltype(tag)::type;
+    const int64_t blocks = cumsum_blocks + std::min(kPartCap, l2norm_vec_blocks(2 * rows, rows_per_warp));
+    auto go = [&](auto kernel) {
+      launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), 0, s, device, la,
+                    static_cast<int>(rows), static_cast<int>(2 * rows), ca, c.units, c.groups, c.scale, c.errors,
+                    static_cast<unsigned>(cumsum_blocks));
+    };
+    constexpr int kL = decltype(L)::value, kNV = decltype(NV)::value;
+    switch (ca.geo.BT) {
+      case 16: go(l2norm_cumsum_kernel<T, kL, kNV, 16>); break;
+      case 32: go(l2norm_cumsum_kernel<T, kL, kNV, 32>); break;
+      default: go(l2norm_cumsum_kernel<T, kL, kNV, 64>); break;
+    }
+  });
+  if (!launched) return false;
+  l2norm_cumsum_launches.fetch_add(1, std::memory_order_relaxed);
+  after_launch(op, s, device);
+  return true;
+}
+
+void set_l2norm_cumsum_off_for_testing(bool off) {
+  l2norm_cumsum_off_for_testing.store(off, std::memory_order_relaxed);
+}
+int64_t l2norm_cumsum_launches_for_testing() { return l2norm_cumsum_launches.load(std::memory_order_relaxed); }
 
 }  // namespace fuseops::detail::cuda

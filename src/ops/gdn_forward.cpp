@@ -523,6 +523,12 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   ha.v_new = contiguous_out(ws, L.v_new, it, d.T, d.HV, d.V);
   ha.ht = final_state ? static_cast<float*>(final_state->data) : nullptr;
   if (d.T > 0) {
+    CumsumArgs ca;
+    ca.geo = geo;
+    ca.geo.H = d.HV;
+    ca.g = in_view(g);
+    ca.out = contiguous_out(ws, L.gcum, DType::f32, d.T, d.HV, 0);
+    bool cumsum_done = false;
     if (use_qk_l2norm_in_kernel) {
       L2NormArgs la;  // q and k in one launch
       la.geo = geo;
@@ -530,17 +536,18 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
       la.y = contiguous_out(ws, L.qn, it, d.T, d.H, d.K);
       la.x2 = in_view(k);
       la.y2 = contiguous_out(ws, L.kn, it, d.T, d.H, d.K);
-      FUSEOPS_GDN_RUN(op, device, stream, l2norm_fwd, la);
+#if defined(FUSEOPS_WITH_CUDA)
+      // CUDA: the cumsum in the same launch where the pair takes the vector form (the same values)
+      if (backend_for(op, device) == Backend::cuda) {
+        cumsum_done = cuda::l2norm_cumsum_fwd(la, ca, device.index, stream.handle);
+      }
+#endif
+      if (!cumsum_done) FUSEOPS_GDN_RUN(op, device, stream, l2norm_fwd, la);
       qn = as_in(la.y);
       kn = as_in(la.y2);
       ha.k = kn;
     }
-    CumsumArgs ca;
-    ca.geo = geo;
-    ca.geo.H = d.HV;
-    ca.g = in_view(g);
-    ca.out = contiguous_out(ws, L.gcum, DType::f32, d.T, d.HV, 0);
-    FUSEOPS_GDN_RUN(op, device, stream, chunk_local_cumsum, ca);
+    if (!cumsum_done) FUSEOPS_GDN_RUN(op, device, stream, chunk_local_cumsum, ca);
 
     KktArgs ka;
     ka.geo = geo;

@@ -109,6 +109,16 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a);
 #if defined(FUSEOPS_WITH_CUDA)
 namespace cuda {
 void l2norm_fwd(const L2NormArgs& a, int device, void* stream);
+/// The forward's prologue in one launch (gdn_recompute.cu): l2norm_fwd of the pair q, k (a.x2 set) and
+/// chunk_local_cumsum of `ca`, with the values of the two ops. Returns false (nothing launched) where the pair does not
+/// take the vector form (one dtype, 16-byte rows of 8 / 16 / 32 / 64 vectors), the chunk size is not 16 / 32 / 64, or
+/// FUSEOPS_GDN_L2NORM_CUMSUM=0 or the testing switch below turned it off. Throws as chunk_local_cumsum does.
+bool l2norm_cumsum_fwd(const L2NormArgs& la, const CumsumArgs& ca, int device, void* stream);
+/// Tests only: `off` true makes the forward's launches that follow run l2norm_fwd and chunk_local_cumsum as two
+/// kernels (as FUSEOPS_GDN_L2NORM_CUMSUM=0 does; same bytes).
+void set_l2norm_cumsum_off_for_testing(bool off);
+/// Tests only: how many launches of this process took the one-launch prologue.
+int64_t l2norm_cumsum_launches_for_testing();
 void recompute_w_u_fwd(const WuArgs& a, int device, void* stream);
 /// kkt + solve_tril + recompute_w_u of the forward in one kernel (gdn_intra_fwd.cu): w and u of `a` (its A unused)
 /// from k, v, g, beta; the same bytes as chunk_gated_delta_rule_fwd_kkt_solve (Ai in the input dtype) followed by

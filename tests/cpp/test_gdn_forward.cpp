@@ -142,6 +142,59 @@ TEST_P(GdnForward, IntraFirstSameBytes) {
 #endif
 }
 
+// The CUDA forward's prologue in one launch (l2norm_cumsum_fwd: q, k normalised and g's chunk-local cumsum by one
+// kernel): o and final_state byte for byte those of the two kernels (the form off), and the golden; the form taken
+// exactly where the pair takes the vector form. Specs: K 64 / 128 / 256 in bf16 / f16 / f32 (every L, NV of the vector
+// form), chunk 16 / 32 / 64, g in f32 and bf16, partial cumsum groups (HV = 5 at chunk 64, 2 at chunk 16 and 32),
+// varlen with empty, 1-token and chunk-edge sequences and i64 cu_seqlens; and two where it must not run (K = 100:
+// 200-byte rows; misaligned rows).
+TEST_P(GdnForward, L2NormCumsumSameBytes) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA launch form";
+#if defined(FUSEOPS_WITH_CUDA)
+  namespace cuda = fuseops::detail::cuda;
+  std::mt19937_64 rng = test_rng();
+  struct Case {
+    Spec s;
+    bool applies;
+  };
+  std::vector<Case> cases;
+  auto add = [&](Spec s, int64_t BT, bool aligned, bool applies) {
+    s.BT = BT;
+    s.l2norm = true;
+    s.aligned = aligned;
+    cases.push_back({s, applies});
+  };
+  add(fixed(2, 200, 2, 8, 128, 128, bf16), 64, true, true);
+  add(fixed(1, 70, 1, 5, 64, 64, f16), 64, true, true);
+  add(fixed(1, 100, 1, 2, 128, 64, f32), 16, true, true);
+  add(fixed(1, 75, 1, 2, 256, 128, bf16), 32, true, true);
+  Spec v = varlen({0, 1, 63, 64, 65, 300, 0}, 2, 4, 64, 64, bf16);
+  v.gate_dtype = bf16;
+  v.cu_dtype = DType::i64;
+  add(v, 32, true, true);
+  add(fixed(1, 90, 1, 2, 100, 64, bf16), 64, true, false);
+  add(fixed(1, 90, 2, 4, 128, 64, bf16), 64, false, false);
+  const bool switched_off = fuseops::detail::env_switched_off("FUSEOPS_GDN_L2NORM_CUMSUM");
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.s.describe());
+    const Inputs in = make_inputs(c.s, rng);
+    const int64_t launches = cuda::l2norm_cumsum_launches_for_testing();
+    const Outputs first = run_chunk(GetParam(), c.s, in);
+    EXPECT_EQ(cuda::l2norm_cumsum_launches_for_testing() - launches, c.applies && !switched_off ? 1 : 0)
+        << "the launch rule";
+    cuda::set_l2norm_cumsum_off_for_testing(true);
+    const Outputs off = run_chunk(GetParam(), c.s, in);
+    cuda::set_l2norm_cumsum_off_for_testing(false);
+    EXPECT_TRUE(same_bytes(first.o, off.o)) << "o";
+    EXPECT_TRUE(same_bytes(first.final_state, off.final_state)) << "final_state";
+    const ref::RecurrenceGolden gold = golden(c.s, in, /*round_normalized=*/true);
+    expect_golden(c.s, in, gold, first, "one-launch prologue");
+    if (HasFailure()) return;
+  }
+#endif
+}
+
 // The fused-output form of the CUDA forward (chunk_gated_delta_rule_fwd_h_o: chunk_fwd_o inside fwd_h's wgmma variant
 // of 64 columns where N HV V / 64 >= 128 blocks, else of 32 columns where 128 <= N HV V / 32 <= the SM count): o and
 // final_state byte for byte those of fwd_h + chunk_fwd_o (the form off) where the staged output stage is chunk_fwd_o's
