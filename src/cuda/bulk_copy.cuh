@@ -30,6 +30,11 @@ __device__ __forceinline__ void mbar_init_fence() { FUSEOPS_SM90_ASM("fence.mbar
 __device__ __forceinline__ void fence_proxy_async_shared() {
   FUSEOPS_SM90_ASM("fence.proxy.async.shared::cta;" ::: "memory");
 }
+/// Orders this thread's earlier generic-proxy accesses of global memory (an acquire that made other blocks' stores
+/// visible) before its later asynchronous-proxy accesses (tensor-map copies of those bytes).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  FUSEOPS_SM90_ASM("fence.proxy.async.global;" ::: "memory");
+}
 /// The one arrival of a phase, with the bytes its copies bring.
 __device__ __forceinline__ void mbar_arrive_expect(uint64_t* bar, uint32_t bytes) {
   FUSEOPS_SM90_ASM("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)

@@ -298,6 +298,16 @@ __device__ __forceinline__ float2 unpack2(uint32_t x) {
 template <int KP, int BV, bool FO>
 constexpr int fwd_h_min_blocks() { return KP == 128 && BV <= 32 && !FO ? 2 : 1; }
 
+/// The output-beside form (FwdHArgs::o_ready): chunks are counted kOReadyGroup at a time, by one thread of the block,
+/// after a block barrier that follows every thread's h and v_new stores of them; one fence releases the group at GPU
+/// scope. A fence on a chunk step's chain costs ~0.4 us (fence.sc / fence.acq_rel / red.release alike, by any thread):
+/// one per chunk made the forward 1.20x slower at 2/8 [8192], one per 8 chunks 0.96x the time of the staged output.
+constexpr int64_t kOReadyGroup = 8;
+__device__ __forceinline__ void count_o_ready(unsigned* counters, int64_t count) {
+  __threadfence();
+  for (int64_t i = 0; i < count; ++i) atomicAdd(counters + i, 1u);
+}
+
 template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG, bool RDY, bool FO>
 __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV, FO>())
     fwd_h_mma_kernel(const FwdHArgs a, int64_t vblocks, int64_t units, FwdHVec vec, DeviceErrorRecord* errors,
@@ -611,6 +621,14 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV, FO>())
           };
           times_s(wacc, wdesc0);
           wgmma_fence_operands(wacc);
+          // RDY, the output-beside form: the previous kOReadyGroup chunks' h and v_new rows, stored by every thread
+          // before their barrier B, counted for chunk_fwd_o (the fence in the shadow of w S)
+          if (RDY && a.o_ready != nullptr && tid == 0) {
+            const int64_t c = (t0 - sb.bos) / BT;
+            if (c > 0 && c % kOReadyGroup == 0) {
+              count_o_ready(a.o_ready + hv * a.ready_stride + c - kOReadyGroup, kOReadyGroup);
+            }
+          }
           if constexpr (FO) {
             // o's two products that read only this chunk's tiles, in two more groups: q S (the same columns and
             // B operand as w S) and the warpgroup's 32 columns of q k^T (P is shared through shared memory)
@@ -913,6 +931,13 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV, FO>())
         if (gated) gq += BT * gst;
         hq = t0 == sb.bos ? hq1 : hq + h_slot;
       }
+      if (RDY && a.o_ready != nullptr) {  // the last group's rows (stored before the last barrier B)
+        __syncthreads();
+        if (tid == 0) {
+          const int64_t chunks = (sb.eos - sb.bos + BT - 1) / BT, first = (chunks - 1) / kOReadyGroup * kOReadyGroup;
+          count_o_ready(a.o_ready + hv * a.ready_stride + first, chunks - first);
+        }
+      }
     }
     if (a.ht) {
       for_each_state(S, warp, lane, [&](int row, int col, float& x) {
@@ -1036,7 +1061,7 @@ bool fwd_h_o_switched_on() {
 
 /// The tensor-core path: k, w, u, h and v_new all in one 16-bit dtype. Returns false (nothing launched) otherwise.
 /// `fo`: the fused-output form (chunk_gated_delta_rule_fwd_h_o) only, false (nothing launched) where it does not apply.
-bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo) {
+bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, unsigned* counted = nullptr) {
   const DType dt = a.k.dtype;
   if (a.w.dtype != dt || a.u.dtype != dt || a.h.dtype != dt || a.v_new.dtype != dt) return false;
   const int64_t K = a.geo.K, V = a.V;
@@ -1095,6 +1120,8 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo) {
     if (ready) {
       launch_fwd_h_mma<TK, 128, 64, 16, 4, true, true, true>(a, vec, maps, device, s);
       intra_first_launches.fetch_add(1, std::memory_order_relaxed);
+      // each chunk counted once per 16-column block of V
+      if (counted != nullptr && a.o_ready != nullptr) *counted = static_cast<unsigned>((V + 15) / 16);
     } else if (K <= 128) {
       launch_fwd_h_bt<TK, 128>(a, vec, maps, tma, device, s);
     } else {
@@ -1141,14 +1168,15 @@ void set_fwd_h_wgmma_off_for_testing(bool off) { fwd_h_wgmma_off_for_testing.sto
 void set_intra_first_off_for_testing(bool off) { intra_first_off_for_testing.store(off, std::memory_order_relaxed); }
 int64_t intra_first_launches_for_testing() { return intra_first_launches.load(std::memory_order_relaxed); }
 
-void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream) {
+unsigned chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream) {
   const char* op = "chunk_gated_delta_rule_fwd_h";
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
   if (a.geo.BT != 16 && a.geo.BT != 32 && a.geo.BT != 64) {
     throw Error(ErrorKind::invalid_argument, std::string(op) + ": unsupported chunk size");
   }
-  if (!launch_fwd_h_tc(a, device, s, false)) {
+  unsigned counted = 0;
+  if (!launch_fwd_h_tc(a, device, s, false, &counted)) {
     switch (a.geo.BT) {
       case 16: launch_fwd_h_ffma<16>(a, device, s); break;
       case 32: launch_fwd_h_ffma<32>(a, device, s); break;
@@ -1156,6 +1184,7 @@ void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream) {
     }
   }
   after_launch(op, s, device);
+  return counted;
 }
 
 }  // namespace fuseops::detail::cuda

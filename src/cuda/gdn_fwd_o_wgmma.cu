@@ -16,6 +16,7 @@
 //   o = scale O, stored from registers (rows < len).
 // The next value head's h and v_new are copied into the single tile buffer as soon as every warp is done with the
 // current one (a block barrier), so the copy overlaps the o stores and the next head's gating.
+#include <atomic>
 #include <cstdint>
 
 #include "cuda/bulk_copy.cuh"
@@ -47,7 +48,14 @@ struct FwdOMaps {
 template <typename TK>
 __global__ void __launch_bounds__(kThreadsWg, 2)
     fwd_o_wgmma_kernel(const FwdOArgs a, const FwdOParams prm, const __grid_constant__ FwdOMaps maps) {
-  pdl_wait_and_release();
+  // the output-beside form (a.h_ready): fwd_h, launched before, is still running; an item's h and v_new are read once
+  // their counter is full, and the grid waits for fwd_h's completion at its end instead of at its start (what runs
+  // after this grid then sees fwd_h's writes too: final_state)
+  if (a.h_ready != nullptr) {
+    pdl_release();
+  } else {
+    pdl_wait_and_release();
+  }
   extern __shared__ __align__(1024) unsigned char smem_raw[];  // no static shared memory: the tiles stay 1024-aligned
   gdn::ChunkRef& chunk = *reinterpret_cast<gdn::ChunkRef*>(smem_raw + kOffChunk);
   float* const gsm = reinterpret_cast<float*>(smem_raw + kOffG);  // [2][kBT]: gates of value heads of each parity
@@ -85,6 +93,11 @@ __global__ void __launch_bounds__(kThreadsWg, 2)
     const int64_t hrow0 = (ch.batch * a.h.slots + gdn::state_slot(a.geo, it.slot, ch)) * HV;  // h map's third coordinate
     const int t0 = static_cast<int>(ch.t0), b = static_cast<int>(ch.batch);
     auto issue_hv = [&](int hv) {  // thread 0: h and v_new of value head hv
+      if (a.h_ready != nullptr) {
+        const unsigned* const counter = a.h_ready + hv * a.h_ready_stride + it.slot;
+        while (ld_acquire_gpu(counter) < a.h_ready_count) __nanosleep(64);
+        fence_proxy_async_global();  // the rows the acquire made visible, read by tensor-map copies
+      }
       mbar_arrive_expect(bars + 1, static_cast<uint32_t>(kHBytes + kVBytes));
       for (int half = 0; half < 2; ++half) {
         tma_load_3d(smem0 + kOffH + half * (kHBytes / 2), &maps.h, v0 + 64 * half, 0, static_cast<int>(hrow0 + hv),
@@ -218,6 +231,7 @@ __global__ void __launch_bounds__(kThreadsWg, 2)
       }
     }
   }
+  if (a.h_ready != nullptr) pdl_wait();
 }
 
 /// The h states [B, NS, HV, K, V] (contiguous) as a 3-D map (V, K, B NS HV), boxes 64 x 128 x 1.
@@ -230,6 +244,11 @@ bool states_map(CUtensorMap* m, const FwdOArgs& a) {
   return tensor_map_16b_sw128(m, a.q.dtype, 3, a.h.data, dims, strides, box);
 }
 
+}  // namespace
+
+namespace {
+std::atomic<bool> fwd_o_beside_off_for_testing{false};
+std::atomic<int64_t> fwd_o_beside_launches{0};  ///< launches in the output-beside form (tests)
 }  // namespace
 
 /// Launches the wgmma kernel where it applies (see the file comment; FUSEOPS_GDN_FWD_O_WGMMA=0 turns it off) and
@@ -251,6 +270,7 @@ bool chunk_fwd_o_wgmma(const FwdOArgs& a, int device, cudaStream_t s) {
   }
   const FwdOParams prm = fwd_o_params(a, kBV, device);
   const int64_t items = fwd_o_items(a, prm);
+  if (a.h_ready != nullptr) fwd_o_beside_launches.fetch_add(1, std::memory_order_relaxed);
   auto launch = [&](auto kernel) {
     allow_smem(kernel, kSmemWg, "chunk_fwd_o");
     launch_kernel(kernel, dim3(gdn::grid_x(items)), dim3(kThreadsWg), kSmemWg, s, device, a, prm, maps);
@@ -262,5 +282,16 @@ bool chunk_fwd_o_wgmma(const FwdOArgs& a, int device, cudaStream_t s) {
   }
   return true;
 }
+
+bool fwd_o_beside_applies(const FwdHArgs& a) {
+  static const bool allowed = !env_switched_off("FUSEOPS_GDN_FWD_O_BESIDE");
+  // measured on the H200 (fwd_o beside / after fwd_h): 0.957x the forward's time at 2/8 [8192] (128 chunks), 1.032x
+  // at 2/8 [32768] (512 chunks; there fwd_o's blocks beside the intra kernel slow it below fwd_h's pace)
+  constexpr int64_t kMaxChunks = 128;
+  return allowed && !fwd_o_beside_off_for_testing.load(std::memory_order_relaxed) &&
+         (a.geo.T + a.geo.BT - 1) / a.geo.BT <= kMaxChunks;
+}
+void set_fwd_o_beside_off_for_testing(bool off) { fwd_o_beside_off_for_testing.store(off, std::memory_order_relaxed); }
+int64_t fwd_o_beside_launches_for_testing() { return fwd_o_beside_launches.load(std::memory_order_relaxed); }
 
 }  // namespace fuseops::detail::cuda

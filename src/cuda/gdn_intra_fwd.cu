@@ -285,8 +285,9 @@ void launch_intra(const KktArgs& ka, const WuArgs& a, int device, cudaStream_t s
     // item measured 1-2% slower at 2/8 [8192] and [32768])
     prm.heads_per_cta = 1;
     prm.parts = prm.group;
-    check_cuda(cudaMemsetAsync(a.ready, 0, static_cast<std::size_t>(a.geo.HV * a.ready_stride) * sizeof(unsigned), s),
-               op, "cudaMemsetAsync");
+    const int64_t words = (a.o_ready ? 2 : 1) * a.geo.HV * a.ready_stride;  // the flags (and fwd_h's counters)
+    check_cuda(cudaMemsetAsync(a.ready, 0, static_cast<std::size_t>(words) * sizeof(unsigned), s), op,
+               "cudaMemsetAsync");
   }
   const dim3 grid = a.ready ? dim3(static_cast<unsigned>(a.intra_blocks))
                             : dim3(gdn::grid_x(prm.slots), gdn::grid_y(a.geo.H * prm.parts));

@@ -577,10 +577,14 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
         wa.intra_blocks = blocks;
         ha.ready = wa.ready;
         ha.ready_stride = wa.ready_stride;
+        // the output-beside form: fwd_h's counters after the flags (zeroed with them by the intra launch)
+        wa.o_ready = cuda::fwd_o_beside_applies(ha);
+        if (wa.o_ready) ha.o_ready = wa.ready + d.HV * wa.ready_stride;
       }
       fused = cuda::chunk_gated_delta_rule_fwd_intra(ka, wa, device.index, stream.handle);
       if (!fused) {
         ha.ready = nullptr;  // no flags will be set: fwd_h must not poll them
+        ha.o_ready = nullptr;
         cuda::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai, device.index, stream.handle);
       }
     } else {
@@ -601,7 +605,16 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     }
 #endif
   }
+  unsigned counted = 0;  // CUDA: the count fwd_h's counters of ha.o_ready reach (the output-beside form), else 0
+#if defined(FUSEOPS_WITH_CUDA)
+  if (backend_for(op, device) == Backend::cuda) {
+    counted = cuda::chunk_gated_delta_rule_fwd_h(ha, device.index, stream.handle);
+  } else {
+    cpu::chunk_gated_delta_rule_fwd_h(ha);
+  }
+#else
   FUSEOPS_GDN_RUN(op, device, stream, chunk_gated_delta_rule_fwd_h, ha);
+#endif
   if (d.T == 0) return;
 
   FwdOArgs oa;
@@ -614,6 +627,11 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   oa.h = ha.h;
   oa.o = out_view(o);
   oa.scale = s;
+  if (counted > 0) {
+    oa.h_ready = ha.o_ready;
+    oa.h_ready_stride = ha.ready_stride;
+    oa.h_ready_count = counted;
+  }
   FUSEOPS_GDN_RUN(op, device, stream, chunk_fwd_o, oa);
 }
 

@@ -33,8 +33,10 @@ struct WuArgs {
   GdnOut w, u;             ///< contiguous
   /// The intra-first form (chunk_gated_delta_rule_fwd_intra only): flags [HV][ready_stride] zeroed by the launch and
   /// set per (chunk, value head) once its w and u are stored, by a grid of `intra_blocks` blocks; nullptr otherwise.
+  /// With the output-beside form, fwd_h's counters [HV][ready_stride] follow the flags and are zeroed with them.
   unsigned* ready = nullptr;
   int64_t ready_stride = 0;  ///< flags per value head (the chunks rounded up to 4: fwd_h copies them 16 bytes at once)
+  bool o_ready = false;      ///< the counters follow the flags
   int64_t intra_blocks = 0;
 };
 
@@ -51,6 +53,9 @@ struct FwdHArgs {
   /// a chunk's copies wait for its flag) where chunk_gated_delta_rule_intra_first_blocks applies; nullptr otherwise.
   const unsigned* ready = nullptr;
   int64_t ready_stride = 0;  ///< flags per value head (a multiple of 4)
+  /// The output-beside form (with `ready` only): counters [HV][ready_stride], zero at launch, to which each block adds
+  /// 1 once its h and v_new rows of a chunk are stored (FwdOArgs::h_ready); nullptr otherwise.
+  unsigned* o_ready = nullptr;
   /// The output stage fused into the recurrence (CUDA, chunk_gated_delta_rule_fwd_h_o only): q [B, T, H, K], o
   /// [B, T, HV, V] and scale as in FwdOArgs; unused by chunk_gated_delta_rule_fwd_h.
   GdnIn q;
@@ -65,6 +70,11 @@ struct FwdOArgs {
   GdnStates h;
   GdnOut o;  ///< contiguous
   float scale = 1.f;
+  /// The output-beside form (CUDA): fwd_h (FwdHArgs::o_ready) is still running; chunk slot c of value head hv is read
+  /// once h_ready[hv * h_ready_stride + c] reaches h_ready_count. nullptr: fwd_h has completed.
+  const unsigned* h_ready = nullptr;
+  int64_t h_ready_stride = 0;
+  unsigned h_ready_count = 0;
 };
 
 /// The decode recurrence: FLA form (h0 / ht) or pool form (pool_form).
@@ -145,7 +155,10 @@ int64_t intra_warp_launches_for_testing();
 /// variant of few heads: B = 1 without cu_seqlens, T >= 64 chunks, K = V = 128, BT = 64, 16-bit, sm_90a, programmatic
 /// launches on, enough free SMs; FUSEOPS_GDN_INTRA_FIRST=0 turns it off.
 int64_t chunk_gated_delta_rule_intra_first_blocks(const FwdHArgs& a, int device);
-void chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream);
+/// Returns the value each chunk's counter of a.o_ready reaches (fwd_h's blocks per value head) where the launch counts
+/// them (the intra-first variant with o_ready set), else 0: only then may chunk_fwd_o be given the counters
+/// (FwdOArgs::h_ready, h_ready_count).
+unsigned chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream);
 /// chunk_gated_delta_rule_fwd_h and chunk_fwd_o in one kernel (gdn_fwd_h.cu, the fused-output variant of fwd_h): o
 /// from q, k, g, scale of `a` and each chunk's state and v_new while they are in the block, so h and v_new are never
 /// written (a.h, a.v_new unused); ht as fwd_h. o gets the bytes that chunk_fwd_o's wgmma kernel (V a multiple of 128,
@@ -171,7 +184,17 @@ void set_fwd_h_wgmma_off_for_testing(bool off);
 void set_intra_first_off_for_testing(bool off);
 /// Tests only: how many fwd_h launches of this process took the intra-first form.
 int64_t intra_first_launches_for_testing();
+/// a.h_ready (the output-beside form) is read by the wgmma kernel only; the other kernels wait for fwd_h's grid.
 void chunk_fwd_o(const FwdOArgs& a, int device, void* stream);
+/// Whether the forward of fwd_h's arguments `a`, in the intra-first form, takes the output-beside form
+/// (FwdHArgs::o_ready, FwdOArgs::h_ready): chunk_fwd_o launched while fwd_h still runs, reading each chunk once fwd_h
+/// has stored it (gdn_fwd_o_wgmma.cu). Sequences of at most 128 chunks; FUSEOPS_GDN_FWD_O_BESIDE=0 or the testing
+/// switch below turns it off.
+bool fwd_o_beside_applies(const FwdHArgs& a);
+/// Tests only: `off` true turns the output-beside form off for the forwards that follow (same bytes).
+void set_fwd_o_beside_off_for_testing(bool off);
+/// Tests only: how many chunk_fwd_o launches of this process took the output-beside form.
+int64_t fwd_o_beside_launches_for_testing();
 void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* stream);
 /// Tests only: the decode launches that follow at K = 128 take lanes of `rows` state rows (8 or 16) in 2-warp blocks;
 /// 0 returns to the launch rule (gdn_decode.cu). The results must not change: every sum runs in one fixed tree.

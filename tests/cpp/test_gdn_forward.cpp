@@ -99,10 +99,12 @@ TEST_P(GdnForward, HeadDimsAndChunkSizes) {
 // setting a flag per (chunk, value head), fwd_h launched right after it, polling the flags) against the same forward
 // with the form off: the same bytes of o and final_state (the same kernels and arithmetic; only the launch order, the
 // intra kernel's walk and the waits differ), and the golden. B = 1, T = 64 x 64 + 17 (the form's smallest chunk count,
-// a partial last chunk), H 2, K = V = 128; bf16 with 8 value heads (the measured case: on an H200 60 intra blocks
-// beside 64 fwd_h blocks) and f16 with 4. Each run must have taken the form exactly where its launch rule says it
-// applies to these shapes on this GPU (chunk_gated_delta_rule_intra_first_blocks: sm_90a, programmatic launches, the
-// SM count, the switches); on an H200 both. CUDA only.
+// a partial last chunk) or 64 x 72, H 2, K = V = 128; bf16 with 8 value heads (the measured case: on an H200 60 intra
+// blocks beside 64 fwd_h blocks) and f16 with 4. Each run must have taken the form exactly where its launch rule says
+// it applies to these shapes on this GPU (chunk_gated_delta_rule_intra_first_blocks: sm_90a, programmatic launches, the
+// SM count, the switches); on an H200 both. With the form, chunk_fwd_o runs beside fwd_h (the output-beside form,
+// reading each chunk once fwd_h has counted it) unless FUSEOPS_GDN_FWD_O_BESIDE=0: the same bytes with it off too. CUDA
+// only.
 TEST_P(GdnForward, IntraFirstSameBytes) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA launch order";
@@ -121,14 +123,33 @@ TEST_P(GdnForward, IntraFirstSameBytes) {
     a.v_new = {nullptr, s.dtype, s.T * s.HV * s.V, s.HV * s.V, s.V};
     return cuda::chunk_gated_delta_rule_intra_first_blocks(a, 0) > 0;
   };
+  {  // the output-beside form's length rule: at most 128 chunks
+    fuseops::detail::FwdHArgs a;
+    a.geo = fuseops::detail::gdn_geometry(1, 128 * 64, 2, 8, 128, 64);
+    const bool on = !fuseops::detail::env_switched_off("FUSEOPS_GDN_FWD_O_BESIDE");
+    EXPECT_EQ(cuda::fwd_o_beside_applies(a), on);
+    a.geo = fuseops::detail::gdn_geometry(1, 128 * 64 + 1, 2, 8, 128, 64);
+    EXPECT_FALSE(cuda::fwd_o_beside_applies(a));
+  }
   for (auto [dt, HV] : {std::pair{bf16, int64_t{8}}, std::pair{f16, int64_t{4}}}) {
-    Spec s = fixed(1, 64 * 64 + 17, 2, HV, 128, 128, dt);
+    // bf16: 65 chunks (a partial last chunk, and a last group of one chunk in the output-beside form's counting by
+    // 8 chunks); f16: 72 whole chunks (a last group of 8)
+    Spec s = fixed(1, dt == bf16 ? 64 * 64 + 17 : 64 * 72, 2, HV, 128, 128, dt);
     s.aligned = true;
     SCOPED_TRACE(s.describe());
     const Inputs in = make_inputs(s, rng);
     const int64_t launches = cuda::intra_first_launches_for_testing();
+    const int64_t beside = cuda::fwd_o_beside_launches_for_testing();
     const Outputs first = run_chunk(GetParam(), s, in);
     EXPECT_EQ(cuda::intra_first_launches_for_testing() - launches, form_applies(s) ? 1 : 0) << "the launch rule";
+    EXPECT_EQ(cuda::fwd_o_beside_launches_for_testing() - beside,
+              form_applies(s) && !fuseops::detail::env_switched_off("FUSEOPS_GDN_FWD_O_BESIDE") ? 1 : 0)
+        << "the output-beside form (sequences of at most 128 chunks)";
+    cuda::set_fwd_o_beside_off_for_testing(true);
+    const Outputs staged = run_chunk(GetParam(), s, in);
+    cuda::set_fwd_o_beside_off_for_testing(false);
+    EXPECT_TRUE(same_bytes(first.o, staged.o)) << "o, the output-beside form off";
+    EXPECT_TRUE(same_bytes(first.final_state, staged.final_state)) << "final_state, the output-beside form off";
     cuda::set_intra_first_off_for_testing(true);
     const Outputs off = run_chunk(GetParam(), s, in);
     cuda::set_intra_first_off_for_testing(false);
