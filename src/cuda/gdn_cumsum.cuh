@@ -1,7 +1,7 @@
-// chunk_local_cumsum's device routine, shared by its own kernel (gdn_intra.cu) and by the forward's prologue kernel
-// that also l2-normalises q and k (gdn_recompute.cu): one warp per unit (chunk slot, group of kCumsumHeads value
-// heads) through a [BT][kCumsumHeads] shared buffer per warp, one memory round trip per unit. The sums are those of a
-// sequential loop per head (same order, same roundings), whichever kernel runs them.
+// chunk_local_cumsum's device routine, shared by its own kernel (gdn_intra.cu, units of kCumsumHeads value heads) and
+// by the forward's prologue kernel that also l2-normalises q and k (gdn_recompute.cu, units of 128 / BT heads): one
+// warp per unit (chunk slot, group of NH value heads) through a [BT][NH] shared buffer per warp, one memory round trip
+// per unit. The sums are those of a sequential loop per head (same order, same roundings), whichever kernel runs them.
 #pragma once
 
 #include <cuda_bf16.h>

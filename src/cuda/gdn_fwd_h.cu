@@ -40,7 +40,10 @@
 //
 // Intra-first variant of the wgmma kernel (RDY; chunk_gated_delta_rule_intra_first_blocks says where): launched while
 // the intra-chunk kernel is still producing w and u, it waits per chunk for that chunk's ready flag instead of for the
-// whole previous grid (docs/ops/gdn.md, "the intra-first form"). Same arithmetic, same bytes.
+// whole previous grid (docs/ops/gdn.md, "the intra-first form"). Same arithmetic, same bytes. With FwdHArgs::o_ready
+// (the output-beside form) it also counts each chunk's stored h and v_new rows, 8 chunks per fence, for chunk_fwd_o
+// running beside it; the counters are indexed by the chunk within the sequence, chunk_fwd_o's chunk slot in this form
+// (B = 1, no cu_seqlens).
 //
 // Fused-output variant of the wgmma kernel (FO; chunk_gated_delta_rule_fwd_h_o, the forward's grids of 64-column
 // blocks, and of 32-column blocks that fit one per SM): chunk_fwd_o inside the chunk step, so h and v_new never leave
@@ -212,6 +215,7 @@ struct FwdHMma {
   static_assert(!TMA || KP == 128, "tensor-map tiles: K <= 128");
   static_assert(!WG || (TMA && BT == 64 && kMT == 1 && BV >= 16), "wgmma: tensor-map tiles, BT 64, K 128");
   static_assert(!FO || (WG && !RDY && BV >= 32), "fused output: the wgmma variant");
+  static_assert(!RDY || WG, "ready flags and the output-beside counters: the wgmma variant (counted in its branch)");
   static_assert(kMT >= 1 && kNV % 2 == 0 && kNV % kNPW == 0 && (kNPW == 1 || kNPW % 2 == 0), "tile split");
 };
 
@@ -303,6 +307,8 @@ constexpr int fwd_h_min_blocks() { return KP == 128 && BV <= 32 && !FO ? 2 : 1; 
 /// scope. A fence on a chunk step's chain costs ~0.4 us (fence.sc / fence.acq_rel / red.release alike, by any thread):
 /// one per chunk made the forward 1.20x slower at 2/8 [8192], one per 8 chunks 0.96x the time of the staged output.
 constexpr int64_t kOReadyGroup = 8;
+/// V block of the intra-first (RDY) variant: each chunk's counter reaches the V blocks of a value head, (V + 15) / 16.
+constexpr int kRdyBV = 16;
 __device__ __forceinline__ void count_o_ready(unsigned* counters, int64_t count) {
   __threadfence();
   for (int64_t i = 0; i < count; ++i) atomicAdd(counters + i, 1u);
@@ -931,8 +937,8 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV, FO>())
         if (gated) gq += BT * gst;
         hq = t0 == sb.bos ? hq1 : hq + h_slot;
       }
-      if (RDY && a.o_ready != nullptr) {  // the last group's rows (stored before the last barrier B)
-        __syncthreads();
+      // the last group's rows: every thread stored them before the last chunk's barrier B, which thread 0 has passed
+      if (RDY && a.o_ready != nullptr) {
         if (tid == 0) {
           const int64_t chunks = (sb.eos - sb.bos + BT - 1) / BT, first = (chunks - 1) / kOReadyGroup * kOReadyGroup;
           count_o_ready(a.o_ready + hv * a.ready_stride + first, chunks - first);
@@ -1118,10 +1124,10 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, uns
   return gdn::with_16bit(dt, [&](auto tag) {
     using TK = decltype(tag);
     if (ready) {
-      launch_fwd_h_mma<TK, 128, 64, 16, 4, true, true, true>(a, vec, maps, device, s);
+      launch_fwd_h_mma<TK, 128, 64, kRdyBV, 4, true, true, true>(a, vec, maps, device, s);
       intra_first_launches.fetch_add(1, std::memory_order_relaxed);
-      // each chunk counted once per 16-column block of V
-      if (counted != nullptr && a.o_ready != nullptr) *counted = static_cast<unsigned>((V + 15) / 16);
+      // each chunk counted once per V block
+      if (counted != nullptr && a.o_ready != nullptr) *counted = static_cast<unsigned>((V + kRdyBV - 1) / kRdyBV);
     } else if (K <= 128) {
       launch_fwd_h_bt<TK, 128>(a, vec, maps, tma, device, s);
     } else {

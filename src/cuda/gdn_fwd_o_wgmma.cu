@@ -16,6 +16,10 @@
 //   o = scale O, stored from registers (rows < len).
 // The next value head's h and v_new are copied into the single tile buffer as soon as every warp is done with the
 // current one (a block barrier), so the copy overlaps the o stores and the next head's gating.
+// Output-beside form (FwdOArgs::h_ready, docs/ops/gdn.md "The output-beside form"): launched while the intra-first
+// form's fwd_h still runs; thread 0 polls an item's counter (ld.acquire.gpu) before copying its h and v_new, and only
+// block 0 waits for fwd_h's grid, at its end. The counters are per chunk of the sequence, which is the chunk slot here
+// (the intra-first form: B = 1, no cu_seqlens).
 #include <atomic>
 #include <cstdint>
 
@@ -49,8 +53,9 @@ template <typename TK>
 __global__ void __launch_bounds__(kThreadsWg, 2)
     fwd_o_wgmma_kernel(const FwdOArgs a, const FwdOParams prm, const __grid_constant__ FwdOMaps maps) {
   // the output-beside form (a.h_ready): fwd_h, launched before, is still running; an item's h and v_new are read once
-  // their counter is full, and the grid waits for fwd_h's completion at its end instead of at its start (what runs
-  // after this grid then sees fwd_h's writes too: final_state)
+  // their counter is full, and block 0 waits for fwd_h's completion at its end instead of at its start: the grid
+  // completes only after it, so what runs after this grid sees fwd_h's writes too (final_state), while the other blocks
+  // leave their SMs to the items after theirs as soon as they are done
   if (a.h_ready != nullptr) {
     pdl_release();
   } else {
@@ -231,7 +236,7 @@ __global__ void __launch_bounds__(kThreadsWg, 2)
       }
     }
   }
-  if (a.h_ready != nullptr) pdl_wait();
+  if (a.h_ready != nullptr && blockIdx.x == 0) pdl_wait();
 }
 
 /// The h states [B, NS, HV, K, V] (contiguous) as a 3-D map (V, K, B NS HV), boxes 64 x 128 x 1.
@@ -244,19 +249,22 @@ bool states_map(CUtensorMap* m, const FwdOArgs& a) {
   return tensor_map_16b_sw128(m, a.q.dtype, 3, a.h.data, dims, strides, box);
 }
 
-}  // namespace
-
-namespace {
 std::atomic<bool> fwd_o_beside_off_for_testing{false};
 std::atomic<int64_t> fwd_o_beside_launches{0};  ///< launches in the output-beside form (tests)
+
+/// Whether the wgmma kernel is switched on (FUSEOPS_GDN_FWD_O_WGMMA=0 turns it off).
+bool wgmma_fwd_o_switched_on() {
+  static const bool allowed = !env_switched_off("FUSEOPS_GDN_FWD_O_WGMMA");
+  return allowed;
+}
+
 }  // namespace
 
 /// Launches the wgmma kernel where it applies (see the file comment; FUSEOPS_GDN_FWD_O_WGMMA=0 turns it off) and
 /// returns whether it did.
 bool chunk_fwd_o_wgmma(const FwdOArgs& a, int device, cudaStream_t s) {
-  static const bool allowed = !env_switched_off("FUSEOPS_GDN_FWD_O_WGMMA");
   const DType dt = a.q.dtype;
-  if (!allowed || a.geo.BT != kBT || a.geo.K != kK || a.V % kBV != 0 || a.geo.T > INT32_MAX ||
+  if (!wgmma_fwd_o_switched_on() || a.geo.BT != kBT || a.geo.K != kK || a.V % kBV != 0 || a.geo.T > INT32_MAX ||
       (dt != DType::bf16 && dt != DType::f16) || a.k.dtype != dt || a.v_new.dtype != dt || a.h.dtype != dt ||
       !runs_sm90a_code(device)) {
     return false;
@@ -270,7 +278,6 @@ bool chunk_fwd_o_wgmma(const FwdOArgs& a, int device, cudaStream_t s) {
   }
   const FwdOParams prm = fwd_o_params(a, kBV, device);
   const int64_t items = fwd_o_items(a, prm);
-  if (a.h_ready != nullptr) fwd_o_beside_launches.fetch_add(1, std::memory_order_relaxed);
   auto launch = [&](auto kernel) {
     allow_smem(kernel, kSmemWg, "chunk_fwd_o");
     launch_kernel(kernel, dim3(gdn::grid_x(items)), dim3(kThreadsWg), kSmemWg, s, device, a, prm, maps);
@@ -280,16 +287,17 @@ bool chunk_fwd_o_wgmma(const FwdOArgs& a, int device, cudaStream_t s) {
   } else {
     launch(fwd_o_wgmma_kernel<__half>);
   }
+  if (a.h_ready != nullptr) fwd_o_beside_launches.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
-bool fwd_o_beside_applies(const FwdHArgs& a) {
+bool fwd_o_beside_applies(const FwdHArgs& a, const GdnIn& q) {
   static const bool allowed = !env_switched_off("FUSEOPS_GDN_FWD_O_BESIDE");
-  // measured on the H200 (fwd_o beside / after fwd_h): 0.957x the forward's time at 2/8 [8192] (128 chunks), 1.032x
-  // at 2/8 [32768] (512 chunks; there fwd_o's blocks beside the intra kernel slow it below fwd_h's pace)
-  constexpr int64_t kMaxChunks = 128;
-  return allowed && !fwd_o_beside_off_for_testing.load(std::memory_order_relaxed) &&
-         (a.geo.T + a.geo.BT - 1) / a.geo.BT <= kMaxChunks;
+  // the wgmma kernel must be the one chunk_fwd_o takes (the others wait for fwd_h's grid; fwd_h's counting would be
+  // spent for nothing): its switch, and q (the forward's other inputs of it are its own workspace rows) in 16-byte rows
+  // of k's dtype (the rest of its conditions hold in the intra-first form)
+  return allowed && !fwd_o_beside_off_for_testing.load(std::memory_order_relaxed) && wgmma_fwd_o_switched_on() &&
+         q.dtype == a.k.dtype && gdn::rows_16b(q, a.geo.K);
 }
 void set_fwd_o_beside_off_for_testing(bool off) { fwd_o_beside_off_for_testing.store(off, std::memory_order_relaxed); }
 int64_t fwd_o_beside_launches_for_testing() { return fwd_o_beside_launches.load(std::memory_order_relaxed); }

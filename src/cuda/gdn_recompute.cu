@@ -8,9 +8,11 @@
 //   lower-triangular blocks, fp32 accumulators, outputs staged in shared memory and stored as rows.
 // - recompute_w_u_ffma_kernel (f32 and any mix of dtypes): fp32 FFMA in shared memory (no TF32), each output a sum
 //   over j <= i in ascending order; the A tile (fp32) and one operand tile (beta e^g k, then beta v).
-// l2norm: one row per warp (element form) or per L lanes (vector form); the forward's q and k pairs in one launch.
+// l2norm: one row per warp (element form) or per L lanes (vector form); the forward's q and k pairs in one launch,
+// with the chunk-local cumsum of g in the same launch where the pair takes the vector form (l2norm_cumsum_kernel).
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -423,8 +425,8 @@ bool l2norm_cumsum_fwd(const L2NormArgs& la, const CumsumArgs& ca, int device, v
   const auto s = static_cast<cudaStream_t>(stream);
   const int64_t rows = la.geo.B * la.geo.T * la.geo.H;
   const gdn::CumsumLaunch c = gdn::cumsum_launch(ca, prologue_cumsum_heads(static_cast<int>(ca.geo.BT)), op, device);
-  // each part's grid-stride walk takes any count of blocks: both capped so that their sum fits in a grid
-  constexpr int64_t kPartCap = int64_t{1} << 30;
+  // each part's grid-stride walk takes any count of blocks: both capped so that their sum fits in grid.x (2^31 - 1)
+  constexpr int64_t kPartCap = INT_MAX / 2;
   const int64_t cumsum_blocks = std::min(kPartCap, (c.units + gdn::kWarps - 1) / gdn::kWarps);
   const bool launched = with_l2norm_vec(la, 2 * rows, [&](auto tag, auto L, auto NV, int rows_per_warp) {
     using T = typename decltype(tag)::type;

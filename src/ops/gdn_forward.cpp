@@ -569,7 +569,9 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     bool fused = false;
 #if defined(FUSEOPS_WITH_CUDA)
     if (backend_for(op, device) == Backend::cuda) {
-      // the intra-first form (gdn_forward_impl.h): its flags take the Ai region, unused by the fused intra kernel
+      // the intra-first form (gdn_forward_impl.h): its flags, and the output-beside form's counters after them,
+      // take the Ai region, unused by the fused intra kernel (2 HV ready_stride 4-byte words, ~HV T / 8 bytes,
+      // against its T HV chunk_size elements)
       const int64_t blocks = cuda::chunk_gated_delta_rule_intra_first_blocks(ha, device.index);
       if (blocks > 0) {
         wa.ready = reinterpret_cast<unsigned*>(static_cast<unsigned char*>(ws) + L.Ai);
@@ -578,7 +580,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
         ha.ready = wa.ready;
         ha.ready_stride = wa.ready_stride;
         // the output-beside form: fwd_h's counters after the flags (zeroed with them by the intra launch)
-        wa.o_ready = cuda::fwd_o_beside_applies(ha);
+        wa.o_ready = cuda::fwd_o_beside_applies(ha, qn);
         if (wa.o_ready) ha.o_ready = wa.ready + d.HV * wa.ready_stride;
       }
       fused = cuda::chunk_gated_delta_rule_fwd_intra(ka, wa, device.index, stream.handle);

@@ -122,7 +122,9 @@ void l2norm_fwd(const L2NormArgs& a, int device, void* stream);
 /// The forward's prologue in one launch (gdn_recompute.cu): l2norm_fwd of the pair q, k (a.x2 set) and
 /// chunk_local_cumsum of `ca`, with the values of the two ops. Returns false (nothing launched) where the pair does not
 /// take the vector form (one dtype, 16-byte rows of 8 / 16 / 32 / 64 vectors), the chunk size is not 16 / 32 / 64, or
-/// FUSEOPS_GDN_L2NORM_CUMSUM=0 or the testing switch below turned it off. Throws as chunk_local_cumsum does.
+/// FUSEOPS_GDN_L2NORM_CUMSUM=0 or the testing switch below turned it off. Throws invalid_argument (naming
+/// chunk_gated_delta_rule and g) where the cumsum's unit count does not fit in int64 (not reachable for a workspace
+/// that fits in memory).
 bool l2norm_cumsum_fwd(const L2NormArgs& la, const CumsumArgs& ca, int device, void* stream);
 /// Tests only: `off` true makes the forward's launches that follow run l2norm_fwd and chunk_local_cumsum as two
 /// kernels (as FUSEOPS_GDN_L2NORM_CUMSUM=0 does; same bytes).
@@ -186,11 +188,11 @@ void set_intra_first_off_for_testing(bool off);
 int64_t intra_first_launches_for_testing();
 /// a.h_ready (the output-beside form) is read by the wgmma kernel only; the other kernels wait for fwd_h's grid.
 void chunk_fwd_o(const FwdOArgs& a, int device, void* stream);
-/// Whether the forward of fwd_h's arguments `a`, in the intra-first form, takes the output-beside form
-/// (FwdHArgs::o_ready, FwdOArgs::h_ready): chunk_fwd_o launched while fwd_h still runs, reading each chunk once fwd_h
-/// has stored it (gdn_fwd_o_wgmma.cu). Sequences of at most 128 chunks; FUSEOPS_GDN_FWD_O_BESIDE=0 or the testing
-/// switch below turns it off.
-bool fwd_o_beside_applies(const FwdHArgs& a);
+/// Whether the forward of fwd_h's arguments `a` and chunk_fwd_o's q, in the intra-first form, takes the output-beside
+/// form (FwdHArgs::o_ready, FwdOArgs::h_ready): chunk_fwd_o's wgmma kernel launched while fwd_h still runs, reading
+/// each chunk once fwd_h has stored it (gdn_fwd_o_wgmma.cu). q in 16-byte rows of k's dtype, the wgmma kernel switched
+/// on; FUSEOPS_GDN_FWD_O_BESIDE=0 or the testing switch below turns it off.
+bool fwd_o_beside_applies(const FwdHArgs& a, const GdnIn& q);
 /// Tests only: `off` true turns the output-beside form off for the forwards that follow (same bytes).
 void set_fwd_o_beside_off_for_testing(bool off);
 /// Tests only: how many chunk_fwd_o launches of this process took the output-beside form.

@@ -123,13 +123,17 @@ TEST_P(GdnForward, IntraFirstSameBytes) {
     a.v_new = {nullptr, s.dtype, s.T * s.HV * s.V, s.HV * s.V, s.V};
     return cuda::chunk_gated_delta_rule_intra_first_blocks(a, 0) > 0;
   };
-  {  // the output-beside form's length rule: at most 128 chunks
+  // the output-beside form's rule: q in 16-byte rows of k's dtype, the wgmma output kernel switched on (any length)
+  const bool beside_on = !fuseops::detail::env_switched_off("FUSEOPS_GDN_FWD_O_BESIDE") &&
+                         !fuseops::detail::env_switched_off("FUSEOPS_GDN_FWD_O_WGMMA");
+  {
     fuseops::detail::FwdHArgs a;
-    a.geo = fuseops::detail::gdn_geometry(1, 128 * 64, 2, 8, 128, 64);
-    const bool on = !fuseops::detail::env_switched_off("FUSEOPS_GDN_FWD_O_BESIDE");
-    EXPECT_EQ(cuda::fwd_o_beside_applies(a), on);
-    a.geo = fuseops::detail::gdn_geometry(1, 128 * 64 + 1, 2, 8, 128, 64);
-    EXPECT_FALSE(cuda::fwd_o_beside_applies(a));
+    auto rows = [](int64_t T, DType dt, int64_t row) { return fuseops::detail::GdnIn{nullptr, dt, T * row, row, 128}; };
+    a.geo = fuseops::detail::gdn_geometry(1, 512 * 64, 2, 8, 128, 64);
+    a.k = rows(a.geo.T, bf16, 256);
+    EXPECT_EQ(cuda::fwd_o_beside_applies(a, rows(a.geo.T, bf16, 256)), beside_on);
+    EXPECT_FALSE(cuda::fwd_o_beside_applies(a, rows(a.geo.T, f16, 256))) << "q of another dtype";
+    EXPECT_FALSE(cuda::fwd_o_beside_applies(a, rows(a.geo.T, bf16, 260))) << "q rows not in 16-byte steps";
   }
   for (auto [dt, HV] : {std::pair{bf16, int64_t{8}}, std::pair{f16, int64_t{4}}}) {
     // bf16: 65 chunks (a partial last chunk, and a last group of one chunk in the output-beside form's counting by
@@ -142,9 +146,8 @@ TEST_P(GdnForward, IntraFirstSameBytes) {
     const int64_t beside = cuda::fwd_o_beside_launches_for_testing();
     const Outputs first = run_chunk(GetParam(), s, in);
     EXPECT_EQ(cuda::intra_first_launches_for_testing() - launches, form_applies(s) ? 1 : 0) << "the launch rule";
-    EXPECT_EQ(cuda::fwd_o_beside_launches_for_testing() - beside,
-              form_applies(s) && !fuseops::detail::env_switched_off("FUSEOPS_GDN_FWD_O_BESIDE") ? 1 : 0)
-        << "the output-beside form (sequences of at most 128 chunks)";
+    EXPECT_EQ(cuda::fwd_o_beside_launches_for_testing() - beside, form_applies(s) && beside_on ? 1 : 0)
+        << "the output-beside form";
     cuda::set_fwd_o_beside_off_for_testing(true);
     const Outputs staged = run_chunk(GetParam(), s, in);
     cuda::set_fwd_o_beside_off_for_testing(false);
@@ -213,6 +216,20 @@ TEST_P(GdnForward, L2NormCumsumSameBytes) {
     expect_golden(c.s, in, gold, first, "one-launch prologue");
     if (HasFailure()) return;
   }
+  // a decreasing cu_seqlens through the one launch: no access outside the tensors (guards), the fault recorded against
+  // cu_seqlens by the cumsum part
+  if (fuseops::debug_mode()) return;  // FUSEOPS_DEBUG: the op raises at once, before the kernel
+  Spec v2 = varlen({10, 70, 0, 64}, 2, 4, 128, 128, bf16);
+  v2.l2norm = true;
+  v2.aligned = true;
+  Inputs bad = make_inputs(v2, rng);
+  bad.cu = {0, 80, 70, 144, 144};
+  fuseops::clear_errors();
+  const int64_t launches = cuda::l2norm_cumsum_launches_for_testing();
+  run_chunk(GetParam(), v2, bad);
+  EXPECT_EQ(cuda::l2norm_cumsum_launches_for_testing() - launches, switched_off ? 0 : 1);
+  const std::string msg = take_device_error();
+  EXPECT_NE(msg.find("cu_seqlens"), std::string::npos) << msg;
 #endif
 }
 
