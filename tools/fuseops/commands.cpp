@@ -596,7 +596,7 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
       f << "| " << md_cell(r["set"].get<std::string>()) << " | " << md_cell(r["op"].get<std::string>()) << " | "
         << md_cell(r["shape"].get<std::string>()) << " | " << r["dtype"].get<std::string>() << " | "
         << r["rows"].get<int64_t>()
-        << " | " << r["cpu_us"].get<double>() << " |\n";
+        << " | " << fmt("%.1f", r["cpu_us"].get<double>()) << " |\n";  // as the console prints it, never 1e+06
     }
   }
   write_charts(j, opts.svg, opts.html);

@@ -472,8 +472,14 @@ Spec gdn_spec_of(const CaseParams& p, int64_t H, int64_t HV, int64_t K) {
                              : varlen(q.seqlens, H, HV, std::max<int64_t>(K, 1));
   s.BT = chunk_size_of(p);
   s.dtype = dtype_from_name("dtype", p.text("dtype"));
-  std::vector<std::pair<std::string, int64_t>> factors = {{q.seqlens.empty() ? "seq_len" : "seqlens", q.tokens()},
-                                                         {"num_v_heads", HV}};
+  // fixed length: seq_len and batch as two factors, so that the message shows each value under its own name
+  std::vector<std::pair<std::string, int64_t>> factors;
+  if (q.seqlens.empty()) {
+    factors = {{"seq_len", q.seq_len}, {"batch", q.batch}};
+  } else {
+    factors = {{"seqlens", q.tokens()}};
+  }
+  factors.emplace_back("num_v_heads", HV);
   if (K > 0) factors.emplace_back(K >= s.BT ? "head_k_dim" : "chunk_size", std::max(K, s.BT));
   bounded_product(factors);
   return s;

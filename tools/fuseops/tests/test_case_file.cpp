@@ -485,10 +485,14 @@ TEST(CaseFile, SizesThatOverflowNameTheirKey) {
   // were counted x 64) and 2^40 x 2 are not
   EXPECT_EQ(error_of("cases:\n  - op: chunk_local_cumsum\n    seq_len: 17179869184\n    num_v_heads: 2\n"), "");
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seq_len: 1099511627776\n    num_v_heads: 2\n",
-                    "f.yaml:3:5", "seq_len", "seq_len x num_v_heads = 1099511627776 x 2 is more than 2^40");
+                    "f.yaml:3:5", "seq_len", "seq_len x batch x num_v_heads = 1099511627776 x 1 x 2 is more than 2^40");
+  // each value under its own name (seq_len used to show seq_len x batch)
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    batch: 65536\n    seq_len: 16777216\n"
+                    "    num_v_heads: 32\n",
+                    "f.yaml:4:5", "seq_len", "seq_len x batch x num_v_heads = 16777216 x 65536 x 32 is more than 2^40");
   // kkt_solve's output rows are chunk_size wide: with head_k_dim below chunk_size, chunk_size is named
   EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n    seq_len: 8589934592\n    num_heads: 4\n    head_k_dim: 16\n",
-                    "f.yaml:3:5", "seq_len", "seq_len x num_v_heads x chunk_size = 8589934592 x 4 x 64");
+                    "f.yaml:3:5", "seq_len", "seq_len x batch x num_v_heads x chunk_size = 8589934592 x 1 x 4 x 64");
   EXPECT_CASE_ERROR("cases:\n  - op: chunk_gated_delta_rule\n    batch: 4294967296\n    seq_len: 4294967296\n"
                     "    num_heads: 1\n", "f.yaml:4:5", "seq_len", "seq_len x batch");
   // the token recurrence's tokens are seq_len x batch: a long seq_len is to blame, not batch
