@@ -162,7 +162,7 @@ void launch_fwd_h_ffma(const FwdHArgs& a, int device, cudaStream_t s) {
 
 /// Which tensors move as 16-byte rows (cp.async / vector stores) and whether v_new takes 4-byte pair stores.
 struct FwdHVec {
-  bool w, k, u, h, v_new_pairs, q;
+  bool w, k, u, h, v_new_pairs, q, h0_pairs, ht_pairs, o;
 };
 
 /// The w and k tensors as 4-D tensor maps (K, heads, T, B) with boxes of 64 x 1 x BT x 1 and 128-byte swizzle.
@@ -203,15 +203,21 @@ struct FwdHMma {
   static constexpr bool kNarrow = WG && BV == 16;
   static constexpr int kUOffset = NS * (2 * kWTile + kQTile) + kStTile + kVtTile + kVuTile + kPTile;  ///< u tiles
   static constexpr int kVTile = WG ? 0 : kUTile;
+  /// FO: each warp's 16 rows x BV / 2 columns of o, rows padded by 16 bytes (conflict-free stmatrix), staged so that
+  /// the rows leave in 16-byte stores: 8 4-byte pair stores per thread and chunk held the load-store queue, and the
+  /// proxy fence that starts the next chunk waits for them (ncu at 2/8 [8 x 1024])
+  static constexpr bool kOStaged = FO && BV == 64;  ///< with 32 columns: 1.01-1.02x the forward's time (not kept)
+  static constexpr int kOLd = BV / 2 + 8, kOTile = kOStaged ? gdn::kWarps * 16 * kOLd : 0;
   /// w, k (, q, S^T, v_new^T) and u in NS buffers, the S tile, the gated v_new tile, the gate table double-buffered
   /// (FO: then the raw g of the chunk's rows, double-buffered), the mbarriers of the tensor-map copies (one per buffer)
   static constexpr int kGateFloats = 2 * (BT + 1) + (FO ? 2 * BT : 0);
   static constexpr std::size_t kBarOffset =
-      ((kUOffset + NS * kUTile + kSTile + kVTile) * sizeof(TK) + kGateFloats * sizeof(float) + 7) / 8 * 8;
+      ((kUOffset + NS * kUTile + kSTile + kVTile + kOTile) * sizeof(TK) + kGateFloats * sizeof(float) + 7) / 8 * 8;
   /// RDY: NS 16-byte slots of ready flags (slot j % NS holds flags j & ~3 .. (j & ~3) + 3, those of chunk j's group)
   static constexpr std::size_t kFlagOffset = (kBarOffset + (TMA ? NS * sizeof(uint64_t) : 0) + 15) / 16 * 16;
   static constexpr std::size_t kSmem = RDY ? kFlagOffset + NS * 16 : kBarOffset + (TMA ? NS * sizeof(uint64_t) : 0);
   static_assert(NS >= 2, "at least double buffering");
+  static_assert(kSmem <= 227 * 1024, "shared memory of a block (sm_90)");
   static_assert(!TMA || KP == 128, "tensor-map tiles: K <= 128");
   static_assert(!WG || (TMA && BT == 64 && kMT == 1 && BV >= 16), "wgmma: tensor-map tiles, BT 64, K 128");
   static_assert(!FO || (WG && !RDY && BV >= 32), "fused output: the wgmma variant");
@@ -246,6 +252,67 @@ __device__ __forceinline__ void for_each_state(float (&S)[MT][NV][4], int warp, 
         f((warp * MT + m) * 16 + lane / 4 + (e >= 2 ? 8 : 0), j * 8 + 2 * (lane % 4) + (e & 1), S[m][j][e]);
       }
     }
+  }
+}
+
+/// Two 16-bit values of a packed pair (lo in the low half) as floats.
+template <typename TK>
+__device__ __forceinline__ float2 unpack2(uint32_t x) {
+  if constexpr (std::is_same_v<TK, __nv_bfloat16>) {
+    return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+  } else {
+    return make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(x & 0xffffu))),
+                       __half2float(__ushort_as_half(static_cast<unsigned short>(x >> 16))));
+  }
+}
+
+/// f(row, col, S[m][j][2 hr], S[m][j][2 hr + 1]) for every pair of this thread's state fragments: elements 2 hr and
+/// 2 hr + 1 of a fragment are the adjacent columns col, col + 1 of one row (for_each_state's layout).
+template <int MT, int NV, typename F>
+__device__ __forceinline__ void for_each_state_pair(float (&S)[MT][NV][4], int warp, int lane, F&& f) {
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        f((warp * MT + m) * 16 + lane / 4 + 8 * hr, j * 8 + 2 * (lane % 4), S[m][j][2 * hr], S[m][j][2 * hr + 1]);
+      }
+    }
+  }
+}
+
+/// S := the initial state h0 (a.h0 in a.h0_dtype; 0 at rows >= K and at columns >= vcols) at this thread's fragments,
+/// `base` being h0's element (0, col0) of the unit's state, for h0 aligned to two elements and V even (so vcols is
+/// even too): each fragment pair is one load; the dtype is dispatched once, outside the loops, and every load is
+/// issued before any is used. The values of the per-element load (gdn::load_f), which put a dtype branch and a
+/// dependent conversion on each element (ncu at 2/8 [8 x 1024], 16 chunks per unit: ~6% of the fused-output kernel's
+/// stall samples).
+template <typename TP, int MT, int NV>
+__device__ __forceinline__ void load_state_pairs(float (&S)[MT][NV][4], const TP* h0, int64_t V, int K, int vcols,
+                                                 int warp, int lane) {
+  for_each_state_pair(S, warp, lane, [&](int row, int col, float& x0, float& x1) {
+    float2 x = make_float2(0.f, 0.f);
+    if (row < K && col < vcols) {
+      if constexpr (std::is_same_v<TP, float>) {
+        x = *reinterpret_cast<const float2*>(h0 + row * V + col);
+      } else {
+        x = unpack2<TP>(*reinterpret_cast<const uint32_t*>(h0 + row * V + col));
+      }
+    }
+    x0 = x.x;
+    x1 = x.y;
+  });
+}
+template <int MT, int NV>
+__device__ __forceinline__ void load_state_pairs(float (&S)[MT][NV][4], const FwdHArgs& a, int64_t base, int K,
+                                                 int vcols, int warp, int lane) {
+  switch (a.h0_dtype) {
+    case DType::bf16:
+      load_state_pairs(S, static_cast<const __nv_bfloat16*>(a.h0) + base, a.V, K, vcols, warp, lane);
+      break;
+    case DType::f16: load_state_pairs(S, static_cast<const __half*>(a.h0) + base, a.V, K, vcols, warp, lane); break;
+    default: load_state_pairs(S, static_cast<const float*>(a.h0) + base, a.V, K, vcols, warp, lane); break;
   }
 }
 
@@ -285,16 +352,6 @@ __device__ __forceinline__ void cp_tile(const TileUnits<BT, PCOLS>& tu, uint32_t
   }
 }
 
-/// Two 16-bit values of a packed pair (lo in the low half) as floats.
-template <typename TK>
-__device__ __forceinline__ float2 unpack2(uint32_t x) {
-  if constexpr (std::is_same_v<TK, __nv_bfloat16>) {
-    return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
-  } else {
-    return make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(x & 0xffffu))),
-                       __half2float(__ushort_as_half(static_cast<unsigned short>(x >> 16))));
-  }
-}
 
 /// Blocks per SM the register budget is set for: two where the shared memory of K <= 128 and BV <= 32 lets two
 /// blocks share an SM (grids of more blocks than SMs take two buffers and then run two blocks per SM), else one (and
@@ -335,7 +392,8 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV, FO>())
   TK* const usm = wsm + C::kUOffset;                // [NS][BT][kLdV]
   TK* const ssm = usm + NS * C::kUTile;             // S [KP][kLdV]
   TK* const vsm = ssm + C::kSTile;                  // the gated v_new [BT][kLdV] (not WG)
-  float* const gsm = reinterpret_cast<float*>(vsm + C::kVTile);  // [2][BT + 1]: exp(g_last - g_i), exp(g_last)
+  TK* const osm = vsm + C::kVTile;                  // FO: the o rows of each warp [kWarps][16][kOLd]
+  float* const gsm = reinterpret_cast<float*>(osm + C::kOTile);  // [2][BT + 1]: exp(g_last - g_i), exp(g_last)
   float* const grw = gsm + 2 * (BT + 1);                            // FO: [2][BT] g_i (0 past the chunk, without g)
   uint64_t* const bars = reinterpret_cast<uint64_t*>(smem_raw + C::kBarOffset);  // [NS] (TMA)
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
@@ -420,9 +478,15 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV, FO>())
     if (sb.bad && hv == 0 && vb == 0 && tid == 0) record_device_error(errors, a.geo.cu_site, n);
     const int64_t state0 = (n * HV + hv) * KV;
     float S[C::kMT][C::kNV][4];
-    for_each_state(S, warp, lane, [&](int row, int col, float& x) {
-      x = (a.h0 && row < K && col < vcols) ? gdn::load_f(a.h0, a.h0_dtype, state0 + row * V + col0 + col) : 0.f;
-    });
+    // the initial state: in pairs where the fused-output variant of 64 columns takes them (with 32 columns, and in the
+    // other variants, they changed the compiled chunk loop: 1.01-1.02x the forward's time), else per element
+    if (C::kOStaged && vec.h0_pairs && a.h0 != nullptr) {
+      load_state_pairs(S, a, state0 + col0, K, vcols, warp, lane);
+    } else {
+      for_each_state(S, warp, lane, [&](int row, int col, float& x) {
+        x = (a.h0 && row < K && col < vcols) ? gdn::load_f(a.h0, a.h0_dtype, state0 + row * V + col0 + col) : 0.f;
+      });
+    }
     if (sb.eos > sb.bos) {
       // Row pointers (plus this thread's offset) of the sequence's first chunk; each moves by BT rows per chunk. The
       // chunk slots of h are consecutive from chunk 1 on (chunk_slot), so h moves by one slot per chunk after the
@@ -888,18 +952,46 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV, FO>())
           wgmma_wait<0>();
           wgmma_fence_operands(sf);
           if constexpr (FO) {
-            // o = scale O, rows < L, from registers (o in TK with pair stores: a condition of the variant)
+            // o = scale O, rows < L (o in TK with pair stores: a condition of the variant). kOStaged and vec.o: the
+            // warp's rows through its staging tile (stmatrix: matrices (rows +0 | +8) x (column tiles t, t + 1)),
+            // then 16-byte stores of whole row segments; else pair stores from registers.
             wgmma_fence_operands(oacc);
             const float sc = a.scale;
             const int n0 = (warp >> 2) * (BV / 2);
+            if (C::kOStaged && vec.o) {
+              TK* const ost_tile = osm + warp * 16 * C::kOLd;
+              const int q = lane >> 3;
+              const uint32_t srow = static_cast<uint32_t>(__cvta_generic_to_shared(
+                  ost_tile + ((q & 1) * 8 + (lane & 7)) * C::kOLd + (q >> 1) * 8));
+              __syncwarp();  // the warp's reads of the previous chunk's rows are done
 #pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              const int i = (warp & 3) * 16 + qr + 8 * hr;
-              TK* const orow = oq + static_cast<int64_t>(i) * ost + n0 + qc;
-              if (i < L) {
+              for (int t = 0; t < BV / 16; t += 2) {
+                stmatrix_x4<false>(srow + static_cast<uint32_t>(t * 8 * sizeof(TK)),
+                                   pack2<TK>(sc * oacc[4 * t + 0], sc * oacc[4 * t + 1]),
+                                   pack2<TK>(sc * oacc[4 * t + 2], sc * oacc[4 * t + 3]),
+                                   pack2<TK>(sc * oacc[4 * t + 4], sc * oacc[4 * t + 5]),
+                                   pack2<TK>(sc * oacc[4 * t + 6], sc * oacc[4 * t + 7]));
+              }
+              __syncwarp();
+              constexpr int kSeg = BV / 16;  // 16-byte segments of a row of the warp's columns
 #pragma unroll
-                for (int t = 0; t < BV / 16; ++t) {
-                  st_pair(orow + 8 * t, pack2<TK>(sc * oacc[4 * t + 2 * hr], sc * oacc[4 * t + 2 * hr + 1]));
+              for (int e = lane; e < 16 * kSeg; e += 32) {
+                const int r = e / kSeg, c = 8 * (e % kSeg), i = (warp & 3) * 16 + r;
+                if (i < L) {
+                  store_global_whole(reinterpret_cast<uint4*>(oq + static_cast<int64_t>(i) * ost + n0 + c),
+                                     *reinterpret_cast<const uint4*>(ost_tile + r * C::kOLd + c));
+                }
+              }
+            } else {
+#pragma unroll
+              for (int hr = 0; hr < 2; ++hr) {
+                const int i = (warp & 3) * 16 + qr + 8 * hr;
+                TK* const orow = oq + static_cast<int64_t>(i) * ost + n0 + qc;
+                if (i < L) {
+#pragma unroll
+                  for (int t = 0; t < BV / 16; ++t) {
+                    st_pair(orow + 8 * t, pack2<TK>(sc * oacc[4 * t + 2 * hr], sc * oacc[4 * t + 2 * hr + 1]));
+                  }
                 }
               }
             }
@@ -946,9 +1038,15 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV, FO>())
       }
     }
     if (a.ht) {
-      for_each_state(S, warp, lane, [&](int row, int col, float& x) {
-        if (row < K && col < vcols) a.ht[state0 + row * V + col0 + col] = x;
-      });
+      if (C::kOStaged && vec.ht_pairs) {  // one 8-byte store per fragment pair (ht f32, 8-byte aligned, V even)
+        for_each_state_pair(S, warp, lane, [&](int row, int col, float& x0, float& x1) {
+          if (row < K && col < vcols) *reinterpret_cast<float2*>(a.ht + state0 + row * V + col0 + col) = {x0, x1};
+        });
+      } else {
+        for_each_state(S, warp, lane, [&](int row, int col, float& x) {
+          if (row < K && col < vcols) a.ht[state0 + row * V + col0 + col] = x;
+        });
+      }
     }
   }
 }
@@ -1091,6 +1189,8 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, uns
   vec.h = reinterpret_cast<std::uintptr_t>(a.h.data) % 16 == 0 && V % 8 == 0;
   vec.v_new_pairs = reinterpret_cast<std::uintptr_t>(a.v_new.data) % 4 == 0 && V % 2 == 0 &&
                     a.v_new.stride_t % 2 == 0 && a.v_new.stride_h % 2 == 0 && a.v_new.stride_b % 2 == 0;
+  vec.h0_pairs = reinterpret_cast<std::uintptr_t>(a.h0) % (2 * dtype_size(a.h0_dtype)) == 0 && V % 2 == 0;
+  vec.ht_pairs = reinterpret_cast<std::uintptr_t>(a.ht) % 8 == 0 && V % 2 == 0;
   // Tensor-map tiles: K 64 or 128 (whole boxes), BT 64, 16-byte rows, token coordinates in int32;
   // FUSEOPS_GDN_FWD_H_TMA=0 turns them off.
   FwdHMaps maps{};
@@ -1104,6 +1204,7 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, uns
     // the wgmma variant of fo_bv columns (launch_fwd_h_bv's choice, see above), q as w / k (16-byte rows, a tensor
     // map), o in TK with pair stores
     vec.q = a.q.data != nullptr && a.q.dtype == dt && gdn::rows_16b(a.q, K);
+    vec.o = gdn::rows_16b(a.o, V);
     const bool form = tma && wgmma_switched_on() && runs_sm90a_code(device) && vec.q && a.o.dtype == dt &&
                       gdn::rows_pairs(a.o) && gdn_rows_map(&maps.q, a.q, dt, K, a.geo.H, a.geo);
     if (!form) return false;

@@ -283,6 +283,34 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
   bulk_wait();  // the block's shared memory outlives its copies
 }
 
+/// Block shape of a grid of one unit per warp (units <= kMaxWarps kBlocksPerSm per SM): `warps` per block and at most
+/// `per_sm` blocks on an SM, held there by `smem` (shared memory padded past what per_sm + 1 blocks could take), so
+/// that no SM runs more units than the even spread needs. Each SM's units run side by side, their chains all as long,
+/// and the kernel lasts as long as its busiest SM: at 2/8 [8 x 1024] (1088 units) blocks of 4 warps put 12 warps on
+/// some SMs and 8 on most; blocks of 3, at most 3 per SM, put 9 (ncu: the kernel 31.0 -> 26.8 us, the forward 0.986x;
+/// one warp per block, 9 at most: 28.3 us, 1.015x). Among 4, 3, 2 warps per block, the one whose busiest SM takes the
+/// fewest warps, the widest on a tie (one warp per block only where the spread is one per SM). Grids of more units:
+/// kMaxWarps per block, kBlocksPerSm per SM. `sm_smem`, `reserved`: an SM's shared memory and what each block takes of
+/// it besides its own (cudaDevAttrMaxSharedMemoryPerMultiprocessor, cudaDevAttrReservedSharedMemoryPerBlock).
+IntraWarpGrid warp_grid(int64_t units, int64_t sms, std::size_t sm_smem, std::size_t reserved) {
+  const int64_t per_sm = (units + sms - 1) / sms;  // warps the even spread puts on an SM
+  if (per_sm >= int64_t{kMaxWarps} * kBlocksPerSm) return {kMaxWarps, kMaxWarps * kWarpBytes};
+  int best_w = 1;
+  int64_t best = 1;
+  if (per_sm > 1) {
+    best_w = kMaxWarps;
+    best = kMaxWarps * ((per_sm + kMaxWarps - 1) / kMaxWarps);
+    for (int w = kMaxWarps - 1; w >= 2; --w) {
+      const int64_t busiest = w * ((per_sm + w - 1) / w);
+      if (busiest < best) best = busiest, best_w = w;
+    }
+  }
+  const int64_t blocks_per_sm = best / best_w;
+  // an SM's shared memory takes blocks_per_sm blocks of this size, not one more
+  const std::size_t cap = sm_smem / static_cast<std::size_t>(blocks_per_sm + 1) + 16 - reserved;
+  return {best_w, std::max(static_cast<std::size_t>(best_w) * kWarpBytes, cap)};
+}
+
 /// The mode: the testing hook's where it is set, else FUSEOPS_GDN_INTRA_WARP: `0` never, `always` always (the
 /// measurement switch of the launch rule), unset (or any other value) the rule.
 KktWarpForTesting intra_warp_mode() {
@@ -316,10 +344,14 @@ bool launch_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpInt
       !gdn_rows_map(&maps.u, as_in(a.u), dt, a.V, a.geo.HV, a.geo)) {
     return false;  // a broadcast view, or the driver refused a map
   }
-  // Fewer warps per block where the units would not give every SM a block of kMaxWarps (mode `always` on small
-  // grids): the units then spread over more SMs.
-  const int warps = static_cast<int>(std::clamp<int64_t>((units + sms - 1) / sms, 1, kMaxWarps));
-  const std::size_t smem = static_cast<std::size_t>(warps) * kWarpBytes;
+  int sm_smem = 0, reserved = 0;
+  check_cuda(cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), op,
+             "cudaDeviceGetAttribute");
+  check_cuda(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device), op,
+             "cudaDeviceGetAttribute");
+  const IntraWarpGrid wg = warp_grid(units, sms, static_cast<std::size_t>(sm_smem), static_cast<std::size_t>(reserved));
+  const int warps = wg.warps;
+  const std::size_t smem = wg.smem;
   const int64_t wave = cached_wave(kernel, warps * 32, smem, device, op);
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((units + warps - 1) / warps, wave));
   intra_warp_hooks.count();
@@ -328,6 +360,14 @@ bool launch_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpInt
 }
 
 }  // namespace
+
+}  // namespace gdn
+
+IntraWarpGrid intra_warp_grid_for_testing(int64_t units, int64_t sms, std::size_t sm_smem, std::size_t reserved) {
+  return gdn::warp_grid(units, sms, sm_smem, reserved);
+}
+
+namespace gdn {
 
 bool intra_fwd_warp_applies(const KktArgs& ka, const WuArgs& a, int device) {
   if (intra_warp_mode() == KktWarpForTesting::never) return false;

@@ -148,6 +148,16 @@ int64_t intra_bulk_launches_for_testing();
 void set_intra_warp_for_testing(KktWarpForTesting mode);
 /// Tests only: how many launches of this process took the warp-per-unit form of the intra kernel.
 int64_t intra_warp_launches_for_testing();
+/// Block shape of the warp-per-unit intra kernel (one unit per warp where units <= 12 per SM): `warps` per block and
+/// the dynamic shared memory `smem` in bytes that holds an SM to the blocks the even spread needs.
+struct IntraWarpGrid {
+  int warps;
+  std::size_t smem;
+};
+/// Tests only: the block shape the launch takes for `units` units on `sms` SMs of `sm_smem` bytes of shared memory
+/// each, `reserved` of them taken per block (cudaDevAttrMaxSharedMemoryPerMultiprocessor,
+/// cudaDevAttrReservedSharedMemoryPerBlock).
+IntraWarpGrid intra_warp_grid_for_testing(int64_t units, int64_t sms, std::size_t sm_smem, std::size_t reserved);
 /// The intra-first form of the forward: the intra kernel (a persistent grid walking (chunk, value head) items chunk
 /// by chunk, setting WuArgs::ready flags) launched first, fwd_h right after it as its programmatic dependent, polling
 /// the flags before a chunk's copies, so that the recurrence starts while later chunks are still being prepared. Never

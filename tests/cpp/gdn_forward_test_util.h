@@ -28,6 +28,8 @@ struct Spec {
   /// paths of the CUDA kernels (the decode fast kernel needs aligned states, docs/ops/gdn.md "decode kernel");
   /// otherwise guards of 5 elements (and padding of 3 / 5 / 2) keep rows misaligned.
   bool aligned = false;
+  /// Guard elements before o where >= 0 (else as the others): e.g. 2 puts a 16-bit o's rows at 4-byte alignment only
+  int64_t o_guard = -1;
   Decay decay = Decay::realistic;
   DType cu_dtype = DType::i32;
   std::optional<double> scale;  ///< none: K^-0.5

@@ -133,6 +133,34 @@ TEST(GdnIntraFwdWarp, SameBytesAsTheBlockKernel) {
 // The launch rule at its edge: a grid of at most four units per SM keeps the block kernel, four units more take the
 // warp kernel (with the same bytes); FUSEOPS_GDN_INTRA_WARP=0 keeps the block kernel on both, =always takes the warp
 // kernel on both.
+// The block shape of grids of one unit per warp (intra_warp_grid_for_testing, pure host logic; an H200's 132 SMs of
+// 228 KB, 1 KB reserved per block, and two smaller devices): every unit resident in one wave, no SM given more than one
+// warp past the even spread (units / SMs rounded up), the shared memory within sm_90's 227 KB per block; at 2/8
+// [8 x 1024] (1088 units on 132 SMs) blocks of 3 warps, 3 per SM; from 12 units per SM on, blocks of 4 warps, 3 per SM.
+TEST(GdnIntraFwdWarp, GridShape) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  constexpr std::size_t kSmSmem = 228 * 1024, kReserved = 1024;
+  auto blocks_per_sm = [&](const cuda::IntraWarpGrid& g) {
+    return static_cast<int64_t>(kSmSmem / (g.smem + kReserved));
+  };
+  for (int64_t sms : {132, 114, 78}) {
+    for (int64_t units = 1; units <= 12 * sms; ++units) {
+      const cuda::IntraWarpGrid g = cuda::intra_warp_grid_for_testing(units, sms, kSmSmem, kReserved);
+      const int64_t per_sm = (units + sms - 1) / sms, busiest = blocks_per_sm(g) * g.warps;
+      ASSERT_TRUE(g.warps >= 1 && g.warps <= 4) << units << " units on " << sms << " SMs: " << g.warps << " warps";
+      ASSERT_LE(g.smem, std::size_t{227 * 1024}) << units << " units on " << sms << " SMs";
+      ASSERT_GE(busiest * sms, units) << units << " units on " << sms << " SMs: not one wave";
+      ASSERT_LE(busiest, per_sm + 1) << units << " units on " << sms << " SMs";
+    }
+  }
+  const cuda::IntraWarpGrid h200 = cuda::intra_warp_grid_for_testing(1088, 132, kSmSmem, kReserved);
+  EXPECT_EQ(h200.warps, 3);
+  EXPECT_EQ(blocks_per_sm(h200), 3);
+  const cuda::IntraWarpGrid full = cuda::intra_warp_grid_for_testing(12 * 132, 132, kSmSmem, kReserved);
+  EXPECT_EQ(full.warps, 4);
+  EXPECT_GE(blocks_per_sm(full), 3);
+}
+
 TEST(GdnIntraFwdWarp, LaunchRule) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
   std::mt19937_64 rng = test_rng();
