@@ -51,7 +51,8 @@
 // same S^T operand) and its 32 columns of q k^T; the epilogue also writes the ungated v_new^T box; P = (q k^T) exp(g_i
 // - g_j) (masked) goes by stmatrix into a shared tile, so that each warpgroup computes half of the scores (computing
 // all 64 x 64 in both measured 0.98x the staged forward where this measures 0.84x); O = exp(g_i) q S; after barrier B,
-// P v_new joins k^T v_new; o = scale O is stored from registers. Three tile buffers. The products, roundings and order
+// P v_new joins k^T v_new; o = scale O is stored (at 64 columns through each warp's staging tile, in 16-byte row
+// segments; else from registers in pairs). Three tile buffers. The products, roundings and order
 // of sums are those of chunk_fwd_o's wgmma kernel: same bytes as fwd_h + chunk_fwd_o where that kernel is the staged
 // output stage (V a multiple of 128); with V = 64 / 192 the staged path takes the mma.sync kernel, whose sums skip the
 // zero blocks.
@@ -1208,7 +1209,7 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, uns
     const bool form = tma && wgmma_switched_on() && runs_sm90a_code(device) && vec.q && a.o.dtype == dt &&
                       gdn::rows_pairs(a.o) && gdn_rows_map(&maps.q, a.q, dt, K, a.geo.H, a.geo);
     if (!form) return false;
-    // three buffers (212 KB of shared memory at 64 columns, 184 KB at 32): measured 2-3% faster than two on the
+    // three buffers (222 KB of shared memory at 64 columns with the o staging tiles, 184 KB at 32): measured 2-3% faster than two on the
     // gdn-prefill cases of 64-column blocks
     const bool launched = gdn::with_16bit(dt, [&](auto tag) {
       using TK = decltype(tag);

@@ -307,7 +307,8 @@ IntraWarpGrid warp_grid(int64_t units, int64_t sms, std::size_t sm_smem, std::si
   }
   const int64_t blocks_per_sm = best / best_w;
   // an SM's shared memory takes blocks_per_sm blocks of this size, not one more
-  const std::size_t cap = sm_smem / static_cast<std::size_t>(blocks_per_sm + 1) + 16 - reserved;
+  const std::size_t share = sm_smem / static_cast<std::size_t>(blocks_per_sm + 1) + 16;
+  const std::size_t cap = share > reserved ? share - reserved : 0;
   return {best_w, std::max(static_cast<std::size_t>(best_w) * kWarpBytes, cap)};
 }
 

@@ -19,7 +19,8 @@ std::string Spec::describe() const {
   os << " " << fuseops::dtype_name(dtype) << " gates " << fuseops::dtype_name(gate_dtype) << " h0 "
      << (has_h0 ? fuseops::dtype_name(h0_dtype) : "none") << " decay " << gdn::decay_name(decay)
      << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << (aligned ? " aligned" : "")
-     << (o_guard >= 0 ? " o_guard " + std::to_string(o_guard) : "");
+     << (o_guard >= 0 ? " o_guard " + std::to_string(o_guard) : "")
+     << (state_guard >= 0 ? " state_guard " + std::to_string(state_guard) : "");
   if (scale) os << " scale " << *scale;
   os << ", FUSEOPS_SEED=" << run_seed();
   return os.str();
@@ -118,8 +119,8 @@ struct Run {
         g(w, in.g, 0, guard(s)),
         beta(w, in.beta, 0, guard(s)),
         o(w, s.dtype, {s.B, s.T, s.HV, s.V}, s.o_guard >= 0 ? s.o_guard : guard(s)),
-        ht(w, DType::f32, {s.N(), s.HV, s.K, s.V}, guard(s)) {
-    if (s.has_h0) h0 = std::make_unique<Placed>(w, in.h0, 0, guard(s));
+        ht(w, DType::f32, {s.N(), s.HV, s.K, s.V}, s.state_guard >= 0 ? s.state_guard : guard(s)) {
+    if (s.has_h0) h0 = std::make_unique<Placed>(w, in.h0, 0, s.state_guard >= 0 ? s.state_guard : guard(s));
     if (s.varlen()) cu = std::make_unique<Placed>(w, ft::index_tensor(s.cu_dtype, in.cu), 0, 0);
     for (Placed* p : {&q, &k, &v, &g, &beta, &o, &ht}) p->upload();
     if (h0) h0->upload();

@@ -30,6 +30,8 @@ struct Spec {
   bool aligned = false;
   /// Guard elements before o where >= 0 (else as the others): e.g. 2 puts a 16-bit o's rows at 4-byte alignment only
   int64_t o_guard = -1;
+  /// Guard elements before h0 and final_state where >= 0: e.g. 1 breaks their pair alignment
+  int64_t state_guard = -1;
   Decay decay = Decay::realistic;
   DType cu_dtype = DType::i32;
   std::optional<double> scale;  ///< none: K^-0.5

@@ -246,7 +246,8 @@ TEST_P(GdnForward, L2NormCumsumSameBytes) {
 // with strong decays; N HV = 48 (192 blocks of 32 columns, more than one per SM on an H200: the staged path); N HV = 16
 // (64 blocks of 32 columns: fwd_h takes 16 columns, the staged path); N HV = 33 (132 blocks: the form where the SMs
 // are at least 132, the bound of the rule); o at 4-byte alignment only (the form's pair stores instead of its staged
-// 16-byte rows); initial states in bf16 and f16 (the pair loads of each dtype).
+// 16-byte rows) with an f16 initial state; initial states in bf16 (b) and f32 (the pair loads of each dtype at 64
+// columns); h0 and final_state off their pair alignment (the per-element loads and stores at 64 columns).
 TEST_P(GdnForward, FusedOutputSameBytes) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA kernel form";
@@ -271,13 +272,15 @@ TEST_P(GdnForward, FusedOutputSameBytes) {
   Spec l = fixed(1, 130, 3, 33, 128, 128, bf16);
   Spec m = fixed(1, 130, 4, 64, 128, 128, bf16);
   m.o_guard = 2;
+  m.h0_dtype = f16;
+  Spec n = fixed(1, 130, 4, 64, 128, 128, f16);
+  n.state_guard = 1;
   b.h0_dtype = bf16;
-  h.h0_dtype = f16;
   // the SMs the form's rule needs for each spec (its 32-column blocks one per SM; kNever: not taken)
   constexpr int kNever = INT_MAX;
   const std::vector<std::pair<Spec*, int>> specs = {{&a, 0},   {&b, 0},   {&c, 0},   {&d, 0},   {&e, kNever}, {&f, 0},
                                                     {&g, 128}, {&h, 128}, {&i, 128}, {&j, 192}, {&k, kNever}, {&l, 132},
-                                                    {&m, 0}};
+                                                    {&m, 0},   {&n, 0}};
   const int sms = fuseops::detail::sm_count(0);
   // the switches of the form's rule and of the staged output stage's kernel, as the library reads them
   using fuseops::detail::env_switched_off;

@@ -130,15 +130,12 @@ TEST(GdnIntraFwdWarp, SameBytesAsTheBlockKernel) {
   }
 }
 
-// The launch rule at its edge: a grid of at most four units per SM keeps the block kernel, four units more take the
-// warp kernel (with the same bytes); FUSEOPS_GDN_INTRA_WARP=0 keeps the block kernel on both, =always takes the warp
-// kernel on both.
 // The block shape of grids of one unit per warp (intra_warp_grid_for_testing, pure host logic; an H200's 132 SMs of
 // 228 KB, 1 KB reserved per block, and two smaller devices): every unit resident in one wave, no SM given more than one
 // warp past the even spread (units / SMs rounded up), the shared memory within sm_90's 227 KB per block; at 2/8
 // [8 x 1024] (1088 units on 132 SMs) blocks of 3 warps, 3 per SM; from 12 units per SM on, blocks of 4 warps, 3 per SM.
+// On an SM of 100 KB every block still fits (the rule then only costs speed). Needs no GPU.
 TEST(GdnIntraFwdWarp, GridShape) {
-  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
   constexpr std::size_t kSmSmem = 228 * 1024, kReserved = 1024;
   auto blocks_per_sm = [&](const cuda::IntraWarpGrid& g) {
     return static_cast<int64_t>(kSmSmem / (g.smem + kReserved));
@@ -159,8 +156,15 @@ TEST(GdnIntraFwdWarp, GridShape) {
   const cuda::IntraWarpGrid full = cuda::intra_warp_grid_for_testing(12 * 132, 132, kSmSmem, kReserved);
   EXPECT_EQ(full.warps, 4);
   EXPECT_GE(blocks_per_sm(full), 3);
+  for (int64_t units = 1; units <= 12 * 132; ++units) {
+    const cuda::IntraWarpGrid g = cuda::intra_warp_grid_for_testing(units, 132, 100 * 1024, kReserved);
+    ASSERT_LE(g.smem + kReserved, std::size_t{100 * 1024}) << units << " units on SMs of 100 KB";
+  }
 }
 
+// The launch rule at its edge: a grid of at most four units per SM keeps the block kernel, four units more take the
+// warp kernel (with the same bytes); FUSEOPS_GDN_INTRA_WARP=0 keeps the block kernel on both, =always takes the warp
+// kernel on both.
 TEST(GdnIntraFwdWarp, LaunchRule) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
   std::mt19937_64 rng = test_rng();
