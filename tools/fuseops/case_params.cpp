@@ -1,6 +1,7 @@
 #include "case_params.h"
 
 #include <algorithm>
+#include <numeric>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -177,6 +178,19 @@ std::vector<int64_t> seqlens_reduced(const std::vector<int64_t>& seqlens, int64_
       budget -= take;
     }
   }
+  return out;
+}
+
+std::vector<int64_t> seqlens_reduced_first(const std::vector<int64_t>& seqlens, int64_t rows, int64_t span) {
+  const int64_t budget = std::max(rows, 2 * span);
+  if (std::accumulate(seqlens.begin(), seqlens.end(), int64_t{0}) <= budget) return seqlens;
+  const auto first = std::find_if(seqlens.begin(), seqlens.end(), [](int64_t l) { return l > 0; });
+  const auto at = first - seqlens.begin();
+  const int64_t kept = std::min(*first, span);  // more tokens than the budget: a non-empty sequence exists
+  std::vector<int64_t> rest = seqlens;
+  rest.erase(rest.begin() + at);
+  std::vector<int64_t> out = seqlens_reduced(rest, budget - kept);  // keeps the empty sequences before `at`
+  out.insert(out.begin() + at, kept);
   return out;
 }
 

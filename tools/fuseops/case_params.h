@@ -140,6 +140,10 @@ std::vector<ParamSpec> sequence_params();
 /// budget shared in order (an equal share first, then what is left); with fewer rows than non-empty sequences, the
 /// first `rows` of them (1 token each) and the empty ones among them.
 std::vector<int64_t> seqlens_reduced(const std::vector<int64_t>& seqlens, int64_t rows);
+/// The sequences `seqlens` cut for a reduced CPU run that still crosses chunks in one sequence: where they hold more
+/// than max(rows, 2 span) tokens, the first non-empty one keeps min(its length, span) and the others share the rest
+/// (seqlens_reduced); else unchanged.
+std::vector<int64_t> seqlens_reduced_first(const std::vector<int64_t>& seqlens, int64_t rows, int64_t span);
 /// A case spec with fields B, T, seqlens and varlen() cut to at most `rows` tokens (reduced CPU runs): fixed length
 /// keeps rows / B tokens per batch row, varlen the seqlens_reduced.
 template <class Spec>

@@ -326,7 +326,7 @@ int run_check(const Options& opts) {
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
   if (!cuda) {
     std::printf("%s: running on the CPU with at most %lld rows per case (reduced sizes; the chunked GDN forward keeps "
-                "at least two chunks and a half; the rows column shows what ran)\n",
+                "at least two chunks and a half, in the first sequence of a varlen case; the rows column shows what ran)\n",
                 opts.backend == "cpu" ? "--backend cpu" : "no CUDA device", static_cast<long long>(opts.cpu_rows));
   }
   const NameColumns w = name_columns(work, 16, 28, 12);

@@ -7,6 +7,7 @@
 // heads (the recurrence costs ~4 K V flops per token and head in double). bench() times the op alone; the FLA
 // baseline runs side by side from bench/baselines/fla_gdn_forward.py.
 #include <algorithm>
+#include <numeric>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -81,11 +82,19 @@ Spec decode(int64_t N, int64_t H, int64_t HV, bool gating) {
 /// At most `rows` tokens (reduced CPU runs): fixed length shortens T, varlen cuts every sequence (seqlens_reduced),
 /// decode keeps the first sequences, each cut to its first `rows` tokens (fused_recurrent_gated_delta_rule's seq_len;
 /// the serving forms have one token per sequence). The chunked forward keeps at least two whole chunks and a partial
-/// one (161 tokens at chunk 64), whatever `rows` says, so that the state carried from chunk to chunk is checked: a
-/// fixed-length case in each batch row, a varlen one over its sequences together (the GoogleTest suite runs varlen over
-/// many chunks; per sequence here would take CI's sanitizer run of check 1.5 minutes longer).
+/// one (`span`, 161 tokens at chunk 64), whatever `rows` says, so that the state carried from chunk to chunk is
+/// checked: fixed length in each batch row; varlen in its first non-empty sequence, the others sharing at least as
+/// many tokens again (seqlens_reduced: those past the budget dropped, as there). Every sequence at `span` would take
+/// CI's sanitizer run of check 1.5 minutes longer; the GoogleTest suite runs varlen over many chunks.
 Spec reduced(const Spec& s, int64_t rows) {
-  if (!s.decode) return reduced_tokens(s, std::max(rows, (s.varlen() ? 1 : s.B) * (2 * s.BT + s.BT / 2 + 1)));
+  if (!s.decode) {
+    const int64_t span = 2 * s.BT + s.BT / 2 + 1;
+    if (!s.varlen()) return reduced_tokens(s, std::max(rows, s.B * span));
+    Spec r = s;
+    r.seqlens = seqlens_reduced_first(s.seqlens, rows, span);
+    r.T = std::accumulate(r.seqlens.begin(), r.seqlens.end(), int64_t{0});
+    return r;
+  }
   if (rows >= s.B * s.T) return s;
   Spec r = s;
   r.T = std::min(s.T, std::max<int64_t>(1, rows));

@@ -167,6 +167,13 @@ TEST(CaseFile, ReducedVarlenKeepsEverySequence) {
   EXPECT_EQ(seqlens_reduced({3000, 1000}, 64), (V{32, 32}));
   EXPECT_EQ(seqlens_reduced({0, 5, 0, 5, 5}, 2), (V{0, 1, 0, 1}));  // fewer rows than sequences: the first ones
   EXPECT_EQ(seqlens_reduced({10, 54}, 32), (V{10, 22}));
+  // the chunked forward's varlen runs: the first non-empty sequence keeps two chunks and a half (161 tokens at chunk
+  // 64), the others share at least as many again
+  EXPECT_EQ(seqlens_reduced_first(V(8, 1024), 1, 161), (V{161, 23, 23, 23, 23, 23, 23, 23}));
+  EXPECT_EQ(seqlens_reduced_first({0, 0, 1024, 5, 5}, 1, 161), (V{0, 0, 161, 5, 5}));
+  EXPECT_EQ(seqlens_reduced_first({30, 0, 30}, 1, 161), (V{30, 0, 30}));  // fits: unchanged
+  EXPECT_EQ(seqlens_reduced_first({0, 2000, 1000}, 1000, 161), (V{0, 161, 839}));
+  EXPECT_EQ(seqlens_reduced_first(V(400, 1), 1, 161), V(322, 1));  // one token each: the first 322
   for (const V& s : {V{1000, 1, 0, 3000}, V{7, 7, 7}, V{0, 0, 90}}) {
     const V r = seqlens_reduced(s, 16);
     int64_t sum = 0;
