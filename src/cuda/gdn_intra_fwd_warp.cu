@@ -345,12 +345,9 @@ bool launch_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpInt
       !gdn_rows_map(&maps.u, as_in(a.u), dt, a.V, a.geo.HV, a.geo)) {
     return false;  // a broadcast view, or the driver refused a map
   }
-  int sm_smem = 0, reserved = 0;
-  check_cuda(cudaDeviceGetAttribute(&sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device), op,
-             "cudaDeviceGetAttribute");
-  check_cuda(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, device), op,
-             "cudaDeviceGetAttribute");
-  const IntraWarpGrid wg = warp_grid(units, sms, static_cast<std::size_t>(sm_smem), static_cast<std::size_t>(reserved));
+  const auto sm_smem = static_cast<std::size_t>(device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  const auto reserved = static_cast<std::size_t>(device_attribute(cudaDevAttrReservedSharedMemoryPerBlock, device));
+  const IntraWarpGrid wg = warp_grid(units, sms, sm_smem, reserved);
   const int warps = wg.warps;
   const std::size_t smem = wg.smem;
   const int64_t wave = cached_wave(kernel, warps * 32, smem, device, op);

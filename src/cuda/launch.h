@@ -35,6 +35,8 @@ class DeviceGuard {
 /// any recorded device error.
 void after_launch(const char* op, cudaStream_t stream, int device);
 
+/// Attribute `attr` of `device`, queried once per (attribute, device) and cached.
+int device_attribute(cudaDeviceAttr attr, int device);
 /// Multiprocessor count of `device` (cached).
 int sm_count(int device);
 

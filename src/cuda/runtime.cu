@@ -3,7 +3,9 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_arch.h"
@@ -49,18 +51,19 @@ DeviceGuard::~DeviceGuard() {
   if (previous_ >= 0) (void)cudaSetDevice(previous_);
 }
 
-int sm_count(int device) {
+int device_attribute(cudaDeviceAttr attr, int device) {
   static std::mutex mutex;
-  static std::vector<int> counts;
+  static std::map<std::pair<int, int>, int> known;
   std::lock_guard<std::mutex> lock(mutex);
-  if (device >= static_cast<int>(counts.size())) counts.resize(device + 1, 0);
-  if (counts[device] == 0) {
-    int n = 0;
-    check_cuda(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "fuseops", "sm count");
-    counts[device] = n;
-  }
-  return counts[device];
+  const auto key = std::make_pair(static_cast<int>(attr), device);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  int value = 0;
+  check_cuda(cudaDeviceGetAttribute(&value, attr, device), "fuseops", "cudaDeviceGetAttribute");
+  known.emplace(key, value);
+  return value;
 }
+
+int sm_count(int device) { return device_attribute(cudaDevAttrMultiProcessorCount, device); }
 
 namespace {
 
