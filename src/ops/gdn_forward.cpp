@@ -112,7 +112,8 @@ QkvDims check_qkv(const char* op, const TensorView& q, const TensorView& k, cons
   check_input4(op, ref_name, ref, -1, -1, -1, -1, "[B, T, H, K]");
   check_head_dim(op, ref_name, ref);
   const int64_t B = ref.shape[0], T = ref.shape[1], H = ref.shape[2], K = ref.shape[3];
-  check_input4(op, q_odd ? "q" : "k", other, B, T, H, K, q_odd ? "[B, T, H, K] of k" : "[B, T, H, K] of q");
+  check_input4(op, q_odd ? "q" : "k", other, B, T, H, K,
+               q_odd ? "[B, T, H, K] (k's shape)" : "[B, T, H, K] (q's shape)");
   check_input4(op, v_name, v, B, T, -1, -1, "[B, T, HV, V]");
   check_head_dim(op, v_name, v);
   check_grouping(op, v_name, v.shape[2], H);

@@ -369,20 +369,20 @@ TEST(GdnForwardErrors, NamesTheArgumentThatDisagrees) {
       w4(bf16, {1, 8, 4, 16});
   // chunk_fwd_o: q with 3 heads, where k (1) and v_new, g, h (2) agree
   EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), q3.view(), x.k.view(), x.vn.view(), x.h.view(), &g, 0.25, 16),
-                   "chunk_fwd_o", "q", "[B, T, H, K] of k = [1, 8, 1, 16]", "got [1, 8, 3, 16]");
+                   "chunk_fwd_o", "q", "[B, T, H, K] (k's shape) = [1, 8, 1, 16]", "got [1, 8, 3, 16]");
   // both fit the values: q defines H, k is named
   EXPECT_ARG_ERROR(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), k2.view(), x.vn.view(), x.h.view(), &g, 0.25, 16),
-                   "chunk_fwd_o", "k", "[B, T, H, K] of q = [1, 8, 1, 16]", "got [1, 8, 2, 16]");
+                   "chunk_fwd_o", "k", "[B, T, H, K] (q's shape) = [1, 8, 1, 16]", "got [1, 8, 2, 16]");
   const char* op = "chunk_gated_delta_rule";
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, q3.view(), x.k.view(), x.v.view(), x.g.view(),
                                                    x.beta.view(), std::nullopt, &h0, false, nullptr, x.ws.view(), 16),
-                   op, "q", "of k");
+                   op, "q", "(k's shape)");
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), v4.view(), x.g.view(),
                                                    x.beta.view(), std::nullopt, &h0, false, nullptr, x.ws.view(), 16),
                    op, "v", "value heads of g and beta, HV = 2");
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, q3.view(), x.k.view(), x.v.view(), &g,
                                                              &beta, std::nullopt, &h0),
-                   "fused_recurrent_gated_delta_rule", "q", "of k");
+                   "fused_recurrent_gated_delta_rule", "q", "(k's shape)");
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), v4.view(), &g,
                                                              &beta, std::nullopt, &h0),
                    "fused_recurrent_gated_delta_rule", "v", "value heads of g and beta");

@@ -105,7 +105,8 @@ class EntryReader {
     }
     if (v < spec_.min || v > spec_.max) {
       std::string range = "[" + std::to_string(spec_.min) + ", " + (spec_.max == INT64_MAX ? "inf" : std::to_string(spec_.max)) + "]";
-      fail(path_, n.Mark(), key_, "value " + std::to_string(v) + " outside " + range);
+      fail(path_, n.Mark(), key_,
+           "value " + std::to_string(v) + " outside " + range + " (" + spec_.help + ")");
     }
     return v;
   }
@@ -212,6 +213,9 @@ void read_entry(const std::string& path, const YAML::Node& entry, const Registry
       fail(path, kv.first.Mark(), key, "unknown key for op " + op->name + " (known: " + known + ")");
     }
     marks[key] = kv.first.Mark();
+    // an empty value (`seq_len:` and nothing after it): yaml-cpp marks the null at the next token, often the next
+    // line, so the key's own position is reported
+    if (kv.second.IsNull()) fail(path, kv.first.Mark(), key, "no value given (" + p->help + ")");
     axes.emplace_back(key, EntryReader(path, key, *p).alternatives(kv.second));
   }
   for (const ParamSpec& p : op->params) {

@@ -229,6 +229,13 @@ TEST(CaseFile, BadValues) {
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: []\n    d: 8\n", "f.yaml:3:13", "tokens", "empty list");
   EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n    seqlens: 5\n    num_heads: 1\n", "f.yaml:3:14", "seqlens",
                     "expected a list of integers");
+  // the range message carries the parameter's help, so that 128 and 48 both say which chunk sizes exist
+  EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n    seq_len: 64\n    chunk_size: 128\n", "f.yaml:4:17", "chunk_size",
+                    "value 128 outside [16, 64] (BT: 16, 32 or 64)");
+  // an empty value is reported at its key (yaml-cpp marks the null at the next line's token)
+  for (const std::string& tail : {std::string("    seq_len:\n    num_heads: 1\n"), std::string("    seq_len:\n")}) {
+    EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n" + tail, "f.yaml:3:5", "seq_len", "no value given");
+  }
 }
 
 TEST(CaseFile, ImpossibleCombinations) {
