@@ -69,15 +69,20 @@ for stage in "${stages[@]}"; do
       # A/B of binaries in one lease: FUSEOPS_AB="base=.pack/fuseops-base.xz new=.carry/bin/fuseops" (a .xz is
       # unpacked first), each run FUSEOPS_AB_RUNS times (default 2) in alternation with FUSEOPS_BENCH_ARGS; the side-
       # by-side table (medians, cold ratios to the first label) in $OUT/ab.md (bench/ab.py), the runs' tables packed.
+      # A binary may carry settings: FUSEOPS_AB="off=.carry/bin/fuseops on=FUSEOPS_GDN_OVERLAP=1:.carry/bin/fuseops".
       abdir=$(mktemp -d); abargs=()
       for r in $(seq "${FUSEOPS_AB_RUNS:-2}"); do
         for spec in ${FUSEOPS_AB:?set FUSEOPS_AB=\"label=binary ...\"}; do
-          label=${spec%%=*}; bin=${spec#*=}
+          label=${spec%%=*}; bin=${spec#*=}; envs=()
+          if [[ $bin == *:* ]]; then  # label=VAR=VAL,VAR=VAL:binary: the binary run with those settings
+            IFS=, read -r -a envs <<< "${bin%%:*}"; bin=${bin#*:}
+          fi
           if [[ $bin == *.xz ]]; then
             [ -x "$abdir/$label" ] || { xz -dc "$bin" > "$abdir/$label" && chmod +x "$abdir/$label"; }
             bin=$abdir/$label
           fi
-          run_stage "ab_${label}_$r" "$bin" bench --quiet --md "$abdir/$label-$r.md" ${FUSEOPS_BENCH_ARGS:-}
+          run_stage "ab_${label}_$r" env "${envs[@]}" "$bin" bench --quiet --md "$abdir/$label-$r.md" \
+            ${FUSEOPS_BENCH_ARGS:-}
           abargs+=("$label=$abdir/$label-$r.md")
         done
       done
