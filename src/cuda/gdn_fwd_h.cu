@@ -1102,6 +1102,8 @@ void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& map
     }
   }();
   allow_smem(kernel, C::kSmem, op);
+  // the overlapped form: the largest shared-memory carveout, as the intra kernel beside it asks for
+  if constexpr (RDY && FO) prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   launch_kernel(kernel, dim3(gdn::grid_x(units)), dim3(kThreads), C::kSmem, s, device, a, vblocks, units, vec, errors,
                 maps);
@@ -1226,8 +1228,9 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, uns
     } else if (fwd_h_blocks(a, 32) >= kFillBlocks && fwd_h_blocks(a, 32) <= sm_count(device)) {
       fo_bv = V % 32 == 0 ? 32 : 0;
     }
-    // with a.ready (the overlapped form: chunk_gated_delta_rule_overlap_applies), the 64-column variant only
-    if (a.ready && fo_bv != 64) return false;
+    // the overlapped form (a.ready_overlap: chunk_gated_delta_rule_overlap_applies): the 64-column variant only; the
+    // intra-first form's flags (a.ready without it) never take the fused output
+    if (a.ready && (!a.ready_overlap || fo_bv != 64)) return false;
     if (!(fwd_h_o_switched_on() && a.geo.BT == 64 && K == 128 && fo_bv != 0)) return false;
   }
   FwdHVec vec{};
@@ -1247,7 +1250,8 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, uns
                    gdn_rows_map(&maps.w, a.w, dt, K, a.geo.HV, a.geo) && gdn_rows_map(&maps.k, a.k, dt, K, a.geo.H, a.geo);
   // the intra-first form (a.ready: set only where chunk_gated_delta_rule_intra_first_blocks applied to these args):
   // polls the ready flags of the intra kernel launched before; without tensor maps this waits for that kernel instead
-  const bool ready = a.ready && tma;
+  // (as for the overlapped form's flags, which only its fused-output variant polls)
+  const bool ready = a.ready && !a.ready_overlap && tma;
   if (fo) {
     // the wgmma variant of fo_bv columns (launch_fwd_h_bv's choice, see above), q as w / k (16-byte rows, a tensor
     // map), o in TK with pair stores
@@ -1258,10 +1262,10 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, uns
     if (!form) return false;
     // three buffers (222 KB of shared memory at 64 columns with the o staging tiles, 184 KB at 32): measured 2-3% faster than two on the
     // gdn-prefill cases of 64-column blocks
-    // the overlapped form (a.ready): two buffers, so that an intra block fits beside (165 KB)
+    // the overlapped form (a.ready_overlap): two buffers, so that an intra block fits beside (165 KB)
     const bool launched = gdn::with_16bit(dt, [&](auto tag) {
       using TK = decltype(tag);
-      if (a.ready) {
+      if (a.ready_overlap) {
         launch_fwd_h_mma<TK, 128, 64, 64, 2, true, true, true, true>(a, vec, maps, device, s);
         overlap_launches.fetch_add(1, std::memory_order_relaxed);
       } else if (fo_bv == 64) {

@@ -343,9 +343,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
   intra_fwd_warp_body<TK, false>(ka, a, prm, maps);
 }
 
-/// The overlapped form's kernel: blocks of kReadyWarps warps, at most kReadyRegs registers per thread (168 uncapped:
-/// both spill 24 bytes), so that an SM holds one beside fwd_h's overlapped block (gdn_fwd_h.cu: 174 per thread for 256
-/// threads; a register file quarter holds two of its warps and one of these).
+/// The overlapped form's kernel: blocks of kReadyWarps warps, at most kReadyRegs registers per thread (spills: 24 bytes
+/// bf16, 12 f16; the warp kernel, uncapped at 168, 8 and 28), so that an SM holds one beside fwd_h's overlapped block
+/// (gdn_fwd_h.cu: 174 per thread for 256 threads; a register file quarter holds two of its warps and one of these).
 constexpr int kReadyRegs = 160;
 template <typename TK>
 __global__ void __maxnreg__(kReadyRegs)
@@ -463,14 +463,10 @@ bool launch_ready_as(const char* op, const KktArgs& ka, const WuArgs& a, const W
   check_cuda(cudaMemsetAsync(prm.ready, 0, words * sizeof(unsigned), stream), op, "cudaMemsetAsync");
   const auto kernel = intra_fwd_warp_ready_kernel<TK>;
   constexpr std::size_t smem = kReadyWarps * kWarpBytes;  // 53.8 KB: past the default limit
-  // the SMs' shared memory configured for fwd_h's block beside this one (with a smaller carveout chosen for this
-  // kernel alone, fwd_h's 165 KB would not fit on an SM this kernel holds)
-  static const bool configured = [&] {
-    allow_smem(kernel, smem, op);
-    prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
-    return true;
-  }();
-  (void)configured;
+  // the limit past 48 KB (per device: cached_wave), and the SMs' shared memory configured for fwd_h's block beside
+  // this one (with a smaller carveout chosen for this kernel alone, fwd_h's 165 KB would not fit on an SM it holds)
+  (void)cached_wave(kernel, kReadyWarps * 32, smem, device, op);
+  prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
   const int testing = overlap_intra_blocks_for_testing.load(std::memory_order_relaxed);
   const int64_t blocks = testing > 0 ? testing : sm_count(device);
   intra_warp_hooks.count();

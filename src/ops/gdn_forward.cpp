@@ -595,11 +595,13 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
           wa.ready_warp = true;
           ha.ready = wa.ready;
           ha.ready_stride = wa.ready_stride;
+          ha.ready_overlap = true;
         }
       }
       fused = cuda::chunk_gated_delta_rule_fwd_intra(ka, wa, device.index, stream.handle);
       if (!fused) {
         ha.ready = nullptr;  // no flags will be set: fwd_h must not poll them
+        ha.ready_overlap = false;
         ha.o_ready = nullptr;
         cuda::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai, device.index, stream.handle);
       }
@@ -619,7 +621,10 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
       hoa.scale = s;
       if (cuda::chunk_gated_delta_rule_fwd_h_o(hoa, device.index, stream.handle)) return;
       // the overlapped form whose fwd_h did not launch: the plain fwd_h, which waits for the whole intra grid
-      if (wa.ready_warp) ha.ready = nullptr;
+      if (ha.ready_overlap) {
+        ha.ready = nullptr;
+        ha.ready_overlap = false;
+      }
     }
 #endif
   }

@@ -58,6 +58,9 @@ struct FwdHArgs {
   /// a chunk's copies wait for its flag) where chunk_gated_delta_rule_intra_first_blocks applies; nullptr otherwise.
   const unsigned* ready = nullptr;
   int64_t ready_stride = 0;  ///< flags per value head (a multiple of 4)
+  /// With `ready`: the flags are the overlapped form's (chunk_gated_delta_rule_overlap_applies; the fused-output call
+  /// then takes its variant), not the intra-first form's
+  bool ready_overlap = false;
   /// The output-beside form (with `ready` only): counters [HV][ready_stride], zero at launch, to which each block adds
   /// 1 once its h and v_new rows of a chunk are stored (FwdOArgs::h_ready); nullptr otherwise.
   unsigned* o_ready = nullptr;

@@ -21,11 +21,17 @@ namespace {
 namespace cuda = fuseops::detail::cuda;
 constexpr DType f16 = DType::f16, bf16 = DType::bf16;
 
-/// The forward's launches take the overlapped form in `mode` until the guard's scope ends, then as FUSEOPS_GDN_OVERLAP
-/// says (off by default).
+/// The forward's launches take the overlapped form in `mode` (its intra kernel on `intra_blocks` blocks, 0: one per SM)
+/// until the guard's scope ends, then as FUSEOPS_GDN_OVERLAP says (off by default).
 struct OverlapMode {
-  explicit OverlapMode(cuda::OverlapForTesting mode) { cuda::set_overlap_for_testing(mode); }
-  ~OverlapMode() { cuda::set_overlap_for_testing(cuda::OverlapForTesting::env); }
+  explicit OverlapMode(cuda::OverlapForTesting mode, int intra_blocks = 0) {
+    cuda::set_overlap_for_testing(mode);
+    cuda::set_overlap_intra_blocks_for_testing(intra_blocks);
+  }
+  ~OverlapMode() {
+    cuda::set_overlap_for_testing(cuda::OverlapForTesting::env);
+    cuda::set_overlap_intra_blocks_for_testing(0);
+  }
   OverlapMode(const OverlapMode&) = delete;
   OverlapMode& operator=(const OverlapMode&) = delete;
 };
@@ -53,11 +59,8 @@ void expect_same_bytes(const Spec& s, std::mt19937_64& rng, int intra_blocks = 0
   const Inputs in = make_inputs(s, rng);
   const int64_t before = cuda::overlap_launches_for_testing();
   const Outputs form = [&] {
-    const OverlapMode on(cuda::OverlapForTesting::on);
-    cuda::set_overlap_intra_blocks_for_testing(intra_blocks);
-    Outputs out = run_chunk(Where::cuda, s, in);
-    cuda::set_overlap_intra_blocks_for_testing(0);
-    return out;
+    const OverlapMode on(cuda::OverlapForTesting::on, intra_blocks);
+    return run_chunk(Where::cuda, s, in);
   }();
   EXPECT_EQ(cuda::overlap_launches_for_testing() - before, form_expected(s) ? 1 : 0) << "the launch rule";
   const Outputs off = [&] {
