@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -39,12 +40,37 @@ std::vector<std::pair<std::string, YAML::Mark>> keys_of(const std::string& path,
 /// A scalar written as a string ("64", '64', !!str 64): not a number or a boolean even when it reads as one.
 bool quoted(const YAML::Node& n) { return n.IsScalar() && (n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str"); }
 
+/// A scalar as messages quote it: control characters escaped (\r, \t, \xNN), so that none reaches the terminal.
+std::string printable(const std::string& s) {
+  std::string out;
+  for (const char c : s) {
+    if (c == '\r') {
+      out += "\\r";
+    } else if (c == '\t') {
+      out += "\\t";
+    } else if (std::iscntrl(static_cast<unsigned char>(c))) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 std::string scalar_text(const YAML::Node& n) {
-  if (quoted(n)) return "the quoted string \"" + n.Scalar() + "\"";
-  if (n.IsScalar()) return "\"" + n.Scalar() + "\"";
+  if (quoted(n)) return "the quoted string \"" + printable(n.Scalar()) + "\"";
+  if (n.IsScalar()) return "\"" + printable(n.Scalar()) + "\"";
   if (n.IsSequence()) return n.size() == 0 ? "an empty list" : "a list";
   if (n.IsMap()) return "a mapping";
   return "nothing";
+}
+
+/// Where an error about a key's value points: the value, or the key where the value is empty (`name:` and nothing
+/// after it: yaml-cpp marks the null at the next token, often the next line or past the file's end).
+YAML::Mark value_mark(const YAML::Node& key, const YAML::Node& value) {
+  return value.IsNull() ? key.Mark() : value.Mark();
 }
 
 class EntryReader {
@@ -85,28 +111,35 @@ class EntryReader {
   }
 
  private:
-  // Decimal digits with an optional sign, leading zeros decimal (010 is 10), as the seeds are read: not YAML's
-  // 0x / 0o forms, nor a C-style octal 010.
+  /// integer_of under the parameter's key, within the parameter's range.
   int64_t integer(const YAML::Node& n) const {
+    const int64_t v = integer_of(n, key_);
+    if (v < spec_.min || v > spec_.max) {
+      const std::string range =
+          "[" + std::to_string(spec_.min) + ", " + (spec_.max == INT64_MAX ? "inf" : std::to_string(spec_.max)) + "]";
+      fail(path_, n.Mark(), key_,
+           "value " + std::to_string(v) + " outside " + range + " (" + spec_.help + ")");
+    }
+    return v;
+  }
+
+  // Decimal digits with an optional sign, leading zeros decimal (010 is 10), as the seeds are read: not YAML's
+  // 0x / 0o forms, nor a C-style octal 010. Errors name `key`.
+  int64_t integer_of(const YAML::Node& n, const std::string& key) const {
     // an explicit tag other than !!int (e.g. !!float 64) says the value is not meant as an integer
     if (n.IsScalar() && !quoted(n) && n.Tag() != "?" && n.Tag() != "tag:yaml.org,2002:int") {
-      fail(path_, n.Mark(), key_, "expected an integer, got " + scalar_text(n) + " tagged " + n.Tag());
+      fail(path_, n.Mark(), key, "expected an integer, got " + scalar_text(n) + " tagged " + n.Tag());
     }
     const std::string t = n.IsScalar() && !quoted(n) ? n.Scalar() : "";
     const std::size_t digits = !t.empty() && (t[0] == '-' || t[0] == '+') ? 1 : 0;  // after the sign
     if (t.size() <= digits || t.find_first_not_of("0123456789", digits) != std::string::npos) {
       const bool numeric = t.size() > digits && std::isdigit(static_cast<unsigned char>(t[digits]));
-      fail(path_, n.Mark(), key_,
+      fail(path_, n.Mark(), key,
            "expected an integer, got " + scalar_text(n) + (numeric ? " (decimal digits only)" : ""));
     }
     int64_t v = 0;
     if (std::from_chars(t.data() + (t[0] == '+' ? 1 : 0), t.data() + t.size(), v).ec != std::errc()) {  // range
-      fail(path_, n.Mark(), key_, "integer " + t + " does not fit in 64 bits");
-    }
-    if (v < spec_.min || v > spec_.max) {
-      std::string range = "[" + std::to_string(spec_.min) + ", " + (spec_.max == INT64_MAX ? "inf" : std::to_string(spec_.max)) + "]";
-      fail(path_, n.Mark(), key_,
-           "value " + std::to_string(v) + " outside " + range + " (" + spec_.help + ")");
+      fail(path_, n.Mark(), key, "integer " + t + " does not fit in 64 bits");
     }
     return v;
   }
@@ -134,7 +167,7 @@ class EntryReader {
         if (c == s) return s;
         known += (known.empty() ? "" : ", ") + c;
       }
-      fail(path_, n.Mark(), key_, "\"" + s + "\" is not one of " + known);
+      fail(path_, n.Mark(), key_, "\"" + printable(s) + "\" is not one of " + known);
     }
     return s;
   }
@@ -158,11 +191,12 @@ class EntryReader {
     if (step.IsDefined() && mul.IsDefined()) fail(path_, n.Mark(), key_, "a range takes step or mul, not both");
     const int64_t a = integer(from), b = integer(to);
     if (a > b) fail(path_, to.Mark(), key_ + ".to", "to (" + std::to_string(b) + ") is below from (" + std::to_string(a) + ")");
+    // step and mul read as every integer of the file (integer_of: decimal only, 010 is 10)
     int64_t s = 1, m = 0;
-    if (step.IsDefined() && (!step.IsScalar() || quoted(step) || !YAML::convert<int64_t>::decode(step, s) || s < 1)) {
+    if (step.IsDefined() && (s = integer_of(step, key_ + ".step")) < 1) {
       fail(path_, step.Mark(), key_ + ".step", "expected an integer >= 1, got " + scalar_text(step));
     }
-    if (mul.IsDefined() && (!mul.IsScalar() || quoted(mul) || !YAML::convert<int64_t>::decode(mul, m) || m < 2)) {
+    if (mul.IsDefined() && (m = integer_of(mul, key_ + ".mul")) < 2) {
       fail(path_, mul.Mark(), key_ + ".mul", "expected an integer >= 2, got " + scalar_text(mul));
     }
     if (m >= 2 && a < 1) fail(path_, from.Mark(), key_ + ".from", "a multiplicative range starts at 1 or more");
@@ -194,7 +228,13 @@ void read_entry(const std::string& path, const YAML::Node& entry, const Registry
   }
   const YAML::Node op_node = entry["op"];
   if (!op_node.IsDefined()) fail(path, entry.Mark(), "op", "missing: each entry names its op");
-  if (!op_node.IsScalar()) fail(path, op_node.Mark(), "op", "expected an op name, got " + scalar_text(op_node));
+  if (!op_node.IsScalar()) {
+    YAML::Mark mark = op_node.Mark();
+    for (const auto& kv : entry) {
+      if (kv.first.IsScalar() && kv.first.Scalar() == "op") mark = value_mark(kv.first, kv.second);
+    }
+    fail(path, mark, "op", "expected an op name, got " + scalar_text(op_node));
+  }
   const OpSpec* op = reg.find_op(op_node.Scalar());
   if (!op) {
     std::string known;
@@ -213,8 +253,7 @@ void read_entry(const std::string& path, const YAML::Node& entry, const Registry
       fail(path, kv.first.Mark(), key, "unknown key for op " + op->name + " (known: " + known + ")");
     }
     marks[key] = kv.first.Mark();
-    // an empty value (`seq_len:` and nothing after it): yaml-cpp marks the null at the next token, often the next
-    // line, so the key's own position is reported
+    // an empty value (`seq_len:` and nothing after it), reported at its key (value_mark)
     if (kv.second.IsNull()) fail(path, kv.first.Mark(), key, "no value given (" + p->help + ")");
     axes.emplace_back(key, EntryReader(path, key, *p).alternatives(kv.second));
   }
@@ -276,12 +315,23 @@ namespace {
 /// empty documents (a trailing `---`) are skipped.
 YAML::Node single_document(const std::string& text, const std::string& path) {
   std::vector<YAML::Node> docs;
-  if (const std::size_t nul = text.find('\0'); nul != std::string::npos) {  // yaml-cpp: "unknown escape character"
-    const std::size_t line_start = text.rfind('\n', nul);
+  // the line and column of byte i (lines end at LF)
+  auto mark_at = [&](std::size_t i) {
+    const std::size_t line_start = text.rfind('\n', i);
     YAML::Mark m;
-    m.line = static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n'));
-    m.column = static_cast<int>(line_start == std::string::npos ? nul : nul - line_start - 1);
-    fail(path, m, "cases", "the file contains a NUL byte: expected a YAML text file");
+    m.line = static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(i), '\n'));
+    m.column = static_cast<int>(line_start == std::string::npos ? i : i - line_start - 1);
+    return m;
+  };
+  if (const std::size_t nul = text.find('\0'); nul != std::string::npos) {  // yaml-cpp: "unknown escape character"
+    fail(path, mark_at(nul), "cases", "the file contains a NUL byte: expected a YAML text file");
+  }
+  // a carriage return without a line feed (a CRLF file whose last line lost its LF, or CR-only line endings): yaml-cpp
+  // keeps it in the scalar before it ("8\r") or reports another syntax error
+  for (std::size_t i = text.find('\r'); i != std::string::npos; i = text.find('\r', i + 1)) {
+    if (i + 1 < text.size() && text[i + 1] == '\n') continue;
+    fail(path, mark_at(i), "cases",
+         "a carriage return (CR) without a line feed: save the file with LF or CRLF line endings");
   }
   try {
     docs = YAML::LoadAll(text);
@@ -310,11 +360,14 @@ CaseFile parse_document(const YAML::Node& root, const std::string& path, const R
   if (!root.IsMap()) fail(path, root.Mark(), "cases", "expected a mapping with a list under cases:, got " + scalar_text(root));
   keys_of(path, root);  // no top-level key twice
   YAML::Node cases;
+  YAML::Mark cases_mark;
   bool has_cases = false;
   for (const auto& kv : root) {
     const std::string key = kv.first.Scalar();
     if (key == "name" || key == "description") {
-      if (!kv.second.IsScalar()) fail(path, kv.second.Mark(), key, "expected text, got " + scalar_text(kv.second));
+      if (!kv.second.IsScalar()) {
+        fail(path, value_mark(kv.first, kv.second), key, "expected text, got " + scalar_text(kv.second));
+      }
       (key == "name" ? file.name : file.description) = kv.second.Scalar();
       if (key == "name" && file.name.empty()) fail(path, kv.second.Mark(), key, "expected a non-empty name");
       if (key == "name") {  // the set column of every table: one line, and no '|' (a Markdown column separator)
@@ -326,14 +379,26 @@ CaseFile parse_document(const YAML::Node& root, const std::string& path, const R
       }
     } else if (key == "cases") {
       cases = kv.second;
+      cases_mark = value_mark(kv.first, kv.second);
       has_cases = true;
     } else {
       fail(path, kv.first.Mark(), key, "unknown top-level key (known: name, description, cases)");
     }
   }
   if (!has_cases) fail(path, root.Mark(), "cases", "missing: the list of case entries");
-  if (!cases.IsSequence() || cases.size() == 0) fail(path, cases.Mark(), "cases", "expected a non-empty list of entries, got " + scalar_text(cases));
-  for (const YAML::Node& entry : cases) read_entry(path, entry, reg, file);
+  if (!cases.IsSequence() || cases.size() == 0) {
+    fail(path, cases_mark, "cases", "expected a non-empty list of entries, got " + scalar_text(cases));
+  }
+  std::size_t index = 0;
+  for (const YAML::Node& entry : cases) {
+    ++index;
+    // an empty item (`-` and nothing after it) has no position of its own: the list's start and the item's number
+    if (entry.IsNull()) {
+      fail(path, cases_mark, "cases",
+           "entry " + std::to_string(index) + " of the list is empty (a '-' with nothing after it)");
+    }
+    read_entry(path, entry, reg, file);
+  }
   return file;
 }
 

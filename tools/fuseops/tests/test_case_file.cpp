@@ -64,6 +64,20 @@ TEST(CaseFile, LeadingZerosAreDecimal) {
   EXPECT_EQ(cases[0]->shape, "10x8");
   EXPECT_EQ(cases[1]->shape, "9x8");
   EXPECT_EQ(cases[2]->shape, "7x8");
+  // a range's step and mul are read alike (010 was read as 8 there, 0x10 as 16, !!float 16 as 16)
+  const auto by_mul =
+      parse("cases:\n  - op: silu_and_mul\n    tokens: {from: 1, to: 100, mul: 010}\n    d: 8\n").make_cases();
+  ASSERT_EQ(by_mul.size(), 3u);
+  EXPECT_EQ(by_mul[1]->shape, "10x8");
+  EXPECT_EQ(by_mul[2]->shape, "100x8");
+  const auto by_step =
+      parse("cases:\n  - op: silu_and_mul\n    tokens: {from: 1, to: 20, step: 010}\n    d: 8\n").make_cases();
+  ASSERT_EQ(by_step.size(), 2u);
+  EXPECT_EQ(by_step[1]->shape, "11x8");
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: {from: 1, to: 40, step: 0x10}\n    d: 8\n",
+                    "f.yaml:3:37", "tokens.step", "decimal digits only");
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: {from: 1, to: 40, mul: !!float 16}\n    d: 8\n",
+                    "f.yaml:3:36", "tokens.mul", "tagged");
 }
 
 TEST(CaseFile, StepRangesOptionsAndDefaults) {
@@ -256,6 +270,22 @@ TEST(CaseFile, MissingRequiredSyntaxAndSize) {
   EXPECT_EQ(syntax.rfind("f.yaml:", 0), 0u) << syntax;
   EXPECT_NE(syntax.find("YAML syntax"), std::string::npos) << syntax;
   EXPECT_CASE_ERROR("cases: {}\n", "f.yaml:1:8", "cases", "non-empty list");
+  // empty values are reported at their keys (yaml-cpp marks the null at the next token, or past the file's end), an
+  // empty list item by its number at the list's start
+  EXPECT_CASE_ERROR("name:\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:1", "name",
+                    "got nothing");
+  EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\ndescription:\n", "f.yaml:5:1",
+                    "description", "got nothing");
+  EXPECT_CASE_ERROR("cases:\n", "f.yaml:1:1", "cases", "non-empty list");
+  EXPECT_CASE_ERROR("cases:\n  - op:\n    tokens: 4\n", "f.yaml:2:5", "op", "got nothing");
+  EXPECT_CASE_ERROR("cases:\n  -\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:2:3", "cases",
+                    "entry 1 of the list is empty");
+  // a CR without an LF (a CRLF file whose last line lost its LF; CR-only line endings) is named, not read into a value
+  EXPECT_CASE_ERROR("cases:\r\n  - op: silu_and_mul\r\n    tokens: 4\r\n    d: 8\r", "f.yaml:4:9", "cases",
+                    "carriage return (CR) without a line feed");
+  EXPECT_CASE_ERROR("cases:\r  - op: silu_and_mul\r", "f.yaml:1:7", "cases", "carriage return");
+  const auto crlf = parse("cases:\r\n  - op: silu_and_mul\r\n    tokens: 4\r\n    d: 8\r\n").make_cases();
+  EXPECT_EQ(crlf.size(), 1u);
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: {from: 1, to: 200}\n    d: {from: 1, to: 200}\n",
                     "f.yaml:4:5", "d", "more than 10000 cases");  // at the key that crossed the limit
 }
