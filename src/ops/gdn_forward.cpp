@@ -77,10 +77,15 @@ void check_state(const char* op, const char* name, const TensorView& t, std::ini
   check_output(op, name, t, dtypes, {N, HV, K, V}, "[N, HV, K, V]");
 }
 
-/// HV a multiple of H, at least H (H >= 1 is checked before).
-void check_grouping(const char* op, const char* name, int64_t HV, int64_t H) {
+/// HV a multiple of H = h_of.shape[2] (the heads of `h_name`, named in the message), at least H (H >= 1 is checked
+/// before).
+void check_grouping(const char* op, const char* name, int64_t HV, const char* h_name, const TensorView& h_of) {
+  const int64_t H = h_of.shape[2];
   if (HV < H || HV % H != 0) {
-    fail_argument(op, name, "HV (heads) a multiple of H = " + to_string(H) + ", at least H", to_string(HV));
+    fail_argument(op, name,
+                  "HV (heads) a multiple of H = " + to_string(H) + ", at least H (H: the heads of " + h_name + " " +
+                      h_of.shape_str() + ")",
+                  to_string(HV));
   }
 }
 
@@ -116,7 +121,7 @@ QkvDims check_qkv(const char* op, const TensorView& q, const TensorView& k, cons
                q_odd ? "[B, T, H, K] (k's shape)" : "[B, T, H, K] (q's shape)");
   check_input4(op, v_name, v, B, T, -1, -1, "[B, T, HV, V]");
   check_head_dim(op, v_name, v);
-  check_grouping(op, v_name, v.shape[2], H);
+  check_grouping(op, v_name, v.shape[2], ref_name, ref);
   return {B, T, H, v.shape[2], K, v.shape[3]};
 }
 
@@ -294,7 +299,7 @@ void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, T
   check_value_heads(op, "A", A, "v", &v, "beta", &beta);
   const int64_t HV = A.shape[2], BT = A.shape[3];
   if (BT != 16 && BT != 32 && BT != 64) fail_argument(op, "A", "last dim BT in {16, 32, 64}", A.shape_str());
-  check_grouping(op, "A", HV, H);
+  check_grouping(op, "A", HV, "k", k);
   check_input4(op, "v", v, B, T, HV, -1, "[B, T, HV, V]");
   check_head_dim(op, "v", v);
   const int64_t V = v.shape[3];
@@ -338,7 +343,7 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   check_input4(op, "w", w, B, T, -1, K, "[B, T, HV, K]");
   check_value_heads(op, "w", w, "u", &u, "g", g);
   const int64_t HV = w.shape[2];
-  check_grouping(op, "w", HV, H);
+  check_grouping(op, "w", HV, "k", k);
   check_input4(op, "u", u, B, T, HV, -1, "[B, T, HV, V]");
   check_head_dim(op, "u", u);
   const int64_t V = u.shape[3];

@@ -171,8 +171,9 @@ TEST(GdnForwardErrors, WorkspaceQuery) {
   HostTensor q2(bf16, {1, 8, 2, 16}), v3(bf16, {1, 8, 3, 8}), cuf(f32, {2});
   const TensorView cu = x.cu.view(), cub = cuf.view();
   EXPECT_GT(fuseops::chunk_gated_delta_rule_workspace_size(x.q.view(), x.v.view(), &cu, true, 16), 0u);
+  // (without k the query cannot tell whether q or v is wrong: the message names v and shows q's heads)
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size(q2.view(), v3.view(), &cu, false, 16),
-                   "chunk_gated_delta_rule_workspace_size", "v");
+                   "chunk_gated_delta_rule_workspace_size", "v", "(H: the heads of q [1, 8, 2, 16])", "got 3");
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size_for("chunk_gated_delta_rule", q2.view(), v3.view(),
                                                                       &cu, false, 16),
                    "chunk_gated_delta_rule", "v");
