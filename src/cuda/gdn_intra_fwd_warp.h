@@ -43,8 +43,7 @@ bool launch_intra_fwd_warp(const char* op, const KktArgs& ka, const WuArgs& a, i
 /// The overlapped form's launch (WuArgs::ready_warp, a.ready the flags): zeroes the flags, then the kernel as a
 /// persistent grid of one block of kReadyWarps warps per SM (or the blocks set_overlap_intra_blocks_for_testing
 /// asks for), which walks the units chunk index by chunk index and sets a unit's flag once its w and u rows are
-/// stored. False (nothing launched) where a tensor has no map or T or B is past
-/// 32 bits. Errors name `op`.
+/// stored. False (nothing launched) where a tensor has no map or T or B is past 32 bits. Errors name `op`.
 bool launch_intra_fwd_warp_ready(const char* op, const KktArgs& ka, const WuArgs& a, int device, void* stream);
 
 /// What one block of the overlapped form's intra kernel takes of an SM: registers per thread (as compiled), threads,
