@@ -12,6 +12,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/env.h"
 #include "fuseops/error.h"
 
 namespace fuseops::detail {
@@ -39,10 +40,6 @@ void after_launch(const char* op, cudaStream_t stream, int device);
 int device_attribute(cudaDeviceAttr attr, int device);
 /// Multiprocessor count of `device` (cached).
 int sm_count(int device);
-
-/// Whether the environment sets variable `name` to "0" (the switches FUSEOPS_PDL, FUSEOPS_ROPE_DECODE,
-/// FUSEOPS_MOE_ALIGN_SMALL; callers read it once and cache the answer).
-bool env_switched_off(const char* name);
 
 /// Whether kernels on `device` launch with programmatic dependent launch: compute capability >= 9.0, unless the
 /// environment sets FUSEOPS_PDL=0 (cached).

@@ -111,21 +111,19 @@ bool align_wide_trusted(const AlignParams& p) {
 /// minimum to n ids (the small variant still takes up to kMoeAlignSmallMaxIds).
 int64_t align_wide_min_ids() {
   static const int64_t limit = [] {
-    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_WIDE");
-    if (v == nullptr || *v == '\0') return kMoeAlignWideMinIds;
-    const long long n = std::strtoll(v, nullptr, 10);
-    return n <= 0 ? int64_t{-1} : static_cast<int64_t>(n);
+    const int64_t n = env_count("FUSEOPS_MOE_ALIGN_WIDE", INT64_MAX);
+    return n < 0 ? kMoeAlignWideMinIds : n == 0 ? int64_t{-1} : n;
   }();
   return limit;
 }
 
 /// The ids a block of the wide variant owns before the clusters double, after moe_route's router:
-/// kMoeAlignWideOwnIds, or FUSEOPS_MOE_ROUTE_WIDE_OWN=<n> (n > 0) from the environment (A/B).
+/// kMoeAlignWideOwnIds, or FUSEOPS_MOE_ROUTE_WIDE_OWN=<n> (n > 0; 0 or unset: the built-in) from the environment
+/// (A/B).
 int64_t align_wide_own_ids_after_route() {
   static const int64_t n = [] {
-    const char* v = std::getenv("FUSEOPS_MOE_ROUTE_WIDE_OWN");
-    const long long x = v == nullptr ? 0 : std::strtoll(v, nullptr, 10);
-    return x > 0 ? static_cast<int64_t>(x) : kMoeAlignWideOwnIds;
+    const int64_t x = env_count("FUSEOPS_MOE_ROUTE_WIDE_OWN", INT64_MAX);
+    return x > 0 ? x : kMoeAlignWideOwnIds;
   }();
   return n;
 }
@@ -165,13 +163,11 @@ bool align_wide_launch(const char* op, const AlignParams& p, int device, cudaStr
   return true;
 }
 
-/// The small variant's block count as moe_align_plan sets it, or FUSEOPS_MOE_ALIGN_SMALL_BLOCKS=<n> (1-64) from the
-/// environment (moe_align_block_size and moe_route's two launches; for A/B measurements without a rebuild).
+/// The small variant's block count as moe_align_plan sets it, or FUSEOPS_MOE_ALIGN_SMALL_BLOCKS=<n> (1-64; 0 or
+/// unset: the plan's) from the environment (moe_align_block_size and moe_route's two launches; for A/B measurements
+/// without a rebuild).
 int align_small_blocks(int planned) {
-  static const int n = [] {
-    const char* v = std::getenv("FUSEOPS_MOE_ALIGN_SMALL_BLOCKS");
-    return v == nullptr ? 0 : static_cast<int>(std::clamp<long long>(std::strtoll(v, nullptr, 10), 0, 64));
-  }();
+  static const int n = static_cast<int>(env_count("FUSEOPS_MOE_ALIGN_SMALL_BLOCKS", 64));
   return n > 0 ? n : planned;
 }
 

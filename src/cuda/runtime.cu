@@ -1,8 +1,6 @@
 // CUDA runtime helpers and the per-device error record.
 #include <atomic>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -101,11 +99,6 @@ bool runs_sm90a_code(int device) {
   static std::atomic<int> cache[64];
   return cached_capability(cache, device,
                            [](int major, int minor) { return cuda_code_is_sm90a(FUSEOPS_CUDA_ARCH_LIST, major, minor); });
-}
-
-bool env_switched_off(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::strcmp(v, "0") == 0;
 }
 
 bool pdl_enabled(int device) {

@@ -1,7 +1,6 @@
 #include "testing/host_tensor.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -9,6 +8,7 @@
 #include <limits>
 
 #include "common/half.h"
+#include "core/env.h"
 #include "testing/parallel.h"
 #include "fuseops/error.h"
 
@@ -171,14 +171,12 @@ void fill_rows(HostTensor& t, Fill fill, std::mt19937_64& rng, int64_t row_begin
 uint64_t parse_seed(const char* what, const std::string& text) {
   // Decimal digits only (strtoull's base prefixes would read "010" as 8 and "0x10" as 16; "-1", " 1" and "1e3" are
   // no seeds either): leading zeros are decimal, so "010" is 10.
-  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
-  errno = 0;
-  const unsigned long long v = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
-  if (!digits || errno == ERANGE) {
+  uint64_t v = 0;
+  if (text.find('\0') != std::string::npos || !fuseops::detail::parse_decimal(text.c_str(), &v)) {
     throw Error(ErrorKind::invalid_argument,
                 std::string(what) + ": expected a decimal integer seed in [0, 2^64 - 1], got \"" + text + "\"");
   }
-  return static_cast<uint64_t>(v);
+  return v;
 }
 
 uint64_t seed_from_env_or_clock() {

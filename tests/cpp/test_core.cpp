@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/half.h"
+#include "core/env.h"
 #include "test_util.h"
 
 namespace fuseops_test {
@@ -171,6 +172,36 @@ TEST(Seeds, DecimalOnly) {
   } else {
     unsetenv("FUSEOPS_SEED");
   }
+}
+
+// The measurement knobs that take a count (FUSEOPS_MOE_ALIGN_SMALL_BLOCKS, ...) read decimal digits only: "64abc"
+// was read as 64, and values past the knob's range were clamped.
+TEST(Environment, CountsAreDecimalDigitsOnly) {
+  const char* name = "FUSEOPS_TEST_ENV_COUNT";
+  unsetenv(name);
+  EXPECT_EQ(fd::env_count(name, 64), -1);
+  setenv(name, "", 1);
+  EXPECT_EQ(fd::env_count(name, 64), -1);
+  setenv(name, "064", 1);
+  EXPECT_EQ(fd::env_count(name, 64), 64);
+  setenv(name, "0", 1);
+  EXPECT_EQ(fd::env_count(name, 64), 0);
+  setenv(name, "9223372036854775807", 1);
+  EXPECT_EQ(fd::env_count(name, INT64_MAX), INT64_MAX);
+  for (const char* bad : {"65", "64abc", "0x10", "-1", "+1", " 1", "1 ", "1e3", "18446744073709551616"}) {
+    setenv(name, bad, 1);
+    expect_invalid([&] { fd::env_count(name, 64); },
+                   std::string(name) + ": expected a decimal count from 0 to 64, got \"" + bad + "\"");
+  }
+  setenv(name, "9223372036854775808", 1);
+  expect_invalid([&] { fd::env_count(name, INT64_MAX); }, "from 0 to 9223372036854775807");
+  unsetenv(name);
+  uint64_t v = 7;
+  EXPECT_TRUE(fd::parse_decimal("18446744073709551615", &v));
+  EXPECT_EQ(v, UINT64_MAX);
+  EXPECT_FALSE(fd::parse_decimal("18446744073709551616", &v));
+  EXPECT_FALSE(fd::parse_decimal("", &v));
+  EXPECT_EQ(v, UINT64_MAX);  // untouched by a failed read
 }
 
 // ---------------------------------------------------------------------------------------------------------------
