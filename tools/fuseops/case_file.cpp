@@ -17,11 +17,18 @@ std::string at(const std::string& path, const YAML::Mark& m) {
   return path + ":" + std::to_string(std::max(m.line, 0) + 1) + ":" + std::to_string(std::max(m.column, 0) + 1);
 }
 
-/// The keys of a mapping in order; a key written twice is an error at its second place (yaml-cpp keeps both).
+std::string scalar_text(const YAML::Node& n);
+
+/// The keys of a mapping in order; a key written twice is an error at its second place (yaml-cpp keeps both), and so
+/// is a key that is no text (`~:`, `? [a]`; it had printed as key "").
 std::vector<std::pair<std::string, YAML::Mark>> keys_of(const std::string& path, const YAML::Node& map) {
   std::vector<std::pair<std::string, YAML::Mark>> keys;
   for (const auto& kv : map) {
-    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "";
+    if (!kv.first.IsScalar()) {
+      throw Error(ErrorKind::invalid_argument, at(path, kv.first.Mark()) + ": expected a key of text, got " +
+                                                   (kv.first.IsNull() ? std::string("a null key") : scalar_text(kv.first)));
+    }
+    const std::string key = kv.first.Scalar();
     for (const auto& [k, m] : keys) {
       if (k == key) {
         throw Error(ErrorKind::invalid_argument, at(path, kv.first.Mark()) + ": key \"" + key +

@@ -459,7 +459,8 @@ OpSpec chunk_op() {
     }
     s.BT = chunk_size_of(p);
     s = with_heads(s, p, !q.seqlens.empty());
-    const std::string lens = q.seqlens.empty() ? (s.B > 1 ? std::to_string(s.B) + "x" : "") + std::to_string(s.T)
+    // fixed length B x T prints as BBxT (B8x1024): 8x1024 is the label of 8 sequences of 1024 tokens (varlen)
+    const std::string lens = q.seqlens.empty() ? (s.B > 1 ? "B" + std::to_string(s.B) + "x" : "") + std::to_string(s.T)
                                                : s.label.substr(s.label.find(':') + 1);
     s.label = std::to_string(s.H) + "/" + std::to_string(s.HV) + ":" + lens + (s.K != 128 || s.V != 128 ?
               ",k" + std::to_string(s.K) + "v" + std::to_string(s.V) : "") + (s.BT != 64 ? ",bt" + std::to_string(s.BT) : "");

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "case_file.h"
@@ -364,7 +365,7 @@ TEST(CaseFile, EveryFamilysHooksParse) {
       {"rms_norm,gate", "20x4096/g128"},
       {"silu_and_mul_masked", "8x32x64:3@7"},
       {"gelu_and_mul_masked(tanh)", "8x32x64:8@32"},
-      {"chunk_gated_delta_rule", "2/4:2x100"},
+      {"chunk_gated_delta_rule", "2/4:B2x100"},
       {"chunk_gated_delta_rule", "2/2:[1,63,65],bt32"},
       {"fused_recurrent_gated_delta_rule", "2/2:N3x5"},
       {"fused_recurrent_gated_delta_rule_update", "2/2:N3"},
@@ -492,6 +493,29 @@ TEST(CaseFile, DuplicateKeysAreErrors) {
                     "duplicate key (first at f.yaml:1:1)");
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: {from: 1, to: 4, from: 2}\n    d: 8\n", "f.yaml:3:30",
                     "from", "duplicate key");
+}
+
+// A key that is no text (a null `~`, a list) is an error at its place; it had printed as key "".
+// A batch of fixed length and as many varlen sequences of the same length print apart (both had printed 2x100).
+TEST(CaseFile, GdnForwardLabelsTellFixedFromVarlen) {
+  const auto cases = parse(
+      "cases:\n  - op: chunk_gated_delta_rule\n    batch: 2\n    seq_len: 100\n    num_heads: 2\n"
+      "  - op: chunk_gated_delta_rule\n    seqlens: [100, 100]\n    num_heads: 2\n").make_cases();
+  ASSERT_EQ(cases.size(), 2u);
+  EXPECT_EQ(cases[0]->shape, "2/2:B2x100");
+  EXPECT_EQ(cases[1]->shape, "2/2:2x100");
+}
+
+TEST(CaseFile, KeysAreText) {
+  for (const auto& [text, where, got] :
+       std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"cases:\n  - op: silu_and_mul\n    ~: 3\n", "f.yaml:3:5", "got a null key"},
+           {"cases:\n  - op: silu_and_mul\n    [a]: 3\n", "f.yaml:3:5", "got a list"},
+           {"? {a: 1}\n: 3\ncases: []\n", "f.yaml:1:3", "got a mapping"},
+           {"cases:\n  - op: silu_and_mul\n    tokens: {~: 1, to: 4}\n    d: 8\n", "f.yaml:3:14", "got a null key"}}) {
+    const std::string msg = error_of(text);
+    EXPECT_EQ(msg, where + ": expected a key of text, " + got) << text;
+  }
 }
 
 TEST(CaseFile, SizesThatOverflowNameTheirKey) {
