@@ -42,8 +42,9 @@ FUSEOPS_HD PoolSeq pool_sequence(const DecodeArgs& a, int64_t n, int64_t len) {
   int64_t col = 0;
   if (a.idx_cols > 0) {
     if (a.num_accepted) {
-      col = load_index(a.num_accepted, a.acc_dtype, n) - 1;
-      if (col < 0 || col >= a.idx_cols) return PoolSeq{-1, a.acc_site, n};
+      const int64_t accepted = load_index(a.num_accepted, a.acc_dtype, n);  // in [1, idx_cols]; checked before
+      if (accepted < 1 || accepted > a.idx_cols) return PoolSeq{-1, a.acc_site, n};  // the - 1 (INT64_MIN)
+      col = accepted - 1;
     }
     if (len > a.idx_cols) return PoolSeq{-1, a.len_site, n};
   }

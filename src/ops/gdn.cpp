@@ -87,6 +87,30 @@ void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& devic
 }
 
 namespace {
+/// The backend's chunk_local_cumsum (a validated device).
+void run_chunk_local_cumsum(const char* op, const CumsumArgs& a, const Device& device, Stream stream) {
+  if (backend_for(op, device) == Backend::cuda) {
+#if defined(FUSEOPS_WITH_CUDA)
+    cuda::chunk_local_cumsum(a, device.index, stream.handle);
+#else
+    (void)stream;
+#endif
+  } else {
+    cpu::chunk_local_cumsum(a);
+  }
+}
+}  // namespace
+
+void check_cu_seqlens_without_tokens(const GdnGeometry& geo, const Device& device, Stream stream) {
+  if (geo.T != 0 || !has_sequences(geo)) return;
+  CumsumArgs a;  // g and out: no rows (null data, never read or written)
+  a.geo = geo;
+  a.geo.HV = 1;
+  a.geo.H = 1;
+  run_chunk_local_cumsum("chunk_local_cumsum", a, device, stream);
+}
+
+namespace {
 
 /// Shared checks of kkt and the fused op; returns the device.
 Device check_kkt(const char* op, const TensorView& out, const char* out_name, const TensorView& k, const TensorView* g,
@@ -165,15 +189,7 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   check_disjoint(op, "out", out, "g", g);
   if (cu_seqlens) check_disjoint(op, "out", out, "cu_seqlens", *cu_seqlens);
   if (g.numel() == 0 && !has_sequences(a.geo)) return;
-  if (backend_for(op, device) == Backend::cuda) {
-#if defined(FUSEOPS_WITH_CUDA)
-    cuda::chunk_local_cumsum(a, device.index, stream.handle);
-#else
-    (void)stream;
-#endif
-  } else {
-    cpu::chunk_local_cumsum(a);
-  }
+  run_chunk_local_cumsum(op, a, device, stream);
 }
 
 namespace detail {

@@ -26,5 +26,10 @@ void check_token_head(const char* op, const char* name, const TensorView& v, int
 int64_t cu_seqlens_count(const char* op, const TensorView& cu, int64_t T);
 /// cu_seqlens: [N+1] i32 / i64 on `device`, B == 1; fills geo.cu_* and geo.N (B without cu_seqlens).
 void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& device, GdnGeometry& geo);
+/// For an op that has nothing to compute at T = 0: its N >= 1 cu_seqlens entries are still checked, as every GDN op
+/// checks them (docs/ops/gdn.md, Variable length). Runs chunk_local_cumsum's chunk walk over zero tokens and one
+/// head, which records a malformed cu_seqlens against the calling op (geo.cu_site) and reads or writes no row. Does
+/// nothing unless geo.T == 0 and cu_seqlens names N >= 1 sequences.
+void check_cu_seqlens_without_tokens(const GdnGeometry& geo, const Device& device, Stream stream);
 
 }  // namespace fuseops::detail

@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -795,6 +796,59 @@ TEST_P(GdnForward, NoTokens) {
       }
     }
   }
+}
+
+// T = 0 with N = 2 sequences: every forward and decode op still checks cu_seqlens (and the decode ops their pool
+// indices), as at T > 0 and as the intra-chunk ops do; most had returned before reading them.
+TEST_P(GdnForward, NoTokensStillChecksCuSeqlensAndPoolIndices) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  if (fuseops::debug_mode()) GTEST_SKIP() << "FUSEOPS_DEBUG is set: ops raise at once";
+  const Where w = GetParam();
+  constexpr int64_t H = 1, HV = 2, K = 16, V = 8, BT = 64;
+  const int64_t NS = fuseops::gdn_chunk_slots(0, 2, BT, true);
+  Placed q(w, HostTensor(f32, {1, 0, H, K})), v(w, HostTensor(f32, {1, 0, HV, V})), g(w, HostTensor(f32, {1, 0, HV})),
+      A(w, HostTensor(f32, {1, 0, HV, BT})), o(w, f32, {1, 0, HV, V}), wk(w, f32, {1, 0, HV, K}),
+      h(w, f32, {1, NS, HV, K, V}), pool(w, HostTensor(f32, {3, HV, K, V})), alog(w, HostTensor(f32, {HV})),
+      bad_cu(w, ft::index_tensor(DType::i64, {0, 3, 0})), good_cu(w, ft::index_tensor(DType::i64, {0, 0, 0})),
+      bad_idx(w, ft::index_tensor(DType::i32, {99, -5}));
+  for (Placed* p : {&q, &v, &g, &A, &o, &wk, &h, &pool, &alog, &bad_cu, &good_cu, &bad_idx}) p->upload();
+  const TensorView gv = g.view(), cu = bad_cu.view(), cu0 = good_cu.view();
+  const std::size_t bytes = fuseops::chunk_gated_delta_rule_workspace_size(q.view(), v.view(), &cu, false, BT);
+  Placed ws(w, f32, {static_cast<int64_t>(bytes / 4 + 1)}, 0);
+  ws.upload();
+  const std::vector<std::pair<std::string, std::function<void()>>> runs = {
+      {"recompute_w_u_fwd",
+       [&] { fuseops::recompute_w_u_fwd(wk.view(), o.view(), q.view(), v.view(), gv, A.view(), &gv, &cu); }},
+      {"chunk_gated_delta_rule_fwd_h",
+       [&] { fuseops::chunk_gated_delta_rule_fwd_h(h.view(), o.view(), nullptr, q.view(), wk.view(), o.view(), &gv,
+                                                   nullptr, BT, &cu); }},
+      {"chunk_fwd_o",
+       [&] { fuseops::chunk_fwd_o(o.view(), q.view(), q.view(), o.view(), h.view(), &gv, 1.0, BT, &cu); }},
+      {"chunk_gated_delta_rule",
+       [&] { fuseops::chunk_gated_delta_rule(o.view(), nullptr, q.view(), q.view(), v.view(), gv, gv, std::nullopt,
+                                             nullptr, false, &cu, ws.view(), BT); }},
+      {"fused_recurrent_gated_delta_rule",
+       [&] { fuseops::fused_recurrent_gated_delta_rule(o.view(), nullptr, q.view(), q.view(), v.view(), &gv, &gv,
+                                                       std::nullopt, nullptr, false, &cu); }},
+      {"fused_recurrent_gated_delta_rule_update",
+       [&] { fuseops::fused_recurrent_gated_delta_rule_update(o.view(), pool.view(), q.view(), q.view(), v.view(),
+                                                              &gv, &gv, std::nullopt, bad_idx.view(), nullptr, false,
+                                                              &cu0); }},
+      {"fused_sigmoid_gating_delta_rule_update",
+       [&] { fuseops::fused_sigmoid_gating_delta_rule_update(o.view(), pool.view(), alog.view(), gv, alog.view(),
+                                                             q.view(), q.view(), v.view(), gv, std::nullopt,
+                                                             bad_idx.view(), nullptr, false, &cu0, 1.0, 20.0); }}};
+  for (const auto& [op, run] : runs) {
+    SCOPED_TRACE(op);
+    const bool pool_form = op.find("_update") != std::string::npos;
+    fuseops::clear_errors();
+    EXPECT_NO_THROW(run());
+    const std::string msg = take_device_error();
+    // cu_seqlens [0, 3, 0]: sequence 0 ends past T = 0; the pool forms: index 0 (99) is past the 3 slots
+    const std::string want = op + (pool_form ? ": ssm_state_indices: " : ": cu_seqlens: ") + "value out of range at index 0";
+    EXPECT_NE(msg.find(want), std::string::npos) << msg;
+  }
+  EXPECT_TRUE(pool.untouched_outside(false));  // empty sequences: the pool is neither read into o nor written
 }
 
 // ---- fwd_h on the views and switches of its tensor-map path (src/cuda/gdn_fwd_h.cu: on sm_90 the w and k tiles of

@@ -4,6 +4,7 @@
 // (< -1 or >= S: recorded, treated as padding). Untouched pool slots must keep their bytes.
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <vector>
 
@@ -30,6 +31,7 @@ struct PoolCase {
   std::vector<int64_t> idx;  ///< [N] or [N, cols]
   int64_t cols = 0;
   std::vector<int64_t> accepted;  ///< empty: none
+  DType acc_dtype = DType::i32;   ///< num_accepted_tokens
   bool fused_gating = false;
   std::vector<int64_t> bad_rows;  ///< sequences with a bad index / count (padding + recorded)
   bool bad_write = false;         ///< a bad per-token write index (skipped + recorded; the sequence runs)
@@ -97,7 +99,7 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   for (int64_t n = 0; n < N; ++n) {
     bool bad = false;
     for (int64_t b : pc.bad_rows) bad = bad || b == n;
-    const int64_t col = pc.cols == 0 ? 0 : (pc.accepted.empty() ? 0 : pc.accepted[n] - 1);
+    const int64_t col = bad || pc.cols == 0 || pc.accepted.empty() ? 0 : pc.accepted[n] - 1;
     const int64_t slot = bad ? -1 : pc.idx[pc.cols == 0 ? n : n * pc.cols + col];
     start[n] = slot;
     for (int64_t e = 0; e < per; ++e) {
@@ -140,7 +142,7 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   HostTensor cu_t = ft::index_tensor(DType::i32, {static_cast<int64_t>(in.cu.size())}, in.cu);
   const std::vector<int64_t> idx_shape = pc.cols ? std::vector<int64_t>{N, pc.cols} : std::vector<int64_t>{N};
   HostTensor idx_t = ft::index_tensor(pc.idx_dtype, idx_shape, pc.idx);
-  HostTensor acc_t = ft::index_tensor(DType::i32, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
+  HostTensor acc_t = ft::index_tensor(pc.acc_dtype, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
   const int64_t gd = pc.guard;
   Placed P(where, pool, 0, pc.pool_guard), Q(where, in.q, 0, gd), Kt(where, in.k, 0, gd), Vt(where, in.v, 0, gd),
       G(where, in.g, 0, gd), Bt(where, in.beta, 0, gd), O(where, s.dtype, {s.B, s.T, HV, s.V}, gd),
@@ -256,6 +258,9 @@ TEST_P(GdnDecode, BadIndicesAreRecorded) {
     acc.bad_rows = {1};
     acc.error_words = {"num_accepted_tokens", "index 1"};
     run_pool_case(GetParam(), acc, rng);
+    acc.acc_dtype = DType::i64;  // the smallest count: checked before the - 1 that would wrap (UBSan)
+    acc.accepted = {1, std::numeric_limits<int64_t>::min()};
+    run_pool_case(GetParam(), acc, rng);
     // a sequence with more tokens than the Tmax columns: padding, recorded under cu_seqlens at its index n, not as
     // an out-of-range ssm_state_indices entry (every entry here is a valid slot)
     PoolCase longer;
@@ -275,6 +280,7 @@ TEST_P(GdnDecode, BadIndicesAreRecorded) {
       empty.slots = 0;
       empty.idx = {-1, 5, -1};
       empty.bad_rows = {1};
+      empty.error_words = {"ssm_state_indices", "index 1"};
       empty.fused_gating = gating;
       run_pool_case(GetParam(), empty, rng);
     }
@@ -292,12 +298,14 @@ TEST_P(GdnDecode, IndicesBelowMinusOneAreRecorded) {
     pc.s = fixed(4, 1, 1, 2, K, 32, f32);
     pc.idx = {3, -2, 0, 5};
     pc.bad_rows = {1};
+    pc.error_words = {"ssm_state_indices", "index 1"};
     run_pool_case(GetParam(), pc, rng);
     PoolCase start;
     start.s = varlen({2, 2}, 1, 2, K, 32, f32);
     start.cols = 2;
     start.idx = {0, 1, -7, 3};  // sequence 1 starts at column 0: -7
     start.bad_rows = {1};
+    start.error_words = {"ssm_state_indices", "index 2"};  // flat index n * Tmax + column
     run_pool_case(GetParam(), start, rng);
     PoolCase write;
     write.s = varlen({2, 2}, 1, 2, K, 32, f32);
@@ -305,6 +313,7 @@ TEST_P(GdnDecode, IndicesBelowMinusOneAreRecorded) {
     write.idx = {0, 1, 2, -5};  // written after sequence 1's second token: -5
     write.accepted = {1, 1};
     write.bad_write = true;
+    write.error_words = {"ssm_state_indices", "index 3"};
     run_pool_case(GetParam(), write, rng);
     fuseops::clear_errors();
   }
