@@ -70,7 +70,8 @@ struct TensorView {
   bool is_contiguous() const;
   /// "[2, 64, 128]".
   std::string shape_str() const;
-  /// A view of elements [start, start + length) of dim `dim` (same strides).
+  /// A view of elements [start, start + length) of dim `dim` (same strides). Throws Error(invalid_argument) for a
+  /// range outside the dim, or a byte offset start * stride * element size that does not fit in 64 bits.
   TensorView slice(int dim, int64_t start, int64_t length) const;
 };
 

@@ -129,13 +129,21 @@ std::string TensorView::shape_str() const {
 
 TensorView TensorView::slice(int dim, int64_t start, int64_t length) const {
   int d = wrap_dim(dim, rank);
-  if (start < 0 || length < 0 || start + length > shape[d]) {
-    throw Error(ErrorKind::invalid_argument, "TensorView::slice: range [" + std::to_string(start) + ", " +
-                                                 std::to_string(start + length) + ") outside dim " +
+  // no sum or product that can wrap: start + length and start * stride * size are checked before they are formed
+  if (start < 0 || length < 0 || start > shape[d] || length > shape[d] - start) {
+    throw Error(ErrorKind::invalid_argument, "TensorView::slice: range of " + std::to_string(length) +
+                                                 " elements from " + std::to_string(start) + " outside dim " +
                                                  std::to_string(d) + " of size " + std::to_string(shape[d]));
   }
+  int64_t offset = 0;
+  if (__builtin_mul_overflow(start, strides[d], &offset) ||
+      __builtin_mul_overflow(offset, static_cast<int64_t>(dtype_size(dtype)), &offset)) {
+    throw Error(ErrorKind::invalid_argument, "TensorView::slice: the byte offset of element " + std::to_string(start) +
+                                                 " of dim " + std::to_string(d) + " (stride " +
+                                                 std::to_string(strides[d]) + ") does not fit in 64 bits");
+  }
   TensorView v = *this;
-  v.data = static_cast<char*>(data) + start * strides[d] * static_cast<int64_t>(dtype_size(dtype));
+  v.data = static_cast<char*>(data) + offset;
   v.shape[d] = length;
   return v;
 }

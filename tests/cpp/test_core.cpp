@@ -95,6 +95,15 @@ TEST(TensorView, Slice) {
   expect_invalid([&] { (void)v.slice(0, 3, 2); }, "outside dim 0");
   expect_invalid([&] { (void)v.slice(1, -1, 2); }, "slice");
   expect_invalid([&] { (void)v.slice(2, 0, 1); }, "out of range");
+  // ranges whose end passes INT64_MAX (start + length wrapped negative and was accepted, the view pointing before
+  // the data), and offsets past 64 bits (a saturated stride) are errors
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  expect_invalid([&] { (void)v.slice(1, kMax - 1, 2); }, "range of 2 elements from 9223372036854775806 outside dim 1");
+  expect_invalid([&] { (void)v.slice(1, kMax, kMax); }, "outside dim 1");
+  expect_invalid([&] { (void)v.slice(1, 1, kMax); }, "outside dim 1 of size 6");
+  const TensorView wide(data, DType::f32, Device::cpu(), {3, int64_t{1} << 62, 4});
+  expect_invalid([&] { (void)wide.slice(0, 1, 1); }, "the byte offset of element 1 of dim 0");
+  EXPECT_EQ(wide.slice(0, 0, 1).data, static_cast<void*>(data));
 }
 
 TEST(TensorView, FromArraysAndRankLimits) {
