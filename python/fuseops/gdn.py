@@ -74,9 +74,10 @@ def _out_like(op, name, t, shape):
     return torch.empty(shape, dtype=t.dtype, device=t.device)
 
 
-def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, head_first=False,
-                       output_dtype=torch.float, chunk_indices=None, **kwargs):
-    """Chunk-local cumulative sum of log-decays, as FLA ``chunk_local_cumsum`` (3-D form; FLA's signature).
+def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, output_dtype=torch.float,
+                       chunk_indices=None, **kwargs):
+    """Chunk-local cumulative sum of log-decays, as FLA ``chunk_local_cumsum`` (3-D form; FLA's signature and
+    positional order).
 
     Args:
         g: [B, T, HV] float32 / float16 / bfloat16.
@@ -84,20 +85,24 @@ def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None
         reverse: suffix sums within each chunk.
         scale: multiplies after the sum (None: 1).
         cu_seqlens: optional [N+1] int32 / int64, B == 1.
-        head_first: False only (FLA's default layout).
-        output_dtype: torch.float32 only.
+        output_dtype: torch.float32; None means g's dtype (FLA's rule), which must then be float32.
+        chunk_indices: None only (derived from cu_seqlens on the device).
+        head_first: by keyword only, False (FLA removed it; any other value is a ValueError).
     Returns:
         [B, T, HV] float32.
     """
     op = "chunk_local_cumsum"
     forward_only(op, g=g)
-    _reject_kwargs(op, dict(kwargs, head_first=head_first))
+    _reject_kwargs(op, kwargs)
     cu_seqlens = _check_cu(op, cu_seqlens)
     reverse = bool_arg(op, "reverse", reverse)
     _no_chunk_indices(op, chunk_indices)
-    if output_dtype not in (torch.float, None):
-        raise ValueError(f"{op}: output_dtype: expected torch.float32, got {output_dtype}")
     _check_rank(op, "g", g, 3, "[B, T, HV]")
+    if output_dtype is None and g.dtype != torch.float32:
+        raise ValueError(f"{op}: output_dtype: None asks for g's dtype ({g.dtype}); fuseops writes torch.float32 "
+                         "only: pass output_dtype=torch.float32")
+    if output_dtype not in (torch.float32, None):
+        raise ValueError(f"{op}: output_dtype: expected torch.float32, got {output_dtype}")
     chunk_size = _check_chunk_size(op, chunk_size)
     out = torch.empty(g.shape, dtype=torch.float32, device=g.device)
     ops.chunk_local_cumsum(out, g, chunk_size, cu_seqlens, reverse,
@@ -131,12 +136,15 @@ def chunk_scaled_dot_kkt_fwd(k, g=None, beta=None, cu_seqlens=None, chunk_size=6
 
 def solve_tril(A, cu_seqlens=None, chunk_indices=None, output_dtype=torch.float):
     """(I + A)^{-1} per chunk, as FLA ``solve_tril``: A [B, T, HV, BT] strictly lower per chunk (only those entries
-    are read); returns [B, T, HV, BT] in ``output_dtype`` (unit lower triangular, zeros elsewhere)."""
+    are read); returns [B, T, HV, BT] in ``output_dtype`` (None: A's dtype, as FLA) (unit lower triangular, zeros
+    elsewhere)."""
     op = "solve_tril"
     forward_only(op, A=A)
     cu_seqlens = _check_cu(op, cu_seqlens)
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "A", A, 4, "[B, T, HV, BT]")
+    if output_dtype is None:
+        output_dtype = A.dtype
     if output_dtype not in _FLOAT:
         raise ValueError(f"{op}: output_dtype: expected torch.float32 | float16 | bfloat16, got {output_dtype}")
     Ai = torch.empty(A.shape, dtype=output_dtype, device=A.device)
@@ -174,7 +182,7 @@ def chunk_gated_delta_rule_fwd_kkt_solve(k, g=None, beta=None, cu_seqlens=None, 
 # FLA keyword arguments fuseops does not implement: passing one (whatever its value) is a ValueError naming it.
 _UNSUPPORTED_CHUNK = ("use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v_first", "transpose_state_layout",
                       "use_gate_in_kernel", "A_log", "dt_bias", "head_first", "cu_seqlens_cpu", "chunk_indices",
-                      "cp_context", "gk", "gv", "is_kda")
+                      "cp_context", "gk", "gv", "g_gamma", "is_kda")
 
 
 # Values of those arguments that ask for what fuseops does anyway (FLA's defaults): accepted, so drop-in callers that
@@ -182,7 +190,7 @@ _UNSUPPORTED_CHUNK = ("use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v
 _DEFAULT_CHUNK = {"use_beta_sigmoid_in_kernel": False, "allow_neg_eigval": False, "state_v_first": False,
                   "transpose_state_layout": False, "use_gate_in_kernel": False, "A_log": None, "dt_bias": None,
                   "head_first": False, "cu_seqlens_cpu": None, "chunk_indices": None, "cp_context": None, "gk": None,
-                  "gv": None, "is_kda": False}
+                  "gv": None, "g_gamma": None, "is_kda": False}
 
 
 def _reject_kwargs(op, kwargs, allowed=()):
@@ -262,9 +270,11 @@ def recompute_w_u_fwd(k, v, beta, A, g=None, cu_seqlens=None, chunk_indices=None
     return w, u
 
 
-def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, initial_state=None, output_final_state=False, chunk_size=64,
-                                 save_new_value=True, cu_seqlens=None, **kwargs):
-    """The state recurrence across chunks, as FLA ``chunk_gated_delta_rule_fwd_h`` (default state layout).
+def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, gk=None, initial_state=None, output_final_state=False, chunk_size=64,
+                                 save_new_value=True, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+                                 chunk_indices=None, **kwargs):
+    """The state recurrence across chunks, as FLA ``chunk_gated_delta_rule_fwd_h`` (its positional order; default
+    state layout: ``gk``, ``state_v_first``, ``cu_seqlens_cpu`` and ``chunk_indices`` only at their defaults).
 
     Returns (h [B, NS, HV, K, V] in k.dtype, v_new [B, T, HV, V] in u.dtype (ungated), final_state or None). h is
     indexed by chunk slot: NS = ceil(T / BT) per batch row, or N + ceil(T / BT) with cu_seqlens (see
@@ -272,10 +282,11 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, initial_state=None, output_fin
     """
     op = "chunk_gated_delta_rule_fwd_h"
     forward_only(op, k=k, w=w, u=u, g=g, initial_state=initial_state)
+    _reject_kwargs(op, dict(kwargs, gk=gk, state_v_first=state_v_first, cu_seqlens_cpu=cu_seqlens_cpu,
+                            chunk_indices=chunk_indices))
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     save_new_value = bool_arg(op, "save_new_value", save_new_value)
-    _reject_kwargs(op, kwargs)
     if not save_new_value:
         raise ValueError(f"{op}: save_new_value: expected True (v_new is always stored), got False")
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
@@ -292,13 +303,16 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, initial_state=None, output_fin
     return h, v_new, ht
 
 
-def chunk_fwd_o(q, k, v, h, g=None, scale=None, cu_seqlens=None, chunk_size=64, **kwargs):
-    """o = scale (e^g q h + causal gated (q k^T) v) per chunk, as FLA ``chunk_fwd_o``; ``v`` is v_new and ``h`` the
-    per-chunk states of :func:`chunk_gated_delta_rule_fwd_h`. Returns o [B, T, HV, V] in v.dtype."""
+def chunk_fwd_o(q, k, v, h, g=None, g_gamma=None, scale=None, state_v_first=False, cu_seqlens=None, chunk_size=64,
+                chunk_indices=None, **kwargs):
+    """o = scale (e^g q h + causal gated (q k^T) v) per chunk, as FLA ``chunk_fwd_o`` (its positional order;
+    ``g_gamma``, ``state_v_first`` and ``chunk_indices`` only at their defaults); ``v`` is v_new and ``h`` the
+    per-chunk states of :func:`chunk_gated_delta_rule_fwd_h`; scale None: K ** -0.5. Returns o [B, T, HV, V] in
+    v.dtype."""
     op = "chunk_fwd_o"
     forward_only(op, q=q, k=k, v=v, h=h, g=g)
+    _reject_kwargs(op, dict(kwargs, g_gamma=g_gamma, state_v_first=state_v_first, chunk_indices=chunk_indices))
     cu_seqlens = _check_cu(op, cu_seqlens)
-    _reject_kwargs(op, kwargs)
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     chunk_size = _check_chunk_size(op, chunk_size)

@@ -236,11 +236,51 @@ def test_chunk_local_cumsum_takes_flas_signature():
     g = torch.randn(1, 8, 2)
     ref = fuseops.chunk_local_cumsum(g, 16)
     assert torch.equal(fuseops.chunk_local_cumsum(g, 16, head_first=False), ref)
-    assert torch.equal(fuseops.chunk_local_cumsum(g, 16, False, None, None, False), ref)  # FLA's positional order
+    # FLA's positional order: (g, chunk_size, reverse, scale, cu_seqlens, output_dtype, chunk_indices)
+    assert torch.equal(fuseops.chunk_local_cumsum(g, 16, False, None, None, torch.float32, None), ref)
+    assert torch.equal(fuseops.chunk_local_cumsum(g, 16, False, None, None, None), ref)  # None: g's dtype, f32 here
+    with pytest.raises(ValueError, match=r"^chunk_local_cumsum: output_dtype: None asks for g's dtype"):
+        fuseops.chunk_local_cumsum(g.bfloat16(), 16, False, None, None, None)
+    with pytest.raises(ValueError, match=r"^chunk_local_cumsum: output_dtype: expected torch.float32"):
+        fuseops.chunk_local_cumsum(g, 16, False, None, None, torch.bfloat16)
     with pytest.raises(ValueError, match="chunk_local_cumsum: head_first: not supported"):
         fuseops.chunk_local_cumsum(g, 16, head_first=True)
     with pytest.raises(ValueError, match="chunk_local_cumsum: bogus: unknown argument"):
         fuseops.chunk_local_cumsum(g, 16, bogus=1)
+
+
+def test_solve_tril_output_dtype_none_is_As_dtype():
+    A = torch.tril(torch.randn(1, 32, 2, 16), -1).bfloat16()
+    ref = fuseops.solve_tril(A, output_dtype=torch.bfloat16)
+    out = fuseops.solve_tril(A, output_dtype=None)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_stages_take_flas_positional_order_and_equal_the_chunked_op(device):
+    # cumsum -> kkt_solve -> recompute_w_u -> fwd_h -> fwd_o, called with FLA's positional orders, equal the whole op
+    # (float32: the stages and the op share the arithmetic; the tolerance is the float32 one of docs/ops/gdn.md)
+    torch.manual_seed(3)
+    B, T, H, HV, K, V, BT = 1, 40, 1, 2, 16, 8, 16
+    q, k, v, g, beta, h0 = inputs(B, T, H, HV, K, V, torch.float32, device)
+    scale = K ** -0.5
+    gc = fuseops.chunk_local_cumsum(g, BT, False, None, None, torch.float32, None)
+    Ai = fuseops.chunk_gated_delta_rule_fwd_kkt_solve(k, gc, beta, None, BT, torch.float32)
+    w, u = fuseops.recompute_w_u_fwd(k, v, beta, Ai, gc, None, None)
+    # FLA: (k, w, u, g, gk, initial_state, output_final_state, chunk_size, save_new_value, state_v_first, cu_seqlens)
+    h, v_new, ht = fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, gc, None, h0, True, BT, True, False, None)
+    # FLA: (q, k, v, h, g, g_gamma, scale, state_v_first, cu_seqlens, chunk_size)
+    o = fuseops.chunk_fwd_o(q, k, v_new, h, gc, None, scale, False, None, BT)
+    o_ref, ht_ref = recurrence(q, k, v, g, beta, h0, scale)
+    assert rel_rms(o, o_ref) <= 1e-4 and rel_rms(ht, ht_ref) <= 1e-4
+    # the default scale is K ** -0.5
+    assert torch.equal(fuseops.chunk_fwd_o(q, k, v_new, h, gc, chunk_size=BT), o)
+    with pytest.raises(ValueError, match=r"^chunk_fwd_o: g_gamma: not supported"):
+        fuseops.chunk_fwd_o(q, k, v_new, h, gc, torch.tensor([0.5]), scale, chunk_size=BT)
+    with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule_fwd_h: gk: not supported"):
+        fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, gc, torch.zeros_like(k), chunk_size=BT)
+    with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule_fwd_h: state_v_first: not supported"):
+        fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, gc, chunk_size=BT, state_v_first=True)
 
 
 def test_inputs_requiring_grad_are_refused():

@@ -76,6 +76,22 @@ def test_grouped_topk_deepseek(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_vllm_compat_grouped_topk_and_topk_softmax(device):
+    # the compat entries give what the native functions give (vLLM's argument order; scoring_func 1: sigmoid)
+    x = torch.randn(7, 64, device=device)
+    bias = torch.randn(64, device=device)
+    w, ids = vllm_compat.grouped_topk(x, 4, 2, 6, True, 2.0, bias, 1)
+    rw, rids = fuseops.grouped_topk(x, 4, 2, 6, True, 2.0, bias=bias)
+    assert torch.equal(ids, rids) and torch.equal(w, rw)
+    tw = torch.empty(7, 3, device=device)
+    tids = torch.empty(7, 3, dtype=torch.int32, device=device)
+    src = torch.empty(7, 3, dtype=torch.int32, device=device)
+    vllm_compat.topk_softmax(tw, tids, src, x, True)
+    nw, nids, nsrc = fuseops.topk_softmax(x, 3, renormalize=True)
+    assert torch.equal(tw, nw) and torch.equal(tids, nids) and torch.equal(src, nsrc)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("T,k,E,bs", [(0, 8, 64, 16), (1, 8, 256, 64), (33, 6, 60, 16), (500, 8, 256, 64)])
 def test_moe_align_block_size(device, T, k, E, bs):
     ids = torch.stack([torch.randperm(E)[:k] for _ in range(T)]) if T else torch.empty(0, k, dtype=torch.long)
@@ -139,11 +155,16 @@ def test_errors():
         fuseops.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, bias=[0.0] * 256)
     vllm = fuseops.compat.vllm
     with pytest.raises(ValueError, match="grouped_topk: topk: expected an int"):
-        vllm.grouped_topk(torch.randn(2, 256), 8, 4, 4.0, True, 1.0, None)
+        vllm.grouped_topk(torch.randn(2, 256), 8, 4, 4.0, True, 1.0, None, 1)
     with pytest.raises(ValueError, match="grouped_topk: topk: expected an int"):
-        vllm.grouped_topk(torch.randn(2, 256), 8, 4, -1, True, 1.0, None)
+        vllm.grouped_topk(torch.randn(2, 256), 8, 4, -1, True, 1.0, None, 1)
     with pytest.raises(ValueError, match="grouped_topk: routed_scaling_factor: expected a number"):
-        vllm.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, True, None)
+        vllm.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, True, None, 1)
+    # vLLM's default scoring_func 0 (scores already activated) is refused, also when left out: it had defaulted to 1
+    # here, which applied a second sigmoid
+    for extra in ((), (0,), (True,)):
+        with pytest.raises(ValueError, match=r"^grouped_topk: scoring_func: expected 1"):
+            vllm.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, 1.0, None, *extra)
     # flags are bools, not truthy values
     with pytest.raises(ValueError, match="topk_softmax: renormalize: expected a bool"):
         fuseops.topk_softmax(torch.randn(2, 8), 2, renormalize="no")

@@ -32,15 +32,19 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
     ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)
 
 
-def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_factor, bias, scoring_func=1):
-    """As ``torch.ops._moe_C.grouped_topk``: returns (topk_values float32, topk_indices int32).
+def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_factor, bias, scoring_func=0):
+    """As vLLM's ``_custom_ops.grouped_topk`` (``torch.ops._moe_C.grouped_topk``): returns (topk_values float32,
+    topk_indices int32).
 
-    scoring_func 1 is sigmoid; 0 ("none": scores already probabilities) is not supported (ValueError)."""
+    scoring_func 1: ``scores`` are logits, sigmoid inside. vLLM's default 0 ("none": ``scores`` already activated) is
+    not supported: a ValueError, also when scoring_func is left out (it had defaulted to 1 here, so a call without it
+    applied a second sigmoid to activated scores)."""
     import torch
 
     op = "grouped_topk"
-    if scoring_func != 1:
-        raise ValueError(f"{op}: scoring_func: expected 1 (sigmoid), got {scoring_func!r}")
+    if isinstance(scoring_func, bool) or scoring_func != 1:
+        raise ValueError(f"{op}: scoring_func: expected 1 (sigmoid of the logits in scores); 0 (vLLM's default: "
+                         f"scores already activated) is not supported, got {scoring_func!r}")
     renormalize = bool_arg(op, "renormalize", renormalize)
     tensor_arg(op, "scores", scores)
     tensor_arg(op, "bias", bias, optional=True)
