@@ -140,8 +140,8 @@ FUSEOPS_HD void moe_sort_desc(uint32_t (&a)[N]) {
   moe_bitonic_from<N, 2>(a);
 }
 
-/// ceil(a / b) * b for a >= 0, b >= 1.
-FUSEOPS_HD int64_t moe_round_up(int64_t a, int64_t b) { return (a + b - 1) / b * b; }
+/// ceil(a / b) * b for a >= 0, b >= 1, a <= INT64_MAX - (b - 1) (b - 1 is added first: a + b wrapped at that bound).
+FUSEOPS_HD int64_t moe_round_up(int64_t a, int64_t b) { return (a + (b - 1)) / b * b; }
 
 }  // namespace fuseops::detail
 

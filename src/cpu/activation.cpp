@@ -41,6 +41,7 @@ void masked(const MaskedActArgs& a) {
       bad = true;
     }
     const int64_t rows = m < 0 ? 0 : m > a.T_max ? a.T_max : m;
+    if (rows == 0) continue;  // nothing to address (with T_max = 0 the strides were never bounded by an extent)
     // The valid rows of expert e as matrices: gate = the first d columns of input, up = the next d.
     RowMatrix out{static_cast<char*>(a.out) + e * a.out_stride_e * es, rows, a.d, a.out_stride_t, a.dtype};
     RowMatrix gate{const_cast<char*>(static_cast<const char*>(a.input)) + e * a.in_stride_e * es, rows, a.d,

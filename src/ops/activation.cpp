@@ -52,7 +52,8 @@ void fused_forward(const char* op, Act act, TensorView out, TensorView input, St
   ActAndMulArgs args{act, o, in, in};
   args.gate.cols = d;
   args.up.cols = d;
-  args.up.data = static_cast<char*>(in.data) + d * static_cast<int64_t>(dtype_size(in.dtype));
+  // (no rows: an extent past 64 bits was never checked, so d * element size is formed only where there are rows)
+  if (in.rows > 0) args.up.data = static_cast<char*>(in.data) + d * static_cast<int64_t>(dtype_size(in.dtype));
   run_forward(op, args, device, stream);
 }
 

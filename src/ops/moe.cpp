@@ -185,8 +185,14 @@ Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, T
   }
   Device device = Device::cpu();
   for (const NamedView& v : views) device = common_device(op, {{views[0].name, views[0].view}, {v.name, v.view}});
+  // outputs against inputs and each other; the two inputs (topk_ids, expert_map) may share memory, as in every op
+  const auto input = [&](const NamedView& v) { return v.view == &ids_view || v.view == expert_map; };
   for (size_t i = 1; i < views.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) check_disjoint(op, views[i].name, *views[i].view, views[j].name, *views[j].view);
+    for (size_t j = 0; j < i; ++j) {
+      if (!(input(views[i]) && input(views[j]))) {
+        check_disjoint(op, views[i].name, *views[i].view, views[j].name, *views[j].view);
+      }
+    }
   }
   a.E = num_experts;
   a.block_size = block_size;
@@ -223,8 +229,9 @@ MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_
   if (overflow) {  // blamed on the larger term: num_experts (its product with block_size - 1) or numel
     const bool blame_experts = pad_overflow || pad > numel;
     detail::fail_argument(op, blame_experts ? "num_experts" : "numel",
-                          "numel + num_experts * (block_size - 1) < 2^63 (numel " + std::to_string(numel) +
-                              ", block_size " + std::to_string(block_size) + ")",
+                          std::string("numel + num_experts * (block_size - 1)") +
+                              (pad_sorted_ids ? ", rounded up to block_size (pad_sorted_ids)," : "") + " < 2^63 (numel " +
+                              std::to_string(numel) + ", block_size " + std::to_string(block_size) + ")",
                           blame_experts ? std::to_string(num_experts) : std::to_string(numel));
   }
   MoeAlignSizes s;

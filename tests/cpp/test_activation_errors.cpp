@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -302,6 +303,21 @@ TEST(ActivationLayout, NegativeStridesOverflowAndBadDevicesAreErrors) {
   EXPECT_NO_THROW(run({o.data(), DType::f32, cpu, {3, 0, 4}}, {x.data(), DType::f32, cpu, {3, 0, 8}}));
   EXPECT_NO_THROW(run({nullptr, DType::f32, cpu, {2, 3, 0, 4}}, {nullptr, DType::f32, cpu, {2, 3, 0, 8}}));
   EXPECT_EQ(o[0], -7.0f);
+}
+
+// Shapes without rows whose extents past 64 bits are never checked (there is nothing to address) are no-ops: the
+// up half's offset d * element size and a masked expert's offset e * stride * element size are not formed there
+// (they wrapped: UBSan in scripts/sanitize.sh).
+TEST(ActivationLayout, NoRowsWithHugeWidthsOrStridesAreNoOps) {
+  static float buf[1024];
+  static int32_t m[2] = {0, 0};
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  EXPECT_NO_THROW(fuseops::silu_and_mul(TensorView(buf, DType::f32, cpu, {0, int64_t{1} << 61}),
+                                        TensorView(buf + 512, DType::f32, cpu, {0, int64_t{1} << 62})));
+  EXPECT_NO_THROW(fuseops::silu_and_mul_masked(TensorView(buf, DType::f32, cpu, {2, 0, 4}, {big, big, 1}),
+                                               TensorView(buf + 512, DType::f32, cpu, {2, 0, 8}, {big, big, 1}),
+                                               TensorView(m, DType::i32, cpu, {2})));
+  EXPECT_NO_THROW(fuseops::check_errors());
 }
 
 }  // namespace

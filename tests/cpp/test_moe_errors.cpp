@@ -1,4 +1,5 @@
 // Every bad argument of the MoE routing ops raises fuseops::Error naming the op and the argument.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -99,6 +100,26 @@ TEST(MoeErrors, AlignBlockSize) {
   TensorView map = b.map_v(255);
   EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), b.I(), 256, 64, &map), op,
                    "expert_map");
+  // the two inputs may share memory (topk_ids read from inside expert_map), as every op's inputs may: the same
+  // result as from separate copies (it was refused as an overlap)
+  {
+    std::vector<int32_t> shared(256), ids_copy(32), s1(32 + 256 * 63), s2(s1.size()), e1(300), e2(300), t1(1), t2(1);
+    for (int32_t i = 0; i < 256; ++i) shared[i] = i;  // identity map; its first 32 entries are the ids 0 .. 31
+    std::copy(shared.begin(), shared.begin() + 32, ids_copy.begin());
+    const auto v = [](std::vector<int32_t>& x, std::initializer_list<int64_t> shape) {
+      return TensorView(x.data(), DType::i32, Device::cpu(), shape);
+    };
+    const TensorView map_shared = v(shared, {256});
+    EXPECT_NO_THROW(fuseops::moe_align_block_size(v(s1, {32 + 256 * 63}), v(e1, {300}), v(t1, {1}), v(shared, {4, 8}),
+                                                  256, 64, &map_shared));
+    std::vector<int32_t> map_copy = shared;
+    const TensorView map_apart = v(map_copy, {256});
+    fuseops::moe_align_block_size(v(s2, {32 + 256 * 63}), v(e2, {300}), v(t2, {1}), v(ids_copy, {4, 8}), 256, 64,
+                                  &map_apart);
+    EXPECT_EQ(s1, s2);
+    EXPECT_EQ(e1, e2);
+    EXPECT_EQ(t1, t2);
+  }
   TensorView overlap(b.sorted.data() + 10, DType::i32, Device::cpu(), {300});
   EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), overlap, b.total_v(), b.I(), 256, 64), op, "expert_ids");
   TensorView strided(b.sorted.data(), DType::i32, Device::cpu(), {2048}, {2});
@@ -165,7 +186,12 @@ TEST(MoeErrors, AlignSizes) {
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(1, max, 3), op, "num_experts", "2^63", "got " + std::to_string(max));
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(10, int64_t{1} << 40, int64_t{1} << 30), op, "num_experts", "2^63");
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(10, (int64_t{1} << 62) - 1, 3), op, "num_experts", "2^63");  // the sum
-  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(max - 7, 1, 8, true), op, "numel");  // fits, its round-up does not
+  // fits, its round-up does not (the message says so: the sum alone holds)
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(max - 7, 1, 8, true), op, "numel", "rounded up to block_size");
+  // the largest sum whose round-up fits, INT64_MAX - (block_size - 1) (its round-up added block_size first, which
+  // wrapped: UBSan)
+  EXPECT_EQ(fuseops::moe_align_sizes(max - 2, 1, 2, true).sorted_len, max - 1);
+  EXPECT_EQ(fuseops::moe_align_sizes(max, 1, 1, true).sorted_len, max);
   const auto edge = fuseops::moe_align_sizes(max - 7, 1, 8);                      // fits exactly
   EXPECT_EQ(edge.sorted_len, max);
   EXPECT_EQ(edge.blocks, max / 8 + 1);
