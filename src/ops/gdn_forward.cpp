@@ -741,7 +741,8 @@ void check_pool(const char* op, const TensorView& pool, const TensorView& idx, c
     check_on_device(op, "num_accepted_tokens", *acc, device);
     a.num_accepted = acc->data;
     a.acc_dtype = acc->dtype;
-    a.acc_site = error_site(op, "num_accepted_tokens");
+    a.acc_site = error_site(op, "num_accepted_tokens", "the index is a sequence n: expected 1 <= "
+                            "num_accepted_tokens[n] <= Tmax; the sequence is skipped as padding");
   }
   a.pool_form = true;
   a.pool = pool.data;
@@ -750,7 +751,10 @@ void check_pool(const char* op, const TensorView& pool, const TensorView& idx, c
   a.indices = idx.data;
   a.idx_dtype = idx.dtype;
   a.idx_cols = idx.rank == 2 ? idx.shape[1] : 0;
-  a.idx_site = error_site(op, "ssm_state_indices");
+  a.idx_site = error_site(op, "ssm_state_indices",
+                          idx.rank == 2 ? "the index is the flat n * Tmax + t of [N, Tmax]: expected -1 (padding) or a "
+                                          "slot in [0, S) of the state pool"
+                                        : "expected -1 (padding) or a slot in [0, S) of the state pool");
   a.len_site = error_site(op, "cu_seqlens", "the index is a sequence n with more tokens than the Tmax columns of "
                           "ssm_state_indices [N, Tmax]: it is skipped as padding");
 }

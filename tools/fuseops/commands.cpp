@@ -200,7 +200,8 @@ int no_case_matched(const Options& opts, bool real_model_only) {
        "fuseops: error: --shape \"%s\": no selected case has this shape; it takes a shape as printed, one of: %s\n"},
       {&Options::filter, &OpCase::op,
        "fuseops: error: --filter \"%s\": no selected case's op matches it; the ops of the selected cases (as printed; "
-       "a whole op name, public or printed, or a part of one): %s\n"},
+       "a whole op name, public or printed, selects that op only; other text selects the cases whose names contain "
+       "it): %s\n"},
   };
   for (const Selector& s : kSelectors) {
     if ((opts.*s.option).empty()) continue;

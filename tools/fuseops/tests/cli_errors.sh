@@ -67,7 +67,7 @@ expect 0 'check: 10 passed' -- "$fuseops" check --set norm --filter layer_norm_f
 # the cases the other selectors kept
 expect 2 '--filter "nomatch": no selected case'"'"'s op matches it; the ops of the selected cases' -- \
   "$fuseops" check --set norm --filter nomatch
-expect 2 'or a part of one): kkt_solve' -- "$fuseops" check --set gdn-kkt-solve --filter solve_tril
+expect 2 'other text selects the cases whose names contain it): kkt_solve' -- "$fuseops" check --set gdn-kkt-solve --filter solve_tril
 out=$("$fuseops" check --set norm --filter nomatch 2>&1)
 if [[ "$out" == *"fuseops check: backend"* ]]; then echo "FAIL: check with no matching case printed a header: $out"; failed=1; fi
 expect 2 '--filter "nomatch": no selected case' -- "$fuseops" bench --backend cpu --set norm --filter nomatch
