@@ -75,7 +75,8 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
 
 /// o_i = scale * (exp(g_i) q_i^T h[chunk] + sum_{j <= i in the chunk} (q_i . k_j) exp(g_i - g_j) v_new_j).
 /// q, k: [B, T, H, K]; v_new: [B, T, HV, V]; h: [B, NS, HV, K, V] from chunk_gated_delta_rule_fwd_h; g (optional):
-/// [B, T, HV] f32 chunk-local cumsum. o (out): [B, T, HV, V] f32 / f16 / bf16, contiguous. As FLA `chunk_fwd_o`.
+/// [B, T, HV] f32 chunk-local cumsum. o (out): [B, T, HV, V] f32 / f16 / bf16, contiguous. h must be contiguous (as
+/// chunk_gated_delta_rule_fwd_h writes it). As FLA `chunk_fwd_o`.
 void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, TensorView h, const TensorView* g,
                  double scale, int64_t chunk_size = 64, const TensorView* cu_seqlens = nullptr, Stream stream = {});
 
@@ -111,7 +112,8 @@ DType chunk_gated_delta_rule_intermediate_dtype(DType dtype, int64_t head_k_dim,
 /// [N, HV, K, V] f32 / f16 / bf16 (read as f32), contiguous. o (out): [B, T, HV, V] in q's dtype, contiguous; final_state (out, optional):
 /// [N, HV, K, V] f32 contiguous, may be initial_state itself (in place, see above). scale: none = K^-0.5. workspace: a contiguous tensor of any dtype on the op's
 /// device with at least chunk_gated_delta_rule_workspace_size() bytes, 16-byte aligned; a default TensorView() stands
-/// for none (0 bytes: enough only where the size is 0, e.g. no tokens).
+/// for none (0 bytes: enough only where chunk_gated_delta_rule_workspace_size() says 0, e.g. fixed length with no
+/// tokens; with cu_seqlens it is not 0 even at T = 0).
 void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k, TensorView v,
                             TensorView g, TensorView beta, std::optional<double> scale,
                             const TensorView* initial_state, bool use_qk_l2norm_in_kernel,

@@ -13,10 +13,11 @@
 //   if z and norm_before_gate:      y <- y * silu(z)                       (gate applied after the norm)
 // with silu(z) = z / (1 + e^-z). The output is rounded once, to x's dtype.
 //
-// Range: the statistics are fp32 sums of squares (of x for RMSNorm, of x - mean for LayerNorm), so values whose squares
-// overflow fp32 (magnitudes above ~1.8e19, e.g. f32 x = 3e19) make the variance inf and rstd 0: the group's outputs
-// are then 0 (NaN for an inf element; plus bias), not the normalised values of the exact math. Not detected; scale such
-// inputs down first. f16 inputs cannot reach this range; f32 and bf16 inputs can.
+// Range: the statistics are fp32 sums of squares (of x for RMSNorm, of x - mean for LayerNorm), so a group whose sum of
+// G squares overflows fp32 (magnitudes above ~1.8e19 / sqrt(G): f32 x = 3e19 at any G, a constant row of 1.5e17 at G
+// = 16384) makes the variance inf and rstd 0: the group's outputs are then 0 (NaN for an inf element; plus bias), not
+// the normalised values of the exact math. Not detected; scale such inputs down first. f16 inputs cannot reach this
+// range; f32 and bf16 inputs can.
 //
 // Statistics: mean and rstd are f32 [N / G * M], group-major (entry g * M + m for group g of row m), as FLA returns
 // them for its backward. Both are optional outputs: a null pointer skips the store (inference needs neither).

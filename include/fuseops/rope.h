@@ -62,7 +62,11 @@ void apply_rotary_pos_emb(TensorView q_out, TensorView k_out, TensorView q, Tens
                           TensorView sin, const TensorView* position_ids, bool rotary_interleaved,
                           bool inverse = false, Stream stream = {});
 
-/// Gradient of apply_rotary_pos_emb: apply_rotary_pos_emb with inverse = true on the incoming gradients.
+/// Gradient of apply_rotary_pos_emb: apply_rotary_pos_emb with inverse = true on the incoming gradients. The
+/// arguments keep apply_rotary_pos_emb's order (outputs first): grad_q / grad_k are READ (the incoming gradients,
+/// dL/dq_out and dL/dk_out of the forward) and grad_q_out / grad_k_out are WRITTEN (dL/dq, dL/dk); pass the same
+/// views to do it in place. Python's apply_rotary_pos_emb_backward(grad_q, grad_k, ...) takes the incoming gradients
+/// and returns the results.
 void apply_rotary_pos_emb_backward(TensorView grad_q_out, TensorView grad_k_out, TensorView grad_q,
                                    TensorView grad_k, TensorView cos, TensorView sin, const TensorView* position_ids,
                                    bool rotary_interleaved, Stream stream = {});

@@ -37,6 +37,9 @@ std::string device_name(const Device& device);
 
 /// A non-owning view of a strided tensor: data pointer, dtype, device, shape and strides.
 /// Strides count elements, not bytes. Rank is at most kMaxRank. A rank-0 view is a scalar.
+/// Every op refuses (Error(invalid_argument), naming the argument) a data pointer that is not a multiple of the
+/// element size (4 bytes for f32 / i32, 8 for i64, 2 for f16 / bf16), and a null data pointer where there are
+/// elements; some ops ask more of some arguments (a 16-byte aligned workspace: their docs say so).
 struct TensorView {
   static constexpr int kMaxRank = 8;
 
@@ -75,7 +78,8 @@ struct TensorView {
   TensorView slice(int dim, int64_t start, int64_t length) const;
 };
 
-/// A CUDA stream handle (a `cudaStream_t`), or none for CPU work and the legacy default stream.
+/// A CUDA stream handle (a `cudaStream_t`), or none for the legacy default stream. CPU tensors run on the calling
+/// thread and ignore it (a stream passed with them is not an error).
 struct Stream {
   void* handle = nullptr;
   Stream() = default;
