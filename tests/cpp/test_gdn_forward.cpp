@@ -146,6 +146,13 @@ TEST_P(GdnForward, IntraFirstSameBytes) {
     const int64_t launches = cuda::intra_first_launches_for_testing();
     const int64_t beside = cuda::fwd_o_beside_launches_for_testing();
     const Outputs first = run_chunk(GetParam(), s, in);
+    // apart from the rule itself (which the expectations below follow): on an H200-class GPU (sm_90a code, >= 132
+    // SMs, programmatic launches, the form not switched off) the form applies to both shapes, so the comparisons
+    // below compare two forms, not one form with itself
+    if (fuseops::detail::runs_sm90a_code(0) && fuseops::detail::sm_count(0) >= 132 && fuseops::detail::pdl_enabled(0) &&
+        !fuseops::detail::env_switched_off("FUSEOPS_GDN_INTRA_FIRST")) {
+      EXPECT_TRUE(form_applies(s)) << "the intra-first form on an H200-class GPU";
+    }
     EXPECT_EQ(cuda::intra_first_launches_for_testing() - launches, form_applies(s) ? 1 : 0) << "the launch rule";
     EXPECT_EQ(cuda::fwd_o_beside_launches_for_testing() - beside, form_applies(s) && beside_on ? 1 : 0)
         << "the output-beside form";
@@ -648,15 +655,22 @@ void check_stages(Where w, const Spec& s, std::mt19937_64& rng, int64_t guard = 
   // w / u are one kernel, whose numerics are those of the separate stages)
   const TensorView qv = q.view(), vv = v.view();
   const std::size_t bytes = fuseops::chunk_gated_delta_rule_workspace_size(qv, vv, &cuv, false, s.BT);
-  Placed ws(w, DType::f32, {static_cast<int64_t>(bytes / 4 + 1)}, 0), O2(w, dt, {1, s.T, s.HV, s.V}, guard),
+  // (the workspace behind a guard of 4 floats: still 16-byte aligned)
+  Placed ws(w, DType::f32, {static_cast<int64_t>(bytes / 4 + 1)}, 4), O2(w, dt, {1, s.T, s.HV, s.V}, guard),
       Ht2(w, f32, {s.N(), s.HV, s.K, s.V}, guard);
   for (Placed* p : {&ws, &O2, &Ht2}) p->upload();
   TensorView ht2 = Ht2.view();
   fuseops::chunk_gated_delta_rule(O2.view(), &ht2, qv, k.view(), vv, g.view(), beta.view(), scale, &h0v, false, &cuv,
                                   ws.view(), s.BT);
-  for (Placed* p : {&O2, &Ht2}) p->download();
+  for (Placed* p : {&ws, &O2, &Ht2}) p->download();
   EXPECT_TRUE(same_bytes(O2.read(), O.read())) << "chunk_gated_delta_rule o vs its stages";
   EXPECT_TRUE(same_bytes(Ht2.read(), Ht.read())) << "chunk_gated_delta_rule final_state vs its stages";
+  // no stage and not the whole op wrote outside its outputs (guards) or into an input (the file's promise)
+  for (Placed* p : {&cu, &g, &k, &q, &v, &beta, &H0}) {
+    p->download();
+    EXPECT_TRUE(p->untouched_outside(false));
+  }
+  for (Placed* p : {&gc, &Ai, &W, &U, &Hs, &Vn, &Ht, &O, &ws, &O2, &Ht2}) EXPECT_TRUE(p->untouched_outside(true));
 }
 
 TEST_P(GdnForward, Stages) {

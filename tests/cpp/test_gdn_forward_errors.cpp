@@ -1,5 +1,6 @@
 // Error paths of the GDN forward ops: every bad argument raises fuseops::Error naming the op and the argument, before
 // anything is written.
+#include <cstring>
 #include <limits>
 #include <optional>
 #include <string>
@@ -23,6 +24,47 @@ struct Valid {
     static_cast<int32_t*>(cu.data())[1] = 8;
   }
 };
+
+// Every error is raised before anything is written (the file's promise): outputs filled with a byte pattern are
+// unchanged after calls refused by each op's last checks (initial_state, cu_seqlens, g, scale, the pool's indices).
+TEST(GdnForwardErrors, ErrorsWriteNothing) {
+  Valid x;
+  const std::vector<HostTensor*> outs = {&x.o, &x.ht, &x.ws, &x.w, &x.u, &x.h, &x.vn, &x.pool};
+  for (HostTensor* t : outs) std::memset(t->data(), 0x5a, t->bytes());
+  const std::vector<HostTensor> before = [&] {
+    std::vector<HostTensor> b;
+    for (HostTensor* t : outs) b.push_back(*t);
+    return b;
+  }();
+  HostTensor h0_bad(f32, {2, 2, 16, 8}), cu_f32(f32, {2}), g_bad(f32, {1, 8, 3}), idx_f32(f32, {1});
+  TensorView ht = x.ht.view();
+  const TensorView h0 = x.h0.view(), h0b = h0_bad.view(), cu = x.cu.view(), cub = cu_f32.view(), g = x.g.view(),
+                   gb = g_bad.view(), beta = x.beta.view();
+  EXPECT_THROW(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), g, beta,
+                                               std::nullopt, &h0b, false, &cu, x.ws.view(), 16),
+               fuseops::Error);
+  EXPECT_THROW(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), g, beta,
+                                               std::nullopt, &h0, false, &cub, x.ws.view(), 16),
+               fuseops::Error);
+  EXPECT_THROW(fuseops::recompute_w_u_fwd(x.w.view(), x.u.view(), x.k.view(), x.v.view(), beta, x.A.view(), &gb, &cu),
+               fuseops::Error);
+  EXPECT_THROW(fuseops::chunk_gated_delta_rule_fwd_h(x.h.view(), x.vn.view(), &ht, x.k.view(), x.w.view(),
+                                                     x.u.view(), &g, &h0b, 16, nullptr),
+               fuseops::Error);
+  EXPECT_THROW(fuseops::chunk_fwd_o(x.o.view(), x.q.view(), x.k.view(), x.vn.view(), x.h.view(), &g,
+                                    std::numeric_limits<double>::quiet_NaN(), 16, nullptr),
+               fuseops::Error);
+  EXPECT_THROW(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g,
+                                                         &beta, std::nullopt, &h0b, false, &cu),
+               fuseops::Error);
+  EXPECT_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
+                                                                x.v.view(), &g, &beta, std::nullopt, idx_f32.view(),
+                                                                nullptr, false, &cu),
+               fuseops::Error);
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    EXPECT_EQ(std::memcmp(outs[i]->data(), before[i].data(), before[i].bytes()), 0) << "output " << i << " written";
+  }
+}
 
 TEST(GdnForwardErrors, ChunkGatedDeltaRule) {
   Valid x;

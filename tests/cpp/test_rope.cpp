@@ -3,6 +3,8 @@
 // full and partial rotary (64 of 256, 80 of 128), key absent, q / k as views of one fused qkv buffer, padded
 // (unaligned) views, Hk > Hq and Hk < Hq, T = 0 and 1, 2-D positions, i32 / i64 positions, fp32 / 16-bit caches,
 // the inverse and the backward, and out-of-range positions (token left unrotated, fault recorded).
+#include <algorithm>
+#include <cmath>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -249,6 +251,15 @@ TEST(RopeRoundTrip, BackwardUndoesForward) {
       vq = dq->view(), vc = dc->view(), vp = dp->view();
     }
     fuseops::rotary_embedding(vp, vq, nullptr, D, vc, true);
+    if (dq) {
+      ft::device_synchronize();
+      dq->copy_to(q);
+    }
+    double moved = 0;  // the forward rotated (two no-ops would give the input back too)
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t c = 0; c < H * D; ++c) moved = std::max(moved, std::fabs(q.get(t, c) - q0.get(t, c)));
+    }
+    EXPECT_GT(moved, 0.1) << where_name(where);
     fuseops::rotary_embedding_backward(vp, vq, nullptr, D, vc, true);
     if (dq) {
       ft::device_synchronize();

@@ -102,7 +102,7 @@ def test_errors():
         fuseops.chunk_gated_delta_rule_fwd_kkt_solve(k, None, beta, chunk_size=48)
     with pytest.raises(ValueError, match="chunk_indices"):
         fuseops.solve_tril(torch.zeros(1, 64, 2, 64), chunk_indices=torch.zeros(1))
-    with pytest.raises(ValueError, match="k"):
+    with pytest.raises(ValueError, match=r"^chunk_scaled_dot_kkt_fwd: k: "):
         fuseops.chunk_scaled_dot_kkt_fwd(k[0])
     with pytest.raises(ValueError, match="HV|heads"):
         fuseops.chunk_gated_delta_rule_fwd_kkt_solve(k, None, torch.rand(1, 64, 3))
