@@ -250,16 +250,16 @@ void check_spec(Where where, const Spec& s, std::mt19937_64& rng, bool check_inv
 
 const std::vector<BadCu>& bad_cus() {
   static const std::vector<BadCu> cases = {
-      {"decreasing", {0, 20, 10, 50}, 70},
-      {"first != 0", {5, 40, 70}, 70},
-      {"last < T", {0, 30, 60}, 70},
-      {"last > T", {0, 30, 90}, 70},
-      {"negative", {0, -5, -3}, 70},
-      {"beyond T in the middle", {0, 100, 70}, 70},
-      {"all zero with T > 0", {0, 0, 0}, 70},
-      {"huge", {0, int64_t{1} << 40, 70}, 70},
-      {"last > T = 0", {0, 3}, 0},
-      {"negative with T = 0", {0, -1, 0}, 0},
+      {"decreasing", {0, 20, 10, 50}, 70, 1},
+      {"first != 0", {5, 40, 70}, 70, 0},
+      {"last < T", {0, 30, 60}, 70, 1},
+      {"last > T", {0, 30, 90}, 70, 1},
+      {"negative", {0, -5, -3}, 70, 0},
+      {"beyond T in the middle", {0, 100, 70}, 70, 0},
+      {"all zero with T > 0", {0, 0, 0}, 70, 1},
+      {"huge", {0, int64_t{1} << 40, 70}, 70, 0},
+      {"last > T = 0", {0, 3}, 0, 0},
+      {"negative with T = 0", {0, -1, 0}, 0, 0},
   };
   return cases;
 }

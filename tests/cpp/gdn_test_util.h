@@ -128,6 +128,7 @@ struct BadCu {
   const char* what;
   std::vector<int64_t> cu;
   int64_t T;
+  int64_t first_bad;  ///< the first sequence n the documented rule breaks (0 = cu[0] <= cu[n] <= cu[n+1] <= cu[N] = T)
 };
 /// Malformed cu_seqlens of every kind: decreasing, first != 0, last != T, negative, huge, with T = 0.
 const std::vector<BadCu>& bad_cus();

@@ -403,6 +403,19 @@ INSTANTIATE_TEST_SUITE_P(All, GdnCumsum, ::testing::Values(Where::cpu, Where::cu
 
 class GdnMalformed : public ::testing::TestWithParam<Where> {};
 
+// The tests below take the first bad sequence and the clamped ranges from the backends' own rule (sequence_bounds);
+// here that rule is held to the documented one: the first sequence n that breaks 0 = cu[0] <= cu[n] <= cu[n + 1] <=
+// cu[N] = T, written out per case, and every clamped range inside [0, T].
+TEST(GdnMalformedRule, FirstBadSequenceAndRangesFollowTheDocumentedRule) {
+  for (const BadCu& bad : bad_cus()) {
+    const Clamped c = clamped_ranges(bad.cu, bad.T);
+    EXPECT_EQ(c.first_bad, bad.first_bad) << bad.what;
+    for (const auto& [bos, eos] : c.ranges) {
+      EXPECT_TRUE(0 <= bos && bos <= eos && eos <= bad.T) << bad.what << ": [" << bos << ", " << eos << ")";
+    }
+  }
+}
+
 // chunk_local_cumsum of g with no heads ([1, T, 0]) still records a malformed cu_seqlens, as every other op does (the
 // CUDA kernel's units are (chunk, group of heads): at least one group per chunk).
 TEST_P(GdnMalformed, CumsumWithoutHeadsRecordsCuSeqlens) {
