@@ -44,6 +44,31 @@ def tensor_arg(op, name, t, optional=False):
     raise ValueError(f"{op}: {name}: expected a torch.Tensor{' or None' if optional else ''}, got {type(t).__name__}")
 
 
+_increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
+
+
+def mutated(*tensors):
+    """Marks tensors an op wrote in place as modified for autograd (their version counter, as torch's own in-place ops
+    do), so that a backward that saved one of them raises instead of reading the new values. torch >= 2.1
+    (torch.autograd.graph.increment_version); older torch: nothing. Skipped while torch.compile traces (the graph's
+    functionalisation sees the write) and for inference tensors (which have no version counter)."""
+    if _increment_version is None:
+        return
+    compiler = getattr(torch, "compiler", None)
+    if compiler is not None and getattr(compiler, "is_compiling", lambda: False)():
+        return
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and not t.is_inference():
+            _increment_version(t)
+
+
+def written_arg(op, name, t):
+    """An output the op writes in place: None, or a tensor that does not require grad while grad mode is on (autograd
+    would not see the write)."""
+    if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled():
+        raise ValueError(f"{op}: {name}: expected a tensor that does not require grad (the op writes it in place)")
+
+
 def forward_only(op, **tensors):
     """fuseops computes no gradient for these inputs: refuse one that requires grad while grad mode is on, rather than
     return outputs that silently drop it from the graph (call the op under torch.no_grad() / torch.inference_mode(),
@@ -54,3 +79,27 @@ def forward_only(op, **tensors):
         if isinstance(t, torch.Tensor) and t.requires_grad:
             raise RuntimeError(f"{op}: {name}: requires grad, but fuseops computes no gradient for it (forward only "
                                "there); call the op under torch.no_grad() or detach it")
+
+
+def not_twice_differentiable(op, grads, *inputs):
+    """The results ``grads`` of a backward that has no derivative of its own, given the tensors it read (``inputs``:
+    the incoming gradients and the saved tensors). Where autograd records this backward (create_graph=True) and one of
+    them requires grad, the results come back through a node whose backward raises naming ``op``: a second-order term
+    is an error, never silently dropped. (torch's once_differentiable wraps them only when an incoming gradient
+    requires grad, not when a saved input does, as in a gradient penalty.)"""
+    if not torch.is_grad_enabled() or not any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+        return grads
+    at = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
+    err = torch._C._functions.DelayedError(
+        f"{op}: not twice differentiable (fuseops computes no second derivative)".encode(), len(at))
+    fakes = []
+    for i in at:
+        fake = grads[i].detach()
+        fake.requires_grad_(True)
+        fakes.append(fake)
+    wrapped = err(*fakes)
+    wrapped = wrapped if isinstance(wrapped, tuple) else (wrapped,)
+    out = list(grads)
+    for i, w in zip(at, wrapped):
+        out[i] = w
+    return tuple(out)

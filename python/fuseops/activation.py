@@ -27,9 +27,8 @@ Rules for every function here:
 """
 
 import torch
-from torch.autograd.function import once_differentiable
 
-from ._args import tensor_arg
+from ._args import forward_only, mutated, not_twice_differentiable, tensor_arg, written_arg
 from ._ops import ops
 
 _APPROXIMATE = ("none", "tanh")
@@ -64,8 +63,7 @@ def _no_out_with_grad(op, out):
 
 
 def _check_out(op, out):
-    if out is not None and out.requires_grad:
-        raise ValueError(f"{op}: out: expected a tensor that does not require grad (the op writes it in place)")
+    written_arg(op, "out", out)
 
 
 def _fused_out(op, input):
@@ -121,39 +119,43 @@ class _FusedActAndMul(torch.autograd.Function):
         _fused_forward(op, out, input, approximate)
         ctx.save_for_backward(input)
         ctx.approximate = approximate
+        ctx.op = op
         return out
 
     @staticmethod
-    @once_differentiable  # the backward ops have no backward: double backward raises instead of going wrong
     def backward(ctx, dout):
         (input,) = ctx.saved_tensors
         d = input.shape[-1] // 2
-        # One [..., 2d] buffer; its halves are dgate and dup (they do not overlap, as the op requires).
-        grad = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-        _backward(grad[..., :d], grad[..., d:], dout.contiguous(), input[..., :d], input[..., d:], ctx.approximate)
-        return grad, None, None
+        with torch.no_grad():
+            # One [..., 2d] buffer; its halves are dgate and dup (they do not overlap, as the op requires).
+            grad = torch.empty(input.shape, dtype=input.dtype, device=input.device)
+            _backward(grad[..., :d], grad[..., d:], dout.contiguous(), input[..., :d], input[..., d:],
+                      ctx.approximate)
+        # the backward ops have no backward: double backward raises instead of going wrong
+        return not_twice_differentiable(ctx.op, (grad, None, None), dout, input)
 
 
 class _SplitActAndMul(torch.autograd.Function):
     """act(gate) * up; approximate None is silu, else gelu's."""
 
     @staticmethod
-    def forward(ctx, gate, up, approximate):
+    def forward(ctx, gate, up, approximate, op):
         out = gate.new_empty(gate.shape)
         _split_forward(out, gate, up, approximate)
         ctx.save_for_backward(gate, up)
         ctx.approximate = approximate
+        ctx.op = op
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dout):
         gate, up = ctx.saved_tensors
-        dout = dout.contiguous()
-        dgate = dout.new_empty(dout.shape)
-        dup = dout.new_empty(dout.shape)
-        _backward(dgate, dup, dout, gate, up, ctx.approximate)
-        return dgate, dup, None
+        with torch.no_grad():
+            dc = dout.contiguous()
+            dgate = dc.new_empty(dc.shape)
+            dup = dc.new_empty(dc.shape)
+            _backward(dgate, dup, dc, gate, up, ctx.approximate)
+        return not_twice_differentiable(ctx.op, (dgate, dup, None, None), dout, gate, up)
 
 
 def _fused(op, input, approximate, out):
@@ -169,6 +171,7 @@ def _fused(op, input, approximate, out):
             return _gelu_tanh_and_mul_fn(input)
         return _gelu_and_mul_fn(input, approximate)
     _fused_forward(op, out, input, approximate)
+    mutated(out)
     return out
 
 
@@ -177,11 +180,12 @@ def _split(op, gate, up, approximate, out):
     tensor_arg(op, "up", up)
     if (gate.requires_grad or up.requires_grad) and torch.is_grad_enabled():
         _no_out_with_grad(op, out)
-        return _SplitActAndMul.apply(gate, up, approximate)
+        return _SplitActAndMul.apply(gate, up, approximate, op)
     _check_out(op, out)
     if out is None:
         return _silu_and_mul_split_fn(gate, up) if approximate is None else _gelu_and_mul_split_fn(gate, up, approximate)
     _split_forward(out, gate, up, approximate)
+    mutated(out)
     return out
 
 
@@ -264,11 +268,19 @@ def gelu_and_mul_split(gate, up, approximate="none", *, out=None):
 def _backward_call(op, dout, gate, up, approximate, dgate, dup):
     for name, t in (("dout", dout), ("gate", gate), ("up", up)):
         tensor_arg(op, name, t)
+    tensor_arg(op, "dgate", dgate, optional=True)
+    tensor_arg(op, "dup", dup, optional=True)
+    # no derivative of its own: inputs that require grad are refused (their graph would be dropped), and outputs that
+    # do (the op would write into a tensor autograd tracks)
+    forward_only(op, dout=dout, gate=gate, up=up)
+    written_arg(op, "dgate", dgate)
+    written_arg(op, "dup", dup)
     if dgate is None:
         dgate = dout.new_empty(dout.shape)
     if dup is None:
         dup = dout.new_empty(dout.shape)
     _backward(dgate, dup, dout, gate, up, approximate)
+    mutated(dgate, dup)
     return dgate, dup
 
 

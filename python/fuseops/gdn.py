@@ -14,7 +14,7 @@ graph is never dropped silently; call the functions under torch.no_grad() / torc
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg
+from ._args import bool_arg, float_arg, forward_only, int_arg, mutated
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -40,10 +40,14 @@ def _check_chunk_size(op, chunk_size):
 
 
 def _check_cu(op, cu_seqlens):
-    """cu_seqlens: None or a tensor (the op checks its dtype, shape and device)."""
+    """cu_seqlens: None or a tensor of rank 1 [N+1], N >= 0 (the op checks its dtype and device); its shape is checked
+    here because the functions size their outputs from it (a 0-dim or empty one raised IndexError / a negative
+    dimension before)."""
     if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
         raise ValueError(f"{op}: cu_seqlens: expected a tensor [N+1] int32 / int64 or None, got "
                          f"{type(cu_seqlens).__name__}")
+    if cu_seqlens is not None and (cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1):
+        raise ValueError(f"{op}: cu_seqlens: expected rank 1 [N+1] with N >= 0, got {list(cu_seqlens.shape)}")
     return cu_seqlens
 
 
@@ -317,7 +321,8 @@ def chunk_fwd_o(q, k, v, h, g=None, g_gamma=None, scale=None, state_v_first=Fals
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     chunk_size = _check_chunk_size(op, chunk_size)
     o = _out_like(op, "v", v, v.shape)
-    sc = q.shape[3] ** -0.5 if scale is None else float_arg(op, "scale", scale)
+    # (K = 0 is the op's error: any scale)
+    sc = (q.shape[3] ** -0.5 if q.shape[3] > 0 else 1.0) if scale is None else float_arg(op, "scale", scale)
     ops.chunk_fwd_o(o, q, k, v, h, g, sc, chunk_size, cu_seqlens)
     return o
 
@@ -341,6 +346,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
     inplace_final_state = bool_arg(op, "inplace_final_state", inplace_final_state)
     _reject_kwargs(op, kwargs)
+    _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     o = _out_like(op, "v", v, v.shape)
     sc = None if scale is None else float_arg(op, "scale", scale)
@@ -351,6 +357,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
         ops.fused_recurrent_gated_delta_rule_update(o, initial_state, q, k, v, g, beta, sc,
                                                     _index_rows(ssm_state_indices), _index_rows(num_accepted_tokens),
                                                     bool(use_qk_l2norm_in_kernel), cu_seqlens)
+        mutated(initial_state)
         return o, initial_state
     if num_accepted_tokens is not None:
         raise ValueError(f"{op}: num_accepted_tokens: expected None without ssm_state_indices")
@@ -397,4 +404,5 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
                                                bool(use_qk_l2norm_in_kernel), cu_seqlens,
                                                float_arg(op, "softplus_beta", softplus_beta),
                                                float_arg(op, "softplus_threshold", softplus_threshold))
+    mutated(initial_state_source)
     return o

@@ -106,8 +106,10 @@ def moe_align_sizes(numel, num_experts, block_size, pad_sorted_ids=False):
     2^31 (it is int32), else ValueError naming the argument."""
     op = "moe_align_sizes"
     pad_sorted_ids = bool_arg(op, "pad_sorted_ids", pad_sorted_ids)
-    int_arg(op, "numel", numel, 0)
-    _check_align_args(op, num_experts, block_size)
+    # the checked ints go on (a numpy / torch integer scalar skipped the int32 check and came back as a tensor)
+    numel = int_arg(op, "numel", numel, 0)
+    num_experts = int_arg(op, "num_experts", num_experts, 1, _MAX_ALIGN_EXPERTS)
+    block_size = int_arg(op, "block_size", block_size, 1, _MAX_BLOCK_SIZE)
     return _checked_align_sizes(op, "numel", numel, num_experts, block_size, pad_sorted_ids)
 
 

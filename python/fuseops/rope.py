@@ -14,7 +14,7 @@ naming the argument.
 
 import torch
 
-from ._args import bool_arg as _flag, forward_only, int_arg as _int, tensor_arg
+from ._args import bool_arg as _flag, forward_only, int_arg as _int, mutated, tensor_arg
 from ._ops import ops
 
 _LAYOUTS = ("chunked", "interleaved", "interleaved_glm")
@@ -54,6 +54,7 @@ def _rotary_embedding(op, names, positions, query, key, head_size, cos_sin_cache
     forward_only(op, cos_sin_cache=cos_sin_cache)
     ops.rotary_embedding(positions, query, key, _int(op, "head_size", head_size), cos_sin_cache,
                          _flag(op, "is_neox", is_neox), _flag(op, "inverse", inverse))
+    mutated(query, key)
     return query, key
 
 
@@ -64,12 +65,17 @@ def rotary_embedding_backward(positions, grad_query, grad_key, head_size, cos_si
 
 
 class _ApplyRotaryPosEmb(torch.autograd.Function):
+    """The rotation by theta (inverse: by -theta) of q and k; its gradient is the rotation the other way, itself
+    through this function, so that a gradient taken with create_graph=True is differentiable again (the rotation is
+    linear in q and k: every order is exact; a plain op call there had dropped the second-order terms silently)."""
+
     @staticmethod
-    def forward(ctx, q, k, cos, sin, position_ids, rotary_interleaved):
+    def forward(ctx, q, k, cos, sin, position_ids, rotary_interleaved, inverse):
         q_out, k_out = torch.empty_like(q), torch.empty_like(k)
-        ops.apply_rotary_pos_emb(q_out, k_out, q, k, cos, sin, position_ids, rotary_interleaved, False)
+        ops.apply_rotary_pos_emb(q_out, k_out, q, k, cos, sin, position_ids, rotary_interleaved, inverse)
         ctx.save_for_backward(cos, sin, position_ids)
         ctx.rotary_interleaved = rotary_interleaved
+        ctx.inverse = inverse
         return q_out, k_out
 
     @staticmethod
@@ -77,9 +83,9 @@ class _ApplyRotaryPosEmb(torch.autograd.Function):
         cos, sin, position_ids = ctx.saved_tensors
         # Incoming gradients may have any layout (.sum() gives an expanded one, all strides 0); the op needs
         # innermost stride 1 and non-overlapping heads.
-        dq, dk = apply_rotary_pos_emb_backward(grad_q.contiguous(), grad_k.contiguous(), cos, sin, position_ids,
-                                               ctx.rotary_interleaved)
-        return dq, dk, None, None, None, None
+        dq, dk = _ApplyRotaryPosEmb.apply(grad_q.contiguous(), grad_k.contiguous(), cos, sin, position_ids,
+                                          ctx.rotary_interleaved, not ctx.inverse)
+        return dq, dk, None, None, None, None, None
 
 
 def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=False, inplace=False):
@@ -99,8 +105,9 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=F
     if _flag(op, "inplace", inplace):
         _not_tracked(op, q=q, k=k)
         ops.apply_rotary_pos_emb_inplace(q, k, cos, sin, position_ids, rotary_interleaved, False)
+        mutated(q, k)
         return q, k
-    return _ApplyRotaryPosEmb.apply(q, k, cos, sin, position_ids, rotary_interleaved)
+    return _ApplyRotaryPosEmb.apply(q, k, cos, sin, position_ids, rotary_interleaved, False)
 
 
 def _check_tables(op, rotated, cos, sin, position_ids):
@@ -114,13 +121,12 @@ def _check_tables(op, rotated, cos, sin, position_ids):
 
 
 def apply_rotary_pos_emb_backward(grad_q, grad_k, cos, sin, position_ids=None, rotary_interleaved=False):
-    """Gradient of :func:`apply_rotary_pos_emb`: new tensors ``(grad_q_in, grad_k_in)``."""
+    """Gradient of :func:`apply_rotary_pos_emb`: new tensors ``(grad_q_in, grad_k_in)``, the incoming gradients
+    rotated by -theta; differentiable with respect to them (autograd records it where they require grad)."""
     op = "apply_rotary_pos_emb_backward"
     _check_tables(op, (("grad_q", grad_q), ("grad_k", grad_k)), cos, sin, position_ids)
-    dq, dk = torch.empty_like(grad_q), torch.empty_like(grad_k)
-    ops.apply_rotary_pos_emb(dq, dk, grad_q, grad_k, cos, sin, position_ids,
-                             _flag(op, "rotary_interleaved", rotary_interleaved), True)
-    return dq, dk
+    return _ApplyRotaryPosEmb.apply(grad_q, grad_k, cos, sin, position_ids,
+                                    _flag(op, "rotary_interleaved", rotary_interleaved), True)
 
 
 def mrope(query, key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim, is_neox=True,
@@ -148,11 +154,16 @@ def _mrope(op, names, query, key, cos_sin_cache, positions, mrope_section, head_
     tensor_arg(op, "positions", positions)
     _not_tracked(op, **{names[0]: query, names[1]: key})
     forward_only(op, cos_sin_cache=cos_sin_cache)
-    if isinstance(mrope_section, (str, bytes)) or not hasattr(mrope_section, "__iter__"):
-        raise ValueError(f"{op}: mrope_section: expected a list of 3 ints, got {mrope_section!r}")
+    # an ordered sequence: a set or a dict iterates in an order of its own (a set {3, 1, 2} ran as [1, 2, 3])
+    if not isinstance(mrope_section, (list, tuple, torch.Size)) and not (
+            (isinstance(mrope_section, torch.Tensor) or type(mrope_section).__name__ == "ndarray")
+            and mrope_section.ndim == 1):
+        raise ValueError(f"{op}: mrope_section: expected a list or tuple of 3 ints, got "
+                         f"{type(mrope_section).__name__} {mrope_section!r}")
     section = [_int(op, "mrope_section", s) for s in mrope_section]
     ops.mrope(positions, query, key, _int(op, "head_size", head_size), _int(op, "rotary_dim", rotary_dim),
               cos_sin_cache, section, _flag(op, "is_neox", is_neox), layout, _flag(op, "inverse", inverse))
+    mutated(query, key)
     return query, key
 
 

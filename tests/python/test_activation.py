@@ -237,3 +237,32 @@ def test_parity_with_pytorch_fp32(device, dtype, kind):
         dgate, dup = fuseops.gelu_and_mul_backward(dout, x[:, :d], x[:, d:], kind)
     check(dgate, g.grad, "dgate", atol=1e-5)
     check(dup, u.grad, "dup", atol=1e-5)
+
+
+def test_second_order_terms_raise_instead_of_going_missing():
+    # a gradient penalty: g1 depends on x through the saved input, not through the incoming gradient (ones); the
+    # backward has no derivative, so differentiating g1 must raise (it was dropped: x.grad off by up to 3.09)
+    for call in (lambda x: fuseops.silu_and_mul(x), lambda x: fuseops.gelu_and_mul_split(x[..., :4], x[..., 4:])):
+        x = torch.randn(3, 8, requires_grad=True)
+        (g1,) = torch.autograd.grad(call(x).sum(), x, create_graph=True)
+        assert g1.requires_grad
+        with pytest.raises(RuntimeError, match="not twice differentiable"):
+            ((g1 ** 2).sum() + (x ** 2).sum()).backward()
+    # first order under create_graph=True is unchanged
+    x = torch.randn(3, 8, requires_grad=True)
+    (g1,) = torch.autograd.grad(fuseops.silu_and_mul(x).sum(), x, create_graph=True)
+    ref = x.detach().clone().requires_grad_()
+    (gr,) = torch.autograd.grad((torch.nn.functional.silu(ref[..., :4]) * ref[..., 4:]).sum(), ref)
+    torch.testing.assert_close(g1.detach(), gr, rtol=1e-5, atol=1e-6)
+
+
+def test_backward_functions_refuse_what_autograd_tracks():
+    d, g, u = torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 4)
+    with pytest.raises(RuntimeError, match="silu_and_mul_backward: gate: requires grad"):
+        fuseops.silu_and_mul_backward(d, g.clone().requires_grad_(), u)
+    with pytest.raises(ValueError, match="gelu_and_mul_backward: dgate: expected a tensor that does not require grad"):
+        fuseops.gelu_and_mul_backward(d, g, u, dgate=torch.empty(2, 4, requires_grad=True))
+    with pytest.raises(ValueError, match="silu_and_mul: out: expected a tensor that does not require grad"):
+        vllm.silu_and_mul(torch.empty(2, 4, requires_grad=True), torch.randn(2, 8))
+    with pytest.raises(RuntimeError, match="silu_and_mul: input: requires grad"):
+        vllm.silu_and_mul(torch.empty(2, 4), torch.randn(2, 8, requires_grad=True))

@@ -348,3 +348,17 @@ def test_cuda_graph_capture():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(o, o_ref) and torch.equal(ht, ht_ref)
+
+
+def test_shapes_the_functions_size_outputs_from_are_checked_first():
+    # (they raised IndexError, a negative dimension or ZeroDivisionError from Python arithmetic before the op's check)
+    q, k, v, g, beta, h0 = inputs(1, 4, 1, 2, 8, 8, torch.float32, "cpu")
+    for cu in (torch.tensor(5), torch.zeros(0, dtype=torch.long)):
+        with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule: cu_seqlens: expected rank 1 \[N\+1\]"):
+            fuseops.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, cu_seqlens=cu)
+        with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: cu_seqlens: expected rank 1"):
+            fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, output_final_state=True, cu_seqlens=cu)
+    with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: q: expected rank 4"):
+        fuseops.fused_recurrent_gated_delta_rule(q[0], k, v, g, beta, output_final_state=True)
+    with pytest.raises(ValueError, match=r"^chunk_fwd_o: "):
+        fuseops.chunk_fwd_o(q[..., :0], k[..., :0], v, torch.zeros(1, 1, 2, 0, 8), g, chunk_size=16)

@@ -243,3 +243,11 @@ def test_cuda_graph_capture():
     torch.cuda.synchronize()
     for a, b in zip(out, cap):
         assert torch.equal(a, b)
+
+
+def test_moe_align_sizes_reads_integer_scalars_as_ints():
+    # a torch (or numpy) integer scalar skipped the int32 check and came back as a tensor
+    with pytest.raises(ValueError, match=r"^moe_align_sizes: numel: expected numel \+ num_experts"):
+        fuseops.moe_align_sizes(torch.tensor(2 ** 31), 1, 1)
+    sizes = fuseops.moe_align_sizes(torch.tensor(10), torch.tensor(4), 4)
+    assert sizes == fuseops.moe_align_sizes(10, 4, 4) and all(type(x) is int for x in sizes)

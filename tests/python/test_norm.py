@@ -116,3 +116,9 @@ def test_errors_and_forward_only():
         fuseops.rmsnorm_fn(x.requires_grad_(), w, None)
     with torch.no_grad():
         fuseops.rmsnorm_fn(x, w, None)
+
+
+def test_out_that_requires_grad_is_refused():
+    x, w = torch.randn(2, 8), torch.ones(8)
+    with pytest.raises(ValueError, match=r"^layer_norm_fwd: out: expected a tensor that does not require grad"):
+        fuseops.layer_norm_fwd(x, w, out=torch.empty(2, 8, requires_grad=True))

@@ -372,3 +372,59 @@ def test_cuda_graph_with_bad_position():
     assert torch.equal(q[5], q0[5])
     with pytest.raises(ValueError, match="rotary_embedding: positions: value out of range at index 5"):
         fuseops.check_errors()
+
+
+def test_apply_rotary_pos_emb_is_differentiable_to_every_order():
+    # the rotation is linear: a gradient penalty's second-order term through it is exact (it was dropped silently)
+    torch.manual_seed(0)
+    cache = cache_of(16, 8, torch.float64, "cpu")
+    cos, sin = cache[:, :4].float().contiguous(), cache[:, 4:].float().contiguous()
+    q = torch.randn(1, 5, 2, 8, requires_grad=True)
+    k = torch.randn(1, 5, 1, 8)
+    qe, _ = fuseops.apply_rotary_pos_emb(q, k, cos, sin)
+    (g1,) = torch.autograd.grad((qe ** 3).sum(), q, create_graph=True)
+    ((g1 ** 2).sum()).backward()
+    # plain PyTorch: the same rotation of q (NeoX halves, position = index in S)
+    qr = q.detach().clone().requires_grad_()
+    c, s_ = cos[:5].view(1, 5, 1, 4), sin[:5].view(1, 5, 1, 4)
+    x1, x2 = qr[..., :4], qr[..., 4:]
+    qe_ref = torch.cat((x1 * c - x2 * s_, x2 * c + x1 * s_), -1)
+    (r1,) = torch.autograd.grad((qe_ref ** 3).sum(), qr, create_graph=True)
+    ((r1 ** 2).sum()).backward()
+    torch.testing.assert_close(q.grad, qr.grad, rtol=1e-4, atol=1e-4)
+    # the backward function with inputs that require grad is differentiable too
+    gq = torch.randn(1, 5, 2, 8, requires_grad=True)
+    dq, _ = fuseops.apply_rotary_pos_emb_backward(gq, torch.randn(1, 5, 1, 8), cos, sin)
+    assert dq.requires_grad
+
+
+def test_mrope_section_must_be_ordered():
+    # a set iterates in its own order ({3, 1, 2} ran as [1, 2, 3]); a dict gave its keys
+    q = torch.randn(4, 2 * 12)
+    pos = torch.zeros(3, 4, dtype=torch.long)
+    for section in ({3, 1, 2}, {3: 0, 1: 0, 2: 0}):
+        with pytest.raises(ValueError, match=r"^mrope: mrope_section: expected a list or tuple of 3 ints"):
+            fuseops.mrope(q, None, cache_of(8, 12, torch.float32, "cpu"), pos, section, 12, 12)
+    fuseops.mrope(q, None, cache_of(8, 12, torch.float32, "cpu"), pos, (3, 1, 2), 12, 12)  # a tuple is fine
+    # FlagGems' mrope returns (query, key)
+    out = fg.mrope(q, None, cache_of(8, 12, torch.float32, "cpu"), pos, 3, 1, 2, 12, 12)
+    assert isinstance(out, tuple) and out[0] is q and out[1] is None
+
+
+@pytest.mark.skipif(not hasattr(getattr(torch.autograd, "graph", None), "increment_version"),
+                    reason="torch < 2.1 has no increment_version: in-place writes leave the version counter")
+def test_in_place_writes_bump_the_version_counter():
+    # a backward that saved the tensor raises, as after torch's own in-place ops (it read the new values silently)
+    cache = cache_of(32, 16, torch.float32, "cpu")
+    writes = {
+        "rotary_embedding": lambda q: fuseops.rotary_embedding(torch.arange(5), q, None, 16, cache),
+        "silu_and_mul": lambda q: fuseops.silu_and_mul(torch.randn(5, 128), out=q),
+        "layer_norm_fwd": lambda q: fuseops.layer_norm_fwd(torch.randn(5, 64), torch.ones(64), out=q),
+    }
+    for name, write in writes.items():
+        q = torch.randn(5, 64)
+        w = torch.randn(5, 64, requires_grad=True)
+        y = (w * q).sum()  # saves q for w's gradient
+        write(q)
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()

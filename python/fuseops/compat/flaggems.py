@@ -49,8 +49,8 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=F
 
 def mrope(query, key, cos_sin_cache, positions, section_t, section_h, section_w, head_size, rotary_dim,
           is_interleaved=False, is_interleaved_glm=False, is_neox_style=True, axis_map=None):
-    """As ``flag_gems.fused.mrope.mrope``, in place on query and key. ``axis_map`` must be None: the GLM map is
-    derived from the sections (docs/ops/rope.md)."""
+    """As ``flag_gems.fused.mrope.mrope``, in place on query and key; returns (query, key) as FlagGems does.
+    ``axis_map`` must be None: the GLM map is derived from the sections (docs/ops/rope.md)."""
     if axis_map is not None:
         raise ValueError("mrope: axis_map: expected None (the interleaved_glm map is derived from the sections)")
     is_interleaved = bool_arg("mrope", "is_interleaved", is_interleaved)
@@ -58,5 +58,5 @@ def mrope(query, key, cos_sin_cache, positions, section_t, section_h, section_w,
     if is_interleaved and is_interleaved_glm:
         raise ValueError("mrope: is_interleaved_glm: expected False when is_interleaved is True, got True")
     layout = "interleaved_glm" if is_interleaved_glm else "interleaved" if is_interleaved else "chunked"
-    _rope.mrope(query, key, cos_sin_cache, positions, [section_t, section_h, section_w], head_size, rotary_dim,
-                is_neox_style, layout)
+    return _rope.mrope(query, key, cos_sin_cache, positions, [section_t, section_h, section_w], head_size,
+                       rotary_dim, is_neox_style, layout)

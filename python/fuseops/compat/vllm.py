@@ -7,28 +7,42 @@ out [..., d], input [..., 2*d]; dtypes float32 / float16 / bfloat16. Numerics: o
 may differ from vLLM's (two roundings) by 1 ulp (docs/ops/activation.md). Errors: ValueError naming the argument.
 """
 
-from .._args import bool_arg, float_arg, int_arg, tensor_arg
+from .._args import bool_arg, float_arg, forward_only, int_arg, mutated, tensor_arg, written_arg
 from .._ops import ops
+
+
+def _not_differentiable(op, out, input):
+    # as the native functions: no graph is dropped and no tracked tensor written silently
+    written_arg(op, "out", out)
+    forward_only(op, input=input)
 
 
 def silu_and_mul(out, input):
     """out = silu(input[..., :d]) * input[..., d:]."""
+    _not_differentiable("silu_and_mul", out, input)
     ops.silu_and_mul.default(out, input)
+    mutated(out)
 
 
 def gelu_and_mul(out, input):
     """out = gelu(input[..., :d]) * input[..., d:], erf form (approximate="none")."""
+    _not_differentiable("gelu_and_mul", out, input)
     ops.gelu_and_mul.default(out, input, "none")
+    mutated(out)
 
 
 def gelu_tanh_and_mul(out, input):
     """out = gelu(input[..., :d]) * input[..., d:], tanh approximation."""
+    _not_differentiable("gelu_tanh_and_mul", out, input)
     ops.gelu_tanh_and_mul.default(out, input)
+    mutated(out)
 
 
 def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False, bias=None):
     """As ``torch.ops._moe_C.topk_softmax``: fills topk_weights, topk_indices (int32/int64), token_expert_indices."""
     renormalize = bool_arg("topk_softmax", "renormalize", renormalize)
+    forward_only("topk_softmax", gating_output=gating_output, bias=bias)
+    written_arg("topk_softmax", "topk_weights", topk_weights)
     ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)
 
 
@@ -48,6 +62,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     renormalize = bool_arg(op, "renormalize", renormalize)
     tensor_arg(op, "scores", scores)
     tensor_arg(op, "bias", bias, optional=True)
+    forward_only(op, scores=scores, bias=bias)
     n_group = int_arg(op, "n_group", n_group, 1)
     topk_group = int_arg(op, "topk_group", topk_group, 1)
     topk = int_arg(op, "topk", topk, 1, 32)
