@@ -51,7 +51,7 @@ def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=
     positionally) and any leading dims (FLA requires [M, N]).
 
     Returns out (x's shape and dtype), mean (float32 [N / group_size * M], None for RMSNorm) and rstd (float32, same
-    shape).
+    shape). ``weight`` is required (a tensor: None is a ValueError; FLA's own functions take it too).
     """
     op = "layer_norm_fwd"
     eps, norm_before_gate, is_rms_norm = _check_args(op, x, weight, bias, z, eps, norm_before_gate, is_rms_norm)
