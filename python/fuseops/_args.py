@@ -5,6 +5,14 @@ import operator
 import torch
 
 
+def shown(v):
+    """A value as messages show it: a tensor by its shape and dtype (not every element), anything else by repr."""
+    if isinstance(v, torch.Tensor):
+        return f"a tensor {list(v.shape)} {v.dtype}"
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
 def int_arg(op, name, v, lo=None, hi=None):
     """An int (or numpy / torch integer scalar) within [lo, hi] where given; bools and floats are errors."""
     value = None
@@ -15,7 +23,7 @@ def int_arg(op, name, v, lo=None, hi=None):
             value = None
     if value is None or (lo is not None and value < lo) or (hi is not None and value > hi):
         rng = "" if lo is None else f" >= {lo}" if hi is None else f" in [{lo}, {hi}]"
-        raise ValueError(f"{op}: {name}: expected an int{rng}, got {v!r}")
+        raise ValueError(f"{op}: {name}: expected an int{rng}, got {shown(v)}")
     return value
 
 
@@ -24,7 +32,7 @@ def bool_arg(op, name, v):
     if isinstance(v, bool) or type(v).__name__ == "bool_" or (isinstance(v, torch.Tensor) and v.dtype == torch.bool
                                                                  and v.numel() == 1):
         return bool(v)
-    raise ValueError(f"{op}: {name}: expected a bool, got {v!r}")
+    raise ValueError(f"{op}: {name}: expected a bool, got {shown(v)}")
 
 
 def float_arg(op, name, v):
@@ -33,8 +41,8 @@ def float_arg(op, name, v):
         raise ValueError(f"{op}: {name}: expected a number, got {v!r}")
     try:
         return float(v)
-    except (TypeError, ValueError):
-        raise ValueError(f"{op}: {name}: expected a number, got {v!r}") from None
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int past the float range (10**400)
+        raise ValueError(f"{op}: {name}: expected a number in the float range, got {shown(v)}") from None
 
 
 def tensor_arg(op, name, t, optional=False):

@@ -2,6 +2,7 @@
 
 import torch
 
+from ._args import int_arg
 from ._ops import ops
 
 # They synchronise with the device: keep them out of compiled graphs (a graph break; an error under fullgraph=True).
@@ -17,12 +18,13 @@ def check_errors(device=-1):
     ordinal; -1: every device that ran an op) and reads the record.
 
     Raises:
-        ValueError: naming the op, the argument and the first bad index.
+        ValueError: naming the op, the argument and the first bad index; also for a ``device`` that is not an int
+            >= -1.
     """
-    ops.check_errors.default(device)
+    ops.check_errors.default(int_arg("check_errors", "device", device, -1))
 
 
 @_eager_only
 def clear_errors(device=-1):
     """Clears any recorded device error without raising it (``device`` as :func:`check_errors`)."""
-    ops.clear_errors.default(device)
+    ops.clear_errors.default(int_arg("clear_errors", "device", device, -1))

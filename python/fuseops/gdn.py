@@ -14,7 +14,7 @@ graph is never dropped silently; call the functions under torch.no_grad() / torc
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg, mutated
+from ._args import bool_arg, float_arg, forward_only, int_arg, mutated, shown
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -201,12 +201,19 @@ def _reject_kwargs(op, kwargs, allowed=()):
     for name, value in kwargs.items():
         if name in allowed:
             continue
-        if name in _DEFAULT_CHUNK and value is _DEFAULT_CHUNK[name]:
+        if name in _DEFAULT_CHUNK and _is_default(value, _DEFAULT_CHUNK[name]):
             continue
         why = "not supported by fuseops" if name in _UNSUPPORTED_CHUNK else "unknown argument"
         accepted = f"; {name}={_DEFAULT_CHUNK[name]!r} is accepted" if name in _DEFAULT_CHUNK else ""
         raise ValueError(f"{op}: {name}: {why} (fuseops implements FLA's default layout and gating{accepted}), "
-                         f"got {value!r}")
+                         f"got {shown(value)}")
+
+
+def _is_default(value, default):
+    """None is None only; False is False or any other false bool (numpy.False_), never 0 or an empty container."""
+    if default is None:
+        return value is None
+    return (isinstance(value, bool) or type(value).__name__ == "bool_") and bool(value) == default
 
 
 def _index_rows(t):

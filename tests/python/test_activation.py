@@ -266,3 +266,24 @@ def test_backward_functions_refuse_what_autograd_tracks():
         vllm.silu_and_mul(torch.empty(2, 4, requires_grad=True), torch.randn(2, 8))
     with pytest.raises(RuntimeError, match="silu_and_mul: input: requires grad"):
         vllm.silu_and_mul(torch.empty(2, 4), torch.randn(2, 8, requires_grad=True))
+
+
+def test_scalar_arguments_from_a_new_users_pass():
+    # an int past the float range, a device that is no int, a bool count; a tensor in a message is shown by its shape
+    with pytest.raises(ValueError, match=r"^grouped_topk: routed_scaling_factor: expected a number in the float range"):
+        fuseops.grouped_topk(torch.randn(2, 8), 1, 1, 2, True, 10 ** 400)
+    with pytest.raises(ValueError, match=r"^check_errors: device: expected an int >= -1"):
+        fuseops.check_errors("cpu")
+    with pytest.raises(ValueError, match=r"^clear_errors: device: expected an int >= -1, got True"):
+        fuseops.clear_errors(True)
+    ids = torch.zeros(2, 2, dtype=torch.int32)
+    outs = (torch.empty(64, dtype=torch.int32), torch.empty(8, dtype=torch.int32), torch.empty(1, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"^moe_align_block_size: num_experts: expected an int, got True"):
+        vllm.moe_align_block_size(ids, True, 16, *outs)
+    import numpy as np
+    q = torch.randn(1, 4, 1, 8)
+    g = torch.randn(1, 4, 1)
+    out = fuseops.chunk_local_cumsum(g, 16, head_first=np.False_)  # numpy's False is FLA's default too
+    assert torch.equal(out, fuseops.chunk_local_cumsum(g, 16))
+    with pytest.raises(ValueError, match=r"got a tensor \[1, 4, 1, 8\] torch.float32$"):
+        fuseops.chunk_gated_delta_rule(q, q, q, g, g, gk=q)
