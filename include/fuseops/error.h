@@ -30,10 +30,10 @@ class Error : public std::runtime_error {
 /// ssm_state_indices / num_accepted_tokens / topk_ids / positions / masked_m value, ...) as an Error of kind
 /// `device_value` naming the op, the argument and an index, then clears the record. A record keeps the first (op,
 /// argument) recorded since the last check and, of that pair, the smallest bad index over every call since then (one
-/// call's first bad index when only one call recorded): to tie an index to its call, check after each call. Ops never raise these
-/// themselves (unless FUSEOPS_DEBUG is on, see debug_mode()): they return normally, having skipped or clamped the bad
-/// entries as their docs say (e.g. leaving the affected output rows unwritten), so the caller must call
-/// check_errors() to learn about them. This holds for every backend, in every build:
+/// call's first bad index when only one call recorded): to tie an index to its call, check after each call. Ops never
+/// raise these themselves (unless FUSEOPS_DEBUG is on, see debug_mode()): they return normally, having skipped or
+/// clamped the bad entries as their docs say (e.g. leaving the affected output rows unwritten), so the caller must
+/// call check_errors() to learn about them. This holds for every backend, in every build:
 ///  - CPU tensors: the CPU backend records the value in a host-side record while the op runs; check_errors() raises
 ///    it first (whatever `device` is), with "(first bad index recorded on cpu)". Also in a build without CUDA.
 ///  - CUDA tensors: the kernels record on the device without synchronising; check_errors() synchronises with

@@ -31,8 +31,8 @@ int64_t env_count(const char* name, int64_t most) {
   if (v == nullptr || *v == '\0') return -1;
   uint64_t n = 0;
   if (!parse_decimal(v, &n) || n > static_cast<uint64_t>(most)) {
-    throw Error(ErrorKind::invalid_argument,
-                std::string(name) + ": expected a decimal count from 0 to " + std::to_string(most) + ", got \"" + v + "\"");
+    throw Error(ErrorKind::invalid_argument, std::string(name) + ": expected a decimal count from 0 to " +
+                                                 std::to_string(most) + ", got \"" + v + "\"");
   }
   return static_cast<int64_t>(n);
 }

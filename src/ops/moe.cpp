@@ -230,8 +230,9 @@ MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_
     const bool blame_experts = pad_overflow || pad > numel;
     detail::fail_argument(op, blame_experts ? "num_experts" : "numel",
                           std::string("numel + num_experts * (block_size - 1)") +
-                              (pad_sorted_ids ? ", rounded up to block_size (pad_sorted_ids)," : "") + " < 2^63 (numel " +
-                              std::to_string(numel) + ", block_size " + std::to_string(block_size) + ")",
+                              (pad_sorted_ids ? ", rounded up to block_size (pad_sorted_ids)," : "") +
+                              " < 2^63 (numel " + std::to_string(numel) + ", block_size " + std::to_string(block_size) +
+                              ")",
                           blame_experts ? std::to_string(num_experts) : std::to_string(numel));
   }
   MoeAlignSizes s;

@@ -259,8 +259,9 @@ TEST(Half, KnownF16Patterns) {
   // the pattern's value from its fields, apart from the decoder under test (the check had re-asserted its own guard)
   const auto decode = [](uint16_t h) {
     const int e = (h >> 10) & 31, m = h & 1023;
+    const float special = m != 0 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
     const float v = e == 0    ? std::ldexp(static_cast<float>(m), -24)
-                    : e == 31 ? (m != 0 ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity())
+                    : e == 31 ? special
                               : std::ldexp(static_cast<float>(1024 + m), e - 25);
     return (h & 0x8000) != 0 ? -v : v;
   };

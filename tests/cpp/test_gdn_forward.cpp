@@ -859,7 +859,8 @@ TEST_P(GdnForward, NoTokensStillChecksCuSeqlensAndPoolIndices) {
     EXPECT_NO_THROW(run());
     const std::string msg = take_device_error();
     // cu_seqlens [0, 3, 0]: sequence 0 ends past T = 0; the pool forms: index 0 (99) is past the 3 slots
-    const std::string want = op + (pool_form ? ": ssm_state_indices: " : ": cu_seqlens: ") + "value out of range at index 0";
+    const std::string want =
+        op + (pool_form ? ": ssm_state_indices: " : ": cu_seqlens: ") + "value out of range at index 0";
     EXPECT_NE(msg.find(want), std::string::npos) << msg;
   }
   EXPECT_TRUE(pool.untouched_outside(false));  // empty sequences: the pool is neither read into o nor written

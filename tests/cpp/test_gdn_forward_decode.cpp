@@ -142,7 +142,8 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   HostTensor cu_t = ft::index_tensor(DType::i32, {static_cast<int64_t>(in.cu.size())}, in.cu);
   const std::vector<int64_t> idx_shape = pc.cols ? std::vector<int64_t>{N, pc.cols} : std::vector<int64_t>{N};
   HostTensor idx_t = ft::index_tensor(pc.idx_dtype, idx_shape, pc.idx);
-  HostTensor acc_t = ft::index_tensor(pc.acc_dtype, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
+  HostTensor acc_t =
+      ft::index_tensor(pc.acc_dtype, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
   const int64_t gd = pc.guard;
   Placed P(where, pool, 0, pc.pool_guard), Q(where, in.q, 0, gd), Kt(where, in.k, 0, gd), Vt(where, in.v, 0, gd),
       G(where, in.g, 0, gd), Bt(where, in.beta, 0, gd), O(where, s.dtype, {s.B, s.T, HV, s.V}, gd),

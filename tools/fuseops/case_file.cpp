@@ -25,8 +25,8 @@ std::vector<std::pair<std::string, YAML::Mark>> keys_of(const std::string& path,
   std::vector<std::pair<std::string, YAML::Mark>> keys;
   for (const auto& kv : map) {
     if (!kv.first.IsScalar()) {
-      throw Error(ErrorKind::invalid_argument, at(path, kv.first.Mark()) + ": expected a key of text, got " +
-                                                   (kv.first.IsNull() ? std::string("a null key") : scalar_text(kv.first)));
+      const std::string got = kv.first.IsNull() ? std::string("a null key") : scalar_text(kv.first);
+      throw Error(ErrorKind::invalid_argument, at(path, kv.first.Mark()) + ": expected a key of text, got " + got);
     }
     const std::string key = kv.first.Scalar();
     for (const auto& [k, m] : keys) {

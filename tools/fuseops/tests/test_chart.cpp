@@ -148,8 +148,8 @@ TEST(Chart, CpuResultsWithoutBaselines) {
 TEST(Chart, RejectsWhatIsNotABenchResult) {
   // a check result with rows (an empty list is refused for its emptiness alone)
   try {
-    chart_svg(nlohmann::json::parse(
-        R"({"command": "check", "results": [{"op": "silu_and_mul", "shape": "4x8", "dtype": "f32", "cold_us": 1.0}]})"));
+    chart_svg(nlohmann::json::parse(R"({"command": "check", "results": [)"
+                                    R"({"op": "silu_and_mul", "shape": "4x8", "dtype": "f32", "cold_us": 1.0}]})"));
     ADD_FAILURE() << "charted a check result";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("(command \"bench\""), std::string::npos) << e.what();
