@@ -1,6 +1,8 @@
 """Checks of the Python functions' scalar arguments: integers and flags are taken as given, never truncated or read as
 truthy, and a bad one is a ValueError naming the op and the argument."""
+import contextlib
 import operator
+import re
 
 import torch
 
@@ -111,3 +113,20 @@ def not_twice_differentiable(op, grads, *inputs):
     for i, w in zip(at, wrapped):
         out[i] = w
     return tuple(out)
+
+
+@contextlib.contextmanager
+def named_as(called, op, names):
+    """Restates the ValueErrors of op ``op`` in the names of the Python function the user called: the message's
+    leading "<op>: " becomes "<called>: " and each argument name in ``names`` (whole words) its Python name, e.g.
+    rotary_embedding_backward's "rotary_embedding: query: ..." reads "rotary_embedding_backward: grad_query: ..."."""
+    try:
+        yield
+    except ValueError as e:
+        msg = str(e)
+        if not msg.startswith(op + ": "):
+            raise
+        rest = msg[len(op) + 2:]
+        for internal, public in names.items():
+            rest = re.sub(rf"\b{re.escape(internal)}\b", public, rest)
+        raise ValueError(f"{called}: {rest}") from None

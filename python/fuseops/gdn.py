@@ -14,7 +14,7 @@ graph is never dropped silently; call the functions under torch.no_grad() / torc
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg, mutated, shown
+from ._args import bool_arg, float_arg, forward_only, int_arg, mutated, named_as, shown
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -361,9 +361,11 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
         if initial_state is None or ssm_state_indices is None:
             raise ValueError(f"{op}: ssm_state_indices: expected a tensor together with the state pool initial_state "
                              "(inplace_final_state)")
-        ops.fused_recurrent_gated_delta_rule_update(o, initial_state, q, k, v, g, beta, sc,
-                                                    _index_rows(ssm_state_indices), _index_rows(num_accepted_tokens),
-                                                    bool(use_qk_l2norm_in_kernel), cu_seqlens)
+        with named_as(op, "fused_recurrent_gated_delta_rule_update", {"state_pool": "initial_state"}):
+            ops.fused_recurrent_gated_delta_rule_update(o, initial_state, q, k, v, g, beta, sc,
+                                                        _index_rows(ssm_state_indices),
+                                                        _index_rows(num_accepted_tokens),
+                                                        bool(use_qk_l2norm_in_kernel), cu_seqlens)
         mutated(initial_state)
         return o, initial_state
     if num_accepted_tokens is not None:
@@ -405,11 +407,12 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     a = _per_token(op, "a", a, v)
     b = _per_token(op, "b", b, v)
     o = _out_like(op, "v", v, v.shape)
-    ops.fused_sigmoid_gating_delta_rule_update(o, initial_state_source, A_log, a, dt_bias, q, k, v, b,
-                                               None if scale is None else float_arg(op, "scale", scale),
-                                               _index_rows(initial_state_indices), _index_rows(num_accepted_tokens),
-                                               bool(use_qk_l2norm_in_kernel), cu_seqlens,
-                                               float_arg(op, "softplus_beta", softplus_beta),
-                                               float_arg(op, "softplus_threshold", softplus_threshold))
+    with named_as(op, op, {"state_pool": "initial_state_source", "ssm_state_indices": "initial_state_indices"}):
+        ops.fused_sigmoid_gating_delta_rule_update(o, initial_state_source, A_log, a, dt_bias, q, k, v, b,
+                                                   None if scale is None else float_arg(op, "scale", scale),
+                                                   _index_rows(initial_state_indices), _index_rows(num_accepted_tokens),
+                                                   bool(use_qk_l2norm_in_kernel), cu_seqlens,
+                                                   float_arg(op, "softplus_beta", softplus_beta),
+                                                   float_arg(op, "softplus_threshold", softplus_threshold))
     mutated(initial_state_source)
     return o

@@ -14,7 +14,7 @@ naming the argument.
 
 import torch
 
-from ._args import bool_arg as _flag, forward_only, int_arg as _int, mutated, tensor_arg
+from ._args import bool_arg as _flag, forward_only, int_arg as _int, mutated, named_as, tensor_arg
 from ._ops import ops
 
 _LAYOUTS = ("chunked", "interleaved", "interleaved_glm")
@@ -52,8 +52,10 @@ def _rotary_embedding(op, names, positions, query, key, head_size, cos_sin_cache
     tensor_arg(op, "cos_sin_cache", cos_sin_cache)
     _not_tracked(op, **{names[1]: query, names[2]: key})
     forward_only(op, cos_sin_cache=cos_sin_cache)
-    ops.rotary_embedding(positions, query, key, _int(op, "head_size", head_size), cos_sin_cache,
-                         _flag(op, "is_neox", is_neox), _flag(op, "inverse", inverse))
+    # (the backward's errors in its own names: the op reports rotary_embedding's query / key)
+    with named_as(op, "rotary_embedding", dict(zip(("positions", "query", "key"), names))):
+        ops.rotary_embedding(positions, query, key, _int(op, "head_size", head_size), cos_sin_cache,
+                             _flag(op, "is_neox", is_neox), _flag(op, "inverse", inverse))
     mutated(query, key)
     return query, key
 
@@ -104,7 +106,8 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=F
     rotary_interleaved = _flag(op, "rotary_interleaved", rotary_interleaved)
     if _flag(op, "inplace", inplace):
         _not_tracked(op, q=q, k=k)
-        ops.apply_rotary_pos_emb_inplace(q, k, cos, sin, position_ids, rotary_interleaved, False)
+        with named_as(op, op, {"q_out": "q", "k_out": "k"}):  # in place: the outputs are q and k
+            ops.apply_rotary_pos_emb_inplace(q, k, cos, sin, position_ids, rotary_interleaved, False)
         mutated(q, k)
         return q, k
     return _ApplyRotaryPosEmb.apply(q, k, cos, sin, position_ids, rotary_interleaved, False)
@@ -161,8 +164,9 @@ def _mrope(op, names, query, key, cos_sin_cache, positions, mrope_section, head_
         raise ValueError(f"{op}: mrope_section: expected a list or tuple of 3 ints, got "
                          f"{type(mrope_section).__name__} {mrope_section!r}")
     section = [_int(op, "mrope_section", s) for s in mrope_section]
-    ops.mrope(positions, query, key, _int(op, "head_size", head_size), _int(op, "rotary_dim", rotary_dim),
-              cos_sin_cache, section, _flag(op, "is_neox", is_neox), layout, _flag(op, "inverse", inverse))
+    with named_as(op, "mrope", dict(zip(("query", "key"), names))):
+        ops.mrope(positions, query, key, _int(op, "head_size", head_size), _int(op, "rotary_dim", rotary_dim),
+                  cos_sin_cache, section, _flag(op, "is_neox", is_neox), layout, _flag(op, "inverse", inverse))
     mutated(query, key)
     return query, key
 

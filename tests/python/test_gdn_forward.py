@@ -111,7 +111,7 @@ def test_pool_indices_as_strided_views(device):
     assert torch.equal(o, o_c) and torch.equal(pool, pool_c)
     # fixed length T = 2 with [N, 1] per-token slots: a shape error, named, before anything runs
     q2, k2, v2, g2, b2, _ = inputs(3, 2, 1, 2, 16, 16, torch.float32, device)
-    with pytest.raises(ValueError, match=r"fused_recurrent_gated_delta_rule_update: ssm_state_indices: .*Tmax >= T"):
+    with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: ssm_state_indices: .*Tmax >= T"):
         fuseops.fused_recurrent_gated_delta_rule(q2, k2, v2, g2, b2, initial_state=pool, inplace_final_state=True,
                                                  ssm_state_indices=table[:, :1],
                                                  num_accepted_tokens=torch.ones(3, dtype=torch.int32, device=device))

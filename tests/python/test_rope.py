@@ -428,3 +428,23 @@ def test_in_place_writes_bump_the_version_counter():
         write(q)
         with pytest.raises(RuntimeError, match="modified by an inplace operation"):
             y.backward()
+
+
+def test_errors_use_the_names_of_the_function_called():
+    # the backward and in-place forms report their own argument names (the op reported rotary_embedding's query,
+    # mrope's query, the state pool's C++ names)
+    cache = cache_of(16, 16, torch.float32, "cpu")
+    with pytest.raises(ValueError, match=r"^rotary_embedding_backward: grad_query: expected last dim a multiple"):
+        fuseops.rotary_embedding_backward(torch.arange(4), torch.randn(4, 30), None, 16, cache)
+    with pytest.raises(ValueError, match=r"^mrope_backward: grad_query: "):
+        fuseops.mrope_backward(torch.randn(4, 30), None, cache, torch.zeros(3, 4, dtype=torch.long), [2, 3, 3], 16,
+                               16)
+    q, v, g = torch.randn(1, 1, 1, 8), torch.randn(1, 1, 2, 8), torch.randn(1, 1, 2)
+    with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: initial_state: expected shape"):
+        fuseops.fused_recurrent_gated_delta_rule(q, q, v, g, g.sigmoid(), initial_state=torch.zeros(2, 2, 8, 7),
+                                                 ssm_state_indices=torch.tensor([0]))
+    sg = fuseops.fused_sigmoid_gating_delta_rule_update
+    with pytest.raises(ValueError, match=r"^fused_sigmoid_gating_delta_rule_update: initial_state_source: "):
+        sg(torch.zeros(2), g, torch.zeros(2), 1.0, 20.0, q, q, v, g, torch.zeros(2, 2, 8, 7), torch.tensor([0]))
+    with pytest.raises(ValueError, match=r"^fused_sigmoid_gating_delta_rule_update: initial_state_indices: "):
+        sg(torch.zeros(2), g, torch.zeros(2), 1.0, 20.0, q, q, v, g, torch.zeros(2, 2, 8, 8), torch.tensor([0.5]))
