@@ -69,7 +69,7 @@ for stage in "${stages[@]}"; do
       # A/B of binaries in one lease: FUSEOPS_AB="base=.pack/fuseops-base.xz new=.carry/bin/fuseops" (a .xz is
       # unpacked first), each run FUSEOPS_AB_RUNS times (default 2) in alternation with FUSEOPS_BENCH_ARGS; the side-
       # by-side table (medians, cold ratios to the first label) in $OUT/ab.md (bench/ab.py), the runs' tables packed.
-      # A binary may carry settings: FUSEOPS_AB="off=.carry/bin/fuseops on=FUSEOPS_GDN_OVERLAP=1:.carry/bin/fuseops".
+      # A binary may carry settings: FUSEOPS_AB="on=.carry/bin/fuseops off=FUSEOPS_GDN_FWD_HO=0:.carry/bin/fuseops".
       abdir=$(mktemp -d); abargs=()
       for r in $(seq "${FUSEOPS_AB_RUNS:-2}"); do
         for spec in ${FUSEOPS_AB:?set FUSEOPS_AB=\"label=binary ...\"}; do

@@ -32,17 +32,10 @@ FUSEOPS_HD SeqBounds sequence_bounds(const GdnGeometry& g, int64_t n) {
 /// ceil(len / bt) for len >= 0, bt >= 1, without the signed overflow of (len + bt - 1) / bt near INT64_MAX.
 FUSEOPS_HD int64_t chunks_of(int64_t len, int64_t bt) { return len / bt + (len % bt != 0 ? 1 : 0); }
 
-/// The ready flags of the forward's overlapped forms: one 4-byte word per (value head, chunk), set by the intra kernel
-/// once the chunk's w and u rows are stored and polled by fwd_h. Sequence n's flags are words [base, base + its
-/// chunks) of each value head's ready_flag_stride words, base = ready_flag_base(g, n, bos): a multiple of 4, so that
-/// fwd_h may read them four at a time. Fixed length: n ceil4(NT). Varlen: 4 (n + floor(bos / BT)): the sequences'
-/// ranges do not overlap (ceil(len / BT) + 3 <= 4 (floor(eos / BT) - floor(bos / BT)) + 4 with bos_{n+1} = eos_n) and
-/// stay inside the stride. The clamped bounds of a malformed cu_seqlens also stay inside the stride, but may overlap
-/// (a decreasing cu_seqlens): then a flag may be set early, so fwd_h may read rows not yet written, never out of
-/// bounds and never a flag left unset (the output of a malformed batch is unspecified; the error is recorded).
-FUSEOPS_HD int64_t ready_flag_base(const GdnGeometry& g, int64_t n, int64_t bos) {
-  return g.cu_seqlens ? 4 * (n + bos / g.BT) : n * ((chunks_of(g.T, g.BT) + 3) / 4 * 4);
-}
+/// The ready flags of the forward's intra-first form (WuArgs::ready, FwdHArgs::ready): one 4-byte word per (value
+/// head, chunk), set by the intra kernel once the chunk's w and u rows are stored and polled by fwd_h; each value head
+/// has ready_flag_stride words, a multiple of 4, so that fwd_h may read them four at a time. Fixed length: B ceil4(NT)
+/// (the intra-first form has B = 1). Varlen: 4 (N + NT) (no form takes the flags with cu_seqlens).
 FUSEOPS_HD int64_t ready_flag_stride(const GdnGeometry& g) {
   return g.cu_seqlens ? 4 * (g.N + chunks_of(g.T, g.BT)) : g.B * ((chunks_of(g.T, g.BT) + 3) / 4 * 4);
 }

@@ -63,15 +63,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <type_traits>
 
 #include "cuda/bulk_copy.cuh"
 #include "cuda/device_error.cuh"
 #include "cuda/gdn_forward.cuh"
 #include "cuda/gdn_fwd_o.cuh"
-#include "cuda/gdn_intra_fwd_warp.h"
 #include "cuda/tensor_map.h"
 #include "cuda/wgmma.cuh"
 #include "fuseops/error.h"
@@ -224,8 +221,7 @@ struct FwdHMma {
   static_assert(kSmem <= 227 * 1024, "shared memory of a block (sm_90)");
   static_assert(!TMA || KP == 128, "tensor-map tiles: K <= 128");
   static_assert(!WG || (TMA && BT == 64 && kMT == 1 && BV >= 16), "wgmma: tensor-map tiles, BT 64, K 128");
-  static_assert(!FO || (WG && BV >= 32), "fused output: the wgmma variant");
-  static_assert(!(FO && RDY) || (BV == 64 && NS == 2), "the overlapped form: 64 columns, two buffers");
+  static_assert(!FO || (WG && !RDY && BV >= 32), "fused output: the wgmma variant");
   static_assert(!RDY || WG, "ready flags and the output-beside counters: the wgmma variant (counted in its branch)");
   static_assert(kMT >= 1 && kNV % 2 == 0 && kNV % kNPW == 0 && (kNPW == 1 || kNPW % 2 == 0), "tile split");
 };
@@ -376,7 +372,8 @@ __device__ __forceinline__ void count_o_ready(unsigned* counters, int64_t count)
   for (int64_t i = 0; i < count; ++i) atomicAdd(counters + i, 1u);
 }
 
-/// The kernels' body (fwd_h_mma_kernel, fwd_h_overlap_kernel: one body, two register budgets).
+/// The body of fwd_h_mma_kernel, force-inlined (written in the kernel itself, the 3-buffer fused-output kernels
+/// compile to another branch layout around the h0 loads).
 template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG, bool RDY, bool FO>
 __device__ __forceinline__ void fwd_h_mma_body(const FwdHArgs& a, int64_t vblocks, int64_t units, const FwdHVec& vec,
                                                DeviceErrorRecord* errors, const FwdHMaps& maps) {
@@ -513,9 +510,7 @@ __device__ __forceinline__ void fwd_h_mma_body(const FwdHArgs& a, int64_t vblock
       // memory. A clear flag: a spin on the global flag. No register waits on a flag load: a loaded flag kept in a
       // register cost ~0.23 us per chunk (the MOV right after the load waited for it). The flag is set after the
       // producer's stores and a fence; the w / u rows are then read through L2 (cp.async.cg, tensor-map copies).
-      // (FO: the overlapped form's flags, per sequence from its ready_flag_base; the intra-first form has one sequence)
-      const unsigned* const rdy =
-          RDY ? a.ready + hv * a.ready_stride + (FO ? ready_flag_base(a.geo, n, sb.bos) : 0) : nullptr;
+      const unsigned* const rdy = RDY ? a.ready + hv * a.ready_stride : nullptr;
       const int64_t flag_end = (sb.eos - sb.bos + BT - 1) / BT;
       const unsigned* const fsm = reinterpret_cast<const unsigned*>(smem_raw + C::kFlagOffset);
       // w, k, u rows of the chunk at tq -> buffer `b`, one cp.async group (empty past the sequence); pointers advance
@@ -540,9 +535,6 @@ __device__ __forceinline__ void fwd_h_mma_body(const FwdHArgs& a, int64_t vblock
             // issued by the last thread (the gate rows are on warps 0-1, or 5-6 with kNarrow); the block's reads of the buffer (its previous
             // chunk) precede it (barrier A); a previous unit's cp.async writes were fenced at this unit's start
             if (tid == kThreads - 1) {
-              // the overlapped form: the intra kernel's w rows (its tensor-map stores, then its flag) read by the
-              // async proxy after this thread's generic flag reads
-              if constexpr (RDY && FO) fence_proxy_async_global();
               mbar_arrive_expect(bars + b, static_cast<uint32_t>((FO ? 3 : 2) * BT * K * sizeof(TK)));
               for (int box = 0; box * 64 < K; ++box) {
                 tma_load_4d(smem0 + wb + box * C::kBoxBytes, &maps.w, box * 64, static_cast<int>(hv),
@@ -666,9 +658,7 @@ __device__ __forceinline__ void fwd_h_mma_body(const FwdHArgs& a, int64_t vblock
         __syncthreads();  // barrier A
         // chunk c + NS - 1 into the buffer of chunk c - 1 (free since barrier A) while this one is computed: with two
         // buffers (the next chunk, one chunk step to land) right away, with more after the mma below
-        // (the overlapped form: after the products are issued, so that a wait for the next chunk's flag does not hold
-        // this chunk's products back)
-        if constexpr (NS == 2 && !(RDY && FO)) issue(buf == 0 ? NS - 1 : buf - 1);
+        if constexpr (NS == 2) issue(buf == 0 ? NS - 1 : buf - 1);
 
         // 2. v_new = u - w S for this warp's tiles; stored ungated, and gated (0 past the chunk) into the v_new tile.
         // The mma are issued first; the gate loads, the h store (and the tile loads with NS > 2) follow in their
@@ -770,7 +760,7 @@ __device__ __forceinline__ void fwd_h_mma_body(const FwdHArgs& a, int64_t vblock
             }
           }
         }
-        if constexpr (NS > 2 || (RDY && FO)) issue(buf == 0 ? NS - 1 : buf - 1);
+        if constexpr (NS > 2) issue(buf == 0 ? NS - 1 : buf - 1);
         float gi_next = 0.f, gl_next = 0.f;  // the next chunk's gates, stored to shared memory later
         const int L_next = has_next ? static_cast<int>(min(static_cast<int64_t>(BT), sb.eos - t0 - BT)) : 0;
         if (has_next && gated) gate_load(gq + BT * gst, L_next, gi_next, gl_next);
@@ -1061,11 +1051,6 @@ __device__ __forceinline__ void fwd_h_mma_body(const FwdHArgs& a, int64_t vblock
       }
     }
   }
-  // the overlapped form: the grid completes only after the intra grid (its first block waits for it here, at the
-  // end): the kernels after this one wait for this grid, and so see the intra kernel's grid complete
-  if constexpr (RDY && FO) {
-    if (blockIdx.x == 0) pdl_wait();
-  }
 }
 
 template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG, bool RDY, bool FO>
@@ -1075,35 +1060,14 @@ __global__ void __launch_bounds__(kThreads, fwd_h_min_blocks<KP, BV, FO>())
   fwd_h_mma_body<TK, KP, BT, BV, NS, TMA, WG, RDY, FO>(a, vblocks, units, vec, errors, maps);
 }
 
-/// Registers per thread of the overlapped form's fwd_h (the fused-output variant of 64 columns with two buffers and
-/// the ready flags): 226-228 uncapped, 174 under this cap without spills (168: 20 bytes spilled). An SM's registers
-/// are four quarters of 16384, each warp's taken from its quarter: two fwd_h warps (5632 each, allocated in units of
-/// 256) leave 5120, one intra warp of 160 (at 198 registers, what a cap of 216 gives, two fwd_h warps leave no room for
-/// an intra warp); overlap_blocks_fit checks the compiled counts.
-constexpr int kOverlapFwdHRegs = 176;
-template <typename TK>
-__global__ void __maxnreg__(kOverlapFwdHRegs)
-    fwd_h_overlap_kernel(const FwdHArgs a, int64_t vblocks, int64_t units, FwdHVec vec, DeviceErrorRecord* errors,
-                         const __grid_constant__ FwdHMaps maps) {
-  fwd_h_mma_body<TK, 128, 64, 64, 2, true, true, true, true>(a, vblocks, units, vec, errors, maps);
-}
-
 template <typename TK, int KP, int BT, int BV, int NS, bool TMA, bool WG = false, bool RDY = false, bool FO = false>
 void launch_fwd_h_mma(const FwdHArgs& a, const FwdHVec& vec, const FwdHMaps& maps, int device, cudaStream_t s) {
   using C = FwdHMma<TK, KP, BT, BV, NS, TMA, WG, RDY, FO>;
   const char* op = "chunk_gated_delta_rule_fwd_h";
   const int64_t vblocks = (a.V + BV - 1) / BV;
   const int64_t units = a.geo.N * a.geo.HV * vblocks;
-  auto kernel = [] {
-    if constexpr (RDY && FO) {
-      return fwd_h_overlap_kernel<TK>;
-    } else {
-      return fwd_h_mma_kernel<TK, KP, BT, BV, NS, TMA, WG, RDY, FO>;
-    }
-  }();
+  auto kernel = fwd_h_mma_kernel<TK, KP, BT, BV, NS, TMA, WG, RDY, FO>;
   allow_smem(kernel, C::kSmem, op);
-  // the overlapped form: the largest shared-memory carveout, as the intra kernel beside it asks for
-  if constexpr (RDY && FO) prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   launch_kernel(kernel, dim3(gdn::grid_x(units)), dim3(kThreads), C::kSmem, s, device, a, vblocks, units, vec, errors,
                 maps);
@@ -1118,9 +1082,6 @@ std::atomic<int64_t> intra_first_launches{0};  ///< fwd_h launches in the intra-
 /// set_fwd_h_o_off_for_testing; launches of the fused-output form (tests)
 std::atomic<bool> fwd_h_o_off_for_testing{false};
 std::atomic<int64_t> fwd_h_o_launches{0};
-/// set_overlap_for_testing (OverlapForTesting); fwd_h launches of the overlapped form (tests)
-std::atomic<int> overlap_for_testing{0};
-std::atomic<int64_t> overlap_launches{0};
 
 /// Whether the tensor-map tiles and the wgmma products are switched on (environment, tests).
 bool tma_switched_on() {
@@ -1228,10 +1189,8 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, uns
     } else if (fwd_h_blocks(a, 32) >= kFillBlocks && fwd_h_blocks(a, 32) <= sm_count(device)) {
       fo_bv = V % 32 == 0 ? 32 : 0;
     }
-    // the overlapped form (a.ready_overlap: chunk_gated_delta_rule_overlap_applies): the 64-column variant only; the
-    // intra-first form's flags (a.ready without it) never take the fused output
-    if (a.ready && (!a.ready_overlap || fo_bv != 64)) return false;
-    if (!(fwd_h_o_switched_on() && a.geo.BT == 64 && K == 128 && fo_bv != 0)) return false;
+    // (the intra-first form's flags, a.ready, never take the fused output)
+    if (!(fwd_h_o_switched_on() && !a.ready && a.geo.BT == 64 && K == 128 && fo_bv != 0)) return false;
   }
   FwdHVec vec{};
   vec.w = gdn::rows_16b(a.w, K);
@@ -1250,8 +1209,7 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, uns
                    gdn_rows_map(&maps.w, a.w, dt, K, a.geo.HV, a.geo) && gdn_rows_map(&maps.k, a.k, dt, K, a.geo.H, a.geo);
   // the intra-first form (a.ready: set only where chunk_gated_delta_rule_intra_first_blocks applied to these args):
   // polls the ready flags of the intra kernel launched before; without tensor maps this waits for that kernel instead
-  // (as for the overlapped form's flags, which only its fused-output variant polls)
-  const bool ready = a.ready && !a.ready_overlap && tma;
+  const bool ready = a.ready && tma;
   if (fo) {
     // the wgmma variant of fo_bv columns (launch_fwd_h_bv's choice, see above), q as w / k (16-byte rows, a tensor
     // map), o in TK with pair stores
@@ -1262,13 +1220,9 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, uns
     if (!form) return false;
     // three buffers (222 KB of shared memory at 64 columns with the o staging tiles, 184 KB at 32): measured 2-3% faster than two on the
     // gdn-prefill cases of 64-column blocks
-    // the overlapped form (a.ready_overlap): two buffers, so that an intra block fits beside (165 KB)
     const bool launched = gdn::with_16bit(dt, [&](auto tag) {
       using TK = decltype(tag);
-      if (a.ready_overlap) {
-        launch_fwd_h_mma<TK, 128, 64, 64, 2, true, true, true, true>(a, vec, maps, device, s);
-        overlap_launches.fetch_add(1, std::memory_order_relaxed);
-      } else if (fo_bv == 64) {
+      if (fo_bv == 64) {
         launch_fwd_h_mma<TK, 128, 64, 64, 3, true, true, false, true>(a, vec, maps, device, s);
       } else {
         launch_fwd_h_mma<TK, 128, 64, 32, 3, true, true, false, true>(a, vec, maps, device, s);
@@ -1314,55 +1268,6 @@ int64_t chunk_gated_delta_rule_intra_first_blocks(const FwdHArgs& a, int device)
   const int64_t blocks = sm_count(device) - fwd_h_blocks(a, 16) - kIntraFirstSpareSms;
   return 2 * blocks >= 15 * a.geo.HV ? blocks : 0;
 }
-
-namespace {
-/// Whether an SM holds one block of fwd_h's overlapped variant and one of the intra kernel's: registers (allocated per
-/// warp in units of 256, from the register file quarter of the warp's scheduler: warps go to the quarters in turn, so a
-/// quarter holds two fwd_h warps and at most one intra warp), shared memory (each block also takes the per-block
-/// reservation) and threads.
-bool overlap_blocks_fit(DType dt, int device) {
-  using C = FwdHMma<__half, 128, 64, 64, 2, true, true, true, true>;  // (the same sizes for bf16)
-  const char* op = "chunk_gated_delta_rule";
-  static const int regs[2] = {kernel_registers(fwd_h_overlap_kernel<__half>, op),
-                              kernel_registers(fwd_h_overlap_kernel<__nv_bfloat16>, op)};
-  const gdn::IntraReadyBlock ib = gdn::intra_fwd_warp_ready_block(dt, device);
-  auto warp_regs = [](int per_thread) { return (per_thread * 32 + 255) / 256 * 256; };
-  const int64_t quarter = int64_t{kThreads / 32 / 4} * warp_regs(regs[dt == DType::f16 ? 0 : 1]) +
-                         int64_t{(ib.threads / 32 + 3) / 4} * warp_regs(ib.regs);
-  const auto reserved = static_cast<std::size_t>(device_attribute(cudaDevAttrReservedSharedMemoryPerBlock, device));
-  const std::size_t need_smem = C::kSmem + ib.smem + 2 * reserved;
-  return quarter <= device_attribute(cudaDevAttrMaxRegistersPerMultiprocessor, device) / 4 &&
-         need_smem <= static_cast<std::size_t>(device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device)) &&
-         kThreads + ib.threads <= device_attribute(cudaDevAttrMaxThreadsPerMultiProcessor, device);
-}
-}  // namespace
-
-bool chunk_gated_delta_rule_overlap_applies(const FwdHArgs& a, const KktArgs& ka, const WuArgs& wa,
-                                            std::size_t flag_room, int device) {
-  // off unless FUSEOPS_GDN_OVERLAP=1 (or a test) turns it on: not yet measured on a GPU
-  static const bool by_env = [] {
-    const char* v = std::getenv("FUSEOPS_GDN_OVERLAP");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  const auto mode = static_cast<OverlapForTesting>(overlap_for_testing.load(std::memory_order_relaxed));
-  if (mode == OverlapForTesting::off || (mode == OverlapForTesting::env && !by_env)) return false;
-  const DType dt = a.k.dtype;
-  const int64_t K = a.geo.K, blocks = fwd_h_blocks(a, 64);
-  // fwd_h: the fused-output variant of 64 columns (launch_fwd_h_tc's rule and conditions), in one wave
-  const bool fwd_h = (dt == DType::bf16 || dt == DType::f16) && a.w.dtype == dt && a.u.dtype == dt &&
-                     a.h.dtype == dt && a.v_new.dtype == dt && a.q.data != nullptr && a.q.dtype == dt &&
-                     a.o.dtype == dt && fwd_h_o_switched_on() && tma_switched_on() && wgmma_switched_on() &&
-                     a.geo.BT == 64 && K == 128 && a.V % 64 == 0 && blocks >= kFillBlocks &&
-                     blocks <= sm_count(device) && a.geo.T <= INT32_MAX && gdn::rows_16b(a.w, K) &&
-                     gdn::rows_16b(a.k, K) && gdn::rows_16b(a.q, K) && gdn::rows_pairs(a.o);
-  if (!fwd_h || !is_sm90_or_newer(device) || !runs_sm90a_code(device) || !pdl_enabled(device)) return false;
-  const auto flag_bytes = static_cast<std::size_t>(a.geo.HV * ready_flag_stride(a.geo)) * sizeof(unsigned);
-  return flag_bytes <= flag_room && gdn::intra_fwd_warp_applies(ka, wa, device) && overlap_blocks_fit(dt, device);
-}
-void set_overlap_for_testing(OverlapForTesting mode) {
-  overlap_for_testing.store(static_cast<int>(mode), std::memory_order_relaxed);
-}
-int64_t overlap_launches_for_testing() { return overlap_launches.load(std::memory_order_relaxed); }
 
 bool chunk_gated_delta_rule_fwd_h_o(const FwdHArgs& a, int device, void* stream) {
   const char* op = "chunk_gated_delta_rule";

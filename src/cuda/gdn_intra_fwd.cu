@@ -317,11 +317,6 @@ bool chunk_gated_delta_rule_fwd_intra(const KktArgs& ka, const WuArgs& a, int de
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
   if (a.geo.BT != 16 && a.geo.BT != 32 && a.geo.BT != 64) return false;
-  if (a.ready_warp) {  // the overlapped form: its flags are the warp kernel's, so that kernel or nothing
-    const bool launched = a.geo.BT == 64 && gdn::launch_intra_fwd_warp_ready(op, ka, a, device, s);
-    if (launched) after_launch(op, s, device);
-    return launched;
-  }
   const bool launched = gdn::with_16bit(dt, [&](auto tag) {
     using TK = decltype(tag);
     switch (a.geo.BT) {

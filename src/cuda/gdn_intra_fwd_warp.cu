@@ -40,12 +40,8 @@ namespace fuseops::detail::cuda {
 
 namespace {
 gdn::warp_unit::TestingHooks intra_warp_hooks;
-std::atomic<int> overlap_intra_blocks_for_testing{0};  ///< set_overlap_intra_blocks_for_testing (0: one per SM)
 }  // namespace
 void set_intra_warp_for_testing(KktWarpForTesting mode) { intra_warp_hooks.set(mode); }
-void set_overlap_intra_blocks_for_testing(int blocks) {
-  overlap_intra_blocks_for_testing.store(blocks, std::memory_order_relaxed);
-}
 int64_t intra_warp_launches_for_testing() { return intra_warp_hooks.count_so_far(); }
 
 namespace gdn {
@@ -204,37 +200,15 @@ __device__ __forceinline__ void store_tile(const unsigned char* X, const CUtenso
   }
 }
 
-/// The most chunks of any of the first `seqs` sequences (sequence_bounds: clamped where cu_seqlens is malformed), by
-/// the warp's lanes; every lane gets it.
-__device__ int64_t most_chunks(const GdnGeometry& geo, int64_t seqs) {
-  if (!geo.cu_seqlens) return chunks_of(geo.T, kBT);
-  int64_t most = 0;
-  for (int64_t n = threadIdx.x % 32; n < seqs; n += 32) {
-    const SeqBounds sb = sequence_bounds(geo, n);
-    most = max(most, chunks_of(sb.eos - sb.bos, kBT));
-  }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) most = max(most, static_cast<int64_t>(__shfl_xor_sync(~0u, most, o)));
-  return most;
-}
-
 /// Unit u = (chunk slot u / HV, value head u % HV); the warps of the grid walk the units (consecutive warps take the
 /// value heads of one chunk, which share k rows through the L2). Warps per block: blockDim.x / 32. Shared memory:
 /// the warps' tile regions (1024-byte aligned for the 128-byte swizzle), then their g / beta rows, then their
 /// mbarriers.
-/// RDY (the overlapped form, prm.ready): unit u = (chunk c = u / (seqs HV) of sequence (u / HV) % seqs, value head
-/// u % HV), so that the grid prepares chunk 0 of every sequence first, then chunk 1, ..., in the order fwd_h consumes
-/// them (units past a sequence's chunks are skipped); after a unit's w and u rows are stored, its flag is set.
-template <typename TK, bool RDY>
-__device__ __forceinline__ void intra_fwd_warp_body(const KktArgs& ka, const WuArgs& a, const WarpIntraParams& prm,
-                                                    const IntraMaps& maps) {
-  // RDY: the walk's length is read from cu_seqlens before the wait, which is safe because the launch follows the
-  // flags' memset in the stream (no programmatic overlap with the kernel before it); fwd_h, which polls the flags,
-  // is released at the start
-  int64_t chunk_rows = 0;
-  if constexpr (RDY) chunk_rows = most_chunks(ka.geo, prm.seqs);
-  pdl_wait();  // without RDY, its dependents are released at its end (below)
-  if constexpr (RDY) pdl_release();
+template <typename TK>
+__global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
+    intra_fwd_warp_kernel(const KktArgs ka, const WuArgs a, const WarpIntraParams prm,
+                          const __grid_constant__ IntraMaps maps) {
+  pdl_wait();  // its dependents are released at its end (below)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   if (smem_addr(smem_raw) % 1024 != 0) __trap();  // no static shared memory here: never expected to fire
   const int warps = static_cast<int>(blockDim.x / 32);
@@ -251,7 +225,7 @@ __device__ __forceinline__ void intra_fwd_warp_body(const KktArgs& ka, const WuA
   uint32_t parity = 0;
   const int K = static_cast<int>(ka.geo.K), V = static_cast<int>(a.V);
   const int kboxes = (K + 63) / 64, vboxes = (V + 63) / 64;
-  const int64_t HV = ka.geo.HV, units = RDY ? chunk_rows * prm.seqs * HV : prm.slots * HV;
+  const int64_t HV = ka.geo.HV, units = prm.slots * HV;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * warps;
   // the next copy into the region waits for the warp's earlier accesses: generic ones fenced to the async proxy,
   // the bulk stores' reads of it complete
@@ -261,24 +235,10 @@ __device__ __forceinline__ void intra_fwd_warp_body(const KktArgs& ka, const WuA
     __syncwarp();
   };
   for (int64_t u = static_cast<int64_t>(blockIdx.x) * warps + warp; u < units; u += stride) {
-    int64_t hv;
-    ChunkRef ch;
-    unsigned* flag = nullptr;  // RDY: the unit's
-    if constexpr (RDY) {
-      hv = u % HV;
-      const int64_t r = u / HV, n = r % prm.seqs, c = r / prm.seqs;
-      const SeqBounds sb = sequence_bounds(ka.geo, n);
-      if (sb.bad && c == 0 && hv == 0 && lane == 0) record_device_error(prm.errors, ka.geo.cu_site, n);
-      const int64_t t0 = sb.bos + c * kBT;
-      if (t0 >= sb.eos) continue;  // warp-uniform
-      ch = ChunkRef{sb.batch, t0, static_cast<int>(min(static_cast<int64_t>(kBT), sb.eos - t0))};
-      flag = prm.ready + hv * prm.ready_stride + ready_flag_base(ka.geo, n, sb.bos) + c;
-    } else {
-      const int64_t slot = u / HV;
-      hv = u - slot * HV;
-      ch = resolve_chunk<kBT>(ka.geo, slot, prm.errors, hv == 0);
-      if (ch.len == 0) continue;  // warp-uniform
-    }
+    const int64_t slot = u / HV;
+    const int64_t hv = u - slot * HV;
+    const ChunkRef ch = resolve_chunk<kBT>(ka.geo, slot, prm.errors, hv == 0);
+    if (ch.len == 0) continue;  // warp-uniform
     const int64_t hk = hv / prm.group;
     const int len = ch.len;
     region_free();
@@ -315,43 +275,14 @@ __device__ __forceinline__ void intra_fwd_warp_body(const KktArgs& ka, const WuA
     lower_times_in_place<TK>(fr.w, x, prm.kp, len);
     __syncwarp();
     store_tile<TK>(x, &maps.w, a.w, kboxes, K, ch, hv, ka.geo.T);
-    if constexpr (RDY) {
-      // the flag after the rows: the lanes' stores (a partial chunk's) before lane 0's fence, the tensor-map stores
-      // complete (not only read) and ordered before it
-      __syncwarp();
-      if (lane == 0) {
-        bulk_wait();
-        fence_proxy_async_global();
-        __threadfence();
-        st_relaxed_gpu(flag, 1u);
-      }
-    }
   }
   // The next kernel (fwd_h) launches once each block has a warp done here (the first thread to release counts for
   // its block), not at this kernel's start: launched early, its blocks wait on the SMs this grid's tail frees first,
   // and the forward measured 1.005-1.16x slower (the most on the smallest grids of this kernel;
   // bench/results/h200/gdn.md, thirty-fifth session). fwd_h's wait for this grid's completion and its memory is the
   // same either way.
-  if constexpr (!RDY) pdl_release();
+  pdl_release();
   bulk_wait();  // the block's shared memory outlives its copies
-}
-
-template <typename TK>
-__global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
-    intra_fwd_warp_kernel(const KktArgs ka, const WuArgs a, const WarpIntraParams prm,
-                          const __grid_constant__ IntraMaps maps) {
-  intra_fwd_warp_body<TK, false>(ka, a, prm, maps);
-}
-
-/// The overlapped form's kernel: blocks of kReadyWarps warps, at most kReadyRegs registers per thread (spills: 24 bytes
-/// bf16, 12 f16; the warp kernel, uncapped at 168, 8 and 28), so that an SM holds one beside fwd_h's overlapped block
-/// (gdn_fwd_h.cu: 174 per thread for 256 threads; a register file quarter holds two of its warps and one of these).
-constexpr int kReadyRegs = 160;
-template <typename TK>
-__global__ void __maxnreg__(kReadyRegs)
-    intra_fwd_warp_ready_kernel(const KktArgs ka, const WuArgs a, const WarpIntraParams prm,
-                                const __grid_constant__ IntraMaps maps) {
-  intra_fwd_warp_body<TK, true>(ka, a, prm, maps);
 }
 
 /// Block shape of a grid of one unit per warp (units <= kMaxWarps kBlocksPerSm per SM): `warps` per block and at most
@@ -453,29 +384,7 @@ bool intra_fwd_warp_applies(const KktArgs& ka, const WuArgs& a, int device) {
 
 namespace {
 
-/// The overlapped form: one block of kReadyWarps warps per SM, after the flags are zeroed.
-template <typename TK>
-bool launch_ready_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpIntraParams& prm, int device,
-                     cudaStream_t stream) {
-  IntraMaps maps;
-  if (!make_maps(maps, ka, a)) return false;
-  const auto words = static_cast<std::size_t>(a.geo.HV * prm.ready_stride);
-  check_cuda(cudaMemsetAsync(prm.ready, 0, words * sizeof(unsigned), stream), op, "cudaMemsetAsync");
-  const auto kernel = intra_fwd_warp_ready_kernel<TK>;
-  constexpr std::size_t smem = kReadyWarps * kWarpBytes;  // 53.8 KB: past the default limit
-  // the limit past 48 KB (per device: cached_wave), and the SMs' shared memory configured for fwd_h's block beside
-  // this one (with a smaller carveout chosen for this kernel alone, fwd_h's 165 KB would not fit on an SM it holds)
-  (void)cached_wave(kernel, kReadyWarps * 32, smem, device, op);
-  prefer_carveout(kernel, cudaSharedmemCarveoutMaxShared, op);
-  const int testing = overlap_intra_blocks_for_testing.load(std::memory_order_relaxed);
-  const int64_t blocks = testing > 0 ? testing : sm_count(device);
-  intra_warp_hooks.count();
-  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kReadyWarps * 32), smem, stream, device, ka, a, prm,
-                maps);
-  return true;
-}
-
-/// The kernel's launch-time constants of `a` (flags unset).
+/// The kernel's launch-time constants of `a`.
 WarpIntraParams warp_params(const WuArgs& a, int device) {
   WarpIntraParams prm{};
   prm.slots = chunk_slots(a.geo);
@@ -493,24 +402,6 @@ bool launch_intra_fwd_warp(const char* op, const KktArgs& ka, const WuArgs& a, i
   const auto s = static_cast<cudaStream_t>(stream);
   return a.k.dtype == DType::f16 ? launch_as<__half>(op, ka, a, prm, device, s)
                                  : launch_as<__nv_bfloat16>(op, ka, a, prm, device, s);
-}
-
-bool launch_intra_fwd_warp_ready(const char* op, const KktArgs& ka, const WuArgs& a, int device, void* stream) {
-  WarpIntraParams prm = warp_params(a, device);
-  prm.ready = a.ready;
-  prm.ready_stride = a.ready_stride;
-  prm.seqs = a.geo.cu_seqlens ? a.geo.N : a.geo.B;
-  const auto s = static_cast<cudaStream_t>(stream);
-  return a.k.dtype == DType::f16 ? launch_ready_as<__half>(op, ka, a, prm, device, s)
-                                 : launch_ready_as<__nv_bfloat16>(op, ka, a, prm, device, s);
-}
-
-IntraReadyBlock intra_fwd_warp_ready_block(DType dt, int device) {
-  (void)device;  // one image per process: the attributes do not depend on the device
-  const char* op = "chunk_gated_delta_rule";
-  static const int f16 = kernel_registers(intra_fwd_warp_ready_kernel<__half>, op);
-  static const int bf16 = kernel_registers(intra_fwd_warp_ready_kernel<__nv_bfloat16>, op);
-  return {dt == DType::f16 ? f16 : bf16, kReadyWarps * 32, kReadyWarps * kWarpBytes};
 }
 
 }  // namespace gdn

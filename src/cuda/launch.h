@@ -94,14 +94,6 @@ void allow_smem(Kernel kernel, std::size_t bytes, const char* op) {
              "cudaFuncSetAttribute(MaxDynamicSharedMemorySize)");
 }
 
-/// Registers per thread of `kernel` as compiled (cudaFuncGetAttributes). Errors name `op`.
-template <typename Kernel>
-int kernel_registers(Kernel kernel, const char* op) {
-  cudaFuncAttributes attr{};
-  check_cuda(cudaFuncGetAttributes(&attr, kernel), op, "cudaFuncGetAttributes");
-  return attr.numRegs;
-}
-
 /// Asks for a shared-memory carveout of `percent` (0-100, or cudaSharedmemCarveoutMaxShared) for `kernel`, so that as
 /// many blocks as its launch plans for stay resident per SM. Errors name `op`.
 template <typename Kernel>

@@ -588,25 +588,10 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
         // the output-beside form: fwd_h's counters after the flags (zeroed with them by the intra launch)
         wa.o_ready = cuda::fwd_o_beside_applies(ha, qn);
         if (wa.o_ready) ha.o_ready = wa.ready + d.HV * wa.ready_stride;
-      } else {
-        // the overlapped form (gdn_forward_impl.h): its flags take the Ai region too
-        FwdHArgs hoa = ha;
-        hoa.q = qn;
-        hoa.o = out_view(o);
-        const auto flag_room = static_cast<std::size_t>(d.B * d.T * d.HV * chunk_size) * dtype_size(it);
-        if (cuda::chunk_gated_delta_rule_overlap_applies(hoa, ka, wa, flag_room, device.index)) {
-          wa.ready = reinterpret_cast<unsigned*>(static_cast<unsigned char*>(ws) + L.Ai);
-          wa.ready_stride = ready_flag_stride(geo);
-          wa.ready_warp = true;
-          ha.ready = wa.ready;
-          ha.ready_stride = wa.ready_stride;
-          ha.ready_overlap = true;
-        }
       }
       fused = cuda::chunk_gated_delta_rule_fwd_intra(ka, wa, device.index, stream.handle);
       if (!fused) {
         ha.ready = nullptr;  // no flags will be set: fwd_h must not poll them
-        ha.ready_overlap = false;
         ha.o_ready = nullptr;
         cuda::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai, device.index, stream.handle);
       }
@@ -625,11 +610,6 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
       hoa.o = out_view(o);
       hoa.scale = s;
       if (cuda::chunk_gated_delta_rule_fwd_h_o(hoa, device.index, stream.handle)) return;
-      // the overlapped form whose fwd_h did not launch: the plain fwd_h, which waits for the whole intra grid
-      if (ha.ready_overlap) {
-        ha.ready = nullptr;
-        ha.ready_overlap = false;
-      }
     }
 #endif
   }

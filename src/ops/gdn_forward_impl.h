@@ -38,11 +38,6 @@ struct WuArgs {
   int64_t ready_stride = 0;  ///< flags per value head (ready_flag_stride: fwd_h copies them 16 bytes at once)
   bool o_ready = false;      ///< the counters follow the flags
   int64_t intra_blocks = 0;
-  /// The overlapped form (chunk_gated_delta_rule_overlap_applies): `ready` holds ready_flag_stride(geo) words per value
-  /// head at the bases of ready_flag_base (common/gdn_chunks.h), set by the warp kernel, which walks the chunks in
-  /// order of their index within the sequence; with it chunk_gated_delta_rule_fwd_intra launches that kernel or
-  /// nothing (returns false).
-  bool ready_warp = false;
 };
 
 struct FwdHArgs {
@@ -58,9 +53,6 @@ struct FwdHArgs {
   /// a chunk's copies wait for its flag) where chunk_gated_delta_rule_intra_first_blocks applies; nullptr otherwise.
   const unsigned* ready = nullptr;
   int64_t ready_stride = 0;  ///< flags per value head (a multiple of 4)
-  /// With `ready`: the flags are the overlapped form's (chunk_gated_delta_rule_overlap_applies; the fused-output call
-  /// then takes its variant), not the intra-first form's
-  bool ready_overlap = false;
   /// The output-beside form (with `ready` only): counters [HV][ready_stride], zero at launch, to which each block adds
   /// 1 once its h and v_new rows of a chunk are stored (FwdOArgs::h_ready); nullptr otherwise.
   unsigned* o_ready = nullptr;
@@ -188,31 +180,6 @@ unsigned chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* strea
 /// count: one block per SM) with V a multiple of 32; q 16-byte rows and o in q's dtype with pair stores;
 /// FUSEOPS_GDN_FWD_HO=0 turns it off. Returns false (nothing launched) where it does not apply.
 bool chunk_gated_delta_rule_fwd_h_o(const FwdHArgs& a, int device, void* stream);
-/// The overlapped form of the forward: the warp-per-unit intra kernel (gdn_intra_fwd_warp.cu) as a persistent grid of
-/// one block per SM, walking the (chunk, value head) units chunk index by chunk index (chunk 0 of every sequence first)
-/// and setting a WuArgs::ready flag per unit once its w and u rows are stored; the fused-output fwd_h (64 columns, two
-/// tile buffers) launched right after it as its programmatic dependent, one block per SM beside an intra block,
-/// polling a chunk's flag before its copies. So the recurrence starts once the first chunks are prepared, where
-/// otherwise it waits for the whole intra grid. Same kernels' arithmetic, same bytes. Never a deadlock: the intra
-/// kernel waits for nothing fwd_h does, and fwd_h launches only once every intra block has started (without
-/// programmatic launches, once the intra kernel is done); fwd_h's first block waits for the intra grid at its end, so
-/// that the kernels after the forward see a complete intra grid. `a`: fwd_h's arguments with q, o and scale (as for
-/// chunk_gated_delta_rule_fwd_h_o); `ka`, `wa`: the intra kernel's, without flags. Applies where fwd_h takes its
-/// fused-output variant of 64 columns in one wave (128 <= N HV V / 64 <= the SM count), the warp intra kernel applies,
-/// an SM holds both kernels' blocks (registers per quarter of the register file, shared memory), programmatic
-/// launches are on and the flags fit in the unused Ai region (`flag_room` bytes). Off unless FUSEOPS_GDN_OVERLAP=1:
-/// written and compiled without a GPU (thirty-eighth session), not yet run or measured on one (docs/ops/gdn.md).
-bool chunk_gated_delta_rule_overlap_applies(const FwdHArgs& a, const KktArgs& ka, const WuArgs& wa,
-                                            std::size_t flag_room, int device);
-/// Tests only: the overlapped form for the launches that follow: `env` as FUSEOPS_GDN_OVERLAP says (the default), `on`
-/// where it applies, `off` never.
-enum class OverlapForTesting { env, on, off };
-void set_overlap_for_testing(OverlapForTesting mode);
-/// Tests only: the overlapped form's intra kernel runs as `blocks` blocks (0: one per SM, the launch's own), e.g. 2,
-/// so that fwd_h's blocks run on SMs the intra kernel leaves free and wait on flags not yet set.
-void set_overlap_intra_blocks_for_testing(int blocks);
-/// Tests only: how many forwards of this process launched fwd_h in the overlapped form.
-int64_t overlap_launches_for_testing();
 /// Tests only: `off` true turns the fused-output form off for the launches that follow, as FUSEOPS_GDN_FWD_HO=0 does.
 void set_fwd_h_o_off_for_testing(bool off);
 /// Tests only: how many launches of this process took the fused-output form.
