@@ -31,7 +31,6 @@
 
 #include "cuda/gdn_forward.cuh"
 #include "cuda/gdn_intra_fwd_warp.h"
-#include "cuda/gdn_intra_prologue.cuh"
 #include "cuda/gdn_intra_warp.cuh"
 #include "cuda/launch.h"
 #include "cuda/tensor_map.h"
@@ -145,24 +144,19 @@ struct IntraMaps {
 };
 
 /// The chunk's rows of a tensor map's head `head` -> X (SwizzledRows; `boxes` boxes of 64 columns), completing on
-/// `bar` (this call posts the phase's bytes): lane 0 issues the copies. The region's earlier generic accesses must be
-/// fenced to the async proxy and ordered by a warp barrier before the call.
-__device__ __forceinline__ void issue_tile(unsigned char* X, const CUtensorMap* map, int boxes, const ChunkRef& ch,
-                                           int64_t head, uint64_t* bar) {
-  if (threadIdx.x % 32 == 0) {
+/// `bar` (this call posts the phase's bytes); then, once landed, zeros by the lanes in rows [len, 64), which hold the
+/// next sequence's rows or the map's zero fill. The region's earlier generic accesses must be fenced to the async
+/// proxy and ordered by a warp barrier before the call.
+__device__ __forceinline__ void load_tile(unsigned char* X, const CUtensorMap* map, int boxes, const ChunkRef& ch,
+                                          int64_t head, uint64_t* bar, uint32_t& parity) {
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (lane == 0) {
     mbar_arrive_expect(bar, static_cast<uint32_t>(boxes) * SwizzledRows::kBoxBytes);
     for (int box = 0; box < boxes; ++box) {
       tma_load_4d(smem_addr(X + box * SwizzledRows::kBoxBytes), map, 64 * box, static_cast<int>(head),
                   static_cast<int>(ch.t0), static_cast<int>(ch.batch), bar);
     }
   }
-}
-
-/// Waits for issue_tile's copies, then zeros by the lanes the rows [len, 64), which hold the next sequence's rows or
-/// the map's zero fill.
-__device__ __forceinline__ void land_tile(unsigned char* X, int boxes, const ChunkRef& ch, uint64_t* bar,
-                                          uint32_t& parity) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
   mbar_wait(bar, parity);
   parity ^= 1u;
   if (ch.len < kBT) {  // warp-uniform: whole 128-byte rows of each box
@@ -174,13 +168,6 @@ __device__ __forceinline__ void land_tile(unsigned char* X, int boxes, const Chu
     }
   }
   __syncwarp();
-}
-
-/// issue_tile, then land_tile.
-__device__ __forceinline__ void load_tile(unsigned char* X, const CUtensorMap* map, int boxes, const ChunkRef& ch,
-                                          int64_t head, uint64_t* bar, uint32_t& parity) {
-  issue_tile(X, map, boxes, ch, head, bar);
-  land_tile(X, boxes, ch, bar, parity);
 }
 
 /// The chunk's rows [0, len) of X (cols elements each, a multiple of 8) -> rows t0 .. of head `head` of `dst`: one
@@ -213,23 +200,14 @@ __device__ __forceinline__ void store_tile(const unsigned char* X, const CUtenso
   }
 }
 
-/// Shared memory per warp of the kernel: the tile region, g / beta rows (and, in the prologue form, the k rows' rstd),
-/// the mbarrier.
-__host__ __device__ constexpr std::size_t gate_bytes(int PL) { return (PL > 0 ? 3 : 2) * kBT * sizeof(float); }
-__host__ __device__ constexpr std::size_t warp_bytes(int PL) { return kTileBytes + gate_bytes(PL) + 16; }
-static_assert(warp_bytes(0) == kWarpBytes, "the plain form's layout is gdn_intra_warp.cuh's");
-
 /// Unit u = (chunk slot u / HV, value head u % HV); the warps of the grid walk the units (consecutive warps take the
 /// value heads of one chunk, which share k rows through the L2). Warps per block: blockDim.x / 32. Shared memory:
-/// the warps' tile regions (1024-byte aligned for the 128-byte swizzle), then their g / beta rows (and rstd rows),
-/// then their mbarriers.
-/// PL > 0, the prologue form (gdn_intra_prologue.cuh): k and g are the forward's raw inputs (ka.g unused, pro.g
-/// read), the unit normalises its k rows (PL lanes per row) and takes g's chunk-local cumsum itself, and writes its
-/// share of q's and k's normalised rows and its cumsum for fwd_h.
-template <typename TK, int PL>
+/// the warps' tile regions (1024-byte aligned for the 128-byte swizzle), then their g / beta rows, then their
+/// mbarriers.
+template <typename TK>
 __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     intra_fwd_warp_kernel(const KktArgs ka, const WuArgs a, const WarpIntraParams prm,
-                          const __grid_constant__ IntraMaps maps, const IntraPrologue pro) {
+                          const __grid_constant__ IntraMaps maps) {
   pdl_wait();  // its dependents are released at its end (below)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   if (smem_addr(smem_raw) % 1024 != 0) __trap();  // no static shared memory here: never expected to fire
@@ -237,10 +215,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   unsigned char* const x = smem_raw + warp * kTileBytes;  // k rows, v rows, u / w rows (SwizzledRows)
   float* const tile = reinterpret_cast<float*>(x);        // the A tile, in the same bytes
-  float* const gate_beta =
-      reinterpret_cast<float*>(smem_raw + warps * kTileBytes) + warp * (gate_bytes(PL) / sizeof(float));
-  float* const rstd = gate_beta + 2 * kBT;  // the prologue form's: the k rows' rstd
-  uint64_t* const bar = reinterpret_cast<uint64_t*>(smem_raw + warps * (kTileBytes + gate_bytes(PL))) + warp;
+  float* const gate_beta = reinterpret_cast<float*>(smem_raw + warps * kTileBytes) + warp * 2 * kBT;
+  uint64_t* const bar = reinterpret_cast<uint64_t*>(smem_raw + warps * (kTileBytes + kGateBytes)) + warp;
   if (lane == 0) {
     mbar_init(bar, 1);
     mbar_init_fence();
@@ -268,30 +244,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     region_free();
     float gb[4];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int t = lane + 32 * j;
-      if constexpr (PL > 0) {
-        gb[j] = j < 2 ? load_raw_gate(pro.g, ch, hv, t) : load_gate_or_beta<kBT>(ka, ch, hv, t);
-      } else {
-        gb[j] = load_gate_or_beta<kBT>(ka, ch, hv, t);
-      }
-    }
-    if constexpr (PL > 0) {
-      // q's rows while k's copies are in flight; then the cumsum, then k normalised in place
-      issue_tile(x, &maps.k, kboxes, ch, hk, bar);
-      const int share = static_cast<int>(hv % prm.group);
-      normalize_q_rows<TK, PL>(pro.q, pro.qn, ch, hk, share, prm.group);
+    for (int j = 0; j < 4; ++j) gb[j] = load_gate_or_beta<kBT>(ka, ch, hv, lane + 32 * j);
+    load_tile(x, &maps.k, kboxes, ch, hk, bar, parity);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) gate_beta[lane + 32 * j] = gb[j];
-      cumsum_gate(gate_beta, ch, pro.gcum, hv);
-      land_tile(x, kboxes, ch, bar, parity);
-      normalize_k_tile<TK, PL>(x, rstd, ch, pro.kn, hk, share, prm.group);
-      __syncwarp();
-    } else {
-      load_tile(x, &maps.k, kboxes, ch, hk, bar, parity);
-#pragma unroll
-      for (int j = 0; j < 4; ++j) gate_beta[lane + 32 * j] = gb[j];
-    }
+    for (int j = 0; j < 4; ++j) gate_beta[lane + 32 * j] = gb[j];
     {
       GramWarp<TK> gram;
       gram.compute(reinterpret_cast<const TK*>(x), SwizzledRows{}, prm.kp);
@@ -316,10 +272,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     store_tile<TK>(x, &maps.u, a.u, vboxes, V, ch, hv, ka.geo.T);
     region_free();
     load_tile(x, &maps.k, kboxes, ch, hk, bar, parity);
-    if constexpr (PL > 0) {
-      rescale_k_tile<TK, PL>(x, rstd, len);
-      __syncwarp();
-    }
     lower_times_in_place<TK>(fr.w, x, prm.kp, len);
     __syncwarp();
     store_tile<TK>(x, &maps.w, a.w, kboxes, K, ch, hv, ka.geo.T);
@@ -342,10 +294,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
 /// fewest warps, the widest on a tie (one warp per block only where the spread is one per SM). Grids of more units:
 /// kMaxWarps per block, kBlocksPerSm per SM. `sm_smem`, `reserved`: an SM's shared memory and what each block takes of
 /// it besides its own (cudaDevAttrMaxSharedMemoryPerMultiprocessor, cudaDevAttrReservedSharedMemoryPerBlock).
-IntraWarpGrid warp_grid(int64_t units, int64_t sms, std::size_t sm_smem, std::size_t reserved,
-                        std::size_t per_warp = kWarpBytes) {
+IntraWarpGrid warp_grid(int64_t units, int64_t sms, std::size_t sm_smem, std::size_t reserved) {
   const int64_t per_sm = (units + sms - 1) / sms;  // warps the even spread puts on an SM
-  if (per_sm >= int64_t{kMaxWarps} * kBlocksPerSm) return {kMaxWarps, kMaxWarps * per_warp};
+  if (per_sm >= int64_t{kMaxWarps} * kBlocksPerSm) return {kMaxWarps, kMaxWarps * kWarpBytes};
   int best_w = 1;
   int64_t best = 1;
   if (per_sm > 1) {
@@ -360,7 +311,7 @@ IntraWarpGrid warp_grid(int64_t units, int64_t sms, std::size_t sm_smem, std::si
   // an SM's shared memory takes blocks_per_sm blocks of this size, not one more
   const std::size_t share = sm_smem / static_cast<std::size_t>(blocks_per_sm + 1) + 16;
   const std::size_t cap = share > reserved ? share - reserved : 0;
-  return {best_w, std::max(static_cast<std::size_t>(best_w) * per_warp, cap)};
+  return {best_w, std::max(static_cast<std::size_t>(best_w) * kWarpBytes, cap)};
 }
 
 /// The mode: the testing hook's where it is set, else FUSEOPS_GDN_INTRA_WARP: `0` never, `always` always (the
@@ -391,10 +342,10 @@ bool make_maps(IntraMaps& maps, const KktArgs& ka, const WuArgs& a) {
 /// warp scheduler, where nothing hides a unit's warp chain, longer than the block kernel's 8-warp one: 0.99-1.18x the
 /// forward's time at 256-512 units, 0.90-0.93x at 768-1024; bench/results/h200/gdn.md, thirty-fifth session), unless
 /// the mode is `always`; or where a tensor has no map, or T or B is past 32 bits.
-template <typename TK, int PL>
+template <typename TK>
 bool launch_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpIntraParams& prm, int device,
-               cudaStream_t stream, const IntraPrologue& pro = {}) {
-  const auto kernel = intra_fwd_warp_kernel<TK, PL>;
+               cudaStream_t stream) {
+  const auto kernel = intra_fwd_warp_kernel<TK>;
   const int64_t units = prm.slots * ka.geo.HV;
   const int64_t sms = sm_count(device);
   if (intra_warp_mode() != KktWarpForTesting::always && units <= 4 * sms) return false;
@@ -402,14 +353,13 @@ bool launch_as(const char* op, const KktArgs& ka, const WuArgs& a, const WarpInt
   if (!make_maps(maps, ka, a)) return false;
   const auto sm_smem = static_cast<std::size_t>(device_attribute(cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
   const auto reserved = static_cast<std::size_t>(device_attribute(cudaDevAttrReservedSharedMemoryPerBlock, device));
-  const IntraWarpGrid wg = warp_grid(units, sms, sm_smem, reserved, warp_bytes(PL));
+  const IntraWarpGrid wg = warp_grid(units, sms, sm_smem, reserved);
   const int warps = wg.warps;
   const std::size_t smem = wg.smem;
   const int64_t wave = cached_wave(kernel, warps * 32, smem, device, op);
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((units + warps - 1) / warps, wave));
   intra_warp_hooks.count();
-  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(warps * 32), smem, stream, device, ka, a, prm, maps,
-                pro);
+  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(warps * 32), smem, stream, device, ka, a, prm, maps);
   return true;
 }
 
@@ -450,63 +400,9 @@ WarpIntraParams warp_params(const WuArgs& a, int device) {
 bool launch_intra_fwd_warp(const char* op, const KktArgs& ka, const WuArgs& a, int device, void* stream) {
   const WarpIntraParams prm = warp_params(a, device);
   const auto s = static_cast<cudaStream_t>(stream);
-  return a.k.dtype == DType::f16 ? launch_as<__half, 0>(op, ka, a, prm, device, s)
-                                 : launch_as<__nv_bfloat16, 0>(op, ka, a, prm, device, s);
+  return a.k.dtype == DType::f16 ? launch_as<__half>(op, ka, a, prm, device, s)
+                                 : launch_as<__nv_bfloat16>(op, ka, a, prm, device, s);
 }
 
 }  // namespace gdn
-
-namespace {
-std::atomic<IntraPrologueForTesting> intra_prologue_mode{IntraPrologueForTesting::env};
-std::atomic<int64_t> intra_prologue_launches{0};
-/// The form where FUSEOPS_GDN_INTRA_PROLOGUE is unset.
-constexpr bool kIntraPrologueByDefault = true;
-
-/// Whether the form may run: the testing mode where it is set, else FUSEOPS_GDN_INTRA_PROLOGUE (`0` off, any other
-/// value on), else the default.
-bool intra_prologue_wanted() {
-  const IntraPrologueForTesting mode = intra_prologue_mode.load(std::memory_order_relaxed);
-  if (mode != IntraPrologueForTesting::env) return mode == IntraPrologueForTesting::on;
-  static const bool by_env = std::getenv("FUSEOPS_GDN_INTRA_PROLOGUE") == nullptr
-                                 ? kIntraPrologueByDefault
-                                 : !env_switched_off("FUSEOPS_GDN_INTRA_PROLOGUE");
-  return by_env;
-}
-}  // namespace
-
-void set_intra_prologue_for_testing(IntraPrologueForTesting mode) {
-  intra_prologue_mode.store(mode, std::memory_order_relaxed);
-}
-int64_t intra_prologue_launches_for_testing() { return intra_prologue_launches.load(std::memory_order_relaxed); }
-
-bool chunk_gated_delta_rule_fwd_intra_prologue(const KktArgs& ka, const WuArgs& a, const L2NormArgs& la,
-                                               const CumsumArgs& ca, int device, void* stream) {
-  if (!intra_prologue_wanted()) return false;
-  if (!la.x2.data || !ca.g.data || ca.reverse || ca.has_scale || ca.out.dtype != DType::f32) return false;
-  // the rows as the prologue kernel's vector form takes them, one 16-byte vector per lane (16-bit: K = 64 or 128)
-  const int lanes = gdn::l2norm_vec_lanes(la, 2 * la.geo.B * la.geo.T * la.geo.H);
-  if (lanes != 8 && lanes != 16) return false;
-  KktArgs pka = ka;  // k and g raw
-  pka.k = la.x2;
-  pka.g = ca.g;
-  WuArgs pa = a;
-  pa.k = la.x2;
-  if (!gdn::intra_fwd_warp_applies(pka, pa, device) || pa.k.dtype != la.x.dtype) return false;
-  const char* op = "chunk_gated_delta_rule";
-  DeviceGuard guard(device, op);
-  const auto s = static_cast<cudaStream_t>(stream);
-  const gdn::WarpIntraParams prm = gdn::warp_params(pa, device);
-  const gdn::IntraPrologue pro{la.x, ca.g, la.y, la.y2, ca.out};
-  const bool f16 = pa.k.dtype == DType::f16;
-  const bool launched =
-      lanes == 8 ? (f16 ? gdn::launch_as<__half, 8>(op, pka, pa, prm, device, s, pro)
-                        : gdn::launch_as<__nv_bfloat16, 8>(op, pka, pa, prm, device, s, pro))
-                 : (f16 ? gdn::launch_as<__half, 16>(op, pka, pa, prm, device, s, pro)
-                        : gdn::launch_as<__nv_bfloat16, 16>(op, pka, pa, prm, device, s, pro));
-  if (!launched) return false;
-  intra_prologue_launches.fetch_add(1, std::memory_order_relaxed);
-  after_launch(op, s, device);
-  return true;
-}
-
 }  // namespace fuseops::detail::cuda

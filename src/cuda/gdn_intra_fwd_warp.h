@@ -9,14 +9,6 @@
 
 namespace fuseops::detail::cuda::gdn {
 
-/// The prologue form's tensors (chunk_gated_delta_rule_fwd_intra_prologue): the raw q and g it reads (k is read
-/// raw through WuArgs::k), and the forward's workspace views it writes for fwd_h: q and k l2-normalised, g's
-/// chunk-local cumsum (f32).
-struct IntraPrologue {
-  GdnIn q, g;
-  GdnOut qn, kn, gcum;
-};
-
 /// Launch-time constants of the warp kernel.
 struct WarpIntraParams {
   int64_t slots;  ///< chunk slots (gdn::chunk_slots)
@@ -24,11 +16,6 @@ struct WarpIntraParams {
   int kp, vp;     ///< K and V padded to 16
   DeviceErrorRecord* errors;
 };
-
-/// Lanes per row where the l2norm of the pair `a` (over `total` rows) takes the vector form with one 16-byte vector
-/// per lane (gdn_recompute.cu: K = 8 L elements of 16 bits, or 4 L of f32), 0 otherwise: the prologue form
-/// normalises rows exactly as that form does.
-int l2norm_vec_lanes(const L2NormArgs& a, int64_t total);
 
 /// Whether the warp kernel can run: not the intra-first form (a.ready null), chunk 64, an sm_90+ device, k, v, w, u of
 /// one 16-bit dtype, K and V <= 128, and 16-byte rows for all four (tensor-map copies), and not

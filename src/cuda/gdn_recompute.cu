@@ -19,8 +19,6 @@
 #include "cuda/device_error.h"
 #include "cuda/gdn_cumsum.cuh"
 #include "cuda/gdn_forward.cuh"
-#include "cuda/gdn_intra_fwd_warp.h"
-#include "cuda/gdn_l2norm.cuh"
 #include "cuda/gdn_wu.cuh"
 #include "fuseops/error.h"
 #include "fuseops/tensor.h"
@@ -118,8 +116,7 @@ __global__ void __launch_bounds__(kThreads) l2norm_kernel(const L2NormArgs a, in
 
 /// Vector form of l2norm_kernel: L lanes per row (32 / L rows per warp), each lane NV 16-byte vectors of E = 16 /
 /// sizeof(T) elements held in registers: x read once, the lane's squares summed in order then over the row's lanes by
-/// xor shuffles (gdn_l2norm.cuh; the warp intra kernel's prologue form shares it), y = x rstd
-/// stored once. The loop runs per warp (every lane reaches the shuffles). Rows are numbered in
+/// xor shuffles, y = x rstd stored once. The loop runs per warp (every lane reaches the shuffles). Rows are numbered in
 /// 32 bits (the launch takes the generic kernel from 2^31 rows): the row's (b, t, h) costs two 32-bit divisions (64-bit
 /// ones made the kernel issue-bound: 88 us per call at 32768 x 16 x 128 bf16, 0.83 instructions per scheduler cycle,
 /// DRAM 59% busy, on the H200).
@@ -147,16 +144,19 @@ __device__ void l2norm_vec_rows(const L2NormArgs& a, int rows, int total, int64_
 #pragma unroll
         for (int i = 0; i < E; ++i) v[j].v[i] = 0.f;
       }
-      s = gdn::l2_squares(v[j].v, s);
+#pragma unroll
+      for (int i = 0; i < E; ++i) s = fmaf(v[j].v[i], v[j].v[i], s);
     }
-    const float rstd = gdn::l2_rstd<L>(s);
+#pragma unroll
+    for (int m = L / 2; m > 0; m >>= 1) s += __shfl_xor_sync(0xffffffffu, s, m);
+    const float rstd = 1.0f / sqrtf(s + 1e-6f);
     if (ok) {
       T* const dst = static_cast<T*>(second ? a.y2.data : a.y.data) +
                      (second ? gdn::at(a.y2, b, t, h) : gdn::at(a.y, b, t, h));
 #pragma unroll
       for (int j = 0; j < NV; ++j) {
 #pragma unroll
-        for (int i = 0; i < E; ++i) v[j].v[i] = __fmul_rn(v[j].v[i], rstd);
+        for (int i = 0; i < E; ++i) v[j].v[i] = v[j].v[i] * rstd;
         v[j].store_whole(dst + (j * L + sub) * E);
       }
     }
@@ -230,20 +230,6 @@ bool with_l2norm_vec(const L2NormArgs& a, int64_t total, F&& f) {
   });
   return true;
 }
-
-}  // namespace
-
-namespace gdn {
-int l2norm_vec_lanes(const L2NormArgs& a, int64_t total) {
-  int lanes = 0;
-  with_l2norm_vec(a, total, [&](auto, auto L, auto NV, int) {
-    if (decltype(NV)::value == 1) lanes = decltype(L)::value;
-  });
-  return lanes;
-}
-}  // namespace gdn
-
-namespace {
 
 /// Blocks of the vector form over `total` rows at `rows_per_warp`.
 int64_t l2norm_vec_blocks(int64_t total, int rows_per_warp) {

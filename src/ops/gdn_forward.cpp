@@ -534,17 +534,27 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     ca.geo.H = d.HV;
     ca.g = in_view(g);
     ca.out = contiguous_out(ws, L.gcum, DType::f32, d.T, d.HV, 0);
-    L2NormArgs la;  // q and k in one launch
+    bool cumsum_done = false;
     if (use_qk_l2norm_in_kernel) {
+      L2NormArgs la;  // q and k in one launch
       la.geo = geo;
       la.x = in_view(q);
       la.y = contiguous_out(ws, L.qn, it, d.T, d.H, d.K);
       la.x2 = in_view(k);
       la.y2 = contiguous_out(ws, L.kn, it, d.T, d.H, d.K);
-      qn = as_in(la.y);  // written by the prologue below, or inside the intra kernel (its prologue form)
+#if defined(FUSEOPS_WITH_CUDA)
+      // CUDA: the cumsum in the same launch where the pair takes the vector form (the same values)
+      if (backend_for(op, device) == Backend::cuda) {
+        cumsum_done = cuda::l2norm_cumsum_fwd(la, ca, device.index, stream.handle);
+      }
+#endif
+      if (!cumsum_done) FUSEOPS_GDN_RUN(op, device, stream, l2norm_fwd, la);
+      qn = as_in(la.y);
       kn = as_in(la.y2);
       ha.k = kn;
     }
+    if (!cumsum_done) FUSEOPS_GDN_RUN(op, device, stream, chunk_local_cumsum, ca);
+
     KktArgs ka;
     ka.geo = geo;
     ka.k = kn;
@@ -564,54 +574,33 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     // CUDA, 16-bit: kkt, inverse and w / u in one kernel (the same bytes); otherwise the two stages via Ai.
     bool fused = false;
 #if defined(FUSEOPS_WITH_CUDA)
-    // the intra-first form (gdn_forward_impl.h): its flags, and the output-beside form's counters after them, take
-    // the Ai region, unused by the fused intra kernel (2 HV ready_stride 4-byte words, ~HV T / 8 bytes, against its
-    // T HV chunk_size elements); elsewhere, the prologue inside the intra kernel where that form applies
-    const bool on_cuda = backend_for(op, device) == Backend::cuda;
-    const int64_t first_blocks = on_cuda ? cuda::chunk_gated_delta_rule_intra_first_blocks(ha, device.index) : 0;
-    bool prologue_in_intra = false;
-    if (on_cuda && use_qk_l2norm_in_kernel && first_blocks == 0) {
-      prologue_in_intra = cuda::chunk_gated_delta_rule_fwd_intra_prologue(ka, wa, la, ca, device.index, stream.handle);
-      fused = prologue_in_intra;
-    }
-#else
-    const bool prologue_in_intra = false;
-#endif
-    if (!prologue_in_intra) {
-      bool cumsum_done = false;
-      if (use_qk_l2norm_in_kernel) {
-#if defined(FUSEOPS_WITH_CUDA)
-        // CUDA: the cumsum in the same launch where the pair takes the vector form (the same values)
-        if (on_cuda) cumsum_done = cuda::l2norm_cumsum_fwd(la, ca, device.index, stream.handle);
-#endif
-        if (!cumsum_done) FUSEOPS_GDN_RUN(op, device, stream, l2norm_fwd, la);
+    if (backend_for(op, device) == Backend::cuda) {
+      // the intra-first form (gdn_forward_impl.h): its flags, and the output-beside form's counters after them,
+      // take the Ai region, unused by the fused intra kernel (2 HV ready_stride 4-byte words, ~HV T / 8 bytes,
+      // against its T HV chunk_size elements)
+      const int64_t blocks = cuda::chunk_gated_delta_rule_intra_first_blocks(ha, device.index);
+      if (blocks > 0) {
+        wa.ready = reinterpret_cast<unsigned*>(static_cast<unsigned char*>(ws) + L.Ai);
+        wa.ready_stride = ready_flag_stride(geo);
+        wa.intra_blocks = blocks;
+        ha.ready = wa.ready;
+        ha.ready_stride = wa.ready_stride;
+        // the output-beside form: fwd_h's counters after the flags (zeroed with them by the intra launch)
+        wa.o_ready = cuda::fwd_o_beside_applies(ha, qn);
+        if (wa.o_ready) ha.o_ready = wa.ready + d.HV * wa.ready_stride;
       }
-      if (!cumsum_done) FUSEOPS_GDN_RUN(op, device, stream, chunk_local_cumsum, ca);
-#if defined(FUSEOPS_WITH_CUDA)
-      if (on_cuda) {
-        if (first_blocks > 0) {
-          wa.ready = reinterpret_cast<unsigned*>(static_cast<unsigned char*>(ws) + L.Ai);
-          wa.ready_stride = ready_flag_stride(geo);
-          wa.intra_blocks = first_blocks;
-          ha.ready = wa.ready;
-          ha.ready_stride = wa.ready_stride;
-          // the output-beside form: fwd_h's counters after the flags (zeroed with them by the intra launch)
-          wa.o_ready = cuda::fwd_o_beside_applies(ha, qn);
-          if (wa.o_ready) ha.o_ready = wa.ready + d.HV * wa.ready_stride;
-        }
-        fused = cuda::chunk_gated_delta_rule_fwd_intra(ka, wa, device.index, stream.handle);
-        if (!fused) {
-          ha.ready = nullptr;  // no flags will be set: fwd_h must not poll them
-          ha.o_ready = nullptr;
-          cuda::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai, device.index, stream.handle);
-        }
-      } else {
-        cpu::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai);
+      fused = cuda::chunk_gated_delta_rule_fwd_intra(ka, wa, device.index, stream.handle);
+      if (!fused) {
+        ha.ready = nullptr;  // no flags will be set: fwd_h must not poll them
+        ha.o_ready = nullptr;
+        cuda::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai, device.index, stream.handle);
       }
-#else
+    } else {
       cpu::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai);
-#endif
     }
+#else
+    cpu::chunk_gated_delta_rule_fwd_kkt_solve(ka, Ai);
+#endif
     if (!fused) FUSEOPS_GDN_RUN(op, device, stream, recompute_w_u_fwd, wa);
 #if defined(FUSEOPS_WITH_CUDA)
     // CUDA: the output stage inside the recurrence where that form applies (h and v_new then stay in the kernel)

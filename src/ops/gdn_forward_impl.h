@@ -136,26 +136,6 @@ void recompute_w_u_fwd(const WuArgs& a, int device, void* stream);
 /// from k, v, g, beta; the same bytes as chunk_gated_delta_rule_fwd_kkt_solve (Ai in the input dtype) followed by
 /// recompute_w_u_fwd. Returns false (nothing launched) unless k, v, w, u are of one 16-bit dtype.
 bool chunk_gated_delta_rule_fwd_intra(const KktArgs& ka, const WuArgs& a, int device, void* stream);
-/// The forward's prologue inside the intra kernel (the prologue form of the warp-per-unit kernel,
-/// gdn_intra_fwd_warp.cu): one launch in place of l2norm_cumsum_fwd(la, ca) followed by
-/// chunk_gated_delta_rule_fwd_intra(ka, a), with the same bytes in qn, kn, the cumsum, w and u (la.y, la.y2,
-/// ca.out, a.w, a.u) for a well-formed cu_seqlens (with a malformed one, the error is recorded as before and the
-/// outputs are unspecified as before; nothing outside the tensors is touched). Each (chunk, value head) unit reads
-/// the raw k (la.x2) and g (ca.g) rows of its chunk, normalises k and takes the cumsum itself, and writes its share
-/// of q's and k's normalised rows (a key head's rows split over its value heads) and its cumsum for fwd_h. `ka` and
-/// `a` as for chunk_gated_delta_rule_fwd_intra (k the normalised view, g the cumsum's: only their geometry and the
-/// other tensors are read). Returns false (nothing launched) unless the warp kernel applies and its launch rule
-/// takes it (more than four units per SM), the pair takes the l2norm's vector form with one vector per lane (16-bit
-/// q and k, K = 64 or 128), g given, the cumsum forward and unscaled into f32; FUSEOPS_GDN_INTRA_PROLOGUE=0 or the
-/// testing switch below turns it off.
-bool chunk_gated_delta_rule_fwd_intra_prologue(const KktArgs& ka, const WuArgs& a, const L2NormArgs& la,
-                                               const CumsumArgs& ca, int device, void* stream);
-/// Tests only: the prologue form for the forwards that follow: `env` as FUSEOPS_GDN_INTRA_PROLOGUE says (the
-/// default), `on` where it applies, `off` never (the prologue kernel and the intra kernel: same bytes).
-enum class IntraPrologueForTesting { env, on, off };
-void set_intra_prologue_for_testing(IntraPrologueForTesting mode);
-/// Tests only: how many launches of this process took the prologue form.
-int64_t intra_prologue_launches_for_testing();
 /// Tests only: `off` true makes the intra kernel's launches that follow store w and u from the mma fragments, as
 /// FUSEOPS_GDN_INTRA_BULK=0 does (instead of bulk copies of staged rows; same bytes).
 void set_intra_bulk_off_for_testing(bool off);

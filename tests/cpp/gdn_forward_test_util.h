@@ -10,9 +10,6 @@
 
 #include "gdn_test_util.h"
 #include "reference/gdn_forward.h"
-#if defined(FUSEOPS_WITH_CUDA)
-#include "ops/gdn_forward_impl.h"
-#endif
 
 namespace fuseops_test::gdn_forward {
 
@@ -59,10 +56,8 @@ fuseops::reference::RecurrenceGolden golden(const Spec& s, const Inputs& in, boo
 struct Outputs {
   HostTensor o, final_state;
 };
-/// chunk_gated_delta_rule on placed copies of `in` (output_final_state = true); guards and inputs checked. With
-/// `workspace`: the workspace (poisoned before the run) gets guards of 16 bytes, which are checked, and is returned
-/// there after the run (every intermediate the forward wrote, f32 elements of its bytes).
-Outputs run_chunk(Where where, const Spec& s, const Inputs& in, HostTensor* workspace = nullptr);
+/// chunk_gated_delta_rule on placed copies of `in` (output_final_state = true); guards and inputs checked.
+Outputs run_chunk(Where where, const Spec& s, const Inputs& in);
 /// fused_recurrent_gated_delta_rule (FLA form) on placed copies of `in`.
 Outputs run_recurrent(Where where, const Spec& s, const Inputs& in);
 
@@ -85,19 +80,5 @@ Inputs tokens(const Inputs& in, int64_t t0, int64_t t1);
 /// Split run of a fixed-length spec: chunk_gated_delta_rule on tokens [0, T1), then on [T1, T) from the returned
 /// state; o of both runs and the last final_state against the golden of all T tokens (gtest assertions).
 void check_split_run(Where where, const Spec& s, int64_t T1, std::mt19937_64& rng);
-
-#if defined(FUSEOPS_WITH_CUDA)
-/// The forward's intra launches take `mode` until the guard's scope ends, then the launch rule again.
-struct IntraWarpMode {
-  explicit IntraWarpMode(fuseops::detail::cuda::KktWarpForTesting mode) {
-    fuseops::detail::cuda::set_intra_warp_for_testing(mode);
-  }
-  ~IntraWarpMode() {
-    fuseops::detail::cuda::set_intra_warp_for_testing(fuseops::detail::cuda::KktWarpForTesting::rule);
-  }
-  IntraWarpMode(const IntraWarpMode&) = delete;
-  IntraWarpMode& operator=(const IntraWarpMode&) = delete;
-};
-#endif
 
 }  // namespace fuseops_test::gdn_forward

@@ -208,12 +208,6 @@ TEST_P(GdnForward, L2NormCumsumSameBytes) {
   add(fixed(1, 90, 1, 2, 100, 64, bf16), 64, true, false);
   add(fixed(1, 90, 2, 4, 128, 64, bf16), 64, false, false);
   const bool switched_off = fuseops::detail::env_switched_off("FUSEOPS_GDN_L2NORM_CUMSUM");
-  // the prologue kernel's own launches: not the intra kernel's prologue form (FUSEOPS_GDN_INTRA_WARP=always would put
-  // some of these grids on it; test_gdn_forward_prologue.cpp compares the two)
-  struct PrologueKernel {
-    PrologueKernel() { cuda::set_intra_prologue_for_testing(cuda::IntraPrologueForTesting::off); }
-    ~PrologueKernel() { cuda::set_intra_prologue_for_testing(cuda::IntraPrologueForTesting::env); }
-  } prologue_kernel;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.s.describe());
     const Inputs in = make_inputs(c.s, rng);

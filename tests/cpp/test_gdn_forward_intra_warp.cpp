@@ -24,6 +24,14 @@ using cuda::KktWarpForTesting;
 using gdn::Placed;
 constexpr DType f16 = DType::f16, bf16 = DType::bf16;
 
+/// The forward's intra launches take `mode` until the guard's scope ends, then the launch rule again.
+struct IntraWarpMode {
+  explicit IntraWarpMode(KktWarpForTesting mode) { cuda::set_intra_warp_for_testing(mode); }
+  ~IntraWarpMode() { cuda::set_intra_warp_for_testing(KktWarpForTesting::rule); }
+  IntraWarpMode(const IntraWarpMode&) = delete;
+  IntraWarpMode& operator=(const IntraWarpMode&) = delete;
+};
+
 struct Case {
   Spec s;
   bool applies;  ///< the warp kernel can run (testing mode `always`; the launch rule also looks at the grid)
