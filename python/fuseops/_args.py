@@ -15,10 +15,15 @@ def shown(v):
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def is_bool(v):
+    """A Python bool or a numpy bool scalar (``numpy.bool_``, named ``numpy.bool`` from numpy 2), not a bool tensor."""
+    return isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool_", "bool"))
+
+
 def int_arg(op, name, v, lo=None, hi=None):
     """An int (or numpy / torch integer scalar) within [lo, hi] where given; bools and floats are errors."""
     value = None
-    if not isinstance(v, bool):
+    if not is_bool(v):
         try:
             value = operator.index(v)
         except TypeError:
@@ -31,15 +36,14 @@ def int_arg(op, name, v, lo=None, hi=None):
 
 def bool_arg(op, name, v):
     """True / False (or a numpy bool, or a one-element bool tensor); a string or a number is an error."""
-    if isinstance(v, bool) or type(v).__name__ == "bool_" or (isinstance(v, torch.Tensor) and v.dtype == torch.bool
-                                                                 and v.numel() == 1):
+    if is_bool(v) or (isinstance(v, torch.Tensor) and v.dtype == torch.bool and v.numel() == 1):
         return bool(v)
     raise ValueError(f"{op}: {name}: expected a bool, got {shown(v)}")
 
 
 def float_arg(op, name, v):
     """A real number (int, float, numpy / torch scalar) as a float; a bool, a string or None is an error."""
-    if isinstance(v, (bool, str, bytes)) or type(v).__name__ == "bool_" or v is None:
+    if isinstance(v, (str, bytes)) or is_bool(v) or v is None:
         raise ValueError(f"{op}: {name}: expected a number, got {v!r}")
     try:
         return float(v)

@@ -14,7 +14,7 @@ graph is never dropped silently; call the functions under torch.no_grad() / torc
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg, mutated, named_as, shown
+from ._args import bool_arg, float_arg, forward_only, int_arg, is_bool, mutated, named_as, shown
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -213,7 +213,7 @@ def _is_default(value, default):
     """None is None only; False is False or any other false bool (numpy.False_), never 0 or an empty container."""
     if default is None:
         return value is None
-    return (isinstance(value, bool) or type(value).__name__ == "bool_") and bool(value) == default
+    return is_bool(value) and bool(value) == default
 
 
 def _index_rows(t):

@@ -285,5 +285,13 @@ def test_scalar_arguments_from_a_new_users_pass():
     g = torch.randn(1, 4, 1)
     out = fuseops.chunk_local_cumsum(g, 16, head_first=np.False_)  # numpy's False is FLA's default too
     assert torch.equal(out, fuseops.chunk_local_cumsum(g, 16))
+    # numpy's bool (numpy.bool_, named numpy.bool from numpy 2) is a flag, never an int or a number
+    o1, _ = fuseops.chunk_gated_delta_rule(q, q, q, g, g.sigmoid(), output_final_state=np.True_)
+    assert torch.equal(o1, fuseops.chunk_gated_delta_rule(q, q, q, g, g.sigmoid(), output_final_state=True)[0])
+    bad_chunk = r"^chunk_gated_delta_rule: chunk_size: expected 16, 32 or 64, got (np\.)?True_?$"
+    with pytest.raises(ValueError, match=bad_chunk):
+        fuseops.chunk_gated_delta_rule(q, q, q, g, g.sigmoid(), chunk_size=np.True_)
+    with pytest.raises(ValueError, match=r"^grouped_topk: routed_scaling_factor: expected a number"):
+        fuseops.grouped_topk(torch.randn(2, 8), 1, 1, 2, True, np.True_)
     with pytest.raises(ValueError, match=r"got a tensor \[1, 4, 1, 8\] torch.float32$"):
         fuseops.chunk_gated_delta_rule(q, q, q, g, g, gk=q)
