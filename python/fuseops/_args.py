@@ -20,10 +20,14 @@ def is_bool(v):
     return isinstance(v, bool) or (type(v).__module__ == "numpy" and type(v).__name__ in ("bool_", "bool"))
 
 
+def _bool_tensor(v):
+    return isinstance(v, torch.Tensor) and v.dtype == torch.bool
+
+
 def int_arg(op, name, v, lo=None, hi=None):
     """An int (or numpy / torch integer scalar) within [lo, hi] where given; bools and floats are errors."""
     value = None
-    if not is_bool(v):
+    if not is_bool(v) and not _bool_tensor(v):
         try:
             value = operator.index(v)
         except TypeError:
@@ -36,15 +40,15 @@ def int_arg(op, name, v, lo=None, hi=None):
 
 def bool_arg(op, name, v):
     """True / False (or a numpy bool, or a one-element bool tensor); a string or a number is an error."""
-    if is_bool(v) or (isinstance(v, torch.Tensor) and v.dtype == torch.bool and v.numel() == 1):
+    if is_bool(v) or (_bool_tensor(v) and v.numel() == 1):
         return bool(v)
     raise ValueError(f"{op}: {name}: expected a bool, got {shown(v)}")
 
 
 def float_arg(op, name, v):
     """A real number (int, float, numpy / torch scalar) as a float; a bool, a string or None is an error."""
-    if isinstance(v, (str, bytes)) or is_bool(v) or v is None:
-        raise ValueError(f"{op}: {name}: expected a number, got {v!r}")
+    if isinstance(v, (str, bytes)) or is_bool(v) or _bool_tensor(v) or v is None:
+        raise ValueError(f"{op}: {name}: expected a number, got {shown(v)}")
     try:
         return float(v)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int past the float range (10**400)

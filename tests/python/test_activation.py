@@ -291,7 +291,10 @@ def test_scalar_arguments_from_a_new_users_pass():
     bad_chunk = r"^chunk_gated_delta_rule: chunk_size: expected 16, 32 or 64, got (np\.)?True_?$"
     with pytest.raises(ValueError, match=bad_chunk):
         fuseops.chunk_gated_delta_rule(q, q, q, g, g.sigmoid(), chunk_size=np.True_)
-    with pytest.raises(ValueError, match=r"^grouped_topk: routed_scaling_factor: expected a number"):
-        fuseops.grouped_topk(torch.randn(2, 8), 1, 1, 2, True, np.True_)
+    for flag in (np.True_, torch.tensor(True)):  # a bool tensor is no number either
+        with pytest.raises(ValueError, match=r"^grouped_topk: routed_scaling_factor: expected a number"):
+            fuseops.grouped_topk(torch.randn(2, 8), 1, 1, 2, True, flag)
+    with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule: chunk_size: expected 16, 32 or 64"):
+        fuseops.chunk_gated_delta_rule(q, q, q, g, g.sigmoid(), chunk_size=torch.tensor(True))
     with pytest.raises(ValueError, match=r"got a tensor \[1, 4, 1, 8\] torch.float32$"):
         fuseops.chunk_gated_delta_rule(q, q, q, g, g, gk=q)
