@@ -45,6 +45,12 @@ std::vector<std::pair<std::string, YAML::Mark>> keys_of(const std::string& path,
 }
 
 /// A scalar written as a string ("64", '64', !!str 64): not a number or a boolean even when it reads as one.
+/// A tag as the file writes it: YAML's standard tags in their short form (!!float for tag:yaml.org,2002:float).
+std::string shown_tag(const std::string& tag) {
+  const std::string standard = "tag:yaml.org,2002:";
+  return tag.rfind(standard, 0) == 0 ? "!!" + tag.substr(standard.size()) : tag;
+}
+
 bool quoted(const YAML::Node& n) { return n.IsScalar() && (n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str"); }
 
 /// A scalar as messages quote it: control characters escaped (\r, \t, \xNN), so that none reaches the terminal.
@@ -135,7 +141,7 @@ class EntryReader {
   int64_t integer_of(const YAML::Node& n, const std::string& key) const {
     // an explicit tag other than !!int (e.g. !!float 64) says the value is not meant as an integer
     if (n.IsScalar() && !quoted(n) && n.Tag() != "?" && n.Tag() != "tag:yaml.org,2002:int") {
-      fail(path_, n.Mark(), key, "expected an integer, got " + scalar_text(n) + " tagged " + n.Tag());
+      fail(path_, n.Mark(), key, "expected an integer, got " + scalar_text(n) + " tagged " + shown_tag(n.Tag()));
     }
     const std::string t = n.IsScalar() && !quoted(n) ? n.Scalar() : "";
     const std::size_t digits = !t.empty() && (t[0] == '-' || t[0] == '+') ? 1 : 0;  // after the sign
@@ -380,7 +386,9 @@ CaseFile parse_document(const YAML::Node& root, const std::string& path, const R
       if (key == "name") {  // the set column of every table: one line, and no '|' (a Markdown column separator)
         for (const char c : file.name) {
           if (std::iscntrl(static_cast<unsigned char>(c)) || c == '|') {
-            fail(path, kv.second.Mark(), key, "expected a name of one line without '|' (it is a column of the tables)");
+            fail(path, kv.second.Mark(), key,
+                 std::string("expected a name of one line without control characters or '|' (it is a column of the "
+                             "tables), got \"") + printable(file.name) + "\"");
           }
         }
       }

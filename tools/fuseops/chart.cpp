@@ -260,10 +260,7 @@ std::string chart_html(const nlohmann::json& bench) {
 
 void write_charts(const nlohmann::json& bench, const std::string& svg_path, const std::string& html_path) {
   auto write = [](const std::string& path, const std::string& text, const char* option) {
-    if (path.empty()) return;
-    std::ofstream f(path);
-    if (!f) throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path);
-    f << text;
+    if (!path.empty()) write_text_file(option, path, text);
   };
   write(svg_path, chart_svg(bench), "--svg");
   write(html_path, chart_html(bench), "--html");
@@ -278,7 +275,10 @@ int run_chart(const std::string& from, const std::string& svg_path, const std::s
   try {
     f >> j;
   } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::invalid_argument, "--from: " + from + " is not JSON: " + e.what());
+    // the parser's words without its "[json.exception.parse_error.101] " prefix
+    std::string why = e.what();
+    if (why.rfind("[json.exception.", 0) == 0 && why.find("] ") != std::string::npos) why.erase(0, why.find("] ") + 2);
+    throw Error(ErrorKind::invalid_argument, "--from: " + from + " is not JSON: " + why);
   }
   write_charts(j, svg_path, html_path);
   std::printf("chart: %zu cases from %s%s%s%s%s\n", j["results"].size(), from.c_str(), svg_path.empty() ? "" : " -> ",

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -14,7 +15,9 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "case_file.h"
@@ -86,8 +89,12 @@ void check_writable(const char* option, const std::string& path, bool given) {
   std::error_code ec;
   const bool existed = fs::exists(path, ec);  // the file written to (through a symbolic link: its target)
   {
+    errno = 0;
     std::ofstream f(path, std::ios::app);
-    if (!f) throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path);
+    if (!f) {
+      throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path +
+                                                   (errno ? std::string(" (") + std::strerror(errno) + ")" : ""));
+    }
   }
   if (!existed) {  // remove what was made: the link's target, never the link itself
     const fs::path made = fs::is_symlink(fs::symlink_status(path, ec)) ? fs::canonical(path, ec) : fs::path(path);
@@ -99,10 +106,7 @@ void write_json(const std::string& path, const nlohmann::json& j) {
   if (path.empty()) return;
   // serialised before the file is opened, and bytes that are not UTF-8 (a case file's name or path) replaced by
   // U+FFFD: a run's results are never lost to a failed write, nor an earlier file truncated
-  const std::string text = json_text(j);
-  std::ofstream f(path);
-  if (!f) throw Error(ErrorKind::invalid_argument, "--json: cannot write " + path);
-  f << text << "\n";
+  write_text_file("--json", path, json_text(j) + "\n");
 }
 
 std::string today() {
@@ -134,15 +138,10 @@ NameColumns name_columns(const std::vector<Work>& work, int set, int op, int sha
   return w;
 }
 
-/// Runs `f` for the case `w`; an allocation that fails (host memory) becomes an Error naming the case (std::bad_alloc
-/// alone says nothing of which one).
+/// naming_the_case (commands.h) for a case of a run.
 template <typename F>
 auto naming_the_case(const Work& w, F&& f) {
-  try {
-    return f();
-  } catch (const std::bad_alloc&) {
-    throw Error(ErrorKind::unsupported, w.set + " " + w.label() + ": out of host memory (std::bad_alloc)");
-  }
+  return cli::naming_the_case(w.set + " " + w.label(), std::forward<F>(f));
 }
 
 /// The cases of the selected sets and case files (only the files when --cases is given without --set), filtered.
@@ -347,15 +346,17 @@ int run_check(const Options& opts) {
     } catch (const Error& e) {  // the case fails (with the reason); the others still run
       o.pass = false;
       o.detail = e.what();
+      o.max_abs_error = o.rel_rms_error = std::nan("");  // not measured: "-" in the table, null in the JSON
     }
     (o.pass ? passed : failed)++;
     progress.clear();
     // the rows the case ran (a case may keep more than asked: the chunked GDN forward keeps two and a half chunks)
     const int64_t ran = o.rows_checked > 0 ? o.rows_checked : nrows;
-    std::printf("%s %s %s %-5s %6lld %11.3e %11.3e  %-34s %s%s%s\n",
+    std::printf("%s %s %s %-5s %6lld %11s %11s  %-34s %s%s%s\n",
                 pad_column(printable_text(work[i].set), w.set).c_str(), pad_column(c->op, w.op).c_str(),
                 pad_column(c->shape, w.shape).c_str(), dtype_name(c->dtype), static_cast<long long>(ran),
-                o.max_abs_error, o.rel_rms_error, o.tolerance.c_str(), o.pass ? "PASS" : "FAIL",
+                error_cell(o.max_abs_error).c_str(), error_cell(o.rel_rms_error).c_str(), o.tolerance.c_str(),
+                o.pass ? "PASS" : "FAIL",
                 o.detail.empty() ? "" : "  ", o.detail.c_str());
     std::fflush(stdout);
     rows.push_back({{"set", work[i].set}, {"family", c->family}, {"op", c->op}, {"shape", c->shape},
@@ -380,6 +381,13 @@ struct BenchRow {
 };
 
 }  // namespace
+
+std::string error_cell(double v) {
+  if (std::isnan(v)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3e", v);
+  return buf;
+}
 
 std::size_t utf8_error_at(const std::string& text) {
   std::size_t i = 0;
@@ -460,9 +468,8 @@ std::string base_cell(const BenchRow& r, double v) { return r.has_baseline ? fmt
 
 
 void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double copy_tbps, double empty_us,
-                    const std::vector<BenchRow>& rows) {
-  std::ofstream f(opts.md);
-  if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
+                    const std::vector<BenchRow>& rows, const std::vector<std::string>& failures) {
+  std::ostringstream f;  // written at the end (write_text_file: a failed write is an error)
   f << "Device: " << info.name << " (" << info.sms << " SMs). Date: " << today() << ". fuseops " << version() << ".\n";
   if (!opts.note.empty()) f << printable_text(opts.note) << "\n";
   f << "\nCopy rate " << fmt("%.3f", copy_tbps)
@@ -484,6 +491,33 @@ void write_bench_md(const Options& opts, const gpu::DeviceInfo& info, double cop
       << base_cell(r, r.base_warm) << " | " << base_cell(r, r.base_cold) << " | " << base_cell(r, r.base_cold / r.cold)
       << " |\n";
   }
+  for (const std::string& failure : failures) f << "\nFAILED: " << md_cell(failure) << "\n";
+  write_text_file("--md", opts.md, f.str());
+}
+
+/// Runs one bench case (`f`); where it raises an Error (out of host or device memory, a launch that fails), the case
+/// is reported as FAILED with the reason, kept in `failures`, and the run goes on with the next case, as `check`
+/// does.
+template <typename F>
+void bench_case(const Work& w, Progress& progress, std::vector<std::string>& failures, F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    progress.clear();
+    const std::string name = w.set + " " + w.label(), why = e.what();
+    const std::string what = why.rfind(name, 0) == 0 ? why : name + ": " + why;  // named once
+    std::printf("FAILED: %s\n", printable_text(what).c_str());
+    std::fflush(stdout);
+    failures.push_back(what);
+  }
+}
+
+/// The last line of a bench run and its exit status: 1 where a case failed.
+int bench_summary(std::size_t ran, const std::vector<std::string>& failures) {
+  std::printf("bench: %zu cases", ran);
+  if (!failures.empty()) std::printf(", %zu FAILED", failures.size());
+  std::printf("\n");
+  return failures.empty() ? 0 : 1;
 }
 
 int bench_gpu(const Options& opts, const std::vector<Work>& work) {
@@ -498,44 +532,49 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
               pad_column("op", w.op).c_str(), pad_column("shape", w.shape).c_str(), "dtype", "warm_us", "cold_us",
               "TB/s", "copy_us", "xcopy", "base_warm", "base_cold", "speedup");
   std::vector<BenchRow> rows;
+  std::vector<std::string> failures;  // "set op shape dtype: reason" of each case that did not run
   Progress progress(work.size(), Progress::on_terminal(opts.quiet));
   for (std::size_t i = 0; i < work.size(); ++i) {
     const OpCase* c = work[i].c.get();
     progress.show(i, work[i].label());
-    auto p = naming_the_case(work[i], [&] { return c->bench(); });
-    BenchRow r{work[i].set, c->op, c->shape, dtype_name(c->dtype), c->baseline, c->decode, p->bytes(), p->flops()};
-    const std::size_t set_bytes = std::max<std::size_t>(p->set_bytes(), 1);
-    int sets_cold = static_cast<int>(std::clamp<std::size_t>((4 * info.l2_bytes + set_bytes - 1) / set_bytes, 2, 4096));
-    const std::size_t budget = gpu::device_info(0).free_bytes * 8 / 10;
-    while (sets_cold > 2 && sets_cold * set_bytes > budget) sets_cold /= 2;
-    r.cold_sets = sets_cold;
-    naming_the_case(work[i], [&] { p->allocate(sets_cold); });
-    const double est = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, 5, 0.0, 3);
-    const int n = launches_for(est);
-    r.warm = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, n);
-    const int cold_n = std::max(sets_cold, (n / sets_cold) * sets_cold);
-    r.cold = gpu::time_graph_us([&](int k, void* s) { p->run(k % sets_cold, s); }, cold_n);
-    // the first capture says whether the case has a baseline (else the graph is empty and nothing more is timed)
-    r.base_warm = gpu::time_graph_us([&](int, void* s) { r.has_baseline = p->run_baseline(0, s); }, n);
-    if (r.has_baseline) {
-      r.base_cold = gpu::time_graph_us([&](int k, void* s) { p->run_baseline(k % sets_cold, s); }, cold_n);
-    }
-    const double copy_us = r.bytes / (copy_tbps * 1e12) * 1e6;
-    progress.clear();
-    std::printf("%s %s %s %s %9.2f %9.2f %7.3f %8.2f %6.2f %s %s %s\n",
-                pad_column(printable_text(r.set), w.set).c_str(), pad_column(r.op, w.op).c_str(),
-                pad_column(r.shape, w.shape).c_str(), pad_column(r.dtype, 5).c_str(), r.warm, r.cold,
-                r.bytes / r.cold / 1e6, copy_us, r.cold / copy_us,
-                pad_column(base_cell(r, r.base_warm), 10, true).c_str(),
-                pad_column(base_cell(r, r.base_cold), 10, true).c_str(),
-                pad_column(base_cell(r, r.base_cold / r.cold), 7, true).c_str());
-    std::fflush(stdout);
-    rows.push_back(r);
+    bench_case(work[i], progress, failures, [&] {
+      auto p = naming_the_case(work[i], [&] { return c->bench(); });
+      BenchRow r{work[i].set, c->op, c->shape, dtype_name(c->dtype), c->baseline, c->decode, p->bytes(), p->flops()};
+      const std::size_t set_bytes = std::max<std::size_t>(p->set_bytes(), 1);
+      int sets_cold =
+          static_cast<int>(std::clamp<std::size_t>((4 * info.l2_bytes + set_bytes - 1) / set_bytes, 2, 4096));
+      const std::size_t budget = gpu::device_info(0).free_bytes * 8 / 10;
+      while (sets_cold > 2 && sets_cold * set_bytes > budget) sets_cold /= 2;
+      r.cold_sets = sets_cold;
+      naming_the_case(work[i], [&] { p->allocate(sets_cold); });
+      const double est = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, 5, 0.0, 3);
+      const int n = launches_for(est);
+      r.warm = gpu::time_graph_us([&](int, void* s) { p->run(0, s); }, n);
+      const int cold_n = std::max(sets_cold, (n / sets_cold) * sets_cold);
+      r.cold = gpu::time_graph_us([&](int k, void* s) { p->run(k % sets_cold, s); }, cold_n);
+      // the first capture says whether the case has a baseline (else the graph is empty and nothing more is timed)
+      r.base_warm = gpu::time_graph_us([&](int, void* s) { r.has_baseline = p->run_baseline(0, s); }, n);
+      if (r.has_baseline) {
+        r.base_cold = gpu::time_graph_us([&](int k, void* s) { p->run_baseline(k % sets_cold, s); }, cold_n);
+      }
+      const double copy_us = r.bytes / (copy_tbps * 1e12) * 1e6;
+      progress.clear();
+      std::printf("%s %s %s %s %9.2f %9.2f %7.3f %8.2f %6.2f %s %s %s\n",
+                  pad_column(printable_text(r.set), w.set).c_str(), pad_column(r.op, w.op).c_str(),
+                  pad_column(r.shape, w.shape).c_str(), pad_column(r.dtype, 5).c_str(), r.warm, r.cold,
+                  r.bytes / r.cold / 1e6, copy_us, r.cold / copy_us,
+                  pad_column(base_cell(r, r.base_warm), 10, true).c_str(),
+                  pad_column(base_cell(r, r.base_cold), 10, true).c_str(),
+                  pad_column(base_cell(r, r.base_cold / r.cold), 7, true).c_str());
+      std::fflush(stdout);
+      rows.push_back(r);
+    });
   }
   progress.clear();
   nlohmann::json j = {{"command", "bench"}, {"backend", "cuda"}, {"version", version()}, {"device", info.name},
                       {"copy_tbps", copy_tbps}, {"empty_kernel_us", empty_us}, {"date", today()}, {"note", opts.note}};
   j["results"] = nlohmann::json::array();
+  j["failed"] = failures;
   for (const BenchRow& r : rows) {
     // a case without a baseline: "baseline" "" and no baseline times (the chart and the scripts read them as absent)
     nlohmann::json e = {{"set", r.set}, {"op", r.op}, {"shape", r.shape}, {"dtype", r.dtype}, {"bytes", r.bytes},
@@ -549,10 +588,9 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
     j["results"].push_back(e);
   }
   write_json(opts.json, j);
-  if (!opts.md.empty()) write_bench_md(opts, info, copy_tbps, empty_us, rows);
+  if (!opts.md.empty()) write_bench_md(opts, info, copy_tbps, empty_us, rows, failures);
   write_charts(j, opts.svg, opts.html);
-  std::printf("bench: %zu cases\n", rows.size());
-  return 0;
+  return bench_summary(rows.size(), failures);
 }
 
 int bench_cpu(const Options& opts, const std::vector<Work>& work) {
@@ -564,31 +602,34 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
   std::printf("%s %s %s %-5s %6s %12s %9s\n", pad_column("set", w.set).c_str(), pad_column("op", w.op).c_str(),
               pad_column("shape", w.shape).c_str(), "dtype", "rows", "cpu_us", "GB/s");
   nlohmann::json results = nlohmann::json::array();
+  std::vector<std::string> failures;  // "set op shape dtype: reason" of each case that did not run
   Progress progress(work.size(), Progress::on_terminal(opts.quiet));
   for (std::size_t i = 0; i < work.size(); ++i) {
     const OpCase* c = work[i].c.get();
     progress.show(i, work[i].label());
-    const int64_t asked = std::min(c->rows, opts.cpu_rows), nrows = c->rows_at(asked);  // the rows that ran
-    const double us = naming_the_case(work[i], [&] { return c->time_cpu_us(asked); });
-    // Bytes of the rows run (OpCase::bytes_at); FLOPs scaled from the full size (exact for row-wise ops; close for
-    // varlen cuts).
-    const double scale = c->rows > 0 ? static_cast<double>(nrows) / static_cast<double>(c->rows) : 0.0;
-    const double bytes = c->bytes_at(nrows), flops = c->bench()->flops() * scale;
-    progress.clear();
-    std::printf("%s %s %s %-5s %6lld %12.1f %9.2f\n", pad_column(printable_text(work[i].set), w.set).c_str(),
-                pad_column(c->op, w.op).c_str(), pad_column(c->shape, w.shape).c_str(), dtype_name(c->dtype),
-                static_cast<long long>(nrows), us, us > 0 ? bytes / us / 1e3 : 0.0);
-    std::fflush(stdout);
-    results.push_back({{"set", work[i].set}, {"op", c->op}, {"shape", c->shape}, {"dtype", dtype_name(c->dtype)},
-                       {"rows", nrows}, {"cpu_us", us}, {"bytes", bytes}, {"flops", flops}});
+    bench_case(work[i], progress, failures, [&] {
+      const int64_t asked = std::min(c->rows, opts.cpu_rows), nrows = c->rows_at(asked);  // the rows that ran
+      const double us = naming_the_case(work[i], [&] { return c->time_cpu_us(asked); });
+      // Bytes of the rows run (OpCase::bytes_at); FLOPs scaled from the full size (exact for row-wise ops; close for
+      // varlen cuts).
+      const double scale = c->rows > 0 ? static_cast<double>(nrows) / static_cast<double>(c->rows) : 0.0;
+      const double bytes = c->bytes_at(nrows), flops = c->bench()->flops() * scale;
+      progress.clear();
+      std::printf("%s %s %s %-5s %6lld %12.1f %9.2f\n", pad_column(printable_text(work[i].set), w.set).c_str(),
+                  pad_column(c->op, w.op).c_str(), pad_column(c->shape, w.shape).c_str(), dtype_name(c->dtype),
+                  static_cast<long long>(nrows), us, us > 0 ? bytes / us / 1e3 : 0.0);
+      std::fflush(stdout);
+      results.push_back({{"set", work[i].set}, {"op", c->op}, {"shape", c->shape}, {"dtype", dtype_name(c->dtype)},
+                         {"rows", nrows}, {"cpu_us", us}, {"bytes", bytes}, {"flops", flops}});
+    });
   }
   progress.clear();
   const nlohmann::json j = {{"command", "bench"}, {"backend", "cpu"}, {"version", version()}, {"date", today()},
-                            {"note", opts.note}, {"ceiling_tbps", memcpy_tbps}, {"results", results}};
+                            {"note", opts.note}, {"ceiling_tbps", memcpy_tbps}, {"results", results},
+                            {"failed", failures}};
   write_json(opts.json, j);
   if (!opts.md.empty()) {
-    std::ofstream f(opts.md);
-    if (!f) throw Error(ErrorKind::invalid_argument, "--md: cannot write " + opts.md);
+    std::ostringstream f;  // written at the end (write_text_file: a failed write is an error)
     f << "CPU backend times (median wall time of 5 runs, 3 for the MoE cases, at most " << opts.cpu_rows
       << " rows per case); not GPU numbers. Date: " << today() << ". fuseops " << version() << ".\n";
     if (!opts.note.empty()) f << printable_text(opts.note) << "\n";
@@ -599,10 +640,11 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
         << r["rows"].get<int64_t>()
         << " | " << fmt("%.1f", r["cpu_us"].get<double>()) << " |\n";  // as the console prints it, never 1e+06
     }
+    for (const std::string& failure : failures) f << "\nFAILED: " << md_cell(failure) << "\n";
+    write_text_file("--md", opts.md, f.str());
   }
   write_charts(j, opts.svg, opts.html);
-  std::printf("bench: %zu cases\n", results.size());
-  return 0;
+  return bench_summary(results.size(), failures);
 }
 
 }  // namespace

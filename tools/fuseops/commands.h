@@ -6,8 +6,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <new>
 #include <string>
 #include <vector>
+
+#include "fuseops/error.h"
 
 namespace fuseops::cli {
 
@@ -77,6 +80,20 @@ std::size_t utf8_error_at(const std::string& text);
 std::string printable_text(const std::string& text);
 /// `j` as the JSON text the commands write (indent 1), bytes that are not UTF-8 replaced by U+FFFD.
 std::string json_text(const nlohmann::json& j);
+
+/// An error measure as the tables print it: "%.3e", or "-" where it was not measured (NaN: the case failed before).
+std::string error_cell(double v);
+
+/// Runs `f` for the case named `what` (e.g. "llama3-8b silu_and_mul 4096x14336 bf16"); an allocation that fails (host
+/// memory) becomes an Error naming the case (std::bad_alloc alone says nothing of which one).
+template <typename F>
+auto naming_the_case(const std::string& what, F&& f) {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorKind::unsupported, what + ": out of host memory (std::bad_alloc)");
+  }
+}
 
 /// The CPU's memcpy rate (64 MiB, best of 3), bytes read + written per second, TB/s: the CPU bench's ceiling.
 double cpu_memcpy_tbps();

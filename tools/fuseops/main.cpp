@@ -11,6 +11,7 @@
 #include "chart.h"
 #include "commands.h"
 #include "fuseops/error.h"
+#include "paths.h"
 #include "fuseops/version.h"
 
 namespace {
@@ -150,7 +151,7 @@ int main(int argc, char** argv) {
   bench_opts.md_given = bench_md->count() > 0;
   bench_opts.svg_given = bench_svg->count() > 0;
   bench_opts.html_given = bench_html->count() > 0;
-  try {
+  auto run_command = [&]() -> int {
     if (app.got_subcommand("list")) return run_list();
     if (app.got_subcommand("check")) return run_check(check_opts);
     if (app.got_subcommand("bench")) return run_bench(bench_opts);
@@ -164,6 +165,15 @@ int main(int argc, char** argv) {
       }
       return run_model(model_opts);
     }
+    return 0;
+  };
+  try {
+    const int status = run_command();
+    fuseops::cli::flush_stdout();
+    return status;
+  } catch (const fuseops::cli::WriteError& e) {  // after the run: an output file or stdout is incomplete
+    std::fprintf(stderr, "fuseops: error: %s\n", e.what());
+    return 1;
   } catch (const fuseops::Error& e) {
     std::fprintf(stderr, "fuseops: error: %s\n", e.what());
     return 2;
@@ -171,5 +181,4 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fuseops: error: %s\n", e.what());
     return 2;
   }
-  return 0;
 }

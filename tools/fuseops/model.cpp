@@ -5,6 +5,7 @@
 // on a slice and timed (GPU: warm CUDA-graph replay; CPU: scaled from a slice, and said so).
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -17,6 +18,7 @@
 #include "cases.h"
 #include "commands.h"
 #include "fuseops/error.h"
+#include "paths.h"
 #include "fuseops/version.h"
 #include "gpu.h"
 #include "model.h"
@@ -271,6 +273,7 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
     Resolved r;
     CheckOutcome check;
     double us = 0;
+    bool timed = true;  ///< false: timing it failed (row.check says why); not in the total
   };
   std::vector<Row> rows;
   for (const Step& s : steps) rows.push_back({&s, resolve(s, reg, model->name), {}, 0});
@@ -283,28 +286,40 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
     const OpCase& c = *row.r.c;
     progress.show(done++, c.op + " " + c.shape);
     const int64_t slice = std::min(c.rows, opts.check_rows);
+    const std::string name = c.op + " " + c.shape;
     try {
-      row.check = c.check(cuda ? Device::cuda(0) : Device::cpu(), slice, seed);
+      row.check = naming_the_case(name, [&] { return c.check(cuda ? Device::cuda(0) : Device::cpu(), slice, seed); });
     } catch (const Error& e) {
       row.check.pass = false;
       row.check.detail = e.what();
+      row.check.max_abs_error = row.check.rel_rms_error = std::nan("");  // not measured ("-", null in the JSON)
     }
-    if (cuda) {
-      auto p = c.bench();
-      p->allocate(1);
-      const double est = gpu::time_graph_us([&](int, void* st) { p->run(0, st); }, 5, 0.0, 3);
-      row.us = gpu::time_graph_us([&](int, void* st) { p->run(0, st); }, launches_for(est));
-    } else {
-      // scaled by the work that ran (a case may keep more than the slice: whole chunks, whole sequences)
-      row.us = c.time_cpu_us(slice) * c.time_scale_to_full(slice);
+    try {  // a case that cannot be timed (out of memory, a failed launch) fails and stays out of the total
+      naming_the_case(name, [&] {
+        if (cuda) {
+          auto p = c.bench();
+          p->allocate(1);
+          const double est = gpu::time_graph_us([&](int, void* st) { p->run(0, st); }, 5, 0.0, 3);
+          row.us = gpu::time_graph_us([&](int, void* st) { p->run(0, st); }, launches_for(est));
+        } else {
+          // scaled by the work that ran (a case may keep more than the slice: whole chunks, whole sequences)
+          row.us = c.time_cpu_us(slice) * c.time_scale_to_full(slice);
+        }
+      });
+      row.us *= row.step->count;
+    } catch (const Error& e) {
+      row.timed = false;
+      row.us = 0;
+      row.check.pass = false;
+      row.check.detail += (row.check.detail.empty() ? "" : "; ") + std::string("not timed: ") + e.what();
     }
-    row.us *= row.step->count;
   }
   progress.clear();
 
   // A step is added to the layer total unless it ran at another shape than the requested one (a built-in case), it
   // says why not, or the op containing it ran at the requested shape too. Rejected steps did not run.
   auto why_not_added = [&](const Row& row) -> std::string {
+    if (!row.timed) return "not timed";
     if (!at_requested_shape(row.r)) return "from " + row.r.source;
     if (!row.step->not_added.empty()) return row.step->not_added;
     if (row.step->inside_of.empty()) return "";
@@ -351,9 +366,10 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
     const bool added = why.empty();
     char share[32];
     std::snprintf(share, sizeof share, added ? "%.1f%%" : "(%.1f%%)", total > 0 ? 100.0 * r.us / total : 0.0);
-    std::printf("%s %s %s %-5s %-6s %11.3e %12.2f %7s\n", pad_column(what, w_step).c_str(),
+    std::printf("%s %s %s %-5s %-6s %11s %12.2f %7s\n", pad_column(what, w_step).c_str(),
                 pad_column(r.r.c->op, w_op).c_str(), pad_column(r.r.c->shape, w_shape).c_str(),
-                dtype_name(r.r.c->dtype), r.check.pass ? "PASS" : "FAIL", r.check.rel_rms_error, r.us, share);
+                dtype_name(r.r.c->dtype), r.check.pass ? "PASS" : "FAIL", error_cell(r.check.rel_rms_error).c_str(),
+                r.us, share);
     if (!r.check.pass) std::printf("    FAIL: %s\n", r.check.detail.c_str());
     if (!added) std::printf("    not added to the layer total: %s\n", why.c_str());
     out["steps"].push_back({{"step", what}, {"op", r.r.c->op}, {"shape", r.r.c->shape}, {"dtype", dtype_name(r.r.c->dtype)},
@@ -380,9 +396,7 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
   out["total_us"] = total;
   out["complete"] = rejected.empty();  // every op of the layer that fuseops has ran at the requested shape
   if (!opts.json.empty()) {
-    std::ofstream f(opts.json);
-    if (!f) throw Error(ErrorKind::invalid_argument, "--json: cannot write " + opts.json);
-    f << json_text(out) << "\n";
+    write_text_file("--json", opts.json, json_text(out) + "\n");
   }
   std::printf("model: %zu ops present, %zu missing, %zu rejected; check %d passed, %d failed\n", present,
               missing.size(), rejected.size(), static_cast<int>(present) - failed, failed);

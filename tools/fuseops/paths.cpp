@@ -1,5 +1,8 @@
 #include "paths.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -44,6 +47,34 @@ void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<
     };
     for (const FileArg& in : inputs) clash(in, "input");
     for (std::size_t j = 0; j < i; ++j) clash(outputs[j], "output");
+  }
+}
+
+void write_text_file(const std::string& option, const std::string& path, const std::string& text) {
+  auto fail = [&](const char* what) {
+    throw WriteError(option + ": cannot write " + path + ": " + what + (errno ? std::string(" (") +
+                                                                               std::strerror(errno) + ")" : ""));
+  };
+  errno = 0;
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) fail("cannot open it");
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  const int saved = errno;
+  const bool closed = std::fclose(f) == 0;  // the buffered bytes reach the file here
+  if (written && closed) return;
+  if (!written) errno = saved;
+  const int reason = errno;
+  std::error_code ec;  // a regular file is removed (no half-written results are left), a device never
+  const bool removed = std::filesystem::is_regular_file(path, ec) && std::filesystem::remove(path, ec);
+  errno = reason;
+  fail(removed ? "the file was incomplete and is removed" : "the file is incomplete");
+}
+
+void flush_stdout() {
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    throw WriteError(std::string("writing the standard output failed") +
+                     (errno ? std::string(" (") + std::strerror(errno) + ")" : ""));
   }
 }
 

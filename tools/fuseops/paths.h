@@ -2,6 +2,7 @@
 // (`chart --from b.json --svg b.json` replaced the results with the chart) nor another output (`--svg x --html x`).
 #pragma once
 
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -20,5 +21,20 @@ bool same_file(const std::string& a, const std::string& b);
 /// Throws Error (invalid_argument) naming both options when an output is the same file as an input or as an
 /// earlier output.
 void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<FileArg>& outputs);
+
+/// An output file that could not be written in full after the run (disk full, file size limit, I/O error): main
+/// reports it and exits 1, since the run itself happened (2 is for usage errors, where nothing ran).
+class WriteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Writes `text` to `path` (replacing the file), or throws WriteError naming `option`, the path and the system's
+/// reason: where the file cannot be opened, and where any byte of it does not reach the file (checked at close).
+void write_text_file(const std::string& option, const std::string& path, const std::string& text);
+
+/// Flushes the standard output and throws WriteError where any of it could not be written (`fuseops list >
+/// /dev/full`).
+void flush_stdout();
 
 }  // namespace fuseops::cli

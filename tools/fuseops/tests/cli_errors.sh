@@ -152,4 +152,33 @@ for cmd in check bench; do
     echo "FAIL: $cmd rows do not line up with the header (dtype at $col): $bad"; failed=1
   fi
 done
+# an output that cannot be written in full after the run is an error naming the option (exit 1: the run happened), a
+# partial regular file is removed, and stdout is checked too (all exited 0 before)
+if [ -w /dev/full ]; then
+  expect 1 '--json: cannot write /dev/full: the file is incomplete (No space left on device)' -- \
+    "$fuseops" check --backend cpu --set norm --cpu-rows 2 --quiet --json /dev/full
+  expect 1 '--md: cannot write /dev/full' -- "$fuseops" bench --backend cpu --set norm --cpu-rows 2 --quiet --md /dev/full
+  expect 1 '--svg: cannot write /dev/full' -- "$fuseops" bench --backend cpu --set norm --cpu-rows 2 --quiet --svg /dev/full
+  expect 1 '--json: cannot write /dev/full' -- "$fuseops" model llama3-8b --tokens 2 --check-rows 2 --quiet --json /dev/full
+  expect 1 'writing the standard output failed' -- bash -c '"$1" list > /dev/full' _ "$fuseops"
+fi
+expect 1 'the file was incomplete and is removed (File too large)' -- \
+  bash -c 'trap "" XFSZ; ulimit -f 1; "$1" check --backend cpu --set norm --cpu-rows 2 --quiet --json "$2"' _ "$fuseops" \
+  "$work/trunc.json"
+if [ -e "$work/trunc.json" ]; then echo "FAIL: the partial trunc.json was left"; failed=1; fi
+# bench goes on past a case that fails (out of host memory), as check does: the case is reported FAILED, the others
+# run and are written, and the run exits 1
+printf 'cases:\n  - {op: silu_and_mul, tokens: 4, d: 8}\n  - {op: silu_and_mul, tokens: 1, d: 274877906944}\n%s\n' \
+  '  - {op: silu_and_mul, tokens: 8, d: 8}' > "$work/oom.yaml"
+expect 1 'bench: 2 cases, 1 FAILED' -- "$fuseops" bench --backend cpu --quiet --cases "$work/oom.yaml" --json "$work/oom.json"
+if ! grep -q '"failed"' "$work/oom.json" || ! grep -q 'out of host memory' "$work/oom.json" || \
+   [ "$(grep -c '"cpu_us"' "$work/oom.json")" -ne 2 ]; then
+  echo "FAIL: bench's JSON lacks the two cases that ran or the failure"; failed=1
+fi
+# a saved result that is not JSON: the parser's reason, without the JSON library's exception name
+: > "$work/empty.json"
+out=$("$fuseops" chart --from "$work/empty.json" --svg "$work/empty.svg" 2>&1)
+if [ $? -ne 2 ] || [[ "$out" != *"empty.json is not JSON: parse error at line 1, column 1"* ]] || [[ "$out" == *json.exception* ]]; then
+  echo "FAIL: chart --from an empty file: $out"; failed=1
+fi
 exit $failed
