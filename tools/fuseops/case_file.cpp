@@ -1,5 +1,6 @@
 #include "case_file.h"
 
+#include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -348,6 +349,9 @@ YAML::Node single_document(const std::string& text, const std::string& path) {
   }
   try {
     docs = YAML::LoadAll(text);
+  } catch (const YAML::DeepRecursion& e) {  // its message is yaml-cpp's "bad file"
+    throw Error(ErrorKind::invalid_argument, at(path, e.mark) + ": YAML nesting too deep (the reader stops at depth " +
+                                                 std::to_string(e.depth()) + ")");
   } catch (const YAML::ParserException& e) {
     throw Error(ErrorKind::invalid_argument, at(path, e.mark) + ": YAML syntax: " + e.msg);
   }

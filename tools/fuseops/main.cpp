@@ -41,6 +41,10 @@ int main(int argc, char** argv) {
                ": fused LLM operators. Checks every op against a float64 golden and benchmarks it on real model shapes."};
   app.set_version_flag("--version", std::string(fuseops::version()));
   app.require_subcommand(1);
+  // CLI11's parse errors in the form of ours: "fuseops: error: --tokens: ..." and its hint
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    return "fuseops: error: " + CLI::FailureMessage::simple(a, e);
+  });
 
   app.add_subcommand("list", "list op families and case sets");
 

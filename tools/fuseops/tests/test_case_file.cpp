@@ -477,6 +477,13 @@ TEST(CaseFile, IntegerKeysTakeNoOtherTag) {
   EXPECT_EQ(parse("cases:\n  - op: silu_and_mul\n    tokens: !!int 4\n    d: 64\n").points.size(), 1u);
 }
 
+// YAML nested past the reader's limit is named as such (yaml-cpp says "bad file")
+TEST(CaseFile, DeepNestingIsNamed) {
+  const std::string msg = error_of("x: " + std::string(600, '[') + std::string(600, ']') + "\n");
+  EXPECT_NE(msg.find("f.yaml:1:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(": YAML nesting too deep (the reader stops at depth"), std::string::npos) << msg;
+}
+
 TEST(CaseFile, NameIsOneLineWithoutBars) {
   // the message says which rule the name breaks and shows it escaped (a tab or an escape was "not one line")
   EXPECT_CASE_ERROR("name: \"a|b\"\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:7", "name",
