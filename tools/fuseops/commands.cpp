@@ -87,6 +87,8 @@ void check_writable(const char* option, const std::string& path, bool given) {
   if (path.empty()) throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected a file path, got \"\"");
   namespace fs = std::filesystem;
   std::error_code ec;
+  // a named pipe is not opened to try it: that would block without a reader, or give the reader its end of file
+  if (fs::is_fifo(path, ec)) return;
   const bool existed = fs::exists(path, ec);  // the file written to (through a symbolic link: its target)
   {
     errno = 0;
@@ -357,7 +359,7 @@ int run_check(const Options& opts) {
                 pad_column(c->shape, w.shape).c_str(), dtype_name(c->dtype), static_cast<long long>(ran),
                 error_cell(o.max_abs_error).c_str(), error_cell(o.rel_rms_error).c_str(), o.tolerance.c_str(),
                 o.pass ? "PASS" : "FAIL",
-                o.detail.empty() ? "" : "  ", o.detail.c_str());
+                o.detail.empty() ? "" : "  ", printable_text(o.detail).c_str());
     std::fflush(stdout);
     rows.push_back({{"set", work[i].set}, {"family", c->family}, {"op", c->op}, {"shape", c->shape},
                     {"dtype", dtype_name(c->dtype)}, {"rows", ran}, {"backend", cuda ? "cuda" : "cpu"},
@@ -512,6 +514,16 @@ void bench_case(const Work& w, Progress& progress, std::vector<std::string>& fai
   }
 }
 
+/// The charts of a run (--svg, --html), where any case ran: a run whose every case failed has no bar to draw (its
+/// failures are in the console, JSON and Markdown, and it exits 1).
+void write_bench_charts(const nlohmann::json& j, const Options& opts, const std::vector<std::string>& failures) {
+  if (j["results"].empty() && !failures.empty()) {
+    if (!opts.svg.empty() || !opts.html.empty()) std::printf("bench: no chart written: no case ran\n");
+    return;
+  }
+  write_charts(j, opts.svg, opts.html);
+}
+
 /// The last line of a bench run and its exit status: 1 where a case failed.
 int bench_summary(std::size_t ran, const std::vector<std::string>& failures) {
   std::printf("bench: %zu cases", ran);
@@ -589,7 +601,7 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
   }
   write_json(opts.json, j);
   if (!opts.md.empty()) write_bench_md(opts, info, copy_tbps, empty_us, rows, failures);
-  write_charts(j, opts.svg, opts.html);
+  write_bench_charts(j, opts, failures);
   return bench_summary(rows.size(), failures);
 }
 
@@ -643,7 +655,7 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
     for (const std::string& failure : failures) f << "\nFAILED: " << md_cell(failure) << "\n";
     write_text_file("--md", opts.md, f.str());
   }
-  write_charts(j, opts.svg, opts.html);
+  write_bench_charts(j, opts, failures);
   return bench_summary(results.size(), failures);
 }
 

@@ -324,13 +324,16 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
     if (!row.step->not_added.empty()) return row.step->not_added;
     if (row.step->inside_of.empty()) return "";
     for (const Row& o : rows) {
-      if (&o != &row && at_requested_shape(o.r) && o.step->names.front() == row.step->inside_of) {
+      // (a container that could not be timed leaves its parts in the total)
+      if (&o != &row && o.timed && at_requested_shape(o.r) && o.step->names.front() == row.step->inside_of) {
         return "a part of " + row.step->inside_of;
       }
     }
     return "";
   };
   double total = 0;
+  std::size_t untimed = 0;  // ops present whose timing failed: the total is incomplete
+  for (const Row& r : rows) untimed += r.r.c && !r.timed ? 1 : 0;
   for (const Row& r : rows) {
     if (r.r.c && why_not_added(r).empty()) total += r.us;
   }
@@ -370,7 +373,7 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
                 pad_column(r.r.c->op, w_op).c_str(), pad_column(r.r.c->shape, w_shape).c_str(),
                 dtype_name(r.r.c->dtype), r.check.pass ? "PASS" : "FAIL", error_cell(r.check.rel_rms_error).c_str(),
                 r.us, share);
-    if (!r.check.pass) std::printf("    FAIL: %s\n", r.check.detail.c_str());
+    if (!r.check.pass) std::printf("    FAIL: %s\n", printable_text(r.check.detail).c_str());
     if (!added) std::printf("    not added to the layer total: %s\n", why.c_str());
     out["steps"].push_back({{"step", what}, {"op", r.r.c->op}, {"shape", r.r.c->shape}, {"dtype", dtype_name(r.r.c->dtype)},
                             {"source", r.r.source}, {"pass", r.check.pass}, {"rel_rms_error", r.check.rel_rms_error},
@@ -378,7 +381,8 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
                             {"added", added}, {"share", added && total > 0 ? r.us / total : 0.0}, {"note", r.r.note}});
   }
   std::printf("layer total of the ops present: %.2f us (%s)%s\n", total, cuda ? "GPU" : "CPU, scaled; not GPU numbers",
-              rejected.empty() ? "" : "; INCOMPLETE: without the rejected ops below");
+              rejected.empty() && untimed == 0 ? "" : untimed == 0 ? "; INCOMPLETE: without the rejected ops below"
+                                                   : "; INCOMPLETE: without the ops not timed above");
   if (!rejected.empty()) {
     std::printf("rejected (the op refuses the requested size or parameters; not run, not in the total or shares):\n");
     for (const Row* r : rejected) {
@@ -394,7 +398,8 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
     }
   }
   out["total_us"] = total;
-  out["complete"] = rejected.empty();  // every op of the layer that fuseops has ran at the requested shape
+  // every op of the layer that fuseops has ran at the requested shape and was timed
+  out["complete"] = rejected.empty() && untimed == 0;
   if (!opts.json.empty()) {
     write_text_file("--json", opts.json, json_text(out) + "\n");
   }

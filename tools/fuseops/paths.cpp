@@ -6,6 +6,9 @@
 #include <filesystem>
 #include <system_error>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "fuseops/error.h"
 
 namespace fuseops::cli {
@@ -46,6 +49,16 @@ void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<
                                                    other.option + " " + other.path + "; give another path");
     };
     for (const FileArg& in : inputs) clash(in, "input");
+    // the standard output carries the tables: a file that is also stdout (--json out.txt > out.txt, /dev/stdout
+    // redirected to a file or a pipe) would get both, interleaved (a device such as /dev/null may be both)
+    struct stat so {}, of {};
+    if (::fstat(STDOUT_FILENO, &so) == 0 && (S_ISREG(so.st_mode) || S_ISFIFO(so.st_mode)) &&
+        ::stat(out.path.c_str(), &of) == 0 &&
+        so.st_dev == of.st_dev && so.st_ino == of.st_ino) {
+      throw Error(ErrorKind::invalid_argument, out.option + ": " + out.path +
+                                                   " is the standard output, which the tables are printed to; give "
+                                                   "another path");
+    }
     for (std::size_t j = 0; j < i; ++j) clash(outputs[j], "output");
   }
 }
@@ -64,8 +77,11 @@ void write_text_file(const std::string& option, const std::string& path, const s
   if (written && closed) return;
   if (!written) errno = saved;
   const int reason = errno;
-  std::error_code ec;  // a regular file is removed (no half-written results are left), a device never
-  const bool removed = std::filesystem::is_regular_file(path, ec) && std::filesystem::remove(path, ec);
+  // the regular file written is removed (no half-written results are left; through a symbolic link: its target, not
+  // the link), a device never
+  std::error_code ec;
+  const std::filesystem::path target = std::filesystem::canonical(path, ec);
+  const bool removed = !ec && std::filesystem::is_regular_file(target, ec) && std::filesystem::remove(target, ec);
   errno = reason;
   fail(removed ? "the file was incomplete and is removed" : "the file is incomplete");
 }

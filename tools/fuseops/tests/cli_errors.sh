@@ -181,4 +181,24 @@ out=$("$fuseops" chart --from "$work/empty.json" --svg "$work/empty.svg" 2>&1)
 if [ $? -ne 2 ] || [[ "$out" != *"empty.json is not JSON: parse error at line 1, column 1"* ]] || [[ "$out" == *json.exception* ]]; then
   echo "FAIL: chart --from an empty file: $out"; failed=1
 fi
+# an output that is also the standard output (where the tables go) is refused before the run; /dev/null may be both
+expect 2 'is the standard output, which the tables are printed to' -- \
+  bash -c '"$1" check --backend cpu --set norm --cpu-rows 2 --json "$2" > "$2"' _ "$fuseops" "$work/so.txt"
+expect 0 'check: 10 passed' -- bash -c '"$1" check --backend cpu --set norm --cpu-rows 2 --json /dev/null; true' _ "$fuseops"
+# a partial file written through a symbolic link: its target is removed, the link kept
+rm -f "$work/real.svg" "$work/link.svg" && ln -s real.svg "$work/link.svg"
+expect 1 'the file was incomplete and is removed' -- bash -c \
+  'trap "" XFSZ; ulimit -f 2; "$1" bench --backend cpu --set norm --cpu-rows 2 --quiet --svg "$2"' _ "$fuseops" "$work/link.svg"
+if [ -e "$work/real.svg" ] || [ ! -L "$work/link.svg" ]; then echo "FAIL: the link's partial target was left"; failed=1; fi
+# a bench whose every case fails: FAILED, no chart, exit 1 (it exited 2 from the chart of no results)
+printf 'cases:\n  - {op: silu_and_mul, tokens: 1, d: 274877906944}\n' > "$work/allfail.yaml"
+expect 1 'bench: 0 cases, 1 FAILED' -- "$fuseops" bench --backend cpu --quiet --cases "$work/allfail.yaml" --svg "$work/af.svg"
+# a named pipe as an output: written once a reader opens it (the trial open gave the reader its end of file at once)
+rm -f "$work/fifo" && mkfifo "$work/fifo"
+(timeout 60 cat "$work/fifo" > "$work/fifo.out") &
+reader=$!
+timeout 60 "$fuseops" check --backend cpu --set norm --cpu-rows 2 --quiet --json "$work/fifo" > /dev/null
+rc=$?
+wait $reader
+if [ $rc -ne 0 ] || ! grep -q '"command": "check"' "$work/fifo.out"; then echo "FAIL: --json to a named pipe (exit $rc)"; failed=1; fi
 exit $failed
