@@ -1,9 +1,11 @@
 // Core types: TensorView, dtypes, devices, version, and the host float <-> f16 / bf16 conversions (bit-exact
 // round to nearest even, checked exhaustively against a slow reference).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <new>
 #include <regex>
 #include <string>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "common/half.h"
 #include "core/env.h"
 #include "test_util.h"
+#include "testing/parallel.h"
 
 namespace fuseops_test {
 namespace {
@@ -238,6 +241,24 @@ uint16_t slow_round(float f, uint16_t inf_bits, double (*value)(uint16_t)) {
 
 bool f16_is_nan(uint16_t h) { return (h & 0x7c00) == 0x7c00 && (h & 0x3ff) != 0; }
 bool bf16_is_nan(uint16_t h) { return (h & 0x7f80) == 0x7f80 && (h & 0x7f) != 0; }
+
+// The host loop of the goldens: every chunk once, with its fixed bounds; an exception thrown in a worker thread (a
+// golden's std::bad_alloc) comes back to the caller once the threads have stopped, instead of std::terminate.
+TEST(ParallelChunks, EveryChunkOnceAndExceptionsReachTheCaller) {
+  std::vector<int> seen(1000, 0);
+  fuseops::testing::parallel_chunks(1000, 7, [&](int64_t k, int64_t b, int64_t e) {
+    EXPECT_EQ(b, k * 7);
+    EXPECT_EQ(e, std::min<int64_t>(1000, b + 7));
+    for (int64_t i = b; i < e; ++i) seen[static_cast<std::size_t>(i)] += 1;
+  });
+  EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 1000);
+  auto throwing = [] {
+    fuseops::testing::parallel_chunks(1000, 7, [](int64_t k, int64_t, int64_t) {
+      if (k == 100) throw std::bad_alloc();
+    });
+  };
+  EXPECT_THROW(throwing(), std::bad_alloc);
+}
 
 TEST(Half, KnownF16Patterns) {
   const float inf = std::numeric_limits<float>::infinity();

@@ -606,7 +606,8 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
 }
 
 int bench_cpu(const Options& opts, const std::vector<Work>& work) {
-  const double memcpy_tbps = cpu_memcpy_tbps();
+  const double memcpy_tbps =
+      cli::naming_the_case(std::string("bench: the CPU memcpy rate (2 x 64 MiB)"), [] { return cpu_memcpy_tbps(); });
   std::printf("fuseops bench: no GPU in use: CPU backend times (median wall time, %lld rows at most per case); these "
               "are not GPU numbers. CPU memcpy rate %.4f TB/s (read + write)\n",
               static_cast<long long>(opts.cpu_rows), memcpy_tbps);
