@@ -269,6 +269,8 @@ void write_charts(const nlohmann::json& bench, const std::string& svg_path, cons
 int run_chart(const std::string& from, const std::string& svg_path, const std::string& html_path) {
   if (svg_path.empty() && html_path.empty()) throw Error(ErrorKind::invalid_argument, "chart: give --svg FILE and/or --html FILE");
   check_distinct_files({{"--from", from}}, {{"--svg", svg_path}, {"--html", html_path}});
+  check_writable("--svg", svg_path, !svg_path.empty());  // before either file is written
+  check_writable("--html", html_path, !html_path.empty());
   std::ifstream f(from);
   if (!f) throw Error(ErrorKind::invalid_argument, "--from: cannot read " + from);
   nlohmann::json j;

@@ -80,30 +80,6 @@ std::vector<FileArg> case_file_args(const Options& opts) {
   return out;
 }
 
-/// Fails early (before any case runs) if an output path given on the command line cannot be written. A file this made
-/// to find out is removed again, so that a run failing later (no case matched, a bad case file) leaves no empty file.
-void check_writable(const char* option, const std::string& path, bool given) {
-  if (!given) return;
-  if (path.empty()) throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected a file path, got \"\"");
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  // a named pipe is not opened to try it: that would block without a reader, or give the reader its end of file
-  if (fs::is_fifo(path, ec)) return;
-  const bool existed = fs::exists(path, ec);  // the file written to (through a symbolic link: its target)
-  {
-    errno = 0;
-    std::ofstream f(path, std::ios::app);
-    if (!f) {
-      throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path +
-                                                   (errno ? std::string(" (") + std::strerror(errno) + ")" : ""));
-    }
-  }
-  if (!existed) {  // remove what was made: the link's target, never the link itself
-    const fs::path made = fs::is_symlink(fs::symlink_status(path, ec)) ? fs::canonical(path, ec) : fs::path(path);
-    if (!ec) fs::remove(made, ec);
-  }
-}
-
 void write_json(const std::string& path, const nlohmann::json& j) {
   if (path.empty()) return;
   // serialised before the file is opened, and bytes that are not UTF-8 (a case file's name or path) replaced by

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
 #include <sys/stat.h>
@@ -60,6 +61,28 @@ void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<
                                                    "another path");
     }
     for (std::size_t j = 0; j < i; ++j) clash(outputs[j], "output");
+  }
+}
+
+void check_writable(const char* option, const std::string& path, bool given) {
+  if (!given) return;
+  if (path.empty()) throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected a file path, got \"\"");
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  // a named pipe is not opened to try it: that would block without a reader, or give the reader its end of file
+  if (fs::is_fifo(path, ec)) return;
+  const bool existed = fs::exists(path, ec);  // the file written to (through a symbolic link: its target)
+  {
+    errno = 0;
+    std::ofstream f(path, std::ios::app);
+    if (!f) {
+      throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path +
+                                                   (errno ? std::string(" (") + std::strerror(errno) + ")" : ""));
+    }
+  }
+  if (!existed) {  // remove what was made: the link's target, never the link itself
+    const fs::path made = fs::is_symlink(fs::symlink_status(path, ec)) ? fs::canonical(path, ec) : fs::path(path);
+    if (!ec) fs::remove(made, ec);
   }
 }
 

@@ -22,6 +22,12 @@ bool same_file(const std::string& a, const std::string& b);
 /// earlier output.
 void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<FileArg>& outputs);
 
+/// Fails early (before anything runs) if an output path given on the command line (`given`; "" is then an error)
+/// cannot be written: throws Error (invalid_argument) naming `option` and the system's reason. A file this made to find
+/// out is removed again, so that a run failing later (no case matched, a bad case file) leaves no empty file; a named
+/// pipe is not opened to try it.
+void check_writable(const char* option, const std::string& path, bool given);
+
 /// An output file that could not be written in full after the run (disk full, file size limit, I/O error): main
 /// reports it and exits 1, since the run itself happened (2 is for usage errors, where nothing ran).
 class WriteError : public std::runtime_error {

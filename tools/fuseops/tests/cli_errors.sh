@@ -201,4 +201,8 @@ timeout 60 "$fuseops" check --backend cpu --set norm --cpu-rows 2 --quiet --json
 rc=$?
 wait $reader
 if [ $rc -ne 0 ] || ! grep -q '"command": "check"' "$work/fifo.out"; then echo "FAIL: --json to a named pipe (exit $rc)"; failed=1; fi
+# chart checks its outputs before writing either (an unwritable --html left a new --svg behind, exit 1)
+rm -f "$work/new.svg" && : > "$work/afile"
+expect 2 '--html: cannot write' -- "$fuseops" chart --from "$work/oom.json" --svg "$work/new.svg" --html "$work/afile/x"
+if [ -e "$work/new.svg" ]; then echo "FAIL: chart wrote --svg before finding --html unwritable"; failed=1; fi
 exit $failed
