@@ -87,26 +87,46 @@ void check_writable(const char* option, const std::string& path, bool given) {
 }
 
 void write_text_file(const std::string& option, const std::string& path, const std::string& text) {
-  auto fail = [&](const char* what) {
-    throw WriteError(option + ": cannot write " + path + ": " + what + (errno ? std::string(" (") +
-                                                                               std::strerror(errno) + ")" : ""));
+  namespace fs = std::filesystem;
+  auto fail = [&](const std::string& what) {
+    throw WriteError(option + ": cannot write " + path + ": " + what +
+                     (errno ? std::string(" (") + std::strerror(errno) + ")" : ""));
   };
+  // Where to write: a regular file (new or not; through symbolic links, their target) through a temporary file beside
+  // it, renamed over it once every byte is written, so that a failed write leaves no partial file and keeps an
+  // earlier one whole; a device or a pipe (/dev/null, a named pipe, /dev/stdout of a terminal) in place, as where no
+  // temporary file can be made (a directory that is not writable).
+  std::error_code ec;
+  const fs::path target = written_path(path);
+  const fs::file_status st = fs::status(target, ec);
+  const bool existed = fs::exists(st);
+  std::string out = path;
+  std::FILE* f = nullptr;
+  if (!existed || fs::is_regular_file(st)) {
+    out = target.string() + ".fuseops-" + std::to_string(::getpid()) + ".tmp";
+    f = std::fopen(out.c_str(), "wb");
+  }
+  const bool in_place = f == nullptr;
+  if (in_place) {
+    out = path;
+    errno = 0;
+    f = std::fopen(out.c_str(), "wb");
+    if (f == nullptr) fail("cannot open it");
+  }
   errno = 0;
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) fail("cannot open it");
   const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   const int saved = errno;
   const bool closed = std::fclose(f) == 0;  // the buffered bytes reach the file here
-  if (written && closed) return;
+  if (written && closed && (in_place || std::rename(out.c_str(), target.c_str()) == 0)) return;
   if (!written) errno = saved;
   const int reason = errno;
-  // the regular file written is removed (no half-written results are left; through a symbolic link: its target, not
-  // the link), a device never
-  std::error_code ec;
-  const std::filesystem::path target = std::filesystem::canonical(path, ec);
-  const bool removed = !ec && std::filesystem::is_regular_file(target, ec) && std::filesystem::remove(target, ec);
+  if (in_place) {
+    errno = reason;
+    fail("the file is incomplete");
+  }
+  fs::remove(out, ec);  // the temporary file
   errno = reason;
-  fail(removed ? "the file was incomplete and is removed" : "the file is incomplete");
+  fail(existed ? "nothing was written, the earlier file is kept" : "nothing was written");
 }
 
 void flush_stdout() {

@@ -35,8 +35,10 @@ class WriteError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-/// Writes `text` to `path` (replacing the file), or throws WriteError naming `option`, the path and the system's
-/// reason: where the file cannot be opened, and where any byte of it does not reach the file (checked at close).
+/// Writes `text` to `path`, whole or not at all: a regular file (new or not; through symbolic links, their target)
+/// through a temporary file beside it, renamed over it at the end; a device or a pipe in place. Throws WriteError
+/// naming `option`, the path and the system's reason where it cannot be written in full (an earlier file is then kept
+/// as it was).
 void write_text_file(const std::string& option, const std::string& path, const std::string& text);
 
 /// Flushes the standard output and throws WriteError where any of it could not be written (`fuseops list >

@@ -153,7 +153,8 @@ for cmd in check bench; do
   fi
 done
 # an output that cannot be written in full after the run is an error naming the option (exit 1: the run happened), a
-# partial regular file is removed, and stdout is checked too (all exited 0 before)
+# file is written whole or not at all (through a temporary file renamed over it), and stdout is checked too (all
+# exited 0 before)
 if [ -w /dev/full ]; then
   expect 1 '--json: cannot write /dev/full: the file is incomplete (No space left on device)' -- \
     "$fuseops" check --backend cpu --set norm --cpu-rows 2 --quiet --json /dev/full
@@ -162,10 +163,17 @@ if [ -w /dev/full ]; then
   expect 1 '--json: cannot write /dev/full' -- "$fuseops" model llama3-8b --tokens 2 --check-rows 2 --quiet --json /dev/full
   expect 1 'writing the standard output failed' -- bash -c '"$1" list > /dev/full' _ "$fuseops"
 fi
-expect 1 'the file was incomplete and is removed (File too large)' -- \
+expect 1 'nothing was written (File too large)' -- \
   bash -c 'trap "" XFSZ; ulimit -f 1; "$1" check --backend cpu --set norm --cpu-rows 2 --quiet --json "$2"' _ "$fuseops" \
   "$work/trunc.json"
 if [ -e "$work/trunc.json" ]; then echo "FAIL: the partial trunc.json was left"; failed=1; fi
+echo earlier > "$work/keep.json"
+expect 1 'nothing was written, the earlier file is kept (File too large)' -- \
+  bash -c 'trap "" XFSZ; ulimit -f 1; "$1" check --backend cpu --set norm --cpu-rows 2 --quiet --json "$2"' _ "$fuseops" \
+  "$work/keep.json"
+if [ "$(cat "$work/keep.json")" != earlier ] || ls "$work"/*.tmp > /dev/null 2>&1; then
+  echo "FAIL: the earlier keep.json was not kept whole, or a temporary file was left"; failed=1
+fi
 # bench goes on past a case that fails (out of host memory), as check does: the case is reported FAILED, the others
 # run and are written, and the run exits 1
 printf 'cases:\n  - {op: silu_and_mul, tokens: 4, d: 8}\n  - {op: silu_and_mul, tokens: 1, d: 274877906944}\n%s\n' \
@@ -185,9 +193,9 @@ fi
 expect 2 'is the standard output, which the tables are printed to' -- \
   bash -c '"$1" check --backend cpu --set norm --cpu-rows 2 --json "$2" > "$2"' _ "$fuseops" "$work/so.txt"
 expect 0 'check: 10 passed' -- bash -c '"$1" check --backend cpu --set norm --cpu-rows 2 --json /dev/null; true' _ "$fuseops"
-# a partial file written through a symbolic link: its target is removed, the link kept
+# a file written through a symbolic link: its target is written (whole or not at all), the link kept
 rm -f "$work/real.svg" "$work/link.svg" && ln -s real.svg "$work/link.svg"
-expect 1 'the file was incomplete and is removed' -- bash -c \
+expect 1 'nothing was written' -- bash -c \
   'trap "" XFSZ; ulimit -f 2; "$1" bench --backend cpu --set norm --cpu-rows 2 --quiet --svg "$2"' _ "$fuseops" "$work/link.svg"
 if [ -e "$work/real.svg" ] || [ ! -L "$work/link.svg" ]; then echo "FAIL: the link's partial target was left"; failed=1; fi
 # a bench whose every case fails: FAILED, no chart, exit 1 (it exited 2 from the chart of no results)
