@@ -262,8 +262,12 @@ void write_charts(const nlohmann::json& bench, const std::string& svg_path, cons
   auto write = [](const std::string& path, const std::string& text, const char* option) {
     if (!path.empty()) write_text_file(option, path, text);
   };
-  if (!svg_path.empty()) write(svg_path, chart_svg(bench), "--svg");
-  if (!html_path.empty()) write(html_path, chart_html(bench), "--html");
+  write_outputs({[&] {
+                   if (!svg_path.empty()) write(svg_path, chart_svg(bench), "--svg");
+                 },
+                 [&] {
+                   if (!html_path.empty()) write(html_path, chart_html(bench), "--html");
+                 }});
 }
 
 int run_chart(const std::string& from, const std::string& svg_path, const std::string& html_path) {

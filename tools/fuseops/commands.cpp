@@ -575,10 +575,13 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
     }
     j["results"].push_back(e);
   }
-  write_json(opts.json, j);
-  if (!opts.md.empty()) write_bench_md(opts, info, copy_tbps, empty_us, rows, failures);
-  write_bench_charts(j, opts, failures);
-  return bench_summary(rows.size(), failures);
+  const int status = bench_summary(rows.size(), failures);
+  write_outputs({[&] { write_json(opts.json, j); },
+                 [&] {
+                   if (!opts.md.empty()) write_bench_md(opts, info, copy_tbps, empty_us, rows, failures);
+                 },
+                 [&] { write_bench_charts(j, opts, failures); }});
+  return status;
 }
 
 int bench_cpu(const Options& opts, const std::vector<Work>& work) {
@@ -616,8 +619,9 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
   const nlohmann::json j = {{"command", "bench"}, {"backend", "cpu"}, {"version", version()}, {"date", today()},
                             {"note", opts.note}, {"ceiling_tbps", memcpy_tbps}, {"results", results},
                             {"failed", failures}};
-  write_json(opts.json, j);
-  if (!opts.md.empty()) {
+  const int status = bench_summary(results.size(), failures);
+  auto write_md = [&] {
+    if (opts.md.empty()) return;
     std::ostringstream f;  // written at the end (write_text_file: a failed write is an error)
     f << "CPU backend times (median wall time of 5 runs, 3 for the MoE cases, at most " << opts.cpu_rows
       << " rows per case); not GPU numbers. Date: " << today() << ". fuseops " << version() << ".\n";
@@ -631,9 +635,9 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
     }
     for (const std::string& failure : failures) f << "\nFAILED: " << md_cell(failure) << "\n";
     write_text_file("--md", opts.md, f.str());
-  }
-  write_bench_charts(j, opts, failures);
-  return bench_summary(results.size(), failures);
+  };
+  write_outputs({[&] { write_json(opts.json, j); }, write_md, [&] { write_bench_charts(j, opts, failures); }});
+  return status;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "paths.h"
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -86,28 +87,56 @@ void check_writable(const char* option, const std::string& path, bool given) {
   }
 }
 
+namespace {
+
+// The temporary file being written, for the signal handler below (a run stopped by Ctrl-C during a write leaves none).
+char g_temporary[4096] = {0};
+
+extern "C" void remove_temporary_and_reraise(int sig) {
+  if (g_temporary[0] != 0) ::unlink(g_temporary);  // async-signal-safe
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+}  // namespace
+
 void write_text_file(const std::string& option, const std::string& path, const std::string& text) {
   namespace fs = std::filesystem;
   auto fail = [&](const std::string& what) {
     throw WriteError(option + ": cannot write " + path + ": " + what +
                      (errno ? std::string(" (") + std::strerror(errno) + ")" : ""));
   };
-  // Where to write: a regular file (new or not; through symbolic links, their target) through a temporary file beside
-  // it, renamed over it once every byte is written, so that a failed write leaves no partial file and keeps an
-  // earlier one whole; a device or a pipe (/dev/null, a named pipe, /dev/stdout of a terminal) in place, as where no
-  // temporary file can be made (a directory that is not writable).
+  // Where to write: a regular file (new or not; through symbolic links, their target) through a temporary file in its
+  // directory (a short name of its own, so that a long file name still has one), renamed over it once every byte is
+  // written, so that a failed write leaves no partial file and keeps an earlier one whole; a device or a pipe
+  // (/dev/null, a named pipe, /dev/stdout of a terminal) in place, as where no temporary file can be made (a directory
+  // that is not writable), where a failed write removes the partial file.
   std::error_code ec;
   const fs::path target = written_path(path);
   const fs::file_status st = fs::status(target, ec);
-  const bool existed = fs::exists(st);
+  const bool existed = fs::exists(st), regular = !existed || fs::is_regular_file(st);
   std::string out = path;
   std::FILE* f = nullptr;
-  if (!existed || fs::is_regular_file(st)) {
-    out = target.string() + ".fuseops-" + std::to_string(::getpid()) + ".tmp";
-    f = std::fopen(out.c_str(), "wb");
+  using Handler = void (*)(int);
+  Handler old_int = SIG_DFL, old_term = SIG_DFL;
+  if (regular) {
+    out = (target.parent_path() / (".fuseops-" + std::to_string(::getpid()) + ".tmp")).string();
+    if (out.size() < sizeof g_temporary) {
+      std::memcpy(g_temporary, out.c_str(), out.size() + 1);
+      old_int = std::signal(SIGINT, remove_temporary_and_reraise);
+      old_term = std::signal(SIGTERM, remove_temporary_and_reraise);
+      f = std::fopen(out.c_str(), "wb");
+    }
   }
+  auto done_with_temporary = [&] {
+    if (g_temporary[0] == 0) return;
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
+    g_temporary[0] = 0;
+  };
   const bool in_place = f == nullptr;
   if (in_place) {
+    done_with_temporary();
     out = path;
     errno = 0;
     f = std::fopen(out.c_str(), "wb");
@@ -117,16 +146,32 @@ void write_text_file(const std::string& option, const std::string& path, const s
   const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   const int saved = errno;
   const bool closed = std::fclose(f) == 0;  // the buffered bytes reach the file here
-  if (written && closed && (in_place || std::rename(out.c_str(), target.c_str()) == 0)) return;
+  if (!in_place && existed) fs::permissions(out, st.permissions(), ec);  // the earlier file's mode (e.g. 0600)
+  const bool renamed = written && closed && (in_place || std::rename(out.c_str(), target.c_str()) == 0);
   if (!written) errno = saved;
   const int reason = errno;
-  if (in_place) {
-    errno = reason;
-    fail("the file is incomplete");
-  }
-  fs::remove(out, ec);  // the temporary file
+  if (!renamed && !in_place) fs::remove(out, ec);  // the temporary file
+  done_with_temporary();
+  if (renamed) return;
   errno = reason;
+  if (in_place) {
+    const bool removed = regular && fs::remove(target, ec);
+    errno = reason;
+    fail(removed ? "the file was incomplete and is removed" : "the file is incomplete");
+  }
   fail(existed ? "nothing was written, the earlier file is kept" : "nothing was written");
+}
+
+void write_outputs(const std::vector<std::function<void()>>& writes) {
+  std::string failed;
+  for (const auto& write : writes) {
+    try {
+      write();
+    } catch (const WriteError& e) {
+      failed += (failed.empty() ? "" : "; ") + std::string(e.what());
+    }
+  }
+  if (!failed.empty()) throw WriteError(failed);
 }
 
 void flush_stdout() {

@@ -2,6 +2,7 @@
 // (`chart --from b.json --svg b.json` replaced the results with the chart) nor another output (`--svg x --html x`).
 #pragma once
 
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -36,10 +37,15 @@ class WriteError : public std::runtime_error {
 };
 
 /// Writes `text` to `path`, whole or not at all: a regular file (new or not; through symbolic links, their target)
-/// through a temporary file beside it, renamed over it at the end; a device or a pipe in place. Throws WriteError
-/// naming `option`, the path and the system's reason where it cannot be written in full (an earlier file is then kept
-/// as it was).
+/// through a temporary file in its directory, renamed over it at the end (an earlier file is then kept as it was where
+/// the write fails, and its mode is kept); a device or a pipe, or a file where no temporary file can be made beside it
+/// (a directory that is not writable), in place. Throws WriteError naming `option`, the path and the system's reason
+/// where it cannot be written in full.
 void write_text_file(const std::string& option, const std::string& path, const std::string& text);
+
+/// Runs every write of `writes` (each calls write_text_file), also after one fails, then throws one WriteError naming
+/// every output that failed: one full disk does not silently skip the outputs after it.
+void write_outputs(const std::vector<std::function<void()>>& writes);
 
 /// Flushes the standard output and throws WriteError where any of it could not be written (`fuseops list >
 /// /dev/full`).

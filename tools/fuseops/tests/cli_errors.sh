@@ -171,7 +171,7 @@ echo earlier > "$work/keep.json"
 expect 1 'nothing was written, the earlier file is kept (File too large)' -- \
   bash -c 'trap "" XFSZ; ulimit -f 1; "$1" check --backend cpu --set norm --cpu-rows 2 --quiet --json "$2"' _ "$fuseops" \
   "$work/keep.json"
-if [ "$(cat "$work/keep.json")" != earlier ] || ls "$work"/*.tmp > /dev/null 2>&1; then
+if [ "$(cat "$work/keep.json")" != earlier ] || ls -a "$work" | grep -q '^\.fuseops-'; then
   echo "FAIL: the earlier keep.json was not kept whole, or a temporary file was left"; failed=1
 fi
 # bench goes on past a case that fails (out of host memory), as check does: the case is reported FAILED, the others
@@ -213,4 +213,22 @@ if [ $rc -ne 0 ] || ! grep -q '"command": "check"' "$work/fifo.out"; then echo "
 rm -f "$work/new.svg" && : > "$work/afile"
 expect 2 '--html: cannot write' -- "$fuseops" chart --from "$work/oom.json" --svg "$work/new.svg" --html "$work/afile/x"
 if [ -e "$work/new.svg" ]; then echo "FAIL: chart wrote --svg before finding --html unwritable"; failed=1; fi
+# one output that fails does not stop the others; a long file name (its temporary file has a short name of its own)
+# and an earlier file's mode are kept
+rm -f "$work/later.md" "$work/later.svg"
+expect 1 '--json: cannot write /dev/full' -- "$fuseops" bench --backend cpu --set norm --cpu-rows 2 --quiet \
+  --json /dev/full --md "$work/later.md" --svg "$work/later.svg"
+if [ ! -s "$work/later.md" ] || [ ! -s "$work/later.svg" ]; then echo "FAIL: outputs after a failed one skipped"; failed=1; fi
+long="$work/$(printf 'a%.0s' $(seq 240)).json"
+echo earlier > "$long"
+expect 1 'nothing was written, the earlier file is kept (File too large)' -- \
+  bash -c 'trap "" XFSZ; ulimit -f 1; "$1" check --backend cpu --set norm --cpu-rows 2 --quiet --json "$2"' _ "$fuseops" \
+  "$long"
+if [ "$(cat "$long")" != earlier ]; then echo "FAIL: the long-named earlier file was not kept"; failed=1; fi
+echo earlier > "$work/mode.json" && chmod 600 "$work/mode.json"
+"$fuseops" check --backend cpu --set norm --cpu-rows 2 --quiet --json "$work/mode.json" > /dev/null
+if [ "$(stat -c %a "$work/mode.json")" != 600 ] || ! grep -q '"command"' "$work/mode.json"; then
+  echo "FAIL: the rewritten file lost its mode 600 or its contents"; failed=1
+fi
+if ls -a "$work" | grep -q '^\.fuseops-'; then echo "FAIL: a temporary file was left"; failed=1; fi
 exit $failed
