@@ -146,10 +146,11 @@ void write_text_file(const std::string& option, const std::string& path, const s
   const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   const int saved = errno;
   const bool closed = std::fclose(f) == 0;  // the buffered bytes reach the file here
+  int reason = written ? errno : saved;
   if (!in_place && existed) fs::permissions(out, st.permissions(), ec);  // the earlier file's mode (e.g. 0600)
+  errno = 0;
   const bool renamed = written && closed && (in_place || std::rename(out.c_str(), target.c_str()) == 0);
-  if (!written) errno = saved;
-  const int reason = errno;
+  if (written && closed) reason = errno;  // the rename's
   if (!renamed && !in_place) fs::remove(out, ec);  // the temporary file
   done_with_temporary();
   if (renamed) return;
