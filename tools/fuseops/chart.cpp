@@ -259,14 +259,12 @@ std::string chart_html(const nlohmann::json& bench) {
 }
 
 void write_charts(const nlohmann::json& bench, const std::string& svg_path, const std::string& html_path) {
-  auto write = [](const std::string& path, const std::string& text, const char* option) {
-    if (!path.empty()) write_text_file(option, path, text);
-  };
+  // each chart rendered only where its file is asked for (chart_svg / chart_html reject an empty result list)
   write_outputs({[&] {
-                   if (!svg_path.empty()) write(svg_path, chart_svg(bench), "--svg");
+                   if (!svg_path.empty()) write_text_file("--svg", svg_path, chart_svg(bench));
                  },
                  [&] {
-                   if (!html_path.empty()) write(html_path, chart_html(bench), "--html");
+                   if (!html_path.empty()) write_text_file("--html", html_path, chart_html(bench));
                  }});
 }
 
