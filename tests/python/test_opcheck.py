@@ -1,4 +1,6 @@
-"""torch.library.opcheck on every op (schema and alias annotations, fake kernels, AOT dispatch), on CPU and CUDA."""
+"""torch.library.opcheck on the activation and gated-norm ops (schema and alias annotations, fake kernels, AOT dispatch),
+on CPU and CUDA. The other ops: test_gdn.py (intra-chunk), test_rope.py, test_opcheck_recorded.py (GDN forward and
+decode, MoE routing)."""
 
 import pytest
 from common import DEVICES, poisoned, randn, requires_opcheck, torch
