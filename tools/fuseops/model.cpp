@@ -255,6 +255,8 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
   const bool cuda = use_cuda(opts.backend);
   const uint64_t seed = seed_option(opts.seed_text, opts.seed_given);
   const std::vector<Step> steps = model->layer(opts.tokens, opts.batch);
+  check_distinct_files({}, {{"--json", opts.json}});  // before the run, as check and bench do
+  check_writable("--json", opts.json, !opts.json.empty());
   std::printf("fuseops model %s: %s\n", model->name.c_str(), model->description.c_str());
   std::printf("tokens %lld per sequence, batch %lld; seed %llu; golden check of a slice of at most %lld rows per op on %s\n",
               static_cast<long long>(opts.tokens), static_cast<long long>(opts.batch),

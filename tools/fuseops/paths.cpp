@@ -68,6 +68,12 @@ void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<
 void check_writable(const char* option, const std::string& path, bool given) {
   if (!given) return;
   if (path.empty()) throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected a file path, got \"\"");
+  // "-" is not the standard output: fuseops writes each of its outputs to a file (and its tables to stdout)
+  if (path == "-") {
+    throw Error(ErrorKind::invalid_argument,
+                std::string(option) + ": expected a file path, got \"-\" (this output is written to a file, not to "
+                                      "the standard output; ./- is a file named -)");
+  }
   namespace fs = std::filesystem;
   std::error_code ec;
   // a named pipe is not opened to try it: that would block without a reader, or give the reader its end of file

@@ -193,6 +193,20 @@ fi
 expect 2 'is the standard output, which the tables are printed to' -- \
   bash -c '"$1" check --backend cpu --set norm --cpu-rows 2 --json "$2" > "$2"' _ "$fuseops" "$work/so.txt"
 expect 0 'check: 10 passed' -- bash -c '"$1" check --backend cpu --set norm --cpu-rows 2 --json /dev/null; true' _ "$fuseops"
+# model checks its --json before the run too (it ran the layer, then wrote into the tables or failed to open)
+expect 2 'is the standard output, which the tables are printed to' -- \
+  bash -c '"$1" model llama3-8b --tokens 4 --backend cpu --json "$2" > "$2"' _ "$fuseops" "$work/so.txt"
+out=$("$fuseops" model llama3-8b --tokens 4 --backend cpu --json "$work/nodir/x.json" 2>&1)
+if [ $? -ne 2 ] || [[ "$out" != *"--json: cannot write"* ]] || [[ "$out" == *"step "* ]]; then
+  echo "FAIL: model --json into a missing directory ran the layer: $out"; failed=1
+fi
+# "-" is not the standard output (it wrote a file named "-"); ./- is that file
+rm -f "$work/-"
+for args in "check --backend cpu --set norm --cpu-rows 2 --json" "bench --backend cpu --set norm --cpu-rows 2 --md" \
+            "model llama3-8b --tokens 4 --json" "chart --from oom.json --svg"; do
+  expect 2 "${args##* }: expected a file path, got \"-\"" -- bash -c 'cd "$2" && "$1" $3 -' _ "$fuseops" "$work" "$args"
+done
+if [ -e "$work/-" ]; then echo 'FAIL: a file named "-" was written'; failed=1; fi
 # a file written through a symbolic link: its target is written (whole or not at all), the link kept
 rm -f "$work/real.svg" "$work/link.svg" && ln -s real.svg "$work/link.svg"
 expect 1 'nothing was written' -- bash -c \
