@@ -24,8 +24,12 @@ def _bool_tensor(v):
     return isinstance(v, torch.Tensor) and v.dtype == torch.bool
 
 
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
 def int_arg(op, name, v, lo=None, hi=None):
-    """An int (or numpy / torch integer scalar) within [lo, hi] where given; bools and floats are errors."""
+    """An int (or numpy / torch integer scalar) within [lo, hi] where given, and within int64 (what the ops' schemas
+    take: a larger one failed in torch's argument parser as "expected int, found int"); bools and floats are errors."""
     value = None
     if not is_bool(v) and not _bool_tensor(v):
         try:
@@ -35,6 +39,10 @@ def int_arg(op, name, v, lo=None, hi=None):
     if value is None or (lo is not None and value < lo) or (hi is not None and value > hi):
         rng = "" if lo is None else f" >= {lo}" if hi is None else f" in [{lo}, {hi}]"
         raise ValueError(f"{op}: {name}: expected an int{rng}, got {shown(v)}")
+    if not INT64_MIN <= value <= INT64_MAX:
+        low = "-2**63" if lo is None else lo
+        high = "2**63 - 1" if hi is None else hi
+        raise ValueError(f"{op}: {name}: expected an int in [{low}, {high}] (int64), got {shown(v)}")
     return value
 
 

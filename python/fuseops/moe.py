@@ -36,6 +36,12 @@ def _check_topk(op, topk, E):
     int_arg(op, "topk", topk, 1, min(E, 32) if E >= 1 else None)
 
 
+def _check_indices_dtype(op, indices_dtype):
+    """torch.int32 or torch.int64, named (a string failed in torch.empty, None named the internal topk_ids)."""
+    if indices_dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"{op}: indices_dtype: expected torch.int32 or torch.int64, got {indices_dtype!r}")
+
+
 def _rows(op, name, t):
     tensor_arg(op, name, t)
     if t.dim() != 2:
@@ -57,6 +63,7 @@ def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, i
         (topk_weights [T, k] float32, topk_ids [T, k], token_expert_indices [T, k] int32 with j*T + t).
     """
     op = "topk_softmax"
+    _check_indices_dtype(op, indices_dtype)
     renormalize = bool_arg(op, "renormalize", renormalize)
     T = _rows(op, "gating_output", gating_output)
     _check_topk(op, topk, gating_output.shape[1])
@@ -86,6 +93,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
         (topk_weights [T, k] float32, topk_ids [T, k] indices_dtype).
     """
     op = "grouped_topk"
+    _check_indices_dtype(op, indices_dtype)
     T = _rows(op, "scores", scores)
     _check_topk(op, topk, scores.shape[1])
     _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
@@ -172,6 +180,7 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
         (topk_weights, topk_ids, sorted_token_ids, expert_ids, num_tokens_post_pad).
     """
     op = "moe_route"
+    _check_indices_dtype(op, indices_dtype)
     T = _rows(op, "gating_output", gating_output)
     _check_topk(op, topk, gating_output.shape[1])
     _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)

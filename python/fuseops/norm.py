@@ -11,9 +11,9 @@ SiLU gate ``z`` applied after the norm (``norm_before_gate=True``) or to x befor
 This is the output norm of Qwen3-Next's Gated DeltaNet layers (RMSNorm per value head, gate after the norm).
 
 Rules: x, z, out: float32 / float16 / bfloat16 of one dtype, shape [..., N] (any leading dims, flattened into rows;
-innermost stride 1). weight, bias: [N], float32 or x's dtype (read as float32). ``group_size`` None means N; it must
-divide N and be at most 16384. Output in x's dtype; mean and rstd float32 [N / group_size * M], group-major (entry
-g * M + m), as FLA. CUDA work runs on the current stream without host synchronisation. Forward only: FLA's backward
+innermost stride 1). weight, bias: [N], float32 or x's dtype (read as float32). ``group_size`` None (or 0, the C++
+API's value) means N; otherwise it must divide N and be at most 16384. Output in x's dtype; mean and rstd float32
+[N / group_size * M], group-major (entry g * M + m), as FLA. CUDA work runs on the current stream without host synchronisation. Forward only: FLA's backward
 is not implemented, so these functions raise when an input requires grad with grad mode on.
 
 Errors: ValueError naming the argument; RuntimeError when an input requires grad.
@@ -28,7 +28,7 @@ _layer_norm_fwd = ops.layer_norm_fwd.default
 
 
 def _group(op, group_size):
-    return 0 if group_size is None else int_arg(op, "group_size", group_size, 1)
+    return 0 if group_size is None else int_arg(op, "group_size", group_size, 0)  # 0: N, as None (the C++ API's 0)
 
 
 def _check_args(op, x, weight, bias, z, eps, norm_before_gate, is_rms_norm):

@@ -137,6 +137,17 @@ def test_errors():
         fuseops.moe_align_block_size(torch.zeros(2, 2, dtype=torch.int32), 0, 8)
     with pytest.raises(ValueError, match="moe_route: scoring"):
         fuseops.moe_route(torch.randn(2, 8), 2, 16, scoring="relu")
+    # indices_dtype by name (a string failed inside torch.empty; None was reported as the internal topk_ids)
+    for dtype in ("int64", None, torch.float32):
+        with pytest.raises(ValueError, match=r"^topk_softmax: indices_dtype: expected torch.int32 or torch.int64"):
+            fuseops.topk_softmax(torch.randn(2, 8), 2, indices_dtype=dtype)
+    with pytest.raises(ValueError, match=r"^grouped_topk: indices_dtype: "):
+        fuseops.grouped_topk(torch.randn(2, 8), 2, 1, 2, True, indices_dtype=torch.int16)
+    with pytest.raises(ValueError, match=r"^moe_route: indices_dtype: "):
+        fuseops.moe_route(torch.randn(2, 8), 2, 4, indices_dtype="int32")
+    # ints past int64 are named (torch's parser said "expected int, found int")
+    with pytest.raises(ValueError, match=r"^grouped_topk: n_group: expected an int in \[1, 2\*\*63 - 1\] \(int64\)"):
+        fuseops.grouped_topk(torch.randn(2, 8), 2**64, 1, 2, True)
     # vLLM's order (topk, renormalize, n_group, topk_group) passed positionally: the swapped bool / ints are errors
     with pytest.raises(ValueError, match="grouped_topk: topk_group: expected an int"):
         fuseops.grouped_topk(torch.randn(2, 256), 8, True, 8, 4)

@@ -91,11 +91,15 @@ def test_errors_and_forward_only():
         fuseops.layer_norm_fwd(x, torch.randn(63))
     with pytest.raises(ValueError, match="layer_norm_fwd: z: "):
         fuseops.layer_norm_fwd(x, w, z=torch.randn(4, 32))
-    with pytest.raises(ValueError, match="layernorm_fn: group_size: "):
-        fuseops.layernorm_fn(x, w, None, group_size=0)
+    with pytest.raises(ValueError, match=r"^layernorm_fn: group_size: expected an int >= 0, got -1"):
+        fuseops.layernorm_fn(x, w, None, group_size=-1)
+    # group_size 0 is None (N), as in the C++ API and its message for a bad group_size
+    assert torch.equal(fuseops.layernorm_fn(x, w, None, group_size=0), fuseops.layernorm_fn(x, w, None))
+    with pytest.raises(ValueError, match=r"^layernorm_fn: group_size: .*2\*\*63 - 1\] \(int64\), got 9223372036854775808"):
+        fuseops.layernorm_fn(x, w, None, group_size=2**63)
     # Errors name the function the user called, the library's checks included.
-    with pytest.raises(ValueError, match="rmsnorm_fn: group_size: "):
-        fuseops.rmsnorm_fn(x, w, None, group_size=0)
+    with pytest.raises(ValueError, match="rmsnorm_fn: group_size: expected 0 "):
+        fuseops.rmsnorm_fn(x, w, None, group_size=24)
     with pytest.raises(ValueError, match=r"^rmsnorm_fn: weight: expected shape \[N\] = \[64\], got \[16\]"):
         fuseops.rmsnorm_fn(x, w[:16], None)
     with pytest.raises(ValueError, match=r"^layernorm_fn: weight: expected dtype f32 \(the dtype of x\), got f16"):
