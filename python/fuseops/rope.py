@@ -30,6 +30,22 @@ def _not_tracked(op, **tensors):
                                    "requires grad (use apply_rotary_pos_emb for autograd, or torch.no_grad())")
 
 
+def _flattened(positions):
+    """Positions whose token dims flatten with one stride, as the op takes them (size-1 dims aside); others, such as
+    HF's ``arange(S).expand(B, S)`` (stride 0) or a transposed [B, S], as a contiguous copy (the C++ API refuses them
+    by name). Not a tensor: left to the op's error."""
+    if not isinstance(positions, torch.Tensor) or positions.numel() == 0:
+        return positions
+    stride, extent = None, 0
+    for size, st in reversed(list(zip(positions.shape, positions.stride()))):
+        if size == 1:
+            continue
+        if stride is not None and st != extent:
+            return positions.contiguous()
+        stride, extent = st if stride is None else stride, st * size
+    return positions
+
+
 def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox=True, inverse=False):
     """Rotates ``query`` and ``key`` in place, as vLLM ``rotary_embedding``; returns ``(query, key)``.
 
@@ -54,7 +70,7 @@ def _rotary_embedding(op, names, positions, query, key, head_size, cos_sin_cache
     forward_only(op, cos_sin_cache=cos_sin_cache)
     # (the backward's errors in its own names: the op reports rotary_embedding's query / key)
     with named_as(op, "rotary_embedding", dict(zip(("positions", "query", "key"), names))):
-        ops.rotary_embedding(positions, query, key, _int(op, "head_size", head_size), cos_sin_cache,
+        ops.rotary_embedding(_flattened(positions), query, key, _int(op, "head_size", head_size), cos_sin_cache,
                              _flag(op, "is_neox", is_neox), _flag(op, "inverse", inverse))
     mutated(query, key)
     return query, key
@@ -103,6 +119,7 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=F
     """
     op = "apply_rotary_pos_emb"
     _check_tables(op, (("q", q), ("k", k)), cos, sin, position_ids)
+    position_ids = _flattened(position_ids)
     rotary_interleaved = _flag(op, "rotary_interleaved", rotary_interleaved)
     if _flag(op, "inplace", inplace):
         _not_tracked(op, q=q, k=k)
@@ -128,7 +145,7 @@ def apply_rotary_pos_emb_backward(grad_q, grad_k, cos, sin, position_ids=None, r
     rotated by -theta; differentiable with respect to them (autograd records it where they require grad)."""
     op = "apply_rotary_pos_emb_backward"
     _check_tables(op, (("grad_q", grad_q), ("grad_k", grad_k)), cos, sin, position_ids)
-    return _ApplyRotaryPosEmb.apply(grad_q, grad_k, cos, sin, position_ids,
+    return _ApplyRotaryPosEmb.apply(grad_q, grad_k, cos, sin, _flattened(position_ids),
                                     _flag(op, "rotary_interleaved", rotary_interleaved), True)
 
 

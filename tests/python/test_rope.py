@@ -207,6 +207,33 @@ def test_mrope_positions_with_any_token_stride(device):
     assert torch.equal(got, want) and not torch.equal(got, q)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_positions_that_do_not_flatten_are_copied(device):
+    # HF's position_ids = arange(S).expand(B, S) (stride 0) and a transposed [B, S]: the Python functions take them
+    # as their contiguous copies give (the C++ API refuses them by name); the caller's tensor is left as it was
+    B, S, H, D, P = 3, 5, 2, 16, 40
+    cache = cache_of(P, D, torch.float32, device)
+    cos, sin = cache[:, : D // 2].contiguous(), cache[:, D // 2:].contiguous()
+    expanded = torch.arange(S, device=device).expand(B, S)
+    transposed = torch.randint(0, P, (S, B), device=device).t()
+    for ids in (expanded, transposed):
+        strides = ids.stride()
+        q, k = torch.randn(B, S, H, D, device=device), torch.randn(B, S, 1, D, device=device)
+        want = fuseops.apply_rotary_pos_emb(q, k, cos, sin, ids.contiguous())
+        got = fuseops.apply_rotary_pos_emb(q, k, cos, sin, ids)
+        assert all(torch.equal(a, b) for a, b in zip(got, want))
+        assert torch.equal(fuseops.apply_rotary_pos_emb_backward(q, k, cos, sin, ids)[0],
+                           fuseops.apply_rotary_pos_emb_backward(q, k, cos, sin, ids.contiguous())[0])
+        qi, ki = q.clone(), k.clone()
+        fuseops.apply_rotary_pos_emb(qi, ki, cos, sin, ids, inplace=True)
+        assert torch.equal(qi, want[0]) and torch.equal(ki, want[1])
+        qv, qw = q.clone(), q.clone()
+        fuseops.rotary_embedding(ids, qv, None, D, cache)
+        fuseops.rotary_embedding(ids.contiguous(), qw, None, D, cache)
+        assert torch.equal(qv, qw) and not torch.equal(qv, q)
+        assert ids.stride() == strides
+
+
 def test_mrope_section_sum_that_wraps_is_rejected():
     with pytest.raises(ValueError, match="mrope: mrope_section"):
         fuseops.mrope(torch.randn(4, 128), None, cache_of(8, 12, torch.float32, "cpu"),
@@ -269,6 +296,10 @@ def test_errors_name_the_argument():
         fuseops.mrope(q.clone(), None, cache, pos3, [8.9, 12.2, 12.5], 64, 64)
     with pytest.raises(ValueError, match="rotary_embedding: head_size: expected an int, got 64.5"):
         fuseops.rotary_embedding(torch.zeros(4, dtype=torch.long), q.clone(), None, 64.5, cache)
+    with pytest.raises(ValueError, match=r"^rotary_embedding: head_size: expected an int in .* \(int64\)"):
+        fuseops.rotary_embedding(torch.zeros(4, dtype=torch.long), q.clone(), None, 2**64 + 64, cache)
+    with pytest.raises(ValueError, match=r"^mrope: mrope_section: expected an int in .* \(int64\)"):
+        fuseops.mrope(q.clone(), None, cache, pos3, [8, 12, 2**64 + 12], 64, 64)
     with pytest.raises(ValueError, match="rotary_embedding: is_neox: expected a bool"):
         fuseops.rotary_embedding(torch.zeros(4, dtype=torch.long), q.clone(), None, 64, cache, "no")
     with pytest.raises(ValueError, match="apply_rotary_pos_emb: rotary_interleaved: expected a bool"):
