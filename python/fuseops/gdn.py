@@ -186,13 +186,14 @@ def chunk_gated_delta_rule_fwd_kkt_solve(k, g=None, beta=None, cu_seqlens=None, 
 # FLA keyword arguments fuseops does not implement: passing one (whatever its value) is a ValueError naming it.
 _UNSUPPORTED_CHUNK = ("use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v_first", "transpose_state_layout",
                       "use_gate_in_kernel", "A_log", "dt_bias", "head_first", "cu_seqlens_cpu", "chunk_indices",
-                      "cp_context", "gk", "gv", "g_gamma", "is_kda")
+                      "cp_context", "gk", "gv", "g_gamma", "is_kda", "use_exp2")
 
 
 # Values of those arguments that ask for what fuseops does anyway (FLA's defaults): accepted, so drop-in callers that
-# spell the default out (e.g. head_first=False) keep working; any other value is an error.
-_DEFAULT_CHUNK = {"use_beta_sigmoid_in_kernel": False, "allow_neg_eigval": False, "state_v_first": False,
-                  "transpose_state_layout": False, "use_gate_in_kernel": False, "A_log": None, "dt_bias": None,
+# spell the default out (e.g. head_first=False) keep working; any other value is an error. use_exp2 (some FLA and
+# vLLM stage signatures): False is g as a natural log, which fuseops takes; True (log2-scaled g) is refused.
+_DEFAULT_CHUNK = {"use_exp2": False, "use_beta_sigmoid_in_kernel": False, "allow_neg_eigval": False,
+                  "state_v_first": False, "transpose_state_layout": False, "use_gate_in_kernel": False, "A_log": None, "dt_bias": None,
                   "head_first": False, "cu_seqlens_cpu": None, "chunk_indices": None, "cp_context": None, "gk": None,
                   "gv": None, "g_gamma": None, "is_kda": False}
 

@@ -155,7 +155,7 @@ def test_sigmoid_gating_decode(device):
                                                        idx)
 
 
-@pytest.mark.parametrize("name", ["state_v_first", "use_gate_in_kernel", "head_first", "allow_neg_eigval"])
+@pytest.mark.parametrize("name", ["state_v_first", "use_gate_in_kernel", "head_first", "allow_neg_eigval", "use_exp2"])
 def test_unsupported_fla_kwargs(name):
     q, k, v, g, beta, _ = inputs(1, 8, 1, 1, 16, 16, torch.float32, "cpu")
     with pytest.raises(ValueError, match=f"chunk_gated_delta_rule: {name}"):
@@ -166,6 +166,21 @@ def test_unsupported_fla_kwargs(name):
     assert torch.equal(o, o_ref)
     with pytest.raises(ValueError, match="chunk_gated_delta_rule: not_an_fla_argument: unknown argument"):
         fuseops.chunk_gated_delta_rule(q, k, v, g, beta, not_an_fla_argument=False)
+
+
+def test_use_exp2_false_is_natural_log_g():
+    # some FLA / vLLM stage signatures take use_exp2: False is fuseops' own natural-log g, True is refused by name
+    q, k, v, graw, beta, h0 = inputs(1, 70, 1, 2, 16, 16, torch.float32, "cpu")
+    g = fuseops.chunk_local_cumsum(graw, 64)
+    w, u = fuseops.recompute_w_u_fwd(k, v, beta, fuseops.chunk_gated_delta_rule_fwd_kkt_solve(k, g, beta), g)
+    h, v_new, _ = fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, g, initial_state=h0, use_exp2=False)
+    h_ref, v_ref, _ = fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, g, initial_state=h0)
+    assert torch.equal(h, h_ref) and torch.equal(v_new, v_ref)
+    assert torch.equal(fuseops.chunk_fwd_o(q, k, v_new, h, g, use_exp2=False), fuseops.chunk_fwd_o(q, k, v_new, h, g))
+    with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule_fwd_h: use_exp2: not supported .*use_exp2=False"):
+        fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, g, use_exp2=True)
+    with pytest.raises(ValueError, match=r"^chunk_fwd_o: use_exp2: not supported"):
+        fuseops.chunk_fwd_o(q, k, v_new, h, g, use_exp2=True)
 
 
 def test_errors_name_the_argument():
