@@ -44,9 +44,11 @@ class Error : public std::runtime_error {
 /// The records are per process (one for the CPU backend, one per CUDA device), not per thread or stream: when several
 /// threads run ops at once, one thread's check_errors() raises and clears whatever any of them recorded first, so such
 /// callers serialise their op-and-check sequences (or check from one thread) to attribute an error to its call.
+/// `device` below -1: Error(invalid_argument) naming it. A device that has run no op (or is not there) has no record.
 void check_errors(int device = -1);
 
-/// Clears any recorded device error without raising it.
+/// Clears any recorded device error without raising it (the CPU record, and `device`'s or, for -1, every device's).
+/// `device` below -1: Error(invalid_argument).
 void clear_errors(int device = -1);
 
 /// True when the environment variable FUSEOPS_DEBUG is set to a non-zero value (not empty or blank, not a decimal zero

@@ -36,7 +36,8 @@ struct Device {
 std::string device_name(const Device& device);
 
 /// A non-owning view of a strided tensor: data pointer, dtype, device, shape and strides.
-/// Strides count elements, not bytes. Rank is at most kMaxRank. A rank-0 view is a scalar.
+/// Strides count elements, not bytes. Rank is at most kMaxRank. A rank-0 view is a scalar. numel, size, stride,
+/// is_contiguous and slice throw Error(invalid_argument) for a `rank` outside [0, kMaxRank] (the field set by hand).
 /// Every op refuses (Error(invalid_argument), naming the argument) a data pointer that is not a multiple of the
 /// element size (4 bytes for f32 / i32, 8 for i64, 2 for f16 / bf16), and a null data pointer where there are
 /// elements; some ops ask more of some arguments (a 16-byte aligned workspace: their docs say so).
@@ -74,7 +75,8 @@ struct TensorView {
   /// "[2, 64, 128]".
   std::string shape_str() const;
   /// A view of elements [start, start + length) of dim `dim` (same strides). Throws Error(invalid_argument) for a
-  /// range outside the dim, or a byte offset start * stride * element size that does not fit in 64 bits.
+  /// range outside the dim, or a byte offset start * stride * element size that does not fit in 64 bits. A slice of
+  /// a view whose data is null has null data.
   TensorView slice(int dim, int64_t start, int64_t length) const;
 };
 

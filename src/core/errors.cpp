@@ -146,7 +146,17 @@ void check_index_range(const char* op, const char* arg, TensorView values, int64
 
 }  // namespace detail
 
+namespace {
+void check_device_argument(const char* op, int device) {
+  if (device < -1) {
+    detail::fail_argument(op, "device", "-1 (every device that ran an op) or a CUDA device ordinal >= 0",
+                          std::to_string(device));
+  }
+}
+}  // namespace
+
 void check_errors(int device) {
+  check_device_argument("check_errors", device);
   const detail::DeviceErrorRecord host = detail::take_host_record();
   if (host.site != 0u) {
     throw Error(ErrorKind::device_value,
@@ -160,6 +170,7 @@ void check_errors(int device) {
 }
 
 void clear_errors(int device) {
+  check_device_argument("clear_errors", device);
   (void)detail::take_host_record();
 #if defined(FUSEOPS_WITH_CUDA)
   detail::cuda_clear_errors(device);

@@ -83,7 +83,19 @@ TensorView TensorView::from_arrays(void* data, DType dtype, Device device, int32
   return v;
 }
 
+namespace {
+/// The public `rank` field set by hand past what the shape and stride arrays hold: an error, never a read past them.
+void check_rank(const TensorView& v, const char* what) {
+  if (v.rank < 0 || v.rank > TensorView::kMaxRank) {
+    throw Error(ErrorKind::invalid_argument, std::string("TensorView::") + what + ": expected rank in [0, " +
+                                                 std::to_string(TensorView::kMaxRank) + "], got " +
+                                                 std::to_string(v.rank));
+  }
+}
+}  // namespace
+
 int64_t TensorView::numel() const {
+  check_rank(*this, "numel");
   int64_t n = 1;
   for (int i = 0; i < rank; ++i) {
     if (shape[i] == 0) return 0;
@@ -103,10 +115,17 @@ static int wrap_dim(int i, int rank) {
   return j;
 }
 
-int64_t TensorView::size(int i) const { return shape[wrap_dim(i, rank)]; }
-int64_t TensorView::stride(int i) const { return strides[wrap_dim(i, rank)]; }
+int64_t TensorView::size(int i) const {
+  check_rank(*this, "size");
+  return shape[wrap_dim(i, rank)];
+}
+int64_t TensorView::stride(int i) const {
+  check_rank(*this, "stride");
+  return strides[wrap_dim(i, rank)];
+}
 
 bool TensorView::is_contiguous() const {
+  check_rank(*this, "is_contiguous");
   if (numel() == 0) return true;  // as PyTorch: no element is out of place (strides of a 0-sized view vary)
   int64_t expected = 1;
   for (int i = rank - 1; i >= 0; --i) {
@@ -128,6 +147,7 @@ std::string TensorView::shape_str() const {
 }
 
 TensorView TensorView::slice(int dim, int64_t start, int64_t length) const {
+  check_rank(*this, "slice");
   int d = wrap_dim(dim, rank);
   // no sum or product that can wrap: start + length and start * stride * size are checked before they are formed
   if (start < 0 || length < 0 || start > shape[d] || length > shape[d] - start) {
@@ -143,7 +163,8 @@ TensorView TensorView::slice(int dim, int64_t start, int64_t length) const {
                                                  std::to_string(strides[d]) + ") does not fit in 64 bits");
   }
   TensorView v = *this;
-  v.data = static_cast<char*>(data) + offset;
+  // a null view stays null (an offset from null is no address: the ops then refuse it where it has elements)
+  v.data = data ? static_cast<char*>(data) + offset : nullptr;
   v.shape[d] = length;
   return v;
 }

@@ -57,8 +57,8 @@ float fp32_argument(const char* op, const char* name, double x, const char* rule
   if (!std::isfinite(f) || (f == 0.f && x != 0.0) || !in_range) {
     fail_argument(op, name,
                   std::string(rule ? std::string("a value ") + rule + ", " : "a value ") +
-                      "finite in fp32, where it is used (|x| <= 3.4028235e+38), and, if nonzero, not rounding to 0 "
-                      "there (|x| > 7.0e-46)",
+                      "finite in fp32, where it is used (|x| < 2^128 - 2^103 = 3.4028235677973366e+38), and, if "
+                      "nonzero, not rounding to 0 there (|x| > 2^-150 = 7.006492321624085e-46)",
                   number_text(x));
   }
   return f;

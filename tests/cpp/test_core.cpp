@@ -107,6 +107,29 @@ TEST(TensorView, Slice) {
   const TensorView wide(data, DType::f32, Device::cpu(), {3, int64_t{1} << 62, 4});
   expect_invalid([&] { (void)wide.slice(0, 1, 1); }, "the byte offset of element 1 of dim 0");
   EXPECT_EQ(wide.slice(0, 0, 1).data, static_cast<void*>(data));
+  // a slice of a null view stays null (it pointed at 0x18, which the ops took for data), so ops still refuse it
+  const TensorView none(nullptr, DType::f32, Device::cpu(), {4, 6});
+  const TensorView none_rows = none.slice(0, 1, 2);
+  EXPECT_EQ(none_rows.data, nullptr);
+  float out[6];
+  expect_invalid([&] { fuseops::silu_and_mul(TensorView(out, DType::f32, Device::cpu(), {2, 3}), none_rows); },
+                 "input: expected a data pointer for 12 elements, got null");
+}
+
+TEST(TensorView, RankSetByHandPastTheArrays) {
+  // the rank is a public field: set past kMaxRank, the accessors throw (size(8) read strides[0], stride(8) the stack)
+  float data[6];
+  TensorView v(data, DType::f32, Device::cpu(), {2, 3});
+  for (int32_t rank : {9, 100, -1}) {
+    v.rank = rank;
+    expect_invalid([&] { (void)v.size(0); }, "TensorView::size: expected rank in [0, 8], got " + std::to_string(rank));
+    expect_invalid([&] { (void)v.stride(0); }, "TensorView::stride: expected rank in [0, 8]");
+    expect_invalid([&] { (void)v.numel(); }, "TensorView::numel: expected rank in [0, 8]");
+    expect_invalid([&] { (void)v.is_contiguous(); }, "TensorView::is_contiguous: expected rank in [0, 8]");
+    expect_invalid([&] { (void)v.slice(0, 0, 1); }, "TensorView::slice: expected rank in [0, 8]");
+  }
+  v.rank = 2;
+  EXPECT_EQ(v.size(1), 3);
 }
 
 TEST(TensorView, FromArraysAndRankLimits) {

@@ -84,6 +84,10 @@ TEST(ErrorRecord, ArgumentValidation) {
          "op: ids: expected rank 1");
   EXPECT_NO_THROW(fuseops::detail::check_index_range("op", "ids", TensorView(nullptr, DType::i32, Device::cpu(), {0}), 4));
   EXPECT_NO_THROW(fuseops::check_errors());
+  // the device argument: -1 (every device) or an ordinal; below -1 was read as -1
+  expect([&] { fuseops::check_errors(-7); }, "check_errors: device: expected -1 (every device that ran an op) or a "
+                                             "CUDA device ordinal >= 0, got -7");
+  expect([&] { fuseops::clear_errors(-2); }, "clear_errors: device: expected -1");
 }
 
 TEST(ErrorRecord, CudaReportsFirstBadIndexAcrossThreads) {

@@ -30,7 +30,8 @@ double CaseParams::fp32_number(const std::string& name) const {
   const float f = static_cast<float>(x);
   if (!std::isfinite(f) || (f == 0.f && x != 0.0)) {
     throw ParamError(name,
-                     "must be finite in fp32 (|" + name + "| <= 3.4028235e+38) and, if nonzero, not round to 0 there");
+                     "must be finite in fp32 (|" + name + "| < 2^128 - 2^103 = 3.4028235677973366e+38) and, if "
+                     "nonzero, not round to 0 there (|" + name + "| > 2^-150 = 7.006492321624085e-46)");
   }
   return x;
 }
