@@ -350,9 +350,19 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
     w_op = widen_column(w_op, r.r.c->op);
     w_shape = widen_column(w_shape, r.r.c->shape);
   }
-  std::printf("\n%s %s %s %-5s %-6s %11s %12s %7s\n", pad_column("step", w_step).c_str(),
+  // the time column widened to its cells too (a CPU time scaled to millions of rows passes 12 characters)
+  auto time_cell = [](const Row& r) {
+    char cell[64];
+    std::snprintf(cell, sizeof cell, "%.2f", r.us);
+    return std::string(cell);
+  };
+  int w_time = 12;
+  for (const Row& r : rows) {
+    if (r.r.c) w_time = widen_column(w_time, time_cell(r));
+  }
+  std::printf("\n%s %s %s %-5s %-6s %11s %s %7s\n", pad_column("step", w_step).c_str(),
               pad_column("op", w_op).c_str(), pad_column("shape", w_shape).c_str(), "dtype", "check", "rel_rms_err",
-              cuda ? "time_us" : "cpu_time_us", "share");
+              pad_column(cuda ? "time_us" : "cpu_time_us", w_time, true).c_str(), "share");
   nlohmann::json out = {{"command", "model"}, {"model", model->name}, {"version", version()}, {"tokens", opts.tokens},
                         {"batch", opts.batch}, {"backend", cuda ? "cuda" : "cpu"}, {"seed", seed}};
   out["steps"] = nlohmann::json::array();
@@ -371,10 +381,10 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
     const bool added = why.empty();
     char share[32];
     std::snprintf(share, sizeof share, added ? "%.1f%%" : "(%.1f%%)", total > 0 ? 100.0 * r.us / total : 0.0);
-    std::printf("%s %s %s %-5s %-6s %11s %12.2f %7s\n", pad_column(what, w_step).c_str(),
+    std::printf("%s %s %s %-5s %-6s %11s %s %7s\n", pad_column(what, w_step).c_str(),
                 pad_column(r.r.c->op, w_op).c_str(), pad_column(r.r.c->shape, w_shape).c_str(),
                 dtype_name(r.r.c->dtype), r.check.pass ? "PASS" : "FAIL", error_cell(r.check.rel_rms_error).c_str(),
-                r.us, share);
+                pad_column(time_cell(r), w_time, true).c_str(), share);
     if (!r.check.pass) std::printf("    FAIL: %s\n", printable_text(r.check.detail).c_str());
     if (!added) std::printf("    not added to the layer total: %s\n", why.c_str());
     out["steps"].push_back({{"step", what}, {"op", r.r.c->op}, {"shape", r.r.c->shape}, {"dtype", dtype_name(r.r.c->dtype)},

@@ -201,6 +201,13 @@ if [ $? -ne 2 ] || [[ "$out" != *"--json: cannot write"* ]] || [[ "$out" == *"st
   echo "FAIL: model --json into a missing directory ran the layer: $out"; failed=1
 fi
 # "-" is not the standard output (it wrote a file named "-"); ./- is that file
+# model's time column widens to its cells (a CPU time scaled to 2^28 rows passed 12 characters and pushed the share)
+"$fuseops" model llama3-8b --tokens 65536 --batch 4096 --check-rows 1 --backend cpu > "$work/wide.txt"
+if ! awk '/cpu_time_us/ {h = index($0, "cpu_time_us") + 10}
+          / PASS / {n = split($0, a, " "); t = a[n - 1]; rows++; if (index($0, " " t " ") + length(t) != h) bad = 1}
+          END {exit !(h > 0 && rows >= 2 && !bad)}' "$work/wide.txt"; then
+  echo "FAIL: model's time column is not aligned:"; cat "$work/wide.txt"; failed=1
+fi
 rm -f "$work/-"
 for args in "check --backend cpu --set norm --cpu-rows 2 --json" "bench --backend cpu --set norm --cpu-rows 2 --md" \
             "model llama3-8b --tokens 4 --json" "chart --from oom.json --svg"; do
