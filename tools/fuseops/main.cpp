@@ -42,7 +42,16 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(fuseops::version()));
   app.require_subcommand(1);
   // CLI11's parse errors in the form of ours: "fuseops: error: --tokens: ..." and its hint
+  // (CLI11 lists unexpected arguments last first: they are listed here in the order given)
   app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+      std::string words;
+      for (const std::string& w : a->remaining(true)) words += (words.empty() ? "" : " ") + w;
+      if (!words.empty()) {
+        return "fuseops: error: The following arguments were not expected: " + words +
+               "\nRun with --help for more information.\n";
+      }
+    }
     return "fuseops: error: " + CLI::FailureMessage::simple(a, e);
   });
 

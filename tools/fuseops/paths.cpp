@@ -31,6 +31,46 @@ std::filesystem::path written_path(const std::string& path) {
   return fs::weakly_canonical(p, ec);
 }
 
+/// Where `path` names an open file descriptor (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/<pid>/fd/N, or a symbolic
+/// link that leads through one of these): its number for one of this process's descriptors, -1 for another
+/// process's; -2 for any other path. Such a path is written through the descriptor, not by opening the file its link
+/// shows: a rename over that file, or an open that truncates it, would lose what the descriptor's owner (a shell's
+/// `2>> log`) wrote and writes.
+int open_descriptor(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  auto number = [](const std::string& digits) {
+    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -2;
+    return std::stoi(digits);
+  };
+  auto descriptor = [&](const fs::path& q) {
+    const std::string t = q.lexically_normal().string();
+    if (t == "/dev/stdin") return 0;
+    if (t == "/dev/stdout") return 1;
+    if (t == "/dev/stderr") return 2;
+    if (t.rfind("/dev/fd/", 0) == 0) return number(t.substr(8));
+    if (t.rfind("/proc/", 0) != 0) return -2;
+    const std::string rest = t.substr(6);  // "<pid>|self|thread-self/fd/N"
+    const std::size_t slash = rest.find('/');
+    if (slash == std::string::npos || rest.compare(slash, 4, "/fd/") != 0) return -2;
+    const std::string owner = rest.substr(0, slash);
+    const int fd = number(rest.substr(slash + 4));
+    if (fd < 0) return -2;
+    const bool own = owner == "self" || owner == "thread-self" || owner == std::to_string(::getpid());
+    return own ? fd : -1;
+  };
+  fs::path p = fs::absolute(path, ec);
+  for (int hop = 0; hop < 40; ++hop) {
+    const int fd = descriptor(p);
+    if (fd != -2) return fd;
+    if (!fs::is_symlink(fs::symlink_status(p, ec))) return -2;
+    const fs::path target = fs::read_symlink(p, ec);
+    if (ec) return -2;
+    p = target.is_absolute() ? target : p.parent_path() / target;
+  }
+  return -2;
+}
+
 }  // namespace
 
 bool same_file(const std::string& a, const std::string& b) {
@@ -51,12 +91,16 @@ void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<
                                                    other.option + " " + other.path + "; give another path");
     };
     for (const FileArg& in : inputs) clash(in, "input");
-    // the standard output carries the tables: a file that is also stdout (--json out.txt > out.txt, /dev/stdout
-    // redirected to a file or a pipe) would get both, interleaved (a device such as /dev/null may be both)
+    // the standard output carries the tables: a file or pipe that is also stdout, or stdout's terminal (by its device
+    // number, or /dev/tty, the controlling terminal), would get both, interleaved (a device such as /dev/null may be
+    // both)
     struct stat so {}, of {};
-    if (::fstat(STDOUT_FILENO, &so) == 0 && (S_ISREG(so.st_mode) || S_ISFIFO(so.st_mode)) &&
-        ::stat(out.path.c_str(), &of) == 0 &&
-        so.st_dev == of.st_dev && so.st_ino == of.st_ino) {
+    const bool have = ::fstat(STDOUT_FILENO, &so) == 0 && ::stat(out.path.c_str(), &of) == 0;
+    const bool same_file_or_pipe = have && (S_ISREG(so.st_mode) || S_ISFIFO(so.st_mode)) && so.st_dev == of.st_dev &&
+                                   so.st_ino == of.st_ino;
+    const bool tty = have && S_ISCHR(so.st_mode) && S_ISCHR(of.st_mode) && ::isatty(STDOUT_FILENO) == 1;
+    const bool same_terminal = tty && (so.st_rdev == of.st_rdev || written_path(out.path) == "/dev/tty");
+    if (same_file_or_pipe || same_terminal) {
       throw Error(ErrorKind::invalid_argument, out.option + ": " + out.path +
                                                    " is the standard output, which the tables are printed to; give "
                                                    "another path");
@@ -115,12 +159,15 @@ void write_text_file(const std::string& option, const std::string& path, const s
   // Where to write: a regular file (new or not; through symbolic links, their target) through a temporary file in its
   // directory (a short name of its own, so that a long file name still has one), renamed over it once every byte is
   // written, so that a failed write leaves no partial file and keeps an earlier one whole; a device or a pipe
-  // (/dev/null, a named pipe, /dev/stdout of a terminal) in place, as where no temporary file can be made (a directory
-  // that is not writable), where a failed write removes the partial file.
+  // (/dev/null, a named pipe, /dev/stdout of a terminal) and a name of an open descriptor (/dev/stderr, /dev/fd/N:
+  // their file stays the descriptor's) in place, as where no temporary file can be made (a directory that is not
+  // writable), where a failed write removes the partial regular file (not a descriptor's).
   std::error_code ec;
   const fs::path target = written_path(path);
   const fs::file_status st = fs::status(target, ec);
-  const bool existed = fs::exists(st), regular = !existed || fs::is_regular_file(st);
+  const bool existed = fs::exists(st);
+  const int descriptor = open_descriptor(path);
+  const bool regular = (!existed || fs::is_regular_file(st)) && descriptor == -2;
   std::string out = path;
   std::FILE* f = nullptr;
   using Handler = void (*)(int);
@@ -145,7 +192,13 @@ void write_text_file(const std::string& option, const std::string& path, const s
     done_with_temporary();
     out = path;
     errno = 0;
-    f = std::fopen(out.c_str(), "wb");
+    if (descriptor >= 0) {  // at the descriptor's offset, its flags and file untouched (fdopen "w" does not truncate)
+      const int copy = ::dup(descriptor);
+      f = copy < 0 ? nullptr : ::fdopen(copy, "wb");
+      if (f == nullptr && copy >= 0) ::close(copy);
+    } else {
+      f = std::fopen(out.c_str(), descriptor == -1 ? "ab" : "wb");  // another process's descriptor: appended to
+    }
     if (f == nullptr) fail("cannot open it");
   }
   errno = 0;

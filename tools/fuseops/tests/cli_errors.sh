@@ -201,6 +201,31 @@ if [ $? -ne 2 ] || [[ "$out" != *"--json: cannot write"* ]] || [[ "$out" == *"st
   echo "FAIL: model --json into a missing directory ran the layer: $out"; failed=1
 fi
 # "-" is not the standard output (it wrote a file named "-"); ./- is that file
+# a name of an open descriptor is written through it: /dev/stderr appended to a log kept the log's earlier lines and
+# later messages (the JSON was renamed over the log file, or truncated it); /dev/fd/N and /proc/self/fd/N alike
+echo earlier > "$work/err.log"
+"$fuseops" bench --backend cpu --set norm --cpu-rows 2 --quiet --json /dev/stderr --md /dev/full > /dev/null 2>> "$work/err.log"
+if [ $? -ne 1 ] || [ "$(head -n 1 "$work/err.log")" != earlier ] || ! grep -q '"command": "bench"' "$work/err.log" || \
+   ! grep -q 'cannot write /dev/full' "$work/err.log"; then
+  echo "FAIL: --json /dev/stderr into an appended log:"; cat "$work/err.log"; failed=1
+fi
+for name in /dev/fd/3 /proc/self/fd/3; do
+  bash -c 'exec 3> "$2"; echo before >&3; "$1" check --backend cpu --set norm --cpu-rows 2 --json "$3" > /dev/null &&
+           echo after >&3' _ "$fuseops" "$work/fd.log" "$name"
+  if [ "$(head -n 1 "$work/fd.log")" != before ] || [ "$(tail -n 1 "$work/fd.log")" != after ] || \
+     ! grep -q '"command": "check"' "$work/fd.log"; then
+    echo "FAIL: --json $name:"; cat "$work/fd.log"; failed=1
+  fi
+done
+# stdout's terminal is the standard output too (the JSON was printed among the tables)
+if command -v script > /dev/null; then
+  for name in /dev/stdout /dev/tty; do
+    out=$(script -qec "'$fuseops' check --backend cpu --set norm --cpu-rows 2 --quiet --json $name; echo rc=\$?" /dev/null)
+    if [[ "$out" != *"is the standard output, which the tables are printed to"* ]] || [[ "$out" != *rc=2* ]]; then
+      echo "FAIL: --json $name on a terminal: $out"; failed=1
+    fi
+  done
+fi
 # model's time column widens to its cells (a CPU time scaled to 2^28 rows passed 12 characters and pushed the share)
 "$fuseops" model llama3-8b --tokens 65536 --batch 4096 --check-rows 1 --backend cpu > "$work/wide.txt"
 if ! awk '/cpu_time_us/ {h = index($0, "cpu_time_us") + 10}
