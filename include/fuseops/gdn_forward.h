@@ -89,7 +89,7 @@ std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const Ten
                                                   const TensorView* cu_seqlens = nullptr,
                                                   bool use_qk_l2norm_in_kernel = false, int64_t chunk_size = 64);
 /// The same query for a caller that sizes the workspace on behalf of an op the user called (a binding of
-/// chunk_gated_delta_rule): errors name `op` instead (null: chunk_gated_delta_rule_workspace_size).
+/// chunk_gated_delta_rule): errors name `op` instead (null or empty: chunk_gated_delta_rule_workspace_size).
 std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& v,
                                                       const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
                                                       int64_t chunk_size);

@@ -211,10 +211,12 @@ def _reject_kwargs(op, kwargs, allowed=()):
 
 
 def _is_default(value, default):
-    """None is None only; False is False or any other false bool (numpy.False_), never 0 or an empty container."""
+    """None is None only; False is False or any other false bool (numpy.False_, a one-element bool tensor, as the flags
+    take them), never 0 or an empty container."""
     if default is None:
         return value is None
-    return is_bool(value) and bool(value) == default
+    one_bool = isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1
+    return (is_bool(value) or one_bool) and bool(value) == default
 
 
 def _index_rows(t):

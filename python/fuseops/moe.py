@@ -122,9 +122,9 @@ def moe_align_sizes(numel, num_experts, block_size, pad_sorted_ids=False):
 
 
 def _check_align_args(op, num_experts, block_size):
-    """The schedule's ranges (those of the op), checked before anything is allocated."""
-    int_arg(op, "num_experts", num_experts, 1, _MAX_ALIGN_EXPERTS)
-    int_arg(op, "block_size", block_size, 1, _MAX_BLOCK_SIZE)
+    """The schedule's ranges (those of the op), checked before anything is allocated; returns them as ints."""
+    return (int_arg(op, "num_experts", num_experts, 1, _MAX_ALIGN_EXPERTS),
+            int_arg(op, "block_size", block_size, 1, _MAX_BLOCK_SIZE))
 
 
 def _checked_align_sizes(op, numel_name, numel, num_experts, block_size, pad_sorted_ids):

@@ -445,7 +445,7 @@ std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const Tens
                                                       const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
                                                       int64_t chunk_size) {
   using namespace detail;
-  if (op == nullptr) op = "chunk_gated_delta_rule_workspace_size";  // the messages need a name
+  if (op == nullptr || *op == '\0') op = "chunk_gated_delta_rule_workspace_size";  // the messages need a name
   const FwdDims d = forward_dims(op, q, q, v, cu_seqlens, chunk_size);
   return fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.N, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel,
                     cu_seqlens != nullptr)

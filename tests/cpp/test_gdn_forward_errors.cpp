@@ -226,6 +226,8 @@ TEST(GdnForwardErrors, WorkspaceQuery) {
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size_for(nullptr, q2.view(), v3.view(), &cu, false, 16),
                    "chunk_gated_delta_rule_workspace_size", "v");
   EXPECT_GT(fuseops::chunk_gated_delta_rule_workspace_size_for(nullptr, x.q.view(), x.v.view(), &cu, true, 16), 0u);
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size_for("", q2.view(), v3.view(), &cu, false, 16),
+                   "chunk_gated_delta_rule_workspace_size", "v");
   HostTensor cu_none(i32, {1});  // no sequence, yet T = 8 tokens
   const TensorView cun = cu_none.view();
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size(x.q.view(), x.v.view(), &cun, false, 16),

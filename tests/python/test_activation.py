@@ -272,14 +272,22 @@ def test_scalar_arguments_from_a_new_users_pass():
     # an int past the float range, a device that is no int, a bool count; a tensor in a message is shown by its shape
     with pytest.raises(ValueError, match=r"^grouped_topk: routed_scaling_factor: expected a number in the float range"):
         fuseops.grouped_topk(torch.randn(2, 8), 1, 1, 2, True, 10 ** 400)
-    with pytest.raises(ValueError, match=r"^check_errors: device: expected an int >= -1"):
+    with pytest.raises(ValueError, match=r"^check_errors: device: expected an int in \[-1, 2147483647\]"):
         fuseops.check_errors("cpu")
-    with pytest.raises(ValueError, match=r"^clear_errors: device: expected an int >= -1, got True"):
+    with pytest.raises(ValueError, match=r"^clear_errors: device: expected an int in \[-1, 2147483647\], got True"):
         fuseops.clear_errors(True)
+    # the C++ API's device is an int: a larger one wrapped (2**32 - 1 became -1, every device)
+    for device in (2**31, 2**32 - 1):
+        with pytest.raises(ValueError, match=r"^check_errors: device: expected an int in \[-1, 2147483647\]"):
+            fuseops.check_errors(device)
+        with pytest.raises(ValueError, match=rf"^clear_errors: device: expected -1 .* got {device}"):
+            fuseops.ops.clear_errors(device)  # the raw op checks too
     ids = torch.zeros(2, 2, dtype=torch.int32)
     outs = (torch.empty(64, dtype=torch.int32), torch.empty(8, dtype=torch.int32), torch.empty(1, dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"^moe_align_block_size: num_experts: expected an int, got True"):
+    with pytest.raises(ValueError, match=r"^moe_align_block_size: num_experts: expected an int in \[1, 4096\], got True"):
         vllm.moe_align_block_size(ids, True, 16, *outs)
+    with pytest.raises(ValueError, match=r"^moe_align_block_size: block_size: expected an int in \[1, 1048576\], got 0"):
+        vllm.moe_align_block_size(ids, 4, 0, *outs)
     import numpy as np
     q = torch.randn(1, 4, 1, 8)
     g = torch.randn(1, 4, 1)

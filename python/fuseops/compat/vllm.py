@@ -76,9 +76,11 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
 def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
                          expert_map=None):
     """As ``torch.ops._moe_C.moe_align_block_size`` (outputs preallocated by the caller)."""
+    from ..moe import _check_align_args
+
     op = "moe_align_block_size"
-    ops.moe_align_block_size.default(topk_ids, int_arg(op, "num_experts", num_experts),
-                                     int_arg(op, "block_size", block_size), sorted_token_ids, experts_ids,
+    num_experts, block_size = _check_align_args(op, num_experts, block_size)  # the op's ranges, by name
+    ops.moe_align_block_size.default(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
                                      num_tokens_post_pad, expert_map)
 
 

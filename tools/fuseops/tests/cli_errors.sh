@@ -226,6 +226,9 @@ if command -v script > /dev/null; then
     fi
   done
 fi
+# unexpected arguments in the order given (CLI11 listed them last first)
+expect 2 'The following arguments were not expected: a b c' -- "$fuseops" check -- a b c
+expect 2 'The following arguments were not expected: x y' -- "$fuseops" bench --quiet x y
 # model's time column widens to its cells (a CPU time scaled to 2^28 rows passed 12 characters and pushed the share)
 "$fuseops" model llama3-8b --tokens 65536 --batch 4096 --check-rows 1 --backend cpu > "$work/wide.txt"
 if ! awk '/cpu_time_us/ {h = index($0, "cpu_time_us") + 10}
