@@ -83,13 +83,22 @@ Spec decode(int64_t N, int64_t H, int64_t HV, bool gating) {
 /// decode keeps the first sequences, each cut to its first `rows` tokens (fused_recurrent_gated_delta_rule's seq_len;
 /// the serving forms have one token per sequence). The chunked forward keeps at least two whole chunks and a partial
 /// one (`span`, 161 tokens at chunk 64), whatever `rows` says, so that the state carried from chunk to chunk is
-/// checked: fixed length in each batch row; varlen in its first non-empty sequence, the others sharing at least as
+/// checked: fixed length in each batch row kept (all of them where `rows` holds a span for each, else the first
+/// max(2, rows / span)); varlen in its first non-empty sequence, the others sharing at least as
 /// many tokens again (seqlens_reduced: those past the budget dropped, as there). Every sequence at `span` would take
 /// CI's sanitizer run of check 1.5 minutes longer; the GoogleTest suite runs varlen over many chunks.
 Spec reduced(const Spec& s, int64_t rows) {
   if (!s.decode) {
     const int64_t span = 2 * s.BT + s.BT / 2 + 1;
-    if (!s.varlen()) return reduced_tokens(s, std::max(rows, s.B * span));
+    if (!s.varlen()) {
+      if (rows >= s.B * span) return reduced_tokens(s, rows);
+      // fewer rows than a span per batch row: the first batch rows (at least two, so that the batch index is
+      // checked), each of `span` tokens (all 256 rows of a model's batch took 4 GB and minutes of float64 golden)
+      Spec r = s;
+      r.B = std::min(s.B, std::max<int64_t>(2, rows / span));
+      r.T = std::min(s.T, span);
+      return r;
+    }
     Spec r = s;
     r.seqlens = seqlens_reduced_first(s.seqlens, rows, span);
     r.T = std::accumulate(r.seqlens.begin(), r.seqlens.end(), int64_t{0});
