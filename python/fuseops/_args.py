@@ -21,17 +21,19 @@ def is_bool(v):
 
 
 def _bool_tensor(v):
-    return isinstance(v, torch.Tensor) and v.dtype == torch.bool
+    """A bool tensor with values (a meta tensor has none to read: an error, not NotImplementedError)."""
+    return isinstance(v, torch.Tensor) and v.dtype == torch.bool and v.device.type != "meta"
 
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
 def int_arg(op, name, v, lo=None, hi=None):
-    """An int (or numpy / torch integer scalar) within [lo, hi] where given, and within int64 (what the ops' schemas
-    take: a larger one failed in torch's argument parser as "expected int, found int"); bools and floats are errors."""
+    """An int (or numpy / torch integer scalar: a 0-dim tensor) within [lo, hi] where given, and within int64 (what the
+    ops' schemas take: a larger one failed in torch's argument parser as "expected int, found int"); bools, floats and
+    tensors with dims (torch.tensor([4]) is a list of one) are errors."""
     value = None
-    if not is_bool(v) and not _bool_tensor(v):
+    if not is_bool(v) and not (isinstance(v, torch.Tensor) and (v.dtype == torch.bool or v.dim() != 0)):
         try:
             value = operator.index(v)
         except TypeError:

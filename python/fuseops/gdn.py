@@ -215,7 +215,8 @@ def _is_default(value, default):
     take them), never 0 or an empty container."""
     if default is None:
         return value is None
-    one_bool = isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1
+    one_bool = (isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1
+                and value.device.type != "meta")
     return (is_bool(value) or one_bool) and bool(value) == default
 
 

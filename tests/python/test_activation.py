@@ -288,6 +288,13 @@ def test_scalar_arguments_from_a_new_users_pass():
         vllm.moe_align_block_size(ids, True, 16, *outs)
     with pytest.raises(ValueError, match=r"^moe_align_block_size: block_size: expected an int in \[1, 1048576\], got 0"):
         vllm.moe_align_block_size(ids, 4, 0, *outs)
+    # tensors by name, and an int is a scalar: a one-element tensor with dims is a list of one
+    with pytest.raises(ValueError, match=r"^moe_align_block_size: topk_ids: expected a torch.Tensor, got list"):
+        vllm.moe_align_block_size([[0]], 4, 16, *outs)
+    with pytest.raises(ValueError, match=r"^moe_align_block_size: num_experts: expected an int in \[1, 4096\], got a "
+                                         r"tensor \[1\]"):
+        vllm.moe_align_block_size(ids, torch.tensor([4]), 16, *outs)
+    vllm.moe_align_block_size(ids, torch.tensor(4), 16, *outs)  # a 0-dim integer tensor is an int
     import numpy as np
     q = torch.randn(1, 4, 1, 8)
     g = torch.randn(1, 4, 1)

@@ -166,6 +166,8 @@ def test_unsupported_fla_kwargs(name):
     assert torch.equal(o, o_ref)
     o, _ = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, **{name: torch.tensor(False)})  # as the flags take it
     assert torch.equal(o, o_ref)
+    with pytest.raises(ValueError, match=f"^chunk_gated_delta_rule: {name}: "):  # a meta tensor has no value to read
+        fuseops.chunk_gated_delta_rule(q, k, v, g, beta, **{name: torch.zeros((), dtype=torch.bool, device="meta")})
     with pytest.raises(ValueError, match="chunk_gated_delta_rule: not_an_fla_argument: unknown argument"):
         fuseops.chunk_gated_delta_rule(q, k, v, g, beta, not_an_fla_argument=False)
 

@@ -42,11 +42,20 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(fuseops::version()));
   app.require_subcommand(1);
   // CLI11's parse errors in the form of ours: "fuseops: error: --tokens: ..." and its hint
-  // (CLI11 lists unexpected arguments last first: they are listed here in the order given)
-  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+  // (CLI11 lists unexpected arguments in an order of its own, those after "--" first: they are listed here in the
+  // order of the command line, a word with a space or none quoted)
+  const std::vector<std::string> given(argv + 1, argv + argc);
+  app.failure_message([&given](const CLI::App* a, const CLI::Error& e) {
     if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+      std::vector<std::string> left = a->remaining(true);
       std::string words;
-      for (const std::string& w : a->remaining(true)) words += (words.empty() ? "" : " ") + w;
+      for (const std::string& w : given) {
+        const auto it = std::find(left.begin(), left.end(), w);
+        if (it == left.end()) continue;
+        left.erase(it);
+        const bool quote = w.empty() || w.find_first_of(" \t\n") != std::string::npos;
+        words += (words.empty() ? "" : " ") + (quote ? "\"" + w + "\"" : w);
+      }
       if (!words.empty()) {
         return "fuseops: error: The following arguments were not expected: " + words +
                "\nRun with --help for more information.\n";

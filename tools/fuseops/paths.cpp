@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <system_error>
+#include <vector>
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,33 +33,30 @@ std::filesystem::path written_path(const std::string& path) {
   return fs::weakly_canonical(p, ec);
 }
 
-/// Where `path` names an open file descriptor (/dev/stdout, /dev/stderr, /dev/fd/N, /proc/<pid>/fd/N, or a symbolic
-/// link that leads through one of these): its number for one of this process's descriptors, -1 for another
-/// process's; -2 for any other path. Such a path is written through the descriptor, not by opening the file its link
-/// shows: a rename over that file, or an open that truncates it, would lose what the descriptor's owner (a shell's
-/// `2>> log`) wrote and writes.
+/// Where `path` names an open file descriptor (a name in /proc/<pid>/fd or /proc/<pid>/task/<tid>/fd, its
+/// directory's symbolic links resolved: /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N, a link to one of these
+/// or to such a directory): its number for one of this process's descriptors, -1 for another process's; -2 for any
+/// other path. Such a path is written through the descriptor, not by opening the file its link shows: a rename over
+/// that file, or an open that truncates it, would lose what the descriptor's owner (a shell's `2>> log`) wrote and
+/// writes.
 int open_descriptor(const std::string& path) {
   namespace fs = std::filesystem;
   std::error_code ec;
-  auto number = [](const std::string& digits) {
-    if (digits.empty() || digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return -2;
-    return std::stoi(digits);
+  auto digits = [](const std::string& t) {
+    return !t.empty() && t.size() <= 9 && t.find_first_not_of("0123456789") == std::string::npos;
   };
-  auto descriptor = [&](const fs::path& q) {
-    const std::string t = q.lexically_normal().string();
-    if (t == "/dev/stdin") return 0;
-    if (t == "/dev/stdout") return 1;
-    if (t == "/dev/stderr") return 2;
-    if (t.rfind("/dev/fd/", 0) == 0) return number(t.substr(8));
-    if (t.rfind("/proc/", 0) != 0) return -2;
-    const std::string rest = t.substr(6);  // "<pid>|self|thread-self/fd/N"
-    const std::size_t slash = rest.find('/');
-    if (slash == std::string::npos || rest.compare(slash, 4, "/fd/") != 0) return -2;
-    const std::string owner = rest.substr(0, slash);
-    const int fd = number(rest.substr(slash + 4));
-    if (fd < 0) return -2;
-    const bool own = owner == "self" || owner == "thread-self" || owner == std::to_string(::getpid());
-    return own ? fd : -1;
+  auto descriptor = [&](const fs::path& name) {
+    const std::string file = name.filename().string();
+    if (!digits(file)) return -2;
+    std::error_code dec;
+    const fs::path dir = fs::canonical(name.parent_path(), dec);  // /proc/self -> /proc/<pid>, /dev/fd -> ...
+    if (dec) return -2;
+    std::vector<std::string> parts;
+    for (const fs::path& part : dir.relative_path()) parts.push_back(part.string());
+    const bool fd_dir = (parts.size() == 3 || (parts.size() == 5 && parts[2] == "task" && digits(parts[3]))) &&
+                        parts[0] == "proc" && digits(parts[1]) && parts.back() == "fd";
+    if (!fd_dir) return -2;
+    return parts[1] == std::to_string(::getpid()) ? std::stoi(file) : -1;
   };
   fs::path p = fs::absolute(path, ec);
   for (int hop = 0; hop < 40; ++hop) {
@@ -70,6 +69,19 @@ int open_descriptor(const std::string& path) {
   }
   return -2;
 }
+
+/// Ignores SIGPIPE while an output is written, so that a pipe whose reader has gone is a failed write of that
+/// output (exit 1, the other outputs still written), not the end of the run (the standard output keeps SIGPIPE).
+class PipeSignalIgnored {
+ public:
+  PipeSignalIgnored() : old_(std::signal(SIGPIPE, SIG_IGN)) {}
+  ~PipeSignalIgnored() { std::signal(SIGPIPE, old_); }
+  PipeSignalIgnored(const PipeSignalIgnored&) = delete;
+  PipeSignalIgnored& operator=(const PipeSignalIgnored&) = delete;
+
+ private:
+  void (*old_)(int);
+};
 
 }  // namespace
 
@@ -101,8 +113,19 @@ void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<
     const bool tty = have && S_ISCHR(so.st_mode) && S_ISCHR(of.st_mode) && ::isatty(STDOUT_FILENO) == 1;
     const bool same_terminal = tty && (so.st_rdev == of.st_rdev || written_path(out.path) == "/dev/tty");
     if (same_file_or_pipe || same_terminal) {
+      throw Error(ErrorKind::invalid_argument,
+                  out.option + ": " + out.path + " is " +
+                      (same_terminal ? "the terminal of the standard output" : "the standard output") +
+                      ", which the tables are printed to; give another path");
+    }
+    // the standard error's file or pipe by another name (--json err.log 2>> err.log): renamed over, the log would
+    // lose its lines and the later messages; /dev/stderr (a descriptor's name) is written through the descriptor
+    struct stat se {};
+    if (have && ::fstat(STDERR_FILENO, &se) == 0 && (S_ISREG(se.st_mode) || S_ISFIFO(se.st_mode)) &&
+        se.st_dev == of.st_dev && se.st_ino == of.st_ino && open_descriptor(out.path) < 0) {
       throw Error(ErrorKind::invalid_argument, out.option + ": " + out.path +
-                                                   " is the standard output, which the tables are printed to; give "
+                                                   " is the standard error's file, which messages are written to; "
+                                                   "name it /dev/stderr to write through the descriptor, or give "
                                                    "another path");
     }
     for (std::size_t j = 0; j < i; ++j) clash(outputs[j], "output");
@@ -120,6 +143,21 @@ void check_writable(const char* option, const std::string& path, bool given) {
   }
   namespace fs = std::filesystem;
   std::error_code ec;
+  // a name of one of this process's descriptors: its access mode, not an open of the file its link shows (which
+  // the descriptor's permissions need not allow, and which a socket refuses)
+  const int descriptor = open_descriptor(path);
+  if (descriptor >= 0) {
+    const int flags = ::fcntl(descriptor, F_GETFL);
+    if (flags < 0) {
+      throw Error(ErrorKind::invalid_argument,
+                  std::string(option) + ": cannot write " + path + " (" + std::strerror(errno) + ")");
+    }
+    if ((flags & O_ACCMODE) == O_RDONLY) {
+      throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path + ": descriptor " +
+                                                   std::to_string(descriptor) + " is open for reading only");
+    }
+    return;
+  }
   // a named pipe is not opened to try it: that would block without a reader, or give the reader its end of file
   if (fs::is_fifo(path, ec)) return;
   const bool existed = fs::exists(path, ec);  // the file written to (through a symbolic link: its target)
@@ -152,6 +190,7 @@ extern "C" void remove_temporary_and_reraise(int sig) {
 
 void write_text_file(const std::string& option, const std::string& path, const std::string& text) {
   namespace fs = std::filesystem;
+  const PipeSignalIgnored pipe_signal_ignored;
   auto fail = [&](const std::string& what) {
     throw WriteError(option + ": cannot write " + path + ": " + what +
                      (errno ? std::string(" (") + std::strerror(errno) + ")" : ""));

@@ -79,6 +79,10 @@ def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, ex
     from ..moe import _check_align_args
 
     op = "moe_align_block_size"
+    for name, t in (("topk_ids", topk_ids), ("sorted_token_ids", sorted_token_ids), ("experts_ids", experts_ids),
+                    ("num_tokens_post_pad", num_tokens_post_pad)):
+        tensor_arg(op, name, t)
+    tensor_arg(op, "expert_map", expert_map, optional=True)
     num_experts, block_size = _check_align_args(op, num_experts, block_size)  # the op's ranges, by name
     ops.moe_align_block_size.default(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
                                      num_tokens_post_pad, expert_map)

@@ -217,17 +217,46 @@ for name in /dev/fd/3 /proc/self/fd/3; do
     echo "FAIL: --json $name:"; cat "$work/fd.log"; failed=1
   fi
 done
+# descriptor names reached through a link to /proc/self/fd or /proc/self, or /proc/<pid>/task/<tid>/fd: the same
+ln -sfn /proc/self/fd "$work/fdlink" && ln -sfn /proc/self "$work/selflink"
+for name in "$work/fdlink/3" "$work/selflink/fd/3" '/proc/$$/task/$$/fd/3'; do
+  bash -c 'exec 3> "$2"; echo before >&3; eval "name=$3"; exec "$1" check --backend cpu --set norm --cpu-rows 2 \
+           --json "$name" > /dev/null' _ "$fuseops" "$work/fd.log" "$name"
+  if [ $? -ne 0 ] || [ "$(head -n 1 "$work/fd.log")" != before ] || ! grep -q '"command": "check"' "$work/fd.log"; then
+    echo "FAIL: --json $name:"; cat "$work/fd.log"; failed=1
+  fi
+done
+# a descriptor open for reading only is refused before the run (it ran, then failed to open it)
+echo kept > "$work/ro.txt"
+out=$(bash -c 'exec 3< "$2"; exec "$1" check --backend cpu --set norm --cpu-rows 2 --json /dev/fd/3' _ "$fuseops" \
+      "$work/ro.txt" 2>&1)
+if [ $? -ne 2 ] || [[ "$out" != *"--json: cannot write /dev/fd/3: descriptor 3 is open for reading only"* ]] || \
+   [[ "$out" == *PASS* ]] || [ "$(cat "$work/ro.txt")" != kept ]; then
+  echo "FAIL: --json to a read-only descriptor: $out"; failed=1
+fi
+# an output pipe whose reader has gone: that output fails (exit 1), the others are written (SIGPIPE ended the run)
+rm -f "$work/pipe.svg"
+rc=$( { "$fuseops" bench --backend cpu --set norm --cpu-rows 2 --quiet --md /dev/fd/3 --svg "$work/pipe.svg" 3>&1 \
+        > /dev/null 2> /dev/null; echo $? > "$work/pipe.rc"; } | true; cat "$work/pipe.rc")
+if [ "$rc" != 1 ] || [ ! -s "$work/pipe.svg" ]; then echo "FAIL: --md to a closed pipe: exit $rc"; failed=1; fi
+# the standard error's file by its plain name is refused (renamed over, the log lost its lines and later messages)
+echo earlier > "$work/err2.log"
+expect 2 "is the standard error's file, which messages are written to" -- \
+  bash -c '"$1" check --backend cpu --set norm --cpu-rows 2 --json "$2" 2>> "$2"; rc=$?; cat "$2"; exit $rc' _ \
+  "$fuseops" "$work/err2.log"
 # stdout's terminal is the standard output too (the JSON was printed among the tables)
 if command -v script > /dev/null; then
   for name in /dev/stdout /dev/tty; do
     out=$(script -qec "'$fuseops' check --backend cpu --set norm --cpu-rows 2 --quiet --json $name; echo rc=\$?" /dev/null)
-    if [[ "$out" != *"is the standard output, which the tables are printed to"* ]] || [[ "$out" != *rc=2* ]]; then
+    if [[ "$out" != *"is the terminal of the standard output, which the tables are printed to"* ]] || \
+       [[ "$out" != *rc=2* ]]; then
       echo "FAIL: --json $name on a terminal: $out"; failed=1
     fi
   done
 fi
 # unexpected arguments in the order given (CLI11 listed them last first)
 expect 2 'The following arguments were not expected: a b c' -- "$fuseops" check -- a b c
+expect 2 'The following arguments were not expected: x a b' -- "$fuseops" check x -- a b
 expect 2 'The following arguments were not expected: x y' -- "$fuseops" bench --quiet x y
 # model's time column widens to its cells (a CPU time scaled to 2^28 rows passed 12 characters and pushed the share)
 "$fuseops" model llama3-8b --tokens 65536 --batch 4096 --check-rows 1 --backend cpu > "$work/wide.txt"
