@@ -118,7 +118,7 @@ void chunk_gated_delta_rule(at::Tensor& o, const c10::optional<at::Tensor>& fina
   run_on_device_of(o, [&](Stream s) {
     // The workspace comes from torch's allocator (stream-ordered, capturable), on o's device. Sized inside the error
     // translation, with errors naming the op the user called.
-    const std::size_t bytes = fuseops::chunk_gated_delta_rule_workspace_size_for(op, qv, vv, cu.get(),
+    const std::size_t bytes = fuseops::chunk_gated_delta_rule_workspace_size_for(op, qv, kv, vv, cu.get(),
                                                                                  use_qk_l2norm_in_kernel, chunk_size);
     at::Tensor ws = at::empty({static_cast<int64_t>(bytes / 4 + 1)}, o.options().dtype(at::kFloat));
     const TensorView wsv = to_view(op, "workspace", ws);

@@ -93,6 +93,11 @@ std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const Ten
 std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& v,
                                                       const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
                                                       int64_t chunk_size);
+/// The same with k as well, so that a shape error names the argument chunk_gated_delta_rule itself would (q where k
+/// fits v and q does not; without k the query can only blame v).
+std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& k,
+                                                      const TensorView& v, const TensorView* cu_seqlens,
+                                                      bool use_qk_l2norm_in_kernel, int64_t chunk_size);
 
 /// dtype in which chunk_gated_delta_rule stores its intermediates (the normalised q and k, the solved (I + A)^-1, w, u,
 /// v_new and the chunk states h) for inputs of `dtype` with head dims K and V: the input dtype, as FLA, except f32

@@ -48,7 +48,7 @@ constexpr int64_t kMaxAlignExperts = 4096;
 enum class MoeScoring : int { softmax = 0, sigmoid = 1 };
 
 /// topk_weights[t, j] (f32), topk_ids[t, j] (i32 | i64), token_expert_indices[t, j] = j*T + t (i32), all [T, k],
-/// from gating_output [T, E] (f32 | f16 | bf16). correction_bias: [E] (any float dtype, converted to fp32) or
+/// from gating_output [T, E] (f32 | f16 | bf16). correction_bias: [E] (f32 | f16 | bf16, whatever gating_output's, converted to fp32) or
 /// nullptr; it is added to the probabilities for selection only. 1 <= E <= 1024, 1 <= k <= min(E, 32).
 /// As vLLM `topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)`.
 void topk_softmax(TensorView topk_weights, TensorView topk_ids, TensorView token_expert_indices,
@@ -56,12 +56,12 @@ void topk_softmax(TensorView topk_weights, TensorView topk_ids, TensorView token
                   Stream stream = {});
 
 /// Grouped top-k routing (DeepSeek-V3 / R1 noaux_tc, Kimi-K2 with n_group = 1): topk_weights [T, k] f32 and
-/// topk_ids [T, k] i32 | i64 from scores [T, E] (f32 | f16 | bf16 logits), bias [E] (any float dtype, converted to
-/// fp32) or nullptr. E % n_group == 0, 1 <= n_group <= 32, 1 <= topk_group <= n_group,
+/// topk_ids [T, k] i32 | i64 from scores [T, E] (f32 | f16 | bf16 logits), bias [E] (f32 | f16 | bf16, whatever the
+/// scores', converted to fp32) or nullptr. E % n_group == 0, 1 <= n_group <= 32, 1 <= topk_group <= n_group,
 /// 1 <= k <= min(32, topk_group * E / n_group), E <= 1024. routed_scaling_factor is used in fp32: it must be finite
 /// there and not a nonzero value that rounds to 0 there (Error naming it).
 /// As vLLM `grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_factor, bias, scoring)`
-/// (the bias may have any float dtype here; vLLM requires the scores' dtype).
+/// (the bias may have any of the three float dtypes here; vLLM requires the scores' dtype).
 void grouped_topk(TensorView topk_weights, TensorView topk_ids, TensorView scores, const TensorView* bias,
                   int64_t n_group, int64_t topk_group, bool renormalize, double routed_scaling_factor,
                   MoeScoring scoring = MoeScoring::sigmoid, Stream stream = {});

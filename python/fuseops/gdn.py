@@ -334,7 +334,8 @@ def chunk_fwd_o(q, k, v, h, g=None, g_gamma=None, scale=None, state_v_first=Fals
     o = _out_like(op, "v", v, v.shape)
     # (K = 0 is the op's error: any scale)
     sc = (q.shape[3] ** -0.5 if q.shape[3] > 0 else 1.0) if scale is None else float_arg(op, "scale", scale)
-    ops.chunk_fwd_o(o, q, k, v, h, g, sc, chunk_size, cu_seqlens)
+    with named_as(op, op, {"v_new": "v"}):  # the op's name for this function's v
+        ops.chunk_fwd_o(o, q, k, v, h, g, sc, chunk_size, cu_seqlens)
     return o
 
 

@@ -56,7 +56,8 @@ def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, i
         gating_output: [T, E] float32 / float16 / bfloat16 logits, E <= 1024.
         topk: k in [1, min(E, 32)].
         renormalize: divide the k weights by their sum.
-        correction_bias: optional [E] float tensor added to the probabilities for selection only.
+        correction_bias: optional [E] float32 / float16 / bfloat16 tensor added to the probabilities for selection
+            only.
         indices_dtype: torch.int32 or torch.int64 for ``topk_ids``.
 
     Returns:
@@ -86,7 +87,8 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
         n_group, topk_group: E % n_group == 0, n_group <= 32, 1 <= topk_group <= n_group.
         topk: k <= min(32, topk_group * E / n_group).
         renormalize: divide the k weights by their sum; routed_scaling_factor multiplies them afterwards.
-        bias: optional [E] e_score_correction_bias of any float dtype (selection only).
+        bias: optional [E] e_score_correction_bias, float32 / float16 / bfloat16 whatever the scores' dtype
+            (selection only).
         scoring: "sigmoid" or "softmax".
 
     Returns:

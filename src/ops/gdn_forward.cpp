@@ -441,15 +441,21 @@ FwdDims forward_dims(const char* op, const TensorView& q, const TensorView& k, c
 }  // namespace
 }  // namespace detail
 
-std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& v,
-                                                      const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
-                                                      int64_t chunk_size) {
+std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& k,
+                                                      const TensorView& v, const TensorView* cu_seqlens,
+                                                      bool use_qk_l2norm_in_kernel, int64_t chunk_size) {
   using namespace detail;
   if (op == nullptr || *op == '\0') op = "chunk_gated_delta_rule_workspace_size";  // the messages need a name
-  const FwdDims d = forward_dims(op, q, q, v, cu_seqlens, chunk_size);
+  const FwdDims d = forward_dims(op, q, k, v, cu_seqlens, chunk_size);
   return fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.N, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel,
                     cu_seqlens != nullptr)
       .total;
+}
+
+std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& v,
+                                                      const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
+                                                      int64_t chunk_size) {
+  return chunk_gated_delta_rule_workspace_size_for(op, q, q, v, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size);
 }
 
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,

@@ -228,6 +228,14 @@ TEST(GdnForwardErrors, WorkspaceQuery) {
   EXPECT_GT(fuseops::chunk_gated_delta_rule_workspace_size_for(nullptr, x.q.view(), x.v.view(), &cu, true, 16), 0u);
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size_for("", q2.view(), v3.view(), &cu, false, 16),
                    "chunk_gated_delta_rule_workspace_size", "v");
+  // with k, the op's own blame: q where k fits v and q does not (the two-tensor query can only name v)
+  HostTensor q3(bf16, {1, 8, 3, 16}), k1(bf16, {1, 8, 1, 16}), v2(bf16, {1, 8, 2, 8});
+  EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size_for("chunk_gated_delta_rule", q3.view(), k1.view(),
+                                                                      v2.view(), &cu, false, 16),
+                   "chunk_gated_delta_rule", "q", "(k's shape)");
+  EXPECT_EQ(fuseops::chunk_gated_delta_rule_workspace_size_for("chunk_gated_delta_rule", x.q.view(), x.k.view(),
+                                                               x.v.view(), &cu, true, 16),
+            fuseops::chunk_gated_delta_rule_workspace_size(x.q.view(), x.v.view(), &cu, true, 16));
   HostTensor cu_none(i32, {1});  // no sequence, yet T = 8 tokens
   const TensorView cun = cu_none.view();
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule_workspace_size(x.q.view(), x.v.view(), &cun, false, 16),

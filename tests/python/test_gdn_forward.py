@@ -187,6 +187,21 @@ def test_use_exp2_false_is_natural_log_g():
         fuseops.chunk_fwd_o(q, k, v_new, h, g, use_exp2=True)
 
 
+def test_shape_errors_name_the_argument_the_op_blames():
+    # k fits v and q does not: q is named, also where the binding sizes the workspace first (it named v); the stage
+    # chunk_fwd_o names this function's v (the op calls it v_new)
+    q, k, v = torch.randn(1, 70, 3, 8), torch.randn(1, 70, 1, 8), torch.randn(1, 70, 2, 8)
+    with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule: q: expected shape \[B, T, H, K\] \(k's shape\)"):
+        fuseops.chunk_gated_delta_rule(q, k, v, torch.zeros(1, 70, 2), torch.ones(1, 70, 2))
+    q, k = torch.randn(1, 4, 2, 8), torch.randn(1, 4, 2, 8)
+    with pytest.raises(ValueError, match=r"^chunk_fwd_o: v: expected the value heads of g and h, HV = 4"):
+        fuseops.chunk_fwd_o(q, k, torch.randn(1, 4, 2, 8), torch.zeros(1, 1, 4, 8, 8), torch.zeros(1, 4, 4),
+                            chunk_size=16)
+    with pytest.raises(ValueError, match=r"^chunk_fwd_o: v: expected innermost stride 1"):
+        fuseops.chunk_fwd_o(q, k, torch.randn(1, 4, 4, 16)[..., ::2], torch.zeros(1, 1, 4, 8, 8),
+                            torch.zeros(1, 4, 4), chunk_size=16)
+
+
 def test_errors_name_the_argument():
     q, k, v, g, beta, _ = inputs(1, 8, 1, 2, 16, 16, torch.float32, "cpu")
     with pytest.raises(ValueError, match="chunk_gated_delta_rule: q: expected dtype"):  # not o, allocated inside
