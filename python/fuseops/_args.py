@@ -48,9 +48,14 @@ def int_arg(op, name, v, lo=None, hi=None):
     return value
 
 
+def is_flag(v):
+    """What the flags take: a bool, a numpy bool scalar or a one-element bool tensor (with a value: not on meta)."""
+    return is_bool(v) or (_bool_tensor(v) and v.numel() == 1)
+
+
 def bool_arg(op, name, v):
     """True / False (or a numpy bool, or a one-element bool tensor); a string or a number is an error."""
-    if is_bool(v) or (_bool_tensor(v) and v.numel() == 1):
+    if is_flag(v):
         return bool(v)
     raise ValueError(f"{op}: {name}: expected a bool, got {shown(v)}")
 

@@ -21,7 +21,7 @@ def check_errors(device=-1):
 
     Raises:
         ValueError: naming the op, the argument and the first bad index; also for a ``device`` that is not an int
-            >= -1.
+            in [-1, 2**31 - 1].
     """
     ops.check_errors.default(int_arg("check_errors", "device", device, -1, _INT_MAX))
 

@@ -14,7 +14,7 @@ graph is never dropped silently; call the functions under torch.no_grad() / torc
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg, is_bool, mutated, named_as, shown
+from ._args import bool_arg, float_arg, forward_only, int_arg, is_flag, mutated, named_as, shown
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -193,9 +193,9 @@ _UNSUPPORTED_CHUNK = ("use_beta_sigmoid_in_kernel", "allow_neg_eigval", "state_v
 # spell the default out (e.g. head_first=False) keep working; any other value is an error. use_exp2 (some FLA and
 # vLLM stage signatures): False is g as a natural log, which fuseops takes; True (log2-scaled g) is refused.
 _DEFAULT_CHUNK = {"use_exp2": False, "use_beta_sigmoid_in_kernel": False, "allow_neg_eigval": False,
-                  "state_v_first": False, "transpose_state_layout": False, "use_gate_in_kernel": False, "A_log": None, "dt_bias": None,
-                  "head_first": False, "cu_seqlens_cpu": None, "chunk_indices": None, "cp_context": None, "gk": None,
-                  "gv": None, "g_gamma": None, "is_kda": False}
+                  "state_v_first": False, "transpose_state_layout": False, "use_gate_in_kernel": False, "A_log": None,
+                  "dt_bias": None, "head_first": False, "cu_seqlens_cpu": None, "chunk_indices": None,
+                  "cp_context": None, "gk": None, "gv": None, "g_gamma": None, "is_kda": False}
 
 
 def _reject_kwargs(op, kwargs, allowed=()):
@@ -215,9 +215,7 @@ def _is_default(value, default):
     take them), never 0 or an empty container."""
     if default is None:
         return value is None
-    one_bool = (isinstance(value, torch.Tensor) and value.dtype == torch.bool and value.numel() == 1
-                and value.device.type != "meta")
-    return (is_bool(value) or one_bool) and bool(value) == default
+    return is_flag(value) and bool(value) == default
 
 
 def _index_rows(t):

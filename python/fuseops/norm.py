@@ -13,8 +13,9 @@ This is the output norm of Qwen3-Next's Gated DeltaNet layers (RMSNorm per value
 Rules: x, z, out: float32 / float16 / bfloat16 of one dtype, shape [..., N] (any leading dims, flattened into rows;
 innermost stride 1). weight, bias: [N], float32 or x's dtype (read as float32). ``group_size`` None (or 0, the C++
 API's value) means N; otherwise it must divide N and be at most 16384. Output in x's dtype; mean and rstd float32
-[N / group_size * M], group-major (entry g * M + m), as FLA. CUDA work runs on the current stream without host synchronisation. Forward only: FLA's backward
-is not implemented, so these functions raise when an input requires grad with grad mode on.
+[N / group_size * M], group-major (entry g * M + m), as FLA. CUDA work runs on the current stream without host
+synchronisation. Forward only: FLA's backward is not implemented, so these functions raise when an input requires
+grad with grad mode on.
 
 Errors: ValueError naming the argument; RuntimeError when an input requires grad.
 """

@@ -36,13 +36,13 @@ def _flattened(positions):
     by name). Not a tensor: left to the op's error."""
     if not isinstance(positions, torch.Tensor) or positions.numel() == 0:
         return positions
-    stride, extent = None, 0
-    for size, st in reversed(list(zip(positions.shape, positions.stride()))):
+    extent = None  # the span of the dims inside the current one, which its stride must equal
+    for size, stride in reversed(list(zip(positions.shape, positions.stride()))):
         if size == 1:
             continue
-        if stride is not None and st != extent:
+        if extent is not None and stride != extent:
             return positions.contiguous()
-        stride, extent = st if stride is None else stride, st * size
+        extent = stride * size
     return positions
 
 

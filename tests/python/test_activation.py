@@ -284,9 +284,11 @@ def test_scalar_arguments_from_a_new_users_pass():
             fuseops.ops.clear_errors(device)  # the raw op checks too
     ids = torch.zeros(2, 2, dtype=torch.int32)
     outs = (torch.empty(64, dtype=torch.int32), torch.empty(8, dtype=torch.int32), torch.empty(1, dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"^moe_align_block_size: num_experts: expected an int in \[1, 4096\], got True"):
+    with pytest.raises(ValueError, match=r"^moe_align_block_size: num_experts: expected an int in \[1, 4096\], "
+                                         r"got True"):
         vllm.moe_align_block_size(ids, True, 16, *outs)
-    with pytest.raises(ValueError, match=r"^moe_align_block_size: block_size: expected an int in \[1, 1048576\], got 0"):
+    with pytest.raises(ValueError, match=r"^moe_align_block_size: block_size: expected an int in \[1, 1048576\], "
+                                         r"got 0"):
         vllm.moe_align_block_size(ids, 4, 0, *outs)
     # tensors by name, and an int is a scalar: a one-element tensor with dims is a list of one
     with pytest.raises(ValueError, match=r"^moe_align_block_size: topk_ids: expected a torch.Tensor, got list"):

@@ -95,7 +95,8 @@ def test_errors_and_forward_only():
         fuseops.layernorm_fn(x, w, None, group_size=-1)
     # group_size 0 is None (N), as in the C++ API and its message for a bad group_size
     assert torch.equal(fuseops.layernorm_fn(x, w, None, group_size=0), fuseops.layernorm_fn(x, w, None))
-    with pytest.raises(ValueError, match=r"^layernorm_fn: group_size: .*2\*\*63 - 1\] \(int64\), got 9223372036854775808"):
+    with pytest.raises(ValueError,
+                       match=r"^layernorm_fn: group_size: .*2\*\*63 - 1\] \(int64\), got 9223372036854775808"):
         fuseops.layernorm_fn(x, w, None, group_size=2**63)
     # Errors name the function the user called, the library's checks included.
     with pytest.raises(ValueError, match="rmsnorm_fn: group_size: expected 0 "):
