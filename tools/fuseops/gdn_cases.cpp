@@ -61,9 +61,18 @@ Spec varlen(std::vector<int64_t> seqlens, int64_t H, int64_t HV, int64_t K) {
   return s;
 }
 
-/// The case at `rows` tokens at most (reduced CPU runs): fixed length keeps B and shortens T; varlen keeps the
-/// sequences cut with their structure kept (seqlens_reduced).
-Spec reduced(const Spec& s, int64_t rows) { return reduced_tokens(s, rows); }
+/// The case at `rows` tokens at most (reduced CPU runs): varlen keeps the sequences cut with their structure kept
+/// (seqlens_reduced); fixed length keeps B and shortens T while each batch row keeps a chunk (min(T, BT) tokens),
+/// else keeps the first max(2, rows / chunk) batch rows at rows / that many tokens each (a model's batch of 256
+/// sequences kept one token per row, which leaves no pair of tokens in a chunk to check).
+Spec reduced(const Spec& s, int64_t rows) {
+  const int64_t chunk = std::min(s.T, s.BT);
+  if (s.varlen() || rows >= s.B * s.T || chunk == 0 || rows / s.B >= chunk) return reduced_tokens(s, rows);
+  Spec r = s;
+  r.B = std::min(s.B, std::max<int64_t>(2, rows / chunk));
+  r.T = std::min(s.T, std::max<int64_t>(1, rows / r.B));
+  return r;
+}
 
 std::vector<int64_t> cu_of(const Spec& s) { return s.varlen() ? reference::cu_seqlens_of(s.seqlens) : std::vector<int64_t>{}; }
 

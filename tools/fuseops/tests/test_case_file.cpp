@@ -158,6 +158,20 @@ TEST(CaseFile, GdnFixedVarlenAndAlias) {
   EXPECT_EQ(cases[4]->family, "gdn");
 }
 
+// A reduced CPU run of a fixed-length intra-chunk op keeps every batch row while each keeps a chunk of tokens, else
+// the first max(2, rows / chunk) rows (a 256-sequence batch at 64 rows kept one token per row).
+TEST(CaseFile, GdnIntraReducedKeepsChunks) {
+  const CaseFile f = parse(
+      "cases:\n  - op: kkt_solve\n    num_heads: 2\n    head_k_dim: 16\n    batch: [256, 2, 4]\n"
+      "    seq_len: 4096\n");
+  const auto cases = f.make_cases();
+  ASSERT_EQ(cases.size(), 3u);
+  EXPECT_EQ(cases[0]->rows_at(64), 64);         // 2 rows of 32 (it ran 256 rows of 1)
+  EXPECT_EQ(cases[0]->rows_at(64 * 5), 5 * 64);  // 5 rows of a chunk
+  EXPECT_EQ(cases[1]->rows_at(64), 64);         // 2 rows of 32, as before
+  EXPECT_EQ(cases[2]->rows_at(1024), 1024);     // 4 rows of 256, as before
+}
+
 // A reduced CPU run of a fixed-length chunked forward keeps two and a half chunks per batch row kept: 161 x B rows
 // where the rows allow it (it kept 161 x B tokens per row, 161 x B^2 rows, and a batch of short sequences ran whole),
 // else the first max(2, rows / 161) batch rows (every row of a 256-sequence model batch took 4 GB).
