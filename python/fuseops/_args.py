@@ -25,6 +25,7 @@ def _bool_tensor(v):
     return isinstance(v, torch.Tensor) and v.dtype == torch.bool and v.device.type != "meta"
 
 
+INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 

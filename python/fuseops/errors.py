@@ -2,10 +2,8 @@
 
 import torch
 
-from ._args import int_arg
+from ._args import INT32_MAX, int_arg
 from ._ops import ops
-
-_INT_MAX = 2**31 - 1  # the C++ API's device is an int: a larger ordinal wrapped (2**32 - 1 read as -1, every device)
 
 # They synchronise with the device: keep them out of compiled graphs (a graph break; an error under fullgraph=True).
 _eager_only = getattr(getattr(torch, "compiler", None), "disable", lambda fn: fn)
@@ -23,10 +21,11 @@ def check_errors(device=-1):
         ValueError: naming the op, the argument and the first bad index; also for a ``device`` that is not an int
             in [-1, 2**31 - 1].
     """
-    ops.check_errors.default(int_arg("check_errors", "device", device, -1, _INT_MAX))
+    # the C++ API's device is an int: a larger ordinal wrapped (2**32 - 1 was read as -1, every device)
+    ops.check_errors.default(int_arg("check_errors", "device", device, -1, INT32_MAX))
 
 
 @_eager_only
 def clear_errors(device=-1):
     """Clears any recorded device error without raising it (``device`` as :func:`check_errors`)."""
-    ops.clear_errors.default(int_arg("clear_errors", "device", device, -1, _INT_MAX))
+    ops.clear_errors.default(int_arg("clear_errors", "device", device, -1, INT32_MAX))

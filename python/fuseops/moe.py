@@ -13,13 +13,12 @@ under ``torch.no_grad()`` / ``torch.inference_mode()``, or detach).
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg, tensor_arg
+from ._args import INT32_MAX, bool_arg, float_arg, forward_only, int_arg, tensor_arg
 from ._ops import ops
 
 _SCORING = ("softmax", "sigmoid")
 _MAX_ALIGN_EXPERTS = 4096  # kMaxAlignExperts of include/fuseops/moe.h
 _MAX_BLOCK_SIZE = 1 << 20
-_INT32_MAX = 2**31 - 1
 
 
 def _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor):
@@ -131,7 +130,7 @@ def _check_align_args(op, num_experts, block_size):
 
 def _checked_align_sizes(op, numel_name, numel, num_experts, block_size, pad_sorted_ids):
     """_align_sizes, with the int32 limit of the schedule checked (the error names the ids' argument)."""
-    if isinstance(numel, int) and numel + num_experts * (block_size - 1) > _INT32_MAX:
+    if isinstance(numel, int) and numel + num_experts * (block_size - 1) > INT32_MAX:
         raise ValueError(f"{op}: {numel_name}: expected numel + num_experts * (block_size - 1) < 2^31 (int32 "
                          f"schedule), got {numel + num_experts * (block_size - 1)}")
     return _align_sizes(numel, num_experts, block_size, pad_sorted_ids)

@@ -19,18 +19,28 @@ namespace fuseops::cli {
 
 namespace {
 
+/// One step along a chain of symbolic links: where `p` is a link (whose target can be read), `p` becomes its target
+/// (relative to the link's directory) and the answer is true; else `p` stays and the answer is false.
+bool follow_link(std::filesystem::path& p) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_symlink(fs::symlink_status(p, ec))) return false;
+  const fs::path target = fs::read_symlink(p, ec);
+  if (ec) return false;
+  p = target.is_absolute() ? target : p.parent_path() / target;
+  return true;
+}
+
+constexpr int kMaxLinks = 40;  ///< links followed at most (a loop ends there, as the kernel's ELOOP)
+
 /// The normalised absolute path that writing to `path` reaches: symbolic links followed, also one whose target does
 /// not exist yet (writing through it creates the target), then the existing part canonicalised.
 std::filesystem::path written_path(const std::string& path) {
-  namespace fs = std::filesystem;
   std::error_code ec;
-  fs::path p = fs::absolute(path, ec);
-  for (int hop = 0; hop < 40 && fs::is_symlink(fs::symlink_status(p, ec)); ++hop) {
-    const fs::path target = fs::read_symlink(p, ec);
-    if (ec) break;
-    p = target.is_absolute() ? target : p.parent_path() / target;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  for (int hop = 0; hop < kMaxLinks && follow_link(p); ++hop) {
   }
-  return fs::weakly_canonical(p, ec);
+  return std::filesystem::weakly_canonical(p, ec);
 }
 
 /// Where `path` names an open file descriptor (a name in /proc/<pid>/fd or /proc/<pid>/task/<tid>/fd, its
@@ -59,15 +69,42 @@ int open_descriptor(const std::string& path) {
     return parts[1] == std::to_string(::getpid()) ? std::stoi(file) : -1;
   };
   fs::path p = fs::absolute(path, ec);
-  for (int hop = 0; hop < 40; ++hop) {
+  for (int hop = 0; hop <= kMaxLinks; ++hop) {
     const int fd = descriptor(p);
-    if (fd != -2) return fd;
-    if (!fs::is_symlink(fs::symlink_status(p, ec))) return -2;
-    const fs::path target = fs::read_symlink(p, ec);
-    if (ec) return -2;
-    p = target.is_absolute() ? target : p.parent_path() / target;
+    if (fd != -2 || !follow_link(p)) return fd;
   }
   return -2;
+}
+
+/// An output that is the standard output's file, pipe or terminal (the tables go there: they would interleave), or
+/// the standard error's file or pipe by another name than a descriptor's (--json err.log 2>> err.log: renamed over,
+/// the log would lose its lines and the later messages; /dev/stderr is written through the descriptor) is an error.
+/// A device such as /dev/null may be both.
+void check_not_a_stream(const FileArg& out) {
+  struct stat of {};
+  if (::stat(out.path.c_str(), &of) != 0) return;  // not there yet: neither stream's file
+  auto is_stream_file = [&of](int stream, struct stat& ss) {
+    return ::fstat(stream, &ss) == 0 && (S_ISREG(ss.st_mode) || S_ISFIFO(ss.st_mode)) && ss.st_dev == of.st_dev &&
+           ss.st_ino == of.st_ino;
+  };
+  struct stat so {};
+  const bool same_file_or_pipe = is_stream_file(STDOUT_FILENO, so);
+  // stdout's terminal: by its device number, or /dev/tty, the controlling terminal
+  const bool tty = S_ISCHR(so.st_mode) && S_ISCHR(of.st_mode) && ::isatty(STDOUT_FILENO) == 1;
+  const bool same_terminal = tty && (so.st_rdev == of.st_rdev || written_path(out.path) == "/dev/tty");
+  if (same_file_or_pipe || same_terminal) {
+    throw Error(ErrorKind::invalid_argument,
+                out.option + ": " + out.path + " is " +
+                    (same_terminal ? "the terminal of the standard output" : "the standard output") +
+                    ", which the tables are printed to; give another path");
+  }
+  struct stat se {};
+  if (is_stream_file(STDERR_FILENO, se) && open_descriptor(out.path) < 0) {
+    throw Error(ErrorKind::invalid_argument, out.option + ": " + out.path +
+                                                 " is the standard error's file, which messages are written to; "
+                                                 "name it /dev/stderr to write through the descriptor, or give "
+                                                 "another path");
+  }
 }
 
 /// Ignores SIGPIPE while an output is written, so that a pipe whose reader has gone is a failed write of that
@@ -103,31 +140,7 @@ void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<
                                                    other.option + " " + other.path + "; give another path");
     };
     for (const FileArg& in : inputs) clash(in, "input");
-    // the standard output carries the tables: a file or pipe that is also stdout, or stdout's terminal (by its device
-    // number, or /dev/tty, the controlling terminal), would get both, interleaved (a device such as /dev/null may be
-    // both)
-    struct stat so {}, of {};
-    const bool have = ::fstat(STDOUT_FILENO, &so) == 0 && ::stat(out.path.c_str(), &of) == 0;
-    const bool same_file_or_pipe = have && (S_ISREG(so.st_mode) || S_ISFIFO(so.st_mode)) && so.st_dev == of.st_dev &&
-                                   so.st_ino == of.st_ino;
-    const bool tty = have && S_ISCHR(so.st_mode) && S_ISCHR(of.st_mode) && ::isatty(STDOUT_FILENO) == 1;
-    const bool same_terminal = tty && (so.st_rdev == of.st_rdev || written_path(out.path) == "/dev/tty");
-    if (same_file_or_pipe || same_terminal) {
-      throw Error(ErrorKind::invalid_argument,
-                  out.option + ": " + out.path + " is " +
-                      (same_terminal ? "the terminal of the standard output" : "the standard output") +
-                      ", which the tables are printed to; give another path");
-    }
-    // the standard error's file or pipe by another name (--json err.log 2>> err.log): renamed over, the log would
-    // lose its lines and the later messages; /dev/stderr (a descriptor's name) is written through the descriptor
-    struct stat se {};
-    if (have && ::fstat(STDERR_FILENO, &se) == 0 && (S_ISREG(se.st_mode) || S_ISFIFO(se.st_mode)) &&
-        se.st_dev == of.st_dev && se.st_ino == of.st_ino && open_descriptor(out.path) < 0) {
-      throw Error(ErrorKind::invalid_argument, out.option + ": " + out.path +
-                                                   " is the standard error's file, which messages are written to; "
-                                                   "name it /dev/stderr to write through the descriptor, or give "
-                                                   "another path");
-    }
+    check_not_a_stream(out);
     for (std::size_t j = 0; j < i; ++j) clash(outputs[j], "output");
   }
 }
