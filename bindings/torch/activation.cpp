@@ -24,82 +24,91 @@ GeluApproximate approximate_of(const char* op, c10::string_view approximate) {
 
 void silu_and_mul(at::Tensor& out, const at::Tensor& input) {
   constexpr const char* op = "silu_and_mul";
+  Written written;
   const TensorView in = to_view(op, "input", input);
-  const TensorView o = to_view(op, "out", out);
-  run_on_device_of(out, [&](Stream s) { fuseops::silu_and_mul(o, in, s); });
+  const TensorView o = written.add(op, "out", out);
+  run_on_device_of(out, written, [&](Stream s) { fuseops::silu_and_mul(o, in, s); });
 }
 
 void gelu_and_mul(at::Tensor& out, const at::Tensor& input, c10::string_view approximate) {
   constexpr const char* op = "gelu_and_mul";
+  Written written;
   const GeluApproximate a = approximate_of(op, approximate);
   const TensorView in = to_view(op, "input", input);
-  const TensorView o = to_view(op, "out", out);
-  run_on_device_of(out, [&](Stream s) { fuseops::gelu_and_mul(o, in, a, s); });
+  const TensorView o = written.add(op, "out", out);
+  run_on_device_of(out, written, [&](Stream s) { fuseops::gelu_and_mul(o, in, a, s); });
 }
 
 void gelu_tanh_and_mul(at::Tensor& out, const at::Tensor& input) {
   constexpr const char* op = "gelu_tanh_and_mul";
+  Written written;
   const TensorView in = to_view(op, "input", input);
-  const TensorView o = to_view(op, "out", out);
-  run_on_device_of(out, [&](Stream s) { fuseops::gelu_tanh_and_mul(o, in, s); });
+  const TensorView o = written.add(op, "out", out);
+  run_on_device_of(out, written, [&](Stream s) { fuseops::gelu_tanh_and_mul(o, in, s); });
 }
 
 void silu_and_mul_split(at::Tensor& out, const at::Tensor& gate, const at::Tensor& up) {
   constexpr const char* op = "silu_and_mul_split";
+  Written written;
   const TensorView g = to_view(op, "gate", gate);
   const TensorView u = to_view(op, "up", up);
-  const TensorView o = to_view(op, "out", out);
-  run_on_device_of(out, [&](Stream s) { fuseops::silu_and_mul_split(o, g, u, s); });
+  const TensorView o = written.add(op, "out", out);
+  run_on_device_of(out, written, [&](Stream s) { fuseops::silu_and_mul_split(o, g, u, s); });
 }
 
 void gelu_and_mul_split(at::Tensor& out, const at::Tensor& gate, const at::Tensor& up, c10::string_view approximate) {
   constexpr const char* op = "gelu_and_mul_split";
+  Written written;
   const GeluApproximate a = approximate_of(op, approximate);
   const TensorView g = to_view(op, "gate", gate);
   const TensorView u = to_view(op, "up", up);
-  const TensorView o = to_view(op, "out", out);
-  run_on_device_of(out, [&](Stream s) { fuseops::gelu_and_mul_split(o, g, u, a, s); });
+  const TensorView o = written.add(op, "out", out);
+  run_on_device_of(out, written, [&](Stream s) { fuseops::gelu_and_mul_split(o, g, u, a, s); });
 }
 
 void silu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor& dout, const at::Tensor& gate,
                            const at::Tensor& up) {
   constexpr const char* op = "silu_and_mul_backward";
+  Written written;
   const TensorView dc = to_view(op, "dout", dout);
   const TensorView g = to_view(op, "gate", gate);
   const TensorView u = to_view(op, "up", up);
-  const TensorView dg = to_view(op, "dgate", dgate);
-  const TensorView du = to_view(op, "dup", dup);
-  run_on_device_of(dgate, [&](Stream s) { fuseops::silu_and_mul_backward(dg, du, dc, g, u, s); });
+  const TensorView dg = written.add(op, "dgate", dgate);
+  const TensorView du = written.add(op, "dup", dup);
+  run_on_device_of(dgate, written, [&](Stream s) { fuseops::silu_and_mul_backward(dg, du, dc, g, u, s); });
 }
 
 void gelu_and_mul_backward(at::Tensor& dgate, at::Tensor& dup, const at::Tensor& dout, const at::Tensor& gate,
                            const at::Tensor& up, c10::string_view approximate) {
   constexpr const char* op = "gelu_and_mul_backward";
+  Written written;
   const GeluApproximate a = approximate_of(op, approximate);
   const TensorView dc = to_view(op, "dout", dout);
   const TensorView g = to_view(op, "gate", gate);
   const TensorView u = to_view(op, "up", up);
-  const TensorView dg = to_view(op, "dgate", dgate);
-  const TensorView du = to_view(op, "dup", dup);
-  run_on_device_of(dgate, [&](Stream s) { fuseops::gelu_and_mul_backward(dg, du, dc, g, u, a, s); });
+  const TensorView dg = written.add(op, "dgate", dgate);
+  const TensorView du = written.add(op, "dup", dup);
+  run_on_device_of(dgate, written, [&](Stream s) { fuseops::gelu_and_mul_backward(dg, du, dc, g, u, a, s); });
 }
 
 void silu_and_mul_masked(at::Tensor& out, const at::Tensor& input, const at::Tensor& masked_m) {
   constexpr const char* op = "silu_and_mul_masked";
+  Written written;
   const TensorView in = to_view(op, "input", input);
   const TensorView m = to_view(op, "masked_m", masked_m);
-  const TensorView o = to_view(op, "out", out);
-  run_on_device_of(out, [&](Stream s) { fuseops::silu_and_mul_masked(o, in, m, s); });
+  const TensorView o = written.add(op, "out", out);
+  run_on_device_of(out, written, [&](Stream s) { fuseops::silu_and_mul_masked(o, in, m, s); });
 }
 
 void gelu_and_mul_masked(at::Tensor& out, const at::Tensor& input, const at::Tensor& masked_m,
                          c10::string_view approximate) {
   constexpr const char* op = "gelu_and_mul_masked";
+  Written written;
   const GeluApproximate a = approximate_of(op, approximate);
   const TensorView in = to_view(op, "input", input);
   const TensorView m = to_view(op, "masked_m", masked_m);
-  const TensorView o = to_view(op, "out", out);
-  run_on_device_of(out, [&](Stream s) { fuseops::gelu_and_mul_masked(o, in, m, a, s); });
+  const TensorView o = written.add(op, "out", out);
+  run_on_device_of(out, written, [&](Stream s) { fuseops::gelu_and_mul_masked(o, in, m, a, s); });
 }
 
 namespace {

@@ -12,59 +12,51 @@ namespace {
 
 std::optional<double> opt(c10::optional<double> x) { return x.has_value() ? std::optional<double>(*x) : std::nullopt; }
 
-/// An optional output (Tensor(a!)?): a view, or nullptr.
-struct OptionalOut {
-  TensorView view;
-  bool present = false;
-  OptionalOut(const char* op, const char* arg, const c10::optional<at::Tensor>& t) {
-    if (t.has_value() && t->defined()) {
-      view = to_view(op, arg, *t);
-      present = true;
-    }
-  }
-  TensorView* get() { return present ? &view : nullptr; }
-};
-
 }  // namespace
 
 void chunk_local_cumsum(at::Tensor& out, const at::Tensor& g, int64_t chunk_size,
                         const c10::optional<at::Tensor>& cu_seqlens, bool reverse, c10::optional<double> scale) {
   constexpr const char* op = "chunk_local_cumsum";
+  Written written;
   const TensorView gv = to_view(op, "g", g);
   const OptionalView cu(op, "cu_seqlens", cu_seqlens);
-  const TensorView o = to_view(op, "out", out);
+  const TensorView o = written.add(op, "out", out);
   const std::optional<double> sc = scale.has_value() ? std::optional<double>(*scale) : std::nullopt;
-  run_on_device_of(out, [&](Stream s) { fuseops::chunk_local_cumsum(o, gv, chunk_size, cu.get(), reverse, sc, s); });
+  run_on_device_of(out, written,
+                   [&](Stream s) { fuseops::chunk_local_cumsum(o, gv, chunk_size, cu.get(), reverse, sc, s); });
 }
 
 void chunk_scaled_dot_kkt_fwd(at::Tensor& A, const at::Tensor& k, const c10::optional<at::Tensor>& g,
                               const c10::optional<at::Tensor>& beta, int64_t chunk_size,
                               const c10::optional<at::Tensor>& cu_seqlens) {
   constexpr const char* op = "chunk_scaled_dot_kkt_fwd";
+  Written written;
   const TensorView kv = to_view(op, "k", k);
   const OptionalView gv(op, "g", g), bv(op, "beta", beta), cu(op, "cu_seqlens", cu_seqlens);
-  const TensorView a = to_view(op, "A", A);
-  run_on_device_of(A, [&](Stream s) {
+  const TensorView a = written.add(op, "A", A);
+  run_on_device_of(A, written, [&](Stream s) {
     fuseops::chunk_scaled_dot_kkt_fwd(a, kv, gv.get(), bv.get(), chunk_size, cu.get(), s);
   });
 }
 
 void solve_tril(at::Tensor& Ai, const at::Tensor& A, const c10::optional<at::Tensor>& cu_seqlens) {
   constexpr const char* op = "solve_tril";
+  Written written;
   const TensorView a = to_view(op, "A", A);
   const OptionalView cu(op, "cu_seqlens", cu_seqlens);
-  const TensorView ai = to_view(op, "Ai", Ai);
-  run_on_device_of(Ai, [&](Stream s) { fuseops::solve_tril(ai, a, cu.get(), s); });
+  const TensorView ai = written.add(op, "Ai", Ai);
+  run_on_device_of(Ai, written, [&](Stream s) { fuseops::solve_tril(ai, a, cu.get(), s); });
 }
 
 void chunk_gated_delta_rule_fwd_kkt_solve(at::Tensor& Ai, const at::Tensor& k, const c10::optional<at::Tensor>& g,
                                           const c10::optional<at::Tensor>& beta, int64_t chunk_size,
                                           const c10::optional<at::Tensor>& cu_seqlens) {
   constexpr const char* op = "chunk_gated_delta_rule_fwd_kkt_solve";
+  Written written;
   const TensorView kv = to_view(op, "k", k);
   const OptionalView gv(op, "g", g), bv(op, "beta", beta), cu(op, "cu_seqlens", cu_seqlens);
-  const TensorView ai = to_view(op, "Ai", Ai);
-  run_on_device_of(Ai, [&](Stream s) {
+  const TensorView ai = written.add(op, "Ai", Ai);
+  run_on_device_of(Ai, written, [&](Stream s) {
     fuseops::chunk_gated_delta_rule_fwd_kkt_solve(ai, kv, gv.get(), bv.get(), chunk_size, cu.get(), s);
   });
 }
@@ -75,10 +67,12 @@ void recompute_w_u_fwd(at::Tensor& w, at::Tensor& u, const at::Tensor& k, const 
                        const at::Tensor& A, const c10::optional<at::Tensor>& g,
                        const c10::optional<at::Tensor>& cu_seqlens) {
   constexpr const char* op = "recompute_w_u_fwd";
-  const TensorView wv = to_view(op, "w", w), uv = to_view(op, "u", u), kv = to_view(op, "k", k),
+  Written written;
+  const TensorView wv = written.add(op, "w", w), uv = written.add(op, "u", u), kv = to_view(op, "k", k),
                    vv = to_view(op, "v", v), bv = to_view(op, "beta", beta), av = to_view(op, "A", A);
   const OptionalView gv(op, "g", g), cu(op, "cu_seqlens", cu_seqlens);
-  run_on_device_of(w, [&](Stream s) { fuseops::recompute_w_u_fwd(wv, uv, kv, vv, bv, av, gv.get(), cu.get(), s); });
+  run_on_device_of(w, written,
+                   [&](Stream s) { fuseops::recompute_w_u_fwd(wv, uv, kv, vv, bv, av, gv.get(), cu.get(), s); });
 }
 
 void chunk_gated_delta_rule_fwd_h(at::Tensor& h, at::Tensor& v_new, const c10::optional<at::Tensor>& final_state,
@@ -86,11 +80,12 @@ void chunk_gated_delta_rule_fwd_h(at::Tensor& h, at::Tensor& v_new, const c10::o
                                   const c10::optional<at::Tensor>& g, const c10::optional<at::Tensor>& initial_state,
                                   int64_t chunk_size, const c10::optional<at::Tensor>& cu_seqlens) {
   constexpr const char* op = "chunk_gated_delta_rule_fwd_h";
-  const TensorView hv = to_view(op, "h", h), vn = to_view(op, "v_new", v_new), kv = to_view(op, "k", k),
+  Written written;
+  const TensorView hv = written.add(op, "h", h), vn = written.add(op, "v_new", v_new), kv = to_view(op, "k", k),
                    wv = to_view(op, "w", w), uv = to_view(op, "u", u);
-  OptionalOut ht(op, "final_state", final_state);
+  auto ht = written.add(op, "final_state", final_state);
   const OptionalView gv(op, "g", g), h0(op, "initial_state", initial_state), cu(op, "cu_seqlens", cu_seqlens);
-  run_on_device_of(h, [&](Stream s) {
+  run_on_device_of(h, written, [&](Stream s) {
     fuseops::chunk_gated_delta_rule_fwd_h(hv, vn, ht.get(), kv, wv, uv, gv.get(), h0.get(), chunk_size, cu.get(), s);
   });
 }
@@ -99,10 +94,13 @@ void chunk_fwd_o(at::Tensor& o, const at::Tensor& q, const at::Tensor& k, const 
                  const c10::optional<at::Tensor>& g, double scale, int64_t chunk_size,
                  const c10::optional<at::Tensor>& cu_seqlens) {
   constexpr const char* op = "chunk_fwd_o";
-  const TensorView ov = to_view(op, "o", o), qv = to_view(op, "q", q), kv = to_view(op, "k", k),
+  Written written;
+  const TensorView ov = written.add(op, "o", o), qv = to_view(op, "q", q), kv = to_view(op, "k", k),
                    vn = to_view(op, "v_new", v_new), hv = to_view(op, "h", h);
   const OptionalView gv(op, "g", g), cu(op, "cu_seqlens", cu_seqlens);
-  run_on_device_of(o, [&](Stream s) { fuseops::chunk_fwd_o(ov, qv, kv, vn, hv, gv.get(), scale, chunk_size, cu.get(), s); });
+  run_on_device_of(o, written, [&](Stream s) {
+    fuseops::chunk_fwd_o(ov, qv, kv, vn, hv, gv.get(), scale, chunk_size, cu.get(), s);
+  });
 }
 
 void chunk_gated_delta_rule(at::Tensor& o, const c10::optional<at::Tensor>& final_state, const at::Tensor& q,
@@ -111,11 +109,12 @@ void chunk_gated_delta_rule(at::Tensor& o, const c10::optional<at::Tensor>& fina
                             bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens,
                             int64_t chunk_size) {
   constexpr const char* op = "chunk_gated_delta_rule";
-  const TensorView ov = to_view(op, "o", o), qv = to_view(op, "q", q), kv = to_view(op, "k", k),
+  Written written;
+  const TensorView ov = written.add(op, "o", o), qv = to_view(op, "q", q), kv = to_view(op, "k", k),
                    vv = to_view(op, "v", v), gv = to_view(op, "g", g), bv = to_view(op, "beta", beta);
-  OptionalOut ht(op, "final_state", final_state);
+  auto ht = written.add(op, "final_state", final_state);
   const OptionalView h0(op, "initial_state", initial_state), cu(op, "cu_seqlens", cu_seqlens);
-  run_on_device_of(o, [&](Stream s) {
+  run_on_device_of(o, written, [&](Stream s) {
     // The workspace comes from torch's allocator (stream-ordered, capturable), on o's device. Sized inside the error
     // translation, with errors naming the op the user called.
     const std::size_t bytes = fuseops::chunk_gated_delta_rule_workspace_size_for(op, qv, kv, vv, cu.get(),
@@ -133,12 +132,13 @@ void fused_recurrent_gated_delta_rule(at::Tensor& o, const c10::optional<at::Ten
                                       c10::optional<double> scale, const c10::optional<at::Tensor>& initial_state,
                                       bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens) {
   constexpr const char* op = "fused_recurrent_gated_delta_rule";
-  const TensorView ov = to_view(op, "o", o), qv = to_view(op, "q", q), kv = to_view(op, "k", k),
+  Written written;
+  const TensorView ov = written.add(op, "o", o), qv = to_view(op, "q", q), kv = to_view(op, "k", k),
                    vv = to_view(op, "v", v);
-  OptionalOut ht(op, "final_state", final_state);
+  auto ht = written.add(op, "final_state", final_state);
   const OptionalView gv(op, "g", g), bv(op, "beta", beta), h0(op, "initial_state", initial_state),
       cu(op, "cu_seqlens", cu_seqlens);
-  run_on_device_of(o, [&](Stream s) {
+  run_on_device_of(o, written, [&](Stream s) {
     fuseops::fused_recurrent_gated_delta_rule(ov, ht.get(), qv, kv, vv, gv.get(), bv.get(), opt(scale), h0.get(),
                                               use_qk_l2norm_in_kernel, cu.get(), s);
   });
@@ -151,12 +151,13 @@ void fused_recurrent_gated_delta_rule_update(at::Tensor& o, at::Tensor& state_po
                                              const c10::optional<at::Tensor>& num_accepted_tokens,
                                              bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens) {
   constexpr const char* op = "fused_recurrent_gated_delta_rule_update";
-  const TensorView ov = to_view(op, "o", o), pv = to_view(op, "state_pool", state_pool), qv = to_view(op, "q", q),
-                   kv = to_view(op, "k", k), vv = to_view(op, "v", v),
+  Written written;
+  const TensorView ov = written.add(op, "o", o), pv = written.add(op, "state_pool", state_pool),
+                   qv = to_view(op, "q", q), kv = to_view(op, "k", k), vv = to_view(op, "v", v),
                    iv = to_view(op, "ssm_state_indices", ssm_state_indices);
   const OptionalView gv(op, "g", g), bv(op, "beta", beta), acc(op, "num_accepted_tokens", num_accepted_tokens),
       cu(op, "cu_seqlens", cu_seqlens);
-  run_on_device_of(o, [&](Stream s) {
+  run_on_device_of(o, written, [&](Stream s) {
     fuseops::fused_recurrent_gated_delta_rule_update(ov, pv, qv, kv, vv, gv.get(), bv.get(), opt(scale), iv, acc.get(),
                                                      use_qk_l2norm_in_kernel, cu.get(), s);
   });
@@ -170,12 +171,13 @@ void fused_sigmoid_gating_delta_rule_update(at::Tensor& o, at::Tensor& state_poo
                                             bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens,
                                             double softplus_beta, double softplus_threshold) {
   constexpr const char* op = "fused_sigmoid_gating_delta_rule_update";
-  const TensorView ov = to_view(op, "o", o), pv = to_view(op, "state_pool", state_pool),
+  Written written;
+  const TensorView ov = written.add(op, "o", o), pv = written.add(op, "state_pool", state_pool),
                    al = to_view(op, "A_log", A_log), av = to_view(op, "a", a), db = to_view(op, "dt_bias", dt_bias),
                    qv = to_view(op, "q", q), kv = to_view(op, "k", k), vv = to_view(op, "v", v),
                    bv = to_view(op, "b", b), iv = to_view(op, "ssm_state_indices", ssm_state_indices);
   const OptionalView acc(op, "num_accepted_tokens", num_accepted_tokens), cu(op, "cu_seqlens", cu_seqlens);
-  run_on_device_of(o, [&](Stream s) {
+  run_on_device_of(o, written, [&](Stream s) {
     fuseops::fused_sigmoid_gating_delta_rule_update(ov, pv, al, av, db, qv, kv, vv, bv, opt(scale), iv, acc.get(),
                                                     use_qk_l2norm_in_kernel, cu.get(), softplus_beta,
                                                     softplus_threshold, s);

@@ -11,11 +11,13 @@ void layer_norm_fwd(at::Tensor& out, const c10::optional<at::Tensor>& mean, cons
                     const c10::optional<at::Tensor>& z, double eps, int64_t group_size, bool norm_before_gate,
                     bool is_rms_norm) {
   constexpr const char* op = "layer_norm_fwd";
+  Written written;
   const TensorView xv = to_view(op, "x", x);
   const TensorView wv = to_view(op, "weight", weight);
-  const OptionalView bv(op, "bias", bias), zv(op, "z", z), mv(op, "mean", mean), rv(op, "rstd", rstd);
-  const TensorView o = to_view(op, "out", out);
-  run_on_device_of(out, [&](Stream s) {
+  const OptionalView bv(op, "bias", bias), zv(op, "z", z);
+  const auto mv = written.add(op, "mean", mean), rv = written.add(op, "rstd", rstd);
+  const TensorView o = written.add(op, "out", out);
+  run_on_device_of(out, written, [&](Stream s) {
     fuseops::layer_norm_fwd(o, mv.get(), rv.get(), xv, wv, bv.get(), zv.get(), eps, group_size, norm_before_gate,
                             is_rms_norm, s);
   });

@@ -24,26 +24,32 @@ MropeLayout layout_of(c10::string_view layout) {
 void rotary_embedding(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key,
                       int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox, bool inverse) {
   constexpr const char* op = "rotary_embedding";
+  Written written;
   const TensorView p = to_view(op, "positions", positions);
   const TensorView c = to_view(op, "cos_sin_cache", cos_sin_cache);
-  const TensorView q = to_view(op, "query", query);
-  const OptionalView k(op, "key", key);
-  run_on_device_of(query, [&](Stream s) {
+  const TensorView q = written.add(op, "query", query);
+  auto k = written.add(op, "key", key);
+  run_on_device_of(query, written, [&](Stream s) {
     fuseops::rotary_embedding(p, q, k.get(), head_size, c, is_neox, inverse, s);
   });
 }
 
-void apply_rotary_pos_emb(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
-                          const at::Tensor& cos, const at::Tensor& sin, const c10::optional<at::Tensor>& position_ids,
-                          bool rotary_interleaved, bool inverse) {
-  // inverse = the backward (python/fuseops/rope.py, apply_rotary_pos_emb_backward): errors name its gradients.
+namespace {
+
+/// apply_rotary_pos_emb and its in-place form (q_out = q, k_out = k): errors name the form's own written arguments;
+/// inverse = the backward (python/fuseops/rope.py, apply_rotary_pos_emb_backward), whose errors name its gradients.
+void apply_rotary(bool inplace, at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
+                  const at::Tensor& cos, const at::Tensor& sin, const c10::optional<at::Tensor>& position_ids,
+                  bool rotary_interleaved, bool inverse) {
   const char* op = inverse ? "apply_rotary_pos_emb_backward" : "apply_rotary_pos_emb";
+  Written written;
   const TensorView qv = to_view(op, inverse ? "grad_q" : "q", q), kv = to_view(op, inverse ? "grad_k" : "k", k);
   const TensorView cv = to_view(op, "cos", cos), sv = to_view(op, "sin", sin);
   const OptionalView ids(op, "position_ids", position_ids);
-  const TensorView qo = to_view(op, inverse ? "grad_q_out" : "q_out", q_out),
-                   ko = to_view(op, inverse ? "grad_k_out" : "k_out", k_out);
-  run_on_device_of(q, [&](Stream s) {
+  const char* q_name = inplace ? (inverse ? "grad_q" : "q") : (inverse ? "grad_q_out" : "q_out");
+  const char* k_name = inplace ? (inverse ? "grad_k" : "k") : (inverse ? "grad_k_out" : "k_out");
+  const TensorView qo = written.add(op, q_name, q_out), ko = written.add(op, k_name, k_out);
+  run_on_device_of(q, written, [&](Stream s) {
     if (inverse) {
       fuseops::apply_rotary_pos_emb_backward(qo, ko, qv, kv, cv, sv, ids.get(), rotary_interleaved, s);
     } else {
@@ -52,25 +58,34 @@ void apply_rotary_pos_emb(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor
   });
 }
 
+}  // namespace
+
+void apply_rotary_pos_emb(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
+                          const at::Tensor& cos, const at::Tensor& sin, const c10::optional<at::Tensor>& position_ids,
+                          bool rotary_interleaved, bool inverse) {
+  apply_rotary(false, q_out, k_out, q, k, cos, sin, position_ids, rotary_interleaved, inverse);
+}
+
 void apply_rotary_pos_emb_inplace(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
                                   const c10::optional<at::Tensor>& position_ids, bool rotary_interleaved,
                                   bool inverse) {
-  apply_rotary_pos_emb(q, k, q, k, cos, sin, position_ids, rotary_interleaved, inverse);
+  apply_rotary(true, q, k, q, k, cos, sin, position_ids, rotary_interleaved, inverse);
 }
 
 void mrope(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key, int64_t head_size,
            int64_t rotary_dim, const at::Tensor& cos_sin_cache, at::IntArrayRef mrope_section, bool is_neox,
            c10::string_view layout, bool inverse) {
   constexpr const char* op = "mrope";
+  Written written;
   TORCH_CHECK_VALUE(mrope_section.size() == 3, op, ": mrope_section: expected 3 sections [s_t, s_h, s_w], got ",
                     mrope_section.size(), " values");
   const std::array<int64_t, 3> section = {mrope_section[0], mrope_section[1], mrope_section[2]};
   const MropeLayout l = layout_of(layout);
   const TensorView p = to_view(op, "positions", positions);
   const TensorView c = to_view(op, "cos_sin_cache", cos_sin_cache);
-  const TensorView q = to_view(op, "query", query);
-  const OptionalView k(op, "key", key);
-  run_on_device_of(query, [&](Stream s) {
+  const TensorView q = written.add(op, "query", query);
+  auto k = written.add(op, "key", key);
+  run_on_device_of(query, written, [&](Stream s) {
     fuseops::mrope(p, q, k.get(), head_size, rotary_dim, c, section, is_neox, l, inverse, s);
   });
 }

@@ -4,6 +4,9 @@
 
 #include <torch/all.h>
 
+#include <array>
+#include <cstddef>
+
 #include "fuseops/fuseops.h"
 
 #ifdef FUSEOPS_TORCH_CUDA
@@ -80,6 +83,51 @@ struct OptionalView {
   const TensorView* get() const { return present ? &view : nullptr; }
 };
 
+/// The tensors an op writes (its `Tensor!` / `Tensor(a!)` arguments), treated as torch treats the tensors its own
+/// in-place ops write:
+/// - an inference tensor (made under torch.inference_mode()) may be written only inside inference mode: outside it,
+///   a RuntimeError naming the op and the argument, before anything runs;
+/// - once the op has run (run_on_device_of), each written tensor's version counter is bumped, so autograd refuses a
+///   backward through a graph that saved the tensor's old values ("modified by an inplace operation") instead of
+///   computing a wrong gradient from the new ones. A call that throws bumps nothing.
+class Written {
+ public:
+  /// `t`'s view (to_view), after the inference-tensor check; `t` is bumped after the op.
+  TensorView add(const char* op, const char* arg, const at::Tensor& t) {
+    TORCH_CHECK_VALUE(t.defined(), op, ": ", arg, ": expected a tensor, got an undefined tensor");
+    TORCH_CHECK(!t.is_inference() || c10::InferenceMode::is_enabled(), op, ": ", arg,
+                ": an in-place write to an inference tensor outside torch.inference_mode() is not allowed (torch's "
+                "rule for in-place updates); call the op under torch.inference_mode(), or pass a clone");
+    TORCH_INTERNAL_ASSERT(count_ < tensors_.size(), "fuseops binding: more written tensors than Written holds");
+    const TensorView view = to_view(op, arg, t);
+    tensors_[count_++] = t.unsafeGetTensorImpl();
+    return view;
+  }
+  /// An optional written tensor (`Tensor(a!)?`): a view, or nullptr when absent or undefined.
+  struct Optional {
+    TensorView view;
+    bool present = false;
+    TensorView* get() { return present ? &view : nullptr; }
+    const TensorView* get() const { return present ? &view : nullptr; }
+  };
+  Optional add(const char* op, const char* arg, const c10::optional<at::Tensor>& t) {
+    Optional o;
+    if (t.has_value() && t->defined()) {
+      o.view = add(op, arg, *t);
+      o.present = true;
+    }
+    return o;
+  }
+  /// After the op has run. Inside inference mode an inference tensor has no counter (bump_version skips it).
+  void bump() const {
+    for (std::size_t i = 0; i < count_; ++i) tensors_[i]->bump_version();
+  }
+
+ private:
+  std::array<c10::TensorImpl*, 6> tensors_{};  // the most an op writes: moe_route's five
+  std::size_t count_ = 0;
+};
+
 /// Re-raises a library error as the Python exception design.md names, with the same message: ValueError for a bad
 /// argument or a bad device-resident value, RuntimeError for an unsupported request or a CUDA failure.
 [[noreturn]] inline void rethrow(const Error& e) {
@@ -95,23 +143,25 @@ struct OptionalView {
 
 /// Calls `fn(stream)` on the device of `t`: for a CUDA tensor under a device guard with torch's current stream on that
 /// device (never the default stream unless it is the current one), for a CPU tensor with no stream. Library errors
-/// become Python exceptions (rethrow).
+/// become Python exceptions (rethrow); once `fn` has returned, the written tensors' version counters are bumped.
 template <class Fn>
-void run_on_device_of(const at::Tensor& t, Fn&& fn) {
+void run_on_device_of(const at::Tensor& t, const Written& written, Fn&& fn) {
   try {
 #ifdef FUSEOPS_TORCH_CUDA
     if (t.is_cuda()) {
       const c10::cuda::OptionalCUDAGuard guard(t.device());
       fn(Stream(c10::cuda::getCurrentCUDAStream(t.get_device()).stream()));  // = at::cuda::getCurrentCUDAStream
-      return;
+    } else {
+      fn(Stream{});
     }
 #else
     (void)t;
-#endif
     fn(Stream{});
+#endif
   } catch (const Error& e) {
     rethrow(e);
   }
+  written.bump();
 }
 
 /// Calls `fn()` and turns library errors into Python exceptions (for ops without tensors).

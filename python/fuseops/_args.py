@@ -78,24 +78,6 @@ def tensor_arg(op, name, t, optional=False):
     raise ValueError(f"{op}: {name}: expected a torch.Tensor{' or None' if optional else ''}, got {type(t).__name__}")
 
 
-_increment_version = getattr(getattr(torch.autograd, "graph", None), "increment_version", None)
-
-
-def mutated(*tensors):
-    """Marks tensors an op wrote in place as modified for autograd (their version counter, as torch's own in-place ops
-    do), so that a backward that saved one of them raises instead of reading the new values. torch >= 2.1
-    (torch.autograd.graph.increment_version); older torch: nothing. Skipped while torch.compile traces (the graph's
-    functionalisation sees the write) and for inference tensors (which have no version counter)."""
-    if _increment_version is None:
-        return
-    compiler = getattr(torch, "compiler", None)
-    if compiler is not None and getattr(compiler, "is_compiling", lambda: False)():
-        return
-    for t in tensors:
-        if isinstance(t, torch.Tensor) and not t.is_inference():
-            _increment_version(t)
-
-
 def written_arg(op, name, t):
     """An output the op writes in place: None, or a tensor that does not require grad while grad mode is on (autograd
     would not see the write)."""
@@ -141,16 +123,17 @@ def not_twice_differentiable(op, grads, *inputs):
 
 @contextlib.contextmanager
 def named_as(called, op, names):
-    """Restates the ValueErrors of op ``op`` in the names of the Python function the user called: the message's
-    leading "<op>: " becomes "<called>: " and each argument name in ``names`` (whole words) its Python name, e.g.
-    rotary_embedding_backward's "rotary_embedding: query: ..." reads "rotary_embedding_backward: grad_query: ..."."""
+    """Restates the ValueErrors and RuntimeErrors of op ``op`` in the names of the Python function the user called
+    (same type): the message's leading "<op>: " becomes "<called>: " and each argument name in ``names`` (whole words)
+    its Python name, e.g. rotary_embedding_backward's "rotary_embedding: query: ..." reads
+    "rotary_embedding_backward: grad_query: ..."."""
     try:
         yield
-    except ValueError as e:
+    except (ValueError, RuntimeError) as e:
         msg = str(e)
-        if not msg.startswith(op + ": "):
+        if type(e) not in (ValueError, RuntimeError) or not msg.startswith(op + ": "):
             raise
         rest = msg[len(op) + 2:]
         for internal, public in names.items():
             rest = re.sub(rf"\b{re.escape(internal)}\b", public, rest)
-        raise ValueError(f"{called}: {rest}") from None
+        raise type(e)(f"{called}: {rest}") from None

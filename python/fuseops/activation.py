@@ -28,7 +28,7 @@ Rules for every function here:
 
 import torch
 
-from ._args import forward_only, mutated, not_twice_differentiable, tensor_arg, written_arg
+from ._args import forward_only, not_twice_differentiable, tensor_arg, written_arg
 from ._ops import ops
 
 _APPROXIMATE = ("none", "tanh")
@@ -171,7 +171,6 @@ def _fused(op, input, approximate, out):
             return _gelu_tanh_and_mul_fn(input)
         return _gelu_and_mul_fn(input, approximate)
     _fused_forward(op, out, input, approximate)
-    mutated(out)
     return out
 
 
@@ -185,7 +184,6 @@ def _split(op, gate, up, approximate, out):
     if out is None:
         return _silu_and_mul_split_fn(gate, up) if approximate is None else _gelu_and_mul_split_fn(gate, up, approximate)
     _split_forward(out, gate, up, approximate)
-    mutated(out)
     return out
 
 
@@ -280,7 +278,6 @@ def _backward_call(op, dout, gate, up, approximate, dgate, dup):
     if dup is None:
         dup = dout.new_empty(dout.shape)
     _backward(dgate, dup, dout, gate, up, approximate)
-    mutated(dgate, dup)
     return dgate, dup
 
 

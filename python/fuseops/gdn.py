@@ -14,7 +14,7 @@ graph is never dropped silently; call the functions under torch.no_grad() / torc
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg, is_flag, mutated, named_as, shown
+from ._args import bool_arg, float_arg, forward_only, int_arg, is_flag, named_as, shown
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -369,7 +369,6 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
                                                         _index_rows(ssm_state_indices),
                                                         _index_rows(num_accepted_tokens),
                                                         bool(use_qk_l2norm_in_kernel), cu_seqlens)
-        mutated(initial_state)
         return o, initial_state
     if num_accepted_tokens is not None:
         raise ValueError(f"{op}: num_accepted_tokens: expected None without ssm_state_indices")
@@ -417,5 +416,4 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
                                                    bool(use_qk_l2norm_in_kernel), cu_seqlens,
                                                    float_arg(op, "softplus_beta", softplus_beta),
                                                    float_arg(op, "softplus_threshold", softplus_threshold))
-    mutated(initial_state_source)
     return o

@@ -14,7 +14,7 @@ naming the argument.
 
 import torch
 
-from ._args import bool_arg as _flag, forward_only, int_arg as _int, mutated, named_as, tensor_arg
+from ._args import bool_arg as _flag, forward_only, int_arg as _int, named_as, tensor_arg
 from ._ops import ops
 
 _LAYOUTS = ("chunked", "interleaved", "interleaved_glm")
@@ -72,7 +72,6 @@ def _rotary_embedding(op, names, positions, query, key, head_size, cos_sin_cache
     with named_as(op, "rotary_embedding", dict(zip(("positions", "query", "key"), names))):
         ops.rotary_embedding(_flattened(positions), query, key, _int(op, "head_size", head_size), cos_sin_cache,
                              _flag(op, "is_neox", is_neox), _flag(op, "inverse", inverse))
-    mutated(query, key)
     return query, key
 
 
@@ -125,7 +124,6 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=F
         _not_tracked(op, q=q, k=k)
         with named_as(op, op, {"q_out": "q", "k_out": "k"}):  # in place: the outputs are q and k
             ops.apply_rotary_pos_emb_inplace(q, k, cos, sin, position_ids, rotary_interleaved, False)
-        mutated(q, k)
         return q, k
     return _ApplyRotaryPosEmb.apply(q, k, cos, sin, position_ids, rotary_interleaved, False)
 
@@ -184,7 +182,6 @@ def _mrope(op, names, query, key, cos_sin_cache, positions, mrope_section, head_
     with named_as(op, "mrope", dict(zip(("query", "key"), names))):
         ops.mrope(positions, query, key, _int(op, "head_size", head_size), _int(op, "rotary_dim", rotary_dim),
                   cos_sin_cache, section, _flag(op, "is_neox", is_neox), layout, _flag(op, "inverse", inverse))
-    mutated(query, key)
     return query, key
 
 

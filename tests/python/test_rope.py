@@ -442,8 +442,6 @@ def test_mrope_section_must_be_ordered():
     assert isinstance(out, tuple) and out[0] is q and out[1] is None
 
 
-@pytest.mark.skipif(not hasattr(getattr(torch.autograd, "graph", None), "increment_version"),
-                    reason="torch < 2.1 has no increment_version: in-place writes leave the version counter")
 def test_in_place_writes_bump_the_version_counter():
     # a backward that saved the tensor raises, as after torch's own in-place ops (it read the new values silently)
     cache = cache_of(32, 16, torch.float32, "cpu")

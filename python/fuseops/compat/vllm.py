@@ -7,7 +7,7 @@ out [..., d], input [..., 2*d]; dtypes float32 / float16 / bfloat16. Numerics: o
 may differ from vLLM's (two roundings) by 1 ulp (docs/ops/activation.md). Errors: ValueError naming the argument.
 """
 
-from .._args import bool_arg, float_arg, forward_only, int_arg, mutated, tensor_arg, written_arg
+from .._args import bool_arg, float_arg, forward_only, int_arg, tensor_arg, written_arg
 from .._ops import ops
 
 
@@ -21,21 +21,18 @@ def silu_and_mul(out, input):
     """out = silu(input[..., :d]) * input[..., d:]."""
     _not_differentiable("silu_and_mul", out, input)
     ops.silu_and_mul.default(out, input)
-    mutated(out)
 
 
 def gelu_and_mul(out, input):
     """out = gelu(input[..., :d]) * input[..., d:], erf form (approximate="none")."""
     _not_differentiable("gelu_and_mul", out, input)
     ops.gelu_and_mul.default(out, input, "none")
-    mutated(out)
 
 
 def gelu_tanh_and_mul(out, input):
     """out = gelu(input[..., :d]) * input[..., d:], tanh approximation."""
     _not_differentiable("gelu_tanh_and_mul", out, input)
     ops.gelu_tanh_and_mul.default(out, input)
-    mutated(out)
 
 
 def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False, bias=None):

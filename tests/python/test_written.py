@@ -1,0 +1,155 @@
+"""The tensors ops write (the ``Tensor!`` / ``Tensor(a!)`` arguments of every op of torch.ops.fuseops) follow torch's
+rules for in-place writes (bindings/torch/torch_utils.h, ``Written``): an inference tensor is written only inside
+torch.inference_mode() (outside it a RuntimeError naming the op and the argument, before anything is written), and
+each written tensor's autograd version counter is bumped once the op has run. Every op is checked on the raw calls
+that the Python functions make on small valid inputs (recorded by a TorchDispatchMode), replayed with one change at a
+time; the ops' schemas say which arguments are written, and every op that writes one must have been reached."""
+
+import pytest
+from common import DEVICES, torch
+from test_opcheck_recorded import _gdn_calls, _moe_calls
+
+import fuseops
+
+TorchDispatchMode = pytest.importorskip("torch.utils._python_dispatch").TorchDispatchMode
+F = torch.nn.functional
+
+
+def _written_ops():
+    """{op name: indices of its written arguments}, from the registered schemas (every overload of every op)."""
+    ops = {}
+    for s in torch._C._jit_get_all_schemas():
+        if s.name.startswith("fuseops::"):
+            written = [i for i, a in enumerate(s.arguments) if a.alias_info is not None and a.alias_info.is_write]
+            if written:
+                ops[(s.name[len("fuseops::"):], s.overload_name)] = written
+    return ops
+
+
+class _Recording(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func._schema.name.startswith("fuseops::"):
+            self.calls.append((func, args, kwargs))
+        return func(*args, **kwargs)
+
+
+def _other_calls(device):
+    """The activations, the norm, the rotary embeddings and the intra-chunk ops (_gdn_calls and _moe_calls have the
+    rest), each writing an output it is given or allocates."""
+    gen = torch.Generator().manual_seed(5)
+
+    def rand(*shape):
+        return torch.randn(*shape, generator=gen).to(device)
+
+    x, gate, up, dout = rand(4, 16), rand(4, 8), rand(4, 8), rand(4, 8)
+    fuseops.silu_and_mul(x, out=torch.empty(4, 8, device=device))
+    fuseops.gelu_and_mul(x, "tanh", out=torch.empty(4, 8, device=device))
+    fuseops.gelu_tanh_and_mul(x, out=torch.empty(4, 8, device=device))
+    fuseops.silu_and_mul_split(gate, up, out=torch.empty(4, 8, device=device))
+    fuseops.gelu_and_mul_split(gate, up, out=torch.empty(4, 8, device=device))
+    fuseops.silu_and_mul_backward(dout, gate, up)
+    fuseops.gelu_and_mul_backward(dout, gate, up, "none")
+    masked_m = torch.tensor([2, 0, 3], dtype=torch.int32, device=device)
+    fuseops.silu_and_mul_masked(rand(3, 4, 16), masked_m)
+    fuseops.gelu_and_mul_masked(rand(3, 4, 16), masked_m, "tanh")
+    fuseops.layer_norm_fwd(rand(4, 16), rand(16), rand(16), z=rand(4, 16), group_size=8)
+
+    cache = rand(32, 16)
+    fuseops.rotary_embedding(torch.arange(5, device=device), rand(5, 32), rand(5, 16), 16, cache)
+    fuseops.mrope(rand(5, 32), rand(5, 16), cache, torch.zeros(3, 5, dtype=torch.long, device=device), [2, 3, 3], 16,
+                  16)
+    q, k, cos, sin = rand(1, 5, 2, 16), rand(1, 5, 1, 16), rand(5, 8), rand(5, 8)
+    fuseops.apply_rotary_pos_emb(q, k, cos, sin)
+    fuseops.apply_rotary_pos_emb(q, k, cos, sin, inplace=True)
+
+    kk = F.normalize(torch.randn(1, 70, 1, 16, generator=gen), dim=-1).to(device)
+    g = fuseops.chunk_local_cumsum(F.logsigmoid(rand(1, 70, 2)), 64)
+    beta = torch.rand(1, 70, 2, generator=gen).to(device)
+    A = fuseops.chunk_scaled_dot_kkt_fwd(kk, g, beta)
+    fuseops.solve_tril(A)
+
+
+def _recorded(device):
+    """The first recorded call of each op overload: {(name, overload): (func, args, kwargs)}."""
+    with _Recording() as rec:
+        _gdn_calls(device, torch.float32)
+        _moe_calls(device, torch.float32)
+        _other_calls(device)
+    first = {}
+    for func, args, kwargs in rec.calls:
+        first.setdefault((func._schema.name[len("fuseops::"):], func._schema.overload_name), (func, args, kwargs))
+    return first
+
+
+# the in-place rotary op reports as the Python function that calls it (fuseops.apply_rotary_pos_emb(inplace=True))
+_NAMED = {"apply_rotary_pos_emb_inplace": "apply_rotary_pos_emb"}
+
+
+def _copied(args):
+    return [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def _replays(device):
+    ops = _written_ops()
+    calls = _recorded(device)
+    missing = sorted(set(ops) - set(calls))
+    assert not missing, f"ops that write a tensor but no call reached: {missing}"
+    for key, written in sorted(ops.items()):
+        func, args, kwargs = calls[key]
+        assert not kwargs, key  # the Python functions pass every argument positionally
+        yield key[0], func, list(args), [i for i in written if isinstance(args[i], torch.Tensor)]
+
+
+def test_every_op_but_the_allocating_ones_writes_a_tensor():
+    # the schemas' alias annotations are what the replays below go by: only the functional overloads (which allocate
+    # their output) and the three library-wide ops write no tensor argument
+    every = {(s.name[len("fuseops::"):], s.overload_name) for s in torch._C._jit_get_all_schemas()
+             if s.name.startswith("fuseops::")}
+    rest = every - set(_written_ops())
+    assert rest == {(n, "functional") for n in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul",
+                                                 "silu_and_mul_split", "gelu_and_mul_split")} | {
+        ("check_errors", ""), ("clear_errors", ""), ("version", "")}, sorted(rest)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_written_tensors_bump_their_version_counter(device):
+    for name, func, args, written in _replays(device):
+        args = _copied(args)
+        before = [args[i]._version for i in written]
+        func(*args)
+        after = [args[i]._version for i in written]
+        assert all(a > b for a, b in zip(after, before)), (name, before, after)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_inference_tensors_are_written_only_in_inference_mode(device):
+    for name, func, args, written in _replays(device):
+        for i in written:
+            replay = _copied(args)
+            with torch.inference_mode():
+                replay[i] = torch.zeros_like(args[i])
+            with pytest.raises(RuntimeError, match=rf"^{_NAMED.get(name, name)}: \w+: an in-place write to an inference tensor outside "
+                                                   r"torch.inference_mode\(\) is not allowed"):
+                func(*replay)
+            assert not replay[i].any(), (name, i)  # refused before anything was written
+        # inside inference mode every tensor may be an inference tensor
+        with torch.inference_mode():
+            replay = _copied(args)
+            func(*replay)
+            assert all(replay[i].is_inference() for i in written)
+
+
+def test_the_python_functions_name_their_own_arguments():
+    # rotary_embedding_backward restates the op's query as grad_query (named_as), RuntimeErrors as ValueErrors
+    with torch.inference_mode():
+        grad = torch.randn(4, 32)
+    with pytest.raises(RuntimeError, match=r"^rotary_embedding_backward: grad_query: an in-place write to an "
+                                           "inference tensor"):
+        fuseops.rotary_embedding_backward(torch.arange(4), grad, None, 16, torch.randn(16, 16))
+    with pytest.raises(RuntimeError, match=r"^silu_and_mul: out: an in-place write to an inference tensor"):
+        fuseops.silu_and_mul(torch.randn(4, 16), out=grad[:, :8])
