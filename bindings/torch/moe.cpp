@@ -53,7 +53,7 @@ void moe_align_block_size(const at::Tensor& topk_ids, int64_t num_experts, int64
   const OptionalView m(op, "expert_map", expert_map);
   const TensorView s = written.add(op, "sorted_token_ids", sorted_token_ids),
                    e = written.add(op, "expert_ids", expert_ids);
-  const TensorView t = written.add(op, "num_tokens_post_padded", num_tokens_post_pad);
+  const TensorView t = written.add(op, "num_tokens_post_pad", num_tokens_post_pad);
   run_on_device_of(sorted_token_ids, written, [&](Stream st) {
     fuseops::moe_align_block_size(s, e, t, ids, num_experts, block_size, m.get(), st);
   });
@@ -76,7 +76,7 @@ void moe_route(at::Tensor& topk_weights, at::Tensor& topk_ids, at::Tensor& sorte
   const TensorView w = written.add(op, "topk_weights", topk_weights), i = written.add(op, "topk_ids", topk_ids);
   const TensorView s = written.add(op, "sorted_token_ids", sorted_token_ids),
                    e = written.add(op, "expert_ids", expert_ids);
-  const TensorView t = written.add(op, "num_tokens_post_padded", num_tokens_post_pad);
+  const TensorView t = written.add(op, "num_tokens_post_pad", num_tokens_post_pad);
   run_on_device_of(topk_weights, written,
                    [&](Stream st) { fuseops::moe_route(w, i, s, e, t, g, b.get(), c, block_size, st); });
 }

@@ -60,8 +60,13 @@ inline Device to_device(const char* op, const char* arg, const at::Tensor& t) {
 }
 
 /// A view of `t`: data pointer (storage offset included), dtype, device, sizes and strides in elements, rank <= 8.
+/// A dual tensor of forward-mode AD (torch.autograd.forward_ad.make_dual) is a NotImplementedError: the ops compute no
+/// tangent, and their outputs would carry none (or a stale one, for a written tensor) without a word.
 inline TensorView to_view(const char* op, const char* arg, const at::Tensor& t) {
   TORCH_CHECK_VALUE(t.defined(), op, ": ", arg, ": expected a tensor, got an undefined tensor");
+  TORCH_CHECK_NOT_IMPLEMENTED(!t._fw_grad(/*level=*/0).defined(), op, ": ", arg,
+                              ": a dual tensor of forward-mode AD; fuseops computes no tangent (pass the primal, "
+                              "torch.autograd.forward_ad.unpack_dual(t).primal, and compute the tangent otherwise)");
   TORCH_CHECK_VALUE(t.dim() <= TensorView::kMaxRank, op, ": ", arg, ": expected rank <= ", TensorView::kMaxRank,
                     ", got rank ", t.dim(), " ", t.sizes());
   const DType dtype = to_dtype(op, arg, t.scalar_type());

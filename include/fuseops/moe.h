@@ -22,7 +22,7 @@
 //  - without a bias, selection is made on the logits (the scores are monotone in them), so it is exact.
 // Determinism: every output is bitwise identical across runs and a token's row does not depend on other tokens.
 //
-// Common rules: dims T (tokens), E (experts), k (topk). T = 0 is valid (nothing but num_tokens_post_padded and
+// Common rules: dims T (tokens), E (experts), k (topk). T = 0 is valid (nothing but num_tokens_post_pad and
 // the schedule padding is written). Tensors live on one device (CPU or one CUDA device); the work runs there, on
 // `stream`, without host synchronisation (capturable in CUDA graphs). Row-strided 2-D views are accepted (innermost
 // stride 1). Outputs must not overlap inputs or each other.
@@ -81,14 +81,14 @@ MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_
 ///  - sorted_token_ids [S] i32, S >= moe_align_sizes(numel, num_experts, block_size).sorted_len: the region of
 ///    expert e starts at the sum of the earlier experts' counts rounded up to block_size and lists the flat indices
 ///    routed to e in ascending order, then padding; every other entry (padding, tail) is numel;
-///  - expert_ids [B] i32, B >= ceil(S / block_size): the expert of each block before num_tokens_post_padded, -1 after;
-///  - num_tokens_post_padded [1] i32: the end of the last region (a multiple of block_size).
+///  - expert_ids [B] i32, B >= ceil(S / block_size): the expert of each block before num_tokens_post_pad, -1 after;
+///  - num_tokens_post_pad [1] i32: the end of the last region (a multiple of block_size).
 /// expert_map: [num_experts] i32 global id -> local id in [0, num_experts) or -1 (not on this rank), or nullptr.
 /// Ids -1 are padding and skipped; ids < -1 or >= num_experts (and map entries outside [-1, num_experts)) are
 /// skipped and recorded in the device error record (argument topk_ids / expert_map, index = flat index / global id).
 /// 1 <= num_experts <= 4096, 1 <= block_size <= 2^20. As vLLM `moe_align_block_size` with the map applied in the
 /// kernel (vLLM PR #29642); blocks past the end are -1 as in newer vLLM and FlagGems.
-void moe_align_block_size(TensorView sorted_token_ids, TensorView expert_ids, TensorView num_tokens_post_padded,
+void moe_align_block_size(TensorView sorted_token_ids, TensorView expert_ids, TensorView num_tokens_post_pad,
                           TensorView topk_ids, int64_t num_experts, int64_t block_size,
                           const TensorView* expert_map = nullptr, Stream stream = {});
 
@@ -106,7 +106,7 @@ struct MoeRouterConfig {
 /// and grouped_topk's rules), then the schedule of moe_align_block_size(topk_ids, E, block_size) without an
 /// expert map (num_experts = E). Results are identical to calling the parts; fewer kernel launches.
 void moe_route(TensorView topk_weights, TensorView topk_ids, TensorView sorted_token_ids, TensorView expert_ids,
-               TensorView num_tokens_post_padded, TensorView gating_output, const TensorView* bias,
+               TensorView num_tokens_post_pad, TensorView gating_output, const TensorView* bias,
                const MoeRouterConfig& config, int64_t block_size, Stream stream = {});
 
 }  // namespace fuseops

@@ -12,7 +12,7 @@
 //     total and the count of the blocks before it), then scans the padded totals into region starts;
 //  5. copy-out: the staging buffer goes to sorted_token_ids in order, so runs of one expert are written together
 //     (coalesced) instead of one scattered store per id;
-//  6. padding (numel), expert_ids and num_tokens_post_padded: one warp per few experts writes that expert's padding
+//  6. padding (numel), expert_ids and num_tokens_post_pad: one warp per few experts writes that expert's padding
 //     run and its blocks, then the tail past the last region, spread over all threads of the cluster.
 // ROUNDS == 0 (streamed fallback for inputs above the register capacity): 1-2 read the ids twice, counting with
 // shared atomics, then scattering directly to global memory with the same match_any ranks.
@@ -284,7 +284,7 @@ struct AlignSmem {
   }
 };
 
-/// Step 6: padding, expert_ids and num_tokens_post_padded from the region starts `start` [E + 1] (multiples of
+/// Step 6: padding, expert_ids and num_tokens_post_pad from the region starts `start` [E + 1] (multiples of
 /// block_size) and the counts `count` [E] in shared memory, by all threads of `parts` blocks (a cluster, or the
 /// small variant's independent blocks), this one being `part`.
 inline __device__ void align_fill(const AlignParams& p, const int* start, const int* count, unsigned parts,
@@ -439,7 +439,7 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
       if (e >= 0) p.sorted[pos] = i;
     }
   }
-  // 6. Padding, expert_ids, num_tokens_post_padded.
+  // 6. Padding, expert_ids, num_tokens_post_pad.
   align_fill(p, s.start, s.count, cl, rank);
   cluster_wait(cl);  // no block leaves while another may still read its block totals
 }

@@ -14,7 +14,7 @@
 //  4. from the cluster's histograms and owned counts through distributed shared memory: every expert's total and
 //     the ids of that expert before this block's slice (the chunks before the cluster, then the owned slices of
 //     lower ranks); region starts = exclusive scan of the padded totals (every block computes them);
-//  5. every owned id goes to start + earlier + warp prefix + rank; padding, expert_ids and num_tokens_post_padded:
+//  5. every owned id goes to start + earlier + warp prefix + rank; padding, expert_ids and num_tokens_post_pad:
 //     align_fill over all G blocks; second cluster barrier before leaving (the peers' shared memory is read).
 // Tokens of one expert land in ascending flat order: blocks, warps, rounds and lanes ascend with the flat index.
 #pragma once

@@ -153,7 +153,7 @@ Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, T
   // each view's own fields first: the schedule's lengths come from topk_ids' dims (a negative or huge one would be
   // reported against sorted_token_ids or as a size overflow)
   check_layouts(op, {{"topk_ids", &ids_view}, {"sorted_token_ids", &sorted}, {"expert_ids", &expert_ids},
-                     {"num_tokens_post_padded", &total}, {"expert_map", expert_map}});
+                     {"num_tokens_post_pad", &total}, {"expert_map", expert_map}});
   check_dtype(op, "topk_ids", ids_view, kIdTypes);
   a.ids = matrix(op, "topk_ids", ids_view, "[T, k]", -1, -1);
   const int64_t numel = a.ids.rows * a.ids.cols;
@@ -171,12 +171,12 @@ Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, T
   const int64_t min_blocks = (a.sorted_len + block_size - 1) / block_size;
   a.blocks = vector(op, "expert_ids", expert_ids, "[B] with B >= ceil(S / block_size)", -1, min_blocks).size;
   a.expert_ids = contiguous_i32(op, "expert_ids", expert_ids);
-  vector(op, "num_tokens_post_padded", total, "[1]", 1);
-  a.total = contiguous_i32(op, "num_tokens_post_padded", total);
+  vector(op, "num_tokens_post_pad", total, "[1]", 1);
+  a.total = contiguous_i32(op, "num_tokens_post_pad", total);
   std::vector<NamedView> views = {{"topk_ids", &ids_view},
                                   {"sorted_token_ids", &sorted},
                                   {"expert_ids", &expert_ids},
-                                  {"num_tokens_post_padded", &total}};
+                                  {"num_tokens_post_pad", &total}};
   if (expert_map) {
     check_dtype(op, "expert_map", *expert_map, {DType::i32});
     a.expert_map = vector(op, "expert_map", *expert_map, "[num_experts]", num_experts);
@@ -269,12 +269,12 @@ void grouped_topk(TensorView topk_weights, TensorView topk_ids, TensorView score
   detail::run_route(op, a, device, stream);
 }
 
-void moe_align_block_size(TensorView sorted_token_ids, TensorView expert_ids, TensorView num_tokens_post_padded,
+void moe_align_block_size(TensorView sorted_token_ids, TensorView expert_ids, TensorView num_tokens_post_pad,
                           TensorView topk_ids, int64_t num_experts, int64_t block_size, const TensorView* expert_map,
                           Stream stream) {
   const char* op = "moe_align_block_size";
   detail::AlignArgs a;
-  const Device device = detail::check_align(op, sorted_token_ids, expert_ids, num_tokens_post_padded, topk_ids,
+  const Device device = detail::check_align(op, sorted_token_ids, expert_ids, num_tokens_post_pad, topk_ids,
                                             num_experts, block_size, expert_map, a);
   if (detail::backend_for(op, device) == detail::Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)
@@ -287,7 +287,7 @@ void moe_align_block_size(TensorView sorted_token_ids, TensorView expert_ids, Te
 }
 
 void moe_route(TensorView topk_weights, TensorView topk_ids, TensorView sorted_token_ids, TensorView expert_ids,
-               TensorView num_tokens_post_padded, TensorView gating_output, const TensorView* bias,
+               TensorView num_tokens_post_pad, TensorView gating_output, const TensorView* bias,
                const MoeRouterConfig& config, int64_t block_size, Stream stream) {
   const char* op = "moe_route";
   detail::check_scoring(op, config.scoring);
@@ -298,13 +298,13 @@ void moe_route(TensorView topk_weights, TensorView topk_ids, TensorView sorted_t
   r.scoring = config.scoring;
   r.renormalize = config.renormalize;
   detail::AlignArgs a;
-  const Device d2 = detail::check_align(op, sorted_token_ids, expert_ids, num_tokens_post_padded, topk_ids, r.E,
+  const Device d2 = detail::check_align(op, sorted_token_ids, expert_ids, num_tokens_post_pad, topk_ids, r.E,
                                         block_size, nullptr, a);
   if (d2 != device) {
     detail::fail_argument(op, "sorted_token_ids", "device " + device_name(device), device_name(d2));
   }
-  const TensorView* outs[] = {&sorted_token_ids, &expert_ids, &num_tokens_post_padded};
-  const char* out_names[] = {"sorted_token_ids", "expert_ids", "num_tokens_post_padded"};
+  const TensorView* outs[] = {&sorted_token_ids, &expert_ids, &num_tokens_post_pad};
+  const char* out_names[] = {"sorted_token_ids", "expert_ids", "num_tokens_post_pad"};
   for (int i = 0; i < 3; ++i) {
     detail::check_disjoint(op, out_names[i], *outs[i], "topk_weights", topk_weights);
     detail::check_disjoint(op, out_names[i], *outs[i], "gating_output", gating_output);

@@ -37,7 +37,7 @@ struct AlignArgs {
   int64_t sorted_len = 0;
   int32_t* expert_ids = nullptr;  ///< [blocks], contiguous
   int64_t blocks = 0;
-  int32_t* total = nullptr;    ///< num_tokens_post_padded [1]
+  int32_t* total = nullptr;    ///< num_tokens_post_pad [1]
   StridedVec expert_map;       ///< [E] i32, or absent
   int64_t E = 0, block_size = 1;
   uint32_t ids_site = 0, map_site = 0;  ///< error record sites (topk_ids, expert_map)

@@ -241,7 +241,7 @@ MoeComparison compare_align(const AlignGolden& g, const testing::HostTensor& sor
       }
     }
   };
-  check("num_tokens_post_padded", total, {g.total});
+  check("num_tokens_post_pad", total, {g.total});
   check("sorted_token_ids", sorted, g.sorted);
   check("expert_ids", expert_ids, g.expert_ids);
   return c;

@@ -64,7 +64,7 @@ struct MoeComparison {
 MoeComparison compare_route(const RouteGolden& g, const testing::HostTensor& weights, const testing::HostTensor& ids,
                             const testing::HostTensor* src_rows = nullptr);
 
-/// Checks a schedule exactly (sorted_token_ids, expert_ids, num_tokens_post_padded).
+/// Checks a schedule exactly (sorted_token_ids, expert_ids, num_tokens_post_pad).
 MoeComparison compare_align(const AlignGolden& g, const testing::HostTensor& sorted,
                             const testing::HostTensor& expert_ids, const testing::HostTensor& total);
 

@@ -93,7 +93,7 @@ TEST(MoeErrors, AlignBlockSize) {
                    "expert_ids");
   TensorView two(b.total.data(), DType::i32, Device::cpu(), {2});
   EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.eids_v(2), b.I(), 256, 64), op,
-                   "num_tokens_post_padded");
+                   "num_tokens_post_pad");
   (void)two;
   TensorView fids(b.ids.data(), DType::f32, Device::cpu(), {4, 8});
   EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), fids, 256, 64), op, "topk_ids");

@@ -10,9 +10,11 @@ from common import DEVICES, torch
 from test_opcheck_recorded import _gdn_calls, _moe_calls
 
 import fuseops
+from fuseops.compat import flaggems, vllm
 
 TorchDispatchMode = pytest.importorskip("torch.utils._python_dispatch").TorchDispatchMode
 F = torch.nn.functional
+fwAD = pytest.importorskip("torch.autograd.forward_ad")
 
 
 def _written_ops():
@@ -133,8 +135,8 @@ def test_inference_tensors_are_written_only_in_inference_mode(device):
             replay = _copied(args)
             with torch.inference_mode():
                 replay[i] = torch.zeros_like(args[i])
-            with pytest.raises(RuntimeError, match=rf"^{_NAMED.get(name, name)}: \w+: an in-place write to an inference tensor outside "
-                                                   r"torch.inference_mode\(\) is not allowed"):
+            pattern = rf"^{_NAMED.get(name, name)}: \w+: an in-place write to an inference tensor outside "
+            with pytest.raises(RuntimeError, match=pattern + r"torch.inference_mode\(\) is not allowed"):
                 func(*replay)
             assert not replay[i].any(), (name, i)  # refused before anything was written
         # inside inference mode every tensor may be an inference tensor
@@ -153,3 +155,65 @@ def test_the_python_functions_name_their_own_arguments():
         fuseops.rotary_embedding_backward(torch.arange(4), grad, None, 16, torch.randn(16, 16))
     with pytest.raises(RuntimeError, match=r"^silu_and_mul: out: an in-place write to an inference tensor"):
         fuseops.silu_and_mul(torch.randn(4, 16), out=grad[:, :8])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dual_tensors_of_forward_ad_are_refused(device):
+    # the ops compute no tangent: a dual tensor anywhere (read or written) is a NotImplementedError naming it, as
+    # torch's ops without a forward derivative raise, not an output that silently has no (or a stale) tangent
+    for name, func, args, _ in _replays(device):
+        floats = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.is_floating_point()]
+        for i in floats:  # (moe_align_block_size has none: integer tensors are never dual)
+            replay = _copied(args)
+            with fwAD.dual_level():
+                replay[i] = fwAD.make_dual(replay[i], torch.zeros_like(replay[i]))
+                with pytest.raises(NotImplementedError, match=rf"^{_NAMED.get(name, name)}: \w+: a dual tensor of "
+                                                              "forward-mode AD"):
+                    func(*replay)
+
+
+def test_compat_functions_name_their_own_arguments():
+    # the compat functions restate the errors of the functions they call in their own names and argument names
+    with torch.inference_mode():
+        frozen = torch.empty(4, 4)
+    x = torch.randn(4, 16)
+    cases = [
+        (RuntimeError, r"^silu_and_mul_out: out: an in-place write to an inference tensor",
+         lambda: flaggems.silu_and_mul_out(x[:, :4], x[:, 4:8], frozen)),
+        (ValueError, r"^silu_and_mul: B: expected shape \[4, 4\] \(leading dims of A\)",
+         lambda: flaggems.silu_and_mul(x[:, :4], x[:, 4:9])),
+        (ValueError, r"^gelu_and_mul: y: ", lambda: flaggems.gelu_and_mul(x[:, :4], x[:, 4:9])),
+        (ValueError, r"^topk_softmax: topk_indices: expected dtype",
+         lambda: flaggems.topk_softmax(torch.empty(5, 4), torch.empty(5, 4), torch.empty(5, 4, dtype=torch.int32),
+                                       torch.randn(5, 16))),
+        (ValueError, r"^topk_softmax: topk_indices: expected dtype",
+         lambda: vllm.topk_softmax(torch.empty(5, 4), torch.empty(5, 4), torch.empty(5, 4, dtype=torch.int32),
+                                   torch.randn(5, 16))),
+        (ValueError, r"^topk_softmax: bias: ",
+         lambda: vllm.topk_softmax(torch.empty(5, 4), torch.empty(5, 4, dtype=torch.int32),
+                                   torch.empty(5, 4, dtype=torch.int32), torch.randn(5, 16), bias=torch.randn(15))),
+    ]
+    ids = torch.zeros(3, 2, dtype=torch.int32)
+
+    def align(experts_ids, num_tokens_post_pad):
+        return lambda: vllm.moe_align_block_size(ids, 16, 4, torch.empty(100, dtype=torch.int32), experts_ids,
+                                                 num_tokens_post_pad)
+
+    i32 = dict(dtype=torch.int32)
+    cases += [
+        (ValueError, r"^moe_align_block_size: experts_ids: expected dtype",
+         align(torch.empty(100), torch.empty(1, **i32))),
+        (ValueError, r"^moe_align_block_size: num_tokens_post_pad: expected dtype",
+         align(torch.empty(100, **i32), torch.empty(1))),
+        # the raw op names its schema's argument (the C++ API's name too)
+        (ValueError, r"^moe_align_block_size: num_tokens_post_pad: expected dtype",
+         lambda: fuseops.ops.moe_align_block_size(ids, 16, 4, torch.empty(100, **i32), torch.empty(100, **i32),
+                                                  torch.empty(1))),
+    ]
+    with torch.inference_mode():
+        frozen_ids = torch.empty(100, **i32)
+    cases.append((RuntimeError, r"^moe_align_block_size: experts_ids: an in-place write to an inference tensor",
+                  align(frozen_ids, torch.empty(1, **i32))))
+    for error, pattern, call in cases:
+        with pytest.raises(error, match=pattern):
+            call()

@@ -11,30 +11,34 @@ tensors of the same shape [..., d]. Unlike FlagGems, no broadcasting: gate and u
 
 from .. import activation as _activation
 from .. import moe as _moe
-from .._args import bool_arg
+from .._args import bool_arg, named_as
 from .._ops import ops as _ops
 from .. import rope as _rope
 
 
 def silu_and_mul(A, B):
     """silu(A) * B; differentiable in A and B."""
-    return _activation.silu_and_mul_split(A, B)
+    with named_as("silu_and_mul", "silu_and_mul_split", {"gate": "A", "up": "B"}):
+        return _activation.silu_and_mul_split(A, B)
 
 
 def silu_and_mul_out(A, B, out):
     """silu(A) * B written into ``out``; returns ``out``."""
-    return _activation.silu_and_mul_split(A, B, out=out)
+    with named_as("silu_and_mul_out", "silu_and_mul_split", {"gate": "A", "up": "B"}):
+        return _activation.silu_and_mul_split(A, B, out=out)
 
 
 def gelu_and_mul(x, y, approximate="none"):
     """gelu(x, approximate) * y with approximate "none" (erf) or "tanh"; differentiable in x and y."""
-    return _activation.gelu_and_mul_split(x, y, approximate)
+    with named_as("gelu_and_mul", "gelu_and_mul_split", {"gate": "x", "up": "y"}):
+        return _activation.gelu_and_mul_split(x, y, approximate)
 
 
 def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False):
     """As ``flag_gems.topk_softmax``: fills the three outputs (FlagGems adds 1e-8 to its denominators; we do not)."""
     renormalize = bool_arg("topk_softmax", "renormalize", renormalize)
-    _ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, None)
+    with named_as("topk_softmax", "topk_softmax", {"topk_ids": "topk_indices"}):
+        _ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, None)
 
 
 def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad_sorted_ids=False):

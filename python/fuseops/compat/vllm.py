@@ -7,7 +7,7 @@ out [..., d], input [..., 2*d]; dtypes float32 / float16 / bfloat16. Numerics: o
 may differ from vLLM's (two roundings) by 1 ulp (docs/ops/activation.md). Errors: ValueError naming the argument.
 """
 
-from .._args import bool_arg, float_arg, forward_only, int_arg, tensor_arg, written_arg
+from .._args import bool_arg, float_arg, forward_only, int_arg, named_as, tensor_arg, written_arg
 from .._ops import ops
 
 
@@ -40,7 +40,8 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
     renormalize = bool_arg("topk_softmax", "renormalize", renormalize)
     forward_only("topk_softmax", gating_output=gating_output, bias=bias)
     written_arg("topk_softmax", "topk_weights", topk_weights)
-    ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)
+    with named_as("topk_softmax", "topk_softmax", {"topk_ids": "topk_indices", "correction_bias": "bias"}):
+        ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)
 
 
 def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_factor, bias, scoring_func=0):
@@ -81,8 +82,9 @@ def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, ex
         tensor_arg(op, name, t)
     tensor_arg(op, "expert_map", expert_map, optional=True)
     num_experts, block_size = _check_align_args(op, num_experts, block_size)  # the op's ranges, by name
-    ops.moe_align_block_size.default(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
-                                     num_tokens_post_pad, expert_map)
+    with named_as(op, op, {"expert_ids": "experts_ids"}):  # vLLM's name
+        ops.moe_align_block_size.default(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
+                                         num_tokens_post_pad, expert_map)
 
 
 def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
