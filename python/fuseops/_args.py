@@ -33,6 +33,7 @@ def int_arg(op, name, v, lo=None, hi=None):
     """An int (or numpy / torch integer scalar: a 0-dim tensor) within [lo, hi] where given, and within int64 (what the
     ops' schemas take: a larger one failed in torch's argument parser as "expected int, found int"); bools, floats and
     tensors with dims (torch.tensor([4]) is a list of one) are errors."""
+    _not_dual(op, name, v)
     value = None
     if not is_bool(v) and not (isinstance(v, torch.Tensor) and (v.dtype == torch.bool or v.dim() != 0)):
         try:
@@ -61,8 +62,16 @@ def bool_arg(op, name, v):
     raise ValueError(f"{op}: {name}: expected a bool, got {shown(v)}")
 
 
+def _not_dual(op, name, v):
+    """A 0-dim tensor given for a number must not carry a forward-mode AD tangent: the number drops it."""
+    if isinstance(v, torch.Tensor) and torch.autograd.forward_ad.unpack_dual(v).tangent is not None:
+        raise NotImplementedError(f"{op}: {name}: a dual tensor of forward-mode AD; fuseops computes no tangent (pass "
+                                  "a number, or the primal of the dual tensor)")
+
+
 def float_arg(op, name, v):
     """A real number (int, float, numpy / torch scalar) as a float; a bool, a string or None is an error."""
+    _not_dual(op, name, v)
     if isinstance(v, (str, bytes)) or is_bool(v) or _bool_tensor(v) or v is None:
         raise ValueError(f"{op}: {name}: expected a number, got {shown(v)}")
     try:
@@ -80,7 +89,8 @@ def tensor_arg(op, name, t, optional=False):
 
 def written_arg(op, name, t):
     """An output the op writes in place: None, or a tensor that does not require grad while grad mode is on (autograd
-    would not see the write)."""
+    would not see the write); anything else than a tensor or None is an error naming it."""
+    tensor_arg(op, name, t, optional=True)
     if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled():
         raise ValueError(f"{op}: {name}: expected a tensor that does not require grad (the op writes it in place)")
 
@@ -88,7 +98,9 @@ def written_arg(op, name, t):
 def forward_only(op, **tensors):
     """fuseops computes no gradient for these inputs: refuse one that requires grad while grad mode is on, rather than
     return outputs that silently drop it from the graph (call the op under torch.no_grad() / torch.inference_mode(),
-    or detach)."""
+    or detach). Each must be a tensor or None (a ValueError naming it otherwise)."""
+    for name, t in tensors.items():
+        tensor_arg(op, name, t, optional=True)
     if not torch.is_grad_enabled():
         return
     for name, t in tensors.items():
@@ -123,15 +135,15 @@ def not_twice_differentiable(op, grads, *inputs):
 
 @contextlib.contextmanager
 def named_as(called, op, names):
-    """Restates the ValueErrors and RuntimeErrors of op ``op`` in the names of the Python function the user called
-    (same type): the message's leading "<op>: " becomes "<called>: " and each argument name in ``names`` (whole words)
-    its Python name, e.g. rotary_embedding_backward's "rotary_embedding: query: ..." reads
+    """Restates the ValueErrors, RuntimeErrors and NotImplementedErrors of op ``op`` in the names of the Python
+    function the user called (same type): the message's leading "<op>: " becomes "<called>: " and each argument name
+    in ``names`` (whole words) its Python name, e.g. rotary_embedding_backward's "rotary_embedding: query: ..." reads
     "rotary_embedding_backward: grad_query: ..."."""
     try:
         yield
-    except (ValueError, RuntimeError) as e:
+    except (ValueError, RuntimeError, NotImplementedError) as e:
         msg = str(e)
-        if type(e) not in (ValueError, RuntimeError) or not msg.startswith(op + ": "):
+        if type(e) not in (ValueError, RuntimeError, NotImplementedError) or not msg.startswith(op + ": "):
             raise
         rest = msg[len(op) + 2:]
         for internal, public in names.items():

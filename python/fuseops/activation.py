@@ -327,7 +327,8 @@ def _masked(op, input, masked_m, approximate, out):
     if input.dim() != 3:
         raise ValueError(f"{op}: input: expected rank 3 [E, T_max, 2*d], got {list(input.shape)}")
     if input.requires_grad and torch.is_grad_enabled():
-        raise RuntimeError(f"{op}: the masked form is forward only (its rows past masked_m are undefined)")
+        raise RuntimeError(f"{op}: input: requires grad, but the masked form is forward only (its rows past masked_m "
+                           "are undefined); call it under torch.no_grad() or detach input")
     if out is None:
         out = input.new_empty(input.shape[:-1] + (input.shape[-1] // 2,))
     else:

@@ -350,7 +350,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     :func:`fuseops.check_errors` (and its sequence treated as padding). Returns (o, initial_state).
     """
     op = "fused_recurrent_gated_delta_rule"
-    forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
+    forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, ssm_state_indices=ssm_state_indices,
+                 num_accepted_tokens=num_accepted_tokens)
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
@@ -401,7 +402,8 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     ``a``, ``b``: [B, T, HV], or vLLM's 2-D [B * T, HV] (the tokens of q / v flattened). Returns o [B, T, HV, V] in
     v.dtype."""
     op = "fused_sigmoid_gating_delta_rule_update"
-    forward_only(op, A_log=A_log, a=a, dt_bias=dt_bias, q=q, k=k, v=v, b=b, initial_state_source=initial_state_source)
+    forward_only(op, A_log=A_log, a=a, dt_bias=dt_bias, q=q, k=k, v=v, b=b, initial_state_source=initial_state_source,
+                 initial_state_indices=initial_state_indices, num_accepted_tokens=num_accepted_tokens)
     cu_seqlens = _check_cu(op, cu_seqlens)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
     _reject_kwargs(op, kwargs)

@@ -217,3 +217,59 @@ def test_compat_functions_name_their_own_arguments():
     for error, pattern, call in cases:
         with pytest.raises(error, match=pattern):
             call()
+
+
+def test_compat_and_wrapper_errors_from_a_second_new_user_trial():
+    # non-tensors get the library's ValueError in the caller's names (they reached torch's argument parser: a
+    # RuntimeError naming the raw op's argument); flaggems.mrope names its own section arguments; vLLM's grouped_topk
+    # checks topk against E by name; the masked forms name input; flaggems.topk_softmax refuses what requires grad
+    logits, ids = torch.randn(5, 16), torch.empty(5, 4, dtype=torch.int32)
+    q, k, cache, pos = torch.randn(4, 32), torch.randn(4, 32), torch.randn(16, 16), torch.zeros(3, 4, dtype=torch.long)
+    cases = [
+        (r"^topk_softmax: topk_indices: expected a torch.Tensor",
+         lambda: vllm.topk_softmax(torch.empty(5, 4), [1, 2], ids, logits)),
+        (r"^topk_softmax: bias: expected a torch.Tensor",
+         lambda: vllm.topk_softmax(torch.empty(5, 4), ids, ids.clone(), logits, bias=[1.0])),
+        (r"^silu_and_mul_out: out: expected a torch.Tensor",
+         lambda: flaggems.silu_and_mul_out(logits[:, :8], logits[:, 8:], [1])),
+        (r"^silu_and_mul: out: expected a torch.Tensor", lambda: vllm.silu_and_mul([1], logits)),
+        (r"^silu_and_mul: input: expected a torch.Tensor", lambda: vllm.silu_and_mul(torch.empty(5, 8), [1])),
+        (r"^gelu_and_mul_split: out: expected a torch.Tensor",
+         lambda: fuseops.gelu_and_mul_split(logits[:, :8], logits[:, 8:], out="x")),
+        (r"^mrope: section_t: expected an int", lambda: flaggems.mrope(q, k, cache, pos, 1.5, 3, 3, 16, 16)),
+        (r"^mrope: is_neox_style: expected a bool",
+         lambda: flaggems.mrope(q, k, cache, pos, 2, 3, 3, 16, 16, is_neox_style=2)),
+        (r"^mrope: section_t, section_h, section_w: ", lambda: flaggems.mrope(q, k, cache, pos, 2, 3, 4, 16, 16)),
+        (r"^grouped_topk: topk: expected an int in \[1, 16\]",
+         lambda: vllm.grouped_topk(logits, 1, 1, 20, True, 1.0, None, 1)),
+    ]
+    for pattern, call in cases:
+        with pytest.raises(ValueError, match=pattern):
+            call()
+    qd = torch.randn(3, 1, 1, 8)
+    with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: ssm_state_indices: expected a torch"):
+        fuseops.fused_recurrent_gated_delta_rule(qd, qd, qd, torch.zeros(3, 1, 1), torch.ones(3, 1, 1),
+                                                 initial_state=torch.zeros(4, 1, 8, 8), ssm_state_indices=[0, 1, 2])
+    with pytest.raises(RuntimeError, match=r"^silu_and_mul_masked: input: requires grad"):
+        fuseops.silu_and_mul_masked(torch.randn(3, 4, 16, requires_grad=True), torch.tensor([1, 2, 3]))
+    with pytest.raises(RuntimeError, match=r"^topk_softmax: gating_output: requires grad"):
+        flaggems.topk_softmax(torch.empty(5, 4), ids, ids.clone(), logits.clone().requires_grad_())
+    with pytest.raises(ValueError, match=r"^topk_softmax: topk_weights: expected a tensor that does not require grad"):
+        flaggems.topk_softmax(torch.zeros(5, 4, requires_grad=True), ids, ids.clone(), logits)
+
+
+def test_dual_tensors_given_for_numbers_are_refused():
+    # a 0-dim dual tensor for a float / int argument: float() dropped its tangent
+    g = F.logsigmoid(torch.randn(1, 70, 2))
+    with fwAD.dual_level():
+        sd = fwAD.make_dual(torch.tensor(2.0), torch.tensor(1.0))
+        with pytest.raises(NotImplementedError, match=r"^chunk_local_cumsum: scale: a dual tensor of forward-mode AD"):
+            fuseops.chunk_local_cumsum(g, 64, scale=sd)
+        with pytest.raises(NotImplementedError, match=r"^layer_norm_fwd: eps: a dual tensor"):
+            fuseops.layer_norm_fwd(torch.randn(4, 16), torch.ones(16), eps=sd)
+        # the wrappers restate the op's dual-tensor error in their own names
+        with pytest.raises(NotImplementedError, match=r"^silu_and_mul: A: a dual tensor"):
+            flaggems.silu_and_mul(fwAD.make_dual(torch.randn(4, 8), torch.ones(4, 8)), torch.randn(4, 8))
+        with pytest.raises(NotImplementedError, match=r"^rotary_embedding_backward: grad_query: a dual tensor"):
+            fuseops.rotary_embedding_backward(torch.arange(4), fwAD.make_dual(torch.randn(4, 32), torch.ones(4, 32)),
+                                              None, 16, torch.randn(16, 16))

@@ -11,7 +11,7 @@ tensors of the same shape [..., d]. Unlike FlagGems, no broadcasting: gate and u
 
 from .. import activation as _activation
 from .. import moe as _moe
-from .._args import bool_arg, named_as
+from .._args import bool_arg, forward_only, int_arg, named_as, written_arg
 from .._ops import ops as _ops
 from .. import rope as _rope
 
@@ -37,6 +37,10 @@ def gelu_and_mul(x, y, approximate="none"):
 def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False):
     """As ``flag_gems.topk_softmax``: fills the three outputs (FlagGems adds 1e-8 to its denominators; we do not)."""
     renormalize = bool_arg("topk_softmax", "renormalize", renormalize)
+    forward_only("topk_softmax", gating_output=gating_output)
+    for name, t in (("topk_weights", topk_weights), ("topk_indices", topk_indices),
+                    ("token_expert_indices", token_expert_indices)):
+        written_arg("topk_softmax", name, t)
     with named_as("topk_softmax", "topk_softmax", {"topk_ids": "topk_indices"}):
         _ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, None)
 
@@ -62,5 +66,9 @@ def mrope(query, key, cos_sin_cache, positions, section_t, section_h, section_w,
     if is_interleaved and is_interleaved_glm:
         raise ValueError("mrope: is_interleaved_glm: expected False when is_interleaved is True, got True")
     layout = "interleaved_glm" if is_interleaved_glm else "interleaved" if is_interleaved else "chunked"
-    return _rope.mrope(query, key, cos_sin_cache, positions, [section_t, section_h, section_w], head_size,
-                       rotary_dim, is_neox_style, layout)
+    section = [int_arg("mrope", name, s) for name, s in
+               (("section_t", section_t), ("section_h", section_h), ("section_w", section_w))]
+    # the op's checks of the sections (their sum against rotary_dim) name them as mrope_section
+    with named_as("mrope", "mrope", {"mrope_section": "section_t, section_h, section_w", "is_neox": "is_neox_style"}):
+        return _rope.mrope(query, key, cos_sin_cache, positions, section, head_size, rotary_dim, is_neox_style,
+                           layout)

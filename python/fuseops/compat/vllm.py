@@ -40,6 +40,8 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
     renormalize = bool_arg("topk_softmax", "renormalize", renormalize)
     forward_only("topk_softmax", gating_output=gating_output, bias=bias)
     written_arg("topk_softmax", "topk_weights", topk_weights)
+    written_arg("topk_softmax", "topk_indices", topk_indices)
+    written_arg("topk_softmax", "token_expert_indices", token_expert_indices)
     with named_as("topk_softmax", "topk_softmax", {"topk_ids": "topk_indices", "correction_bias": "bias"}):
         ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)
 
@@ -63,7 +65,9 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     forward_only(op, scores=scores, bias=bias)
     n_group = int_arg(op, "n_group", n_group, 1)
     topk_group = int_arg(op, "topk_group", topk_group, 1)
-    topk = int_arg(op, "topk", topk, 1, 32)
+    if scores.dim() != 2:
+        raise ValueError(f"{op}: scores: expected rank 2 [T, E], got {list(scores.shape)}")
+    topk = int_arg(op, "topk", topk, 1, min(scores.shape[1], 32) if scores.shape[1] >= 1 else None)
     routed_scaling_factor = float_arg(op, "routed_scaling_factor", routed_scaling_factor)
     w = torch.empty((scores.shape[0], topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((scores.shape[0], topk), dtype=torch.int32, device=scores.device)
