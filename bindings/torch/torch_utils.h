@@ -75,10 +75,12 @@ inline TensorView to_view(const char* op, const char* arg, const at::Tensor& t) 
                                  t.strides().data());
 }
 
-/// An optional tensor argument as an optional view (nullptr when absent or undefined).
+/// An optional tensor argument as an optional view (nullptr when absent or undefined); written ones come from
+/// Written::add.
 struct OptionalView {
   TensorView view;
   bool present = false;
+  OptionalView() = default;
   OptionalView(const char* op, const char* arg, const c10::optional<at::Tensor>& t) {
     if (t.has_value() && t->defined()) {
       view = to_view(op, arg, *t);
@@ -86,6 +88,7 @@ struct OptionalView {
     }
   }
   const TensorView* get() const { return present ? &view : nullptr; }
+  TensorView* get() { return present ? &view : nullptr; }
 };
 
 /// The tensors an op writes (its `Tensor!` / `Tensor(a!)` arguments), treated as torch treats the tensors its own
@@ -99,24 +102,17 @@ class Written {
  public:
   /// `t`'s view (to_view), after the inference-tensor check; `t` is bumped after the op.
   TensorView add(const char* op, const char* arg, const at::Tensor& t) {
-    TORCH_CHECK_VALUE(t.defined(), op, ": ", arg, ": expected a tensor, got an undefined tensor");
+    const TensorView view = to_view(op, arg, t);  // (an undefined tensor is its error)
     TORCH_CHECK(!t.is_inference() || c10::InferenceMode::is_enabled(), op, ": ", arg,
                 ": an in-place write to an inference tensor outside torch.inference_mode() is not allowed (torch's "
                 "rule for in-place updates); call the op under torch.inference_mode(), or pass a clone");
     TORCH_INTERNAL_ASSERT(count_ < tensors_.size(), "fuseops binding: more written tensors than Written holds");
-    const TensorView view = to_view(op, arg, t);
     tensors_[count_++] = t.unsafeGetTensorImpl();
     return view;
   }
-  /// An optional written tensor (`Tensor(a!)?`): a view, or nullptr when absent or undefined.
-  struct Optional {
-    TensorView view;
-    bool present = false;
-    TensorView* get() { return present ? &view : nullptr; }
-    const TensorView* get() const { return present ? &view : nullptr; }
-  };
-  Optional add(const char* op, const char* arg, const c10::optional<at::Tensor>& t) {
-    Optional o;
+  /// An optional written tensor (`Tensor(a!)?`).
+  OptionalView add(const char* op, const char* arg, const c10::optional<at::Tensor>& t) {
+    OptionalView o;
     if (t.has_value() && t->defined()) {
       o.view = add(op, arg, *t);
       o.present = true;

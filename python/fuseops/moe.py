@@ -32,7 +32,7 @@ def _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor):
 
 def _check_topk(op, topk, E):
     """k in [1, min(E, 32)], named as the caller passed it (the op itself can only name topk_weights' shape)."""
-    int_arg(op, "topk", topk, 1, min(E, 32) if E >= 1 else None)
+    return int_arg(op, "topk", topk, 1, min(E, 32) if E >= 1 else None)
 
 
 def _check_indices_dtype(op, indices_dtype):

@@ -65,9 +65,10 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     forward_only(op, scores=scores, bias=bias)
     n_group = int_arg(op, "n_group", n_group, 1)
     topk_group = int_arg(op, "topk_group", topk_group, 1)
-    if scores.dim() != 2:
-        raise ValueError(f"{op}: scores: expected rank 2 [T, E], got {list(scores.shape)}")
-    topk = int_arg(op, "topk", topk, 1, min(scores.shape[1], 32) if scores.shape[1] >= 1 else None)
+    from ..moe import _check_topk, _rows
+
+    _rows(op, "scores", scores)
+    topk = _check_topk(op, topk, scores.shape[1])
     routed_scaling_factor = float_arg(op, "routed_scaling_factor", routed_scaling_factor)
     w = torch.empty((scores.shape[0], topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((scores.shape[0], topk), dtype=torch.int32, device=scores.device)
