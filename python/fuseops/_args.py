@@ -95,12 +95,12 @@ def written_arg(op, name, t):
         raise ValueError(f"{op}: {name}: expected a tensor that does not require grad (the op writes it in place)")
 
 
-def forward_only(op, **tensors):
+def forward_only(op, optional=(), **tensors):
     """fuseops computes no gradient for these inputs: refuse one that requires grad while grad mode is on, rather than
     return outputs that silently drop it from the graph (call the op under torch.no_grad() / torch.inference_mode(),
-    or detach). Each must be a tensor or None (a ValueError naming it otherwise)."""
+    or detach). Each must be a tensor, or None where its name is in ``optional`` (a ValueError naming it otherwise)."""
     for name, t in tensors.items():
-        tensor_arg(op, name, t, optional=True)
+        tensor_arg(op, name, t, optional=name in optional)
     if not torch.is_grad_enabled():
         return
     for name, t in tensors.items():

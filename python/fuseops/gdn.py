@@ -123,7 +123,7 @@ def chunk_scaled_dot_kkt_fwd(k, g=None, beta=None, cu_seqlens=None, chunk_size=6
     float16 / bfloat16. Returns A [B, T, HV, BT], every element written.
     """
     op = "chunk_scaled_dot_kkt_fwd"
-    forward_only(op, k=k, g=g, beta=beta)
+    forward_only(op, k=k, g=g, beta=beta, optional=("g", "beta"))
     cu_seqlens = _check_cu(op, cu_seqlens)
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
@@ -164,7 +164,7 @@ def chunk_gated_delta_rule_fwd_kkt_solve(k, g=None, beta=None, cu_seqlens=None, 
     ``output_dtype`` defaults to ``k.dtype``. Returns [B, T, HV, BT].
     """
     op = "chunk_gated_delta_rule_fwd_kkt_solve"
-    forward_only(op, k=k, g=g, beta=beta)
+    forward_only(op, k=k, g=g, beta=beta, optional=("g", "beta"))
     cu_seqlens = _check_cu(op, cu_seqlens)
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
     _check_optional(op, "g", g)
@@ -245,7 +245,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     Unsupported FLA keyword arguments (state_v_first, use_gate_in_kernel, head_first, ...) raise ValueError.
     """
     op = "chunk_gated_delta_rule"
-    forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
+    forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, optional=("initial_state",))
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
@@ -270,7 +270,7 @@ def recompute_w_u_fwd(k, v, beta, A, g=None, cu_seqlens=None, chunk_indices=None
     A of one 16-bit dtype on CUDA, A diag(beta e^g) and A diag(beta) are rounded once to it (FLA rounds beta e^g k and
     beta v instead; one rounding per term either way)."""
     op = "recompute_w_u_fwd"
-    forward_only(op, k=k, v=v, beta=beta, A=A, g=g)
+    forward_only(op, k=k, v=v, beta=beta, A=A, g=g, optional=("g",))
     cu_seqlens = _check_cu(op, cu_seqlens)
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
@@ -294,7 +294,7 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, gk=None, initial_state=None, o
     include/fuseops/gdn_forward.h, gdn_chunk_slots), not FLA's compacted chunk list.
     """
     op = "chunk_gated_delta_rule_fwd_h"
-    forward_only(op, k=k, w=w, u=u, g=g, initial_state=initial_state)
+    forward_only(op, k=k, w=w, u=u, g=g, initial_state=initial_state, optional=("g", "initial_state"))
     _reject_kwargs(op, dict(kwargs, gk=gk, state_v_first=state_v_first, cu_seqlens_cpu=cu_seqlens_cpu,
                             chunk_indices=chunk_indices))
     cu_seqlens = _check_cu(op, cu_seqlens)
@@ -323,7 +323,7 @@ def chunk_fwd_o(q, k, v, h, g=None, g_gamma=None, scale=None, state_v_first=Fals
     per-chunk states of :func:`chunk_gated_delta_rule_fwd_h`; scale None: K ** -0.5. Returns o [B, T, HV, V] in
     v.dtype."""
     op = "chunk_fwd_o"
-    forward_only(op, q=q, k=k, v=v, h=h, g=g)
+    forward_only(op, q=q, k=k, v=v, h=h, g=g, optional=("g",))
     _reject_kwargs(op, dict(kwargs, g_gamma=g_gamma, state_v_first=state_v_first, chunk_indices=chunk_indices))
     cu_seqlens = _check_cu(op, cu_seqlens)
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
@@ -351,7 +351,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     """
     op = "fused_recurrent_gated_delta_rule"
     forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, ssm_state_indices=ssm_state_indices,
-                 num_accepted_tokens=num_accepted_tokens)
+                 num_accepted_tokens=num_accepted_tokens,
+                 optional=("g", "beta", "initial_state", "ssm_state_indices", "num_accepted_tokens"))
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
@@ -403,7 +404,8 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     v.dtype."""
     op = "fused_sigmoid_gating_delta_rule_update"
     forward_only(op, A_log=A_log, a=a, dt_bias=dt_bias, q=q, k=k, v=v, b=b, initial_state_source=initial_state_source,
-                 initial_state_indices=initial_state_indices, num_accepted_tokens=num_accepted_tokens)
+                 initial_state_indices=initial_state_indices, num_accepted_tokens=num_accepted_tokens,
+                 optional=("num_accepted_tokens",))
     cu_seqlens = _check_cu(op, cu_seqlens)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
     _reject_kwargs(op, kwargs)

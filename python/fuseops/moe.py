@@ -68,7 +68,7 @@ def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, i
     T = _rows(op, "gating_output", gating_output)
     _check_topk(op, topk, gating_output.shape[1])
     tensor_arg(op, "correction_bias", correction_bias, optional=True)
-    forward_only(op, gating_output=gating_output, correction_bias=correction_bias)
+    forward_only(op, gating_output=gating_output, correction_bias=correction_bias, optional=("correction_bias",))
     dev = gating_output.device
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)
@@ -101,7 +101,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     tensor_arg(op, "bias", bias, optional=True)
-    forward_only(op, scores=scores, bias=bias)
+    forward_only(op, scores=scores, bias=bias, optional=("bias",))
     w = torch.empty((T, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=scores.device)
     ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, float(routed_scaling_factor),
@@ -188,7 +188,7 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     tensor_arg(op, "bias", bias, optional=True)
-    forward_only(op, gating_output=gating_output, bias=bias)
+    forward_only(op, gating_output=gating_output, bias=bias, optional=("bias",))
     dev = gating_output.device
     E = gating_output.shape[1]
     int_arg(op, "block_size", block_size, 1, _MAX_BLOCK_SIZE)

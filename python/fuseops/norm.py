@@ -40,7 +40,7 @@ def _check_args(op, x, weight, bias, z, eps, norm_before_gate, is_rms_norm):
     tensor_arg(op, "weight", weight, optional=True)
     tensor_arg(op, "bias", bias, optional=True)
     tensor_arg(op, "z", z, optional=True)
-    forward_only(op, x=x, weight=weight, bias=bias, z=z)
+    forward_only(op, x=x, weight=weight, bias=bias, z=z, optional=("weight", "bias", "z"))
     return (float_arg(op, "eps", eps), bool_arg(op, "norm_before_gate", norm_before_gate),
             bool_arg(op, "is_rms_norm", is_rms_norm))
 

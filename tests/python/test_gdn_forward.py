@@ -214,6 +214,34 @@ def test_errors_name_the_argument():
         fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=torch.zeros(1, 2, 16, 8))
 
 
+def test_tensor_arguments_say_whether_none_is_allowed():
+    # A required tensor given something else reads "expected a torch.Tensor", an optional one "... or None".
+    q, k, v, g, beta, _ = inputs(1, 8, 1, 2, 16, 16, torch.float32, "cpu")
+    cases = [
+        (r"^chunk_gated_delta_rule: beta: expected a torch.Tensor, got int",
+         lambda: fuseops.chunk_gated_delta_rule(q, k, v, g, 3)),
+        (r"^chunk_gated_delta_rule: g: expected a torch.Tensor, got NoneType",
+         lambda: fuseops.chunk_gated_delta_rule(q, k, v, None, beta)),
+        (r"^chunk_gated_delta_rule: initial_state: expected a torch.Tensor or None, got int",
+         lambda: fuseops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=3)),
+        (r"^chunk_scaled_dot_kkt_fwd: k: expected a torch.Tensor, got int",
+         lambda: fuseops.chunk_scaled_dot_kkt_fwd(3)),
+        (r"^chunk_scaled_dot_kkt_fwd: beta: expected a torch.Tensor or None, got int",
+         lambda: fuseops.chunk_scaled_dot_kkt_fwd(k, beta=3)),
+        (r"^fused_recurrent_gated_delta_rule: q: expected a torch.Tensor, got int",
+         lambda: fuseops.fused_recurrent_gated_delta_rule(3, k, v, g, beta)),
+        (r"^fused_recurrent_gated_delta_rule: g: expected a torch.Tensor or None, got int",
+         lambda: fuseops.fused_recurrent_gated_delta_rule(q, k, v, 3, beta)),
+        (r"^recompute_w_u_fwd: A: expected a torch.Tensor, got int",
+         lambda: fuseops.recompute_w_u_fwd(k, v, beta, 3)),
+        (r"^chunk_fwd_o: h: expected a torch.Tensor, got int",
+         lambda: fuseops.chunk_fwd_o(q, k, v, 3)),
+    ]
+    for message, call in cases:
+        with pytest.raises(ValueError, match=message):
+            call()
+
+
 def test_scalar_arguments_are_checked():
     # Flags are bools, not truthy values; the chunk size an int (numpy integers accepted); cu_seqlens a tensor.
     np = pytest.importorskip("numpy")

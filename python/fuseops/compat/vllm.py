@@ -38,7 +38,7 @@ def gelu_tanh_and_mul(out, input):
 def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False, bias=None):
     """As ``torch.ops._moe_C.topk_softmax``: fills topk_weights, topk_indices (int32/int64), token_expert_indices."""
     renormalize = bool_arg("topk_softmax", "renormalize", renormalize)
-    forward_only("topk_softmax", gating_output=gating_output, bias=bias)
+    forward_only("topk_softmax", gating_output=gating_output, bias=bias, optional=("bias",))
     written_arg("topk_softmax", "topk_weights", topk_weights)
     written_arg("topk_softmax", "topk_indices", topk_indices)
     written_arg("topk_softmax", "token_expert_indices", token_expert_indices)
@@ -62,7 +62,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     renormalize = bool_arg(op, "renormalize", renormalize)
     tensor_arg(op, "scores", scores)
     tensor_arg(op, "bias", bias, optional=True)
-    forward_only(op, scores=scores, bias=bias)
+    forward_only(op, scores=scores, bias=bias, optional=("bias",))
     n_group = int_arg(op, "n_group", n_group, 1)
     topk_group = int_arg(op, "topk_group", topk_group, 1)
     from ..moe import _check_topk, _rows
