@@ -158,11 +158,25 @@ class EntryReader {
     return v;
   }
 
+  /// Whether a number's text has a nonzero digit before its exponent ("1e-400", "0.5"; not "0", "-0.0e5", ".nan").
+  static bool nonzero_mantissa(const std::string& t) {
+    for (const char c : t) {
+      if (c == 'e' || c == 'E') return false;
+      if (c >= '1' && c <= '9') return true;
+    }
+    return false;
+  }
+
   ParamValue single(const YAML::Node& n) const {
     if (spec_.kind == ParamKind::number) {
       double d = 0;
       if (!n.IsScalar() || quoted(n) || !YAML::convert<double>::decode(n, d)) {
         fail(path_, n.Mark(), key_, "expected a number, got " + scalar_text(n));
+      }
+      // a nonzero literal read as 0 (1e-400: below the smallest double) is refused, as 1e400 is above
+      if (d == 0 && nonzero_mantissa(n.Scalar())) {
+        fail(path_, n.Mark(), key_,
+             "expected a number in the double range, got " + scalar_text(n) + " (nonzero, but it reads as 0)");
       }
       return d;
     }

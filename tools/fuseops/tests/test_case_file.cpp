@@ -640,6 +640,15 @@ TEST(CaseFile, QuotedScalarsAreNoNumbers) {
     EXPECT_CASE_ERROR(rope + "    is_neox: " + word + "\n", "f.yaml:6:14", "is_neox", "expected true or false");
   }
   EXPECT_CASE_ERROR(rope + "    theta: \"1e4\"\n", "f.yaml:6:12", "theta", "expected a number, got the quoted");
+  // a nonzero number below the double range is refused, as one above it is (it had been read as 0)
+  for (const char* tiny : {"1e-400", "-1e-400", "0.000001e-399"}) {
+    EXPECT_CASE_ERROR(rope + "    theta: " + tiny + "\n", "f.yaml:6:12", "theta", "(nonzero, but it reads as 0)");
+  }
+  EXPECT_CASE_ERROR(rope + "    theta: 1e400\n", "f.yaml:6:12", "theta", "expected a number, got");
+  const std::string cumsum = "cases:\n  - op: chunk_local_cumsum\n    seq_len: 64\n    num_v_heads: 2\n";
+  for (const char* zero : {"0", "-0.0", "0e-400", "0.0e5"}) {  // zeros stay zeros
+    EXPECT_EQ(parse(cumsum + "    scale: " + zero + "\n").points.size(), 1u) << zero;
+  }
   EXPECT_EQ(parse(head + "    tokens: 64\n    d: 8\n    dtype: \"bf16\"\n").points.size(), 1u);  // text may be quoted
 }
 
