@@ -129,10 +129,17 @@ def _check_align_args(op, num_experts, block_size):
 
 
 def _checked_align_sizes(op, numel_name, numel, num_experts, block_size, pad_sorted_ids):
-    """_align_sizes, with the int32 limit of the schedule checked (the error names the ids' argument)."""
-    if isinstance(numel, int) and numel + num_experts * (block_size - 1) > INT32_MAX:
-        raise ValueError(f"{op}: {numel_name}: expected numel + num_experts * (block_size - 1) < 2^31 (int32 "
-                         f"schedule), got {numel + num_experts * (block_size - 1)}")
+    """_align_sizes, with the int32 limit of the schedule checked as the op checks it: on the padding's larger factor
+    where num_experts * (block_size - 1) alone is too long, else on the ids' argument."""
+    if isinstance(numel, int):
+        n = _align_sizes(numel, num_experts, block_size, False)[0]
+        if n > INT32_MAX:
+            if num_experts * (block_size - 1) > INT32_MAX:
+                name, got = ("block_size", block_size) if block_size - 1 >= num_experts else ("num_experts", num_experts)
+            else:
+                name, got = numel_name, numel
+            raise ValueError(f"{op}: {name}: expected numel + num_experts * (block_size - 1) < 2^31 (int32 schedule; "
+                             f"numel {numel}, num_experts {num_experts}, block_size {block_size}: {n}), got {got}")
     return _align_sizes(numel, num_experts, block_size, pad_sorted_ids)
 
 

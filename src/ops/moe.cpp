@@ -139,6 +139,16 @@ void check_scoring(const char* op, MoeScoring scoring) {
   }
 }
 
+/// The argument blamed where the schedule's padding, num_experts * (block_size - 1), is what makes it too long: the
+/// larger of its two factors.
+struct Blamed {
+  const char* name;
+  int64_t value;
+};
+Blamed moe_padding_blame(int64_t num_experts, int64_t block_size) {
+  return block_size - 1 >= num_experts ? Blamed{"block_size", block_size} : Blamed{"num_experts", num_experts};
+}
+
 /// Shared checks of moe_align_block_size and the schedule half of moe_route; `ids_view` is validated by the
 /// caller (dtype, shape, device).
 Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, TensorView& total,
@@ -159,8 +169,14 @@ Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, T
   const int64_t numel = a.ids.rows * a.ids.cols;
   const MoeAlignSizes need = moe_align_sizes(numel, num_experts, block_size);
   if (need.sorted_len > std::numeric_limits<int32_t>::max()) {
-    fail_argument(op, "topk_ids", "numel + num_experts * (block_size - 1) < 2^31 (int32 schedule)",
-                  std::to_string(need.sorted_len));
+    // on the padding's larger factor where the padding alone is that long, else on the ids
+    const bool padding = num_experts * (block_size - 1) > std::numeric_limits<int32_t>::max();  // <= 2^12 x 2^20
+    const Blamed b = padding ? moe_padding_blame(num_experts, block_size) : Blamed{"topk_ids", 0};
+    fail_argument(op, b.name,
+                  "numel + num_experts * (block_size - 1) < 2^31 (int32 schedule; numel " + std::to_string(numel) +
+                      ", num_experts " + std::to_string(num_experts) + ", block_size " + std::to_string(block_size) +
+                      ": " + std::to_string(need.sorted_len) + ")",
+                  padding ? std::to_string(b.value) : ids_view.shape_str());
   }
   const StridedVec s = vector(op, "sorted_token_ids", sorted, "[S]", -1, need.sorted_len);
   a.sorted = contiguous_i32(op, "sorted_token_ids", sorted);
@@ -226,14 +242,15 @@ MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_
   const bool pad_overflow = __builtin_mul_overflow(num_experts, block_size - 1, &pad);
   bool overflow = pad_overflow || __builtin_add_overflow(numel, pad, &len);
   if (!overflow && pad_sorted_ids) overflow = len > std::numeric_limits<int64_t>::max() - (block_size - 1);
-  if (overflow) {  // blamed on the larger term: num_experts (its product with block_size - 1) or numel
-    const bool blame_experts = pad_overflow || pad > numel;
-    detail::fail_argument(op, blame_experts ? "num_experts" : "numel",
+  if (overflow) {  // blamed on the larger term: numel, or the padding's larger factor
+    const detail::Blamed b =
+        pad_overflow || pad > numel ? detail::moe_padding_blame(num_experts, block_size) : detail::Blamed{"numel", numel};
+    detail::fail_argument(op, b.name,
                           std::string("numel + num_experts * (block_size - 1)") +
                               (pad_sorted_ids ? ", rounded up to block_size (pad_sorted_ids)," : "") +
-                              " < 2^63 (numel " + std::to_string(numel) + ", block_size " + std::to_string(block_size) +
-                              ")",
-                          blame_experts ? std::to_string(num_experts) : std::to_string(numel));
+                              " < 2^63 (numel " + std::to_string(numel) + ", num_experts " +
+                              std::to_string(num_experts) + ", block_size " + std::to_string(block_size) + ")",
+                          std::to_string(b.value));
   }
   MoeAlignSizes s;
   s.sorted_len = pad_sorted_ids ? detail::moe_round_up(len, block_size) : len;

@@ -97,6 +97,14 @@ TEST(MoeErrors, AlignBlockSize) {
   (void)two;
   TensorView fids(b.ids.data(), DType::f32, Device::cpu(), {4, 8});
   EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), fids, 256, 64), op, "topk_ids");
+  // the int32 schedule too long: on its padding's larger factor where num_experts * (block_size - 1) alone is too
+  // long (the ids are few), else on topk_ids (a view that is never read: the sizes are checked first)
+  const TensorView few = b.I({512, 8});
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), few, 4096, 1 << 20), op,
+                   "block_size", "got 1048576");
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), b.I({(1 << 28) - 1, 8}), 256,
+                                                 64),
+                   op, "topk_ids", "int32 schedule");
   TensorView map = b.map_v(255);
   EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), b.I(), 256, 64, &map), op,
                    "expert_map");
@@ -186,6 +194,8 @@ TEST(MoeErrors, AlignSizes) {
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(1, max, 3), op, "num_experts", "2^63", "got " + std::to_string(max));
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(10, int64_t{1} << 40, int64_t{1} << 30), op, "num_experts", "2^63");
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(10, (int64_t{1} << 62) - 1, 3), op, "num_experts", "2^63");  // the sum
+  // the padding's larger factor: block_size here (num_experts 8 named it, "got 8")
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(100, 8, max), op, "block_size", "2^63", "got " + std::to_string(max));
   // fits, its round-up does not (the message says so: the sum alone holds)
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(max - 7, 1, 8, true), op, "numel", "rounded up to block_size");
   // the largest sum whose round-up fits, INT64_MAX - (block_size - 1) (its round-up added block_size first, which

@@ -201,13 +201,18 @@ def test_align_ranges_are_checked_before_allocating():
         fuseops.moe_align_block_size(ids, 2**30, 8)
     with pytest.raises(ValueError, match="moe_align_block_size: num_experts: expected an int in \\[1, 4096\\]"):
         fuseops.moe_align_block_size(ids, 16, 5000)
-    with pytest.raises(ValueError, match="moe_align_block_size: topk_ids: .*< 2\\^31"):
+    # the schedule past int32 through its padding, num_experts * (block_size - 1): on the larger factor, as the op
+    with pytest.raises(ValueError, match="moe_align_block_size: block_size: .*< 2\\^31.*got 1048576$"):
         fuseops.moe_align_block_size(ids, 2**20, 4096)
     with pytest.raises(ValueError, match="moe_route: block_size: expected an int in \\[1, 1048576\\]"):
         fuseops.moe_route(torch.randn(64, 8), 2, 2**30)
-    with pytest.raises(ValueError, match="moe_align_sizes: numel: .*< 2\\^31"):
+    with pytest.raises(ValueError, match="moe_align_sizes: block_size: .*< 2\\^31"):
         fuseops.moe_align_sizes(4096, 4096, 2**20)
+    with pytest.raises(ValueError, match="moe_align_sizes: numel: .*< 2\\^31.*got 2147483648$"):
+        fuseops.moe_align_sizes(2**31, 1, 1)
     assert fuseops.moe_align_sizes(4096, 4096, 2**18) == (2**30, 4096)
+    # fewer ids than experts: the schedule is capped at numel * block_size (as the op sizes it), not refused
+    assert fuseops.moe_align_sizes(8, 4096, 2**20) == (8 * 2**20, 8)
 
 
 def test_routers_refuse_inputs_that_require_grad():
