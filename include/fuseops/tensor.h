@@ -32,7 +32,7 @@ struct Device {
   bool operator!=(const Device& o) const { return !(*this == o); }
 };
 
-/// "cpu" or "cuda:N".
+/// "cpu" or "cuda:N" ("device kind code K" for a kind outside the enum).
 std::string device_name(const Device& device);
 
 /// A non-owning view of a strided tensor: data pointer, dtype, device, shape and strides.

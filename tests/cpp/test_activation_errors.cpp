@@ -145,6 +145,13 @@ TEST_F(ActivationErrors, OutputOverlapsInput) {
   EXPECT_ARG_ERROR(fuseops::gelu_and_mul_split(v(p(2), {4, 4}), v(q(), {4, 4}), v(p(), {4, 4})), "gelu_and_mul_split",
                    "out", "no overlap with up");
   EXPECT_NO_THROW(fuseops::silu_and_mul_split(v(p(), {4, 4}), v(q(), {4, 4}), v(q(), {4, 4})));
+  // Proven overlap (equal row strides) reads "overlapping memory"; with unequal row strides the test is the address
+  // ranges', and the message says so (out's rows [8, 12) and [48, 52) share no element with input's [0, 8) and
+  // [24, 32), but their ranges meet).
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}), v(p(), {4, 8})), "silu_and_mul", "out", "got overlapping memory");
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul(s(p(8), {2, 4}, {40, 1}), s(p(), {2, 8}, {24, 1})), "silu_and_mul", "out",
+                   "overlapping address ranges (row strides 40 and 24 elements; the test is exact for equal row "
+                   "strides, conservative otherwise)");
 }
 
 TEST_F(ActivationErrors, GradientsOverlap) {
@@ -206,6 +213,9 @@ TEST_F(ActivationErrors, GeluApproximate) {
     EXPECT_TRUE(raises([&] { fuseops::parse_gelu_approximate(bad); }, ErrorKind::invalid_argument,
                        {"approximate", std::string("\"") + bad + "\""}));
   }
+  // bytes a message cannot print are escaped: a NUL (which cut a C-string print short), a newline, a quote
+  EXPECT_TRUE(raises([&] { fuseops::parse_gelu_approximate(std::string("tanh\0x\n\"", 8)); },
+                     ErrorKind::invalid_argument, {"approximate", "got \"tanh\\x00x\\n\\\"\""}));
   const auto bad = static_cast<GeluApproximate>(7);
   EXPECT_TRUE(raises([&] { fuseops::gelu_and_mul(v(p(), {4, 4}), v(q(), {4, 8}), bad); },
                      ErrorKind::invalid_argument, {"approximate", "7"}));

@@ -170,6 +170,9 @@ TEST(DTypes, SizesNamesAndDevices) {
   expect_invalid([] { (void)fuseops::dtype_size(static_cast<DType>(42)); }, "42");
   EXPECT_EQ(fuseops::device_name(Device::cpu()), "cpu");
   EXPECT_EQ(fuseops::device_name(Device::cuda(3)), "cuda:3");
+  Device odd = Device::cpu();
+  odd.kind = static_cast<Device::Kind>(7);  // set by hand outside the enum: not shown as the CPU
+  EXPECT_EQ(fuseops::device_name(odd), "device kind code 7");
   EXPECT_NE(Device::cuda(0), Device::cuda(1));
   EXPECT_NE(Device::cuda(0), Device::cpu());
   EXPECT_TRUE(Device::cuda().is_cuda());

@@ -153,6 +153,7 @@ TEST_F(RopeErrors, MropeArguments) {
   EXPECT_ARG_ERROR(fuseops::mrope_backward(p3, q(), &kv, 64, 64, cache(), {1, 1, 1}, true), "mrope_backward",
                    "mrope_section");
   EXPECT_ARG_ERROR(fuseops::parse_mrope_layout("qwen3"), mr, "layout");
+  EXPECT_ARG_ERROR(fuseops::parse_mrope_layout(std::string("chunked\0", 8)), mr, "layout", "got \"chunked\\x00\"");
   EXPECT_EQ(fuseops::parse_mrope_layout("interleaved_glm"), MropeLayout::interleaved_glm);
 }
 
