@@ -66,7 +66,7 @@ def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, i
     _check_indices_dtype(op, indices_dtype)
     renormalize = bool_arg(op, "renormalize", renormalize)
     T = _rows(op, "gating_output", gating_output)
-    _check_topk(op, topk, gating_output.shape[1])
+    topk = _check_topk(op, topk, gating_output.shape[1])
     tensor_arg(op, "correction_bias", correction_bias, optional=True)
     forward_only(op, gating_output=gating_output, correction_bias=correction_bias, optional=("correction_bias",))
     dev = gating_output.device
@@ -96,7 +96,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     op = "grouped_topk"
     _check_indices_dtype(op, indices_dtype)
     T = _rows(op, "scores", scores)
-    _check_topk(op, topk, scores.shape[1])
+    topk = _check_topk(op, topk, scores.shape[1])
     _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
@@ -128,19 +128,29 @@ def _check_align_args(op, num_experts, block_size):
             int_arg(op, "block_size", block_size, 1, _MAX_BLOCK_SIZE))
 
 
-def _checked_align_sizes(op, numel_name, numel, num_experts, block_size, pad_sorted_ids):
-    """_align_sizes, with the int32 limit of the schedule checked as the op checks it: on the padding's larger factor
-    where num_experts * (block_size - 1) alone is too long, else on the ids' argument."""
-    if isinstance(numel, int):
-        n = _align_sizes(numel, num_experts, block_size, False)[0]
-        if n > INT32_MAX:
-            if num_experts * (block_size - 1) > INT32_MAX:
-                name, got = ("block_size", block_size) if block_size - 1 >= num_experts else ("num_experts", num_experts)
-            else:
-                name, got = numel_name, numel
-            raise ValueError(f"{op}: {name}: expected numel + num_experts * (block_size - 1) < 2^31 (int32 schedule; "
-                             f"numel {numel}, num_experts {num_experts}, block_size {block_size}: {n}), got {got}")
-    return _align_sizes(numel, num_experts, block_size, pad_sorted_ids)
+def _schedule_blame(numel, num_experts, block_size, ids):
+    """(name, got) blamed where the schedule is too long, as the op blames it: where numel < num_experts (length numel *
+    block_size) the larger of the two; else the larger term of numel + num_experts * (block_size - 1), the ids
+    (``ids``) or the padding's larger factor."""
+    if numel < num_experts:
+        return ("block_size", block_size) if block_size >= numel else ids
+    if num_experts * (block_size - 1) <= numel:
+        return ids
+    return ("block_size", block_size) if block_size - 1 >= num_experts else ("num_experts", num_experts)
+
+
+def _checked_align_sizes(op, ids_name, numel, num_experts, block_size, pad_sorted_ids, ids_got=None):
+    """_align_sizes, with the int32 limit of the schedule (as allocated: with pad_sorted_ids, rounded up) checked
+    before anything is allocated; the error names what _schedule_blame says (the ids as ``ids_name``, shown as
+    ``ids_got``, else numel)."""
+    n, blocks = _align_sizes(numel, num_experts, block_size, pad_sorted_ids)
+    if isinstance(numel, int) and n > INT32_MAX:
+        name, got = _schedule_blame(numel, num_experts, block_size, (ids_name, numel if ids_got is None else ids_got))
+        rounded = ", rounded up to block_size (pad_sorted_ids)" if pad_sorted_ids else ""
+        raise ValueError(f"{op}: {name}: expected a schedule length (numel + num_experts * (block_size - 1){rounded}; "
+                         f"numel * block_size where numel < num_experts) < 2^31 (numel {numel}, num_experts "
+                         f"{num_experts}, block_size {block_size}), which is {n} (an int32 schedule), got {got}")
+    return n, blocks
 
 
 def _align_sizes(numel, num_experts, block_size, pad_sorted_ids):
@@ -168,8 +178,10 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
     op = "moe_align_block_size"
     pad_sorted_ids = bool_arg(op, "pad_sorted_ids", pad_sorted_ids)
     tensor_arg(op, "topk_ids", topk_ids)
-    _check_align_args(op, num_experts, block_size)
-    n, blocks = _checked_align_sizes(op, "topk_ids", topk_ids.numel(), num_experts, block_size, pad_sorted_ids)
+    tensor_arg(op, "expert_map", expert_map, optional=True)
+    num_experts, block_size = _check_align_args(op, num_experts, block_size)
+    n, blocks = _checked_align_sizes(op, "topk_ids", topk_ids.numel(), num_experts, block_size, pad_sorted_ids,
+                                     str(list(topk_ids.shape)))
     dev = topk_ids.device
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
     expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)
@@ -190,7 +202,7 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     op = "moe_route"
     _check_indices_dtype(op, indices_dtype)
     T = _rows(op, "gating_output", gating_output)
-    _check_topk(op, topk, gating_output.shape[1])
+    topk = _check_topk(op, topk, gating_output.shape[1])
     _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
@@ -198,7 +210,7 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     forward_only(op, gating_output=gating_output, bias=bias, optional=("bias",))
     dev = gating_output.device
     E = gating_output.shape[1]
-    int_arg(op, "block_size", block_size, 1, _MAX_BLOCK_SIZE)
+    block_size = int_arg(op, "block_size", block_size, 1, _MAX_BLOCK_SIZE)
     n, blocks = _checked_align_sizes(op, "gating_output", T * topk, E, block_size, False)
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)

@@ -139,14 +139,29 @@ void check_scoring(const char* op, MoeScoring scoring) {
   }
 }
 
-/// The argument blamed where the schedule's padding, num_experts * (block_size - 1), is what makes it too long: the
-/// larger of its two factors.
+/// The argument blamed where the schedule's length (moe_align_sizes) is out of range: where numel < num_experts the
+/// length is numel * block_size, and the larger of those two; else the larger term of numel + num_experts *
+/// (block_size - 1): the ids (`ids`), or the padding's larger factor.
 struct Blamed {
   const char* name;
-  int64_t value;
+  std::string got;
 };
-Blamed moe_padding_blame(int64_t num_experts, int64_t block_size) {
-  return block_size - 1 >= num_experts ? Blamed{"block_size", block_size} : Blamed{"num_experts", num_experts};
+Blamed moe_schedule_blame(int64_t numel, int64_t num_experts, int64_t block_size, const Blamed& ids) {
+  const Blamed bs{"block_size", std::to_string(block_size)};
+  if (numel < num_experts) return block_size >= numel ? bs : ids;
+  int64_t pad = 0;
+  const bool padding = __builtin_mul_overflow(num_experts, block_size - 1, &pad) || pad > numel;
+  if (!padding) return ids;
+  return block_size - 1 >= num_experts ? bs : Blamed{"num_experts", std::to_string(num_experts)};
+}
+
+/// What the messages expect of the schedule's length, below `limit` ("2^31", "2^63").
+std::string moe_schedule_expected(int64_t numel, int64_t num_experts, int64_t block_size, bool pad_sorted_ids,
+                                  const char* limit) {
+  return std::string("a schedule length (numel + num_experts * (block_size - 1)") +
+         (pad_sorted_ids ? ", rounded up to block_size (pad_sorted_ids)" : "") +
+         "; numel * block_size where numel < num_experts) < " + limit + " (numel " + std::to_string(numel) +
+         ", num_experts " + std::to_string(num_experts) + ", block_size " + std::to_string(block_size) + ")";
 }
 
 /// Shared checks of moe_align_block_size and the schedule half of moe_route; `ids_view` is validated by the
@@ -168,15 +183,12 @@ Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, T
   a.ids = matrix(op, "topk_ids", ids_view, "[T, k]", -1, -1);
   const int64_t numel = a.ids.rows * a.ids.cols;
   const MoeAlignSizes need = moe_align_sizes(numel, num_experts, block_size);
-  if (need.sorted_len > std::numeric_limits<int32_t>::max()) {
-    // on the padding's larger factor where the padding alone is that long, else on the ids
-    const bool padding = num_experts * (block_size - 1) > std::numeric_limits<int32_t>::max();  // <= 2^12 x 2^20
-    const Blamed b = padding ? moe_padding_blame(num_experts, block_size) : Blamed{"topk_ids", 0};
+  if (need.sorted_len > std::numeric_limits<int32_t>::max()) {  // the int32 schedule
+    const Blamed b = moe_schedule_blame(numel, num_experts, block_size, {"topk_ids", ids_view.shape_str()});
     fail_argument(op, b.name,
-                  "numel + num_experts * (block_size - 1) < 2^31 (int32 schedule; numel " + std::to_string(numel) +
-                      ", num_experts " + std::to_string(num_experts) + ", block_size " + std::to_string(block_size) +
-                      ": " + std::to_string(need.sorted_len) + ")",
-                  padding ? std::to_string(b.value) : ids_view.shape_str());
+                  moe_schedule_expected(numel, num_experts, block_size, false, "2^31") + ", which is " +
+                      std::to_string(need.sorted_len) + " (an int32 schedule)",
+                  b.got);
   }
   const StridedVec s = vector(op, "sorted_token_ids", sorted, "[S]", -1, need.sorted_len);
   a.sorted = contiguous_i32(op, "sorted_token_ids", sorted);
@@ -236,27 +248,24 @@ MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_
   if (numel < 0) detail::fail_argument(op, "numel", ">= 0", std::to_string(numel));
   if (num_experts < 1) detail::fail_argument(op, "num_experts", ">= 1", std::to_string(num_experts));
   if (block_size < 1) detail::fail_argument(op, "block_size", ">= 1", std::to_string(block_size));
-  // sorted_len = numel + num_experts * (block_size - 1), rounded up to block_size (pad_sorted_ids): every step must
-  // fit in int64 (then numel * block_size below is at most it, or capped by it).
-  int64_t pad = 0, len = 0;
-  const bool pad_overflow = __builtin_mul_overflow(num_experts, block_size - 1, &pad);
-  bool overflow = pad_overflow || __builtin_add_overflow(numel, pad, &len);
-  if (!overflow && pad_sorted_ids) overflow = len > std::numeric_limits<int64_t>::max() - (block_size - 1);
-  if (overflow) {  // blamed on the larger term: numel, or the padding's larger factor
-    const detail::Blamed b =
-        pad_overflow || pad > numel ? detail::moe_padding_blame(num_experts, block_size) : detail::Blamed{"numel", numel};
-    detail::fail_argument(op, b.name,
-                          std::string("numel + num_experts * (block_size - 1)") +
-                              (pad_sorted_ids ? ", rounded up to block_size (pad_sorted_ids)," : "") +
-                              " < 2^63 (numel " + std::to_string(numel) + ", num_experts " +
-                              std::to_string(num_experts) + ", block_size " + std::to_string(block_size) + ")",
-                          std::to_string(b.value));
-  }
+  // sorted_len = numel * block_size where numel < num_experts (vLLM's cap: always the smaller there, and a multiple
+  // of block_size), else numel + num_experts * (block_size - 1), rounded up to block_size (pad_sorted_ids): every
+  // step must fit in int64.
   MoeAlignSizes s;
-  s.sorted_len = pad_sorted_ids ? detail::moe_round_up(len, block_size) : len;
+  bool overflow = false;
   if (numel < num_experts) {
-    int64_t cap = 0;
-    if (!__builtin_mul_overflow(numel, block_size, &cap)) s.sorted_len = std::min(cap, s.sorted_len);
+    overflow = __builtin_mul_overflow(numel, block_size, &s.sorted_len);
+  } else {
+    int64_t pad = 0, len = 0;
+    overflow = __builtin_mul_overflow(num_experts, block_size - 1, &pad) || __builtin_add_overflow(numel, pad, &len) ||
+               (pad_sorted_ids && len > std::numeric_limits<int64_t>::max() - (block_size - 1));
+    if (!overflow) s.sorted_len = pad_sorted_ids ? detail::moe_round_up(len, block_size) : len;
+  }
+  if (overflow) {
+    const detail::Blamed b =
+        detail::moe_schedule_blame(numel, num_experts, block_size, {"numel", std::to_string(numel)});
+    detail::fail_argument(op, b.name,
+                          detail::moe_schedule_expected(numel, num_experts, block_size, pad_sorted_ids, "2^63"), b.got);
   }
   s.blocks = s.sorted_len / block_size + (s.sorted_len % block_size != 0);
   return s;

@@ -104,7 +104,7 @@ TEST(MoeErrors, AlignBlockSize) {
                    "block_size", "got 1048576");
   EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), b.I({(1 << 28) - 1, 8}), 256,
                                                  64),
-                   op, "topk_ids", "int32 schedule");
+                   op, "topk_ids", "an int32 schedule", "got [268435455, 8]");
   TensorView map = b.map_v(255);
   EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), b.I(), 256, 64, &map), op,
                    "expert_map");
@@ -191,9 +191,18 @@ TEST(MoeErrors, AlignSizes) {
   // Sizes past int64: an error, never a negative (wrapped) size.
   constexpr int64_t max = std::numeric_limits<int64_t>::max();
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(max, 4096, 1 << 20), op, "numel", "2^63");
-  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(1, max, 3), op, "num_experts", "2^63", "got " + std::to_string(max));
-  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(10, int64_t{1} << 40, int64_t{1} << 30), op, "num_experts", "2^63");
-  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(10, (int64_t{1} << 62) - 1, 3), op, "num_experts", "2^63");  // the sum
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(max / 2, max / 2 - 1, 3), op, "num_experts", "2^63",
+                   "got " + std::to_string(max / 2 - 1));  // the padding's larger factor
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(int64_t{1} << 40, int64_t{1} << 40, int64_t{1} << 30), op, "num_experts",
+                   "2^63");
+  // fewer ids than experts: the length is numel * block_size (the cap), however large num_experts is
+  EXPECT_EQ(fuseops::moe_align_sizes(1, max, 3).sorted_len, 3);
+  EXPECT_EQ(fuseops::moe_align_sizes(10, int64_t{1} << 40, int64_t{1} << 30).sorted_len, int64_t{10} << 30);
+  EXPECT_EQ(fuseops::moe_align_sizes(0, 2, max).sorted_len, 0);
+  EXPECT_EQ(fuseops::moe_align_sizes(1, max, 2, true).sorted_len, 2);
+  // and its overflow names the larger of numel and block_size
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(4, 8, max), op, "block_size", "numel * block_size where numel < num_experts");
+  EXPECT_ARG_ERROR(fuseops::moe_align_sizes(int64_t{1} << 40, int64_t{1} << 41, int64_t{1} << 30), op, "numel", "2^63");
   // the padding's larger factor: block_size here (num_experts 8 named it, "got 8")
   EXPECT_ARG_ERROR(fuseops::moe_align_sizes(100, 8, max), op, "block_size", "2^63", "got " + std::to_string(max));
   // fits, its round-up does not (the message says so: the sum alone holds)

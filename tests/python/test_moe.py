@@ -210,6 +210,17 @@ def test_align_ranges_are_checked_before_allocating():
         fuseops.moe_align_sizes(4096, 4096, 2**20)
     with pytest.raises(ValueError, match="moe_align_sizes: numel: .*< 2\\^31.*got 2147483648$"):
         fuseops.moe_align_sizes(2**31, 1, 1)
+    # rounded up (pad_sorted_ids), the length counts as allocated: 2^31 is refused before anything is allocated, on
+    # the padding's larger factor
+    with pytest.raises(ValueError, match="moe_align_sizes: block_size: .*rounded up to block_size.*got 1048576$"):
+        fuseops.moe_align_sizes(4096, 2047, 2**20, True)
+    with pytest.raises(ValueError, match=r"moe_align_block_size: block_size: .*which is 2147483648 .*got 1048576$"):
+        fuseops.moe_align_block_size(torch.zeros(4096, 1, dtype=torch.int32), 2**20, 2047, pad_sorted_ids=True)
+    # the ids blamed with their shape, as the op does
+    with pytest.raises(ValueError, match=r"moe_align_block_size: topk_ids: .*got \[268435456, 8\]$"):
+        fuseops.moe_align_block_size(torch.zeros(1, dtype=torch.int32).expand(2**28, 8), 64, 256)
+    with pytest.raises(ValueError, match="moe_align_block_size: expert_map: expected a torch.Tensor or None, got int"):
+        fuseops.moe_align_block_size(torch.zeros(4, 2, dtype=torch.int32), 16, 8, expert_map=5)
     assert fuseops.moe_align_sizes(4096, 4096, 2**18) == (2**30, 4096)
     # fewer ids than experts: the schedule is capped at numel * block_size (as the op sizes it), not refused
     assert fuseops.moe_align_sizes(8, 4096, 2**20) == (8 * 2**20, 8)
@@ -263,7 +274,7 @@ def test_cuda_graph_capture():
 
 def test_moe_align_sizes_reads_integer_scalars_as_ints():
     # a torch (or numpy) integer scalar skipped the int32 check and came back as a tensor
-    with pytest.raises(ValueError, match=r"^moe_align_sizes: numel: expected numel \+ num_experts"):
+    with pytest.raises(ValueError, match=r"^moe_align_sizes: numel: expected a schedule length \(numel \+ num_experts"):
         fuseops.moe_align_sizes(torch.tensor(2 ** 31), 1, 1)
     sizes = fuseops.moe_align_sizes(torch.tensor(10), torch.tensor(4), 4)
     assert sizes == fuseops.moe_align_sizes(10, 4, 4) and all(type(x) is int for x in sizes)
