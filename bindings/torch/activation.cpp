@@ -16,7 +16,8 @@ namespace {
 GeluApproximate approximate_of(const char* op, c10::string_view approximate) {
   if (approximate == "none") return GeluApproximate::none;
   if (approximate == "tanh") return GeluApproximate::tanh;
-  TORCH_CHECK_VALUE(false, op, ": approximate: expected \"none\" | \"tanh\", got \"", approximate, "\"");
+  TORCH_CHECK_VALUE(false, op, ": approximate: expected \"none\" | \"tanh\", got ",
+                    quoted_text(std::string_view(approximate.data(), approximate.size())));
   return GeluApproximate::none;  // unreachable
 }
 

@@ -12,8 +12,8 @@ namespace {
 MoeScoring parse_scoring(const char* op, c10::string_view scoring) {
   if (scoring == "softmax") return MoeScoring::softmax;
   if (scoring == "sigmoid") return MoeScoring::sigmoid;
-  rethrow(Error(ErrorKind::invalid_argument, std::string(op) + ": scoring: expected \"softmax\" | \"sigmoid\", got \"" +
-                                                 std::string(scoring.data(), scoring.size()) + "\""));
+  rethrow(Error(ErrorKind::invalid_argument, std::string(op) + ": scoring: expected \"softmax\" | \"sigmoid\", got " +
+                                                 quoted_text(std::string_view(scoring.data(), scoring.size()))));
 }
 
 }  // namespace

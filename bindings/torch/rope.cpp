@@ -14,8 +14,8 @@ MropeLayout layout_of(c10::string_view layout) {
   if (layout == "chunked") return MropeLayout::chunked;
   if (layout == "interleaved") return MropeLayout::interleaved;
   if (layout == "interleaved_glm") return MropeLayout::interleaved_glm;
-  TORCH_CHECK_VALUE(false, "mrope: layout: expected \"chunked\" | \"interleaved\" | \"interleaved_glm\", got \"",
-                    layout, "\"");
+  TORCH_CHECK_VALUE(false, "mrope: layout: expected \"chunked\" | \"interleaved\" | \"interleaved_glm\", got ",
+                    quoted_text(std::string_view(layout.data(), layout.size())));
   return MropeLayout::chunked;  // unreachable
 }
 

@@ -3,6 +3,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace fuseops {
 
@@ -25,6 +26,31 @@ class Error : public std::runtime_error {
  private:
   ErrorKind kind_;
 };
+
+/// A text argument as fuseops messages quote it: in double quotes, with quotes and backslashes escaped, a newline as
+/// \n and other control bytes and bytes past ASCII as \xNN, so that a message is one printable line whatever the
+/// caller passed (a NUL would cut it short where it is printed as a C string). Inline: the bindings use it as well,
+/// compiled with their own C++ ABI.
+inline std::string quoted_text(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "\"";
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += ch;
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c < 0x20 || c >= 0x7f) {
+      out += "\\x";
+      out += kHex[c >> 4];
+      out += kHex[c & 15];
+    } else {
+      out += ch;
+    }
+  }
+  return out + "\"";
+}
 
 /// Raises a bad device-resident value that an op recorded (a malformed cu_seqlens, an out-of-range
 /// ssm_state_indices / num_accepted_tokens / topk_ids / positions / masked_m value, ...) as an Error of kind

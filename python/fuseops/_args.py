@@ -1,6 +1,7 @@
 """Checks of the Python functions' scalar arguments: integers and flags are taken as given, never truncated or read as
 truthy, and a bad one is a ValueError naming the op and the argument."""
 import contextlib
+import math
 import operator
 import re
 
@@ -75,9 +76,14 @@ def float_arg(op, name, v):
     if isinstance(v, (str, bytes)) or is_bool(v) or _bool_tensor(v) or v is None:
         raise ValueError(f"{op}: {name}: expected a number, got {shown(v)}")
     try:
-        return float(v)
+        f = float(v)
     except (TypeError, ValueError, OverflowError):  # OverflowError: an int past the float range (10**400)
         raise ValueError(f"{op}: {name}: expected a number in the float range, got {shown(v)}") from None
+    # a number float() takes past its range (Decimal('1e400') -> inf, Decimal('1e-400') -> 0.0): refused, never
+    # misread (an infinity or NaN given as such is left to the op's own check)
+    if (math.isinf(f) and v != f) or (f == 0 and v != 0):
+        raise ValueError(f"{op}: {name}: expected a number in the float range, got {shown(v)} (it reads as {f})")
+    return f
 
 
 def tensor_arg(op, name, t, optional=False):
@@ -87,10 +93,10 @@ def tensor_arg(op, name, t, optional=False):
     raise ValueError(f"{op}: {name}: expected a torch.Tensor{' or None' if optional else ''}, got {type(t).__name__}")
 
 
-def written_arg(op, name, t):
-    """An output the op writes in place: None, or a tensor that does not require grad while grad mode is on (autograd
-    would not see the write); anything else than a tensor or None is an error naming it."""
-    tensor_arg(op, name, t, optional=True)
+def written_arg(op, name, t, optional=True):
+    """An output the op writes in place: a tensor that does not require grad while grad mode is on (autograd would not
+    see the write), or None where ``optional`` (the function allocates it); anything else is an error naming it."""
+    tensor_arg(op, name, t, optional=optional)
     if isinstance(t, torch.Tensor) and t.requires_grad and torch.is_grad_enabled():
         raise ValueError(f"{op}: {name}: expected a tensor that does not require grad (the op writes it in place)")
 

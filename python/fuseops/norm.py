@@ -37,10 +37,10 @@ def _check_args(op, x, weight, bias, z, eps, norm_before_gate, is_rms_norm):
     tensor_arg(op, "x", x)
     if x.dim() == 0:
         raise ValueError(f"{op}: x: expected rank >= 1 [..., N], got rank 0")
-    tensor_arg(op, "weight", weight, optional=True)
+    tensor_arg(op, "weight", weight)  # required (None: a ValueError naming it)
     tensor_arg(op, "bias", bias, optional=True)
     tensor_arg(op, "z", z, optional=True)
-    forward_only(op, x=x, weight=weight, bias=bias, z=z, optional=("weight", "bias", "z"))
+    forward_only(op, x=x, weight=weight, bias=bias, z=z, optional=("bias", "z"))
     return (float_arg(op, "eps", eps), bool_arg(op, "norm_before_gate", norm_before_gate),
             bool_arg(op, "is_rms_norm", is_rms_norm))
 

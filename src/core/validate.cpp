@@ -41,27 +41,6 @@ void check_same_dtype(const char* op, const char* name, const TensorView& v, con
   }
 }
 
-std::string quoted_text(const std::string& text) {
-  static const char* const hex = "0123456789abcdef";
-  std::string out = "\"";
-  for (const char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += ch;
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c < 0x20 || c >= 0x7f) {
-      out += "\\x";
-      out += hex[c >> 4];
-      out += hex[c & 15];
-    } else {
-      out += ch;
-    }
-  }
-  return out + "\"";
-}
-
 std::string number_text(double x) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.17g", x);
@@ -271,7 +250,9 @@ void check_disjoint(const char* op, const char* a_name, const TensorView& a, con
   };
   const auto ra = range(a), rb = range(b);
   if (ra.second <= rb.first || rb.second <= ra.first) return;
-  fail_argument(op, a_name, std::string("no overlap with ") + b_name, "overlapping memory");
+  // (a test of the address ranges: elements interleaved without sharing a byte are refused too; say so)
+  fail_argument(op, a_name, std::string("no overlap with ") + b_name + " (their address ranges are compared)",
+                "overlapping address ranges");
 }
 
 void check_shape_like(const char* op, const char* name, const TensorView& v, const char* ref_name,

@@ -16,11 +16,6 @@ namespace fuseops::detail {
 /// A floating-point argument as messages print it: shortest round-trip form ("1e+39", "0.3", "nan").
 std::string number_text(double x);
 
-/// A text argument as messages print it: in double quotes, with control bytes, quotes, backslashes and bytes past
-/// ASCII escaped (\n, \", \\, \xNN), so that a message is one printable line whatever the caller passed (a NUL
-/// would cut it short where it is printed as a C string).
-std::string quoted_text(const std::string& text);
-
 /// A floating-point argument the kernels use in fp32: returns it as a float, or throws Error(invalid_argument)
 /// naming `op` and `name` when it is not finite in fp32 (NaN, +-inf, |x| > 3.4028235e38), when it is nonzero but
 /// rounds to 0 there (|x| <= 7.0e-46: underflow), or when `in_range` is false (the op's own rule, `rule`: "> 0").

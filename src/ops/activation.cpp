@@ -178,7 +178,7 @@ GeluApproximate parse_gelu_approximate(const std::string& approximate) {
   if (approximate == "none") return GeluApproximate::none;
   if (approximate == "tanh") return GeluApproximate::tanh;
   throw Error(ErrorKind::invalid_argument,
-              "gelu_and_mul: approximate: expected \"none\" | \"tanh\", got " + detail::quoted_text(approximate));
+              "gelu_and_mul: approximate: expected \"none\" | \"tanh\", got " + quoted_text(approximate));
 }
 
 void silu_and_mul(TensorView out, TensorView input, Stream stream) {

@@ -448,7 +448,7 @@ MropeLayout parse_mrope_layout(const std::string& layout) {
   if (layout == "interleaved_glm") return MropeLayout::interleaved_glm;
   throw Error(ErrorKind::invalid_argument,
               "mrope: layout: expected \"chunked\" | \"interleaved\" | \"interleaved_glm\", got " +
-                  detail::quoted_text(layout));
+                  quoted_text(layout));
 }
 
 const char* mrope_layout_name(MropeLayout layout) {

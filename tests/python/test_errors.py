@@ -116,3 +116,52 @@ def test_devices_differ():
     with pytest.raises(ValueError, match=r"silu_and_mul_split: up: expected device"):
         fuseops.silu_and_mul_split(x[:, :8], x[:, 8:].cpu())
 
+
+
+def test_required_tensors_never_say_or_none():
+    # a required tensor given a non-tensor reads "expected a torch.Tensor, got ..." ("or None" only where None is
+    # taken): the norms' weight, the compat forms' outputs
+    from fuseops.compat import flaggems, vllm
+    x = torch.randn(2, 8)
+    cases = [
+        ("rmsnorm_fn: weight", lambda: fuseops.rmsnorm_fn(x, 5, None)),
+        ("layernorm_fn: weight", lambda: fuseops.layernorm_fn(x, [1.0], None)),
+        ("layer_norm_fwd: weight", lambda: fuseops.layer_norm_fwd(x, None)),
+        ("silu_and_mul: out", lambda: vllm.silu_and_mul(3, x)),
+        ("gelu_tanh_and_mul: out", lambda: vllm.gelu_tanh_and_mul(None, x)),
+        ("topk_softmax: topk_weights", lambda: vllm.topk_softmax(1, None, None, x)),
+        ("topk_softmax: token_expert_indices",
+         lambda: flaggems.topk_softmax(torch.empty(2, 1), torch.empty(2, 1, dtype=torch.int32), [0], x)),
+    ]
+    for prefix, call in cases:
+        with pytest.raises(ValueError, match=f"^{prefix}: expected a torch.Tensor, got [A-Za-z]+$"):
+            call()
+    with pytest.raises(ValueError, match="^rmsnorm_fn: bias: expected a torch.Tensor or None, got int$"):
+        fuseops.rmsnorm_fn(x, torch.ones(8), 3)
+
+
+def test_raw_ops_quote_text_arguments_with_escapes():
+    # a NUL, a newline or a quote in a text argument is escaped (a NUL had cut the message short)
+    x = torch.randn(4, 8)
+    with pytest.raises(ValueError, match=r'^gelu_and_mul: approximate: expected "none" \| "tanh", got "tan\\x00h\\n\\""$'):
+        fuseops.ops.gelu_and_mul(torch.empty(4, 4), x, 'tan\x00h\n"')
+    q = torch.randn(2, 4, 64)
+    with pytest.raises(ValueError, match=r'mrope: layout: .*got "chun\\x00ked"$'):
+        fuseops.ops.mrope(torch.zeros(3, 2, dtype=torch.int64), q, None, 64, 64, torch.randn(8, 64), [8, 12, 12], True,
+                          "chun\x00ked")
+
+
+def test_numbers_past_the_float_range_are_refused():
+    # float() reads Decimal('1e-400') as 0.0 and Decimal('1e400') as inf: refused by name, never run as 0 / inf
+    from decimal import Decimal
+    from fractions import Fraction
+    g = -torch.rand(1, 64, 2)
+    for tiny in (Decimal("1e-400"), Fraction(1, 10**400), Decimal("-1e-400")):
+        with pytest.raises(ValueError, match=r"^chunk_local_cumsum: scale: expected a number in the float range, .*"
+                                             r"\(it reads as -?0\.0\)$"):
+            fuseops.chunk_local_cumsum(g, 64, scale=tiny)
+    with pytest.raises(ValueError, match=r"^rmsnorm_fn: eps: expected a number in the float range, .*reads as inf"):
+        fuseops.rmsnorm_fn(torch.randn(2, 8), torch.ones(8), None, eps=Decimal("1e400"))
+    out = fuseops.chunk_local_cumsum(g, 64, scale=Decimal("0.5"))  # in range: taken as the float it is
+    assert torch.equal(out, fuseops.chunk_local_cumsum(g, 64, scale=0.5))
+    assert torch.equal(fuseops.chunk_local_cumsum(g, 64, scale=Decimal(0)), torch.zeros_like(g))

@@ -40,7 +40,7 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
     forward_only("topk_softmax", gating_output=gating_output)
     for name, t in (("topk_weights", topk_weights), ("topk_indices", topk_indices),
                     ("token_expert_indices", token_expert_indices)):
-        written_arg("topk_softmax", name, t)
+        written_arg("topk_softmax", name, t, optional=False)
     with named_as("topk_softmax", "topk_softmax", {"topk_ids": "topk_indices"}):
         _ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, None)
 

@@ -13,7 +13,7 @@ from .._ops import ops
 
 def _not_differentiable(op, out, input):
     # as the native functions: no graph is dropped and no tracked tensor written silently
-    written_arg(op, "out", out)
+    written_arg(op, "out", out, optional=False)
     forward_only(op, input=input)
 
 
@@ -39,9 +39,9 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
     """As ``torch.ops._moe_C.topk_softmax``: fills topk_weights, topk_indices (int32/int64), token_expert_indices."""
     renormalize = bool_arg("topk_softmax", "renormalize", renormalize)
     forward_only("topk_softmax", gating_output=gating_output, bias=bias, optional=("bias",))
-    written_arg("topk_softmax", "topk_weights", topk_weights)
-    written_arg("topk_softmax", "topk_indices", topk_indices)
-    written_arg("topk_softmax", "token_expert_indices", token_expert_indices)
+    written_arg("topk_softmax", "topk_weights", topk_weights, optional=False)
+    written_arg("topk_softmax", "topk_indices", topk_indices, optional=False)
+    written_arg("topk_softmax", "token_expert_indices", token_expert_indices, optional=False)
     with named_as("topk_softmax", "topk_softmax", {"topk_ids": "topk_indices", "correction_bias": "bias"}):
         ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)
 
