@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -158,6 +160,15 @@ class EntryReader {
     return v;
   }
 
+  /// Whether a decimal number's text is past the double range (1e400: strtod reads it whole, as out of range).
+  static bool beyond_double(const std::string& t) {
+    if (t.empty() || t.find_first_not_of("0123456789+-.eE") != std::string::npos) return false;
+    errno = 0;
+    char* end = nullptr;
+    std::strtod(t.c_str(), &end);
+    return end == t.c_str() + t.size() && errno == ERANGE;
+  }
+
   /// Whether a number's text has a nonzero digit before its exponent ("1e-400", "0.5"; not "0", "-0.0e5", ".nan").
   static bool nonzero_mantissa(const std::string& t) {
     for (const char c : t) {
@@ -171,7 +182,10 @@ class EntryReader {
     if (spec_.kind == ParamKind::number) {
       double d = 0;
       if (!n.IsScalar() || quoted(n) || !YAML::convert<double>::decode(n, d)) {
-        fail(path_, n.Mark(), key_, "expected a number, got " + scalar_text(n));
+        fail(path_, n.Mark(), key_,
+             std::string(n.IsScalar() && !quoted(n) && beyond_double(n.Scalar()) ? "expected a number in the double range"
+                                                                                  : "expected a number") +
+                 ", got " + scalar_text(n));
       }
       // a nonzero literal read as 0 (1e-400: below the smallest double) is refused, as 1e400 is above
       if (d == 0 && nonzero_mantissa(n.Scalar())) {

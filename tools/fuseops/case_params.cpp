@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 
 namespace fuseops::cli {
 
@@ -32,6 +33,15 @@ double CaseParams::fp32_number(const std::string& name) const {
     throw ParamError(name,
                      "must be finite in fp32 (|" + name + "| < 2^128 - 2^103 = 3.4028235677973366e+38) and, if "
                      "nonzero, not round to 0 there (|" + name + "| > 2^-150 = 7.006492321624085e-46)");
+  }
+  return x;
+}
+
+double CaseParams::checkable_scale(const std::string& name, const char* what) const {
+  const double x = fp32_number(name);
+  if (x != 0 && std::fabs(x) < std::numeric_limits<float>::min()) {
+    throw ParamError(name, std::string("nonzero and below 2^-126 in magnitude: the ") + what +
+                               " would all be subnormal, which the golden check cannot compare");
   }
   return x;
 }

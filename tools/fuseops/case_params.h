@@ -73,6 +73,10 @@ class CaseParams {
   /// A number the op takes in fp32: ParamError unless it is finite there and, if nonzero, does not round to 0 (the
   /// ops' own rule for such scalars, so a bad value is a case-file error rather than a failed case).
   double fp32_number(const std::string& name) const;
+  /// fp32_number() of a scale that multiplies the case's outputs (`what`): also ParamError where it is nonzero and
+  /// below 2^-126 in magnitude. The op takes it, but the scaled outputs would be subnormal, below the golden check's
+  /// absolute floor, which could not tell a wrong one (a check of such a case would pass whatever it computed).
+  double checkable_scale(const std::string& name, const char* what) const;
   const std::map<std::string, ParamValue>& values() const { return values_; }
   /// "d=14336 dtype=bf16 tokens=4096": for messages.
   std::string describe() const;

@@ -534,7 +534,7 @@ OpSpec cumsum_op() {
   spec.make = [](const CaseParams& p) -> std::unique_ptr<OpCase> {
     Spec s = gdn_spec_of(p, 1, p.integer("num_v_heads"), 0);
     s.reverse = p.boolean("reverse");
-    s.scale = p.fp32_number("scale");
+    s.scale = p.checkable_scale("scale", "sums");
     const std::string seqs = s.varlen() ? std::to_string(s.seqlens.size()) + "seq:" + std::to_string(s.T)
                                         : std::to_string(s.B) + "x" + std::to_string(s.T);
     s.label = seqs + "x" + std::to_string(s.HV) + (s.BT != 64 ? ",bt" + std::to_string(s.BT) : "") +

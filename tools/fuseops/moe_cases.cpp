@@ -255,12 +255,7 @@ OpSpec moe_op(Kind kind, RouteOp router) {
     if (grouped) {
       rp.spec.n_group = p.integer("n_group");
       rp.spec.topk_group = p.integer("topk_group");
-      rp.spec.scale = p.fp32_number("routed_scaling_factor");
-      if (rp.spec.scale != 0 && std::fabs(rp.spec.scale) < std::numeric_limits<float>::min()) {
-        // the op takes it; but every weight would be subnormal, below the check's absolute floor of 2^-126
-        throw ParamError("routed_scaling_factor", "nonzero and below 2^-126 in magnitude: the weights would all be "
-                                                  "subnormal, which the golden check cannot compare");
-      }
+      rp.spec.scale = p.checkable_scale("routed_scaling_factor", "weights");
       rp.spec.scoring = p.text("scoring") == "sigmoid" ? MoeScoring::sigmoid : MoeScoring::softmax;
       if (rp.E % rp.spec.n_group != 0) {
         throw ParamError("n_group", "num_experts " + std::to_string(rp.E) + " is not a multiple of n_group " +

@@ -579,6 +579,11 @@ TEST(CaseFile, SizesThatOverflowNameTheirKey) {
             "");
   EXPECT_CASE_ERROR("cases:\n  - op: grouped_topk\n    tokens: 4\n    num_experts: 8\n    topk: 2\n"
                     "    routed_scaling_factor: 1e-45\n", "f.yaml:6:5", "routed_scaling_factor", "below 2^-126");
+  // chunk_local_cumsum's scale likewise (7.01e-46 ran as 2^-149, twice the value, and "passed" at 100% error)
+  EXPECT_CASE_ERROR("cases:\n  - op: chunk_local_cumsum\n    seq_len: 64\n    num_v_heads: 2\n    scale: 7.01e-46\n",
+                    "f.yaml:5:5", "scale", "below 2^-126");
+  EXPECT_EQ(error_of("cases:\n  - op: chunk_local_cumsum\n    seq_len: 64\n    num_v_heads: 2\n    scale: -1.2e-38\n"),
+            "");
   // chunk_local_cumsum has no head dim: g and its output are [B, T, HV], so 2^34 x 2 elements are accepted (they
   // were counted x 64) and 2^40 x 2 are not
   EXPECT_EQ(error_of("cases:\n  - op: chunk_local_cumsum\n    seq_len: 17179869184\n    num_v_heads: 2\n"), "");
@@ -644,7 +649,8 @@ TEST(CaseFile, QuotedScalarsAreNoNumbers) {
   for (const char* tiny : {"1e-400", "-1e-400", "0.000001e-399"}) {
     EXPECT_CASE_ERROR(rope + "    theta: " + tiny + "\n", "f.yaml:6:12", "theta", "(nonzero, but it reads as 0)");
   }
-  EXPECT_CASE_ERROR(rope + "    theta: 1e400\n", "f.yaml:6:12", "theta", "expected a number, got");
+  EXPECT_CASE_ERROR(rope + "    theta: 1e400\n", "f.yaml:6:12", "theta", "expected a number in the double range, got");
+  EXPECT_CASE_ERROR(rope + "    theta: 1e4x\n", "f.yaml:6:12", "theta", "expected a number, got");
   const std::string cumsum = "cases:\n  - op: chunk_local_cumsum\n    seq_len: 64\n    num_v_heads: 2\n";
   for (const char* zero : {"0", "-0.0", "0e-400", "0.0e5"}) {  // zeros stay zeros
     EXPECT_EQ(parse(cumsum + "    scale: " + zero + "\n").points.size(), 1u) << zero;
