@@ -73,9 +73,10 @@ struct MoeAlignSizes {
   int64_t sorted_len = 0;
   int64_t blocks = 0;
 };
-/// Error (invalid_argument) naming the argument for numel < 0, num_experts < 1, block_size < 1, or sizes that do not
-/// fit in int64 (named: numel where it is the larger term of the sum, else the larger of num_experts and
-/// block_size - 1).
+/// Error (invalid_argument) naming the argument for numel < 0, num_experts < 1, block_size < 1, or a length that does
+/// not fit in int64, named as the schedule's limits are (moe_align_block_size): where numel < num_experts (length
+/// numel * block_size) the larger of numel and block_size; else the larger term of the sum, numel or the padding, and
+/// of the padding the larger of num_experts and block_size - 1.
 MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_size, bool pad_sorted_ids = false);
 
 /// The block schedule of the fused-MoE GEMM for topk_ids [T, k] (i32 | i64; numel = T*k):
@@ -88,9 +89,9 @@ MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_
 /// Ids -1 are padding and skipped; ids < -1 or >= num_experts (and map entries outside [-1, num_experts)) are
 /// skipped and recorded in the device error record (argument topk_ids / expert_map, index = flat index / global id).
 /// 1 <= num_experts <= 4096, 1 <= block_size <= 2^20. The schedule is int32: sorted_len (as above, without the
-/// round-up) must be < 2^31 (Error naming block_size or num_experts where num_experts * (block_size - 1) alone
-/// reaches it, else topk_ids), and S < 2^31 (naming sorted_token_ids). As vLLM `moe_align_block_size` with the map
-/// applied in the kernel (vLLM PR #29642); blocks past the end are -1 as in newer vLLM and FlagGems.
+/// round-up) must be < 2^31 (Error named as in moe_align_sizes, topk_ids for numel), and S < 2^31 (naming
+/// sorted_token_ids). As vLLM `moe_align_block_size` with the map applied in the kernel (vLLM PR #29642); blocks
+/// past the end are -1 as in newer vLLM and FlagGems.
 void moe_align_block_size(TensorView sorted_token_ids, TensorView expert_ids, TensorView num_tokens_post_pad,
                           TensorView topk_ids, int64_t num_experts, int64_t block_size,
                           const TensorView* expert_map = nullptr, Stream stream = {});
