@@ -202,9 +202,8 @@ void check_no_overlap(const char* op, const char* a_name, const RowMatrix& a, co
     const int64_t wa = a.cols * ea, wb = b.cols * eb;
     if (off >= wa && off + wb <= pitch) return;
   }
-  // (with unequal row strides the test is the address ranges': say so, so that a far-strided view is not taken for
-  // a real overlap without a word)
-  // proven: one row each (the ranges are the elements), or one's first element inside the other's first row
+  // Said as proven where it is (same pitch as tested above, one row each, or one's first element inside the other's
+  // first row); else only the address ranges meet (unequal row strides), and the message says so.
   const std::uintptr_t row_a = base_a + static_cast<std::uintptr_t>(a.cols * ea);
   const std::uintptr_t row_b = base_b + static_cast<std::uintptr_t>(b.cols * eb);
   const bool proven = exact || (a.rows == 1 && b.rows == 1) || (base_b >= base_a && base_b < row_a) ||
