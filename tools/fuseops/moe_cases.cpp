@@ -282,9 +282,14 @@ OpSpec moe_op(Kind kind, RouteOp router) {
     }
     if (kind != Kind::router) {
       const int64_t len = moe_align_sizes(numel, rp.E, rp.block_size).sorted_len;
-      if (len > std::numeric_limits<int32_t>::max()) {  // block_size is to blame where its padding alone is too long
-        const bool padding = rp.E * (rp.block_size - 1) > std::numeric_limits<int32_t>::max();
-        throw ParamError(padding ? "block_size" : "tokens",
+      if (len > std::numeric_limits<int32_t>::max()) {
+        // blamed as the op blames it (fuseops/moe.h): where numel < num_experts (length numel * block_size) the larger
+        // of the two; else the larger term of the sum, the ids or the padding, and of the padding the larger factor
+        const bool capped = numel < rp.E, padding = !capped && rp.E * (rp.block_size - 1) > numel;
+        const char* key = capped    ? (rp.block_size >= numel ? "block_size" : "tokens")
+                          : padding ? (rp.block_size - 1 >= rp.E ? "block_size" : "num_experts")
+                                    : "tokens";
+        throw ParamError(key,
                          "the schedule (moe_align_sizes of tokens x topk = " + std::to_string(numel) +
                              ", num_experts " + std::to_string(rp.E) + ", block_size " +
                              std::to_string(rp.block_size) + ") of " + std::to_string(len) +

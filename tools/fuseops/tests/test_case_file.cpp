@@ -575,6 +575,10 @@ TEST(CaseFile, SizesThatOverflowNameTheirKey) {
                     "    topk: 8\n", "f.yaml:3:5", "tokens", "of 2147499768 entries is 2^31 or more (int32 schedule)");
   EXPECT_CASE_ERROR("cases:\n  - op: moe_align_block_size\n    tokens: 512\n    num_experts: 4096\n    topk: 8\n"
                     "    block_size: 1048576\n", "f.yaml:6:5", "block_size", "2^31 or more (int32 schedule)");
+  // the padding (4096 x (2^19 - 1)) under 2^31 alone but larger than tokens x topk (8192): block_size, as the op names
+  // it (the hook had said tokens)
+  EXPECT_CASE_ERROR("cases:\n  - op: moe_align_block_size\n    tokens: 1024\n    num_experts: 4096\n    topk: 8\n"
+                    "    block_size: 524288\n", "f.yaml:6:5", "block_size", "2^31 or more (int32 schedule)");
   EXPECT_EQ(error_of("cases:\n  - op: moe_align_block_size\n    tokens: 1000\n    num_experts: 256\n    topk: 8\n"),
             "");
   EXPECT_CASE_ERROR("cases:\n  - op: grouped_topk\n    tokens: 4\n    num_experts: 8\n    topk: 2\n"
