@@ -67,7 +67,6 @@ def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, i
     renormalize = bool_arg(op, "renormalize", renormalize)
     T = _rows(op, "gating_output", gating_output)
     topk = _check_topk(op, topk, gating_output.shape[1])
-    tensor_arg(op, "correction_bias", correction_bias, optional=True)
     forward_only(op, gating_output=gating_output, correction_bias=correction_bias, optional=("correction_bias",))
     dev = gating_output.device
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)
@@ -100,7 +99,6 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
-    tensor_arg(op, "bias", bias, optional=True)
     forward_only(op, scores=scores, bias=bias, optional=("bias",))
     w = torch.empty((T, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=scores.device)
@@ -129,9 +127,10 @@ def _check_align_args(op, num_experts, block_size):
 
 
 def _schedule_blame(numel, num_experts, block_size, ids):
-    """(name, got) blamed where the schedule is too long, as the op blames it: where numel < num_experts (length numel *
-    block_size) the larger of the two; else the larger term of numel + num_experts * (block_size - 1), the ids
-    (``ids``) or the padding's larger factor."""
+    """(name, got) blamed where the schedule is too long: the op's rule (moe_schedule_blame in src/common/moe_math.h),
+    checked here before anything is allocated. Where numel < num_experts (length numel * block_size) the larger of
+    the two; else the larger term of numel + num_experts * (block_size - 1), the ids (``ids``) or the padding's larger
+    factor."""
     if numel < num_experts:
         return ("block_size", block_size) if block_size >= numel else ids
     if num_experts * (block_size - 1) <= numel:
@@ -206,7 +205,6 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
     if scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
-    tensor_arg(op, "bias", bias, optional=True)
     forward_only(op, gating_output=gating_output, bias=bias, optional=("bias",))
     dev = gating_output.device
     E = gating_output.shape[1]

@@ -37,9 +37,6 @@ def _check_args(op, x, weight, bias, z, eps, norm_before_gate, is_rms_norm):
     tensor_arg(op, "x", x)
     if x.dim() == 0:
         raise ValueError(f"{op}: x: expected rank >= 1 [..., N], got rank 0")
-    tensor_arg(op, "weight", weight)  # required (None: a ValueError naming it)
-    tensor_arg(op, "bias", bias, optional=True)
-    tensor_arg(op, "z", z, optional=True)
     forward_only(op, x=x, weight=weight, bias=bias, z=z, optional=("bias", "z"))
     return (float_arg(op, "eps", eps), bool_arg(op, "norm_before_gate", norm_before_gate),
             bool_arg(op, "is_rms_norm", is_rms_norm))
@@ -56,7 +53,6 @@ def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=
     """
     op = "layer_norm_fwd"
     eps, norm_before_gate, is_rms_norm = _check_args(op, x, weight, bias, z, eps, norm_before_gate, is_rms_norm)
-    tensor_arg(op, "out", out, optional=True)
     written_arg(op, "out", out)
     g = _group(op, group_size)
     N = x.shape[-1]

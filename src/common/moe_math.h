@@ -143,6 +143,18 @@ FUSEOPS_HD void moe_sort_desc(uint32_t (&a)[N]) {
 /// ceil(a / b) * b for a >= 0, b >= 1, a <= INT64_MAX - (b - 1) (b - 1 is added first: a + b wrapped at that bound).
 FUSEOPS_HD int64_t moe_round_up(int64_t a, int64_t b) { return (a + (b - 1)) / b * b; }
 
+/// The argument a schedule length past its limit is blamed on (moe_align_sizes, moe_align_block_size, and the case
+/// files' hooks): where numel < num_experts (length numel * block_size) the larger of the two; else the larger term of
+/// numel + num_experts * (block_size - 1), the ids or the padding, and of the padding the larger factor.
+enum class MoeScheduleBlame { ids, block_size, num_experts };
+inline MoeScheduleBlame moe_schedule_blame(int64_t numel, int64_t num_experts, int64_t block_size) {
+  if (numel < num_experts) return block_size >= numel ? MoeScheduleBlame::block_size : MoeScheduleBlame::ids;
+  // num_experts * (block_size - 1) > numel, without the product (it may not fit)
+  const bool padding = block_size > 1 && num_experts > numel / (block_size - 1);
+  if (!padding) return MoeScheduleBlame::ids;
+  return block_size - 1 >= num_experts ? MoeScheduleBlame::block_size : MoeScheduleBlame::num_experts;
+}
+
 }  // namespace fuseops::detail
 
 namespace fuseops::detail {

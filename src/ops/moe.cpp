@@ -139,20 +139,17 @@ void check_scoring(const char* op, MoeScoring scoring) {
   }
 }
 
-/// The argument blamed where the schedule's length (moe_align_sizes) is out of range: where numel < num_experts the
-/// length is numel * block_size, and the larger of those two; else the larger term of numel + num_experts *
-/// (block_size - 1): the ids (`ids`), or the padding's larger factor.
+/// The argument moe_schedule_blame names, with its value as the message shows it (`ids`: the ids' name and text).
 struct Blamed {
   const char* name;
   std::string got;
 };
-Blamed moe_schedule_blame(int64_t numel, int64_t num_experts, int64_t block_size, const Blamed& ids) {
-  const Blamed bs{"block_size", std::to_string(block_size)};
-  if (numel < num_experts) return block_size >= numel ? bs : ids;
-  int64_t pad = 0;
-  const bool padding = __builtin_mul_overflow(num_experts, block_size - 1, &pad) || pad > numel;
-  if (!padding) return ids;
-  return block_size - 1 >= num_experts ? bs : Blamed{"num_experts", std::to_string(num_experts)};
+Blamed moe_schedule_blamed(int64_t numel, int64_t num_experts, int64_t block_size, const Blamed& ids) {
+  switch (moe_schedule_blame(numel, num_experts, block_size)) {
+    case MoeScheduleBlame::block_size: return {"block_size", std::to_string(block_size)};
+    case MoeScheduleBlame::num_experts: return {"num_experts", std::to_string(num_experts)};
+    default: return ids;
+  }
 }
 
 /// What the messages expect of the schedule's length, below `limit` ("2^31", "2^63").
@@ -184,7 +181,7 @@ Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, T
   const int64_t numel = a.ids.rows * a.ids.cols;
   const MoeAlignSizes need = moe_align_sizes(numel, num_experts, block_size);
   if (need.sorted_len > std::numeric_limits<int32_t>::max()) {  // the int32 schedule
-    const Blamed b = moe_schedule_blame(numel, num_experts, block_size, {"topk_ids", ids_view.shape_str()});
+    const Blamed b = moe_schedule_blamed(numel, num_experts, block_size, {"topk_ids", ids_view.shape_str()});
     fail_argument(op, b.name,
                   moe_schedule_expected(numel, num_experts, block_size, false, "2^31") + ", which is " +
                       std::to_string(need.sorted_len) + " (an int32 schedule)",
@@ -263,7 +260,7 @@ MoeAlignSizes moe_align_sizes(int64_t numel, int64_t num_experts, int64_t block_
   }
   if (overflow) {
     const detail::Blamed b =
-        detail::moe_schedule_blame(numel, num_experts, block_size, {"numel", std::to_string(numel)});
+        detail::moe_schedule_blamed(numel, num_experts, block_size, {"numel", std::to_string(numel)});
     detail::fail_argument(op, b.name,
                           detail::moe_schedule_expected(numel, num_experts, block_size, pad_sorted_ids, "2^63"), b.got);
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cases.h"
+#include "common/moe_math.h"
 #include "fuseops/moe.h"
 #include "gpu.h"
 #include "testing/moe_run.h"
@@ -283,13 +284,11 @@ OpSpec moe_op(Kind kind, RouteOp router) {
     if (kind != Kind::router) {
       const int64_t len = moe_align_sizes(numel, rp.E, rp.block_size).sorted_len;
       if (len > std::numeric_limits<int32_t>::max()) {
-        // blamed as the op blames it (fuseops/moe.h): where numel < num_experts (length numel * block_size) the larger
-        // of the two; else the larger term of the sum, the ids or the padding, and of the padding the larger factor
-        const bool capped = numel < rp.E, padding = !capped && rp.E * (rp.block_size - 1) > numel;
-        const char* key = capped    ? (rp.block_size >= numel ? "block_size" : "tokens")
-                          : padding ? (rp.block_size - 1 >= rp.E ? "block_size" : "num_experts")
-                                    : "tokens";
-        throw ParamError(key,
+        // blamed as the op blames it, the ids on the rows' key
+        const detail::MoeScheduleBlame blame = detail::moe_schedule_blame(numel, rp.E, rp.block_size);
+        throw ParamError(blame == detail::MoeScheduleBlame::block_size    ? "block_size"
+                         : blame == detail::MoeScheduleBlame::num_experts ? "num_experts"
+                                                                          : "tokens",
                          "the schedule (moe_align_sizes of tokens x topk = " + std::to_string(numel) +
                              ", num_experts " + std::to_string(rp.E) + ", block_size " +
                              std::to_string(rp.block_size) + ") of " + std::to_string(len) +

@@ -60,8 +60,6 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
         raise ValueError(f"{op}: scoring_func: expected 1 (sigmoid of the logits in scores); 0 (vLLM's default: "
                          f"scores already activated) is not supported, got {scoring_func!r}")
     renormalize = bool_arg(op, "renormalize", renormalize)
-    tensor_arg(op, "scores", scores)
-    tensor_arg(op, "bias", bias, optional=True)
     forward_only(op, scores=scores, bias=bias, optional=("bias",))
     n_group = int_arg(op, "n_group", n_group, 1)
     topk_group = int_arg(op, "topk_group", topk_group, 1)
