@@ -335,16 +335,24 @@ __device__ void store_tile_rows(const float* tile, const GdnOut& out, const Chun
 /// log2(e) rounded to fp32.
 constexpr float kLog2e = 1.44269504088896340736f;
 
+/// e^d of a kkt entry, for the rounded difference d = g_i - g_j: ex2.approx.ftz of the rounded d * log2(e) (one FMUL
+/// and MUFU.EX2 instead of IEEE expf's range reduction). A result below 2^-126 is 0: exp2f gives the same bits above
+/// that and a subnormal below it, at three more instructions per entry (its range fix). Forming the difference first
+/// makes the exponent err by ~2^-23 |d| as expf's does, not by 2^-24 (|g_i| + |g_j|), which strongly decayed chunks
+/// with |g| in the thousands would turn into a relative error of ~1e-3; ex2.approx's <= 2 ulp is inside the kkt
+/// budget of docs/ops/gdn.md "Tolerances".
+__device__ __forceinline__ float kkt_exp(float d) {
+  float e;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(__fmul_rn(d, kLog2e)));
+  return e;
+}
+
 /// A[i][j] of one chunk from the Gram entry <k_i, k_j>: (gram * e^(g_i - g_j)) * beta_i for j < i < len, exactly 0
 /// elsewhere (a select, computed without a branch: e^(g_i - g_j) may be inf above the diagonal, and the select drops
-/// it). e^d is exp2f(d * log2(e)) of the rounded difference d = g_i - g_j (one FMUL and MUFU.EX2 instead of IEEE
-/// expf's range reduction; the difference is formed first, so the exponent errs by ~2^-23 |d| as expf's does, not
-/// by 2^-24 (|g_i| + |g_j|), which strongly decayed chunks with |g| in the thousands would turn into a relative
-/// error of ~1e-3; exp2f's <= 2 ulp is inside the kkt budget of docs/ops/gdn.md "Tolerances"). Absent g / beta
-/// arrive as 0 / 1, which makes their factor exactly 1. THE definition of a kkt entry: the kkt kernel stores it,
-/// the fused kernels invert it.
+/// it), e^(g_i - g_j) by kkt_exp. Absent g / beta arrive as 0 / 1, which makes their factor exactly 1. THE definition
+/// of a kkt entry: the kkt kernel stores it, the fused kernels invert it.
 __device__ __forceinline__ float kkt_entry(float gram, int i, int j, int len, float g_i, float g_j, float beta_i) {
-  const float a = __fmul_rn(__fmul_rn(gram, exp2f(__fmul_rn(__fsub_rn(g_i, g_j), kLog2e))), beta_i);
+  const float a = __fmul_rn(__fmul_rn(gram, kkt_exp(__fsub_rn(g_i, g_j))), beta_i);
   return j < i && i < len ? a : 0.f;
 }
 
