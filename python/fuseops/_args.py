@@ -71,8 +71,12 @@ def _not_dual(op, name, v):
 
 
 def float_arg(op, name, v):
-    """A real number (int, float, numpy / torch scalar) as a float; a bool, a string or None is an error."""
+    """A real number (int, float, numpy / torch scalar) as a float; a bool, a string or None is an error, and so is a
+    0-dim tensor that requires grad while grad mode is on (the number would cut it from the graph)."""
     _not_dual(op, name, v)
+    if isinstance(v, torch.Tensor) and v.requires_grad and torch.is_grad_enabled():
+        raise RuntimeError(f"{op}: {name}: requires grad, but fuseops computes no gradient for it (a number there); "
+                           "pass a float, or detach it")
     if isinstance(v, (str, bytes)) or is_bool(v) or _bool_tensor(v) or v is None:
         raise ValueError(f"{op}: {name}: expected a number, got {shown(v)}")
     try:
@@ -115,23 +119,34 @@ def forward_only(op, optional=(), **tensors):
                                "there); call the op under torch.no_grad() or detach it")
 
 
+class _NoSecondDerivative(torch.autograd.Function):
+    """Identity on the first ``n`` tensors (copies of a backward's results), recorded on all the tensors given (also
+    the backward's inputs); its own backward raises ``message``."""
+
+    @staticmethod
+    def forward(ctx, message, n, *tensors):
+        ctx.message = message
+        return tuple(t.clone() for t in tensors[:n])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(ctx.message)
+
+
 def not_twice_differentiable(op, grads, *inputs):
     """The results ``grads`` of a backward that has no derivative of its own, given the tensors it read (``inputs``:
     the incoming gradients and the saved tensors). Where autograd records this backward (create_graph=True) and one of
-    them requires grad, the results come back through a node whose backward raises naming ``op``: a second-order term
-    is an error, never silently dropped. (torch's once_differentiable wraps them only when an incoming gradient
-    requires grad, not when a saved input does, as in a gradient penalty.)"""
-    if not torch.is_grad_enabled() or not any(isinstance(t, torch.Tensor) and t.requires_grad for t in inputs):
+    them requires grad, the results come back through a node whose inputs are those tensors and whose backward raises
+    naming ``op``: every path from a result to what it was computed from passes that node, so a second-order term is an
+    error, never silently dropped, whether the caller runs .backward() or torch.autograd.grad(..., inputs=...) (as in a
+    gradient penalty). torch's once_differentiable wraps only the incoming gradients, and an error node fed by copies
+    of the results would lie on no such path."""
+    needing = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    if not torch.is_grad_enabled() or not needing:
         return grads
     at = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
-    err = torch._C._functions.DelayedError(
-        f"{op}: not twice differentiable (fuseops computes no second derivative)".encode(), len(at))
-    fakes = []
-    for i in at:
-        fake = grads[i].detach()
-        fake.requires_grad_(True)
-        fakes.append(fake)
-    wrapped = err(*fakes)
+    message = f"{op}: not twice differentiable (fuseops computes no second derivative)"
+    wrapped = _NoSecondDerivative.apply(message, len(at), *[grads[i] for i in at], *needing)
     wrapped = wrapped if isinstance(wrapped, tuple) else (wrapped,)
     out = list(grads)
     for i, w in zip(at, wrapped):

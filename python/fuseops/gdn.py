@@ -339,15 +339,18 @@ def chunk_fwd_o(q, k, v, h, g=None, g_gamma=None, scale=None, state_v_first=Fals
 
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None,
                                      output_final_state=False, use_qk_l2norm_in_kernel=False, cu_seqlens=None,
-                                     ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=False,
+                                     ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=None,
                                      **kwargs):
     """The token recurrence (decode, any T), as FLA ``fused_recurrent_gated_delta_rule``.
 
     FLA form: ``initial_state`` [N, HV, K, V] is read-only; returns (o [B, T, HV, V] in v.dtype, final_state float32
-    or None). vLLM serving form (``ssm_state_indices`` given, or ``inplace_final_state=True``): ``initial_state`` is
-    the state pool [S, HV, K, V] (float32 / bfloat16) updated in place; ``ssm_state_indices`` [N] or [N, Tmax] (with
-    ``num_accepted_tokens`` [N]); index -1 is a padding slot, any other index outside [0, S) is recorded for
-    :func:`fuseops.check_errors` (and its sequence treated as padding). Returns (o, initial_state).
+    or None). vLLM serving form (``ssm_state_indices`` given): ``initial_state`` is the state pool [S, HV, K, V]
+    (float32 / bfloat16) updated in place, as vLLM's ``inplace_final_state=True`` (its default); ``ssm_state_indices``
+    [N] or [N, Tmax] (with ``num_accepted_tokens`` [N]); index -1 is a padding slot, any other index outside [0, S) is
+    recorded for :func:`fuseops.check_errors` (and its sequence treated as padding). Returns (o, initial_state): the
+    pool is the final state, whatever ``output_final_state`` says. ``inplace_final_state``: None (the form decides),
+    True (the serving form: ssm_state_indices required) or False (the FLA form); False with ``ssm_state_indices`` is a
+    ValueError: vLLM's per-token final states in a new [T, HV, K, V] tensor are not supported.
     """
     op = "fused_recurrent_gated_delta_rule"
     forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, ssm_state_indices=ssm_state_indices,
@@ -356,13 +359,18 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
-    inplace_final_state = bool_arg(op, "inplace_final_state", inplace_final_state)
+    if inplace_final_state is not None:
+        inplace_final_state = bool_arg(op, "inplace_final_state", inplace_final_state)
+        if not inplace_final_state and ssm_state_indices is not None:
+            raise ValueError(f"{op}: inplace_final_state: False with ssm_state_indices (vLLM's per-token final states "
+                             "in a new tensor) is not supported; the serving form updates the pool in place "
+                             "(inplace_final_state=True or None)")
     _reject_kwargs(op, kwargs)
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     o = _out_like(op, "v", v, v.shape)
     sc = None if scale is None else float_arg(op, "scale", scale)
-    if ssm_state_indices is not None or inplace_final_state:
+    if ssm_state_indices is not None or inplace_final_state is True:
         if initial_state is None or ssm_state_indices is None:
             raise ValueError(f"{op}: ssm_state_indices: expected a tensor together with the state pool initial_state "
                              "(inplace_final_state)")

@@ -97,7 +97,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     T = _rows(op, "scores", scores)
     topk = _check_topk(op, topk, scores.shape[1])
     _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
-    if scoring not in _SCORING:
+    if not isinstance(scoring, str) or scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     forward_only(op, scores=scores, bias=bias, optional=("bias",))
     w = torch.empty((T, topk), dtype=torch.float32, device=scores.device)
@@ -203,7 +203,7 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     T = _rows(op, "gating_output", gating_output)
     topk = _check_topk(op, topk, gating_output.shape[1])
     _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
-    if scoring not in _SCORING:
+    if not isinstance(scoring, str) or scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     forward_only(op, gating_output=gating_output, bias=bias, optional=("bias",))
     dev = gating_output.device

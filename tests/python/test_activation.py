@@ -248,6 +248,17 @@ def test_second_order_terms_raise_instead_of_going_missing():
         assert g1.requires_grad
         with pytest.raises(RuntimeError, match="not twice differentiable"):
             ((g1 ** 2).sum() + (x ** 2).sum()).backward()
+    # torch.autograd.grad(..., inputs=...) of a penalty: the second-order term through h = x0 W must raise, not be
+    # dropped (the error node sat on copies of the results, off every path to W: dW came back wrong by up to 17.5);
+    # with allow_unused=True too (it came back None)
+    for call in (lambda h: fuseops.silu_and_mul(h), lambda h: fuseops.gelu_and_mul_split(h[..., :4], h[..., 4:]),
+                 lambda h: flaggems.silu_and_mul(h[..., :4], h[..., 4:])):
+        x0, w = torch.randn(3, 8, requires_grad=True), torch.randn(8, requires_grad=True)
+        (gx,) = torch.autograd.grad(call(x0 * w).sum(), x0, create_graph=True)
+        with pytest.raises(RuntimeError, match="not twice differentiable"):
+            torch.autograd.grad((gx ** 2).sum(), w, retain_graph=True)
+        with pytest.raises(RuntimeError, match="not twice differentiable"):
+            torch.autograd.grad(gx.sum(), x0, allow_unused=True)
     # first order under create_graph=True is unchanged
     x = torch.randn(3, 8, requires_grad=True)
     (g1,) = torch.autograd.grad(fuseops.silu_and_mul(x).sum(), x, create_graph=True)

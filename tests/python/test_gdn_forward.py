@@ -94,6 +94,24 @@ def test_prefill_then_decode_and_pool(device):
                                                      ssm_state_indices=torch.tensor([1], device=device))
     assert rel_rms(o2, ro[:, 40:]) <= 1e-4 and rel_rms(pool[1:2], rht) <= 1e-4
     assert torch.isnan(pool[0]).all() and torch.isnan(pool[2]).all()
+    # vLLM's default: with ssm_state_indices and no inplace_final_state, the pool is updated in place as well
+    pool2 = torch.full((3, 2, 32, 32), float("nan"), device=device)
+    pool2[1] = ht[0]
+    o3, p3 = fuseops.fused_recurrent_gated_delta_rule(q[:, 40:], k[:, 40:], v[:, 40:], g[:, 40:], beta[:, 40:],
+                                                      initial_state=pool2,
+                                                      ssm_state_indices=torch.tensor([1], device=device))
+    assert p3 is pool2 and torch.equal(o3, o2) and torch.equal(pool2[1], pool[1])
+    # inplace_final_state=False with ssm_state_indices (vLLM: per-token states in a new tensor) is refused by name,
+    # before anything is written; True without ssm_state_indices too
+    before = pool2.clone()
+    with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: inplace_final_state: False with "):
+        fuseops.fused_recurrent_gated_delta_rule(q[:, 40:], k[:, 40:], v[:, 40:], g[:, 40:], beta[:, 40:],
+                                                 initial_state=pool2, inplace_final_state=False,
+                                                 ssm_state_indices=torch.tensor([1], device=device))
+    assert torch.equal(pool2[1], before[1])
+    with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: ssm_state_indices: expected a tensor"):
+        fuseops.fused_recurrent_gated_delta_rule(q[:, 40:], k[:, 40:], v[:, 40:], g[:, 40:], beta[:, 40:],
+                                                 initial_state=pool2, inplace_final_state=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -1,6 +1,7 @@
 """MoE routing through torch: the allocating functions against plain-PyTorch references (float64), vLLM's wrapper
 order for moe_align_block_size, the compat entries, errors, and CUDA-graph capture on a GPU."""
 
+import numpy as np
 import pytest
 
 from common import DEVICES, requires_cuda, torch  # noqa: F401  (skips the module without torch / fuseops)
@@ -173,9 +174,19 @@ def test_errors():
         vllm.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, True, None, 1)
     # vLLM's default scoring_func 0 (scores already activated) is refused, also when left out: it had defaulted to 1
     # here, which applied a second sigmoid
-    for extra in ((), (0,), (True,)):
+    for extra in ((), (0,)):
         with pytest.raises(ValueError, match=r"^grouped_topk: scoring_func: expected 1"):
             vllm.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, 1.0, None, *extra)
+    # scoring_func is an int, as vLLM's schema takes: a bool, a float 1.0 (had been taken) or a tensor of two
+    # elements (had raised torch's "ambiguous" error) is named
+    for bad in (True, 1.0, torch.tensor([1, 1])):
+        with pytest.raises(ValueError, match=r"^grouped_topk: scoring_func: expected an int"):
+            vllm.grouped_topk(torch.randn(2, 256), 8, 4, 8, True, 1.0, None, bad)
+    # scoring is a string: an array holding one (had passed `in`, then failed in torch's schema parser) is named
+    for call in (lambda s: fuseops.grouped_topk(torch.randn(2, 8), 1, 1, 2, True, scoring=s),
+                 lambda s: fuseops.moe_route(torch.randn(2, 8), 2, 16, scoring=s)):
+        with pytest.raises(ValueError, match=r": scoring: expected 'softmax' \| 'sigmoid'"):
+            call(np.array(["sigmoid"]))
     # flags are bools, not truthy values
     with pytest.raises(ValueError, match="topk_softmax: renormalize: expected a bool"):
         fuseops.topk_softmax(torch.randn(2, 8), 2, renormalize="no")

@@ -258,6 +258,22 @@ def test_compat_and_wrapper_errors_from_a_second_new_user_trial():
         flaggems.topk_softmax(torch.zeros(5, 4, requires_grad=True), ids, ids.clone(), logits)
 
 
+def test_tensors_that_require_grad_given_for_numbers_are_refused():
+    # a 0-dim tensor that requires grad for a float argument: float() cut it from the graph without a word
+    s = torch.tensor(0.5, requires_grad=True)
+    g = F.logsigmoid(torch.randn(1, 70, 2))
+    with pytest.raises(RuntimeError, match=r"^chunk_local_cumsum: scale: requires grad"):
+        fuseops.chunk_local_cumsum(g, 64, scale=s)
+    with pytest.raises(RuntimeError, match=r"^layer_norm_fwd: eps: requires grad"):
+        fuseops.layer_norm_fwd(torch.randn(4, 16), torch.ones(16), eps=torch.tensor(1e-6, requires_grad=True))
+    with pytest.raises(RuntimeError, match=r"^grouped_topk: routed_scaling_factor: requires grad"):
+        fuseops.grouped_topk(torch.randn(2, 8), 1, 1, 2, True, s)
+    # without grad mode, or detached, it is a number
+    with torch.no_grad():
+        fuseops.chunk_local_cumsum(g, 64, scale=s)
+    fuseops.chunk_local_cumsum(g, 64, scale=s.detach())
+
+
 def test_dual_tensors_given_for_numbers_are_refused():
     # a 0-dim dual tensor for a float / int argument: float() dropped its tangent
     g = F.logsigmoid(torch.randn(1, 70, 2))

@@ -56,7 +56,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     import torch
 
     op = "grouped_topk"
-    if isinstance(scoring_func, bool) or scoring_func != 1:
+    if int_arg(op, "scoring_func", scoring_func) != 1:  # an int, as vLLM's schema takes (not 1.0, not a bool)
         raise ValueError(f"{op}: scoring_func: expected 1 (sigmoid of the logits in scores); 0 (vLLM's default: "
                          f"scores already activated) is not supported, got {scoring_func!r}")
     renormalize = bool_arg(op, "renormalize", renormalize)
