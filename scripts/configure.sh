@@ -11,8 +11,11 @@ build=${FUSEOPS_BUILD_DIR:-build}
 cuda=()
 [ -n "${FUSEOPS_WITH_CUDA:-}" ] && cuda=(-DFUSEOPS_WITH_CUDA="$FUSEOPS_WITH_CUDA")
 # FUSEOPS_PYTHON: the interpreter whose torch the extension builds against and whose pytest runs tests/python (ctest
-# fuseops_python_tests); unset: python3 on the PATH, the extension and its tests only where it imports torch
-[ -n "${FUSEOPS_PYTHON:-}" ] && cuda+=(-DFUSEOPS_PYTHON="$FUSEOPS_PYTHON")
+# fuseops_python_tests); the extension is then required (a configure error where it cannot be built, never a quiet
+# skip); unset: python3 on the PATH, the extension and its tests only where it imports torch and torch's CMake package
+# is found
+[ -n "${FUSEOPS_PYTHON:-}" ] &&
+  cuda+=(-DFUSEOPS_PYTHON="$FUSEOPS_PYTHON" -DFUSEOPS_BUILD_TORCH=ON -DFUSEOPS_REQUIRE_TORCH=ON)
 if [ ! -f "$build/CMakeCache.txt" ]; then
   generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
