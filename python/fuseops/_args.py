@@ -2,6 +2,7 @@
 truthy, and a bad one is a ValueError naming the op and the argument."""
 import contextlib
 import math
+import numbers
 import operator
 import re
 
@@ -77,7 +78,10 @@ def float_arg(op, name, v):
     if isinstance(v, torch.Tensor) and v.requires_grad and torch.is_grad_enabled():
         raise RuntimeError(f"{op}: {name}: requires grad, but fuseops computes no gradient for it (a number there); "
                            "pass a float, or detach it")
-    if isinstance(v, (str, bytes)) or is_bool(v) or _bool_tensor(v) or v is None:
+    if (isinstance(v, (str, bytes, complex)) or is_bool(v) or _bool_tensor(v) or v is None or
+            (isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real)) or
+            (isinstance(v, torch.Tensor) and (v.dim() != 0 or v.is_complex()))):
+        # a tensor with dims is a list (as for the ints), a complex number is no real one
         raise ValueError(f"{op}: {name}: expected a number, got {shown(v)}")
     try:
         f = float(v)
@@ -121,7 +125,7 @@ def forward_only(op, optional=(), **tensors):
 
 class _NoSecondDerivative(torch.autograd.Function):
     """Identity on the first ``n`` tensors (copies of a backward's results), recorded on all the tensors given (also
-    the backward's inputs); its own backward raises ``message``."""
+    what the results were computed from); its own backward raises ``message``."""
 
     @staticmethod
     def forward(ctx, message, n, *tensors):
@@ -133,24 +137,26 @@ class _NoSecondDerivative(torch.autograd.Function):
         raise RuntimeError(ctx.message)
 
 
-def not_twice_differentiable(op, grads, *inputs):
+def not_twice_differentiable(op, grads, *inputs, depends=None):
     """The results ``grads`` of a backward that has no derivative of its own, given the tensors it read (``inputs``:
-    the incoming gradients and the saved tensors). Where autograd records this backward (create_graph=True) and one of
-    them requires grad, the results come back through a node whose inputs are those tensors and whose backward raises
-    naming ``op``: every path from a result to what it was computed from passes that node, so a second-order term is an
-    error, never silently dropped, whether the caller runs .backward() or torch.autograd.grad(..., inputs=...) (as in a
-    gradient penalty). torch's once_differentiable wraps only the incoming gradients, and an error node fed by copies
-    of the results would lie on no such path."""
-    needing = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
-    if not torch.is_grad_enabled() or not needing:
+    the incoming gradients and the saved tensors; ``depends``, where given, holds for each result the tuple of those
+    it was computed from, else every result counts as computed from all). Where autograd records this backward
+    (create_graph=True) and a result's tensors include one that requires grad, the result comes back through a node
+    whose inputs are those tensors and whose backward raises naming ``op``: every path from the result to what it was
+    computed from passes that node, so a second-order term is an error, never silently dropped, whether the caller
+    runs .backward() or torch.autograd.grad(..., inputs=...) (as in a gradient penalty). torch's once_differentiable
+    wraps only the incoming gradients, and an error node fed by copies of the results would lie on no such path."""
+    if not torch.is_grad_enabled():
         return grads
-    at = [i for i, g in enumerate(grads) if isinstance(g, torch.Tensor)]
     message = f"{op}: not twice differentiable (fuseops computes no second derivative)"
-    wrapped = _NoSecondDerivative.apply(message, len(at), *[grads[i] for i in at], *needing)
-    wrapped = wrapped if isinstance(wrapped, tuple) else (wrapped,)
     out = list(grads)
-    for i, w in zip(at, wrapped):
-        out[i] = w
+    for i, g in enumerate(grads):
+        if not isinstance(g, torch.Tensor):
+            continue
+        needing = [t for t in (inputs if depends is None else depends[i]) if isinstance(t, torch.Tensor) and
+                   t.requires_grad]
+        if needing:
+            out[i] = _NoSecondDerivative.apply(message, 1, g, *needing)[0]
     return tuple(out)
 
 

@@ -103,6 +103,12 @@ def _split_forward(out, gate, up, approximate):
         _gelu_and_mul_split(out, gate, up, approximate)
 
 
+def _dense(t):
+    """t with contiguous strides: an empty tensor counts as contiguous in torch, also with the zero strides of
+    .sum()'s expanded gradient, which the ops refuse (innermost stride 1, rows apart)."""
+    return t.contiguous() if t.numel() else t.new_empty(t.shape)
+
+
 def _backward(dgate, dup, dout, gate, up, approximate):
     if approximate is None:
         _silu_and_mul_backward(dgate, dup, dout, gate, up)
@@ -129,8 +135,7 @@ class _FusedActAndMul(torch.autograd.Function):
         with torch.no_grad():
             # One [..., 2d] buffer; its halves are dgate and dup (they do not overlap, as the op requires).
             grad = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-            _backward(grad[..., :d], grad[..., d:], dout.contiguous(), input[..., :d], input[..., d:],
-                      ctx.approximate)
+            _backward(grad[..., :d], grad[..., d:], _dense(dout), input[..., :d], input[..., d:], ctx.approximate)
         # the backward ops have no backward: double backward raises instead of going wrong
         return not_twice_differentiable(ctx.op, (grad, None, None), dout, input)
 
@@ -151,11 +156,13 @@ class _SplitActAndMul(torch.autograd.Function):
     def backward(ctx, dout):
         gate, up = ctx.saved_tensors
         with torch.no_grad():
-            dc = dout.contiguous()
+            dc = _dense(dout)
             dgate = dc.new_empty(dc.shape)
             dup = dc.new_empty(dc.shape)
             _backward(dgate, dup, dc, gate, up, ctx.approximate)
-        return not_twice_differentiable(ctx.op, (dgate, dup, None, None), dout, gate, up)
+        # dgate = dout up act'(gate) reads all three; dup = dout act(gate) does not read up
+        return not_twice_differentiable(ctx.op, (dgate, dup, None, None), dout, gate, up,
+                                        depends=((dout, gate, up), (dout, gate), (), ()))
 
 
 def _fused(op, input, approximate, out):

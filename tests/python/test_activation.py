@@ -259,12 +259,34 @@ def test_second_order_terms_raise_instead_of_going_missing():
             torch.autograd.grad((gx ** 2).sum(), w, retain_graph=True)
         with pytest.raises(RuntimeError, match="not twice differentiable"):
             torch.autograd.grad(gx.sum(), x0, allow_unused=True)
+    # a penalty that needs no derivative of the backward: with the gate frozen, dup = dout silu(gate) does not read
+    # up, so differentiating it w.r.t. up's weights is first order (it had raised: every result was tied to every
+    # input); PyTorch's value
+    lin = torch.nn.Linear(3, 4)
+    h, a = torch.randn(5, 3, requires_grad=True), torch.randn(5, 4)
+    (g,) = torch.autograd.grad(flaggems.silu_and_mul(a, lin(h)).sum(), h, create_graph=True)
+    (dw,) = torch.autograd.grad(g.pow(2).sum(), lin.weight)
+    (gr,) = torch.autograd.grad((torch.nn.functional.silu(a) * lin(h)).sum(), h, create_graph=True)
+    (dwr,) = torch.autograd.grad(gr.pow(2).sum(), lin.weight)
+    torch.testing.assert_close(dw, dwr, rtol=1e-5, atol=1e-6)
     # first order under create_graph=True is unchanged
     x = torch.randn(3, 8, requires_grad=True)
     (g1,) = torch.autograd.grad(fuseops.silu_and_mul(x).sum(), x, create_graph=True)
     ref = x.detach().clone().requires_grad_()
     (gr,) = torch.autograd.grad((torch.nn.functional.silu(ref[..., :4]) * ref[..., 4:]).sum(), ref)
     torch.testing.assert_close(g1.detach(), gr, rtol=1e-5, atol=1e-6)
+
+
+def test_zero_rows_backward_through_sum():
+    # .sum()'s gradient of an empty output is expanded (strides 0), and torch calls an empty tensor contiguous: the
+    # backward had refused it ("dout: expected innermost stride 1"); x.grad is empty, as PyTorch's
+    for call in (lambda x: fuseops.silu_and_mul(x), lambda x: fuseops.gelu_tanh_and_mul(x),
+                 lambda x: fuseops.gelu_and_mul_split(x[..., :4], x[..., 4:]),
+                 lambda x: flaggems.silu_and_mul(x[..., :4], x[..., 4:])):
+        for shape in ((0, 8), (2, 0, 8)):
+            x = torch.randn(*shape, requires_grad=True)
+            call(x).sum().backward()
+            assert x.grad is not None and x.grad.shape == x.shape
 
 
 def test_backward_functions_refuse_what_autograd_tracks():

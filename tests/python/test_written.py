@@ -268,6 +268,10 @@ def test_tensors_that_require_grad_given_for_numbers_are_refused():
         fuseops.layer_norm_fwd(torch.randn(4, 16), torch.ones(16), eps=torch.tensor(1e-6, requires_grad=True))
     with pytest.raises(RuntimeError, match=r"^grouped_topk: routed_scaling_factor: requires grad"):
         fuseops.grouped_topk(torch.randn(2, 8), 1, 1, 2, True, s)
+    # a tensor with dims is no number (as for the ints), nor is a complex one
+    for bad in (torch.tensor([[0.5]]), torch.tensor(1 + 0j), torch.tensor(1 + 2j), complex(1, 0)):
+        with pytest.raises(ValueError, match=r"^chunk_local_cumsum: scale: expected a number"):
+            fuseops.chunk_local_cumsum(g, 64, scale=bad)
     # without grad mode, or detached, it is a number
     with torch.no_grad():
         fuseops.chunk_local_cumsum(g, 64, scale=s)
