@@ -78,7 +78,7 @@ def float_arg(op, name, v):
     if isinstance(v, torch.Tensor) and v.requires_grad and torch.is_grad_enabled():
         raise RuntimeError(f"{op}: {name}: requires grad, but fuseops computes no gradient for it (a number there); "
                            "pass a float, or detach it")
-    if (isinstance(v, (str, bytes, complex)) or is_bool(v) or _bool_tensor(v) or v is None or
+    if (isinstance(v, (str, bytes)) or is_bool(v) or _bool_tensor(v) or v is None or
             (isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real)) or
             (isinstance(v, torch.Tensor) and (v.dim() != 0 or v.is_complex()))):
         # a tensor with dims is a list (as for the ints), a complex number is no real one
@@ -124,13 +124,13 @@ def forward_only(op, optional=(), **tensors):
 
 
 class _NoSecondDerivative(torch.autograd.Function):
-    """Identity on the first ``n`` tensors (copies of a backward's results), recorded on all the tensors given (also
-    what the results were computed from); its own backward raises ``message``."""
+    """A copy of a backward's ``result``, recorded on the tensors it was computed from (``sources``); its own backward
+    raises ``message``."""
 
     @staticmethod
-    def forward(ctx, message, n, *tensors):
+    def forward(ctx, message, result, *sources):
         ctx.message = message
-        return tuple(t.clone() for t in tensors[:n])
+        return result.clone()
 
     @staticmethod
     def backward(ctx, *grads):
@@ -156,7 +156,7 @@ def not_twice_differentiable(op, grads, *inputs, depends=None):
         needing = [t for t in (inputs if depends is None else depends[i]) if isinstance(t, torch.Tensor) and
                    t.requires_grad]
         if needing:
-            out[i] = _NoSecondDerivative.apply(message, 1, g, *needing)[0]
+            out[i] = _NoSecondDerivative.apply(message, g, *needing)
     return tuple(out)
 
 
