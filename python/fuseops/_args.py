@@ -123,6 +123,12 @@ def forward_only(op, optional=(), **tensors):
                                "there); call the op under torch.no_grad() or detach it")
 
 
+def dense(t):
+    """t with contiguous strides, for an incoming gradient the ops read: torch counts an empty tensor as contiguous,
+    also with the zero strides of .sum()'s expanded gradient, which the ops refuse (innermost stride 1, rows apart)."""
+    return t.contiguous() if t.numel() else t.new_empty(t.shape)
+
+
 class _NoSecondDerivative(torch.autograd.Function):
     """A copy of a backward's ``result``, recorded on the tensors it was computed from (``sources``); its own backward
     raises ``message``."""

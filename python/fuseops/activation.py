@@ -28,7 +28,7 @@ Rules for every function here:
 
 import torch
 
-from ._args import forward_only, not_twice_differentiable, tensor_arg, written_arg
+from ._args import dense, forward_only, not_twice_differentiable, tensor_arg, written_arg
 from ._ops import ops
 
 _APPROXIMATE = ("none", "tanh")
@@ -103,12 +103,6 @@ def _split_forward(out, gate, up, approximate):
         _gelu_and_mul_split(out, gate, up, approximate)
 
 
-def _dense(t):
-    """t with contiguous strides: an empty tensor counts as contiguous in torch, also with the zero strides of
-    .sum()'s expanded gradient, which the ops refuse (innermost stride 1, rows apart)."""
-    return t.contiguous() if t.numel() else t.new_empty(t.shape)
-
-
 def _backward(dgate, dup, dout, gate, up, approximate):
     if approximate is None:
         _silu_and_mul_backward(dgate, dup, dout, gate, up)
@@ -135,7 +129,7 @@ class _FusedActAndMul(torch.autograd.Function):
         with torch.no_grad():
             # One [..., 2d] buffer; its halves are dgate and dup (they do not overlap, as the op requires).
             grad = torch.empty(input.shape, dtype=input.dtype, device=input.device)
-            _backward(grad[..., :d], grad[..., d:], _dense(dout), input[..., :d], input[..., d:], ctx.approximate)
+            _backward(grad[..., :d], grad[..., d:], dense(dout), input[..., :d], input[..., d:], ctx.approximate)
         # the backward ops have no backward: double backward raises instead of going wrong
         return not_twice_differentiable(ctx.op, (grad, None, None), dout, input)
 
@@ -156,7 +150,7 @@ class _SplitActAndMul(torch.autograd.Function):
     def backward(ctx, dout):
         gate, up = ctx.saved_tensors
         with torch.no_grad():
-            dc = _dense(dout)
+            dc = dense(dout)
             dgate = dc.new_empty(dc.shape)
             dup = dc.new_empty(dc.shape)
             _backward(dgate, dup, dc, gate, up, ctx.approximate)

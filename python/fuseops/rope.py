@@ -14,7 +14,7 @@ naming the argument.
 
 import torch
 
-from ._args import bool_arg as _flag, forward_only, int_arg as _int, named_as, tensor_arg
+from ._args import bool_arg as _flag, dense, forward_only, int_arg as _int, named_as, tensor_arg
 from ._ops import ops
 
 _LAYOUTS = ("chunked", "interleaved", "interleaved_glm")
@@ -98,9 +98,9 @@ class _ApplyRotaryPosEmb(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_q, grad_k):
         cos, sin, position_ids = ctx.saved_tensors
-        # Incoming gradients may have any layout (.sum() gives an expanded one, all strides 0); the op needs
-        # innermost stride 1 and non-overlapping heads.
-        dq, dk = _ApplyRotaryPosEmb.apply(grad_q.contiguous(), grad_k.contiguous(), cos, sin, position_ids,
+        # Incoming gradients may have any layout (.sum() gives an expanded one, all strides 0, also when empty); the
+        # op needs innermost stride 1 and non-overlapping heads.
+        dq, dk = _ApplyRotaryPosEmb.apply(dense(grad_q), dense(grad_k), cos, sin, position_ids,
                                           ctx.rotary_interleaved, not ctx.inverse)
         return dq, dk, None, None, None, None, None
 

@@ -173,6 +173,12 @@ def test_apply_rotary_pos_emb_backward_of_sum(device):
     qe, ke = fuseops.apply_rotary_pos_emb(q, k, cos, sin)
     qe[:, :, 0].sum().backward()  # a gradient that is zero outside head 0, k's all zero
     assert torch.equal(q.grad[:, :, 0], want_q[:, :, 0]) and not q.grad[:, :, 1:].any() and not k.grad.any()
+    # an empty sequence: .sum()'s gradient is empty with strides 0, which torch calls contiguous (it had been refused)
+    q0 = torch.randn(B, 0, Hq, D, device=device, requires_grad=True)
+    k0 = torch.randn(B, 0, Hk, D, device=device, requires_grad=True)
+    qe, ke = fuseops.apply_rotary_pos_emb(q0, k0, cos, sin)
+    (qe.sum() + ke.sum()).backward()
+    assert q0.grad.shape == q0.shape and k0.grad.shape == k0.shape
 
 
 def test_apply_rotary_pos_emb_backward_errors_name_the_gradient():
