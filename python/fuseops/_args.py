@@ -35,7 +35,7 @@ def int_arg(op, name, v, lo=None, hi=None):
     """An int (or numpy / torch integer scalar: a 0-dim tensor) within [lo, hi] where given, and within int64 (what the
     ops' schemas take: a larger one failed in torch's argument parser as "expected int, found int"); bools, floats and
     tensors with dims (torch.tensor([4]) is a list of one) are errors."""
-    _not_dual(op, name, v)
+    not_dual(op, name, v, number=True)
     value = None
     if not is_bool(v) and not (isinstance(v, torch.Tensor) and (v.dtype == torch.bool or v.dim() != 0)):
         try:
@@ -64,17 +64,21 @@ def bool_arg(op, name, v):
     raise ValueError(f"{op}: {name}: expected a bool, got {shown(v)}")
 
 
-def _not_dual(op, name, v):
-    """A 0-dim tensor given for a number must not carry a forward-mode AD tangent: the number drops it."""
+def not_dual(op, name, v, number=False):
+    """No forward-mode AD tangent on ``v``: fuseops computes none, so its outputs would carry none (the raw ops refuse
+    a dual tensor by name too; this serves the Python autograd Functions, which torch would refuse unnamed, and the
+    0-dim tensors given for a number, which the number would drop)."""
     if isinstance(v, torch.Tensor) and torch.autograd.forward_ad.unpack_dual(v).tangent is not None:
+        instead = ("a number, or the primal of the dual tensor" if number else
+                   "the primal, torch.autograd.forward_ad.unpack_dual(t).primal, and compute the tangent otherwise")
         raise NotImplementedError(f"{op}: {name}: a dual tensor of forward-mode AD; fuseops computes no tangent (pass "
-                                  "a number, or the primal of the dual tensor)")
+                                  f"{instead})")
 
 
 def float_arg(op, name, v):
     """A real number (int, float, numpy / torch scalar) as a float; a bool, a string or None is an error, and so is a
     0-dim tensor that requires grad while grad mode is on (the number would cut it from the graph)."""
-    _not_dual(op, name, v)
+    not_dual(op, name, v, number=True)
     if isinstance(v, torch.Tensor) and v.requires_grad and torch.is_grad_enabled():
         raise RuntimeError(f"{op}: {name}: requires grad, but fuseops computes no gradient for it (a number there); "
                            "pass a float, or detach it")

@@ -14,7 +14,7 @@ naming the argument.
 
 import torch
 
-from ._args import bool_arg as _flag, dense, forward_only, int_arg as _int, named_as, tensor_arg
+from ._args import bool_arg as _flag, dense, forward_only, int_arg as _int, named_as, not_dual, tensor_arg
 from ._ops import ops
 
 _LAYOUTS = ("chunked", "interleaved", "interleaved_glm")
@@ -135,6 +135,8 @@ def _check_tables(op, rotated, cos, sin, position_ids):
     tensor_arg(op, "cos", cos)
     tensor_arg(op, "sin", sin)
     tensor_arg(op, "position_ids", position_ids, optional=True)
+    for name, t in rotated + (("cos", cos), ("sin", sin)):
+        not_dual(op, name, t)  # (torch refuses a dual input of an autograd Function without naming it)
     forward_only(op, cos=cos, sin=sin)
 
 

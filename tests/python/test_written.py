@@ -278,6 +278,34 @@ def test_tensors_that_require_grad_given_for_numbers_are_refused():
     fuseops.chunk_local_cumsum(g, 64, scale=s.detach())
 
 
+def test_dual_tensors_through_autograd_functions_are_refused():
+    # apply_rotary_pos_emb(_backward) run through a Python autograd Function, which torch refuses for a dual input
+    # without naming it ("You must implement the jvp function"): each tensor is refused by name, in place too
+    def rope_args():
+        return [torch.randn(1, 4, 2, 8), torch.randn(1, 4, 1, 8), torch.randn(6, 4), torch.randn(6, 4)]
+
+    calls = [("apply_rotary_pos_emb", ("q", "k", "cos", "sin"), fuseops.apply_rotary_pos_emb, {}),
+             ("apply_rotary_pos_emb", ("q", "k", "cos", "sin"), fuseops.apply_rotary_pos_emb, {"inplace": True}),
+             ("apply_rotary_pos_emb", ("q", "k", "cos", "sin"), flaggems.apply_rotary_pos_emb, {}),
+             ("apply_rotary_pos_emb_backward", ("grad_q", "grad_k", "cos", "sin"),
+              fuseops.apply_rotary_pos_emb_backward, {})]
+    for op, names, func, kwargs in calls:
+        for i, name in enumerate(names):
+            args = rope_args()
+            with fwAD.dual_level():
+                args[i] = fwAD.make_dual(args[i], torch.ones_like(args[i]))
+                with pytest.raises(NotImplementedError,
+                                   match=rf"^{op}: {name}: a dual tensor of forward-mode AD; fuseops computes no "
+                                         r"tangent \(pass the primal"):
+                    func(*args, **kwargs)
+    # the primal alone runs
+    q, k, cos, sin = rope_args()
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(q, torch.ones_like(q))
+        out_q, _ = fuseops.apply_rotary_pos_emb(fwAD.unpack_dual(dual).primal, k, cos, sin)
+    assert torch.equal(out_q, fuseops.apply_rotary_pos_emb(q, k, cos, sin)[0])
+
+
 def test_dual_tensors_given_for_numbers_are_refused():
     # a 0-dim dual tensor for a float / int argument: float() dropped its tangent
     g = F.logsigmoid(torch.randn(1, 70, 2))
