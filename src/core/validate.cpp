@@ -220,10 +220,12 @@ void check_no_internal_overlap(const char* op, const char* name, const TensorVie
   // the dims of size > 1 by increasing stride; each stride must pass the largest offset of the dims before it
   std::array<std::pair<int64_t, int64_t>, TensorView::kMaxRank> dims{};
   int n = 0;
-  for (int i = 0; i < v.rank; ++i) {
-    if (v.shape[i] > 1) dims[n++] = {v.strides[i], v.shape[i]};
+  for (int i = 0; i < v.rank; ++i) {  // insertion by stride (at most kMaxRank dims; std::sort drew a false
+    if (v.shape[i] <= 1) continue;    // -Warray-bounds from GCC 12 on its unrolled paths)
+    int j = n++;
+    for (; j > 0 && dims[j - 1] > std::make_pair(v.strides[i], v.shape[i]); --j) dims[j] = dims[j - 1];
+    dims[j] = {v.strides[i], v.shape[i]};
   }
-  std::sort(dims.begin(), dims.begin() + n);
   int64_t reach = 0;  // the largest offset of the dims taken so far (fits: check_layout())
   for (int i = 0; i < n; ++i) {
     if (dims[i].first <= reach) {

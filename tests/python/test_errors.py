@@ -165,3 +165,19 @@ def test_numbers_past_the_float_range_are_refused():
     out = fuseops.chunk_local_cumsum(g, 64, scale=Decimal("0.5"))  # in range: taken as the float it is
     assert torch.equal(out, fuseops.chunk_local_cumsum(g, 64, scale=0.5))
     assert torch.equal(fuseops.chunk_local_cumsum(g, 64, scale=Decimal(0)), torch.zeros_like(g))
+
+
+def test_public_names_are_the_ops():
+    # `from fuseops.compat.vllm import *` (and the package's) gives the ops, not the argument helpers they import
+    import inspect
+
+    from fuseops.compat import flaggems, vllm
+
+    for mod in (fuseops, vllm, flaggems):
+        defined = {n for n, f in vars(mod).items()
+                   if inspect.isfunction(f) and f.__module__ == mod.__name__ and not n.startswith("_")}
+        assert defined <= set(mod.__all__), (mod.__name__, defined - set(mod.__all__))
+        for name in mod.__all__:
+            assert hasattr(mod, name), (mod.__name__, name)
+    for helper in ("bool_arg", "int_arg", "named_as", "written_arg", "ops"):
+        assert helper not in vllm.__all__ and helper not in flaggems.__all__

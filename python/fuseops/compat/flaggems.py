@@ -15,6 +15,16 @@ from .._args import bool_arg, forward_only, int_arg, named_as, written_arg
 from .._ops import ops as _ops
 from .. import rope as _rope
 
+__all__ = [
+    "silu_and_mul",
+    "silu_and_mul_out",
+    "gelu_and_mul",
+    "topk_softmax",
+    "moe_align_block_size",
+    "apply_rotary_pos_emb",
+    "mrope",
+]
+
 
 def silu_and_mul(A, B):
     """silu(A) * B; differentiable in A and B."""

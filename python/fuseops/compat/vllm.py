@@ -10,6 +10,16 @@ may differ from vLLM's (two roundings) by 1 ulp (docs/ops/activation.md). Errors
 from .._args import bool_arg, float_arg, forward_only, int_arg, named_as, tensor_arg, written_arg
 from .._ops import ops
 
+__all__ = [
+    "silu_and_mul",
+    "gelu_and_mul",
+    "gelu_tanh_and_mul",
+    "topk_softmax",
+    "grouped_topk",
+    "moe_align_block_size",
+    "rotary_embedding",
+]
+
 
 def _not_differentiable(op, out, input):
     # as the native functions: no graph is dropped and no tracked tensor written silently

@@ -18,6 +18,22 @@ endfunction()
 file(REMOVE_RECURSE "${WORK_DIR}")
 run_step("install" ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${WORK_DIR}/prefix")
 
+# What else the install holds: the command line's example case files, and where the PyTorch extension was built the
+# Python package with _C.so, imported here from outside the source tree.
+load_cache("${BUILD_DIR}" READ_WITH_PREFIX built_ FUSEOPS_BUILD_TOOLS FUSEOPS_BUILD_TORCH FUSEOPS_PYTHON
+           FUSEOPS_PYTHON_INSTALL_DIR)
+if(built_FUSEOPS_BUILD_TOOLS AND NOT EXISTS "${WORK_DIR}/prefix/share/fuseops/cases/llama3-8b.yaml")
+  message(FATAL_ERROR "the install has no share/fuseops/cases/llama3-8b.yaml")
+endif()
+if(built_FUSEOPS_BUILD_TORCH AND built_FUSEOPS_PYTHON_INSTALL_DIR)  # (set where the extension target exists)
+  set(site "${WORK_DIR}/prefix/${built_FUSEOPS_PYTHON_INSTALL_DIR}")
+  run_step("import the installed Python package" ${CMAKE_COMMAND} -E chdir "${WORK_DIR}"
+           ${CMAKE_COMMAND} -E env "PYTHONPATH=${site}" "${built_FUSEOPS_PYTHON}" -c
+           "import torch, fuseops\nassert fuseops.__file__.startswith('${site}'), fuseops.__file__\n\
+y = fuseops.silu_and_mul(torch.ones(2, 8))\nassert y.shape == (2, 4), y.shape\nprint(fuseops.__file__)")
+  # (newlines, not semicolons: run_step passes its command through a CMake list)
+endif()
+
 set(args -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" "-DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix")
 if(GENERATOR)
   list(APPEND args -G "${GENERATOR}")
