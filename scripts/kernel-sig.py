@@ -12,19 +12,43 @@ import struct
 import sys
 
 
+EM_CUDA = 190  # e_machine of a cubin
+
+
 def kernels(path):
-    d = open(path, "rb").read()
-    if d[:4] != b"\x7fELF" or d[4] != 2:
-        sys.exit(f"{path}: not a 64-bit ELF (a cubin from nvcc -cubin)")
-    shoff, = struct.unpack_from("<Q", d, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", d, 0x3A)
-    secs = [struct.unpack_from("<IIQQQQIIQQ", d, shoff + i * shentsize) for i in range(shnum)]
-    names = secs[shstrndx]
-    for s in secs:
-        raw = d[names[4] + s[0]:]
-        name = raw[:raw.index(b"\0")].decode()
-        if name.startswith(".text."):
-            yield name[len(".text."):], d[s[4]:s[4] + s[5]]
+    """(name, bytes) of each kernel's .text section of the cubin at `path`; exits with a message on anything else."""
+    try:
+        d = open(path, "rb").read()
+    except OSError as e:
+        sys.exit(f"{path}: {e.strerror}")
+
+    def bad(why):
+        sys.exit(f"{path}: {why}")
+
+    if len(d) < 0x40 or d[:4] != b"\x7fELF":
+        bad("not an ELF file (a cubin from nvcc -cubin)")
+    if d[4] != 2 or d[5] != 1:
+        bad("not a 64-bit little-endian ELF (a cubin from nvcc -cubin)")
+    machine, = struct.unpack_from("<H", d, 0x12)
+    if machine != EM_CUDA:
+        bad(f"an ELF for machine {machine}, not a CUDA cubin (machine {EM_CUDA})")
+    try:
+        shoff, = struct.unpack_from("<Q", d, 0x28)
+        shentsize, shnum, shstrndx = struct.unpack_from("<HHH", d, 0x3A)
+        if shentsize < 0x40 or shnum == 0 or shstrndx >= shnum:
+            bad("no usable section headers (truncated or corrupt)")
+        secs = [struct.unpack_from("<IIQQQQIIQQ", d, shoff + i * shentsize) for i in range(shnum)]
+        names = secs[shstrndx]
+        for s in secs:
+            start = names[4] + s[0]
+            end = d.index(b"\0", start)
+            name = d[start:end].decode()
+            if name.startswith(".text."):
+                if s[4] + s[5] > len(d):
+                    bad(f"section {name} runs past the end of the file (truncated)")
+                yield name[len(".text."):], d[s[4]:s[4] + s[5]]
+    except (struct.error, ValueError, UnicodeDecodeError):
+        bad("truncated or corrupt section headers")
 
 
 def main():

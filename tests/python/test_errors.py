@@ -181,3 +181,6 @@ def test_public_names_are_the_ops():
             assert hasattr(mod, name), (mod.__name__, name)
     for helper in ("bool_arg", "int_arg", "named_as", "written_arg", "ops"):
         assert helper not in vllm.__all__ and helper not in flaggems.__all__
+    star = {}
+    exec("from fuseops.compat import *", star)
+    assert star["vllm"] is vllm and star["flaggems"] is flaggems

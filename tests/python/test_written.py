@@ -298,6 +298,14 @@ def test_dual_tensors_through_autograd_functions_are_refused():
                                    match=rf"^{op}: {name}: a dual tensor of forward-mode AD; fuseops computes no "
                                          r"tangent \(pass the primal"):
                     func(*args, **kwargs)
+    # a dual incoming gradient, through the backward of an out-of-place call
+    q, k, cos, sin = rope_args()
+    q.requires_grad_()
+    out_q, _ = fuseops.apply_rotary_pos_emb(q, k, cos, sin)
+    with fwAD.dual_level():
+        grad = fwAD.make_dual(torch.ones_like(out_q), torch.ones_like(out_q))
+        with pytest.raises(NotImplementedError, match=r"^apply_rotary_pos_emb_backward: grad_q: a dual tensor"):
+            torch.autograd.grad(out_q, q, grad)
     # the primal alone runs
     q, k, cos, sin = rope_args()
     with fwAD.dual_level():
