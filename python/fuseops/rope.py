@@ -98,8 +98,8 @@ class _ApplyRotaryPosEmb(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_q, grad_k):
         cos, sin, position_ids = ctx.saved_tensors
-        for name, g in (("grad_q", grad_q), ("grad_k", grad_k)):  # a dual incoming gradient, named as _check_tables
-            not_dual("apply_rotary_pos_emb_backward", name, g)    # names a dual input
+        for name, g in (("grad_q", grad_q), ("grad_k", grad_k)):  # a dual incoming gradient: refused by name, as
+            not_dual("apply_rotary_pos_emb_backward", name, g)    # _check_tables refuses a dual input
         # Incoming gradients may have any layout (.sum() gives an expanded one, all strides 0, also when empty); the
         # op needs innermost stride 1 and non-overlapping heads.
         dq, dk = _ApplyRotaryPosEmb.apply(dense(grad_q), dense(grad_k), cos, sin, position_ids,
