@@ -5,7 +5,9 @@
 // steps (the diagonal blocks, the level-16 merges) run on 2 of the 8; their profile is issue- and barrier-bound (~10k
 // warp instructions per unit, docs/ops/gdn.md "Performance"). Here each warp runs the whole chain alone, and the
 // A fragments that the 8 warps of a block merge each loaded again are loaded once. Many independent warps per SM (12:
-// 17.9 KB of shared memory each) hide each other's latencies.
+// 17.9 KB of shared memory each) hide each other's latencies. Where the units are few per SM (at most 8), each SM
+// runs only a few such chains: there the two warps of a 64-thread block take a unit together (kkt_solve_pair_kernel,
+// gdn_intra_warp.cuh's pair routines), which halves the chain.
 //
 // Bytes: the arithmetic is that of gdn_intra.cuh's block routines, element by element: every Gram tile is the same
 // sequence of mma over K ascending (GramMma), every kkt entry is kkt_entry, every diagonal column is
@@ -30,9 +32,12 @@ namespace fuseops::detail::cuda {
 
 namespace {
 gdn::warp_unit::TestingHooks kkt_warp_hooks;
+gdn::warp_unit::TestingHooks kkt_pair_hooks;
 }  // namespace
 void set_kkt_warp_for_testing(KktWarpForTesting mode) { kkt_warp_hooks.set(mode); }
 int64_t kkt_warp_launches_for_testing() { return kkt_warp_hooks.count_so_far(); }
+void set_kkt_pair_for_testing(KktWarpForTesting mode) { kkt_pair_hooks.set(mode); }
+int64_t kkt_pair_launches_for_testing() { return kkt_pair_hooks.count_so_far(); }
 
 namespace gdn {
 namespace {
@@ -135,19 +140,109 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
   }
 }
 
+/// Blocks (pairs) per SM the pair kernel is built for: 18 warps.
+constexpr int kPairBlocksPerSm = 9;
+
+/// Pair-per-unit form: the two warps of a block take one unit together (gdn_intra_warp.cuh's pair routines: warp H
+/// the Gram tiles, diagonal blocks, level-16 merge and level-32 row block of its PairRows), meeting at pair_sync; warp
+/// 0 issues the k rows' copies, then both warps load g / beta. Block b takes units b, b + gridDim.x, ... (unit u as
+/// in kkt_solve_warp_kernel). Same bytes as the warp kernel. Why: where the units are few per SM, the warp
+/// kernel's time is one warp's chain; here each chain is about half as long and an SM runs twice the warps.
+template <typename TK, typename TO>
+__global__ void __launch_bounds__(64, kPairBlocksPerSm)
+    kkt_solve_pair_kernel(const KktArgs args, const GdnOut out, const WarpKktParams prm) {
+  pdl_wait_and_release();
+  extern __shared__ float4 smem[];
+  const int half = static_cast<int>(threadIdx.x / 32), t = static_cast<int>(threadIdx.x);
+  unsigned char* const region = reinterpret_cast<unsigned char*>(smem);
+  TK* const ks = reinterpret_cast<TK*>(region);
+  float* const tile = reinterpret_cast<float*>(region);  // in the k tile's bytes
+  float* const gate_beta = reinterpret_cast<float*>(region + kTileBytes);
+  uint64_t* const bar = reinterpret_cast<uint64_t*>(region + kTileBytes + kGateBytes);
+  if (t == 0) {
+    mbar_init(bar, 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  uint32_t parity = 0;
+  const int64_t HV = args.geo.HV, units = prm.slots * HV;
+  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
+    const int64_t slot = u / HV;
+    const int64_t hv = u - slot * HV;
+    const ChunkRef ch = resolve_chunk<kBT>(args.geo, slot, prm.errors, hv == 0 && half == 0);
+    if (ch.len == 0) continue;  // uniform over the pair
+    fence_proxy_async_shared();  // the previous unit's generic accesses of the region, before the copies
+    pair_sync();
+    if (half == 0) load_rows_bulk(ks, prm.ld, prm.kp, args.k, static_cast<int>(args.geo.K), ch, hv / prm.group, bar);
+    float gb[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) gb[j] = load_gate_or_beta<kBT>(args, ch, hv, t + 64 * j);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) gate_beta[t + 64 * j] = gb[j];
+    mbar_wait(bar, parity);
+    parity ^= 1u;
+    pair_sync();  // g / beta, and warp 0's zeros past the chunk and past K
+    if (half == 0) {
+      gram_entries_pair<TK, 0>(region, PaddedRows{prm.ld}, prm.kp, gate_beta, ch.len);
+    } else {
+      gram_entries_pair<TK, 1>(region, PaddedRows{prm.ld}, prm.kp, gate_beta, ch.len);
+      const int64_t un = u + gridDim.x;  // the block's next unit: warp 1 hints its rows to the L2 (prm.prefetch)
+      if (prm.prefetch && un < units) {
+        const int64_t slot_n = un / HV, hv_n = un - slot_n * HV;
+        const ChunkRef next = resolve_chunk<kBT>(args.geo, slot_n, prm.errors, false);
+        if (next.len > 0) prefetch_unit(args, next, hv_n / prm.group, hv_n, 2 * static_cast<int>(args.geo.K));
+      }
+    }
+    pair_sync();  // every entry is in the tile
+    if (half == 0) {
+      invert_unit_lower_pair<0>(tile, ch.len);
+    } else {
+      invert_unit_lower_pair<1>(tile, ch.len);
+    }
+    pair_sync();  // the inverse
+    store_rows_as<TO, kBT, 64, true>(tile, out, ch, hv, true);
+  }
+}
+
+/// Units per SM up to which a warp-kernel grid takes the pair kernel. Measured on an H100 (132 SMs; bench/results/
+/// h200/gdn.md, forty-sixth session): 0.889x the warp kernel's time at 512 units (3.9 per SM), 0.899x at 1024 (7.8),
+/// 1.14x at 2048 (15.5), 0.99-1.01x on the larger grids. With few units per SM the warp kernel's time is one warp's
+/// chain; the pair halves it. With many, an SM holds 9 pairs (18 warps) against 12 warps, and the pair barriers cost.
+constexpr int64_t kPairUnitsPerSm = 8;
+
+/// Whether a grid of `units` that takes the warp form runs its pair kernel: the testing hook's mode, else at most
+/// kPairUnitsPerSm units per SM and not FUSEOPS_GDN_KKT_PAIR=0 (A/B runs; the same bytes either way).
+bool kkt_pair_takes(int64_t units, int device) {
+  const KktWarpForTesting hook = kkt_pair_hooks.get();
+  if (hook != KktWarpForTesting::rule) return hook == KktWarpForTesting::always;
+  static const bool off = env_switched_off("FUSEOPS_GDN_KKT_PAIR");
+  return !off && units <= kPairUnitsPerSm * sm_count(device);
+}
+
 template <typename TK, typename TO>
 void launch_as(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
                cudaStream_t stream) {
   const auto kernel = kkt_solve_warp_kernel<TK, TO>;
   constexpr std::size_t smem = kMaxWarps * kWarpBytes;
   const int64_t units = prm.slots * a.geo.HV;
+  static const bool hints_off = env_switched_off("FUSEOPS_GDN_KKT_WARP_PREFETCH");
+  if (kkt_pair_takes(units, device)) {
+    const auto pair_kernel = kkt_solve_pair_kernel<TK, TO>;
+    const int64_t pairs = cached_wave(pair_kernel, 64, kWarpBytes, device, op);
+    kkt_pair_hooks.count();
+    // the warp kernel's rule for the hints, per block: at most two units each (the testing mode `always`: every grid)
+    WarpKktParams p = prm;
+    p.prefetch = !hints_off && (units <= 2 * pairs || kkt_pair_hooks.get() == KktWarpForTesting::always);
+    launch_kernel(pair_kernel, dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(units, pairs)))), dim3(64),
+                  kWarpBytes, stream, device, a, out, p);
+    return;
+  }
   const int64_t wave = cached_wave(kernel, kMaxWarps * 32, smem, device, op);
   const int64_t blocks = std::max<int64_t>(1, std::min<int64_t>((units + kMaxWarps - 1) / kMaxWarps, wave));
   // The L2 hints pay where a warp has at most two units (its second load is then not hidden behind other warps'
   // work); with more they were slower (bench/results/h200/gdn.md, thirty-third session).
   // (The testing mode `always` takes them on every grid, so that tests reach them whatever the GPU's size.)
   // FUSEOPS_GDN_KKT_WARP_PREFETCH=0 switches them off (A/B runs; no value depends on them).
-  static const bool hints_off = env_switched_off("FUSEOPS_GDN_KKT_WARP_PREFETCH");
   WarpKktParams p = prm;
   p.prefetch = !hints_off && (units <= 2 * wave * kMaxWarps || kkt_warp_hooks.get() == KktWarpForTesting::always);
   launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMaxWarps * 32), smem, stream, device, a, out, p);
@@ -168,7 +263,10 @@ void launch_k(const char* op, const KktArgs& a, const GdnOut& out, const WarpKkt
 bool kkt_solve_warp_applies(const KktArgs& a, const GdnOut& out, int64_t kp, bool k_vec, int device, bool one_wave) {
   static const bool off = env_switched_off("FUSEOPS_GDN_KKT_WARP");
   const KktWarpForTesting mode = kkt_warp_hooks.get();
-  if (mode == KktWarpForTesting::never || (mode == KktWarpForTesting::rule && (off || one_wave))) return false;
+  const bool pair_forced = kkt_pair_hooks.get() == KktWarpForTesting::always;
+  if (mode == KktWarpForTesting::never ||
+      (mode == KktWarpForTesting::rule && !pair_forced && (off || one_wave)))
+    return false;
   if (!is_sm90_or_newer(device)) return false;  // bulk copies and mbarriers
   const bool k16 = a.k.dtype == DType::f16 || a.k.dtype == DType::bf16;
   const bool o16 = out.dtype == DType::f16 || out.dtype == DType::bf16;

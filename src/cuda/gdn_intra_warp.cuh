@@ -68,12 +68,20 @@ struct SwizzledRows {
   }
 };
 
-/// The Gram tiles of one chunk that hold entries below the diagonal, all in one warp: row block rb (16 rows) has
-/// column tiles ct = 0 .. 2 rb + 1 (8 columns), tile index rb (rb + 1) + ct: 20 tiles, 80 accumulators per lane. Each
-/// tile is GramMma's: A fragments of rows 16 rb.., B fragments of the 8 column tokens, mma over K ascending from 0.
-template <typename TK>
-struct GramWarp {
-  static constexpr int kTiles = 20;
+/// Gram tiles of one chunk that hold entries below the diagonal, for the row blocks rb (16 rows) whose bit is set in
+/// kRows, in one warp: row block rb has column tiles ct = 0 .. 2 rb + 1 (8 columns), 4 accumulators per lane each.
+/// Each tile is GramMma's: A fragments of rows 16 rb.., B fragments of the 8 column tokens, mma over K ascending from
+/// 0. All four row blocks (GramWarp): 20 tiles, 80 accumulators, tile index rb (rb + 1) + ct.
+template <typename TK, int kRows>
+struct GramTiles {
+  __host__ __device__ static constexpr bool has(int rb) { return ((kRows >> rb) & 1) != 0; }
+  /// Index of row block rb's first tile.
+  __host__ __device__ static constexpr int first(int rb) {
+    return (rb > 0 && has(0) ? 2 : 0) + (rb > 1 && has(1) ? 4 : 0) + (rb > 2 && has(2) ? 6 : 0) +
+           (rb > 3 && has(3) ? 8 : 0);
+  }
+  static constexpr int kTiles = first(4);
+  static constexpr int kCols = has(3) ? 8 : has(2) ? 6 : has(1) ? 4 : 2;  ///< column tiles read
   float v[kTiles][4];
 
   /// ks: k tile [64][..] in layout `lay` (PaddedRows / SwizzledRows), kp (multiple of 16, <= 128) columns, zero past
@@ -90,37 +98,39 @@ struct GramWarp {
     for (int kk = 0; kk < kp; kk += 16) {  // ascending over K
       const char* const a_ptr = a_row + lay.col(rr, kk + a_col);
       const char* const b_ptr = b_row + lay.col(rr, kk + b_col);
-      uint32_t b[8][2];
+      uint32_t b[kCols][2];
 #pragma unroll
-      for (int ct = 0; ct < 8; ct += 2) {
+      for (int ct = 0; ct < kCols; ct += 2) {
         uint32_t q[4];
         ldmatrix_x4(q, reinterpret_cast<const TK*>(b_ptr + lay.row(ct * 8)));
         b[ct][0] = q[0], b[ct][1] = q[1], b[ct + 1][0] = q[2], b[ct + 1][1] = q[3];
       }
 #pragma unroll
       for (int rb = 0; rb < 4; ++rb) {
+        if (!has(rb)) continue;
         uint32_t a[4];
         ldmatrix_x4(a, reinterpret_cast<const TK*>(a_ptr + lay.row(rb * 16)));
 #pragma unroll
-        for (int ct = 0; ct <= 2 * rb + 1; ++ct) mma_m16n8k16<TK>(v[rb * (rb + 1) + ct], a, b[ct][0], b[ct][1]);
+        for (int ct = 0; ct <= 2 * rb + 1; ++ct) mma_m16n8k16<TK>(v[first(rb) + ct], a, b[ct][0], b[ct][1]);
       }
     }
   }
 
-  /// The kkt entries of the 20 tiles -> tile (row stride kLd); gate_beta: g[0..64) then beta[0..64). Tiles past the
+  /// The kkt entries of the tiles -> tile (row stride kLd); gate_beta: g[0..64) then beta[0..64). Tiles past the
   /// chunk get kkt_entry's exact 0 (j >= len > i), as GramMma::kkt_tile writes for tiles it skips. The 16 x 16 blocks
   /// above the diagonal blocks are not written (the inverse never reads them; the store writes them as 0).
   __device__ void kkt_tile(const float* gate_beta, int len, float* tile) const {
     const int lane = static_cast<int>(threadIdx.x % 32);
 #pragma unroll
     for (int rb = 0; rb < 4; ++rb) {
+      if (!has(rb)) continue;
       const int row = 16 * rb + lane / 4;
       const float g0 = gate_beta[row], g1 = gate_beta[row + 8];
       const float b0 = gate_beta[kBT + row], b1 = gate_beta[kBT + row + 8];
 #pragma unroll
       for (int ct = 0; ct <= 2 * rb + 1; ++ct) {
         const int c = 8 * ct + 2 * (lane % 4);
-        const float(&d)[4] = v[rb * (rb + 1) + ct];
+        const float(&d)[4] = v[first(rb) + ct];
         const float gc0 = gate_beta[c], gc1 = gate_beta[c + 1];
         float* p = tile + row * kLd + c;
         *reinterpret_cast<float2*>(p) =
@@ -131,6 +141,10 @@ struct GramWarp {
     }
   }
 };
+
+/// The 20 Gram tiles of a chunk in one warp.
+template <typename TK>
+using GramWarp = GramTiles<TK, 0xF>;
 
 /// merge32_tc's level-32 merge by one warp: its 8 output tiles (rb, nt), each with merge32_tc's fragments and mma in
 /// merge32_tc's order (P: k steps s = nt..3 ascending; X21: k 0 .. 16 rb + 15 ascending). The two row blocks run
@@ -219,6 +233,105 @@ inline __device__ void invert_unit_lower_warp(float* a, int len) {
   merge16_tc<kBT, kLd, 2>(a, pt, len, 0, /*skip=*/false);
   __syncwarp();
   merge32_warp(a, a + 32, len);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Pair-per-unit routines: two warps (H = 0, 1) of one block take a unit together and meet at pair_sync. Each element
+// keeps the fragments, mma and order of the warp routines above, so the bytes are theirs; only the warp that runs an
+// element's chain differs.
+
+/// The row blocks of the unit's 64 rows that warp H of a pair takes: {0, 3} and {1, 2} (10 of the 20 Gram tiles and
+/// 5 of the 10 lower blocks of a product each).
+template <int H>
+struct PairRows {
+  static constexpr int r0 = H == 0 ? 0 : 1;
+  static constexpr int r1 = H == 0 ? 3 : 2;
+};
+
+/// Barrier of the 64 threads of a pair (named barrier 1; the pair kernels run one pair per block). The two warps reach
+/// it from different instructions (each runs its own PairRows instantiation), each warp converged, as the producer and
+/// consumer warps of gdn_fwd_o_wgmma.cu (and CUTLASS's named barriers) reach theirs. PTX's letter asks the whole CTA
+/// to execute the same `bar.sync` (= barrier.sync.aligned); the non-aligned `barrier.sync` made the pair kernels 3-8%
+/// longer in SASS (sm_90a), so the aligned form stays until a measurement says otherwise.
+__device__ __forceinline__ void pair_sync() { asm volatile("bar.sync 1, 64;" ::: "memory"); }
+
+/// GramWarp's tiles of warp H's row blocks r0 and r1 (PairRows<H>) only: 10 tiles, 40 accumulators per lane.
+template <typename TK, int H>
+using GramPair = GramTiles<TK, (1 << PairRows<H>::r0) | (1 << PairRows<H>::r1)>;
+
+/// A pair's Gram and kkt entries: warp H's GramPair tiles from the k tile `x` (layout `lay`), then, once both warps
+/// have read the k tile (pair_sync), their entries into the A tile in the same bytes. g / beta in gate_beta.
+template <typename TK, int H, typename Layout>
+__device__ __forceinline__ void gram_entries_pair(unsigned char* x, Layout lay, int kp, const float* gate_beta,
+                                                  int len) {
+  GramPair<TK, H> gram;
+  gram.compute(reinterpret_cast<const TK*>(x), lay, kp);
+  pair_sync();  // both warps' k-tile reads are done: the A tile takes the bytes
+  gram.kkt_tile(gate_beta, len, reinterpret_cast<float*>(x));
+}
+
+/// merge32_warp's row block H (its 4 output tiles, the same fragments and mma order), the pair meeting between the
+/// products P = A21 X11 and X21 = -X22 P. Skipped by both warps when 32 >= len.
+template <int H>
+__device__ void merge32_pair(float* a, float* pt, int len) {
+  if (32 >= len) return;  // uniform over the pair
+  {
+    float d[4][4] = {};
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      uint32_t ah[4], al[4];
+      load_a_split(a + (32 + 16 * H) * kLd + 8 * s, kLd, ah, al);
+#pragma unroll
+      for (int nt = 0; nt <= s; ++nt) {
+        uint32_t bh[2], bl[2];
+        load_b_split(a + (8 * s) * kLd + 8 * nt, kLd, bh, bl);
+        mma_m16n8k8_split(d[nt], ah, al, bh[0], bh[1], bl[0], bl[1]);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < 4; ++nt) store_transposed(pt + (8 * nt) * kLd + 16 * H, kLd, d[nt]);
+  }
+  pair_sync();  // P^T complete; every read of A21 is done
+  float d[4][4] = {};
+  uint32_t xh[H + 1][2][4], xl[H + 1][2][4];  // X22 fragments (row block H, k steps s2 <= H)
+#pragma unroll
+  for (int s2 = 0; s2 <= H; ++s2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) load_a_split(a + (32 + 16 * H) * kLd + 32 + 16 * s2 + 8 * h, kLd, xh[s2][h], xl[s2][h]);
+  }
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) {
+#pragma unroll
+    for (int s2 = 0; s2 <= H; ++s2) {
+      uint32_t bh[4], bl[4];
+      load_bt2_split(pt + (8 * nt) * kLd + 16 * s2, kLd, bh, bl);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        mma_m16n8k8_split(d[nt], xh[s2][h], xl[s2][h], bh[2 * h], bh[2 * h + 1], bl[2 * h], bl[2 * h + 1]);
+      }
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt) store_negated(a + (32 + 16 * H) * kLd + 8 * nt, kLd, d[nt]);
+}
+
+/// invert_unit_lower_warp by a pair: warp H solves diagonal blocks 2H and 2H + 1 (lane l: column l % 16 of block 2H +
+/// l / 16), merges level-16 pair H, then both take merge32_pair. The kkt entries of both warps must be in the tile
+/// (pair_sync before the call); the caller meets the other warp (pair_sync) before it reads rows the other warp wrote.
+template <int H>
+__device__ void invert_unit_lower_pair(float* a, int len) {
+  const int lane = static_cast<int>(threadIdx.x % 32), c = lane % 16;
+  float* const blk = a + (2 * H + lane / 16) * 16 * (kLd + 1);
+  float x[16];
+  solve_diagonal_column<kLd>(blk, c, x);
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 16; ++i) blk[i * kLd + c] = x[i];
+  __syncwarp();
+  float* const pt[1] = {H == 0 ? a + 16 : a + 32 * kLd + 48};
+  merge16_tc<kBT, kLd, 1>(a, pt, len, H, /*skip=*/false);
+  pair_sync();  // X11 and X22 complete
+  merge32_pair<H>(a, a + 32, len);
 }
 
 /// A warp kernel's testing mode (set_*_warp_for_testing) and launch counter (*_warp_launches_for_testing).

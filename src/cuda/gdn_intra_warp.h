@@ -26,7 +26,8 @@ struct WarpKktParams {
 /// kernels.
 bool kkt_solve_warp_applies(const KktArgs& a, const GdnOut& out, int64_t kp, bool k_vec, int device, bool one_wave);
 
-/// One launch of the warp kernel for k of dtype a.k.dtype and out of dtype out.dtype (kkt_solve_warp_applies holds).
+/// One launch of the warp form for k of dtype a.k.dtype and out of dtype out.dtype (kkt_solve_warp_applies holds):
+/// the pair-per-unit kernel (two warps per unit) on grids of at most 8 units per SM, else one warp per unit.
 void launch_kkt_solve_warp(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
                            void* stream);
 

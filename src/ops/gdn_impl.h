@@ -90,6 +90,13 @@ enum class KktWarpForTesting { rule, always, never };
 void set_kkt_warp_for_testing(KktWarpForTesting mode);
 /// Tests only: how many launches of this process took the warp kernel.
 int64_t kkt_warp_launches_for_testing();
+/// Tests only: where the warp kernel runs, whether it takes its pair-per-unit kernel (two warps per unit): the rule
+/// (grids of at most 8 units per SM, unless FUSEOPS_GDN_KKT_PAIR=0), `always` (on every grid where the kernel can
+/// run, also on grids of one wave and against FUSEOPS_GDN_KKT_WARP=0) or `never` (the one-warp kernel). Same bytes in
+/// every mode.
+void set_kkt_pair_for_testing(KktWarpForTesting mode);
+/// Tests only: how many launches of this process took the pair-per-unit kernel.
+int64_t kkt_pair_launches_for_testing();
 }  // namespace cuda
 #endif
 

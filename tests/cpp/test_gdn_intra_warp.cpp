@@ -2,16 +2,36 @@
 // 128, f16 / bf16 output) against the block kernels it stands in for: the same bytes (the bit-identity contract of
 // include/fuseops/gdn.h holds whichever kernel runs), the float64 golden, and fused == solve_tril(kkt in f32). Each
 // case also asserts which kernel ran (the launch counter), so a dispatch change cannot make the comparison vacuous.
+// GdnIntraPair.* run the same checks on the pair-per-unit kernel (two warps per unit), and its launch rule.
 #include <string>
 #include <vector>
 
 #include "gdn_test_util.h"
+#if defined(FUSEOPS_WITH_CUDA)
+#include "cuda/launch.h"
+#endif
 
 namespace fuseops_test::gdn {
 namespace {
 
 #if defined(FUSEOPS_WITH_CUDA)
 constexpr DType f32 = DType::f32, f16 = DType::f16, bf16 = DType::bf16;
+
+/// Where the warp kernel runs, its pair-per-unit kernel (`pair`) or its one-warp kernel, until the guard's scope ends.
+struct PairMode {
+  explicit PairMode(bool pair) {
+    fuseops::detail::cuda::set_kkt_pair_for_testing(pair ? KktWarpForTesting::always : KktWarpForTesting::never);
+  }
+  ~PairMode() { fuseops::detail::cuda::set_kkt_pair_for_testing(KktWarpForTesting::rule); }
+  PairMode(const PairMode&) = delete;
+  PairMode& operator=(const PairMode&) = delete;
+};
+
+/// The fused launches so far of the form under test: the pair kernel's, or the warp kernel's (which count the pair
+/// kernel's too).
+int64_t form_launches(bool pair) {
+  return pair ? fuseops::detail::cuda::kkt_pair_launches_for_testing() : warp_launches();
+}
 
 /// The cases: partial last chunks, batch rows, varlen with empty / 1-token / chunk-edge sequences (int32 and int64
 /// cu_seqlens), grouped heads, K from 16 to 128 (K % 16 != 0: the lanes zero the tile's padding columns), every decay
@@ -49,32 +69,53 @@ std::vector<Spec> warp_cases() {
   return cases;
 }
 
-TEST(GdnIntraWarp, SameBytesAsTheBlockKernels) {
-  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+/// warp_cases on the warp kernel (testing mode `always`; its pair kernel where `pair`) against the block kernels.
+void expect_warp_cases(bool pair) {
   std::mt19937_64 rng = test_rng();
   for (const Spec& s : warp_cases()) {
     SCOPED_TRACE(s.describe());
     const Inputs in = make_inputs(s, rng);
-    const int64_t before = warp_launches();
+    const int64_t before = form_launches(pair);
     Results warp, block;
     {
       const WarpMode always(KktWarpForTesting::always);  // these grids are one wave: the rule keeps the block kernels
+      const PairMode form(pair);
       warp = run_all(Where::cuda, s, in);
     }
-    ASSERT_EQ(warp_launches(), before + 2) << "the warp kernel did not run both fused calls";
+    ASSERT_EQ(form_launches(pair), before + 2) << "the warp kernel did not run both fused calls";
     {
       const WarpMode never(KktWarpForTesting::never);
       block = run_all(Where::cuda, s, in);
     }
-    ASSERT_EQ(warp_launches(), before + 2) << "the warp kernel ran while switched off";
+    ASSERT_EQ(form_launches(pair), before + 2) << "the warp kernel ran while switched off";
     EXPECT_TRUE(same_bytes(warp.Ai_fused, block.Ai_fused)) << "warp kernel != block kernel";
     EXPECT_TRUE(same_bytes(warp.Ai_fused, warp.Ai_unfused)) << "warp kernel != solve_tril(kkt in f32)";
     EXPECT_TRUE(same_bytes(warp.Ai_fused, warp.Ai_fused_again)) << "warp kernel not deterministic";
     const fuseops::reference::KktInputs gi = in.golden_inputs(s);
     EXPECT_TRUE(matches_golden(warp.Ai_fused, fuseops::reference::kkt_solve(gi),
                                fuseops::reference::GdnStage::kkt_solve, s.K, s.BT));
-    if (HasFailure()) return;
+    if (::testing::Test::HasFailure()) return;
   }
+}
+
+TEST(GdnIntraWarp, SameBytesAsTheBlockKernels) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  expect_warp_cases(/*pair=*/false);
+}
+
+// The same cases on the pair kernel (two warps per unit, meeting at named barriers).
+TEST(GdnIntraPair, SameBytesAsTheBlockKernels) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  expect_warp_cases(/*pair=*/true);
+}
+
+/// A varlen grid of ~3200 units (more than an H100's or H200's resident warps and pairs), with empty and 3-token
+/// sequences and a partial chunk.
+Spec walk_spec() {
+  Spec s = varlen({64 * 300 + 5, 0, 3, 64 * 100}, 4, 8, 128, 64);
+  s.out_dtype = bf16;
+  s.aligned = true;
+  return s;
 }
 
 // More units than the GPU's resident warps (every warp walks several): by the launch rule, and in the testing mode
@@ -83,11 +124,10 @@ TEST(GdnIntraWarp, SameBytesAsTheBlockKernels) {
 TEST(GdnIntraWarp, GridStrideWalk) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
   std::mt19937_64 rng = test_rng();
-  Spec s = varlen({64 * 300 + 5, 0, 3, 64 * 100}, 4, 8, 128, 64);
-  s.out_dtype = bf16;
-  s.aligned = true;
+  const Spec s = walk_spec();
   SCOPED_TRACE(s.describe());
   const Inputs in = make_inputs(s, rng);
+  const PairMode one_warp(false);  // the one-warp kernel (the pair rule's range depends on the GPU's size)
   const int64_t before = warp_launches();
   const Results warp = run_all(Where::cuda, s, in);  // by the launch rule: several waves
   ASSERT_EQ(warp_launches(), before + 2);
@@ -107,14 +147,66 @@ TEST(GdnIntraWarp, GridStrideWalk) {
   EXPECT_TRUE(same_bytes(warp.Ai_fused, warp.Ai_unfused)) << "warp kernel != solve_tril(kkt in f32)";
 }
 
+// The launch rule: a grid beyond one wave of the block kernels with at most 8 units per SM takes the pair kernel, one
+// with more the one-warp kernel; both give the block kernels' bytes.
+TEST(GdnIntraPair, LaunchRule) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  if (!fuseops::detail::is_sm90_or_newer(0)) GTEST_SKIP() << "the warp form runs on sm_90+ only";
+  if (fuseops::detail::env_switched_off("FUSEOPS_GDN_KKT_WARP")) GTEST_SKIP() << "FUSEOPS_GDN_KKT_WARP=0";
+  const bool pair_on = !fuseops::detail::env_switched_off("FUSEOPS_GDN_KKT_PAIR");
+  const int64_t sms = fuseops::detail::sm_count(0);
+  std::mt19937_64 rng = test_rng();
+  // H = HV = 4: 4 x chunks units, and as many block-kernel blocks (more than one wave of 2 per SM).
+  for (const int64_t per_sm : {4, 16}) {
+    Spec s = fixed(1, 64 * per_sm / 4 * sms - 17, 4, 4, 128, 64);
+    s.out_dtype = bf16;
+    s.aligned = true;
+    SCOPED_TRACE(s.describe());
+    const Inputs in = make_inputs(s, rng);
+    const int64_t warp_before = warp_launches(), pair_before = form_launches(true);
+    const Results by_rule = run_all(Where::cuda, s, in);
+    ASSERT_EQ(warp_launches(), warp_before + 2) << "the warp form did not run";
+    ASSERT_EQ(form_launches(true), pair_before + (pair_on && per_sm <= 8 ? 2 : 0)) << "the pair rule took the other kernel";
+    Results block;
+    {
+      const WarpMode never(KktWarpForTesting::never);
+      block = run_all(Where::cuda, s, in);
+    }
+    EXPECT_TRUE(same_bytes(by_rule.Ai_fused, block.Ai_fused)) << "warp form != block kernel";
+    EXPECT_TRUE(same_bytes(by_rule.Ai_fused, by_rule.Ai_unfused)) << "warp form != solve_tril(kkt in f32)";
+  }
+}
+
+// The pair kernel on more units than resident pairs (every block walks several, its region and mbarrier reused).
+TEST(GdnIntraPair, GridStrideWalk) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  std::mt19937_64 rng = test_rng();
+  const Spec s = walk_spec();
+  SCOPED_TRACE(s.describe());
+  const Inputs in = make_inputs(s, rng);
+  const int64_t before = form_launches(true);
+  Results pair, block;
+  {
+    const PairMode form(true);
+    pair = run_all(Where::cuda, s, in);
+  }
+  ASSERT_EQ(form_launches(true), before + 2);
+  {
+    const WarpMode never(KktWarpForTesting::never);
+    block = run_all(Where::cuda, s, in);
+  }
+  ASSERT_EQ(form_launches(true), before + 2);
+  EXPECT_TRUE(same_bytes(pair.Ai_fused, block.Ai_fused)) << "pair kernel != block kernel";
+  EXPECT_TRUE(same_bytes(pair.Ai_fused, pair.Ai_unfused)) << "pair kernel != solve_tril(kkt in f32)";
+}
+
 // Malformed cu_seqlens on the warp kernel (each unit looks its chunk up; the unit of value head 0 records a bad
 // sequence): recorded with the op, the argument and the first bad sequence, nothing written outside the sequences'
 // clamped ranges, inputs untouched.
-TEST(GdnIntraWarp, MalformedCuSeqlens) {
-  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
-  if (fuseops::debug_mode()) GTEST_SKIP() << "FUSEOPS_DEBUG is set: ops raise at once";
+void expect_malformed_cu(bool pair) {
   std::mt19937_64 rng = test_rng();
   const WarpMode always(KktWarpForTesting::always);
+  const PairMode form(pair);
   for (const BadCu& bad : bad_cus()) {
     SCOPED_TRACE(std::string("cu_seqlens ") + bad.what);
     const Clamped clamped = clamped_ranges(bad.cu, bad.T);
@@ -128,13 +220,25 @@ TEST(GdnIntraWarp, MalformedCuSeqlens) {
     for (Placed* p : {&k, &g, &beta, &cup, &out}) p->upload();
     fuseops::clear_errors();
     const TensorView kv = k.view(), gv = g.view(), bv = beta.view(), cv = cup.view();
-    const int64_t before = warp_launches();
+    const int64_t before = form_launches(pair);
     EXPECT_NO_THROW(fuseops::chunk_gated_delta_rule_fwd_kkt_solve(out.view(), kv, &gv, &bv, 64, &cv));
-    EXPECT_EQ(warp_launches(), before + 1);
+    EXPECT_EQ(form_launches(pair), before + 1);
     expect_malformed_outcome(take_device_error(), "chunk_gated_delta_rule_fwd_kkt_solve", clamped,
                              {&k, &g, &beta, &cup}, out);
-    if (HasFailure()) return;
+    if (::testing::Test::HasFailure()) return;
   }
+}
+
+TEST(GdnIntraWarp, MalformedCuSeqlens) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  if (fuseops::debug_mode()) GTEST_SKIP() << "FUSEOPS_DEBUG is set: ops raise at once";
+  expect_malformed_cu(/*pair=*/false);
+}
+
+TEST(GdnIntraPair, MalformedCuSeqlens) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  if (fuseops::debug_mode()) GTEST_SKIP() << "FUSEOPS_DEBUG is set: ops raise at once";
+  expect_malformed_cu(/*pair=*/true);
 }
 
 // Where it does not apply (chunk 32, f32 output, K > 128, f32 k), the block kernels run, even when asked for it.
