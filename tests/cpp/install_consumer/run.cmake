@@ -25,6 +25,11 @@ load_cache("${BUILD_DIR}" READ_WITH_PREFIX built_ FUSEOPS_BUILD_TOOLS FUSEOPS_BU
 if(built_FUSEOPS_BUILD_TOOLS AND NOT EXISTS "${WORK_DIR}/prefix/share/fuseops/cases/llama3-8b.yaml")
   message(FATAL_ERROR "the install has no share/fuseops/cases/llama3-8b.yaml")
 endif()
+foreach(doc README.md cases.md ops/gdn.md ops/rope.md)
+  if(NOT EXISTS "${WORK_DIR}/prefix/share/doc/fuseops/${doc}")
+    message(FATAL_ERROR "the install has no share/doc/fuseops/${doc}")
+  endif()
+endforeach()
 if(built_FUSEOPS_BUILD_TORCH AND built_FUSEOPS_PYTHON_INSTALL_DIR)  # (set where the extension target exists)
   set(site "${WORK_DIR}/prefix/${built_FUSEOPS_PYTHON_INSTALL_DIR}")
   run_step("import the installed Python package" ${CMAKE_COMMAND} -E chdir "${WORK_DIR}"
