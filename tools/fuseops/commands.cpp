@@ -257,7 +257,7 @@ std::map<std::string, std::vector<std::string>> op_families(const Registry& reg)
 int run_list() {
   std::printf("fuseops %s (%s)\n\nop families and the ops case files run (the API has more, e.g. the GDN stages "
               "chunk_scaled_dot_kkt_fwd, solve_tril, recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h, chunk_fwd_o: "
-              "include/fuseops/*.h, docs/ops/*.md; installed under <prefix>/include and <prefix>/share/doc/fuseops):\n",
+              "include/fuseops/*.h, docs/ops/*.md; installed in <prefix>/include and <prefix>/share/doc/fuseops/docs/ops):\n",
               version(),
               built_with_cuda() ? "CPU + CUDA backends" : "CPU backend only");
   for (const auto& [family, ops] : op_families(registry())) {

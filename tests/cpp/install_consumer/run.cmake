@@ -25,7 +25,7 @@ load_cache("${BUILD_DIR}" READ_WITH_PREFIX built_ FUSEOPS_BUILD_TOOLS FUSEOPS_BU
 if(built_FUSEOPS_BUILD_TOOLS AND NOT EXISTS "${WORK_DIR}/prefix/share/fuseops/cases/llama3-8b.yaml")
   message(FATAL_ERROR "the install has no share/fuseops/cases/llama3-8b.yaml")
 endif()
-foreach(doc README.md cases.md ops/gdn.md ops/rope.md)
+foreach(doc README.md docs/cases.md docs/ops/gdn.md docs/ops/rope.md bench/results/h200/gdn.md)
   if(NOT EXISTS "${WORK_DIR}/prefix/share/doc/fuseops/${doc}")
     message(FATAL_ERROR "the install has no share/doc/fuseops/${doc}")
   endif()
