@@ -208,6 +208,7 @@ __global__ void __launch_bounds__(64, kPairBlocksPerSm)
 /// h200/gdn.md, forty-sixth session): 0.889x the warp kernel's time at 512 units (3.9 per SM), 0.899x at 1024 (7.8),
 /// 1.14x at 2048 (15.5), 0.99-1.01x on the larger grids. With few units per SM the warp kernel's time is one warp's
 /// chain; the pair halves it. With many, an SM holds 9 pairs (18 warps) against 12 warps, and the pair barriers cost.
+/// By this rule (forty-seventh session, H100): 0.889x and 0.895x at 512 and 1024 units, 0.998-1.006x elsewhere.
 constexpr int64_t kPairUnitsPerSm = 8;
 
 /// Whether a grid of `units` that takes the warp form runs its pair kernel: the testing hook's mode, else at most
