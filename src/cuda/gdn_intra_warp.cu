@@ -44,6 +44,23 @@ namespace {
 
 using namespace warp_unit;
 
+/// One unit's region of shared memory (kWarpBytes), as the warp and pair kernels lay it out: the k tile, then the fp32
+/// A tile in the same bytes; g then beta (kGateBytes); the mbarrier of the k rows' copies.
+template <typename TK>
+struct UnitRegion {
+  __device__ explicit UnitRegion(unsigned char* base)
+      : region(base),
+        ks(reinterpret_cast<TK*>(base)),
+        tile(reinterpret_cast<float*>(base)),
+        gate_beta(reinterpret_cast<float*>(base + kTileBytes)),
+        bar(reinterpret_cast<uint64_t*>(base + kTileBytes + kGateBytes)) {}
+  unsigned char* region;
+  TK* ks;
+  float* tile;  ///< in the k tile's bytes
+  float* gate_beta;
+  uint64_t* bar;
+};
+
 /// Hints the L2 to fetch what unit `ch` / (hk, hv) will load: its k rows (kbytes each, 16-byte multiples at 16-byte
 /// aligned rows) and its g / beta elements. By the whole warp; a hint, no value depends on it.
 __device__ __forceinline__ void prefetch_unit(const KktArgs& a, const ChunkRef& ch, int64_t hk, int64_t hv,
@@ -85,13 +102,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
   pdl_wait_and_release();
   extern __shared__ float4 smem[];
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  unsigned char* const region = reinterpret_cast<unsigned char*>(smem) + warp * kWarpBytes;
-  TK* const ks = reinterpret_cast<TK*>(region);
-  float* const tile = reinterpret_cast<float*>(region);  // in the k tile's bytes
-  float* const gate_beta = reinterpret_cast<float*>(region + kTileBytes);
-  uint64_t* const bar = reinterpret_cast<uint64_t*>(region + kTileBytes + kGateBytes);
+  const UnitRegion<TK> r(reinterpret_cast<unsigned char*>(smem) + warp * kWarpBytes);
   if (lane == 0) {
-    mbar_init(bar, 1);
+    mbar_init(r.bar, 1);
     mbar_init_fence();
   }
   __syncwarp();
@@ -109,26 +122,26 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     if (ch.len > 0) {  // warp-uniform
       fence_proxy_async_shared();  // the previous unit's generic accesses of the region, before the copies
       __syncwarp();
-      load_rows_bulk(ks, prm.ld, prm.kp, args.k, static_cast<int>(args.geo.K), ch, hv / prm.group, bar);
+      load_rows_bulk(r.ks, prm.ld, prm.kp, args.k, static_cast<int>(args.geo.K), ch, hv / prm.group, r.bar);
       float gb[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) gb[j] = load_gate_or_beta<kBT>(args, ch, hv, lane + 32 * j);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) gate_beta[lane + 32 * j] = gb[j];
-      mbar_wait(bar, parity);
+      for (int j = 0; j < 4; ++j) r.gate_beta[lane + 32 * j] = gb[j];
+      mbar_wait(r.bar, parity);
       parity ^= 1u;
       __syncwarp();
       GramWarp<TK> gram;
-      gram.compute(ks, PaddedRows{prm.ld}, prm.kp);
+      gram.compute(r.ks, PaddedRows{prm.ld}, prm.kp);
       __syncwarp();  // every lane's k-tile reads are done: the A tile takes its bytes
       const ChunkRef next =
           un < units ? resolve_chunk<kBT>(args.geo, slot_n, prm.errors, hv_n == 0) : ChunkRef{0, 0, 0};
       if (prm.prefetch && next.len > 0)
         prefetch_unit(args, next, hv_n / prm.group, hv_n, 2 * static_cast<int>(args.geo.K));
-      gram.kkt_tile(gate_beta, ch.len, tile);
+      gram.kkt_tile(r.gate_beta, ch.len, r.tile);
       __syncwarp();
-      invert_unit_lower_warp(tile, ch.len);
-      store_rows_as<TO, kBT, 32, true>(tile, out, ch, hv, true);
+      invert_unit_lower_warp(r.tile, ch.len);
+      store_rows_as<TO, kBT, 32, true>(r.tile, out, ch, hv, true);
       __syncwarp();  // the store's tile reads are done before the next unit's copies
       ch = next;
     } else {
@@ -154,13 +167,9 @@ __global__ void __launch_bounds__(64, kPairBlocksPerSm)
   pdl_wait_and_release();
   extern __shared__ float4 smem[];
   const int half = static_cast<int>(threadIdx.x / 32), t = static_cast<int>(threadIdx.x);
-  unsigned char* const region = reinterpret_cast<unsigned char*>(smem);
-  TK* const ks = reinterpret_cast<TK*>(region);
-  float* const tile = reinterpret_cast<float*>(region);  // in the k tile's bytes
-  float* const gate_beta = reinterpret_cast<float*>(region + kTileBytes);
-  uint64_t* const bar = reinterpret_cast<uint64_t*>(region + kTileBytes + kGateBytes);
+  const UnitRegion<TK> r(reinterpret_cast<unsigned char*>(smem));
   if (t == 0) {
-    mbar_init(bar, 1);
+    mbar_init(r.bar, 1);
     mbar_init_fence();
   }
   __syncthreads();
@@ -173,19 +182,21 @@ __global__ void __launch_bounds__(64, kPairBlocksPerSm)
     if (ch.len == 0) continue;  // uniform over the pair
     fence_proxy_async_shared();  // the previous unit's generic accesses of the region, before the copies
     pair_sync();
-    if (half == 0) load_rows_bulk(ks, prm.ld, prm.kp, args.k, static_cast<int>(args.geo.K), ch, hv / prm.group, bar);
+    if (half == 0) {
+      load_rows_bulk(r.ks, prm.ld, prm.kp, args.k, static_cast<int>(args.geo.K), ch, hv / prm.group, r.bar);
+    }
     float gb[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) gb[j] = load_gate_or_beta<kBT>(args, ch, hv, t + 64 * j);
 #pragma unroll
-    for (int j = 0; j < 2; ++j) gate_beta[t + 64 * j] = gb[j];
-    mbar_wait(bar, parity);
+    for (int j = 0; j < 2; ++j) r.gate_beta[t + 64 * j] = gb[j];
+    mbar_wait(r.bar, parity);
     parity ^= 1u;
     pair_sync();  // g / beta, and warp 0's zeros past the chunk and past K
     if (half == 0) {
-      gram_entries_pair<TK, 0>(region, PaddedRows{prm.ld}, prm.kp, gate_beta, ch.len);
+      gram_entries_pair<TK, 0>(r.region, PaddedRows{prm.ld}, prm.kp, r.gate_beta, ch.len);
     } else {
-      gram_entries_pair<TK, 1>(region, PaddedRows{prm.ld}, prm.kp, gate_beta, ch.len);
+      gram_entries_pair<TK, 1>(r.region, PaddedRows{prm.ld}, prm.kp, r.gate_beta, ch.len);
       const int64_t un = u + gridDim.x;  // the block's next unit: warp 1 hints its rows to the L2 (prm.prefetch)
       if (prm.prefetch && un < units) {
         const int64_t slot_n = un / HV, hv_n = un - slot_n * HV;
@@ -195,12 +206,12 @@ __global__ void __launch_bounds__(64, kPairBlocksPerSm)
     }
     pair_sync();  // every entry is in the tile
     if (half == 0) {
-      invert_unit_lower_pair<0>(tile, ch.len);
+      invert_unit_lower_pair<0>(r.tile, ch.len);
     } else {
-      invert_unit_lower_pair<1>(tile, ch.len);
+      invert_unit_lower_pair<1>(r.tile, ch.len);
     }
     pair_sync();  // the inverse
-    store_rows_as<TO, kBT, 64, true>(tile, out, ch, hv, true);
+    store_rows_as<TO, kBT, 64, true>(r.tile, out, ch, hv, true);
   }
 }
 
