@@ -347,10 +347,9 @@ void launch_kkt_as(const char* op, const KktArgs& a, const GdnOut& out, int devi
       wp.slots = prm.slots;
       wp.group = prm.group;
       wp.kp = prm.kp;
-      wp.ld = prm.ld;
+      wp.kboxes = static_cast<int>((geo.K + 63) / 64);
       wp.errors = prm.errors;
-      gdn::launch_kkt_solve_warp(op, a, out, wp, device, stream);
-      return;
+      if (gdn::launch_kkt_solve_warp(op, a, out, wp, device, stream)) return;
     }
   }
   auto pick = [latency](auto tc) {

@@ -7,10 +7,11 @@
 // each warp here runs the whole chain alone, and many independent warps per SM (12, 17.9 KB of shared memory each)
 // hide each other's latencies.
 //
-// Per unit, in the warp's one tile region: the k rows by bulk copies; the Gram in registers; the kkt and inverse in
-// fp32 in the same bytes (gdn_intra_warp.cuh); the two A operands of w and u (scale_inverse_columns' values) taken
-// into registers as mma fragments; then the v rows into the region, u = Au v in place, u's rows out by bulk copies;
-// then the k rows again (from the L2), w = Aw k in place, w's rows out. The k rows are read twice per unit: keeping
+// Per unit, in the warp's one tile region: the k rows by tensor-map copies; the Gram in registers; the kkt and
+// inverse in fp32 in the same bytes (gdn_intra_warp.cuh); the two A operands of w and u (scale_inverse_columns'
+// values) taken into registers as mma fragments; then the v rows into the region, u = Au v in place, u's rows out by
+// tensor-map stores (by the lanes for a partial chunk inside a batch); then the k rows again (from the L2), w = Aw k in
+// place, w's rows out. The k rows are read twice per unit: keeping
 // them beside the A tile would halve the warps per SM.
 //
 // Bytes: every product is lower_times' (gdn_wu.cuh): each 16 x 8 output tile sums the k blocks 0 .. its row block in
@@ -143,33 +144,6 @@ struct IntraMaps {
   CUtensorMap k, v, w, u;
 };
 
-/// The chunk's rows of a tensor map's head `head` -> X (SwizzledRows; `boxes` boxes of 64 columns), completing on
-/// `bar` (this call posts the phase's bytes); then, once landed, zeros by the lanes in rows [len, 64), which hold the
-/// next sequence's rows or the map's zero fill. The region's earlier generic accesses must be fenced to the async
-/// proxy and ordered by a warp barrier before the call.
-__device__ __forceinline__ void load_tile(unsigned char* X, const CUtensorMap* map, int boxes, const ChunkRef& ch,
-                                          int64_t head, uint64_t* bar, uint32_t& parity) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  if (lane == 0) {
-    mbar_arrive_expect(bar, static_cast<uint32_t>(boxes) * SwizzledRows::kBoxBytes);
-    for (int box = 0; box < boxes; ++box) {
-      tma_load_4d(smem_addr(X + box * SwizzledRows::kBoxBytes), map, 64 * box, static_cast<int>(head),
-                  static_cast<int>(ch.t0), static_cast<int>(ch.batch), bar);
-    }
-  }
-  mbar_wait(bar, parity);
-  parity ^= 1u;
-  if (ch.len < kBT) {  // warp-uniform: whole 128-byte rows of each box
-    const int per_row = 8 * boxes;
-    for (int e = lane; e < (kBT - ch.len) * per_row; e += 32) {
-      const int r = ch.len + e / per_row, g = e % per_row;
-      *reinterpret_cast<uint4*>(X + (g / 8) * SwizzledRows::kBoxBytes + r * 128 + (g % 8) * 16) =
-          make_uint4(0u, 0u, 0u, 0u);
-    }
-  }
-  __syncwarp();
-}
-
 /// The chunk's rows [0, len) of X (cols elements each, a multiple of 8) -> rows t0 .. of head `head` of `dst`: one
 /// tensor-map store where every row past len lies past the tensor's T (whole chunks and the last chunk of T), else
 /// 16-byte stores by the lanes (a sequence's partial last chunk inside a varlen batch). The rows' generic writes are
@@ -213,10 +187,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
   if (smem_addr(smem_raw) % 1024 != 0) __trap();  // no static shared memory here: never expected to fire
   const int warps = static_cast<int>(blockDim.x / 32);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  unsigned char* const x = smem_raw + warp * kTileBytes;  // k rows, v rows, u / w rows (SwizzledRows)
-  float* const tile = reinterpret_cast<float*>(x);        // the A tile, in the same bytes
-  float* const gate_beta = reinterpret_cast<float*>(smem_raw + warps * kTileBytes) + warp * 2 * kBT;
-  uint64_t* const bar = reinterpret_cast<uint64_t*>(smem_raw + warps * (kTileBytes + kGateBytes)) + warp;
+  const UnitRegion<TK> r(smem_raw, warps, warp);
+  unsigned char* const x = r.region;  // k rows, v rows, u / w rows (SwizzledRows)
+  float* const tile = r.tile;         // the A tile, in the same bytes
+  float* const gate_beta = r.gate_beta;
+  uint64_t* const bar = r.bar;
   if (lane == 0) {
     mbar_init(bar, 1);
     mbar_init_fence();

@@ -21,11 +21,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cstdint>
 
 #include "cuda/gdn_intra_warp.cuh"
 #include "cuda/gdn_intra_warp.h"
 #include "cuda/launch.h"
+#include "cuda/tensor_map.h"
 #include "fuseops/error.h"
 
 namespace fuseops::detail::cuda {
@@ -44,38 +46,26 @@ namespace {
 
 using namespace warp_unit;
 
-/// One unit's region of shared memory (kWarpBytes), as the warp and pair kernels lay it out: the k tile, then the fp32
-/// A tile in the same bytes; g then beta (kGateBytes); the mbarrier of the k rows' copies.
-template <typename TK>
-struct UnitRegion {
-  __device__ explicit UnitRegion(unsigned char* base)
-      : region(base),
-        ks(reinterpret_cast<TK*>(base)),
-        tile(reinterpret_cast<float*>(base)),
-        gate_beta(reinterpret_cast<float*>(base + kTileBytes)),
-        bar(reinterpret_cast<uint64_t*>(base + kTileBytes + kGateBytes)) {}
-  unsigned char* region;
-  TK* ks;
-  float* tile;  ///< in the k tile's bytes
-  float* gate_beta;
-  uint64_t* bar;
-};
-
-/// Hints the L2 to fetch what unit `ch` / (hk, hv) will load: its k rows (kbytes each, 16-byte multiples at 16-byte
-/// aligned rows) and its g / beta elements. By the whole warp; a hint, no value depends on it.
-__device__ __forceinline__ void prefetch_unit(const KktArgs& a, const ChunkRef& ch, int64_t hk, int64_t hv,
-                                              int kbytes) {
+/// Hints the L2 to fetch what unit `ch` / (hk, hv) will load: its k rows (the tensor map's boxes, by lane 0) and its
+/// g / beta elements. By the whole warp; a hint, no value depends on it.
+__device__ __forceinline__ void prefetch_unit(const KktArgs& a, const CUtensorMap* kmap, int kboxes, const ChunkRef& ch,
+                                              int64_t hk, int64_t hv) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int lane = static_cast<int>(threadIdx.x % 32);
+  if (lane == 0) {
+    for (int box = 0; box < kboxes; ++box) {
+      asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(
+                       reinterpret_cast<uint64_t>(kmap)),
+                   "r"(64 * box), "r"(static_cast<int>(hk)), "r"(static_cast<int>(ch.t0)),
+                   "r"(static_cast<int>(ch.batch))
+                   : "memory");
+    }
+  }
 #pragma unroll
   for (int j = 0; j < 2; ++j) {
     const int i = lane + 32 * j;
     if (i >= ch.len) break;
     const int64_t t = ch.t0 + i;
-    const char* row =
-        static_cast<const char*>(a.k.data) + 2 * (ch.batch * a.k.stride_b + t * a.k.stride_t + hk * a.k.stride_h);
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(row)), "r"(kbytes)
-                 : "memory");
     if (a.g.data) {
       const float* g =
           static_cast<const float*>(a.g.data) + ch.batch * a.g.stride_b + t * a.g.stride_t + hv * a.g.stride_h;
@@ -89,7 +79,7 @@ __device__ __forceinline__ void prefetch_unit(const KktArgs& a, const ChunkRef& 
     }
   }
 #else
-  (void)a, (void)ch, (void)hk, (void)hv, (void)kbytes;  // the kernel runs on sm_90+ only (kkt_solve_warp_applies)
+  (void)a, (void)kmap, (void)kboxes, (void)ch, (void)hk, (void)hv;  // the kernel runs on sm_90+ only
 #endif
 }
 
@@ -98,11 +88,13 @@ __device__ __forceinline__ void prefetch_unit(const KktArgs& a, const ChunkRef& 
 /// its next unit's chunk and (prm.prefetch) hints the L2 to fetch that unit's rows, so the next copies wait less.
 template <typename TK, typename TO>
 __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
-    kkt_solve_warp_kernel(const KktArgs args, const GdnOut out, const WarpKktParams prm) {
+    kkt_solve_warp_kernel(const KktArgs args, const GdnOut out, const WarpKktParams prm,
+                          const __grid_constant__ CUtensorMap kmap) {
   pdl_wait_and_release();
-  extern __shared__ float4 smem[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  if (smem_addr(smem_raw) % 1024 != 0) __trap();  // no static shared memory here: never expected to fire
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
-  const UnitRegion<TK> r(reinterpret_cast<unsigned char*>(smem) + warp * kWarpBytes);
+  const UnitRegion<TK> r(smem_raw, kMaxWarps, warp);
   if (lane == 0) {
     mbar_init(r.bar, 1);
     mbar_init_fence();
@@ -122,22 +114,21 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     if (ch.len > 0) {  // warp-uniform
       fence_proxy_async_shared();  // the previous unit's generic accesses of the region, before the copies
       __syncwarp();
-      load_rows_bulk(r.ks, prm.ld, prm.kp, args.k, static_cast<int>(args.geo.K), ch, hv / prm.group, r.bar);
+      issue_tile(r.region, &kmap, prm.kboxes, ch, hv / prm.group, r.bar);
       float gb[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) gb[j] = load_gate_or_beta<kBT>(args, ch, hv, lane + 32 * j);
 #pragma unroll
       for (int j = 0; j < 4; ++j) r.gate_beta[lane + 32 * j] = gb[j];
-      mbar_wait(r.bar, parity);
-      parity ^= 1u;
+      land_tile(r.region, prm.kboxes, ch.len, r.bar, parity, lane, 32);
       __syncwarp();
       GramWarp<TK> gram;
-      gram.compute(r.ks, PaddedRows{prm.ld}, prm.kp);
+      gram.compute(r.ks, SwizzledRows{}, prm.kp);
       __syncwarp();  // every lane's k-tile reads are done: the A tile takes its bytes
       const ChunkRef next =
           un < units ? resolve_chunk<kBT>(args.geo, slot_n, prm.errors, hv_n == 0) : ChunkRef{0, 0, 0};
       if (prm.prefetch && next.len > 0)
-        prefetch_unit(args, next, hv_n / prm.group, hv_n, 2 * static_cast<int>(args.geo.K));
+        prefetch_unit(args, &kmap, prm.kboxes, next, hv_n / prm.group, hv_n);
       gram.kkt_tile(r.gate_beta, ch.len, r.tile);
       __syncwarp();
       invert_unit_lower_warp(r.tile, ch.len);
@@ -157,17 +148,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
 constexpr int kPairBlocksPerSm = 9;
 
 /// Pair-per-unit form: the two warps of a block take one unit together (gdn_intra_warp.cuh's pair routines: warp H
-/// the Gram tiles, diagonal blocks, level-16 merge and level-32 row block of its PairRows), meeting at pair_sync; warp
-/// 0 issues the k rows' copies, then both warps load g / beta. Block b takes units b, b + gridDim.x, ... (unit u as
-/// in kkt_solve_warp_kernel). Same bytes as the warp kernel. Why: where the units are few per SM, the warp
-/// kernel's time is one warp's chain; here each chain is about half as long and an SM runs twice the warps.
+/// the Gram tiles, diagonal blocks, level-16 merge and level-32 row block of its PairRows), meeting at pair_sync; lane
+/// 0 of warp 0 issues the k tile's tensor-map copies, then both warps load g / beta. Block b takes units b, b +
+/// gridDim.x, ... (unit u as in kkt_solve_warp_kernel). Same bytes as the warp kernel. Why: where the units are few
+/// per SM, the warp kernel's time is one warp's chain; here each chain is about half as long and an SM runs twice the
+/// warps.
 template <typename TK, typename TO>
 __global__ void __launch_bounds__(64, kPairBlocksPerSm)
-    kkt_solve_pair_kernel(const KktArgs args, const GdnOut out, const WarpKktParams prm) {
+    kkt_solve_pair_kernel(const KktArgs args, const GdnOut out, const WarpKktParams prm,
+                          const __grid_constant__ CUtensorMap kmap) {
   pdl_wait_and_release();
-  extern __shared__ float4 smem[];
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  if (smem_addr(smem_raw) % 1024 != 0) __trap();  // no static shared memory here: never expected to fire
   const int half = static_cast<int>(threadIdx.x / 32), t = static_cast<int>(threadIdx.x);
-  const UnitRegion<TK> r(reinterpret_cast<unsigned char*>(smem));
+  const UnitRegion<TK> r(smem_raw, 1, 0);
   if (t == 0) {
     mbar_init(r.bar, 1);
     mbar_init_fence();
@@ -182,26 +176,23 @@ __global__ void __launch_bounds__(64, kPairBlocksPerSm)
     if (ch.len == 0) continue;  // uniform over the pair
     fence_proxy_async_shared();  // the previous unit's generic accesses of the region, before the copies
     pair_sync();
-    if (half == 0) {
-      load_rows_bulk(r.ks, prm.ld, prm.kp, args.k, static_cast<int>(args.geo.K), ch, hv / prm.group, r.bar);
-    }
+    if (half == 0) issue_tile(r.region, &kmap, prm.kboxes, ch, hv / prm.group, r.bar);
     float gb[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) gb[j] = load_gate_or_beta<kBT>(args, ch, hv, t + 64 * j);
 #pragma unroll
     for (int j = 0; j < 2; ++j) r.gate_beta[t + 64 * j] = gb[j];
-    mbar_wait(r.bar, parity);
-    parity ^= 1u;
-    pair_sync();  // g / beta, and warp 0's zeros past the chunk and past K
+    land_tile(r.region, prm.kboxes, ch.len, r.bar, parity, t, 64);
+    pair_sync();  // g / beta, and the zeros past the chunk
     if (half == 0) {
-      gram_entries_pair<TK, 0>(r.region, PaddedRows{prm.ld}, prm.kp, r.gate_beta, ch.len);
+      gram_entries_pair<TK, 0>(r.region, SwizzledRows{}, prm.kp, r.gate_beta, ch.len);
     } else {
-      gram_entries_pair<TK, 1>(r.region, PaddedRows{prm.ld}, prm.kp, r.gate_beta, ch.len);
+      gram_entries_pair<TK, 1>(r.region, SwizzledRows{}, prm.kp, r.gate_beta, ch.len);
       const int64_t un = u + gridDim.x;  // the block's next unit: warp 1 hints its rows to the L2 (prm.prefetch)
       if (prm.prefetch && un < units) {
         const int64_t slot_n = un / HV, hv_n = un - slot_n * HV;
         const ChunkRef next = resolve_chunk<kBT>(args.geo, slot_n, prm.errors, false);
-        if (next.len > 0) prefetch_unit(args, next, hv_n / prm.group, hv_n, 2 * static_cast<int>(args.geo.K));
+        if (next.len > 0) prefetch_unit(args, &kmap, prm.kboxes, next, hv_n / prm.group, hv_n);
       }
     }
     pair_sync();  // every entry is in the tile
@@ -232,8 +223,8 @@ bool kkt_pair_takes(int64_t units, int device) {
 }
 
 template <typename TK, typename TO>
-void launch_as(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
-               cudaStream_t stream) {
+void launch_as(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, const CUtensorMap& kmap,
+               int device, cudaStream_t stream) {
   const auto kernel = kkt_solve_warp_kernel<TK, TO>;
   constexpr std::size_t smem = kMaxWarps * kWarpBytes;
   const int64_t units = prm.slots * a.geo.HV;
@@ -246,7 +237,7 @@ void launch_as(const char* op, const KktArgs& a, const GdnOut& out, const WarpKk
     WarpKktParams p = prm;
     p.prefetch = !hints_off && (units <= 2 * pairs || kkt_pair_hooks.get() == KktWarpForTesting::always);
     launch_kernel(pair_kernel, dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(units, pairs)))), dim3(64),
-                  kWarpBytes, stream, device, a, out, p);
+                  kWarpBytes, stream, device, a, out, p, kmap);
     return;
   }
   const int64_t wave = cached_wave(kernel, kMaxWarps * 32, smem, device, op);
@@ -257,16 +248,17 @@ void launch_as(const char* op, const KktArgs& a, const GdnOut& out, const WarpKk
   // FUSEOPS_GDN_KKT_WARP_PREFETCH=0 switches them off (A/B runs; no value depends on them).
   WarpKktParams p = prm;
   p.prefetch = !hints_off && (units <= 2 * wave * kMaxWarps || kkt_warp_hooks.get() == KktWarpForTesting::always);
-  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMaxWarps * 32), smem, stream, device, a, out, p);
+  launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMaxWarps * 32), smem, stream, device, a, out, p,
+                kmap);
 }
 
 template <typename TK>
-void launch_k(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
-              cudaStream_t stream) {
+void launch_k(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, const CUtensorMap& kmap,
+              int device, cudaStream_t stream) {
   if (out.dtype == DType::f16) {
-    launch_as<TK, __half>(op, a, out, prm, device, stream);
+    launch_as<TK, __half>(op, a, out, prm, kmap, device, stream);
   } else {
-    launch_as<TK, __nv_bfloat16>(op, a, out, prm, device, stream);
+    launch_as<TK, __nv_bfloat16>(op, a, out, prm, kmap, device, stream);
   }
 }
 
@@ -279,21 +271,25 @@ bool kkt_solve_warp_applies(const KktArgs& a, const GdnOut& out, int64_t kp, boo
   if (mode == KktWarpForTesting::never ||
       (mode == KktWarpForTesting::rule && !pair_forced && (off || one_wave)))
     return false;
-  if (!is_sm90_or_newer(device)) return false;  // bulk copies and mbarriers
+  if (!is_sm90_or_newer(device)) return false;  // tensor-map copies and mbarriers
   const bool k16 = a.k.dtype == DType::f16 || a.k.dtype == DType::bf16;
   const bool o16 = out.dtype == DType::f16 || out.dtype == DType::bf16;
   return a.geo.BT == kBT && k16 && o16 && kp <= 128 && k_vec && reinterpret_cast<std::uintptr_t>(out.data) % 16 == 0;
 }
 
-void launch_kkt_solve_warp(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
+bool launch_kkt_solve_warp(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
                            void* stream) {
+  CUtensorMap kmap;
+  if (a.geo.T > INT32_MAX || a.geo.B > INT32_MAX || !gdn_rows_map(&kmap, a.k, a.k.dtype, a.geo.K, a.geo.H, a.geo))
+    return false;
   const auto s = static_cast<cudaStream_t>(stream);
   kkt_warp_hooks.count();
   if (a.k.dtype == DType::f16) {
-    launch_k<__half>(op, a, out, prm, device, s);
+    launch_k<__half>(op, a, out, prm, kmap, device, s);
   } else {
-    launch_k<__nv_bfloat16>(op, a, out, prm, device, s);
+    launch_k<__nv_bfloat16>(op, a, out, prm, kmap, device, s);
   }
+  return true;
 }
 
 }  // namespace gdn

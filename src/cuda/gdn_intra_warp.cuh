@@ -17,49 +17,18 @@ constexpr int kBT = 64;
 constexpr int kMaxWarps = 4;     ///< warps per block (each on its own units)
 constexpr int kBlocksPerSm = 3;  ///< blocks per SM: 12 warps, 215 KB of shared memory (kWarpBytes each)
 constexpr int kLd = kTileLd<kBT>;
-/// Per warp: a tile region of kTileBytes for a 16-bit row tile (k rows of K <= 128: [64][kp + 8] in the fused kkt +
-/// inverse's kernel, two swizzled boxes [64][64] in the forward's), which is also the fp32 A tile [64][68] once the
-/// rows are dead; g / beta of the chunk's rows (kGateBytes); the mbarrier of the rows' copies. (Each kernel places
-/// them in its shared memory: kWarpBytes per warp in all.)
+/// Per warp: a tile region of kTileBytes for a 16-bit row tile (k, v, w or u rows of K, V <= 128: two swizzled boxes
+/// [64][64], SwizzledRows), which is also the fp32 A tile [64][68] once the rows are dead; g / beta of the chunk's rows
+/// (kGateBytes); the mbarrier of the rows' copies. (UnitRegion places them: kWarpBytes per warp in all.)
 constexpr std::size_t kTileBytes = std::size_t{kBT} * kLd * sizeof(float);
-static_assert(kTileBytes >= std::size_t{kBT} * (128 + 8) * 2, "the A tile's bytes hold a row tile of <= 128 columns");
+static_assert(kTileBytes >= 2 * 64 * 128, "the A tile's bytes hold a row tile of <= 128 columns");
+static_assert(kTileBytes % 1024 == 0, "every row tile is 1024-byte aligned (128-byte swizzle)");
 constexpr std::size_t kGateBytes = 2 * kBT * sizeof(float);
 constexpr std::size_t kWarpBytes = kTileBytes + kGateBytes + 16;
 
-/// The chunk's rows of x (head `head`, `cols` elements each, a multiple of 8) -> tile[64][ld]: one bulk copy per valid
-/// row, completing on `bar` (this call posts the phase's byte count), and zeros by the lanes in rows past the chunk and
-/// in columns [cols, cp) (cp: cols padded to 16, so that is at most one 16-byte piece per row). The region's earlier
-/// generic accesses must be fenced to the async proxy and ordered by a warp barrier before the call.
-template <typename TK>
-__device__ __forceinline__ void load_rows_bulk(TK* tile, int ld, int cp, const GdnIn& x, int cols, const ChunkRef& ch,
-                                               int64_t head, uint64_t* bar) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  const TK* src = static_cast<const TK*>(x.data) + ch.batch * x.stride_b + ch.t0 * x.stride_t + head * x.stride_h;
-  const uint32_t row_bytes = static_cast<uint32_t>(cols) * sizeof(TK);
-  if (lane == 0) mbar_arrive_expect(bar, static_cast<uint32_t>(ch.len) * row_bytes);
-  __syncwarp();
-  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-  for (int j = 0; j < 2; ++j) {
-    const int i = lane + 32 * j;
-    TK* d = tile + i * ld;
-    if (i < ch.len) {
-      bulk_load(smem_addr(d), src + i * x.stride_t, row_bytes, bar);
-      if (cols < cp) *reinterpret_cast<uint4*>(d + cols) = zero;
-    } else {
-      for (int c = 0; c < cp; c += 16 / static_cast<int>(sizeof(TK))) *reinterpret_cast<uint4*>(d + c) = zero;
-    }
-  }
-}
-
-/// Byte offsets in a 16-bit row tile of the warp kernels: element (r, c) at row(r) + col(r % 8, c). PaddedRows: rows
-/// of ld elements. SwizzledRows: the layout of the tensor-map copies (tensor_map.h): boxes [64][64] (columns 0-63,
-/// then 64-127) of 128-byte rows, 16-byte group g of row r stored at group g ^ (r % 8).
-struct PaddedRows {
-  int ld;
-  __device__ __forceinline__ uint32_t row(int r) const { return static_cast<uint32_t>(r * ld * 2); }
-  __device__ __forceinline__ uint32_t col(int, int c) const { return static_cast<uint32_t>(c * 2); }
-};
+/// Byte offsets in a 16-bit row tile of the warp kernels: element (r, c) at row(r) + col(r % 8, c), in the layout of
+/// the tensor-map copies (tensor_map.h): boxes [64][64] (columns 0-63, then 64-127) of 128-byte rows, 16-byte group g
+/// of row r stored at group g ^ (r % 8).
 struct SwizzledRows {
   static constexpr uint32_t kBoxBytes = 64 * 128;
   __device__ __forceinline__ uint32_t row(int r) const { return static_cast<uint32_t>(r * 128); }
@@ -67,6 +36,65 @@ struct SwizzledRows {
     return static_cast<uint32_t>((c >> 6) * kBoxBytes + ((((c >> 3) & 7) ^ rr) << 4) + (c & 7) * 2);
   }
 };
+
+/// One unit's region of a warp kernel's shared memory (1024-byte aligned base, no static shared memory): with `n`
+/// regions, region `i`'s row tile (kTileBytes, 1024-byte aligned for the 128-byte swizzle) is the i-th of the n tiles
+/// at the start, which is also its fp32 A tile once the rows are dead; its g then beta rows (kGateBytes) follow all the
+/// tiles, and its mbarrier all the g / beta rows (n kWarpBytes in all).
+template <typename TK>
+struct UnitRegion {
+  __device__ UnitRegion(unsigned char* smem, int n, int i)
+      : region(smem + static_cast<std::size_t>(i) * kTileBytes),
+        ks(reinterpret_cast<TK*>(region)),
+        tile(reinterpret_cast<float*>(region)),
+        gate_beta(reinterpret_cast<float*>(smem + n * kTileBytes) + i * 2 * kBT),
+        bar(reinterpret_cast<uint64_t*>(smem + n * (kTileBytes + kGateBytes)) + i) {}
+  unsigned char* region;
+  TK* ks;
+  float* tile;  ///< in the row tile's bytes
+  float* gate_beta;
+  uint64_t* bar;
+};
+
+/// Issues the copies of the chunk's rows of a tensor map's head `head` into X (SwizzledRows; `boxes` boxes of 64
+/// columns), completing on `bar`: lane 0 of the calling warp posts the phase's bytes and issues one tensor-map copy
+/// per box. The map fills zeros past the tensor's inner dimension (columns past K or V) and past T. The region's
+/// earlier generic accesses must be fenced to the async proxy and ordered by a barrier before the call.
+__device__ __forceinline__ void issue_tile(unsigned char* X, const CUtensorMap* map, int boxes, const ChunkRef& ch,
+                                           int64_t head, uint64_t* bar) {
+  if (threadIdx.x % 32 == 0) {
+    mbar_arrive_expect(bar, static_cast<uint32_t>(boxes) * SwizzledRows::kBoxBytes);
+    for (int box = 0; box < boxes; ++box) {
+      tma_load_4d(smem_addr(X + box * SwizzledRows::kBoxBytes), map, 64 * box, static_cast<int>(head),
+                  static_cast<int>(ch.t0), static_cast<int>(ch.batch), bar);
+    }
+  }
+}
+
+/// Waits for issue_tile's copies, then zeros rows [len, 64) of X, which hold the next sequence's rows or the map's
+/// zero fill, by `threads` threads (t the caller's index among them; whole 128-byte rows of each box). The caller
+/// orders the zeros before other threads' reads (a warp or pair barrier).
+__device__ __forceinline__ void land_tile(unsigned char* X, int boxes, int len, uint64_t* bar, uint32_t& parity, int t,
+                                          int threads) {
+  mbar_wait(bar, parity);
+  parity ^= 1u;
+  if (len < kBT) {  // uniform over the callers
+    const int per_row = 8 * boxes;
+    for (int e = t; e < (kBT - len) * per_row; e += threads) {
+      const int r = len + e / per_row, g = e % per_row;
+      *reinterpret_cast<uint4*>(X + (g / 8) * SwizzledRows::kBoxBytes + r * 128 + (g % 8) * 16) =
+          make_uint4(0u, 0u, 0u, 0u);
+    }
+  }
+}
+
+/// issue_tile, then land_tile by the calling warp: X holds the chunk's rows, zero past the chunk.
+__device__ __forceinline__ void load_tile(unsigned char* X, const CUtensorMap* map, int boxes, const ChunkRef& ch,
+                                          int64_t head, uint64_t* bar, uint32_t& parity) {
+  issue_tile(X, map, boxes, ch, head, bar);
+  land_tile(X, boxes, ch.len, bar, parity, static_cast<int>(threadIdx.x % 32), 32);
+  __syncwarp();
+}
 
 /// Gram tiles of one chunk that hold entries below the diagonal, for the row blocks rb (16 rows) whose bit is set in
 /// kRows, in one warp: row block rb has column tiles ct = 0 .. 2 rb + 1 (8 columns), 4 accumulators per lane each.
@@ -84,7 +112,7 @@ struct GramTiles {
   static constexpr int kCols = has(3) ? 8 : has(2) ? 6 : has(1) ? 4 : 2;  ///< column tiles read
   float v[kTiles][4];
 
-  /// ks: k tile [64][..] in layout `lay` (PaddedRows / SwizzledRows), kp (multiple of 16, <= 128) columns, zero past
+  /// ks: k tile [64][..] in layout `lay` (SwizzledRows), kp (multiple of 16, <= 128) columns, zero past
   /// K and past the chunk.
   template <typename Layout>
   __device__ void compute(const TK* ks, Layout lay, int kp) {

@@ -13,7 +13,7 @@ struct WarpKktParams {
   int64_t slots;    ///< chunk slots (gdn::chunk_slots)
   int group;        ///< G = HV / H value heads per key head
   int kp;           ///< K padded to 16
-  int ld;           ///< k tile row stride (elements)
+  int kboxes;       ///< boxes of 64 columns in a k row tile: (K + 63) / 64
   bool prefetch;    ///< L2 hints for each warp's next unit (set by the launch, by its rule)
   DeviceErrorRecord* errors;
 };
@@ -27,8 +27,10 @@ struct WarpKktParams {
 bool kkt_solve_warp_applies(const KktArgs& a, const GdnOut& out, int64_t kp, bool k_vec, int device, bool one_wave);
 
 /// One launch of the warp form for k of dtype a.k.dtype and out of dtype out.dtype (kkt_solve_warp_applies holds):
-/// the pair-per-unit kernel (two warps per unit) on grids of at most 8 units per SM, else one warp per unit.
-void launch_kkt_solve_warp(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
+/// the pair-per-unit kernel (two warps per unit) on grids of at most 8 units per SM, else one warp per unit. Its k
+/// rows arrive by tensor-map copies: false, and nothing launched, where k has no tensor map (a broadcast view, T or B
+/// past 32 bits, or a map the driver refuses); the caller then takes the block kernels.
+bool launch_kkt_solve_warp(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
                            void* stream);
 
 }  // namespace fuseops::detail::cuda::gdn

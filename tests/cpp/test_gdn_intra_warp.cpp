@@ -261,6 +261,45 @@ TEST(GdnIntraWarp, OtherConfigurationsTakeTheBlockKernels) {
     EXPECT_EQ(warp_launches(), before);
   }
 }
+
+// The warp and pair kernels take k's rows by tensor-map copies. A key-head broadcast (a zero head stride) gets no map:
+// the block kernels run instead, with the bytes the warp kernel gives for the same keys stored per head.
+TEST(GdnIntraWarp, BroadcastKeysTakeTheBlockKernels) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(Where::cuda);
+  std::mt19937_64 rng = test_rng();
+  Spec one = fixed(1, 150, 1, 2, 128, 64);
+  one.out_dtype = bf16;
+  one.aligned = true;
+  const Inputs in = make_inputs(one, rng);  // k [1, 150, 1, 128]
+  HostTensor dup_k(bf16, {1, 150, 2, 128});  // the same keys stored for both key heads
+  for (int64_t t = 0; t < 150; ++t) {
+    for (int64_t h = 0; h < 2; ++h) {
+      for (int64_t c = 0; c < 128; ++c) dup_k.set(t * 2 + h, c, static_cast<float>(in.k.get(t, c)));
+    }
+  }
+  const std::vector<int64_t> shape = {1, 150, 2, 64};
+  for (const bool pair : {false, true}) {
+    SCOPED_TRACE(pair ? "pair kernel" : "one-warp kernel");
+    const WarpMode always(KktWarpForTesting::always);
+    const PairMode form(pair);
+    Placed k(Where::cuda, in.k, 0, 8), g(Where::cuda, in.g, 0, 8), beta(Where::cuda, in.beta, 0, 8);
+    Placed kd(Where::cuda, dup_k, 0, 8);
+    Placed out_view(Where::cuda, bf16, shape, 8), out_dup(Where::cuda, bf16, shape, 8);
+    for (Placed* p : {&k, &g, &beta, &kd, &out_view, &out_dup}) p->upload();
+    const TensorView k1 = k.view();
+    const TensorView kb(k1.data, k1.dtype, k1.device, {1, 150, 2, 128}, {k1.stride(0), k1.stride(1), 0, 1});
+    const TensorView gv = g.view(), bv = beta.view();
+    const int64_t before = form_launches(pair);
+    fuseops::chunk_gated_delta_rule_fwd_kkt_solve(out_view.view(), kb, &gv, &bv, 64, nullptr);
+    ASSERT_EQ(form_launches(pair), before) << "the warp form ran on a broadcast view";
+    fuseops::chunk_gated_delta_rule_fwd_kkt_solve(out_dup.view(), kd.view(), &gv, &bv, 64, nullptr);
+    ASSERT_EQ(form_launches(pair), before + 1) << "the warp form did not run on the stored keys";
+    out_view.download();
+    out_dup.download();
+    EXPECT_TRUE(out_view.untouched_outside(true));
+    EXPECT_TRUE(same_bytes(out_view.read(), out_dup.read())) << "block kernels on the view != warp form";
+  }
+}
 #endif
 
 }  // namespace
