@@ -144,36 +144,6 @@ struct IntraMaps {
   CUtensorMap k, v, w, u;
 };
 
-/// The chunk's rows [0, len) of X (cols elements each, a multiple of 8) -> rows t0 .. of head `head` of `dst`: one
-/// tensor-map store where every row past len lies past the tensor's T (whole chunks and the last chunk of T), else
-/// 16-byte stores by the lanes (a sequence's partial last chunk inside a varlen batch). The rows' generic writes are
-/// ordered before the call by a warp barrier.
-template <typename TK>
-__device__ __forceinline__ void store_tile(const unsigned char* X, const CUtensorMap* map, const GdnOut& dst, int boxes,
-                                           int cols, const ChunkRef& ch, int64_t head, int64_t T) {
-  const int lane = static_cast<int>(threadIdx.x % 32);
-  if (ch.len == kBT || ch.t0 + ch.len == T) {
-    fence_proxy_async_shared();
-    __syncwarp();
-    if (lane == 0) {
-      for (int box = 0; box < boxes; ++box) {
-        tma_store_4d(map, 64 * box, static_cast<int>(head), static_cast<int>(ch.t0), static_cast<int>(ch.batch),
-                     smem_addr(X + box * SwizzledRows::kBoxBytes));
-      }
-      bulk_commit();
-    }
-    return;
-  }
-  const SwizzledRows lay;
-  const int per_row = cols / 8;
-  TK* const base = static_cast<TK*>(dst.data) + at(dst, ch.batch, ch.t0, head);
-  for (int e = lane; e < ch.len * per_row; e += 32) {
-    const int r = e / per_row, c = 8 * (e % per_row);
-    store_global_whole(reinterpret_cast<uint4*>(base + r * dst.stride_t + c),
-                       *reinterpret_cast<const uint4*>(X + lay.row(r) + lay.col(r % 8, c)));
-  }
-}
-
 /// Unit u = (chunk slot u / HV, value head u % HV); the warps of the grid walk the units (consecutive warps take the
 /// value heads of one chunk, which share k rows through the L2). Warps per block: blockDim.x / 32. Shared memory:
 /// the warps' tile regions (1024-byte aligned for the 128-byte swizzle), then their g / beta rows, then their

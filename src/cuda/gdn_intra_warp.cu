@@ -46,6 +46,12 @@ namespace {
 
 using namespace warp_unit;
 
+/// k [B, T, H, K] and the output [B, T, HV, 64] as 4-D tensor maps (gdn_rows_map: boxes of 64 columns x one head x
+/// 64 rows).
+struct KktMaps {
+  CUtensorMap k, out;
+};
+
 /// Hints the L2 to fetch what unit `ch` / (hk, hv) will load: its k rows (the tensor map's boxes, by lane 0) and its
 /// g / beta elements. By the whole warp; a hint, no value depends on it.
 __device__ __forceinline__ void prefetch_unit(const KktArgs& a, const CUtensorMap* kmap, int kboxes, const ChunkRef& ch,
@@ -89,7 +95,7 @@ __device__ __forceinline__ void prefetch_unit(const KktArgs& a, const CUtensorMa
 template <typename TK, typename TO>
 __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     kkt_solve_warp_kernel(const KktArgs args, const GdnOut out, const WarpKktParams prm,
-                          const __grid_constant__ CUtensorMap kmap) {
+                          const __grid_constant__ KktMaps maps) {
   pdl_wait_and_release();
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   if (smem_addr(smem_raw) % 1024 != 0) __trap();  // no static shared memory here: never expected to fire
@@ -112,9 +118,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     const int64_t un = u + stride;  // the next unit
     const int64_t slot_n = un / HV, hv_n = un - slot_n * HV;
     if (ch.len > 0) {  // warp-uniform
+      bulk_wait_read();            // the previous unit's tensor-map store has read the region
       fence_proxy_async_shared();  // the previous unit's generic accesses of the region, before the copies
       __syncwarp();
-      issue_tile(r.region, &kmap, prm.kboxes, ch, hv / prm.group, r.bar);
+      issue_tile(r.region, &maps.k, prm.kboxes, ch, hv / prm.group, r.bar);
       float gb[4];
 #pragma unroll
       for (int j = 0; j < 4; ++j) gb[j] = load_gate_or_beta<kBT>(args, ch, hv, lane + 32 * j);
@@ -128,12 +135,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
       const ChunkRef next =
           un < units ? resolve_chunk<kBT>(args.geo, slot_n, prm.errors, hv_n == 0) : ChunkRef{0, 0, 0};
       if (prm.prefetch && next.len > 0)
-        prefetch_unit(args, &kmap, prm.kboxes, next, hv_n / prm.group, hv_n);
+        prefetch_unit(args, &maps.k, prm.kboxes, next, hv_n / prm.group, hv_n);
       gram.kkt_tile(r.gate_beta, ch.len, r.tile);
       __syncwarp();
       invert_unit_lower_warp(r.tile, ch.len);
-      store_rows_as<TO, kBT, 32, true>(r.tile, out, ch, hv, true);
-      __syncwarp();  // the store's tile reads are done before the next unit's copies
+      inverse_to_box<TO, 32>(r.tile, [] { __syncwarp(); });
+      store_box_rows<TO>(r.region, &maps.out, out, 1, kBT, ch, hv, args.geo.T);
+      __syncwarp();  // the lanes' reads of the box are done before the next unit's copies
       ch = next;
     } else {
       ch = un < units ? resolve_chunk<kBT>(args.geo, slot_n, prm.errors, hv_n == 0) : ChunkRef{0, 0, 0};
@@ -142,6 +150,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     u = un;
     hv = hv_n;
   }
+  bulk_wait();  // the block's shared memory outlives its tensor-map stores
 }
 
 /// Blocks (pairs) per SM the pair kernel is built for: 18 warps.
@@ -156,7 +165,7 @@ constexpr int kPairBlocksPerSm = 9;
 template <typename TK, typename TO>
 __global__ void __launch_bounds__(64, kPairBlocksPerSm)
     kkt_solve_pair_kernel(const KktArgs args, const GdnOut out, const WarpKktParams prm,
-                          const __grid_constant__ CUtensorMap kmap) {
+                          const __grid_constant__ KktMaps maps) {
   pdl_wait_and_release();
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   if (smem_addr(smem_raw) % 1024 != 0) __trap();  // no static shared memory here: never expected to fire
@@ -174,9 +183,10 @@ __global__ void __launch_bounds__(64, kPairBlocksPerSm)
     const int64_t hv = u - slot * HV;
     const ChunkRef ch = resolve_chunk<kBT>(args.geo, slot, prm.errors, hv == 0 && half == 0);
     if (ch.len == 0) continue;  // uniform over the pair
-    fence_proxy_async_shared();  // the previous unit's generic accesses of the region, before the copies
+    if (t == 0) bulk_wait_read();  // the previous unit's tensor-map store has read the region
+    fence_proxy_async_shared();    // the previous unit's generic accesses of the region, before the copies
     pair_sync();
-    if (half == 0) issue_tile(r.region, &kmap, prm.kboxes, ch, hv / prm.group, r.bar);
+    if (half == 0) issue_tile(r.region, &maps.k, prm.kboxes, ch, hv / prm.group, r.bar);
     float gb[2];
 #pragma unroll
     for (int j = 0; j < 2; ++j) gb[j] = load_gate_or_beta<kBT>(args, ch, hv, t + 64 * j);
@@ -192,7 +202,7 @@ __global__ void __launch_bounds__(64, kPairBlocksPerSm)
       if (prm.prefetch && un < units) {
         const int64_t slot_n = un / HV, hv_n = un - slot_n * HV;
         const ChunkRef next = resolve_chunk<kBT>(args.geo, slot_n, prm.errors, false);
-        if (next.len > 0) prefetch_unit(args, &kmap, prm.kboxes, next, hv_n / prm.group, hv_n);
+        if (next.len > 0) prefetch_unit(args, &maps.k, prm.kboxes, next, hv_n / prm.group, hv_n);
       }
     }
     pair_sync();  // every entry is in the tile
@@ -202,8 +212,10 @@ __global__ void __launch_bounds__(64, kPairBlocksPerSm)
       invert_unit_lower_pair<1>(r.tile, ch.len);
     }
     pair_sync();  // the inverse
-    store_rows_as<TO, kBT, 64, true>(r.tile, out, ch, hv, true);
+    inverse_to_box<TO, 64>(r.tile, [] { pair_sync(); });
+    store_box_rows<TO, 64>(r.region, &maps.out, out, 1, kBT, ch, hv, args.geo.T);
   }
+  bulk_wait();  // the block's shared memory outlives its tensor-map stores
 }
 
 /// Units per SM up to which a warp-kernel grid takes the pair kernel. Measured on an H100 (132 SMs; bench/results/
@@ -223,7 +235,7 @@ bool kkt_pair_takes(int64_t units, int device) {
 }
 
 template <typename TK, typename TO>
-void launch_as(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, const CUtensorMap& kmap,
+void launch_as(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, const KktMaps& maps,
                int device, cudaStream_t stream) {
   const auto kernel = kkt_solve_warp_kernel<TK, TO>;
   constexpr std::size_t smem = kMaxWarps * kWarpBytes;
@@ -237,7 +249,7 @@ void launch_as(const char* op, const KktArgs& a, const GdnOut& out, const WarpKk
     WarpKktParams p = prm;
     p.prefetch = !hints_off && (units <= 2 * pairs || kkt_pair_hooks.get() == KktWarpForTesting::always);
     launch_kernel(pair_kernel, dim3(static_cast<unsigned>(std::max<int64_t>(1, std::min(units, pairs)))), dim3(64),
-                  kWarpBytes, stream, device, a, out, p, kmap);
+                  kWarpBytes, stream, device, a, out, p, maps);
     return;
   }
   const int64_t wave = cached_wave(kernel, kMaxWarps * 32, smem, device, op);
@@ -249,16 +261,16 @@ void launch_as(const char* op, const KktArgs& a, const GdnOut& out, const WarpKk
   WarpKktParams p = prm;
   p.prefetch = !hints_off && (units <= 2 * wave * kMaxWarps || kkt_warp_hooks.get() == KktWarpForTesting::always);
   launch_kernel(kernel, dim3(static_cast<unsigned>(blocks)), dim3(kMaxWarps * 32), smem, stream, device, a, out, p,
-                kmap);
+                maps);
 }
 
 template <typename TK>
-void launch_k(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, const CUtensorMap& kmap,
+void launch_k(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, const KktMaps& maps,
               int device, cudaStream_t stream) {
   if (out.dtype == DType::f16) {
-    launch_as<TK, __half>(op, a, out, prm, kmap, device, stream);
+    launch_as<TK, __half>(op, a, out, prm, maps, device, stream);
   } else {
-    launch_as<TK, __nv_bfloat16>(op, a, out, prm, kmap, device, stream);
+    launch_as<TK, __nv_bfloat16>(op, a, out, prm, maps, device, stream);
   }
 }
 
@@ -279,15 +291,16 @@ bool kkt_solve_warp_applies(const KktArgs& a, const GdnOut& out, int64_t kp, boo
 
 bool launch_kkt_solve_warp(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
                            void* stream) {
-  CUtensorMap kmap;
-  if (a.geo.T > INT32_MAX || a.geo.B > INT32_MAX || !gdn_rows_map(&kmap, a.k, a.k.dtype, a.geo.K, a.geo.H, a.geo))
+  KktMaps maps;
+  if (a.geo.T > INT32_MAX || a.geo.B > INT32_MAX || !gdn_rows_map(&maps.k, a.k, a.k.dtype, a.geo.K, a.geo.H, a.geo) ||
+      !gdn_rows_map(&maps.out, as_in(out), out.dtype, kBT, a.geo.HV, a.geo))
     return false;
   const auto s = static_cast<cudaStream_t>(stream);
   kkt_warp_hooks.count();
   if (a.k.dtype == DType::f16) {
-    launch_k<__half>(op, a, out, prm, kmap, device, s);
+    launch_k<__half>(op, a, out, prm, maps, device, s);
   } else {
-    launch_k<__nv_bfloat16>(op, a, out, prm, kmap, device, s);
+    launch_k<__nv_bfloat16>(op, a, out, prm, maps, device, s);
   }
   return true;
 }

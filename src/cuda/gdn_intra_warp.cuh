@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/bulk_copy.cuh"
+#include "cuda/gdn_forward.cuh"
 #include "cuda/gdn_intra.cuh"
 
 namespace fuseops::detail::cuda::gdn::warp_unit {
@@ -94,6 +95,86 @@ __device__ __forceinline__ void load_tile(unsigned char* X, const CUtensorMap* m
   issue_tile(X, map, boxes, ch, head, bar);
   land_tile(X, boxes, ch.len, bar, parity, static_cast<int>(threadIdx.x % 32), 32);
   __syncwarp();
+}
+
+/// The chunk's rows [0, len) of X (cols elements each, a multiple of 8) -> rows t0 .. of head `head` of `dst`, by NT
+/// threads (threadIdx.x % NT): one tensor-map store by the first where every row of the box past len lies past the
+/// tensor's T (whole chunks and the last chunk of T: the store writes only the chunk's rows), else 16-byte stores by
+/// all (a sequence's partial last chunk inside a varlen batch). X's generic writes must be ordered before the call by a
+/// barrier of the NT threads, and fenced to the async proxy before it (for the tensor-map store), unless kFence (one
+/// warp: the fence and a warp barrier here, on that path).
+template <typename TK, int NT = 32, bool kFence = false>
+__device__ __forceinline__ void store_box_rows(const unsigned char* X, const CUtensorMap* map, const GdnOut& dst,
+                                               int boxes, int cols, const ChunkRef& ch, int64_t head, int64_t T) {
+  static_assert(!kFence || NT == 32, "kFence: one warp");
+  const int t = static_cast<int>(threadIdx.x % NT);
+  if (ch.len == kBT || ch.t0 + ch.len == T) {
+    if constexpr (kFence) {
+      fence_proxy_async_shared();
+      __syncwarp();
+    }
+    if (t == 0) {
+      for (int box = 0; box < boxes; ++box) {
+        tma_store_4d(map, 64 * box, static_cast<int>(head), static_cast<int>(ch.t0), static_cast<int>(ch.batch),
+                     smem_addr(X + box * SwizzledRows::kBoxBytes));
+      }
+      bulk_commit();
+    }
+    return;
+  }
+  const SwizzledRows lay;
+  const int per_row = cols / 8;
+  TK* const base = static_cast<TK*>(dst.data) + at(dst, ch.batch, ch.t0, head);
+  for (int e = t; e < ch.len * per_row; e += NT) {
+    const int r = e / per_row, c = 8 * (e % per_row);
+    store_global_whole(reinterpret_cast<uint4*>(base + r * dst.stride_t + c),
+                       *reinterpret_cast<const uint4*>(X + lay.row(r) + lay.col(r % 8, c)));
+  }
+}
+
+/// store_box_rows by the calling warp, whose generic writes of X are ordered by a warp barrier but not yet fenced.
+template <typename TK>
+__device__ __forceinline__ void store_tile(const unsigned char* X, const CUtensorMap* map, const GdnOut& dst, int boxes,
+                                           int cols, const ChunkRef& ch, int64_t head, int64_t T) {
+  store_box_rows<TK, 32, true>(X, map, dst, boxes, cols, ch, head, T);
+}
+
+/// The unit's inverse in the fp32 tile (row stride kLd) -> a 16-bit row box (SwizzledRows, 64 columns) in the tile's
+/// first 8 KB: each element rounded once to TO as store_rows_as rounds it, the 16 x 16 blocks above the diagonal
+/// blocks 0 (the merges' scratch lies there; store_rows_as<.., kZeroUpper>). By NT threads (32: a warp, 64: a pair),
+/// thread t taking rows t, t + NT, ..., one pass of NT rows at a time: each pass reads its rows into registers, meets
+/// (sync), then writes them. A pass writes box bytes [4096 p, 4096 (p + 1)), which hold fp32 rows no later pass reads.
+/// Ends with the writes fenced to the async proxy and a meeting, so that store_box_rows may follow.
+template <typename TO, int NT, typename Sync>
+__device__ __forceinline__ void inverse_to_box(float* tile, Sync sync) {
+  static_assert(NT == 32 || NT == 64, "a warp or a pair");
+  const int t = static_cast<int>(threadIdx.x % NT);
+  unsigned char* const box = reinterpret_cast<unsigned char*>(tile);
+  const SwizzledRows lay;
+#pragma unroll
+  for (int p = 0; p < kBT / NT; ++p) {
+    const int r = p * NT + t;
+    uint32_t w[32];
+#pragma unroll
+    for (int g = 0; g < 8; ++g) {  // 8-column groups
+      const bool zero = g / 2 > r / 16;
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const float4 f =
+            zero ? make_float4(0.f, 0.f, 0.f, 0.f) : *reinterpret_cast<const float4*>(tile + r * kLd + 8 * g + 4 * q);
+        w[4 * g + 2 * q] = pack2<TO>(f.x, f.y);
+        w[4 * g + 2 * q + 1] = pack2<TO>(f.z, f.w);
+      }
+    }
+    sync();  // every thread's rows of this pass are read
+#pragma unroll
+    for (int g = 0; g < 8; ++g) {
+      *reinterpret_cast<uint4*>(box + lay.row(r) + lay.col(r % 8, 8 * g)) =
+          make_uint4(w[4 * g], w[4 * g + 1], w[4 * g + 2], w[4 * g + 3]);
+    }
+  }
+  fence_proxy_async_shared();
+  sync();
 }
 
 /// Gram tiles of one chunk that hold entries below the diagonal, for the row blocks rb (16 rows) whose bit is set in
