@@ -33,6 +33,9 @@ bool tensor_map_16b_sw128(CUtensorMap* map, DType dt, int rank, const void* base
                           const int64_t* strides, const uint32_t* box) {
   const EncodeTiled encode = encode_tiled();
   if (!encode || rank < 1 || rank > 5 || (dt != DType::bf16 && dt != DType::f16)) return false;
+  for (int i = 0; i < rank; ++i) {
+    if (dims[i] < 1) return false;  // the driver refuses an empty dimension
+  }
   cuuint64_t d[5], st[4];
   cuuint32_t bx[5], es[5];
   for (int i = 0; i < rank; ++i) {

@@ -14,7 +14,8 @@ namespace fuseops::detail::cuda {
 /// A 16-bit tensor (dt f16 or bf16) of `rank` <= 5 dimensions at `base` (16-byte aligned), dims[0] innermost (stride
 /// 1), strides[i] the element stride of dimension i + 1 (multiples of 8 elements), as a tensor map with boxes
 /// box[0] x ... (box[0] = 64 elements: one 128-byte row, stored with 128-byte swizzle: 16-byte group c of box row r at
-/// group c ^ (r % 8)); reads past a dimension's end fill zeros. False (the map unusable) where the driver refuses it.
+/// group c ^ (r % 8)); reads past a dimension's end fill zeros. False (the map unusable) where a dimension is empty or
+/// the driver refuses it.
 bool tensor_map_16b_sw128(CUtensorMap* map, DType dt, int rank, const void* base, const int64_t* dims,
                           const int64_t* strides, const uint32_t* box);
 

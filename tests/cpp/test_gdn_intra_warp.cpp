@@ -202,7 +202,7 @@ TEST(GdnIntraPair, GridStrideWalk) {
 
 // Malformed cu_seqlens on the warp kernel (each unit looks its chunk up; the unit of value head 0 records a bad
 // sequence): recorded with the op, the argument and the first bad sequence, nothing written outside the sequences'
-// clamped ranges, inputs untouched.
+// clamped ranges, inputs untouched. (With T = 0 k has no tensor map: the block kernels take the call.)
 void expect_malformed_cu(bool pair) {
   std::mt19937_64 rng = test_rng();
   const WarpMode always(KktWarpForTesting::always);
@@ -222,7 +222,7 @@ void expect_malformed_cu(bool pair) {
     const TensorView kv = k.view(), gv = g.view(), bv = beta.view(), cv = cup.view();
     const int64_t before = form_launches(pair);
     EXPECT_NO_THROW(fuseops::chunk_gated_delta_rule_fwd_kkt_solve(out.view(), kv, &gv, &bv, 64, &cv));
-    EXPECT_EQ(form_launches(pair), before + 1);
+    EXPECT_EQ(form_launches(pair), before + (s.T > 0 ? 1 : 0)) << "T = 0: no tensor map, the block kernels";
     expect_malformed_outcome(take_device_error(), "chunk_gated_delta_rule_fwd_kkt_solve", clamped,
                              {&k, &g, &beta, &cup}, out);
     if (::testing::Test::HasFailure()) return;
