@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
                           const __grid_constant__ IntraMaps maps) {
   pdl_wait();  // its dependents are released at its end (below)
   extern __shared__ __align__(1024) unsigned char smem_raw[];
-  if (smem_addr(smem_raw) % 1024 != 0) __trap();  // no static shared memory here: never expected to fire
+  // (no static shared memory: the dynamic shared memory starts 1024-byte aligned, as the 128-byte swizzle needs)
   const int warps = static_cast<int>(blockDim.x / 32);
   const int warp = static_cast<int>(threadIdx.x / 32), lane = static_cast<int>(threadIdx.x % 32);
   const UnitRegion<TK> r(smem_raw, warps, warp);

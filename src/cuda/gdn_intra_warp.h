@@ -28,8 +28,9 @@ bool kkt_solve_warp_applies(const KktArgs& a, const GdnOut& out, int64_t kp, boo
 
 /// One launch of the warp form for k of dtype a.k.dtype and out of dtype out.dtype (kkt_solve_warp_applies holds):
 /// the pair-per-unit kernel (two warps per unit) on grids of at most 8 units per SM, else one warp per unit. Its k
-/// rows arrive by tensor-map copies: false, and nothing launched, where k has no tensor map (a broadcast view, T or B
-/// past 32 bits, or a map the driver refuses); the caller then takes the block kernels.
+/// rows arrive and its output leaves by tensor-map copies: false, and nothing launched, where k or the output has no
+/// tensor map (a broadcast view, an empty tensor, T or B past 32 bits, or a map the driver refuses); the caller then
+/// takes the block kernels.
 bool launch_kkt_solve_warp(const char* op, const KktArgs& a, const GdnOut& out, const WarpKktParams& prm, int device,
                            void* stream);
 

@@ -34,7 +34,7 @@ int64_t form_launches(bool pair) {
 }
 
 /// The cases: partial last chunks, batch rows, varlen with empty / 1-token / chunk-edge sequences (int32 and int64
-/// cu_seqlens), grouped heads, K from 16 to 128 (K % 16 != 0: the lanes zero the tile's padding columns), every decay
+/// cu_seqlens), grouped heads, K from 16 to 128 (K % 16 != 0: the map's zero fill pads the tile's columns), every decay
 /// kind, beta absent, f16 and bf16 in and out. (GridStrideWalk has more units than resident warps.)
 std::vector<Spec> warp_cases() {
   std::vector<Spec> cases;
