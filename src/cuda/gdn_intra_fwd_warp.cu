@@ -214,12 +214,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32, kBlocksPerSm)
     load_tile(x, &maps.v, vboxes, ch, hv, bar, parity);
     lower_times_in_place<TK>(fr.u, x, prm.vp, len);
     __syncwarp();
-    store_tile<TK>(x, &maps.u, a.u, vboxes, V, ch, hv, ka.geo.T);
+    store_box_rows<TK, 32, /*kFence=*/true>(x, &maps.u, a.u, vboxes, V, ch, hv, ka.geo.T);
     region_free();
     load_tile(x, &maps.k, kboxes, ch, hk, bar, parity);
     lower_times_in_place<TK>(fr.w, x, prm.kp, len);
     __syncwarp();
-    store_tile<TK>(x, &maps.w, a.w, kboxes, K, ch, hv, ka.geo.T);
+    store_box_rows<TK, 32, /*kFence=*/true>(x, &maps.w, a.w, kboxes, K, ch, hv, ka.geo.T);
   }
   // The next kernel (fwd_h) launches once each block has a warp done here (the first thread to release counts for
   // its block), not at this kernel's start: launched early, its blocks wait on the SMs this grid's tail frees first,

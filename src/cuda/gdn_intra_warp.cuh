@@ -132,13 +132,6 @@ __device__ __forceinline__ void store_box_rows(const unsigned char* X, const CUt
   }
 }
 
-/// store_box_rows by the calling warp, whose generic writes of X are ordered by a warp barrier but not yet fenced.
-template <typename TK>
-__device__ __forceinline__ void store_tile(const unsigned char* X, const CUtensorMap* map, const GdnOut& dst, int boxes,
-                                           int cols, const ChunkRef& ch, int64_t head, int64_t T) {
-  store_box_rows<TK, 32, true>(X, map, dst, boxes, cols, ch, head, T);
-}
-
 /// The unit's inverse in the fp32 tile (row stride kLd) -> a 16-bit row box (SwizzledRows, 64 columns) in the tile's
 /// first 8 KB: each element rounded once to TO as store_rows_as rounds it, the 16 x 16 blocks above the diagonal
 /// blocks 0 (the merges' scratch lies there; store_rows_as<.., kZeroUpper>). By NT threads (32: a warp, 64: a pair),
