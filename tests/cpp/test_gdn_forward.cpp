@@ -484,11 +484,15 @@ TEST_P(GdnForward, NoDecayFullBeta) {
 // Degenerate head sizes (K or V below 32) in 16-bit dtypes store their intermediates in f32: with 16-bit ones a
 // head's output is a short sum of terms that cancel against the rounding of h and v_new (one token with K = 2, V = 1
 // or K = 128, V = 1 measured up to 1e-1 relative RMS). Each spec on 12 random input sets; the 16-bit bound must hold.
+// The one-token and K = V = 1 specs run 16 independent heads, so that o and final_state have at least 16 elements: the
+// relative RMS of a single element has no bound where that element happens to be near zero (an f16 o in the subnormal
+// range, a final state whose terms cancel), and those specs failed about one run in 150 with 1 head (FUSEOPS_SEED=
+// 2900964893284, 12575944011862, 1796540400427666581) although every head keeps its f32 intermediates.
 TEST_P(GdnForward, SmallHeadDimsMeetTheBound) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
   for (DType dt : {bf16, f16}) {
-    for (Spec s : {fixed(1, 1, 1, 1, 2, 1, dt), fixed(1, 1, 1, 1, 128, 1, dt), fixed(1, 64, 1, 1, 1, 1, dt),
+    for (Spec s : {fixed(1, 1, 16, 16, 2, 1, dt), fixed(1, 1, 16, 16, 128, 1, dt), fixed(1, 64, 16, 16, 1, 1, dt),
                    fixed(2, 70, 1, 2, 3, 5, dt), varlen({1, 0, 17, 64}, 1, 2, 16, 128, dt)}) {
       s.BT = s.K == 3 ? 16 : 64;
       s.l2norm = s.K == 128;
