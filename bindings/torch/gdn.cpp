@@ -163,19 +163,21 @@ void fused_recurrent_gated_delta_rule_update(at::Tensor& o, at::Tensor& state_po
   });
 }
 
-void fused_sigmoid_gating_delta_rule_update(at::Tensor& o, at::Tensor& state_pool, const at::Tensor& A_log,
-                                            const at::Tensor& a, const at::Tensor& dt_bias, const at::Tensor& q,
-                                            const at::Tensor& k, const at::Tensor& v, const at::Tensor& b,
-                                            c10::optional<double> scale, const at::Tensor& ssm_state_indices,
+void fused_sigmoid_gating_delta_rule_update(at::Tensor& o, at::Tensor& initial_state_source,
+                                            const at::Tensor& A_log, const at::Tensor& a, const at::Tensor& dt_bias,
+                                            const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const at::Tensor& b, c10::optional<double> scale,
+                                            const at::Tensor& initial_state_indices,
                                             const c10::optional<at::Tensor>& num_accepted_tokens,
                                             bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens,
                                             double softplus_beta, double softplus_threshold) {
   constexpr const char* op = "fused_sigmoid_gating_delta_rule_update";
   Written written;
-  const TensorView ov = written.add(op, "o", o), pv = written.add(op, "state_pool", state_pool),
+  const TensorView ov = written.add(op, "o", o),
+                   pv = written.add(op, "initial_state_source", initial_state_source),
                    al = to_view(op, "A_log", A_log), av = to_view(op, "a", a), db = to_view(op, "dt_bias", dt_bias),
                    qv = to_view(op, "q", q), kv = to_view(op, "k", k), vv = to_view(op, "v", v),
-                   bv = to_view(op, "b", b), iv = to_view(op, "ssm_state_indices", ssm_state_indices);
+                   bv = to_view(op, "b", b), iv = to_view(op, "initial_state_indices", initial_state_indices);
   const OptionalView acc(op, "num_accepted_tokens", num_accepted_tokens), cu(op, "cu_seqlens", cu_seqlens);
   run_on_device_of(o, written, [&](Stream s) {
     fuseops::fused_sigmoid_gating_delta_rule_update(ov, pv, al, av, db, qv, kv, vv, bv, opt(scale), iv, acc.get(),

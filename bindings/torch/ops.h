@@ -105,10 +105,11 @@ void fused_recurrent_gated_delta_rule_update(at::Tensor& o, at::Tensor& state_po
                                              c10::optional<double> scale, const at::Tensor& ssm_state_indices,
                                              const c10::optional<at::Tensor>& num_accepted_tokens,
                                              bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens);
-void fused_sigmoid_gating_delta_rule_update(at::Tensor& o, at::Tensor& state_pool, const at::Tensor& A_log,
-                                            const at::Tensor& a, const at::Tensor& dt_bias, const at::Tensor& q,
-                                            const at::Tensor& k, const at::Tensor& v, const at::Tensor& b,
-                                            c10::optional<double> scale, const at::Tensor& ssm_state_indices,
+void fused_sigmoid_gating_delta_rule_update(at::Tensor& o, at::Tensor& initial_state_source,
+                                            const at::Tensor& A_log, const at::Tensor& a, const at::Tensor& dt_bias,
+                                            const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                            const at::Tensor& b, c10::optional<double> scale,
+                                            const at::Tensor& initial_state_indices,
                                             const c10::optional<at::Tensor>& num_accepted_tokens,
                                             bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens,
                                             double softplus_beta, double softplus_threshold);

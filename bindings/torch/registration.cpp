@@ -64,8 +64,8 @@ TORCH_LIBRARY(fuseops, m) {
   m.def("fused_recurrent_gated_delta_rule_update(Tensor! o, Tensor! state_pool, Tensor q, Tensor k, Tensor v, "
         "Tensor? g, Tensor? beta, float? scale, Tensor ssm_state_indices, Tensor? num_accepted_tokens=None, "
         "bool use_qk_l2norm_in_kernel=False, Tensor? cu_seqlens=None) -> ()");
-  m.def("fused_sigmoid_gating_delta_rule_update(Tensor! o, Tensor! state_pool, Tensor A_log, Tensor a, "
-        "Tensor dt_bias, Tensor q, Tensor k, Tensor v, Tensor b, float? scale, Tensor ssm_state_indices, "
+  m.def("fused_sigmoid_gating_delta_rule_update(Tensor! o, Tensor! initial_state_source, Tensor A_log, Tensor a, "
+        "Tensor dt_bias, Tensor q, Tensor k, Tensor v, Tensor b, float? scale, Tensor initial_state_indices, "
         "Tensor? num_accepted_tokens=None, bool use_qk_l2norm_in_kernel=False, Tensor? cu_seqlens=None, "
         "float softplus_beta=1.0, float softplus_threshold=20.0) -> ()");
   // Gated norm: docs/ops/norm.md.

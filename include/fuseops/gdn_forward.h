@@ -162,10 +162,12 @@ void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool
 /// fused_recurrent_gated_delta_rule_update with the gates computed from the raw projections inside the kernel, as
 /// vLLM's `fused_sigmoid_gating_delta_rule_update`: g = -exp(A_log[h]) * softplus(a + dt_bias[h]) and
 /// beta = sigmoid(b), softplus(x) = log(1 + exp(softplus_beta x)) / softplus_beta, or x where softplus_beta x >
-/// softplus_threshold. A_log, dt_bias: [HV] f32 / f16 / bf16; a, b: [B, T, HV] f32 / f16 / bf16.
-void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool, TensorView A_log, TensorView a,
-                                            TensorView dt_bias, TensorView q, TensorView k, TensorView v,
-                                            TensorView b, std::optional<double> scale, TensorView ssm_state_indices,
+/// softplus_threshold. A_log, dt_bias: [HV] f32 / f16 / bf16; a, b: [B, T, HV] f32 / f16 / bf16. The pool and its
+/// indices take vLLM's names for this function, initial_state_source (the state_pool above) and initial_state_indices
+/// (ssm_state_indices above, with the same rules); errors, the recorded bad indices included, use these names.
+void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView initial_state_source, TensorView A_log,
+                                            TensorView a, TensorView dt_bias, TensorView q, TensorView k, TensorView v,
+                                            TensorView b, std::optional<double> scale, TensorView initial_state_indices,
                                             const TensorView* num_accepted_tokens = nullptr,
                                             bool use_qk_l2norm_in_kernel = false,
                                             const TensorView* cu_seqlens = nullptr, double softplus_beta = 1.0,

@@ -421,11 +421,11 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     a = _per_token(op, "a", a, v)
     b = _per_token(op, "b", b, v)
     o = _out_like(op, "v", v, v.shape)
-    with named_as(op, op, {"state_pool": "initial_state_source", "ssm_state_indices": "initial_state_indices"}):
-        ops.fused_sigmoid_gating_delta_rule_update(o, initial_state_source, A_log, a, dt_bias, q, k, v, b,
-                                                   None if scale is None else float_arg(op, "scale", scale),
-                                                   _index_rows(initial_state_indices), _index_rows(num_accepted_tokens),
-                                                   bool(use_qk_l2norm_in_kernel), cu_seqlens,
-                                                   float_arg(op, "softplus_beta", softplus_beta),
-                                                   float_arg(op, "softplus_threshold", softplus_threshold))
+    # (the op names the pool and its indices as this function does: initial_state_source / initial_state_indices)
+    ops.fused_sigmoid_gating_delta_rule_update(o, initial_state_source, A_log, a, dt_bias, q, k, v, b,
+                                               None if scale is None else float_arg(op, "scale", scale),
+                                               _index_rows(initial_state_indices), _index_rows(num_accepted_tokens),
+                                               bool(use_qk_l2norm_in_kernel), cu_seqlens,
+                                               float_arg(op, "softplus_beta", softplus_beta),
+                                               float_arg(op, "softplus_threshold", softplus_threshold))
     return o

@@ -692,33 +692,52 @@ void check_gate(const char* op, const char* name, const TensorView* t, const Dec
   view = in_view(*t);
 }
 
-/// Pool, indices and num_accepted_tokens of the serving forms.
-void check_pool(const char* op, const TensorView& pool, const TensorView& idx, const TensorView* acc,
-                const Device& device, DecodeArgs& a) {
-  check_layouts(op, {{"state_pool", &pool}, {"ssm_state_indices", &idx}, {"num_accepted_tokens", acc}});
-  check_dtype(op, "state_pool", pool, {DType::f32, DType::bf16});
+/// The argument names of a serving form's state pool and slot indices, and the rule its recorded cu_seqlens errors
+/// state: `state_pool` / `ssm_state_indices` (fused_recurrent_gated_delta_rule_update, after vLLM's
+/// fused_recurrent_gated_delta_rule), or vLLM's `initial_state_source` / `initial_state_indices`
+/// (fused_sigmoid_gating_delta_rule_update). Errors, the recorded bad indices included, name the op's own arguments.
+struct PoolNames {
+  const char* pool;
+  const char* indices;
+  const char* len_rule;
+};
+constexpr PoolNames kPoolNames{"state_pool", "ssm_state_indices",
+                               "the index is a sequence n with more tokens than the Tmax columns of "
+                               "ssm_state_indices [N, Tmax]: it is skipped as padding"};
+constexpr PoolNames kSourceNames{"initial_state_source", "initial_state_indices",
+                                 "the index is a sequence n with more tokens than the Tmax columns of "
+                                 "initial_state_indices [N, Tmax]: it is skipped as padding"};
+
+/// Pool, indices and num_accepted_tokens of the serving forms (argument names `names`).
+void check_pool(const char* op, const PoolNames& names, const TensorView& pool, const TensorView& idx,
+                const TensorView* acc, const Device& device, DecodeArgs& a) {
+  check_layouts(op, {{names.pool, &pool}, {names.indices, &idx}, {"num_accepted_tokens", acc}});
+  check_dtype(op, names.pool, pool, {DType::f32, DType::bf16});
   if (pool.rank != 4 || pool.shape[1] != a.geo.HV || pool.shape[2] != a.geo.K || pool.shape[3] != a.V) {
-    fail_argument(op, "state_pool", "shape [S, HV, K, V] = " + dims({pool.rank == 4 ? pool.shape[0] : -1, a.geo.HV, a.geo.K, a.V}),
+    fail_argument(op, names.pool,
+                  "shape [S, HV, K, V] = " + dims({pool.rank == 4 ? pool.shape[0] : -1, a.geo.HV, a.geo.K, a.V}),
                   pool.shape_str());
   }
-  if (!pool.is_contiguous()) fail_argument(op, "state_pool", "a contiguous tensor", "strided");
-  check_dtype(op, "ssm_state_indices", idx, {DType::i32, DType::i64});
+  if (!pool.is_contiguous()) fail_argument(op, names.pool, "a contiguous tensor", "strided");
+  check_dtype(op, names.indices, idx, {DType::i32, DType::i64});
   const int64_t N = a.geo.N;
   if (!((idx.rank == 1 && idx.shape[0] == N) || (idx.rank == 2 && idx.shape[0] == N && idx.shape[1] >= 1))) {
-    fail_argument(op, "ssm_state_indices", "shape [N] or [N, Tmax] with N = " + std::to_string(N) + " and Tmax >= 1",
+    fail_argument(op, names.indices, "shape [N] or [N, Tmax] with N = " + std::to_string(N) + " and Tmax >= 1",
                   idx.shape_str());
   }
-  if (!idx.is_contiguous()) fail_argument(op, "ssm_state_indices", "a contiguous tensor", "strided");
+  if (!idx.is_contiguous()) fail_argument(op, names.indices, "a contiguous tensor", "strided");
   if (idx.rank == 2 && a.geo.cu_seqlens == nullptr && idx.shape[1] < a.geo.T) {
     // fixed length: every sequence has T tokens, so an [N, Tmax] row shorter than T cannot name each token's slot
     // (varlen lengths are on the device: a token past its row is recorded there)
-    fail_argument(op, "ssm_state_indices", "[N, Tmax] with Tmax >= T = " + std::to_string(a.geo.T), idx.shape_str());
+    fail_argument(op, names.indices, "[N, Tmax] with Tmax >= T = " + std::to_string(a.geo.T), idx.shape_str());
   }
-  common_device(op, {{"state_pool", &pool}, {"ssm_state_indices", &idx}});
-  check_on_device(op, "state_pool", pool, device);
-  check_on_device(op, "ssm_state_indices", idx, device);
+  common_device(op, {{names.pool, &pool}, {names.indices, &idx}});
+  check_on_device(op, names.pool, pool, device);
+  check_on_device(op, names.indices, idx, device);
   if (acc) {
-    if (idx.rank != 2) fail_argument(op, "num_accepted_tokens", "absent with [N] ssm_state_indices", "a tensor");
+    if (idx.rank != 2) {
+      fail_argument(op, "num_accepted_tokens", std::string("absent with [N] ") + names.indices, "a tensor");
+    }
     check_dtype(op, "num_accepted_tokens", *acc, {DType::i32, DType::i64});
     if (acc->rank != 1 || acc->shape[0] != N) {
       fail_argument(op, "num_accepted_tokens", "shape [N] = " + dims({N}), acc->shape_str());
@@ -738,12 +757,11 @@ void check_pool(const char* op, const TensorView& pool, const TensorView& idx, c
   a.indices = idx.data;
   a.idx_dtype = idx.dtype;
   a.idx_cols = idx.rank == 2 ? idx.shape[1] : 0;
-  a.idx_site = error_site(op, "ssm_state_indices",
+  a.idx_site = error_site(op, names.indices,
                           idx.rank == 2 ? "the index is the flat n * Tmax + t of [N, Tmax]: expected -1 (padding) or a "
                                           "slot in [0, S) of the state pool"
                                         : "expected -1 (padding) or a slot in [0, S) of the state pool");
-  a.len_site = error_site(op, "cu_seqlens", "the index is a sequence n with more tokens than the Tmax columns of "
-                          "ssm_state_indices [N, Tmax]: it is skipped as padding");
+  a.len_site = error_site(op, "cu_seqlens", names.len_rule);
 }
 
 }  // namespace
@@ -793,7 +811,7 @@ void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool
       check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a, "g", g, "beta", beta);
   check_gate(op, "g", g, a, device, a.g);
   check_gate(op, "beta", beta, a, device, a.beta);
-  check_pool(op, state_pool, ssm_state_indices, num_accepted_tokens, device, a);
+  check_pool(op, kPoolNames, state_pool, ssm_state_indices, num_accepted_tokens, device, a);
   check_outputs_disjoint(op, {{"o", &o}, {"state_pool", &state_pool}},
                          {{"o", &o}, {"state_pool", &state_pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},
                           {"beta", beta}, {"ssm_state_indices", &ssm_state_indices},
@@ -802,9 +820,10 @@ void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
 }
 
-void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool, TensorView A_log, TensorView a_in,
-                                            TensorView dt_bias, TensorView q, TensorView k, TensorView v,
-                                            TensorView b, std::optional<double> scale, TensorView ssm_state_indices,
+void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView initial_state_source, TensorView A_log,
+                                            TensorView a_in, TensorView dt_bias, TensorView q, TensorView k,
+                                            TensorView v, TensorView b, std::optional<double> scale,
+                                            TensorView initial_state_indices,
                                             const TensorView* num_accepted_tokens, bool use_qk_l2norm_in_kernel,
                                             const TensorView* cu_seqlens, double softplus_beta,
                                             double softplus_threshold, Stream stream) {
@@ -827,11 +846,12 @@ void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView state_pool,
   a.dt_bias = vector_view(dt_bias);
   a.softplus_beta = fp32_argument(op, "softplus_beta", softplus_beta, "> 0", softplus_beta > 0);
   a.softplus_threshold = fp32_argument(op, "softplus_threshold", softplus_threshold);
-  check_pool(op, state_pool, ssm_state_indices, num_accepted_tokens, device, a);
-  check_outputs_disjoint(op, {{"o", &o}, {"state_pool", &state_pool}},
-                         {{"o", &o}, {"state_pool", &state_pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"a", &a_in},
-                          {"b", &b}, {"A_log", &A_log}, {"dt_bias", &dt_bias},
-                          {"ssm_state_indices", &ssm_state_indices}, {"num_accepted_tokens", num_accepted_tokens},
+  check_pool(op, kSourceNames, initial_state_source, initial_state_indices, num_accepted_tokens, device, a);
+  check_outputs_disjoint(op, {{"o", &o}, {"initial_state_source", &initial_state_source}},
+                         {{"o", &o}, {"initial_state_source", &initial_state_source}, {"q", &q}, {"k", &k},
+                          {"v", &v}, {"a", &a_in}, {"b", &b}, {"A_log", &A_log}, {"dt_bias", &dt_bias},
+                          {"initial_state_indices", &initial_state_indices},
+                          {"num_accepted_tokens", num_accepted_tokens},
                           {"cu_seqlens", cu_seqlens}});
   if (a.geo.N == 0) return;  // T = 0: each sequence is empty, but its pool indices are checked (as at T > 0)
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);

@@ -863,8 +863,11 @@ TEST_P(GdnForward, NoTokensStillChecksCuSeqlensAndPoolIndices) {
     EXPECT_NO_THROW(run());
     const std::string msg = take_device_error();
     // cu_seqlens [0, 3, 0]: sequence 0 ends past T = 0; the pool forms: index 0 (99) is past the 3 slots
-    const std::string want =
-        op + (pool_form ? ": ssm_state_indices: " : ": cu_seqlens: ") + "value out of range at index 0";
+    // (fused_sigmoid_gating_delta_rule_update names its indices as vLLM's function does: initial_state_indices)
+    const char* arg = !pool_form                                        ? "cu_seqlens"
+                      : op == "fused_sigmoid_gating_delta_rule_update" ? "initial_state_indices"
+                                                                       : "ssm_state_indices";
+    const std::string want = op + ": " + arg + ": value out of range at index 0";
     EXPECT_NE(msg.find(want), std::string::npos) << msg;
   }
   EXPECT_TRUE(pool.untouched_outside(false));  // empty sequences: the pool is neither read into o nor written

@@ -281,7 +281,8 @@ TEST_P(GdnDecode, BadIndicesAreRecorded) {
       empty.slots = 0;
       empty.idx = {-1, 5, -1};
       empty.bad_rows = {1};
-      empty.error_words = {"ssm_state_indices", "index 1"};
+      // (the fused-gating op names its indices as vLLM's fused_sigmoid_gating_delta_rule_update does)
+      empty.error_words = {gating ? "initial_state_indices" : "ssm_state_indices", "index 1"};
       empty.fused_gating = gating;
       run_pool_case(GetParam(), empty, rng);
     }

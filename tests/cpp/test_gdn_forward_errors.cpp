@@ -377,6 +377,20 @@ TEST(GdnForwardErrors, Decode) {
                                                                    x.beta.view(), std::nullopt, x.idx.view(), nullptr,
                                                                    false, nullptr, 0.0),
                    sg, "softplus_beta");
+  // its pool and indices under vLLM's names for this function (initial_state_source, initial_state_indices), also
+  // in the rules of the other arguments that mention them
+  EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), pool_shape.view(), x.A_log.view(),
+                                                                   x.g.view(), x.dt_bias.view(), x.q.view(), x.k.view(),
+                                                                   x.v.view(), x.beta.view(), std::nullopt, x.idx.view()),
+                   sg, "initial_state_source");
+  EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(), x.g.view(),
+                                                                   x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),
+                                                                   x.beta.view(), std::nullopt, idxf.view()),
+                   sg, "initial_state_indices");
+  EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(), x.g.view(),
+                                                                   x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),
+                                                                   x.beta.view(), std::nullopt, x.idx.view(), &accv),
+                   sg, "num_accepted_tokens", "absent with [N] initial_state_indices");
 }
 
 // A first input whose fields are corrupt (a rank its arrays cannot hold, a negative dim: the fields are public) is

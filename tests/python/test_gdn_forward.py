@@ -393,6 +393,27 @@ def test_empty_pool_is_all_padding():
         fuseops.check_errors()
 
 
+def test_sigmoid_gating_records_bad_indices_under_its_own_names():
+    # fused_sigmoid_gating_delta_rule_update takes vLLM's initial_state_source / initial_state_indices: a recorded bad
+    # index (raised later by check_errors, or at the op under FUSEOPS_DEBUG) names initial_state_indices too
+    q, k, v, _, _, _ = inputs(1, 1, 1, 1, 4, 4, torch.float32, "cpu")
+    hv = v.shape[2]
+    zeros = torch.zeros(hv)
+    fuseops.clear_errors()
+    for idx in (torch.tensor([5]), torch.tensor([[7]])):  # [N] and [N, Tmax] indices, slot >= S = 2
+        try:
+            fuseops.fused_sigmoid_gating_delta_rule_update(zeros, torch.zeros(1, 1, hv), zeros, 1.0, 20.0, q, k, v,
+                                                           torch.zeros(1, 1, hv), torch.zeros(2, hv, 4, 4), idx)
+        except ValueError as e:  # FUSEOPS_DEBUG: raised at the op
+            message = str(e)
+        else:
+            with pytest.raises(ValueError) as raised:
+                fuseops.check_errors()
+            message = str(raised.value)
+        assert message.startswith("fused_sigmoid_gating_delta_rule_update: initial_state_indices: value out of range "
+                                  "at index 0"), message
+
+
 def test_chunk_errors_name_the_op_the_user_called():
     # The arguments that size the workspace (q, v, cu_seqlens) are checked before the op runs: still a ValueError
     # naming chunk_gated_delta_rule, not the workspace query.
