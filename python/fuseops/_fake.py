@@ -1,5 +1,8 @@
 """Fake kernels, so that FakeTensor tracing (``torch.compile(fullgraph=True)``, ``torch.library.opcheck``) passes
-through every op. Each op writes caller-given outputs and returns ``()``, so each fake is a no-op."""
+through every op. Each op writes caller-given outputs and returns ``()``, so each fake checks only what the ops check
+before any shape: that the tensors share one device (the C++ ops' rule, with their message). A fake is also the op's
+Meta kernel, which a call that mixes a meta tensor with real ones reaches instead of the C++ op: there the device
+check is the error naming the argument (without it the call would return outputs never written)."""
 
 import torch
 
@@ -41,10 +44,6 @@ OPS = (
 )
 
 
-def _writes_outputs_only(*args, **kwargs):
-    return None
-
-
 def _half_width(input, *args):
     return input.new_empty(input.shape[:-1] + (input.shape[-1] // 2,))
 
@@ -63,16 +62,56 @@ FUNCTIONAL = {
 }
 
 
+def _tensors(schema, args, kwargs):
+    """(name, tensor) of each tensor argument of a call: inputs first, then the outputs it writes (``Tensor!``)."""
+    values = dict(zip((a.name for a in schema.arguments), args))
+    values.update(kwargs)
+    inputs, outputs = [], []
+    for a in schema.arguments:
+        t = values.get(a.name)
+        if isinstance(t, torch.Tensor):
+            written = a.alias_info is not None and a.alias_info.is_write
+            (outputs if written else inputs).append((a.name, t))
+    return inputs + outputs
+
+
+def _fake(name, result=None):
+    """The fake of op ``name`` ("op" or "op.overload"): every tensor on the first one's device, else the ValueError the
+    C++ ops raise ("<op>: <arg>: expected device D (the device of <first>), got E"); then ``result(*args)`` (the
+    functional overloads' new output) or None."""
+    op, _, overload = name.partition(".")
+    schema = getattr(getattr(torch.ops.fuseops, op), overload or "default")._schema
+
+    def fake(*args, **kwargs):
+        first = None
+        for arg, t in _tensors(schema, args, kwargs):
+            if first is None:
+                first = (arg, t.device)
+            elif t.device != first[1]:
+                raise ValueError(f"{op}: {arg}: expected device {first[1]} (the device of {first[0]}), got {t.device}")
+        return result(*args) if result is not None else None
+
+    return fake
+
+
 def _register():
-    # torch >= 2.4: register_fake; 2.2 and 2.3: impl_abstract; older torch: eager use only.
+    fakes = {name: _fake(name) for name in OPS}
+    fakes.update({name: _fake(name, result) for name, result in FUNCTIONAL.items()})
+    # torch >= 2.4: register_fake; 2.2 and 2.3: impl_abstract (each also the op's Meta kernel).
     register = getattr(torch.library, "register_fake", None) or getattr(torch.library, "impl_abstract", None)
-    if register is None:
-        return False
-    for name in OPS:
-        register(f"fuseops::{name}")(_writes_outputs_only)
-    for name, fake in FUNCTIONAL.items():
-        register(f"fuseops::{name}")(fake)
-    return True
+    if register is not None:
+        for name, fake in fakes.items():
+            register(f"fuseops::{name}")(fake)
+        return True
+    # Older torch runs the ops eagerly only (no tracing); a call mixing meta and real tensors still gets the device
+    # error rather than torch's "could not run with arguments from the 'AutogradMeta' backend".
+    global _meta_library
+    _meta_library = torch.library.Library("fuseops", "IMPL")
+    for name, fake in fakes.items():
+        for key in ("Meta", "AutogradMeta"):
+            _meta_library.impl(name, fake, key)
+    return False
 
 
+_meta_library = None
 registered = _register()

@@ -118,6 +118,23 @@ def test_devices_differ():
 
 
 
+def test_a_meta_tensor_among_real_ones_is_a_device_error():
+    # Such a call reaches the op's Meta kernel (its fake, python/fuseops/_fake.py), not the C++ op: it still raises the
+    # device error naming the argument, never returns outputs that were not written.
+    x = torch.randn(4, 16)
+    with pytest.raises(ValueError, match=r"^layer_norm_fwd: weight: expected device cpu \(the device of x\), got meta"):
+        fuseops.layer_norm_fwd(x, torch.randn(16, device="meta"))
+    with pytest.raises(ValueError, match=r"^silu_and_mul: out: expected device cpu \(the device of input\), got meta"):
+        fuseops.silu_and_mul(x, out=torch.empty(4, 8, device="meta"))
+    q, g = torch.randn(1, 8, 2, 16), torch.randn(1, 8, 2).sigmoid().log()
+    want = r"^chunk_gated_delta_rule: cu_seqlens: expected device cpu \(the device of q\), got meta"
+    with pytest.raises(ValueError, match=want):
+        fuseops.chunk_gated_delta_rule(q, q, q, g, g.exp(), cu_seqlens=torch.tensor([0, 8], device="meta"))
+    # every tensor on meta: shapes only, as for any op on meta tensors
+    y = fuseops.silu_and_mul(torch.empty(4, 16, device="meta"))
+    assert y.device.type == "meta" and tuple(y.shape) == (4, 8)
+
+
 def test_required_tensors_never_say_or_none():
     # a required tensor given a non-tensor reads "expected a torch.Tensor, got ..." ("or None" only where None is
     # taken): the norms' weight, the compat forms' outputs
