@@ -12,7 +12,7 @@ import torch
 def shown(v):
     """A value as messages show it: a tensor by its shape and dtype (not every element), anything else by repr."""
     if isinstance(v, torch.Tensor):
-        return f"a tensor {list(v.shape)} {v.dtype}"
+        return f"a {'meta ' if v.device.type == 'meta' else ''}tensor {list(v.shape)} {v.dtype}"
     text = repr(v)
     return text if len(text) <= 80 else text[:77] + "..."
 
@@ -34,10 +34,11 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 def int_arg(op, name, v, lo=None, hi=None):
     """An int (or numpy / torch integer scalar: a 0-dim tensor) within [lo, hi] where given, and within int64 (what the
     ops' schemas take: a larger one failed in torch's argument parser as "expected int, found int"); bools, floats and
-    tensors with dims (torch.tensor([4]) is a list of one) are errors."""
+    tensors with dims (torch.tensor([4]) is a list of one) or on meta (no value to read) are errors."""
     not_dual(op, name, v, number=True)
     value = None
-    if not is_bool(v) and not (isinstance(v, torch.Tensor) and (v.dtype == torch.bool or v.dim() != 0)):
+    if not is_bool(v) and not (isinstance(v, torch.Tensor) and
+                               (v.dtype == torch.bool or v.dim() != 0 or v.device.type == "meta")):
         try:
             value = operator.index(v)
         except TypeError:
@@ -77,15 +78,16 @@ def not_dual(op, name, v, number=False):
 
 def float_arg(op, name, v):
     """A real number (int, float, numpy / torch scalar) as a float; a bool, a string or None is an error, and so is a
-    0-dim tensor that requires grad while grad mode is on (the number would cut it from the graph)."""
+    0-dim tensor that requires grad while grad mode is on (the number would cut it from the graph) or that lives on
+    meta (no value to read)."""
     not_dual(op, name, v, number=True)
     if isinstance(v, torch.Tensor) and v.requires_grad and torch.is_grad_enabled():
         raise RuntimeError(f"{op}: {name}: requires grad, but fuseops computes no gradient for it (a number there); "
                            "pass a float, or detach it")
     if (isinstance(v, (str, bytes)) or is_bool(v) or _bool_tensor(v) or v is None or
             (isinstance(v, numbers.Complex) and not isinstance(v, numbers.Real)) or
-            (isinstance(v, torch.Tensor) and (v.dim() != 0 or v.is_complex()))):
-        # a tensor with dims is a list (as for the ints), a complex number is no real one
+            (isinstance(v, torch.Tensor) and (v.dim() != 0 or v.is_complex() or v.device.type == "meta"))):
+        # a tensor with dims is a list (as for the ints), a complex number is no real one, a meta one has no value
         raise ValueError(f"{op}: {name}: expected a number, got {shown(v)}")
     try:
         f = float(v)

@@ -1,8 +1,9 @@
 """Fake kernels, so that FakeTensor tracing (``torch.compile(fullgraph=True)``, ``torch.library.opcheck``) passes
 through every op. Each op writes caller-given outputs and returns ``()``, so each fake checks only what the ops check
-before any shape: that the tensors share one device (the C++ ops' rule, with their message). A fake is also the op's
-Meta kernel, which a call that mixes a meta tensor with real ones reaches instead of the C++ op: there the device
-check is the error naming the argument (without it the call would return outputs never written)."""
+before any shape: that the tensors share one device, cpu or cuda (the C++ ops' rule, with their message). A fake is
+also the op's Meta kernel, which a call with a meta tensor reaches instead of the C++ op (FakeTensors report the device
+they stand for, never meta): there the device check is the error naming the first meta tensor. Without it the call
+would return outputs never written (torch >= 2.4) or torch's dispatcher error (older torch)."""
 
 import torch
 
@@ -62,10 +63,9 @@ FUNCTIONAL = {
 }
 
 
-def _tensors(schema, args, kwargs):
-    """(name, tensor) of each tensor argument of a call: inputs first, then the outputs it writes (``Tensor!``)."""
-    values = dict(zip((a.name for a in schema.arguments), args))
-    values.update(kwargs)
+def _tensors(schema, values):
+    """(name, tensor) of each tensor argument of a call (``values``: argument name -> value): inputs first, then the
+    outputs it writes (``Tensor!``)."""
     inputs, outputs = [], []
     for a in schema.arguments:
         t = values.get(a.name)
@@ -75,20 +75,48 @@ def _tensors(schema, args, kwargs):
     return inputs + outputs
 
 
+def _rope_names(values):
+    """apply_rotary_pos_emb(_inplace)'s errors as its binding states them (bindings/torch/rope.cpp): with inverse, under
+    apply_rotary_pos_emb_backward and the gradients' names."""
+    if not values.get("inverse"):
+        return "apply_rotary_pos_emb", {}
+    return "apply_rotary_pos_emb_backward", {n: "grad_" + n for n in ("q", "k", "q_out", "k_out")}
+
+
+# Ops whose binding names the op or its arguments otherwise than the schema: the argument values -> (op, renames).
+_NAMING = {"apply_rotary_pos_emb": _rope_names, "apply_rotary_pos_emb_inplace": _rope_names}
+
+
+def _off_device(tensors):
+    """(argument, reference) for the first tensor off the call's device, or None. The call's device is that of the
+    first tensor not on meta, the reference (its argument name and device); a meta tensor has no data for an op to
+    read, so it is off that device, or, where every tensor is on meta (reference None), off the kinds ops run on."""
+    real = [(arg, t.device) for arg, t in tensors if t.device.type != "meta"]
+    reference = real[0] if real else None
+    for arg, t in tensors:
+        if reference is None or t.device != reference[1]:
+            return arg, reference
+    return None
+
+
 def _fake(name, result=None):
-    """The fake of op ``name`` ("op" or "op.overload"): every tensor on the first one's device, else the ValueError the
+    """The fake of op ``name`` ("op" or "op.overload"): every tensor on one device, not meta, else the ValueError the
     C++ ops raise ("<op>: <arg>: expected device D (the device of <first>), got E"); then ``result(*args)`` (the
     functional overloads' new output) or None."""
     op, _, overload = name.partition(".")
     schema = getattr(getattr(torch.ops.fuseops, op), overload or "default")._schema
 
     def fake(*args, **kwargs):
-        first = None
-        for arg, t in _tensors(schema, args, kwargs):
-            if first is None:
-                first = (arg, t.device)
-            elif t.device != first[1]:
-                raise ValueError(f"{op}: {arg}: expected device {first[1]} (the device of {first[0]}), got {t.device}")
+        values = dict(zip((a.name for a in schema.arguments), args))
+        values.update(kwargs)
+        tensors = _tensors(schema, values)
+        off = _off_device(tensors)
+        if off is not None:
+            called, renames = _NAMING[op](values) if op in _NAMING else (op, {})
+            arg, reference = off
+            expected = ("device kind cpu or cuda" if reference is None else
+                        f"device {reference[1]} (the device of {renames.get(reference[0], reference[0])})")
+            raise ValueError(f"{called}: {renames.get(arg, arg)}: expected {expected}, got {values[arg].device}")
         return result(*args) if result is not None else None
 
     return fake

@@ -130,9 +130,26 @@ def test_a_meta_tensor_among_real_ones_is_a_device_error():
     want = r"^chunk_gated_delta_rule: cu_seqlens: expected device cpu \(the device of q\), got meta"
     with pytest.raises(ValueError, match=want):
         fuseops.chunk_gated_delta_rule(q, q, q, g, g.exp(), cu_seqlens=torch.tensor([0, 8], device="meta"))
-    # every tensor on meta: shapes only, as for any op on meta tensors
-    y = fuseops.silu_and_mul(torch.empty(4, 16, device="meta"))
-    assert y.device.type == "meta" and tuple(y.shape) == (4, 8)
+    # the first tensor on meta: named itself, not the next one
+    with pytest.raises(ValueError, match=r"^layer_norm_fwd: x: expected device cpu \(the device of weight\), got meta"):
+        fuseops.layer_norm_fwd(torch.randn(4, 16, device="meta"), torch.randn(16))
+    # every tensor on meta: no data to compute on (no outputs of unchecked shapes either)
+    with pytest.raises(ValueError, match=r"^silu_and_mul: input: expected device kind cpu or cuda, got meta"):
+        fuseops.silu_and_mul(torch.empty(4, 16, device="meta"))
+    # a raw op whose binding names the call otherwise (the backward form of apply_rotary_pos_emb)
+    grad = torch.randn(4, 2, 8)
+    with pytest.raises(ValueError, match=r"^apply_rotary_pos_emb_backward: grad_k: expected device cpu \(the device of "
+                                         r"grad_q\), got meta"):
+        fuseops.apply_rotary_pos_emb_backward(grad, torch.randn(4, 1, 8, device="meta"), torch.randn(16, 4),
+                                              torch.randn(16, 4))
+    with pytest.raises(ValueError, match=r"^apply_rotary_pos_emb: sin: expected device cpu"):
+        fuseops.apply_rotary_pos_emb(grad, torch.randn(4, 1, 8), torch.randn(16, 4), torch.randn(16, 4, device="meta"),
+                                     inplace=True)
+    # a 0-dim meta tensor given for a number has no value: named, not torch's dispatcher error
+    with pytest.raises(ValueError, match=r"^topk_softmax: topk: expected an int .*got a meta tensor"):
+        fuseops.topk_softmax(torch.randn(4, 8), torch.tensor(2, device="meta"))
+    with pytest.raises(ValueError, match=r"^rmsnorm_fn: eps: expected a number, got a meta tensor"):
+        fuseops.rmsnorm_fn(x, torch.randn(16), None, eps=torch.tensor(1e-6, device="meta"))
 
 
 def test_required_tensors_never_say_or_none():
