@@ -692,21 +692,16 @@ void check_gate(const char* op, const char* name, const TensorView* t, const Dec
   view = in_view(*t);
 }
 
-/// The argument names of a serving form's state pool and slot indices, and the rule its recorded cu_seqlens errors
-/// state: `state_pool` / `ssm_state_indices` (fused_recurrent_gated_delta_rule_update, after vLLM's
-/// fused_recurrent_gated_delta_rule), or vLLM's `initial_state_source` / `initial_state_indices`
-/// (fused_sigmoid_gating_delta_rule_update). Errors, the recorded bad indices included, name the op's own arguments.
+/// The argument names of a serving form's state pool and slot indices: `state_pool` / `ssm_state_indices`
+/// (fused_recurrent_gated_delta_rule_update, after vLLM's fused_recurrent_gated_delta_rule), or vLLM's
+/// `initial_state_source` / `initial_state_indices` (fused_sigmoid_gating_delta_rule_update). Errors, the recorded bad
+/// indices included, name the op's own arguments.
 struct PoolNames {
   const char* pool;
   const char* indices;
-  const char* len_rule;
 };
-constexpr PoolNames kPoolNames{"state_pool", "ssm_state_indices",
-                               "the index is a sequence n with more tokens than the Tmax columns of "
-                               "ssm_state_indices [N, Tmax]: it is skipped as padding"};
-constexpr PoolNames kSourceNames{"initial_state_source", "initial_state_indices",
-                                 "the index is a sequence n with more tokens than the Tmax columns of "
-                                 "initial_state_indices [N, Tmax]: it is skipped as padding"};
+constexpr PoolNames kPoolNames{"state_pool", "ssm_state_indices"};
+constexpr PoolNames kSourceNames{"initial_state_source", "initial_state_indices"};
 
 /// Pool, indices and num_accepted_tokens of the serving forms (argument names `names`).
 void check_pool(const char* op, const PoolNames& names, const TensorView& pool, const TensorView& idx,
@@ -761,7 +756,9 @@ void check_pool(const char* op, const PoolNames& names, const TensorView& pool, 
                           idx.rank == 2 ? "the index is the flat n * Tmax + t of [N, Tmax]: expected -1 (padding) or a "
                                           "slot in [0, S) of the state pool"
                                         : "expected -1 (padding) or a slot in [0, S) of the state pool");
-  a.len_site = error_site(op, "cu_seqlens", names.len_rule);
+  const std::string len_rule = std::string("the index is a sequence n with more tokens than the Tmax columns of ") +
+                               names.indices + " [N, Tmax]: it is skipped as padding";
+  a.len_site = error_site(op, "cu_seqlens", len_rule.c_str());  // (the site keeps a copy)
 }
 
 }  // namespace
