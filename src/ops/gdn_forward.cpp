@@ -709,8 +709,11 @@ void check_pool(const char* op, const PoolNames& names, const TensorView& pool, 
   check_layouts(op, {{names.pool, &pool}, {names.indices, &idx}, {"num_accepted_tokens", acc}});
   check_dtype(op, names.pool, pool, {DType::f32, DType::bf16});
   if (pool.rank != 4 || pool.shape[1] != a.geo.HV || pool.shape[2] != a.geo.K || pool.shape[3] != a.V) {
+    // S is the pool's own slot count: shown as the letter where the rank is wrong
+    const std::string hkv = dims({a.geo.HV, a.geo.K, a.V});
     fail_argument(op, names.pool,
-                  "shape [S, HV, K, V] = " + dims({pool.rank == 4 ? pool.shape[0] : -1, a.geo.HV, a.geo.K, a.V}),
+                  "shape [S, HV, K, V] = [" + (pool.rank == 4 ? std::to_string(pool.shape[0]) : std::string("S")) +
+                      ", " + hkv.substr(1),
                   pool.shape_str());
   }
   if (!pool.is_contiguous()) fail_argument(op, names.pool, "a contiguous tensor", "strided");

@@ -336,7 +336,12 @@ TEST(GdnForwardErrors, Decode) {
                    up, "state_pool");
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), pool_shape.view(), x.q.view(), x.k.view(),
                                                                     x.v.view(), &g, &beta, std::nullopt, x.idx.view()),
-                   up, "state_pool");
+                   up, "state_pool", "[S, HV, K, V] = [4, 2, 16, 8]");
+  // a pool of the wrong rank has no slot count: the rule shows the letter S, not a number
+  HostTensor pool_rank3(f32, {2, 16, 8});
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), pool_rank3.view(), x.q.view(), x.k.view(),
+                                                                    x.v.view(), &g, &beta, std::nullopt, x.idx.view()),
+                   up, "state_pool", "[S, HV, K, V] = [S, 2, 16, 8]");
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
                                                                     x.v.view(), &g, &beta, std::nullopt, idx_bad.view()),
                    up, "ssm_state_indices");
