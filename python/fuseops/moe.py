@@ -18,6 +18,9 @@ from ._ops import ops
 
 _SCORING = ("softmax", "sigmoid")
 _MAX_ALIGN_EXPERTS = 4096  # kMaxAlignExperts of include/fuseops/moe.h
+_MAX_ROUTER_EXPERTS = 1024  # kMaxRouterExperts
+_DTYPE_NAMES = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16", torch.int64: "i64"}  # the ops'
+# names (dtype_name of include/fuseops/tensor.h); any other dtype as torch names it
 _MAX_BLOCK_SIZE = 1 << 20
 
 
@@ -163,30 +166,63 @@ def _align_sizes(numel, num_experts, block_size, pad_sorted_ids):
     return n, (n + block_size - 1) // block_size
 
 
-def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad_sorted_ids=False):
+def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad_sorted_ids=False,
+                         ignore_invalid_experts=True):
     """The block schedule of the fused-MoE GEMM, with vLLM's wrapper signature and outputs.
 
     Region e of ``sorted_token_ids`` lists the flat indices of ``topk_ids`` routed to expert e in ascending order
     (deterministic), padded with numel to a multiple of block_size; ``expert_ids`` gives each block's expert (-1 past
-    the end); ``num_tokens_post_pad`` [1] is the end of the last region. With ``expert_map`` ([num_experts] int32:
-    global id -> local id or -1) ids mapped to -1 are dropped and regions are in local-id order. Ids -1 are padding.
+    the end); ``num_tokens_post_pad`` [1] is the end of the last region. Ids -1 are padding.
+
+    ``expert_map`` ([num_experts] int32: global id -> local id or -1, for expert parallelism) is applied in one of
+    vLLM's two ways:
+
+    - ``ignore_invalid_experts=True`` (the default here; vLLM's wrapper defaults to False): the map is applied to
+      each id before counting (vLLM PR #29642): ids mapped to -1 are dropped, regions are in local-id order, entries
+      outside [-1, num_experts) are skipped and reported by :func:`fuseops.check_errors`.
+    - ``ignore_invalid_experts=False`` (vLLM's legacy flow, FlagGems): every id is counted under its global id, then
+      ``expert_ids`` of the blocks before ``num_tokens_post_pad`` become ``expert_map[expert_ids]`` (-1 for experts of
+      other ranks, whose blocks the GEMM skips). Blocks past the end stay -1 (vLLM maps them too: expert_map[0] or
+      expert_map[-1]). The entries are copied as they are, as vLLM does.
 
     Returns:
         (sorted_token_ids int32, expert_ids int32, num_tokens_post_pad int32 [1]).
     """
     op = "moe_align_block_size"
     pad_sorted_ids = bool_arg(op, "pad_sorted_ids", pad_sorted_ids)
+    ignore_invalid_experts = bool_arg(op, "ignore_invalid_experts", ignore_invalid_experts)
     tensor_arg(op, "topk_ids", topk_ids)
     tensor_arg(op, "expert_map", expert_map, optional=True)
     num_experts, block_size = _check_align_args(op, num_experts, block_size)
     n, blocks = _checked_align_sizes(op, "topk_ids", topk_ids.numel(), num_experts, block_size, pad_sorted_ids,
                                      str(list(topk_ids.shape)))
+    legacy_map = expert_map is not None and not ignore_invalid_experts
+    if legacy_map:
+        _check_legacy_map(op, expert_map, num_experts, topk_ids)
     dev = topk_ids.device
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
     expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)
     total = torch.empty((1,), dtype=torch.int32, device=dev)
-    ops.moe_align_block_size.default(topk_ids, num_experts, block_size, sorted_ids, expert_ids, total, expert_map)
+    ops.moe_align_block_size.default(topk_ids, num_experts, block_size, sorted_ids, expert_ids, total,
+                                     None if legacy_map else expert_map)
+    if legacy_map:  # the blocks before the end hold global ids in [0, num_experts); those after, -1
+        local = expert_map.index_select(0, expert_ids.clamp(min=0).long())
+        expert_ids = torch.where(expert_ids >= 0, local, expert_ids)
     return sorted_ids, expert_ids, total
+
+
+def _check_legacy_map(op, expert_map, num_experts, topk_ids):
+    """The checks the op makes of an expert_map it is given (it is not given one in the legacy flow)."""
+    if expert_map.dtype != torch.int32:
+        got = _DTYPE_NAMES.get(expert_map.dtype, str(expert_map.dtype).replace("torch.", ""))
+        raise ValueError(f"{op}: expert_map: expected dtype i32, got {got}")
+    if expert_map.dim() != 1 or expert_map.shape[0] != num_experts:
+        what = "shape" if expert_map.dim() == 1 else "rank 1"
+        raise ValueError(f"{op}: expert_map: expected {what} [num_experts] = [{num_experts}], got "
+                         f"{list(expert_map.shape)}")
+    if expert_map.device != topk_ids.device:
+        raise ValueError(f"{op}: expert_map: expected device {topk_ids.device} (the device of topk_ids), got "
+                         f"{expert_map.device}")
 
 
 def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, scoring="softmax", n_group=1,
@@ -208,6 +244,9 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     forward_only(op, gating_output=gating_output, bias=bias, optional=("bias",))
     dev = gating_output.device
     E = gating_output.shape[1]
+    if E > _MAX_ROUTER_EXPERTS:  # the op's own check, before the schedule's size is measured with E
+        raise ValueError(f"{op}: gating_output: expected E in [1, {_MAX_ROUTER_EXPERTS}], got {E} in "
+                         f"{list(gating_output.shape)}")
     block_size = int_arg(op, "block_size", block_size, 1, _MAX_BLOCK_SIZE)
     n, blocks = _checked_align_sizes(op, "gating_output", T * topk, E, block_size, False)
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)

@@ -109,6 +109,40 @@ def test_moe_align_block_size(device, T, k, E, bs):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_moe_align_block_size_expert_map_both_flows(device):
+    """vLLM's two flows with an expert map: ignore_invalid_experts=True (our default, vLLM PR #29642) maps each id
+    before counting; False (vLLM's wrapper default, FlagGems) counts global ids and maps the blocks' expert_ids."""
+    import fuseops.compat.flaggems as flaggems_compat
+    E, bs = 12, 4
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(-1, E, (37, 3), generator=gen, dtype=torch.int32)  # -1: padding rows' sentinel
+    local = torch.randperm(E, generator=gen)[:5]  # five experts of this rank, local ids 0..4
+    expert_map = torch.full((E,), -1, dtype=torch.int32)
+    expert_map[local] = torch.arange(5, dtype=torch.int32)
+    mapped = torch.where(ids >= 0, expert_map[ids.clamp(min=0).long()], ids)
+    rs, re, rt = _ref_align(mapped, bs, E)  # counted after the map
+    got = fuseops.moe_align_block_size(ids.to(device), bs, E, expert_map.to(device))
+    assert [t.cpu().tolist() for t in got] == [rs, re, [rt]]
+    rs, re, rt = _ref_align(ids, bs, E)  # counted under the global ids, the blocks mapped after
+    re = [int(expert_map[e]) if e >= 0 else -1 for e in re]
+    assert any(e == -1 for e in re[:rt // bs])  # blocks of other ranks' experts are in the schedule, mapped to -1
+    args = (ids.to(device), bs, E, expert_map.to(device))
+    for got in (fuseops.moe_align_block_size(*args, ignore_invalid_experts=False),
+                flaggems_compat.moe_align_block_size(*args)):
+        assert [t.cpu().tolist() for t in got] == [rs, re, [rt]]
+    # the legacy flow checks the map as the op does
+    ids = ids.to(device)
+    for bad, match in ((torch.zeros(E, device=device), "expert_map: expected dtype i32, got f32"),
+                       (expert_map[:7].to(device), r"expert_map: expected shape \[num_experts\] = \[12\], got \[7\]"),
+                       (expert_map.view(3, 4).to(device), r"expert_map: expected rank 1 \[num_experts\] = \[12\]")):
+        for flag in (True, False):
+            with pytest.raises(ValueError, match="moe_align_block_size: " + match):
+                fuseops.moe_align_block_size(ids, bs, E, bad, ignore_invalid_experts=flag)
+    with pytest.raises(ValueError, match="moe_align_block_size: ignore_invalid_experts: expected a bool, got 1"):
+        fuseops.moe_align_block_size(ids, bs, E, expert_map.to(device), ignore_invalid_experts=1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_moe_route_equals_parts(device):
     x = torch.randn(70, 256, device=device, dtype=torch.bfloat16)
     bias = torch.randn(256, device=device)
@@ -121,6 +155,9 @@ def test_moe_route_equals_parts(device):
 
 
 def test_errors():
+    # more experts than the routers take: named on the logits, not on the schedule's size measured with them
+    with pytest.raises(ValueError, match=r"moe_route: gating_output: expected E in \[1, 1024\], got 2100"):
+        fuseops.moe_route(torch.randn(2100, 2100), 1, 2**20)
     with pytest.raises(ValueError, match="grouped_topk: n_group"):
         fuseops.grouped_topk(torch.randn(2, 256), 7, 4, 8, True)
     # The arguments the user passed: topk (not the topk_weights the wrapper allocates), correction_bias.

@@ -56,8 +56,12 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
 
 
 def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad_sorted_ids=False):
-    """As ``flag_gems.moe_align_block_size``: returns (sorted_ids, expert_ids, num_tokens_post_pad)."""
-    return _moe.moe_align_block_size(topk_ids, block_size, num_experts, expert_map, pad_sorted_ids)
+    """As ``flag_gems.moe_align_block_size``: returns (sorted_ids, expert_ids, num_tokens_post_pad). With
+    ``expert_map`` every id is counted under its global id and the blocks' ``expert_ids`` are mapped afterwards, as
+    FlagGems does (``fuseops.moe_align_block_size(..., ignore_invalid_experts=False)``); blocks past the end stay -1
+    (FlagGems: ``expert_map[-1]``)."""
+    return _moe.moe_align_block_size(topk_ids, block_size, num_experts, expert_map, pad_sorted_ids,
+                                     ignore_invalid_experts=False)
 
 
 def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=False, inplace=False):
