@@ -101,8 +101,16 @@ def float_arg(op, name, v):
 
 
 def tensor_arg(op, name, t, optional=False):
-    """A torch.Tensor (or None when ``optional``); anything else is an error naming the argument."""
-    if (t is None and optional) or isinstance(t, torch.Tensor):
+    """A dense torch.Tensor (or None when ``optional``); anything else is an error naming the argument: also a sparse,
+    mkldnn, quantized or nested tensor (the ops read strided memory; torch would refuse them with a dispatcher
+    error that names no argument)."""
+    if t is None and optional:
+        return t
+    if isinstance(t, torch.Tensor):
+        if t.layout != torch.strided or t.is_quantized or getattr(t, "is_nested", False):
+            got = ("a quantized tensor" if t.is_quantized else "a nested tensor" if getattr(t, "is_nested", False)
+                   else f"a tensor of layout {t.layout}")
+            raise ValueError(f"{op}: {name}: expected a dense (strided) tensor, got {got}")
         return t
     raise ValueError(f"{op}: {name}: expected a torch.Tensor{' or None' if optional else ''}, got {type(t).__name__}")
 

@@ -11,15 +11,17 @@ _eager_only = getattr(getattr(torch, "compiler", None), "disable", lambda fn: fn
 
 @_eager_only
 def check_errors(device=-1):
-    """Raises the first bad device-resident value any op recorded, then clears the record.
+    """Raises the bad device-resident value recorded first since the last check, then clears the record.
 
     Ops never synchronise (so they can be captured in CUDA graphs); a value that lives on the device and is out of
     range (an index, a length) is recorded by the kernel instead. This call synchronises with ``device`` (a CUDA
-    ordinal; -1: every device that ran an op) and reads the record.
+    ordinal; -1: every device that ran an op) and reads the record. The record keeps the first (op, argument) that
+    recorded and, of that pair, the smallest bad index over every call since the last check: to tie an index to its
+    call, check after each call (or set FUSEOPS_DEBUG).
 
     Raises:
-        ValueError: naming the op, the argument and the first bad index; also for a ``device`` that is not an int
-            in [-1, 2**31 - 1].
+        ValueError: naming the op, the argument and that index; also for a ``device`` that is not an int in
+            [-1, 2**31 - 1].
     """
     # the C++ API's device is an int: a larger ordinal wrapped (2**32 - 1 was read as -1, every device)
     ops.check_errors.default(int_arg("check_errors", "device", device, -1, INT32_MAX))

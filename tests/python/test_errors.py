@@ -108,6 +108,20 @@ def test_not_a_tensor():
         fuseops.silu_and_mul([1.0, 2.0])
 
 
+def test_a_tensor_that_is_not_dense_is_named():
+    # sparse, mkldnn and quantized tensors would reach torch's dispatcher, whose error names no argument
+    x = torch.randn(4, 16)
+    with pytest.raises(ValueError, match=r"^silu_and_mul: input: expected a dense \(strided\) tensor, got a tensor of "
+                                         r"layout torch.sparse_coo$"):
+        fuseops.silu_and_mul(x.to_sparse())
+    with pytest.raises(ValueError, match=r"^topk_softmax: gating_output: expected a dense \(strided\) tensor, got a "
+                                         r"quantized tensor$"):
+        fuseops.topk_softmax(torch.quantize_per_tensor(x, 0.1, 0, torch.qint8), 2)
+    bias = torch.zeros(16).to_sparse()
+    with pytest.raises(ValueError, match=r"^grouped_topk: bias: expected a dense"):
+        fuseops.grouped_topk(x, 2, 1, 1, True, bias=bias)
+
+
 @requires_cuda
 def test_devices_differ():
     x = randn((4, 16), torch.float32, "cuda")
