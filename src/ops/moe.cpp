@@ -75,12 +75,15 @@ Device check_route(const char* op, TensorView& weights, TensorView& ids, const T
     fail_argument(op, "topk_weights", "k in [1, min(E, 32)] = [1, " + std::to_string(std::min(a.E, kMaxRouterTopk)) + "]",
                   std::to_string(a.k) + " in " + weights.shape_str());
   }
-  a.weights = matrix(op, "topk_weights", weights, "[T, k]", a.T, a.k);
-  a.ids = matrix(op, "topk_ids", ids, "[T, k]", a.T, a.k);
+  // where a shape is wrong, the rule says which argument gave T and k (the odd one out may be either)
+  const std::string t_of = std::string("[T, k] (T of ") + logits_name + ")";
+  const std::string tk_of = std::string("[T, k] (T of ") + logits_name + ", k of topk_weights)";
+  a.weights = matrix(op, "topk_weights", weights, t_of.c_str(), a.T, a.k);
+  a.ids = matrix(op, "topk_ids", ids, tk_of.c_str(), a.T, a.k);
   std::vector<NamedView> views = {{"topk_weights", &weights}, {"topk_ids", &ids}, {logits_name, &logits}};
   if (src_rows) {
     check_dtype(op, "token_expert_indices", *src_rows, {DType::i32});
-    a.src_rows = matrix(op, "token_expert_indices", *src_rows, "[T, k]", a.T, a.k);
+    a.src_rows = matrix(op, "token_expert_indices", *src_rows, tk_of.c_str(), a.T, a.k);
     views.push_back({"token_expert_indices", src_rows});
   }
   if (bias) {

@@ -40,7 +40,10 @@ TEST(MoeErrors, TopkSoftmax) {
   EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W({3, 8}), b.I(), b.S(), b.L(), true), op, "topk_weights");
   EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W({1, 33}), b.I({1, 33}), b.S(), b.L({1, 256}), true), op, "topk_weights");
   EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W({4, 3}), b.I({4, 3}), b.S(), b.L({4, 2}), true), op, "topk_weights");
-  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I({4, 7}), b.S(), b.L(), true), op, "topk_ids");
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I({4, 7}), b.S(), b.L(), true), op, "topk_ids",
+                   "[T, k] (T of gating_output, k of topk_weights) = [4, 8], got [4, 7]");
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W({3, 8}), b.I(), b.S(), b.L(), true), op, "topk_weights",
+                   "[T, k] (T of gating_output) = [4, 8], got [3, 8]");
   TensorView fids(b.ids.data(), DType::f32, Device::cpu(), {4, 8});
   EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), fids, b.S(), b.L(), true), op, "topk_ids");
   TensorView i64src(b.src.data(), DType::i64, Device::cpu(), {4, 4});
