@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -273,11 +274,14 @@ int run_chart(const std::string& from, const std::string& svg_path, const std::s
   check_distinct_files({{"--from", from}}, {{"--svg", svg_path}, {"--html", html_path}});
   check_writable("--svg", svg_path, !svg_path.empty());  // before either file is written
   check_writable("--html", html_path, !html_path.empty());
-  std::ifstream f(from);
+  std::ifstream f(from, std::ios::binary);
   if (!f) throw Error(ErrorKind::invalid_argument, "--from: cannot read " + from);
+  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   nlohmann::json j;
   try {
-    f >> j;
+    // the whole file as one value: anything after it (a second result appended, stray brackets) is an error, not
+    // ignored as `f >> j` did
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     // the parser's words without its "[json.exception.parse_error.101] " prefix
     std::string why = e.what();

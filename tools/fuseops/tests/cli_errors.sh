@@ -189,6 +189,17 @@ out=$("$fuseops" chart --from "$work/empty.json" --svg "$work/empty.svg" 2>&1)
 if [ $? -ne 2 ] || [[ "$out" != *"empty.json is not JSON: parse error at line 1, column 1"* ]] || [[ "$out" == *json.exception* ]]; then
   echo "FAIL: chart --from an empty file: $out"; failed=1
 fi
+# ... nor is a file with anything after its one JSON value: a second result appended, or text or brackets after it
+# (only the first value was read, and the chart exited 0)
+printf '{"command": "bench", "results": [{"op": "a", "shape": "b", "cpu_us": 1}]}\n' > "$work/one.json"
+expect 0 'chart: 1 cases' -- "$fuseops" chart --from "$work/one.json" --svg "$work/one.svg"
+cat "$work/one.json" "$work/one.json" > "$work/two.json"
+(cat "$work/one.json"; echo ']]]]') > "$work/brackets.json"
+(cat "$work/one.json"; echo 'trailing') > "$work/trailing.json"
+for f in two brackets trailing; do
+  expect 2 "$f.json is not JSON: parse error at line 2, column " -- \
+    "$fuseops" chart --from "$work/$f.json" --svg "$work/$f.svg"
+done
 # an output that is also the standard output (where the tables go) is refused before the run; /dev/null may be both
 expect 2 'is the standard output, which the tables are printed to' -- \
   bash -c '"$1" check --backend cpu --set norm --cpu-rows 2 --json "$2" > "$2"' _ "$fuseops" "$work/so.txt"
