@@ -9,8 +9,9 @@
 #include <charconv>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <sstream>
+
+#include "paths.h"
 
 namespace fuseops::cli {
 namespace {
@@ -460,19 +461,8 @@ CaseFile parse_case_text(const std::string& text, const std::string& path, const
 }
 
 CaseFile read_case_file(const std::string& path, const Registry& reg) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorKind::invalid_argument, "--cases: cannot read " + path);
-  // at most kMaxCaseFileBytes, read in pieces: /dev/zero or a runaway pipe is an error, not an endless read
-  constexpr std::size_t kMaxCaseFileBytes = std::size_t{16} << 20;
-  std::string text;
-  char piece[1 << 16];
-  while (f.read(piece, sizeof piece) || f.gcount() > 0) {
-    text.append(piece, static_cast<std::size_t>(f.gcount()));
-    if (text.size() > kMaxCaseFileBytes) {
-      throw Error(ErrorKind::invalid_argument, "--cases: " + path + " is larger than 16 MiB; a case file is a short list");
-    }
-  }
-  return parse_case_text(text, path, reg);
+  // at most 16 MiB (read_input_file): /dev/zero or a runaway pipe is an error, not an endless read
+  return parse_case_text(read_input_file("--cases", path, "a case file is a short list"), path, reg);
 }
 
 }  // namespace fuseops::cli

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -274,9 +272,8 @@ int run_chart(const std::string& from, const std::string& svg_path, const std::s
   check_distinct_files({{"--from", from}}, {{"--svg", svg_path}, {"--html", html_path}});
   check_writable("--svg", svg_path, !svg_path.empty());  // before either file is written
   check_writable("--html", html_path, !html_path.empty());
-  std::ifstream f(from, std::ios::binary);
-  if (!f) throw Error(ErrorKind::invalid_argument, "--from: cannot read " + from);
-  const std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  // at most 16 MiB, as a case file (a pipe of endless text was read until memory ran out)
+  const std::string text = read_input_file("--from", from, "a bench result is a short list");
   nlohmann::json j;
   try {
     // the whole file as one value: anything after it (a second result appended, stray brackets) is an error, not

@@ -286,6 +286,22 @@ void write_outputs(const std::vector<std::function<void()>>& writes) {
   if (!failed.empty()) throw WriteError(failed);
 }
 
+std::string read_input_file(const char* option, const std::string& path, const std::string& why_small) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot read " + path);
+  constexpr std::size_t kMaxInputBytes = std::size_t{16} << 20;
+  std::string text;
+  char piece[1 << 16];
+  while (f.read(piece, sizeof piece) || f.gcount() > 0) {
+    text.append(piece, static_cast<std::size_t>(f.gcount()));
+    if (text.size() > kMaxInputBytes) {
+      throw Error(ErrorKind::invalid_argument,
+                  std::string(option) + ": " + path + " is larger than 16 MiB; " + why_small);
+    }
+  }
+  return text;
+}
+
 void flush_stdout() {
   errno = 0;
   if (std::fflush(stdout) != 0 || std::ferror(stdout)) {

@@ -23,6 +23,11 @@ bool same_file(const std::string& a, const std::string& b);
 /// earlier output.
 void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<FileArg>& outputs);
 
+/// The contents of the input file `path`, named by `option` in messages, read in pieces up to 16 MiB: a larger file,
+/// /dev/zero or a runaway pipe is an Error (invalid_argument) that ends with `why_small` ("a case file is a short
+/// list"), not an endless read or an allocation that fails; a file that cannot be opened is an Error too.
+std::string read_input_file(const char* option, const std::string& path, const std::string& why_small);
+
 /// Fails early (before anything runs) if an output path given on the command line (`given`; "" is then an error)
 /// cannot be written: throws Error (invalid_argument) naming `option` and the system's reason. A file this made to find
 /// out is removed again, so that a run failing later (no case matched, a bad case file) leaves no empty file; a named

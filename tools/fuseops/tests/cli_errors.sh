@@ -43,6 +43,10 @@ expect 0 '10x14336' -- "$fuseops" model llama3-8b --tokens 010 --check-rows 2 --
 expect 0 '8x14336' -- "$fuseops" model llama3-8b --tokens 08 --check-rows 2 --backend cpu --quiet
 # a case file is read up to 16 MiB (/dev/zero was read until memory ran out)
 expect 2 'is larger than 16 MiB' -- "$fuseops" check --cases /dev/zero
+# ... and so is a saved bench result (an endless pipe was read for ever, a long string until std::bad_alloc)
+expect 2 '--from: /dev/stdin is larger than 16 MiB' -- \
+  bash -c 'yes " " | timeout 30 "$1" chart --from /dev/stdin --svg "$2"' _ "$fuseops" "$work/big.svg"
+expect 2 '--from: /dev/zero is larger than 16 MiB' -- "$fuseops" chart --from /dev/zero --svg "$work/big.svg"
 # empty names and output paths are errors in every command (model and chart took them as "none")
 expect 2 'name: expected a non-empty value' -- "$fuseops" model ''
 expect 2 'name: expected a non-empty value' -- "$fuseops" model --list ''
