@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "commands.h"
 #include "paths.h"
 
 namespace fuseops::cli {
@@ -57,21 +58,21 @@ std::string shown_tag(const std::string& tag) {
 
 bool quoted(const YAML::Node& n) { return n.IsScalar() && (n.Tag() == "!" || n.Tag() == "tag:yaml.org,2002:str"); }
 
-/// A scalar as messages quote it: control characters escaped (\r, \t, \xNN), so that none reaches the terminal.
+/// A scalar as messages quote it: control characters and line breaks (control_at) escaped (\r, \t, \xNN, \u009b,
+/// \u2028), so that none reaches the terminal.
 std::string printable(const std::string& s) {
   std::string out;
-  for (const char c : s) {
-    if (c == '\r') {
-      out += "\\r";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (std::iscntrl(static_cast<unsigned char>(c))) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      out += buf;
-    } else {
-      out += c;
+  for (std::size_t i = 0; i < s.size();) {
+    uint32_t code = 0;
+    const std::size_t length = control_at(s, i, true, &code);
+    if (length == 0) {
+      out += s[i++];
+      continue;
     }
+    char buf[8];
+    std::snprintf(buf, sizeof buf, code < 0x80 ? "\\x%02x" : "\\u%04x", static_cast<unsigned>(code));
+    out += code == '\r' ? "\\r" : code == '\t' ? "\\t" : buf;
+    i += length;
   }
   return out;
 }
@@ -416,14 +417,13 @@ CaseFile parse_document(const YAML::Node& root, const std::string& path, const R
       }
       (key == "name" ? file.name : file.description) = kv.second.Scalar();
       if (key == "name" && file.name.empty()) fail(path, kv.second.Mark(), key, "expected a non-empty name");
-      if (key == "name") {  // the set column of every table: one line, and no '|' (a Markdown column separator)
-        for (const char c : file.name) {
-          if (std::iscntrl(static_cast<unsigned char>(c)) || c == '|') {
-            fail(path, kv.second.Mark(), key,
-                 std::string("expected a name of one line without control characters or '|' (it is a column of the "
-                             "tables), got \"") + printable(file.name) + "\"");
-          }
-        }
+      // the set column of every table: one line (line_break_at: no control character, C1 included, nor a line or
+      // paragraph separator), and no '|' (a Markdown column separator)
+      if (key == "name" &&
+          (line_break_at(file.name) != std::string::npos || file.name.find('|') != std::string::npos)) {
+        fail(path, kv.second.Mark(), key,
+             std::string("expected a name of one line without control characters or '|' (it is a column of the "
+                         "tables), got \"") + printable(file.name) + "\"");
       }
     } else if (key == "cases") {
       cases = kv.second;

@@ -56,18 +56,17 @@ std::vector<const CaseSet*> select_sets(const std::vector<std::string>& names, b
   return out;
 }
 
-/// A newline in --note would add lines (table rows) to the Markdown: one line of printable UTF-8 text only.
+/// A newline in --note would add lines (table rows) to the Markdown: one line of printable UTF-8 text only. The
+/// first fault is named, a character that breaks the line or a byte that is not UTF-8.
 void check_one_line(const char* option, const std::string& text) {
-  const auto bad = std::find_if(text.begin(), text.end(), [](char c) { return std::iscntrl(static_cast<unsigned char>(c)); });
-  char code[8];
-  if (bad != text.end()) {
-    std::snprintf(code, sizeof code, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(*bad)));
-    throw Error(ErrorKind::invalid_argument, std::string(option) +
-                                                 ": expected one line of text, got the control character " + code +
-                                                 " at position " + std::to_string(bad - text.begin()));
+  std::string what;
+  const std::size_t broken = line_break_at(text, &what), at = utf8_error_at(text);
+  if (broken != std::string::npos && (at == std::string::npos || broken < at)) {
+    throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected one line of text, got " + what +
+                                                 " at position " + std::to_string(broken));
   }
-  const std::size_t at = utf8_error_at(text);
   if (at == std::string::npos) return;
+  char code[8];
   std::snprintf(code, sizeof code, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(text[at])));
   throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected UTF-8 text, got the byte " + code +
                                                " at position " + std::to_string(at));
@@ -390,6 +389,38 @@ std::size_t utf8_error_at(const std::string& text) {
   return std::string::npos;
 }
 
+std::size_t control_at(const std::string& text, std::size_t at, bool line_breaks, uint32_t* code) {
+  if (at >= text.size()) return 0;
+  const auto byte = [&](std::size_t k) { return k < text.size() ? static_cast<unsigned char>(text[k]) : 0u; };
+  uint32_t cp = 0;
+  std::size_t length = 0;
+  if (byte(at) < 0x20 || byte(at) == 0x7F) {
+    cp = byte(at), length = 1;
+  } else if (byte(at) == 0xC2 && byte(at + 1) >= 0x80 && byte(at + 1) <= 0x9F) {  // C1: U+0080 - U+009F
+    cp = byte(at + 1), length = 2;
+  } else if (line_breaks && byte(at) == 0xE2 && byte(at + 1) == 0x80 && (byte(at + 2) & 0xFE) == 0xA8) {
+    cp = 0x2000 | (byte(at + 2) & 0x3F), length = 3;  // U+2028, U+2029 (E2 80 A8, E2 80 A9)
+  }
+  if (length > 0 && code) *code = cp;
+  return length;
+}
+
+std::size_t line_break_at(const std::string& text, std::string* what) {
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    uint32_t code = 0;
+    if (control_at(text, i, true, &code) == 0) continue;
+    if (what) {
+      char name[48];
+      std::snprintf(name, sizeof name, "the %s U+%04X",
+                    code == 0x2028 ? "line separator" : code == 0x2029 ? "paragraph separator" : "control character",
+                    static_cast<unsigned>(code));
+      *what = name;
+    }
+    return i;
+  }
+  return std::string::npos;
+}
+
 std::string printable_text(const std::string& text) {
   static const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD
   std::string out;
@@ -397,12 +428,12 @@ std::string printable_text(const std::string& text) {
   while (i < text.size()) {
     const std::size_t bad = utf8_error_at(text.substr(i));
     const std::size_t end = bad == std::string::npos ? text.size() : i + bad;
-    for (; i < end; ++i) {
-      const auto c = static_cast<unsigned char>(text[i]);
-      if (c < 0x20 || c == 0x7F) {
+    while (i < end) {
+      if (const std::size_t length = control_at(text, i, false)) {
         out += kReplacement;
+        i += length;
       } else {
-        out += text[i];
+        out += text[i++];
       }
     }
     if (bad != std::string::npos) out += kReplacement, ++i;  // one replacement per byte that starts no sequence

@@ -73,10 +73,20 @@ std::string pad_column(const std::string& text, int width, bool right = false);
 /// Position of the first byte of `text` that does not begin a well-formed UTF-8 sequence (stray continuation bytes,
 /// truncated or overlong sequences, surrogates, code points past U+10FFFF), or std::string::npos.
 std::size_t utf8_error_at(const std::string& text);
-/// `text` with each byte that does not begin a well-formed UTF-8 sequence, and each control character (U+0000 -
-/// U+001F, U+007F: XML and SVG forbid most of them, and in Markdown or on a terminal they act rather than print),
-/// replaced by U+FFFD: the form of names (case files, sets, ops) in the Markdown, SVG and HTML outputs and the
-/// console rows.
+/// The length in bytes of the control character that starts at byte `at` of UTF-8 `text` (C0 U+0000 - U+001F, DEL
+/// U+007F, C1 U+0080 - U+009F: two bytes, C2 80 - C2 9F; on a terminal they act rather than print, U+009B as an
+/// escape), and with `line_breaks` also of a line or paragraph separator (U+2028, U+2029: three bytes); 0 where none
+/// starts there. `code` (where given) gets its code point. The one test of what is a control character, for the
+/// checks (line_break_at) and the replacements (printable_text) alike.
+std::size_t control_at(const std::string& text, std::size_t at, bool line_breaks, uint32_t* code = nullptr);
+/// Position of the first character of `text` that breaks one line of text (control_at with line_breaks: a control
+/// character, a line or paragraph separator), or std::string::npos; `what` (where given) gets its name, "the control
+/// character U+000A" or "the line separator U+2028". --note and a case file's name are one line.
+std::size_t line_break_at(const std::string& text, std::string* what = nullptr);
+/// `text` with each byte that does not begin a well-formed UTF-8 sequence, and each control character (control_at:
+/// U+0000 - U+001F, U+007F, U+0080 - U+009F: XML and SVG forbid most of them, and in Markdown or on a terminal they
+/// act rather than print), replaced by U+FFFD: the form of names (case files, sets, ops) in the Markdown, SVG and
+/// HTML outputs and the console rows.
 std::string printable_text(const std::string& text);
 /// `j` as the JSON text the commands write (indent 1), bytes that are not UTF-8 replaced by U+FFFD.
 std::string json_text(const nlohmann::json& j);

@@ -125,6 +125,9 @@ expect 2 'is the same file as the output --svg' -- "$fuseops" chart --from "$wor
 expect 2 '--svg: expected a non-empty value' -- "$fuseops" chart --from "$work/b.json" --svg '' --html "$work/y.html"
 expect 2 '--note: it goes into the --md / --json output' -- "$fuseops" bench --backend cpu --set norm --note x
 expect 2 '--note: expected one line of text' -- "$fuseops" bench --backend cpu --set norm --note $'a\nb'
+# ... a C1 control character too (U+009B, a terminal's CSI, was accepted where C0 was not)
+expect 2 '--note: expected one line of text, got the control character U+009B at position 1' -- \
+  "$fuseops" bench --backend cpu --set norm --json "$work/note.json" --note $'a\xc2\x9b31mb'
 # chunk_local_cumsum with a scale that takes sums past fp32's range: inf where the golden rounds past it is the right
 # answer, not a FAIL (it exited 1)
 printf 'cases:\n  - op: chunk_local_cumsum\n    seq_len: 64\n    num_v_heads: 3\n    scale: 3e38\n' > "$work/ov.yaml"

@@ -512,6 +512,17 @@ TEST(CaseFile, NameIsOneLineWithoutBars) {
                     "without control characters or '|' (it is a column of the tables), got \"a\\tb\"");
   EXPECT_CASE_ERROR("name: \"a\\e[31mb\"\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:7",
                     "name", "got \"a\\x1b[31mb\"");
+  // C1 control characters (U+009B: a terminal's CSI, as raw UTF-8 or as YAML's escape) and the line / paragraph
+  // separators break the line too (they were accepted); the message shows them escaped
+  EXPECT_CASE_ERROR("name: a\xC2\x9B" "31mb\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:7",
+                    "name", "without control characters or '|' (it is a column of the tables), got \"a\\u009b31mb\"");
+  EXPECT_CASE_ERROR("name: \"a\\x85b\"\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:7",
+                    "name", "got \"a\\u0085b\"");
+  EXPECT_CASE_ERROR("name: a\xE2\x80\xA8" "b\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:7",
+                    "name", "got \"a\\u2028b\"");
+  // letters beside C1 in UTF-8 are text
+  EXPECT_EQ(parse("name: caf\xC3\xA9\xC2\xA0x\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n").name,
+            "caf\xC3\xA9\xC2\xA0x");
 }
 
 TEST(CaseFile, DuplicateKeysAreErrors) {

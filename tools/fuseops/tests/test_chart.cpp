@@ -97,7 +97,7 @@ TEST(Chart, RejectsIncompleteOrNegativeEntries) {
 // as U+FFFD: XML forbids the raw bytes, and the SVG would not parse.
 TEST(Chart, UnprintableNamesReplaced) {
   const auto j = nlohmann::json::parse(std::string(R"({"command": "bench", "backend": "cuda", "results": [
-    {"set": "bad\u0007set", "op": "a\u0000b", "shape": "1", "cold_us": 2.0}]})"));
+    {"set": "bad\u0007set", "op": "a\u0000b", "dtype": "c\u009bd", "shape": "1", "cold_us": 2.0}]})"));
   nlohmann::json raw = j;
   raw["results"][0]["shape"] = std::string("x\xffy");  // not UTF-8 (JSON text cannot hold it; a parsed result can)
   for (const std::string& out : {chart_svg(raw), chart_html(raw)}) {
@@ -106,6 +106,8 @@ TEST(Chart, UnprintableNamesReplaced) {
     EXPECT_EQ(out.find('\xff'), std::string::npos);
     EXPECT_NE(out.find("bad\xEF\xBF\xBDset"), std::string::npos);
     EXPECT_NE(out.find("x\xEF\xBF\xBDy"), std::string::npos);
+    EXPECT_NE(out.find("c\xEF\xBF\xBD" "d"), std::string::npos);  // C1 (U+009B) as well as C0
+    EXPECT_EQ(out.find("\xC2\x9B"), std::string::npos);
   }
 }
 

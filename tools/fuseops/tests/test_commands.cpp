@@ -237,10 +237,47 @@ TEST(Note, IsOneLineOfText) {
   o.backend = "cpu";
   o.note = "commit abc\n| x | y |";
   const std::string msg = error_of([&] { run_bench(o); });
-  EXPECT_NE(msg.find("--note: expected one line of text, got the control character 0x0a at position 10"),
+  EXPECT_NE(msg.find("--note: expected one line of text, got the control character U+000A at position 10"),
             std::string::npos) << msg;
   o.note = "tab\there";
-  EXPECT_NE(error_of([&] { run_bench(o); }).find("0x09"), std::string::npos);
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("U+0009"), std::string::npos);
+  // C1 control characters (U+009B is a terminal's CSI) and the line / paragraph separators were accepted, C0 not
+  o.note = "ab\xC2\x9B" "31m";
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("--note: expected one line of text, got the control character U+009B "
+                                                  "at position 2"),
+            std::string::npos);
+  o.note = "a\xC2\x80";
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("the control character U+0080 at position 1"), std::string::npos);
+  o.note = "line\xE2\x80\xA8two";
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("got the line separator U+2028 at position 4"), std::string::npos);
+  o.note = "\xE2\x80\xA9";
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("got the paragraph separator U+2029 at position 0"),
+            std::string::npos);
+  // the first fault is named: here the byte that is not UTF-8, before the C1 character
+  o.note = "a\xff\xC2\x9B";
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("expected UTF-8 text, got the byte 0xff at position 1"),
+            std::string::npos);
+}
+
+// One test of what a control character is (control_at), for the checks and the replacements: C0, DEL and C1; the
+// line and paragraph separators only where one line is asked for. Letters next to C1 (U+00A0, U+00E9) are text.
+TEST(Text, ControlCharacters) {
+  uint32_t code = 0;
+  EXPECT_EQ(control_at("\x1b", 0, false, &code), 1u);
+  EXPECT_EQ(code, 0x1Bu);
+  EXPECT_EQ(control_at("\x7f", 0, false), 1u);
+  EXPECT_EQ(control_at("a\xC2\x9F", 1, false, &code), 2u);
+  EXPECT_EQ(code, 0x9Fu);
+  EXPECT_EQ(control_at("\xC2\xA0", 0, true), 0u);  // no-break space
+  EXPECT_EQ(control_at("\xC3\xA9", 0, true), 0u);  // e acute
+  EXPECT_EQ(control_at("\xC2", 0, true), 0u);      // truncated: no character
+  EXPECT_EQ(control_at("\xE2\x80\xA8", 0, false), 0u);
+  EXPECT_EQ(control_at("\xE2\x80\xA8", 0, true, &code), 3u);
+  EXPECT_EQ(code, 0x2028u);
+  EXPECT_EQ(control_at("\xE2\x80\x94", 0, true), 0u);  // an em dash
+  EXPECT_EQ(line_break_at("caf\xC3\xA9 \xE2\x80\x94 ok"), std::string::npos);
+  EXPECT_EQ(printable_text("a\xC2\x9B" "b\x07"), "a\xEF\xBF\xBD" "b\xEF\xBF\xBD");
+  EXPECT_EQ(printable_text("\xC2\xA0\xE2\x80\x94"), "\xC2\xA0\xE2\x80\x94");
 }
 
 }  // namespace
