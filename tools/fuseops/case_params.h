@@ -102,9 +102,10 @@ struct OpSpec {
   std::vector<std::string> aliases;  ///< other names it answers to, e.g. the OpCase::op of its built-in cases
   /// Defaults an alias implies where the entry does not give the parameter (`layer_norm`: is_rms_norm false).
   std::map<std::string, std::map<std::string, ParamValue>> alias_defaults;
-  /// Aliases its rows print as their names to tell its rows apart (layer_norm_fwd: rms_norm / layer_norm): --filter
-  /// by one of them selects the rows printing it, not every row of the op.
-  std::vector<std::string> row_names;
+  /// Aliases that tell its rows apart, each with the start of the names its rows print (layer_norm_fwd: rms_norm ->
+  /// "rms_norm", layer_norm -> "layer_norm", rms_norm_gated -> "rms_norm,gate"): --filter by one of them selects the
+  /// rows whose printed name starts so, not every row of the op.
+  std::map<std::string, std::string> row_names;
   std::string help;
   std::vector<ParamSpec> params;
   std::function<std::unique_ptr<OpCase>(const CaseParams&)> make;  ///< throws ParamError for an impossible combination

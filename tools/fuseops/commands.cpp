@@ -202,14 +202,14 @@ bool selected(const OpCase& c, const Options& opts, const Registry& reg) {
   const std::string base = c.op.substr(0, c.op.find_first_of(",("));
   const OpSpec* spec = reg.find_op(base);
   // a whole op name (public or printed, any alias, without variant marks) selects that op only: chunk_gated_delta_rule
-  // is not chunk_gated_delta_rule_fwd_kkt_solve; a name that tells the op's rows apart (OpSpec::row_names: rms_norm)
-  // the rows printing it; other text, a printed name with its marks too ("mrope(interleaved)", "rms_norm,gate"),
-  // selects every case whose names contain it
+  // is not chunk_gated_delta_rule_fwd_kkt_solve; a name that tells the op's rows apart (OpSpec::row_names: rms_norm,
+  // rms_norm_gated) the rows whose printed name starts as it says; other text, a printed name with its marks too
+  // ("mrope(interleaved)", "rms_norm,gate"), selects every case whose names contain it
   const bool marks = opts.filter.find_first_of(",(") != std::string::npos;
   if (const OpSpec* named = marks ? nullptr : reg.find_op(opts.filter)) {
-    const auto& rows = named->row_names;
-    const bool row_name = std::find(rows.begin(), rows.end(), opts.filter) != rows.end();
-    return spec == named && (!row_name || base == opts.filter) && shape_ok;
+    const auto row = named->row_names.find(opts.filter);
+    const bool row_ok = row == named->row_names.end() || c.op.rfind(row->second, 0) == 0;
+    return spec == named && row_ok && shape_ok;
   }
   auto has_filter = [&](const std::string& name) { return name.find(opts.filter) != std::string::npos; };
   return (has_filter(c.op) || (spec && has_filter(spec->name))) && shape_ok;

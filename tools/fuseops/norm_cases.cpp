@@ -193,7 +193,12 @@ OpSpec layer_norm_op() {
   spec.alias_defaults = {{"layer_norm", {{"is_rms_norm", false}}},
                          {"rms_norm_gated", {{"gate", true}}},
                          {"rmsnorm_gated", {{"gate", true}}}};
-  spec.row_names = {"rms_norm", "layer_norm"};  // what its rows print: --filter rms_norm takes the RMSNorm rows
+  // what its rows print: --filter rms_norm takes the RMSNorm rows, rms_norm_gated the gated ones only (",gate",
+  // ",gate-before", ",gate,w32"; its plain rms_norm and layer_norm,gate rows were selected as the op's)
+  spec.row_names = {{"rms_norm", "rms_norm"},
+                    {"layer_norm", "layer_norm"},
+                    {"rms_norm_gated", "rms_norm,gate"},
+                    {"rmsnorm_gated", "rms_norm,gate"}};
   spec.help = "gated RMSNorm / LayerNorm per group: x, z [tokens, hidden] -> out, rstd (and mean)";
   spec.params = {integer_param("tokens", "rows"),
                  integer_param("hidden", "N, the normalised width"),
