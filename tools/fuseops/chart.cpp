@@ -121,6 +121,11 @@ Results load(const nlohmann::json& j) {
         row.baselines.emplace_back(text_of(b, "name"), time_of(i, e, b, "cold_us", who));
       }
     }
+    // the share of the ceiling printed beside the bar is a ratio too: a tiny ceiling_tbps or a huge rate made it inf%
+    if (row.bytes > 0 && r.ceiling_tbps > 0 && !std::isfinite(100 * row.tbps() / r.ceiling_tbps)) {
+      bad_entry(i, e, "its rate / the ceiling (" + fmt_g(row.tbps()) + " / " + fmt_g(r.ceiling_tbps) +
+                          " TB/s) is not a finite ratio");
+    }
     for (const auto& b : row.baselines) {  // (a baseline made time_us > 0 above)
       if (!std::isfinite(b.second / row.time_us)) {
         bad_entry(i, e, "baseline \"" + b.first + "\": its time / the case's (" + fmt_g(b.second) + " / " +
@@ -227,6 +232,15 @@ std::string svg_element(const Results& r) {
 
 std::string fmt(const char* f, double v) {
   char buf[64];
+  if (std::fabs(v) >= 1e15) {
+    // a finite but absurd number (a hand-made result's rate against a ceiling of 1e-300) in %f runs to hundreds of
+    // digits, cut at the buffer: printed in %.3g instead, in the conversion's place
+    std::string g = f;
+    const std::size_t at = g.find('%'), end = g.find_first_of("eEfFgG", at);
+    if (at != std::string::npos && end != std::string::npos) g.replace(at, end - at + 1, "%.3g");
+    std::snprintf(buf, sizeof buf, g.c_str(), v);
+    return buf;
+  }
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }

@@ -18,7 +18,8 @@ std::string chart_html(const nlohmann::json& bench);
 /// Writes the charts to the paths that are not empty.
 void write_charts(const nlohmann::json& bench, const std::string& svg_path, const std::string& html_path);
 
-/// One number in printf format `f` (a single conversion), as the charts and the bench tables print it.
+/// One number in printf format `f` (a single conversion), as the charts and the bench tables print it; a value of
+/// 10^15 or more in %.3g in the conversion's place (%f would print hundreds of digits).
 std::string fmt(const char* f, double v);
 
 /// `fuseops chart --from results.json --svg F --html F`.

@@ -91,6 +91,30 @@ TEST(Chart, RejectsIncompleteOrNegativeEntries) {
             std::string::npos);
 }
 
+// The share of the ceiling is a ratio that must be finite (a ceiling_tbps of 1e-300 drew "(inf% of ceiling)"), and a
+// finite but absurd number prints short (its %f form ran to 300 digits, cut at 63 characters).
+TEST(Chart, CeilingShareIsFiniteAndNumbersPrintShort) {
+  const std::string entry = R"({"command": "bench", "results": [{"op": "a", "shape": "b", "cold_us": 5, )";
+  try {
+    chart_svg(nlohmann::json::parse(entry + R"("bytes": 1e300, "flops": 1e300}], "ceiling_tbps": 1e-300})"));
+    ADD_FAILURE() << "charted an infinite share of the ceiling";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("chart: results[0] (a b): its rate / the ceiling (2e+293 / 1e-300 TB/s) is "
+                                         "not a finite ratio"),
+              std::string::npos)
+        << e.what();
+  }
+  // a ceiling of 1e-300 with a plain rate, and a huge rate with a plain ceiling: finite shares, printed short
+  const std::string tiny = chart_svg(nlohmann::json::parse(entry + R"("bytes": 1e9}], "ceiling_tbps": 1e-300})"));
+  EXPECT_NE(tiny.find("200.000 TB/s (2e+304% of ceiling)"), std::string::npos) << tiny;
+  const std::string huge =
+      chart_svg(nlohmann::json::parse(entry + R"("bytes": 1e300, "flops": 1e300}], "ceiling_tbps": 4.0})"));
+  EXPECT_NE(huge.find("2e+293 TB/s (5e+294% of ceiling), 2e+293 TFLOP/s"), std::string::npos) << huge;
+  for (const std::string& svg : {tiny, huge}) EXPECT_EQ(svg.find("0000000000000000"), std::string::npos) << svg;
+  EXPECT_EQ(fmt(" (%.0f%% of ceiling)", 88.2), " (88% of ceiling)");
+  EXPECT_EQ(fmt("%.2fx", 1e20), "1e+20x");
+}
+
 // Baseline times of zero are drawn (they were dropped: "no baseline in these results"); "baseline": "" (what bench
 // writes for a case without one, with the time of an empty graph) is no baseline; an empty results list is an error.
 // Names with control characters or bytes that are not UTF-8 (a case file's name is the set's) reach the SVG and HTML
