@@ -33,6 +33,18 @@ bool unknown_subcommand(const CLI::App& app) {
   return false;
 }
 
+/// `status` once the standard output is flushed: 1 where it could not be written in full (`--help > /dev/full` exited
+/// 0), but a usage error keeps its 2 (nothing ran; what it printed is the help that goes with it).
+int flushed(int status) {
+  try {
+    fuseops::cli::flush_stdout();
+  } catch (const fuseops::cli::WriteError& e) {
+    std::fprintf(stderr, "fuseops: error: %s\n", e.what());
+    return status == 2 ? 2 : 1;
+  }
+  return status;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -157,11 +169,11 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return flushed(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return flushed(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return flushed(app.exit(e));
   } catch (const CLI::ParseError& e) {
     if (!unknown_subcommand(app)) app.exit(e);
     return 2;
@@ -190,9 +202,7 @@ int main(int argc, char** argv) {
     return 0;
   };
   try {
-    const int status = run_command();
-    fuseops::cli::flush_stdout();
-    return status;
+    return flushed(run_command());
   } catch (const fuseops::cli::WriteError& e) {  // after the run: an output file or stdout is incomplete
     std::fprintf(stderr, "fuseops: error: %s\n", e.what());
     return 1;
