@@ -248,13 +248,8 @@ class EntryReader {
     for (int64_t v = a; v <= b;) {
       out.push_back(v);
       if (out.size() > kMaxCasesPerFile) fail(path_, n.Mark(), key_, "the range has more than " + std::to_string(kMaxCasesPerFile) + " values");
-      if (m >= 2) {
-        if (v > b / m) break;
-        v *= m;
-      } else {
-        if (v > b - s) break;
-        v += s;
-      }
+      // the next value; one past INT64_MAX is past b too (b - s, the old bound, overflowed for b near INT64_MIN)
+      if (m >= 2 ? __builtin_mul_overflow(v, m, &v) : __builtin_add_overflow(v, s, &v)) break;
     }
     return out;
   }

@@ -2,6 +2,7 @@
 // error, each checking that the message names the file, line, column and key.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -225,6 +226,36 @@ TEST(CaseFile, SetNamesAndDefaultStep) {
   EXPECT_EQ(parse("name: mine\n" + body).name, "mine");
   EXPECT_EQ(parse(body).name, "f");
   EXPECT_EQ(parse(body).make_cases().size(), 3u);
+}
+
+// Ranges over the whole int64 range, for a parameter that takes any integer (the built-in ones start at 0 or 1):
+// the values up to `to`, with no signed overflow on the way (to - step overflowed for `to` near INT64_MIN: UBSan).
+TEST(CaseFile, RangesNeverOverflow) {
+  Registry reg;
+  OpSpec any;
+  any.family = "test";
+  any.name = "any";
+  any.params = {integer_param("n", "any integer", std::nullopt, INT64_MIN, INT64_MAX)};
+  any.make = [](const CaseParams&) -> std::unique_ptr<OpCase> { return nullptr; };
+  reg.add_op(any);
+  const auto values = [&](const std::string& range) {
+    std::vector<int64_t> v;
+    for (const auto& p : parse_case_text("cases:\n  - op: any\n    n: " + range + "\n", "f.yaml", reg).points) {
+      v.push_back(p.params.integer("n"));
+    }
+    return v;
+  };
+  constexpr int64_t lo = INT64_MIN, hi = INT64_MAX;
+  EXPECT_EQ(values("{from: -9223372036854775808, to: -9223372036854775800, step: 9223372036854775807}"),
+            std::vector<int64_t>{lo});
+  EXPECT_EQ(values("{from: -9223372036854775808, to: 9223372036854775807, step: 9223372036854775807}"),
+            (std::vector<int64_t>{lo, -1, hi - 1}));
+  EXPECT_EQ(values("{from: 9223372036854775800, to: 9223372036854775807, step: 3}"),
+            (std::vector<int64_t>{hi - 7, hi - 4, hi - 1}));
+  EXPECT_EQ(values("{from: 9223372036854775806, to: 9223372036854775807}"), (std::vector<int64_t>{hi - 1, hi}));
+  EXPECT_EQ(values("{from: 3037000499, to: 9223372036854775807, mul: 3037000499}"),
+            (std::vector<int64_t>{3037000499, int64_t{3037000499} * 3037000499}));
+  EXPECT_EQ(values("{from: 1, to: 9223372036854775807, mul: 9223372036854775807}"), (std::vector<int64_t>{1, hi}));
 }
 
 TEST(CaseFile, UnknownOpNamesFileLineColumnAndKey) {
