@@ -350,8 +350,8 @@ CaseSet CaseFile::as_set() const {
 
 namespace {
 
-/// The one document of the file: a second one (after `---`) with content is an error at its start, not ignored;
-/// empty documents (a trailing `---`) are skipped.
+/// The one document of the file: a second one (after `---`) with content is an error at its start, not ignored, and
+/// so is more than one empty document after it (one trailing `---` is allowed).
 YAML::Node single_document(const std::string& text, const std::string& path) {
   std::vector<YAML::Node> docs;
   // the line and column of byte i (lines end at LF)
@@ -380,16 +380,20 @@ YAML::Node single_document(const std::string& text, const std::string& path) {
   } catch (const YAML::ParserException& e) {
     throw Error(ErrorKind::invalid_argument, at(path, e.mark) + ": YAML syntax: " + e.msg);
   }
-  YAML::Node root;
-  for (const YAML::Node& d : docs) {
-    if (d.IsNull()) continue;
-    if (root.IsDefined() && !root.IsNull()) {
-      fail(path, d.Mark(), "cases", "a second YAML document (after ---): a case file is one document; put every "
-                                    "entry under one cases: list");
+  // the first document is the case file; after it one empty document at most (a final ---). A second document with
+  // content is an error at its first line (also after an empty first one: the file's cases are then the second), and
+  // so is a second empty one, at its --- (yaml-cpp marks an empty document at the next token: the --- that ends it)
+  for (std::size_t k = 1; k < docs.size(); ++k) {
+    if (!docs[k].IsNull()) {
+      fail(path, docs[k].Mark(), "cases", "a second YAML document (after ---): a case file is one document; put every "
+                                          "entry under one cases: list");
     }
-    root = d;
+    if (k >= 2) {
+      fail(path, docs[k - 1].Mark(), "cases",
+           "a second --- after the document: a case file is one document, ended by one --- at most");
+    }
   }
-  return root;
+  return docs.empty() ? YAML::Node() : docs[0];
 }
 
 CaseFile parse_document(const YAML::Node& root, const std::string& path, const Registry& reg) {

@@ -665,6 +665,12 @@ TEST(CaseFile, ASecondDocumentIsAnError) {
   EXPECT_CASE_ERROR("---\n" + one + "---\n# more\n" + one, "f.yaml:8:1", "cases", "a second YAML document");
   EXPECT_EQ(parse(one + "---\n").points.size(), 1u);
   EXPECT_EQ(parse("---\n" + one + "...\n").points.size(), 1u);
+  EXPECT_EQ(parse(one + "...\n---\n").points.size(), 1u);
+  // one final --- only: a second empty document after it is an error at its --- (two were accepted), and an empty
+  // document before the case file's makes that one the second
+  EXPECT_CASE_ERROR(one + "---\n---\n", "f.yaml:6:1", "cases", "a second --- after the document");
+  EXPECT_CASE_ERROR(one + "---\n# c\n---\n# d\n", "f.yaml:7:1", "cases", "a second --- after the document");
+  EXPECT_CASE_ERROR("---\n---\n" + one, "f.yaml:3:1", "cases", "a second YAML document");
 }
 
 // A list at the top level (or a scalar) printed yaml-cpp's "invalid node" without a place.
