@@ -230,6 +230,15 @@ bool use_cuda(const std::string& backend) {
   return gpus > 0;
 }
 
+const char* const kCpuRowsKept =
+    "the chunked GDN forward keeps at least two chunks and a half, in the first sequence of a varlen case, and a "
+    "fixed-length GDN intra-chunk case keeps at least two sequences";
+
+std::string cpu_rows_promise(int64_t rows) {
+  return "at most " + std::to_string(rows) + (rows == 1 ? " row" : " rows") + " per case (reduced sizes; " +
+         kCpuRowsKept + "; the rows column shows what ran)";
+}
+
 int launches_for(double est_us) {
   return static_cast<int>(std::clamp(2000.0 / std::max(est_us, 0.5), 10.0, 1000.0));
 }
@@ -302,9 +311,8 @@ int run_check(const Options& opts) {
               cuda ? ("cuda:0 (" + gpu::device_info(0).name + ")").c_str() : "cpu",
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(seed));
   if (!cuda) {
-    std::printf("%s: running on the CPU with at most %lld rows per case (reduced sizes; the chunked GDN forward keeps "
-                "at least two chunks and a half, in the first sequence of a varlen case; the rows column shows what ran)\n",
-                opts.backend == "cpu" ? "--backend cpu" : "no CUDA device", static_cast<long long>(opts.cpu_rows));
+    std::printf("%s: running on the CPU with %s\n", opts.backend == "cpu" ? "--backend cpu" : "no CUDA device",
+                cpu_rows_promise(opts.cpu_rows).c_str());
   }
   const NameColumns w = name_columns(work, 16, 28, 12);
   std::printf("%s %s %s %-5s %6s %11s %11s  %-34s %s\n", pad_column("set", w.set).c_str(),
@@ -618,9 +626,9 @@ int bench_gpu(const Options& opts, const std::vector<Work>& work) {
 int bench_cpu(const Options& opts, const std::vector<Work>& work) {
   const double memcpy_tbps =
       cli::naming_the_case(std::string("bench: the CPU memcpy rate (2 x 64 MiB)"), [] { return cpu_memcpy_tbps(); });
-  std::printf("fuseops bench: no GPU in use: CPU backend times (median wall time, %lld rows at most per case); these "
-              "are not GPU numbers. CPU memcpy rate %.4f TB/s (read + write)\n",
-              static_cast<long long>(opts.cpu_rows), memcpy_tbps);
+  std::printf("fuseops bench: no GPU in use: CPU backend times (median wall time), %s; these are not GPU numbers. CPU "
+              "memcpy rate %.4f TB/s (read + write)\n",
+              cpu_rows_promise(opts.cpu_rows).c_str(), memcpy_tbps);
   const NameColumns w = name_columns(work, 16, 26, 11);
   std::printf("%s %s %s %-5s %6s %12s %9s\n", pad_column("set", w.set).c_str(), pad_column("op", w.op).c_str(),
               pad_column("shape", w.shape).c_str(), "dtype", "rows", "cpu_us", "GB/s");
@@ -654,8 +662,8 @@ int bench_cpu(const Options& opts, const std::vector<Work>& work) {
   auto write_md = [&] {
     if (opts.md.empty()) return;
     std::ostringstream f;  // written at the end (write_text_file: a failed write is an error)
-    f << "CPU backend times (median wall time of 5 runs, 3 for the MoE cases, at most " << opts.cpu_rows
-      << " rows per case); not GPU numbers. Date: " << today() << ". fuseops " << version() << ".\n";
+    f << "CPU backend times (median wall time of 5 runs, 3 for the MoE cases), " << cpu_rows_promise(opts.cpu_rows)
+      << "; not GPU numbers. Date: " << today() << ". fuseops " << version() << ".\n";
     if (!opts.note.empty()) f << printable_text(opts.note) << "\n";
     f << "\n| set | op | shape | dtype | rows | cpu us |\n|---|---|---|---|---|---|\n";
     for (const auto& r : results) {

@@ -61,6 +61,12 @@ bool selected(const OpCase& c, const Options& opts, const Registry& reg);
 uint64_t seed_option(const std::string& text, bool given);
 /// "cpu" or "cuda" from --backend (auto: the GPU when there is one); an error for cuda without one.
 bool use_cuda(const std::string& backend);
+/// The cases a reduced CPU run keeps more rows of than --cpu-rows asks ("the chunked GDN forward keeps at least two
+/// chunks and a half, ..."), for the option's help and the run headers.
+extern const char* const kCpuRowsKept;
+/// "at most N rows per case (reduced sizes; <kCpuRowsKept>; the rows column shows what ran)", "1 row" in the
+/// singular: what the CPU headers of check and bench promise.
+std::string cpu_rows_promise(int64_t rows);
 /// Launches per timed graph for a problem whose single launch takes about `est_us`: enough for ~2 ms, 10..1000.
 int launches_for(double est_us);
 /// Terminal columns of UTF-8 `text` (one per code point).

@@ -103,6 +103,8 @@ int main(int argc, char** argv) {
     sub.add_option("--cases", opts.cases, "YAML case file(s) (docs/cases.md); without --set only these run")
         ->check(CLI::ExistingFile);
   };
+  const std::string cpu_rows_help = std::string("rows per case on the CPU backend (reduced sizes; ") + kCpuRowsKept +
+                                    "; the rows column shows what ran)";
   Options check_opts;
   CLI::App* check = app.add_subcommand("check", "run cases on a backend and compare with the float64 golden");
   check->add_option("--set", check_opts.sets, "case set(s) to run (default: every set)");
@@ -110,9 +112,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   CLI::Option* check_json = check->add_option("--json", check_opts.json, "write the results as JSON to this file");
   CLI::Option* check_seed = check->add_option("--seed", check_opts.seed_text, kSeedHelp);
-  check->add_option("--cpu-rows", check_opts.cpu_rows,
-                    "rows per case on the CPU backend (reduced sizes; the chunked GDN forward keeps at least two "
-                    "chunks and a half; the rows column shows what ran)")
+  check->add_option("--cpu-rows", check_opts.cpu_rows, cpu_rows_help)
       ->transform(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   add_selection(*check, check_opts);
   check->add_flag("--quiet", check_opts.quiet, "no progress line on a terminal");
@@ -123,9 +123,7 @@ int main(int argc, char** argv) {
   bench->add_option("--backend", bench_opts.backend, "auto | cpu | cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   CLI::Option* bench_json = bench->add_option("--json", bench_opts.json, "write the results as JSON to this file");
   CLI::Option* bench_md = bench->add_option("--md", bench_opts.md, "write the results as a Markdown table to this file");
-  bench->add_option("--cpu-rows", bench_opts.cpu_rows,
-                    "rows per case on the CPU backend (reduced sizes; the chunked GDN forward keeps at least two "
-                    "chunks and a half; the rows column shows what ran)")
+  bench->add_option("--cpu-rows", bench_opts.cpu_rows, cpu_rows_help)
       ->transform(decimal)->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   add_selection(*bench, bench_opts);
   bench->add_option("--note", bench_opts.note, "a line for the Markdown header (commit, command)");

@@ -112,6 +112,14 @@ elif [ "$rc" -ne 1 ] || [[ "$out" != *"silu_and_mul 400000000x1000 bf16: out of 
 else
   echo "ok: a case out of host memory is named"
 fi
+# the CPU header says which cases keep more rows than --cpu-rows (kkt_solve of a batch of 2 ran 2 rows under "at most 1
+# rows per case"), and the row count in the singular
+out=$("$fuseops" check --backend cpu --set gdn-kkt-solve --shape 2x2048x4x128 --cpu-rows 1 --quiet 2>&1)
+if [[ "$out" != *"at most 1 row per case (reduced sizes; "*"a fixed-length GDN intra-chunk case keeps at least two sequences"* ]] || \
+   ! [[ "$out" =~ kkt_solve\ +2x2048x4x128\ +bf16\ +2\  ]]; then
+  echo "FAIL: check --cpu-rows 1 header: $out"; failed=1
+fi
+expect 0 'at most 2 rows per case (reduced sizes; ' -- "$fuseops" bench --backend cpu --set norm --cpu-rows 2 --quiet
 # a case file given twice (also by another path) runs once, as a set named twice does
 printf 'cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 64\n' > "$work/one.yaml"
 expect 0 'check: 1 passed' -- "$fuseops" check --backend cpu --quiet --cases "$work/one.yaml" --cases "$work/../$(basename "$work")/one.yaml"
