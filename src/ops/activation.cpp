@@ -158,7 +158,8 @@ void masked_forward(const char* op, Act act, TensorView out, TensorView input, T
   a.masked_m = masked_m.data;
   a.m_dtype = masked_m.dtype;
   a.m_stride = masked_m.strides[0];
-  a.site = error_site(op, "masked_m");
+  a.site = error_site(op, "masked_m", "the index is the expert e: expected a count in [0, T_max]; it is clamped to "
+                                       "that range");
   if (E == 0) return;  // with T_max == 0 the kernel still checks masked_m
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`

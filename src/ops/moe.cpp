@@ -209,7 +209,9 @@ Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, T
     check_dtype(op, "expert_map", *expert_map, {DType::i32});
     a.expert_map = vector(op, "expert_map", *expert_map, "[num_experts]", num_experts);
     views.push_back({"expert_map", expert_map});
-    a.map_site = error_site(op, "expert_map");
+    a.map_site = error_site(op, "expert_map",
+                            "the index is the global expert id whose entry was read: expected -1 (not local) or a "
+                            "local id in [0, num_experts); its ids are skipped");
   }
   Device device = Device::cpu();
   for (const NamedView& v : views) device = common_device(op, {{views[0].name, views[0].view}, {v.name, v.view}});
@@ -224,7 +226,9 @@ Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, T
   }
   a.E = num_experts;
   a.block_size = block_size;
-  a.ids_site = error_site(op, "topk_ids");
+  a.ids_site = error_site(op, "topk_ids",
+                          "the index is the flat t * k + j of topk_ids [T, k]: expected -1 (padding) or an expert id "
+                          "in [0, num_experts); it is skipped");
   return device;
 }
 

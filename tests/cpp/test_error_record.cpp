@@ -171,7 +171,8 @@ TEST(DebugMode, OpRaisesAtTheOp) {
                                        TensorView(in.data(), DType::f32, Device::cpu(), {2, 2, 8}),
                                        TensorView(m.data(), DType::i32, Device::cpu(), {2}));
         },
-        "silu_and_mul_masked: masked_m: value out of range at index 0 (");
+        "silu_and_mul_masked: masked_m: value out of range at index 0 (the index is the expert e: expected a count "
+        "in [0, T_max]; it is clamped to that range)");
   }
   {
     std::vector<float> q(2 * 4, 0.25f), v(2 * 4, 1.f), o(2 * 4, 0.f), pool(1 * 4 * 4, 0.f);

@@ -302,7 +302,15 @@ def test_bad_ids_are_recorded():
     ids = torch.tensor([[0, 9], [-1, 3]], dtype=torch.int32)
     s, e, t = fuseops.moe_align_block_size(ids, 4, 8)
     assert t.tolist() == [8]
-    with pytest.raises(ValueError, match="topk_ids.*index 1"):
+    with pytest.raises(ValueError, match=r"^moe_align_block_size: topk_ids: value out of range at index 1 \(the index "
+                                         r"is the flat t \* k \+ j of topk_ids \[T, k\]: expected -1 \(padding\) or "
+                                         r"an expert id in \[0, num_experts\); it is skipped\)"):
+        fuseops.check_errors()
+    # a map entry outside [-1, num_experts): recorded at the global id whose entry was read
+    fuseops.moe_align_block_size(torch.tensor([[0, 2]], dtype=torch.int32), 4, 3,
+                                 torch.tensor([0, 1, 7], dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"^moe_align_block_size: expert_map: value out of range at index 2 \(the index "
+                                         r"is the global expert id whose entry was read"):
         fuseops.check_errors()
 
 
