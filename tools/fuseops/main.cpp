@@ -171,7 +171,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return flushed(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return flushed(app.exit(e));
+    // printed here, not by app.exit: its std::endl flushes at once, and a failed flush there leaves flushed() an
+    // error flag without the errno reason that --help's message gives ("No space left on device")
+    std::printf("%s\n", e.what());
+    return flushed(e.get_exit_code());
   } catch (const CLI::ParseError& e) {
     if (!unknown_subcommand(app)) app.exit(e);
     return 2;

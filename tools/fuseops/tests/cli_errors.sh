@@ -177,9 +177,11 @@ if [ -w /dev/full ]; then
   expect 1 '--svg: cannot write /dev/full' -- "$fuseops" bench --backend cpu --set norm --cpu-rows 2 --quiet --svg /dev/full
   expect 1 '--json: cannot write /dev/full' -- "$fuseops" model llama3-8b --tokens 2 --check-rows 2 --quiet --json /dev/full
   expect 1 'writing the standard output failed' -- bash -c '"$1" list > /dev/full' _ "$fuseops"
-  # ... also the help and the version (they exited 0); a usage error keeps its status 2 (it exited 1)
+  # ... also the help and the version (they exited 0), with the system's reason (the version's lacked it); a usage
+  # error keeps its status 2 (it exited 1)
   for args in --help --version "check --help" "model --help"; do
-    expect 1 'writing the standard output failed' -- bash -c '"$1" $2 > /dev/full' _ "$fuseops" "$args"
+    expect 1 'writing the standard output failed (No space left on device)' -- \
+      bash -c '"$1" $2 > /dev/full' _ "$fuseops" "$args"
   done
   expect 2 'model: give a model NAME' -- bash -c '"$1" model > /dev/full' _ "$fuseops"
 fi
