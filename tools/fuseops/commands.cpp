@@ -57,19 +57,24 @@ std::vector<const CaseSet*> select_sets(const std::vector<std::string>& names, b
 }
 
 /// A newline in --note would add lines (table rows) to the Markdown: one line of printable UTF-8 text only. The
-/// first fault is named, a character that breaks the line or a byte that is not UTF-8.
+/// first fault is named, a character that breaks the line or a byte that is not UTF-8, at its character (counted from
+/// 1, as a reader counts what they typed; not its byte offset: "\U0001F600\u00e9\u0085" faults at character 3, byte 6).
 void check_one_line(const char* option, const std::string& text) {
   std::string what;
   const std::size_t broken = line_break_at(text, &what), at = utf8_error_at(text);
+  // the text before the fault is UTF-8 (utf8_error_at stops at the first byte that is not): one column per character
+  auto character = [&](std::size_t byte) {
+    return " at character " + std::to_string(text_columns(text.substr(0, byte)) + 1);
+  };
   if (broken != std::string::npos && (at == std::string::npos || broken < at)) {
-    throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected one line of text, got " + what +
-                                                 " at position " + std::to_string(broken));
+    throw Error(ErrorKind::invalid_argument,
+                std::string(option) + ": expected one line of text, got " + what + character(broken));
   }
   if (at == std::string::npos) return;
   char code[8];
   std::snprintf(code, sizeof code, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(text[at])));
-  throw Error(ErrorKind::invalid_argument, std::string(option) + ": expected UTF-8 text, got the byte " + code +
-                                               " at position " + std::to_string(at));
+  throw Error(ErrorKind::invalid_argument,
+              std::string(option) + ": expected UTF-8 text, got the byte " + code + character(at));
 }
 
 /// The --cases files, as inputs that no output may overwrite.

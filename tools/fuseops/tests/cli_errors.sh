@@ -52,8 +52,13 @@ expect 2 'name: expected a non-empty value' -- "$fuseops" model ''
 expect 2 'name: expected a non-empty value' -- "$fuseops" model --list ''
 expect 2 '--json: expected a non-empty value' -- "$fuseops" model llama3-8b --json ''
 # --note must be UTF-8 (a byte that is not failed only when the JSON was written, leaving it empty)
-expect 2 '--note: expected UTF-8 text, got the byte 0xff at position 2' -- \
+expect 2 '--note: expected UTF-8 text, got the byte 0xff at character 3' -- \
   "$fuseops" bench --set norm --cpu-rows 1 --note $'ab\xff'
+# ... and its faults are placed by character, not by byte offset (U+0085 is the third character, at byte 6)
+expect 2 '--note: expected one line of text, got the control character U+0085 at character 3' -- \
+  "$fuseops" bench --set norm --cpu-rows 1 --note $'\U0001F600\u00e9\u0085'
+expect 2 '--note: expected UTF-8 text, got the byte 0xff at character 2' -- \
+  "$fuseops" bench --set norm --cpu-rows 1 --note $'\u00e9\xff'
 # an empty --filter / --shape is an error, not every case
 expect 2 '--filter: expected a non-empty value' -- "$fuseops" check --set norm --filter ''
 expect 2 '--shape: expected a non-empty value' -- "$fuseops" bench --backend cpu --set norm --shape ''
@@ -134,7 +139,7 @@ expect 2 '--svg: expected a non-empty value' -- "$fuseops" chart --from "$work/b
 expect 2 '--note: it goes into the --md / --json output' -- "$fuseops" bench --backend cpu --set norm --note x
 expect 2 '--note: expected one line of text' -- "$fuseops" bench --backend cpu --set norm --note $'a\nb'
 # ... a C1 control character too (U+009B, a terminal's CSI, was accepted where C0 was not)
-expect 2 '--note: expected one line of text, got the control character U+009B at position 1' -- \
+expect 2 '--note: expected one line of text, got the control character U+009B at character 2' -- \
   "$fuseops" bench --backend cpu --set norm --json "$work/note.json" --note $'a\xc2\x9b31mb'
 # chunk_local_cumsum with a scale that takes sums past fp32's range: inf where the golden rounds past it is the right
 # answer, not a FAIL (it exited 1)

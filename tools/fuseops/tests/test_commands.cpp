@@ -242,25 +242,28 @@ TEST(Note, IsOneLineOfText) {
   o.backend = "cpu";
   o.note = "commit abc\n| x | y |";
   const std::string msg = error_of([&] { run_bench(o); });
-  EXPECT_NE(msg.find("--note: expected one line of text, got the control character U+000A at position 10"),
+  EXPECT_NE(msg.find("--note: expected one line of text, got the control character U+000A at character 11"),
             std::string::npos) << msg;
   o.note = "tab\there";
   EXPECT_NE(error_of([&] { run_bench(o); }).find("U+0009"), std::string::npos);
   // C1 control characters (U+009B is a terminal's CSI) and the line / paragraph separators were accepted, C0 not
   o.note = "ab\xC2\x9B" "31m";
   EXPECT_NE(error_of([&] { run_bench(o); }).find("--note: expected one line of text, got the control character U+009B "
-                                                  "at position 2"),
+                                                  "at character 3"),
             std::string::npos);
   o.note = "a\xC2\x80";
-  EXPECT_NE(error_of([&] { run_bench(o); }).find("the control character U+0080 at position 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("the control character U+0080 at character 2"), std::string::npos);
   o.note = "line\xE2\x80\xA8two";
-  EXPECT_NE(error_of([&] { run_bench(o); }).find("got the line separator U+2028 at position 4"), std::string::npos);
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("got the line separator U+2028 at character 5"), std::string::npos);
   o.note = "\xE2\x80\xA9";
-  EXPECT_NE(error_of([&] { run_bench(o); }).find("got the paragraph separator U+2029 at position 0"),
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("got the paragraph separator U+2029 at character 1"),
             std::string::npos);
+  // placed by character, not by byte offset (the U+0085 after a four-byte and a two-byte character is at byte 6)
+  o.note = "\xF0\x9F\x98\x80\xC3\xA9\xC2\x85";
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("the control character U+0085 at character 3"), std::string::npos);
   // the first fault is named: here the byte that is not UTF-8, before the C1 character
   o.note = "a\xff\xC2\x9B";
-  EXPECT_NE(error_of([&] { run_bench(o); }).find("expected UTF-8 text, got the byte 0xff at position 1"),
+  EXPECT_NE(error_of([&] { run_bench(o); }).find("expected UTF-8 text, got the byte 0xff at character 2"),
             std::string::npos);
 }
 
