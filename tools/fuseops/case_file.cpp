@@ -350,26 +350,25 @@ CaseSet CaseFile::as_set() const {
 
 namespace {
 
+/// A yaml-cpp mark at a place of the text (the checks made before yaml-cpp reads it).
+YAML::Mark mark_of(TextPlace p) {
+  YAML::Mark m;
+  m.line = p.line;
+  m.column = p.column;
+  return m;
+}
+
 /// The one document of the file: a second one (after `---`) with content is an error at its start, not ignored, and
 /// so is more than one empty document after it (one trailing `---` is allowed).
 YAML::Node single_document(const std::string& text, const std::string& path) {
   std::vector<YAML::Node> docs;
-  // the line and column of byte i (lines end at LF)
-  auto mark_at = [&](std::size_t i) {
-    const std::size_t line_start = text.rfind('\n', i);
-    YAML::Mark m;
-    m.line = static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(i), '\n'));
-    m.column = static_cast<int>(line_start == std::string::npos ? i : i - line_start - 1);
-    return m;
-  };
-  if (const std::size_t nul = text.find('\0'); nul != std::string::npos) {  // yaml-cpp: "unknown escape character"
-    fail(path, mark_at(nul), "cases", "the file contains a NUL byte: expected a YAML text file");
-  }
+  // a NUL byte: yaml-cpp says "unknown escape character"
+  check_no_nul_byte(text, "YAML", [&](TextPlace p) { return at(path, mark_of(p)) + ": key \"cases\": "; });
   // a carriage return without a line feed (a CRLF file whose last line lost its LF, or CR-only line endings): yaml-cpp
   // keeps it in the scalar before it ("8\r") or reports another syntax error
   for (std::size_t i = text.find('\r'); i != std::string::npos; i = text.find('\r', i + 1)) {
     if (i + 1 < text.size() && text[i + 1] == '\n') continue;
-    fail(path, mark_at(i), "cases",
+    fail(path, mark_of(place_in_text(text, i)), "cases",
          "a carriage return (CR) without a line feed: save the file with LF or CRLF line endings");
   }
   try {

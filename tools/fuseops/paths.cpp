@@ -1,5 +1,6 @@
 #include "paths.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -300,6 +301,22 @@ std::string read_input_file(const char* option, const std::string& path, const s
     }
   }
   return text;
+}
+
+TextPlace place_in_text(const std::string& text, std::size_t at) {
+  const std::size_t line_start = text.rfind('\n', at);
+  TextPlace p;
+  p.line = static_cast<int>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+  p.column = static_cast<int>(line_start == std::string::npos ? at : at - line_start - 1);
+  return p;
+}
+
+void check_no_nul_byte(const std::string& text, const std::string& kind,
+                       const std::function<std::string(TextPlace)>& where) {
+  const std::size_t nul = text.find('\0');
+  if (nul == std::string::npos) return;
+  throw Error(ErrorKind::invalid_argument,
+              where(place_in_text(text, nul)) + "the file contains a NUL byte: expected a " + kind + " text file");
 }
 
 void flush_stdout() {

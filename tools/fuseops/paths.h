@@ -28,6 +28,19 @@ void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<
 /// list"), not an endless read or an allocation that fails; a file that cannot be opened is an Error too.
 std::string read_input_file(const char* option, const std::string& path, const std::string& why_small);
 
+/// Line and column of byte `at` of an input text, counted from 0 (lines end at LF), as yaml-cpp marks them.
+struct TextPlace {
+  int line = 0, column = 0;
+};
+TextPlace place_in_text(const std::string& text, std::size_t at);
+
+/// Throws Error (invalid_argument) where `text`, the contents of an input text file, has a NUL byte: `where` (given
+/// the first one's place) followed by "the file contains a NUL byte: expected a <kind> text file". A text file has
+/// none, and the readers would not say so: yaml-cpp reads one as "unknown escape character", nlohmann::json as the end
+/// of the input (what followed was silently ignored). The one check of the case files and of chart's --from.
+void check_no_nul_byte(const std::string& text, const std::string& kind,
+                       const std::function<std::string(TextPlace)>& where);
+
 /// Fails early (before anything runs) if an output path given on the command line (`given`; "" is then an error)
 /// cannot be written: throws Error (invalid_argument) naming `option` and the system's reason. A file this made to find
 /// out is removed again, so that a run failing later (no case matched, a bad case file) leaves no empty file; a named

@@ -136,6 +136,15 @@ expect 2 '--svg: '"$work"'/b.json is the same file as the input --from' -- \
   "$fuseops" chart --from "$work/b.json" --svg "$work/b.json"
 expect 2 'is the same file as the output --svg' -- "$fuseops" chart --from "$work/b.json" --svg "$work/x" --html "$work/x"
 expect 2 '--svg: expected a non-empty value' -- "$fuseops" chart --from "$work/b.json" --svg '' --html "$work/y.html"
+# a NUL byte in --from is an error at its place, as in a case file (the JSON reader ended there: a second result
+# after it was silently ignored, a NUL inside one was "unexpected end of input")
+one='{"command": "bench", "results": [{"op": "x", "shape": "1", "cold_us": 1.0}]}'
+{ printf '%s\n' "$one"; printf '\0'; printf '%s\n' "$one"; } > "$work/nul.json"
+expect 2 "--from: $work/nul.json:2:1: the file contains a NUL byte: expected a JSON text file" -- \
+  "$fuseops" chart --from "$work/nul.json" --svg "$work/nul.svg"
+printf '{"command": "bench",\n "results"\0: []}' > "$work/nul2.json"
+expect 2 "--from: $work/nul2.json:2:11: the file contains a NUL byte" -- \
+  "$fuseops" chart --from "$work/nul2.json" --svg "$work/nul.svg"
 expect 2 '--note: it goes into the --md / --json output' -- "$fuseops" bench --backend cpu --set norm --note x
 expect 2 '--note: expected one line of text' -- "$fuseops" bench --backend cpu --set norm --note $'a\nb'
 # ... a C1 control character too (U+009B, a terminal's CSI, was accepted where C0 was not)
