@@ -159,6 +159,12 @@ std::string rate_text(const Row& row) {
 }
 
 constexpr int kWidth = 1240, kLabelW = 450, kBarW = 440, kRowH = 20, kX0 = kLabelW + 10;
+constexpr double kHeadroom = 1.08;  ///< the longest bar takes 1 / 1.08 of kBarW: room for its label
+
+/// The length of a bar (or the place of a line) for `value` on an axis whose largest value is `largest` (> 0, finite):
+/// value / largest first, so that a finite but huge value gives a finite length (largest * 1.08 and kBarW * value
+/// overflowed to inf, and a baseline time or a copy_tbps of 1.7e308 drew width="-nan" and x1="-nan").
+double bar_length(double value, double largest) { return kBarW * (value / largest) / kHeadroom; }
 
 /// The SVG element (without an XML prolog): the throughput section, then the baseline-ratio section.
 std::string svg_element(const Results& r) {
@@ -170,8 +176,7 @@ std::string svg_element(const Results& r) {
     for (const auto& b : row.baselines) max_ratio = std::max(max_ratio, b.second / std::max(row.time_us, 1e-9));
     nratio += static_cast<int>(row.baselines.size());
   }
-  max_tbps = max_tbps > 0 ? max_tbps * 1.08 : 1.0;
-  max_ratio *= 1.08;
+  if (!(max_tbps > 0)) max_tbps = 1.0;  // no rate and no ceiling: every bar is empty
   const int top1 = 72, top2 = top1 + n * kRowH + 70;
   const int height = top2 + std::max(nratio, 1) * kRowH + 30;
   std::ostringstream s;
@@ -189,7 +194,7 @@ std::string svg_element(const Results& r) {
   for (int i = 0; i < n; ++i) {
     const Row& row = r.rows[i];
     const int y = top1 + i * kRowH;
-    const double w = kBarW * row.tbps() / max_tbps;
+    const double w = bar_length(row.tbps(), max_tbps);
     s << "<text x=\"8\" y=\"" << y + 14 << "\">" << esc(row.label) << "</text>\n";
     s << "<rect class=\"bar\" x=\"" << kX0 << "\" y=\"" << y + 3 << "\" width=\"" << fmt("%.2f", w) << "\" height=\""
       << kRowH - 6 << "\" data-value=\"" << fmt("%.6g", row.tbps()) << "\"><title>" << esc(row.label) << ": "
@@ -200,7 +205,7 @@ std::string svg_element(const Results& r) {
     s << "<text class=\"v\" x=\"" << fmt("%.2f", kX0 + w + 4) << "\" y=\"" << y + 14 << "\">" << esc(v) << "</text>\n";
   }
   if (r.ceiling_tbps > 0) {
-    const double x = kX0 + kBarW * r.ceiling_tbps / max_tbps;
+    const double x = kX0 + bar_length(r.ceiling_tbps, max_tbps);
     s << "<line class=\"ceiling\" x1=\"" << fmt("%.2f", x) << "\" x2=\"" << fmt("%.2f", x) << "\" y1=\"" << top1
       << "\" y2=\"" << top1 + n * kRowH << "\"/>\n";
   }
@@ -211,7 +216,7 @@ std::string svg_element(const Results& r) {
   for (const Row& row : r.rows) {
     for (const auto& b : row.baselines) {
       const int y = top2 + k++ * kRowH;
-      const double ratio = b.second / std::max(row.time_us, 1e-9), w = kBarW * ratio / max_ratio;
+      const double ratio = b.second / std::max(row.time_us, 1e-9), w = bar_length(ratio, max_ratio);
       s << "<text x=\"8\" y=\"" << y + 14 << "\">" << esc(row.label + "  vs " + b.first) << "</text>\n";
       s << "<rect class=\"ratio-bar\" x=\"" << kX0 << "\" y=\"" << y + 3 << "\" width=\"" << fmt("%.2f", w)
         << "\" height=\"" << kRowH - 6 << "\" data-value=\"" << fmt("%.6g", ratio) << "\"/>\n";
@@ -220,7 +225,7 @@ std::string svg_element(const Results& r) {
     }
   }
   if (nratio > 0) {
-    const double x = kX0 + kBarW / max_ratio;
+    const double x = kX0 + bar_length(1.0, max_ratio);
     s << "<line class=\"unit\" x1=\"" << fmt("%.2f", x) << "\" x2=\"" << fmt("%.2f", x) << "\" y1=\"" << top2
       << "\" y2=\"" << top2 + nratio * kRowH << "\"/>\n";
   }

@@ -1,7 +1,11 @@
 // Charts from bench results, and the progress line.
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <regex>
 #include <string>
 
 #include "chart.h"
@@ -113,6 +117,30 @@ TEST(Chart, CeilingShareIsFiniteAndNumbersPrintShort) {
   for (const std::string& svg : {tiny, huge}) EXPECT_EQ(svg.find("0000000000000000"), std::string::npos) << svg;
   EXPECT_EQ(fmt(" (%.0f%% of ceiling)", 88.2), " (88% of ceiling)");
   EXPECT_EQ(fmt("%.2fx", 1e20), "1e+20x");
+}
+
+// Finite but huge values (a baseline time, a ceiling, a rate near the largest double) draw finite bars and lines: the
+// axis maxima (max * 1.08) overflowed to inf, and the SVG had width="-nan" and x1="-nan". No number drawn or printed
+// in either chart is nan or inf.
+TEST(Chart, HugeValuesDrawFiniteCoordinates) {
+  const std::string entry = R"({"op": "silu_and_mul", "shape": "1x1", "cold_us": 1.0, "bytes": 100)";
+  for (const std::string& text :
+       {R"({"command": "bench", "results": [)" + entry + R"(, "baseline": "b", "baseline_cold_us": 1.7e308}]})",
+        R"({"command": "bench", "backend": "cuda", "copy_tbps": 1.7e308, "results": [)" + entry + "}]}",
+        std::string(R"({"command": "bench", "results": [{"op": "a", "shape": "b", "cold_us": 1e-300,
+            "bytes": 1.7e8, "baselines": [{"name": "c", "cold_us": 1.7e8}]}]})")}) {
+    const auto j = nlohmann::json::parse(text);
+    for (const std::string& out : {chart_svg(j), chart_html(j)}) {
+      std::string lower = out;
+      for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      EXPECT_EQ(lower.find("nan"), std::string::npos) << out;
+      EXPECT_EQ(lower.find("inf"), std::string::npos) << out;
+      const std::regex number("(x|x1|x2|width|data-value)=\"([^\"]*)\"");
+      for (auto m = std::sregex_iterator(out.begin(), out.end(), number); m != std::sregex_iterator(); ++m) {
+        EXPECT_TRUE(std::isfinite(std::strtod((*m)[2].str().c_str(), nullptr))) << (*m)[0] << " in " << text;
+      }
+    }
+  }
 }
 
 // Baseline times of zero are drawn (they were dropped: "no baseline in these results"); "baseline": "" (what bench
