@@ -310,7 +310,12 @@ void read_entry(const std::string& path, const YAML::Node& entry, const Registry
   for (std::size_t n = 0; n < total; ++n) {
     std::map<std::string, ParamValue> given;
     for (std::size_t a = 0; a < axes.size(); ++a) given[axes[a].first] = axes[a].second[idx[a]];
-    CaseParams params = op->with_defaults(given, op_node.Scalar());
+    CaseParams params;
+    try {
+      params = op->with_defaults(given, op_node.Scalar());
+    } catch (const ParamError& e) {  // a value that contradicts the alias the entry names its op by
+      fail(path, marks.count(e.key()) ? marks[e.key()] : op_node.Mark(), e.key(), e.what());
+    }
     try {
       op->make(params);  // the hook rejects impossible combinations here, before anything runs
     } catch (const ParamError& e) {

@@ -72,7 +72,13 @@ CaseParams OpSpec::with_defaults(const std::map<std::string, ParamValue>& given,
   }
   if (const auto a = alias_defaults.find(as); a != alias_defaults.end()) {
     for (const auto& [k, v] : a->second) {
-      if (!out.has(k)) out.set(k, v);
+      const auto g = given.find(k);
+      if (g == given.end()) {
+        out.set(k, v);
+      } else if (g->second != v) {  // the name says one thing, the parameter another: which was meant is unknown
+        throw ParamError(k, "op " + as + " implies " + k + " " + value_text(v) + ", but the entry gives " +
+                                value_text(g->second) + " (drop " + k + ", or name the op " + name + ")");
+      }
     }
   }
   for (const ParamSpec& p : params) {

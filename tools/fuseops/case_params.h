@@ -100,7 +100,8 @@ struct OpSpec {
   std::string family;                ///< "activation"
   std::string name;                  ///< the public op name, "silu_and_mul"
   std::vector<std::string> aliases;  ///< other names it answers to, e.g. the OpCase::op of its built-in cases
-  /// Defaults an alias implies where the entry does not give the parameter (`layer_norm`: is_rms_norm false).
+  /// Values an alias implies (`layer_norm`: is_rms_norm false): set where the entry does not give the parameter, an
+  /// error where it gives another value (`op: layer_norm` with `is_rms_norm: true` ran an RMSNorm).
   std::map<std::string, std::map<std::string, ParamValue>> alias_defaults;
   /// Aliases that tell its rows apart, each with the start of the names its rows print (layer_norm_fwd: rms_norm ->
   /// "rms_norm", layer_norm -> "layer_norm", rms_norm_gated -> "rms_norm,gate"): --filter by one of them selects the
@@ -113,7 +114,8 @@ struct OpSpec {
   const ParamSpec* param(const std::string& n) const;
   bool answers_to(const std::string& n) const;
   /// The defaults plus `given` (names checked: an unknown one throws ParamError naming it); `as`: the name the op was
-  /// called by (an alias's defaults come before the op's).
+  /// called by (an alias's defaults come before the op's; a given value that contradicts one throws ParamError naming
+  /// the parameter and the alias).
   CaseParams with_defaults(const std::map<std::string, ParamValue>& given, const std::string& as = "") const;
 };
 

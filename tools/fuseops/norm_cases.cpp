@@ -189,10 +189,12 @@ OpSpec layer_norm_op() {
   spec.family = "norm";
   spec.name = "layer_norm_fwd";
   spec.aliases = {"rms_norm", "rms_norm_gated", "rmsnorm_gated", "layer_norm"};
-  // what the names say, where the entry does not: layer_norm is a LayerNorm, the *_gated ones have the gate
+  // what the names say (an entry that says otherwise is an error): layer_norm is a LayerNorm, rms_norm an RMSNorm
+  // (with or without the gate: its rows print "rms_norm,gate"), the *_gated ones a gated RMSNorm
   spec.alias_defaults = {{"layer_norm", {{"is_rms_norm", false}}},
-                         {"rms_norm_gated", {{"gate", true}}},
-                         {"rmsnorm_gated", {{"gate", true}}}};
+                         {"rms_norm", {{"is_rms_norm", true}}},
+                         {"rms_norm_gated", {{"is_rms_norm", true}, {"gate", true}}},
+                         {"rmsnorm_gated", {{"is_rms_norm", true}, {"gate", true}}}};
   // what its rows print: --filter rms_norm takes the RMSNorm rows, rms_norm_gated the gated ones only (",gate",
   // ",gate-before", ",gate,w32"; its plain rms_norm and layer_norm,gate rows were selected as the op's)
   spec.row_names = {{"rms_norm", "rms_norm"},

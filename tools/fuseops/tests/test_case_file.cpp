@@ -114,26 +114,45 @@ TEST(CaseFile, MropeAliasesImplyTheirLayout) {
 }
 
 // An alias means what it says where the entry does not: layer_norm is a LayerNorm, rms_norm_gated has the gate (both
-// ran as an ungated RMSNorm); a parameter the entry gives wins.
+// ran as an ungated RMSNorm); an entry may repeat what the alias implies.
 TEST(CaseFile, NormAliasesImplyTheirForm) {
   const CaseFile f = parse(
       "cases:\n"
       "  - op: layer_norm\n    tokens: 4\n    hidden: 64\n"
       "  - op: rms_norm_gated\n    tokens: 4\n    hidden: 64\n"
-      "  - op: layer_norm\n    tokens: 4\n    hidden: 64\n    is_rms_norm: true\n"
+      "  - op: layer_norm\n    tokens: 4\n    hidden: 64\n    is_rms_norm: false\n"
       "  - op: rms_norm\n    tokens: 4\n    hidden: 64\n");
   ASSERT_EQ(f.points.size(), 4u);
   EXPECT_FALSE(f.points[0].params.boolean("is_rms_norm"));
   EXPECT_FALSE(f.points[0].params.boolean("gate"));
   EXPECT_TRUE(f.points[1].params.boolean("is_rms_norm"));
   EXPECT_TRUE(f.points[1].params.boolean("gate"));
-  EXPECT_TRUE(f.points[2].params.boolean("is_rms_norm"));
+  EXPECT_FALSE(f.points[2].params.boolean("is_rms_norm"));
   EXPECT_TRUE(f.points[3].params.boolean("is_rms_norm"));
   EXPECT_FALSE(f.points[3].params.boolean("gate"));
   const auto cases = f.make_cases();
   ASSERT_EQ(cases.size(), 4u);
   EXPECT_EQ(cases[0]->op.rfind("layer_norm", 0), 0u) << cases[0]->op;
   EXPECT_NE(cases[1]->op.find("gate"), std::string::npos) << cases[1]->op;
+}
+
+// A parameter that contradicts what the alias implies is an error at its key, naming the alias (layer_norm with
+// is_rms_norm: true ran an RMSNorm, rmsnorm_gated with is_rms_norm: false a layer_norm,gate row, rms_norm_gated with
+// gate: false a plain rms_norm, mrope(chunked) with another layout that layout); also one value of a list.
+TEST(CaseFile, AliasContradictedIsAnError) {
+  const std::string norm = "    tokens: 4\n    hidden: 64\n";
+  EXPECT_CASE_ERROR("cases:\n  - op: rmsnorm_gated\n" + norm + "    is_rms_norm: false\n", "f.yaml:5:5", "is_rms_norm",
+                    "op rmsnorm_gated implies is_rms_norm true, but the entry gives false (drop is_rms_norm, or name "
+                    "the op layer_norm_fwd)");
+  EXPECT_CASE_ERROR("cases:\n  - op: rms_norm_gated\n" + norm + "    gate: false\n", "f.yaml:5:5", "gate",
+                    "op rms_norm_gated implies gate true, but the entry gives false");
+  EXPECT_CASE_ERROR("cases:\n  - op: layer_norm\n" + norm + "    is_rms_norm: [false, true]\n", "f.yaml:5:5",
+                    "is_rms_norm", "op layer_norm implies is_rms_norm false, but the entry gives true");
+  EXPECT_CASE_ERROR("cases:\n  - op: rms_norm\n    is_rms_norm: false\n" + norm, "f.yaml:3:5", "is_rms_norm",
+                    "op rms_norm implies is_rms_norm true");
+  EXPECT_CASE_ERROR("cases:\n  - op: mrope(chunked)\n    tokens: 4\n    num_heads: 2\n    num_kv_heads: 1\n"
+                    "    head_size: 64\n    mrope_section: [8, 12, 12]\n    mrope_layout: interleaved\n",
+                    "f.yaml:8:5", "mrope_layout", "op mrope(chunked) implies mrope_layout chunked");
 }
 
 TEST(CaseFile, GdnFixedVarlenAndAlias) {
