@@ -56,25 +56,11 @@ std::vector<const CaseSet*> select_sets(const std::vector<std::string>& names, b
   return out;
 }
 
-/// A newline in --note would add lines (table rows) to the Markdown: one line of printable UTF-8 text only. The
-/// first fault is named, a character that breaks the line or a byte that is not UTF-8, at its character (counted from
-/// 1, as a reader counts what they typed; not its byte offset: "\U0001F600\u00e9\u0085" faults at character 3, byte 6).
+/// A newline in --note would add lines (table rows) to the Markdown: one line of printable UTF-8 text only
+/// (one_line_fault, as a case file's name).
 void check_one_line(const char* option, const std::string& text) {
-  std::string what;
-  const std::size_t broken = line_break_at(text, &what), at = utf8_error_at(text);
-  // the text before the fault is UTF-8 (utf8_error_at stops at the first byte that is not): one column per character
-  auto character = [&](std::size_t byte) {
-    return " at character " + std::to_string(text_columns(text.substr(0, byte)) + 1);
-  };
-  if (broken != std::string::npos && (at == std::string::npos || broken < at)) {
-    throw Error(ErrorKind::invalid_argument,
-                std::string(option) + ": expected one line of text, got " + what + character(broken));
-  }
-  if (at == std::string::npos) return;
-  char code[8];
-  std::snprintf(code, sizeof code, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(text[at])));
-  throw Error(ErrorKind::invalid_argument,
-              std::string(option) + ": expected UTF-8 text, got the byte " + code + character(at));
+  const std::string fault = one_line_fault(text);
+  if (!fault.empty()) throw Error(ErrorKind::invalid_argument, std::string(option) + ": " + fault);
 }
 
 /// The --cases files, as inputs that no output may overwrite.
@@ -434,24 +420,61 @@ std::size_t line_break_at(const std::string& text, std::string* what) {
   return std::string::npos;
 }
 
-std::string printable_text(const std::string& text) {
-  static const std::string kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+std::string one_line_fault(const std::string& text) {
+  std::string what;
+  const std::size_t broken = line_break_at(text, &what), at = utf8_error_at(text);
+  // the text before the fault is UTF-8 (utf8_error_at stops at the first byte that is not): one column per character
+  auto character = [&](std::size_t byte) {
+    return " at character " + std::to_string(text_columns(text.substr(0, byte)) + 1);
+  };
+  if (broken != std::string::npos && (at == std::string::npos || broken < at)) {
+    return "expected one line of text, got " + what + character(broken);
+  }
+  if (at == std::string::npos) return "";
+  char code[8];
+  std::snprintf(code, sizeof code, "0x%02x", static_cast<unsigned>(static_cast<unsigned char>(text[at])));
+  return std::string("expected UTF-8 text, got the byte ") + code + character(at);
+}
+
+namespace {
+
+/// `text` with each control character (control_at, with `line_breaks` also U+2028 / U+2029) and each byte that does
+/// not begin a well-formed UTF-8 sequence replaced by `replace(code, byte)`: the code point, or the byte's value with
+/// `byte` true. The one walk of printable_text and escaped_text.
+template <typename F>
+std::string replace_unprintable(const std::string& text, bool line_breaks, F&& replace) {
   std::string out;
   std::size_t i = 0;
   while (i < text.size()) {
     const std::size_t bad = utf8_error_at(text.substr(i));
     const std::size_t end = bad == std::string::npos ? text.size() : i + bad;
     while (i < end) {
-      if (const std::size_t length = control_at(text, i, false)) {
-        out += kReplacement;
+      uint32_t code = 0;
+      if (const std::size_t length = control_at(text, i, line_breaks, &code)) {
+        out += replace(code, false);
         i += length;
       } else {
         out += text[i++];
       }
     }
-    if (bad != std::string::npos) out += kReplacement, ++i;  // one replacement per byte that starts no sequence
+    if (bad != std::string::npos) out += replace(static_cast<unsigned char>(text[i++]), true);  // one per byte
   }
   return out;
+}
+
+}  // namespace
+
+std::string printable_text(const std::string& text, bool line_breaks) {
+  return replace_unprintable(text, line_breaks, [](uint32_t, bool) { return std::string("\xEF\xBF\xBD"); });  // U+FFFD
+}
+
+std::string escaped_text(const std::string& text) {
+  return replace_unprintable(text, true, [](uint32_t code, bool byte) {
+    if (code == '\r' || code == '\t') return std::string(code == '\r' ? "\\r" : "\\t");
+    char buf[8];
+    std::snprintf(buf, sizeof buf, code < 0x80 || byte ? "\\x%02x" : "\\u%04x", static_cast<unsigned>(code));
+    return std::string(buf);
+  });
 }
 
 std::string json_text(const nlohmann::json& j) {

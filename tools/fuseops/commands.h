@@ -89,11 +89,21 @@ std::size_t control_at(const std::string& text, std::size_t at, bool line_breaks
 /// character, a line or paragraph separator), or std::string::npos; `what` (where given) gets its name, "the control
 /// character U+000A" or "the line separator U+2028". --note and a case file's name are one line.
 std::size_t line_break_at(const std::string& text, std::string* what = nullptr);
+/// What keeps `text` from being one line of printable UTF-8 text, its first fault placed at its character (counted
+/// from 1, not a byte offset): "expected one line of text, got the control character U+0085 at character 3" (a
+/// line_break_at character) or "expected UTF-8 text, got the byte 0xff at character 2" (utf8_error_at); "" where
+/// nothing does. The rule of --note and of a case file's name, however it is given.
+std::string one_line_fault(const std::string& text);
 /// `text` with each byte that does not begin a well-formed UTF-8 sequence, and each control character (control_at:
 /// U+0000 - U+001F, U+007F, U+0080 - U+009F: XML and SVG forbid most of them, and in Markdown or on a terminal they
 /// act rather than print), replaced by U+FFFD: the form of names (case files, sets, ops) in the Markdown, SVG and
-/// HTML outputs and the console rows.
-std::string printable_text(const std::string& text);
+/// HTML outputs and the console rows. With `line_breaks`, U+2028 and U+2029 too (one line: a case file's default
+/// name, its stem).
+std::string printable_text(const std::string& text, bool line_breaks = false);
+/// `text` as messages quote it: each control character, line and paragraph separator escaped (\r, \t, \x1b,
+/// \u009b, \u2028) and each byte that does not begin a UTF-8 sequence too (\xff), so that none acts on the terminal
+/// and the reader sees what was there: the form of names, paths and quoted values in error and status messages.
+std::string escaped_text(const std::string& text);
 /// `j` as the JSON text the commands write (indent 1), bytes that are not UTF-8 replaced by U+FFFD.
 std::string json_text(const nlohmann::json& j);
 

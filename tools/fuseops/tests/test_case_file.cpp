@@ -554,8 +554,8 @@ TEST(CaseFile, DeepNestingIsNamed) {
 TEST(CaseFile, NameIsOneLineWithoutBars) {
   // the message says which rule the name breaks and shows it escaped (a tab or an escape was "not one line")
   EXPECT_CASE_ERROR("name: \"a|b\"\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:7", "name",
-                    "expected a name of one line without control characters or '|' (it is a column of the tables), "
-                    "got \"a|b\"");
+                    "expected a name of one line of UTF-8 text without control characters or '|' (it is a column of "
+                    "the tables), got \"a|b\"");
   EXPECT_CASE_ERROR("name: \"a\\nb\"\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:7", "name",
                     "got \"a\\x0ab\"");
   EXPECT_CASE_ERROR("name: \"a\\tb\"\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n", "f.yaml:1:7", "name",
@@ -573,6 +573,33 @@ TEST(CaseFile, NameIsOneLineWithoutBars) {
   // letters beside C1 in UTF-8 are text
   EXPECT_EQ(parse("name: caf\xC3\xA9\xC2\xA0x\ncases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n").name,
             "caf\xC3\xA9\xC2\xA0x");
+}
+
+// A name is UTF-8 text, as --note (docs/cases.md: "as for --note"): YAML's escape \N (U+0085), which yaml-cpp writes
+// as a raw 0x85 byte that the control-character check did not see, and raw bytes that are not UTF-8 were accepted.
+// The message shows the byte escaped.
+TEST(CaseFile, NameIsUtf8Text) {
+  const std::string cases = "cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n";
+  EXPECT_CASE_ERROR("name: \"a\\Nb\"\n" + cases, "f.yaml:1:7", "name",
+                    "expected a name of one line of UTF-8 text without control characters or '|' (it is a column of "
+                    "the tables), got \"a\\x85b\"");
+  EXPECT_CASE_ERROR("name: \"a\xff" "b\"\n" + cases, "f.yaml:1:7", "name", "got \"a\\xffb\"");
+  EXPECT_CASE_ERROR("name: a\xC3" "b\n" + cases, "f.yaml:1:7", "name", "got \"a\\xc3b\"");
+}
+
+// The default name, the file's stem, is one line of UTF-8 text too (a file named x<U+2028>y.yaml put a raw line
+// separator into the Markdown): each control character, line or paragraph separator and byte that is not UTF-8 is
+// replaced by U+FFFD (docs/cases.md); a '|' stays (the tables escape it).
+TEST(CaseFile, DefaultNameFromTheStemIsOneLine) {
+  const std::string cases = "cases:\n  - op: silu_and_mul\n    tokens: 4\n    d: 8\n";
+  const std::string r = "\xEF\xBF\xBD";  // U+FFFD
+  const std::vector<std::pair<std::string, std::string>> stems = {
+      {"x\xE2\x80\xA8y", "x" + r + "y"}, {"p\xE2\x80\xA9", "p" + r}, {"e\x1b[31mX", "e" + r + "[31mX"},
+      {"n\xC2\x85", "n" + r}, {"a\xff" "b", "a" + r + "b"}, {"a|b", "a|b"}, {"caf\xC3\xA9", "caf\xC3\xA9"}};
+  for (const auto& [stem, name] : stems) {
+    EXPECT_EQ(parse_case_text(cases, "dir/" + stem + ".yaml", registry()).name, name) << stem;
+    EXPECT_EQ(parse_case_text("name: ok\n" + cases, "dir/" + stem + ".yaml", registry()).name, "ok");
+  }
 }
 
 TEST(CaseFile, DuplicateKeysAreErrors) {
