@@ -17,9 +17,10 @@
 namespace fuseops::cli {
 namespace {
 
-/// "path:line:col" of a node (yaml-cpp marks are 0-based; the null mark of an empty document is -1: line 1).
+/// "path:line:col" of a node (yaml-cpp marks are 0-based; the null mark of an empty document is -1: line 1), the path
+/// escaped (escaped_text: a file named e<ESC>[31mX.yaml put a raw escape on the terminal).
 std::string at(const std::string& path, const YAML::Mark& m) {
-  return path + ":" + std::to_string(std::max(m.line, 0) + 1) + ":" + std::to_string(std::max(m.column, 0) + 1);
+  return escaped_text(path) + ":" + std::to_string(std::max(m.line, 0) + 1) + ":" + std::to_string(std::max(m.column, 0) + 1);
 }
 
 std::string scalar_text(const YAML::Node& n);
@@ -36,7 +37,7 @@ std::vector<std::pair<std::string, YAML::Mark>> keys_of(const std::string& path,
     const std::string key = kv.first.Scalar();
     for (const auto& [k, m] : keys) {
       if (k == key) {
-        throw Error(ErrorKind::invalid_argument, at(path, kv.first.Mark()) + ": key \"" + key +
+        throw Error(ErrorKind::invalid_argument, at(path, kv.first.Mark()) + ": key \"" + escaped_text(key) +
                                                      "\": duplicate key (first at " + at(path, m) + ")");
       }
     }
@@ -46,7 +47,7 @@ std::vector<std::pair<std::string, YAML::Mark>> keys_of(const std::string& path,
 }
 
 [[noreturn]] void fail(const std::string& path, const YAML::Mark& m, const std::string& key, const std::string& msg) {
-  throw Error(ErrorKind::invalid_argument, at(path, m) + ": key \"" + key + "\": " + msg);
+  throw Error(ErrorKind::invalid_argument, at(path, m) + ": key \"" + escaped_text(key) + "\": " + msg);
 }
 
 /// A scalar written as a string ("64", '64', !!str 64): not a number or a boolean even when it reads as one.
@@ -259,7 +260,7 @@ void read_entry(const std::string& path, const YAML::Node& entry, const Registry
   if (!op) {
     std::string known;
     for (const OpSpec& o : reg.ops()) known += (known.empty() ? "" : ", ") + o.name;
-    fail(path, op_node.Mark(), "op", "unknown op \"" + op_node.Scalar() + "\" (known: " + known + ")");
+    fail(path, op_node.Mark(), "op", "unknown op \"" + escaped_text(op_node.Scalar()) + "\" (known: " + known + ")");
   }
   std::vector<std::pair<std::string, std::vector<ParamValue>>> axes;
   std::map<std::string, YAML::Mark> marks;

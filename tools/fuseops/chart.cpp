@@ -42,7 +42,10 @@ std::string fmt_g(double v) {
 
 [[noreturn]] void bad_entry(std::size_t i, const nlohmann::json& e, const std::string& msg) {
   std::string what = "chart: results[" + std::to_string(i) + "]";
-  if (e.is_object() && !text_of(e, "op").empty()) what += " (" + text_of(e, "op") + " " + text_of(e, "shape") + ")";
+  // the entry's own words escaped (escaped_text): an op of "x\u001b[31m" put a raw escape on the terminal
+  if (e.is_object() && !text_of(e, "op").empty()) {
+    what += " (" + escaped_text(text_of(e, "op")) + " " + escaped_text(text_of(e, "shape")) + ")";
+  }
   throw Error(ErrorKind::invalid_argument, what + ": " + msg);
 }
 
@@ -113,7 +116,7 @@ Results load(const nlohmann::json& j) {
     if (e.contains("baselines")) {  // other baselines run side by side (name, cold_us)
       if (!e["baselines"].is_array()) bad_entry(i, e, "\"baselines\" is not a list of {name, cold_us}");
       for (const auto& b : e["baselines"]) {
-        const std::string who = "baseline \"" + (b.is_object() ? text_of(b, "name") : std::string()) + "\": ";
+        const std::string who = "baseline \"" + escaped_text(b.is_object() ? text_of(b, "name") : std::string()) + "\": ";
         if (!b.is_object() || !b.contains("cold_us")) {
           bad_entry(i, e, who + "no \"cold_us\" (its cold time in microseconds, run side by side with this case)");
         }
@@ -128,7 +131,7 @@ Results load(const nlohmann::json& j) {
     }
     for (const auto& b : row.baselines) {  // (a baseline made time_us > 0 above)
       if (!std::isfinite(b.second / row.time_us)) {
-        bad_entry(i, e, "baseline \"" + b.first + "\": its time / the case's (" + fmt_g(b.second) + " / " +
+        bad_entry(i, e, "baseline \"" + escaped_text(b.first) + "\": its time / the case's (" + fmt_g(b.second) + " / " +
                             fmt_g(row.time_us) + ") is not a finite ratio");
       }
     }
@@ -295,7 +298,7 @@ int run_chart(const std::string& from, const std::string& svg_path, const std::s
   const std::string text = read_input_file("--from", from, "a bench result is a short list");
   // nlohmann::json reads a NUL byte as the end of the input: the rest of the file was silently ignored
   check_no_nul_byte(text, "JSON", [&](TextPlace p) {
-    return "--from: " + from + ":" + std::to_string(p.line + 1) + ":" + std::to_string(p.column + 1) + ": ";
+    return "--from: " + escaped_text(from) + ":" + std::to_string(p.line + 1) + ":" + std::to_string(p.column + 1) + ": ";
   });
   nlohmann::json j;
   try {
@@ -306,11 +309,13 @@ int run_chart(const std::string& from, const std::string& svg_path, const std::s
     // the parser's words without its "[json.exception.parse_error.101] " prefix
     std::string why = e.what();
     if (why.rfind("[json.exception.", 0) == 0 && why.find("] ") != std::string::npos) why.erase(0, why.find("] ") + 2);
-    throw Error(ErrorKind::invalid_argument, "--from: " + from + " is not JSON: " + why);
+    throw Error(ErrorKind::invalid_argument, "--from: " + escaped_text(from) + " is not JSON: " + why);
   }
   write_charts(j, svg_path, html_path);
-  std::printf("chart: %zu cases from %s%s%s%s%s\n", j["results"].size(), from.c_str(), svg_path.empty() ? "" : " -> ",
-              svg_path.c_str(), html_path.empty() ? "" : " -> ", html_path.c_str());
+  // the paths escaped: a file named r<ESC>]0;pwn<BEL>.json echoed a terminal command
+  std::printf("chart: %zu cases from %s%s%s%s%s\n", j["results"].size(), escaped_text(from).c_str(),
+              svg_path.empty() ? "" : " -> ", escaped_text(svg_path).c_str(), html_path.empty() ? "" : " -> ",
+              escaped_text(html_path).c_str());
   return 0;
 }
 

@@ -44,7 +44,7 @@ std::vector<const CaseSet*> select_sets(const std::vector<std::string>& names, b
     if (!s) {
       std::string known;
       for (const CaseSet& k : registry().sets()) known += (known.empty() ? "" : ", ") + k.name;
-      throw Error(ErrorKind::invalid_argument, "--set: unknown case set \"" + n + "\" (known: " + known + ")");
+      throw Error(ErrorKind::invalid_argument, "--set: unknown case set \"" + escaped_text(n) + "\" (known: " + known + ")");
     }
     out.push_back(s);
   }
@@ -176,7 +176,7 @@ int no_case_matched(const Options& opts, bool real_model_only) {
     (without.*s.option).clear();
     const std::string values = listed(without, real_model_only, s.field);
     if (!values.empty()) {
-      std::fprintf(stderr, s.says, (opts.*s.option).c_str(), values.c_str());
+      std::fprintf(stderr, s.says, escaped_text(opts.*s.option).c_str(), printable_text(values).c_str());
       return 2;
     }
   }

@@ -26,8 +26,8 @@ bool unknown_subcommand(const CLI::App& app) {
     if (word.empty() || word[0] == '-') continue;
     std::string known;
     for (const CLI::App* s : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + s->get_name();
-    std::fprintf(stderr, "fuseops: error: unknown subcommand \"%s\" (valid: %s; fuseops --help)\n", word.c_str(),
-                 known.c_str());
+    std::fprintf(stderr, "fuseops: error: unknown subcommand \"%s\" (valid: %s; fuseops --help)\n",
+                 fuseops::cli::escaped_text(word).c_str(), known.c_str());
     return true;
   }
   return false;
@@ -66,14 +66,18 @@ int main(int argc, char** argv) {
         if (it == left.end()) continue;
         left.erase(it);
         const bool quote = w.empty() || w.find_first_of(" \t\n") != std::string::npos;
-        words += (words.empty() ? "" : " ") + (quote ? "\"" + w + "\"" : w);
+        const std::string shown = escaped_text(w);
+        words += (words.empty() ? "" : " ") + (quote ? "\"" + shown + "\"" : shown);
       }
       if (!words.empty()) {
         return "fuseops: error: The following arguments were not expected: " + words +
                "\nRun with --help for more information.\n";
       }
     }
-    return "fuseops: error: " + CLI::FailureMessage::simple(a, e);
+    // CLI11's words quote what was given (a path that does not exist: "File does not exist: e<ESC>[31mX.yaml"):
+    // escaped, the hint after them as CLI11 writes it
+    const std::string what = e.what();
+    return "fuseops: error: " + escaped_text(what) + CLI::FailureMessage::simple(a, e).substr(what.size());
   });
 
   app.add_subcommand("list", "list op families and case sets");

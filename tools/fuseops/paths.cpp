@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "commands.h"
 #include "fuseops/error.h"
 
 namespace fuseops::cli {
@@ -95,13 +96,13 @@ void check_not_a_stream(const FileArg& out) {
   const bool same_terminal = tty && (so.st_rdev == of.st_rdev || written_path(out.path) == "/dev/tty");
   if (same_file_or_pipe || same_terminal) {
     throw Error(ErrorKind::invalid_argument,
-                out.option + ": " + out.path + " is " +
+                out.option + ": " + escaped_text(out.path) + " is " +
                     (same_terminal ? "the terminal of the standard output" : "the standard output") +
                     ", which the tables are printed to; give another path");
   }
   struct stat se {};
   if (is_stream_file(STDERR_FILENO, se) && open_descriptor(out.path) < 0) {
-    throw Error(ErrorKind::invalid_argument, out.option + ": " + out.path +
+    throw Error(ErrorKind::invalid_argument, out.option + ": " + escaped_text(out.path) +
                                                  " is the standard error's file, which messages are written to; "
                                                  "name it /dev/stderr to write through the descriptor, or give "
                                                  "another path");
@@ -137,8 +138,8 @@ void check_distinct_files(const std::vector<FileArg>& inputs, const std::vector<
     if (out.path.empty()) continue;
     auto clash = [&](const FileArg& other, const char* what) {
       if (other.path.empty() || !same_file(out.path, other.path)) return;
-      throw Error(ErrorKind::invalid_argument, out.option + ": " + out.path + " is the same file as the " + what + " " +
-                                                   other.option + " " + other.path + "; give another path");
+      throw Error(ErrorKind::invalid_argument, out.option + ": " + escaped_text(out.path) + " is the same file as the " + what + " " +
+                                                   other.option + " " + escaped_text(other.path) + "; give another path");
     };
     for (const FileArg& in : inputs) clash(in, "input");
     check_not_a_stream(out);
@@ -164,10 +165,10 @@ void check_writable(const char* option, const std::string& path, bool given) {
     const int flags = ::fcntl(descriptor, F_GETFL);
     if (flags < 0) {
       throw Error(ErrorKind::invalid_argument,
-                  std::string(option) + ": cannot write " + path + " (" + std::strerror(errno) + ")");
+                  std::string(option) + ": cannot write " + escaped_text(path) + " (" + std::strerror(errno) + ")");
     }
     if ((flags & O_ACCMODE) == O_RDONLY) {
-      throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path + ": descriptor " +
+      throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + escaped_text(path) + ": descriptor " +
                                                    std::to_string(descriptor) + " is open for reading only");
     }
     return;
@@ -179,7 +180,7 @@ void check_writable(const char* option, const std::string& path, bool given) {
     errno = 0;
     std::ofstream f(path, std::ios::app);
     if (!f) {
-      throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + path +
+      throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot write " + escaped_text(path) +
                                                    (errno ? std::string(" (") + std::strerror(errno) + ")" : ""));
     }
   }
@@ -206,7 +207,7 @@ void write_text_file(const std::string& option, const std::string& path, const s
   namespace fs = std::filesystem;
   const PipeSignalIgnored pipe_signal_ignored;
   auto fail = [&](const std::string& what) {
-    throw WriteError(option + ": cannot write " + path + ": " + what +
+    throw WriteError(option + ": cannot write " + escaped_text(path) + ": " + what +
                      (errno ? std::string(" (") + std::strerror(errno) + ")" : ""));
   };
   // Where to write: a regular file (new or not; through symbolic links, their target) through a temporary file in its
@@ -289,7 +290,7 @@ void write_outputs(const std::vector<std::function<void()>>& writes) {
 
 std::string read_input_file(const char* option, const std::string& path, const std::string& why_small) {
   std::ifstream f(path, std::ios::binary);
-  if (!f) throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot read " + path);
+  if (!f) throw Error(ErrorKind::invalid_argument, std::string(option) + ": cannot read " + escaped_text(path));
   constexpr std::size_t kMaxInputBytes = std::size_t{16} << 20;
   std::string text;
   char piece[1 << 16];
@@ -297,7 +298,7 @@ std::string read_input_file(const char* option, const std::string& path, const s
     text.append(piece, static_cast<std::size_t>(f.gcount()));
     if (text.size() > kMaxInputBytes) {
       throw Error(ErrorKind::invalid_argument,
-                  std::string(option) + ": " + path + " is larger than 16 MiB; " + why_small);
+                  std::string(option) + ": " + escaped_text(path) + " is larger than 16 MiB; " + why_small);
     }
   }
   return text;

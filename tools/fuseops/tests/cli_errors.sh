@@ -150,6 +150,26 @@ expect 2 '--note: expected one line of text' -- "$fuseops" bench --backend cpu -
 # ... a C1 control character too (U+009B, a terminal's CSI, was accepted where C0 was not)
 expect 2 '--note: expected one line of text, got the control character U+009B at character 2' -- \
   "$fuseops" bench --backend cpu --set norm --json "$work/note.json" --note $'a\xc2\x9b31mb'
+# control characters in paths and in a result's fields reach messages escaped (only names were): a case file's
+# path in its error, --from in chart's status line, an op in a chart error, a --cases path that does not exist
+printf 'cases:\n  - op: silu_and_mul\n    bogus: 1\n' > "$work/"$'e\x1b[31mX.yaml'
+expect 2 'e\x1b[31mX.yaml:3:5: key "bogus"' -- "$fuseops" check --backend cpu --cases "$work/"$'e\x1b[31mX.yaml'
+one='{"command": "bench", "results": [{"op": "x", "shape": "1", "cold_us": 1.0}]}'
+printf '%s\n' "$one" > "$work/"$'r\x1b]0;pwn\x07.json'
+expect 0 'chart: 1 cases from '"$work"'/r\x1b]0;pwn\x07.json -> ' -- \
+  "$fuseops" chart --from "$work/"$'r\x1b]0;pwn\x07.json' --svg "$work/esc.svg"
+printf '{"command": "bench", "results": [{"op": "x\\u001b[31m", "shape": "1", "cold_us": -1}]}' > "$work/esc.json"
+expect 2 'results[0] (x\x1b[31m 1): "cold_us" is negative' -- "$fuseops" chart --from "$work/esc.json" --svg "$work/esc.svg"
+expect 2 'File does not exist: nope\x1b[31m.yaml' -- "$fuseops" check --cases $'nope\x1b[31m.yaml'
+raw_control() {  # fails where the command's output holds a raw BEL or ESC (whatever its exit status)
+  local out
+  out=$("$@" 2>&1)
+  if LC_ALL=C grep -q $'[\x07\x1b]' <<< "$out"; then echo "FAIL: a raw control character from: $*"; failed=1; fi
+}
+raw_control "$fuseops" check --backend cpu --cases "$work/"$'e\x1b[31mX.yaml'
+raw_control "$fuseops" chart --from "$work/"$'r\x1b]0;pwn\x07.json' --svg "$work/esc.svg"
+raw_control "$fuseops" chart --from "$work/esc.json" --svg "$work/esc.svg"
+raw_control "$fuseops" check --cases $'nope\x1b[31m.yaml'
 # chunk_local_cumsum with a scale that takes sums past fp32's range: inf where the golden rounds past it is the right
 # answer, not a FAIL (it exited 1)
 printf 'cases:\n  - op: chunk_local_cumsum\n    seq_len: 64\n    num_v_heads: 3\n    scale: 3e38\n' > "$work/ov.yaml"

@@ -288,5 +288,16 @@ TEST(Text, ControlCharacters) {
   EXPECT_EQ(printable_text("\xC2\xA0\xE2\x80\x94"), "\xC2\xA0\xE2\x80\x94");
 }
 
+// Messages quote names, paths and values escaped: control characters, line separators and bytes that are not UTF-8
+// as \xNN / \uNNNN (a raw ESC or OSC sequence in a path acted on the terminal), UTF-8 text as it is.
+TEST(Text, EscapedForMessages) {
+  EXPECT_EQ(escaped_text("e\x1b[31mX.yaml"), "e\\x1b[31mX.yaml");
+  EXPECT_EQ(escaped_text("r\x1b]0;pwn\x07.json"), "r\\x1b]0;pwn\\x07.json");
+  EXPECT_EQ(escaped_text("a\tb\rc"), "a\\tb\\rc");
+  EXPECT_EQ(escaped_text("a\xC2\x9B" "b\xE2\x80\xA8" "c"), "a\\u009bb\\u2028c");
+  EXPECT_EQ(escaped_text("a\x85" "b\xff"), "a\\x85b\\xff");  // not UTF-8: each byte
+  EXPECT_EQ(escaped_text("caf\xC3\xA9 \xF0\x9F\x98\x80"), "caf\xC3\xA9 \xF0\x9F\x98\x80");
+}
+
 }  // namespace
 }  // namespace fuseops::cli
