@@ -14,7 +14,7 @@ graph is never dropped silently; call the functions under torch.no_grad() / torc
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg, is_flag, named_as, shown
+from ._args import bool_arg, float_arg, forward_only, int_arg, is_flag, named_as, shown, tensor_arg
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -46,6 +46,7 @@ def _check_cu(op, cu_seqlens):
     if cu_seqlens is not None and not isinstance(cu_seqlens, torch.Tensor):
         raise ValueError(f"{op}: cu_seqlens: expected a tensor [N+1] int32 / int64 or None, got "
                          f"{type(cu_seqlens).__name__}")
+    tensor_arg(op, "cu_seqlens", cu_seqlens, optional=True)  # dense
     if cu_seqlens is not None and (cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1):
         raise ValueError(f"{op}: cu_seqlens: expected rank 1 [N+1] with N >= 0, got {list(cu_seqlens.shape)}")
     return cu_seqlens

@@ -117,6 +117,10 @@ def test_a_tensor_that_is_not_dense_is_named():
     with pytest.raises(ValueError, match=r"^topk_softmax: gating_output: expected a dense \(strided\) tensor, got a "
                                          r"quantized tensor$"):
         fuseops.topk_softmax(torch.quantize_per_tensor(x, 0.1, 0, torch.qint8), 2)
+    cu = torch.tensor([0, 3, 8], dtype=torch.int32).to_sparse()  # cu_seqlens has its own reader in the GDN functions
+    with pytest.raises(ValueError, match=r"^solve_tril: cu_seqlens: expected a dense \(strided\) tensor, got a tensor "
+                                         r"of layout torch.sparse_coo$"):
+        fuseops.solve_tril(torch.zeros(1, 8, 1, 16), cu_seqlens=cu)
     bias = torch.zeros(16).to_sparse()
     with pytest.raises(ValueError, match=r"^grouped_topk: bias: expected a dense"):
         fuseops.grouped_topk(x, 2, 1, 1, True, bias=bias)
