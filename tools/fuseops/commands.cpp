@@ -341,7 +341,10 @@ int run_check(const Options& opts) {
                     {"tolerance", o.tolerance}, {"pass", o.pass}, {"detail", o.detail}, {"seconds", o.seconds}});
   }
   progress.clear();
-  write_json(opts.json, {{"command", "check"}, {"version", version()}, {"seed", seed}, {"results", rows}});
+  // seed_text: the same digits as a string, for JSON readers that keep numbers as doubles (jq 1.6, JavaScript) and
+  // would round a clock seed above 2^53 into another seed
+  write_json(opts.json, {{"command", "check"}, {"version", version()}, {"seed", seed},
+                         {"seed_text", std::to_string(seed)}, {"results", rows}});
   std::printf("check: %d passed, %d failed\n", passed, failed);
   return failed ? 1 : 0;
 }

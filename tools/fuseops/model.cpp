@@ -364,7 +364,8 @@ int run_model(const ModelOptions& opts, const Registry& reg) {
               pad_column("op", w_op).c_str(), pad_column("shape", w_shape).c_str(), "dtype", "check", "rel_rms_err",
               pad_column(cuda ? "time_us" : "cpu_time_us", w_time, true).c_str(), "share");
   nlohmann::json out = {{"command", "model"}, {"model", model->name}, {"version", version()}, {"tokens", opts.tokens},
-                        {"batch", opts.batch}, {"backend", cuda ? "cuda" : "cpu"}, {"seed", seed}};
+                        {"batch", opts.batch}, {"backend", cuda ? "cuda" : "cpu"}, {"seed", seed},
+                        {"seed_text", std::to_string(seed)}};  // as check's JSON: exact for any JSON reader
   out["steps"] = nlohmann::json::array();
   int failed = 0;
   std::vector<const Row*> missing, rejected;  // rejected: the op exists, its hook rejects the model's parameters

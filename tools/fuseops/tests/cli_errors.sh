@@ -62,6 +62,15 @@ expect 2 '--note: expected UTF-8 text, got the byte 0xff at character 2' -- \
 # an empty --filter / --shape is an error, not every case
 expect 2 '--filter: expected a non-empty value' -- "$fuseops" check --set norm --filter ''
 expect 2 '--shape: expected a non-empty value' -- "$fuseops" bench --backend cpu --set norm --shape ''
+# the JSON outputs hold the seed as a number and as a string (jq 1.6 and JavaScript round numbers above 2^53: a clock
+# seed such as 18446744073709551615 would replay as another)
+for cmd in "check --set norm --cpu-rows 2" "model llama3-8b --tokens 2 --check-rows 2 --backend cpu"; do
+  rm -f "$work/seed.json"
+  expect 0 'seed 18446744073709551615' -- "$fuseops" $cmd --quiet --seed 18446744073709551615 --json "$work/seed.json"
+  if ! grep -q '"seed_text": *"18446744073709551615"' "$work/seed.json"; then
+    echo "FAIL: $cmd --json has no seed_text \"18446744073709551615\""; failed=1
+  fi
+done
 # seeds are decimal; FUSEOPS_SEED= (empty) counts as unset
 expect 2 '--seed: expected a decimal integer seed in [0, 2^64 - 1], got "0x10"' -- \
   "$fuseops" check --set norm --seed 0x10
