@@ -20,7 +20,7 @@ namespace {
 /// "path:line:col" of a node (yaml-cpp marks are 0-based; the null mark of an empty document is -1: line 1), the path
 /// escaped (escaped_text: a file named e<ESC>[31mX.yaml put a raw escape on the terminal).
 std::string at(const std::string& path, const YAML::Mark& m) {
-  return escaped_text(path) + ":" + std::to_string(std::max(m.line, 0) + 1) + ":" + std::to_string(std::max(m.column, 0) + 1);
+  return place_text(path, TextPlace{std::max(m.line, 0), std::max(m.column, 0)});
 }
 
 std::string scalar_text(const YAML::Node& n);
@@ -350,7 +350,7 @@ YAML::Mark mark_of(TextPlace p) {
 YAML::Node single_document(const std::string& text, const std::string& path) {
   std::vector<YAML::Node> docs;
   // a NUL byte: yaml-cpp says "unknown escape character"
-  check_no_nul_byte(text, "YAML", [&](TextPlace p) { return at(path, mark_of(p)) + ": key \"cases\": "; });
+  check_no_nul_byte(text, "YAML", [&](TextPlace p) { return place_text(path, p) + ": key \"cases\": "; });
   // a carriage return without a line feed (a CRLF file whose last line lost its LF, or CR-only line endings): yaml-cpp
   // keeps it in the scalar before it ("8\r") or reports another syntax error
   for (std::size_t i = text.find('\r'); i != std::string::npos; i = text.find('\r', i + 1)) {

@@ -297,9 +297,7 @@ int run_chart(const std::string& from, const std::string& svg_path, const std::s
   // at most 16 MiB, as a case file (a pipe of endless text was read until memory ran out)
   const std::string text = read_input_file("--from", from, "a bench result is a short list");
   // nlohmann::json reads a NUL byte as the end of the input: the rest of the file was silently ignored
-  check_no_nul_byte(text, "JSON", [&](TextPlace p) {
-    return "--from: " + escaped_text(from) + ":" + std::to_string(p.line + 1) + ":" + std::to_string(p.column + 1) + ": ";
-  });
+  check_no_nul_byte(text, "JSON", [&](TextPlace p) { return "--from: " + place_text(from, p) + ": "; });
   nlohmann::json j;
   try {
     // the whole file as one value: anything after it (a second result appended, stray brackets) is an error, not

@@ -312,6 +312,10 @@ TextPlace place_in_text(const std::string& text, std::size_t at) {
   return p;
 }
 
+std::string place_text(const std::string& path, TextPlace p) {
+  return escaped_text(path) + ":" + std::to_string(p.line + 1) + ":" + std::to_string(p.column + 1);
+}
+
 void check_no_nul_byte(const std::string& text, const std::string& kind,
                        const std::function<std::string(TextPlace)>& where) {
   const std::size_t nul = text.find('\0');

@@ -33,6 +33,9 @@ struct TextPlace {
   int line = 0, column = 0;
 };
 TextPlace place_in_text(const std::string& text, std::size_t at);
+/// "path:line:col" of place `p` (counted from 1), the path escaped (escaped_text): where a message puts a fault of an
+/// input file (the case files' errors, chart's --from).
+std::string place_text(const std::string& path, TextPlace p);
 
 /// Throws Error (invalid_argument) where `text`, the contents of an input text file, has a NUL byte: `where` (given
 /// the first one's place) followed by "the file contains a NUL byte: expected a <kind> text file". A text file has
