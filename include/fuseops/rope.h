@@ -57,7 +57,8 @@ void rotary_embedding_backward(TensorView positions, TensorView grad_query, cons
 /// q: [tokens..., Hq, D]; k: [tokens..., Hk, D] (same leading dims); cos, sin: [max_seq, D / 2];
 /// position_ids: [tokens...] i32 / i64, or nullptr: then q is [B, S, Hq, D] and the position of token (b, s) is s
 /// (S <= max_seq is checked). Every dim of q is rotated (rotary_dim = D). q_out / k_out: the shapes of q / k; either
-/// the same views as q / k (in place) or views that overlap no input and not each other.
+/// the same views as q / k (in place) or views that overlap no input and not each other. The common rules on query /
+/// key apply to what is written: q and k, when both only read (out of place), may overlap or be one view.
 void apply_rotary_pos_emb(TensorView q_out, TensorView k_out, TensorView q, TensorView k, TensorView cos,
                           TensorView sin, const TensorView* position_ids, bool rotary_interleaved,
                           bool inverse = false, Stream stream = {});

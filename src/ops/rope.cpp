@@ -213,15 +213,8 @@ void check_reads_not_written(const char* op, std::initializer_list<std::pair<con
   }
 }
 
-/// Common checks of query / key after shapes; then run.
-void finish_and_run(const char* op, RopeArgs& a, const Device& device, Stream stream, const char* qn,
-                    const char* kn) {
-  check_self_overlap(op, qn, a.tokens, a.q.heads, a.rotary_dim, a.q.token_stride, a.q.head_stride);
-  if (a.k.data) check_self_overlap(op, kn, a.tokens, a.k.heads, a.rotary_dim, a.k.token_stride, a.k.head_stride);
-  if (a.k.data) {
-    check_heads_disjoint(op, kn, a.k.data, a.k.heads, a.k.token_stride, a.k.head_stride, qn, a.q.data, a.q.heads,
-                         a.q.token_stride, a.q.head_stride, a.tokens, a.rotary_dim, a.dtype);
-  }
+/// Runs the rotation described by `a` (its sets checked) on the backend of `device`.
+void run(const char* op, const RopeArgs& a, const Device& device, Stream stream) {
   if (a.tokens == 0 || a.q.heads + a.k.heads == 0) return;
   if (backend_for(op, device) == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
@@ -232,6 +225,19 @@ void finish_and_run(const char* op, RopeArgs& a, const Device& device, Stream st
   } else {
     cpu::rope(a);
   }
+}
+
+/// The in-place forms (query and key are rotated where they are): each set's rotated parts are distinct, and key's
+/// share nothing with query's; then run.
+void finish_and_run(const char* op, RopeArgs& a, const Device& device, Stream stream, const char* qn,
+                    const char* kn) {
+  check_self_overlap(op, qn, a.tokens, a.q.heads, a.rotary_dim, a.q.token_stride, a.q.head_stride);
+  if (a.k.data) check_self_overlap(op, kn, a.tokens, a.k.heads, a.rotary_dim, a.k.token_stride, a.k.head_stride);
+  if (a.k.data) {
+    check_heads_disjoint(op, kn, a.k.data, a.k.heads, a.k.token_stride, a.k.head_stride, qn, a.q.data, a.q.heads,
+                         a.q.token_stride, a.q.head_stride, a.tokens, a.rotary_dim, a.dtype);
+  }
+  run(op, a, device, stream);
 }
 
 void vllm_form(const char* op, TensorView positions, TensorView query, const TensorView* key, int64_t head_size,
@@ -423,20 +429,19 @@ void flaggems_form(const char* op, TensorView q_out, TensorView k_out, TensorVie
     check_heads_disjoint(op, x.name, x.data, x.heads, x.ts, x.hs, y.name, y.data, y.heads, y.ts, y.hs, a.tokens, D,
                          a.dtype);
   };
-  if (!q_in_place) {
-    check_self_overlap(op, qon, a.tokens, qo.heads, D, qo.token_stride, qo.head_stride);
-    disjoint(q_o, q_in);
-    disjoint(q_o, k_in);
-  }
-  if (!k_in_place) {
-    check_self_overlap(op, kon, a.tokens, ko.heads, D, ko.token_stride, ko.head_stride);
-    disjoint(k_o, q_in);
-    disjoint(k_o, k_in);
-  }
+  // What is written (q_out, k_out) is distinct within itself, shares nothing with the other output, and nothing with
+  // an input it is not (an output that is its own input is rotated in place, element by element). The inputs are
+  // only read: q and k may overlap each other (autograd passes one gradient for both outputs of q_embed + k_embed).
+  check_self_overlap(op, qon, a.tokens, qo.heads, D, qo.token_stride, qo.head_stride);
+  check_self_overlap(op, kon, a.tokens, ko.heads, D, ko.token_stride, ko.head_stride);
+  if (!q_in_place) disjoint(q_o, q_in);
+  if (!k_in_place) disjoint(k_o, k_in);
+  disjoint(k_in, q_o);
+  disjoint(k_o, q_in);
   disjoint(k_o, q_o);
   check_reads_not_written(op, {{qon, &q_out}, {kon, a.k.data ? &k_out : nullptr}},
                           {{"cos", &cos}, {"sin", &sin}, {"position_ids", position_ids}});
-  finish_and_run(op, a, device, stream, qn, kn);
+  run(op, a, device, stream);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Every validation error of the rotary embeddings (src/ops/rope.cpp): fuseops::Error of kind invalid_argument whose
 // message names the op and the argument. All on CPU buffers (large enough for every view below).
 #include <array>
+#include <cmath>
 #include <limits>
 #include <random>
 #include <string>
@@ -220,6 +221,36 @@ TEST_F(RopeErrors, SizeOneHeadDimStrideIsIgnored) {
   EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(q4_out, k4, q4, k4, cs, sn, &ids, false));
   EXPECT_EQ(bufs_[1], bufs_[2]);
   EXPECT_NE(bufs_[1], before);
+}
+
+// Out of place, q and k are only read: they may be one tensor or overlap (autograd hands one gradient to both outputs
+// of q_embed + k_embed). The outputs equal those of separate copies. In place, q and k may not overlap.
+TEST_F(RopeErrors, OutOfPlaceInputsMayOverlap) {
+  const TensorView ids = pos(), cs = v(3, {16, 32}), sn = v(4, {16, 32});
+  for (int i = 0; i < 4 * 2 * 64; ++i) static_cast<float*>(buf(1))[i] = static_cast<float>(i % 11) - 5.0f;
+  for (int i = 0; i < 16 * 32; ++i) {
+    static_cast<float*>(buf(3))[i] = std::cos(0.1f * static_cast<float>(i));
+    static_cast<float*>(buf(4))[i] = std::sin(0.1f * static_cast<float>(i));
+  }
+  static_cast<int64_t*>(buf(0))[1] = 3, static_cast<int64_t*>(buf(0))[2] = 15;
+  bufs_[2] = bufs_[1];
+  const TensorView q = v(1, {4, 2, 64});
+  const TensorView k_head1 = s(1, {4, 1, 64}, {128, 64, 1});  // q's head 0, as k
+  // q and k one tensor; k a view of q's first head.
+  EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(v(5, {4, 2, 64}), v(6, {4, 2, 64}), q, q, cs, sn, &ids, false));
+  EXPECT_EQ(bufs_[5], bufs_[6]);
+  const std::vector<int64_t> q_embed = bufs_[5];
+  EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(v(5, {4, 2, 64}), v(6, {4, 1, 64}), q, k_head1, cs, sn, &ids, true));
+  // against separate copies (buffer 2 holds q's values)
+  bufs_[7].assign(bufs_[7].size(), 0);
+  const TensorView q_copy = v(2, {4, 2, 64}), k_copy = s(2, {4, 1, 64}, {128, 64, 1});
+  EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(v(7, {4, 2, 64}), v(6, {4, 1, 64}), q_copy, k_copy, cs, sn, &ids, true));
+  EXPECT_EQ(bufs_[5], bufs_[7]);
+  EXPECT_NE(bufs_[5], q_embed);  // GPT-J and NeoX rotate differently: the second call ran
+  // In place, q and k may not share elements (one is written while the other is read).
+  EXPECT_ARG_ERROR(fuseops::apply_rotary_pos_emb(q, k_head1, q, k_head1, cs, sn, &ids, false), ap, "k", "no overlap");
+  EXPECT_ARG_ERROR(fuseops::apply_rotary_pos_emb(v(5, {4, 2, 64}), k_head1, q, k_head1, cs, sn, &ids, false), ap,
+                   "k_out", "no overlap with q");
 }
 
 // The q / k overlap rule (rope_heads_overlap, which walks the shorter of the head and token-offset ranges and solves

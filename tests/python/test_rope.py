@@ -181,6 +181,25 @@ def test_apply_rotary_pos_emb_backward_of_sum(device):
     assert q0.grad.shape == q0.shape and k0.grad.shape == k0.shape
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_apply_rotary_pos_emb_backward_of_one_gradient_for_both(device):
+    # q_embed + k_embed (Hq == Hk): autograd hands the same gradient tensor to both outputs; the backward reads it as
+    # grad_q and grad_k at once (inputs only read may overlap; it had been refused as an overlap).
+    B, S, H, D = 1, 4, 2, 8
+    q = torch.randn(B, S, H, D, device=device, requires_grad=True)
+    k = torch.randn(B, S, H, D, device=device, requires_grad=True)
+    cache = cache_of(16, D, torch.float32, device)
+    cos, sin = cache[:, : D // 2].contiguous(), cache[:, D // 2:].contiguous()
+    w = torch.randn(B, S, H, D, device=device)
+    qe, ke = fuseops.apply_rotary_pos_emb(q, k, cos, sin)
+    ((qe + ke) * w).sum().backward()
+    want, _ = fuseops.apply_rotary_pos_emb_backward(w, w.clone(), cos, sin)
+    assert torch.equal(q.grad, want) and torch.equal(k.grad, want)
+    # q and k one tensor out of place: both outputs are its rotation
+    qe, ke = fuseops.apply_rotary_pos_emb(w, w, cos, sin)
+    assert torch.equal(qe, ke) and torch.equal(qe, fuseops.apply_rotary_pos_emb(w, w.clone(), cos, sin)[1])
+
+
 def test_apply_rotary_pos_emb_backward_errors_name_the_gradient():
     cache = cache_of(8, 64, torch.float32, "cpu")
     cos, sin = cache[:, :32].contiguous(), cache[:, 32:].contiguous()
