@@ -138,6 +138,56 @@ TORCH_LIBRARY_IMPL(fuseops, CPU, m) { register_kernels(m); }
 TORCH_LIBRARY_IMPL(fuseops, CUDA, m) { register_kernels(m); }
 #endif
 
+namespace {
+
+/// Tensors carrying torch's negative or conjugate bit (torch._neg_view, .conj() of a real view, .imag of a conjugate).
+/// torch's fallback for those bits runs an op on materialised copies and, for each argument the op writes, expects the
+/// op to return it; these ops return () (or a new tensor), and the fallback failed on an internal assert after the op
+/// had run, with the writes to the other arguments done. So: an argument the op writes is refused by name, before
+/// anything runs; a read-only one is materialised (as the fallback does) and the op runs.
+void resolve_math_bits(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  const auto& args = op.schema().arguments();
+  const std::size_t n = args.size();
+  const std::string& full = op.schema().name();
+  const std::string name = full.substr(full.find("::") + 2);
+  for (std::size_t i = 0; i < n; ++i) {
+    c10::IValue& v = (*stack)[stack->size() - n + i];
+    if (!v.isTensor()) continue;  // None of an optional tensor too
+    const at::Tensor t = v.toTensor();
+    if (!t.is_neg() && !t.is_conj()) continue;
+    const char* bit = t.is_conj() ? "conjugate" : "negative";
+    const auto* alias = args[i].alias_info();
+    TORCH_CHECK_VALUE(!(alias && alias->isWrite()), name, ": ", args[i].name(), ": expected a tensor without torch's ",
+                      bit, " bit (the op writes it in place), got one with it (resolve it first: .resolve_",
+                      t.is_conj() ? "conj" : "neg", "())");
+    v = t.resolve_conj().resolve_neg();
+  }
+  op.redispatchBoxed(keys & c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Negative) &
+                         c10::DispatchKeySet(c10::DispatchKeySet::FULL_AFTER, c10::DispatchKey::Conjugate),
+                     stack);
+}
+
+/// resolve_math_bits for every fuseops op that writes a tensor argument (`Tensor!` in its schema); ops that only read
+/// keep torch's fallback, which materialises their inputs.
+void register_math_bits(torch::Library& m) {
+  auto& dispatcher = c10::Dispatcher::singleton();
+  for (const c10::OperatorName& op : dispatcher.getAllOpNames()) {
+    if (op.name.rfind("fuseops::", 0) != 0) continue;
+    const auto handle = dispatcher.findSchema(op);
+    if (!handle || !handle->hasSchema()) continue;
+    bool writes = false;
+    for (const auto& a : handle->schema().arguments()) writes = writes || (a.alias_info() && a.alias_info()->isWrite());
+    if (!writes) continue;
+    const std::string name = op.name.substr(9) + (op.overload_name.empty() ? "" : "." + op.overload_name);
+    m.impl(name.c_str(), torch::CppFunction::makeFromBoxedFunction<&resolve_math_bits>());
+  }
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(fuseops, Negative, m) { register_math_bits(m); }
+TORCH_LIBRARY_IMPL(fuseops, Conjugate, m) { register_math_bits(m); }
+
 // No tensor arguments, so no backend to dispatch on.
 TORCH_LIBRARY_IMPL(fuseops, CompositeExplicitAutograd, m) {
   using namespace fuseops::torch_binding;

@@ -103,7 +103,7 @@ def float_arg(op, name, v):
 def tensor_arg(op, name, t, optional=False):
     """A dense torch.Tensor (or None when ``optional``); anything else is an error naming the argument: also a sparse,
     mkldnn, quantized or nested tensor (the ops read strided memory; torch would refuse them with a dispatcher
-    error that names no argument)."""
+    error that names no argument), and a named tensor (torch's error there speaks of TorchScript)."""
     if t is None and optional:
         return t
     if isinstance(t, torch.Tensor):
@@ -111,6 +111,9 @@ def tensor_arg(op, name, t, optional=False):
             got = ("a quantized tensor" if t.is_quantized else "a nested tensor" if getattr(t, "is_nested", False)
                    else f"a tensor of layout {t.layout}")
             raise ValueError(f"{op}: {name}: expected a dense (strided) tensor, got {got}")
+        if t.has_names():  # torch refuses them in custom ops with an error about TorchScript
+            raise ValueError(f"{op}: {name}: expected a tensor without dimension names, got names {t.names} (drop "
+                             "them with .rename(None))")
         return t
     raise ValueError(f"{op}: {name}: expected a torch.Tensor{' or None' if optional else ''}, got {type(t).__name__}")
 

@@ -101,7 +101,7 @@ class _ApplyRotaryPosEmb(torch.autograd.Function):
         for name, g in (("grad_q", grad_q), ("grad_k", grad_k)):  # a dual incoming gradient: refused by name, as
             not_dual("apply_rotary_pos_emb_backward", name, g)    # _check_tables refuses a dual input
         # Incoming gradients may have any layout (.sum() gives an expanded one, all strides 0, also when empty); the
-        # op needs innermost stride 1 and non-overlapping heads.
+        # op needs innermost stride 1.
         dq, dk = _ApplyRotaryPosEmb.apply(dense(grad_q), dense(grad_k), cos, sin, position_ids,
                                           ctx.rotary_interleaved, not ctx.inverse)
         return dq, dk, None, None, None, None, None

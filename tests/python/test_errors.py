@@ -126,6 +126,49 @@ def test_a_tensor_that_is_not_dense_is_named():
         fuseops.grouped_topk(x, 2, 1, 1, True, bias=bias)
 
 
+def test_a_named_tensor_is_named():
+    # torch's own error for a named tensor in a custom op speaks of TorchScript and names no argument
+    x = torch.randn(4, 16).refine_names("N", "C")
+    with pytest.raises(ValueError, match=r"^silu_and_mul: input: expected a tensor without dimension names, got names "
+                                         r"\('N', 'C'\) \(drop them with .rename\(None\)\)$"):
+        fuseops.silu_and_mul(x)
+    with pytest.raises(ValueError, match=r"^silu_and_mul: out: expected a tensor without dimension names"):
+        fuseops.silu_and_mul(x.rename(None), out=torch.empty(4, 8).refine_names("N", None))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_negative_and_conjugate_bits(device):
+    # A tensor with torch's negative bit (torch._neg_view) or conjugate bit: torch's fallback for those bits expects
+    # an op to return each tensor it writes, which these ops do not; it failed on an internal assert after the op had
+    # run (query rotated, key not). A written one is refused by name before anything runs; a read one is materialised.
+    pos = torch.arange(4, device=device)
+    cache = torch.randn(16, 8, device=device)
+    q = torch.randn(4, 16, device=device)
+    key = torch._neg_view(torch.randn(4, 8, device=device))
+    assert key.is_neg()
+    q_before = q.clone()
+    with pytest.raises(ValueError, match=r"^rotary_embedding: key: expected a tensor without torch's negative bit "
+                                         r"\(the op writes it in place\), got one with it \(resolve it first: "
+                                         r"\.resolve_neg\(\)\)$"):
+        fuseops.rotary_embedding(pos, q, key, 8, cache)
+    assert torch.equal(q, q_before)
+    with pytest.raises(ValueError, match=r"^rotary_embedding: key: expected a tensor without torch's negative bit"):
+        fuseops.ops.rotary_embedding(pos, q, key, 8, cache, True, False)  # the raw op alike
+    assert torch.equal(q, q_before)
+    z = torch.randn(4, 16, dtype=torch.complex64, device=device).conj()
+    with pytest.raises(ValueError, match=r"^silu_and_mul: out: expected a tensor without torch's negative bit"):
+        fuseops.silu_and_mul(torch.randn(4, 16, device=device), out=z.imag[:, :8])
+    # read-only: the values the bit gives
+    x = torch._neg_view(torch.randn(4, 16, device=device))
+    assert torch.equal(fuseops.silu_and_mul(x), fuseops.silu_and_mul(x.resolve_neg()))
+    k = key.resolve_neg()
+    got_q, got_k = fuseops.apply_rotary_pos_emb(q.view(1, 4, 2, 8), torch._neg_view(k).view(1, 4, 1, 8),
+                                                cache[:, :4].contiguous(), cache[:, 4:].contiguous())
+    want_q, want_k = fuseops.apply_rotary_pos_emb(q.view(1, 4, 2, 8), (-k).view(1, 4, 1, 8),
+                                                  cache[:, :4].contiguous(), cache[:, 4:].contiguous())
+    assert torch.equal(got_q, want_q) and torch.equal(got_k, want_k)
+
+
 @requires_cuda
 def test_devices_differ():
     x = randn((4, 16), torch.float32, "cuda")
