@@ -351,7 +351,10 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     recorded for :func:`fuseops.check_errors` (and its sequence treated as padding). Returns (o, initial_state): the
     pool is the final state, whatever ``output_final_state`` says. ``inplace_final_state``: None (the form decides),
     True (the serving form: ssm_state_indices required) or False (the FLA form); False with ``ssm_state_indices`` is a
-    ValueError: vLLM's per-token final states in a new [T, HV, K, V] tensor are not supported.
+    ValueError: vLLM's per-token final states in a new [T, HV, K, V] tensor are not supported. Not checked (as in
+    vLLM, the indices live on the device): no slot may serve two sequences of one call (no sequence may read or write
+    a slot another sequence of the call writes); the sequences run concurrently, so such a call leaves that slot and
+    those sequences' outputs unspecified, and nothing is raised or recorded.
     """
     op = "fused_recurrent_gated_delta_rule"
     forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, ssm_state_indices=ssm_state_indices,
@@ -410,7 +413,8 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     """vLLM's fused sigmoid-gating decode: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) inside the kernel,
     the state pool ``initial_state_source`` [S, HV, K, V] updated in place at ``initial_state_indices``.
     ``a``, ``b``: [B, T, HV], or vLLM's 2-D [B * T, HV] (the tokens of q / v flattened). Returns o [B, T, HV, V] in
-    v.dtype."""
+    v.dtype. The indices follow :func:`fused_recurrent_gated_delta_rule`'s ``ssm_state_indices``, with its
+    precondition: no slot serves two sequences of one call (not checked)."""
     op = "fused_sigmoid_gating_delta_rule_update"
     forward_only(op, A_log=A_log, a=a, dt_bias=dt_bias, q=q, k=k, v=v, b=b, initial_state_source=initial_state_source,
                  initial_state_indices=initial_state_indices, num_accepted_tokens=num_accepted_tokens,
