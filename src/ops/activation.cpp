@@ -23,8 +23,9 @@ Act gelu_act(const char* op, GeluApproximate approximate) {
 }
 
 void run_forward(const char* op, const ActAndMulArgs& args, const Device& device, Stream stream) {
+  const Backend backend = backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (args.out.rows == 0 || args.out.cols == 0) return;
-  if (backend_for(op, device) == Backend::cuda) {
+  if (backend == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
     cuda::act_and_mul(op, args, device.index, stream.handle);
 #else
@@ -102,8 +103,9 @@ void backward(const char* op, Act act, TensorView dgate, TensorView dup, TensorV
     for (int i = 0; i < 3; ++i) check_no_overlap(op, outs[o].name, *out_m[o], in_names[i], *in_m[i]);
   }
   check_no_overlap(op, "dup", args.dup, "dgate", args.dgate);
+  const Backend backend = backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (args.dgate.rows == 0 || d == 0) return;
-  if (backend_for(op, device) == Backend::cuda) {
+  if (backend == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
     cuda::act_and_mul_backward(op, args, device.index, stream.handle);
 #else
@@ -160,8 +162,9 @@ void masked_forward(const char* op, Act act, TensorView out, TensorView input, T
   a.m_stride = masked_m.strides[0];
   a.site = error_site(op, "masked_m", "the index is the expert e: expected a count in [0, T_max]; it is clamped to "
                                        "that range");
+  const Backend backend = backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (E == 0) return;  // with T_max == 0 the kernel still checks masked_m
-  if (backend_for(op, device) == Backend::cuda) {
+  if (backend == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
     cuda::act_and_mul_masked(op, a, device.index, stream.handle);
 #else

@@ -101,13 +101,14 @@ void run_chunk_local_cumsum(const char* op, const CumsumArgs& a, const Device& d
 }
 }  // namespace
 
-void check_cu_seqlens_without_tokens(const GdnGeometry& geo, const Device& device, Stream stream) {
+void check_cu_seqlens_without_tokens(const char* op, const GdnGeometry& geo, const Device& device, Stream stream) {
+  (void)backend_for(op, device);  // an empty CUDA tensor needs CUDA too
   if (geo.T != 0 || !has_sequences(geo)) return;
   CumsumArgs a;  // g and out: no rows (null data, never read or written)
   a.geo = geo;
   a.geo.HV = 1;
   a.geo.H = 1;
-  run_chunk_local_cumsum("chunk_local_cumsum", a, device, stream);
+  run_chunk_local_cumsum(op, a, device, stream);
 }
 
 namespace {
@@ -188,6 +189,7 @@ void chunk_local_cumsum(TensorView out, TensorView g, int64_t chunk_size, const 
   check_no_internal_overlap(op, "out", out);
   check_disjoint(op, "out", out, "g", g);
   if (cu_seqlens) check_disjoint(op, "out", out, "cu_seqlens", *cu_seqlens);
+  (void)backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (g.numel() == 0 && !has_sequences(a.geo)) return;
   run_chunk_local_cumsum(op, a, device, stream);
 }
@@ -199,8 +201,9 @@ void run_kkt(const char* op, bool fused, TensorView out, TensorView k, const Ten
              int64_t chunk_size, const TensorView* cu_seqlens, Stream stream) {
   KktArgs a;
   const Device device = check_kkt(op, out, fused ? "Ai" : "A", k, g, beta, chunk_size, cu_seqlens, a);
+  const Backend backend = backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (out.numel() == 0 && !(has_sequences(a.geo) && a.geo.H > 0)) return;
-  if (backend_for(op, device) == Backend::cuda) {
+  if (backend == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)
     if (fused) {
       cuda::chunk_gated_delta_rule_fwd_kkt_solve(a, out_view(out), device.index, stream.handle);
@@ -255,8 +258,9 @@ void solve_tril(TensorView Ai, TensorView A, const TensorView* cu_seqlens, Strea
   attach_cu_seqlens(op, cu_seqlens, device, geo);
   check_disjoint(op, "Ai", Ai, "A", A);
   if (cu_seqlens) check_disjoint(op, "Ai", Ai, "cu_seqlens", *cu_seqlens);
+  const Backend backend = backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (Ai.numel() == 0 && !has_sequences(geo)) return;
-  if (backend_for(op, device) == Backend::cuda) {
+  if (backend == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)
     cuda::solve_tril(geo, in_view(A), out_view(Ai), device.index, stream.handle);
 #else

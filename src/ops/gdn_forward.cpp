@@ -324,7 +324,7 @@ void recompute_w_u_fwd(TensorView w, TensorView u, TensorView k, TensorView v, T
   if (g) a.g = in_view(*g);
   a.w = out_view(w);
   a.u = out_view(u);
-  if (w.numel() == 0) return check_cu_seqlens_without_tokens(a.geo, device, stream);
+  if (w.numel() == 0) return check_cu_seqlens_without_tokens(op, a.geo, device, stream);
   FUSEOPS_GDN_RUN(op, device, stream, recompute_w_u_fwd, a);
 }
 
@@ -378,7 +378,7 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
   a.h = states_view(h);
   a.v_new = out_view(v_new);
   a.ht = final_state ? static_cast<float*>(final_state->data) : nullptr;
-  if (N == 0 || (T == 0 && !final_state)) return check_cu_seqlens_without_tokens(a.geo, device, stream);
+  if (N == 0 || (T == 0 && !final_state)) return check_cu_seqlens_without_tokens(op, a.geo, device, stream);
   FUSEOPS_GDN_RUN(op, device, stream, chunk_gated_delta_rule_fwd_h, a);
 }
 
@@ -414,7 +414,7 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
   if (g) a.g = in_view(*g);
   a.h = states_view(h);
   a.o = out_view(o);
-  if (o.numel() == 0) return check_cu_seqlens_without_tokens(a.geo, device, stream);
+  if (o.numel() == 0) return check_cu_seqlens_without_tokens(op, a.geo, device, stream);
   FUSEOPS_GDN_RUN(op, device, stream, chunk_fwd_o, a);
 }
 
@@ -514,7 +514,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
                          {{"o", &o}, {"final_state", final_state}, {"workspace", &workspace}, {"q", &q}, {"k", &k},
                           {"v", &v}, {"g", &g}, {"beta", &beta},
                           {"initial_state", state_for_overlap(initial_state, final_state)}, {"cu_seqlens", cu_seqlens}});
-  if (d.N == 0 || (d.T == 0 && !final_state)) return check_cu_seqlens_without_tokens(geo, device, stream);
+  if (d.N == 0 || (d.T == 0 && !final_state)) return check_cu_seqlens_without_tokens(op, geo, device, stream);
 
   void* ws = workspace.data;
   const DType dt = q.dtype, it = chunk_gated_delta_rule_intermediate_dtype(dt, d.K, d.V);
@@ -795,7 +795,7 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
                          {{"o", &o}, {"final_state", final_state}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},
                           {"beta", beta}, {"initial_state", state_for_overlap(initial_state, final_state)},
                           {"cu_seqlens", cu_seqlens}});
-  if (N == 0 || (a.geo.T == 0 && !final_state)) return check_cu_seqlens_without_tokens(a.geo, device, stream);
+  if (N == 0 || (a.geo.T == 0 && !final_state)) return check_cu_seqlens_without_tokens(op, a.geo, device, stream);
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
 }
 
@@ -816,6 +816,7 @@ void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool
                          {{"o", &o}, {"state_pool", &state_pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},
                           {"beta", beta}, {"ssm_state_indices", &ssm_state_indices},
                           {"num_accepted_tokens", num_accepted_tokens}, {"cu_seqlens", cu_seqlens}});
+  (void)backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (a.geo.N == 0) return;  // T = 0: each sequence is empty, but its pool indices are checked (as at T > 0)
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
 }
@@ -853,6 +854,7 @@ void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView initial_sta
                           {"initial_state_indices", &initial_state_indices},
                           {"num_accepted_tokens", num_accepted_tokens},
                           {"cu_seqlens", cu_seqlens}});
+  (void)backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (a.geo.N == 0) return;  // T = 0: each sequence is empty, but its pool indices are checked (as at T > 0)
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
 }

@@ -28,8 +28,9 @@ int64_t cu_seqlens_count(const char* op, const TensorView& cu, int64_t T);
 void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& device, GdnGeometry& geo);
 /// For an op that has nothing to compute at T = 0: its N >= 1 cu_seqlens entries are still checked, as every GDN op
 /// checks them (docs/ops/gdn.md, Variable length). Runs chunk_local_cumsum's chunk walk over zero tokens and one
-/// head, which records a malformed cu_seqlens against the calling op (geo.cu_site) and reads or writes no row. Does
-/// nothing unless geo.T == 0 and cu_seqlens names N >= 1 sequences.
-void check_cu_seqlens_without_tokens(const GdnGeometry& geo, const Device& device, Stream stream);
+/// head, which records a malformed cu_seqlens against the calling op (geo.cu_site) and reads or writes no row; `op`
+/// (the calling op) is named in the backend's errors. Checks the backend of `device` (a CUDA tensor without CUDA is an
+/// error with no elements too); runs nothing unless geo.T == 0 and cu_seqlens names N >= 1 sequences.
+void check_cu_seqlens_without_tokens(const char* op, const GdnGeometry& geo, const Device& device, Stream stream);
 
 }  // namespace fuseops::detail

@@ -233,8 +233,9 @@ Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, T
 }
 
 void run_route(const char* op, const RouteArgs& a, const Device& device, Stream stream) {
+  const Backend backend = backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (a.T == 0) return;
-  if (backend_for(op, device) == Backend::cuda) {
+  if (backend == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
     cuda::route(op, a, device.index, stream.handle);
 #endif

@@ -100,8 +100,9 @@ void run(const char* op, TensorView out, const TensorView* mean, const TensorVie
   a.eps = eps32;
   a.gate = !z ? NormGate::none : norm_before_gate ? NormGate::after_norm : NormGate::before_norm;
   a.rms = is_rms_norm;
+  const Backend backend = backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (M == 0) return;
-  if (backend_for(op, device) == Backend::cuda) {
+  if (backend == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
     cuda::layer_norm_fwd(op, a, device.index, stream.handle);
 #else

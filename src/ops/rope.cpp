@@ -215,8 +215,9 @@ void check_reads_not_written(const char* op, std::initializer_list<std::pair<con
 
 /// Runs the rotation described by `a` (its sets checked) on the backend of `device`.
 void run(const char* op, const RopeArgs& a, const Device& device, Stream stream) {
+  const Backend backend = backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (a.tokens == 0 || a.q.heads + a.k.heads == 0) return;
-  if (backend_for(op, device) == Backend::cuda) {
+  if (backend == Backend::cuda) {
 #if defined(FUSEOPS_WITH_CUDA)  // else backend_for() has thrown `unsupported`
     cuda::rope(op, a, device.index, stream.handle);
 #else
