@@ -26,16 +26,25 @@ _MAX_BLOCK_SIZE = 1 << 20
 
 def _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor):
     """The grouped-routing scalars by name (the op checks their ranges against E): a swapped positional bool / int
-    (vLLM's order differs) is an error, not a silent 0 / 1."""
-    int_arg(op, "n_group", n_group, 1)
-    int_arg(op, "topk_group", topk_group, 1)
+    (vLLM's order differs) is an error, not a silent 0 / 1. Returns (n_group, topk_group) as ints."""
+    n_group = int_arg(op, "n_group", n_group, 1)
+    topk_group = int_arg(op, "topk_group", topk_group, 1)
     bool_arg(op, "renormalize", renormalize)
     float_arg(op, "routed_scaling_factor", routed_scaling_factor)
+    return n_group, topk_group
 
 
 def _check_topk(op, topk, E):
     """k in [1, min(E, 32)], named as the caller passed it (the op itself can only name topk_weights' shape)."""
     return int_arg(op, "topk", topk, 1, min(E, 32) if E >= 1 else None)
+
+
+def _check_candidates(op, topk, E, n_group, topk_group):
+    """k <= topk_group * E / n_group, named topk (the op names topk_weights' shape); where the groups are valid (else
+    the op names n_group / topk_group first)."""
+    if 1 <= n_group <= 32 and E % n_group == 0 and 1 <= topk_group <= n_group and topk > topk_group * (E // n_group):
+        raise ValueError(f"{op}: topk: expected k <= topk_group * E / n_group = {topk_group * (E // n_group)}, got "
+                         f"{topk}")
 
 
 def _check_indices_dtype(op, indices_dtype):
@@ -99,7 +108,8 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     _check_indices_dtype(op, indices_dtype)
     T = _rows(op, "scores", scores)
     topk = _check_topk(op, topk, scores.shape[1])
-    _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
+    _check_candidates(op, topk, scores.shape[1], *_check_groups(op, n_group, topk_group, renormalize,
+                                                                routed_scaling_factor))
     if not isinstance(scoring, str) or scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     forward_only(op, scores=scores, bias=bias, optional=("bias",))
@@ -238,7 +248,8 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     _check_indices_dtype(op, indices_dtype)
     T = _rows(op, "gating_output", gating_output)
     topk = _check_topk(op, topk, gating_output.shape[1])
-    _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
+    _check_candidates(op, topk, gating_output.shape[1], *_check_groups(op, n_group, topk_group, renormalize,
+                                                                       routed_scaling_factor))
     if not isinstance(scoring, str) or scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     forward_only(op, gating_output=gating_output, bias=bias, optional=("bias",))

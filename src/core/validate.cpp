@@ -73,6 +73,11 @@ void check_layout(const char* op, const char* name, const TensorView& v) {
   for (int i = 0; i < v.rank; ++i) {
     if (v.shape[i] < 0) fail_argument(op, name, "non-negative dims", v.shape_str());
   }
+  // a dtype field set outside the enum (dtype_size() would throw without naming the op or the argument)
+  if (std::string(dtype_name(v.dtype)) == "unknown") {
+    fail_argument(op, name, "dtype f32, f16, bf16, i32 or i64",
+                  "dtype code " + std::to_string(static_cast<int>(v.dtype)));
+  }
   int64_t span = 0, count = 1;
   bool empty = false;
   for (int i = 0; i < v.rank; ++i) {
@@ -146,7 +151,15 @@ RowMatrix as_row_matrix(const char* op, const char* name, const TensorView& v) {
   m.dtype = v.dtype;
   m.cols = v.shape[v.rank - 1];
   m.rows = 1;
-  for (int i = 0; i < v.rank - 1; ++i) m.rows *= v.shape[i];
+  for (int i = 0; i < v.rank - 1; ++i) {
+    if (v.shape[i] == 0) m.rows = 0;
+  }
+  // (check_layout() bounds the product for a view with elements; with none, the leading dims alone may overflow)
+  for (int i = 0; i < v.rank - 1 && m.rows != 0; ++i) {
+    if (__builtin_mul_overflow(m.rows, v.shape[i], &m.rows)) {
+      fail_argument(op, name, "leading dims whose product fits in 64 bits", v.shape_str());
+    }
+  }
   if (m.cols > 1 && v.strides[v.rank - 1] != 1) {
     fail_argument(op, name, "innermost stride 1", "stride " + std::to_string(v.strides[v.rank - 1]) + " for " + v.shape_str());
   }

@@ -32,8 +32,8 @@ void check_dtype(const char* op, const char* name, const TensorView& v, std::ini
 /// v.dtype == ref.dtype.
 void check_same_dtype(const char* op, const char* name, const TensorView& v, const char* ref_name,
                       const TensorView& ref);
-/// A rank in [0, kMaxRank], non-negative dims and strides, and an extent (elements, address span in bytes) that fits
-/// in int64.
+/// A rank in [0, kMaxRank], a dtype of the enum, non-negative dims and strides, and an extent (elements, address span
+/// in bytes) that fits in int64.
 void check_layout(const char* op, const char* name, const TensorView& v);
 /// check_layout() of each view (a null view: an absent optional, skipped), before any of their dims is read: a
 /// malformed view is named itself, not a valid argument whose shape is compared with its dims.

@@ -76,7 +76,11 @@ void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& devic
     fail_argument(op, "cu_seqlens", "a contiguous tensor", "stride " + std::to_string(cu->strides[0]));
   }
   check_on_device(op, "cu_seqlens", *cu, device);
-  if (geo.B != 1) fail_argument(op, "B", "1 with cu_seqlens (sequences packed along T)", std::to_string(geo.B));
+  if (geo.B != 1) {  // the inputs' batch dim, with cu_seqlens (named: a dim is no argument)
+    fail_argument(op, "cu_seqlens",
+                  "inputs of batch B = 1 with cu_seqlens (sequences packed along T; flatten the batch)",
+                  "B = " + std::to_string(geo.B));
+  }
   geo.cu_seqlens = cu->data;
   geo.cu_dtype = cu->dtype;
   geo.N = cu->shape[0] - 1;

@@ -129,7 +129,8 @@ void check_groups(const char* op, RouteArgs& a, int64_t n_group, int64_t topk_gr
   }
   const int64_t candidates = topk_group * (a.E / n_group);
   if (a.k > candidates) {
-    fail_argument(op, "topk", "k <= topk_group * E / n_group = " + std::to_string(candidates), std::to_string(a.k));
+    fail_argument(op, "topk_weights", "k = shape[1] <= topk_group * E / n_group = " + std::to_string(candidates),
+                  "k = " + std::to_string(a.k));
   }
   a.n_group = static_cast<int>(n_group);
   a.topk_group = static_cast<int>(topk_group);

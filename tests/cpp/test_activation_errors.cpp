@@ -101,6 +101,17 @@ TEST_F(ActivationErrors, RankZero) {
                    "silu_and_mul_backward", "dout", "rank");
 }
 
+// Empty views whose leading dims alone overflow int64: no row count is formed by wrapping (UBSan: signed overflow).
+// With a zero leading dim there are no rows; with only the last dim zero the rows do not fit and are refused.
+TEST_F(ActivationErrors, EmptyViewsWithHugeLeadingDims) {
+  constexpr int64_t big = int64_t{1} << 40;
+  EXPECT_NO_THROW(fuseops::silu_and_mul(v(p(), {big, big, 0, 2}), v(q(), {big, big, 0, 4})));
+  EXPECT_ARG_ERROR(fuseops::silu_and_mul_backward(v(p(), {big, big, 0}), v(p(1), {big, big, 0}),
+                                                  v(q(), {big, big, 0}), v(q(1), {big, big, 0}),
+                                                  v(q(2), {big, big, 0})),
+                   "silu_and_mul_backward", "dgate", "leading dims whose product fits in 64 bits");
+}
+
 TEST_F(ActivationErrors, InnermostStrideNotOne) {
   EXPECT_ARG_ERROR(fuseops::silu_and_mul(v(p(), {4, 4}), s(q(), {4, 8}, {16, 2})), "silu_and_mul", "input",
                    "innermost stride 1");

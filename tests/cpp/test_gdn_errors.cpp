@@ -247,11 +247,11 @@ TEST_F(GdnErrors, CuSeqlens) {
   // B != 1 with cu_seqlens.
   const TensorView c = cu({3}, i64), k2 = v(0, {2, 8, 2, 16}), g2 = v(1, {2, 8, 4}), b2 = v(2, {2, 8, 4});
   for (const KktOp& op : kKktOps) {
-    EXPECT_ARG_ERROR(op.call(v(3, {2, 8, 4, 16}), k2, &g2, &b2, 16, &c, {}), op.name, "B",
-                     "1 with cu_seqlens", "got 2");
+    EXPECT_ARG_ERROR(op.call(v(3, {2, 8, 4, 16}), k2, &g2, &b2, 16, &c, {}), op.name, "cu_seqlens",
+                     "batch B = 1 with cu_seqlens", "got B = 2");
   }
-  EXPECT_ARG_ERROR(fuseops::solve_tril(v(3, {2, 8, 4, 16}), v(5, {2, 8, 4, 16}), &c), solve, "B", "got 2");
-  EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {2, 8, 4}), g2, 16, &c), cumsum, "B", "got 2");
+  EXPECT_ARG_ERROR(fuseops::solve_tril(v(3, {2, 8, 4, 16}), v(5, {2, 8, 4, 16}), &c), solve, "cu_seqlens", "got B = 2");
+  EXPECT_ARG_ERROR(fuseops::chunk_local_cumsum(v(3, {2, 8, 4}), g2, 16, &c), cumsum, "cu_seqlens", "got B = 2");
   // A one-element cu_seqlens (N = 0) may have any stride; int32 and int64 both pass.
   const TensorView one = s(4, {1}, {5}, i64), ok32 = cu({3}, i32);
   EXPECT_NO_THROW(fuseops::chunk_local_cumsum(v(3, {1, 0, 4}), v(1, {1, 0, 4}), 16, &one));

@@ -59,6 +59,20 @@ TEST(MoeErrors, TopkSoftmax) {
   EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), on_gpu, b.S(), b.L(), true), op, "topk_ids");
 }
 
+// A dtype field set outside the enum (a caller filling TensorView from a foreign dtype code) is named with the op and
+// the argument; dtype_size() had thrown "dtype: unknown dtype code 9", which names neither.
+TEST(MoeErrors, DtypeCodeOutsideTheEnum) {
+  Bufs b;
+  TensorView logits = b.L();
+  logits.dtype = static_cast<DType>(9);
+  EXPECT_ARG_ERROR(fuseops::topk_softmax(b.W(), b.I(), b.S(), logits, true), "topk_softmax", "gating_output",
+                   "dtype f32, f16, bf16, i32 or i64", "got dtype code 9");
+  TensorView ids = b.I();
+  ids.dtype = static_cast<DType>(-1);
+  EXPECT_ARG_ERROR(fuseops::moe_align_block_size(b.sorted_v(), b.eids_v(), b.total_v(), ids, 256, 16),
+                   "moe_align_block_size", "topk_ids", "got dtype code -1");
+}
+
 TEST(MoeErrors, GroupedTopk) {
   Bufs b;
   const char* op = "grouped_topk";
@@ -70,7 +84,8 @@ TEST(MoeErrors, GroupedTopk) {
   EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 8, 0, true, 2.5), op, "topk_group");
   EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L({4, 16}), &bias, 8, 2, true, 2.5), op, "bias");
   TensorView small_bias = b.B(16);
-  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L({4, 16}), &small_bias, 8, 2, true, 2.5), op, "topk");
+  EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L({4, 16}), &small_bias, 8, 2, true, 2.5), op, "topk_weights",
+                   "k = shape[1] <= topk_group * E / n_group = 4", "got k = ");
   EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 8, 4, true, INFINITY), op,
                    "routed_scaling_factor");
   EXPECT_ARG_ERROR(fuseops::grouped_topk(b.W(), b.I(), b.L(), &bias, 8, 4, true, 1e39), op, "routed_scaling_factor",

@@ -223,6 +223,28 @@ TEST_F(RopeErrors, SizeOneHeadDimStrideIsIgnored) {
   EXPECT_NE(bufs_[1], before);
 }
 
+// Empty views whose token dims alone overflow int64 (a zero head or head dim later): refused by name, never a
+// wrapped token count (UBSan: signed overflow). An empty cache without data: every position is out of range and
+// recorded, the query unchanged, and no offset is applied to its null pointer (UBSan: pointer overflow).
+TEST_F(RopeErrors, EmptyViewsAndAnEmptyCache) {
+  constexpr int64_t big = int64_t{1} << 40;
+  const TensorView cs = v(3, {16, 32}), sn = v(4, {16, 32});
+  // zero tokens behind a huge dim: nothing to do
+  const TensorView q0 = v(1, {big, 0, 2, 64}), k0 = v(2, {big, 0, 1, 64}), ids0 = v(0, {big, 0}, i64);
+  EXPECT_NO_THROW(fuseops::apply_rotary_pos_emb(q0, k0, q0, k0, cs, sn, &ids0, false));
+  // zero heads, but big * big tokens
+  const TensorView qh = v(1, {big, big, 0, 64}), kh = v(2, {big, big, 0, 64});
+  EXPECT_ARG_ERROR(fuseops::apply_rotary_pos_emb(qh, kh, qh, kh, cs, sn, nullptr, false), ap, "q",
+                   "token dims whose product fits in 64 bits");
+  fuseops::clear_errors();
+  for (int i = 0; i < 4 * 64; ++i) static_cast<float*>(buf(1))[i] = static_cast<float>(i);
+  const std::vector<int64_t> before = bufs_[1];
+  const TensorView empty_cache(nullptr, f32, cpu, {0, 64});
+  EXPECT_NO_THROW(fuseops::rotary_embedding(v(0, {4}, i64), v(1, {4, 64}), nullptr, 64, empty_cache, true));
+  EXPECT_EQ(bufs_[1], before);
+  EXPECT_NE(take_device_error().find("rotary_embedding: positions: value out of range at index 0"), std::string::npos);
+}
+
 // Out of place, q and k are only read: they may be one tensor or overlap (autograd hands one gradient to both outputs
 // of q_embed + k_embed). The outputs equal those of separate copies. In place, q and k may not overlap.
 TEST_F(RopeErrors, OutOfPlaceInputsMayOverlap) {

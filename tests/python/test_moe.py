@@ -171,6 +171,15 @@ def test_errors():
         fuseops.grouped_topk(torch.randn(2, 256), 8, 4, 33, True)
     with pytest.raises(ValueError, match="moe_route: topk: "):
         fuseops.moe_route(torch.randn(2, 8), 9, 16)
+    # more than the chosen groups hold: named topk here (the op itself names topk_weights' shape)
+    with pytest.raises(ValueError, match=r"^grouped_topk: topk: expected k <= topk_group \* E / n_group = 4, got 5$"):
+        fuseops.grouped_topk(torch.randn(2, 16), 8, 2, 5, True)
+    with pytest.raises(ValueError, match=r"^moe_route: topk: expected k <= topk_group \* E / n_group = 4, got 5$"):
+        fuseops.moe_route(torch.randn(2, 16), 5, 16, scoring="sigmoid", n_group=8, topk_group=2)
+    with pytest.raises(ValueError, match=r"^grouped_topk: topk_weights: expected k = shape\[1\] <= topk_group \* E / "
+                                         r"n_group = 4, got k = 5$"):
+        fuseops.ops.grouped_topk(torch.empty(2, 5), torch.empty(2, 5, dtype=torch.int32), torch.randn(2, 16), None,
+                                 8, 2, True, 1.0, "sigmoid")
     with pytest.raises(ValueError, match="moe_align_block_size: block_size"):
         fuseops.moe_align_block_size(torch.zeros(2, 2, dtype=torch.int32), 0, 8)
     with pytest.raises(ValueError, match="moe_route: scoring"):
