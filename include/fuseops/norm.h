@@ -24,7 +24,8 @@
 //
 // Rules:
 //  - x, z, out: f32 / f16 / bf16, all of x's dtype, shape [..., N] (z and out: x's shape), innermost stride 1, leading
-//    dims expressible with one row stride (rows may be further apart than N). M = 0 rows is valid (nothing runs).
+//    dims expressible with one row stride (rows may be further apart than N). M = 0 rows is valid (nothing runs; the
+//    device is still checked, as in every op).
 //  - weight, bias: [N], stride 1, f32 or x's dtype (both the same dtype), read as f32. weight is required.
 //  - group_size: 0 means N (one group per row); otherwise 1 <= G, N % G == 0. G <= 16384 (a group is held in registers).
 //  - eps: >= 0, finite in fp32 (where it is used) and not a nonzero value that rounds to 0 there (|eps| <= 7e-46).

@@ -22,7 +22,8 @@
 //    device error record without synchronising; fuseops::check_errors() raises it as
 //    "<op>: positions: value out of range at index <i>" (i = flat index into positions), and FUSEOPS_DEBUG=1
 //    raises it right after the op.
-//  - rotary_dim <= 512 (h <= 256 pairs); zero tokens is valid (nothing is launched).
+//  - rotary_dim <= 512 (h <= 256 pairs); zero tokens is valid (nothing is launched;
+//    the device is still checked, as in every op).
 // Errors: fuseops::Error (invalid_argument) naming the argument for any violation of the above; unsupported when
 // a CUDA tensor reaches a build without CUDA; device_failure if a launch fails.
 #pragma once
