@@ -100,6 +100,11 @@ def float_arg(op, name, v):
     return f
 
 
+# True while torch.compile traces (Dynamo cannot trace has_names(), and a named tensor does not reach a compiled
+# region: Dynamo refuses it first); False on torch without torch.compiler.
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
+
+
 def tensor_arg(op, name, t, optional=False):
     """A dense torch.Tensor (or None when ``optional``); anything else is an error naming the argument: also a sparse,
     mkldnn, quantized or nested tensor (the ops read strided memory; torch would refuse them with a dispatcher
@@ -111,7 +116,7 @@ def tensor_arg(op, name, t, optional=False):
             got = ("a quantized tensor" if t.is_quantized else "a nested tensor" if getattr(t, "is_nested", False)
                    else f"a tensor of layout {t.layout}")
             raise ValueError(f"{op}: {name}: expected a dense (strided) tensor, got {got}")
-        if t.has_names():  # torch refuses them in custom ops with an error about TorchScript
+        if not _compiling() and t.has_names():  # torch refuses them in custom ops with an error about TorchScript
             raise ValueError(f"{op}: {name}: expected a tensor without dimension names, got names {t.names} (drop "
                              "them with .rename(None))")
         return t
