@@ -11,6 +11,8 @@ grad mode is on raise ``RuntimeError`` rather than return weights silently cut f
 under ``torch.no_grad()`` / ``torch.inference_mode()``, or detach).
 """
 
+import contextlib
+
 import torch
 
 from ._args import INT32_MAX, bool_arg, float_arg, forward_only, int_arg, tensor_arg
@@ -26,12 +28,11 @@ _MAX_BLOCK_SIZE = 1 << 20
 
 def _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor):
     """The grouped-routing scalars by name (the op checks their ranges against E): a swapped positional bool / int
-    (vLLM's order differs) is an error, not a silent 0 / 1. Returns (n_group, topk_group) as ints."""
-    n_group = int_arg(op, "n_group", n_group, 1)
-    topk_group = int_arg(op, "topk_group", topk_group, 1)
+    (vLLM's order differs) is an error, not a silent 0 / 1."""
+    int_arg(op, "n_group", n_group, 1)
+    int_arg(op, "topk_group", topk_group, 1)
     bool_arg(op, "renormalize", renormalize)
     float_arg(op, "routed_scaling_factor", routed_scaling_factor)
-    return n_group, topk_group
 
 
 def _check_topk(op, topk, E):
@@ -39,12 +40,19 @@ def _check_topk(op, topk, E):
     return int_arg(op, "topk", topk, 1, min(E, 32) if E >= 1 else None)
 
 
-def _check_candidates(op, topk, E, n_group, topk_group):
-    """k <= topk_group * E / n_group, named topk (the op names topk_weights' shape); where the groups are valid (else
-    the op names n_group / topk_group first)."""
-    if 1 <= n_group <= 32 and E % n_group == 0 and 1 <= topk_group <= n_group and topk > topk_group * (E // n_group):
-        raise ValueError(f"{op}: topk: expected k <= topk_group * E / n_group = {topk_group * (E // n_group)}, got "
-                         f"{topk}")
+@contextlib.contextmanager
+def _k_named_topk(op):
+    """The op's limit k <= topk_group * E / n_group, which it states on topk_weights' shape, restated on ``topk``:
+    the Python functions allocate topk_weights from it. In the op's order of checks (the logits' dtype and E, the
+    bias, n_group and topk_group come first)."""
+    try:
+        yield
+    except ValueError as e:
+        msg = str(e)
+        if not msg.startswith(f"{op}: topk_weights: expected k = shape[1] <= "):
+            raise
+        rest = msg[len(f"{op}: topk_weights: expected k = shape[1] <= "):].replace(", got k = ", ", got ")
+        raise ValueError(f"{op}: topk: expected k <= {rest}") from None
 
 
 def _check_indices_dtype(op, indices_dtype):
@@ -108,15 +116,15 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     _check_indices_dtype(op, indices_dtype)
     T = _rows(op, "scores", scores)
     topk = _check_topk(op, topk, scores.shape[1])
-    _check_candidates(op, topk, scores.shape[1], *_check_groups(op, n_group, topk_group, renormalize,
-                                                                routed_scaling_factor))
+    _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
     if not isinstance(scoring, str) or scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     forward_only(op, scores=scores, bias=bias, optional=("bias",))
     w = torch.empty((T, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=scores.device)
-    ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, float(routed_scaling_factor),
-                             scoring)
+    with _k_named_topk(op):
+        ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, float(routed_scaling_factor),
+                                 scoring)
     return w, ids
 
 
@@ -248,8 +256,7 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     _check_indices_dtype(op, indices_dtype)
     T = _rows(op, "gating_output", gating_output)
     topk = _check_topk(op, topk, gating_output.shape[1])
-    _check_candidates(op, topk, gating_output.shape[1], *_check_groups(op, n_group, topk_group, renormalize,
-                                                                       routed_scaling_factor))
+    _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor)
     if not isinstance(scoring, str) or scoring not in _SCORING:
         raise ValueError(f"{op}: scoring: expected 'softmax' | 'sigmoid', got {scoring!r}")
     forward_only(op, gating_output=gating_output, bias=bias, optional=("bias",))
@@ -265,6 +272,7 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
     expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)
     total = torch.empty((1,), dtype=torch.int32, device=dev)
-    ops.moe_route.default(w, ids, sorted_ids, expert_ids, total, gating_output, bias, scoring, n_group, topk_group,
-                          renormalize, float(routed_scaling_factor), block_size)
+    with _k_named_topk(op):
+        ops.moe_route.default(w, ids, sorted_ids, expert_ids, total, gating_output, bias, scoring, n_group,
+                              topk_group, renormalize, float(routed_scaling_factor), block_size)
     return w, ids, sorted_ids, expert_ids, total

@@ -180,6 +180,17 @@ def test_errors():
                                          r"n_group = 4, got k = 5$"):
         fuseops.ops.grouped_topk(torch.empty(2, 5), torch.empty(2, 5, dtype=torch.int32), torch.randn(2, 16), None,
                                  8, 2, True, 1.0, "sigmoid")
+    with pytest.raises(ValueError, match=r"^grouped_topk: topk: expected k <= topk_group \* E / n_group = 4, got 5$"):
+        vllm_compat.grouped_topk(torch.randn(3, 16), 4, 1, 5, False, 1.0, None, 1)
+    # in the op's order: the logits' E and dtype and the bias come before k's limit
+    with pytest.raises(ValueError, match=r"^grouped_topk: scores: expected E in \[1, 1024\], got 0"):
+        fuseops.grouped_topk(torch.randn(3, 0), 1, 1, 1, False)
+    with pytest.raises(ValueError, match=r"^moe_route: gating_output: expected E in \[1, 1024\], got 0"):
+        fuseops.moe_route(torch.randn(3, 0), 1, 4)
+    with pytest.raises(ValueError, match=r"^grouped_topk: scores: unsupported dtype torch.float64"):
+        fuseops.grouped_topk(torch.randn(2, 16, dtype=torch.float64), 4, 1, 5, False)
+    with pytest.raises(ValueError, match=r"^grouped_topk: bias: "):
+        fuseops.grouped_topk(torch.randn(2, 16), 4, 1, 5, False, bias=torch.randn(15))
     with pytest.raises(ValueError, match="moe_align_block_size: block_size"):
         fuseops.moe_align_block_size(torch.zeros(2, 2, dtype=torch.int32), 0, 8)
     with pytest.raises(ValueError, match="moe_route: scoring"):

@@ -73,14 +73,16 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     forward_only(op, scores=scores, bias=bias, optional=("bias",))
     n_group = int_arg(op, "n_group", n_group, 1)
     topk_group = int_arg(op, "topk_group", topk_group, 1)
-    from ..moe import _check_topk, _rows
+    from ..moe import _check_topk, _k_named_topk, _rows
 
     _rows(op, "scores", scores)
     topk = _check_topk(op, topk, scores.shape[1])
     routed_scaling_factor = float_arg(op, "routed_scaling_factor", routed_scaling_factor)
     w = torch.empty((scores.shape[0], topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((scores.shape[0], topk), dtype=torch.int32, device=scores.device)
-    ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, routed_scaling_factor, "sigmoid")
+    with _k_named_topk(op):
+        ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, routed_scaling_factor,
+                                 "sigmoid")
     return w, ids
 
 
