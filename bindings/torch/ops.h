@@ -64,6 +64,10 @@ void apply_rotary_pos_emb(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor
                           bool rotary_interleaved, bool inverse);
 void apply_rotary_pos_emb_inplace(at::Tensor& q, at::Tensor& k, const at::Tensor& cos, const at::Tensor& sin,
                                   const c10::optional<at::Tensor>& position_ids, bool rotary_interleaved, bool inverse);
+/// The names apply_rotary_pos_emb(_inplace)'s errors use: the op, under its backward's name with inverse; an argument
+/// of the schema (q, k, q_out, k_out, cos, ...), the gradients' grad_ names with inverse for q / k / q_out / k_out.
+const char* apply_rotary_error_op(bool inverse);
+std::string apply_rotary_error_arg(bool inverse, const std::string& name);
 void mrope(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key, int64_t head_size,
            int64_t rotary_dim, const at::Tensor& cos_sin_cache, at::IntArrayRef mrope_section, bool is_neox,
            c10::string_view layout, bool inverse);

@@ -146,10 +146,19 @@ namespace {
 /// had run, with the writes to the other arguments done. So: an argument the op writes is refused by name, before
 /// anything runs; a read-only one is materialised (as the fallback does) and the op runs.
 void resolve_math_bits(const c10::OperatorHandle& op, c10::DispatchKeySet keys, torch::jit::Stack* stack) {
+  using namespace fuseops::torch_binding;
   const auto& args = op.schema().arguments();
   const std::size_t n = args.size();
   const std::string& full = op.schema().name();
-  const std::string name = full.substr(full.find("::") + 2);
+  std::string name = full.substr(full.find("::") + 2);
+  // the names the op's other errors use: apply_rotary_pos_emb(_inplace) names itself as its binding does
+  const bool rope = name == "apply_rotary_pos_emb" || name == "apply_rotary_pos_emb_inplace";
+  bool inverse = false;
+  for (std::size_t i = 0; rope && i < n; ++i) {
+    const c10::IValue& v = (*stack)[stack->size() - n + i];
+    if (args[i].name() == "inverse" && v.isBool()) inverse = v.toBool();
+  }
+  if (rope) name = apply_rotary_error_op(inverse);
   for (std::size_t i = 0; i < n; ++i) {
     c10::IValue& v = (*stack)[stack->size() - n + i];
     if (!v.isTensor()) continue;  // None of an optional tensor too
@@ -157,8 +166,9 @@ void resolve_math_bits(const c10::OperatorHandle& op, c10::DispatchKeySet keys, 
     if (!t.is_neg() && !t.is_conj()) continue;
     const char* bit = t.is_conj() ? "conjugate" : "negative";
     const auto* alias = args[i].alias_info();
-    TORCH_CHECK_VALUE(!(alias && alias->isWrite()), name, ": ", args[i].name(), ": expected a tensor without torch's ",
-                      bit, " bit (the op writes it in place), got one with it (resolve it first: .resolve_",
+    const std::string arg = rope ? apply_rotary_error_arg(inverse, args[i].name()) : args[i].name();
+    TORCH_CHECK_VALUE(!(alias && alias->isWrite()), name, ": ", arg, ": expected a tensor without torch's ", bit,
+                      " bit (the op writes it in place), got one with it (resolve it first: .resolve_",
                       t.is_conj() ? "conj" : "neg", "())");
     v = t.resolve_conj().resolve_neg();
   }

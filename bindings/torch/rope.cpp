@@ -34,6 +34,15 @@ void rotary_embedding(const at::Tensor& positions, at::Tensor& query, const c10:
   });
 }
 
+const char* apply_rotary_error_op(bool inverse) {
+  return inverse ? "apply_rotary_pos_emb_backward" : "apply_rotary_pos_emb";
+}
+
+std::string apply_rotary_error_arg(bool inverse, const std::string& name) {
+  const bool rotated = name == "q" || name == "k" || name == "q_out" || name == "k_out";
+  return inverse && rotated ? "grad_" + name : name;
+}
+
 namespace {
 
 /// apply_rotary_pos_emb and its in-place form (q_out = q, k_out = k): errors name the form's own written arguments;
@@ -41,14 +50,15 @@ namespace {
 void apply_rotary(bool inplace, at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
                   const at::Tensor& cos, const at::Tensor& sin, const c10::optional<at::Tensor>& position_ids,
                   bool rotary_interleaved, bool inverse) {
-  const char* op = inverse ? "apply_rotary_pos_emb_backward" : "apply_rotary_pos_emb";
+  const char* op = apply_rotary_error_op(inverse);
   Written written;
-  const TensorView qv = to_view(op, inverse ? "grad_q" : "q", q), kv = to_view(op, inverse ? "grad_k" : "k", k);
+  const std::string q_in = apply_rotary_error_arg(inverse, "q"), k_in = apply_rotary_error_arg(inverse, "k");
+  const TensorView qv = to_view(op, q_in.c_str(), q), kv = to_view(op, k_in.c_str(), k);
   const TensorView cv = to_view(op, "cos", cos), sv = to_view(op, "sin", sin);
   const OptionalView ids(op, "position_ids", position_ids);
-  const char* q_name = inplace ? (inverse ? "grad_q" : "q") : (inverse ? "grad_q_out" : "q_out");
-  const char* k_name = inplace ? (inverse ? "grad_k" : "k") : (inverse ? "grad_k_out" : "k_out");
-  const TensorView qo = written.add(op, q_name, q_out), ko = written.add(op, k_name, k_out);
+  const std::string q_name = inplace ? q_in : apply_rotary_error_arg(inverse, "q_out");
+  const std::string k_name = inplace ? k_in : apply_rotary_error_arg(inverse, "k_out");
+  const TensorView qo = written.add(op, q_name.c_str(), q_out), ko = written.add(op, k_name.c_str(), k_out);
   run_on_device_of(q, written, [&](Stream s) {
     if (inverse) {
       fuseops::apply_rotary_pos_emb_backward(qo, ko, qv, kv, cv, sv, ids.get(), rotary_interleaved, s);

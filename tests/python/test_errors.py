@@ -158,6 +158,14 @@ def test_negative_and_conjugate_bits(device):
     z = torch.randn(4, 16, dtype=torch.complex64, device=device).conj()
     with pytest.raises(ValueError, match=r"^silu_and_mul: out: expected a tensor without torch's negative bit"):
         fuseops.silu_and_mul(torch.randn(4, 16, device=device), out=z.imag[:, :8])
+    # named as the call's other errors name it: apply_rotary_pos_emb in place, the backward's gradients with inverse
+    cs, sn = cache[:, :4].contiguous(), cache[:, 4:].contiguous()
+    q4, k4 = torch.randn(1, 4, 2, 8, device=device), torch.randn(1, 4, 1, 8, device=device)
+    with pytest.raises(ValueError, match=r"^apply_rotary_pos_emb: q: expected a tensor without torch's negative bit"):
+        fuseops.apply_rotary_pos_emb(torch._neg_view(q4), k4, cs, sn, inplace=True)
+    with pytest.raises(ValueError, match=r"^apply_rotary_pos_emb_backward: grad_q_out: expected a tensor without"):
+        fuseops.ops.apply_rotary_pos_emb(torch._neg_view(torch.empty_like(q4)), torch.empty_like(k4), q4, k4, cs, sn,
+                                         None, False, True)
     # read-only: the values the bit gives
     x = torch._neg_view(torch.randn(4, 16, device=device))
     assert torch.equal(fuseops.silu_and_mul(x), fuseops.silu_and_mul(x.resolve_neg()))
