@@ -144,22 +144,26 @@ void check_on_device(const char* op, const char* name, const TensorView& v, cons
   if (v.device != device) fail_argument(op, name, "device " + device_name(device), device_name(v.device));
 }
 
+int64_t dims_product(const char* op, const char* name, const TensorView& v, int n, const char* dims) {
+  for (int i = 0; i < n; ++i) {
+    if (v.shape[i] == 0) return 0;
+  }
+  int64_t product = 1;
+  for (int i = 0; i < n; ++i) {
+    if (__builtin_mul_overflow(product, v.shape[i], &product)) {
+      fail_argument(op, name, std::string(dims) + " whose product fits in 64 bits", v.shape_str());
+    }
+  }
+  return product;
+}
+
 RowMatrix as_row_matrix(const char* op, const char* name, const TensorView& v) {
   if (v.rank < 1) fail_argument(op, name, "rank >= 1 [..., d]", "rank 0");
   RowMatrix m;
   m.data = v.data;
   m.dtype = v.dtype;
   m.cols = v.shape[v.rank - 1];
-  m.rows = 1;
-  for (int i = 0; i < v.rank - 1; ++i) {
-    if (v.shape[i] == 0) m.rows = 0;
-  }
-  // (check_layout() bounds the product for a view with elements; with none, the leading dims alone may overflow)
-  for (int i = 0; i < v.rank - 1 && m.rows != 0; ++i) {
-    if (__builtin_mul_overflow(m.rows, v.shape[i], &m.rows)) {
-      fail_argument(op, name, "leading dims whose product fits in 64 bits", v.shape_str());
-    }
-  }
+  m.rows = dims_product(op, name, v, v.rank - 1, "leading dims");
   if (m.cols > 1 && v.strides[v.rank - 1] != 1) {
     fail_argument(op, name, "innermost stride 1", "stride " + std::to_string(v.strides[v.rank - 1]) + " for " + v.shape_str());
   }

@@ -53,6 +53,10 @@ struct RowMatrix {
   DType dtype = DType::f32;
 };
 
+/// The product of dims [0, n) of `v` (e.g. its rows or tokens): 0 when one of them is 0; an error naming `name`
+/// ("<dims> whose product fits in 64 bits") when it does not fit in int64, which check_layout() rules out for a view
+/// with elements, but not for one whose later dim is 0.
+int64_t dims_product(const char* op, const char* name, const TensorView& v, int n, const char* dims);
 /// Flattens [..., cols] into rows: rank >= 1, innermost stride 1 (when cols > 1), leading dims expressible with
 /// one row stride, row stride >= cols (rows do not overlap).
 RowMatrix as_row_matrix(const char* op, const char* name, const TensorView& v);

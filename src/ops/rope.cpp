@@ -24,25 +24,10 @@ std::string dims_str(const int64_t* d, int n) {
   return s + "]";
 }
 
-/// The product of dims [0, lead) of `v` (its tokens): 0 when one of them is 0; an error naming `name` when it does not
-/// fit in int64 (possible only where a later dim is 0: check_layout() bounds the count of a view with elements).
-int64_t count(const char* op, const char* name, const TensorView& v, int lead) {
-  for (int i = 0; i < lead; ++i) {
-    if (v.shape[i] == 0) return 0;
-  }
-  int64_t n = 1;
-  for (int i = 0; i < lead; ++i) {
-    if (__builtin_mul_overflow(n, v.shape[i], &n)) {
-      fail_argument(op, name, "token dims whose product fits in 64 bits", v.shape_str());
-    }
-  }
-  return n;
-}
-
 /// The single stride that steps through dims [0, lead) of `v` flattened (size-1 dims ignored), or fails; `fallback`
 /// when no stride is needed (at most one element, or none: zero tokens).
 int64_t flat_stride(const char* op, const char* name, const TensorView& v, int lead, int64_t fallback) {
-  if (count(op, name, v, lead) == 0) return fallback;
+  if (dims_product(op, name, v, lead, "token dims") == 0) return fallback;
   int64_t stride = -1, extent = 0;
   for (int i = lead - 1; i >= 0; --i) {
     if (v.shape[i] == 1) continue;
@@ -269,7 +254,7 @@ void vllm_form(const char* op, TensorView positions, TensorView query, const Ten
   a.inverse = inverse;
   attach_positions(op, "positions", positions, device, 1, a);
   attach_cache(op, cache, head_size, a);
-  a.tokens = count(op, "positions", positions, positions.rank);
+  a.tokens = dims_product(op, "positions", positions, positions.rank, "token dims");
   constexpr const char* kFrom = "the token dims of positions";
   a.q = heads_of(op, qn, query, positions.shape, positions.rank, head_size, true, kFrom);
   if (key) a.k = heads_of(op, kn, *key, positions.shape, positions.rank, head_size, true, kFrom);
@@ -388,7 +373,7 @@ void flaggems_form(const char* op, TensorView q_out, TensorView k_out, TensorVie
   a.cos_stride = cos.strides[0];
   a.sin_stride = sin.strides[0];
   a.max_position = cos.shape[0];
-  a.tokens = count(op, qn, q, nlead);
+  a.tokens = dims_product(op, qn, q, nlead, "token dims");
   a.q = heads_of(op, qn, q, q.shape, nlead, D, false);
   a.k = heads_of(op, kn, k, q.shape, nlead, D, false);
   if (position_ids) {
