@@ -147,39 +147,42 @@ def _check_align_args(op, num_experts, block_size):
             int_arg(op, "block_size", block_size, 1, _MAX_BLOCK_SIZE))
 
 
-def _schedule_blame(numel, num_experts, block_size, ids):
+def _schedule_blame(numel, num_experts, block_size, ids, capped=True):
     """(name, got) blamed where the schedule is too long: the op's rule (moe_schedule_blame in src/common/moe_math.h),
-    checked here before anything is allocated. Where numel < num_experts (length numel * block_size) the larger of
-    the two; else the larger term of numel + num_experts * (block_size - 1), the ids (``ids``) or the padding's larger
-    factor."""
-    if numel < num_experts:
+    checked here before anything is allocated. Where numel < num_experts (length numel * block_size; ``capped``) the
+    larger of the two; else the larger term of numel + num_experts * (block_size - 1), the ids (``ids``) or the
+    padding's larger factor."""
+    if capped and numel < num_experts:
         return ("block_size", block_size) if block_size >= numel else ids
     if num_experts * (block_size - 1) <= numel:
         return ids
     return ("block_size", block_size) if block_size - 1 >= num_experts else ("num_experts", num_experts)
 
 
-def _checked_align_sizes(op, ids_name, numel, num_experts, block_size, pad_sorted_ids, ids_got=None):
+def _checked_align_sizes(op, ids_name, numel, num_experts, block_size, pad_sorted_ids, ids_got=None, capped=True):
     """_align_sizes, with the int32 limit of the schedule (as allocated: with pad_sorted_ids, rounded up) checked
     before anything is allocated; the error names what _schedule_blame says (the ids as ``ids_name``, shown as
     ``ids_got``, else numel)."""
-    n, blocks = _align_sizes(numel, num_experts, block_size, pad_sorted_ids)
+    n, blocks = _align_sizes(numel, num_experts, block_size, pad_sorted_ids, capped)
     if isinstance(numel, int) and n > INT32_MAX:
-        name, got = _schedule_blame(numel, num_experts, block_size, (ids_name, numel if ids_got is None else ids_got))
+        name, got = _schedule_blame(numel, num_experts, block_size, (ids_name, numel if ids_got is None else ids_got),
+                                    capped)
         rounded = ", rounded up to block_size (pad_sorted_ids)" if pad_sorted_ids else ""
-        raise ValueError(f"{op}: {name}: expected a schedule length (numel + num_experts * (block_size - 1){rounded}; "
-                         f"numel * block_size where numel < num_experts) < 2^31 (numel {numel}, num_experts "
-                         f"{num_experts}, block_size {block_size}), which is {n} (an int32 schedule), got {got}")
+        cap = "; numel * block_size where numel < num_experts" if capped else ""
+        raise ValueError(f"{op}: {name}: expected a schedule length (numel + num_experts * (block_size - 1){rounded}"
+                         f"{cap}) < 2^31 (numel {numel}, num_experts {num_experts}, block_size {block_size}), which "
+                         f"is {n} (an int32 schedule), got {got}")
     return n, blocks
 
 
-def _align_sizes(numel, num_experts, block_size, pad_sorted_ids):
+def _align_sizes(numel, num_experts, block_size, pad_sorted_ids, capped=True):
+    """vLLM's lengths; without ``capped`` FlagGems' (no cap at numel * block_size where numel < num_experts)."""
     # numel may be symbolic under torch.compile (not an int: the int32 check is then the op's); the caller has checked
     # the arguments.
     n = numel + num_experts * (block_size - 1)
     if pad_sorted_ids:
         n = (n + block_size - 1) // block_size * block_size
-    if numel < num_experts:
+    if capped and numel < num_experts:
         n = min(numel * block_size, n)
     return n, (n + block_size - 1) // block_size
 
@@ -204,16 +207,22 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
       expert_map[-1]). The entries are copied as they are, as vLLM does.
 
     Returns:
-        (sorted_token_ids int32, expert_ids int32, num_tokens_post_pad int32 [1]).
+        (sorted_token_ids int32, expert_ids int32, num_tokens_post_pad int32 [1]), of the lengths vLLM's wrapper
+        allocates (:func:`moe_align_sizes`).
     """
-    op = "moe_align_block_size"
+    return _aligned("moe_align_block_size", topk_ids, block_size, num_experts, expert_map, pad_sorted_ids,
+                    ignore_invalid_experts, True)
+
+
+def _aligned(op, topk_ids, block_size, num_experts, expert_map, pad_sorted_ids, ignore_invalid_experts, capped):
+    """moe_align_block_size's outputs in new tensors of vLLM's lengths, or FlagGems' without ``capped``."""
     pad_sorted_ids = bool_arg(op, "pad_sorted_ids", pad_sorted_ids)
     ignore_invalid_experts = bool_arg(op, "ignore_invalid_experts", ignore_invalid_experts)
     tensor_arg(op, "topk_ids", topk_ids)
     tensor_arg(op, "expert_map", expert_map, optional=True)
     num_experts, block_size = _check_align_args(op, num_experts, block_size)
     n, blocks = _checked_align_sizes(op, "topk_ids", topk_ids.numel(), num_experts, block_size, pad_sorted_ids,
-                                     str(list(topk_ids.shape)))
+                                     str(list(topk_ids.shape)), capped)
     legacy_map = expert_map is not None and not ignore_invalid_experts
     if legacy_map:
         _check_legacy_map(op, expert_map, num_experts, topk_ids)

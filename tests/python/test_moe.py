@@ -354,3 +354,27 @@ def test_moe_align_sizes_reads_integer_scalars_as_ints():
         fuseops.moe_align_sizes(torch.tensor(2 ** 31), 1, 1)
     sizes = fuseops.moe_align_sizes(torch.tensor(10), torch.tensor(4), 4)
     assert sizes == fuseops.moe_align_sizes(10, 4, 4) and all(type(x) is int for x in sizes)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("pad_sorted_ids", [False, True])
+def test_flaggems_moe_align_block_size_lengths(device, pad_sorted_ids):
+    """compat.flaggems allocates FlagGems' lengths, numel + E * (bs - 1) (rounded up with pad_sorted_ids), also where
+    numel < E (vLLM's wrapper and fuseops cap them at numel * bs there); the schedule is the same, the tail padding."""
+    import fuseops.compat.flaggems as flaggems_compat
+    ids = torch.tensor([[3, 7]], dtype=torch.int32, device=device)
+    E, bs = 64, 16
+    n = 2 + E * (bs - 1)
+    n = (n + bs - 1) // bs * bs if pad_sorted_ids else n
+    s, e, t = flaggems_compat.moe_align_block_size(ids, bs, E, None, pad_sorted_ids)
+    assert (s.shape[0], e.shape[0]) == (n, (n + bs - 1) // bs)
+    s0, e0, t0 = fuseops.moe_align_block_size(ids, bs, E, pad_sorted_ids=pad_sorted_ids)
+    assert s0.shape[0] == 32 and torch.equal(t, t0)
+    assert torch.equal(s[:s0.shape[0]], s0) and torch.equal(e[:e0.shape[0]], e0)
+    assert (s[s0.shape[0]:] == 2).all() and (e[e0.shape[0]:] == -1).all()
+    # the int32 limit of the uncapped length is told without vLLM's cap
+    big = torch.zeros(1, 1, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=r"moe_align_block_size: block_size: expected a schedule length \(numel \+ "
+                                         r"num_experts \* \(block_size - 1\)\) < 2\^31 .* got 1048576"):
+        flaggems_compat.moe_align_block_size(big, 2**20, 4096)
+    fuseops.moe_align_block_size(big, 2**20, 4096)  # capped at numel * block_size: fits

@@ -502,3 +502,37 @@ def test_errors_use_the_names_of_the_function_called():
         sg(torch.zeros(2), g, torch.zeros(2), 1.0, 20.0, q, q, v, g, torch.zeros(2, 2, 8, 7), torch.tensor([0]))
     with pytest.raises(ValueError, match=r"^fused_sigmoid_gating_delta_rule_update: initial_state_indices: "):
         sg(torch.zeros(2), g, torch.zeros(2), 1.0, 20.0, q, q, v, g, torch.zeros(2, 2, 8, 8), torch.tensor([0.5]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_flaggems_mrope_glm_flags_and_axis_map(device):
+    """FlagGems' GLM call: is_interleaved_glm wins over is_interleaved, and the axis_map its tests pass (the map of
+    the sections) is accepted; any other map, or a map without the GLM layout, is refused by name before rotating."""
+    T, D, r = 5, 128, 64
+    gen = torch.Generator().manual_seed(9)
+    q = torch.randn(T, 2 * D, generator=gen).to(device)
+    cache = cache_of(32, r, torch.float32, device)
+    pos = torch.randint(0, 32, (3, T), generator=gen).to(device)
+    glm = [0 if c == "T" else 1 if c == "H" else 2 for c in "THWTHWTHWTHWTHWTHWTHWTHWHHWHHWWW"]
+    want, _ = fuseops.mrope(q.clone(), None, cache, pos, [8, 12, 12], D, r, False, "interleaved_glm")
+    for flags in (dict(is_interleaved=True, is_interleaved_glm=True),
+                  dict(is_interleaved_glm=True, axis_map=torch.tensor(glm, device=device)),
+                  dict(is_interleaved=True, is_interleaved_glm=True, axis_map=torch.tensor(glm, dtype=torch.int32)),
+                  dict(is_interleaved_glm=True, axis_map=glm)):
+        got, _ = fg.mrope(q.clone(), None, cache, pos, 8, 12, 12, D, r, is_neox_style=False, **flags)
+        assert torch.equal(got, want), flags
+    other = glm[::-1]
+    x = q.clone()
+    for flags, match in ((dict(is_interleaved_glm=True, axis_map=other), r"axis_map: expected the GLM map of the "
+                          r"sections \[8, 12, 12\], \[0, 1, 2, 0"),
+                         (dict(is_interleaved_glm=True, axis_map=torch.tensor(glm, dtype=torch.bool)),
+                          "axis_map: expected None or a 1-D integer tensor or list"),
+                         (dict(is_interleaved_glm=True, axis_map=torch.tensor(glm, dtype=torch.float32)),
+                          "axis_map: expected None or a 1-D integer tensor or list"),
+                         (dict(is_interleaved=True, axis_map=glm),
+                          "axis_map: expected None without is_interleaved_glm=True")):
+        with pytest.raises(ValueError, match="mrope: " + match):
+            fg.mrope(x, None, cache, pos, 8, 12, 12, D, r, is_neox_style=False, **flags)
+    assert torch.equal(x, q)  # refused before anything is rotated
+    with pytest.raises(ValueError, match="mrope: section_t, section_h, section_w: expected 3 sections"):
+        fg.mrope(x, None, cache, pos, 8, 12, 11, D, r, is_interleaved_glm=True, axis_map=glm)

@@ -9,9 +9,11 @@ tensors of the same shape [..., d]. Unlike FlagGems, no broadcasting: gate and u
 (ValueError otherwise). dtypes float32 / float16 / bfloat16; numerics as FlagGems (fp32, one rounding).
 """
 
+import torch
+
 from .. import activation as _activation
 from .. import moe as _moe
-from .._args import bool_arg, forward_only, int_arg, named_as, written_arg
+from .._args import bool_arg, forward_only, int_arg, named_as, shown as _shown, tensor_arg, written_arg
 from .._ops import ops as _ops
 from .. import rope as _rope
 
@@ -56,12 +58,15 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
 
 
 def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad_sorted_ids=False):
-    """As ``flag_gems.moe_align_block_size``: returns (sorted_ids, expert_ids, num_tokens_post_pad). With
-    ``expert_map`` every id is counted under its global id and the blocks' ``expert_ids`` are mapped afterwards, as
-    FlagGems does (``fuseops.moe_align_block_size(..., ignore_invalid_experts=False)``); blocks past the end stay -1
-    (FlagGems: ``expert_map[-1]``)."""
-    return _moe.moe_align_block_size(topk_ids, block_size, num_experts, expert_map, pad_sorted_ids,
-                                     ignore_invalid_experts=False)
+    """As ``flag_gems.moe_align_block_size``: returns (sorted_ids, expert_ids, num_tokens_post_pad), of the lengths
+    FlagGems allocates: numel + num_experts * (block_size - 1) (rounded up to block_size with ``pad_sorted_ids``) and
+    that over block_size, rounded up, without the cap at numel * block_size that vLLM's wrapper (and
+    :func:`fuseops.moe_align_block_size`) applies where numel < num_experts. With ``expert_map`` every id is counted
+    under its global id and the blocks' ``expert_ids`` are mapped afterwards, as FlagGems does
+    (``fuseops.moe_align_block_size(..., ignore_invalid_experts=False)``); blocks past the end stay -1 (FlagGems:
+    ``expert_map[-1]``)."""
+    return _moe._aligned("moe_align_block_size", topk_ids, block_size, num_experts, expert_map, pad_sorted_ids,
+                         False, False)
 
 
 def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=False, inplace=False):
@@ -72,17 +77,57 @@ def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=F
 def mrope(query, key, cos_sin_cache, positions, section_t, section_h, section_w, head_size, rotary_dim,
           is_interleaved=False, is_interleaved_glm=False, is_neox_style=True, axis_map=None):
     """As ``flag_gems.fused.mrope.mrope``, in place on query and key; returns (query, key) as FlagGems does.
-    ``axis_map`` must be None: the GLM map is derived from the sections (docs/ops/rope.md)."""
-    if axis_map is not None:
-        raise ValueError("mrope: axis_map: expected None (the interleaved_glm map is derived from the sections)")
+
+    ``is_interleaved_glm`` wins over ``is_interleaved``, as in FlagGems. The GLM map is derived from the sections
+    (docs/ops/rope.md); ``axis_map`` ([rotary_dim / 2] ints, the per-pair axis FlagGems reads with
+    ``is_interleaved_glm``) may be given and must equal that map (a ValueError otherwise: other maps are not
+    supported). It is compared on the host: a CUDA ``axis_map`` costs a synchronisation. Without
+    ``is_interleaved_glm`` FlagGems does not read ``axis_map``; here it must be None."""
     is_interleaved = bool_arg("mrope", "is_interleaved", is_interleaved)
     is_interleaved_glm = bool_arg("mrope", "is_interleaved_glm", is_interleaved_glm)
-    if is_interleaved and is_interleaved_glm:
-        raise ValueError("mrope: is_interleaved_glm: expected False when is_interleaved is True, got True")
     layout = "interleaved_glm" if is_interleaved_glm else "interleaved" if is_interleaved else "chunked"
     section = [int_arg("mrope", name, s) for name, s in
                (("section_t", section_t), ("section_h", section_h), ("section_w", section_w))]
+    if axis_map is not None:
+        if not is_interleaved_glm:
+            raise ValueError("mrope: axis_map: expected None without is_interleaved_glm=True (only the GLM layout "
+                             f"reads a map), got {_shown(axis_map)}")
+        _check_glm_axis_map(axis_map, section, rotary_dim)
     # the op's checks of the sections (their sum against rotary_dim) name them as mrope_section
     with named_as("mrope", "mrope", {"mrope_section": "section_t, section_h, section_w", "is_neox": "is_neox_style"}):
         return _rope.mrope(query, key, cos_sin_cache, positions, section, head_size, rotary_dim, is_neox_style,
                            layout)
+
+
+def _glm_axis_map(section):
+    """The interleaved_glm axis of each rotary pair (docs/ops/rope.md): slot j % 3 names the preferred axis; once
+    that axis's quota (its section) is used up, the next axis (cyclically) with quota left."""
+    left, axes = list(section), []
+    for j in range(sum(section)):
+        axis = next((a for a in ((j + i) % 3 for i in range(3)) if left[a] > 0), None)
+        if axis is None:
+            break
+        left[axis] -= 1
+        axes.append(axis)
+    return axes
+
+
+def _check_glm_axis_map(axis_map, section, rotary_dim):
+    """axis_map given with the GLM layout: a 1-D integer sequence equal to the map the sections give (compared where
+    the sections are valid; the op refuses them otherwise)."""
+    if isinstance(axis_map, torch.Tensor):
+        tensor_arg("mrope", "axis_map", axis_map)
+        ok = (axis_map.dim() == 1 and axis_map.dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
+              and axis_map.device.type != "meta")  # (a meta tensor has no values to compare)
+        got = axis_map.tolist() if ok else None
+    else:
+        got = list(axis_map) if isinstance(axis_map, (list, tuple)) else None
+        ok = got is not None and all(isinstance(a, int) and not isinstance(a, bool) for a in got)
+    if not ok:
+        raise ValueError(f"mrope: axis_map: expected None or a 1-D integer tensor or list, got {_shown(axis_map)}")
+    if min(section) < 0 or sum(section) * 2 != rotary_dim:
+        return
+    want = _glm_axis_map(section)
+    if got != want:
+        raise ValueError(f"mrope: axis_map: expected the GLM map of the sections {section}, {want} (other maps are "
+                         f"not supported), got {got}")
