@@ -290,7 +290,8 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, gk=None, initial_state=None, o
     """The state recurrence across chunks, as FLA ``chunk_gated_delta_rule_fwd_h`` (its positional order; default
     state layout: ``gk``, ``state_v_first``, ``cu_seqlens_cpu`` and ``chunk_indices`` only at their defaults).
 
-    Returns (h [B, NS, HV, K, V] in k.dtype, v_new [B, T, HV, V] in u.dtype (ungated), final_state or None). h is
+    Returns (h [B, NS, HV, K, V] in k.dtype, v_new [B, T, HV, V] in u.dtype (ungated; None with
+    ``save_new_value=False``, as FLA, though it is still computed), final_state or None). h is
     indexed by chunk slot: NS = ceil(T / BT) per batch row, or N + ceil(T / BT) with cu_seqlens (see
     include/fuseops/gdn_forward.h, gdn_chunk_slots), not FLA's compacted chunk list.
     """
@@ -301,8 +302,6 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, gk=None, initial_state=None, o
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     save_new_value = bool_arg(op, "save_new_value", save_new_value)
-    if not save_new_value:
-        raise ValueError(f"{op}: save_new_value: expected True (v_new is always stored), got False")
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
     _check_rank(op, "u", u, 4, "[B, T, HV, V]")
     chunk_size = _check_chunk_size(op, chunk_size)
@@ -314,7 +313,7 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, gk=None, initial_state=None, o
     v_new = torch.empty(u.shape, dtype=u.dtype, device=u.device)
     ht = torch.empty((N, HV, k.shape[3], V), dtype=torch.float32, device=k.device) if output_final_state else None
     ops.chunk_gated_delta_rule_fwd_h(h, v_new, ht, k, w, u, g, initial_state, chunk_size, cu_seqlens)
-    return h, v_new, ht
+    return h, v_new if save_new_value else None, ht
 
 
 def chunk_fwd_o(q, k, v, h, g=None, g_gamma=None, scale=None, state_v_first=False, cu_seqlens=None, chunk_size=64,

@@ -361,6 +361,9 @@ def test_stages_take_flas_positional_order_and_equal_the_chunked_op(device):
         fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, gc, torch.zeros_like(k), chunk_size=BT)
     with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule_fwd_h: state_v_first: not supported"):
         fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, gc, chunk_size=BT, state_v_first=True)
+    # save_new_value=False: v_new is None, as FLA; h and the final state unchanged
+    h2, none, ht2 = fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, gc, None, h0, True, BT, False)
+    assert none is None and torch.equal(h2, h) and torch.equal(ht2, ht)
 
 
 def test_inputs_requiring_grad_are_refused():

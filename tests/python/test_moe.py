@@ -378,3 +378,34 @@ def test_flaggems_moe_align_block_size_lengths(device, pad_sorted_ids):
                                          r"num_experts \* \(block_size - 1\)\) < 2\^31 .* got 1048576"):
         flaggems_compat.moe_align_block_size(big, 2**20, 4096)
     fuseops.moe_align_block_size(big, 2**20, 4096)  # capped at numel * block_size: fits
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_topk_softmax_is_padding(device):
+    """Newer vLLM's is_padding mask: the padding rows' ids become -1 (skipped by the schedule), the other outputs as
+    without it; a mask of the wrong dtype, shape or device is refused by name before anything is written."""
+    T, E, k = 5, 16, 3
+    x = torch.randn(T, E, device=device)
+    pad = torch.tensor([False, True, False, False, True], device=device)
+
+    def outputs():
+        return (torch.empty(T, k, device=device), torch.empty(T, k, dtype=torch.int32, device=device),
+                torch.empty(T, k, dtype=torch.int32, device=device))
+
+    w0, i0, s0 = outputs()
+    vllm_compat.topk_softmax(w0, i0, s0, x, True)
+    w, i, s = outputs()
+    vllm_compat.topk_softmax(w, i, s, x, True, None, pad)
+    assert torch.equal(w, w0) and torch.equal(s, s0)
+    assert torch.equal(i, torch.where(pad[:, None], torch.full_like(i0, -1), i0))
+    aligned = fuseops.moe_align_block_size(i, 4, E)
+    assert aligned[2].item() == fuseops.moe_align_block_size(i0[~pad], 4, E)[2].item()  # padding rows skipped
+    for bad, match in ((pad.int(), r"is_padding: expected a bool tensor \[T\] = \[5\]"),
+                       (pad[:4], r"is_padding: expected a bool tensor \[T\] = \[5\] .* got \[4\]"),
+                       (pad.view(5, 1), r"is_padding: expected a bool tensor \[T\] = \[5\]"),
+                       ("x", r"is_padding: expected a torch.Tensor or None")):
+        w, i, s = outputs()
+        i.fill_(7)
+        with pytest.raises(ValueError, match="topk_softmax: " + match):
+            vllm_compat.topk_softmax(w, i, s, x, True, None, bad)
+        assert (i == 7).all()

@@ -7,6 +7,8 @@ out [..., d], input [..., 2*d]; dtypes float32 / float16 / bfloat16. Numerics: o
 may differ from vLLM's (two roundings) by 1 ulp (docs/ops/activation.md). Errors: ValueError naming the argument.
 """
 
+import torch
+
 from .._args import bool_arg, float_arg, forward_only, int_arg, named_as, tensor_arg, written_arg
 from .._ops import ops
 
@@ -45,15 +47,32 @@ def gelu_tanh_and_mul(out, input):
     ops.gelu_tanh_and_mul.default(out, input)
 
 
-def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False, bias=None):
-    """As ``torch.ops._moe_C.topk_softmax``: fills topk_weights, topk_indices (int32/int64), token_expert_indices."""
-    renormalize = bool_arg("topk_softmax", "renormalize", renormalize)
-    forward_only("topk_softmax", gating_output=gating_output, bias=bias, optional=("bias",))
-    written_arg("topk_softmax", "topk_weights", topk_weights, optional=False)
-    written_arg("topk_softmax", "topk_indices", topk_indices, optional=False)
-    written_arg("topk_softmax", "token_expert_indices", token_expert_indices, optional=False)
-    with named_as("topk_softmax", "topk_softmax", {"topk_ids": "topk_indices", "correction_bias": "bias"}):
+def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False, bias=None,
+                 is_padding=None):
+    """As ``torch.ops._moe_C.topk_softmax``: fills topk_weights, topk_indices (int32/int64), token_expert_indices.
+
+    ``is_padding`` (newer vLLM, ``VLLM_MOE_SKIP_PADDING``): None, or a bool [T] mask of padding rows, whose
+    topk_indices are set to -1 (the id the schedule skips as padding; their weights are computed as for any row)."""
+    op = "topk_softmax"
+    renormalize = bool_arg(op, "renormalize", renormalize)
+    forward_only(op, gating_output=gating_output, bias=bias, optional=("bias",))
+    written_arg(op, "topk_weights", topk_weights, optional=False)
+    written_arg(op, "topk_indices", topk_indices, optional=False)
+    written_arg(op, "token_expert_indices", token_expert_indices, optional=False)
+    tensor_arg(op, "is_padding", is_padding, optional=True)
+    if is_padding is not None:
+        tensor_arg(op, "gating_output", gating_output)
+        T = gating_output.shape[0] if gating_output.dim() >= 1 else None
+        if is_padding.dtype != torch.bool or is_padding.dim() != 1 or is_padding.shape[0] != T:
+            raise ValueError(f"{op}: is_padding: expected a bool tensor [T] = [{T}] (the rows of gating_output), got "
+                             f"{list(is_padding.shape)} {is_padding.dtype}")
+        if is_padding.device != gating_output.device:
+            raise ValueError(f"{op}: is_padding: expected device {gating_output.device} (the device of "
+                             f"gating_output), got {is_padding.device}")
+    with named_as(op, op, {"topk_ids": "topk_indices", "correction_bias": "bias"}):
         ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)
+    if is_padding is not None:
+        topk_indices.masked_fill_(is_padding.unsqueeze(1), -1)
 
 
 def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_factor, bias, scoring_func=0):
@@ -63,8 +82,6 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     scoring_func 1: ``scores`` are logits, sigmoid inside. vLLM's default 0 ("none": ``scores`` already activated) is
     not supported: a ValueError, also when scoring_func is left out (it had defaulted to 1 here, so a call without it
     applied a second sigmoid to activated scores)."""
-    import torch
-
     op = "grouped_topk"
     if int_arg(op, "scoring_func", scoring_func) != 1:  # an int, as vLLM's schema takes (not 1.0, not a bool)
         raise ValueError(f"{op}: scoring_func: expected 1 (sigmoid of the logits in scores); 0 (vLLM's default: "
