@@ -501,13 +501,14 @@ void register_activation_cases(Registry& r) {
   const MaskedSpec moe_masked{silu, 64, 4096, 2048, 8, 4096, DType::bf16};
   r.add("moe-masked",
         "masked expert-major silu_and_mul (E 64, T_max 4096, d 2048): 8 experts full, the rest empty; all 64 at 64 "
-        "rows; decode (8 experts x 1 row); gelu modes",
+        "rows; decode (8 experts x 1 row); gelu none / tanh (T_max 1024, 16 experts x 1000 rows)",
         true,
         make_masked({moe_masked, MaskedSpec{silu, 64, 4096, 2048, 64, 64, DType::bf16},
                      MaskedSpec{silu, 64, 4096, 2048, 8, 1, DType::bf16},
                      MaskedSpec{gelu, 64, 1024, 2048, 16, 1000, DType::bf16},
                      MaskedSpec{tanh, 64, 1024, 2048, 16, 1000, DType::f16}}));
-  r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B", true, make_masked({moe_masked}));
+  r.add("qwen3-next-80b", "masked silu_and_mul (E 64, T_max 4096, d 2048, 8 experts full)", true,
+        make_masked({moe_masked}));
   r.add("qwen2.5-vl-vit", "Qwen2.5-VL vision MLP: intermediate 3420 (d % 8 != 0: 8-byte vectors)", true,
         make(rows_of(silu, Form::fused, 3420, {1, 64, 4096, 8192})));
   std::vector<Spec> flagos;
@@ -517,7 +518,7 @@ void register_activation_cases(Registry& r) {
       flagos.push_back(Spec{a, Form::fused, m, n, DType::bf16, Fill::normal});
     }
   }
-  r.add("flagos", "FlagOS / FlagGems benchmark shapes (M, N): x [M, 2N], silu and gelu none / tanh", true,
+  r.add("flagos", "FlagOS / FlagGems benchmark shapes: activations (M, N), x [M, 2N], silu and gelu none / tanh", true,
         make(flagos));
   std::vector<Spec> dtypes;
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {

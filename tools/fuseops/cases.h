@@ -109,6 +109,7 @@ struct CaseSet {
 /// All sets, in a stable order; families append to sets by name (creating them on first use).
 class Registry {
  public:
+  /// Adds `factory`'s cases to `set`; a set that exists keeps its flag and gets "; description" appended.
   void add(const std::string& set, const std::string& description, bool real_model, CaseFactory factory);
   const std::vector<CaseSet>& sets() const { return sets_; }
   const CaseSet* find(const std::string& name) const;

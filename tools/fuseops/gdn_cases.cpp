@@ -564,8 +564,9 @@ void register_gdn_cases(Registry& r) {
         "GDN intra-chunk stage (kkt + solve_tril, fused), chunk 64, bf16: the 13 FLA anchor shapes (B, T, H, K) with "
         "HV = H, Qwen3-Next-80B (H 16, HV 32) at T 4096 / 32768, a varlen batch of 8 sequences",
         true, make(anchors));
-  r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B", true, make(qwen3_next()));  // the set exists: appends
-  r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B", true, [] {
+  r.add("qwen3-next-80b", "GDN kkt + solve_tril (H 16, HV 32, K 128) and chunk_local_cumsum at T 4096 / 32768", true,
+        make(qwen3_next()));  // the set exists: appends
+  r.add("qwen3-next-80b", "", true, [] {
     std::vector<std::unique_ptr<OpCase>> cases;
     for (const Spec& q : qwen3_next()) {
       Spec s = q;

@@ -530,7 +530,8 @@ void register_gdn_forward_cases(Registry& r) {
         "bf16: 1, 64 and 256 sequences; 256 with the fused sigmoid gating",
         true, make(dec));
   std::vector<Spec> qwen = {prefill(16, 32, {4096}), decode(256, 16, 32, false)};
-  r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B", true, make(qwen));  // appends to the existing set
+  r.add("qwen3-next-80b", "chunk_gated_delta_rule at 4096 tokens, decode of 256 sequences", true,
+        make(qwen));  // appends to the existing set
 }
 
 }  // namespace fuseops::cli

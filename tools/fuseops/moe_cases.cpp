@@ -308,8 +308,8 @@ void register_moe_cases(Registry& r) {
   r.add_op(moe_op(Kind::align, RouteOp::topk_softmax));
   r.add_op(moe_op(Kind::route, RouteOp::topk_softmax));
   const auto tokens = {int64_t{1}, int64_t{16}, int64_t{64}, int64_t{4096}, int64_t{16384}};
-  r.add("mixtral-8x7b", "Mixtral-8x7B: 8 experts, top-2 softmax routing", true, make(softmax_router(8, 2), tokens));
-  r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B: 512 experts, top-10 softmax routing", true,
+  r.add("mixtral-8x7b", "routing: 8 experts, top-2 softmax", true, make(softmax_router(8, 2), tokens));
+  r.add("qwen3-next-80b", "routing: 512 experts, top-10 softmax", true,
         make(softmax_router(512, 10), tokens));
   r.add("qwen3-moe", "Qwen3-MoE (30B-A3B / 235B-A22B): 128 experts, top-8 softmax routing", true,
         make(softmax_router(128, 8), tokens));

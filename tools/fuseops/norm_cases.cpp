@@ -246,7 +246,8 @@ void register_norm_cases(Registry& r) {
         "gate) at 1 / 64 / 4096 / 16384 tokens, LayerNorm with bias, gate before the norm, no gate, f32 weights, "
         "f16 and f32",
         true, make(all));
-  r.add("qwen3-next-80b", "Qwen3-Next-80B-A3B", true, make(qwen3_next()));  // the set exists: appends
+  r.add("qwen3-next-80b", "GDN output norm (4096 wide, groups of 128, SiLU gate)", true,
+        make(qwen3_next()));  // the set exists: appends
 }
 
 }  // namespace fuseops::cli

@@ -8,7 +8,8 @@ namespace fuseops::cli {
 
 void Registry::add(const std::string& set, const std::string& description, bool real_model, CaseFactory factory) {
   for (CaseSet& s : sets_) {
-    if (s.name == set) {
+    if (s.name == set) {  // a set several families fill: each adds its part's description
+      if (!description.empty()) s.description += (s.description.empty() ? "" : "; ") + description;
       s.factories.push_back(std::move(factory));
       return;
     }

@@ -462,11 +462,13 @@ void register_rope_cases(Registry& r) {
   llama.backward = true;
   llama.tokens = 4096;
   llama_cases.push_back(llama);
-  r.add("llama3-8b", "", true, make(llama_cases));
-  r.add("qwen3-next-80b", "", true, make(at_tokens(rope(16, 2, 256, 64, true, 10000000), tokens)));
+  r.add("llama3-8b", "rotary_embedding Hq 32, Hk 8, D 128, theta 500000 (backward at 4096 tokens)", true,
+        make(llama_cases));
+  r.add("qwen3-next-80b", "rotary_embedding rotary 64 of head 256, Hq 16, Hk 2", true,
+        make(at_tokens(rope(16, 2, 256, 64, true, 10000000), tokens)));
   Spec ds = rope(128, 1, 64, 64, false, 10000);
   ds.head_stride = 192;  // q_pe: the last 64 dims of each 192-wide q head
-  r.add("deepseek-v3", "DeepSeek-V3: MLA rope part (q_pe 128 heads, head stride 192; k_pe 1 head), rotary 64, GPT-J",
+  r.add("deepseek-v3", "MLA rope part (q_pe 128 heads, head stride 192; k_pe 1 head), rotary 64, GPT-J",
         true, make(at_tokens(ds, tokens)));
   r.add("qwen3-vl", "Qwen3-VL-30B-A3B: M-RoPE interleaved [24, 20, 20], Hq 32, Hk 4, D 128", true,
         make(at_tokens(mrope_spec(32, 4, 128, 128, true, MropeLayout::interleaved, {24, 20, 20}, 5000000), tokens)));
@@ -482,7 +484,7 @@ void register_rope_cases(Registry& r) {
     flagos.push_back(flaggems(1, 8192, 32, 8, 128, neox));
   }
   flagos.push_back(flaggems(64, 1, 32, 8, 128, true));
-  r.add("flagos", "", true, make(flagos));
+  r.add("flagos", "apply_rotary_pos_emb (B, S, Hq, D) NeoX and GPT-J, 64 decode tokens", true, make(flagos));
   std::vector<Spec> dtypes;
   for (DType t : {DType::f32, DType::f16, DType::bf16}) {
     const std::vector<DType> caches = t == DType::f32 ? std::vector<DType>{t} : std::vector<DType>{DType::f32, t};
