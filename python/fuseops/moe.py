@@ -12,6 +12,7 @@ under ``torch.no_grad()`` / ``torch.inference_mode()``, or detach).
 """
 
 import contextlib
+import math
 
 import torch
 
@@ -191,6 +192,7 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
                          ignore_invalid_experts=True):
     """The block schedule of the fused-MoE GEMM, with vLLM's wrapper signature and outputs.
 
+    ``topk_ids``: int32 / int64 of any shape (its flat indices; vLLM and FlagGems read it by numel), e.g. [T, k].
     Region e of ``sorted_token_ids`` lists the flat indices of ``topk_ids`` routed to expert e in ascending order
     (deterministic), padded with numel to a multiple of block_size; ``expert_ids`` gives each block's expert (-1 past
     the end); ``num_tokens_post_pad`` [1] is the end of the last region. Ids -1 are padding.
@@ -230,12 +232,27 @@ def _aligned(op, topk_ids, block_size, num_experts, expert_map, pad_sorted_ids, 
     sorted_ids = torch.empty((n,), dtype=torch.int32, device=dev)
     expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)
     total = torch.empty((1,), dtype=torch.int32, device=dev)
-    ops.moe_align_block_size.default(topk_ids, num_experts, block_size, sorted_ids, expert_ids, total,
+    ops.moe_align_block_size.default(id_rows(topk_ids), num_experts, block_size, sorted_ids, expert_ids, total,
                                      None if legacy_map else expert_map)
     if legacy_map:  # the blocks before the end hold global ids in [0, num_experts); those after, -1
         local = expert_map.index_select(0, expert_ids.clamp(min=0).long())
         expert_ids = torch.where(expert_ids >= 0, local, expert_ids)
     return sorted_ids, expert_ids, total
+
+
+def id_rows(topk_ids):
+    """topk_ids of any rank and layout as the op's [T, k] with innermost stride 1, its flat (row-major) indices
+    unchanged (vLLM and FlagGems read topk_ids by numel): a 0-D or 1-D tensor as [numel, 1], a higher rank as
+    [prod(leading dims), last dim]; a contiguous copy where the view's innermost stride is not 1 (the ids are only
+    read; the C++ API refuses such a layout by name)."""
+    if not isinstance(topk_ids, torch.Tensor) or topk_ids.device.type == "meta":
+        return topk_ids
+    rows = topk_ids
+    if topk_ids.dim() < 2:
+        rows = topk_ids.reshape(topk_ids.numel(), 1)
+    elif topk_ids.dim() > 2:
+        rows = topk_ids.reshape(math.prod(topk_ids.shape[:-1]), topk_ids.shape[-1])
+    return rows if rows.numel() == 0 or rows.shape[1] == 1 or rows.stride(1) == 1 else rows.contiguous()
 
 
 def _check_legacy_map(op, expert_map, num_experts, topk_ids):

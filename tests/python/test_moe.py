@@ -409,3 +409,44 @@ def test_vllm_topk_softmax_is_padding(device):
         with pytest.raises(ValueError, match="topk_softmax: " + match):
             vllm_compat.topk_softmax(w, i, s, x, True, None, bad)
         assert (i == 7).all()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_moe_align_block_size_reads_ids_of_any_rank(device):
+    """topk_ids are read by numel, as vLLM's and FlagGems' wrappers read them: 0-D, 1-D and 3-D ids give the schedule
+    of the same ids as [T, k]."""
+    import fuseops.compat.flaggems as flaggems_compat
+    E, bs = 8, 4
+    ids = torch.randint(-1, E, (3, 5, 2), dtype=torch.int32, device=device)
+    want = fuseops.moe_align_block_size(ids.reshape(15, 2), bs, E)
+    for shaped in (ids, ids.reshape(-1), ids.permute(2, 0, 1).contiguous().permute(1, 2, 0),
+                   ids.reshape(15, 2).t().contiguous().t()):  # the last two: innermost stride not 1
+        for align in (fuseops.moe_align_block_size, flaggems_compat.moe_align_block_size):  # (numel >= E: same sizes)
+            got = align(shaped, bs, E)
+            assert all(torch.equal(g, w) for g, w in zip(got, want))
+        s, e, t = (torch.empty_like(x) for x in want)
+        vllm_compat.moe_align_block_size(shaped, E, bs, s, e, t)
+        assert torch.equal(s, want[0]) and torch.equal(e, want[1]) and torch.equal(t, want[2])
+    one = torch.tensor(3, dtype=torch.int32, device=device)
+    assert [x.tolist() for x in flaggems_compat.moe_align_block_size(one, bs, E)][2] == [4]
+    assert [x.tolist() for x in fuseops.moe_align_block_size(one.reshape(1, 1), bs, E)] == \
+        [x.tolist() for x in fuseops.moe_align_block_size(one, bs, E)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_topk_softmax_is_padding_read_before_the_outputs(device):
+    """A mask sharing memory with an output is read as it was when called (the op writes the outputs first); a
+    gating_output of the wrong rank is named before the mask is looked at."""
+    T, k = 5, 2
+    g = torch.randn(T, 8, device=device)
+    buf = torch.zeros(T * k * 4, dtype=torch.uint8, device=device)
+    src = buf.view(torch.int32).view(T, k)
+    pad = buf[:T].view(torch.bool)  # all False, then overwritten by token_expert_indices
+    ids = torch.empty(T, k, dtype=torch.int32, device=device)
+    vllm_compat.topk_softmax(torch.empty(T, k, device=device), ids, src, g, False, None, pad)
+    assert (ids >= 0).all()
+    o = torch.empty(T, k, device=device)
+    i32 = torch.empty(T, k, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match=r"topk_softmax: gating_output: expected rank 2"):
+        vllm_compat.topk_softmax(o, i32, i32.clone(), torch.randn(8, device=device), False, None,
+                                 torch.zeros(T, dtype=torch.bool, device=device))

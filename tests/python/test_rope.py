@@ -518,21 +518,32 @@ def test_flaggems_mrope_glm_flags_and_axis_map(device):
     for flags in (dict(is_interleaved=True, is_interleaved_glm=True),
                   dict(is_interleaved_glm=True, axis_map=torch.tensor(glm, device=device)),
                   dict(is_interleaved=True, is_interleaved_glm=True, axis_map=torch.tensor(glm, dtype=torch.int32)),
-                  dict(is_interleaved_glm=True, axis_map=glm)):
+                  dict(is_interleaved_glm=True, axis_map=glm),
+                  dict(is_interleaved_glm=True, axis_map=tuple(torch.tensor(glm).numpy())),  # numpy ints
+                  dict(is_interleaved_glm=True, axis_map=torch.tensor(glm).numpy())):
         got, _ = fg.mrope(q.clone(), None, cache, pos, 8, 12, 12, D, r, is_neox_style=False, **flags)
         assert torch.equal(got, want), flags
     other = glm[::-1]
     x = q.clone()
     for flags, match in ((dict(is_interleaved_glm=True, axis_map=other), r"axis_map: expected the GLM map of the "
-                          r"sections \[8, 12, 12\], \[0, 1, 2, 0"),
+                          r"sections \[8, 12, 12\] \(other maps are not supported\): pair 0 takes axis 0, got 2"),
+                         (dict(is_interleaved_glm=True, axis_map=glm[:-1]),
+                          r"axis_map: expected \[rotary_dim / 2\] = \[32\] entries .* got 31"),
                          (dict(is_interleaved_glm=True, axis_map=torch.tensor(glm, dtype=torch.bool)),
-                          "axis_map: expected None or a 1-D integer tensor or list"),
+                          "axis_map: expected None or a 1-D sequence of ints"),
                          (dict(is_interleaved_glm=True, axis_map=torch.tensor(glm, dtype=torch.float32)),
-                          "axis_map: expected None or a 1-D integer tensor or list"),
+                          "axis_map: expected None or a 1-D sequence of ints"),
+                         (dict(is_interleaved_glm=True, axis_map=[True] * 32),
+                          "axis_map: expected None or a 1-D sequence of ints"),
                          (dict(is_interleaved=True, axis_map=glm),
                           "axis_map: expected None without is_interleaved_glm=True")):
         with pytest.raises(ValueError, match="mrope: " + match):
             fg.mrope(x, None, cache, pos, 8, 12, 12, D, r, is_neox_style=False, **flags)
     assert torch.equal(x, q)  # refused before anything is rotated
+    # the op's own errors where the sections, rotary_dim or the cache are wrong (axis_map is not blamed)
     with pytest.raises(ValueError, match="mrope: section_t, section_h, section_w: expected 3 sections"):
         fg.mrope(x, None, cache, pos, 8, 12, 11, D, r, is_interleaved_glm=True, axis_map=glm)
+    with pytest.raises(ValueError, match=r"mrope: rotary_dim: expected an int, got a tensor \[2\]"):
+        fg.mrope(x, None, cache, pos, 8, 12, 12, D, torch.tensor([r, r]), is_interleaved_glm=True, axis_map=glm)
+    with pytest.raises(ValueError, match=r"mrope: rotary_dim: expected cos_sin_cache.shape\[1\] = 64"):
+        fg.mrope(x, None, cache, pos, 16, 24, 24, D, 128, is_interleaved_glm=True, axis_map=[0] * 1000)

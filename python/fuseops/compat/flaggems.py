@@ -9,11 +9,13 @@ tensors of the same shape [..., d]. Unlike FlagGems, no broadcasting: gate and u
 (ValueError otherwise). dtypes float32 / float16 / bfloat16; numerics as FlagGems (fp32, one rounding).
 """
 
+import operator
+
 import torch
 
 from .. import activation as _activation
 from .. import moe as _moe
-from .._args import bool_arg, forward_only, int_arg, named_as, shown as _shown, tensor_arg, written_arg
+from .._args import bool_arg, forward_only, int_arg, is_bool, named_as, shown as _shown, tensor_arg, written_arg
 from .._ops import ops as _ops
 from .. import rope as _rope
 
@@ -92,7 +94,7 @@ def mrope(query, key, cos_sin_cache, positions, section_t, section_h, section_w,
         if not is_interleaved_glm:
             raise ValueError("mrope: axis_map: expected None without is_interleaved_glm=True (only the GLM layout "
                              f"reads a map), got {_shown(axis_map)}")
-        _check_glm_axis_map(axis_map, section, rotary_dim)
+        _check_glm_axis_map(axis_map, section, int_arg("mrope", "rotary_dim", rotary_dim), cos_sin_cache)
     # the op's checks of the sections (their sum against rotary_dim) name them as mrope_section
     with named_as("mrope", "mrope", {"mrope_section": "section_t, section_h, section_w", "is_neox": "is_neox_style"}):
         return _rope.mrope(query, key, cos_sin_cache, positions, section, head_size, rotary_dim, is_neox_style,
@@ -112,22 +114,39 @@ def _glm_axis_map(section):
     return axes
 
 
-def _check_glm_axis_map(axis_map, section, rotary_dim):
-    """axis_map given with the GLM layout: a 1-D integer sequence equal to the map the sections give (compared where
-    the sections are valid; the op refuses them otherwise)."""
+def _check_glm_axis_map(axis_map, section, rotary_dim, cos_sin_cache):
+    """axis_map given with the GLM layout: a 1-D sequence of ints (a tensor, a numpy array, a list or tuple) equal to
+    the map the sections give. Compared only where the sections and rotary_dim are what the op takes (it refuses them
+    by name otherwise), so that a wrong rotary_dim is not blamed on axis_map."""
+    pairs = rotary_dim // 2
     if isinstance(axis_map, torch.Tensor):
         tensor_arg("mrope", "axis_map", axis_map)
         ok = (axis_map.dim() == 1 and axis_map.dtype in (torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
               and axis_map.device.type != "meta")  # (a meta tensor has no values to compare)
-        got = axis_map.tolist() if ok else None
+    elif type(axis_map).__name__ == "ndarray" and type(axis_map).__module__ == "numpy":
+        ok = axis_map.ndim == 1 and axis_map.dtype.kind in "iu"
     else:
-        got = list(axis_map) if isinstance(axis_map, (list, tuple)) else None
-        ok = got is not None and all(isinstance(a, int) and not isinstance(a, bool) for a in got)
+        ok = isinstance(axis_map, (list, tuple)) and all(not is_bool(a) and _is_index(a) for a in axis_map)
     if not ok:
-        raise ValueError(f"mrope: axis_map: expected None or a 1-D integer tensor or list, got {_shown(axis_map)}")
-    if min(section) < 0 or sum(section) * 2 != rotary_dim:
+        raise ValueError(f"mrope: axis_map: expected None or a 1-D sequence of ints (a tensor, numpy array, list or "
+                         f"tuple), got {_shown(axis_map)}")
+    width = cos_sin_cache.shape[-1] if isinstance(cos_sin_cache, torch.Tensor) and cos_sin_cache.dim() == 2 else None
+    if min(section) < 0 or sum(section) != pairs or rotary_dim != 2 * pairs or width != rotary_dim:
         return
+    if len(axis_map) != pairs:
+        raise ValueError(f"mrope: axis_map: expected [rotary_dim / 2] = [{pairs}] entries (the GLM map of the "
+                         f"sections {section}), got {len(axis_map)}")
+    got = axis_map.tolist() if hasattr(axis_map, "tolist") else [int(a) for a in axis_map]
     want = _glm_axis_map(section)
     if got != want:
-        raise ValueError(f"mrope: axis_map: expected the GLM map of the sections {section}, {want} (other maps are "
-                         f"not supported), got {got}")
+        j = next(j for j in range(pairs) if got[j] != want[j])
+        raise ValueError(f"mrope: axis_map: expected the GLM map of the sections {section} (other maps are not "
+                         f"supported): pair {j} takes axis {want[j]}, got {got[j]}")
+
+
+def _is_index(a):
+    try:
+        operator.index(a)
+        return True
+    except TypeError:
+        return False

@@ -60,15 +60,17 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
     written_arg(op, "topk_indices", topk_indices, optional=False)
     written_arg(op, "token_expert_indices", token_expert_indices, optional=False)
     tensor_arg(op, "is_padding", is_padding, optional=True)
-    if is_padding is not None:
-        tensor_arg(op, "gating_output", gating_output)
-        T = gating_output.shape[0] if gating_output.dim() >= 1 else None
+    tensor_arg(op, "gating_output", gating_output)
+    if is_padding is not None and gating_output.dim() == 2:  # (another rank: the op's error names gating_output)
+        T = gating_output.shape[0]
         if is_padding.dtype != torch.bool or is_padding.dim() != 1 or is_padding.shape[0] != T:
             raise ValueError(f"{op}: is_padding: expected a bool tensor [T] = [{T}] (the rows of gating_output), got "
                              f"{list(is_padding.shape)} {is_padding.dtype}")
         if is_padding.device != gating_output.device:
             raise ValueError(f"{op}: is_padding: expected device {gating_output.device} (the device of "
                              f"gating_output), got {is_padding.device}")
+        # read as it is now: the op's outputs may share its memory
+        is_padding = is_padding.detach().clone()
     with named_as(op, op, {"topk_ids": "topk_indices", "correction_bias": "bias"}):
         ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)
     if is_padding is not None:
@@ -106,7 +108,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
 def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
                          expert_map=None):
     """As ``torch.ops._moe_C.moe_align_block_size`` (outputs preallocated by the caller)."""
-    from ..moe import _check_align_args
+    from ..moe import _check_align_args, id_rows
 
     op = "moe_align_block_size"
     for name, t in (("topk_ids", topk_ids), ("sorted_token_ids", sorted_token_ids), ("experts_ids", experts_ids),
@@ -115,7 +117,7 @@ def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, ex
     tensor_arg(op, "expert_map", expert_map, optional=True)
     num_experts, block_size = _check_align_args(op, num_experts, block_size)  # the op's ranges, by name
     with named_as(op, op, {"expert_ids": "experts_ids"}):  # vLLM's name
-        ops.moe_align_block_size.default(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids,
+        ops.moe_align_block_size.default(id_rows(topk_ids), num_experts, block_size, sorted_token_ids, experts_ids,
                                          num_tokens_post_pad, expert_map)
 
 
