@@ -47,6 +47,10 @@ RecurrenceGolden gated_delta_rule_recurrence(const RecurrenceInputs& in) {
   if (!in.q || !in.k || !in.v) fail("q, k and v are required");
   const int64_t B = in.q->shape()[0], T = in.q->shape()[1], H = in.q->shape()[2], K = in.q->shape()[3];
   const int64_t HV = in.v->shape()[2], V = in.v->shape()[3], G = HV / H;
+  const int64_t beta_size = B * T * HV * (in.beta_per_channel ? V : 1);
+  if (!in.beta.empty() && static_cast<int64_t>(in.beta.size()) != beta_size) {
+    fail(std::string("beta must hold ") + (in.beta_per_channel ? "B T HV V" : "B T HV") + " values");
+  }
   // sequences: (batch, bos, eos)
   std::vector<int64_t> starts, ends, batches;
   if (in.cu_seqlens.empty()) {
@@ -82,14 +86,16 @@ RecurrenceGolden gated_delta_rule_recurrence(const RecurrenceInputs& in) {
         std::vector<double> v = row(*in.v, b, t, h, false, false);
         const int64_t gi = (b * T + t) * HV + h;
         const double decay = std::exp(in.g.empty() ? 0.0 : in.g[gi]);
-        const double beta = in.beta.empty() ? 1.0 : in.beta[gi];
         for (double& e : S) e *= decay;
         for (int64_t c = 0; c < V; ++c) {
           double s = 0;
           for (int64_t r = 0; r < K; ++r) s += S[r * V + c] * k[r];
           sk[c] = s;
         }
-        for (int64_t c = 0; c < V; ++c) v[c] = beta * (v[c] - sk[c]);
+        for (int64_t c = 0; c < V; ++c) {
+          const double beta = in.beta.empty() ? 1.0 : in.beta_per_channel ? in.beta[gi * V + c] : in.beta[gi];
+          v[c] = beta * (v[c] - sk[c]);
+        }
         for (int64_t r = 0; r < K; ++r)
           for (int64_t c = 0; c < V; ++c) S[r * V + c] += k[r] * v[c];
         for (int64_t c = 0; c < V; ++c) {

@@ -1,6 +1,7 @@
 // Float64 golden of the GDN forward ops (docs/ops/gdn.md): the token-by-token recurrence of reference/gdn.md §0,
 // evaluated in double, per sequence and value head, independent of the chunked algorithm:
-//   S <- exp(g_t) S;  v'_t = beta_t (v_t - S^T k_t);  S <- S + k_t v'_t^T;  o_t = scale S^T q_t.
+//   S <- exp(g_t) S;  v'_t = beta_t (v_t - S^T k_t);  S <- S + k_t v'_t^T;  o_t = scale S^T q_t,
+// beta_t a scalar per value head or, per channel, a vector of V (the product elementwise).
 // Optional l2 normalisation of q and k (x / sqrt(sum x^2 + 1e-6)), rounded to the inputs' dtype when the op does so
 // (the chunked path, as FLA), kept exact otherwise (the decode ops).
 #pragma once
@@ -18,7 +19,8 @@ struct RecurrenceInputs {
   const testing::HostTensor* k = nullptr;  ///< [B, T, H, K]
   const testing::HostTensor* v = nullptr;  ///< [B, T, HV, V]
   std::vector<double> g;                   ///< raw log-decays [B * T * HV] (empty: 0)
-  std::vector<double> beta;                ///< [B * T * HV] (empty: 1)
+  std::vector<double> beta;                ///< [B * T * HV], or [B * T * HV * V] with beta_per_channel (empty: 1)
+  bool beta_per_channel = false;           ///< beta per value column: v'[j] = beta[j] (v[j] - (S^T k)[j])
   const testing::HostTensor* h0 = nullptr;  ///< [N, HV, K, V] (null: 0)
   double scale = 1.0;
   bool l2norm = false;
