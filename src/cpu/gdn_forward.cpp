@@ -227,7 +227,7 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
           beta = sigmoid_gate(load_scalar(a.b, s.batch, t, hv, 0.f));
         } else {
           g = load_scalar(a.g, s.batch, t, hv, 0.f);
-          beta = load_scalar(a.beta, s.batch, t, hv, 1.f);
+          beta = a.beta_per_channel ? 0.f : load_scalar(a.beta, s.batch, t, hv, 1.f);  // (per channel: below)
         }
         const float decay = std::exp(g);
         for (int64_t e = 0; e < KV; ++e) S[e] *= decay;
@@ -235,7 +235,12 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
         for (int64_t r = 0; r < K; ++r) {
           for (int64_t c = 0; c < V; ++c) sk[c] += S[r * V + c] * k[r];
         }
-        for (int64_t c = 0; c < V; ++c) v[c] = beta * (v[c] - sk[c]);
+        if (a.beta_per_channel) {  // beta [B, T, HV, V]: one per value column
+          const int64_t bb = offset(a.beta, s.batch, t, hv);
+          for (int64_t c = 0; c < V; ++c) v[c] = load(a.beta.data, a.beta.dtype, bb + c) * (v[c] - sk[c]);
+        } else {
+          for (int64_t c = 0; c < V; ++c) v[c] = beta * (v[c] - sk[c]);
+        }
         for (int64_t r = 0; r < K; ++r) {
           for (int64_t c = 0; c < V; ++c) S[r * V + c] += k[r] * v[c];
         }

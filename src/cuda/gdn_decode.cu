@@ -18,10 +18,12 @@
 // column gets the same bits, fp addition being commutative, and R = 8 or 16 gives the same bits).
 //
 // Fallback kernel (decode_kernel): one 256-thread block per (sequence, value head, block of 32 state columns), three
-// block barriers per token; taken when K is not 64, 128 or 256, V % 4 != 0, or a state tensor (pool,
-// initial_state, final_state) is not 16-byte aligned. Lane l of warp w holds columns 4 (l % 8) .. 4 (l % 8) + 3 of
-// the rows r = 4 w + l / 8 + 32 j (j < 8, K <= 256), so one warp-wide access covers 4 rows x 128 contiguous bytes;
-// the sums over K reduce over the 4 row lanes by shuffles, then over the 8 warps through shared memory.
+// block barriers per token; taken when K is not 64, 128 or 256, V % 4 != 0, a state tensor (pool,
+// initial_state, final_state) is not 16-byte aligned, or beta is per value column ([B, T, HV, V], FLA's per-channel
+// beta: each block loads the betas of its 32 columns beside v; the fast kernel takes per-head beta only). Lane l of
+// warp w holds columns 4 (l % 8) .. 4 (l % 8) + 3 of the rows r = 4 w + l / 8 + 32 j (j < 8, K <= 256), so one
+// warp-wide access covers 4 rows x 128 contiguous bytes; the sums over K reduce over the 4 row lanes by shuffles, then
+// over the 8 warps through shared memory.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -138,7 +140,7 @@ struct DecodeParams {
 
 __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, const DecodeParams prm) {
   pdl_wait_and_release();
-  __shared__ float qs[256], ks[256], vs[kBV];
+  __shared__ float qs[256], ks[256], vs[kBV], bs[kBV];  // bs: the columns' betas (beta_per_channel)
   __shared__ float red[kWarps][kBV][2];
   __shared__ float scal[5];  // g, beta, sum q^2, sum k^2, q . k
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
@@ -201,12 +203,15 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
       if (tid < kBV) {
         const int64_t c = vb * kBV + tid;
         vs[tid] = c < V ? gdn::load_f(a.v.data, a.v.dtype, gdn::at(a.v, sb.batch, t, hv) + c) : 0.f;
+        if (a.beta_per_channel) {
+          bs[tid] = c < V ? gdn::load_f(a.beta.data, a.beta.dtype, gdn::at(a.beta, sb.batch, t, hv) + c) : 0.f;
+        }
       }
       if (tid == kBV) {
         float g, beta;
         token_gates(a, hg, sb.batch, t, hv, g, beta);
         scal[0] = g;
-        scal[1] = beta;
+        scal[1] = beta;  // (per channel: column 0's, unused; bs holds the columns' betas)
       }
       __syncthreads();
       if (warp < 3) {  // sum q^2, sum k^2, q . k over K
@@ -259,7 +264,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
           tk += red[w][vl * 4 + e][0];
           tq += red[w][vl * 4 + e][1];
         }
-        vp[e] = beta * (vs[vl * 4 + e] - tk);
+        vp[e] = (a.beta_per_channel ? bs[vl * 4 + e] : beta) * (vs[vl * 4 + e] - tk);
         o[e] = a.scale * fmaf(vp[e], kq, tq);
       }
 #pragma unroll
@@ -889,7 +894,7 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* str
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
   const int kg = fast_groups(a.geo.K);
-  if (kg > 0 && a.V % 4 == 0 && aligned16(a.pool) && aligned16(a.h0) && aligned16(a.ht)) {
+  if (kg > 0 && a.V % 4 == 0 && aligned16(a.pool) && aligned16(a.h0) && aligned16(a.ht) && !a.beta_per_channel) {
     WarpParams prm{};  // slices, units and stage_inputs: per variant (launch_warp_kernel_wb)
     prm.q_vec = rows_vec(a.q);
     prm.k_vec = rows_vec(a.k);

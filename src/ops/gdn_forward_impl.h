@@ -83,9 +83,13 @@ struct DecodeArgs {
   int64_t V = 0;
   GdnIn q, k, v;
   GdnOut o;  ///< contiguous
-  // gates: direct (g, beta: optional [B, T, HV]) or fused sigmoid gating (a, b, A_log, dt_bias)
+  // gates: direct (g: optional [B, T, HV]; beta: optional [B, T, HV], or [B, T, HV, V] with beta_per_channel) or
+  // fused sigmoid gating (a, b, A_log, dt_bias)
   bool fused_gating = false;
   GdnIn g, beta, a, b;
+  /// beta [B, T, HV, V] (innermost stride 1): one beta per value column, v'[j] = beta[j] (v[j] - (S^T k)[j]), as FLA's
+  /// fused_recurrent with IS_BETA_HEADWISE false
+  bool beta_per_channel = false;
   GdnIn A_log, dt_bias;  ///< [HV] viewed with stride_h = stride; other strides 0
   float softplus_beta = 1.f, softplus_threshold = 20.f;
   float scale = 1.f;
