@@ -5,7 +5,8 @@
 // `chunk_gated_delta_rule_fwd_h`, `chunk_fwd_o`, `fused_recurrent_gated_delta_rule`; vLLM's `fused_recurrent`
 // (state pool, `ssm_state_indices`, `num_accepted_tokens`) and `fused_sigmoid_gating_delta_rule_update`
 // (reference/gdn.md §6-11). Per sequence and value head, with state S (K x V, fp32) and the token recurrence
-//   S <- exp(g_t) S;  v'_t = beta_t (v_t - S^T k_t);  S <- S + k_t v'_t^T;  o_t = scale S^T q_t.
+//   S <- exp(g_t) S;  v'_t = beta_t (v_t - S^T k_t);  S <- S + k_t v'_t^T;  o_t = scale S^T q_t
+// (beta_t a scalar per value head; the decode ops also take it per value column, multiplied elementwise).
 // The chunked ops compute exactly this (to rounding) in chunks of BT tokens; docs/ops/gdn.md has the math, the
 // stages, the tolerances and the performance.
 //
@@ -127,10 +128,12 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
 
 /// The token recurrence for any number of tokens (decode), as FLA `fused_recurrent_gated_delta_rule(q, k, v, g,
 /// beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: q, k, v, g (raw, absent:
-/// 0), beta (absent: 1) as in chunk_gated_delta_rule; l2 normalisation in f32, not re-rounded. initial_state
-/// (optional, read-only unless it is final_state): [N, HV, K, V] f32 / f16 / bf16, contiguous. o (out): [B, T, HV, V] in
-/// q's dtype; final_state (out, optional): [N, HV, K, V] f32, may be initial_state itself (in place, see above).
-/// Outputs contiguous.
+/// 0) as in chunk_gated_delta_rule; l2 normalisation in f32, not re-rounded. beta (absent: 1), f32 / f16 / bf16: per
+/// head [B, T, HV], or per value column [B, T, HV, V] with innermost stride 1 (FLA's per-channel beta, taken where
+/// beta has the rank of v): v'_t[j] = beta_t[j] (v_t[j] - (S^T k_t)[j]) for each column j, the rest unchanged; any
+/// other rank or shape is an Error naming beta with the expected shape. initial_state (optional, read-only unless it
+/// is final_state): [N, HV, K, V] f32 / f16 / bf16, contiguous. o (out): [B, T, HV, V] in q's dtype; final_state (out,
+/// optional): [N, HV, K, V] f32, may be initial_state itself (in place, see above). Outputs contiguous.
 void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k,
                                       TensorView v, const TensorView* g, const TensorView* beta,
                                       std::optional<double> scale, const TensorView* initial_state,
@@ -147,7 +150,7 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
 /// longer than Tmax is recorded in the device error record and treated as padding; the op returns normally (on the
 /// CPU backend as on CUDA) and only fuseops::check_errors() raises the record (see fuseops/error.h).
 /// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. Other arguments as in
-/// fused_recurrent_gated_delta_rule.
+/// fused_recurrent_gated_delta_rule, beta per head [B, T, HV] or per value column [B, T, HV, V] included.
 /// Precondition NOT checked (the indices live on the device): no slot may be used by two sequences of one call, i.e.
 /// no sequence may read or write a slot that another sequence of the same call writes (two sequences on one pool
 /// slot). The sequences run concurrently, so such a call gives an unspecified state in that slot and unspecified
@@ -162,7 +165,8 @@ void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool
 /// fused_recurrent_gated_delta_rule_update with the gates computed from the raw projections inside the kernel, as
 /// vLLM's `fused_sigmoid_gating_delta_rule_update`: g = -exp(A_log[h]) * softplus(a + dt_bias[h]) and
 /// beta = sigmoid(b), softplus(x) = log(1 + exp(softplus_beta x)) / softplus_beta, or x where softplus_beta x >
-/// softplus_threshold. A_log, dt_bias: [HV] f32 / f16 / bf16; a, b: [B, T, HV] f32 / f16 / bf16. The pool and its
+/// softplus_threshold. A_log, dt_bias: [HV] f32 / f16 / bf16; a, b: [B, T, HV] f32 / f16 / bf16 (per head only: b has
+/// no per-channel form, as in vLLM). The pool and its
 /// indices take vLLM's names for this function, initial_state_source (the state_pool above) and initial_state_indices
 /// (ssm_state_indices above, with the same rules); errors, the recorded bad indices included, use these names.
 void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView initial_state_source, TensorView A_log,

@@ -692,6 +692,21 @@ void check_gate(const char* op, const char* name, const TensorView* t, const Dec
   view = in_view(*t);
 }
 
+/// beta of the direct-gate decode ops: per head [B, T, HV], or per value column [B, T, HV, V] with innermost stride 1
+/// (FLA's fused_recurrent: IS_BETA_HEADWISE = beta.ndim != v.ndim), which sets a.beta_per_channel.
+void check_decode_beta(const char* op, const TensorView* beta, DecodeArgs& a, const Device& device) {
+  if (!beta || beta->rank == 3) return check_gate(op, "beta", beta, a, device, a.beta);
+  check_dtype(op, "beta", *beta, kFloat);
+  if (beta->rank != 4) {
+    fail_argument(op, "beta", "rank 3 [B, T, HV] or rank 4 [B, T, HV, V]", beta->shape_str());
+  }
+  check_input4(op, "beta", *beta, a.geo.B, a.geo.T, a.geo.HV, a.V, "[B, T, HV, V]");
+  check_on_device(op, "beta", *beta, device);
+  common_device(op, {{"beta", beta}});
+  a.beta = in_view(*beta);
+  a.beta_per_channel = true;
+}
+
 /// The argument names of a serving form's state pool and slot indices: `state_pool` / `ssm_state_indices`
 /// (fused_recurrent_gated_delta_rule_update, after vLLM's fused_recurrent_gated_delta_rule), or vLLM's
 /// `initial_state_source` / `initial_state_indices` (fused_sigmoid_gating_delta_rule_update). Errors, the recorded bad
@@ -777,7 +792,7 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
   const Device device =
       check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a, "g", g, "beta", beta);
   check_gate(op, "g", g, a, device, a.g);
-  check_gate(op, "beta", beta, a, device, a.beta);
+  check_decode_beta(op, beta, a, device);
   const int64_t N = a.geo.N, HV = a.geo.HV, K = a.geo.K, V = a.V;
   check_layouts(op, {{"initial_state", initial_state}, {"final_state", final_state}});
   if (initial_state) {
@@ -810,7 +825,7 @@ void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool
   const Device device =
       check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a, "g", g, "beta", beta);
   check_gate(op, "g", g, a, device, a.g);
-  check_gate(op, "beta", beta, a, device, a.beta);
+  check_decode_beta(op, beta, a, device);
   check_pool(op, kPoolNames, state_pool, ssm_state_indices, num_accepted_tokens, device, a);
   check_outputs_disjoint(op, {{"o", &o}, {"state_pool", &state_pool}},
                          {{"o", &o}, {"state_pool", &state_pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},

@@ -317,11 +317,38 @@ TEST(GdnForwardErrors, Decode) {
   const char* op = "fused_recurrent_gated_delta_rule";
   EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g,
                                                             &beta, std::nullopt, &h0));
-  HostTensor beta4(f32, {1, 8, 2, 8}), h0_bad(f32, {1, 2, 8, 16});
-  const TensorView b4 = beta4.view(), h0b = h0_bad.view();
-  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g,
-                                                             &b4, std::nullopt, &h0),
-                   op, "beta");
+  HostTensor h0_bad(f32, {1, 2, 8, 16});
+  const TensorView h0b = h0_bad.view();
+  // beta per head [B, T, HV] or per value column [B, T, HV, V] (FLA's per-channel beta); any other rank or shape is
+  // named with the expected one, in both direct-gate forms
+  HostTensor beta4(f32, {1, 8, 2, 8}), beta4_v(f32, {1, 8, 2, 7}), beta4_hv(DType::f16, {1, 8, 1, 8}),
+      beta5(f32, {1, 8, 2, 8, 1}), beta4_i32(i32, {1, 8, 2, 8}), beta4_wide(bf16, {1, 8, 2, 16});
+  TensorView beta4_strided = beta4_wide.view();  // innermost stride 2
+  beta4_strided.shape[3] = 8;
+  beta4_strided.strides[3] = 2;
+  const TensorView b4 = beta4.view(), b4v = beta4_v.view(), b4hv = beta4_hv.view(), b5 = beta5.view(),
+                   b4i = beta4_i32.view();
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g,
+                                                            &b4, std::nullopt, &h0));
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
+                                                                   x.v.view(), &g, &b4, std::nullopt, x.idx.view()));
+  for (bool pool : {false, true}) {
+    const char* name = pool ? "fused_recurrent_gated_delta_rule_update" : op;
+    const auto call = [&](const TensorView& b) {
+      if (pool) {
+        fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(), x.v.view(),
+                                                         &g, &b, std::nullopt, x.idx.view());
+      } else {
+        fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g, &b,
+                                                  std::nullopt, &h0);
+      }
+    };
+    EXPECT_ARG_ERROR(call(b4v), name, "beta", "expected shape [B, T, HV, V] = [1, 8, 2, 8], got [1, 8, 2, 7]");
+    EXPECT_ARG_ERROR(call(b4hv), name, "beta", "expected shape [B, T, HV, V] = [1, 8, 2, 8], got [1, 8, 1, 8]");
+    EXPECT_ARG_ERROR(call(b5), name, "beta", "expected rank 3 [B, T, HV] or rank 4 [B, T, HV, V]");
+    EXPECT_ARG_ERROR(call(b4i), name, "beta", "dtype");
+    EXPECT_ARG_ERROR(call(beta4_strided), name, "beta", "innermost stride 1");
+  }
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), &g,
                                                              &beta, std::nullopt, &h0b),
                    op, "initial_state");
@@ -365,6 +392,11 @@ TEST(GdnForwardErrors, Decode) {
                                                                   x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),
                                                                   x.beta.view(), std::nullopt, x.idx.view()));
   HostTensor alog_bad(f32, {3});
+  // the gating form's b stays per head [B, T, HV] (vLLM's has no per-channel form)
+  EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), x.A_log.view(), x.g.view(),
+                                                                   x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),
+                                                                   b4, std::nullopt, x.idx.view()),
+                   sg, "b", "expected rank 3 [B, T, HV]");
   EXPECT_ARG_ERROR(fuseops::fused_sigmoid_gating_delta_rule_update(x.o.view(), x.pool.view(), alog_bad.view(), x.g.view(),
                                                                    x.dt_bias.view(), x.q.view(), x.k.view(), x.v.view(),
                                                                    x.beta.view(), std::nullopt, x.idx.view()),
