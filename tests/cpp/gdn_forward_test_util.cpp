@@ -16,7 +16,8 @@ std::string Spec::describe() const {
   std::ostringstream os;
   os << "B=" << B << " T=" << T << " H=" << H << " HV=" << HV << " K=" << K << " V=" << V << " BT=" << BT;
   if (varlen()) os << " seqlens=" << gdn::seqlens_text(seqlens);
-  os << " " << fuseops::dtype_name(dtype) << " gates " << fuseops::dtype_name(gate_dtype) << " h0 "
+  os << " " << fuseops::dtype_name(dtype) << " gates " << fuseops::dtype_name(gate_dtype)
+     << (beta_per_channel ? " beta per channel" : "") << " h0 "
      << (has_h0 ? fuseops::dtype_name(h0_dtype) : "none") << " decay " << gdn::decay_name(decay)
      << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << (aligned ? " aligned" : "")
      << (o_guard >= 0 ? " o_guard " + std::to_string(o_guard) : "")
@@ -66,11 +67,21 @@ Inputs make_inputs(const Spec& s, std::mt19937_64& rng) {
     for (int64_t c = 0; c < s.V; ++c) in.v.set(r, c, static_cast<float>(normal(rng)));
   }
   in.g = HostTensor(s.gate_dtype, {s.B, s.T, s.HV});
-  in.beta = HostTensor(s.gate_dtype, {s.B, s.T, s.HV});
+  std::vector<int64_t> beta_shape{s.B, s.T, s.HV};
+  if (s.beta_per_channel) beta_shape.push_back(s.V);
+  in.beta = HostTensor(s.gate_dtype, beta_shape);
+  const int64_t betas = s.beta_per_channel ? s.V : 1;  // per token and value head
   for (int64_t r = 0; r < in.g.rows(); ++r) {
     for (int64_t h = 0; h < s.HV; ++h) {
       in.g.set(r, h, static_cast<float>(gdn::draw_decay(s.decay, h, rng)));
-      in.beta.set(r, h, static_cast<float>(1.0 / (1.0 + std::exp(-normal(rng)))));
+      for (int64_t c = 0; c < betas; ++c) {
+        const float b = static_cast<float>(1.0 / (1.0 + std::exp(-normal(rng))));
+        if (s.beta_per_channel) {
+          in.beta.set(r * s.HV + h, c, b);
+        } else {
+          in.beta.set(r, h, b);
+        }
+      }
     }
   }
   if (s.has_h0) {
@@ -85,6 +96,17 @@ Inputs make_inputs(const Spec& s, std::mt19937_64& rng) {
   return in;
 }
 
+HostTensor beta_over_columns(const HostTensor& beta, int64_t V) {
+  const std::vector<int64_t>& d = beta.shape();
+  HostTensor out(beta.dtype(), {d[0], d[1], d[2], V});
+  for (int64_t r = 0; r < beta.rows(); ++r) {
+    for (int64_t h = 0; h < beta.cols(); ++h) {
+      for (int64_t c = 0; c < V; ++c) out.set(r * beta.cols() + h, c, static_cast<float>(beta.get(r, h)));
+    }
+  }
+  return out;
+}
+
 ref::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normalized, bool keep_token_states) {
   ref::RecurrenceInputs r;
   r.q = &in.q;
@@ -92,6 +114,7 @@ ref::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normali
   r.v = &in.v;
   r.g = in.g.to_double();
   r.beta = in.beta.to_double();
+  r.beta_per_channel = in.beta.shape().size() == 4;
   r.h0 = s.has_h0 ? &in.h0 : nullptr;
   r.scale = s.scale.value_or(1.0 / std::sqrt(static_cast<double>(s.K)));
   r.l2norm = s.l2norm;

@@ -20,6 +20,7 @@ struct Spec {
   std::vector<int64_t> seqlens;  ///< varlen when non-empty (B = 1, T = the sum)
   DType dtype = DType::bf16;     ///< q, k, v
   DType gate_dtype = DType::f32;  ///< g, beta
+  bool beta_per_channel = false;   ///< beta [B, T, HV, V] (one per value column) instead of [B, T, HV]
   DType h0_dtype = DType::f32;
   bool has_h0 = true;
   bool l2norm = false;  ///< then q, k are raw normal vectors, else k is unit-norm
@@ -47,6 +48,8 @@ struct Inputs {
   std::vector<int64_t> cu;
 };
 Inputs make_inputs(const Spec& s, std::mt19937_64& rng);
+/// A per-head beta [B, T, HV] repeated over V value columns: [B, T, HV, V] of the same dtype, every column equal.
+HostTensor beta_over_columns(const HostTensor& beta, int64_t V);
 
 /// The golden of the spec's inputs (token recurrence; `round_normalized` for the chunked path, where the op rounds the
 /// normalised q, k: to its intermediate dtype, so the golden rounds them only where that is the input dtype).

@@ -1,7 +1,8 @@
 // The serving forms of the GDN decode (fuseops/gdn_forward.h) against the float64 recurrence: a state pool addressed
 // by ssm_state_indices [N] (padding slots -1, f32 and bf16 pools, multi-token sequences), per-token state writes with
 // [N, Tmax] indices and num_accepted_tokens (speculative decoding), the fused sigmoid-gating form, and bad indices
-// (< -1 or >= S: recorded, treated as padding). Untouched pool slots must keep their bytes.
+// (< -1 or >= S: recorded, treated as padding), and FLA's per-channel beta [B, T, HV, V] in the FLA and pool forms.
+// Untouched pool slots must keep their bytes.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -112,6 +113,7 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   ri.v = &in.v;
   ri.g = g;
   ri.beta = beta;
+  ri.beta_per_channel = !pc.fused_gating && s.beta_per_channel;
   ri.h0 = &h0;
   ri.scale = 1.0 / std::sqrt(static_cast<double>(s.K));
   ri.l2norm = s.l2norm;
@@ -576,6 +578,112 @@ TEST_P(GdnDecode, GateDtypes) {
       s.gate_dtype = gate;
       s.l2norm = true;
       check_recurrent(GetParam(), s, rng);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// FLA's per-channel beta [B, T, HV, V] (v'[j] = beta[j] (v[j] - (S^T k)[j])), FLA form, against the golden: f32 and
+// bf16 inputs with f32 / bf16 betas; one token per sequence and several; varlen with an empty sequence and no initial
+// state; l2 normalisation in the kernel. Shapes of both CUDA kernels' per-head rules (K = V = 128 aligned: the fast
+// kernel's; K = 60, V = 100: the fallback's); with per-channel beta CUDA takes the fallback for each.
+TEST_P(GdnDecode, PerChannelBetaFlaForm) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  struct Dims {
+    int64_t K, V;
+  };
+  for (Dims d : {Dims{128, 128}, Dims{60, 100}, Dims{64, 36}}) {
+    for (DType dt : {f32, bf16}) {
+      Spec step = fixed(3, 1, 1, 2, d.K, d.V, dt);
+      step.beta_per_channel = true;
+      step.aligned = true;
+      check_recurrent(GetParam(), step, rng);
+      Spec multi = fixed(2, 3, 2, 4, d.K, d.V, dt);
+      multi.beta_per_channel = true;
+      multi.gate_dtype = bf16;
+      multi.l2norm = true;
+      check_recurrent(GetParam(), multi, rng);
+      Spec var = varlen({2, 0, 3, 1}, 1, 2, d.K, d.V, dt);
+      var.beta_per_channel = true;
+      var.has_h0 = false;
+      var.cu_dtype = DType::i64;
+      check_recurrent(GetParam(), var, rng);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Per-channel beta in the pool form: [N] indices with padding slots (-1: o rows 0, nothing read or written), f32 and
+// bf16 pools, multi-token varlen sequences with an empty one; [N, Tmax] per-token writes with num_accepted_tokens; a
+// bad index recorded (its sequence padding).
+TEST_P(GdnDecode, PerChannelBetaPool) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType pd : {f32, bf16}) {
+    for (DType dt : {f32, bf16}) {
+      PoolCase step;
+      step.s = fixed(5, 1, 2, 4, 128, 128, dt);
+      step.s.beta_per_channel = true;
+      step.s.l2norm = true;
+      step.pool_dtype = pd;
+      step.idx = {3, -1, 0, 7, 5};
+      step.guard = 8;
+      run_pool_case(GetParam(), step, rng);
+      PoolCase var;
+      var.s = varlen({2, 0, 3, 1}, 1, 2, 48, 40, dt);
+      var.s.beta_per_channel = true;
+      var.pool_dtype = pd;
+      var.idx = {6, 1, 2, -1};
+      run_pool_case(GetParam(), var, rng);
+      if (HasFailure()) return;
+    }
+  }
+  PoolCase spec;
+  spec.s = varlen({3, 1, 2}, 2, 4, 64, 64, bf16);
+  spec.s.beta_per_channel = true;
+  spec.beta_dtype = bf16;
+  spec.cols = 3;
+  spec.idx = {0, 1, 2, /**/ 3, -1, -1, /**/ 4, -1, 6};
+  spec.accepted = {3, 1, 2};  // start slots 2, 3, -1 (the last sequence is padding)
+  run_pool_case(GetParam(), spec, rng);
+  PoolCase bad;
+  bad.s = fixed(3, 1, 1, 2, 64, 32, f32);
+  bad.s.beta_per_channel = true;
+  bad.idx = {1, 99, -1};
+  bad.bad_rows = {1};
+  bad.error_words = {"ssm_state_indices", "index 1"};
+  run_pool_case(GetParam(), bad, rng);
+  fuseops::clear_errors();
+}
+
+// A per-channel beta whose V entries are all equal gives the result of the per-head beta: the same bytes on the CPU
+// (the same arithmetic), within the dtype's tolerance on CUDA (per-channel beta takes the fallback kernel, which sums
+// in another order than the fast one). FLA form, fixed length with an initial state and varlen with an empty
+// sequence, f32 and bf16.
+TEST_P(GdnDecode, PerChannelBetaOfEqualColumnsIsPerHead) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  for (DType dt : {f32, bf16}) {
+    for (bool var : {false, true}) {
+      Spec s = var ? varlen({1, 0, 3, 2}, 2, 4, 128, 128, dt) : fixed(3, 2, 1, 2, 64, 48, dt);
+      s.aligned = true;
+      s.l2norm = var;
+      s.has_h0 = !var;
+      SCOPED_TRACE(s.describe());
+      const Inputs in = make_inputs(s, rng);
+      Inputs pc = in;
+      pc.beta = beta_over_columns(in.beta, s.V);
+      Spec sc = s;
+      sc.beta_per_channel = true;
+      const Outputs head = run_recurrent(GetParam(), s, in), chan = run_recurrent(GetParam(), sc, pc);
+      if (GetParam() == Where::cpu) {
+        EXPECT_TRUE(same_bytes(chan.o, head.o)) << "o";
+        EXPECT_TRUE(same_bytes(chan.final_state, head.final_state)) << "final_state";
+      } else {
+        EXPECT_TRUE(matches(chan.o, head.o.to_double(), dt, "o against per-head beta"));
+        EXPECT_TRUE(matches(chan.final_state, head.final_state.to_double(), dt, "final_state against per-head beta"));
+      }
       if (HasFailure()) return;
     }
   }
