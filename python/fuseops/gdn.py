@@ -343,6 +343,10 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
                                      **kwargs):
     """The token recurrence (decode, any T), as FLA ``fused_recurrent_gated_delta_rule``.
 
+    ``beta`` (None: ones) is per head [B, T, HV] or, as FLA's per-channel beta (taken where beta has v's rank), per
+    value column [B, T, HV, V] with innermost stride 1: v'_t[j] = beta_t[j] (v_t[j] - (S^T k_t)[j]) for each column j;
+    both forms take either. Another rank or shape is a ValueError naming beta with the expected shape.
+
     FLA form: ``initial_state`` [N, HV, K, V] is read-only; returns (o [B, T, HV, V] in v.dtype, final_state float32
     or None). vLLM serving form (``ssm_state_indices`` given): ``initial_state`` is the state pool [S, HV, K, V]
     (float32 / bfloat16) updated in place, as vLLM's ``inplace_final_state=True`` (its default); ``ssm_state_indices``
@@ -411,7 +415,8 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
                                            **kwargs):
     """vLLM's fused sigmoid-gating decode: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) inside the kernel,
     the state pool ``initial_state_source`` [S, HV, K, V] updated in place at ``initial_state_indices``.
-    ``a``, ``b``: [B, T, HV], or vLLM's 2-D [B * T, HV] (the tokens of q / v flattened). Returns o [B, T, HV, V] in
+    ``a``, ``b``: [B, T, HV], or vLLM's 2-D [B * T, HV] (the tokens of q / v flattened); ``b`` is per head only (no
+    per-channel form, as in vLLM). Returns o [B, T, HV, V] in
     v.dtype. The indices follow :func:`fused_recurrent_gated_delta_rule`'s ``ssm_state_indices``, with its
     precondition: no slot serves two sequences of one call (not checked)."""
     op = "fused_sigmoid_gating_delta_rule_update"

@@ -173,6 +173,68 @@ def test_sigmoid_gating_decode(device):
                                                        idx)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_decode_per_channel_beta(device, dtype):
+    # FLA's per-channel beta [B, T, HV, V]: v'[j] = beta[j] (v[j] - (S^T k)[j]) (the reference's beta[b, t, h] is then
+    # a vector of V). FLA form, varlen with an empty sequence; f32 and bf16 betas.
+    cu = torch.tensor([0, 2, 2, 5, 6], dtype=torch.int32, device=device)
+    q, k, v, g, _, h0 = inputs(1, 6, 1, 2, 32, 16, dtype, device, N=4)
+    gen = torch.Generator().manual_seed(2)
+    beta = torch.rand(1, 6, 2, 16, generator=gen).to(device)
+    for b in (beta, beta.bfloat16()):
+        o, ht = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, b, initial_state=h0, output_final_state=True,
+                                                         cu_seqlens=cu)
+        ro, rht = recurrence(q, k, v, g, b, h0, 32 ** -0.5, cu)
+        assert rel_rms(o, ro) <= limit(dtype) and rel_rms(ht, rht) <= limit(dtype)
+        assert torch.equal(ht[1], h0[1])  # the empty sequence keeps its state
+    # pool form: [N, Tmax] indices with num_accepted_tokens, per-token writes, a padding (-1) start slot
+    pool = torch.randn(8, 2, 32, 16, generator=gen).to(device)
+    start = pool.clone()
+    idx = torch.tensor([[4, 5, -1], [-1, -1, -1], [1, 6, 7], [3, -1, -1]], dtype=torch.int32, device=device)
+    acc = torch.tensor([1, 1, 2, 1], dtype=torch.int32, device=device)  # start slots 4, -1, 6, 3
+    o, p = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool, ssm_state_indices=idx,
+                                                    num_accepted_tokens=acc, cu_seqlens=cu)
+    fuseops.check_errors()
+    h0s = torch.stack([start[4], torch.zeros_like(start[0]), start[6], start[3]])
+    ro, rht = recurrence(q, k, v, g, beta, h0s, 32 ** -0.5, cu)
+    assert p is pool and rel_rms(o, ro) <= limit(dtype)
+    for slot, n in ((5, 0), (7, 2), (3, 3)):  # each sequence's state after its last token
+        assert rel_rms(pool[slot], rht[n]) <= limit(dtype)
+    assert torch.equal(pool[0], start[0]) and torch.equal(pool[2], start[2])  # untouched slots
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_decode_per_channel_beta_of_equal_columns_is_per_head(device):
+    # every column's beta the head's: the per-head result, bit for bit on the CPU, to tolerance on CUDA (another kernel)
+    q, k, v, g, beta, h0 = inputs(2, 3, 1, 2, 64, 32, torch.bfloat16, device)
+    o, ht = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True)
+    wide = beta[..., None].expand(-1, -1, -1, 32).contiguous()
+    o_c, ht_c = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, wide, initial_state=h0, output_final_state=True)
+    if device == "cpu":
+        assert torch.equal(o_c, o) and torch.equal(ht_c, ht)
+    else:
+        assert rel_rms(o_c, o.double().cpu()) <= 5e-3 and rel_rms(ht_c, ht.double().cpu()) <= 5e-3
+
+
+def test_decode_per_channel_beta_errors():
+    q, k, v, g, beta, h0 = inputs(1, 6, 1, 2, 32, 16, torch.float32, "cpu")
+    pool, idx = torch.zeros(3, 2, 32, 16), torch.tensor([1])
+    op = "fused_recurrent_gated_delta_rule"
+    for kw in ({"initial_state": h0}, {"initial_state": pool, "ssm_state_indices": idx}):  # both forms, one name
+        with pytest.raises(ValueError, match=rf"^{op}: beta: expected shape \[B, T, HV, V\] = \[1, 6, 2, 16\], "
+                                             r"got \[1, 6, 2, 15\]"):
+            fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, torch.rand(1, 6, 2, 15), **kw)
+        with pytest.raises(ValueError, match=rf"^{op}: beta: expected rank 3 \[B, T, HV\] or rank 4 \[B, T, HV, V\]"):
+            fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, torch.rand(1, 6, 2, 16, 1), **kw)
+        with pytest.raises(ValueError, match=rf"^{op}: beta: expected innermost stride 1"):
+            fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta[..., None].expand(-1, -1, -1, 16), **kw)
+    # the fused sigmoid-gating form's b stays per head
+    with pytest.raises(ValueError, match=r"^fused_sigmoid_gating_delta_rule_update: b: expected rank 3 \[B, T, HV\]"):
+        fuseops.fused_sigmoid_gating_delta_rule_update(torch.zeros(2), g, torch.zeros(2), 1.0, 20.0, q, k, v,
+                                                       torch.rand(1, 6, 2, 16), pool, idx)
+
+
 @pytest.mark.parametrize("name", ["state_v_first", "use_gate_in_kernel", "head_first", "allow_neg_eigval", "use_exp2"])
 def test_unsupported_fla_kwargs(name):
     q, k, v, g, beta, _ = inputs(1, 8, 1, 1, 16, 16, torch.float32, "cpu")
