@@ -36,6 +36,7 @@ struct Spec {
   bool decode = false;           ///< one token per sequence (B sequences, T = 1), state pool
   bool sigmoid_gating = false;   ///< decode with the fused gating form
   bool pool = true;              ///< decode: the serving form on a state pool (false: fused_recurrent_gated_delta_rule)
+  bool beta_per_channel = false; ///< decode with given gates: beta [B, T, HV, V] (FLA's per-channel beta)
   DType dtype = DType::bf16;
   std::string label;
   bool varlen() const { return !seqlens.empty(); }
@@ -126,7 +127,8 @@ HostInputs make_inputs(const Spec& s, uint64_t seed) {
   testing::fill_random_seeded(in.k, testing::Fill::normal, seed ^ 2);
   testing::fill_random_seeded(in.v, testing::Fill::normal, seed ^ 3);
   in.g = HostTensor(DType::f32, {s.B, s.T, s.HV});
-  in.beta = HostTensor(s.dtype, {s.B, s.T, s.HV});
+  const int64_t beta_cols = s.beta_per_channel ? s.V : 1;  // betas per (token, value head)
+  in.beta = s.beta_per_channel ? HostTensor(s.dtype, {s.B, s.T, s.HV, s.V}) : HostTensor(s.dtype, {s.B, s.T, s.HV});
   in.h0 = HostTensor(DType::f32, {s.N(), s.HV, s.K, s.V});
   testing::fill_random_seeded(in.h0, testing::Fill::normal, seed ^ 4);
   in.A_log = HostTensor(DType::f32, {s.HV});
@@ -139,7 +141,7 @@ HostInputs make_inputs(const Spec& s, uint64_t seed) {
   }
   const int64_t n = in.g.rows() * s.HV;
   in.g_gold.resize(static_cast<std::size_t>(n));
-  in.beta_gold.resize(static_cast<std::size_t>(n));
+  in.beta_gold.resize(static_cast<std::size_t>(n * beta_cols));
   testing::parallel_chunks(in.g.rows(), 4096, [&](int64_t blk, int64_t r0, int64_t r1) {
     std::mt19937_64 r(seed ^ (0x9e3779b97f4a7c15ULL * static_cast<uint64_t>(blk + 7)));
     std::normal_distribution<double> nd(0.0, 1.0);
@@ -147,6 +149,15 @@ HostInputs make_inputs(const Spec& s, uint64_t seed) {
       for (int64_t h = 0; h < s.HV; ++h) {
         const double x = nd(r), y = nd(r);
         in.g.set(row, h, static_cast<float>(s.sigmoid_gating ? x : reference::log_sigmoid(x)));
+        if (s.beta_per_channel) {  // (given gates only) one beta per value column, rows of the [B T HV, V] view
+          for (int64_t c = 0; c < s.V; ++c) {
+            const double yc = c == 0 ? y : nd(r);
+            in.beta.set(row * s.HV + h, c, static_cast<float>(1.0 / (1.0 + std::exp(-yc))));
+            in.beta_gold[(row * s.HV + h) * s.V + c] = in.beta.get(row * s.HV + h, c);
+          }
+          in.g_gold[row * s.HV + h] = in.g.get(row, h);
+          continue;
+        }
         in.beta.set(row, h, static_cast<float>(s.sigmoid_gating ? y : 1.0 / (1.0 + std::exp(-y))));
         const double gv = in.g.get(row, h), bv = in.beta.get(row, h);
         if (s.sigmoid_gating) {
@@ -207,12 +218,14 @@ class ForwardBench : public BenchProblem {
   explicit ForwardBench(const Spec& s) : s_(s) {}
   std::size_t set_bytes() const override {
     const std::size_t es = dtype_size(s_.dtype), tok = static_cast<std::size_t>(s_.B * s_.T);
-    return tok * (2 * s_.H * s_.K * es + 2 * s_.HV * s_.V * es + s_.HV * (4 + es)) +
+    const std::size_t beta = static_cast<std::size_t>(s_.beta_per_channel ? s_.V : 1) * es;
+    return tok * (2 * s_.H * s_.K * es + 2 * s_.HV * s_.V * es + s_.HV * (4 + beta)) +
            static_cast<std::size_t>(s_.N() * s_.HV * s_.K * s_.V) * 8 + workspace_bytes(s_);
   }
   double bytes() const override {  // q, k, v, g, beta, o once; the state read once and written once
     const double es = static_cast<double>(dtype_size(s_.dtype)), tok = static_cast<double>(s_.B * s_.T);
-    return tok * (2.0 * s_.H * s_.K * es + 2.0 * s_.HV * s_.V * es + s_.HV * (4.0 + es)) +
+    const double beta = (s_.beta_per_channel ? static_cast<double>(s_.V) : 1.0) * es;
+    return tok * (2.0 * s_.H * s_.K * es + 2.0 * s_.HV * s_.V * es + s_.HV * (4.0 + beta)) +
            2.0 * 4.0 * static_cast<double>(s_.N() * s_.HV * s_.K * s_.V);
   }
   double flops() const override {  // docs/ops/gdn.md "Performance": the chunked algorithm's multiply-adds x 2
@@ -337,6 +350,7 @@ class ForwardCase : public OpCase {
     ri.v = &in.v;
     ri.g = in.g_gold;
     ri.beta = in.beta_gold;
+    ri.beta_per_channel = s.beta_per_channel;
     ri.h0 = &in.h0;
     ri.scale = 1.0 / std::sqrt(static_cast<double>(s.K));
     ri.l2norm = true;
@@ -492,13 +506,18 @@ OpSpec decode_op(bool pool, bool gating) {
   if (!pool) spec.params.push_back(integer_param("seq_len", "tokens per sequence", 1, 1));
   for (const ParamSpec& q : head_params()) spec.params.push_back(q);
   spec.params.push_back(dtype_param());
+  if (!gating) {
+    spec.params.push_back(bool_param("beta_per_channel", "beta [B, T, HV, V], one per value column (FLA)", false));
+  }
   spec.make = [pool, gating](const CaseParams& p) -> std::unique_ptr<OpCase> {
     Spec s = decode(p.integer("batch"), p.integer("num_heads"), 1, gating);
     s.pool = pool;
     if (!pool) s.T = p.integer("seq_len");
+    s.beta_per_channel = !gating && p.boolean("beta_per_channel");
     s = with_heads(s, p);
     s.label = std::to_string(s.H) + "/" + std::to_string(s.HV) + ":N" + std::to_string(s.B) +
               (s.T > 1 ? "x" + std::to_string(s.T) : "") + (gating ? ",gating" : "") +
+              (s.beta_per_channel ? ",beta_v" : "") +
               (s.K != 128 || s.V != 128 ? ",k" + std::to_string(s.K) + "v" + std::to_string(s.V) : "");
     return std::make_unique<ForwardCase>(s);
   };
@@ -525,9 +544,13 @@ void register_gdn_forward_cases(Registry& r) {
   std::vector<Spec> dec;
   for (int64_t n : {1, 64, 256}) dec.push_back(decode(n, 16, 32, false));
   dec.push_back(decode(256, 16, 32, true));
+  Spec per_channel = decode(64, 16, 32, false);
+  per_channel.beta_per_channel = true;
+  per_channel.label += ",beta_v";
+  dec.push_back(per_channel);
   r.add("gdn-decode",
         "GDN decode step (one token per sequence) on an f32 state pool, Qwen3-Next-80B (H 16, HV 32, K = V = 128), "
-        "bf16: 1, 64 and 256 sequences; 256 with the fused sigmoid gating",
+        "bf16: 1, 64 and 256 sequences; 256 with the fused sigmoid gating; 64 with FLA's per-channel beta",
         true, make(dec));
   std::vector<Spec> qwen = {prefill(16, 32, {4096}), decode(256, 16, 32, false)};
   r.add("qwen3-next-80b", "chunk_gated_delta_rule at 4096 tokens, decode of 256 sequences", true,

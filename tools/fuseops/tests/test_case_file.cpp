@@ -407,7 +407,7 @@ TEST(CaseFile, EveryFamilysHooksParse) {
       "  - op: chunk_gated_delta_rule\n    batch: 2\n    seq_len: 100\n    num_heads: 2\n    num_v_heads: 4\n"
       "  - op: chunk_gated_delta_rule\n    seqlens: [1, 63, 65]\n    num_heads: 2\n    chunk_size: 32\n"
       "  - op: fused_recurrent_gated_delta_rule\n    batch: 3\n    seq_len: 5\n    num_heads: 2\n"
-      "  - op: fused_recurrent_gated_delta_rule_update\n    batch: 3\n    num_heads: 2\n"
+      "  - op: fused_recurrent_gated_delta_rule_update\n    batch: 3\n    num_heads: 2\n    beta_per_channel: true\n"
       "  - op: fused_sigmoid_gating_delta_rule_update\n    batch: 3\n    num_heads: 2\n    num_v_heads: 4\n"
       "  - op: chunk_local_cumsum\n    seqlens: [3, 70, 0, 5]\n    num_v_heads: 3\n    reverse: true\n"
       "  - op: chunk_local_cumsum\n    seqlens: [3, 70, 0, 5]\n    num_v_heads: 3\n    reverse: true\n    scale: -2\n"
@@ -435,7 +435,7 @@ TEST(CaseFile, EveryFamilysHooksParse) {
       {"chunk_gated_delta_rule", "2/4:B2x100"},
       {"chunk_gated_delta_rule", "2/2:[1,63,65],bt32"},
       {"fused_recurrent_gated_delta_rule", "2/2:N3x5"},
-      {"fused_recurrent_gated_delta_rule_update", "2/2:N3"},
+      {"fused_recurrent_gated_delta_rule_update", "2/2:N3,beta_v"},
       {"fused_sigmoid_gating_delta_rule_update", "2/4:N3,gating"},
       {"chunk_local_cumsum", "4seq:78x3,rev"},
       {"chunk_local_cumsum", "4seq:78x3,rev,x-2"},  // scale is in the label
