@@ -344,8 +344,10 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     """The token recurrence (decode, any T), as FLA ``fused_recurrent_gated_delta_rule``.
 
     ``beta`` (None: ones) is per head [B, T, HV] or, as FLA's per-channel beta (taken where beta has v's rank), per
-    value column [B, T, HV, V] with innermost stride 1: v'_t[j] = beta_t[j] (v_t[j] - (S^T k_t)[j]) for each column j;
-    both forms take either. Another rank or shape is a ValueError naming beta with the expected shape.
+    value column [B, T, HV, V]: v'_t[j] = beta_t[j] (v_t[j] - (S^T k_t)[j]) for each column j; both forms take either.
+    A per-column beta without innermost stride 1 (e.g. a per-head beta expanded over V) is read as a contiguous copy,
+    as FLA's input_guard makes it (the C++ API refuses it by name). Another rank or shape is a ValueError naming beta
+    with the expected shape.
 
     FLA form: ``initial_state`` [N, HV, K, V] is read-only; returns (o [B, T, HV, V] in v.dtype, final_state float32
     or None). vLLM serving form (``ssm_state_indices`` given): ``initial_state`` is the state pool [S, HV, K, V]
@@ -375,6 +377,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     _reject_kwargs(op, kwargs)
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
+    beta = _columns_dense(beta)
     o = _out_like(op, "v", v, v.shape)
     sc = None if scale is None else float_arg(op, "scale", scale)
     if ssm_state_indices is not None or inplace_final_state is True:
@@ -396,6 +399,15 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     ops.fused_recurrent_gated_delta_rule(o, ht, q, k, v, g, beta, sc, initial_state, bool(use_qk_l2norm_in_kernel),
                                          cu_seqlens)
     return o, ht
+
+
+def _columns_dense(beta):
+    """A per-column beta [B, T, HV, V] whose innermost stride is not 1 (a per-head beta expanded over V) as a
+    contiguous copy, the layout the op reads; anything else as it is (the op checks it)."""
+    if (isinstance(beta, torch.Tensor) and beta.dim() == 4 and beta.device.type != "meta" and beta.numel() > 0 and
+            beta.shape[3] > 1 and beta.stride(3) != 1):
+        return beta.contiguous()
+    return beta
 
 
 def _per_token(op, name, x, v):

@@ -695,6 +695,12 @@ void check_gate(const char* op, const char* name, const TensorView* t, const Dec
 /// beta of the direct-gate decode ops: per head [B, T, HV], or per value column [B, T, HV, V] with innermost stride 1
 /// (FLA's fused_recurrent: IS_BETA_HEADWISE = beta.ndim != v.ndim), which sets a.beta_per_channel.
 void check_decode_beta(const char* op, const TensorView* beta, DecodeArgs& a, const Device& device) {
+  if (beta && beta->rank == 3 && (beta->shape[0] != a.geo.B || beta->shape[1] != a.geo.T ||
+                                  beta->shape[2] != a.geo.HV)) {  // both forms told (a [B, T, V] was meant per column)
+    check_dtype(op, "beta", *beta, kFloat);
+    fail_argument(op, "beta", "shape [B, T, HV] = " + dims({a.geo.B, a.geo.T, a.geo.HV}) + " or, per value column, " +
+                  "[B, T, HV, V] = " + dims({a.geo.B, a.geo.T, a.geo.HV, a.V}), beta->shape_str());
+  }
   if (!beta || beta->rank == 3) return check_gate(op, "beta", beta, a, device, a.beta);
   check_dtype(op, "beta", *beta, kFloat);
   if (beta->rank != 4) {

@@ -346,6 +346,10 @@ TEST(GdnForwardErrors, Decode) {
     EXPECT_ARG_ERROR(call(b4v), name, "beta", "expected shape [B, T, HV, V] = [1, 8, 2, 8], got [1, 8, 2, 7]");
     EXPECT_ARG_ERROR(call(b4hv), name, "beta", "expected shape [B, T, HV, V] = [1, 8, 2, 8], got [1, 8, 1, 8]");
     EXPECT_ARG_ERROR(call(b5), name, "beta", "expected rank 3 [B, T, HV] or rank 4 [B, T, HV, V]");
+    HostTensor beta3_v(f32, {1, 8, 8});  // [B, T, V]: a per-column beta without its head dim, told both forms
+    EXPECT_ARG_ERROR(call(beta3_v.view()), name, "beta",
+                     "expected shape [B, T, HV] = [1, 8, 2] or, per value column, [B, T, HV, V] = [1, 8, 2, 8], got "
+                     "[1, 8, 8]");
     EXPECT_ARG_ERROR(call(b4i), name, "beta", "dtype");
     EXPECT_ARG_ERROR(call(beta4_strided), name, "beta", "innermost stride 1");
   }

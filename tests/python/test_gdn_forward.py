@@ -215,6 +215,10 @@ def test_decode_per_channel_beta_of_equal_columns_is_per_head(device):
         assert torch.equal(o_c, o) and torch.equal(ht_c, ht)
     else:
         assert rel_rms(o_c, o.double().cpu()) <= 5e-3 and rel_rms(ht_c, ht.double().cpu()) <= 5e-3
+    # the same beta broadcast over V (innermost stride 0), as FLA takes it: read as the contiguous copy
+    o_b, ht_b = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta[..., None].expand(-1, -1, -1, 32),
+                                                         initial_state=h0, output_final_state=True)
+    assert torch.equal(o_b, o_c) and torch.equal(ht_b, ht_c)
 
 
 def test_decode_per_channel_beta_errors():
@@ -227,8 +231,9 @@ def test_decode_per_channel_beta_errors():
             fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, torch.rand(1, 6, 2, 15), **kw)
         with pytest.raises(ValueError, match=rf"^{op}: beta: expected rank 3 \[B, T, HV\] or rank 4 \[B, T, HV, V\]"):
             fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, torch.rand(1, 6, 2, 16, 1), **kw)
-        with pytest.raises(ValueError, match=rf"^{op}: beta: expected innermost stride 1"):
-            fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta[..., None].expand(-1, -1, -1, 16), **kw)
+        with pytest.raises(ValueError, match=rf"^{op}: beta: expected shape \[B, T, HV\] = \[1, 6, 2\] or, per value "
+                                             r"column, \[B, T, HV, V\] = \[1, 6, 2, 16\], got \[1, 6, 16\]"):
+            fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, torch.rand(1, 6, 16), **kw)
     # the fused sigmoid-gating form's b stays per head
     with pytest.raises(ValueError, match=r"^fused_sigmoid_gating_delta_rule_update: b: expected rank 3 \[B, T, HV\]"):
         fuseops.fused_sigmoid_gating_delta_rule_update(torch.zeros(2), g, torch.zeros(2), 1.0, 20.0, q, k, v,
