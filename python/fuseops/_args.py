@@ -151,6 +151,15 @@ def dense(t):
     return t.contiguous() if t.numel() else t.new_empty(t.shape)
 
 
+def unit_innermost(t):
+    """A tensor the ops only read, as a contiguous copy where its innermost stride is not 1 (an expanded or transposed
+    view: the C++ API refuses that layout by name), else as it is; anything else (None, meta, empty) as it is."""
+    if (isinstance(t, torch.Tensor) and t.device.type != "meta" and t.dim() >= 1 and t.numel() > 0 and
+            t.shape[-1] > 1 and t.stride(-1) != 1):
+        return t.contiguous()
+    return t
+
+
 class _NoSecondDerivative(torch.autograd.Function):
     """A copy of a backward's ``result``, recorded on the tensors it was computed from (``sources``); its own backward
     raises ``message``."""

@@ -14,7 +14,7 @@ graph is never dropped silently; call the functions under torch.no_grad() / torc
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg, is_flag, named_as, shown, tensor_arg
+from ._args import bool_arg, float_arg, forward_only, int_arg, is_flag, named_as, shown, tensor_arg, unit_innermost
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -377,7 +377,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     _reject_kwargs(op, kwargs)
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
-    beta = _columns_dense(beta)
+    if isinstance(beta, torch.Tensor) and beta.dim() == 4:  # per column: read as the op takes it
+        beta = unit_innermost(beta)
     o = _out_like(op, "v", v, v.shape)
     sc = None if scale is None else float_arg(op, "scale", scale)
     if ssm_state_indices is not None or inplace_final_state is True:
@@ -399,15 +400,6 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     ops.fused_recurrent_gated_delta_rule(o, ht, q, k, v, g, beta, sc, initial_state, bool(use_qk_l2norm_in_kernel),
                                          cu_seqlens)
     return o, ht
-
-
-def _columns_dense(beta):
-    """A per-column beta [B, T, HV, V] whose innermost stride is not 1 (a per-head beta expanded over V) as a
-    contiguous copy, the layout the op reads; anything else as it is (the op checks it)."""
-    if (isinstance(beta, torch.Tensor) and beta.dim() == 4 and beta.device.type != "meta" and beta.numel() > 0 and
-            beta.shape[3] > 1 and beta.stride(3) != 1):
-        return beta.contiguous()
-    return beta
 
 
 def _per_token(op, name, x, v):

@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from ._args import INT32_MAX, bool_arg, float_arg, forward_only, int_arg, tensor_arg
+from ._args import INT32_MAX, bool_arg, float_arg, forward_only, int_arg, tensor_arg, unit_innermost
 from ._ops import ops
 
 _SCORING = ("softmax", "sigmoid")
@@ -252,7 +252,7 @@ def id_rows(topk_ids):
         rows = topk_ids.reshape(topk_ids.numel(), 1)
     elif topk_ids.dim() > 2:
         rows = topk_ids.reshape(math.prod(topk_ids.shape[:-1]), topk_ids.shape[-1])
-    return rows if rows.numel() == 0 or rows.shape[1] == 1 or rows.stride(1) == 1 else rows.contiguous()
+    return unit_innermost(rows)
 
 
 def _check_legacy_map(op, expert_map, num_experts, topk_ids):
