@@ -15,8 +15,16 @@ void fail_argument(const char* op, const std::string& arg, const std::string& ex
   throw Error(ErrorKind::invalid_argument, std::string(op) + ": " + arg + ": expected " + expected + ", got " + got);
 }
 
+namespace {
+/// The dtype as messages print it: its name, or its code for a field set outside the enum.
+std::string dtype_text(DType dtype) {
+  const std::string name = dtype_name(dtype);
+  return name == "unknown" ? "dtype code " + std::to_string(static_cast<int>(dtype)) : name;
+}
+}  // namespace
+
 std::string describe(const TensorView& v) {
-  return v.shape_str() + " " + dtype_name(v.dtype) + " on " + device_name(v.device);
+  return v.shape_str() + " " + dtype_text(v.dtype) + " on " + device_name(v.device);
 }
 
 void check_dtype(const char* op, const char* name, const TensorView& v, std::initializer_list<DType> allowed) {
@@ -30,14 +38,14 @@ void check_dtype(const char* op, const char* name, const TensorView& v, std::ini
     expected += dtype_name(d);
     first = false;
   }
-  fail_argument(op, name, expected, dtype_name(v.dtype));
+  fail_argument(op, name, expected, dtype_text(v.dtype));
 }
 
 void check_same_dtype(const char* op, const char* name, const TensorView& v, const char* ref_name,
                       const TensorView& ref) {
   if (v.dtype != ref.dtype) {
     fail_argument(op, name, std::string("dtype ") + dtype_name(ref.dtype) + " (the dtype of " + ref_name + ")",
-                  dtype_name(v.dtype));
+                  dtype_text(v.dtype));
   }
 }
 
@@ -75,8 +83,7 @@ void check_layout(const char* op, const char* name, const TensorView& v) {
   }
   // a dtype field set outside the enum (dtype_size() would throw without naming the op or the argument)
   if (std::string(dtype_name(v.dtype)) == "unknown") {
-    fail_argument(op, name, "dtype f32, f16, bf16, i32 or i64",
-                  "dtype code " + std::to_string(static_cast<int>(v.dtype)));
+    fail_argument(op, name, "dtype f32, f16, bf16, i32 or i64", dtype_text(v.dtype));
   }
   int64_t span = 0, count = 1;
   bool empty = false;
@@ -111,7 +118,9 @@ Device common_device(const char* op, std::initializer_list<NamedView> args) {
   for (const NamedView& a : args) {
     check_layout(op, a.name, *a.view);
     if (a.view->numel() > 0 && a.view->data == nullptr) {
-      fail_argument(op, a.name, "a data pointer for " + std::to_string(a.view->numel()) + " elements", "null");
+      const int64_t n = a.view->numel();
+      fail_argument(op, a.name, "a data pointer for " + std::to_string(n) + (n == 1 ? " element" : " elements"),
+                    a.view->rank == 0 ? "null (a rank-0 view: a default TensorView() that was never set?)" : "null");
     }
     // every kernel reads whole elements (a CUDA access of a misaligned element faults and spoils the context)
     const std::size_t esize = dtype_size(a.view->dtype);

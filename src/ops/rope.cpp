@@ -95,7 +95,8 @@ void check_self_overlap(const char* op, const char* name, int64_t tokens, int64_
     if (stride < extent) {
       fail_argument(op, name, "nested token and head strides (the smaller >= rotary_dim " + std::to_string(r) +
                                   ", the larger >= the other dim's span), so that no two rotated parts can overlap",
-                    "token stride " + std::to_string(ts) + ", head stride " + std::to_string(hs));
+                    "token stride " + std::to_string(ts) +
+                        (heads > 1 ? ", head stride " + std::to_string(hs) : std::string(" (one head)")));
     }
     extent = stride * (size - 1) + extent;
   }
@@ -302,6 +303,12 @@ void mrope_form(const char* op, TensorView positions, TensorView query, const Te
   a.dtype = query.dtype;
   a.is_neox = is_neox;
   a.inverse = inverse;
+  // rotary_dim is given explicitly here: a value no cache could fit is named as rotary_dim, not as the cache
+  if (rotary_dim < 2 || rotary_dim % 2 != 0 || rotary_dim > head_size || rotary_dim > 2 * kRopeMaxPairs) {
+    fail_argument(op, "rotary_dim", "an even value in [2, min(head_size " + std::to_string(head_size) + ", " +
+                                        std::to_string(2 * kRopeMaxPairs) + ")]",
+                  std::to_string(rotary_dim));
+  }
   attach_cache(op, cache, head_size, a);
   if (rotary_dim != a.rotary_dim) {
     fail_argument(op, "rotary_dim", "cos_sin_cache.shape[1] = " + std::to_string(a.rotary_dim),

@@ -114,6 +114,14 @@ TEST(TensorView, Slice) {
   float out[6];
   expect_invalid([&] { fuseops::silu_and_mul(TensorView(out, DType::f32, Device::cpu(), {2, 3}), none_rows); },
                  "input: expected a data pointer for 12 elements, got null");
+  // a default TensorView (rank 0, one element, no data) is told apart from a view whose data is missing
+  expect_invalid([&] { fuseops::silu_and_mul(TensorView(out, DType::f32, Device::cpu(), {2, 3}), TensorView()); },
+                 "input: expected a data pointer for 1 element, got null (a rank-0 view: a default TensorView()");
+  // a dtype field set outside the enum is printed by its code wherever a dtype is checked
+  TensorView junk(data, DType::f32, Device::cpu(), {2, 6});
+  junk.dtype = static_cast<DType>(7);
+  expect_invalid([&] { fuseops::silu_and_mul(TensorView(out, DType::f32, Device::cpu(), {2, 3}), junk); },
+                 "input: expected dtype f32 | f16 | bf16, got dtype code 7");
 }
 
 TEST(TensorView, RankSetByHandPastTheArrays) {

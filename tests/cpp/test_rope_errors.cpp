@@ -92,6 +92,9 @@ TEST_F(RopeErrors, RotaryEmbeddingArguments) {
                    "query", "no two rotated parts can overlap");
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), s(1, {4, 2, 64}, {64, 64, 1}), &kv, 64, cache(), true), re,
                    "query", "no two rotated parts can overlap");
+  // one head (a rank-2 view of one head per token): the message gives the token stride only
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), s(1, {4, 64}, {32, 1}), &kv, 64, cache(), true), re, "query",
+                   "got token stride 32 (one head)");
   // The rule is conservative within a tensor (docs/ops/rope.md): token stride 5 and head stride 7 at rotary_dim 2
   // interleave without sharing an element, and are refused all the same, by a message that says which rule.
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), s(1, {4, 3, 2}, {5, 7, 1}), nullptr, 2, v(3, {16, 2}), true), re,
@@ -143,6 +146,10 @@ TEST_F(RopeErrors, MropeArguments) {
   EXPECT_ARG_ERROR(fuseops::mrope(p1, q(), &kv, 64, 64, cache(), {int64_t{1} << 40, 0, 0}, true), mr,
                    "mrope_section");
   EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 32, cache(), sec, true), mr, "rotary_dim", "64");
+  // a rotary_dim no cache could fit (past head_size, odd) is named as rotary_dim, even where the cache agrees with it
+  EXPECT_ARG_ERROR(fuseops::mrope(p3, v(1, {4, 2 * 32}), nullptr, 32, 64, cache(), sec, true), mr, "rotary_dim",
+                   "an even value in [2, min(head_size 32, 512)], got 64");
+  EXPECT_ARG_ERROR(fuseops::mrope(p3, q(), &kv, 64, 63, cache(), sec, true), mr, "rotary_dim", "got 63");
   EXPECT_ARG_ERROR(fuseops::mrope(v(0, {3, 5}, i64), q(), &kv, 64, 64, cache(), sec, true), mr, "query",
                    "shape [5] (the tokens of positions)");
   EXPECT_ARG_ERROR(fuseops::mrope(v(0, {2, 4}, i64), q(), &kv, 64, 64, cache(), sec, true), mr, "positions",
