@@ -11,7 +11,7 @@ single-sequence prefill cases, both fed the same bf16 k, v, beta, A (our kkt_sol
 g as a log2 cumsum, fuseops as a natural-log one: the same work, other values).
 
 FLA is flash-linear-attention from a fetched, uncommitted checkout (../shared/tools/prepare-baselines.sh);
-FLA_FLASH_QLA=0 keeps FLA on its own Triton kernels (reference/gdn.md §9). Prefill: chunk_gated_delta_rule(q, k, v, g,
+FLA_FLASH_QLA=0 keeps FLA on its own Triton kernels (FLA `fla/ops/gated_delta_rule/chunk.py` dispatch). Prefill: chunk_gated_delta_rule(q, k, v, g,
 beta, initial_state, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens) with bf16 q/k/v/beta, fp32 g
 (log-sigmoid), fp32 h0 — the same call on both sides. Decode (one token per sequence): fuseops' pool form
 (fused_recurrent_gated_delta_rule with ssm_state_indices, in place) vs FLA's fused_recurrent_gated_delta_rule
@@ -32,7 +32,7 @@ PREFILL = [(2, 8, [32768]), (2, 8, [8192]), (2, 8, [2048]), (2, 8, [1024] * 8), 
            (16, 64, [4096, 4096]), (16, 32, [8192]), (16, 32, [4096] * 8), (2, 8, [16384, 16384]), (16, 32, [4096]),
            (16, 32, [32768])]
 DECODE = [(16, 32, 1), (16, 32, 64), (16, 32, 256)]
-# FlashQLA / FlashInfer published H200 forward ms (reference/h200-anchors.md), keyed like PREFILL.
+# FlashQLA / FlashInfer published H200 forward ms (the H200 anchors), keyed like PREFILL.
 PUBLISHED = {(2, 8, (32768,)): (0.320, 1.655), (2, 8, (8192,)): (0.119, 0.417), (2, 8, (2048,)): (0.061, 0.109),
              (2, 8, (1024,) * 8): (0.061, 0.058), (16, 64, (32768,)): (1.521, 1.552), (16, 64, (8192,)): (0.397, 0.392),
              (16, 64, (4096, 4096)): (0.312, 0.213), (16, 32, (8192,)): (0.280, 0.394),

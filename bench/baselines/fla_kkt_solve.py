@@ -5,7 +5,7 @@ side-by-side Markdown table.
     PYTHONPATH=.baselines FLA_FLASH_QLA=0 python3 bench/baselines/fla_kkt_solve.py OURS.json OUT.md
 
 FLA is flash-linear-attention from a fetched, uncommitted checkout (../shared/tools/prepare-baselines.sh). Only
-fixed-length cases with chunk size 64 are timed (the FLA kernel is called as in reference/h200-anchors.md).
+fixed-length cases with chunk size 64 are timed (the FLA kernel is called as in the H200 anchors).
 """
 import json
 import os

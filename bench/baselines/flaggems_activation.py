@@ -6,7 +6,7 @@ side-by-side Markdown table.
         OURS.json OUT.md [OUT.json]
 
 FlagGems computes the two-tensor form silu_and_mul(A, B) / gelu_and_mul(x, y, approximate) on contiguous gate and up
-tensors (as in the anchors of reference/h200-anchors.md); our row is the fused [M, 2N] input form. Backward cases
+tensors (as in the H200 anchors); our row is the fused [M, 2N] input form. Backward cases
 are skipped (FlagGems' backward runs through autograd, not as one op).
 """
 import json

@@ -6,7 +6,7 @@ and writes a side-by-side Markdown table.
 
 What FlagGems runs for each of our ops (the same shapes, dtypes, positions and bf16 cache as `fuseops bench`):
 - apply_rotary_pos_emb (flagos set): `apply_rotary_pos_emb(q, k, cos, sin, position_ids, rotary_interleaved)`,
-  out of place (FlagGems' default, as in reference/h200-anchors.md).
+  out of place (FlagGems' default, as in the H200 anchors).
 - rotary_embedding: what FlagGems' vLLM patch does, `apply_rotary_pos_emb(q[..., :r], k[..., :r], cos, sin,
   positions, rotary_interleaved=not is_neox, inplace=True)` on [T, H, D] views (DeepSeek: head stride 192).
 - mrope(layout): FlagGems-new `mrope(query, key, cos_sin_cache, positions, s_t, s_h, s_w, head_size, rotary_dim,

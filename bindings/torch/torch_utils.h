@@ -1,5 +1,5 @@
 // The one place where the torch binding converts arguments: at::Tensor -> fuseops::TensorView, the device guard,
-// the current CUDA stream, and fuseops::Error -> the Python exception (design.md, "Layers"; style.md rule 4).
+// the current CUDA stream, and fuseops::Error -> the Python exception (the only place that knows both torch and fuseops).
 #pragma once
 
 #include <torch/all.h>
@@ -129,7 +129,7 @@ class Written {
   std::size_t count_ = 0;
 };
 
-/// Re-raises a library error as the Python exception design.md names, with the same message: ValueError for a bad
+/// Re-raises a library error as the Python exception the README names, with the same message: ValueError for a bad
 /// argument or a bad device-resident value, RuntimeError for an unsupported request or a CUDA failure.
 [[noreturn]] inline void rethrow(const Error& e) {
   switch (e.kind()) {

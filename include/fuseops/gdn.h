@@ -1,9 +1,10 @@
 // fuseops public API: Gated DeltaNet (GDN) intra-chunk stage.
 //
 // Semantics: flash-linear-attention (FLA) 0.5.2 `chunk_local_cumsum`, `chunk_scaled_dot_kkt_fwd`, `solve_tril` and
-// the fused kkt+solve kernel of `chunk_gated_delta_rule_fwd_intra` (reference/gdn.md §2-5, §10), with these
-// deliberate differences: `g` is the natural-log chunk-local cumsum (FLA >= 0.5 feeds log2-scaled values to exp2
-// internally; we do not accept those), and every output element is written (no pre-zeroed buffer needed).
+// the fused kkt+solve kernel of `chunk_gated_delta_rule_fwd_intra` (FLA `fla/ops/utils/cumsum.py`,
+// `fla/ops/common/chunk_scaled_dot_kkt.py`, `fla/ops/utils/solve_tril.py`, `fla/ops/gated_delta_rule/chunk_fwd.py`),
+// with these deliberate differences: `g` is the natural-log chunk-local cumsum (FLA >= 0.5 feeds log2-scaled values
+// to exp2 internally; we do not accept those), and every output element is written (no pre-zeroed buffer needed).
 // docs/ops/gdn.md has the math, layouts, tolerances and performance.
 //
 // Notation: B batch, T tokens per batch row, H key heads, HV value heads (a multiple of H; value head h reads key
@@ -32,8 +33,8 @@ namespace fuseops {
 
 /// Chunk-local cumulative sum of log-decays: out[t] = scale * sum of g over the tokens of t's chunk up to and
 /// including t (reverse: from t to the chunk's end). Restarts at every chunk and every sequence.
-/// g: [B, T, HV] f32 / f16 / bf16 (any strides). out: [B, T, HV] f32 (any strides; its address range may not overlap
-/// g's, so interleaved views of one buffer are refused even where they share no element).
+/// g: [B, T, HV] f32 / f16 / bf16 (any non-negative strides). out: [B, T, HV] f32 (any non-negative strides; its
+/// address range may not overlap g's, so interleaved views of one buffer are refused even where they share no element).
 /// scale: multiplies after the sum (none: 1), in fp32: an Error names it when it is not finite in fp32 or is nonzero
 /// but rounds to 0 there. As FLA `chunk_local_cumsum(g, chunk_size, reverse, scale,
 /// cu_seqlens)` with output_dtype f32.

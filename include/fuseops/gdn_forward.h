@@ -4,7 +4,9 @@
 // Semantics: flash-linear-attention (FLA) 0.5.2 `chunk_gated_delta_rule`, `recompute_w_u_fwd`,
 // `chunk_gated_delta_rule_fwd_h`, `chunk_fwd_o`, `fused_recurrent_gated_delta_rule`; vLLM's `fused_recurrent`
 // (state pool, `ssm_state_indices`, `num_accepted_tokens`) and `fused_sigmoid_gating_delta_rule_update`
-// (reference/gdn.md §6-11). Per sequence and value head, with state S (K x V, fp32) and the token recurrence
+// (FLA `fla/ops/gated_delta_rule/{chunk,wy_fast,fused_recurrent}.py`, `fla/ops/common/{chunk_delta_h,chunk_o}.py`;
+// vLLM `vllm/model_executor/layers/fla/ops/{fused_recurrent,fused_sigmoid_gating_delta_rule_update}.py`).
+// Per sequence and value head, with state S (K x V, fp32) and the token recurrence
 //   S <- exp(g_t) S;  v'_t = beta_t (v_t - S^T k_t);  S <- S + k_t v'_t^T;  o_t = scale S^T q_t
 // (beta_t a scalar per value head; the decode ops also take it per value column, multiplied elementwise).
 // The chunked ops compute exactly this (to rounding) in chunks of BT tokens; docs/ops/gdn.md has the math, the

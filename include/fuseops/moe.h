@@ -14,7 +14,7 @@
 //    always ascending flat index (deterministic), and any num_experts up to 4096 is served.
 //  - moe_route = one of the two selections followed by moe_align_block_size, with identical results.
 //
-// Selection rules shared by every router here (design.md, "Numerics"):
+// Selection rules shared by every router here (docs/ops/moe.md):
 //  - a NaN logit (or bias) and -inf become -FLT_MAX, +inf becomes FLT_MAX, so scores are always finite (NaN, -inf
 //    and -FLT_MAX tie): a softmax row whose logits are all NaN / -inf is uniform (ids 0..k-1 win the ties);
 //  - ties are broken towards the lower expert (and group) index; ids are never duplicated or out of range;

@@ -39,8 +39,10 @@ std::string device_name(const Device& device);
 /// Strides count elements, not bytes. Rank is at most kMaxRank. A rank-0 view is a scalar. numel, size, stride,
 /// is_contiguous and slice throw Error(invalid_argument) for a `rank` outside [0, kMaxRank] (the field set by hand).
 /// Every op refuses (Error(invalid_argument), naming the argument) a data pointer that is not a multiple of the
-/// element size (4 bytes for f32 / i32, 8 for i64, 2 for f16 / bf16), and a null data pointer where there are
-/// elements; some ops ask more of some arguments (a 16-byte aligned workspace: their docs say so).
+/// element size (4 bytes for f32 / i32, 8 for i64, 2 for f16 / bf16), a null data pointer where there are elements,
+/// and a negative stride (a view reversed along a dim; pass a copy); some ops ask more of some arguments (a 16-byte
+/// aligned workspace, an innermost stride of 1, contiguous outputs: their docs say so). The data pointer is not const:
+/// a view of read-only memory is made with a const_cast, and must then only be passed where the op reads.
 struct TensorView {
   static constexpr int kMaxRank = 8;
 

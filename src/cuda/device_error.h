@@ -1,4 +1,4 @@
-// The library-wide record of the first bad device-resident value (design.md, "The C++ API contract").
+// The library-wide record of the first bad device-resident value (include/fuseops/error.h, check_errors).
 // Host-visible declarations; the device-side recorder is in device_error.cuh.
 #pragma once
 

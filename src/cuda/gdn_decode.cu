@@ -1,6 +1,6 @@
 // CUDA backend of the decode ops: fused_recurrent_gated_delta_rule (FLA form), fused_recurrent_gated_delta_rule_update
 // (state pool) and fused_sigmoid_gating_delta_rule_update (gates from the raw projections); the form is chosen by the
-// arguments (include/fuseops/gdn_forward.h; reference/gdn.md §11). Per token, in both kernels:
+// arguments (include/fuseops/gdn_forward.h; FLA and vLLM `fused_recurrent.py`). Per token, in both kernels:
 //   S *= exp(g); (S^T k, S^T q) reduced over K; v' = beta (v - S^T k); S += k v'^T; o = scale (S^T q + v' (k . q))
 //   (= scale S_new^T q); with use_qk_l2norm_in_kernel q and k are first multiplied by 1 / sqrt(sum x^2 + 1e-6).
 // Sums run in a fixed order: results do not depend on the other sequences of the batch.

@@ -1,5 +1,5 @@
 // CUDA backend of chunk_gated_delta_rule_fwd_h: the state recurrence across chunks (include/fuseops/gdn_forward.h;
-// reference/gdn.md §7). Two kernels, both one block per (sequence, value head, block of V columns), sequential over
+// FLA `fla/ops/common/chunk_delta_h.py`). Two kernels, both one block per (sequence, value head, block of V columns), sequential over
 // the sequence's chunks (the blocks of one (sequence, head) split V for parallelism). Per chunk:
 //   1. h[slot] = S (rounded to h's dtype);
 //   2. v_new = u - w S (stored ungated);

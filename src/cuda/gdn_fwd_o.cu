@@ -1,4 +1,4 @@
-// CUDA backend of chunk_fwd_o (include/fuseops/gdn_forward.h; reference/gdn.md §8):
+// CUDA backend of chunk_fwd_o (include/fuseops/gdn_forward.h; FLA `fla/ops/common/chunk_o.py`):
 //   o_i = scale (exp(g_i) q_i^T h[chunk] + sum_{j <= i} (q_i . k_j) exp(g_i - g_j) v_new_j).
 // Two variants: q, k, v_new and h all f16 or all bf16 -> tensor cores (gdn_fwd_o_mma.cu, every shape); anything else
 // (f32 inputs, mixed dtypes) -> the FFMA kernel below (fp32, no TF32).

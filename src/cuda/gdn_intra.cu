@@ -1,5 +1,5 @@
 // CUDA backend of the GDN intra-chunk ops: chunk_local_cumsum, chunk_scaled_dot_kkt_fwd, solve_tril and the fused
-// chunk_gated_delta_rule_fwd_kkt_solve (include/fuseops/gdn.h; math in /work/shared/reference/gdn.md §2-5).
+// chunk_gated_delta_rule_fwd_kkt_solve (include/fuseops/gdn.h; math in docs/ops/gdn.md).
 //
 // Work decomposition. A "slot" is one chunk of one sequence: chunk_slots(geo) slots are launched along grid.x (a
 // grid-stride loop covers any count) and mapped to chunks on the device, without host synchronisation and without a

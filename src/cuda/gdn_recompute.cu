@@ -1,5 +1,5 @@
 // CUDA backend of recompute_w_u_fwd (w = A (beta e^g k), u = A (beta v) per chunk) and of the l2 normalisation of
-// q and k used by chunk_gated_delta_rule (include/fuseops/gdn_forward.h; reference/gdn.md §6).
+// q and k used by chunk_gated_delta_rule (include/fuseops/gdn_forward.h; FLA `wy_fast.py`, `l2norm.py`).
 //
 // recompute_w_u, one 256-thread block per (chunk slot, value head), in one of two kernels:
 // - recompute_w_u_mma_kernel (k, v, A, w, u all f16 or all bf16; any K, V, chunk size): the A tile (lower part with

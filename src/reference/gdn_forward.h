@@ -1,4 +1,4 @@
-// Float64 golden of the GDN forward ops (docs/ops/gdn.md): the token-by-token recurrence of reference/gdn.md §0,
+// Float64 golden of the GDN forward ops (docs/ops/gdn.md): the token-by-token recurrence (include/fuseops/gdn_forward.h),
 // evaluated in double, per sequence and value head, independent of the chunked algorithm:
 //   S <- exp(g_t) S;  v'_t = beta_t (v_t - S^T k_t);  S <- S + k_t v'_t^T;  o_t = scale S^T q_t,
 // beta_t a scalar per value head or, per channel, a vector of V (the product elementwise).

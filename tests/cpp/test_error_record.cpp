@@ -1,4 +1,4 @@
-// The device error record (design.md, "The C++ API contract"): fuseops::detail::check_index_range records bad
+// The device error record (include/fuseops/error.h): fuseops::detail::check_index_range records bad
 // values without raising; check_errors() raises Error(device_value) naming the op, the argument and the FIRST bad
 // index, then clears; clear_errors() drops the record. FUSEOPS_DEBUG=1 makes the op itself raise; debug_mode() is
 // read once per process, so that is tested by running this binary again with the variable set.

@@ -215,7 +215,7 @@ std::string axes_string(MropeLayout layout, std::array<int64_t, 3> section, int6
   return s;
 }
 
-// The golden's axis maps against the strings written out in docs/ops/rope.md (and reference/ops.md §3.2).
+// The golden's axis maps against the strings written out in docs/ops/rope.md (and vLLM's / FlagGems' mrope).
 TEST(RopeAxes, GoldenMapsMatchTheDocumentedStrings) {
   std::string qwen3;
   for (int i = 0; i < 20; ++i) qwen3 += "THW";

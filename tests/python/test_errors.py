@@ -1,5 +1,5 @@
-"""Bad arguments raise ValueError naming the op and the argument (design.md: "Python sees ValueError for bad
-arguments"), and never write into anything."""
+"""Bad arguments raise ValueError naming the op and the argument (README: bad arguments are a
+ValueError), and never write into anything."""
 
 import pytest
 from common import DEVICES, poisoned, randn, requires_cuda, torch

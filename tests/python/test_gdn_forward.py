@@ -11,7 +11,7 @@ F = torch.nn.functional
 
 
 def recurrence(q, k, v, g, beta, h0, scale, cu_seqlens=None, l2norm=False):
-    """float64 token recurrence of reference/gdn.md §0; returns (o, final_state)."""
+    """float64 token recurrence (include/fuseops/gdn_forward.h); returns (o, final_state)."""
     q, k, v, g, beta = (x.double().cpu() for x in (q, k, v, g, beta))
     if l2norm:
         q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)

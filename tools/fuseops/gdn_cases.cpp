@@ -1,5 +1,5 @@
 // Case sets of the GDN intra-chunk stage (docs/ops/gdn.md): chunk_gated_delta_rule_fwd_kkt_solve on the anchor
-// shapes of reference/h200-anchors.md and on Qwen3-Next-80B. check() runs the fused op and our unfused chain (kkt into
+// shapes of issue 4 (FLA's published benchmark shapes) and on Qwen3-Next-80B. check() runs the fused op and our unfused chain (kkt into
 // an f32 scratch, then solve_tril) on realistic inputs (L2-normalised keys, g = chunk-local cumsum of log-sigmoid
 // decays, beta = sigmoid), requires them to be byte-identical, and compares the fused result with the float64 golden
 // (element bounds and the relative-RMS criterion). bench() times the fused op against the unfused chain.

@@ -1,5 +1,5 @@
 // Case sets of the GDN forward (docs/ops/gdn.md): `gdn-prefill` runs chunk_gated_delta_rule on the ten anchor
-// configurations of reference/h200-anchors.md (K = V = 128, bf16, an initial state per sequence, l2 normalisation of
+// configurations of FlashQLA's / FlashInfer's published benchmarks (K = V = 128, bf16, an initial state per sequence, l2 normalisation of
 // q and k in the kernel) and on Qwen3-Next-80B; `gdn-decode` runs one decode step (one token per sequence) of the
 // serving form, fused_recurrent_gated_delta_rule_update on an f32 state pool, and of the fused sigmoid-gating form,
 // for 1, 64 and 256 sequences of Qwen3-Next-80B (H 16, HV 32). check() compares o and the final state with the float64

@@ -1,4 +1,4 @@
-// GPU side of the command line: timing by CUDA-graph replay (design.md, "Benchmarks"), the copy-rate and
+// GPU side of the command line: timing by CUDA-graph replay (README, The command line), the copy-rate and
 // empty-kernel yardsticks, device buffers with random contents, and the baseline kernels the benchmark compares
 // with. Every function throws fuseops::Error on a CUDA failure.
 #pragma once
