@@ -337,6 +337,69 @@ def chunk_fwd_o(q, k, v, h, g=None, g_gamma=None, scale=None, state_v_first=Fals
     return o
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# The state at the start of every chunk (vLLM's return_intermediate_states, fuseops.compat.vllm).
+
+
+def _intermediate_dtype(dtype, K, V):
+    """The dtype chunk_gated_delta_rule stores its intermediates in (C++ chunk_gated_delta_rule_intermediate_dtype):
+    the input dtype, except float32 for 16-bit inputs with K < 32 or V < 32."""
+    return torch.float32 if dtype != torch.float32 and min(K, V) < 32 else dtype
+
+
+def _l2norm(x, dtype):
+    """use_qk_l2norm_in_kernel's normalisation: x / sqrt(sum x^2 + 1e-6) over the head dim in fp32, rounded to dtype
+    (the op's kernel sums in its own order: equal to fp32 rounding)."""
+    x = x.float()
+    return (x * (1.0 / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6))).to(dtype)
+
+
+def _slots_in_sequence_order(cu, chunk_size):
+    """The h slots (gdn_chunk_slots) of every chunk, sequence by sequence and in order within each: chunk 0 of sequence
+    n is slot n, chunk c >= 1, starting at token t, slot N + (t - 1) // BT. ``cu``: cu_seqlens on the host (int64); a
+    sequence of L tokens has ceil(L / BT) chunks, an empty one none."""
+    N = cu.shape[0] - 1
+    chunks = torch.div(cu[1:] - cu[:-1] + chunk_size - 1, chunk_size, rounding_mode="floor")
+    seq = torch.repeat_interleave(torch.arange(N), chunks)
+    c = torch.arange(seq.shape[0]) - torch.repeat_interleave(torch.cumsum(chunks, 0) - chunks, chunks)
+    t = cu[seq] + c * chunk_size
+    return torch.where(c == 0, seq, N + torch.div(t - 1, chunk_size, rounding_mode="floor"))
+
+
+def _host_cu_seqlens(op, cu_seqlens, T):
+    """cu_seqlens read on the host (a synchronisation with its device), checked: 0 = cu[0] <= ... <= cu[N] = T."""
+    cu = cu_seqlens.to("cpu", torch.int64)
+    if cu[0] != 0 or cu[-1] != T or bool((cu[1:] < cu[:-1]).any()):
+        values = cu.tolist()
+        text = str(values) if len(values) <= 16 else f"{str(values[:8])[:-1]}, ..., {str(values[-4:])[1:]}"
+        raise ValueError(f"{op}: cu_seqlens: expected 0 = cu_seqlens[0] <= ... <= cu_seqlens[N] = T = {T} (read on "
+                         f"the host for return_intermediate_states), got {text}")
+    return cu
+
+
+def _chunk_start_states(op, k, v, g, beta, initial_state, use_qk_l2norm_in_kernel, cu_seqlens, chunk_size=64):
+    """The state at the start of every chunk, before its tokens, in k's dtype: [number of chunks, HV, K, V], chunk 0
+    of a sequence holding its initial state (zeros without one). Chunks are batch-major without cu_seqlens
+    (B * ceil(T / BT)), sequence by sequence with it (sum of ceil(L_n / BT)). Computed by the stages
+    (chunk_local_cumsum, chunk_gated_delta_rule_fwd_kkt_solve, recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h) with
+    the intermediates and the l2 normalisation of chunk_gated_delta_rule, on arguments that op has accepted (``op``
+    names its errors). With cu_seqlens it reads cu_seqlens on the host (a synchronisation: not capturable in a CUDA
+    graph), since the number of chunks depends on the values; without it nothing is read on the host."""
+    B, T, HV, V = v.shape
+    K = k.shape[3]
+    it = _intermediate_dtype(k.dtype, K, V)
+    cu = None if cu_seqlens is None else _host_cu_seqlens(op, cu_seqlens, T)
+    kn = _l2norm(k, it) if use_qk_l2norm_in_kernel else k.to(it)
+    gc = chunk_local_cumsum(g, chunk_size, cu_seqlens=cu_seqlens)
+    Ai = chunk_gated_delta_rule_fwd_kkt_solve(kn, gc, beta, cu_seqlens, chunk_size)
+    w, u = recompute_w_u_fwd(kn, v.to(it), beta, Ai, gc, cu_seqlens)
+    h, _, _ = chunk_gated_delta_rule_fwd_h(kn, w, u, gc, None, initial_state, False, chunk_size, False,
+                                           cu_seqlens=cu_seqlens)
+    if cu is None:
+        return h.reshape(B * h.shape[1], HV, K, V).to(k.dtype)
+    return h[0].index_select(0, _slots_in_sequence_order(cu, chunk_size).to(h.device)).to(k.dtype)
+
+
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None,
                                      output_final_state=False, use_qk_l2norm_in_kernel=False, cu_seqlens=None,
                                      ssm_state_indices=None, num_accepted_tokens=None, inplace_final_state=None,

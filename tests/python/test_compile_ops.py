@@ -191,6 +191,41 @@ def test_gdn(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_gdn_vllm_order_with_chunk_states(device):
+    # vLLM's order: without cu_seqlens the chunk states trace (nothing read on the host) and equal eager bit for bit
+    # (no l2 normalisation: that one is torch arithmetic, which inductor may fuse in another order); with cu_seqlens
+    # they read cu_seqlens on the host, refused by name while traced (fullgraph=True: Dynamo's error for the raise)
+    B, T, H, HV, K, V = 2, 70, 1, 2, 32, 32
+    dt = torch.bfloat16
+    q = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=device), dim=-1).to(dt)
+    k = torch.nn.functional.normalize(torch.randn(B, T, H, K, device=device), dim=-1).to(dt)
+    v = torch.randn(B, T, HV, V, device=device, dtype=dt)
+    g = torch.nn.functional.logsigmoid(torch.randn(B, T, HV, device=device))
+    beta = torch.rand(B, T, HV, device=device, dtype=dt)
+    h0 = torch.randn(B, HV, K, V, device=device)
+
+    def f(q, k, v, g, beta, h0):
+        return vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, None, False, False, True)
+
+    _compiled_matches_eager(device, f, q, k, v, g, beta, h0)
+
+    cu = torch.tensor([0, 70, 140], dtype=torch.int32, device=device)
+
+    def varlen(q, k, v, g, beta, h0):
+        return vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, cu, False, False, True)
+
+    flat = [x.reshape(1, B * T, *x.shape[2:]) for x in (q, k, v, g, beta)]
+    torch._dynamo.reset()
+    backend = "inductor" if device == "cuda" else "aot_eager"
+    with torch.no_grad(), pytest.raises(Exception) as raised:
+        torch.compile(varlen, fullgraph=True, backend=backend)(*flat, h0)
+    assert "return_intermediate_states" in str(raised.value) or "Observed exception" in str(raised.value), raised.value
+    # eager, the same call is fine
+    with torch.no_grad():
+        assert varlen(*flat, h0)[2].shape == (4, HV, K, V)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_gated_norm(device):
     x = torch.randn(3, 5, 64, device=device, dtype=torch.bfloat16)
     z = torch.randn_like(x)

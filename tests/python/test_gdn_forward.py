@@ -1,17 +1,21 @@
 """GDN forward from PyTorch: chunk_gated_delta_rule and the decode forms against a plain-PyTorch float64 token
 recurrence (relative RMS <= 5e-3 for 16-bit inputs, 1e-4 for float32: docs/ops/gdn.md), varlen with empty
-sequences, prefill-then-decode, the state pool, unsupported FLA keyword arguments, CUDA-graph capture."""
+sequences, prefill-then-decode, the state pool, unsupported FLA keyword arguments, CUDA-graph capture; vLLM's order
+(fuseops.compat.vllm.chunk_gated_delta_rule) with its per-chunk states against the recurrence at chunk starts."""
 
 import pytest
 from common import DEVICES, requires_cuda, torch
 
 import fuseops
+from fuseops.compat import vllm
 
 F = torch.nn.functional
 
 
-def recurrence(q, k, v, g, beta, h0, scale, cu_seqlens=None, l2norm=False):
-    """float64 token recurrence (include/fuseops/gdn_forward.h); returns (o, final_state)."""
+def recurrence(q, k, v, g, beta, h0, scale, cu_seqlens=None, l2norm=False, chunk=None):
+    """float64 token recurrence (include/fuseops/gdn_forward.h); returns (o, final_state), and with ``chunk`` (a chunk
+    size) also the state at the start of every chunk, before its tokens: [chunks, HV, K, V], sequence by sequence
+    (batch-major without cu_seqlens), ceil(L / chunk) chunks for a sequence of L tokens."""
     q, k, v, g, beta = (x.double().cpu() for x in (q, k, v, g, beta))
     if l2norm:
         q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
@@ -22,17 +26,23 @@ def recurrence(q, k, v, g, beta, h0, scale, cu_seqlens=None, l2norm=False):
         (0, s, e) for s, e in zip(cu_seqlens[:-1].tolist(), cu_seqlens[1:].tolist())]
     o = torch.zeros(B, T, HV, V, dtype=torch.float64)
     ht = torch.zeros(len(bounds), HV, K, V, dtype=torch.float64)
+    starts = []
     for n, (b, s, e) in enumerate(bounds):
+        starts.append(torch.zeros(len(range(s, e, chunk)) if chunk else 0, HV, K, V, dtype=torch.float64))
         for h in range(HV):
             hk = h // (HV // H)
             S = h0[n, h].double().cpu().clone() if h0 is not None else torch.zeros(K, V, dtype=torch.float64)
             for t in range(s, e):
+                if chunk and (t - s) % chunk == 0:
+                    starts[-1][(t - s) // chunk, h] = S
                 S = S * torch.exp(g[b, t, h])
                 vp = beta[b, t, h] * (v[b, t, h] - S.T @ k[b, t, hk])
                 S = S + torch.outer(k[b, t, hk], vp)
                 o[b, t, h] = scale * (S.T @ q[b, t, hk])
             ht[n, h] = S
-    return o, ht
+    if chunk is None:
+        return o, ht
+    return o, ht, torch.cat(starts) if starts else torch.zeros(0, HV, K, V, dtype=torch.float64)
 
 
 def rel_rms(x, ref):
@@ -533,3 +543,198 @@ def test_shapes_the_functions_size_outputs_from_are_checked_first():
         fuseops.fused_recurrent_gated_delta_rule(q[0], k, v, g, beta, output_final_state=True)
     with pytest.raises(ValueError, match=r"^chunk_fwd_o: "):
         fuseops.chunk_fwd_o(q[..., :0], k[..., :0], v, torch.zeros(1, 1, 2, 0, 8), g, chunk_size=16)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vLLM's order: fuseops.compat.vllm.chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state,
+# cu_seqlens, head_first, use_qk_l2norm_in_kernel, return_intermediate_states) -> (o, final_state, states).
+
+
+def _check_states(states, ref, h0, firsts, dtype):
+    """states against the recurrence's chunk-start states; ``firsts``: the index of each sequence's chunk 0 (its initial
+    state, or zeros, rounded once to dtype: bit for bit)."""
+    assert states.dtype == dtype and states.shape == ref.shape, (states.dtype, states.shape, ref.shape)
+    if states.shape[0] == 0:
+        return
+    for n, c in firsts:
+        want = torch.zeros_like(states[c]) if h0 is None else h0[n].to(dtype)
+        assert torch.equal(states[c], want), (n, c)
+    assert rel_rms(states, ref) <= limit(dtype)
+    for c in range(states.shape[0]):  # each chunk, not only the whole
+        if ref[c].norm() > 0:
+            assert rel_rms(states[c], ref[c]) <= 2 * limit(dtype), c
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("l2norm", [False, True])
+@pytest.mark.parametrize("with_h0", [False, True])
+@pytest.mark.parametrize("heads", [(1, 2, 32, 32), (2, 4, 16, 8)])  # HV = 2H; K, V < 32: f32 intermediates
+def test_vllm_order_states_fixed_length(device, dtype, l2norm, with_h0, heads):
+    H, HV, K, V = heads
+    B, T = 2, 150  # chunks of 64, 64 and 22 tokens per batch row
+    q, k, v, g, beta, h0 = inputs(B, T, H, HV, K, V, dtype, device, seed=5)
+    if l2norm:
+        q, k = q * 3, k * 3  # unnormalised: the op normalises
+    h0 = h0 if with_h0 else None
+    # vLLM's positional order, up to return_intermediate_states
+    o, ht, states = vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, None, False, l2norm, True)
+    o_ref, ht_ref = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                                   use_qk_l2norm_in_kernel=l2norm)
+    assert torch.equal(o, o_ref) and torch.equal(ht, ht_ref)  # the fused op's results
+    ro, rht, rstates = recurrence(q, k, v, g, beta, h0, K ** -0.5, l2norm=l2norm, chunk=64)
+    assert rel_rms(o, ro) <= limit(dtype) and rel_rms(ht, rht) <= limit(dtype)
+    assert states.device == q.device and rstates.shape == (B * 3, HV, K, V)
+    _check_states(states, rstates, h0, [(0, 0), (1, 3)], dtype)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("l2norm", [False, True])
+@pytest.mark.parametrize("with_h0", [False, True])
+def test_vllm_order_states_varlen(device, dtype, l2norm, with_h0):
+    # an empty sequence first and in the middle, one shorter than a chunk, one of 3 chunks (the last partial), one of
+    # exactly a chunk, one of a single token: 0 + 1 + 3 + 0 + 1 + 1 = 6 chunks, sequence by sequence
+    lens = [0, 37, 150, 0, 64, 1]
+    cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=device)
+    q, k, v, g, beta, h0 = inputs(1, sum(lens), 1, 2, 32, 32, dtype, device, N=len(lens), seed=6)
+    if l2norm:
+        q, k = q * 3, k * 3
+    h0 = h0 if with_h0 else None
+    o, ht, states = vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, cu, False, l2norm, True)
+    o_ref, ht_ref = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                                   use_qk_l2norm_in_kernel=l2norm, cu_seqlens=cu)
+    assert torch.equal(o, o_ref) and torch.equal(ht, ht_ref)
+    ro, rht, rstates = recurrence(q, k, v, g, beta, h0, 32 ** -0.5, cu, l2norm=l2norm, chunk=64)
+    assert rel_rms(o, ro) <= limit(dtype) and rel_rms(ht, rht) <= limit(dtype)
+    assert rstates.shape[0] == 6
+    _check_states(states, rstates, h0, [(1, 0), (2, 1), (4, 4), (5, 5)], dtype)
+    # int64 cu_seqlens: the same
+    _, _, states64 = vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, cu.long(), False, l2norm, True)
+    assert torch.equal(states64, states)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("heads", [(4, 4), (2, 1), (16, 8)])
+def test_vllm_order_states_of_small_heads(device, heads):
+    # bf16 with K or V below 32: the states come from f32 intermediates, as the op's own; with no decay and beta = 1
+    # 16-bit intermediates would miss the bound (measured 1.3e-2 at K = V = 4, 1.9e-2 at K = 2, V = 1; docs/ops/gdn.md,
+    # Tolerances), the f32 ones leave only the final rounding to bf16 (~1.7e-3)
+    K, V = heads
+    q, k, v, g, beta, h0 = inputs(1, 512, 1, 1, K, V, torch.bfloat16, device, seed=9)
+    g, beta = torch.zeros_like(g), torch.ones_like(beta)
+    _, _, states = vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, None, False, False, True)
+    _, _, ref = recurrence(q, k, v, g, beta, h0, K ** -0.5, chunk=64)
+    assert states.dtype == torch.bfloat16 and rel_rms(states, ref) <= 5e-3
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_order_without_states_is_the_fused_op(device):
+    lens = [3, 0, 70]
+    cu = torch.tensor([0, 3, 3, 73], dtype=torch.int64, device=device)
+    q, k, v, g, beta, h0 = inputs(1, 73, 2, 4, 32, 16, torch.bfloat16, device, N=3, seed=7)
+    want = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, 0.3, h0, True, True, cu)  # FLA's order
+    got = vllm.chunk_gated_delta_rule(q, k, v, g, beta, 0.3, h0, True, cu, False, True)  # vLLM's
+    assert len(got) == 3 and got[2] is None
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+    got = vllm.chunk_gated_delta_rule(q, k, v, g, beta, 0.3, h0, True, cu, False, True, False)
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]) and got[2] is None
+    # defaults: no final state, no states, no l2 normalisation, K ** -0.5
+    o, ht, states = vllm.chunk_gated_delta_rule(q[:, :3], k[:, :3], v[:, :3], g[:, :3], beta[:, :3])
+    assert ht is None and states is None
+    assert torch.equal(o, fuseops.chunk_gated_delta_rule(q[:, :3], k[:, :3], v[:, :3], g[:, :3], beta[:, :3])[0])
+    # output_final_state=False with the states: the final state stays None
+    o, ht, states = vllm.chunk_gated_delta_rule(q, k, v, g, beta, 0.3, h0, False, cu, False, True, True)
+    assert ht is None and torch.equal(o, want[0]) and states.shape == (3, 4, 32, 16)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_vllm_order_states_without_tokens(device):
+    q, k, v, g, beta, h0 = inputs(2, 0, 1, 2, 16, 16, torch.float32, device)
+    o, ht, states = vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, None, False, False, True)
+    assert o.shape == (2, 0, 2, 16) and torch.equal(ht, h0) and states.shape == (0, 2, 16, 16)
+    q, k, v, g, beta, h0 = inputs(1, 0, 1, 2, 16, 16, torch.bfloat16, device, N=2)
+    for cu in ([0], [0, 0, 0]):  # no sequences; two empty ones
+        cu = torch.tensor(cu, dtype=torch.int32, device=device)
+        o, ht, states = vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0[:cu.shape[0] - 1], True, cu, False,
+                                                    True, True)
+        assert states.shape == (0, 2, 16, 16) and states.dtype == torch.bfloat16
+        assert torch.equal(ht, h0[:cu.shape[0] - 1])
+
+
+def test_vllm_order_refusals():
+    # every argument: the fused op's checks, with and without the states (nothing computed before them)
+    q, k, v, g, beta, h0 = inputs(1, 8, 1, 2, 16, 16, torch.float32, "cpu")
+    cu = torch.tensor([0, 8], dtype=torch.int32)
+    args = dict(q=q, k=k, v=v, g=g, beta=beta, scale=None, initial_state=h0, output_final_state=True, cu_seqlens=cu,
+                head_first=False, use_qk_l2norm_in_kernel=False)
+    bad = {
+        "q": q[0],
+        "k": k.double(),
+        "v": v[:, :4],
+        "g": g[..., :1],
+        "beta": beta[:, :4],
+        "scale": "0.5",
+        "initial_state": h0[:, :1],
+        "output_final_state": 1,
+        "cu_seqlens": cu.float(),
+        "head_first": True,
+        "use_qk_l2norm_in_kernel": "yes",
+    }
+    for name, value in bad.items():
+        for states in (False, True):
+            with pytest.raises(ValueError, match=f"^chunk_gated_delta_rule: {name}: "):
+                vllm.chunk_gated_delta_rule(**dict(args, **{name: value}), return_intermediate_states=states)
+    for value in (1, "True", None, torch.tensor([True, False])):
+        with pytest.raises(ValueError, match="^chunk_gated_delta_rule: return_intermediate_states: expected a bool"):
+            vllm.chunk_gated_delta_rule(**args, return_intermediate_states=value)
+    with pytest.raises(ValueError, match="^chunk_gated_delta_rule: head_first: not supported"):
+        vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, None, False, None, True)
+    with pytest.raises(TypeError):  # vLLM's fixed signature: FLA's other arguments are Python's error, as in vLLM
+        vllm.chunk_gated_delta_rule(q, k, v, g, beta, chunk_size=64)
+    with pytest.raises(RuntimeError, match="chunk_gated_delta_rule: q: requires grad"):
+        vllm.chunk_gated_delta_rule(q.clone().requires_grad_(), k, v, g, beta, return_intermediate_states=True)
+    # numpy / tensor flags as the fused op takes them
+    o, _, states = vllm.chunk_gated_delta_rule(q, k, v, g, beta, return_intermediate_states=torch.tensor(True))
+    assert states.shape == (1, 2, 16, 16) and torch.equal(o, fuseops.chunk_gated_delta_rule(q, k, v, g, beta)[0])
+
+
+def test_vllm_order_states_refuse_a_malformed_cu_seqlens():
+    # read on the host for the states: a ValueError naming cu_seqlens (the fused op records it as well); without the
+    # states the fused op's rule holds (recorded, raised by check_errors)
+    q, k, v, g, beta, _ = inputs(1, 20, 1, 1, 16, 16, torch.float32, "cpu")
+    for values in ([0, 12, 21], [1, 12, 20], [0, 12, 8, 20]):
+        cu = torch.tensor(values, dtype=torch.int32)
+        fuseops.clear_errors()
+        with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule: cu_seqlens: expected 0 = cu_seqlens\[0\] <= "
+                                             r"\.\.\. <= cu_seqlens\[N\] = T = 20 .*got \[" + str(values[0])):
+            vllm.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, return_intermediate_states=True)
+        fuseops.clear_errors()
+        vllm.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu)
+        with pytest.raises(ValueError, match="chunk_gated_delta_rule: cu_seqlens"):
+            fuseops.check_errors()
+
+
+@requires_cuda
+def test_vllm_order_states_and_cuda_graphs():
+    # without cu_seqlens nothing is read on the host: capturable, the same bytes as eager; with cu_seqlens the states
+    # read it on the host: refused by name while the stream captures
+    q, k, v, g, beta, h0 = inputs(2, 130, 2, 4, 64, 64, torch.bfloat16, "cuda")
+    want = vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, None, False, True, True)
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, None, False, True, True)  # warm-up
+        with torch.cuda.graph(graph, stream=stream):
+            got = vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, None, False, True, True)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    cu = torch.tensor([0, 100, 260], dtype=torch.int32, device="cuda")
+    qv, kv, vv, gv, bv = (x.reshape(1, 260, *x.shape[2:]) for x in (q, k, v, g, beta))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        vllm.chunk_gated_delta_rule(qv, kv, vv, gv, bv, None, h0, True, cu, False, True, False)  # warm-up
+        with pytest.raises(ValueError, match="chunk_gated_delta_rule: return_intermediate_states: .*captures a graph"):
+            with torch.cuda.graph(graph, stream=stream):
+                vllm.chunk_gated_delta_rule(qv, kv, vv, gv, bv, None, h0, True, cu, False, True, True)

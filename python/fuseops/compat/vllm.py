@@ -1,15 +1,17 @@
-"""vLLM's activation, rotary-embedding and MoE routing ops, with vLLM's argument order: they write their outputs
-and return None.
+"""vLLM's activation, rotary-embedding, MoE routing and GDN prefill ops, with vLLM's argument order.
 
-As ``torch.ops._C.silu_and_mul(out, input)`` and friends (vLLM ``csrc/activation_kernels.cu``), which vLLM's
-``SiluAndMul.forward_cuda`` calls with an ``out`` it allocated. Not differentiable (vLLM's are not either). Shapes:
-out [..., d], input [..., 2*d]; dtypes float32 / float16 / bfloat16. Numerics: one rounding at the store, so results
-may differ from vLLM's (two roundings) by 1 ulp (docs/ops/activation.md). Errors: ValueError naming the argument.
+The activations write their outputs and return None, as ``torch.ops._C.silu_and_mul(out, input)`` and friends (vLLM
+``csrc/activation_kernels.cu``), which vLLM's ``SiluAndMul.forward_cuda`` calls with an ``out`` it allocated. Not
+differentiable (vLLM's are not either). Shapes: out [..., d], input [..., 2*d]; dtypes float32 / float16 / bfloat16.
+Numerics: one rounding at the store, so results may differ from vLLM's (two roundings) by 1 ulp
+(docs/ops/activation.md). The routing ops write or return what vLLM's do (each function says which).
+:func:`chunk_gated_delta_rule` takes the order of vLLM's vendored FLA function and returns its three values (o,
+final_state, intermediate_states: the per-chunk states for prefix caching). Errors: ValueError naming the argument.
 """
 
 import torch
 
-from .._args import bool_arg, float_arg, forward_only, int_arg, named_as, tensor_arg, written_arg
+from .._args import _compiling, bool_arg, float_arg, forward_only, int_arg, named_as, tensor_arg, written_arg
 from .._ops import ops
 
 __all__ = [
@@ -20,6 +22,7 @@ __all__ = [
     "grouped_topk",
     "moe_align_block_size",
     "rotary_embedding",
+    "chunk_gated_delta_rule",
 ]
 
 
@@ -127,3 +130,49 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
     from .. import rope
 
     rope.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+                           head_first=False, use_qk_l2norm_in_kernel=False, return_intermediate_states=False):
+    """The chunked GDN forward in the order of vLLM's vendored FLA ``chunk_gated_delta_rule``: returns (o, final_state,
+    intermediate_states).
+
+    o and final_state are those of :func:`fuseops.chunk_gated_delta_rule` (the same call, the same bytes, every check
+    of it: ValueError naming the argument; chunk size 64). ``head_first``: False only (True is a ValueError naming it,
+    where vLLM raises too). ``intermediate_states`` is None unless ``return_intermediate_states``; then it is the
+    state at the start of every chunk of 64 tokens, before the chunk's tokens (chunk 0 of a sequence: its initial
+    state, or zeros), in k's dtype, [number of chunks, HV, K, V]: without cu_seqlens B * ceil(T / 64) chunks,
+    batch-major; with cu_seqlens the chunks of sequence 0, then of sequence 1, ..., ceil(L / 64) for a sequence of L
+    tokens (none for an empty one). They are computed apart from o and final_state, by the forward's stages with the
+    op's intermediates (the work of the forward again, but the output stage): equal to the op's own chunk states to
+    rounding.
+
+    The states with cu_seqlens read cu_seqlens on the host, as vLLM does (their number depends on the values): that
+    call synchronises with the device, is not capturable in a CUDA graph (a ValueError while the current stream
+    captures) and runs eagerly only (a ValueError while torch.compile traces, which Dynamo reports as a graph break:
+    an error under fullgraph=True), and a malformed cu_seqlens is a ValueError there (besides the record the op makes
+    for fuseops.check_errors). Without cu_seqlens, and without return_intermediate_states, nothing is read on the
+    host: the call is capturable and traces under torch.compile(fullgraph=True).
+    """
+    from .. import gdn
+
+    op = "chunk_gated_delta_rule"
+    return_intermediate_states = bool_arg(op, "return_intermediate_states", return_intermediate_states)
+    if return_intermediate_states and cu_seqlens is not None:
+        why = ("torch.compile traces" if _compiling() else
+               "the current CUDA stream captures a graph" if _capturing(cu_seqlens) else None)
+        if why:
+            raise ValueError(f"{op}: return_intermediate_states: with cu_seqlens the number of chunk states depends "
+                             f"on the values of cu_seqlens, read on the host (a synchronisation), which cannot be done "
+                             f"while {why}: call it eagerly")
+    o, final_state = gdn.chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state,
+                                                use_qk_l2norm_in_kernel, cu_seqlens, head_first=head_first)
+    if not return_intermediate_states:
+        return o, final_state, None
+    states = gdn._chunk_start_states(op, k, v, g, beta, initial_state, use_qk_l2norm_in_kernel, cu_seqlens)
+    return o, final_state, states
+
+
+def _capturing(t):
+    """Whether reading ``t`` on the host would break a CUDA graph capture on the current stream."""
+    return isinstance(t, torch.Tensor) and t.is_cuda and torch.cuda.is_current_stream_capturing()
