@@ -250,6 +250,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
+    if "return_intermediate_states" in kwargs:  # vLLM's argument: its function returns three values, this one two
+        raise ValueError(f"{op}: return_intermediate_states: not taken by fuseops.chunk_gated_delta_rule (FLA's "
+                         "signature, two results); fuseops.compat.vllm.chunk_gated_delta_rule takes it, in vLLM's "
+                         "order, and returns (o, final_state, intermediate_states), got "
+                         f"{shown(kwargs['return_intermediate_states'])}")
     _reject_kwargs(op, kwargs)
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")

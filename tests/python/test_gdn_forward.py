@@ -267,6 +267,15 @@ def test_unsupported_fla_kwargs(name):
         fuseops.chunk_gated_delta_rule(q, k, v, g, beta, not_an_fla_argument=False)
 
 
+def test_fla_order_points_to_the_vllm_order_for_states():
+    q, k, v, g, beta, _ = inputs(1, 8, 1, 1, 16, 16, torch.float32, "cpu")
+    for value in (True, False):
+        with pytest.raises(ValueError, match="^chunk_gated_delta_rule: return_intermediate_states: not taken by "
+                                             "fuseops.chunk_gated_delta_rule .*fuseops.compat.vllm.chunk_gated_delta_"
+                                             "rule takes it"):
+            fuseops.chunk_gated_delta_rule(q, k, v, g, beta, return_intermediate_states=value)
+
+
 def test_use_exp2_false_is_natural_log_g():
     # some FLA / vLLM stage signatures take use_exp2: False is fuseops' own natural-log g, True is refused by name
     q, k, v, graw, beta, h0 = inputs(1, 70, 1, 2, 16, 16, torch.float32, "cpu")
