@@ -243,7 +243,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         cu_seqlens: [N+1] int32 / int64 (B == 1). chunk_size: 16, 32 or 64.
     Returns:
         (o [B, T, HV, V] in q.dtype, final_state or None).
-    Unsupported FLA keyword arguments (state_v_first, use_gate_in_kernel, head_first, ...) raise ValueError.
+    Unsupported FLA keyword arguments (state_v_first, use_gate_in_kernel, head_first, ...) raise ValueError; so does
+    vLLM's return_intermediate_states: :func:`fuseops.compat.vllm.chunk_gated_delta_rule` takes vLLM's order and
+    returns (o, final_state, intermediate_states).
     """
     op = "chunk_gated_delta_rule"
     forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, optional=("initial_state",))
