@@ -49,7 +49,7 @@ def _check_cu(op, cu_seqlens):
     tensor_arg(op, "cu_seqlens", cu_seqlens, optional=True)  # dense
     if cu_seqlens is not None and (cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1):
         raise ValueError(f"{op}: cu_seqlens: expected rank 1 [N+1] with N >= 0, got {list(cu_seqlens.shape)}")
-    return cu_seqlens
+    return _contiguous_read(cu_seqlens)
 
 
 def _check_optional(op, name, t):
@@ -219,9 +219,10 @@ def _is_default(value, default):
     return is_flag(value) and bool(value) == default
 
 
-def _index_rows(t):
-    """Slot indices (ssm_state_indices, num_accepted_tokens) as the kernels read them: contiguous. vLLM passes views
-    such as ``block_table[:, 0]``; the copy is a few bytes and is captured with the op in a CUDA graph."""
+def _contiguous_read(t):
+    """A tensor the op only reads (slot indices, num_accepted_tokens, cu_seqlens, a read-only initial state) as the
+    kernels read it: contiguous, a copy where it is not, as FLA's and vLLM's ``input_guard`` makes their inputs. vLLM
+    passes views such as ``block_table[:, 0]``; the copy is captured with the op in a CUDA graph."""
     return t.contiguous() if isinstance(t, torch.Tensor) and not t.is_contiguous() else t
 
 
@@ -237,7 +238,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         q, k: [B, T, H, K]; v: [B, T, HV, V] (one dtype: float32 / float16 / bfloat16).
         g: [B, T, HV] raw per-token log-decay (the chunk-local cumsum is done inside); beta: [B, T, HV].
         scale: default K ** -0.5. initial_state: [N, HV, K, V] float32 / float16 / bfloat16 (read as
-            float32), contiguous.
+            float32; a non-contiguous one, as cu_seqlens, is read as a contiguous copy, as FLA's input_guard).
         output_final_state: return the final state [N, HV, K, V] float32 (else None).
         use_qk_l2norm_in_kernel: q, k <- x / sqrt(sum x^2 + 1e-6), rounded to the input dtype.
         cu_seqlens: [N+1] int32 / int64 (B == 1). chunk_size: 16, 32 or 64.
@@ -249,6 +250,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     """
     op = "chunk_gated_delta_rule"
     forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, optional=("initial_state",))
+    initial_state = _contiguous_read(initial_state)
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
@@ -304,6 +306,7 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, gk=None, initial_state=None, o
     """
     op = "chunk_gated_delta_rule_fwd_h"
     forward_only(op, k=k, w=w, u=u, g=g, initial_state=initial_state, optional=("g", "initial_state"))
+    initial_state = _contiguous_read(initial_state)
     _reject_kwargs(op, dict(kwargs, gk=gk, state_v_first=state_v_first, cu_seqlens_cpu=cu_seqlens_cpu,
                             chunk_indices=chunk_indices))
     cu_seqlens = _check_cu(op, cu_seqlens)
@@ -384,18 +387,20 @@ def _host_cu_seqlens(op, cu_seqlens, T):
     return cu
 
 
-def _chunk_start_states(op, k, v, g, beta, initial_state, use_qk_l2norm_in_kernel, cu_seqlens, chunk_size=64):
+def _chunk_start_states(op, k, v, g, beta, initial_state, use_qk_l2norm_in_kernel, cu_seqlens, cu_host=None,
+                        chunk_size=64):
     """The state at the start of every chunk, before its tokens, in k's dtype: [number of chunks, HV, K, V], chunk 0
     of a sequence holding its initial state (zeros without one). Chunks are batch-major without cu_seqlens
     (B * ceil(T / BT)), sequence by sequence with it (sum of ceil(L_n / BT)). Computed by the stages
     (chunk_local_cumsum, chunk_gated_delta_rule_fwd_kkt_solve, recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h) with
     the intermediates and the l2 normalisation of chunk_gated_delta_rule, on arguments that op has accepted (``op``
     names its errors). With cu_seqlens it reads cu_seqlens on the host (a synchronisation: not capturable in a CUDA
-    graph), since the number of chunks depends on the values; without it nothing is read on the host."""
+    graph), since the number of chunks depends on the values (``cu_host``: that reading, where the caller made it);
+    without it nothing is read on the host."""
     B, T, HV, V = v.shape
     K = k.shape[3]
     it = _intermediate_dtype(k.dtype, K, V)
-    cu = None if cu_seqlens is None else _host_cu_seqlens(op, cu_seqlens, T)
+    cu = cu_host if cu_seqlens is None or cu_host is not None else _host_cu_seqlens(op, cu_seqlens, T)
     kn = _l2norm(k, it) if use_qk_l2norm_in_kernel else k.to(it)
     gc = chunk_local_cumsum(g, chunk_size, cu_seqlens=cu_seqlens)
     Ai = chunk_gated_delta_rule_fwd_kkt_solve(kn, gc, beta, cu_seqlens, chunk_size)
@@ -457,8 +462,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
                              "(inplace_final_state)")
         with named_as(op, "fused_recurrent_gated_delta_rule_update", {"state_pool": "initial_state"}):
             ops.fused_recurrent_gated_delta_rule_update(o, initial_state, q, k, v, g, beta, sc,
-                                                        _index_rows(ssm_state_indices),
-                                                        _index_rows(num_accepted_tokens),
+                                                        _contiguous_read(ssm_state_indices),
+                                                        _contiguous_read(num_accepted_tokens),
                                                         bool(use_qk_l2norm_in_kernel), cu_seqlens)
         return o, initial_state
     if num_accepted_tokens is not None:
@@ -467,8 +472,8 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     if output_final_state:
         ht = torch.empty((_num_seqs(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3]), dtype=torch.float32,
                          device=q.device)
-    ops.fused_recurrent_gated_delta_rule(o, ht, q, k, v, g, beta, sc, initial_state, bool(use_qk_l2norm_in_kernel),
-                                         cu_seqlens)
+    ops.fused_recurrent_gated_delta_rule(o, ht, q, k, v, g, beta, sc, _contiguous_read(initial_state),
+                                         bool(use_qk_l2norm_in_kernel), cu_seqlens)
     return o, ht
 
 
@@ -507,7 +512,8 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     # (the op names the pool and its indices as this function does: initial_state_source / initial_state_indices)
     ops.fused_sigmoid_gating_delta_rule_update(o, initial_state_source, A_log, a, dt_bias, q, k, v, b,
                                                None if scale is None else float_arg(op, "scale", scale),
-                                               _index_rows(initial_state_indices), _index_rows(num_accepted_tokens),
+                                               _contiguous_read(initial_state_indices),
+                                               _contiguous_read(num_accepted_tokens),
                                                bool(use_qk_l2norm_in_kernel), cu_seqlens,
                                                float_arg(op, "softplus_beta", softplus_beta),
                                                float_arg(op, "softplus_threshold", softplus_threshold))

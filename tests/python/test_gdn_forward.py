@@ -709,8 +709,9 @@ def test_vllm_order_refusals():
 
 
 def test_vllm_order_states_refuse_a_malformed_cu_seqlens():
-    # read on the host for the states: a ValueError naming cu_seqlens (the fused op records it as well); without the
-    # states the fused op's rule holds (recorded, raised by check_errors)
+    # read on the host for the states: a ValueError naming cu_seqlens, raised before the fused op runs, so nothing is
+    # left in the record for a later check_errors; without the states the fused op's rule holds (recorded, raised by
+    # check_errors)
     q, k, v, g, beta, _ = inputs(1, 20, 1, 1, 16, 16, torch.float32, "cpu")
     for values in ([0, 12, 21], [1, 12, 20], [0, 12, 8, 20]):
         cu = torch.tensor(values, dtype=torch.int32)
@@ -718,7 +719,7 @@ def test_vllm_order_states_refuse_a_malformed_cu_seqlens():
         with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule: cu_seqlens: expected 0 = cu_seqlens\[0\] <= "
                                              r"\.\.\. <= cu_seqlens\[N\] = T = 20 .*got \[" + str(values[0])):
             vllm.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, return_intermediate_states=True)
-        fuseops.clear_errors()
+        fuseops.check_errors()  # nothing recorded
         vllm.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu)
         with pytest.raises(ValueError, match="chunk_gated_delta_rule: cu_seqlens"):
             fuseops.check_errors()
@@ -747,3 +748,27 @@ def test_vllm_order_states_and_cuda_graphs():
         with pytest.raises(ValueError, match="chunk_gated_delta_rule: return_intermediate_states: .*captures a graph"):
             with torch.cuda.graph(graph, stream=stream):
                 vllm.chunk_gated_delta_rule(qv, kv, vv, gv, bv, None, h0, True, cu, False, True, True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_read_only_views_are_read_as_copies(device):
+    # as FLA's and vLLM's input_guard: a non-contiguous initial_state or cu_seqlens (e.g. a strided slice of
+    # query_start_loc) is read as a contiguous copy, with the same result as the contiguous tensor, and is not written
+    q, k, v, g, beta, h0 = inputs(1, 130, 2, 4, 32, 32, torch.float32, device, N=2)
+    h0_t = h0.transpose(2, 3).contiguous().transpose(2, 3)
+    assert not h0_t.is_contiguous()
+    cu_wide = torch.tensor([0, 7, 60, 7, 130, 7], dtype=torch.int32, device=device)
+    cu = cu_wide[::2]
+    assert not cu.is_contiguous()
+    before = (h0_t.clone(), cu_wide.clone())
+    want_o, want_ht = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, None, h0_t.contiguous(), True,
+                                                     cu_seqlens=cu.contiguous())
+    got_o, got_ht = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, None, h0_t, True, cu_seqlens=cu)
+    assert torch.equal(got_o, want_o) and torch.equal(got_ht, want_ht)
+    o, ht, states = vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0_t, True, cu, False, False, True)
+    assert torch.equal(o, want_o) and torch.equal(ht, want_ht) and states.shape == (3, 4, 32, 32)
+    dec_o, dec_ht = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, None, h0_t, True, cu_seqlens=cu)
+    ref_o, ref_ht = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, None, h0_t.contiguous(), True,
+                                                             cu_seqlens=cu.contiguous())
+    assert torch.equal(dec_o, ref_o) and torch.equal(dec_ht, ref_ht)
+    assert torch.equal(h0_t, before[0]) and torch.equal(cu_wide, before[1])

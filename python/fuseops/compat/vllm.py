@@ -150,9 +150,9 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     The states with cu_seqlens read cu_seqlens on the host, as vLLM does (their number depends on the values): that
     call synchronises with the device, is not capturable in a CUDA graph (a ValueError while the current stream
     captures) and runs eagerly only (a ValueError while torch.compile traces, which Dynamo reports as a graph break:
-    an error under fullgraph=True), and a malformed cu_seqlens is a ValueError there (besides the record the op makes
-    for fuseops.check_errors). Without cu_seqlens, and without return_intermediate_states, nothing is read on the
-    host: the call is capturable and traces under torch.compile(fullgraph=True).
+    an error under fullgraph=True), and a malformed cu_seqlens is a ValueError there, raised before the op runs (so
+    that nothing is left for fuseops.check_errors). Without cu_seqlens, and without return_intermediate_states,
+    nothing is read on the host: the call is capturable and traces under torch.compile(fullgraph=True).
     """
     from .. import gdn
 
@@ -165,12 +165,27 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             raise ValueError(f"{op}: return_intermediate_states: with cu_seqlens the number of chunk states depends "
                              f"on the values of cu_seqlens, read on the host (a synchronisation), which cannot be done "
                              f"while {why}: call it eagerly")
+    cu_host = None
+    if return_intermediate_states and _readable_cu(cu_seqlens, q, k, v):
+        # read and checked before the op runs, so that a malformed one is this ValueError only (the op, run first,
+        # would also have left it in the record fuseops.check_errors raises later, then for a later call)
+        cu_host = gdn._host_cu_seqlens(op, cu_seqlens, v.shape[1])
     o, final_state = gdn.chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state,
                                                 use_qk_l2norm_in_kernel, cu_seqlens, head_first=head_first)
     if not return_intermediate_states:
         return o, final_state, None
-    states = gdn._chunk_start_states(op, k, v, g, beta, initial_state, use_qk_l2norm_in_kernel, cu_seqlens)
+    states = gdn._chunk_start_states(op, k, v, g, beta, initial_state, use_qk_l2norm_in_kernel, cu_seqlens, cu_host)
     return o, final_state, states
+
+
+def _readable_cu(cu_seqlens, q, k, v):
+    """Whether cu_seqlens can be read on the host as offsets into T before the op's checks: an int32 / int64 tensor
+    [N+1] beside 4-D q, k and v of one T (anything else is left to the op, which names the argument at fault)."""
+    qkv = (q, k, v)
+    return (isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dtype in (torch.int32, torch.int64)
+            and cu_seqlens.dim() == 1 and cu_seqlens.shape[0] >= 1
+            and all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in qkv)
+            and len({t.shape[1] for t in qkv}) == 1)
 
 
 def _capturing(t):
