@@ -43,6 +43,9 @@ std::string device_name(const Device& device);
 /// and a negative stride (a view reversed along a dim; pass a copy); some ops ask more of some arguments (a 16-byte
 /// aligned workspace, an innermost stride of 1, contiguous outputs: their docs say so). The data pointer is not const:
 /// a view of read-only memory is made with a const_cast, and must then only be passed where the op reads.
+/// Like std::span, a const TensorView is a view that is not changed, not read-only data: optional arguments are passed
+/// as pointers to views (null: absent), `const TensorView*` or `TensorView*` alike, and whether an op writes an
+/// argument (rope's key, the norms' mean and rstd, the GDN final_state) is said by its doc, not by that const.
 struct TensorView {
   static constexpr int kMaxRank = 8;
 
