@@ -11,7 +11,8 @@ single-sequence prefill cases, both fed the same bf16 k, v, beta, A (our kkt_sol
 g as a log2 cumsum, fuseops as a natural-log one: the same work, other values).
 
 FLA is flash-linear-attention from a fetched, uncommitted checkout (../shared/tools/prepare-baselines.sh);
-FLA_FLASH_QLA=0 keeps FLA on its own Triton kernels (FLA `fla/ops/gated_delta_rule/chunk.py` dispatch). Prefill: chunk_gated_delta_rule(q, k, v, g,
+FLA_FLASH_QLA=0 keeps FLA on its own Triton kernels (FLA `fla/ops/gated_delta_rule/backends/flash_qla.py`).
+Prefill: chunk_gated_delta_rule(q, k, v, g,
 beta, initial_state, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens) with bf16 q/k/v/beta, fp32 g
 (log-sigmoid), fp32 h0 — the same call on both sides. Decode (one token per sequence): fuseops' pool form
 (fused_recurrent_gated_delta_rule with ssm_state_indices, in place) vs FLA's fused_recurrent_gated_delta_rule

@@ -7,7 +7,8 @@ fuseops extension (fla_gdn_forward.py times both sides in one process through it
     PYTHONPATH=.baselines FLA_FLASH_QLA=0 python3 bench/baselines/fla_gdn_prefill.py OURS.json OUT.md
 
 FLA is flash-linear-attention from a fetched, uncommitted checkout (../shared/tools/prepare-baselines.sh);
-FLA_FLASH_QLA=0 keeps FLA on its own Triton kernels (FLA `fla/ops/gated_delta_rule/chunk.py` dispatch). The call is the one of the bench case
+FLA_FLASH_QLA=0 keeps FLA on its own Triton kernels (FLA `fla/ops/gated_delta_rule/backends/flash_qla.py`).
+The call is the one of the bench case
 (tools/fuseops/gdn_forward_cases.cpp): bf16 q, k, v, beta, fp32 g (log-sigmoid), an fp32 initial state per
 sequence, output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens for several sequences; K = V = 128.
 Decode (one token per sequence): FLA's fused_recurrent_gated_delta_rule with q [N, 1, H, K], an fp32 initial state

@@ -240,7 +240,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         scale: default K ** -0.5. initial_state: [N, HV, K, V] float32 / float16 / bfloat16 (read as
             float32; a non-contiguous one, as cu_seqlens, is read as a contiguous copy, as FLA's input_guard).
         output_final_state: return the final state [N, HV, K, V] float32 (else None).
-        use_qk_l2norm_in_kernel: q, k <- x / sqrt(sum x^2 + 1e-6), rounded to the input dtype.
+        use_qk_l2norm_in_kernel: q, k <- x / sqrt(sum x^2 + 1e-6), rounded to the intermediate dtype (the input
+            dtype; float32 for 16-bit inputs with K or V < 32: chunk_gated_delta_rule_intermediate_dtype).
         cu_seqlens: [N+1] int32 / int64 (B == 1). chunk_size: 16, 32 or 64.
     Returns:
         (o [B, T, HV, V] in q.dtype, final_state or None).

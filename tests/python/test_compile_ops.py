@@ -219,7 +219,10 @@ def test_gdn_vllm_order_with_chunk_states(device):
     backend = "inductor" if device == "cuda" else "aot_eager"
     with torch.no_grad(), pytest.raises(Exception) as raised:
         torch.compile(varlen, fullgraph=True, backend=backend)(*flat, h0)
-    assert "return_intermediate_states" in str(raised.value) or "Observed exception" in str(raised.value), raised.value
+    chain = " | ".join(str(e) for e in (raised.value, raised.value.__cause__, raised.value.__context__) if e)
+    # our ValueError, as raised or as Dynamo reports the raise (its message names the exception and, in its debug
+    # context, the text); any other exception in the traced path would not name return_intermediate_states
+    assert "return_intermediate_states" in chain or ("Observed exception" in chain and "ValueError" in chain), chain
     # eager, the same call is fine
     with torch.no_grad():
         assert varlen(*flat, h0)[2].shape == (4, HV, K, V)

@@ -772,3 +772,23 @@ def test_read_only_views_are_read_as_copies(device):
                                                              cu_seqlens=cu.contiguous())
     assert torch.equal(dec_o, ref_o) and torch.equal(dec_ht, ref_ht)
     assert torch.equal(h0_t, before[0]) and torch.equal(cu_wide, before[1])
+
+
+def test_vllm_order_states_name_the_argument_at_fault_first():
+    # with the states asked for, cu_seqlens is read on the host only where it is the argument at fault: a batch of 2,
+    # a q that requires grad or head_first=True are named as without the states, before a malformed cu_seqlens
+    q, k, v, g, beta, _ = inputs(2, 8, 1, 1, 16, 16, torch.float32, "cpu")
+    cu = torch.tensor([0, 8, 16], dtype=torch.int32)
+    for states in (False, True):
+        with pytest.raises(ValueError, match="^chunk_gated_delta_rule: cu_seqlens: .*B = 1"):
+            vllm.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, return_intermediate_states=states)
+    q1, k1, v1, g1, b1 = (x[:1] for x in (q, k, v, g, beta))
+    bad = torch.tensor([0, 9], dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="chunk_gated_delta_rule: q: requires grad"):
+        vllm.chunk_gated_delta_rule(q1.clone().requires_grad_(), k1, v1, g1, b1, cu_seqlens=bad,
+                                    return_intermediate_states=True)
+    with pytest.raises(ValueError, match="^chunk_gated_delta_rule: head_first: "):
+        vllm.chunk_gated_delta_rule(q1, k1, v1, g1, b1, None, None, False, bad, True, False, True)
+    with pytest.raises(ValueError, match="^chunk_gated_delta_rule: k: "):
+        vllm.chunk_gated_delta_rule(q1, k1.double(), v1, g1, b1, cu_seqlens=bad, return_intermediate_states=True)
+    fuseops.check_errors()  # nothing launched, nothing recorded

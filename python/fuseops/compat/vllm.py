@@ -151,7 +151,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     call synchronises with the device, is not capturable in a CUDA graph (a ValueError while the current stream
     captures) and runs eagerly only (a ValueError while torch.compile traces, which Dynamo reports as a graph break:
     an error under fullgraph=True), and a malformed cu_seqlens is a ValueError there, raised before the op runs (so
-    that nothing is left for fuseops.check_errors). Without cu_seqlens, and without return_intermediate_states,
+    that nothing is left for fuseops.check_errors). Without cu_seqlens, or without return_intermediate_states,
     nothing is read on the host: the call is capturable and traces under torch.compile(fullgraph=True).
     """
     from .. import gdn
@@ -166,6 +166,11 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
                              f"on the values of cu_seqlens, read on the host (a synchronisation), which cannot be done "
                              f"while {why}: call it eagerly")
     cu_host = None
+    if return_intermediate_states and cu_seqlens is not None:
+        # the op's Python-side checks of the tensors first, so that cu_seqlens is read only where it is the argument
+        # at fault (the op checks them again; the rest of its checks do not touch cu_seqlens' values)
+        forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, optional=("initial_state",))
+        gdn._reject_kwargs(op, {"head_first": head_first})
     if return_intermediate_states and _readable_cu(cu_seqlens, q, k, v):
         # read and checked before the op runs, so that a malformed one is this ValueError only (the op, run first,
         # would also have left it in the record fuseops.check_errors raises later, then for a later call)
@@ -180,12 +185,14 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
 def _readable_cu(cu_seqlens, q, k, v):
     """Whether cu_seqlens can be read on the host as offsets into T before the op's checks: an int32 / int64 tensor
-    [N+1] beside 4-D q, k and v of one T (anything else is left to the op, which names the argument at fault)."""
+    [N+1] beside 4-D q, k and v of one float dtype, batch 1 and one T (anything else is left to the op, which names
+    the argument at fault)."""
     qkv = (q, k, v)
     return (isinstance(cu_seqlens, torch.Tensor) and cu_seqlens.dtype in (torch.int32, torch.int64)
             and cu_seqlens.dim() == 1 and cu_seqlens.shape[0] >= 1
-            and all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in qkv)
-            and len({t.shape[1] for t in qkv}) == 1)
+            and all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[0] == 1 for t in qkv)
+            and len({t.shape[1] for t in qkv}) == 1
+            and len({t.dtype for t in qkv}) == 1 and q.dtype in (torch.float32, torch.float16, torch.bfloat16))
 
 
 def _capturing(t):
