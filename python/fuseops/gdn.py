@@ -401,16 +401,17 @@ def _chunk_start_states(op, k, v, g, beta, initial_state, use_qk_l2norm_in_kerne
     B, T, HV, V = v.shape
     K = k.shape[3]
     it = _intermediate_dtype(k.dtype, K, V)
-    cu = cu_host if cu_seqlens is None or cu_host is not None else _host_cu_seqlens(op, cu_seqlens, T)
+    if cu_seqlens is not None and cu_host is None:
+        cu_host = _host_cu_seqlens(op, cu_seqlens, T)
     kn = _l2norm(k, it) if use_qk_l2norm_in_kernel else k.to(it)
     gc = chunk_local_cumsum(g, chunk_size, cu_seqlens=cu_seqlens)
     Ai = chunk_gated_delta_rule_fwd_kkt_solve(kn, gc, beta, cu_seqlens, chunk_size)
     w, u = recompute_w_u_fwd(kn, v.to(it), beta, Ai, gc, cu_seqlens)
     h, _, _ = chunk_gated_delta_rule_fwd_h(kn, w, u, gc, None, initial_state, False, chunk_size, False,
                                            cu_seqlens=cu_seqlens)
-    if cu is None:
+    if cu_host is None:
         return h.reshape(B * h.shape[1], HV, K, V).to(k.dtype)
-    return h[0].index_select(0, _slots_in_sequence_order(cu, chunk_size).to(h.device)).to(k.dtype)
+    return h[0].index_select(0, _slots_in_sequence_order(cu_host, chunk_size).to(h.device)).to(k.dtype)
 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None,

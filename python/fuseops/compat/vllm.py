@@ -158,6 +158,7 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
 
     op = "chunk_gated_delta_rule"
     return_intermediate_states = bool_arg(op, "return_intermediate_states", return_intermediate_states)
+    cu_host = None
     if return_intermediate_states and cu_seqlens is not None:
         why = ("torch.compile traces" if _compiling() else
                "the current CUDA stream captures a graph" if _capturing(cu_seqlens) else None)
@@ -165,16 +166,14 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
             raise ValueError(f"{op}: return_intermediate_states: with cu_seqlens the number of chunk states depends "
                              f"on the values of cu_seqlens, read on the host (a synchronisation), which cannot be done "
                              f"while {why}: call it eagerly")
-    cu_host = None
-    if return_intermediate_states and cu_seqlens is not None:
-        # the op's Python-side checks of the tensors first, so that cu_seqlens is read only where it is the argument
-        # at fault (the op checks them again; the rest of its checks do not touch cu_seqlens' values)
+        # cu_seqlens is read and checked before the op runs, so that a malformed one is this ValueError only (the op,
+        # run first, would also leave it in the record a later fuseops.check_errors raises), and only where it is the
+        # argument at fault: after the op's Python-side checks of the tensors (the op makes them again), beside q, k
+        # and v that agree (anything else is left to the op, which names the argument)
         forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, optional=("initial_state",))
         gdn._reject_kwargs(op, {"head_first": head_first})
-    if return_intermediate_states and _readable_cu(cu_seqlens, q, k, v):
-        # read and checked before the op runs, so that a malformed one is this ValueError only (the op, run first,
-        # would also have left it in the record fuseops.check_errors raises later, then for a later call)
-        cu_host = gdn._host_cu_seqlens(op, cu_seqlens, v.shape[1])
+        if _readable_cu(cu_seqlens, q, k, v):
+            cu_host = gdn._host_cu_seqlens(op, cu_seqlens, v.shape[1])
     o, final_state = gdn.chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state,
                                                 use_qk_l2norm_in_kernel, cu_seqlens, head_first=head_first)
     if not return_intermediate_states:
