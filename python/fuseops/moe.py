@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from ._args import INT32_MAX, bool_arg, float_arg, forward_only, int_arg, tensor_arg, unit_innermost
+from ._args import INT32_MAX, bool_arg, float_arg, forward_only, int_arg, tensor_arg
 from ._ops import ops
 
 _SCORING = ("softmax", "sigmoid")
@@ -69,6 +69,21 @@ def _rows(op, name, t):
     return t.shape[0]
 
 
+def read_rows(t, any_innermost=False):
+    """A rank-2 [rows, cols] tensor an op only reads, as the contiguous copy where its elements overlap: a stride 0 on
+    a dim of size > 1 (an expanded row or column) or rows closer than their length. The C++ API refuses such a layout
+    by name (the rule keeps the outputs it writes apart); reading it is harmless, so it is read as vLLM's and FLA's
+    input guards read it, through ``.contiguous()``. With ``any_innermost``, also where the innermost stride is not 1
+    (the ids: any layout is read); without it a transposed view stays the op's error, as documented for the logits.
+    Anything else (None, not rank 2, meta, empty) as it is."""
+    if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.dim() != 2 or t.numel() == 0:
+        return t
+    rows, cols = t.shape
+    unit = cols == 1 or t.stride(1) == 1
+    overlap = (cols > 1 and t.stride(1) == 0) or (rows > 1 and (t.stride(0) == 0 or (unit and t.stride(0) < cols)))
+    return t.contiguous() if overlap or (any_innermost and not unit) else t
+
+
 def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, indices_dtype=torch.int32):
     """Softmax top-k routing, as vLLM ``topk_softmax``.
 
@@ -93,7 +108,7 @@ def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, i
     w = torch.empty((T, topk), dtype=torch.float32, device=dev)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=dev)
     src = torch.empty((T, topk), dtype=torch.int32, device=dev)
-    ops.topk_softmax.default(w, ids, src, gating_output, renormalize, correction_bias)
+    ops.topk_softmax.default(w, ids, src, read_rows(gating_output), renormalize, correction_bias)
     return w, ids, src
 
 
@@ -124,8 +139,8 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     w = torch.empty((T, topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((T, topk), dtype=indices_dtype, device=scores.device)
     with _k_named_topk(op):
-        ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, float(routed_scaling_factor),
-                                 scoring)
+        ops.grouped_topk.default(w, ids, read_rows(scores), bias, n_group, topk_group, renormalize,
+                                 float(routed_scaling_factor), scoring)
     return w, ids
 
 
@@ -241,10 +256,10 @@ def _aligned(op, topk_ids, block_size, num_experts, expert_map, pad_sorted_ids, 
 
 
 def id_rows(topk_ids):
-    """topk_ids of any rank and layout as the op's [T, k] with innermost stride 1, its flat (row-major) indices
-    unchanged (vLLM and FlagGems read topk_ids by numel): a 0-D or 1-D tensor as [numel, 1], a higher rank as
-    [prod(leading dims), last dim]; a contiguous copy where the view's innermost stride is not 1 (the ids are only
-    read; the C++ API refuses such a layout by name)."""
+    """topk_ids of any rank and layout as the op's [T, k] with innermost stride 1 and rows apart, its flat (row-major)
+    indices unchanged (vLLM and FlagGems read topk_ids by numel): a 0-D or 1-D tensor as [numel, 1], a higher rank as
+    [prod(leading dims), last dim]; a contiguous copy where that view's innermost stride is not 1 or its elements
+    overlap (an expanded tensor), layouts the C++ API refuses by name (:func:`read_rows`)."""
     if not isinstance(topk_ids, torch.Tensor) or topk_ids.device.type == "meta":
         return topk_ids
     rows = topk_ids
@@ -252,7 +267,7 @@ def id_rows(topk_ids):
         rows = topk_ids.reshape(topk_ids.numel(), 1)
     elif topk_ids.dim() > 2:
         rows = topk_ids.reshape(math.prod(topk_ids.shape[:-1]), topk_ids.shape[-1])
-    return unit_innermost(rows)
+    return read_rows(rows, any_innermost=True)
 
 
 def _check_legacy_map(op, expert_map, num_experts, topk_ids):
@@ -299,6 +314,6 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     expert_ids = torch.empty((blocks,), dtype=torch.int32, device=dev)
     total = torch.empty((1,), dtype=torch.int32, device=dev)
     with _k_named_topk(op):
-        ops.moe_route.default(w, ids, sorted_ids, expert_ids, total, gating_output, bias, scoring, n_group,
-                              topk_group, renormalize, float(routed_scaling_factor), block_size)
+        ops.moe_route.default(w, ids, sorted_ids, expert_ids, total, read_rows(gating_output), bias, scoring,
+                              n_group, topk_group, renormalize, float(routed_scaling_factor), block_size)
     return w, ids, sorted_ids, expert_ids, total

@@ -434,6 +434,58 @@ def test_moe_align_block_size_reads_ids_of_any_rank(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_moe_align_block_size_reads_overlapping_ids(device):
+    """ids whose elements overlap (expand's stride 0, rows closer than their length) are read as their contiguous copy
+    by all three entries, at any rank: the C++ API's rule that rows must not overlap keeps outputs apart, and had
+    refused these read-only ids ("expected row stride >= 2")."""
+    import fuseops.compat.flaggems as flaggems_compat
+    E, bs = 8, 4
+    base = torch.tensor([3, 1, 0, 6, 7, 2], dtype=torch.int32, device=device)
+    for ids in (torch.tensor([3, 1], device=device).expand(5, 2),  # the row stride 0 (int64)
+                base[:2].expand(2, 3, 2),  # 3-D: [6, 2] with row stride 0 once flattened
+                base[:1].expand(9),  # 1-D: [9, 1] with row stride 0
+                base[:3].unsqueeze(1).expand(3, 4),  # innermost stride 0
+                base.as_strided((5, 2), (1, 1))):  # rows one element apart, overlapping
+        want = fuseops.moe_align_block_size(ids.contiguous(), bs, E)
+        for align in (fuseops.moe_align_block_size, flaggems_compat.moe_align_block_size):  # (numel >= E: same sizes)
+            got = align(ids, bs, E)
+            assert all(torch.equal(g, w) for g, w in zip(got, want)), list(ids.shape)
+        s, e, t = (torch.empty_like(x) for x in want)
+        vllm_compat.moe_align_block_size(ids, E, bs, s, e, t)
+        assert torch.equal(s, want[0]) and torch.equal(e, want[1]) and torch.equal(t, want[2])
+    assert base.tolist() == [3, 1, 0, 6, 7, 2]  # read only
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_routers_read_overlapping_logits(device):
+    """Logits whose rows overlap (one row expanded over the tokens, a column broadcast over the experts, rows closer
+    than E) are read as their contiguous copy by every router entry, as a stride-0 bias is; a transposed view
+    (innermost stride not 1) stays the op's error, as documented."""
+    import fuseops.compat.flaggems as flaggems_compat
+    T, E, k = 4, 16, 3
+    row = torch.randn(1, E, device=device)
+    flat = torch.randn(T + E, device=device)
+    bias = torch.randn(E, device=device)
+
+    def entries(g):
+        out = [fuseops.topk_softmax(g, k, True), fuseops.grouped_topk(g, 4, 2, k, True, 2.0, bias),
+               fuseops.grouped_topk(g, 4, 2, k, True, scoring="softmax"), fuseops.moe_route(g, k, 4, bias=bias),
+               vllm_compat.grouped_topk(g, 4, 2, k, True, 2.0, bias, 1)]
+        for fill in (lambda *a: vllm_compat.topk_softmax(*a, True, bias), lambda *a: flaggems_compat.topk_softmax(*a)):
+            w, i, src = (torch.empty(T, k, device=device), torch.empty(T, k, dtype=torch.int32, device=device),
+                         torch.empty(T, k, dtype=torch.int32, device=device))
+            fill(w, i, src, g)
+            out.append((w, i, src))
+        return out
+
+    for g in (row.expand(T, E), flat[:T].unsqueeze(1).expand(T, E), flat.as_strided((T, E), (1, 1))):
+        for got, want in zip(entries(g), entries(g.contiguous())):
+            assert all(torch.equal(a, b) for a, b in zip(got, want))
+    with pytest.raises(ValueError, match=r"^topk_softmax: gating_output: expected innermost stride 1"):
+        fuseops.topk_softmax(torch.randn(E, T, device=device).t(), k)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_vllm_topk_softmax_is_padding_read_before_the_outputs(device):
     """A mask sharing memory with an output is read as it was when called (the op writes the outputs first); a
     gating_output of the wrong rank is named before the mask is looked at."""

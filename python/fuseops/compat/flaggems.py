@@ -56,7 +56,8 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
                     ("token_expert_indices", token_expert_indices)):
         written_arg("topk_softmax", name, t, optional=False)
     with named_as("topk_softmax", "topk_softmax", {"topk_ids": "topk_indices"}):
-        _ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, None)
+        _ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, _moe.read_rows(gating_output),
+                                  renormalize, None)
 
 
 def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad_sorted_ids=False):

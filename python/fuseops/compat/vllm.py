@@ -74,8 +74,11 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
                              f"gating_output), got {is_padding.device}")
         # read as it is now: the op's outputs may share its memory
         is_padding = is_padding.detach().clone()
+    from ..moe import read_rows
+
     with named_as(op, op, {"topk_ids": "topk_indices", "correction_bias": "bias"}):
-        ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize, bias)
+        ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, read_rows(gating_output),
+                                 renormalize, bias)
     if is_padding is not None:
         topk_indices.masked_fill_(is_padding.unsqueeze(1), -1)
 
@@ -95,7 +98,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     forward_only(op, scores=scores, bias=bias, optional=("bias",))
     n_group = int_arg(op, "n_group", n_group, 1)
     topk_group = int_arg(op, "topk_group", topk_group, 1)
-    from ..moe import _check_topk, _k_named_topk, _rows
+    from ..moe import _check_topk, _k_named_topk, _rows, read_rows
 
     _rows(op, "scores", scores)
     topk = _check_topk(op, topk, scores.shape[1])
@@ -103,8 +106,8 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
     w = torch.empty((scores.shape[0], topk), dtype=torch.float32, device=scores.device)
     ids = torch.empty((scores.shape[0], topk), dtype=torch.int32, device=scores.device)
     with _k_named_topk(op):
-        ops.grouped_topk.default(w, ids, scores, bias, n_group, topk_group, renormalize, routed_scaling_factor,
-                                 "sigmoid")
+        ops.grouped_topk.default(w, ids, read_rows(scores), bias, n_group, topk_group, renormalize,
+                                 routed_scaling_factor, "sigmoid")
     return w, ids
 
 
