@@ -227,9 +227,10 @@ Device check_align(const char* op, TensorView& sorted, TensorView& expert_ids, T
   }
   a.E = num_experts;
   a.block_size = block_size;
+  // the ids' flat index, not their [T, k] shape: the Python functions pass ids of any rank as rows of it
   a.ids_site = error_site(op, "topk_ids",
-                          "the index is the flat t * k + j of topk_ids [T, k]: expected -1 (padding) or an expert id "
-                          "in [0, num_experts); it is skipped");
+                          "the index is the id's flat (row-major) index in topk_ids: expected -1 (padding) or an "
+                          "expert id in [0, num_experts); it is skipped");
   return device;
 }
 

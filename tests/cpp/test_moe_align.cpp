@@ -258,7 +258,8 @@ TEST_P(MoeAlignTest, AlignBadIdsAreSkippedAndRecorded) {
   const auto c = fuseops::reference::compare_align(g, out.sorted, out.expert_ids, out.total);
   EXPECT_TRUE(c.pass) << c.detail;
   EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value,
-                     {"moe_align_block_size: topk_ids", "index 17"}));
+                     {"moe_align_block_size: topk_ids", "index 17 (the index is the id's flat (row-major) index "
+                      "in topk_ids: expected -1 (padding) or an expert id in [0, num_experts)"}));
   EXPECT_NO_THROW(fuseops::check_errors());
 
   // A bad map entry: recorded against expert_map with the global id.

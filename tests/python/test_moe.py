@@ -323,9 +323,18 @@ def test_bad_ids_are_recorded():
     s, e, t = fuseops.moe_align_block_size(ids, 4, 8)
     assert t.tolist() == [8]
     with pytest.raises(ValueError, match=r"^moe_align_block_size: topk_ids: value out of range at index 1 \(the index "
-                                         r"is the flat t \* k \+ j of topk_ids \[T, k\]: expected -1 \(padding\) or "
-                                         r"an expert id in \[0, num_experts\); it is skipped\)"):
+                                         r"is the id's flat \(row-major\) index in topk_ids: expected -1 \(padding\) "
+                                         r"or an expert id in \[0, num_experts\); it is skipped\)"):
         fuseops.check_errors()
+    # ids of another rank (the Python functions read any): the flat index of the ids as passed, no [T, k] named
+    import fuseops.compat.flaggems as flaggems_compat
+    for bad in (torch.tensor([2, 0, 5, 9], dtype=torch.int32), torch.tensor([2, 0, 5, -3]).view(2, 1, 2)):
+        for align in (fuseops.moe_align_block_size, flaggems_compat.moe_align_block_size):
+            align(bad, 4, 8)
+            with pytest.raises(ValueError, match=r"^moe_align_block_size: topk_ids: value out of range at index 3 "
+                                                 r"\(the index is the id's flat \(row-major\) index in topk_ids:") as e:
+                fuseops.check_errors()
+            assert "[T, k]" not in str(e.value)
     # a map entry outside [-1, num_experts): recorded at the global id whose entry was read
     fuseops.moe_align_block_size(torch.tensor([[0, 2]], dtype=torch.int32), 4, 3,
                                  torch.tensor([0, 1, 7], dtype=torch.int32))
