@@ -275,9 +275,11 @@ OpSpec moe_op(Kind kind, RouteOp router) {
     }
     if (kind != Kind::router) rp.block_size = p.integer("block_size");
     // the ops' own int32 limits (src/ops/moe.cpp), so that a case the op would refuse is refused here, named, and
-    // `fuseops model` lists it as rejected (every case routes logits, the align case too, to make its ids)
+    // `fuseops model` lists it as rejected. The routers' (T x k int32 indices) for the routers and moe_route; the
+    // align case's ids, made by a router too, are held by its schedule, whose length is at least T x k, so its own
+    // limit below names it (moe_align_block_size is not a router)
     const int64_t numel = rp.T * rp.k;  // <= 2^36 * 32 after bounded_product
-    if (numel > std::numeric_limits<int32_t>::max()) {
+    if (kind != Kind::align && numel > std::numeric_limits<int32_t>::max()) {
       throw ParamError("tokens", "tokens x topk = " + std::to_string(rp.T) + " x " + std::to_string(rp.k) +
                                      " is 2^31 or more: the routers' limit (int32 indices)");
     }

@@ -661,6 +661,15 @@ TEST(CaseFile, SizesThatOverflowNameTheirKey) {
                     "tokens x topk = 268435456 x 8 is 2^31 or more");
   EXPECT_CASE_ERROR("cases:\n  - op: moe_align_block_size\n    tokens: 268435455\n    num_experts: 256\n"
                     "    topk: 8\n", "f.yaml:3:5", "tokens", "of 2147499768 entries is 2^31 or more (int32 schedule)");
+  // T x k of 2^31 or more: moe_align_block_size's own limit, its schedule's (it is not a router; it had said "the
+  // routers' limit")
+  EXPECT_CASE_ERROR("cases:\n  - op: moe_align_block_size\n    tokens: 268435456\n    num_experts: 256\n"
+                    "    topk: 8\n", "f.yaml:3:5", "tokens",
+                    "the schedule (moe_align_sizes of tokens x topk = 2147483648, num_experts 256, block_size 64) of "
+                    "2147499776 entries is 2^31 or more (int32 schedule)");
+  EXPECT_EQ(error_of("cases:\n  - op: moe_align_block_size\n    tokens: 268435456\n    num_experts: 256\n"
+                     "    topk: 8\n").find("router"),
+            std::string::npos);
   EXPECT_CASE_ERROR("cases:\n  - op: moe_align_block_size\n    tokens: 512\n    num_experts: 4096\n    topk: 8\n"
                     "    block_size: 1048576\n", "f.yaml:6:5", "block_size", "2^31 or more (int32 schedule)");
   // the padding (4096 x (2^19 - 1)) under 2^31 alone but larger than tokens x topk (8192): block_size, as the op names

@@ -154,6 +154,22 @@ TEST(Model, TooBigSizesAreRejectedNotReplaced) {
   }
 }
 
+// The user's `fuseops model deepseek-v3 --tokens 16777216 --batch 16`: each MoE op is rejected with its own limit;
+// moe_align_block_size's is its int32 schedule, not "the routers' limit" (it is not a router).
+TEST(Model, MoeOpsAreRejectedWithTheirOwnLimits) {
+  const auto steps = model("deepseek-v3").layer(int64_t{1} << 24, 16);
+  const Resolved align = resolve(step_of(steps, "moe_align_block_size"), registry(), "deepseek-v3");
+  EXPECT_EQ(align.c, nullptr);
+  EXPECT_NE(align.note.find("moe_align_block_size rejects tokens: the schedule"), std::string::npos) << align.note;
+  EXPECT_NE(align.note.find("(int32 schedule)"), std::string::npos) << align.note;
+  EXPECT_EQ(align.note.find("router"), std::string::npos) << align.note;
+  for (const char* op : {"grouped_topk", "moe_route"}) {
+    const Resolved r = resolve(step_of(steps, op), registry(), "deepseek-v3");
+    EXPECT_EQ(r.c, nullptr) << op;
+    EXPECT_NE(r.note.find("is 2^31 or more: the routers' limit (int32 indices)"), std::string::npos) << r.note;
+  }
+}
+
 /// `fuseops model NAME --tokens T --check-rows R --backend cpu --quiet --seed 7`.
 ModelOptions cpu_options(const std::string& name, int64_t tokens, int64_t check_rows) {
   ModelOptions o;
