@@ -62,6 +62,12 @@ void topk_softmax(TensorView topk_weights, TensorView topk_ids, TensorView token
 /// there and not a nonzero value that rounds to 0 there (Error naming it).
 /// As vLLM `grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_factor, bias, scoring)`
 /// (the bias may have any of the three float dtypes here; vLLM requires the scores' dtype).
+/// `scoring` defaults to MoeScoring::sigmoid: DeepSeek-V3 / R1 noaux_tc, as vLLM runs its fused kernel
+/// (vllm/_custom_ops.py `grouped_topk`, torch.ops._moe_C.grouped_topk) for them with scoring_func = 1 (that op's own
+/// default 0 takes scores already activated, which is not offered here). MoeRouterConfig::scoring (moe_route) defaults
+/// to softmax instead, as vLLM's Python router function `grouped_topk(..., scoring_func="softmax")` does
+/// (vllm/model_executor/layers/fused_moe/router/grouped_topk_router.py): a DeepSeek-V2 style softmax router must pass
+/// MoeScoring::softmax here.
 void grouped_topk(TensorView topk_weights, TensorView topk_ids, TensorView scores, const TensorView* bias,
                   int64_t n_group, int64_t topk_group, bool renormalize, double routed_scaling_factor,
                   MoeScoring scoring = MoeScoring::sigmoid, Stream stream = {});
@@ -99,6 +105,9 @@ void moe_align_block_size(TensorView sorted_token_ids, TensorView expert_ids, Te
 /// Router settings of moe_route. softmax without groups (n_group = topk_group = 1, routed_scaling_factor = 1) is
 /// topk_softmax; anything else is grouped_topk with these arguments.
 struct MoeRouterConfig {
+  /// Defaults to softmax (vLLM's Python router function `grouped_topk(..., scoring_func="softmax")` and
+  /// GroupedTopKRouter), unlike grouped_topk's `scoring`, which defaults to sigmoid: DeepSeek-V3 / R1 through moe_route
+  /// must set MoeScoring::sigmoid.
   MoeScoring scoring = MoeScoring::softmax;
   int64_t n_group = 1;
   int64_t topk_group = 1;

@@ -116,6 +116,15 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
                  scoring="sigmoid", indices_dtype=torch.int32):
     """Grouped top-k routing (DeepSeek-V3 noaux_tc, Kimi-K2 with n_group=1), as vLLM ``grouped_topk``.
 
+    **Scoring defaults to sigmoid here**, DeepSeek-V3 / R1's noaux_tc routing, as vLLM's fused kernel
+    ``vllm._custom_ops.grouped_topk`` (``torch.ops._moe_C.grouped_topk``) runs it for those models (vLLM passes its
+    ``scoring_func=1``, sigmoid of the logits; that op's own default 0 takes scores already activated, which fuseops
+    does not take). :func:`moe_route` (and C++ ``MoeRouterConfig``) default to softmax instead, as vLLM's Python router
+    function ``grouped_topk(hidden_states, gating_output, topk, renormalize, num_expert_group, topk_group,
+    scoring_func="softmax", ...)`` and ``GroupedTopKRouter`` do
+    (vllm/model_executor/layers/fused_moe/router/grouped_topk_router.py). A DeepSeek-V2 style softmax router must
+    pass ``scoring="softmax"`` here.
+
     Args:
         scores: [T, E] float32 / float16 / bfloat16 router logits (scored with ``scoring``).
         n_group, topk_group: E % n_group == 0, n_group <= 32, 1 <= topk_group <= n_group.
@@ -123,7 +132,7 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
         renormalize: divide the k weights by their sum; routed_scaling_factor multiplies them afterwards.
         bias: optional [E] e_score_correction_bias, float32 / float16 / bfloat16 whatever the scores' dtype
             (selection only).
-        scoring: "sigmoid" or "softmax".
+        scoring: "sigmoid" (the default) or "softmax".
 
     Returns:
         (topk_weights [T, k] float32, topk_ids [T, k] indices_dtype).
@@ -289,6 +298,17 @@ def moe_route(gating_output, topk, block_size, renormalize=False, bias=None, sco
     """Fused router: grouped_topk (or topk_softmax for softmax without groups) then moe_align_block_size(ids, E).
 
     Identical results to the two calls, in fewer kernel launches.
+
+    **Scoring defaults to softmax here**, as C++ ``MoeRouterConfig`` and vLLM's Python router function
+    ``grouped_topk(..., scoring_func="softmax", ...)`` do
+    (vllm/model_executor/layers/fused_moe/router/grouped_topk_router.py), while :func:`grouped_topk` defaults to
+    sigmoid (DeepSeek-V3 noaux_tc): a DeepSeek-V3 / R1 router through moe_route must pass ``scoring="sigmoid"``.
+
+    Args:
+        gating_output: [T, E] float32 / float16 / bfloat16 router logits, E <= 1024.
+        topk, block_size: k as in :func:`grouped_topk`; the schedule's block_size in [1, 2^20] (num_experts = E).
+        renormalize, bias, n_group, topk_group, routed_scaling_factor: as in :func:`grouped_topk`.
+        scoring: "softmax" (the default) or "sigmoid".
 
     Returns:
         (topk_weights, topk_ids, sorted_token_ids, expert_ids, num_tokens_post_pad).
