@@ -66,8 +66,14 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
     that over block_size, rounded up, without the cap at numel * block_size that vLLM's wrapper (and
     :func:`fuseops.moe_align_block_size`) applies where numel < num_experts. With ``expert_map`` every id is counted
     under its global id and the blocks' ``expert_ids`` are mapped afterwards, as FlagGems does
-    (``fuseops.moe_align_block_size(..., ignore_invalid_experts=False)``); blocks past the end stay -1 (FlagGems:
-    ``expert_map[-1]``)."""
+    (``fuseops.moe_align_block_size(..., ignore_invalid_experts=False)``).
+
+    Blocks past the end are -1: the padding of the FlagGems version we benchmark against (flagos-ai/FlagGems as
+    fetched for ``.baselines``, ed2508bcb in bench/results/h200/activation.md), whose Triton kernels store -1 there
+    in an ``expert_ids`` allocated with ``torch.empty``. With ``expert_map`` that version maps them too, to
+    ``expert_map[-1]`` (the map's last entry); they stay -1 here. Older FlagGems versions left 0 there (an
+    ``expert_ids`` from ``torch.zeros`` that the kernels did not fill, e.g. FlagOpen/FlagGems 4b1bad6; with a map,
+    ``expert_map[0]``)."""
     return _moe._aligned("moe_align_block_size", topk_ids, block_size, num_experts, expert_map, pad_sorted_ids,
                          False, False)
 
