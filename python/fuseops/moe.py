@@ -226,7 +226,9 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
 
     - ``ignore_invalid_experts=True`` (the default here; vLLM's wrapper defaults to False): the map is applied to
       each id before counting (vLLM PR #29642): ids mapped to -1 are dropped, regions are in local-id order, entries
-      outside [-1, num_experts) are skipped and reported by :func:`fuseops.check_errors`.
+      outside [-1, num_experts) are skipped and reported by :func:`fuseops.check_errors`. The dropped ids' rows get no
+      block, so a GEMM that relied on vLLM's -1 blocks to write zeros there leaves them unwritten (pass False, or zero
+      the output; docs/ops/moe.md, "Differences from vLLM").
     - ``ignore_invalid_experts=False`` (vLLM's legacy flow, FlagGems): every id is counted under its global id, then
       ``expert_ids`` of the blocks before ``num_tokens_post_pad`` become ``expert_map[expert_ids]`` (-1 for experts of
       other ranks, whose blocks the GEMM skips). Blocks past the end stay -1 (vLLM maps them too: expert_map[0] or

@@ -113,7 +113,11 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
 
 def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
                          expert_map=None):
-    """As ``torch.ops._moe_C.moe_align_block_size`` (outputs preallocated by the caller)."""
+    """As ``torch.ops._moe_C.moe_align_block_size`` (outputs preallocated by the caller). A given ``expert_map`` is
+    applied in the kernel, as vLLM's op applies one (its wrapper passes it only with ``ignore_invalid_experts=True``):
+    ids of other ranks' experts are dropped, no -1 blocks; for the wrapper's default flow (False) call this without the
+    map and map ``experts_ids`` afterwards, or use ``fuseops.moe_align_block_size(..., ignore_invalid_experts=False)``.
+    """
     from ..moe import _check_align_args, id_rows
 
     op = "moe_align_block_size"
