@@ -74,6 +74,9 @@ RecurrenceGolden gated_delta_rule_recurrence(const RecurrenceInputs& in) {
   out.o.assign(static_cast<std::size_t>(B * T * HV * V), 0.0);
   out.final_state.assign(static_cast<std::size_t>(N * HV * KV), 0.0);
   if (in.keep_token_states) out.token_states.assign(static_cast<std::size_t>(B * T * HV * KV), 0.0);
+  const int64_t BT = in.chunk_size;
+  const int64_t NS = BT <= 0 ? 0 : (T + BT - 1) / BT + (in.cu_seqlens.empty() ? 0 : N);
+  if (BT > 0) out.chunk_states.assign(static_cast<std::size_t>(B * NS * HV * KV), 0.0);
   testing::parallel_chunks(N * HV, 1, [&](int64_t, int64_t begin, int64_t end) {
     std::vector<double> S(static_cast<std::size_t>(KV)), sk(static_cast<std::size_t>(V));
     for (int64_t w = begin; w < end; ++w) {
@@ -81,6 +84,10 @@ RecurrenceGolden gated_delta_rule_recurrence(const RecurrenceInputs& in) {
       if (!in.heads.empty() && std::find(in.heads.begin(), in.heads.end(), h) == in.heads.end()) continue;
       for (int64_t e = 0; e < KV; ++e) S[e] = in.h0 ? in.h0->get((n * HV + h) * K + e / V, e % V) : 0.0;
       for (int64_t t = starts[n]; t < ends[n]; ++t) {
+        if (BT > 0 && (t - starts[n]) % BT == 0) {  // a chunk starts: its slot gets the state before its tokens
+          const int64_t slot = in.cu_seqlens.empty() ? (t - starts[n]) / BT : t == starts[n] ? n : N + (t - 1) / BT;
+          std::copy(S.begin(), S.end(), out.chunk_states.begin() + ((b * NS + slot) * HV + h) * KV);
+        }
         const std::vector<double> q = row(*in.q, b, t, hk, in.l2norm, in.round_normalized);
         const std::vector<double> k = row(*in.k, b, t, hk, in.l2norm, in.round_normalized);
         std::vector<double> v = row(*in.v, b, t, h, false, false);

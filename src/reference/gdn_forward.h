@@ -27,6 +27,7 @@ struct RecurrenceInputs {
   bool round_normalized = false;  ///< round the normalised q, k to q's dtype
   std::vector<int64_t> cu_seqlens;  ///< empty: fixed length
   bool keep_token_states = false;   ///< also return the state after every token
+  int64_t chunk_size = 0;           ///< > 0: also return the state at the start of every chunk of this many tokens
   std::vector<int64_t> heads;       ///< value heads to evaluate (empty: all); the others stay 0
 };
 
@@ -34,6 +35,10 @@ struct RecurrenceGolden {
   std::vector<double> o;             ///< [B, T, HV, V]
   std::vector<double> final_state;   ///< [N, HV, K, V]
   std::vector<double> token_states;  ///< [B, T, HV, K, V] when requested
+  /// with chunk_size: [B, NS, HV, K, V], the state before each chunk's tokens in the chunk slots of gdn_chunk_slots
+  /// (fixed length: slot c of batch row b; varlen: chunk 0 of sequence n at slot n, chunk c >= 1 starting at token t
+  /// at slot N + (t - 1) / chunk_size); slots of no chunk 0
+  std::vector<double> chunk_states;
 };
 
 RecurrenceGolden gated_delta_rule_recurrence(const RecurrenceInputs& in);
