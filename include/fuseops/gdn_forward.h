@@ -83,24 +83,29 @@ void chunk_gated_delta_rule_fwd_h(TensorView h, TensorView v_new, TensorView* fi
 void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, TensorView h, const TensorView* g,
                  double scale, int64_t chunk_size = 64, const TensorView* cu_seqlens = nullptr, Stream stream = {});
 
-/// Bytes of device (or host, for CPU tensors) scratch memory chunk_gated_delta_rule needs for these arguments.
+/// Bytes of device (or host, for CPU tensors) scratch memory chunk_gated_delta_rule needs for these arguments, or with
+/// `with_states` chunk_gated_delta_rule_with_states (fewer: that op writes the chunk states to its h, and its workspace
+/// has no region for them; the size without with_states is enough for it too).
 /// Validates what the size depends on: q's and v's shapes, the chunk size and cu_seqlens' count (Error naming
 /// chunk_gated_delta_rule_workspace_size and the argument: cu_seqlens when its sequence count alone takes the size past
-/// 64 bits, else q or v). It does not check what only the op needs (q and v of one dtype and device, the other
-/// arguments): chunk_gated_delta_rule itself refuses those, so a size returned here does not promise the call passes.
+/// 64 bits, or the chunk states [B, NS, HV, K, V] past 64 bits, also with with_states, else q or v). It does not check
+/// what only the op needs (q and v of one dtype and device, the other arguments): the op itself refuses those, so a
+/// size returned here does not promise the call passes.
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
                                                   const TensorView* cu_seqlens = nullptr,
-                                                  bool use_qk_l2norm_in_kernel = false, int64_t chunk_size = 64);
+                                                  bool use_qk_l2norm_in_kernel = false, int64_t chunk_size = 64,
+                                                  bool with_states = false);
 /// The same query for a caller that sizes the workspace on behalf of an op the user called (a binding of
 /// chunk_gated_delta_rule): errors name `op` instead (null or empty: chunk_gated_delta_rule_workspace_size).
 std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& v,
                                                       const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
                                                       int64_t chunk_size);
 /// The same with k as well, so that a shape error names the argument chunk_gated_delta_rule itself would (q where k
-/// fits v and q does not; without k the query can only blame v).
+/// fits v and q does not; without k the query can only blame v); `with_states` as above.
 std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& k,
                                                       const TensorView& v, const TensorView* cu_seqlens,
-                                                      bool use_qk_l2norm_in_kernel, int64_t chunk_size);
+                                                      bool use_qk_l2norm_in_kernel, int64_t chunk_size,
+                                                      bool with_states = false);
 
 /// dtype in which chunk_gated_delta_rule stores its intermediates (the normalised q and k, the solved (I + A)^-1, w, u,
 /// v_new and the chunk states h) for inputs of `dtype` with head dims K and V: the input dtype, as FLA, except f32
@@ -127,6 +132,32 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
                             const TensorView* initial_state, bool use_qk_l2norm_in_kernel,
                             const TensorView* cu_seqlens, TensorView workspace, int64_t chunk_size = 64,
                             Stream stream = {});
+
+/// chunk_gated_delta_rule that also writes its chunk states, the state at the start of every chunk (before the chunk's
+/// tokens; chunk 0 of a sequence: its initial state, or 0), as vLLM's vendored FLA `chunk_gated_delta_rule(...,
+/// return_intermediate_states=True)` returns them for prefix caching (vLLM
+/// `vllm/model_executor/layers/fla/ops/chunk.py`; FLA's `h` of `chunk_gated_delta_rule_fwd_h`), with one forward: h is
+/// the same tensor the op computes for its own output stage, written to the caller's memory instead of the workspace.
+/// h (out): [B, NS, HV, K, V] with NS = gdn_chunk_slots(T, N, chunk_size, cu_seqlens != nullptr), dtype
+/// chunk_gated_delta_rule_intermediate_dtype(q's dtype, K, V) (q's, or f32 for f16 / bf16 with K or V < 32),
+/// contiguous; slots as chunk_gated_delta_rule_fwd_h's h (rounded once from the f32 state to h's dtype):
+///  - without cu_seqlens, h[b, c] is the state of batch row b before its tokens [c BT, (c + 1) BT), c < ceil(T / BT);
+///  - with cu_seqlens (B = 1, N sequences), chunk 0 of sequence n is h[0, n] and its chunk c >= 1, starting at token
+///    t = cu_seqlens[n] + c BT, is h[0, N + (t - 1) / BT]; an empty sequence has no chunk, and the slots of no chunk
+///    are not written.
+/// Everything else as chunk_gated_delta_rule: the same arguments, checks and errors (named
+/// chunk_gated_delta_rule_with_states), and on the CPU backend the same bytes of o and final_state. On CUDA o comes from
+/// the output stage that reads h (fwd_h, then chunk_fwd_o), never from the form of chunk_gated_delta_rule that keeps h
+/// in the recurrence's kernel (chunk_gated_delta_rule_fwd_h_o, where it applies): o and final_state equal
+/// chunk_gated_delta_rule's within the forward's tolerance (docs/ops/gdn.md), not always byte for byte. workspace: at
+/// least chunk_gated_delta_rule_workspace_size(q, v, cu_seqlens, use_qk_l2norm_in_kernel, chunk_size, true) bytes
+/// (the size without with_states is enough too). Errors naming h: a rank, shape, dtype or device other than those
+/// above, a strided h, an h that overlaps itself or any other argument (o, final_state, workspace, the inputs).
+void chunk_gated_delta_rule_with_states(TensorView o, TensorView h, TensorView* final_state, TensorView q,
+                                        TensorView k, TensorView v, TensorView g, TensorView beta,
+                                        std::optional<double> scale, const TensorView* initial_state,
+                                        bool use_qk_l2norm_in_kernel, const TensorView* cu_seqlens,
+                                        TensorView workspace, int64_t chunk_size = 64, Stream stream = {});
 
 /// The token recurrence for any number of tokens (decode), as FLA `fused_recurrent_gated_delta_rule(q, k, v, g,
 /// beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens)`: q, k, v, g (raw, absent:

@@ -294,10 +294,11 @@ bool chunk_fwd_o_wgmma(const FwdOArgs& a, int device, cudaStream_t s) {
 bool fwd_o_beside_applies(const FwdHArgs& a, const GdnIn& q) {
   static const bool allowed = !env_switched_off("FUSEOPS_GDN_FWD_O_BESIDE");
   // the wgmma kernel must be the one chunk_fwd_o takes (the others wait for fwd_h's grid; fwd_h's counting would be
-  // spent for nothing): its switch, and q (the forward's other inputs of it are its own workspace rows) in 16-byte rows
-  // of k's dtype (the rest of its conditions hold in the intra-first form)
+  // spent for nothing): its switch, q in 16-byte rows of k's dtype and h 16-byte aligned (its other inputs are the
+  // forward's own workspace rows, and h is too unless chunk_gated_delta_rule_with_states gave it; the rest of its
+  // conditions hold in the intra-first form)
   return allowed && !fwd_o_beside_off_for_testing.load(std::memory_order_relaxed) && wgmma_fwd_o_switched_on() &&
-         q.dtype == a.k.dtype && gdn::rows_16b(q, a.geo.K);
+         q.dtype == a.k.dtype && gdn::rows_16b(q, a.geo.K) && reinterpret_cast<uintptr_t>(a.h.data) % 16 == 0;
 }
 void set_fwd_o_beside_off_for_testing(bool off) { fwd_o_beside_off_for_testing.store(off, std::memory_order_relaxed); }
 int64_t fwd_o_beside_launches_for_testing() { return fwd_o_beside_launches.load(std::memory_order_relaxed); }

@@ -443,13 +443,14 @@ FwdDims forward_dims(const char* op, const TensorView& q, const TensorView& k, c
 
 std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& k,
                                                       const TensorView& v, const TensorView* cu_seqlens,
-                                                      bool use_qk_l2norm_in_kernel, int64_t chunk_size) {
+                                                      bool use_qk_l2norm_in_kernel, int64_t chunk_size,
+                                                      bool with_states) {
   using namespace detail;
   if (op == nullptr || *op == '\0') op = "chunk_gated_delta_rule_workspace_size";  // the messages need a name
   const FwdDims d = forward_dims(op, q, k, v, cu_seqlens, chunk_size);
-  return fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.N, d.NS, chunk_size, q.dtype, use_qk_l2norm_in_kernel,
-                    cu_seqlens != nullptr)
-      .total;
+  const FwdLayout L = fwd_layout(op, d.B, d.T, d.H, d.HV, d.K, d.V, d.N, d.NS, chunk_size, q.dtype,
+                                 use_qk_l2norm_in_kernel, cu_seqlens != nullptr);
+  return with_states ? L.h : L.total;
 }
 
 std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const TensorView& q, const TensorView& v,
@@ -460,23 +461,27 @@ std::size_t chunk_gated_delta_rule_workspace_size_for(const char* op, const Tens
 
 std::size_t chunk_gated_delta_rule_workspace_size(const TensorView& q, const TensorView& v,
                                                   const TensorView* cu_seqlens, bool use_qk_l2norm_in_kernel,
-                                                  int64_t chunk_size) {
-  return chunk_gated_delta_rule_workspace_size_for("chunk_gated_delta_rule_workspace_size", q, v, cu_seqlens,
-                                                   use_qk_l2norm_in_kernel, chunk_size);
+                                                  int64_t chunk_size, bool with_states) {
+  return chunk_gated_delta_rule_workspace_size_for("chunk_gated_delta_rule_workspace_size", q, q, v, cu_seqlens,
+                                                   use_qk_l2norm_in_kernel, chunk_size, with_states);
 }
 
-void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k, TensorView v,
-                            TensorView g, TensorView beta, std::optional<double> scale,
-                            const TensorView* initial_state, bool use_qk_l2norm_in_kernel,
-                            const TensorView* cu_seqlens, TensorView workspace, int64_t chunk_size, Stream stream) {
-  using namespace detail;
+namespace detail {
+namespace {
+
+/// chunk_gated_delta_rule, and with `h` (chunk_gated_delta_rule_with_states, `op`) its chunk states written to h
+/// instead of the workspace: the workspace then needs no region for them (fwd_layout's h, its last region), and on
+/// CUDA the form that keeps them in the kernel (chunk_gated_delta_rule_fwd_h_o) is not taken.
+void chunk_forward(const char* op, TensorView o, TensorView* h, TensorView* final_state, TensorView q, TensorView k,
+                   TensorView v, TensorView g, TensorView beta, std::optional<double> scale,
+                   const TensorView* initial_state, bool use_qk_l2norm_in_kernel, const TensorView* cu_seqlens,
+                   TensorView workspace, int64_t chunk_size, Stream stream) {
   // a default TensorView() (rank 0, no data) is no workspace: 0 bytes on the op's device, enough where the size query
   // says 0 (no tokens), else refused by the size check below
   if (workspace.rank == 0 && workspace.data == nullptr) workspace = TensorView(nullptr, q.dtype, q.device, {0});
-  const char* op = "chunk_gated_delta_rule";
   // each view's own fields first: the others' shapes are compared with dims taken from q and v
   check_layouts(op, {{"q", &q}, {"k", &k}, {"v", &v}, {"g", &g}, {"beta", &beta}, {"initial_state", initial_state},
-                     {"o", &o}, {"final_state", final_state}});
+                     {"o", &o}, {"h", h}, {"final_state", final_state}});
   check_value_heads(op, "v", v, "g", &g, "beta", &beta);
   const FwdDims d = forward_dims(op, q, k, v, cu_seqlens, chunk_size);
   check_same_dtype(op, "k", k, "q", q);
@@ -488,10 +493,21 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
   if (initial_state) check_state(op, "initial_state", *initial_state, kFloat, d.N, d.HV, d.K, d.V);
   check_output(op, "o", o, {q.dtype}, {d.B, d.T, d.HV, d.V}, "[B, T, HV, V]");
   if (final_state) check_state(op, "final_state", *final_state, {DType::f32}, d.N, d.HV, d.K, d.V);
+  const DType it = chunk_gated_delta_rule_intermediate_dtype(q.dtype, d.K, d.V);
+  if (h) {
+    if (h->dtype != it) {
+      fail_argument(op, "h",
+                    std::string("dtype ") + dtype_name(it) + " (chunk_gated_delta_rule_intermediate_dtype of q's " +
+                        "dtype " + dtype_name(q.dtype) + ", K = " + to_string(d.K) + ", V = " + to_string(d.V) + ")",
+                    dtype_name(h->dtype));
+    }
+    check_output(op, "h", *h, {it}, {d.B, d.NS, d.HV, d.K, d.V}, "[B, NS, HV, K, V]");
+  }
   const float s = default_scale(op, scale, d.K);
   const Device device =
       common_device(op, {{"o", &o}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", &g}, {"beta", &beta}, {"workspace", &workspace}});
   if (initial_state) common_device(op, {{"q", &q}, {"initial_state", initial_state}});
+  if (h) common_device(op, {{"q", &q}, {"h", h}});
   if (final_state) common_device(op, {{"q", &q}, {"final_state", final_state}});
   GdnGeometry geo = gdn_geometry(d.B, d.T, d.H, d.HV, d.K, chunk_size);
   attach_cu_seqlens(op, cu_seqlens, device, geo);
@@ -503,21 +519,24 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
                  cu_seqlens != nullptr);
   if (!workspace.is_contiguous()) fail_argument(op, "workspace", "a contiguous tensor", "strided");
   const std::size_t ws_bytes = static_cast<std::size_t>(workspace.numel()) * dtype_size(workspace.dtype);
-  if (ws_bytes < L.total) {
-    fail_argument(op, "workspace", "at least " + std::to_string(L.total) + " bytes (chunk_gated_delta_rule_workspace_size)",
+  const std::size_t ws_needed = h ? L.h : L.total;  // with h, the chunk states' region (the last) is not used
+  if (ws_bytes < ws_needed) {
+    fail_argument(op, "workspace",
+                  "at least " + std::to_string(ws_needed) + " bytes (chunk_gated_delta_rule_workspace_size" +
+                      (h ? " with with_states)" : ")"),
                   std::to_string(ws_bytes) + " bytes");
   }
-  if (L.total > 0 && reinterpret_cast<std::uintptr_t>(workspace.data) % 16 != 0) {
+  if (ws_needed > 0 && reinterpret_cast<std::uintptr_t>(workspace.data) % 16 != 0) {
     fail_argument(op, "workspace", "a 16-byte aligned data pointer", "misaligned");
   }
-  check_outputs_disjoint(op, {{"o", &o}, {"final_state", final_state}, {"workspace", &workspace}},
-                         {{"o", &o}, {"final_state", final_state}, {"workspace", &workspace}, {"q", &q}, {"k", &k},
-                          {"v", &v}, {"g", &g}, {"beta", &beta},
+  // (h first: an overlap of h with any other argument, o included, names h)
+  check_outputs_disjoint(op, {{"h", h}, {"o", &o}, {"final_state", final_state}, {"workspace", &workspace}},
+                         {{"h", h}, {"o", &o}, {"final_state", final_state}, {"workspace", &workspace}, {"q", &q},
+                          {"k", &k}, {"v", &v}, {"g", &g}, {"beta", &beta},
                           {"initial_state", state_for_overlap(initial_state, final_state)}, {"cu_seqlens", cu_seqlens}});
   if (d.N == 0 || (d.T == 0 && !final_state)) return check_cu_seqlens_without_tokens(op, geo, device, stream);
 
   void* ws = workspace.data;
-  const DType dt = q.dtype, it = chunk_gated_delta_rule_intermediate_dtype(dt, d.K, d.V);
   GdnIn qn = in_view(q), kn = in_view(k);
   FwdHArgs ha;
   ha.geo = geo;
@@ -530,7 +549,7 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     ha.h0 = initial_state->data;
     ha.h0_dtype = initial_state->dtype;
   }
-  ha.h.data = static_cast<unsigned char*>(ws) + L.h;
+  ha.h.data = h ? h->data : static_cast<unsigned char*>(ws) + L.h;
   ha.h.dtype = it;
   ha.h.slots = d.NS;
   ha.v_new = contiguous_out(ws, L.v_new, it, d.T, d.HV, d.V);
@@ -610,8 +629,9 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
 #endif
     if (!fused) FUSEOPS_GDN_RUN(op, device, stream, recompute_w_u_fwd, wa);
 #if defined(FUSEOPS_WITH_CUDA)
-    // CUDA: the output stage inside the recurrence where that form applies (h and v_new then stay in the kernel)
-    if (backend_for(op, device) == Backend::cuda) {
+    // CUDA: the output stage inside the recurrence where that form applies (h and v_new then stay in the kernel, so
+    // not where the chunk states are asked for)
+    if (!h && backend_for(op, device) == Backend::cuda) {
       FwdHArgs hoa = ha;
       hoa.q = qn;
       hoa.o = out_view(o);
@@ -648,6 +668,26 @@ void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q,
     oa.h_ready_count = counted;
   }
   FUSEOPS_GDN_RUN(op, device, stream, chunk_fwd_o, oa);
+}
+
+}  // namespace
+}  // namespace detail
+
+void chunk_gated_delta_rule(TensorView o, TensorView* final_state, TensorView q, TensorView k, TensorView v,
+                            TensorView g, TensorView beta, std::optional<double> scale,
+                            const TensorView* initial_state, bool use_qk_l2norm_in_kernel,
+                            const TensorView* cu_seqlens, TensorView workspace, int64_t chunk_size, Stream stream) {
+  detail::chunk_forward("chunk_gated_delta_rule", o, nullptr, final_state, q, k, v, g, beta, scale, initial_state,
+                        use_qk_l2norm_in_kernel, cu_seqlens, workspace, chunk_size, stream);
+}
+
+void chunk_gated_delta_rule_with_states(TensorView o, TensorView h, TensorView* final_state, TensorView q,
+                                        TensorView k, TensorView v, TensorView g, TensorView beta,
+                                        std::optional<double> scale, const TensorView* initial_state,
+                                        bool use_qk_l2norm_in_kernel, const TensorView* cu_seqlens,
+                                        TensorView workspace, int64_t chunk_size, Stream stream) {
+  detail::chunk_forward("chunk_gated_delta_rule_with_states", o, &h, final_state, q, k, v, g, beta, scale,
+                        initial_state, use_qk_l2norm_in_kernel, cu_seqlens, workspace, chunk_size, stream);
 }
 
 // ------------------------------------------------------------------------------------------------------------

@@ -204,8 +204,8 @@ int64_t intra_first_launches_for_testing();
 void chunk_fwd_o(const FwdOArgs& a, int device, void* stream);
 /// Whether the forward of fwd_h's arguments `a` and chunk_fwd_o's q, in the intra-first form, takes the output-beside
 /// form (FwdHArgs::o_ready, FwdOArgs::h_ready): chunk_fwd_o's wgmma kernel launched while fwd_h still runs, reading
-/// each chunk once fwd_h has stored it (gdn_fwd_o_wgmma.cu). q in 16-byte rows of k's dtype, the wgmma kernel switched
-/// on; FUSEOPS_GDN_FWD_O_BESIDE=0 or the testing switch below turns it off.
+/// each chunk once fwd_h has stored it (gdn_fwd_o_wgmma.cu). q in 16-byte rows of k's dtype, a.h 16-byte aligned, the
+/// wgmma kernel switched on; FUSEOPS_GDN_FWD_O_BESIDE=0 or the testing switch below turns it off.
 bool fwd_o_beside_applies(const FwdHArgs& a, const GdnIn& q);
 /// Tests only: `off` true turns the output-beside form off for the forwards that follow (same bytes).
 void set_fwd_o_beside_off_for_testing(bool off);

@@ -107,7 +107,8 @@ HostTensor beta_over_columns(const HostTensor& beta, int64_t V) {
   return out;
 }
 
-ref::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normalized, bool keep_token_states) {
+ref::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normalized, bool keep_token_states,
+                             bool chunk_states) {
   ref::RecurrenceInputs r;
   r.q = &in.q;
   r.k = &in.k;
@@ -122,6 +123,7 @@ ref::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normali
   r.round_normalized = round_normalized && fuseops::chunk_gated_delta_rule_intermediate_dtype(s.dtype, s.K, s.V) == s.dtype;
   r.cu_seqlens = in.cu;
   r.keep_token_states = keep_token_states;
+  r.chunk_size = chunk_states ? s.BT : 0;
   return ref::gated_delta_rule_recurrence(r);
 }
 
@@ -165,20 +167,39 @@ struct Run {
 
 }  // namespace
 
-Outputs run_chunk(Where where, const Spec& s, const Inputs& in) {
+Outputs run_chunk(Where where, const Spec& s, const Inputs& in, bool with_states) {
   Run r(where, s, in);
   TensorView h0v, cuv, htv = r.ht.view();
   if (r.h0) h0v = r.h0->view();
   if (r.cu) cuv = r.cu->view();
   const TensorView qv = r.q.view(), vv = r.v.view();
   const std::size_t bytes =
-      fuseops::chunk_gated_delta_rule_workspace_size(qv, vv, r.cu ? &cuv : nullptr, s.l2norm, s.BT);
-  Placed ws(where, DType::f32, {static_cast<int64_t>(bytes / 4 + 1)}, 0);
-  ws.upload();
-  fuseops::chunk_gated_delta_rule(r.o.view(), &htv, qv, r.k.view(), vv, r.g.view(), r.beta.view(), s.scale,
-                                  r.h0 ? &h0v : nullptr, s.l2norm, r.cu ? &cuv : nullptr, ws.view(), s.BT);
+      fuseops::chunk_gated_delta_rule_workspace_size(qv, vv, r.cu ? &cuv : nullptr, s.l2norm, s.BT, with_states);
   Outputs out;
+  if (!with_states) {
+    Placed ws(where, DType::f32, {static_cast<int64_t>(bytes / 4 + 1)}, 0);
+    ws.upload();
+    fuseops::chunk_gated_delta_rule(r.o.view(), &htv, qv, r.k.view(), vv, r.g.view(), r.beta.view(), s.scale,
+                                    r.h0 ? &h0v : nullptr, s.l2norm, r.cu ? &cuv : nullptr, ws.view(), s.BT);
+    r.finish(out);
+    return out;
+  }
+  // the workspace exactly as large as the query says (in whole floats), behind guards of 4 floats (16-byte aligned)
+  Placed ws(where, DType::f32, {static_cast<int64_t>((bytes + 3) / 4)}, 4);
+  const int64_t NS = fuseops::gdn_chunk_slots(s.T, s.N(), s.BT, s.varlen());
+  Placed h(where, fuseops::chunk_gated_delta_rule_intermediate_dtype(s.dtype, s.K, s.V), {s.B, NS, s.HV, s.K, s.V},
+           guard(s));
+  ws.upload();
+  h.upload();
+  fuseops::chunk_gated_delta_rule_with_states(r.o.view(), h.view(), &htv, qv, r.k.view(), vv, r.g.view(),
+                                              r.beta.view(), s.scale, r.h0 ? &h0v : nullptr, s.l2norm,
+                                              r.cu ? &cuv : nullptr, ws.view(), s.BT);
+  ws.download();
+  h.download();
+  EXPECT_TRUE(ws.untouched_outside(true)) << "workspace";
+  EXPECT_TRUE(h.untouched_outside(true)) << "h";
   r.finish(out);
+  out.h = h.read();
   return out;
 }
 

@@ -53,14 +53,18 @@ HostTensor beta_over_columns(const HostTensor& beta, int64_t V);
 
 /// The golden of the spec's inputs (token recurrence; `round_normalized` for the chunked path, where the op rounds the
 /// normalised q, k: to its intermediate dtype, so the golden rounds them only where that is the input dtype).
+/// `chunk_states`: also the state at the start of every chunk of s.BT tokens, in the chunk slots (chunk_states).
 fuseops::reference::RecurrenceGolden golden(const Spec& s, const Inputs& in, bool round_normalized,
-                                            bool keep_token_states = false);
+                                            bool keep_token_states = false, bool chunk_states = false);
 
 struct Outputs {
   HostTensor o, final_state;
+  HostTensor h;  ///< run_chunk with_states: the chunk states [B, NS, HV, K, V] (slots of no chunk: NaN, as poisoned)
 };
-/// chunk_gated_delta_rule on placed copies of `in` (output_final_state = true); guards and inputs checked.
-Outputs run_chunk(Where where, const Spec& s, const Inputs& in);
+/// chunk_gated_delta_rule on placed copies of `in` (output_final_state = true); guards and inputs checked. With
+/// `with_states`, chunk_gated_delta_rule_with_states into a poisoned h of the intermediate dtype, on a workspace of the
+/// size the query gives for it, behind guards that must stay untouched.
+Outputs run_chunk(Where where, const Spec& s, const Inputs& in, bool with_states = false);
 /// fused_recurrent_gated_delta_rule (FLA form) on placed copies of `in`.
 Outputs run_recurrent(Where where, const Spec& s, const Inputs& in);
 

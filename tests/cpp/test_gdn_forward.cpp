@@ -1072,6 +1072,157 @@ TEST_P(GdnForward, FwdHWithoutGateOrInitialState) {
   }
 }
 
+/// Whether each slot of h [B, NS, ...] (row-major b, slot) holds a chunk of the spec (gdn_chunk_slots' layout): every
+/// slot of every batch row without cu_seqlens; with it, slot n for a non-empty sequence n and N + (t - 1) / BT for
+/// each later chunk, starting at token t.
+std::vector<bool> chunk_slots_used(const Spec& s, const Inputs& in) {
+  const int64_t NS = fuseops::gdn_chunk_slots(s.T, s.N(), s.BT, s.varlen());
+  if (!s.varlen()) return std::vector<bool>(static_cast<std::size_t>(s.B * NS), true);
+  std::vector<bool> used(static_cast<std::size_t>(NS), false);
+  for (int64_t n = 0; n < s.N(); ++n) {
+    for (int64_t t = in.cu[n]; t < in.cu[n + 1]; t += s.BT) used[t == in.cu[n] ? n : s.N() + (t - 1) / s.BT] = true;
+  }
+  return used;
+}
+
+/// h with the slots of no chunk (poisoned: NaN) set to 0, after checking that they were left as poisoned and that
+/// every chunk's slot was written (finite).
+HostTensor chunk_slots_only(const Spec& s, const Inputs& in, HostTensor h) {
+  const std::vector<bool> used = chunk_slots_used(s, in);
+  const int64_t rows_per_slot = s.HV * s.K;
+  for (int64_t r = 0; r < h.rows(); ++r) {
+    const bool chunk = used[r / rows_per_slot];
+    for (int64_t c = 0; c < s.V; ++c) {
+      const double x = h.get(r, c);
+      if (chunk ? !std::isfinite(x) : !std::isnan(x)) {
+        ADD_FAILURE() << "h slot " << r / rows_per_slot << (chunk ? " of a chunk not written" : " of no chunk written");
+        return h;
+      }
+      if (!chunk) h.set(r, c, 0.f);
+    }
+  }
+  return h;
+}
+
+/// The chunk states of the public stages on the spec's inputs, as the forward runs them: chunk_local_cumsum,
+/// chunk_gated_delta_rule_fwd_kkt_solve, recompute_w_u_fwd and chunk_gated_delta_rule_fwd_h with the intermediates
+/// in chunk_gated_delta_rule_intermediate_dtype; with l2norm the keys normalised on the host (in double, rounded to
+/// the intermediate dtype) where the forward normalises them by its own kernel. h's slots of no chunk are NaN. Every
+/// tensor 16-byte aligned where the spec says `aligned` (on CUDA the kernel variants the forward's workspace rows take).
+HostTensor stage_states(Where w, const Spec& s, const Inputs& in) {
+  const DType it = fuseops::chunk_gated_delta_rule_intermediate_dtype(s.dtype, s.K, s.V);
+  const int64_t gd = s.aligned ? 8 : 5;
+  const int64_t NS = fuseops::gdn_chunk_slots(s.T, s.N(), s.BT, s.varlen());
+  HostTensor kn = in.k;
+  if (s.l2norm) {
+    kn = HostTensor(it, in.k.shape());
+    for (int64_t r = 0; r < in.k.rows(); ++r) {
+      double n2 = 0;
+      for (int64_t c = 0; c < s.K; ++c) n2 += in.k.get(r, c) * in.k.get(r, c);
+      for (int64_t c = 0; c < s.K; ++c) kn.set(r, c, static_cast<float>(in.k.get(r, c) / std::sqrt(n2 + 1e-6)));
+    }
+  }
+  Placed g(w, in.g, 0, gd), gc(w, f32, {s.B, s.T, s.HV}, gd), k(w, kn, 0, gd), v(w, in.v, 0, gd),
+      beta(w, in.beta, 0, gd), Ai(w, it, {s.B, s.T, s.HV, s.BT}, gd), W(w, it, {s.B, s.T, s.HV, s.K}, gd),
+      U(w, it, {s.B, s.T, s.HV, s.V}, gd), Hs(w, it, {s.B, NS, s.HV, s.K, s.V}, gd), Vn(w, it, {s.B, s.T, s.HV, s.V}, gd);
+  std::unique_ptr<Placed> h0, cu;
+  if (s.has_h0) h0 = std::make_unique<Placed>(w, in.h0, 0, gd);
+  if (s.varlen()) cu = std::make_unique<Placed>(w, index_tensor(s.cu_dtype, in.cu), 0, 0);
+  for (Placed* p : {&g, &gc, &k, &v, &beta, &Ai, &W, &U, &Hs, &Vn}) p->upload();
+  for (Placed* p : {h0.get(), cu.get()}) {
+    if (p) p->upload();
+  }
+  TensorView cuv, h0v;
+  if (cu) cuv = cu->view();
+  if (h0) h0v = h0->view();
+  const TensorView* cup = cu ? &cuv : nullptr;
+  const TensorView gcv = gc.view(), bv = beta.view();
+  fuseops::chunk_local_cumsum(gc.view(), g.view(), s.BT, cup);
+  fuseops::chunk_gated_delta_rule_fwd_kkt_solve(Ai.view(), k.view(), &gcv, &bv, s.BT, cup);
+  fuseops::recompute_w_u_fwd(W.view(), U.view(), k.view(), v.view(), beta.view(), Ai.view(), &gcv, cup);
+  fuseops::chunk_gated_delta_rule_fwd_h(Hs.view(), Vn.view(), nullptr, k.view(), W.view(), U.view(), &gcv,
+                                        h0 ? &h0v : nullptr, s.BT, cup);
+  Hs.download();
+  return Hs.read();
+}
+
+// chunk_gated_delta_rule_with_states (vLLM's return_intermediate_states in one forward): h holds the state at the start
+// of every chunk in the chunk slots of chunk_gated_delta_rule_fwd_h (gdn_chunk_slots), in the intermediate dtype, the
+// slots of no chunk left as they were; h equals the h of the public stages run on the same inputs (the same bytes,
+// the same kernels on the same values; with l2norm, where the stages take keys normalised on the host, the tolerance)
+// and the float64 golden's chunk-start states; o and final_state match the golden and, on the CPU backend, are the
+// bytes of chunk_gated_delta_rule (on CUDA that op may take the form that keeps h in the recurrence's kernel); the
+// workspace of the size the query gives with with_states, behind guards, and h's guards untouched. Specs: fixed length
+// B = 2 with a partial last chunk; varlen with empty sequences, a 1-token one, one shorter than a chunk and one with a
+// partial last chunk (i64 cu_seqlens), grouped heads; small heads (f32 intermediates from 16-bit inputs); l2norm;
+// f32, f16, bf16; chunk sizes 16, 32, 64; no initial state. CUDA also: a shape where chunk_gated_delta_rule takes the
+// fused-output form (which keeps h in its kernel: never taken with the states) and one of the intra-first form (with
+// the output-beside form where the GPU takes them, as IntraFirstSameBytes says), whose fwd_h stores h.
+TEST_P(GdnForward, WithStates) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  std::vector<Spec> specs;
+  specs.push_back(fixed(2, 150, 1, 2, 64, 64, bf16));
+  Spec v = varlen({0, 1, 40, 150, 0, 64}, 2, 4, 32, 48, f16);
+  v.BT = 32;
+  v.cu_dtype = DType::i64;
+  specs.push_back(v);
+  Spec small = fixed(2, 37, 2, 4, 16, 8, bf16);  // K, V < 32: f32 intermediates and h
+  small.BT = 16;
+  small.l2norm = true;
+  specs.push_back(small);
+  Spec l2 = varlen({70, 0, 3}, 1, 2, 64, 32, f32);
+  l2.l2norm = true;
+  l2.has_h0 = false;
+  specs.push_back(l2);
+  Spec f = fixed(1, 100, 1, 1, 48, 40, f32);
+  f.BT = 32;
+  specs.push_back(f);
+  Spec aligned = fixed(2, 130, 2, 4, 128, 128, bf16);  // on CUDA: the tensor-core kernels' 16-byte paths
+  aligned.aligned = true;
+  specs.push_back(aligned);
+#if defined(FUSEOPS_WITH_CUDA)
+  namespace cuda = fuseops::detail::cuda;
+  if (GetParam() == Where::cuda) {
+    Spec fo = fixed(1, 300, 4, 64, 128, 128, bf16);  // 128 blocks of 64 columns: FusedOutputSameBytes' spec a
+    fo.aligned = true;
+    specs.push_back(fo);
+    Spec first = fixed(1, 64 * 64 + 17, 2, 8, 128, 128, bf16);  // IntraFirstSameBytes' bf16 spec
+    first.aligned = true;
+    specs.push_back(first);
+  }
+#endif
+  for (const Spec& s : specs) {
+    SCOPED_TRACE(s.describe());
+    const Inputs in = make_inputs(s, rng);
+#if defined(FUSEOPS_WITH_CUDA)
+    const int64_t fo_launches = cuda::fwd_h_o_launches_for_testing();
+#endif
+    const Outputs got = run_chunk(GetParam(), s, in, /*with_states=*/true);
+#if defined(FUSEOPS_WITH_CUDA)
+    EXPECT_EQ(cuda::fwd_h_o_launches_for_testing(), fo_launches) << "the fused-output form with the states";
+#endif
+    const DType it = fuseops::chunk_gated_delta_rule_intermediate_dtype(s.dtype, s.K, s.V);
+    ASSERT_EQ(got.h.dtype(), it);
+    const HostTensor h = chunk_slots_only(s, in, got.h);
+    const HostTensor stages = chunk_slots_only(s, in, stage_states(GetParam(), s, in));
+    if (s.l2norm) {
+      EXPECT_TRUE(matches(h, stages.to_double(), s.dtype, "h vs the stages' h")) << "host-normalised keys";
+    } else {
+      EXPECT_TRUE(same_bytes(h, stages)) << "h vs the stages' h";
+    }
+    const ref::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/true, false, /*chunk_states=*/true);
+    EXPECT_TRUE(matches(h, gold.chunk_states, s.dtype, "h", forward_limit(s, in)));
+    expect_golden(s, in, gold, got, "with states");
+    if (GetParam() == Where::cpu) {
+      const Outputs plain = run_chunk(GetParam(), s, in);
+      EXPECT_TRUE(same_bytes(got.o, plain.o)) << "o vs chunk_gated_delta_rule";
+      EXPECT_TRUE(same_bytes(got.final_state, plain.final_state)) << "final_state vs chunk_gated_delta_rule";
+    }
+    if (HasFailure()) return;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, GdnForward, ::testing::Values(Where::cpu, Where::cuda), where_param_name);
 
 // final_state may BE initial_state (the same memory and layout: FLA's in-place reuse of a state buffer) in

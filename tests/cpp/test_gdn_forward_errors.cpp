@@ -18,7 +18,7 @@ struct Valid {
   HostTensor q{bf16, {1, 8, 1, 16}}, k{bf16, {1, 8, 1, 16}}, v{bf16, {1, 8, 2, 8}}, g{f32, {1, 8, 2}},
       beta{f32, {1, 8, 2}}, o{bf16, {1, 8, 2, 8}}, ht{f32, {1, 2, 16, 8}}, h0{f32, {1, 2, 16, 8}},
       A{bf16, {1, 8, 2, 16}}, w{bf16, {1, 8, 2, 16}}, u{bf16, {1, 8, 2, 8}}, h{bf16, {1, 1, 2, 16, 8}},
-      vn{bf16, {1, 8, 2, 8}}, pool{f32, {4, 2, 16, 8}}, idx{i32, {1}}, ws{f32, {1 << 16}}, cu{i32, {2}},
+      vn{bf16, {1, 8, 2, 8}}, hs{f32, {1, 1, 2, 16, 8}}, pool{f32, {4, 2, 16, 8}}, idx{i32, {1}}, ws{f32, {1 << 16}}, cu{i32, {2}},
       A_log{f32, {2}}, dt_bias{f32, {2}};
   Valid() {
     static_cast<int32_t*>(cu.data())[1] = 8;
@@ -29,7 +29,7 @@ struct Valid {
 // unchanged after calls refused by each op's last checks (initial_state, cu_seqlens, g, scale, the pool's indices).
 TEST(GdnForwardErrors, ErrorsWriteNothing) {
   Valid x;
-  const std::vector<HostTensor*> outs = {&x.o, &x.ht, &x.ws, &x.w, &x.u, &x.h, &x.vn, &x.pool};
+  const std::vector<HostTensor*> outs = {&x.o, &x.ht, &x.ws, &x.w, &x.u, &x.h, &x.vn, &x.hs, &x.pool};
   for (HostTensor* t : outs) std::memset(t->data(), 0x5a, t->bytes());
   const std::vector<HostTensor> before = [&] {
     std::vector<HostTensor> b;
@@ -45,6 +45,10 @@ TEST(GdnForwardErrors, ErrorsWriteNothing) {
                fuseops::Error);
   EXPECT_THROW(fuseops::chunk_gated_delta_rule(x.o.view(), &ht, x.q.view(), x.k.view(), x.v.view(), g, beta,
                                                std::nullopt, &h0, false, &cub, x.ws.view(), 16),
+               fuseops::Error);
+  EXPECT_THROW(fuseops::chunk_gated_delta_rule_with_states(x.o.view(), x.hs.view(), &ht, x.q.view(), x.k.view(),
+                                                           x.v.view(), g, beta, std::nullopt, &h0, false, &cub,
+                                                           x.ws.view(), 16),
                fuseops::Error);
   EXPECT_THROW(fuseops::recompute_w_u_fwd(x.w.view(), x.u.view(), x.k.view(), x.v.view(), beta, x.A.view(), &gb, &cu),
                fuseops::Error);
@@ -119,6 +123,64 @@ TEST(GdnForwardErrors, ChunkGatedDeltaRule) {
   EXPECT_ARG_ERROR(fuseops::chunk_gated_delta_rule(nan_scale_o, &ht, x.q.view(), x.k.view(), x.v.view(), x.g.view(),
                                                    x.beta.view(), std::nan(""), &h0, false, &cu, x.ws.view(), 16),
                    op, "scale");
+}
+
+// chunk_gated_delta_rule_with_states: chunk_gated_delta_rule's checks (named chunk_gated_delta_rule_with_states) and
+// h's: shape [B, NS, HV, K, V] (NS = gdn_chunk_slots: with cu_seqlens N + ceil(T / BT)), the intermediate dtype (f32
+// for 16-bit inputs with K or V < 32), contiguous, on the op's device, no overlap with any other argument (h named,
+// o included); the workspace of the size the query gives with with_states, not a byte less.
+TEST(GdnForwardErrors, WithStates) {
+  Valid x;
+  TensorView ht = x.ht.view(), h0 = x.h0.view(), cu = x.cu.view();
+  const char* op = "chunk_gated_delta_rule_with_states";
+  auto call = [&](TensorView o, TensorView h, TensorView q, const TensorView* cup, TensorView ws) {
+    fuseops::chunk_gated_delta_rule_with_states(o, h, &ht, q, x.k.view(), x.v.view(), x.g.view(), x.beta.view(),
+                                                std::nullopt, &h0, false, cup, ws, 16);
+  };
+  // B = 1, T = 8, HV = 2, K = 16, V = 8, BT = 16: NS = 1 at fixed length, N + 1 = 2 with cu_seqlens [0, 8]; bf16
+  // inputs with K and V < 32: f32 intermediates, so h is f32
+  HostTensor hf(f32, {1, 1, 2, 16, 8}), h2(f32, {1, 2, 2, 16, 8}), hb(bf16, {1, 1, 2, 16, 8});
+  EXPECT_NO_THROW(call(x.o.view(), hf.view(), x.q.view(), nullptr, x.ws.view()));
+  EXPECT_NO_THROW(call(x.o.view(), h2.view(), x.q.view(), &cu, x.ws.view()));
+  EXPECT_ARG_ERROR(call(x.o.view(), hf.view(), x.q.view(), &cu, x.ws.view()), op, "h",
+                   "shape [B, NS, HV, K, V] = [1, 2, 2, 16, 8]", "got [1, 1, 2, 16, 8]");
+  HostTensor h4(f32, {1, 1, 2, 16});
+  EXPECT_ARG_ERROR(call(x.o.view(), h4.view(), x.q.view(), nullptr, x.ws.view()), op, "h", "[B, NS, HV, K, V]");
+  EXPECT_ARG_ERROR(call(x.o.view(), hb.view(), x.q.view(), nullptr, x.ws.view()), op, "h",
+                   "dtype f32 (chunk_gated_delta_rule_intermediate_dtype of q's dtype bf16, K = 16, V = 8)",
+                   "got bf16");
+  HostTensor h_pitched(f32, {1, 1, 2, 16, 8}, 9);  // rows of 8 in rows of 9: strided
+  EXPECT_ARG_ERROR(call(x.o.view(), h_pitched.view(), x.q.view(), nullptr, x.ws.view()), op, "h",
+                   "a contiguous tensor", "strided");
+  // on another device than the others (a view that is never read: the check comes first)
+  const TensorView h_cuda(hf.data(), f32, fuseops::Device::cuda(0), {1, 1, 2, 16, 8});
+  EXPECT_ARG_ERROR(call(x.o.view(), h_cuda, x.q.view(), nullptr, x.ws.view()), op, "h", "device cpu");
+  // overlaps: h over o's memory, over the workspace's, over q's (q read as bf16 rows, h viewed as f32 there)
+  HostTensor big(f32, {2, 2, 16, 8});
+  const TensorView h_big(big.data(), f32, fuseops::Device::cpu(), {1, 1, 2, 16, 8});
+  const TensorView o_in_h(static_cast<float*>(big.data()) + 8, bf16, fuseops::Device::cpu(), {1, 8, 2, 8});
+  EXPECT_ARG_ERROR(call(o_in_h, h_big, x.q.view(), nullptr, x.ws.view()), op, "h", "no overlap with o");
+  const TensorView h_in_ws(x.ws.data(), f32, fuseops::Device::cpu(), {1, 1, 2, 16, 8});
+  EXPECT_ARG_ERROR(call(x.o.view(), h_in_ws, x.q.view(), nullptr, x.ws.view()), op, "h", "no overlap with workspace");
+  const TensorView q_in_h(big.data(), bf16, fuseops::Device::cpu(), {1, 8, 1, 16});
+  EXPECT_ARG_ERROR(call(x.o.view(), h_big, q_in_h, nullptr, x.ws.view()), op, "h", "no overlap with q");
+  // the workspace the query gives with with_states (less than without: no chunk states in it) and not a byte less
+  const std::size_t with = fuseops::chunk_gated_delta_rule_workspace_size(x.q.view(), x.v.view(), nullptr, false, 16,
+                                                                           true);
+  const std::size_t without = fuseops::chunk_gated_delta_rule_workspace_size(x.q.view(), x.v.view(), nullptr, false, 16);
+  EXPECT_LT(with, without);
+  EXPECT_EQ(fuseops::chunk_gated_delta_rule_workspace_size_for("chunk_gated_delta_rule_with_states", x.q.view(),
+                                                               x.k.view(), x.v.view(), nullptr, false, 16, true),
+            with);
+  ASSERT_EQ(with % 4, 0u);
+  const TensorView ws_exact(x.ws.data(), f32, fuseops::Device::cpu(), {static_cast<int64_t>(with / 4)});
+  const TensorView ws_short(x.ws.data(), DType::i32, fuseops::Device::cpu(), {static_cast<int64_t>(with / 4) - 1});
+  EXPECT_NO_THROW(call(x.o.view(), hf.view(), x.q.view(), nullptr, ws_exact));
+  EXPECT_ARG_ERROR(call(x.o.view(), hf.view(), x.q.view(), nullptr, ws_short), op, "workspace",
+                   "(chunk_gated_delta_rule_workspace_size with with_states)");
+  // chunk_gated_delta_rule's own checks, under this op's name
+  HostTensor qf(f32, {1, 8, 1, 16});
+  EXPECT_ARG_ERROR(call(x.o.view(), hf.view(), qf.view(), nullptr, x.ws.view()), op, "k");
 }
 
 // cu_seqlens inside an output is an error (the op would overwrite the sequence bounds it reads): the chunked forward

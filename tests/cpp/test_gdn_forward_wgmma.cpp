@@ -321,7 +321,7 @@ Outputs run_chunk_qkv_views(Where w, const Spec& s, const Inputs& in, Qkv layout
   for (Placed* p : {&g, &beta, &h0}) EXPECT_TRUE(p->untouched_outside(false));
   EXPECT_TRUE(o.untouched_outside(true));
   EXPECT_TRUE(ht.untouched_outside(true));
-  return {o.read(), ht.read()};
+  return {o.read(), ht.read(), {}};
 }
 
 // q, k, v as slices of a fused qkv buffer (token stride 2 H K + HV V + 8, NaN in the 8 padding elements), as
