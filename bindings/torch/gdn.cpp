@@ -1,5 +1,6 @@
 // torch kernels of the GDN intra-chunk ops: convert, guard, current stream, call (include/fuseops/gdn.h).
 #include <optional>
+#include <string>
 
 #include "fuseops/gdn.h"
 #include "fuseops/gdn_forward.h"
@@ -103,27 +104,63 @@ void chunk_fwd_o(at::Tensor& o, const at::Tensor& q, const at::Tensor& k, const 
   });
 }
 
+namespace {
+
+/// chunk_gated_delta_rule, or with `h` (not null) chunk_gated_delta_rule_with_states (`op`). The workspace comes from
+/// torch's allocator (stream-ordered, capturable), on o's device, sized for the op called (without the chunk states'
+/// region where they go to h); sized inside the error translation, with errors naming the op the user called.
+void chunk_forward(const char* op, at::Tensor& o, at::Tensor* h, const c10::optional<at::Tensor>& final_state,
+                   const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& g,
+                   const at::Tensor& beta, c10::optional<double> scale, const c10::optional<at::Tensor>& initial_state,
+                   bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens, int64_t chunk_size) {
+  Written written;
+  const TensorView ov = written.add(op, "o", o);
+  const TensorView hv = h ? written.add(op, "h", *h) : TensorView();
+  const TensorView qv = to_view(op, "q", q), kv = to_view(op, "k", k), vv = to_view(op, "v", v),
+                   gv = to_view(op, "g", g), bv = to_view(op, "beta", beta);
+  auto ht = written.add(op, "final_state", final_state);
+  const OptionalView h0(op, "initial_state", initial_state), cu(op, "cu_seqlens", cu_seqlens);
+  run_on_device_of(o, written, [&](Stream s) {
+    const std::size_t bytes = fuseops::chunk_gated_delta_rule_workspace_size_for(
+        op, qv, kv, vv, cu.get(), use_qk_l2norm_in_kernel, chunk_size, /*with_states=*/h != nullptr);
+    at::Tensor ws = at::empty({static_cast<int64_t>(bytes / 4 + 1)}, o.options().dtype(at::kFloat));
+    const TensorView wsv = to_view(op, "workspace", ws);
+    if (h) {
+      fuseops::chunk_gated_delta_rule_with_states(ov, hv, ht.get(), qv, kv, vv, gv, bv, opt(scale), h0.get(),
+                                                  use_qk_l2norm_in_kernel, cu.get(), wsv, chunk_size, s);
+    } else {
+      fuseops::chunk_gated_delta_rule(ov, ht.get(), qv, kv, vv, gv, bv, opt(scale), h0.get(), use_qk_l2norm_in_kernel,
+                                      cu.get(), wsv, chunk_size, s);
+    }
+  });
+}
+
+}  // namespace
+
 void chunk_gated_delta_rule(at::Tensor& o, const c10::optional<at::Tensor>& final_state, const at::Tensor& q,
                             const at::Tensor& k, const at::Tensor& v, const at::Tensor& g, const at::Tensor& beta,
                             c10::optional<double> scale, const c10::optional<at::Tensor>& initial_state,
                             bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens,
                             int64_t chunk_size) {
-  constexpr const char* op = "chunk_gated_delta_rule";
-  Written written;
-  const TensorView ov = written.add(op, "o", o), qv = to_view(op, "q", q), kv = to_view(op, "k", k),
-                   vv = to_view(op, "v", v), gv = to_view(op, "g", g), bv = to_view(op, "beta", beta);
-  auto ht = written.add(op, "final_state", final_state);
-  const OptionalView h0(op, "initial_state", initial_state), cu(op, "cu_seqlens", cu_seqlens);
-  run_on_device_of(o, written, [&](Stream s) {
-    // The workspace comes from torch's allocator (stream-ordered, capturable), on o's device. Sized inside the error
-    // translation, with errors naming the op the user called.
-    const std::size_t bytes = fuseops::chunk_gated_delta_rule_workspace_size_for(op, qv, kv, vv, cu.get(),
-                                                                                 use_qk_l2norm_in_kernel, chunk_size);
-    at::Tensor ws = at::empty({static_cast<int64_t>(bytes / 4 + 1)}, o.options().dtype(at::kFloat));
-    const TensorView wsv = to_view(op, "workspace", ws);
-    fuseops::chunk_gated_delta_rule(ov, ht.get(), qv, kv, vv, gv, bv, opt(scale), h0.get(), use_qk_l2norm_in_kernel,
-                                    cu.get(), wsv, chunk_size, s);
+  chunk_forward("chunk_gated_delta_rule", o, nullptr, final_state, q, k, v, g, beta, scale, initial_state,
+                use_qk_l2norm_in_kernel, cu_seqlens, chunk_size);
+}
+
+void chunk_gated_delta_rule_with_states(at::Tensor& o, at::Tensor& h, const c10::optional<at::Tensor>& final_state,
+                                        const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& g, const at::Tensor& beta, c10::optional<double> scale,
+                                        const c10::optional<at::Tensor>& initial_state, bool use_qk_l2norm_in_kernel,
+                                        const c10::optional<at::Tensor>& cu_seqlens, int64_t chunk_size) {
+  chunk_forward("chunk_gated_delta_rule_with_states", o, &h, final_state, q, k, v, g, beta, scale, initial_state,
+                use_qk_l2norm_in_kernel, cu_seqlens, chunk_size);
+}
+
+std::string chunk_gated_delta_rule_intermediate_dtype(at::ScalarType dtype, int64_t head_k_dim, int64_t head_v_dim) {
+  constexpr const char* op = "chunk_gated_delta_rule_intermediate_dtype";
+  const DType it = translate_errors([&] {
+    return fuseops::chunk_gated_delta_rule_intermediate_dtype(to_dtype(op, "dtype", dtype), head_k_dim, head_v_dim);
   });
+  return it == DType::f32 ? "float32" : it == DType::f16 ? "float16" : "bfloat16";
 }
 
 void fused_recurrent_gated_delta_rule(at::Tensor& o, const c10::optional<at::Tensor>& final_state,

@@ -98,6 +98,14 @@ void chunk_gated_delta_rule(at::Tensor& o, const c10::optional<at::Tensor>& fina
                             c10::optional<double> scale, const c10::optional<at::Tensor>& initial_state,
                             bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens,
                             int64_t chunk_size);
+void chunk_gated_delta_rule_with_states(at::Tensor& o, at::Tensor& h, const c10::optional<at::Tensor>& final_state,
+                                        const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                        const at::Tensor& g, const at::Tensor& beta, c10::optional<double> scale,
+                                        const c10::optional<at::Tensor>& initial_state, bool use_qk_l2norm_in_kernel,
+                                        const c10::optional<at::Tensor>& cu_seqlens, int64_t chunk_size);
+/// The dtype's name in torch (float32, float16, bfloat16). No tensor arguments: registered for no backend
+/// (CompositeExplicitAutograd), as check_errors.
+std::string chunk_gated_delta_rule_intermediate_dtype(at::ScalarType dtype, int64_t head_k_dim, int64_t head_v_dim);
 void fused_recurrent_gated_delta_rule(at::Tensor& o, const c10::optional<at::Tensor>& final_state,
                                       const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                                       const c10::optional<at::Tensor>& g, const c10::optional<at::Tensor>& beta,

@@ -58,6 +58,12 @@ TORCH_LIBRARY(fuseops, m) {
   m.def("chunk_gated_delta_rule(Tensor! o, Tensor(a!)? final_state, Tensor q, Tensor k, Tensor v, Tensor g, "
         "Tensor beta, float? scale=None, Tensor? initial_state=None, bool use_qk_l2norm_in_kernel=False, "
         "Tensor? cu_seqlens=None, int chunk_size=64) -> ()");
+  m.def("chunk_gated_delta_rule_with_states(Tensor! o, Tensor! h, Tensor(a!)? final_state, Tensor q, Tensor k, "
+        "Tensor v, Tensor g, Tensor beta, float? scale=None, Tensor? initial_state=None, "
+        "bool use_qk_l2norm_in_kernel=False, Tensor? cu_seqlens=None, int chunk_size=64) -> ()");
+  // The dtype's name in torch ("float32", "float16", "bfloat16"): a ScalarType result reaches Python as a bare int on
+  // some torch versions (1.13).
+  m.def("chunk_gated_delta_rule_intermediate_dtype(ScalarType dtype, int head_k_dim, int head_v_dim) -> str");
   m.def("fused_recurrent_gated_delta_rule(Tensor! o, Tensor(a!)? final_state, Tensor q, Tensor k, Tensor v, "
         "Tensor? g=None, Tensor? beta=None, float? scale=None, Tensor? initial_state=None, "
         "bool use_qk_l2norm_in_kernel=False, Tensor? cu_seqlens=None) -> ()");
@@ -125,6 +131,7 @@ void register_kernels(torch::Library& m) {
   m.impl("chunk_gated_delta_rule_fwd_h", TORCH_FN(chunk_gated_delta_rule_fwd_h));
   m.impl("chunk_fwd_o", TORCH_FN(chunk_fwd_o));
   m.impl("chunk_gated_delta_rule", TORCH_FN(chunk_gated_delta_rule));
+  m.impl("chunk_gated_delta_rule_with_states", TORCH_FN(chunk_gated_delta_rule_with_states));
   m.impl("fused_recurrent_gated_delta_rule", TORCH_FN(fused_recurrent_gated_delta_rule));
   m.impl("fused_recurrent_gated_delta_rule_update", TORCH_FN(fused_recurrent_gated_delta_rule_update));
   m.impl("fused_sigmoid_gating_delta_rule_update", TORCH_FN(fused_sigmoid_gating_delta_rule_update));
@@ -204,4 +211,5 @@ TORCH_LIBRARY_IMPL(fuseops, CompositeExplicitAutograd, m) {
   m.impl("check_errors", TORCH_FN(check_errors));
   m.impl("clear_errors", TORCH_FN(clear_errors));
   m.impl("version", TORCH_FN(version));
+  m.impl("chunk_gated_delta_rule_intermediate_dtype", TORCH_FN(chunk_gated_delta_rule_intermediate_dtype));
 }

@@ -9,7 +9,8 @@ import torch
 
 from . import _ops  # noqa: F401  (the ops must exist before their fakes are registered)
 
-# Every op of bindings/torch/registration.cpp except version() (a string, never traced).
+# Every op of bindings/torch/registration.cpp except version() and chunk_gated_delta_rule_intermediate_dtype() (no
+# tensor: strings, never traced; gdn.py's _intermediate_dtype is a constant under torch.compile).
 OPS = (
     "silu_and_mul",
     "gelu_and_mul",
@@ -37,6 +38,7 @@ OPS = (
     "chunk_gated_delta_rule_fwd_h",
     "chunk_fwd_o",
     "chunk_gated_delta_rule",
+    "chunk_gated_delta_rule_with_states",
     "fused_recurrent_gated_delta_rule",
     "fused_recurrent_gated_delta_rule_update",
     "fused_sigmoid_gating_delta_rule_update",

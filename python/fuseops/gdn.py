@@ -14,7 +14,8 @@ graph is never dropped silently; call the functions under torch.no_grad() / torc
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg, is_flag, named_as, shown, tensor_arg, unit_innermost
+from ._args import (bool_arg, compile_constant, float_arg, forward_only, int_arg, is_flag, named_as, shown, tensor_arg,
+                    unit_innermost)
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -249,7 +250,17 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     vLLM's return_intermediate_states: :func:`fuseops.compat.vllm.chunk_gated_delta_rule` takes vLLM's order and
     returns (o, final_state, intermediate_states).
     """
-    op = "chunk_gated_delta_rule"
+    o, ht, _ = _chunk_forward("chunk_gated_delta_rule", q, k, v, g, beta, scale, initial_state, output_final_state,
+                              use_qk_l2norm_in_kernel, cu_seqlens, chunk_size, kwargs)
+    return o, ht
+
+
+def _chunk_forward(op, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                   cu_seqlens, chunk_size, kwargs, states=False):
+    """chunk_gated_delta_rule's checks (errors named ``op``) and call; with ``states`` the one call of
+    chunk_gated_delta_rule_with_states, which also writes the chunk states h [B, NS, HV, K, V] (NS chunk slots:
+    ceil(T / BT), or N + ceil(T / BT) with cu_seqlens; include/fuseops/gdn_forward.h) in the intermediate dtype.
+    Returns (o, final_state or None, h or None)."""
     forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, optional=("initial_state",))
     initial_state = _contiguous_read(initial_state)
     cu_seqlens = _check_cu(op, cu_seqlens)
@@ -265,14 +276,23 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     chunk_size = _check_chunk_size(op, chunk_size)
     B, T, HV, V = v.shape
+    K = q.shape[3]
     o = _out_like(op, "q", q, (B, T, HV, V))
     ht = None
     if output_final_state:
-        ht = torch.empty((_num_seqs(q, cu_seqlens), HV, q.shape[3], V), dtype=torch.float32, device=q.device)
+        ht = torch.empty((_num_seqs(q, cu_seqlens), HV, K, V), dtype=torch.float32, device=q.device)
     sc = None if scale is None else float_arg(op, "scale", scale)
-    ops.chunk_gated_delta_rule(o, ht, q, k, v, g, beta, sc, initial_state,
-                               bool(use_qk_l2norm_in_kernel), cu_seqlens, chunk_size)
-    return o, ht
+    if not states:
+        ops.chunk_gated_delta_rule(o, ht, q, k, v, g, beta, sc, initial_state,
+                                   bool(use_qk_l2norm_in_kernel), cu_seqlens, chunk_size)
+        return o, ht, None
+    per_row = (T + chunk_size - 1) // chunk_size
+    NS = per_row if cu_seqlens is None else _num_seqs(q, cu_seqlens) + per_row
+    h = torch.empty((B, NS, HV, K, V), dtype=_intermediate_dtype(q.dtype, K, V), device=q.device)
+    with named_as(op, "chunk_gated_delta_rule_with_states", {}):
+        ops.chunk_gated_delta_rule_with_states(o, h, ht, q, k, v, g, beta, sc, initial_state,
+                                               bool(use_qk_l2norm_in_kernel), cu_seqlens, chunk_size)
+    return o, ht, h
 
 
 def recompute_w_u_fwd(k, v, beta, A, g=None, cu_seqlens=None, chunk_indices=None):
@@ -352,17 +372,17 @@ def chunk_fwd_o(q, k, v, h, g=None, g_gamma=None, scale=None, state_v_first=Fals
 # The state at the start of every chunk (vLLM's return_intermediate_states, fuseops.compat.vllm).
 
 
+@compile_constant
 def _intermediate_dtype(dtype, K, V):
-    """The dtype chunk_gated_delta_rule stores its intermediates in (C++ chunk_gated_delta_rule_intermediate_dtype):
-    the input dtype, except float32 for 16-bit inputs with K < 32 or V < 32."""
-    return torch.float32 if dtype != torch.float32 and min(K, V) < 32 else dtype
-
-
-def _l2norm(x, dtype):
-    """use_qk_l2norm_in_kernel's normalisation: x / sqrt(sum x^2 + 1e-6) over the head dim in fp32, rounded to dtype
-    (the op's kernel sums in its own order: equal to fp32 rounding)."""
-    x = x.float()
-    return (x * (1.0 / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6))).to(dtype)
+    """The dtype chunk_gated_delta_rule stores its intermediates (the chunk states h among them) in, for inputs of
+    ``dtype`` and head dims K, V: the C++ rule, chunk_gated_delta_rule_intermediate_dtype (q's dtype, float32 for 16-bit
+    inputs with K or V < 32). Where the rule refuses its arguments (another dtype, a head dim outside [1, 256]) the
+    op's own checks, made before it writes h, name the argument at fault: ``dtype`` stands in. A constant under
+    torch.compile (the op returns no tensor)."""
+    try:
+        return getattr(torch, ops.chunk_gated_delta_rule_intermediate_dtype(dtype, K, V))
+    except ValueError:
+        return dtype
 
 
 def _slots_in_sequence_order(cu, chunk_size):
@@ -386,32 +406,6 @@ def _host_cu_seqlens(op, cu_seqlens, T):
         raise ValueError(f"{op}: cu_seqlens: expected 0 = cu_seqlens[0] <= ... <= cu_seqlens[N] = T = {T} (read on "
                          f"the host for return_intermediate_states), got {text}")
     return cu
-
-
-def _chunk_start_states(op, k, v, g, beta, initial_state, use_qk_l2norm_in_kernel, cu_seqlens, cu_host=None,
-                        chunk_size=64):
-    """The state at the start of every chunk, before its tokens, in k's dtype: [number of chunks, HV, K, V], chunk 0
-    of a sequence holding its initial state (zeros without one). Chunks are batch-major without cu_seqlens
-    (B * ceil(T / BT)), sequence by sequence with it (sum of ceil(L_n / BT)). Computed by the stages
-    (chunk_local_cumsum, chunk_gated_delta_rule_fwd_kkt_solve, recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h) with
-    the intermediates and the l2 normalisation of chunk_gated_delta_rule, on arguments that op has accepted (``op``
-    names its errors). With cu_seqlens it reads cu_seqlens on the host (a synchronisation: not capturable in a CUDA
-    graph), since the number of chunks depends on the values (``cu_host``: that reading, where the caller made it);
-    without it nothing is read on the host."""
-    B, T, HV, V = v.shape
-    K = k.shape[3]
-    it = _intermediate_dtype(k.dtype, K, V)
-    if cu_seqlens is not None and cu_host is None:
-        cu_host = _host_cu_seqlens(op, cu_seqlens, T)
-    kn = _l2norm(k, it) if use_qk_l2norm_in_kernel else k.to(it)
-    gc = chunk_local_cumsum(g, chunk_size, cu_seqlens=cu_seqlens)
-    Ai = chunk_gated_delta_rule_fwd_kkt_solve(kn, gc, beta, cu_seqlens, chunk_size)
-    w, u = recompute_w_u_fwd(kn, v.to(it), beta, Ai, gc, cu_seqlens)
-    h, _, _ = chunk_gated_delta_rule_fwd_h(kn, w, u, gc, None, initial_state, False, chunk_size, False,
-                                           cu_seqlens=cu_seqlens)
-    if cu_host is None:
-        return h.reshape(B * h.shape[1], HV, K, V).to(k.dtype)
-    return h[0].index_select(0, _slots_in_sequence_order(cu_host, chunk_size).to(h.device)).to(k.dtype)
 
 
 def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, initial_state=None,

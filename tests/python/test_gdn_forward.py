@@ -637,6 +637,67 @@ def test_vllm_order_states_of_small_heads(device, heads):
     assert states.dtype == torch.bfloat16 and rel_rms(states, ref) <= 5e-3
 
 
+@pytest.mark.parametrize("chunk_size", [16, 64])
+@pytest.mark.parametrize("varlen", [False, True])
+@pytest.mark.parametrize("heads", [(1, 2, 32, 32), (2, 4, 16, 8)])  # K, V < 32: f32 intermediates from bf16
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_with_states_raw_op_gives_the_stages_h(dtype, heads, varlen, chunk_size):
+    # torch.ops.fuseops.chunk_gated_delta_rule_with_states on the CPU: its chunk states h [B, NS, HV, K, V] (in the
+    # intermediate dtype) are the bytes of the public stages' h on the same inputs with the op's intermediates (the
+    # same CPU kernels on the same values), in every slot of a chunk; o and final_state are the bytes of
+    # chunk_gated_delta_rule
+    H, HV, K, V = heads
+    if varlen:
+        lens = [0, 37, 150, 1]
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+        B, T, N = 1, sum(lens), len(lens)
+    else:
+        cu, B, T, N = None, 2, 150, 2
+    q, k, v, g, beta, h0 = inputs(B, T, H, HV, K, V, dtype, "cpu", N=N, seed=11)
+    it = getattr(torch, fuseops.ops.chunk_gated_delta_rule_intermediate_dtype(dtype, K, V))
+    assert it == (torch.float32 if min(K, V) < 32 else dtype)
+    per_row = (T + chunk_size - 1) // chunk_size
+    NS = per_row if cu is None else N + per_row
+    o = torch.empty(B, T, HV, V, dtype=dtype)
+    h = torch.full((B, NS, HV, K, V), float("nan"), dtype=it)
+    ht = torch.empty(N, HV, K, V)
+    fuseops.ops.chunk_gated_delta_rule_with_states(o, h, ht, q, k, v, g, beta, None, h0, False, cu, chunk_size)
+    gc = fuseops.chunk_local_cumsum(g, chunk_size, cu_seqlens=cu)
+    kn = k.to(it)
+    Ai = fuseops.chunk_gated_delta_rule_fwd_kkt_solve(kn, gc, beta, cu, chunk_size)
+    w, u = fuseops.recompute_w_u_fwd(kn, v.to(it), beta, Ai, gc, cu)
+    h_ref, _, ht_ref = fuseops.chunk_gated_delta_rule_fwd_h(kn, w, u, gc, None, h0, True, chunk_size,
+                                                            cu_seqlens=cu)
+    assert h.dtype == h_ref.dtype == it
+    if cu is None:
+        assert torch.equal(h, h_ref)
+    else:  # the slots of a chunk (the others are not written: still NaN)
+        slots = fuseops.gdn._slots_in_sequence_order(cu.long(), chunk_size)
+        assert torch.equal(h[0, slots], h_ref[0, slots])
+        others = torch.ones(NS, dtype=torch.bool)
+        others[slots] = False
+        assert bool(h[0, others].isnan().all())
+    assert torch.equal(ht, ht_ref)
+    o_ref, ht_op = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, cu_seqlens=cu,
+                                                  chunk_size=chunk_size)
+    assert torch.equal(o, o_ref) and torch.equal(ht, ht_op)
+
+
+def test_intermediate_dtype_is_the_cpp_rule():
+    # bound from C++ (chunk_gated_delta_rule_intermediate_dtype): the input dtype, float32 for 16-bit inputs with K or
+    # V < 32; a dtype or head dim the op refuses is a ValueError naming the argument
+    rule = fuseops.ops.chunk_gated_delta_rule_intermediate_dtype
+    assert rule(torch.bfloat16, 128, 128) == "bfloat16" and rule(torch.float16, 64, 32) == "float16"
+    assert rule(torch.bfloat16, 31, 128) == "float32" and rule(torch.float16, 128, 8) == "float32"
+    assert rule(torch.float32, 4, 4) == "float32"
+    assert fuseops.gdn._intermediate_dtype(torch.bfloat16, 16, 128) == torch.float32
+    assert fuseops.gdn._intermediate_dtype(torch.bfloat16, 128, 128) == torch.bfloat16
+    for args, name in (((torch.int32, 128, 128), "dtype"), ((torch.float64, 128, 128), "dtype"),
+                       ((torch.bfloat16, 0, 128), "head_k_dim"), ((torch.bfloat16, 128, 257), "head_v_dim")):
+        with pytest.raises(ValueError, match=f"^chunk_gated_delta_rule_intermediate_dtype: {name}: "):
+            rule(*args)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_vllm_order_without_states_is_the_fused_op(device):
     lens = [3, 0, 70]

@@ -9,11 +9,13 @@ from common import DEVICES, requires_opcheck, torch
 
 import fuseops
 from fuseops import gdn, moe
+from fuseops.compat import vllm
 
 F = torch.nn.functional
 
 RECORDED_OPS = {
     "recompute_w_u_fwd", "chunk_gated_delta_rule_fwd_h", "chunk_fwd_o", "chunk_gated_delta_rule",
+    "chunk_gated_delta_rule_with_states",
     "fused_recurrent_gated_delta_rule", "fused_recurrent_gated_delta_rule_update",
     "fused_sigmoid_gating_delta_rule_update", "topk_softmax", "grouped_topk", "moe_align_block_size", "moe_route",
 }
@@ -59,6 +61,8 @@ def _gdn_calls(device, dtype):
     h, v_new, _ = fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, g, initial_state=h0, output_final_state=True,
                                                        cu_seqlens=cu)
     fuseops.chunk_fwd_o(q, k, v_new, h, g, scale=0.25, cu_seqlens=cu)
+    # vLLM's order with the chunk states: one call of chunk_gated_delta_rule_with_states
+    vllm.chunk_gated_delta_rule(q, k, v, graw, beta, None, h0, True, cu, False, True, True)
 
     # decode: FLA's form, the state pool (slot -1 is padding) and vLLM's fused sigmoid gating
     N = 3

@@ -144,15 +144,19 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     """The chunked GDN forward in the order of vLLM's vendored FLA ``chunk_gated_delta_rule``: returns (o, final_state,
     intermediate_states).
 
-    o and final_state are those of :func:`fuseops.chunk_gated_delta_rule` (the same call, the same bytes, every check
-    of it: ValueError naming the argument; chunk size 64). ``head_first``: False only (True is a ValueError naming it,
-    where vLLM raises too). ``intermediate_states`` is None unless ``return_intermediate_states``; then it is the
-    state at the start of every chunk of 64 tokens, before the chunk's tokens (chunk 0 of a sequence: its initial
-    state, or zeros), in k's dtype, [number of chunks, HV, K, V]: without cu_seqlens B * ceil(T / 64) chunks,
-    batch-major; with cu_seqlens the chunks of sequence 0, then of sequence 1, ..., ceil(L / 64) for a sequence of L
-    tokens (none for an empty one). They are computed apart from o and final_state, by the forward's stages with the
-    op's intermediates (the work of the forward again, but the output stage): equal to the op's own chunk states to
-    rounding.
+    Without ``return_intermediate_states`` o and final_state are those of :func:`fuseops.chunk_gated_delta_rule` (the
+    same call, the same bytes). Every check of it holds either way: ValueError naming the argument; chunk size 64.
+    ``head_first``: False only (True is a ValueError naming it, where vLLM raises too). ``intermediate_states`` is
+    None unless ``return_intermediate_states``; then it is the state at the start of every chunk of 64 tokens, before
+    the chunk's tokens (chunk 0 of a sequence: its initial state, or zeros), in k's dtype, [number of chunks, HV, K,
+    V]: without cu_seqlens B * ceil(T / 64) chunks, batch-major; with cu_seqlens the chunks of sequence 0, then of
+    sequence 1, ..., ceil(L / 64) for a sequence of L tokens (none for an empty one). They are the forward's own chunk
+    states, written by the same call that gives o and final_state (the C++ chunk_gated_delta_rule_with_states: one
+    forward), in its intermediate dtype (k's, or float32 for 16-bit inputs with K or V < 32) and then cast to k's
+    dtype. With the states asked for, o and final_state on the CPU are the same bytes as fuseops.chunk_gated_delta_rule
+    gives; on CUDA o comes from the output stage that reads the states (not from the form that keeps them inside the
+    recurrence's kernel, where fuseops.chunk_gated_delta_rule takes it): equal to its o within the forward's tolerance
+    (docs/ops/gdn.md), not always byte for byte.
 
     The states with cu_seqlens read cu_seqlens on the host, as vLLM does (their number depends on the values): that
     call synchronises with the device, is not capturable in a CUDA graph (a ValueError while the current stream
@@ -181,12 +185,20 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         gdn._reject_kwargs(op, {"head_first": head_first})
         if _readable_cu(cu_seqlens, q, k, v):
             cu_host = gdn._host_cu_seqlens(op, cu_seqlens, v.shape[1])
-    o, final_state = gdn.chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state,
-                                                use_qk_l2norm_in_kernel, cu_seqlens, head_first=head_first)
     if not return_intermediate_states:
+        o, final_state = gdn.chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state,
+                                                    use_qk_l2norm_in_kernel, cu_seqlens, head_first=head_first)
         return o, final_state, None
-    states = gdn._chunk_start_states(op, k, v, g, beta, initial_state, use_qk_l2norm_in_kernel, cu_seqlens, cu_host)
-    return o, final_state, states
+    # one forward that also writes its chunk states h [B, NS, HV, K, V] (chunk slots), then vLLM's order
+    o, final_state, h = gdn._chunk_forward(op, q, k, v, g, beta, scale, initial_state, output_final_state,
+                                           use_qk_l2norm_in_kernel, cu_seqlens, 64, {"head_first": head_first},
+                                           states=True)
+    if cu_seqlens is None:
+        return o, final_state, h.reshape(h.shape[0] * h.shape[1], *h.shape[2:]).to(k.dtype)
+    if cu_host is None:  # (not read above: the op has accepted cu_seqlens and q, k, v since)
+        cu_host = gdn._host_cu_seqlens(op, cu_seqlens, v.shape[1])
+    slots = gdn._slots_in_sequence_order(cu_host, 64).to(h.device)
+    return o, final_state, h[0].index_select(0, slots).to(k.dtype)
 
 
 def _readable_cu(cu_seqlens, q, k, v):
