@@ -1,11 +1,12 @@
 // Case sets of the GDN forward (docs/ops/gdn.md): `gdn-prefill` runs chunk_gated_delta_rule on the ten anchor
 // configurations of FlashQLA's / FlashInfer's published benchmarks (K = V = 128, bf16, an initial state per sequence, l2 normalisation of
-// q and k in the kernel) and on Qwen3-Next-80B; `gdn-decode` runs one decode step (one token per sequence) of the
+// q and k in the kernel) and on Qwen3-Next-80B, and chunk_gated_delta_rule_with_states (the chunk states too, vLLM's
+// return_intermediate_states) on one anchor; `gdn-decode` runs one decode step (one token per sequence) of the
 // serving form, fused_recurrent_gated_delta_rule_update on an f32 state pool, and of the fused sigmoid-gating form,
-// for 1, 64 and 256 sequences of Qwen3-Next-80B (H 16, HV 32). check() compares o and the final state with the float64
-// token recurrence (relative RMS, docs/ops/gdn.md "Tolerances"); for long prefill cases the golden runs on four value
-// heads (the recurrence costs ~4 K V flops per token and head in double). bench() times the op alone; the FLA
-// baseline runs side by side from bench/baselines/fla_gdn_forward.py.
+// for 1, 64 and 256 sequences of Qwen3-Next-80B (H 16, HV 32). check() compares o and the final state (and the chunk
+// states) with the float64 token recurrence (relative RMS, docs/ops/gdn.md "Tolerances"); for long prefill cases the
+// golden runs on four value heads (the recurrence costs ~4 K V flops per token and head in double). bench() times the
+// op alone; the FLA baseline runs side by side from bench/baselines/fla_gdn_forward.py.
 #include <algorithm>
 #include <numeric>
 #include <chrono>
@@ -37,10 +38,18 @@ struct Spec {
   bool sigmoid_gating = false;   ///< decode with the fused gating form
   bool pool = true;              ///< decode: the serving form on a state pool (false: fused_recurrent_gated_delta_rule)
   bool beta_per_channel = false; ///< decode with given gates: beta [B, T, HV, V] (FLA's per-channel beta)
+  /// prefill: chunk_gated_delta_rule_with_states, its chunk states h [B, NS, HV, K, V] checked too
+  bool states = false;
   DType dtype = DType::bf16;
   std::string label;
   bool varlen() const { return !seqlens.empty(); }
   int64_t N() const { return varlen() ? static_cast<int64_t>(seqlens.size()) : B; }
+  /// NS of h (gdn_chunk_slots)
+  int64_t slots() const { return gdn_chunk_slots(T, N(), BT, varlen()); }
+  /// Elements of h
+  int64_t h_numel() const { return B * slots() * HV * K * V; }
+  /// dtype of h (chunk_gated_delta_rule_intermediate_dtype)
+  DType h_dtype() const { return chunk_gated_delta_rule_intermediate_dtype(dtype, K, V); }
 };
 
 Spec prefill(int64_t H, int64_t HV, std::vector<int64_t> seqlens) {
@@ -180,9 +189,9 @@ HostInputs make_inputs(const Spec& s, uint64_t seed) {
   return in;
 }
 
-/// Views of one run (host or device memory); ws / out / ht / pool are outputs.
+/// Views of one run (host or device memory); ws / out / ht / h / pool are outputs.
 struct Views {
-  TensorView q, k, v, g, beta, h0, cu, idx, A_log, dt_bias, o, ht, ws;
+  TensorView q, k, v, g, beta, h0, cu, idx, A_log, dt_bias, o, ht, ws, h;
   void run(const Spec& s, Stream stream) const {
     if (s.decode && !s.pool) {  // the plain recurrence: h0 read, the final state written to ht
       TensorView final_state = ht;
@@ -200,17 +209,35 @@ struct Views {
       return;
     }
     TensorView final_state = ht;
+    if (s.states) {
+      chunk_gated_delta_rule_with_states(o, h, &final_state, q, k, v, g, beta, std::nullopt, &h0, true,
+                                         s.varlen() ? &cu : nullptr, ws, s.BT, stream);
+      return;
+    }
     chunk_gated_delta_rule(o, &final_state, q, k, v, g, beta, std::nullopt, &h0, true, s.varlen() ? &cu : nullptr, ws,
                            s.BT, stream);
   }
 };
+
+/// h of a states case (the intermediate dtype), poisoned; an empty tensor otherwise.
+HostTensor states_of(const Spec& s) {
+  if (!s.states) return HostTensor(DType::f32, {0});
+  HostTensor h(s.h_dtype(), {s.B, s.slots(), s.HV, s.K, s.V});
+  h.poison();
+  return h;
+}
 
 std::size_t workspace_bytes(const Spec& s) {
   if (s.decode) return 16;
   const TensorView q(nullptr, s.dtype, Device::cpu(), {s.B, s.T, s.H, s.K});
   const TensorView v(nullptr, s.dtype, Device::cpu(), {s.B, s.T, s.HV, s.V});
   const TensorView cu(nullptr, DType::i32, Device::cpu(), {static_cast<int64_t>(s.seqlens.size()) + 1});
-  return chunk_gated_delta_rule_workspace_size(q, v, s.varlen() ? &cu : nullptr, true, s.BT);
+  return chunk_gated_delta_rule_workspace_size(q, v, s.varlen() ? &cu : nullptr, true, s.BT, s.states);
+}
+
+/// Bytes of h (states cases; 0 otherwise).
+std::size_t states_bytes(const Spec& s) {
+  return s.states ? static_cast<std::size_t>(s.h_numel()) * dtype_size(s.h_dtype()) : 0;
 }
 
 class ForwardBench : public BenchProblem {
@@ -220,13 +247,13 @@ class ForwardBench : public BenchProblem {
     const std::size_t es = dtype_size(s_.dtype), tok = static_cast<std::size_t>(s_.B * s_.T);
     const std::size_t beta = static_cast<std::size_t>(s_.beta_per_channel ? s_.V : 1) * es;
     return tok * (2 * s_.H * s_.K * es + 2 * s_.HV * s_.V * es + s_.HV * (4 + beta)) +
-           static_cast<std::size_t>(s_.N() * s_.HV * s_.K * s_.V) * 8 + workspace_bytes(s_);
+           static_cast<std::size_t>(s_.N() * s_.HV * s_.K * s_.V) * 8 + workspace_bytes(s_) + states_bytes(s_);
   }
-  double bytes() const override {  // q, k, v, g, beta, o once; the state read once and written once
+  double bytes() const override {  // q, k, v, g, beta, o once; the state read once and written once; h written once
     const double es = static_cast<double>(dtype_size(s_.dtype)), tok = static_cast<double>(s_.B * s_.T);
     const double beta = (s_.beta_per_channel ? static_cast<double>(s_.V) : 1.0) * es;
     return tok * (2.0 * s_.H * s_.K * es + 2.0 * s_.HV * s_.V * es + s_.HV * (4.0 + beta)) +
-           2.0 * 4.0 * static_cast<double>(s_.N() * s_.HV * s_.K * s_.V);
+           2.0 * 4.0 * static_cast<double>(s_.N() * s_.HV * s_.K * s_.V) + static_cast<double>(states_bytes(s_));
   }
   double flops() const override {  // docs/ops/gdn.md "Performance": the chunked algorithm's multiply-adds x 2
     const double tok = static_cast<double>(s_.B * s_.T), K = static_cast<double>(s_.K), V = static_cast<double>(s_.V);
@@ -247,6 +274,7 @@ class ForwardBench : public BenchProblem {
       st.ht = gpu::Buffer(static_cast<std::size_t>(s_.N() * s_.HV * s_.K * s_.V) * 4);
       const std::size_t wsb = workspace_bytes(s_);
       st.ws = gpu::Buffer(wsb);
+      if (s_.states) st.h = gpu::Buffer(states_bytes(s_));
       Views& v = st.views;
       v.q = st.inputs[0]->view();
       v.k = st.inputs[1]->view();
@@ -261,6 +289,7 @@ class ForwardBench : public BenchProblem {
       v.o = TensorView(st.o.get(), s_.dtype, dev, {s_.B, s_.T, s_.HV, s_.V});
       v.ht = TensorView(st.ht.get(), DType::f32, dev, {s_.N(), s_.HV, s_.K, s_.V});
       v.ws = TensorView(st.ws.get(), DType::f32, dev, {static_cast<int64_t>(wsb / 4)});
+      if (s_.states) v.h = TensorView(st.h.get(), s_.h_dtype(), dev, {s_.B, s_.slots(), s_.HV, s_.K, s_.V});
       sets_.push_back(std::move(st));
     }
   }
@@ -270,7 +299,7 @@ class ForwardBench : public BenchProblem {
  private:
   struct Set {
     std::vector<std::unique_ptr<testing::DeviceTensor>> inputs;
-    gpu::Buffer o, ht, ws;
+    gpu::Buffer o, ht, ws, h;
     Views views;
   };
   Spec s_;
@@ -281,7 +310,7 @@ class ForwardCase : public OpCase {
  public:
   explicit ForwardCase(const Spec& s) : s_(s) {
     family = "gdn";
-    op = !s.decode ? "chunk_gated_delta_rule"
+    op = !s.decode ? (s.states ? "chunk_gated_delta_rule_with_states" : "chunk_gated_delta_rule")
          : !s.pool ? "fused_recurrent_gated_delta_rule"
          : s.sigmoid_gating ? "fused_sigmoid_gating_delta_rule_update"
                             : "fused_recurrent_gated_delta_rule_update";
@@ -300,6 +329,7 @@ class ForwardCase : public OpCase {
     o.poison();
     ht.poison();
     HostTensor pool = in.h0;  // decode: the pool, updated in place
+    HostTensor h = states_of(s);
     const bool in_pool = s.decode && s.pool;
     const std::size_t wsb = workspace_bytes(s);
     HostTensor ws(DType::f32, {static_cast<int64_t>(wsb / 4 + 1)});
@@ -324,22 +354,25 @@ class ForwardCase : public OpCase {
       };
       Views v = views_of(up);
       testing::DeviceTensor od(o, device.index), hd(ht, device.index), pd(in_pool ? pool : in.h0, device.index),
-          wd(ws, device.index);
+          wd(ws, device.index), sd(h, device.index);
       v.o = od.view();
       v.ht = hd.view();
       v.h0 = pd.view();
       v.ws = wd.view();
+      v.h = sd.view();
       v.run(s, Stream());
       testing::device_synchronize(device.index);
       od.copy_to(o);
       hd.copy_to(ht);
       if (in_pool) pd.copy_to(pool);
+      if (s.states) sd.copy_to(h);
     } else {
       Views v = views_of([](const HostTensor& t) { return t.view(); });
       v.o = o.view();
       v.ht = ht.view();
       v.h0 = in_pool ? pool.view() : in.h0.view();
       v.ws = ws.view();
+      v.h = h.view();
       v.run(s, Stream());
     }
     check_errors();
@@ -357,17 +390,30 @@ class ForwardCase : public OpCase {
     // the chunked op rounds the normalised q, k to its intermediate dtype (the input dtype, or f32 at small head dims)
     ri.round_normalized = !s.decode && chunk_gated_delta_rule_intermediate_dtype(s.dtype, s.K, s.V) == s.dtype;
     ri.cu_seqlens = in.cu_values;
+    ri.chunk_size = s.states ? s.BT : 0;  // the chunk-start states, in h's slots
     const double cost = static_cast<double>(s.B * s.T) * s.HV * s.K * s.V;
     if (cost > 4e9 && s.HV > 4) ri.heads = {0, s.HV / 3, (2 * s.HV) / 3, s.HV - 1};  // long cases: four value heads
     const reference::RecurrenceGolden gold = reference::gated_delta_rule_recurrence(ri);
     const HostTensor& state = in_pool ? pool : ht;
     double max_abs = 0;
-    auto rms = [&](const HostTensor& out, const std::vector<double>& ref, int64_t inner, double& err) {
+    // h: only the slots of a chunk are written (varlen: slot n for sequence n's chunk 0, N + (t - 1) / BT for a later
+    // chunk starting at token t; gdn_chunk_slots)
+    std::vector<bool> chunk_slot(static_cast<std::size_t>(s.states ? s.B * s.slots() : 0), !s.varlen());
+    if (s.states && s.varlen()) {
+      for (int64_t n = 0; n < s.N(); ++n) {
+        for (int64_t t = in.cu_values[n]; t < in.cu_values[n + 1]; t += s.BT) {
+          chunk_slot[t == in.cu_values[n] ? n : s.N() + (t - 1) / s.BT] = true;
+        }
+      }
+    }
+    auto rms = [&](const HostTensor& out, const std::vector<double>& ref, int64_t inner, double& err,
+                   bool slots = false) {
       double e2 = 0, r2 = 0;
       bool finite = true;
       for (std::size_t e = 0; e < ref.size(); ++e) {
         const int64_t i = static_cast<int64_t>(e), h = (i / inner) % s.HV;
         if (!ri.heads.empty() && std::find(ri.heads.begin(), ri.heads.end(), h) == ri.heads.end()) continue;
+        if (slots && !chunk_slot[i / (inner * s.HV)]) continue;
         const double x = out.get(i / out.cols(), i % out.cols());
         finite = finite && std::isfinite(x);
         if (std::isfinite(x)) max_abs = std::max(max_abs, std::abs(x - ref[e]));
@@ -377,18 +423,20 @@ class ForwardCase : public OpCase {
       err = r2 > 0 ? std::sqrt(e2 / r2) : std::sqrt(e2);
       return finite;
     };
-    double eo = 0, es = 0;
+    double eo = 0, es = 0, eh = 0;
     const bool fo = rms(o, gold.o, s.V, eo), fs = rms(state, gold.final_state, s.K * s.V, es);
+    const bool fh = !s.states || rms(h, gold.chunk_states, s.K * s.V, eh, /*slots=*/true);
     const double limit = reference::gdn_forward_rel_rms_limit(s.dtype);
     CheckOutcome r;
-    r.pass = fo && fs && eo <= limit && es <= limit;
-    r.rel_rms_error = std::max(eo, es);
+    r.pass = fo && fs && fh && eo <= limit && es <= limit && eh <= limit;
+    r.rel_rms_error = std::max({eo, es, eh});
     r.max_abs_error = max_abs;
-    char buf[160];
-    std::snprintf(buf, sizeof buf, "rel RMS <= %.0e (o %.2e, final_state %.2e%s)", limit, eo, es,
+    char h_err[32] = "", buf[192];
+    if (s.states) std::snprintf(h_err, sizeof h_err, ", h %.2e", eh);
+    std::snprintf(buf, sizeof buf, "rel RMS <= %.0e (o %.2e, final_state %.2e%s%s)", limit, eo, es, h_err,
                   ri.heads.empty() ? "" : ", 4 heads");
     r.tolerance = buf;
-    if (!r.pass) r.detail = (fo && fs) ? "relative RMS error above the limit" : "non-finite outputs";
+    if (!r.pass) r.detail = (fo && fs && fh) ? "relative RMS error above the limit" : "non-finite outputs";
     r.rows_checked = s.B * s.T;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
@@ -402,7 +450,7 @@ class ForwardCase : public OpCase {
     const Spec s = reduced(s_, nrows);
     const HostInputs in = make_inputs(s, 1);
     HostTensor o(s.dtype, {s.B, s.T, s.HV, s.V}), ht(DType::f32, {s.N(), s.HV, s.K, s.V}), pool = in.h0;
-    HostTensor ws(DType::f32, {static_cast<int64_t>(workspace_bytes(s) / 4 + 1)});
+    HostTensor ws(DType::f32, {static_cast<int64_t>(workspace_bytes(s) / 4 + 1)}), h = states_of(s);
     Views v;
     v.q = in.q.view();
     v.k = in.k.view();
@@ -417,6 +465,7 @@ class ForwardCase : public OpCase {
     v.ht = ht.view();
     v.h0 = pool.view();
     v.ws = ws.view();
+    v.h = h.view();
     // the pool is updated in place: its values change from run to run, not the work
     return median_wall_us([&] { v.run(s, Stream()); });
   }
@@ -536,10 +585,17 @@ void register_gdn_forward_cases(Registry& r) {
                            prefill(2, 8, eight_1k), prefill(16, 64, {32768}),     prefill(16, 64, {8192}),
                            prefill(16, 64, {4096, 4096}), prefill(16, 32, {8192}), prefill(16, 32, eight_4k),
                            prefill(2, 8, {16384, 16384}), prefill(16, 32, {4096}),  prefill(16, 32, {32768})};
+  // vLLM's return_intermediate_states: one forward that also writes the chunk states (varlen, the slots of 8
+  // sequences; the same shape as the 2/8 [8 x 1024] row, so that bench shows what the states cost)
+  Spec states = prefill(2, 8, eight_1k);
+  states.states = true;
+  states.label += ",states";
+  pre.push_back(states);
   r.add("gdn-prefill",
         "GDN chunked forward chunk_gated_delta_rule, K = V = 128, bf16, chunk 64, initial state per sequence, q/k "
         "l2norm in kernel: the 10 FlashQLA / FlashInfer H200 anchor configurations (h_qk/h_v: sequence lengths) and "
-        "Qwen3-Next-80B (16/32) at 4096 and 32768 tokens",
+        "Qwen3-Next-80B (16/32) at 4096 and 32768 tokens; chunk_gated_delta_rule_with_states (the chunk states too) "
+        "at 2/8 8x1024",
         true, make(pre));
   std::vector<Spec> dec;
   for (int64_t n : {1, 64, 256}) dec.push_back(decode(n, 16, 32, false));
