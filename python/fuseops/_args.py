@@ -104,12 +104,6 @@ def float_arg(op, name, v):
 # region: Dynamo refuses it first); False on torch without torch.compiler.
 _compiling = getattr(getattr(torch, "compiler", None), "is_compiling", None) or (lambda: False)
 
-# Marks a function of constant arguments (dtypes, ints) whose result torch.compile takes as a constant: Dynamo calls it
-# while tracing instead of tracing into it (torch.compiler.assume_constant_result), e.g. a host query of the C++
-# library through a torch op that returns no tensor, which Dynamo cannot put in a graph. The identity on torch without
-# torch.compiler (no tracing).
-compile_constant = getattr(getattr(torch, "compiler", None), "assume_constant_result", None) or (lambda fn: fn)
-
 
 def tensor_arg(op, name, t, optional=False):
     """A dense torch.Tensor (or None when ``optional``); anything else is an error naming the argument: also a sparse,

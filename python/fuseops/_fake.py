@@ -10,7 +10,7 @@ import torch
 from . import _ops  # noqa: F401  (the ops must exist before their fakes are registered)
 
 # Every op of bindings/torch/registration.cpp except version() and chunk_gated_delta_rule_intermediate_dtype() (no
-# tensor: strings, never traced; gdn.py's _intermediate_dtype is a constant under torch.compile).
+# tensor: strings, never traced; gdn.py's _intermediate_dtype is its rule in Python).
 OPS = (
     "silu_and_mul",
     "gelu_and_mul",

@@ -14,8 +14,7 @@ graph is never dropped silently; call the functions under torch.no_grad() / torc
 
 import torch
 
-from ._args import (bool_arg, compile_constant, float_arg, forward_only, int_arg, is_flag, named_as, shown, tensor_arg,
-                    unit_innermost)
+from ._args import bool_arg, float_arg, forward_only, int_arg, is_flag, named_as, shown, tensor_arg, unit_innermost
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -372,17 +371,13 @@ def chunk_fwd_o(q, k, v, h, g=None, g_gamma=None, scale=None, state_v_first=Fals
 # The state at the start of every chunk (vLLM's return_intermediate_states, fuseops.compat.vllm).
 
 
-@compile_constant
 def _intermediate_dtype(dtype, K, V):
     """The dtype chunk_gated_delta_rule stores its intermediates (the chunk states h among them) in, for inputs of
-    ``dtype`` and head dims K, V: the C++ rule, chunk_gated_delta_rule_intermediate_dtype (q's dtype, float32 for 16-bit
-    inputs with K or V < 32). Where the rule refuses its arguments (another dtype, a head dim outside [1, 256]) the
-    op's own checks, made before it writes h, name the argument at fault: ``dtype`` stands in. A constant under
-    torch.compile (the op returns no tensor)."""
-    try:
-        return getattr(torch, ops.chunk_gated_delta_rule_intermediate_dtype(dtype, K, V))
-    except ValueError:
-        return dtype
+    ``dtype`` and head dims K, V: q's dtype, float32 for 16-bit inputs with K or V < 32. The C++ rule
+    (chunk_gated_delta_rule_intermediate_dtype, bound as ops.chunk_gated_delta_rule_intermediate_dtype) in plain
+    Python, so that torch.compile traces it as a constant; a test holds the two equal over every dtype and head dim the
+    op accepts. Arguments the op refuses are named by its own checks, made before it writes h."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) and min(K, V) < 32 else dtype
 
 
 def _slots_in_sequence_order(cu, chunk_size):

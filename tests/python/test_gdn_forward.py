@@ -690,8 +690,12 @@ def test_intermediate_dtype_is_the_cpp_rule():
     assert rule(torch.bfloat16, 128, 128) == "bfloat16" and rule(torch.float16, 64, 32) == "float16"
     assert rule(torch.bfloat16, 31, 128) == "float32" and rule(torch.float16, 128, 8) == "float32"
     assert rule(torch.float32, 4, 4) == "float32"
-    assert fuseops.gdn._intermediate_dtype(torch.bfloat16, 16, 128) == torch.float32
-    assert fuseops.gdn._intermediate_dtype(torch.bfloat16, 128, 128) == torch.bfloat16
+    # gdn.py's Python form of the rule (a constant under torch.compile) is the C++ rule on everything the op accepts
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        for K in range(1, 257):
+            for V in (1, 8, 31, 32, 33, 64, 100, 128, 256):
+                assert fuseops.gdn._intermediate_dtype(dtype, K, V) == getattr(torch, rule(dtype, K, V)), (dtype, K, V)
+                assert fuseops.gdn._intermediate_dtype(dtype, V, K) == getattr(torch, rule(dtype, V, K)), (dtype, V, K)
     for args, name in (((torch.int32, 128, 128), "dtype"), ((torch.float64, 128, 128), "dtype"),
                        ((torch.bfloat16, 0, 128), "head_k_dim"), ((torch.bfloat16, 128, 257), "head_v_dim")):
         with pytest.raises(ValueError, match=f"^chunk_gated_delta_rule_intermediate_dtype: {name}: "):
