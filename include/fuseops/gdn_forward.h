@@ -84,8 +84,9 @@ void chunk_fwd_o(TensorView o, TensorView q, TensorView k, TensorView v_new, Ten
                  double scale, int64_t chunk_size = 64, const TensorView* cu_seqlens = nullptr, Stream stream = {});
 
 /// Bytes of device (or host, for CPU tensors) scratch memory chunk_gated_delta_rule needs for these arguments, or with
-/// `with_states` chunk_gated_delta_rule_with_states (fewer: that op writes the chunk states to its h, and its workspace
-/// has no region for them; the size without with_states is enough for it too).
+/// `with_states` chunk_gated_delta_rule_with_states (no more: that op writes the chunk states to its h, and its
+/// workspace has no region for them, so the size is smaller wherever there are chunk slots and equal where there are
+/// none, e.g. T = 0 without cu_seqlens; the size without with_states is enough for it too).
 /// Validates what the size depends on: q's and v's shapes, the chunk size and cu_seqlens' count (Error naming
 /// chunk_gated_delta_rule_workspace_size and the argument: cu_seqlens when its sequence count alone takes the size past
 /// 64 bits, or the chunk states [B, NS, HV, K, V] past 64 bits, also with with_states, else q or v). It does not check
