@@ -411,8 +411,8 @@ class ForwardCase : public OpCase {
       double e2 = 0, r2 = 0;
       bool finite = true;
       for (std::size_t e = 0; e < ref.size(); ++e) {
-        const int64_t i = static_cast<int64_t>(e), h = (i / inner) % s.HV;
-        if (!ri.heads.empty() && std::find(ri.heads.begin(), ri.heads.end(), h) == ri.heads.end()) continue;
+        const int64_t i = static_cast<int64_t>(e), head = (i / inner) % s.HV;
+        if (!ri.heads.empty() && std::find(ri.heads.begin(), ri.heads.end(), head) == ri.heads.end()) continue;
         if (slots && !chunk_slot[i / (inner * s.HV)]) continue;
         const double x = out.get(i / out.cols(), i % out.cols());
         finite = finite && std::isfinite(x);
