@@ -254,12 +254,18 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     return o, ht
 
 
+def _chunk_slots(T, N, chunk_size, varlen):
+    """NS, the chunk slots of h (gdn_chunk_slots, include/fuseops/gdn_forward.h): ceil(T / BT) per batch row, or
+    N + ceil(T / BT) with cu_seqlens (``varlen``; N sequences)."""
+    per_row = (T + chunk_size - 1) // chunk_size
+    return N + per_row if varlen else per_row
+
+
 def _chunk_forward(op, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
                    cu_seqlens, chunk_size, kwargs, states=False):
     """chunk_gated_delta_rule's checks (errors named ``op``) and call; with ``states`` the one call of
-    chunk_gated_delta_rule_with_states, which also writes the chunk states h [B, NS, HV, K, V] (NS chunk slots:
-    ceil(T / BT), or N + ceil(T / BT) with cu_seqlens; include/fuseops/gdn_forward.h) in the intermediate dtype.
-    Returns (o, final_state or None, h or None)."""
+    chunk_gated_delta_rule_with_states, which also writes the chunk states h [B, NS, HV, K, V] (NS: _chunk_slots) in
+    the intermediate dtype. Returns (o, final_state or None, h or None)."""
     forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, optional=("initial_state",))
     initial_state = _contiguous_read(initial_state)
     cu_seqlens = _check_cu(op, cu_seqlens)
@@ -285,8 +291,7 @@ def _chunk_forward(op, q, k, v, g, beta, scale, initial_state, output_final_stat
         ops.chunk_gated_delta_rule(o, ht, q, k, v, g, beta, sc, initial_state,
                                    bool(use_qk_l2norm_in_kernel), cu_seqlens, chunk_size)
         return o, ht, None
-    per_row = (T + chunk_size - 1) // chunk_size
-    NS = per_row if cu_seqlens is None else _num_seqs(q, cu_seqlens) + per_row
+    NS = _chunk_slots(T, _num_seqs(q, cu_seqlens), chunk_size, cu_seqlens is not None)
     h = torch.empty((B, NS, HV, K, V), dtype=_intermediate_dtype(q.dtype, K, V), device=q.device)
     with named_as(op, "chunk_gated_delta_rule_with_states", {}):
         ops.chunk_gated_delta_rule_with_states(o, h, ht, q, k, v, g, beta, sc, initial_state,
@@ -337,8 +342,7 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, gk=None, initial_state=None, o
     chunk_size = _check_chunk_size(op, chunk_size)
     B, T, HV, V = u.shape
     N = _num_seqs(k, cu_seqlens)
-    per_row = (T + chunk_size - 1) // chunk_size
-    NS = per_row if cu_seqlens is None else N + per_row
+    NS = _chunk_slots(T, N, chunk_size, cu_seqlens is not None)
     h = torch.empty((B, NS, HV, k.shape[3], V), dtype=k.dtype, device=k.device)
     v_new = torch.empty(u.shape, dtype=u.dtype, device=u.device)
     ht = torch.empty((N, HV, k.shape[3], V), dtype=torch.float32, device=k.device) if output_final_state else None
