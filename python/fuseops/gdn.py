@@ -247,11 +247,48 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         (o [B, T, HV, V] in q.dtype, final_state or None).
     Unsupported FLA keyword arguments (state_v_first, use_gate_in_kernel, head_first, ...) raise ValueError; so does
     vLLM's return_intermediate_states: :func:`fuseops.compat.vllm.chunk_gated_delta_rule` takes vLLM's order and
-    returns (o, final_state, intermediate_states).
+    returns (o, final_state, intermediate_states); :func:`chunk_gated_delta_rule_with_states` returns the chunk
+    states in fuseops' chunk slots.
     """
     o, ht, _ = _chunk_forward("chunk_gated_delta_rule", q, k, v, g, beta, scale, initial_state, output_final_state,
                               use_qk_l2norm_in_kernel, cu_seqlens, chunk_size, kwargs)
     return o, ht
+
+
+def chunk_gated_delta_rule_with_states(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                                       use_qk_l2norm_in_kernel=False, cu_seqlens=None, chunk_size=64, **kwargs):
+    """:func:`chunk_gated_delta_rule` that also returns its chunk states h, the state at the start of every chunk
+    (before the chunk's tokens; chunk 0 of a sequence: its initial state, or zeros), from the same single forward
+    (C++ ``chunk_gated_delta_rule_with_states``, include/fuseops/gdn_forward.h). These are the states vLLM's vendored
+    FLA ``chunk_gated_delta_rule(..., return_intermediate_states=True)`` keeps for prefix caching (vLLM
+    ``vllm/model_executor/layers/fla/ops/chunk.py``; FLA's h of ``chunk_gated_delta_rule_fwd_h``), here in fuseops'
+    chunk slots; :func:`fuseops.compat.vllm.chunk_gated_delta_rule` returns them in vLLM's order and dtype.
+
+    Args:
+        As :func:`chunk_gated_delta_rule`, in its order, with its checks (FLA's unsupported keyword arguments
+        included): q, k [B, T, H, K]; v [B, T, HV, V]; g, beta [B, T, HV]; initial_state [N, HV, K, V];
+        cu_seqlens [N+1] int32 / int64 (B == 1); chunk_size BT: 16, 32 or 64.
+    Returns:
+        (o [B, T, HV, V] in q.dtype, final_state [N, HV, K, V] float32 or None, h [B, NS, HV, K, V]). h is in the
+        intermediate dtype (q's; float32 for float16 / bfloat16 inputs with K or V < 32), each state rounded once
+        from float32, in the chunk slots of :func:`chunk_gated_delta_rule_fwd_h`'s h (gdn_chunk_slots):
+        - without cu_seqlens NS = ceil(T / BT), and h[b, c] is the state of batch row b before its tokens
+          [c BT, (c + 1) BT);
+        - with cu_seqlens NS = N + ceil(T / BT): chunk 0 of sequence n is h[0, n], and its chunk c >= 1, starting at
+          token t = cu_seqlens[n] + c BT, is h[0, N + (t - 1) // BT]; an empty sequence has no chunk, and the slots of
+          no chunk are not written (their values are undefined).
+    On the CPU o and final_state are the bytes of :func:`chunk_gated_delta_rule`; on CUDA o comes from the output
+    stage that reads h (not from the form that keeps the states inside the recurrence's kernel, which
+    chunk_gated_delta_rule takes where it applies): equal to its o within the forward's tolerance (docs/ops/gdn.md),
+    not always byte for byte. Nothing is read on the host (a malformed cu_seqlens is recorded for
+    :func:`fuseops.check_errors`, as chunk_gated_delta_rule's): the call is capturable in a CUDA graph.
+
+    Errors: those of chunk_gated_delta_rule (ValueError naming the argument; an input that requires grad, a
+    RuntimeError), named ``chunk_gated_delta_rule_with_states``; ``return_intermediate_states`` is refused by name
+    (the states are always returned).
+    """
+    return _chunk_forward("chunk_gated_delta_rule_with_states", q, k, v, g, beta, scale, initial_state,
+                          output_final_state, use_qk_l2norm_in_kernel, cu_seqlens, chunk_size, kwargs, states=True)
 
 
 def _chunk_slots(T, N, chunk_size, varlen):
@@ -271,11 +308,13 @@ def _chunk_forward(op, q, k, v, g, beta, scale, initial_state, output_final_stat
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)
-    if "return_intermediate_states" in kwargs:  # vLLM's argument: its function returns three values, this one two
-        raise ValueError(f"{op}: return_intermediate_states: not taken by fuseops.chunk_gated_delta_rule (FLA's "
-                         "signature, two results); fuseops.compat.vllm.chunk_gated_delta_rule takes it, in vLLM's "
-                         "order, and returns (o, final_state, intermediate_states), got "
-                         f"{shown(kwargs['return_intermediate_states'])}")
+    if "return_intermediate_states" in kwargs:  # vLLM's argument: its function returns three values
+        taken = ("fuseops.chunk_gated_delta_rule_with_states, which always returns the chunk states (o, final_state, "
+                 "h in chunk slots)" if states else
+                 "fuseops.chunk_gated_delta_rule (FLA's signature, two results)")
+        raise ValueError(f"{op}: return_intermediate_states: not taken by {taken}; "
+                         "fuseops.compat.vllm.chunk_gated_delta_rule takes it, in vLLM's order, and returns (o, "
+                         f"final_state, intermediate_states), got {shown(kwargs['return_intermediate_states'])}")
     _reject_kwargs(op, kwargs)
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")

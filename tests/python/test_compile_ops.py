@@ -177,6 +177,10 @@ def test_gdn(device):
     def f(q, k, v, g, beta, h0, pool):
         o, ht = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
                                                cu_seqlens=cu, chunk_size=16)
+        # the chunk states in their slots (nothing read on the host): the slots of the 4 chunks, the others unwritten
+        os, hs, h = fuseops.chunk_gated_delta_rule_with_states(q, k, v, g, beta, initial_state=h0,
+                                                               output_final_state=True, cu_seqlens=cu, chunk_size=16)
+        h = h[0, [1, 2, 3, 5]]
         gc = fuseops.chunk_local_cumsum(g, 16, cu_seqlens=cu)
         a = fuseops.chunk_gated_delta_rule_fwd_kkt_solve(k, gc, beta, cu, 16)
         od, hd = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=h0,
@@ -185,7 +189,7 @@ def test_gdn(device):
         ou, _ = fuseops.fused_recurrent_gated_delta_rule(
             q[:, step], k[:, step], v[:, step], g[:, step], beta[:, step], initial_state=pool,
             cu_seqlens=torch.arange(4, device=q.device), ssm_state_indices=slots, use_qk_l2norm_in_kernel=True)
-        return o, ht, gc, a, od, hd, ou
+        return o, ht, os, hs, h, gc, a, od, hd, ou
 
     _compiled_matches_eager(device, f, q, k, v, g, beta, h0, pool)
 

@@ -681,6 +681,99 @@ def test_with_states_raw_op_gives_the_stages_h(dtype, heads, varlen, chunk_size)
     o_ref, ht_op = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, cu_seqlens=cu,
                                                   chunk_size=chunk_size)
     assert torch.equal(o, o_ref) and torch.equal(ht, ht_op)
+    # the public function: the raw op's results, h in its chunk slots (the slots of no chunk aside)
+    fo, fht, fh = fuseops.chunk_gated_delta_rule_with_states(q, k, v, g, beta, None, h0, True, False, cu, chunk_size)
+    assert fh.shape == (B, NS, HV, K, V) and fh.dtype == it
+    assert torch.equal(fo, o) and torch.equal(fht, ht)
+    assert torch.equal(fh, h) if cu is None else torch.equal(fh[0, slots], h[0, slots])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("varlen", [False, True])
+@pytest.mark.parametrize("heads", [(1, 2, 32, 32), (2, 4, 16, 8)])  # K, V < 32: float32 h from bf16 inputs
+def test_with_states_function_gives_what_compat_gathers(device, varlen, heads):
+    # fuseops.chunk_gated_delta_rule_with_states: h [B, NS, HV, K, V] in the intermediate dtype, in chunk slots; its
+    # chunk slots in vLLM's order, cast to k's dtype, are compat.vllm's intermediate_states (one forward each, the
+    # same op on the same inputs: the same bytes), and o and final_state equal compat's too; chunk 0 of a sequence
+    # holds its initial state, rounded once
+    H, HV, K, V = heads
+    dtype = torch.bfloat16
+    if varlen:
+        lens = [0, 37, 150, 0, 64, 1]
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32, device=device)
+        B, T, N = 1, sum(lens), len(lens)
+    else:
+        cu, B, T, N = None, 2, 150, 2
+    q, k, v, g, beta, h0 = inputs(B, T, H, HV, K, V, dtype, device, N=N, seed=12)
+    o, ht, h = fuseops.chunk_gated_delta_rule_with_states(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                                          cu_seqlens=cu)
+    it = torch.float32 if min(K, V) < 32 else dtype
+    NS = 3 if cu is None else N + 4  # ceil(150 / 64) per row; N + ceil(252 / 64)
+    assert h.shape == (B, NS, HV, K, V) and h.dtype == it and h.device == q.device
+    vo, vht, states = vllm.chunk_gated_delta_rule(q, k, v, g, beta, None, h0, True, cu, False, False, True)
+    assert torch.equal(o, vo) and torch.equal(ht, vht)
+    if cu is None:
+        gathered = h.reshape(B * NS, HV, K, V)
+        assert torch.equal(h[:, 0], h0.to(it))
+    else:
+        slots = fuseops.gdn._slots_in_sequence_order(cu.cpu().long(), 64).to(device)
+        gathered = h[0].index_select(0, slots)
+        # chunk 0 of sequence n at slot n; sequence 2's later chunks (t = 101, 165) at N + (t - 1) // 64
+        assert slots.tolist() == [1, 2, 7, 8, 4, 5]
+        for n in (1, 2, 4, 5):  # the non-empty sequences' chunk 0
+            assert torch.equal(h[0, n], h0[n].to(it))
+    assert torch.equal(gathered.to(k.dtype), states)
+    ro, rht, rstates = recurrence(q, k, v, g, beta, h0, K ** -0.5, cu, chunk=64)
+    assert rel_rms(o, ro) <= limit(dtype) and rel_rms(ht, rht) <= limit(dtype)
+    assert rel_rms(gathered, rstates) <= limit(dtype)
+    # without output_final_state: None, the same o and h
+    o2, ht2, h2 = fuseops.chunk_gated_delta_rule_with_states(q, k, v, g, beta, initial_state=h0, cu_seqlens=cu)
+    assert ht2 is None and torch.equal(o2, o)
+    assert torch.equal(h2, h) if cu is None else torch.equal(h2[0, slots], h[0, slots])
+
+
+def test_with_states_function_errors_name_it():
+    # every check of chunk_gated_delta_rule, named as the user called the function (the Python-side checks, the op's
+    # and the workspace query's); FLA's keyword arguments as chunk_gated_delta_rule takes them
+    op = "chunk_gated_delta_rule_with_states"
+    f = fuseops.chunk_gated_delta_rule_with_states
+    q, k, v, g, beta, h0 = inputs(1, 8, 2, 4, 16, 16, torch.float32, "cpu")
+    cases = [
+        ("q", lambda: f(q[0], k, v, g, beta)),
+        ("q", lambda: f(q.double(), k, v, g, beta)),
+        ("k", lambda: f(q, k.double(), v, g, beta)),
+        ("v", lambda: f(q, k, v[:, :, :3], g[:, :, :3], beta[:, :, :3])),  # HV = 3, not a multiple of H = 2
+        ("v", lambda: f(q, k, v[..., :0], g, beta)),
+        ("beta", lambda: f(q, k, v, g, beta[:, :, :1])),
+        ("initial_state", lambda: f(q, k, v, g, beta, initial_state=h0[:, :1])),
+        ("scale", lambda: f(q, k, v, g, beta, scale="0.5")),
+        ("output_final_state", lambda: f(q, k, v, g, beta, output_final_state=1)),
+        ("use_qk_l2norm_in_kernel", lambda: f(q, k, v, g, beta, use_qk_l2norm_in_kernel="yes")),
+        ("chunk_size", lambda: f(q, k, v, g, beta, chunk_size=48)),
+        ("cu_seqlens", lambda: f(q, k, v, g, beta, cu_seqlens=torch.tensor([0.0, 8.0]))),
+        ("cu_seqlens", lambda: f(q, k, v, g, beta, cu_seqlens=torch.tensor(8))),
+        ("state_v_first", lambda: f(q, k, v, g, beta, state_v_first=True)),
+        ("not_an_fla_argument", lambda: f(q, k, v, g, beta, not_an_fla_argument=False)),
+    ]
+    for name, call in cases:
+        with pytest.raises(ValueError, match=f"^{op}: {name}: "):
+            call()
+    with pytest.raises(RuntimeError, match=f"^{op}: q: requires grad"):
+        f(q.clone().requires_grad_(), k, v, g, beta)
+    for value in (True, False):
+        with pytest.raises(ValueError, match=f"^{op}: return_intermediate_states: not taken by fuseops.{op}, which "
+                                             "always returns the chunk states .*fuseops.compat.vllm.chunk_gated_delta_"
+                                             "rule takes it"):
+            f(q, k, v, g, beta, return_intermediate_states=value)
+    # FLA's defaults spelled out are accepted, as by chunk_gated_delta_rule
+    o, _, h = f(q, k, v, g, beta, head_first=False, use_exp2=False, cu_seqlens_cpu=None)
+    o_ref, _, h_ref = f(q, k, v, g, beta)
+    assert torch.equal(o, o_ref) and torch.equal(h, h_ref)
+    # a malformed cu_seqlens is recorded under the function's name, nothing read on the host
+    fuseops.clear_errors()
+    f(q, k, v, g, beta, cu_seqlens=torch.tensor([0, 9], dtype=torch.int32))
+    with pytest.raises(ValueError, match=f"^{op}: cu_seqlens"):
+        fuseops.check_errors()
 
 
 def test_intermediate_dtype_is_the_cpp_rule():

@@ -61,7 +61,9 @@ def _gdn_calls(device, dtype):
     h, v_new, _ = fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, g, initial_state=h0, output_final_state=True,
                                                        cu_seqlens=cu)
     fuseops.chunk_fwd_o(q, k, v_new, h, g, scale=0.25, cu_seqlens=cu)
-    # vLLM's order with the chunk states: one call of chunk_gated_delta_rule_with_states
+    # the chunk states: one call of chunk_gated_delta_rule_with_states, in fuseops' slots and in vLLM's order
+    fuseops.chunk_gated_delta_rule_with_states(q, k, v, graw, beta, initial_state=h0, output_final_state=True,
+                                               cu_seqlens=cu, chunk_size=16)
     vllm.chunk_gated_delta_rule(q, k, v, graw, beta, None, h0, True, cu, False, True, True)
 
     # decode: FLA's form, the state pool (slot -1 is padding) and vLLM's fused sigmoid gating
