@@ -776,6 +776,31 @@ def test_with_states_function_errors_name_it():
         fuseops.check_errors()
 
 
+def test_varlen_batch_is_refused_before_the_outputs_are_sized():
+    # with cu_seqlens the inputs are of batch 1: the Python functions refuse a batch of 2 before they size o and h
+    # from it, with the op's own message (the raw op's, here its C++ check, word for word)
+    q, k, v, g, beta, _ = inputs(2, 8, 1, 2, 16, 16, torch.float32, "cpu")
+    cu = torch.tensor([0, 8, 16], dtype=torch.int32)
+    with pytest.raises(ValueError) as raw:
+        fuseops.ops.chunk_gated_delta_rule(torch.empty(2, 8, 2, 16), None, q, k, v, g, beta, None, None, False, cu, 64)
+    text = str(raw.value)
+    assert text == ("chunk_gated_delta_rule: cu_seqlens: expected inputs of batch B = 1 with cu_seqlens (sequences "
+                    "packed along T; flatten the batch), got B = 2"), text
+    rest = text[len("chunk_gated_delta_rule"):]
+    for op, f in (("chunk_gated_delta_rule", fuseops.chunk_gated_delta_rule),
+                  ("chunk_gated_delta_rule_with_states", fuseops.chunk_gated_delta_rule_with_states)):
+        with pytest.raises(ValueError) as raised:
+            f(q, k, v, g, beta, cu_seqlens=cu)
+        assert str(raised.value) == op + rest
+    for states in (False, True):
+        with pytest.raises(ValueError) as raised:
+            vllm.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu, return_intermediate_states=states)
+        assert str(raised.value) == text
+    # q and v of other batches: the op names the argument at fault, not cu_seqlens
+    with pytest.raises(ValueError, match="^chunk_gated_delta_rule_with_states: v: "):
+        fuseops.chunk_gated_delta_rule_with_states(q[:1], k[:1], v, g[:1], beta[:1], cu_seqlens=cu)
+
+
 def test_intermediate_dtype_is_the_cpp_rule():
     # bound from C++ (chunk_gated_delta_rule_intermediate_dtype): the input dtype, float32 for 16-bit inputs with K or
     # V < 32; a dtype or head dim the op refuses is a ValueError naming the argument
