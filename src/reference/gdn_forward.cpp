@@ -43,6 +43,30 @@ std::vector<double> row(const HostTensor& x, int64_t b, int64_t t, int64_t h, bo
 
 std::vector<double> values_of(const HostTensor& t) { return t.to_double(); }
 
+int64_t chunk_slot_count(int64_t T, int64_t chunk_size, const std::vector<int64_t>& cu_seqlens) {
+  const int64_t per_row = (T + chunk_size - 1) / chunk_size;
+  return cu_seqlens.empty() ? per_row : static_cast<int64_t>(cu_seqlens.size()) - 1 + per_row;
+}
+
+int64_t chunk_slot(int64_t n, int64_t bos, int64_t t0, int64_t chunk_size, const std::vector<int64_t>& cu_seqlens) {
+  if (cu_seqlens.empty()) return (t0 - bos) / chunk_size;
+  const int64_t N = static_cast<int64_t>(cu_seqlens.size()) - 1;
+  return t0 == bos ? n : N + (t0 - 1) / chunk_size;
+}
+
+std::vector<bool> chunk_slots_used(int64_t B, int64_t T, int64_t chunk_size, const std::vector<int64_t>& cu_seqlens) {
+  const int64_t NS = chunk_slot_count(T, chunk_size, cu_seqlens);
+  if (cu_seqlens.empty()) return std::vector<bool>(static_cast<std::size_t>(B * NS), true);
+  std::vector<bool> used(static_cast<std::size_t>(NS), false);
+  for (std::size_t n = 0; n + 1 < cu_seqlens.size(); ++n) {
+    for (int64_t t = cu_seqlens[n]; t < cu_seqlens[n + 1]; t += chunk_size) {
+      used[static_cast<std::size_t>(chunk_slot(static_cast<int64_t>(n), cu_seqlens[n], t, chunk_size, cu_seqlens))] =
+          true;
+    }
+  }
+  return used;
+}
+
 RecurrenceGolden gated_delta_rule_recurrence(const RecurrenceInputs& in) {
   if (!in.q || !in.k || !in.v) fail("q, k and v are required");
   const int64_t B = in.q->shape()[0], T = in.q->shape()[1], H = in.q->shape()[2], K = in.q->shape()[3];
@@ -75,7 +99,7 @@ RecurrenceGolden gated_delta_rule_recurrence(const RecurrenceInputs& in) {
   out.final_state.assign(static_cast<std::size_t>(N * HV * KV), 0.0);
   if (in.keep_token_states) out.token_states.assign(static_cast<std::size_t>(B * T * HV * KV), 0.0);
   const int64_t BT = in.chunk_size;
-  const int64_t NS = BT <= 0 ? 0 : (T + BT - 1) / BT + (in.cu_seqlens.empty() ? 0 : N);
+  const int64_t NS = BT <= 0 ? 0 : chunk_slot_count(T, BT, in.cu_seqlens);
   if (BT > 0) out.chunk_states.assign(static_cast<std::size_t>(B * NS * HV * KV), 0.0);
   testing::parallel_chunks(N * HV, 1, [&](int64_t, int64_t begin, int64_t end) {
     std::vector<double> S(static_cast<std::size_t>(KV)), sk(static_cast<std::size_t>(V));
@@ -85,7 +109,7 @@ RecurrenceGolden gated_delta_rule_recurrence(const RecurrenceInputs& in) {
       for (int64_t e = 0; e < KV; ++e) S[e] = in.h0 ? in.h0->get((n * HV + h) * K + e / V, e % V) : 0.0;
       for (int64_t t = starts[n]; t < ends[n]; ++t) {
         if (BT > 0 && (t - starts[n]) % BT == 0) {  // a chunk starts: its slot gets the state before its tokens
-          const int64_t slot = in.cu_seqlens.empty() ? (t - starts[n]) / BT : t == starts[n] ? n : N + (t - 1) / BT;
+          const int64_t slot = chunk_slot(n, starts[n], t, BT, in.cu_seqlens);
           std::copy(S.begin(), S.end(), out.chunk_states.begin() + ((b * NS + slot) * HV + h) * KV);
         }
         const std::vector<double> q = row(*in.q, b, t, hk, in.l2norm, in.round_normalized);
@@ -138,15 +162,8 @@ std::vector<StageChunk> stage_chunks(const StageInputs& s, std::vector<std::pair
 double gate(const StageInputs& s, int64_t b, int64_t t, int64_t h) {
   return s.g.empty() ? 0.0 : s.g[static_cast<std::size_t>((b * s.T + t) * s.HV + h)];
 }
-int64_t slot_of(const StageInputs& s, const StageChunk& c) {
-  if (s.cu_seqlens.empty()) return (c.t0 - c.bos) / s.BT;
-  const int64_t N = static_cast<int64_t>(s.cu_seqlens.size()) - 1;
-  return c.t0 == c.bos ? c.n : N + (c.t0 - 1) / s.BT;
-}
-int64_t num_slots(const StageInputs& s) {
-  const int64_t per_row = (s.T + s.BT - 1) / s.BT;
-  return s.cu_seqlens.empty() ? per_row : static_cast<int64_t>(s.cu_seqlens.size()) - 1 + per_row;
-}
+int64_t slot_of(const StageInputs& s, const StageChunk& c) { return chunk_slot(c.n, c.bos, c.t0, s.BT, s.cu_seqlens); }
+int64_t num_slots(const StageInputs& s) { return chunk_slot_count(s.T, s.BT, s.cu_seqlens); }
 }  // namespace
 
 void recompute_w_u_golden(const StageInputs& s, const std::vector<double>& A, const std::vector<double>& k,

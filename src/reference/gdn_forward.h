@@ -43,6 +43,18 @@ struct RecurrenceGolden {
 
 RecurrenceGolden gated_delta_rule_recurrence(const RecurrenceInputs& in);
 
+/// The chunk slots of h (gdn_chunk_slots' layout, include/fuseops/gdn_forward.h), restated for the goldens and the
+/// checks of tests and case sets (cu_seqlens empty: fixed length). The count NS: ceil(T / BT) per batch row, plus N
+/// with cu_seqlens (N sequences).
+int64_t chunk_slot_count(int64_t T, int64_t chunk_size, const std::vector<int64_t>& cu_seqlens);
+/// The slot of the chunk that starts at token t0 of sequence n, whose first token is bos: (t0 - bos) / BT of its
+/// batch row at fixed length; with cu_seqlens n for the sequence's first chunk and N + (t0 - 1) / BT for a later one.
+int64_t chunk_slot(int64_t n, int64_t bos, int64_t t0, int64_t chunk_size, const std::vector<int64_t>& cu_seqlens);
+/// Whether each slot of h [B, NS] (row-major: batch row, slot) holds a chunk's state: every slot at fixed length;
+/// with cu_seqlens (B = 1) the slots of the sequences' chunks (an empty sequence has none), the others are not
+/// written by the ops.
+std::vector<bool> chunk_slots_used(int64_t B, int64_t T, int64_t chunk_size, const std::vector<int64_t>& cu_seqlens);
+
 /// Stage goldens: each stage's formula in double from the stage's own inputs (as stored, exact), fixed length or varlen.
 /// g: the chunk-local cumsum [B, T, HV] (empty: no gating). Outputs are compact row-major.
 struct StageInputs {

@@ -1072,23 +1072,10 @@ TEST_P(GdnForward, FwdHWithoutGateOrInitialState) {
   }
 }
 
-/// Whether each slot of h [B, NS, ...] (row-major b, slot) holds a chunk of the spec (gdn_chunk_slots' layout): every
-/// slot of every batch row without cu_seqlens; with it, slot n for a non-empty sequence n and N + (t - 1) / BT for
-/// each later chunk, starting at token t.
-std::vector<bool> chunk_slots_used(const Spec& s, const Inputs& in) {
-  const int64_t NS = fuseops::gdn_chunk_slots(s.T, s.N(), s.BT, s.varlen());
-  if (!s.varlen()) return std::vector<bool>(static_cast<std::size_t>(s.B * NS), true);
-  std::vector<bool> used(static_cast<std::size_t>(NS), false);
-  for (int64_t n = 0; n < s.N(); ++n) {
-    for (int64_t t = in.cu[n]; t < in.cu[n + 1]; t += s.BT) used[t == in.cu[n] ? n : s.N() + (t - 1) / s.BT] = true;
-  }
-  return used;
-}
-
 /// h with the slots of no chunk (poisoned: NaN) set to 0, after checking that they were left as poisoned and that
 /// every chunk's slot was written (finite).
 HostTensor chunk_slots_only(const Spec& s, const Inputs& in, HostTensor h) {
-  const std::vector<bool> used = chunk_slots_used(s, in);
+  const std::vector<bool> used = ref::chunk_slots_used(s.B, s.T, s.BT, in.cu);
   const int64_t rows_per_slot = s.HV * s.K;
   for (int64_t r = 0; r < h.rows(); ++r) {
     const bool chunk = used[r / rows_per_slot];

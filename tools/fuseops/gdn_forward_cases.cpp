@@ -396,16 +396,9 @@ class ForwardCase : public OpCase {
     const reference::RecurrenceGolden gold = reference::gated_delta_rule_recurrence(ri);
     const HostTensor& state = in_pool ? pool : ht;
     double max_abs = 0;
-    // h: only the slots of a chunk are written (varlen: slot n for sequence n's chunk 0, N + (t - 1) / BT for a later
-    // chunk starting at token t; gdn_chunk_slots)
-    std::vector<bool> chunk_slot(static_cast<std::size_t>(s.states ? s.B * s.slots() : 0), !s.varlen());
-    if (s.states && s.varlen()) {
-      for (int64_t n = 0; n < s.N(); ++n) {
-        for (int64_t t = in.cu_values[n]; t < in.cu_values[n + 1]; t += s.BT) {
-          chunk_slot[t == in.cu_values[n] ? n : s.N() + (t - 1) / s.BT] = true;
-        }
-      }
-    }
+    // h: only the slots of a chunk are written (gdn_chunk_slots)
+    const std::vector<bool> chunk_slot =
+        s.states ? reference::chunk_slots_used(s.B, s.T, s.BT, in.cu_values) : std::vector<bool>();
     auto rms = [&](const HostTensor& out, const std::vector<double>& ref, int64_t inner, double& err,
                    bool slots = false) {
       double e2 = 0, r2 = 0;
