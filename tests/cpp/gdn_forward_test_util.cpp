@@ -3,6 +3,7 @@
 #include <cmath>
 #include <algorithm>
 #include <cstring>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -21,7 +22,8 @@ std::string Spec::describe() const {
      << (has_h0 ? fuseops::dtype_name(h0_dtype) : "none") << " decay " << gdn::decay_name(decay)
      << (l2norm ? " l2norm" : "") << (padded ? " padded" : "") << (aligned ? " aligned" : "")
      << (o_guard >= 0 ? " o_guard " + std::to_string(o_guard) : "")
-     << (state_guard >= 0 ? " state_guard " + std::to_string(state_guard) : "");
+     << (state_guard >= 0 ? " state_guard " + std::to_string(state_guard) : "")
+     << (h_guard >= 0 ? " h_guard " + std::to_string(h_guard) : "");
   if (scale) os << " scale " << *scale;
   os << ", FUSEOPS_SEED=" << run_seed();
   return os.str();
@@ -188,7 +190,7 @@ Outputs run_chunk(Where where, const Spec& s, const Inputs& in, bool with_states
   Placed ws(where, DType::f32, {static_cast<int64_t>((bytes + 3) / 4)}, 4);
   const int64_t NS = fuseops::gdn_chunk_slots(s.T, s.N(), s.BT, s.varlen());
   Placed h(where, fuseops::chunk_gated_delta_rule_intermediate_dtype(s.dtype, s.K, s.V), {s.B, NS, s.HV, s.K, s.V},
-           guard(s));
+           s.h_guard >= 0 ? s.h_guard : guard(s));
   ws.upload();
   h.upload();
   fuseops::chunk_gated_delta_rule_with_states(r.o.view(), h.view(), &htv, qv, r.k.view(), vv, r.g.view(),
@@ -200,6 +202,7 @@ Outputs run_chunk(Where where, const Spec& s, const Inputs& in, bool with_states
   EXPECT_TRUE(h.untouched_outside(true)) << "h";
   r.finish(out);
   out.h = h.read();
+  out.h_aligned16 = reinterpret_cast<std::uintptr_t>(h.view().data) % 16 == 0;
   return out;
 }
 

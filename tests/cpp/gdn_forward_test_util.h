@@ -33,6 +33,8 @@ struct Spec {
   int64_t o_guard = -1;
   /// Guard elements before h0 and final_state where >= 0: e.g. 1 breaks their pair alignment
   int64_t state_guard = -1;
+  /// Guard elements before h (run_chunk with_states) where >= 0: e.g. 1 puts a 16-bit h 2 bytes off 16-byte alignment
+  int64_t h_guard = -1;
   Decay decay = Decay::realistic;
   DType cu_dtype = DType::i32;
   std::optional<double> scale;  ///< none: K^-0.5
@@ -60,6 +62,7 @@ fuseops::reference::RecurrenceGolden golden(const Spec& s, const Inputs& in, boo
 struct Outputs {
   HostTensor o, final_state;
   HostTensor h;  ///< run_chunk with_states: the chunk states [B, NS, HV, K, V] (slots of no chunk: NaN, as poisoned)
+  bool h_aligned16 = false;  ///< run_chunk with_states: whether h's data pointer was 16-byte aligned
 };
 /// chunk_gated_delta_rule on placed copies of `in` (output_final_state = true); guards and inputs checked. With
 /// `with_states`, chunk_gated_delta_rule_with_states into a poisoned h of the intermediate dtype, on a workspace of the

@@ -96,6 +96,31 @@ TEST_P(GdnForward, HeadDimsAndChunkSizes) {
                rng, true);
 }
 
+#if defined(FUSEOPS_WITH_CUDA)
+/// The intra-first form's launch rule (chunk_gated_delta_rule_intra_first_blocks) on device 0 for the forward's fwd_h
+/// arguments of a spec: its inputs' k, and w, u, h and v_new in the intermediate dtype in contiguous 16-byte rows, as
+/// the workspace's (the rule reads no data pointer).
+bool intra_first_applies(const Spec& s) {
+  const DType it = fuseops::chunk_gated_delta_rule_intermediate_dtype(s.dtype, s.K, s.V);
+  fuseops::detail::FwdHArgs a;
+  a.geo = fuseops::detail::gdn_geometry(s.B, s.T, s.H, s.HV, s.K, s.BT);
+  a.V = s.V;
+  a.k = {nullptr, s.dtype, s.T * s.H * s.K, s.H * s.K, s.K};
+  a.w = {nullptr, it, s.T * s.HV * s.K, s.HV * s.K, s.K};
+  a.u = {nullptr, it, s.T * s.HV * s.V, s.HV * s.V, s.V};
+  a.h.dtype = it;
+  a.v_new = {nullptr, it, s.T * s.HV * s.V, s.HV * s.V, s.V};
+  return fuseops::detail::cuda::chunk_gated_delta_rule_intra_first_blocks(a, 0) > 0;
+}
+
+/// The switches of the output-beside form and of the wgmma output kernel it needs, as the library reads them (its
+/// other conditions: q in 16-byte rows of k's dtype and h 16-byte aligned, fwd_o_beside_applies).
+bool fwd_o_beside_switched_on() {
+  return !fuseops::detail::env_switched_off("FUSEOPS_GDN_FWD_O_BESIDE") &&
+         !fuseops::detail::env_switched_off("FUSEOPS_GDN_FWD_O_WGMMA");
+}
+#endif
+
 // The intra-first form of the CUDA forward (gdn_forward_impl.h: the intra kernel first, walking chunk by chunk and
 // setting a flag per (chunk, value head), fwd_h launched right after it, polling the flags) against the same forward
 // with the form off: the same bytes of o and final_state (the same kernels and arithmetic; only the launch order, the
@@ -112,21 +137,8 @@ TEST_P(GdnForward, IntraFirstSameBytes) {
 #if defined(FUSEOPS_WITH_CUDA)
   namespace cuda = fuseops::detail::cuda;
   std::mt19937_64 rng = test_rng();
-  // the launch rule's answer for the forward's fwd_h arguments of a spec (contiguous 16-byte rows, as the workspace's)
-  const auto form_applies = [](const Spec& s) {
-    fuseops::detail::FwdHArgs a;
-    a.geo = fuseops::detail::gdn_geometry(s.B, s.T, s.H, s.HV, s.K, s.BT);
-    a.V = s.V;
-    a.k = {nullptr, s.dtype, s.T * s.H * s.K, s.H * s.K, s.K};
-    a.w = {nullptr, s.dtype, s.T * s.HV * s.K, s.HV * s.K, s.K};
-    a.u = {nullptr, s.dtype, s.T * s.HV * s.V, s.HV * s.V, s.V};
-    a.h.dtype = s.dtype;
-    a.v_new = {nullptr, s.dtype, s.T * s.HV * s.V, s.HV * s.V, s.V};
-    return cuda::chunk_gated_delta_rule_intra_first_blocks(a, 0) > 0;
-  };
   // the output-beside form's rule: q in 16-byte rows of k's dtype, the wgmma output kernel switched on (any length)
-  const bool beside_on = !fuseops::detail::env_switched_off("FUSEOPS_GDN_FWD_O_BESIDE") &&
-                         !fuseops::detail::env_switched_off("FUSEOPS_GDN_FWD_O_WGMMA");
+  const bool beside_on = fwd_o_beside_switched_on();
   {
     fuseops::detail::FwdHArgs a;
     auto rows = [](int64_t T, DType dt, int64_t row) { return fuseops::detail::GdnIn{nullptr, dt, T * row, row, 128}; };
@@ -151,10 +163,10 @@ TEST_P(GdnForward, IntraFirstSameBytes) {
     // below compare two forms, not one form with itself
     if (fuseops::detail::runs_sm90a_code(0) && fuseops::detail::sm_count(0) >= 132 && fuseops::detail::pdl_enabled(0) &&
         !fuseops::detail::env_switched_off("FUSEOPS_GDN_INTRA_FIRST")) {
-      EXPECT_TRUE(form_applies(s)) << "the intra-first form on an H200-class GPU";
+      EXPECT_TRUE(intra_first_applies(s)) << "the intra-first form on an H200-class GPU";
     }
-    EXPECT_EQ(cuda::intra_first_launches_for_testing() - launches, form_applies(s) ? 1 : 0) << "the launch rule";
-    EXPECT_EQ(cuda::fwd_o_beside_launches_for_testing() - beside, form_applies(s) && beside_on ? 1 : 0)
+    EXPECT_EQ(cuda::intra_first_launches_for_testing() - launches, intra_first_applies(s) ? 1 : 0) << "the launch rule";
+    EXPECT_EQ(cuda::fwd_o_beside_launches_for_testing() - beside, intra_first_applies(s) && beside_on ? 1 : 0)
         << "the output-beside form";
     cuda::set_fwd_o_beside_off_for_testing(true);
     const Outputs staged = run_chunk(GetParam(), s, in);
@@ -1137,59 +1149,92 @@ HostTensor stage_states(Where w, const Spec& s, const Inputs& in) {
 // of every chunk in the chunk slots of chunk_gated_delta_rule_fwd_h (gdn_chunk_slots), in the intermediate dtype, the
 // slots of no chunk left as they were; h equals the h of the public stages run on the same inputs (the same bytes,
 // the same kernels on the same values; with l2norm, where the stages take keys normalised on the host, the tolerance)
-// and the float64 golden's chunk-start states; o and final_state match the golden and, on the CPU backend, are the
-// bytes of chunk_gated_delta_rule (on CUDA that op may take the form that keeps h in the recurrence's kernel); the
-// workspace of the size the query gives with with_states, behind guards, and h's guards untouched. Specs: fixed length
-// B = 2 with a partial last chunk; varlen with empty sequences, a 1-token one, one shorter than a chunk and one with a
-// partial last chunk (i64 cu_seqlens), grouped heads; small heads (f32 intermediates from 16-bit inputs); l2norm;
-// f32, f16, bf16; chunk sizes 16, 32, 64; no initial state. CUDA also: a shape where chunk_gated_delta_rule takes the
-// fused-output form (which keeps h in its kernel: never taken with the states) and one of the intra-first form (with
-// the output-beside form where the GPU takes them, as IntraFirstSameBytes says), whose fwd_h stores h.
+// and the float64 golden's chunk-start states; o and final_state match the golden and are the bytes of
+// chunk_gated_delta_rule on the CPU backend, and on CUDA wherever the two run the same kernels: where
+// chunk_gated_delta_rule does not take the fused-output form (which keeps h in its kernel; never taken with the
+// states), or takes it where it reproduces chunk_fwd_o's wgmma kernel (V a multiple of 128, FusedOutputSameBytes),
+// and where the caller's h leaves the output stage's kernel as the workspace's h does (chunk_fwd_o's wgmma kernel
+// needs h 16-byte aligned); the workspace of the size the query gives with with_states, behind guards, and h's guards
+// untouched. Specs: fixed length B = 2 with a partial last chunk; varlen with empty sequences, a 1-token one, one
+// shorter than a chunk and one with a partial last chunk (i64 cu_seqlens), grouped heads; small heads (f32
+// intermediates from 16-bit inputs); l2norm; f32, f16, bf16; chunk sizes 16, 32, 64; no initial state; K = V = 128
+// with 16-byte rows, and the same with h 2 bytes off 16-byte alignment. CUDA also: a shape where chunk_gated_delta_rule
+// takes the fused-output form (asserted where the GPU and the switches allow it), and IntraFirstSameBytes' bf16 shape,
+// where the forward takes the intra-first form, and with it the output-beside form (chunk_fwd_o reading each chunk
+// of h once fwd_h has counted it), exactly where their rules say (intra_first_applies; fwd_o_beside_applies: never
+// for a misaligned h); that shape again with h 2 bytes off 16-byte alignment: the intra-first form without the
+// output-beside form, fwd_h's unaligned h stores and the output stage's mma.sync kernel.
 TEST_P(GdnForward, WithStates) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  std::vector<Spec> specs;
-  specs.push_back(fixed(2, 150, 1, 2, 64, 64, bf16));
+  struct Case {
+    Spec s;
+    bool fused_output = false;  ///< CUDA: chunk_gated_delta_rule takes the fused-output form (sm_90a, switches on)
+  };
+  std::vector<Case> cases;
+  cases.push_back({fixed(2, 150, 1, 2, 64, 64, bf16)});
   Spec v = varlen({0, 1, 40, 150, 0, 64}, 2, 4, 32, 48, f16);
   v.BT = 32;
   v.cu_dtype = DType::i64;
-  specs.push_back(v);
+  cases.push_back({v});
   Spec small = fixed(2, 37, 2, 4, 16, 8, bf16);  // K, V < 32: f32 intermediates and h
   small.BT = 16;
   small.l2norm = true;
-  specs.push_back(small);
+  cases.push_back({small});
   Spec l2 = varlen({70, 0, 3}, 1, 2, 64, 32, f32);
   l2.l2norm = true;
   l2.has_h0 = false;
-  specs.push_back(l2);
+  cases.push_back({l2});
   Spec f = fixed(1, 100, 1, 1, 48, 40, f32);
   f.BT = 32;
-  specs.push_back(f);
+  cases.push_back({f});
   Spec aligned = fixed(2, 130, 2, 4, 128, 128, bf16);  // on CUDA: the tensor-core kernels' 16-byte paths
   aligned.aligned = true;
-  specs.push_back(aligned);
+  cases.push_back({aligned});
+  Spec aligned_h_off = aligned;  // everything 16-byte aligned but h, at +1 element
+  aligned_h_off.h_guard = 1;
+  cases.push_back({aligned_h_off});
 #if defined(FUSEOPS_WITH_CUDA)
   namespace cuda = fuseops::detail::cuda;
   if (GetParam() == Where::cuda) {
     Spec fo = fixed(1, 300, 4, 64, 128, 128, bf16);  // 128 blocks of 64 columns: FusedOutputSameBytes' spec a
     fo.aligned = true;
-    specs.push_back(fo);
+    cases.push_back({fo, true});
     Spec first = fixed(1, 64 * 64 + 17, 2, 8, 128, 128, bf16);  // IntraFirstSameBytes' bf16 spec
     first.aligned = true;
-    specs.push_back(first);
+    cases.push_back({first});
+    Spec first_h_off = first;
+    first_h_off.h_guard = 1;
+    cases.push_back({first_h_off});
   }
+  // the switches of the fused-output form and of chunk_fwd_o's wgmma kernel, as the library reads them
+  // (FusedOutputSameBytes)
+  using fuseops::detail::env_switched_off;
+  const bool fo_switches_on = !env_switched_off("FUSEOPS_GDN_FWD_HO") && !env_switched_off("FUSEOPS_GDN_FWD_H_TMA") &&
+                              !env_switched_off("FUSEOPS_GDN_FWD_H_WGMMA");
+  const bool wgmma_o = !env_switched_off("FUSEOPS_GDN_FWD_O_WGMMA");
 #endif
-  for (const Spec& s : specs) {
+  for (const auto& [s, fused_output] : cases) {
     SCOPED_TRACE(s.describe());
     const Inputs in = make_inputs(s, rng);
+    const DType it = fuseops::chunk_gated_delta_rule_intermediate_dtype(s.dtype, s.K, s.V);
 #if defined(FUSEOPS_WITH_CUDA)
     const int64_t fo_launches = cuda::fwd_h_o_launches_for_testing();
+    const int64_t first_launches = cuda::intra_first_launches_for_testing();
+    const int64_t beside_launches = cuda::fwd_o_beside_launches_for_testing();
 #endif
     const Outputs got = run_chunk(GetParam(), s, in, /*with_states=*/true);
+    EXPECT_EQ(got.h_aligned16, s.h_guard < 0 ? s.aligned : s.h_guard * fuseops::dtype_size(it) % 16 == 0);
 #if defined(FUSEOPS_WITH_CUDA)
     EXPECT_EQ(cuda::fwd_h_o_launches_for_testing(), fo_launches) << "the fused-output form with the states";
+    if (GetParam() == Where::cuda) {
+      const bool first = intra_first_applies(s);
+      EXPECT_EQ(cuda::intra_first_launches_for_testing() - first_launches, first ? 1 : 0) << "the intra-first form";
+      EXPECT_EQ(cuda::fwd_o_beside_launches_for_testing() - beside_launches,
+                first && fwd_o_beside_switched_on() && got.h_aligned16 ? 1 : 0)
+          << "the output-beside form";
+    }
 #endif
-    const DType it = fuseops::chunk_gated_delta_rule_intermediate_dtype(s.dtype, s.K, s.V);
     ASSERT_EQ(got.h.dtype(), it);
     const HostTensor h = chunk_slots_only(s, in, got.h);
     const HostTensor stages = chunk_slots_only(s, in, stage_states(GetParam(), s, in));
@@ -1201,11 +1246,27 @@ TEST_P(GdnForward, WithStates) {
     const ref::RecurrenceGolden gold = golden(s, in, /*round_normalized=*/true, false, /*chunk_states=*/true);
     EXPECT_TRUE(matches(h, gold.chunk_states, s.dtype, "h", forward_limit(s, in)));
     expect_golden(s, in, gold, got, "with states");
-    if (GetParam() == Where::cpu) {
-      const Outputs plain = run_chunk(GetParam(), s, in);
+#if defined(FUSEOPS_WITH_CUDA)
+    const int64_t plain_fo_launches = cuda::fwd_h_o_launches_for_testing();
+#endif
+    const Outputs plain = run_chunk(GetParam(), s, in);
+    bool same_kernels = true;  // the CPU backend: one path
+#if defined(FUSEOPS_WITH_CUDA)
+    if (GetParam() == Where::cuda) {
+      const bool plain_fo = cuda::fwd_h_o_launches_for_testing() - plain_fo_launches > 0;
+      EXPECT_EQ(plain_fo, fused_output && fo_switches_on && fuseops::detail::runs_sm90a_code(0))
+          << "chunk_gated_delta_rule's fused-output form";
+      // chunk_fwd_o's wgmma kernel (16-bit, K = 128, chunk 64) reads h only where it is 16-byte aligned: with the
+      // caller's h off that alignment the output stage takes the mma.sync kernel, which sums in another order
+      const bool wgmma_shape = it != f32 && s.K == 128 && s.BT == 64;
+      same_kernels = (got.h_aligned16 || !wgmma_shape) && (!plain_fo || (s.V % 128 == 0 && wgmma_o));
+    }
+#endif
+    if (same_kernels) {
       EXPECT_TRUE(same_bytes(got.o, plain.o)) << "o vs chunk_gated_delta_rule";
       EXPECT_TRUE(same_bytes(got.final_state, plain.final_state)) << "final_state vs chunk_gated_delta_rule";
     }
+    expect_golden(s, in, gold, plain, "chunk_gated_delta_rule");
     if (HasFailure()) return;
   }
 }
