@@ -298,18 +298,6 @@ def _chunk_slots(T, N, chunk_size, varlen):
     return N + per_row if varlen else per_row
 
 
-def _check_varlen_batch(op, cu_seqlens, q, k, v):
-    """With cu_seqlens the inputs must be of batch 1 (the op's rule and message), checked before the outputs (h of
-    B x NS slots among them) are sized from B; where q, k and v do not agree on the batch, the op names the one at
-    fault instead."""
-    if cu_seqlens is None or v.shape[0] == 1:
-        return
-    B = v.shape[0]
-    if all(isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[0] == B for t in (q, k)):
-        raise ValueError(f"{op}: cu_seqlens: expected inputs of batch B = 1 with cu_seqlens (sequences packed along T; "
-                         f"flatten the batch), got B = {B}")
-
-
 def _chunk_forward(op, q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
                    cu_seqlens, chunk_size, kwargs, states=False):
     """chunk_gated_delta_rule's checks (errors named ``op``) and call; with ``states`` the one call of
@@ -331,7 +319,6 @@ def _chunk_forward(op, q, k, v, g, beta, scale, initial_state, output_final_stat
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     chunk_size = _check_chunk_size(op, chunk_size)
-    _check_varlen_batch(op, cu_seqlens, q, k, v)
     B, T, HV, V = v.shape
     K = q.shape[3]
     o = _out_like(op, "q", q, (B, T, HV, V))

@@ -776,9 +776,9 @@ def test_with_states_function_errors_name_it():
         fuseops.check_errors()
 
 
-def test_varlen_batch_is_refused_before_the_outputs_are_sized():
-    # with cu_seqlens the inputs are of batch 1: the Python functions refuse a batch of 2 before they size o and h
-    # from it, with the op's own message (the raw op's, here its C++ check, word for word)
+def test_varlen_batch_is_refused_by_name():
+    # with cu_seqlens the inputs are of batch 1: the Python functions refuse a batch of 2 with the op's own message
+    # (the raw op's C++ check, word for word, under the name the user called)
     q, k, v, g, beta, _ = inputs(2, 8, 1, 2, 16, 16, torch.float32, "cpu")
     cu = torch.tensor([0, 8, 16], dtype=torch.int32)
     with pytest.raises(ValueError) as raw:
