@@ -68,6 +68,7 @@
 #include "cuda/bulk_copy.cuh"
 #include "cuda/device_error.cuh"
 #include "cuda/gdn_forward.cuh"
+#include "cuda/gdn_fwd_h_ws.h"
 #include "cuda/gdn_fwd_o.cuh"
 #include "cuda/tensor_map.h"
 #include "cuda/wgmma.cuh"
@@ -253,17 +254,6 @@ __device__ __forceinline__ void for_each_state(float (&S)[MT][NV][4], int warp, 
         f((warp * MT + m) * 16 + lane / 4 + (e >= 2 ? 8 : 0), j * 8 + 2 * (lane % 4) + (e & 1), S[m][j][e]);
       }
     }
-  }
-}
-
-/// Two 16-bit values of a packed pair (lo in the low half) as floats.
-template <typename TK>
-__device__ __forceinline__ float2 unpack2(uint32_t x) {
-  if constexpr (std::is_same_v<TK, __nv_bfloat16>) {
-    return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
-  } else {
-    return make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(x & 0xffffu))),
-                       __half2float(__ushort_as_half(static_cast<unsigned short>(x >> 16))));
   }
 }
 
@@ -1218,6 +1208,11 @@ bool launch_fwd_h_tc(const FwdHArgs& a, int device, cudaStream_t s, bool fo, uns
     const bool form = tma && wgmma_switched_on() && runs_sm90a_code(device) && vec.q && a.o.dtype == dt &&
                       gdn::rows_pairs(a.o) && gdn_rows_map(&maps.q, a.q, dt, K, a.geo.H, a.geo);
     if (!form) return false;
+    // 64 columns: the warp-specialised kernel (gdn_fwd_h_ws.cu) where u has a tensor map too
+    if (fo_bv == 64 && fwd_h_o_ws_switched_on() && launch_fwd_h_o_ws(a, maps.w, maps.k, maps.q, device, s)) {
+      fwd_h_o_launches.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
     // three buffers (222 KB of shared memory at 64 columns with the o staging tiles, 184 KB at 32): measured 2-3% faster than two on the
     // gdn-prefill cases of 64-column blocks
     const bool launched = gdn::with_16bit(dt, [&](auto tag) {

@@ -43,6 +43,17 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   }
 }
 
+/// Two 16-bit values of a packed pair (lo in the low half) as floats.
+template <typename TK>
+__device__ __forceinline__ float2 unpack2(uint32_t x) {
+  if constexpr (std::is_same_v<TK, __nv_bfloat16>) {
+    return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u));
+  } else {
+    return make_float2(__half2float(__ushort_as_half(static_cast<unsigned short>(x & 0xffffu))),
+                       __half2float(__ushort_as_half(static_cast<unsigned short>(x >> 16))));
+  }
+}
+
 /// One weak store of 16 / 8 / 4 / 2 bytes at global address `p` (aligned to its size), in one instruction (PTX
 /// st.global.v4.b32 / v2.b32 / b32 / b16: what a plain C++ store compiles to where the compiler keeps it whole). In
 /// some kernels the compiler split a plain 16-byte store into four 4-byte ones (PTX st.global.u32 / v2.u16 pairs),
