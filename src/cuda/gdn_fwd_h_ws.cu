@@ -19,7 +19,6 @@
 #include "cuda/gdn_fwd_h_ws.h"
 
 #include <algorithm>
-#include <climits>
 #include <atomic>
 #include <cstdint>
 #include <type_traits>
@@ -59,11 +58,6 @@ static_assert(kGateOff % 1024 == 0 && kBarOff % 8 == 0 && kWsSmem <= 227 * 1024,
 
 /// Arrival counts: the producer warp's lanes; every thread of the two warpgroups; one warpgroup.
 constexpr uint32_t kFullCount = 32, kEmptyCount = 256, kXCount = 128;
-/// CL = 2 (a cluster of the two 64-column blocks of a value head's 128 columns): the w, k, q boxes of a chunk are the
-/// same for both blocks; each block's producer copies half of them into both blocks (tensor-map multicast), so a
-/// buffer is free only once the consumers of both blocks are done with it: each warp of the peer's warpgroups also
-/// arrives on this block's empty barrier (8 more arrivals).
-constexpr uint32_t kPeerArrivals = 8;
 
 __device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -86,46 +80,6 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
 #endif
-}
-
-/// tma_load_4d into the same shared address of every block of the cluster in `mask`, completing on each one's `bar`.
-__device__ __forceinline__ void tma_load_4d_multicast(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
-                                                      int c3, uint64_t* bar, uint16_t mask) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
-      "%3, %4, %5}], [%6], %7;" ::"r"(dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_addr(bar)), "h"(mask)
-      : "memory");
-#else
-  (void)dst, (void)map, (void)c0, (void)c1, (void)c2, (void)c3, (void)bar, (void)mask;
-  __trap();
-#endif
-}
-/// One arrival on the mbarrier at the same shared address as `bar` in block `rank` of the cluster.
-__device__ __forceinline__ void mbar_arrive_peer(uint64_t* bar, uint32_t rank) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  uint32_t remote;
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
-  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote) : "memory");
-#else
-  (void)bar, (void)rank;
-  __trap();
-#endif
-}
-/// Every thread of every block of the cluster: the blocks' earlier shared-memory writes (barrier initialisation)
-/// visible to the others, and none leaves while a peer may still copy into its memory or arrive on its barriers.
-__device__ __forceinline__ void cluster_sync() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ uint32_t cluster_rank() {
-  uint32_t r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-  return r;
 }
 
 /// Keeps A-fragment registers alive (unchanged) up to this point: after the wait of the wgmma that read them.
@@ -188,7 +142,7 @@ __device__ __forceinline__ WsUnit ws_unit(const FwdHArgs& a, int64_t unit, int64
   return u;
 }
 
-template <typename TK, int CL>
+template <typename TK>
 __global__ void __launch_bounds__(kWsThreads, 1)
     fwd_h_o_ws_kernel(const FwdHArgs a, int64_t vblocks, int64_t units, DeviceErrorRecord* errors,
                       const __grid_constant__ CUtensorMap map_w, const __grid_constant__ CUtensorMap map_k,
@@ -209,7 +163,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
   if (tid == 0) {
     for (int b = 0; b < kWsNs; ++b) {
       mbar_init(full + b, kFullCount);
-      mbar_init(empty + b, kEmptyCount + (CL == 2 ? kPeerArrivals : 0u));
+      mbar_init(empty + b, kEmptyCount);
     }
     for (int x = 0; x < 2; ++x) {
       mbar_init(xfull + x, kXCount);
@@ -217,12 +171,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
     }
     mbar_init_fence();
   }
-  if constexpr (CL == 2) {
-    cluster_sync();
-  } else {
-    __syncthreads();
-  }
-  const uint32_t rank = CL == 2 ? cluster_rank() : 0u, peer = rank ^ 1u;
+  __syncthreads();
 
   const int64_t HV = a.geo.HV, V = a.V, KV = 128 * V;
   const bool gated = a.g.data != nullptr;
@@ -242,16 +191,22 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       for (int64_t c = 0; c < chunks; ++c) {
         const int64_t i = it + c, t0 = sb.bos + 64 * c;
         const int b = static_cast<int>(i % kWsNs);
-        mbar_wait(empty + b, static_cast<uint32_t>((i / kWsNs) & 1) ^ 1u);
         const int L = static_cast<int>(min(int64_t{64}, sb.eos - t0));
-        ChunkGates& G = gates[b];
+        // the chunk's g loaded before the wait for its buffer (their latency off the copies' path)
         const float gl = gated ? gp[gdn::at(a.g, sb.batch, t0 + L - 1, hv)] : 0.f;
+        float gi[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = lane + 32 * h;
-          const float gi = gated && r < L ? gp[gdn::at(a.g, sb.batch, t0 + r, hv)] : 0.f;
-          G.fg[r] = r < L ? (gated ? expf(gl - gi) : 1.f) : 0.f;
-          G.graw[r] = gi;
+          gi[h] = gated && r < L ? gp[gdn::at(a.g, sb.batch, t0 + r, hv)] : 0.f;
+        }
+        mbar_wait(empty + b, static_cast<uint32_t>((i / kWsNs) & 1) ^ 1u);
+        ChunkGates& G = gates[b];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = lane + 32 * h;
+          G.fg[r] = r < L ? (gated ? expf(gl - gi[h]) : 1.f) : 0.f;
+          G.graw[r] = gi[h];
         }
         if (lane == 0) {
           G.decay = gated ? expf(gl) : 1.f;
@@ -262,18 +217,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
           if (lane == 0) {
             mbar_arrive_expect(full + b, kBufBytes);
             const int tq = static_cast<int>(t0), bt = static_cast<int>(sb.batch);
-            if constexpr (CL == 2) {  // box `rank` of w, k, q into both blocks
-              const int box = static_cast<int>(rank);
-              const uint32_t o = static_cast<uint32_t>(box * kBox);
-              tma_load_4d_multicast(buf + kBufW + o, &map_w, 64 * box, static_cast<int>(hv), tq, bt, full + b, 3);
-              tma_load_4d_multicast(buf + kBufK + o, &map_k, 64 * box, static_cast<int>(hk), tq, bt, full + b, 3);
-              tma_load_4d_multicast(buf + kBufQ + o, &map_q, 64 * box, static_cast<int>(hk), tq, bt, full + b, 3);
-            } else {
-              for (int box = 0; box < 2; ++box) {
-                tma_load_4d(buf + kBufW + box * kBox, &map_w, 64 * box, static_cast<int>(hv), tq, bt, full + b);
-                tma_load_4d(buf + kBufK + box * kBox, &map_k, 64 * box, static_cast<int>(hk), tq, bt, full + b);
-                tma_load_4d(buf + kBufQ + box * kBox, &map_q, 64 * box, static_cast<int>(hk), tq, bt, full + b);
-              }
+            for (int box = 0; box < 2; ++box) {
+              tma_load_4d(buf + kBufW + box * kBox, &map_w, 64 * box, static_cast<int>(hv), tq, bt, full + b);
+              tma_load_4d(buf + kBufK + box * kBox, &map_k, 64 * box, static_cast<int>(hk), tq, bt, full + b);
+              tma_load_4d(buf + kBufQ + box * kBox, &map_q, 64 * box, static_cast<int>(hk), tq, bt, full + b);
             }
             tma_load_4d(buf + kBufU, &map_u, static_cast<int>(col0), static_cast<int>(hv), tq, bt, full + b);
           } else {
@@ -435,7 +382,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         wgmma_fence_operands(st[1]);
         keep_regs(va);
         mbar_arrive(empty + b);
-        if (CL == 2 && lane == 0) mbar_arrive_peer(empty + b, peer);
       }
       if (a.ht) {
         float* const ht = a.ht + (n * HV + hv) * KV + col0;
@@ -530,7 +476,6 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         wgmma_fence_operands(oacc);
         keep_regs(pa);
         mbar_arrive(empty + b);
-        if (CL == 2 && lane == 0) mbar_arrive_peer(empty + b, peer);
         mbar_arrive(xempty + x);
         // o = scale O, rows < L, pair stores
 #pragma unroll
@@ -549,11 +494,10 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       it += chunks;
     }
   }
-  if constexpr (CL == 2) cluster_sync();
 }
 
-std::atomic<bool> ws_off_for_testing{false}, ws_cluster_off_for_testing{false};
-std::atomic<int64_t> ws_launches{0}, ws_cluster_launches{0};
+std::atomic<bool> ws_off_for_testing{false};
+std::atomic<int64_t> ws_launches{0};
 
 }  // namespace
 
@@ -562,11 +506,7 @@ bool fwd_h_o_ws_switched_on() {
   return allowed && !ws_off_for_testing.load(std::memory_order_relaxed);
 }
 void set_fwd_h_o_ws_off_for_testing(bool off) { ws_off_for_testing.store(off, std::memory_order_relaxed); }
-void set_fwd_h_o_ws_cluster_off_for_testing(bool off) {
-  ws_cluster_off_for_testing.store(off, std::memory_order_relaxed);
-}
 int64_t fwd_h_o_ws_launches_for_testing() { return ws_launches.load(std::memory_order_relaxed); }
-int64_t fwd_h_o_ws_cluster_launches_for_testing() { return ws_cluster_launches.load(std::memory_order_relaxed); }
 
 bool launch_fwd_h_o_ws(const FwdHArgs& a, const CUtensorMap& w, const CUtensorMap& k, const CUtensorMap& q,
                        int device, cudaStream_t s) {
@@ -576,28 +516,14 @@ bool launch_fwd_h_o_ws(const FwdHArgs& a, const CUtensorMap& w, const CUtensorMa
   const int64_t vblocks = a.V / 64, units = a.geo.N * a.geo.HV * vblocks;
   DeviceErrorRecord* errors = a.geo.cu_seqlens ? cuda_error_record(device) : nullptr;
   const char* op = "chunk_gated_delta_rule";
-  // clusters of the two 64-column blocks of 128 columns (their w, k, q boxes multicast): V a multiple of 128
-  static const bool cluster_allowed = !env_switched_off("FUSEOPS_GDN_FWD_HO_WS_CLUSTER");
-  const bool pair = cluster_allowed && !ws_cluster_off_for_testing.load(std::memory_order_relaxed) &&
-                    vblocks % 2 == 0 && units <= INT_MAX;
   const bool launched = gdn::with_16bit(dt, [&](auto tag) {
     using TK = decltype(tag);
-    if (pair) {
-      auto kernel = fwd_h_o_ws_kernel<TK, 2>;
-      allow_smem(kernel, kWsSmem, op);
-      launch_kernel_cluster(kernel, dim3(gdn::grid_x(units)), dim3(kWsThreads), kWsSmem, s, device, 2u, a, vblocks,
-                            units, errors, w, k, q, u);
-    } else {
-      auto kernel = fwd_h_o_ws_kernel<TK, 1>;
-      allow_smem(kernel, kWsSmem, op);
-      launch_kernel(kernel, dim3(gdn::grid_x(units)), dim3(kWsThreads), kWsSmem, s, device, a, vblocks, units, errors,
-                    w, k, q, u);
-    }
+    auto kernel = fwd_h_o_ws_kernel<TK>;
+    allow_smem(kernel, kWsSmem, op);
+    launch_kernel(kernel, dim3(gdn::grid_x(units)), dim3(kWsThreads), kWsSmem, s, device, a, vblocks, units, errors,
+                  w, k, q, u);
   });
-  if (launched) {
-    ws_launches.fetch_add(1, std::memory_order_relaxed);
-    if (pair) ws_cluster_launches.fetch_add(1, std::memory_order_relaxed);
-  }
+  if (launched) ws_launches.fetch_add(1, std::memory_order_relaxed);
   return launched;
 }
 

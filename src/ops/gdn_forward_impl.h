@@ -189,13 +189,10 @@ void set_fwd_h_o_off_for_testing(bool off);
 /// Tests only: how many launches of this process took the fused-output form.
 int64_t fwd_h_o_launches_for_testing();
 /// Tests only: `off` true makes the fused-output form of 64-column blocks take the fwd_h_mma kernel's variant instead
-/// of the warp-specialised kernel (gdn_fwd_h_ws.cu), as FUSEOPS_GDN_FWD_HO_WS=0 does; `cluster_off` runs the
-/// warp-specialised kernel without its clusters of two blocks, as FUSEOPS_GDN_FWD_HO_WS_CLUSTER=0 does.
+/// of the warp-specialised kernel (gdn_fwd_h_ws.cu), as FUSEOPS_GDN_FWD_HO_WS=0 does; false returns to the switch.
 void set_fwd_h_o_ws_off_for_testing(bool off);
-void set_fwd_h_o_ws_cluster_off_for_testing(bool cluster_off);
-/// Tests only: launches of the warp-specialised kernel in this process, and those of them in clusters of two blocks.
+/// Tests only: launches of the warp-specialised kernel in this process.
 int64_t fwd_h_o_ws_launches_for_testing();
-int64_t fwd_h_o_ws_cluster_launches_for_testing();
 /// Tests only: `off` true makes the launches that follow take cp.async for the w and k tiles as
 /// FUSEOPS_GDN_FWD_H_TMA=0 does (that switch is read once per process); false returns to the switch's setting.
 /// Launches already issued are unaffected (the choice is made on the host at launch).

@@ -267,7 +267,9 @@ TEST_P(GdnForward, L2NormCumsumSameBytes) {
 // (64 blocks of 32 columns: fwd_h takes 16 columns, the staged path); N HV = 33 (132 blocks: the form where the SMs
 // are at least 132, the bound of the rule); o at 4-byte alignment only (the form's pair stores instead of its staged
 // 16-byte rows) with an f16 initial state; initial states in bf16 (b) and f32 (the pair loads of each dtype at 64
-// columns); h0 and final_state off their pair alignment (the per-element loads and stores at 64 columns).
+// columns); h0 and final_state off their pair alignment (the per-element loads and stores at 64 columns). Where the
+// form runs 64-column blocks it takes the warp-specialised kernel (gdn_fwd_h_ws.cu): the same bytes as the fwd_h_mma
+// kernel's variant.
 TEST_P(GdnForward, FusedOutputSameBytes) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   if (GetParam() == Where::cpu) GTEST_SKIP() << "CUDA kernel form";
@@ -313,26 +315,17 @@ TEST_P(GdnForward, FusedOutputSameBytes) {
     const Inputs in = make_inputs(*s, rng);
     const int64_t launches = cuda::fwd_h_o_launches_for_testing();
     const int64_t ws_launches = cuda::fwd_h_o_ws_launches_for_testing();
-    const int64_t cluster_launches = cuda::fwd_h_o_ws_cluster_launches_for_testing();
     const Outputs first = run_chunk(GetParam(), *s, in);
     const bool applies = min_sms != kNever && sms >= min_sms && switches_on && fuseops::detail::runs_sm90a_code(0);
     EXPECT_EQ(cuda::fwd_h_o_launches_for_testing() - launches, applies ? 1 : 0) << "the launch rule";
-    // 64-column blocks (the specs the rule takes on any SM count): the warp-specialised kernel, in clusters of two
-    // blocks where V is a multiple of 128; its bytes are those of the fwd_h_mma kernel's fused-output variant, with
-    // and without the clusters
+    // 64-column blocks (the specs the rule takes on any SM count): the warp-specialised kernel, with the bytes of the
+    // fwd_h_mma kernel's fused-output variant
     const bool ws = applies && min_sms == 0 && !env_switched_off("FUSEOPS_GDN_FWD_HO_WS");
-    const bool pair = ws && s->V % 128 == 0 && !env_switched_off("FUSEOPS_GDN_FWD_HO_WS_CLUSTER");
     EXPECT_EQ(cuda::fwd_h_o_ws_launches_for_testing() - ws_launches, ws ? 1 : 0) << "the kernel rule";
-    EXPECT_EQ(cuda::fwd_h_o_ws_cluster_launches_for_testing() - cluster_launches, pair ? 1 : 0) << "the cluster rule";
     if (ws) {
-      cuda::set_fwd_h_o_ws_cluster_off_for_testing(true);
-      const Outputs single = run_chunk(GetParam(), *s, in);
-      cuda::set_fwd_h_o_ws_cluster_off_for_testing(false);
       cuda::set_fwd_h_o_ws_off_for_testing(true);
       const Outputs mma = run_chunk(GetParam(), *s, in);
       cuda::set_fwd_h_o_ws_off_for_testing(false);
-      EXPECT_TRUE(same_bytes(first.o, single.o)) << "o without clusters";
-      EXPECT_TRUE(same_bytes(first.final_state, single.final_state)) << "final_state without clusters";
       EXPECT_TRUE(same_bytes(first.o, mma.o)) << "o of the fwd_h_mma variant";
       EXPECT_TRUE(same_bytes(first.final_state, mma.final_state)) << "final_state of the fwd_h_mma variant";
     }
