@@ -876,13 +876,7 @@ __device__ __forceinline__ void fwd_h_mma_body(const FwdHArgs& a, int64_t vblock
                                  pack2<TK>(sacc[4 * t + 6], sacc[4 * t + 7]));
             }
             const float ea = gated ? __expf(ga) : 1.f, eb = gated ? __expf(gb) : 1.f;
-#pragma unroll
-            for (int t = 0; t < BV / 16; ++t) {
-              oacc[4 * t + 0] *= ea;
-              oacc[4 * t + 1] *= ea;
-              oacc[4 * t + 2] *= eb;
-              oacc[4 * t + 3] *= eb;
-            }
+            fwd_o::scale_rows(oacc, ea, eb);
           }
           fence_proxy_async_shared();  // (FO: P, read by the wgmma after barrier B, with the v_new^T boxes)
           if constexpr (C::kNarrow) store_vnew();

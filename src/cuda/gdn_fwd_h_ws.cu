@@ -103,25 +103,24 @@ __device__ __forceinline__ void a_frag(uint32_t (&a)[4], const float* d, int s) 
   a[3] = pack2<TK>(d[4 * j + 6], d[4 * j + 7]);
 }
 
-/// S^T := h0 (K-major rows of the unit's state: element (k, col) at base + k V + col) at this thread's accumulator
-/// elements: slice column r0 + 8 (e >> 1), state row 64 h + 8 j + qc + (e & 1).
-template <typename TP>
-__device__ __forceinline__ void load_state_t(float (&st)[2][32], const TP* h0, int64_t V, int r0, int qc) {
+/// f(state row, slice column, element) for each of this thread's S^T accumulator elements: element 4 j + e of half h
+/// is state row 64 h + 8 j + qc + (e & 1), slice column r0 + 8 (e >> 1).
+template <typename F>
+__device__ __forceinline__ void for_each_state_t(float (&st)[2][32], int r0, int qc, F&& f) {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = 64 * h + 8 * j + qc + (e & 1), col = r0 + 8 * (e >> 1);
-        if constexpr (std::is_same_v<TP, float>) {
-          st[h][4 * j + e] = h0[row * V + col];
-        } else {
-          st[h][4 * j + e] = static_cast<float>(h0[row * V + col]);
-        }
-      }
+      for (int e = 0; e < 4; ++e) f(64 * h + 8 * j + qc + (e & 1), r0 + 8 * (e >> 1), st[h][4 * j + e]);
     }
   }
+}
+
+/// S^T := h0 (K-major rows of the unit's state: element (row, col) at h0[row V + col]).
+template <typename TP>
+__device__ __forceinline__ void load_state_t(float (&st)[2][32], const TP* h0, int64_t V, int r0, int qc) {
+  for_each_state_t(st, r0, qc, [&](int row, int col, float& x) { x = static_cast<float>(h0[row * V + col]); });
 }
 
 /// A unit of the grid: (sequence n, value head hv, 64-column block vb), its key head, first column, bounds, chunks.
@@ -385,16 +384,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       }
       if (a.ht) {
         float* const ht = a.ht + (n * HV + hv) * KV + col0;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-#pragma unroll
-          for (int j = 0; j < 8; ++j) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              ht[(64 * h + 8 * j + qc + (e & 1)) * V + r0 + 8 * (e >> 1)] = st[h][4 * j + e];
-            }
-          }
-        }
+        for_each_state_t(st, r0, qc, [&](int row, int col, float& x) { ht[row * V + col] = x; });
       }
       it += chunks;
     }
@@ -459,13 +449,7 @@ __global__ void __launch_bounds__(kWsThreads, 1)
         wgmma_wait<0>();
         wgmma_fence_operands(oacc);
         const float ea = gated ? __expf(ga) : 1.f, eb = gated ? __expf(gb) : 1.f;
-#pragma unroll
-        for (int t = 0; t < 8; ++t) {
-          oacc[4 * t + 0] *= ea;
-          oacc[4 * t + 1] *= ea;
-          oacc[4 * t + 2] *= eb;
-          oacc[4 * t + 3] *= eb;
-        }
+        fwd_o::scale_rows(oacc, ea, eb);
         wgmma_fence_operands(oacc);
         wgmma_fence();
         const uint64_t vdesc = wgmma_desc_sw128(slot + kXVn);

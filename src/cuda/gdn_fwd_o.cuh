@@ -36,6 +36,19 @@ __device__ __forceinline__ float gated_score(float s, int i, int j, int len, flo
   return gated ? s * __expf(g_i - g_j) : s;
 }
 
+/// acc of an m64nN accumulator block (N / 2 registers: rows lane / 4 in d[4 t], d[4 t + 1], rows lane / 4 + 8 in
+/// d[4 t + 2], d[4 t + 3]) with its first row times ea and its second times eb.
+template <int R>
+__device__ __forceinline__ void scale_rows(float (&acc)[R], float ea, float eb) {
+#pragma unroll
+  for (int t = 0; t < R / 4; ++t) {
+    acc[4 * t + 0] *= ea;
+    acc[4 * t + 1] *= ea;
+    acc[4 * t + 2] *= eb;
+    acc[4 * t + 3] *= eb;
+  }
+}
+
 /// Launch-time constants: the work items are (chunk slot, key head, part, V block), the V blocks innermost; each
 /// item walks value heads [hv_begin, hv_end) of its key head (all G of them unless the grid would be small).
 struct FwdOParams {

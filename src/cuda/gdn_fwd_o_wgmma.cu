@@ -197,13 +197,7 @@ __global__ void __launch_bounds__(kThreadsWg, 2)
       wgmma_commit();
       wgmma_wait<0>();
       wgmma_fence_operands(oacc);
-#pragma unroll
-      for (int t = 0; t < 8; ++t) {
-        oacc[4 * t + 0] *= ea;
-        oacc[4 * t + 1] *= ea;
-        oacc[4 * t + 2] *= eb;
-        oacc[4 * t + 3] *= eb;
-      }
+      fwd_o::scale_rows(oacc, ea, eb);
       wgmma_fence();
 #pragma unroll
       for (int j = 0; j < kBT / 16; ++j) {
