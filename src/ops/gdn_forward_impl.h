@@ -175,7 +175,8 @@ int64_t chunk_gated_delta_rule_intra_first_blocks(const FwdHArgs& a, int device)
 /// them (the intra-first variant with o_ready set), else 0: only then may chunk_fwd_o be given the counters
 /// (FwdOArgs::h_ready, h_ready_count).
 unsigned chunk_gated_delta_rule_fwd_h(const FwdHArgs& a, int device, void* stream);
-/// chunk_gated_delta_rule_fwd_h and chunk_fwd_o in one kernel (gdn_fwd_h.cu, the fused-output variant of fwd_h): o
+/// chunk_gated_delta_rule_fwd_h and chunk_fwd_o in one kernel (at 64 columns the warp-specialised kernel of
+/// gdn_fwd_h_ws.cu, at 32 the fused-output variant of fwd_h in gdn_fwd_h.cu; both give the same bytes): o
 /// from q, k, g, scale of `a` and each chunk's state and v_new while they are in the block, so h and v_new are never
 /// written (a.h, a.v_new unused); ht as fwd_h. o gets the bytes that chunk_fwd_o's wgmma kernel (V a multiple of 128,
 /// its switch on) gives from fwd_h's h and v_new; with V = 64 / 192 the staged path's mma.sync kernel sums in another
