@@ -11,9 +11,11 @@
 // - warpgroup 1 (warps 4-7), the output: P = q k^T (its 64 x 64 scores), O = q S from the hand-off slot, P gated and
 //   masked into A fragments, O = exp(g_i) O + P v_new, o = scale O stored, rows < L. The same products, roundings and
 //   order of sums as the fwd_h_mma kernel's fused-output variant.
-// - warp 8, the producer (warps 9-11 idle; the third warpgroup's registers go to the first by setmaxnreg): per chunk, the gate table (exp(g_last - g_i), g_i, exp(g_last), L) and the w, k, q, u tiles
-//   (128-byte-swizzled boxes of 64 columns: tensor-map copies for whole chunks; 16-byte loads, zero past the chunk,
-//   for a sequence's last partial chunk), three buffers ahead.
+// - warp 8, the producer: per chunk, the gate table (exp(g_last - g_i), g_i, exp(g_last), L; the g loads issued
+//   before the wait for the chunk's buffer) and the w, k, q, u tiles (128-byte-swizzled boxes of 64 columns:
+//   tensor-map copies for whole chunks; 16-byte loads, zero past the chunk, for a sequence's last partial chunk), three
+//   buffers ahead. Warps 9-11 leave; setmaxnreg gives registers 240 / 168 / 80 to the three warpgroups.
+// The step is bound by the tiles' arrival, not by the chain (docs/ops/gdn.md, ncu source counters at 2/8 [8 x 1024]).
 // Synchronisation by mbarriers only: full / empty per tile buffer, full / empty per hand-off slot. The roles walk the
 // same units and chunks in the same order, so one chunk counter gives every buffer's and slot's phase.
 #include "cuda/gdn_fwd_h_ws.h"
@@ -35,8 +37,8 @@ namespace fuseops::detail::cuda {
 namespace {
 
 constexpr int kWsThreads = 384;  ///< three warpgroups (the third's warps 9-11 leave at once)
-constexpr int kWsNs = 3;                 ///< tile buffers
-constexpr int kBox = 64 * 128;           ///< one swizzled box: 64 rows of 64 16-bit elements
+constexpr int kWsNs = 3;         ///< tile buffers
+constexpr int kBox = 64 * 128;   ///< one swizzled box: 64 rows of 64 16-bit elements
 /// A tile buffer: w (two boxes: K columns 0-63, 64-127), k (two), q (two), u (one: the block's 64 columns)
 constexpr int kBufW = 0, kBufK = 2 * kBox, kBufQ = 4 * kBox, kBufU = 6 * kBox, kBufBytes = 7 * kBox;
 /// A hand-off slot: S^T (two boxes, K-major: [64 columns][K]) and the ungated v_new^T (one box: [64 columns][64 rows])
@@ -93,7 +95,7 @@ __device__ __forceinline__ void keep_regs(uint32_t (&r)[R][4]) {
 }
 
 /// The A fragment of k-step s (columns 16 s .. 16 s + 15) of a 64-row accumulator block d (m64n64 layout, columns
-/// 8 j + 2 (lane % 4) + {0, 1} of rows lane / 4 (+ 8) in d[4 j ..]), each element times f(column tile, element & 1).
+/// 8 j + 2 (lane % 4) + {0, 1} of rows lane / 4 (+ 8) in d[4 j ..]), rounded to TK.
 template <typename TK>
 __device__ __forceinline__ void a_frag(uint32_t (&a)[4], const float* d, int s) {
   const int j = 2 * s;
