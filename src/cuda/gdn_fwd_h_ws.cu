@@ -11,8 +11,8 @@
 // - warpgroup 1 (warps 4-7), the output: P = q k^T (its 64 x 64 scores), O = q S from the hand-off slot, P gated and
 //   masked into A fragments, O = exp(g_i) O + P v_new, o = scale O stored, rows < L. The same products, roundings and
 //   order of sums as the fwd_h_mma kernel's fused-output variant.
-// - warp 8, the producer: per chunk, the gate table (exp(g_last - g_i), g_i, exp(g_last), L; the g loads issued
-//   before the wait for the chunk's buffer) and the w, k, q, u tiles (128-byte-swizzled boxes of 64 columns:
+// - warp 8, the producer: per chunk, the gate table (exp(g_last - g_i), g_i, exp(g_last), L; g copied into shared
+//   memory by cp.async one chunk ahead) and the w, k, q, u tiles (128-byte-swizzled boxes of 64 columns:
 //   tensor-map copies for whole chunks; 16-byte loads, zero past the chunk, for a sequence's last partial chunk), three
 //   buffers ahead. Warps 9-11 leave; setmaxnreg gives registers 240 / 168 / 80 to the three warpgroups.
 // The step is bound by the tiles' arrival, not by the chain (docs/ops/gdn.md, ncu source counters at 2/8 [8 x 1024]).
@@ -30,6 +30,7 @@
 #include "cuda/device_error.cuh"
 #include "cuda/gdn_forward.cuh"
 #include "cuda/gdn_fwd_o.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/tensor_map.h"
 #include "cuda/wgmma.cuh"
 
@@ -55,8 +56,13 @@ struct ChunkGates {
 constexpr int kGateOff = kXOff + 2 * kXBytes;
 constexpr int kBarOff = kGateOff + kWsNs * static_cast<int>(sizeof(ChunkGates));
 /// mbarriers: full[kWsNs], empty[kWsNs], xfull[2], xempty[2]
-constexpr std::size_t kWsSmem = kBarOff + (2 * kWsNs + 4) * sizeof(uint64_t);
-static_assert(kGateOff % 1024 == 0 && kBarOff % 8 == 0 && kWsSmem <= 227 * 1024, "shared memory layout");
+constexpr int kStageOff = kBarOff + (2 * kWsNs + 4) * static_cast<int>(sizeof(uint64_t));
+/// The producer's g staging: two slots of a chunk's g_i (64) and g_last, copied one chunk ahead (1-3 chunks measured
+/// the same)
+constexpr int kStageLd = 68;
+constexpr std::size_t kWsSmem = kStageOff + 2 * kStageLd * sizeof(float);
+static_assert(kGateOff % 1024 == 0 && kBarOff % 8 == 0 && kStageOff % 16 == 0 && kWsSmem <= 227 * 1024,
+              "shared memory layout");
 
 /// Arrival counts: the producer warp's lanes; every thread of the two warpgroups; one warpgroup.
 constexpr uint32_t kFullCount = 32, kEmptyCount = 256, kXCount = 128;
@@ -189,17 +195,39 @@ __global__ void __launch_bounds__(kWsThreads, 1)
       const int64_t hv = u.hv, hk = u.hk, col0 = u.col0, chunks = u.chunks;
       const SeqBounds& sb = u.sb;
       const float* const gp = static_cast<const float*>(a.g.data);
+      float* const gst = reinterpret_cast<float*>(smem_raw + kStageOff);
+      // chunk c's g_i and g_last copied (cp.async) into staging slot c % 2, one chunk ahead of its use; one group per
+      // chunk, empty past the unit's chunks (the g loads' latency measured on the copies' path: 1.2-2% of the forward)
+      auto stage_g = [&](int64_t c) {
+        if (gated && c < chunks) {
+          const int64_t t0 = sb.bos + 64 * c;
+          const int L = static_cast<int>(min(int64_t{64}, sb.eos - t0));
+          float* const slot = gst + static_cast<int>(c & 1) * kStageLd;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = lane + 32 * h;
+            if (r < L) cp_async_ca<4>(slot + r, gp + gdn::at(a.g, sb.batch, t0 + r, hv));
+          }
+          if (lane == 0) cp_async_ca<4>(slot + 64, gp + gdn::at(a.g, sb.batch, t0 + L - 1, hv));
+        }
+        cp_async_commit();
+      };
+      stage_g(0);
       for (int64_t c = 0; c < chunks; ++c) {
         const int64_t i = it + c, t0 = sb.bos + 64 * c;
         const int b = static_cast<int>(i % kWsNs);
         const int L = static_cast<int>(min(int64_t{64}, sb.eos - t0));
-        // the chunk's g loaded before the wait for its buffer (their latency off the copies' path)
-        const float gl = gated ? gp[gdn::at(a.g, sb.batch, t0 + L - 1, hv)] : 0.f;
+        __syncwarp();  // every lane has read the slot that chunk c + 1 reuses (chunk c - 1's)
+        stage_g(c + 1);
+        cp_async_wait<1>();
+        __syncwarp();  // lane 0's g_last visible to the warp
+        const float* const slot = gst + static_cast<int>(c & 1) * kStageLd;
+        const float gl = gated ? slot[64] : 0.f;
         float gi[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int r = lane + 32 * h;
-          gi[h] = gated && r < L ? gp[gdn::at(a.g, sb.batch, t0 + r, hv)] : 0.f;
+          gi[h] = gated && r < L ? slot[r] : 0.f;
         }
         mbar_wait(empty + b, static_cast<uint32_t>((i / kWsNs) & 1) ^ 1u);
         ChunkGates& G = gates[b];
