@@ -29,11 +29,14 @@ __device__ __forceinline__ void store_two(const GdnOut& o, int64_t i, float x, f
 }
 
 /// Score entry (i, j) of the chunk: s exp(g_i - g_j) for j <= i < len (s without g), 0 above the diagonal and in
-/// rows past the chunk (never stored; their g is a placeholder 0). exp by ex2.approx (__expf: relative error ~2^-21 for
-/// the exponent's range here, far below the rounding of P to the input dtype).
+/// rows past the chunk (never stored; their g is a placeholder 0), by a select without a branch (the exponent is
+/// formed for every entry and may be inf above the diagonal; the select drops it). exp by kkt_exp (ex2.approx.ftz of
+/// the rounded (g_i - g_j) log2(e): __expf's bits wherever the factor is >= 2^-126, 0 below, without __expf's
+/// three-instruction subnormal fix on each entry; relative error ~2^-21, far below the rounding of P to the input
+/// dtype). Every tensor-core kernel of the output takes its scores from here, so they give the same bytes.
 __device__ __forceinline__ float gated_score(float s, int i, int j, int len, float g_i, float g_j, bool gated) {
-  if (j > i || i >= len) return 0.f;
-  return gated ? s * __expf(g_i - g_j) : s;
+  const float e = gated ? gdn::kkt_exp(g_i - g_j) : 1.f;
+  return j <= i && i < len ? s * e : 0.f;
 }
 
 /// acc of an m64nN accumulator block (N / 2 registers: rows lane / 4 in d[4 t], d[4 t + 1], rows lane / 4 + 8 in
