@@ -14,7 +14,8 @@ graph is never dropped silently; call the functions under torch.no_grad() / torc
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg, is_flag, named_as, shown, tensor_arg, unit_innermost
+from ._args import (_compiling, bool_arg, float_arg, forward_only, int_arg, is_flag, named_as, shown, tensor_arg,
+                    unit_innermost)
 from ._ops import ops
 
 _FLOAT = (torch.float32, torch.float16, torch.bfloat16)
@@ -48,8 +49,36 @@ def _check_cu(op, cu_seqlens):
                          f"{type(cu_seqlens).__name__}")
     tensor_arg(op, "cu_seqlens", cu_seqlens, optional=True)  # dense
     if cu_seqlens is not None and (cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1):
-        raise ValueError(f"{op}: cu_seqlens: expected rank 1 [N+1] with N >= 0, got {list(cu_seqlens.shape)}")
+        raise ValueError(f"{op}: cu_seqlens: expected rank 1 [N+1] with at least one entry ([0]: no sequences), got "
+                         f"shape {list(cu_seqlens.shape)}")
     return _contiguous_read(cu_seqlens)
+
+
+def _check_cu_values(op, name, cu, T, where):
+    """cu (an int64 CPU tensor [N+1]) checked: 0 = cu[0] <= ... <= cu[N] = T, else a ValueError naming ``name``."""
+    if cu[0] != 0 or cu[-1] != T or bool((cu[1:] < cu[:-1]).any()):
+        values = cu.tolist()
+        text = str(values) if len(values) <= 16 else f"{str(values[:8])[:-1]}, ..., {str(values[-4:])[1:]}"
+        raise ValueError(f"{op}: {name}: expected 0 = {name}[0] <= ... <= {name}[N] = T = {T} ({where}), got {text}")
+
+
+def _check_cu_seqlens_cpu(op, cu_seqlens_cpu, cu_seqlens, T):
+    """FLA's ``cu_seqlens_cpu``: a host copy of cu_seqlens, from which FLA lays out its chunks without a
+    synchronisation. fuseops needs none (its kernels read cu_seqlens on the device), so the copy is checked, not
+    read for the computation: given with cu_seqlens, a CPU int32 / int64 tensor of cu_seqlens' shape, and (except
+    while torch.compile traces, which cannot read it) 0 = cu[0] <= ... <= cu[N] = T; else a ValueError naming it.
+    That its values equal cu_seqlens' is not checked: that would read the device tensor on the host."""
+    if cu_seqlens_cpu is None:
+        return
+    if cu_seqlens is None:
+        raise ValueError(f"{op}: cu_seqlens_cpu: a host copy of cu_seqlens, given without cu_seqlens")
+    if (not isinstance(cu_seqlens_cpu, torch.Tensor) or cu_seqlens_cpu.device.type != "cpu"
+            or cu_seqlens_cpu.dtype not in (torch.int32, torch.int64) or cu_seqlens_cpu.shape != cu_seqlens.shape):
+        where = f" on {cu_seqlens_cpu.device}" if isinstance(cu_seqlens_cpu, torch.Tensor) else ""
+        raise ValueError(f"{op}: cu_seqlens_cpu: expected a CPU tensor int32 / int64 of cu_seqlens' shape "
+                         f"{list(cu_seqlens.shape)} (a host copy of cu_seqlens), got {shown(cu_seqlens_cpu)}{where}")
+    if not _compiling():
+        _check_cu_values(op, "cu_seqlens_cpu", cu_seqlens_cpu.to(torch.int64), T, "a host copy of cu_seqlens")
 
 
 def _check_optional(op, name, t):
@@ -243,6 +272,10 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
         use_qk_l2norm_in_kernel: q, k <- x / sqrt(sum x^2 + 1e-6), rounded to the intermediate dtype (the input
             dtype; float32 for 16-bit inputs with K or V < 32: chunk_gated_delta_rule_intermediate_dtype).
         cu_seqlens: [N+1] int32 / int64 (B == 1). chunk_size: 16, 32 or 64.
+        cu_seqlens_cpu (keyword, FLA's): a host copy of cu_seqlens, which fuseops does not need (the kernels read
+            cu_seqlens on the device, no synchronisation): checked (a CPU int32 / int64 tensor of cu_seqlens' shape,
+            0 = cu[0] <= ... <= cu[N] = T; the values not while torch.compile traces), not read otherwise; its
+            agreement with cu_seqlens is not checked (that would read the device tensor).
     Returns:
         (o [B, T, HV, V] in q.dtype, final_state or None).
     Unsupported FLA keyword arguments (state_v_first, use_gate_in_kernel, head_first, ...) raise ValueError; so does
@@ -315,11 +348,14 @@ def _chunk_forward(op, q, k, v, g, beta, scale, initial_state, output_final_stat
         raise ValueError(f"{op}: return_intermediate_states: not taken by {taken}; "
                          "fuseops.compat.vllm.chunk_gated_delta_rule takes it, in vLLM's order, and returns (o, "
                          f"final_state, intermediate_states), got {shown(kwargs['return_intermediate_states'])}")
+    kwargs = dict(kwargs)
+    cu_seqlens_cpu = kwargs.pop("cu_seqlens_cpu", None)
     _reject_kwargs(op, kwargs)
     _check_rank(op, "q", q, 4, "[B, T, H, K]")
     _check_rank(op, "v", v, 4, "[B, T, HV, V]")
     chunk_size = _check_chunk_size(op, chunk_size)
     B, T, HV, V = v.shape
+    _check_cu_seqlens_cpu(op, cu_seqlens_cpu, cu_seqlens, T)
     K = q.shape[3]
     o = _out_like(op, "q", q, (B, T, HV, V))
     ht = None
@@ -361,7 +397,8 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, gk=None, initial_state=None, o
                                  save_new_value=True, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
                                  chunk_indices=None, **kwargs):
     """The state recurrence across chunks, as FLA ``chunk_gated_delta_rule_fwd_h`` (its positional order; default
-    state layout: ``gk``, ``state_v_first``, ``cu_seqlens_cpu`` and ``chunk_indices`` only at their defaults).
+    state layout: ``gk``, ``state_v_first`` and ``chunk_indices`` only at their defaults; ``cu_seqlens_cpu``, FLA's host
+    copy of cu_seqlens, is checked as by :func:`chunk_gated_delta_rule` and not otherwise read).
 
     Returns (h [B, NS, HV, K, V] in k.dtype, v_new [B, T, HV, V] in u.dtype (ungated; None with
     ``save_new_value=False``, as FLA, though it is still computed), final_state or None). h is
@@ -371,13 +408,13 @@ def chunk_gated_delta_rule_fwd_h(k, w, u, g=None, gk=None, initial_state=None, o
     op = "chunk_gated_delta_rule_fwd_h"
     forward_only(op, k=k, w=w, u=u, g=g, initial_state=initial_state, optional=("g", "initial_state"))
     initial_state = _contiguous_read(initial_state)
-    _reject_kwargs(op, dict(kwargs, gk=gk, state_v_first=state_v_first, cu_seqlens_cpu=cu_seqlens_cpu,
-                            chunk_indices=chunk_indices))
+    _reject_kwargs(op, dict(kwargs, gk=gk, state_v_first=state_v_first, chunk_indices=chunk_indices))
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     save_new_value = bool_arg(op, "save_new_value", save_new_value)
     _check_rank(op, "k", k, 4, "[B, T, H, K]")
     _check_rank(op, "u", u, 4, "[B, T, HV, V]")
+    _check_cu_seqlens_cpu(op, cu_seqlens_cpu, cu_seqlens, k.shape[1])
     chunk_size = _check_chunk_size(op, chunk_size)
     B, T, HV, V = u.shape
     N = _num_seqs(k, cu_seqlens)
@@ -438,11 +475,7 @@ def _slots_in_sequence_order(cu, chunk_size):
 def _host_cu_seqlens(op, cu_seqlens, T):
     """cu_seqlens read on the host (a synchronisation with its device), checked: 0 = cu[0] <= ... <= cu[N] = T."""
     cu = cu_seqlens.to("cpu", torch.int64)
-    if cu[0] != 0 or cu[-1] != T or bool((cu[1:] < cu[:-1]).any()):
-        values = cu.tolist()
-        text = str(values) if len(values) <= 16 else f"{str(values[:8])[:-1]}, ..., {str(values[-4:])[1:]}"
-        raise ValueError(f"{op}: cu_seqlens: expected 0 = cu_seqlens[0] <= ... <= cu_seqlens[N] = T = {T} (read on "
-                         f"the host for return_intermediate_states), got {text}")
+    _check_cu_values(op, "cu_seqlens", cu, T, "read on the host for return_intermediate_states")
     return cu
 
 

@@ -57,7 +57,9 @@ bool has_sequences(const GdnGeometry& geo) { return geo.cu_seqlens != nullptr &&
 int64_t cu_seqlens_count(const char* op, const TensorView& cu, int64_t T) {
   check_dtype(op, "cu_seqlens", cu, {DType::i32, DType::i64});
   check_layout(op, "cu_seqlens", cu);  // N (sizes, chunk slots) is taken from its dim before common_device()
-  if (cu.rank != 1 || cu.shape[0] < 1) fail_argument(op, "cu_seqlens", "rank 1 [N+1] with N >= 0", cu.shape_str());
+  if (cu.rank != 1 || cu.shape[0] < 1) {
+    fail_argument(op, "cu_seqlens", "rank 1 [N+1] with at least one entry ([0]: no sequences)", cu.shape_str());
+  }
   if (cu.shape[0] == 1 && T > 0) {  // no sequence, yet tokens: malformed by its shape alone
     fail_argument(op, "cu_seqlens", "[N+1] with N >= 1 for T = " + std::to_string(T) + " tokens", "[1]");
   }

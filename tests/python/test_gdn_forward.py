@@ -540,11 +540,53 @@ def test_cuda_graph_capture():
     assert torch.equal(o, o_ref) and torch.equal(ht, ht_ref)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_cu_seqlens_cpu_is_checked_and_not_needed(device):
+    # FLA's host copy of cu_seqlens: accepted where it can be that copy (the same results as without it), else a
+    # ValueError naming it; fuseops reads cu_seqlens on the device
+    q, k, v, g, beta, h0 = inputs(1, 21, 1, 2, 16, 16, torch.float32, device, N=3)
+    cu = torch.tensor([0, 5, 5, 21], dtype=torch.int32, device=device)
+    ref, ref_ht = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                                 cu_seqlens=cu, chunk_size=16)
+    for host in (cu.cpu(), cu.cpu().long()):
+        o, ht = fuseops.chunk_gated_delta_rule(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                               cu_seqlens=cu, chunk_size=16, cu_seqlens_cpu=host)
+        assert torch.equal(o, ref) and torch.equal(ht, ref_ht)
+    op = "chunk_gated_delta_rule"
+    bad = [
+        ("a host copy of cu_seqlens, given without cu_seqlens", None, cu.cpu()),
+        (r"expected a CPU tensor int32 / int64 of cu_seqlens' shape \[4\]", cu, cu.cpu().float()),
+        (r"expected a CPU tensor int32 / int64 of cu_seqlens' shape \[4\]", cu, cu.cpu()[:3]),
+        (r"expected a CPU tensor int32 / int64 of cu_seqlens' shape \[4\]", cu, [0, 5, 5, 21]),
+        (r"expected 0 = cu_seqlens_cpu\[0\] <= \.\.\. <= cu_seqlens_cpu\[N\] = T = 21 \(a host copy of "
+         r"cu_seqlens\), got \[0, 5, 5, 20\]", cu, torch.tensor([0, 5, 5, 20])),
+        (r"expected 0 = .* got \[0, 6, 5, 21\]", cu, torch.tensor([0, 6, 5, 21])),
+        (r"expected 0 = .* got \[1, 5, 5, 21\]", cu, torch.tensor([1, 5, 5, 21])),
+    ]
+    if device != "cpu":
+        bad.append((r"expected a CPU tensor .* on cuda", cu, cu))
+    for message, cu_dev, host in bad:
+        with pytest.raises(ValueError, match=f"^{op}: cu_seqlens_cpu: {message}"):
+            fuseops.chunk_gated_delta_rule(q, k, v, g, beta, cu_seqlens=cu_dev, chunk_size=16, cu_seqlens_cpu=host)
+    # chunk_gated_delta_rule_fwd_h (FLA's positional slot of cu_seqlens_cpu), from the forward's own stages
+    gc = fuseops.chunk_local_cumsum(g, 16, cu_seqlens=cu)
+    w, u = fuseops.recompute_w_u_fwd(k, v, beta, fuseops.chunk_gated_delta_rule_fwd_kkt_solve(k, gc, beta, cu, 16), gc,
+                                     cu)
+    _, v_new, ht = fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, gc, None, h0, True, 16, cu_seqlens=cu)
+    _, v_new2, ht2 = fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, gc, None, h0, True, 16, True, False, cu,
+                                                          cu.cpu())
+    assert torch.equal(v_new, v_new2) and torch.equal(ht, ht2)  # (h's slots past a sequence's chunks are unwritten)
+    with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule_fwd_h: cu_seqlens_cpu: expected 0 = "):
+        fuseops.chunk_gated_delta_rule_fwd_h(k, w, u, gc, None, h0, True, 16, cu_seqlens=cu,
+                                             cu_seqlens_cpu=torch.tensor([0, 5, 21, 21]).flip(0))
+
+
 def test_shapes_the_functions_size_outputs_from_are_checked_first():
     # (they raised IndexError, a negative dimension or ZeroDivisionError from Python arithmetic before the op's check)
     q, k, v, g, beta, h0 = inputs(1, 4, 1, 2, 8, 8, torch.float32, "cpu")
     for cu in (torch.tensor(5), torch.zeros(0, dtype=torch.long)):
-        with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule: cu_seqlens: expected rank 1 \[N\+1\]"):
+        with pytest.raises(ValueError, match=r"^chunk_gated_delta_rule: cu_seqlens: expected rank 1 \[N\+1\] with at "
+                                             r"least one entry \(\[0\]: no sequences\), got shape \["):
             fuseops.chunk_gated_delta_rule(q, k, v, g, beta, output_final_state=True, cu_seqlens=cu)
         with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: cu_seqlens: expected rank 1"):
             fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, output_final_state=True, cu_seqlens=cu)
