@@ -26,8 +26,9 @@ def _not_tracked(op, **tensors):
     if torch.is_grad_enabled():
         for name, t in tensors.items():
             if isinstance(t, torch.Tensor) and t.requires_grad:
+                way = "inplace=False" if op == "apply_rotary_pos_emb" else "apply_rotary_pos_emb with inplace=False"
                 raise RuntimeError(f"{op}: {name}: rotates in place, which autograd does not track, but {name} "
-                                   "requires grad (use apply_rotary_pos_emb for autograd, or torch.no_grad())")
+                                   f"requires grad (use {way} for autograd, or torch.no_grad())")
 
 
 def _flattened(positions):

@@ -382,8 +382,12 @@ def test_flags_tensors_and_tables_by_name():
         fuseops.apply_rotary_pos_emb(q4, k4, cos.clone().requires_grad_(), sin)
     with pytest.raises(RuntimeError, match="rotary_embedding: cos_sin_cache: requires grad"):
         fuseops.rotary_embedding(pos, q.clone(), None, 64, cache.clone().requires_grad_())
-    with pytest.raises(RuntimeError, match="rotary_embedding: query: rotates in place"):
+    with pytest.raises(RuntimeError, match="rotary_embedding: query: rotates in place.*use apply_rotary_pos_emb with "
+                                           "inplace=False for autograd"):
         vllm.rotary_embedding(pos, q.clone().requires_grad_(), None, 64, cache, True)
+    # the in-place form of apply_rotary_pos_emb points to its own out-of-place form
+    with pytest.raises(RuntimeError, match=r"apply_rotary_pos_emb: q: rotates in place.*\(use inplace=False for "):
+        fuseops.apply_rotary_pos_emb(q4.clone().requires_grad_(), k4.clone(), cos, sin, inplace=True)
 
 
 @requires_opcheck
