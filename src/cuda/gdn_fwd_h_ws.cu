@@ -67,15 +67,6 @@ static_assert(kGateOff % 1024 == 0 && kBarOff % 8 == 0 && kStageOff % 16 == 0 &&
 /// Arrival counts: the producer warp's lanes; every thread of the two warpgroups; one warpgroup.
 constexpr uint32_t kFullCount = 32, kEmptyCount = 256, kXCount = 128;
 
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-#else
-  (void)bar;
-  __trap();
-#endif
-}
-
 /// Raises (inc) or lowers (dec) this warpgroup's register budget (every warp of the warpgroup executes it).
 template <int R>
 __device__ __forceinline__ void setmaxnreg_inc() {
