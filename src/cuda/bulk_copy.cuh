@@ -61,6 +61,14 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   __trap();
 #endif
 }
+/// Hints the L2 to fetch the box of a 4-D tensor map at coordinates (c0 innermost .. c3); nothing is read into the
+/// SM and no value depends on it. `map`: a __grid_constant__ kernel parameter.
+__device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {
+  FUSEOPS_SM90_ASM("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(
+                       reinterpret_cast<uint64_t>(map)),
+                   "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+                   : "memory");
+}
 /// The box of a 4-D tensor map at coordinates (c0 innermost .. c3) -> shared address `dst` (aligned as the map's
 /// swizzle needs: 1024 bytes for 128-byte swizzle), completing on `bar`. `map`: a __grid_constant__ kernel parameter.
 __device__ __forceinline__ void tma_load_4d(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,

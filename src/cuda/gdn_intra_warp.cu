@@ -60,11 +60,7 @@ __device__ __forceinline__ void prefetch_unit(const KktArgs& a, const CUtensorMa
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (lane == 0) {
     for (int box = 0; box < kboxes; ++box) {
-      asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];" ::"l"(
-                       reinterpret_cast<uint64_t>(kmap)),
-                   "r"(64 * box), "r"(static_cast<int>(hk)), "r"(static_cast<int>(ch.t0)),
-                   "r"(static_cast<int>(ch.batch))
-                   : "memory");
+      tma_prefetch_4d(kmap, 64 * box, static_cast<int>(hk), static_cast<int>(ch.t0), static_cast<int>(ch.batch));
     }
   }
 #pragma unroll
