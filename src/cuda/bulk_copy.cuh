@@ -61,6 +61,11 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   __trap();
 #endif
 }
+/// Hints the L2 to fetch the 128-byte line holding `p` (global memory); nothing is read into the SM and no value
+/// depends on it.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
+}
 /// Hints the L2 to fetch the box of a 4-D tensor map at coordinates (c0 innermost .. c3); nothing is read into the
 /// SM and no value depends on it. `map`: a __grid_constant__ kernel parameter.
 __device__ __forceinline__ void tma_prefetch_4d(const CUtensorMap* map, int c0, int c1, int c2, int c3) {

@@ -157,7 +157,7 @@ __device__ __forceinline__ void prefetch_first_unit(const FwdHArgs& a, int64_t v
     const int64_t es = a.h0_dtype == DType::f32 ? 4 : 2;  // f32, bf16 or f16 (load_state_t)
     const char* const row = static_cast<const char*>(a.h0) +
                             es * (((u.n * a.geo.HV + u.hv) * 128 + 32 * warp + lane) * a.V + u.col0);
-    for (int64_t c = 0; c < 64 * es; c += 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + c));
+    for (int64_t c = 0; c < 64 * es; c += 128) prefetch_l2(row + c);
     return;
   }
   const int64_t t0 = u.sb.bos;
@@ -170,8 +170,7 @@ __device__ __forceinline__ void prefetch_first_unit(const FwdHArgs& a, int64_t v
   }
   if (a.g.data != nullptr) {
     for (int r = lane; r < 64 && t0 + r < u.sb.eos; r += 32) {
-      const float* const g = static_cast<const float*>(a.g.data) + gdn::at(a.g, u.sb.batch, t0 + r, u.hv);
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(g));
+      prefetch_l2(static_cast<const float*>(a.g.data) + gdn::at(a.g, u.sb.batch, t0 + r, u.hv));
     }
   }
 }

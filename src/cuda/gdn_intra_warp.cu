@@ -71,13 +71,13 @@ __device__ __forceinline__ void prefetch_unit(const KktArgs& a, const CUtensorMa
     if (a.g.data) {
       const float* g =
           static_cast<const float*>(a.g.data) + ch.batch * a.g.stride_b + t * a.g.stride_t + hv * a.g.stride_h;
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(g)));
+      prefetch_l2(g);
     }
     if (a.beta.data) {
       const int64_t bytes = a.beta.dtype == DType::f32 ? 4 : 2;
       const char* b = static_cast<const char*>(a.beta.data) +
                       bytes * (ch.batch * a.beta.stride_b + t * a.beta.stride_t + hv * a.beta.stride_h);
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(b)));
+      prefetch_l2(b);
     }
   }
 #else
