@@ -493,7 +493,9 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
 
     FLA form: ``initial_state`` [N, HV, K, V] is read-only; returns (o [B, T, HV, V] in v.dtype, final_state float32
     or None). vLLM serving form (``ssm_state_indices`` given): ``initial_state`` is the state pool [S, HV, K, V]
-    (float32 / bfloat16) updated in place, as vLLM's ``inplace_final_state=True`` (its default); ``ssm_state_indices``
+    (float32 / bfloat16) updated in place, as vLLM's ``inplace_final_state=True`` (its default); each slot [HV, K, V]
+    contiguous, the slots at least HV * K * V elements apart (vLLM's pools in padded pages, stride(0) the page's
+    elements, are taken as they are; overlapping slots are a ValueError); ``ssm_state_indices``
     [N] or [N, Tmax] (with ``num_accepted_tokens`` [N]); index -1 is a padding slot, any other index outside [0, S) is
     recorded for :func:`fuseops.check_errors` (and its sequence treated as padding). Returns (o, initial_state): the
     pool is the final state, whatever ``output_final_state`` says. ``inplace_final_state``: None (the form decides),
@@ -560,7 +562,8 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
                                            use_qk_l2norm_in_kernel=False, cu_seqlens=None, num_accepted_tokens=None,
                                            **kwargs):
     """vLLM's fused sigmoid-gating decode: g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b) inside the kernel,
-    the state pool ``initial_state_source`` [S, HV, K, V] updated in place at ``initial_state_indices``.
+    the state pool ``initial_state_source`` [S, HV, K, V] updated in place at ``initial_state_indices`` (each slot
+    contiguous, the slots at least HV * K * V elements apart, as vLLM's padded pages).
     ``a``, ``b``: [B, T, HV], or vLLM's 2-D [B * T, HV] (the tokens of q / v flattened); ``b`` is per head only (no
     per-channel form, as in vLLM). Returns o [B, T, HV, V] in
     v.dtype. The indices follow :func:`fused_recurrent_gated_delta_rule`'s ``ssm_state_indices``, with its

@@ -28,6 +28,12 @@ FUSEOPS_HD int64_t load_index(const void* p, DType dtype, int64_t i) {
   return dtype == DType::i32 ? static_cast<const int32_t*>(p)[i] : static_cast<const int64_t*>(p)[i];
 }
 
+/// Element offset of value head hv's [K, V] state (KV = K V elements) in pool slot `slot` (pool form). KV is the
+/// caller's own product: recomputing it here cost the fast decode kernels a spill (sm_90a, -Xptxas -v).
+FUSEOPS_HD int64_t pool_offset(const DecodeArgs& a, int64_t slot, int64_t hv, int64_t KV) {
+  return slot * a.pool_stride_s + hv * KV;
+}
+
 /// A pool index is bad unless it is -1 (padding) or in [0, S).
 FUSEOPS_HD bool bad_pool_index(const DecodeArgs& a, int64_t s) { return s < -1 || s >= a.pool_slots; }
 

@@ -203,7 +203,7 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
     for (int64_t hv = 0; hv < HV; ++hv) {
       const int64_t hk = hv / group;
       if (a.pool_form) {
-        for (int64_t e = 0; e < KV; ++e) S[e] = load(a.pool, a.pool_dtype, (start * HV + hv) * KV + e);
+        for (int64_t e = 0; e < KV; ++e) S[e] = load(a.pool, a.pool_dtype, pool_offset(a, start, hv, KV) + e);
       } else {
         for (int64_t e = 0; e < KV; ++e) S[e] = a.h0 ? load(a.h0, a.h0_dtype, (n * HV + hv) * KV + e) : 0.f;
       }
@@ -258,7 +258,7 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
             recorded = true;
           }
           if (slot >= 0) {
-            for (int64_t e = 0; e < KV; ++e) store(a.pool, a.pool_dtype, (slot * HV + hv) * KV + e, S[e]);
+            for (int64_t e = 0; e < KV; ++e) store(a.pool, a.pool_dtype, pool_offset(a, slot, hv, KV) + e, S[e]);
           }
         }
       }

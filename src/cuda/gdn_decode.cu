@@ -19,7 +19,8 @@
 //
 // Fallback kernel (decode_kernel): one 256-thread block per (sequence, value head, block of 32 state columns), three
 // block barriers per token; taken when K is not 64, 128 or 256, V % 4 != 0, a state tensor (pool,
-// initial_state, final_state) is not 16-byte aligned, or beta is per value column ([B, T, HV, V], FLA's per-channel
+// initial_state, final_state) is not 16-byte aligned, the pool's slots are not a whole number of 16-byte steps apart
+// (a padded pool, state_pool's stride(0)), or beta is per value column ([B, T, HV, V], FLA's per-channel
 // beta: each block loads the betas of its 32 columns beside v; the fast kernel takes per-head beta only). Lane l of
 // warp w holds columns 4 (l % 8) .. 4 (l % 8) + 3 of the rows r = 4 w + l / 8 + 32 j (j < 8, K <= 256), so one
 // warp-wide access covers 4 rows x 128 contiguous bytes; the sums over K reduce over the 4 row lanes by shuffles, then
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
         }
         continue;
       }
-      const int64_t base = (ps.start * HV + hv) * KV;
+      const int64_t base = pool_offset(a, ps.start, hv, KV);
 #pragma unroll
       for (int j = 0; j < kMaxRows; ++j) {
         const int64_t r = rgi + 32 * j;
@@ -278,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, co
       if (a.pool_form) {
         const int64_t slot = write_slot(a, n, t - sb.bos, len, leader, prm.errors);
         if (slot >= 0) {
-          const int64_t base = (slot * HV + hv) * KV;
+          const int64_t base = pool_offset(a, slot, hv, KV);
 #pragma unroll
           for (int j = 0; j < kMaxRows; ++j) {
             const int64_t r = rgi + 32 * j;
@@ -465,7 +466,7 @@ struct WarpUnit {
     src = nullptr;
     if (a.pool_form) {
       ps = pool_sequence(a, n, sb.eos - sb.bos);
-      if (ps.start >= 0) src = static_cast<const ST*>(a.pool) + (ps.start * HV + hv) * KV;
+      if (ps.start >= 0) src = static_cast<const ST*>(a.pool) + pool_offset(a, ps.start, hv, KV);
     } else if (a.h0) {
       src = static_cast<const ST*>(a.h0) + (n * HV + hv) * KV;
     }
@@ -713,7 +714,7 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
       if (a.pool_form) {
         const int64_t slot = write_slot(a, u.ps.start, n, t - sb.bos, len, leader, prm.errors);
         if (slot >= 0 && active) {
-          ST* dst = static_cast<ST*>(a.pool) + (slot * HV + hv) * KV;
+          ST* dst = static_cast<ST*>(a.pool) + pool_offset(a, slot, hv, KV);
 #pragma unroll
           for (int j = 0; j < R; ++j) store_state4(dst + (row0 + j) * V + col, S[j]);
         }
@@ -742,6 +743,10 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
 }
 
 bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+/// The pool's base 16-byte aligned and its slots whole 16-byte steps apart (or no pool).
+bool pool_aligned16(const DecodeArgs& a) {
+  return aligned16(a.pool) && (a.pool_stride_s * static_cast<int64_t>(dtype_size(a.pool_dtype))) % 16 == 0;
+}
 
 /// 16-byte aligned pointer and strides of whole 16-byte steps: every kRows-element run at a multiple of 8 elements
 /// loads in 16-byte pieces.
@@ -894,7 +899,7 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* str
   DeviceGuard guard(device, op);
   const auto s = static_cast<cudaStream_t>(stream);
   const int kg = fast_groups(a.geo.K);
-  if (kg > 0 && a.V % 4 == 0 && aligned16(a.pool) && aligned16(a.h0) && aligned16(a.ht) && !a.beta_per_channel) {
+  if (kg > 0 && a.V % 4 == 0 && pool_aligned16(a) && aligned16(a.h0) && aligned16(a.ht) && !a.beta_per_channel) {
     WarpParams prm{};  // slices, units and stage_inputs: per variant (launch_warp_kernel_wb)
     prm.q_vec = rows_vec(a.q);
     prm.k_vec = rows_vec(a.k);
@@ -909,7 +914,8 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* str
     DecodeParams prm{};
     prm.vblocks = (a.V + kBV - 1) / kBV;
     prm.units = a.geo.N * a.geo.HV * prm.vblocks;
-    prm.vec = a.V % 4 == 0 && aligned16(a.pool) && aligned16(a.h0) && aligned16(a.ht);
+    // (4-element vectors: 16 bytes of an f32 state, 8 of a bf16 one; the slots a whole number of vectors apart)
+    prm.vec = a.V % 4 == 0 && aligned16(a.pool) && a.pool_stride_s % 4 == 0 && aligned16(a.h0) && aligned16(a.ht);
     prm.errors = cuda_error_record(device);
     launch_kernel(decode_kernel, dim3(gdn::grid_x(prm.units)), dim3(kThreads), 0, s, device, a, prm);
   }

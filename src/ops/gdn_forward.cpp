@@ -777,7 +777,19 @@ void check_pool(const char* op, const PoolNames& names, const TensorView& pool, 
                       ", " + hkv.substr(1),
                   pool.shape_str());
   }
-  if (!pool.is_contiguous()) fail_argument(op, names.pool, "a contiguous tensor", "strided");
+  // Each slot [HV, K, V] contiguous; the slots may lie further apart (vLLM's state pools are views into padded pages
+  // shared with the conv state: torch.as_strided with stride(0) = the page's elements), but must not overlap.
+  TensorView slot = pool;
+  slot.shape[0] = 1;
+  const int64_t per = a.geo.HV * a.geo.K * a.V;
+  if (pool.numel() > 0 && !slot.is_contiguous()) {  // (an empty pool: no element out of place, as torch's rule)
+    fail_argument(op, names.pool, "each slot [HV, K, V] contiguous (strides [s, K V, V, 1] with s >= HV K V)",
+                  "strides " + dims({pool.strides[0], pool.strides[1], pool.strides[2], pool.strides[3]}));
+  }
+  if (pool.shape[0] > 1 && pool.strides[0] < per) {
+    fail_argument(op, names.pool, "slots that do not overlap: stride(0) >= HV K V = " + std::to_string(per),
+                  "stride(0) = " + std::to_string(pool.strides[0]));
+  }
   check_dtype(op, names.indices, idx, {DType::i32, DType::i64});
   const int64_t N = a.geo.N;
   if (!((idx.rank == 1 && idx.shape[0] == N) || (idx.rank == 2 && idx.shape[0] == N && idx.shape[1] >= 1))) {
@@ -813,6 +825,7 @@ void check_pool(const char* op, const PoolNames& names, const TensorView& pool, 
   a.pool = pool.data;
   a.pool_dtype = pool.dtype;
   a.pool_slots = pool.shape[0];
+  a.pool_stride_s = pool.shape[0] > 1 ? pool.strides[0] : per;
   a.indices = idx.data;
   a.idx_dtype = idx.dtype;
   a.idx_cols = idx.rank == 2 ? idx.shape[1] : 0;

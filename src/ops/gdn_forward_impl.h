@@ -100,9 +100,10 @@ struct DecodeArgs {
   float* ht = nullptr;  ///< [N, HV, K, V] f32 contiguous, optional
   // pool form (pool_form; `pool` may be null when S = 0: then every index is padding or bad, nothing is read)
   bool pool_form = false;
-  void* pool = nullptr;  ///< [S, HV, K, V] contiguous
+  void* pool = nullptr;  ///< [S, HV, K, V], each slot's [HV, K, V] contiguous, slots pool_stride_s elements apart
   DType pool_dtype = DType::f32;
   int64_t pool_slots = 0;
+  int64_t pool_stride_s = 0;  ///< elements from slot s to slot s + 1 (>= HV K V; vLLM's pools are padded pages)
   const void* indices = nullptr;  ///< [N] or [N, idx_cols], contiguous
   DType idx_dtype = DType::i32;
   int64_t idx_cols = 0;  ///< 0: [N]

@@ -38,6 +38,8 @@ struct PoolCase {
   bool bad_write = false;         ///< a bad per-token write index (skipped + recorded; the sequence runs)
   int64_t guard = 5;       ///< guard elements of q, k, v, gates and o (8: 16-byte aligned, 5: misaligned)
   int64_t pool_guard = 0;  ///< guard elements of the pool (0: aligned, the fast kernel; 1: misaligned, the fallback)
+  /// poisoned elements between the pool's slots (vLLM's padded pages: stride(0) = HV K V + slot_pad); 0: contiguous
+  int64_t slot_pad = 0;
   DType idx_dtype = DType::i64;            ///< ssm_state_indices
   std::optional<DType> beta_dtype;         ///< beta's dtype when not the spec's gate dtype (beta rounded to it)
   std::vector<std::string> error_words;    ///< words the recorded error's message must hold (with bad_rows)
@@ -56,7 +58,8 @@ void check_recurrent(Where where, const Spec& s, std::mt19937_64& rng) {
 void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   const Spec& s = pc.s;
   SCOPED_TRACE(s.describe() + (pc.fused_gating ? " fused gating" : "") + " pool " + fuseops::dtype_name(pc.pool_dtype) +
-               " guards " + std::to_string(pc.guard) + "/" + std::to_string(pc.pool_guard));
+               " guards " + std::to_string(pc.guard) + "/" + std::to_string(pc.pool_guard) + " slot pad " +
+               std::to_string(pc.slot_pad));
   Spec sg = s;
   sg.has_h0 = false;
   Inputs in = make_inputs(sg, rng);
@@ -147,21 +150,28 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   HostTensor acc_t =
       ft::index_tensor(pc.acc_dtype, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
   const int64_t gd = pc.guard;
-  Placed P(where, pool, 0, pc.pool_guard), Q(where, in.q, 0, gd), Kt(where, in.k, 0, gd), Vt(where, in.v, 0, gd),
+  // the pool as [S, HV K V] rows padded by slot_pad poisoned elements, viewed as [S, HV, K, V] with stride(0) the row
+  // pitch (with slot_pad 0 the contiguous pool)
+  HostTensor pool_rows(pc.pool_dtype, {pc.slots, per});
+  for (int64_t r = 0; r < pc.slots; ++r)
+    for (int64_t e = 0; e < per; ++e) pool_rows.set(r, e, static_cast<float>(pool.get((r * per + e) / s.V, e % s.V)));
+  Placed P(where, pool_rows, pc.slot_pad, pc.pool_guard), Q(where, in.q, 0, gd), Kt(where, in.k, 0, gd), Vt(where, in.v, 0, gd),
       G(where, in.g, 0, gd), Bt(where, in.beta, 0, gd), O(where, s.dtype, {s.B, s.T, HV, s.V}, gd),
       I(where, idx_t, 0, 0), Acc(where, acc_t, 0, 0), Cu(where, cu_t, 0, 0), Ar(where, a_raw, 0, gd),
       Br(where, b_raw, 0, gd), Al(where, A_log, 0, 0), Db(where, dt_bias, 0, 0);
   for (Placed* p : {&P, &Q, &Kt, &Vt, &G, &Bt, &O, &I, &Acc, &Cu, &Ar, &Br, &Al, &Db}) p->upload();
   const TensorView gv = G.view(), bv = Bt.view(), accv = Acc.view(), cuv = Cu.view();
+  const TensorView pr = P.view();
+  const TensorView pool_view(pr.data, pr.dtype, pr.device, {pc.slots, HV, s.K, s.V}, {pr.strides[0], KV, s.V, 1});
   const TensorView* acc = pc.accepted.empty() ? nullptr : &accv;
   const TensorView* cu = in.cu.empty() ? nullptr : &cuv;
   fuseops::clear_errors();
   if (pc.fused_gating) {
-    fuseops::fused_sigmoid_gating_delta_rule_update(O.view(), P.view(), Al.view(), Ar.view(), Db.view(), Q.view(),
+    fuseops::fused_sigmoid_gating_delta_rule_update(O.view(), pool_view, Al.view(), Ar.view(), Db.view(), Q.view(),
                                                     Kt.view(), Vt.view(), Br.view(), std::nullopt, I.view(), acc,
                                                     s.l2norm, cu);
   } else {
-    fuseops::fused_recurrent_gated_delta_rule_update(O.view(), P.view(), Q.view(), Kt.view(), Vt.view(), &gv, &bv,
+    fuseops::fused_recurrent_gated_delta_rule_update(O.view(), pool_view, Q.view(), Kt.view(), Vt.view(), &gv, &bv,
                                                      std::nullopt, I.view(), acc, s.l2norm, cu);
   }
   for (Placed* p : {&P, &O}) p->download();
@@ -171,12 +181,13 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
     EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value, pc.error_words));
   }
   EXPECT_TRUE(O.untouched_outside(true));
+  EXPECT_TRUE(P.untouched_outside(true));  // the guards and the padding between slots
   EXPECT_TRUE(matches(O.read(), gold.o, s.dtype == f32 && pc.pool_dtype == f32 ? f32 : bf16, "o"));
   const HostTensor after = P.read();
   for (int64_t slot = 0; slot < pc.slots; ++slot) {
     HostTensor got(pc.pool_dtype, {1, HV, s.K, s.V});
     std::vector<double> exp(want.begin() + slot * per, want.begin() + (slot + 1) * per);
-    for (int64_t e = 0; e < per; ++e) got.set(e / s.V, e % s.V, static_cast<float>(after.get((slot * per + e) / s.V, e % s.V)));
+    for (int64_t e = 0; e < per; ++e) got.set(e / s.V, e % s.V, static_cast<float>(after.get(slot, e)));
     if (written[slot]) {
       EXPECT_TRUE(matches(got, exp, s.dtype == f32 && pc.pool_dtype == f32 ? f32 : bf16, "slot " + std::to_string(slot)));
     } else {
@@ -405,6 +416,14 @@ TEST_P(GdnDecode, PoolKernelVariants) {
     PoolCase misaligned = step;
     misaligned.pool_guard = 1;
     run_pool_case(GetParam(), misaligned, rng);
+    // vLLM's pools: slots in padded pages (stride(0) > HV K V). 16-byte steps apart: the fast kernel (also per-token
+    // writes and fused gating); 3 elements more: the fallback
+    for (int64_t pad : {8, 64, 3}) {
+      for (PoolCase pc : {step, spec, gating, odd}) {
+        pc.slot_pad = pad;
+        run_pool_case(GetParam(), pc, rng);
+      }
+    }
     if (HasFailure()) return;
   }
 }

@@ -435,6 +435,27 @@ TEST(GdnForwardErrors, Decode) {
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), pool_rank3.view(), x.q.view(), x.k.view(),
                                                                     x.v.view(), &g, &beta, std::nullopt, x.idx.view()),
                    up, "state_pool", "[S, HV, K, V] = [S, 2, 16, 8]");
+  // slots may lie further apart (vLLM's padded pages) but not overlap, and each slot must be contiguous
+  HostTensor pool_mem(f32, {4 * 2 * 16 * 16 * 2});
+  const TensorView pm = pool_mem.view();
+  const TensorView overlapping(pm.data, f32, pm.device, {4, 2, 16, 8}, {200, 128, 8, 1}),
+      padded_rows(pm.data, f32, pm.device, {4, 2, 16, 8}, {512, 256, 16, 1}),
+      padded_slots(pm.data, f32, pm.device, {4, 2, 16, 8}, {264, 128, 8, 1});
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), overlapping, x.q.view(), x.k.view(),
+                                                                    x.v.view(), &g, &beta, std::nullopt, x.idx.view()),
+                   up, "state_pool", "stride(0) >= HV K V = 256", "stride(0) = 200");
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), padded_rows, x.q.view(), x.k.view(),
+                                                                    x.v.view(), &g, &beta, std::nullopt, x.idx.view()),
+                   up, "state_pool", "each slot [HV, K, V] contiguous", "strides [512, 256, 16, 1]");
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), padded_slots, x.q.view(), x.k.view(),
+                                                                   x.v.view(), &g, &beta, std::nullopt, x.idx.view()));
+  // one slot: stride(0) is any value (torch leaves a size-1 dim's stride free), an empty pool any strides
+  const TensorView one_slot(pm.data, f32, pm.device, {1, 2, 16, 8}, {0, 128, 8, 1}),
+      empty_pool(pm.data, f32, pm.device, {0, 2, 16, 8}, {1, 1, 1, 1});
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), one_slot, x.q.view(), x.k.view(),
+                                                                   x.v.view(), &g, &beta, std::nullopt, x.idx.view()));
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), empty_pool, x.q.view(), x.k.view(),
+                                                                   x.v.view(), &g, &beta, std::nullopt, x.idx.view()));
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
                                                                     x.v.view(), &g, &beta, std::nullopt, idx_bad.view()),
                    up, "ssm_state_indices");

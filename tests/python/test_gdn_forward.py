@@ -145,6 +145,42 @@ def test_pool_indices_as_strided_views(device):
                                                  num_accepted_tokens=torch.ones(3, dtype=torch.int32, device=device))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_pool_in_padded_pages(device, dtype):
+    # vLLM's state pools: torch.as_strided views into pages shared with the conv state (stride(0) = the page's
+    # elements, the state after the conv state's bytes). Same o and states as a contiguous pool; the rest of each page
+    # untouched. Both decode forms, the fused-gating one included.
+    N, HV, K, V, slots = 3, 4, 64, 64, 6
+    q, k, v, g, beta, _ = inputs(N, 1, 2, HV, K, V, torch.bfloat16, device)
+    per, conv = HV * K * V, 40  # conv: the elements before the state in each page
+    page = conv + per + 24
+    raw = torch.randn(slots * page, device=device).to(dtype)
+    pool = torch.as_strided(raw, (slots, HV, K, V), (page, K * V, V, 1), conv)
+    assert not pool.is_contiguous()
+    pool_c, raw_before = pool.clone(), raw.clone()
+    idx = torch.tensor([4, -1, 1], device=device)
+    o, _ = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool, ssm_state_indices=idx)
+    o_c, _ = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool_c, ssm_state_indices=idx)
+    assert torch.equal(o, o_c) and torch.equal(pool, pool_c)
+    assert not torch.equal(pool[4], raw_before[4 * page + conv:4 * page + conv + per].view(HV, K, V))  # written
+    outside = torch.ones(slots * page, dtype=torch.bool, device=device)
+    for s in range(slots):
+        outside[s * page + conv:s * page + conv + per] = False
+    assert torch.equal(raw[outside], raw_before[outside])
+    gen = torch.Generator().manual_seed(2)
+    A_log, dt_bias = torch.randn(HV, generator=gen).to(device), torch.randn(HV, generator=gen).to(device)
+    a, b = torch.randn(N, 1, HV, generator=gen).to(device), torch.randn(N, 1, HV, generator=gen).to(device)
+    o2 = fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool, idx)
+    o2_c = fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool_c, idx)
+    assert torch.equal(o2, o2_c) and torch.equal(pool, pool_c)
+    assert torch.equal(raw[outside], raw_before[outside])
+    # slots that overlap are refused by name, before anything is written
+    overlapping = torch.as_strided(raw, (slots, HV, K, V), (per - V, K * V, V, 1))
+    with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: initial_state: .*stride\(0\) >= HV K V"):
+        fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=overlapping, ssm_state_indices=idx)
+
+
 def test_cu_seqlens_without_sequences_is_an_error():
     q, k, v, g, beta, _ = inputs(1, 10, 1, 2, 16, 16, torch.float32, "cpu")
     with pytest.raises(ValueError, match="chunk_gated_delta_rule: cu_seqlens"):
