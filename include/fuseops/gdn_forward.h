@@ -186,7 +186,9 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
 /// state is written) or written there. An index < -1 or >= S, a num_accepted_tokens outside [1, Tmax] or a sequence
 /// longer than Tmax is recorded in the device error record and treated as padding; the op returns normally (on the
 /// CPU backend as on CUDA) and only fuseops::check_errors() raises the record (see fuseops/error.h).
-/// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. Other arguments as in
+/// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. cu_seqlens may end before T
+/// (cu_seqlens[N] < T, vLLM's CUDA-graph padded steps): the tokens past cu_seqlens[N] belong to no sequence, their o
+/// rows are written as 0 and nothing is recorded (the FLA form above records cu_seqlens[N] != T as malformed). Other arguments as in
 /// fused_recurrent_gated_delta_rule, beta per head [B, T, HV] or per value column [B, T, HV, V] included.
 /// Precondition NOT checked (the indices live on the device): no slot may be used by two sequences of one call, i.e.
 /// no sequence may read or write a slot that another sequence of the same call writes (two sequences on one pool

@@ -500,7 +500,9 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     recorded for :func:`fuseops.check_errors` (and its sequence treated as padding). Returns (o, initial_state): the
     pool is the final state, whatever ``output_final_state`` says. ``inplace_final_state``: None (the form decides),
     True (the serving form: ssm_state_indices required) or False (the FLA form); False with ``ssm_state_indices`` is a
-    ValueError: vLLM's per-token final states in a new [T, HV, K, V] tensor are not supported. Not checked (as in
+    ValueError: vLLM's per-token final states in a new [T, HV, K, V] tensor are not supported. In the serving form
+    ``cu_seqlens[N]`` may be less than T (vLLM's CUDA-graph padded decode steps): the tokens past it belong to no
+    sequence and their o rows are 0; the FLA form records ``cu_seqlens[N] != T`` as malformed. Not checked (as in
     vLLM, the indices live on the device): no slot may serve two sequences of one call (no sequence may read or write
     a slot another sequence of the call writes); the sequences run concurrently, so such a call leaves that slot and
     those sequences' outputs unspecified, and nothing is raised or recorded.

@@ -23,7 +23,8 @@ struct SeqBounds {
 FUSEOPS_HD SeqBounds sequence_bounds(const GdnGeometry& g, int64_t n) {
   if (!g.cu_seqlens) return SeqBounds{n, 0, g.T, false};
   const int64_t a = load_cu(g, n), b = load_cu(g, n + 1);
-  const bool bad = a < 0 || a > g.T || b < a || b > g.T || (n == 0 && a != 0) || (n + 1 == g.N && b != g.T);
+  const bool bad =
+      a < 0 || a > g.T || b < a || b > g.T || (n == 0 && a != 0) || (n + 1 == g.N && b != g.T && !g.cu_tail);
   const int64_t bos = a < 0 ? 0 : (a > g.T ? g.T : a);
   const int64_t eos = b < bos ? bos : (b > g.T ? g.T : b);
   return SeqBounds{0, bos, eos, bad};

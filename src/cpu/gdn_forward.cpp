@@ -180,6 +180,15 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
   std::vector<float> S(static_cast<std::size_t>(KV)), q(static_cast<std::size_t>(K)), k(q.size()),
       v(static_cast<std::size_t>(V)), sk(v.size());
   bool recorded = false;  // a bad pool index or accepted count
+  if (a.geo.cu_tail) {  // tokens past cu_seqlens[N] (vLLM's padded steps) belong to no sequence: o rows 0
+    const int64_t end = sequence_bounds(a.geo, a.geo.N - 1).eos;
+    for (int64_t t = end; t < a.geo.T; ++t) {
+      for (int64_t hv = 0; hv < HV; ++hv) {
+        const int64_t ob = offset(a.o, 0, t, hv);
+        for (int64_t c = 0; c < V; ++c) store(a.o.data, a.o.dtype, ob + c, 0.f);
+      }
+    }
+  }
   for_each_sequence(a.geo, [&](int64_t n, const SeqBounds& s) {
     const int64_t len = s.eos - s.bos;
     int64_t start = -1;

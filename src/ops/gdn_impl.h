@@ -18,6 +18,9 @@ struct GdnGeometry {
   DType cu_dtype = DType::i64;
   int64_t N = 0;  ///< number of sequences (B without cu_seqlens)
   uint32_t cu_site = 0;
+  /// cu_seqlens[N] may be < T (the decode pool forms, as vLLM's CUDA-graph padded steps): tokens [cu_seqlens[N], T)
+  /// belong to no sequence and their o rows are written as 0. Elsewhere cu_seqlens[N] must be T.
+  bool cu_tail = false;
 };
 
 /// The geometry of B x T tokens, H key heads, HV value heads, head dim K and chunk BT, without cu_seqlens (N = B;

@@ -40,6 +40,9 @@ struct PoolCase {
   int64_t pool_guard = 0;  ///< guard elements of the pool (0: aligned, the fast kernel; 1: misaligned, the fallback)
   /// poisoned elements between the pool's slots (vLLM's padded pages: stride(0) = HV K V + slot_pad); 0: contiguous
   int64_t slot_pad = 0;
+  /// the last sequence (varlen, its start index -1) is passed as tokens past cu_seqlens[N] instead (vLLM's CUDA-graph
+  /// padded steps: cu_seqlens and the indices cover one sequence fewer); its o rows must be 0, as a padding sequence's
+  bool tail_tokens = false;
   DType idx_dtype = DType::i64;            ///< ssm_state_indices
   std::optional<DType> beta_dtype;         ///< beta's dtype when not the spec's gate dtype (beta rounded to it)
   std::vector<std::string> error_words;    ///< words the recorded error's message must hold (with bad_rows)
@@ -144,11 +147,16 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
     }
   }
   // run
-  HostTensor cu_t = ft::index_tensor(DType::i32, {static_cast<int64_t>(in.cu.size())}, in.cu);
-  const std::vector<int64_t> idx_shape = pc.cols ? std::vector<int64_t>{N, pc.cols} : std::vector<int64_t>{N};
-  HostTensor idx_t = ft::index_tensor(pc.idx_dtype, idx_shape, pc.idx);
-  HostTensor acc_t =
-      ft::index_tensor(pc.acc_dtype, {N}, pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted);
+  // (tail_tokens: the op sees N - 1 sequences, cu_seqlens[N - 1] < T)
+  const int64_t Nop = pc.tail_tokens ? N - 1 : N;
+  const std::vector<int64_t> cu_op(in.cu.begin(), in.cu.begin() + (in.cu.empty() ? 0 : Nop + 1));
+  const std::vector<int64_t> idx_op(pc.idx.begin(), pc.idx.begin() + Nop * std::max<int64_t>(pc.cols, 1));
+  HostTensor cu_t = ft::index_tensor(DType::i32, {static_cast<int64_t>(cu_op.size())}, cu_op);
+  const std::vector<int64_t> idx_shape = pc.cols ? std::vector<int64_t>{Nop, pc.cols} : std::vector<int64_t>{Nop};
+  HostTensor idx_t = ft::index_tensor(pc.idx_dtype, idx_shape, idx_op);
+  std::vector<int64_t> acc_op = pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted;
+  acc_op.resize(static_cast<std::size_t>(Nop));
+  HostTensor acc_t = ft::index_tensor(pc.acc_dtype, {Nop}, acc_op);
   const int64_t gd = pc.guard;
   // the pool as [S, HV K V] rows padded by slot_pad poisoned elements, viewed as [S, HV, K, V] with stride(0) the row
   // pitch (with slot_pad 0 the contiguous pool)
@@ -416,6 +424,32 @@ TEST_P(GdnDecode, PoolKernelVariants) {
     PoolCase misaligned = step;
     misaligned.pool_guard = 1;
     run_pool_case(GetParam(), misaligned, rng);
+    // vLLM's CUDA-graph padded steps: tokens past cu_seqlens[N] (o rows 0, nothing recorded), on the fast kernel (one
+    // token per sequence, per-token writes, fused gating) and the fallback (K = 100)
+    PoolCase tail;
+    tail.s = varlen({1, 1, 1, 2}, 2, 4, 128, 128, bf16);
+    tail.pool_dtype = pd;
+    tail.idx = {2, 5, 0, -1};
+    tail.guard = 8;
+    tail.tail_tokens = true;
+    run_pool_case(GetParam(), tail, rng);
+    PoolCase tail_spec = spec;
+    tail_spec.s = varlen({3, 1, 2, 3}, 2, 4, 128, 128, bf16);
+    tail_spec.idx = {0, 1, 2, /**/ 3, -1, -1, /**/ 4, -1, 6, /**/ -1, -1, -1};
+    tail_spec.accepted = {3, 1, 2, 1};
+    tail_spec.tail_tokens = true;
+    run_pool_case(GetParam(), tail_spec, rng);
+    PoolCase tail_gating = gating;
+    tail_gating.s = varlen({1, 1, 1}, 2, 2, 64, 64, f32);
+    tail_gating.idx = {4, 0, -1};
+    tail_gating.tail_tokens = true;
+    run_pool_case(GetParam(), tail_gating, rng);
+    PoolCase tail_odd = odd;
+    tail_odd.s = varlen({1, 2, 1}, 1, 2, 100, 60, bf16);
+    tail_odd.s.l2norm = true;
+    tail_odd.idx = {1, 0, -1};
+    tail_odd.tail_tokens = true;
+    run_pool_case(GetParam(), tail_odd, rng);
     // vLLM's pools: slots in padded pages (stride(0) > HV K V). 16-byte steps apart: the fast kernel (also per-token
     // writes and fused gating); 3 elements more: the fallback
     for (int64_t pad : {8, 64, 3}) {
@@ -426,6 +460,26 @@ TEST_P(GdnDecode, PoolKernelVariants) {
     }
     if (HasFailure()) return;
   }
+}
+
+// Tokens past cu_seqlens[N] are the pool forms' padding only (above): in the FLA form cu_seqlens[N] < T stays a
+// malformed cu_seqlens, recorded for check_errors().
+TEST_P(GdnDecode, FlaFormKeepsCuSeqlensEndingAtT) {
+  FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
+  std::mt19937_64 rng = test_rng();
+  const Spec s = varlen({1, 1, 1}, 1, 2, 16, 16, f32);
+  const Inputs in = make_inputs(s, rng);
+  HostTensor cu_t = ft::index_tensor(DType::i32, {3}, {0, 1, 2});  // N = 2 sequences, T = 3 tokens
+  Placed Q(GetParam(), in.q, 0, 0), Kt(GetParam(), in.k, 0, 0), Vt(GetParam(), in.v, 0, 0), G(GetParam(), in.g, 0, 0),
+      Bt(GetParam(), in.beta, 0, 0), O(GetParam(), f32, {1, 3, 2, 16}, 0), Cu(GetParam(), cu_t, 0, 0);
+  for (Placed* p : {&Q, &Kt, &Vt, &G, &Bt, &O, &Cu}) p->upload();
+  const TensorView gv = G.view(), bv = Bt.view(), cuv = Cu.view();
+  fuseops::clear_errors();
+  fuseops::fused_recurrent_gated_delta_rule(O.view(), nullptr, Q.view(), Kt.view(), Vt.view(), &gv, &bv, std::nullopt,
+                                            nullptr, false, &cuv);
+  O.download();
+  EXPECT_TRUE(raises([] { fuseops::check_errors(); }, fuseops::ErrorKind::device_value,
+                     {"fused_recurrent_gated_delta_rule", "cu_seqlens", "cu_seqlens[N] = T"}));
 }
 
 // The decode step of bench/baselines/fla_gdn_forward.py and the `gdn-decode` bench (Qwen3-Next: H 16, HV 32,

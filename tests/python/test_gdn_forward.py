@@ -181,6 +181,37 @@ def test_pool_in_padded_pages(device, dtype):
         fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=overlapping, ssm_state_indices=idx)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+def test_padded_decode_step(device):
+    # vLLM's CUDA-graph padded decode step: 3 decodes in a batch of 5, query_start_loc[4:] filled with 3, indices -1:
+    # the same o rows and pool as the 3 alone, the 2 tail rows 0, nothing recorded; the FLA form still records it
+    H, HV, K, V, T = 2, 4, 32, 32, 5
+    q, k, v, g, beta, _ = inputs(1, T, H, HV, K, V, torch.bfloat16, device)
+    pool = torch.randn(4, HV, K, V, device=device)
+    pool_3 = pool.clone()
+    cu = torch.tensor([0, 1, 2, 3, 3, 3], dtype=torch.int32, device=device)
+    idx = torch.tensor([0, 1, 2, -1, -1], dtype=torch.int32, device=device)
+    fuseops.clear_errors()
+    o, _ = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool, cu_seqlens=cu,
+                                                    ssm_state_indices=idx, use_qk_l2norm_in_kernel=True)
+    fuseops.check_errors()
+    o_3, _ = fuseops.fused_recurrent_gated_delta_rule(q[:, :3], k[:, :3], v[:, :3], g[:, :3], beta[:, :3],
+                                                      initial_state=pool_3, cu_seqlens=cu[:4], ssm_state_indices=idx[:3],
+                                                      use_qk_l2norm_in_kernel=True)
+    assert torch.equal(o[:, :3], o_3) and torch.equal(pool, pool_3)
+    assert torch.equal(o[:, 3:], torch.zeros_like(o[:, 3:]))
+    gen = torch.Generator().manual_seed(3)
+    A_log, dt_bias = torch.randn(HV, generator=gen).to(device), torch.randn(HV, generator=gen).to(device)
+    a, b = torch.randn(T, HV, generator=gen).to(device), torch.randn(T, HV, generator=gen).to(device)
+    o2 = fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool, idx,
+                                                        cu_seqlens=cu)
+    fuseops.check_errors()
+    assert torch.equal(o2[:, 3:], torch.zeros_like(o2[:, 3:]))
+    fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool[:3].clone(), cu_seqlens=cu[:4])
+    with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: cu_seqlens: .*cu_seqlens\[N\] = T"):
+        fuseops.check_errors()
+
+
 def test_cu_seqlens_without_sequences_is_an_error():
     q, k, v, g, beta, _ = inputs(1, 10, 1, 2, 16, 16, torch.float32, "cpu")
     with pytest.raises(ValueError, match="chunk_gated_delta_rule: cu_seqlens"):
