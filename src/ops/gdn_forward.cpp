@@ -793,7 +793,9 @@ void check_pool(const char* op, const PoolNames& names, const TensorView& pool, 
   check_dtype(op, names.indices, idx, {DType::i32, DType::i64});
   const int64_t N = a.geo.N;
   if (!((idx.rank == 1 && idx.shape[0] == N) || (idx.rank == 2 && idx.shape[0] == N && idx.shape[1] >= 1))) {
-    fail_argument(op, names.indices, "shape [N] or [N, Tmax] with N = " + std::to_string(N) + " and Tmax >= 1",
+    fail_argument(op, names.indices,
+                  "shape [N] or [N, Tmax] with N = " + std::to_string(N) +
+                      (a.geo.cu_seqlens ? " (the sequences of cu_seqlens)" : " (the batch B of q)") + " and Tmax >= 1",
                   idx.shape_str());
   }
   if (!idx.is_contiguous()) fail_argument(op, names.indices, "a contiguous tensor", "strided");
