@@ -147,7 +147,10 @@ struct DecodeParams {
   DeviceErrorRecord* errors;
 };
 
-__global__ void __launch_bounds__(kThreads) decode_kernel(const DecodeArgs a, const DecodeParams prm) {
+// Two blocks per SM (128 registers, no spills): left to itself the compiler took 147 registers once the kernel gained
+// the tail rows of cu_seqlens[N] < T, one block per SM, and the per-channel beta case of gdn-decode ran 1.6x slower
+// (H100, bench/results/h200/gdn.md, sixtieth session).
+__global__ void __launch_bounds__(kThreads, 2) decode_kernel(const DecodeArgs a, const DecodeParams prm) {
   pdl_wait_and_release();
   __shared__ float qs[256], ks[256], vs[kBV], bs[kBV];  // bs: the columns' betas (beta_per_channel)
   __shared__ float red[kWarps][kBV][2];
