@@ -188,8 +188,8 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
 /// CPU backend as on CUDA) and only fuseops::check_errors() raises the record (see fuseops/error.h).
 /// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. cu_seqlens may end before T
 /// (cu_seqlens[N] < T, vLLM's CUDA-graph padded steps): the tokens past cu_seqlens[N] belong to no sequence, their o
-/// rows are written as 0 and nothing is recorded (the FLA form above records cu_seqlens[N] != T as malformed). Other arguments as in
-/// fused_recurrent_gated_delta_rule, beta per head [B, T, HV] or per value column [B, T, HV, V] included.
+/// rows are written as 0 and nothing is recorded (the FLA form above records cu_seqlens[N] != T as malformed). Other
+/// arguments as in fused_recurrent_gated_delta_rule, beta per head [B, T, HV] or per value column [B, T, HV, V] included.
 /// Precondition NOT checked (the indices live on the device): no slot may be used by two sequences of one call, i.e.
 /// no sequence may read or write a slot that another sequence of the same call writes (two sequences on one pool
 /// slot). The sequences run concurrently, so such a call gives an unspecified state in that slot and unspecified

@@ -569,7 +569,8 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
     ``a``, ``b``: [B, T, HV], or vLLM's 2-D [B * T, HV] (the tokens of q / v flattened); ``b`` is per head only (no
     per-channel form, as in vLLM). Returns o [B, T, HV, V] in
     v.dtype. The indices follow :func:`fused_recurrent_gated_delta_rule`'s ``ssm_state_indices``, with its
-    precondition: no slot serves two sequences of one call (not checked)."""
+    precondition: no slot serves two sequences of one call (not checked), and ``cu_seqlens[N]`` may be less than T as
+    in its serving form (the tokens past it are padding: o rows 0)."""
     op = "fused_sigmoid_gating_delta_rule_update"
     forward_only(op, A_log=A_log, a=a, dt_bias=dt_bias, q=q, k=k, v=v, b=b, initial_state_source=initial_state_source,
                  initial_state_indices=initial_state_indices, num_accepted_tokens=num_accepted_tokens,

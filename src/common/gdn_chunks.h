@@ -15,7 +15,7 @@ FUSEOPS_HD int64_t load_cu(const GdnGeometry& g, int64_t i) {
 }
 
 /// Token range [bos, eos) of sequence n, within [0, T] and never decreasing. `bad` is set when cu_seqlens is
-/// malformed at n (cu[0] != 0, cu[N] != T, a decreasing pair, or a value outside [0, T]).
+/// malformed at n (cu[0] != 0, cu[N] != T (cu[N] > T where g.cu_tail), a decreasing pair, or a value outside [0, T]).
 struct SeqBounds {
   int64_t batch, bos, eos;
   bool bad;

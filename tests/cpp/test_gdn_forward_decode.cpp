@@ -163,8 +163,8 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   HostTensor pool_rows(pc.pool_dtype, {pc.slots, per});
   for (int64_t r = 0; r < pc.slots; ++r)
     for (int64_t e = 0; e < per; ++e) pool_rows.set(r, e, static_cast<float>(pool.get((r * per + e) / s.V, e % s.V)));
-  Placed P(where, pool_rows, pc.slot_pad, pc.pool_guard), Q(where, in.q, 0, gd), Kt(where, in.k, 0, gd), Vt(where, in.v, 0, gd),
-      G(where, in.g, 0, gd), Bt(where, in.beta, 0, gd), O(where, s.dtype, {s.B, s.T, HV, s.V}, gd),
+  Placed P(where, pool_rows, pc.slot_pad, pc.pool_guard), Q(where, in.q, 0, gd), Kt(where, in.k, 0, gd),
+      Vt(where, in.v, 0, gd), G(where, in.g, 0, gd), Bt(where, in.beta, 0, gd), O(where, s.dtype, {s.B, s.T, HV, s.V}, gd),
       I(where, idx_t, 0, 0), Acc(where, acc_t, 0, 0), Cu(where, cu_t, 0, 0), Ar(where, a_raw, 0, gd),
       Br(where, b_raw, 0, gd), Al(where, A_log, 0, 0), Db(where, dt_bias, 0, 0);
   for (Placed* p : {&P, &Q, &Kt, &Vt, &G, &Bt, &O, &I, &Acc, &Cu, &Ar, &Br, &Al, &Db}) p->upload();
@@ -433,6 +433,16 @@ TEST_P(GdnDecode, PoolKernelVariants) {
     tail.guard = 8;
     tail.tail_tokens = true;
     run_pool_case(GetParam(), tail, rng);
+    // vLLM's layout exactly: the padded batch's empty sequences (-1) before the tail, fast kernel and fallback (V % 4 != 0)
+    PoolCase vllm = tail;
+    vllm.s = varlen({1, 1, 1, 0, 0, 2}, 2, 4, 128, 128, bf16);
+    vllm.idx = {2, 5, 0, -1, -1, -1};
+    run_pool_case(GetParam(), vllm, rng);
+    PoolCase vllm_odd = vllm;
+    vllm_odd.s = varlen({1, 1, 0, 0, 3}, 1, 2, 100, 61, bf16);
+    vllm_odd.idx = {1, 0, -1, -1, -1};
+    vllm_odd.guard = 5;
+    run_pool_case(GetParam(), vllm_odd, rng);
     PoolCase tail_spec = spec;
     tail_spec.s = varlen({3, 1, 2, 3}, 2, 4, 128, 128, bf16);
     tail_spec.idx = {0, 1, 2, /**/ 3, -1, -1, /**/ 4, -1, 6, /**/ -1, -1, -1};

@@ -182,10 +182,11 @@ def test_pool_in_padded_pages(device, dtype):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_padded_decode_step(device):
+@pytest.mark.parametrize("K", [32, 128])  # CUDA: the fallback kernel, the fast one
+def test_padded_decode_step(device, K):
     # vLLM's CUDA-graph padded decode step: 3 decodes in a batch of 5, query_start_loc[4:] filled with 3, indices -1:
     # the same o rows and pool as the 3 alone, the 2 tail rows 0, nothing recorded; the FLA form still records it
-    H, HV, K, V, T = 2, 4, 32, 32, 5
+    H, HV, V, T = 2, 4, 32, 5
     q, k, v, g, beta, _ = inputs(1, T, H, HV, K, V, torch.bfloat16, device)
     pool = torch.randn(4, HV, K, V, device=device)
     pool_3 = pool.clone()
@@ -209,6 +210,11 @@ def test_padded_decode_step(device):
     assert torch.equal(o2[:, 3:], torch.zeros_like(o2[:, 3:]))
     fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool[:3].clone(), cu_seqlens=cu[:4])
     with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: cu_seqlens: .*cu_seqlens\[N\] = T"):
+        fuseops.check_errors()
+    # the rest of the rule stands in the serving form: cu_seqlens[N] past T is recorded
+    fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool, ssm_state_indices=idx[:3],
+                                             cu_seqlens=torch.tensor([0, 1, 2, 6], dtype=torch.int32, device=device))
+    with pytest.raises(ValueError, match=r"cu_seqlens: .*cu_seqlens\[N\] <= T"):
         fuseops.check_errors()
 
 
