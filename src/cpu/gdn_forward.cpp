@@ -180,15 +180,16 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
   std::vector<float> S(static_cast<std::size_t>(KV)), q(static_cast<std::size_t>(K)), k(q.size()),
       v(static_cast<std::size_t>(V)), sk(v.size());
   bool recorded = false;  // a bad pool index or accepted count
-  if (a.geo.cu_tail) {  // tokens past cu_seqlens[N] (vLLM's padded steps) belong to no sequence: o rows 0
-    const int64_t end = sequence_bounds(a.geo, a.geo.N - 1).eos;
-    for (int64_t t = end; t < a.geo.T; ++t) {
+  const auto zero_o_rows = [&](int64_t batch, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
       for (int64_t hv = 0; hv < HV; ++hv) {
-        const int64_t ob = offset(a.o, 0, t, hv);
+        const int64_t ob = offset(a.o, batch, t, hv);
         for (int64_t c = 0; c < V; ++c) store(a.o.data, a.o.dtype, ob + c, 0.f);
       }
     }
-  }
+  };
+  // tokens past cu_seqlens[N] (vLLM's padded steps) belong to no sequence: o rows 0
+  if (a.geo.cu_tail) zero_o_rows(0, sequence_bounds(a.geo, a.geo.N - 1).eos, a.geo.T);
   for_each_sequence(a.geo, [&](int64_t n, const SeqBounds& s) {
     const int64_t len = s.eos - s.bos;
     int64_t start = -1;
@@ -200,12 +201,7 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a) {
       }
       start = ps.start;
       if (start < 0) {  // padding: o rows are 0, no state read or written
-        for (int64_t t = s.bos; t < s.eos; ++t) {
-          for (int64_t hv = 0; hv < HV; ++hv) {
-            const int64_t ob = offset(a.o, s.batch, t, hv);
-            for (int64_t c = 0; c < V; ++c) store(a.o.data, a.o.dtype, ob + c, 0.f);
-          }
-        }
+        zero_o_rows(s.batch, s.bos, s.eos);
         return;
       }
     }

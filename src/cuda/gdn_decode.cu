@@ -133,12 +133,13 @@ __device__ __forceinline__ int64_t write_slot(const DecodeArgs& a, int64_t start
   return write_slot(a, n, tr, len, leader, errors);
 }
 
-/// o rows [from, T) of value head hv, columns col .. col + ncols - 1, written as 0: the tokens past cu_seqlens[N] of a
-/// pool form (GdnGeometry::cu_tail; `from` = the last sequence's end), by the lanes of the last sequence's units.
-__device__ __forceinline__ void zero_tail_rows(const DecodeArgs& a, int64_t from, int64_t hv, int64_t col, int ncols,
-                                               bool vec) {
+/// o rows [t0, t1) of batch row `batch`, value head hv, columns col .. col + ncols - 1, written as 0: a padding
+/// sequence's rows, and the tokens past cu_seqlens[N] of a pool form (GdnGeometry::cu_tail: [the last sequence's end,
+/// T), by the lanes of the last sequence's units).
+__device__ __forceinline__ void zero_o_rows(const DecodeArgs& a, int64_t batch, int64_t t0, int64_t t1, int64_t hv,
+                                            int64_t col, int ncols, bool vec) {
   const float z[4] = {0.f, 0.f, 0.f, 0.f};
-  for (int64_t t = from; t < a.geo.T; ++t) store4(a.o.data, a.o.dtype, gdn::at(a.o, 0, t, hv) + col, ncols, vec, z);
+  for (int64_t t = t0; t < t1; ++t) store4(a.o.data, a.o.dtype, gdn::at(a.o, batch, t, hv) + col, ncols, vec, z);
 }
 
 struct DecodeParams {
@@ -166,19 +167,14 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(const DecodeArgs a,
     const bool leader = hv == 0 && vb == 0 && tid == 0;  // records bad device values once per sequence
     const SeqBounds sb = sequence_bounds(a.geo, n);
     if (sb.bad && leader) record_device_error(prm.errors, a.geo.cu_site, n);
-    if (a.geo.cu_tail && n + 1 == a.geo.N && warp == 0 && lane < 8) zero_tail_rows(a, sb.eos, hv, col, ncols, false);
+    if (a.geo.cu_tail && n + 1 == a.geo.N && warp == 0 && lane < 8) zero_o_rows(a, 0, sb.eos, a.geo.T, hv, col, ncols, false);
     const int64_t len = sb.eos - sb.bos;
     float S[kMaxRows][4];
     if (a.pool_form) {
       const PoolSeq ps = pool_sequence(a, n, len);
       if (ps.bad_site && leader) record_device_error(prm.errors, ps.bad_site, ps.bad_index);
       if (ps.start < 0) {  // padding: o rows 0, nothing read or written
-        if (warp == 0 && lane < 8) {
-          const float z[4] = {0.f, 0.f, 0.f, 0.f};
-          for (int64_t t = sb.bos; t < sb.eos; ++t) {
-            store4(a.o.data, a.o.dtype, gdn::at(a.o, sb.batch, t, hv) + col, ncols, false, z);
-          }
-        }
+        if (warp == 0 && lane < 8) zero_o_rows(a, sb.batch, sb.bos, sb.eos, hv, col, ncols, false);
         continue;
       }
       const int64_t base = pool_offset(a, ps.start, hv, KV);
@@ -679,16 +675,11 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
     }
     const bool leader = hv == 0 && u.sl == 0 && lane == 0;  // records bad device values once per sequence
     if (sb.bad && leader) record_device_error(prm.errors, a.geo.cu_site, n);
-    if (a.geo.cu_tail && n + 1 == a.geo.N && kg == 0 && active) zero_tail_rows(a, sb.eos, hv, col, 4, prm.o_vec);
+    if (a.geo.cu_tail && n + 1 == a.geo.N && kg == 0 && active) zero_o_rows(a, 0, sb.eos, a.geo.T, hv, col, 4, prm.o_vec);
     if (a.pool_form) {
       if (u.ps.bad_site && leader) record_device_error(prm.errors, u.ps.bad_site, u.ps.bad_index);
       if (padding) {
-        if (kg == 0 && active) {
-          const float z[4] = {0.f, 0.f, 0.f, 0.f};
-          for (int64_t t = sb.bos; t < sb.eos; ++t) {
-            store4(a.o.data, a.o.dtype, gdn::at(a.o, sb.batch, t, hv) + col, 4, prm.o_vec, z);
-          }
-        }
+        if (kg == 0 && active) zero_o_rows(a, sb.batch, sb.bos, sb.eos, hv, col, 4, prm.o_vec);
         continue;
       }
     }

@@ -92,6 +92,14 @@ void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& devic
       "cu_seqlens[N] = T");
 }
 
+void allow_cu_seqlens_tail(const char* op, GdnGeometry& geo) {
+  if (!geo.cu_seqlens) return;
+  geo.cu_tail = true;
+  geo.cu_site = error_site(op, "cu_seqlens",
+                           "the index is a sequence n: expected 0 = cu_seqlens[0] <= cu_seqlens[n] <= "
+                           "cu_seqlens[n + 1] <= cu_seqlens[N] <= T (tokens past cu_seqlens[N] are padding)");
+}
+
 namespace {
 /// The backend's chunk_local_cumsum (a validated device).
 void run_chunk_local_cumsum(const char* op, const CumsumArgs& a, const Device& device, Stream stream) {

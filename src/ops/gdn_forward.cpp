@@ -823,12 +823,7 @@ void check_pool(const char* op, const PoolNames& names, const TensorView& pool, 
     a.acc_site = error_site(op, "num_accepted_tokens", "the index is a sequence n: expected 1 <= "
                             "num_accepted_tokens[n] <= Tmax; the sequence is skipped as padding");
   }
-  if (a.geo.cu_seqlens) {  // vLLM's CUDA-graph padded decode steps: cu_seqlens[N] < T, the tail tokens are padding
-    a.geo.cu_tail = true;
-    a.geo.cu_site = error_site(op, "cu_seqlens",
-                               "the index is a sequence n: expected 0 = cu_seqlens[0] <= cu_seqlens[n] <= "
-                               "cu_seqlens[n + 1] <= cu_seqlens[N] <= T (tokens past cu_seqlens[N] are padding)");
-  }
+  allow_cu_seqlens_tail(op, a.geo);  // vLLM's CUDA-graph padded decode steps: cu_seqlens[N] < T, the tail is padding
   a.pool_form = true;
   a.pool = pool.data;
   a.pool_dtype = pool.dtype;

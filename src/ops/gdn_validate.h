@@ -26,6 +26,9 @@ void check_token_head(const char* op, const char* name, const TensorView& v, int
 int64_t cu_seqlens_count(const char* op, const TensorView& cu, int64_t T);
 /// cu_seqlens: [N+1] i32 / i64 on `device`, B == 1; fills geo.cu_* and geo.N (B without cu_seqlens).
 void attach_cu_seqlens(const char* op, const TensorView* cu, const Device& device, GdnGeometry& geo);
+/// After attach_cu_seqlens, for the decode pool forms: cu_seqlens[N] may be less than T (GdnGeometry::cu_tail), and a
+/// malformed cu_seqlens is recorded under that rule. Nothing without cu_seqlens.
+void allow_cu_seqlens_tail(const char* op, GdnGeometry& geo);
 /// For an op that has nothing to compute at T = 0: its N >= 1 cu_seqlens entries are still checked, as every GDN op
 /// checks them (docs/ops/gdn.md, Variable length). Runs chunk_local_cumsum's chunk walk over zero tokens and one
 /// head, which records a malformed cu_seqlens against the calling op (geo.cu_site) and reads or writes no row; `op`
