@@ -186,7 +186,9 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
 /// state is written) or written there. An index < -1 or >= S, a num_accepted_tokens outside [1, Tmax] or a sequence
 /// longer than Tmax is recorded in the device error record and treated as padding; the op returns normally (on the
 /// CPU backend as on CUDA) and only fuseops::check_errors() raises the record (see fuseops/error.h).
-/// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. cu_seqlens may end before T
+/// num_accepted_tokens (optional, only with [N, Tmax] indices): [N] i32 / i64. Both may have N' > N rows (Error
+/// naming the argument below N): rows past N are not read (vLLM passes its padded batch's indices with the real
+/// sequences' cu_seqlens[:num_decodes + 1], vllm/v1/attention/backends/gdn_attn.py). cu_seqlens may end before T
 /// (cu_seqlens[N] < T, vLLM's CUDA-graph padded steps): the tokens past cu_seqlens[N] belong to no sequence, their o
 /// rows are written as 0 and nothing is recorded (the FLA form above records cu_seqlens[N] != T as malformed). Other
 /// arguments as in fused_recurrent_gated_delta_rule, beta per head [B, T, HV] or per value column [B, T, HV, V] included.

@@ -496,8 +496,10 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     (float32 / bfloat16) updated in place, as vLLM's ``inplace_final_state=True`` (its default); each slot [HV, K, V]
     contiguous, the slots at least HV * K * V elements apart (vLLM's pools in padded pages, stride(0) the page's
     elements, are taken as they are; overlapping slots are a ValueError); ``ssm_state_indices``
-    [N] or [N, Tmax] (with ``num_accepted_tokens`` [N]); index -1 is a padding slot, any other index outside [0, S) is
-    recorded for :func:`fuseops.check_errors` (and its sequence treated as padding). Returns (o, initial_state): the
+    [N'] or [N', Tmax] (with ``num_accepted_tokens`` [N']), N' >= N: rows past the N sequences are not read (vLLM's
+    CUDA-graph step passes the padded batch's indices with ``cu_seqlens[:num_decodes + 1]``); index -1 is a padding
+    slot, any other index outside [0, S) is recorded for :func:`fuseops.check_errors` (and its sequence treated as
+    padding). Returns (o, initial_state): the
     pool is the final state, whatever ``output_final_state`` says. ``inplace_final_state``: None (the form decides),
     True (the serving form: ssm_state_indices required) or False (the FLA form); False with ``ssm_state_indices`` is a
     ValueError: vLLM's per-token final states in a new [T, HV, K, V] tensor are not supported. In the serving form
@@ -528,9 +530,13 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     o = _out_like(op, "v", v, v.shape)
     sc = None if scale is None else float_arg(op, "scale", scale)
     if ssm_state_indices is not None or inplace_final_state is True:
-        if initial_state is None or ssm_state_indices is None:
-            raise ValueError(f"{op}: ssm_state_indices: expected a tensor together with the state pool initial_state "
-                             "(inplace_final_state)")
+        if initial_state is None:
+            raise ValueError(f"{op}: initial_state: expected the state pool [S, HV, K, V] in the serving form "
+                             f"({'ssm_state_indices given' if ssm_state_indices is not None else 'inplace_final_state=True'}"
+                             "), got None")
+        if ssm_state_indices is None:
+            raise ValueError(f"{op}: ssm_state_indices: expected a tensor with inplace_final_state=True (the serving "
+                             "form), got None")
         with named_as(op, "fused_recurrent_gated_delta_rule_update", {"state_pool": "initial_state"}):
             ops.fused_recurrent_gated_delta_rule_update(o, initial_state, q, k, v, g, beta, sc,
                                                         _contiguous_read(ssm_state_indices),

@@ -791,10 +791,13 @@ void check_pool(const char* op, const PoolNames& names, const TensorView& pool, 
                   "stride(0) = " + std::to_string(pool.strides[0]));
   }
   check_dtype(op, names.indices, idx, {DType::i32, DType::i64});
+  // At least N rows: vLLM's CUDA-graph decode passes cu_seqlens[:num_decodes + 1] with the indices of the whole
+  // padded batch (its gdn_attn builder fills the rows past num_decodes with -1); rows n >= N are never read, as in
+  // vLLM's kernel, whose grid comes from cu_seqlens.
   const int64_t N = a.geo.N;
-  if (!((idx.rank == 1 && idx.shape[0] == N) || (idx.rank == 2 && idx.shape[0] == N && idx.shape[1] >= 1))) {
+  if (!((idx.rank == 1 && idx.shape[0] >= N) || (idx.rank == 2 && idx.shape[0] >= N && idx.shape[1] >= 1))) {
     fail_argument(op, names.indices,
-                  "shape [N] or [N, Tmax] with N = " + std::to_string(N) +
+                  "shape [N'] or [N', Tmax] with N' >= N = " + std::to_string(N) +
                       (a.geo.cu_seqlens ? " (the sequences of cu_seqlens)" : " (the batch B of q)") + " and Tmax >= 1",
                   idx.shape_str());
   }
@@ -812,8 +815,8 @@ void check_pool(const char* op, const PoolNames& names, const TensorView& pool, 
       fail_argument(op, "num_accepted_tokens", std::string("absent with [N] ") + names.indices, "a tensor");
     }
     check_dtype(op, "num_accepted_tokens", *acc, {DType::i32, DType::i64});
-    if (acc->rank != 1 || acc->shape[0] != N) {
-      fail_argument(op, "num_accepted_tokens", "shape [N] = " + dims({N}), acc->shape_str());
+    if (acc->rank != 1 || acc->shape[0] < N) {  // rows past N: vLLM's padded batch, never read
+      fail_argument(op, "num_accepted_tokens", "shape [N'] with N' >= N = " + std::to_string(N), acc->shape_str());
     }
     if (!acc->is_contiguous()) fail_argument(op, "num_accepted_tokens", "a contiguous tensor", "strided");
     common_device(op, {{"num_accepted_tokens", acc}});

@@ -43,6 +43,10 @@ struct PoolCase {
   /// the last sequence (varlen, its start index -1) is passed as tokens past cu_seqlens[N] instead (vLLM's CUDA-graph
   /// padded steps: cu_seqlens and the indices cover one sequence fewer); its o rows must be 0, as a padding sequence's
   bool tail_tokens = false;
+  /// with tail_tokens: the indices and num_accepted_tokens keep the tail sequence's rows, as vLLM's padded batch passes
+  /// them (cu_seqlens[:num_decodes + 1] with the whole batch's indices); those rows hold an out-of-range slot and a 0
+  /// count, which would be recorded if read: they must not be
+  bool rows_past_n = false;
   DType idx_dtype = DType::i64;            ///< ssm_state_indices
   std::optional<DType> beta_dtype;         ///< beta's dtype when not the spec's gate dtype (beta rounded to it)
   std::vector<std::string> error_words;    ///< words the recorded error's message must hold (with bad_rows)
@@ -62,7 +66,7 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   const Spec& s = pc.s;
   SCOPED_TRACE(s.describe() + (pc.fused_gating ? " fused gating" : "") + " pool " + fuseops::dtype_name(pc.pool_dtype) +
                " guards " + std::to_string(pc.guard) + "/" + std::to_string(pc.pool_guard) + " slot pad " +
-               std::to_string(pc.slot_pad));
+               std::to_string(pc.slot_pad) + (pc.rows_past_n ? " rows past N" : ""));
   Spec sg = s;
   sg.has_h0 = false;
   Inputs in = make_inputs(sg, rng);
@@ -150,13 +154,16 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   // (tail_tokens: the op sees N - 1 sequences, cu_seqlens[N - 1] < T)
   const int64_t Nop = pc.tail_tokens ? N - 1 : N;
   const std::vector<int64_t> cu_op(in.cu.begin(), in.cu.begin() + (in.cu.empty() ? 0 : Nop + 1));
-  const std::vector<int64_t> idx_op(pc.idx.begin(), pc.idx.begin() + Nop * std::max<int64_t>(pc.cols, 1));
+  const int64_t rows = pc.rows_past_n ? N : Nop, per_row = std::max<int64_t>(pc.cols, 1);
+  std::vector<int64_t> idx_op(pc.idx.begin(), pc.idx.begin() + rows * per_row);
+  for (int64_t i = Nop * per_row; i < rows * per_row; ++i) idx_op[i] = pc.slots + 7;  // never read
   HostTensor cu_t = ft::index_tensor(DType::i32, {static_cast<int64_t>(cu_op.size())}, cu_op);
-  const std::vector<int64_t> idx_shape = pc.cols ? std::vector<int64_t>{Nop, pc.cols} : std::vector<int64_t>{Nop};
+  const std::vector<int64_t> idx_shape = pc.cols ? std::vector<int64_t>{rows, pc.cols} : std::vector<int64_t>{rows};
   HostTensor idx_t = ft::index_tensor(pc.idx_dtype, idx_shape, idx_op);
   std::vector<int64_t> acc_op = pc.accepted.empty() ? std::vector<int64_t>(N, 1) : pc.accepted;
-  acc_op.resize(static_cast<std::size_t>(Nop));
-  HostTensor acc_t = ft::index_tensor(pc.acc_dtype, {Nop}, acc_op);
+  acc_op.resize(static_cast<std::size_t>(rows));
+  for (int64_t n = Nop; n < rows; ++n) acc_op[n] = 0;  // never read
+  HostTensor acc_t = ft::index_tensor(pc.acc_dtype, {rows}, acc_op);
   const int64_t gd = pc.guard;
   // the pool as [S, HV K V] rows padded by slot_pad poisoned elements, viewed as [S, HV, K, V] with stride(0) the row
   // pitch (with slot_pad 0 the contiguous pool)
@@ -460,6 +467,12 @@ TEST_P(GdnDecode, PoolKernelVariants) {
     tail_odd.idx = {1, 0, -1};
     tail_odd.tail_tokens = true;
     run_pool_case(GetParam(), tail_odd, rng);
+    // vLLM's CUDA-graph step passes the whole padded batch's indices (and num_accepted_tokens) with cu_seqlens of the
+    // real sequences only: the rows past N are never read (both kernels, per-token writes, fused gating)
+    for (PoolCase pc : {vllm, vllm_odd, tail_spec, tail_gating}) {
+      pc.rows_past_n = true;
+      run_pool_case(GetParam(), pc, rng);
+    }
     // vLLM's pools: slots in padded pages (stride(0) > HV K V). 16-byte steps apart: the fast kernel (also per-token
     // writes and fused gating); 3 elements more: the fallback
     for (int64_t pad : {8, 64, 3}) {

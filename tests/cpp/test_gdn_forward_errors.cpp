@@ -421,8 +421,9 @@ TEST(GdnForwardErrors, Decode) {
   const char* up = "fused_recurrent_gated_delta_rule_update";
   EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
                                                                    x.v.view(), &g, &beta, std::nullopt, x.idx.view()));
-  HostTensor pool_bad(DType::f16, {4, 2, 16, 8}), pool_shape(f32, {4, 2, 8, 16}), idx_bad(i32, {2}), idx2(i32, {1, 8}),
-      idx_short(i32, {1, 3}), idxf(f32, {1}), acc(i32, {1}), acc_bad(i32, {2});
+  HostTensor pool_bad(DType::f16, {4, 2, 16, 8}), pool_shape(f32, {4, 2, 8, 16}), idx_bad(i32, {0}), idx2(i32, {1, 8}),
+      idx_short(i32, {1, 3}), idxf(f32, {1}), acc(i32, {1}), acc_bad(i32, {0}), idx_more(i32, {3}), idx2_more(i32, {3, 8});
+  const HostTensor acc_more = ft::index_tensor(i32, {3}, {1, 1, 1});
   const TensorView accv = acc.view(), accb = acc_bad.view();
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), pool_bad.view(), x.q.view(), x.k.view(),
                                                                     x.v.view(), &g, &beta, std::nullopt, x.idx.view()),
@@ -458,7 +459,15 @@ TEST(GdnForwardErrors, Decode) {
                                                                    x.v.view(), &g, &beta, std::nullopt, x.idx.view()));
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
                                                                     x.v.view(), &g, &beta, std::nullopt, idx_bad.view()),
-                   up, "ssm_state_indices");
+                   up, "ssm_state_indices", "[N'] or [N', Tmax] with N' >= N = 1 (the batch B of q)", "got [0]");
+  // more rows than N: vLLM's CUDA-graph decode passes the padded batch's indices with the real sequences' cu_seqlens
+  // (rows past N are never read: test_gdn_forward_decode.cpp, rows_past_n)
+  const TensorView acc_more_v = acc_more.view();
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
+                                                                   x.v.view(), &g, &beta, std::nullopt, idx_more.view()));
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
+                                                                   x.v.view(), &g, &beta, std::nullopt,
+                                                                   idx2_more.view(), &acc_more_v));
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
                                                                     x.v.view(), &g, &beta, std::nullopt, idxf.view()),
                    up, "ssm_state_indices");
@@ -467,7 +476,7 @@ TEST(GdnForwardErrors, Decode) {
                    up, "num_accepted_tokens");
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
                                                                     x.v.view(), &g, &beta, std::nullopt, idx2.view(), &accb),
-                   up, "num_accepted_tokens");
+                   up, "num_accepted_tokens", "shape [N'] with N' >= N = 1", "got [0]");
   // fixed length T = 8: an [N, Tmax] row of 3 slots cannot name the slot of every token (a shape error, not data)
   const TensorView acc_ok = acc.view();
   EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),

@@ -122,6 +122,11 @@ def test_prefill_then_decode_and_pool(device):
     with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: ssm_state_indices: expected a tensor"):
         fuseops.fused_recurrent_gated_delta_rule(q[:, 40:], k[:, 40:], v[:, 40:], g[:, 40:], beta[:, 40:],
                                                  initial_state=pool2, inplace_final_state=True)
+    # indices without a pool: the error names the missing pool, not the indices given
+    for kw in (dict(ssm_state_indices=torch.tensor([1], device=device)), dict(inplace_final_state=True)):
+        with pytest.raises(ValueError, match=r"^fused_recurrent_gated_delta_rule: initial_state: expected the state "
+                                             r"pool \[S, HV, K, V\] in the serving form .*got None$"):
+            fuseops.fused_recurrent_gated_delta_rule(q[:, 40:], k[:, 40:], v[:, 40:], g[:, 40:], beta[:, 40:], **kw)
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -216,6 +221,53 @@ def test_padded_decode_step(device, K):
                                              cu_seqlens=torch.tensor([0, 1, 2, 6], dtype=torch.int32, device=device))
     with pytest.raises(ValueError, match=r"cu_seqlens: .*cu_seqlens\[N\] <= T"):
         fuseops.check_errors()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("K", [32, 128])
+def test_padded_decode_step_indices_of_the_whole_batch(device, K):
+    # vLLM's layer passes cu_seqlens=query_start_loc[:num_decodes + 1] with the indices (and num_accepted_tokens) of
+    # the whole padded batch (gdn_attn's builder fills their rows past num_decodes with -1 / 1): rows past N are never
+    # read. Here they hold an out-of-range slot and a 0 count, which would be recorded if they were.
+    H, HV, V, T = 2, 4, 32, 5
+    q, k, v, g, beta, _ = inputs(1, T, H, HV, K, V, torch.bfloat16, device)
+    pool = torch.randn(6, HV, K, V, device=device)
+    pool_3 = pool.clone()
+    cu = torch.tensor([0, 1, 2, 3], dtype=torch.int32, device=device)
+    idx = torch.tensor([0, 1, 2, 99, 99], dtype=torch.int32, device=device)
+    fuseops.clear_errors()
+    o, _ = fuseops.fused_recurrent_gated_delta_rule(q=q, k=k, v=v, g=g, beta=beta, initial_state=pool,
+                                                    inplace_final_state=True, cu_seqlens=cu, ssm_state_indices=idx,
+                                                    use_qk_l2norm_in_kernel=True)
+    fuseops.check_errors()
+    o_3, _ = fuseops.fused_recurrent_gated_delta_rule(q[:, :3], k[:, :3], v[:, :3], g[:, :3], beta[:, :3],
+                                                      initial_state=pool_3, cu_seqlens=cu, ssm_state_indices=idx[:3],
+                                                      use_qk_l2norm_in_kernel=True)
+    assert torch.equal(o[:, :3], o_3) and torch.equal(pool, pool_3)
+    assert torch.equal(o[:, 3:], torch.zeros_like(o[:, 3:]))
+    gen = torch.Generator().manual_seed(5)
+    A_log, dt_bias = torch.randn(HV, generator=gen).to(device), torch.randn(HV, generator=gen).to(device)
+    a, b = torch.randn(T, HV, generator=gen).to(device), torch.randn(T, HV, generator=gen).to(device)
+    fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool, idx, cu_seqlens=cu)
+    fuseops.check_errors()
+    # speculative decoding: 2 sequences of 2 tokens in a batch of 4, [batch, Tmax] indices, num_accepted_tokens padded
+    spec_cu = torch.tensor([0, 2, 4], dtype=torch.int32, device=device)
+    spec_idx = torch.tensor([[0, 1], [2, 3], [99, 99], [99, 99]], dtype=torch.int32, device=device)
+    accepted = torch.tensor([1, 2, 0, 0], dtype=torch.int32, device=device)
+    spec_pool = pool.clone()
+    o4, _ = fuseops.fused_recurrent_gated_delta_rule(q[:, :4], k[:, :4], v[:, :4], g[:, :4], beta[:, :4],
+                                                     initial_state=spec_pool, cu_seqlens=spec_cu,
+                                                     ssm_state_indices=spec_idx, num_accepted_tokens=accepted)
+    fuseops.check_errors()
+    want_pool = pool.clone()
+    want, _ = fuseops.fused_recurrent_gated_delta_rule(q[:, :4], k[:, :4], v[:, :4], g[:, :4], beta[:, :4],
+                                                       initial_state=want_pool, cu_seqlens=spec_cu,
+                                                       ssm_state_indices=spec_idx[:2], num_accepted_tokens=accepted[:2])
+    assert torch.equal(o4, want) and torch.equal(spec_pool, want_pool)
+    # fewer rows than sequences stay an error naming the indices
+    with pytest.raises(ValueError, match=r"ssm_state_indices: expected shape \[N'\] or \[N', Tmax\] with N' >= N = 3"):
+        fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool, cu_seqlens=cu,
+                                                 ssm_state_indices=idx[:2])
 
 
 def test_cu_seqlens_without_sequences_is_an_error():
