@@ -186,6 +186,22 @@ def test_pool_in_padded_pages(device, dtype):
         fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=overlapping, ssm_state_indices=idx)
 
 
+def _three_alone_and_zero_tail(o, pool, pool_3, q, k, v, g, beta, cu, idx):
+    """o and pool of a padded step equal the first 3 sequences run alone (cu, idx: theirs), the tail o rows 0."""
+    o_3, _ = fuseops.fused_recurrent_gated_delta_rule(q[:, :3], k[:, :3], v[:, :3], g[:, :3], beta[:, :3],
+                                                      initial_state=pool_3, cu_seqlens=cu, ssm_state_indices=idx,
+                                                      use_qk_l2norm_in_kernel=True)
+    assert torch.equal(o[:, :3], o_3) and torch.equal(pool, pool_3)
+    assert torch.equal(o[:, 3:], torch.zeros_like(o[:, 3:]))
+
+
+def _raw_gates(HV, T, device, seed):
+    """A_log, dt_bias [HV] and a, b [T, HV] of the fused sigmoid-gating form."""
+    gen = torch.Generator().manual_seed(seed)
+    A_log, dt_bias = torch.randn(HV, generator=gen).to(device), torch.randn(HV, generator=gen).to(device)
+    return A_log, dt_bias, torch.randn(T, HV, generator=gen).to(device), torch.randn(T, HV, generator=gen).to(device)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("K", [32, 128])  # CUDA: the fallback kernel, the fast one
 def test_padded_decode_step(device, K):
@@ -201,14 +217,8 @@ def test_padded_decode_step(device, K):
     o, _ = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=pool, cu_seqlens=cu,
                                                     ssm_state_indices=idx, use_qk_l2norm_in_kernel=True)
     fuseops.check_errors()
-    o_3, _ = fuseops.fused_recurrent_gated_delta_rule(q[:, :3], k[:, :3], v[:, :3], g[:, :3], beta[:, :3],
-                                                      initial_state=pool_3, cu_seqlens=cu[:4], ssm_state_indices=idx[:3],
-                                                      use_qk_l2norm_in_kernel=True)
-    assert torch.equal(o[:, :3], o_3) and torch.equal(pool, pool_3)
-    assert torch.equal(o[:, 3:], torch.zeros_like(o[:, 3:]))
-    gen = torch.Generator().manual_seed(3)
-    A_log, dt_bias = torch.randn(HV, generator=gen).to(device), torch.randn(HV, generator=gen).to(device)
-    a, b = torch.randn(T, HV, generator=gen).to(device), torch.randn(T, HV, generator=gen).to(device)
+    _three_alone_and_zero_tail(o, pool, pool_3, q, k, v, g, beta, cu[:4], idx[:3])
+    A_log, dt_bias, a, b = _raw_gates(HV, T, device, 3)
     o2 = fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool, idx,
                                                         cu_seqlens=cu)
     fuseops.check_errors()
@@ -240,14 +250,8 @@ def test_padded_decode_step_indices_of_the_whole_batch(device, K):
                                                     inplace_final_state=True, cu_seqlens=cu, ssm_state_indices=idx,
                                                     use_qk_l2norm_in_kernel=True)
     fuseops.check_errors()
-    o_3, _ = fuseops.fused_recurrent_gated_delta_rule(q[:, :3], k[:, :3], v[:, :3], g[:, :3], beta[:, :3],
-                                                      initial_state=pool_3, cu_seqlens=cu, ssm_state_indices=idx[:3],
-                                                      use_qk_l2norm_in_kernel=True)
-    assert torch.equal(o[:, :3], o_3) and torch.equal(pool, pool_3)
-    assert torch.equal(o[:, 3:], torch.zeros_like(o[:, 3:]))
-    gen = torch.Generator().manual_seed(5)
-    A_log, dt_bias = torch.randn(HV, generator=gen).to(device), torch.randn(HV, generator=gen).to(device)
-    a, b = torch.randn(T, HV, generator=gen).to(device), torch.randn(T, HV, generator=gen).to(device)
+    _three_alone_and_zero_tail(o, pool, pool_3, q, k, v, g, beta, cu, idx[:3])
+    A_log, dt_bias, a, b = _raw_gates(HV, T, device, 5)
     fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool, idx, cu_seqlens=cu)
     fuseops.check_errors()
     # speculative decoding: 2 sequences of 2 tokens in a batch of 4, [batch, Tmax] indices, num_accepted_tokens padded
