@@ -56,9 +56,13 @@ void moe_route(at::Tensor& topk_weights, at::Tensor& topk_ids, at::Tensor& sorte
                at::Tensor& num_tokens_post_pad, const at::Tensor& gating_output, const c10::optional<at::Tensor>& bias,
                c10::string_view scoring, int64_t n_group, int64_t topk_group, bool renormalize,
                double routed_scaling_factor, int64_t block_size);
-// Rotary embeddings (include/fuseops/rope.h, docs/ops/rope.md). The *_backward ops are these with inverse = true.
+// Rotary embeddings (include/fuseops/rope.h, docs/ops/rope.md). The *_backward ops are these with inverse = true,
+// under their own names (errors, deferred ones included).
 void rotary_embedding(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key,
                       int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox, bool inverse);
+void rotary_embedding_backward(const at::Tensor& positions, at::Tensor& grad_query,
+                               const c10::optional<at::Tensor>& grad_key, int64_t head_size,
+                               const at::Tensor& cos_sin_cache, bool is_neox);
 void apply_rotary_pos_emb(at::Tensor& q_out, at::Tensor& k_out, const at::Tensor& q, const at::Tensor& k,
                           const at::Tensor& cos, const at::Tensor& sin, const c10::optional<at::Tensor>& position_ids,
                           bool rotary_interleaved, bool inverse);
@@ -71,6 +75,9 @@ std::string apply_rotary_error_arg(bool inverse, const std::string& name);
 void mrope(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key, int64_t head_size,
            int64_t rotary_dim, const at::Tensor& cos_sin_cache, at::IntArrayRef mrope_section, bool is_neox,
            c10::string_view layout, bool inverse);
+void mrope_backward(const at::Tensor& positions, at::Tensor& grad_query, const c10::optional<at::Tensor>& grad_key,
+                    int64_t head_size, int64_t rotary_dim, const at::Tensor& cos_sin_cache,
+                    at::IntArrayRef mrope_section, bool is_neox, c10::string_view layout);
 // Gated norm (include/fuseops/norm.h, docs/ops/norm.md).
 void layer_norm_fwd(at::Tensor& out, const c10::optional<at::Tensor>& mean, const c10::optional<at::Tensor>& rstd,
                     const at::Tensor& x, const at::Tensor& weight, const c10::optional<at::Tensor>& bias,

@@ -48,6 +48,11 @@ TORCH_LIBRARY(fuseops, m) {
   m.def("mrope(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, int rotary_dim, "
         "Tensor cos_sin_cache, int[] mrope_section, bool is_neox=True, str layout=\"chunked\", "
         "bool inverse=False) -> ()");
+  // The backward of the vLLM forms: the forms with inverse=True, under their own names (errors, deferred ones included).
+  m.def("rotary_embedding_backward(Tensor positions, Tensor(a!) grad_query, Tensor(b!)? grad_key, int head_size, "
+        "Tensor cos_sin_cache, bool is_neox) -> ()");
+  m.def("mrope_backward(Tensor positions, Tensor(a!) grad_query, Tensor(b!)? grad_key, int head_size, "
+        "int rotary_dim, Tensor cos_sin_cache, int[] mrope_section, bool is_neox=True, str layout=\"chunked\") -> ()");
   // GDN forward: prefill stages, the chunked op, decode (docs/ops/gdn.md).
   m.def("recompute_w_u_fwd(Tensor! w, Tensor! u, Tensor k, Tensor v, Tensor beta, Tensor A, Tensor? g=None, "
         "Tensor? cu_seqlens=None) -> ()");
@@ -127,6 +132,8 @@ void register_kernels(torch::Library& m) {
   m.impl("apply_rotary_pos_emb", TORCH_FN(apply_rotary_pos_emb));
   m.impl("apply_rotary_pos_emb_inplace", TORCH_FN(apply_rotary_pos_emb_inplace));
   m.impl("mrope", TORCH_FN(mrope));
+  m.impl("rotary_embedding_backward", TORCH_FN(rotary_embedding_backward));
+  m.impl("mrope_backward", TORCH_FN(mrope_backward));
   m.impl("recompute_w_u_fwd", TORCH_FN(recompute_w_u_fwd));
   m.impl("chunk_gated_delta_rule_fwd_h", TORCH_FN(chunk_gated_delta_rule_fwd_h));
   m.impl("chunk_fwd_o", TORCH_FN(chunk_fwd_o));

@@ -10,28 +10,56 @@ namespace fuseops::torch_binding {
 namespace {
 
 // Parsed here so that no std::string crosses into the library (see activation.cpp).
-MropeLayout layout_of(c10::string_view layout) {
+MropeLayout layout_of(const char* op, c10::string_view layout) {
   if (layout == "chunked") return MropeLayout::chunked;
   if (layout == "interleaved") return MropeLayout::interleaved;
   if (layout == "interleaved_glm") return MropeLayout::interleaved_glm;
-  TORCH_CHECK_VALUE(false, "mrope: layout: expected \"chunked\" | \"interleaved\" | \"interleaved_glm\", got ",
+  TORCH_CHECK_VALUE(false, op, ": layout: expected \"chunked\" | \"interleaved\" | \"interleaved_glm\", got ",
                     quoted_text(std::string_view(layout.data(), layout.size())));
   return MropeLayout::chunked;  // unreachable
 }
 
 }  // namespace
 
-void rotary_embedding(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key,
-                      int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox, bool inverse) {
-  constexpr const char* op = "rotary_embedding";
+namespace {
+
+/// The vLLM-form ops (rotary_embedding, mrope and their backward): positions, query / key written in place under the
+/// names `qn` / `kn`, the cache; `call(p, q, k, c, stream)` runs the library op, which names itself in its errors, the
+/// deferred position errors included (the backward ops are their own torch ops so that these name the backward).
+template <typename Call>
+void vllm_form(const char* op, const char* qn, const char* kn, const at::Tensor& positions, at::Tensor& query,
+               const c10::optional<at::Tensor>& key, const at::Tensor& cos_sin_cache, const Call& call) {
   Written written;
   const TensorView p = to_view(op, "positions", positions);
   const TensorView c = to_view(op, "cos_sin_cache", cos_sin_cache);
-  const TensorView q = written.add(op, "query", query);
-  auto k = written.add(op, "key", key);
-  run_on_device_of(query, written, [&](Stream s) {
-    fuseops::rotary_embedding(p, q, k.get(), head_size, c, is_neox, inverse, s);
-  });
+  const TensorView q = written.add(op, qn, query);
+  auto k = written.add(op, kn, key);
+  run_on_device_of(query, written, [&](Stream s) { call(p, q, k.get(), c, s); });
+}
+
+std::array<int64_t, 3> section_of(const char* op, at::IntArrayRef mrope_section) {
+  TORCH_CHECK_VALUE(mrope_section.size() == 3, op, ": mrope_section: expected 3 sections [s_t, s_h, s_w], got ",
+                    mrope_section.size(), " values");
+  return {mrope_section[0], mrope_section[1], mrope_section[2]};
+}
+
+}  // namespace
+
+void rotary_embedding(const at::Tensor& positions, at::Tensor& query, const c10::optional<at::Tensor>& key,
+                      int64_t head_size, const at::Tensor& cos_sin_cache, bool is_neox, bool inverse) {
+  vllm_form("rotary_embedding", "query", "key", positions, query, key, cos_sin_cache,
+            [&](TensorView p, TensorView q, const TensorView* k, TensorView c, Stream s) {
+              fuseops::rotary_embedding(p, q, k, head_size, c, is_neox, inverse, s);
+            });
+}
+
+void rotary_embedding_backward(const at::Tensor& positions, at::Tensor& grad_query,
+                               const c10::optional<at::Tensor>& grad_key, int64_t head_size,
+                               const at::Tensor& cos_sin_cache, bool is_neox) {
+  vllm_form("rotary_embedding_backward", "grad_query", "grad_key", positions, grad_query, grad_key, cos_sin_cache,
+            [&](TensorView p, TensorView q, const TensorView* k, TensorView c, Stream s) {
+              fuseops::rotary_embedding_backward(p, q, k, head_size, c, is_neox, s);
+            });
 }
 
 const char* apply_rotary_error_op(bool inverse) {
@@ -86,18 +114,24 @@ void mrope(const at::Tensor& positions, at::Tensor& query, const c10::optional<a
            int64_t rotary_dim, const at::Tensor& cos_sin_cache, at::IntArrayRef mrope_section, bool is_neox,
            c10::string_view layout, bool inverse) {
   constexpr const char* op = "mrope";
-  Written written;
-  TORCH_CHECK_VALUE(mrope_section.size() == 3, op, ": mrope_section: expected 3 sections [s_t, s_h, s_w], got ",
-                    mrope_section.size(), " values");
-  const std::array<int64_t, 3> section = {mrope_section[0], mrope_section[1], mrope_section[2]};
-  const MropeLayout l = layout_of(layout);
-  const TensorView p = to_view(op, "positions", positions);
-  const TensorView c = to_view(op, "cos_sin_cache", cos_sin_cache);
-  const TensorView q = written.add(op, "query", query);
-  auto k = written.add(op, "key", key);
-  run_on_device_of(query, written, [&](Stream s) {
-    fuseops::mrope(p, q, k.get(), head_size, rotary_dim, c, section, is_neox, l, inverse, s);
-  });
+  const std::array<int64_t, 3> section = section_of(op, mrope_section);
+  const MropeLayout l = layout_of(op, layout);
+  vllm_form(op, "query", "key", positions, query, key, cos_sin_cache,
+            [&](TensorView p, TensorView q, const TensorView* k, TensorView c, Stream s) {
+              fuseops::mrope(p, q, k, head_size, rotary_dim, c, section, is_neox, l, inverse, s);
+            });
+}
+
+void mrope_backward(const at::Tensor& positions, at::Tensor& grad_query, const c10::optional<at::Tensor>& grad_key,
+                    int64_t head_size, int64_t rotary_dim, const at::Tensor& cos_sin_cache,
+                    at::IntArrayRef mrope_section, bool is_neox, c10::string_view layout) {
+  constexpr const char* op = "mrope_backward";
+  const std::array<int64_t, 3> section = section_of(op, mrope_section);
+  const MropeLayout l = layout_of(op, layout);
+  vllm_form(op, "grad_query", "grad_key", positions, grad_query, grad_key, cos_sin_cache,
+            [&](TensorView p, TensorView q, const TensorView* k, TensorView c, Stream s) {
+              fuseops::mrope_backward(p, q, k, head_size, rotary_dim, c, section, is_neox, l, s);
+            });
 }
 
 }  // namespace fuseops::torch_binding

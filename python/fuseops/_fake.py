@@ -34,6 +34,8 @@ OPS = (
     "apply_rotary_pos_emb",
     "apply_rotary_pos_emb_inplace",
     "mrope",
+    "rotary_embedding_backward",
+    "mrope_backward",
     "recompute_w_u_fwd",
     "chunk_gated_delta_rule_fwd_h",
     "chunk_fwd_o",

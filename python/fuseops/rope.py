@@ -59,27 +59,31 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox=Tr
         is_neox: NeoX (rotate-half) pairing, else GPT-J (interleaved).
         inverse: rotate by -θ.
     """
-    return _rotary_embedding("rotary_embedding", ("positions", "query", "key"), positions, query, key, head_size,
-                             cos_sin_cache, is_neox, inverse)
+    return _rotary_embedding(False, positions, query, key, head_size, cos_sin_cache, is_neox, inverse)
 
 
-def _rotary_embedding(op, names, positions, query, key, head_size, cos_sin_cache, is_neox, inverse):
-    for name, t, optional in zip(names, (positions, query, key), (False, False, True)):
+def _rotary_embedding(backward, positions, query, key, head_size, cos_sin_cache, is_neox, inverse=False):
+    """rotary_embedding or (backward) its gradient: each its own op, which names itself and its arguments in its
+    errors, those check_errors() raises later included."""
+    op, qn, kn = ("rotary_embedding_backward", "grad_query", "grad_key") if backward else ("rotary_embedding", "query",
+                                                                                          "key")
+    for name, t, optional in (("positions", positions, False), (qn, query, False), (kn, key, True)):
         tensor_arg(op, name, t, optional)
     tensor_arg(op, "cos_sin_cache", cos_sin_cache)
-    _not_tracked(op, **{names[1]: query, names[2]: key})
+    _not_tracked(op, **{qn: query, kn: key})
     forward_only(op, cos_sin_cache=cos_sin_cache)
-    # (the backward's errors in its own names: the op reports rotary_embedding's query / key)
-    with named_as(op, "rotary_embedding", dict(zip(("positions", "query", "key"), names))):
-        ops.rotary_embedding(_flattened(positions), query, key, _int(op, "head_size", head_size), cos_sin_cache,
-                             _flag(op, "is_neox", is_neox), _flag(op, "inverse", inverse))
+    args = (_flattened(positions), query, key, _int(op, "head_size", head_size), cos_sin_cache,
+            _flag(op, "is_neox", is_neox))
+    if backward:
+        ops.rotary_embedding_backward(*args)
+    else:
+        ops.rotary_embedding(*args, _flag(op, "inverse", inverse))
     return query, key
 
 
 def rotary_embedding_backward(positions, grad_query, grad_key, head_size, cos_sin_cache, is_neox=True):
     """Gradient of :func:`rotary_embedding` with respect to query and key, in place on the gradients."""
-    return _rotary_embedding("rotary_embedding_backward", ("positions", "grad_query", "grad_key"), positions,
-                             grad_query, grad_key, head_size, cos_sin_cache, is_neox, True)
+    return _rotary_embedding(True, positions, grad_query, grad_key, head_size, cos_sin_cache, is_neox)
 
 
 class _ApplyRotaryPosEmb(torch.autograd.Function):
@@ -163,12 +167,15 @@ def mrope(query, key, cos_sin_cache, positions, mrope_section, head_size, rotary
         mrope_section: [s_t, s_h, s_w], summing to rotary_dim / 2.
         layout: "chunked" (Qwen2-VL, Qwen2.5-VL), "interleaved" (Qwen3-VL) or "interleaved_glm" (GLM-4.1V).
     """
-    return _mrope("mrope", ("query", "key"), query, key, cos_sin_cache, positions, mrope_section, head_size,
-                  rotary_dim, is_neox, layout, inverse)
+    return _mrope(False, query, key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim, is_neox, layout,
+                  inverse)
 
 
-def _mrope(op, names, query, key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim, is_neox, layout,
-           inverse):
+def _mrope(backward, query, key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim, is_neox, layout,
+           inverse=False):
+    """mrope or (backward) its gradient, each its own op (as _rotary_embedding)."""
+    op = "mrope_backward" if backward else "mrope"
+    names = ("grad_query", "grad_key") if backward else ("query", "key")
     if not isinstance(layout, str) or layout not in _LAYOUTS:
         raise ValueError(f"{op}: layout: expected one of {', '.join(_LAYOUTS)}, got {layout!r}")
     tensor_arg(op, names[0], query)
@@ -184,14 +191,17 @@ def _mrope(op, names, query, key, cos_sin_cache, positions, mrope_section, head_
         raise ValueError(f"{op}: mrope_section: expected a list or tuple of 3 ints, got "
                          f"{type(mrope_section).__name__} {mrope_section!r}")
     section = [_int(op, "mrope_section", s) for s in mrope_section]
-    with named_as(op, "mrope", dict(zip(("query", "key"), names))):
-        ops.mrope(positions, query, key, _int(op, "head_size", head_size), _int(op, "rotary_dim", rotary_dim),
-                  cos_sin_cache, section, _flag(op, "is_neox", is_neox), layout, _flag(op, "inverse", inverse))
+    args = (positions, query, key, _int(op, "head_size", head_size), _int(op, "rotary_dim", rotary_dim), cos_sin_cache,
+            section, _flag(op, "is_neox", is_neox), layout)
+    if backward:
+        ops.mrope_backward(*args)
+    else:
+        ops.mrope(*args, _flag(op, "inverse", inverse))
     return query, key
 
 
 def mrope_backward(grad_query, grad_key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim,
                    is_neox=True, layout="chunked"):
     """Gradient of :func:`mrope` with respect to query and key, in place on the gradients."""
-    return _mrope("mrope_backward", ("grad_query", "grad_key"), grad_query, grad_key, cos_sin_cache, positions,
-                  mrope_section, head_size, rotary_dim, is_neox, layout, True)
+    return _mrope(True, grad_query, grad_key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim, is_neox,
+                  layout)

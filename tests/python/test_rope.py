@@ -300,6 +300,16 @@ def test_bad_position_leaves_token_and_is_reported(device):
     with pytest.raises(ValueError, match="rotary_embedding: positions: value out of range at index 1"):
         fuseops.check_errors()
     fuseops.check_errors()  # cleared
+    # the backward forms record under their own names (they are their own ops, not the forward with inverse=True)
+    fuseops.rotary_embedding_backward(pos, q, None, D, cache, True)
+    with pytest.raises(ValueError, match="^rotary_embedding_backward: positions: value out of range at index 1"):
+        fuseops.check_errors()
+    fuseops.mrope_backward(q, None, cache, pos.repeat(3, 1), [8, 12, 12], D, D)
+    with pytest.raises(ValueError, match="^mrope_backward: positions: value out of range at index 1"):
+        fuseops.check_errors()
+    fuseops.rotary_embedding(pos, q, None, D, cache, True, inverse=True)  # the forward's inverse keeps its name
+    with pytest.raises(ValueError, match="^rotary_embedding: positions: value out of range at index 1"):
+        fuseops.check_errors()
 
 
 def test_errors_name_the_argument():
@@ -400,6 +410,9 @@ def test_opcheck(device):
     torch.library.opcheck(torch.ops.fuseops.rotary_embedding.default, (pos, q, k, D, cache, True, False))
     torch.library.opcheck(torch.ops.fuseops.mrope.default,
                           (pos.repeat(3, 1), q, k, D, D, cache, [8, 12, 12], True, "interleaved", False))
+    torch.library.opcheck(torch.ops.fuseops.rotary_embedding_backward.default, (pos, q, k, D, cache, False))
+    torch.library.opcheck(torch.ops.fuseops.mrope_backward.default,
+                          (pos.repeat(3, 1), q, k, D, D, cache, [8, 12, 12], False, "interleaved_glm"))
     q4, k4 = q.view(1, T, H, D), k.view(1, T, H, D)
     cos, sin = cache[:, : D // 2].contiguous(), cache[:, D // 2:].contiguous()
     torch.library.opcheck(torch.ops.fuseops.apply_rotary_pos_emb.default,

@@ -65,6 +65,9 @@ def _other_calls(device):
     fuseops.rotary_embedding(torch.arange(5, device=device), rand(5, 32), rand(5, 16), 16, cache)
     fuseops.mrope(rand(5, 32), rand(5, 16), cache, torch.zeros(3, 5, dtype=torch.long, device=device), [2, 3, 3], 16,
                   16)
+    fuseops.rotary_embedding_backward(torch.arange(5, device=device), rand(5, 32), rand(5, 16), 16, cache)
+    fuseops.mrope_backward(rand(5, 32), rand(5, 16), cache, torch.zeros(3, 5, dtype=torch.long, device=device),
+                           [2, 3, 3], 16, 16)
     q, k, cos, sin = rand(1, 5, 2, 16), rand(1, 5, 1, 16), rand(5, 8), rand(5, 8)
     fuseops.apply_rotary_pos_emb(q, k, cos, sin)
     fuseops.apply_rotary_pos_emb(q, k, cos, sin, inplace=True)
