@@ -70,6 +70,49 @@ def test_rotary_embedding_fused_qkv(device, dtype, is_neox, D, r):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("is_neox", [True, False])
+@pytest.mark.parametrize("D,r,offset", [(128, 64, 64), (192, 64, 128), (128, 32, 40), (64, 64, 0)])
+def test_vllm_rotary_embedding_rope_dim_offset(device, is_neox, D, r, offset):
+    # vLLM's rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox, rope_dim_offset, inverse):
+    # dims [offset, offset + r) of each head rotated, the others untouched; query flat, key [T, Hk, D] in a qkv buffer
+    T, Hq, Hk, dtype = 5, 3, 2, torch.float32
+    gen = torch.Generator().manual_seed(7)
+    qkv = torch.randn(T, (Hq + Hk) * D + 8, generator=gen).to(device)
+    q, k = qkv[:, : Hq * D], qkv[:, Hq * D: (Hq + Hk) * D].view(T, Hk, D)
+    q0, k0, rest0 = q.clone(), k.clone(), qkv[:, (Hq + Hk) * D:].clone()
+    cache = cache_of(16, r, dtype, device)
+    pos = torch.randint(0, 16, (T,), generator=gen).to(device)
+
+    def want(x):
+        xd = x.double().cpu().reshape(T, -1, D).clone()
+        part = rope_ref(xd[..., offset: offset + r].reshape(T, -1), pos, cache, r, is_neox)
+        xd[..., offset: offset + r] = part.view(T, -1, r)
+        return xd
+
+    vllm.rotary_embedding(pos, q, k, D, cache, is_neox, offset, False)
+    close(q.reshape(T, -1, D), want(q0), dtype)
+    close(k, want(k0).view(T, Hk, D), dtype)
+    assert torch.equal(q.reshape(T, -1, D)[..., :offset], q0.reshape(T, -1, D)[..., :offset])
+    assert torch.equal(q.reshape(T, -1, D)[..., offset + r:], q0.reshape(T, -1, D)[..., offset + r:])
+    assert torch.equal(qkv[:, (Hq + Hk) * D:], rest0)
+    vllm.rotary_embedding(pos, q, k, D, cache, is_neox, rope_dim_offset=offset, inverse=True)  # back
+    close(q, q0.double().cpu(), dtype)
+    close(k, k0.double().cpu(), dtype)
+
+
+def test_vllm_rotary_embedding_rope_dim_offset_errors():
+    q, cache, pos = torch.randn(4, 2 * 64), cache_of(8, 32, torch.float32, "cpu"), torch.arange(4)
+    for bad in (-1, 33, 64):
+        with pytest.raises(ValueError, match=r"^rotary_embedding: rope_dim_offset: expected 0 <= rope_dim_offset <= "
+                                             r"head_size - rotary_dim = 64 - 32, got"):
+            vllm.rotary_embedding(pos, q.clone(), None, 64, cache, True, bad)
+    with pytest.raises(ValueError, match=r"^rotary_embedding: rope_dim_offset: expected an int"):
+        vllm.rotary_embedding(pos, q.clone(), None, 64, cache, True, 8.5)
+    with pytest.raises(ValueError, match=r"^rotary_embedding: query: expected \[tokens..., H \* head_size\]"):
+        vllm.rotary_embedding(pos, torch.randn(4, 96), None, 64, cache, True, 16)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("layout,section,r,is_neox", [
     ("chunked", [16, 24, 24], 128, True),
     ("interleaved", [24, 20, 20], 128, True),

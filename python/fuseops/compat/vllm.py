@@ -131,12 +131,43 @@ def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, ex
                                          num_tokens_post_pad, expert_map)
 
 
-def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
-    """In place on query and key (key may be None), as ``torch.ops._C.rotary_embedding`` (docs/ops/rope.md); the
-    argument checks of :func:`fuseops.rotary_embedding` (is_neox a bool, no tensor that requires grad)."""
+def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox, rope_dim_offset=0, inverse=False):
+    """In place on query and key (key may be None), as ``torch.ops._C.rotary_embedding`` (vLLM
+    ``csrc/pos_encoding_kernels.cu``; docs/ops/rope.md); the argument checks of :func:`fuseops.rotary_embedding`
+    (is_neox a bool, no tensor that requires grad).
+
+    ``rope_dim_offset`` (vLLM's): the rotated dims of each head are [rope_dim_offset, rope_dim_offset + rotary_dim),
+    rotary_dim = cos_sin_cache.shape[1]; the others pass through (e.g. vLLM's DeepSeek-V4 indexer rotates the last
+    rotary_dim dims: rope_dim_offset = head_size - rotary_dim). An int with 0 <= rope_dim_offset <= head_size -
+    rotary_dim, else a ValueError naming it. ``inverse``: rotate by -theta (vLLM's; the gradient's rotation)."""
     from .. import rope
 
-    rope.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
+    op = "rotary_embedding"
+    offset = int_arg(op, "rope_dim_offset", rope_dim_offset)
+    if offset == 0:
+        return rope.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox, inverse)
+    head_size = int_arg(op, "head_size", head_size)
+    tensor_arg(op, "query", query)
+    tensor_arg(op, "key", key, optional=True)
+    tensor_arg(op, "cos_sin_cache", cos_sin_cache)
+    rotary_dim = cos_sin_cache.shape[-1] if cos_sin_cache.dim() == 2 else 0
+    if not 0 < offset <= head_size - rotary_dim:
+        raise ValueError(f"{op}: rope_dim_offset: expected 0 <= rope_dim_offset <= head_size - rotary_dim = "
+                         f"{head_size} - {rotary_dim}, got {offset}")
+
+    def heads(name, x):  # [tokens..., H * head_size] or [tokens..., H, head_size] -> the heads' dims from offset on
+        if x is None:
+            return None
+        if x.dim() < 2 or x.shape[-1] % head_size or x.stride(-1) != 1:
+            raise ValueError(f"{op}: {name}: expected [tokens..., H * head_size] or [tokens..., H, head_size] with "
+                             f"head_size {head_size} and innermost stride 1, got shape {list(x.shape)}, strides "
+                             f"{list(x.stride())}")
+        if x.shape[-1] != head_size:
+            x = x.view(*x.shape[:-1], x.shape[-1] // head_size, head_size)
+        return x[..., offset:]
+
+    rope.rotary_embedding(positions, heads("query", query), heads("key", key), head_size - offset, cos_sin_cache,
+                          is_neox, inverse)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
