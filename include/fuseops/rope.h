@@ -77,7 +77,10 @@ void apply_rotary_pos_emb_backward(TensorView grad_q_out, TensorView grad_k_out,
 enum class MropeLayout : int {
   chunked = 0,          ///< Qwen2-VL / Qwen2.5-VL: j < s_t -> T, j < s_t + s_h -> H, else W
   interleaved = 1,      ///< Qwen3-VL: H where j % 3 == 1 and j < 3 s_h, W where j % 3 == 2 and j < 3 s_w, else T
-  interleaved_glm = 2,  ///< GLM-4.1V: round-robin T, H, W over j, skipping axes whose section is used up
+  /// FlagGems' GLM map (is_interleaved_glm + axis_map; the map issue 6 names for GLM-4.1V): round-robin T, H, W over
+  /// j, skipping axes whose section is used up. HF and vLLM run GLM-4.1V itself with `chunked` and GPT-J pairs
+  /// (transformers glm4v apply_multimodal_rotary_pos_emb; vLLM's config has no mrope_interleaved): docs/ops/rope.md.
+  interleaved_glm = 2,
 };
 
 /// Parses "chunked" / "interleaved" / "interleaved_glm"; throws Error naming `layout` otherwise.

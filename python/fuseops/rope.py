@@ -1,5 +1,6 @@
 """Rotary position embeddings: vLLM's ``rotary_embedding`` (in place), FlagGems' ``apply_rotary_pos_emb`` and
-multimodal ``mrope`` (chunked Qwen2/2.5-VL, interleaved Qwen3-VL, GLM-4.1V round-robin), with their backward.
+multimodal ``mrope`` (chunked: Qwen2/2.5-VL and GLM-4.1V; interleaved: Qwen3-VL; FlagGems' GLM round-robin map), with
+their backward.
 
 Math (docs/ops/rope.md): with r = rotary_dim and h = r / 2, NeoX (``is_neox=True``) rotates the pairs (j, j + h) of
 the first r dims of every head, GPT-J (``is_neox=False`` / ``rotary_interleaved=True``) the pairs (2j, 2j + 1), by
@@ -165,7 +166,8 @@ def mrope(query, key, cos_sin_cache, positions, mrope_section, head_size, rotary
         cos_sin_cache: [max_position, rotary_dim].
         positions: [3, T] (temporal, height, width) or [T] (ordinary RoPE), int32 / int64.
         mrope_section: [s_t, s_h, s_w], summing to rotary_dim / 2.
-        layout: "chunked" (Qwen2-VL, Qwen2.5-VL), "interleaved" (Qwen3-VL) or "interleaved_glm" (GLM-4.1V).
+        layout: "chunked" (Qwen2-VL, Qwen2.5-VL; GLM-4.1V / 4.5V with is_neox=False, as HF and vLLM run them),
+            "interleaved" (Qwen3-VL) or "interleaved_glm" (FlagGems' GLM round-robin map, ``is_interleaved_glm``).
     """
     return _mrope(False, query, key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim, is_neox, layout,
                   inverse)

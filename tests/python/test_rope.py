@@ -100,6 +100,34 @@ def test_vllm_rotary_embedding_rope_dim_offset(device, is_neox, D, r, offset):
     close(k, k0.double().cpu(), dtype)
 
 
+def test_glm4v_as_transformers_runs_it_is_chunked_with_gptj_pairs():
+    # GLM-4.1V's M-RoPE as transformers writes it (glm4v apply_multimodal_rotary_pos_emb): the duplicated cos / sin
+    # split by mrope_section * 2 with chunk i taken from axis i % 3, the first half repeated pairwise, GPT-J rotation
+    # of the first r dims. That is layout "chunked" with is_neox=False, not FlagGems' GLM round-robin map.
+    T, H, D, r, section = 6, 2, 128, 64, [8, 12, 12]
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(T, H, D, generator=gen, dtype=torch.float64)
+    cache = cache_of(128, r, torch.float64, "cpu")
+    pos = torch.randint(0, 128, (3, T), generator=gen)
+    rows = cache[pos]  # [3, T, r]: cos | sin of each axis' position
+    full_cos = torch.cat((rows[..., : r // 2], rows[..., : r // 2]), -1)
+    full_sin = torch.cat((rows[..., r // 2:], rows[..., r // 2:]), -1)
+
+    def merged(t):
+        parts = t.split(section * 2, dim=-1)
+        return torch.cat([m[i % 3] for i, m in enumerate(parts)], -1)[:, None, : r // 2].repeat_interleave(2, -1)
+
+    cos, sin = merged(full_cos), merged(full_sin)
+    xr = x[..., :r]
+    rot = torch.stack((-xr[..., 1::2], xr[..., 0::2]), -1).flatten(-2)
+    want = torch.cat((xr * cos + rot * sin, x[..., r:]), -1)
+    for layout, ok in (("chunked", True), ("interleaved_glm", False)):
+        got = x.float().clone()
+        fuseops.mrope(got, None, cache.float(), pos, section, D, r, is_neox=False, layout=layout)
+        err = (got.double() - want).abs().max().item()
+        assert (err < 1e-5) == ok, (layout, err)
+
+
 def test_vllm_rotary_embedding_rope_dim_offset_errors():
     q, cache, pos = torch.randn(4, 2 * 64), cache_of(8, 32, torch.float32, "cpu"), torch.arange(4)
     for bad in (-1, 33, 64):

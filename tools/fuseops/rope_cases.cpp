@@ -413,8 +413,9 @@ OpSpec rope_op(RopeOp op, bool backward) {
     section.kind = ParamKind::int_list;
     section.help = "[s_t, s_h, s_w], summing to rotary_dim / 2";
     spec.params.push_back(section);  // required
-    spec.params.push_back(text_param("mrope_layout", "axis of each pair: chunked (Qwen2-VL), interleaved (Qwen3-VL), "
-                                     "interleaved_glm (GLM-4.1V)", "chunked", {"chunked", "interleaved", "interleaved_glm"}));
+    spec.params.push_back(text_param("mrope_layout", "axis of each pair: chunked (Qwen2-VL, and GLM-4.1V with GPT-J "
+                                     "pairs as HF / vLLM run it), interleaved (Qwen3-VL), interleaved_glm (FlagGems' GLM "
+                                     "map)", "chunked", {"chunked", "interleaved", "interleaved_glm"}));
   }
   spec.make = [op, backward, mrope, apply](const CaseParams& p) -> std::unique_ptr<OpCase> {
     Spec s = rope_spec_of(p, op);
@@ -474,8 +475,15 @@ void register_rope_cases(Registry& r) {
         make(at_tokens(mrope_spec(32, 4, 128, 128, true, MropeLayout::interleaved, {24, 20, 20}, 5000000), tokens)));
   r.add("qwen2.5-vl", "Qwen2.5-VL-7B: M-RoPE chunked [16, 24, 24], Hq 28, Hk 4, D 128", true,
         make(at_tokens(mrope_spec(28, 4, 128, 128, true, MropeLayout::chunked, {16, 24, 24}, 1000000), tokens)));
-  r.add("glm-4.1v", "GLM-4.1V-9B: M-RoPE GLM round-robin [8, 12, 12], rotary 64 of 128, GPT-J, Hq 32, Hk 2", true,
-        make(at_tokens(mrope_spec(32, 2, 128, 64, false, MropeLayout::interleaved_glm, {8, 12, 12}, 10000), tokens)));
+  // GLM-4.1V: FlagGems' GLM round-robin map (the layout issue 6 names for it) and chunked, the layout HF and vLLM run
+  // the model with (docs/ops/rope.md)
+  std::vector<Spec> glm = at_tokens(mrope_spec(32, 2, 128, 64, false, MropeLayout::interleaved_glm, {8, 12, 12}, 10000),
+                                    tokens);
+  for (const Spec& s : at_tokens(mrope_spec(32, 2, 128, 64, false, MropeLayout::chunked, {8, 12, 12}, 10000), tokens)) {
+    glm.push_back(s);
+  }
+  r.add("glm-4.1v", "GLM-4.1V-9B: M-RoPE [8, 12, 12], rotary 64 of 128, GPT-J, Hq 32, Hk 2: FlagGems' GLM round-robin "
+        "map, and chunked as HF / vLLM run the model", true, make(glm));
   std::vector<Spec> flagos;
   for (bool neox : {true, false}) {
     flagos.push_back(flaggems(4, 2048, 32, 32, 128, neox));
