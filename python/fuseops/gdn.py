@@ -110,8 +110,8 @@ def _out_like(op, name, t, shape):
 
 def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None, output_dtype=torch.float,
                        chunk_indices=None, **kwargs):
-    """Chunk-local cumulative sum of log-decays, as FLA ``chunk_local_cumsum`` (3-D form; FLA's signature and
-    positional order).
+    """Chunk-local cumulative sum of log-decays, as FLA ``chunk_local_cumsum`` (3-D form; FLA's current signature and
+    positional order: FLA 0.5.2 still had ``head_first`` sixth, which a positional call there must pass by keyword).
 
     Args:
         g: [B, T, HV] float32 / float16 / bfloat16.
@@ -130,6 +130,10 @@ def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None
     _reject_kwargs(op, kwargs)
     cu_seqlens = _check_cu(op, cu_seqlens)
     reverse = bool_arg(op, "reverse", reverse)
+    if isinstance(output_dtype, bool):  # FLA 0.5.2 had head_first in this place; FLA since, and fuseops, do not
+        raise ValueError(f"{op}: output_dtype: expected a torch.dtype, got {output_dtype!r} (FLA 0.5.2's sixth "
+                         "positional argument was head_first; fuseops takes FLA's current order (g, chunk_size, "
+                         "reverse, scale, cu_seqlens, output_dtype, chunk_indices): pass head_first by keyword)")
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "g", g, 3, "[B, T, HV]")
     if output_dtype is None and g.dtype != torch.float32:

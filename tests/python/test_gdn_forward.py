@@ -540,6 +540,11 @@ def test_chunk_local_cumsum_takes_flas_signature():
         fuseops.chunk_local_cumsum(g, 16, False, None, None, torch.bfloat16)
     with pytest.raises(ValueError, match="chunk_local_cumsum: head_first: not supported"):
         fuseops.chunk_local_cumsum(g, 16, head_first=True)
+    # FLA 0.5.2's positional order had head_first sixth: such a call is refused, naming the place and the fix
+    for head_first in (False, True):
+        with pytest.raises(ValueError, match=r"^chunk_local_cumsum: output_dtype: expected a torch.dtype, got "
+                                             rf"{head_first} \(FLA 0.5.2's sixth positional argument was head_first"):
+            fuseops.chunk_local_cumsum(g, 16, False, None, None, head_first, torch.float)
     with pytest.raises(ValueError, match="chunk_local_cumsum: bogus: unknown argument"):
         fuseops.chunk_local_cumsum(g, 16, bogus=1)
 
