@@ -181,23 +181,54 @@ void fused_recurrent_gated_delta_rule(at::Tensor& o, const c10::optional<at::Ten
   });
 }
 
+namespace {
+
+/// The serving form with direct gates (the pool updated in place), under vLLM's names (`vllm`: the op
+/// fused_recurrent_gated_delta_rule, the pool initial_state) or the C++ API's (fused_recurrent_gated_delta_rule_update,
+/// state_pool): each library entry names itself in its errors, the recorded ones included.
+void decode_pool(bool vllm, at::Tensor& o, at::Tensor& pool, const at::Tensor& q, const at::Tensor& k,
+                 const at::Tensor& v, const c10::optional<at::Tensor>& g, const c10::optional<at::Tensor>& beta,
+                 c10::optional<double> scale, const at::Tensor& ssm_state_indices,
+                 const c10::optional<at::Tensor>& num_accepted_tokens, bool use_qk_l2norm_in_kernel,
+                 const c10::optional<at::Tensor>& cu_seqlens) {
+  const char* op = vllm ? "fused_recurrent_gated_delta_rule" : "fused_recurrent_gated_delta_rule_update";
+  Written written;
+  const TensorView ov = written.add(op, "o", o), pv = written.add(op, vllm ? "initial_state" : "state_pool", pool),
+                   qv = to_view(op, "q", q), kv = to_view(op, "k", k), vv = to_view(op, "v", v),
+                   iv = to_view(op, "ssm_state_indices", ssm_state_indices);
+  const OptionalView gv(op, "g", g), bv(op, "beta", beta), acc(op, "num_accepted_tokens", num_accepted_tokens),
+      cu(op, "cu_seqlens", cu_seqlens);
+  run_on_device_of(o, written, [&](Stream s) {
+    if (vllm) {
+      fuseops::fused_recurrent_gated_delta_rule(ov, pv, qv, kv, vv, gv.get(), bv.get(), opt(scale), iv, acc.get(),
+                                                use_qk_l2norm_in_kernel, cu.get(), s);
+    } else {
+      fuseops::fused_recurrent_gated_delta_rule_update(ov, pv, qv, kv, vv, gv.get(), bv.get(), opt(scale), iv,
+                                                       acc.get(), use_qk_l2norm_in_kernel, cu.get(), s);
+    }
+  });
+}
+
+}  // namespace
+
 void fused_recurrent_gated_delta_rule_update(at::Tensor& o, at::Tensor& state_pool, const at::Tensor& q,
                                              const at::Tensor& k, const at::Tensor& v,
                                              const c10::optional<at::Tensor>& g, const c10::optional<at::Tensor>& beta,
                                              c10::optional<double> scale, const at::Tensor& ssm_state_indices,
                                              const c10::optional<at::Tensor>& num_accepted_tokens,
                                              bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens) {
-  constexpr const char* op = "fused_recurrent_gated_delta_rule_update";
-  Written written;
-  const TensorView ov = written.add(op, "o", o), pv = written.add(op, "state_pool", state_pool),
-                   qv = to_view(op, "q", q), kv = to_view(op, "k", k), vv = to_view(op, "v", v),
-                   iv = to_view(op, "ssm_state_indices", ssm_state_indices);
-  const OptionalView gv(op, "g", g), bv(op, "beta", beta), acc(op, "num_accepted_tokens", num_accepted_tokens),
-      cu(op, "cu_seqlens", cu_seqlens);
-  run_on_device_of(o, written, [&](Stream s) {
-    fuseops::fused_recurrent_gated_delta_rule_update(ov, pv, qv, kv, vv, gv.get(), bv.get(), opt(scale), iv, acc.get(),
-                                                     use_qk_l2norm_in_kernel, cu.get(), s);
-  });
+  decode_pool(false, o, state_pool, q, k, v, g, beta, scale, ssm_state_indices, num_accepted_tokens,
+              use_qk_l2norm_in_kernel, cu_seqlens);
+}
+
+void fused_recurrent_gated_delta_rule_pool(at::Tensor& o, at::Tensor& initial_state, const at::Tensor& q,
+                                           const at::Tensor& k, const at::Tensor& v,
+                                           const c10::optional<at::Tensor>& g, const c10::optional<at::Tensor>& beta,
+                                           c10::optional<double> scale, const at::Tensor& ssm_state_indices,
+                                           const c10::optional<at::Tensor>& num_accepted_tokens,
+                                           bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens) {
+  decode_pool(true, o, initial_state, q, k, v, g, beta, scale, ssm_state_indices, num_accepted_tokens,
+              use_qk_l2norm_in_kernel, cu_seqlens);
 }
 
 void fused_sigmoid_gating_delta_rule_update(at::Tensor& o, at::Tensor& initial_state_source,

@@ -124,6 +124,13 @@ void fused_recurrent_gated_delta_rule_update(at::Tensor& o, at::Tensor& state_po
                                              c10::optional<double> scale, const at::Tensor& ssm_state_indices,
                                              const c10::optional<at::Tensor>& num_accepted_tokens,
                                              bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens);
+/// The overload fused_recurrent_gated_delta_rule.pool: the serving form under vLLM's names (the pool initial_state).
+void fused_recurrent_gated_delta_rule_pool(at::Tensor& o, at::Tensor& initial_state, const at::Tensor& q,
+                                           const at::Tensor& k, const at::Tensor& v,
+                                           const c10::optional<at::Tensor>& g, const c10::optional<at::Tensor>& beta,
+                                           c10::optional<double> scale, const at::Tensor& ssm_state_indices,
+                                           const c10::optional<at::Tensor>& num_accepted_tokens,
+                                           bool use_qk_l2norm_in_kernel, const c10::optional<at::Tensor>& cu_seqlens);
 void fused_sigmoid_gating_delta_rule_update(at::Tensor& o, at::Tensor& initial_state_source,
                                             const at::Tensor& A_log, const at::Tensor& a, const at::Tensor& dt_bias,
                                             const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,

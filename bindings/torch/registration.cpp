@@ -75,6 +75,10 @@ TORCH_LIBRARY(fuseops, m) {
   m.def("fused_recurrent_gated_delta_rule_update(Tensor! o, Tensor! state_pool, Tensor q, Tensor k, Tensor v, "
         "Tensor? g, Tensor? beta, float? scale, Tensor ssm_state_indices, Tensor? num_accepted_tokens=None, "
         "bool use_qk_l2norm_in_kernel=False, Tensor? cu_seqlens=None) -> ()");
+  // the serving form under vLLM's name: its errors, the recorded ones included, name fused_recurrent_gated_delta_rule
+  m.def("fused_recurrent_gated_delta_rule.pool(Tensor! o, Tensor! initial_state, Tensor q, Tensor k, Tensor v, "
+        "Tensor? g, Tensor? beta, float? scale, Tensor ssm_state_indices, Tensor? num_accepted_tokens=None, "
+        "bool use_qk_l2norm_in_kernel=False, Tensor? cu_seqlens=None) -> ()");
   m.def("fused_sigmoid_gating_delta_rule_update(Tensor! o, Tensor! initial_state_source, Tensor A_log, Tensor a, "
         "Tensor dt_bias, Tensor q, Tensor k, Tensor v, Tensor b, float? scale, Tensor initial_state_indices, "
         "Tensor? num_accepted_tokens=None, bool use_qk_l2norm_in_kernel=False, Tensor? cu_seqlens=None, "
@@ -141,6 +145,7 @@ void register_kernels(torch::Library& m) {
   m.impl("chunk_gated_delta_rule_with_states", TORCH_FN(chunk_gated_delta_rule_with_states));
   m.impl("fused_recurrent_gated_delta_rule", TORCH_FN(fused_recurrent_gated_delta_rule));
   m.impl("fused_recurrent_gated_delta_rule_update", TORCH_FN(fused_recurrent_gated_delta_rule_update));
+  m.impl("fused_recurrent_gated_delta_rule.pool", TORCH_FN(fused_recurrent_gated_delta_rule_pool));
   m.impl("fused_sigmoid_gating_delta_rule_update", TORCH_FN(fused_sigmoid_gating_delta_rule_update));
 }
 

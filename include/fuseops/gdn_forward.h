@@ -203,6 +203,16 @@ void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool
                                              bool use_qk_l2norm_in_kernel = false,
                                              const TensorView* cu_seqlens = nullptr, Stream stream = {});
 
+/// fused_recurrent_gated_delta_rule_update under vLLM's name for it: vLLM's `fused_recurrent_gated_delta_rule` with
+/// `ssm_state_indices` (inplace_final_state), the pool passed as `initial_state`. The same op, rules and results; its
+/// errors, the recorded bad indices included, name `fused_recurrent_gated_delta_rule` and the pool `initial_state`
+/// (the Python function of that name calls this form).
+void fused_recurrent_gated_delta_rule(TensorView o, TensorView initial_state, TensorView q, TensorView k, TensorView v,
+                                      const TensorView* g, const TensorView* beta, std::optional<double> scale,
+                                      TensorView ssm_state_indices, const TensorView* num_accepted_tokens = nullptr,
+                                      bool use_qk_l2norm_in_kernel = false, const TensorView* cu_seqlens = nullptr,
+                                      Stream stream = {});
+
 /// fused_recurrent_gated_delta_rule_update with the gates computed from the raw projections inside the kernel, as
 /// vLLM's `fused_sigmoid_gating_delta_rule_update`: g = -exp(A_log[h]) * softplus(a + dt_bias[h]) and
 /// beta = sigmoid(b), softplus(x) = log(1 + exp(softplus_beta x)) / softplus_beta, or x where softplus_beta x >

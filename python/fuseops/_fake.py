@@ -43,6 +43,7 @@ OPS = (
     "chunk_gated_delta_rule_with_states",
     "fused_recurrent_gated_delta_rule",
     "fused_recurrent_gated_delta_rule_update",
+    "fused_recurrent_gated_delta_rule.pool",
     "fused_sigmoid_gating_delta_rule_update",
     "check_errors",
     "clear_errors",

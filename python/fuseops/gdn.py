@@ -535,17 +535,17 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     sc = None if scale is None else float_arg(op, "scale", scale)
     if ssm_state_indices is not None or inplace_final_state is True:
         if initial_state is None:
-            raise ValueError(f"{op}: initial_state: expected the state pool [S, HV, K, V] in the serving form "
-                             f"({'ssm_state_indices given' if ssm_state_indices is not None else 'inplace_final_state=True'}"
-                             "), got None")
+            why = "ssm_state_indices given" if ssm_state_indices is not None else "inplace_final_state=True"
+            raise ValueError(f"{op}: initial_state: expected the state pool [S, HV, K, V] in the serving form ({why}), "
+                             "got None")
         if ssm_state_indices is None:
             raise ValueError(f"{op}: ssm_state_indices: expected a tensor with inplace_final_state=True (the serving "
                              "form), got None")
-        with named_as(op, "fused_recurrent_gated_delta_rule_update", {"state_pool": "initial_state"}):
-            ops.fused_recurrent_gated_delta_rule_update(o, initial_state, q, k, v, g, beta, sc,
-                                                        _contiguous_read(ssm_state_indices),
-                                                        _contiguous_read(num_accepted_tokens),
-                                                        bool(use_qk_l2norm_in_kernel), cu_seqlens)
+        # the op's .pool overload: its errors, the recorded bad indices included, name this function and its pool
+        ops.fused_recurrent_gated_delta_rule.pool(o, initial_state, q, k, v, g, beta, sc,
+                                                  _contiguous_read(ssm_state_indices),
+                                                  _contiguous_read(num_accepted_tokens),
+                                                  bool(use_qk_l2norm_in_kernel), cu_seqlens)
         return o, initial_state
     if num_accepted_tokens is not None:
         raise ValueError(f"{op}: num_accepted_tokens: expected None without ssm_state_indices")

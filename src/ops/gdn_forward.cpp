@@ -762,6 +762,7 @@ struct PoolNames {
   const char* indices;
 };
 constexpr PoolNames kPoolNames{"state_pool", "ssm_state_indices"};
+constexpr PoolNames kStateNames{"initial_state", "ssm_state_indices"};  // vLLM's fused_recurrent_gated_delta_rule
 constexpr PoolNames kSourceNames{"initial_state_source", "initial_state_indices"};
 
 /// Pool, indices and num_accepted_tokens of the serving forms (argument names `names`).
@@ -879,26 +880,48 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
 }
 
-void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool, TensorView q, TensorView k,
-                                             TensorView v, const TensorView* g, const TensorView* beta,
-                                             std::optional<double> scale, TensorView ssm_state_indices,
-                                             const TensorView* num_accepted_tokens, bool use_qk_l2norm_in_kernel,
-                                             const TensorView* cu_seqlens, Stream stream) {
-  using namespace detail;
-  const char* op = "fused_recurrent_gated_delta_rule_update";
+namespace detail {
+namespace {
+
+/// The serving form with direct gates under the names of op `op` (its pool and indices named `names`).
+void decode_pool(const char* op, const PoolNames& names, TensorView o, TensorView pool, TensorView q, TensorView k,
+                 TensorView v, const TensorView* g, const TensorView* beta, std::optional<double> scale,
+                 TensorView indices, const TensorView* num_accepted_tokens, bool use_qk_l2norm_in_kernel,
+                 const TensorView* cu_seqlens, Stream stream) {
   DecodeArgs a;
   const Device device =
       check_decode(op, o, q, k, v, scale, use_qk_l2norm_in_kernel, cu_seqlens, a, "g", g, "beta", beta);
   check_gate(op, "g", g, a, device, a.g);
   check_decode_beta(op, beta, a, device);
-  check_pool(op, kPoolNames, state_pool, ssm_state_indices, num_accepted_tokens, device, a);
-  check_outputs_disjoint(op, {{"o", &o}, {"state_pool", &state_pool}},
-                         {{"o", &o}, {"state_pool", &state_pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},
-                          {"beta", beta}, {"ssm_state_indices", &ssm_state_indices},
+  check_pool(op, names, pool, indices, num_accepted_tokens, device, a);
+  check_outputs_disjoint(op, {{"o", &o}, {names.pool, &pool}},
+                         {{"o", &o}, {names.pool, &pool}, {"q", &q}, {"k", &k}, {"v", &v}, {"g", g},
+                          {"beta", beta}, {names.indices, &indices},
                           {"num_accepted_tokens", num_accepted_tokens}, {"cu_seqlens", cu_seqlens}});
   (void)backend_for(op, device);  // first: an empty CUDA tensor needs CUDA too
   if (a.geo.N == 0) return;  // T = 0: each sequence is empty, but its pool indices are checked (as at T > 0)
   FUSEOPS_GDN_RUN(op, device, stream, fused_recurrent_gated_delta_rule, a);
+}
+
+}  // namespace
+}  // namespace detail
+
+void fused_recurrent_gated_delta_rule_update(TensorView o, TensorView state_pool, TensorView q, TensorView k,
+                                             TensorView v, const TensorView* g, const TensorView* beta,
+                                             std::optional<double> scale, TensorView ssm_state_indices,
+                                             const TensorView* num_accepted_tokens, bool use_qk_l2norm_in_kernel,
+                                             const TensorView* cu_seqlens, Stream stream) {
+  detail::decode_pool("fused_recurrent_gated_delta_rule_update", detail::kPoolNames, o, state_pool, q, k, v, g, beta,
+                      scale, ssm_state_indices, num_accepted_tokens, use_qk_l2norm_in_kernel, cu_seqlens, stream);
+}
+
+void fused_recurrent_gated_delta_rule(TensorView o, TensorView initial_state, TensorView q, TensorView k,
+                                      TensorView v, const TensorView* g, const TensorView* beta,
+                                      std::optional<double> scale, TensorView ssm_state_indices,
+                                      const TensorView* num_accepted_tokens, bool use_qk_l2norm_in_kernel,
+                                      const TensorView* cu_seqlens, Stream stream) {
+  detail::decode_pool("fused_recurrent_gated_delta_rule", detail::kStateNames, o, initial_state, q, k, v, g, beta,
+                      scale, ssm_state_indices, num_accepted_tokens, use_qk_l2norm_in_kernel, cu_seqlens, stream);
 }
 
 void fused_sigmoid_gating_delta_rule_update(TensorView o, TensorView initial_state_source, TensorView A_log,

@@ -47,6 +47,8 @@ struct PoolCase {
   /// them (cu_seqlens[:num_decodes + 1] with the whole batch's indices); those rows hold an out-of-range slot and a 0
   /// count, which would be recorded if read: they must not be
   bool rows_past_n = false;
+  /// run the direct-gate form under vLLM's name (fused_recurrent_gated_delta_rule with the pool as initial_state)
+  bool vllm_name = false;
   DType idx_dtype = DType::i64;            ///< ssm_state_indices
   std::optional<DType> beta_dtype;         ///< beta's dtype when not the spec's gate dtype (beta rounded to it)
   std::vector<std::string> error_words;    ///< words the recorded error's message must hold (with bad_rows)
@@ -185,6 +187,9 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
     fuseops::fused_sigmoid_gating_delta_rule_update(O.view(), pool_view, Al.view(), Ar.view(), Db.view(), Q.view(),
                                                     Kt.view(), Vt.view(), Br.view(), std::nullopt, I.view(), acc,
                                                     s.l2norm, cu);
+  } else if (pc.vllm_name) {
+    fuseops::fused_recurrent_gated_delta_rule(O.view(), pool_view, Q.view(), Kt.view(), Vt.view(), &gv, &bv,
+                                              std::nullopt, I.view(), acc, s.l2norm, cu);
   } else {
     fuseops::fused_recurrent_gated_delta_rule_update(O.view(), pool_view, Q.view(), Kt.view(), Vt.view(), &gv, &bv,
                                                      std::nullopt, I.view(), acc, s.l2norm, cu);
@@ -229,6 +234,8 @@ TEST_P(GdnDecode, PoolPerSequence) {
       mt.s.l2norm = true;
       mt.pool_dtype = pd;
       mt.idx = {6, 1, 2, -1};
+      run_pool_case(GetParam(), mt, rng);
+      mt.vllm_name = true;  // the same form under vLLM's name
       run_pool_case(GetParam(), mt, rng);
       if (HasFailure()) return;
     }
@@ -277,7 +284,11 @@ TEST_P(GdnDecode, BadIndicesAreRecorded) {
     pc.s = fixed(3, 1, 1, 2, K, 32, f32);
     pc.idx = {1, 99, 2};
     pc.bad_rows = {1};
-    pc.error_words = {"ssm_state_indices", "index 1"};
+    pc.error_words = {"fused_recurrent_gated_delta_rule_update: ssm_state_indices", "index 1"};
+    run_pool_case(GetParam(), pc, rng);
+    // under vLLM's name the record names that op (the Python function of that name calls this form)
+    pc.vllm_name = true;
+    pc.error_words = {"fused_recurrent_gated_delta_rule: ssm_state_indices", "index 1"};
     run_pool_case(GetParam(), pc, rng);
     PoolCase acc;
     acc.s = varlen({2, 2}, 1, 2, K, 32, f32);

@@ -450,6 +450,12 @@ TEST(GdnForwardErrors, Decode) {
                    up, "state_pool", "each slot [HV, K, V] contiguous", "strides [512, 256, 16, 1]");
   EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), padded_slots, x.q.view(), x.k.view(),
                                                                    x.v.view(), &g, &beta, std::nullopt, x.idx.view()));
+  // the same form under vLLM's name names that op and the pool initial_state
+  EXPECT_ARG_ERROR(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), overlapping, x.q.view(), x.k.view(),
+                                                             x.v.view(), &g, &beta, std::nullopt, x.idx.view()),
+                   "fused_recurrent_gated_delta_rule", "initial_state", "stride(0) >= HV K V = 256");
+  EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule(x.o.view(), padded_slots, x.q.view(), x.k.view(),
+                                                            x.v.view(), &g, &beta, std::nullopt, x.idx.view()));
   // one slot: stride(0) is any value (torch leaves a size-1 dim's stride free), an empty pool any strides
   const TensorView one_slot(pm.data, f32, pm.device, {1, 2, 16, 8}, {0, 128, 8, 1}),
       empty_pool(pm.data, f32, pm.device, {0, 2, 16, 8}, {1, 1, 1, 1});

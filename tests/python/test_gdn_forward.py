@@ -612,7 +612,8 @@ def test_empty_pool_is_all_padding():
     o, _ = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta, initial_state=torch.zeros(0, 1, 4, 4),
                                                     ssm_state_indices=torch.tensor([-1, 5], dtype=torch.int32))
     assert torch.count_nonzero(o) == 0
-    with pytest.raises(ValueError, match="ssm_state_indices: value out of range at index 1"):
+    with pytest.raises(ValueError, match="^fused_recurrent_gated_delta_rule: ssm_state_indices: value out of range "
+                                         "at index 1"):  # the function called, not the C++ API's _update name
         fuseops.check_errors()
 
 

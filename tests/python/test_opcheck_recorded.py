@@ -16,30 +16,39 @@ F = torch.nn.functional
 RECORDED_OPS = {
     "recompute_w_u_fwd", "chunk_gated_delta_rule_fwd_h", "chunk_fwd_o", "chunk_gated_delta_rule",
     "chunk_gated_delta_rule_with_states",
-    "fused_recurrent_gated_delta_rule", "fused_recurrent_gated_delta_rule_update",
+    "fused_recurrent_gated_delta_rule", "fused_recurrent_gated_delta_rule.pool",
+    "fused_recurrent_gated_delta_rule_update",
     "fused_sigmoid_gating_delta_rule_update", "topk_softmax", "grouped_topk", "moe_align_block_size", "moe_route",
 }
 
 
 class _Recorder:
-    """Stands in for ``torch.ops.fuseops`` in a module: ``ops.name(...)`` and ``ops.name.default(...)`` record
-    (overload, args, kwargs) and run the real op."""
+    """Stands in for ``torch.ops.fuseops`` in a module: ``ops.name(...)``, ``ops.name.default(...)`` and
+    ``ops.name.overload(...)`` record (name, overload, args, kwargs) and run the real op; name is "op" for the default
+    overload, "op.overload" for another."""
 
     def __init__(self, calls):
         self._calls = calls
 
     def __getattr__(self, name):
-        overload = getattr(fuseops.ops, name).default
+        packet_of_op = getattr(fuseops.ops, name)
         calls = self._calls
+
+        def recording(label, overload):
+            def call(*args, **kwargs):
+                calls.append((label, overload, args, kwargs))
+                return overload(*args, **kwargs)
+            return call
 
         class Packet:
             def __call__(self, *args, **kwargs):
-                calls.append((name, overload, args, kwargs))
-                return overload(*args, **kwargs)
+                return recording(name, packet_of_op.default)(*args, **kwargs)
 
-        packet = Packet()
-        packet.default = packet
-        return packet
+            def __getattr__(self, overload_name):
+                label = name if overload_name == "default" else f"{name}.{overload_name}"
+                return recording(label, getattr(packet_of_op, overload_name))
+
+        return Packet()
 
 
 def _gdn_calls(device, dtype):
@@ -75,6 +84,10 @@ def _gdn_calls(device, dtype):
     slots = torch.tensor([4, -1, 0], dtype=torch.int32, device=device)
     fuseops.fused_recurrent_gated_delta_rule(qd, kd, vd, gd, bd, initial_state=pool, inplace_final_state=True,
                                              ssm_state_indices=slots, use_qk_l2norm_in_kernel=True)
+    # the C++ API's name of the serving form (torch.ops.fuseops.fused_recurrent_gated_delta_rule_update), called as
+    # the Python function calls its .pool overload
+    gdn.ops.fused_recurrent_gated_delta_rule_update(torch.empty_like(vd), pool, qd, kd, vd, gd, bd, None, slots, None,
+                                                    True, None)
     A_log, dt_bias = torch.randn(HV, generator=gen).to(device), torch.randn(HV, generator=gen).to(device)
     a, b = torch.randn(N, 1, HV, generator=gen).to(device), torch.randn(N, 1, HV, generator=gen).to(device)
     fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, 1.0, 20.0, qd, kd, vd, b, pool, slots,
