@@ -201,8 +201,8 @@ def not_twice_differentiable(op, grads, *inputs, depends=None):
 def named_as(called, op, names):
     """Restates the ValueErrors, RuntimeErrors and NotImplementedErrors of op ``op`` in the names of the Python
     function the user called (same type): the message's leading "<op>: " becomes "<called>: " and each argument name
-    in ``names`` (whole words) its Python name, e.g. rotary_embedding_backward's "rotary_embedding: query: ..." reads
-    "rotary_embedding_backward: grad_query: ..."."""
+    in ``names`` (whole words) its Python name, e.g. apply_rotary_pos_emb(inplace=True)'s
+    "apply_rotary_pos_emb_inplace: q_out: ..." would read "apply_rotary_pos_emb: q: ..."."""
     try:
         yield
     except (ValueError, RuntimeError, NotImplementedError) as e:

@@ -130,10 +130,11 @@ def chunk_local_cumsum(g, chunk_size, reverse=False, scale=None, cu_seqlens=None
     _reject_kwargs(op, kwargs)
     cu_seqlens = _check_cu(op, cu_seqlens)
     reverse = bool_arg(op, "reverse", reverse)
-    if isinstance(output_dtype, bool):  # FLA 0.5.2 had head_first in this place; FLA since, and fuseops, do not
-        raise ValueError(f"{op}: output_dtype: expected a torch.dtype, got {output_dtype!r} (FLA 0.5.2's sixth "
+    if is_flag(output_dtype):  # FLA 0.5.2 had head_first in this place; FLA since, and fuseops, do not
+        raise ValueError(f"{op}: output_dtype: expected a torch.dtype, got {shown(output_dtype)} (FLA 0.5.2's sixth "
                          "positional argument was head_first; fuseops takes FLA's current order (g, chunk_size, "
-                         "reverse, scale, cu_seqlens, output_dtype, chunk_indices): pass head_first by keyword)")
+                         "reverse, scale, cu_seqlens, output_dtype, chunk_indices): drop head_first, whose only "
+                         "supported value is False, or pass it by keyword)")
     _no_chunk_indices(op, chunk_indices)
     _check_rank(op, "g", g, 3, "[B, T, HV]")
     if output_dtype is None and g.dtype != torch.float32:
@@ -500,7 +501,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     (float32 / bfloat16) updated in place, as vLLM's ``inplace_final_state=True`` (its default); each slot [HV, K, V]
     contiguous, the slots at least HV * K * V elements apart (vLLM's pools in padded pages, stride(0) the page's
     elements, are taken as they are; overlapping slots are a ValueError); ``ssm_state_indices``
-    [N'] or [N', Tmax] (with ``num_accepted_tokens`` [N']), N' >= N: rows past the N sequences are not read (vLLM's
+    [N'] or [N', Tmax] (with ``num_accepted_tokens`` [N'']), N', N'' >= N: rows past the N sequences are not read (vLLM's
     CUDA-graph step passes the padded batch's indices with ``cu_seqlens[:num_decodes + 1]``); index -1 is a padding
     slot, any other index outside [0, S) is recorded for :func:`fuseops.check_errors` (and its sequence treated as
     padding). Returns (o, initial_state): the
@@ -553,7 +554,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     if output_final_state:
         ht = torch.empty((_num_seqs(q, cu_seqlens), v.shape[2], q.shape[3], v.shape[3]), dtype=torch.float32,
                          device=q.device)
-    ops.fused_recurrent_gated_delta_rule(o, ht, q, k, v, g, beta, sc, _contiguous_read(initial_state),
+    ops.fused_recurrent_gated_delta_rule.default(o, ht, q, k, v, g, beta, sc, _contiguous_read(initial_state),
                                          bool(use_qk_l2norm_in_kernel), cu_seqlens)
     return o, ht
 

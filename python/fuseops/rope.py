@@ -166,7 +166,8 @@ def mrope(query, key, cos_sin_cache, positions, mrope_section, head_size, rotary
         cos_sin_cache: [max_position, rotary_dim].
         positions: [3, T] (temporal, height, width) or [T] (ordinary RoPE), int32 / int64.
         mrope_section: [s_t, s_h, s_w], summing to rotary_dim / 2.
-        layout: "chunked" (Qwen2-VL, Qwen2.5-VL; GLM-4.1V / 4.5V with is_neox=False, as HF and vLLM run them),
+        layout: "chunked" (Qwen2-VL, Qwen2.5-VL; GLM-4.1V with is_neox=False and GLM-4.5V with is_neox=True, as HF
+            and vLLM run them),
             "interleaved" (Qwen3-VL) or "interleaved_glm" (FlagGems' GLM round-robin map, ``is_interleaved_glm``).
     """
     return _mrope(False, query, key, cos_sin_cache, positions, mrope_section, head_size, rotary_dim, is_neox, layout,

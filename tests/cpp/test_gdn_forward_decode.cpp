@@ -43,9 +43,9 @@ struct PoolCase {
   /// the last sequence (varlen, its start index -1) is passed as tokens past cu_seqlens[N] instead (vLLM's CUDA-graph
   /// padded steps: cu_seqlens and the indices cover one sequence fewer); its o rows must be 0, as a padding sequence's
   bool tail_tokens = false;
-  /// with tail_tokens: the indices and num_accepted_tokens keep the tail sequence's rows, as vLLM's padded batch passes
-  /// them (cu_seqlens[:num_decodes + 1] with the whole batch's indices); those rows hold an out-of-range slot and a 0
-  /// count, which would be recorded if read: they must not be
+  /// with tail_tokens: the indices and num_accepted_tokens keep the tail sequence's row and two more, as vLLM's padded
+  /// batch passes them (cu_seqlens[:num_decodes + 1] with the whole batch's indices); those rows hold an out-of-range
+  /// slot and a 0 count, which would be recorded if read: they must not be
   bool rows_past_n = false;
   /// run the direct-gate form under vLLM's name (fused_recurrent_gated_delta_rule with the pool as initial_state)
   bool vllm_name = false;
@@ -156,9 +156,10 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   // (tail_tokens: the op sees N - 1 sequences, cu_seqlens[N - 1] < T)
   const int64_t Nop = pc.tail_tokens ? N - 1 : N;
   const std::vector<int64_t> cu_op(in.cu.begin(), in.cu.begin() + (in.cu.empty() ? 0 : Nop + 1));
-  const int64_t rows = pc.rows_past_n ? N : Nop, per_row = std::max<int64_t>(pc.cols, 1);
-  std::vector<int64_t> idx_op(pc.idx.begin(), pc.idx.begin() + rows * per_row);
-  for (int64_t i = Nop * per_row; i < rows * per_row; ++i) idx_op[i] = pc.slots + 7;  // never read
+  // (rows_past_n: the tail sequence's row and two more, as a padded batch larger than the real one)
+  const int64_t rows = pc.rows_past_n ? N + 2 : Nop, per_row = std::max<int64_t>(pc.cols, 1);
+  std::vector<int64_t> idx_op(pc.idx.begin(), pc.idx.begin() + Nop * per_row);
+  idx_op.resize(static_cast<std::size_t>(rows * per_row), pc.slots + 7);  // never read
   HostTensor cu_t = ft::index_tensor(DType::i32, {static_cast<int64_t>(cu_op.size())}, cu_op);
   const std::vector<int64_t> idx_shape = pc.cols ? std::vector<int64_t>{rows, pc.cols} : std::vector<int64_t>{rows};
   HostTensor idx_t = ft::index_tensor(pc.idx_dtype, idx_shape, idx_op);

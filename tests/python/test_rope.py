@@ -89,7 +89,7 @@ def test_vllm_rotary_embedding_rope_dim_offset(device, is_neox, D, r, offset):
         xd[..., offset: offset + r] = part.view(T, -1, r)
         return xd
 
-    vllm.rotary_embedding(pos, q, k, D, cache, is_neox, offset, False)
+    assert vllm.rotary_embedding(pos, q, k, D, cache, is_neox, offset, False) is None  # as vLLM's op
     close(q.reshape(T, -1, D), want(q0), dtype)
     close(k, want(k0).view(T, Hk, D), dtype)
     assert torch.equal(q.reshape(T, -1, D)[..., :offset], q0.reshape(T, -1, D)[..., :offset])
@@ -138,6 +138,11 @@ def test_vllm_rotary_embedding_rope_dim_offset_errors():
         vllm.rotary_embedding(pos, q.clone(), None, 64, cache, True, 8.5)
     with pytest.raises(ValueError, match=r"^rotary_embedding: query: expected \[tokens..., H \* head_size\]"):
         vllm.rotary_embedding(pos, torch.randn(4, 96), None, 64, cache, True, 16)
+    # what the op refuses on the heads' views is told with the offset and the caller's head_size
+    with pytest.raises(ValueError, match=r"^rotary_embedding: query: .*\(with rope_dim_offset 16, the op rotates "
+                                         r"the views \[..., H, head_size - rope_dim_offset\] = \[..., H, 48\].*"
+                                         r"head_size 64\)$"):
+        vllm.rotary_embedding(torch.arange(3), q.clone(), None, 64, cache, True, 16)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -145,7 +145,8 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox, r
     op = "rotary_embedding"
     offset = int_arg(op, "rope_dim_offset", rope_dim_offset)
     if offset == 0:
-        return rope.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox, inverse)
+        rope.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox, inverse)
+        return None  # as vLLM's op
     head_size = int_arg(op, "head_size", head_size)
     tensor_arg(op, "query", query)
     tensor_arg(op, "key", key, optional=True)
@@ -166,8 +167,14 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox, r
             x = x.view(*x.shape[:-1], x.shape[-1] // head_size, head_size)
         return x[..., offset:]
 
-    rope.rotary_embedding(positions, heads("query", query), heads("key", key), head_size - offset, cos_sin_cache,
-                          is_neox, inverse)
+    try:
+        rope.rotary_embedding(positions, heads("query", query), heads("key", key), head_size - offset, cos_sin_cache,
+                              is_neox, inverse)
+    except ValueError as e:  # the op saw the heads' views: say so, with the caller's head_size
+        raise ValueError(f"{e} (with rope_dim_offset {offset}, the op rotates the views [..., H, head_size - "
+                         f"rope_dim_offset] = [..., H, {head_size - offset}] of the heads' dims from the offset on; "
+                         f"head_size {head_size})") from None
+    return None
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
