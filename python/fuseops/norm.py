@@ -11,7 +11,10 @@ SiLU gate ``z`` applied after the norm (``norm_before_gate=True``) or to x befor
 This is the output norm of Qwen3-Next's Gated DeltaNet layers (RMSNorm per value head, gate after the norm).
 
 Rules: x, z, out: float32 / float16 / bfloat16 of one dtype, shape [..., N] (any leading dims, flattened into rows;
-innermost stride 1). weight, bias: [N], float32 or x's dtype (read as float32). ``group_size`` None (or 0, the C++
+innermost stride 1; :func:`layernorm_fn` and :func:`rmsnorm_fn` read any other view of x and z as a contiguous copy,
+as FLA's LayerNormFn does). weight, bias: [N] (stride 1; the two FLA functions copy other views), read as float32:
+the op takes float32 or x's dtype, the Python functions convert any other float dtype to float32 first (exactly
+for 16-bit ones), as FLA's kernel reads them. ``group_size`` None (or 0, the C++
 API's value) means N; otherwise it must divide N and be at most 16384. Output in x's dtype; mean and rstd float32
 [N / group_size * M], group-major (entry g * M + m), as FLA. CUDA work runs on the current stream without host
 synchronisation. Forward only: FLA's backward is not implemented, so these functions raise when an input requires
@@ -54,6 +57,7 @@ def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=
     op = "layer_norm_fwd"
     eps, norm_before_gate, is_rms_norm = _check_args(op, x, weight, bias, z, eps, norm_before_gate, is_rms_norm)
     written_arg(op, "out", out)
+    weight, bias = _as_fp32_affine(x, weight, bias)
     g = _group(op, group_size)
     N = x.shape[-1]
     M = x.numel() // N if N else 0
@@ -66,8 +70,45 @@ def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=
     return out, mean, rstd
 
 
+def _as_fp32_affine(x, weight, bias):
+    """weight / bias as the op takes them (float32 or x's dtype, both one dtype), converted to float32 (exactly, for
+    16-bit ones) where FLA's kernel, which loads them as float32 whatever their dtype, would take them and the op
+    would not; anything else as it is, for the op's own errors."""
+    def floating(t):
+        return isinstance(t, torch.Tensor) and t.is_floating_point()
+
+    if not floating(weight) or not isinstance(x, torch.Tensor):
+        return weight, bias
+    accepted = (torch.float32, x.dtype)
+    if weight.dtype not in accepted or (floating(bias) and (bias.dtype not in accepted or bias.dtype != weight.dtype)):
+        weight = weight.float()
+        if floating(bias):
+            bias = bias.float()
+    return weight, bias
+
+
+def _as_rows(t):
+    """A tensor the FLA functions only read, as LayerNormFn reads it (its input_guard makes every input contiguous):
+    as it is where the op takes its layout (leading dims that flatten into rows of one stride >= N, innermost stride
+    1), else a contiguous copy; anything else (None, meta, empty) as it is."""
+    if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.dim() == 0 or t.numel() == 0:
+        return t
+    n = t.shape[-1]
+    try:
+        rows = t.view(-1, n)  # fails where the leading dims do not flatten with one stride
+    except RuntimeError:
+        return t.contiguous()
+    if (n > 1 and rows.stride(1) != 1) or (rows.shape[0] > 1 and rows.stride(0) < n):
+        return t.contiguous()
+    return t
+
+
 def _norm_fn(op, x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm):
     eps, norm_before_gate, is_rms_norm = _check_args(op, x, weight, bias, z, eps, norm_before_gate, is_rms_norm)
+    # FLA's LayerNormFn copies views into contiguous tensors and its kernel reads weight / bias in any float dtype:
+    # so do these drop-in functions (layer_norm_fwd keeps FLA's layer_norm_fwd rules: no copies).
+    x, z, weight, bias = _as_rows(x), _as_rows(z), _as_rows(weight), _as_rows(bias)
+    weight, bias = _as_fp32_affine(x, weight, bias)
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     g = _group(op, group_size)
     try:

@@ -103,8 +103,12 @@ def test_errors_and_forward_only():
         fuseops.rmsnorm_fn(x, w, None, group_size=24)
     with pytest.raises(ValueError, match=r"^rmsnorm_fn: weight: expected shape \[N\] = \[64\], got \[16\]"):
         fuseops.rmsnorm_fn(x, w[:16], None)
-    with pytest.raises(ValueError, match=r"^layernorm_fn: weight: expected dtype f32 \(the dtype of x\), got f16"):
-        fuseops.layernorm_fn(x, w.half(), None)
+    # a weight / bias of another float dtype is read as f32, as FLA's kernel reads it: the same bytes as an f32 one
+    wh, bh = w.half(), torch.randn(64).bfloat16()
+    assert torch.equal(fuseops.layernorm_fn(x, wh, bh), fuseops.layernorm_fn(x, wh.float(), bh.float()))
+    assert torch.equal(fuseops.layer_norm_fwd(x, wh)[0], fuseops.layer_norm_fwd(x, wh.float())[0])
+    with pytest.raises(ValueError, match=r"^layernorm_fn: weight: expected dtype f32 \(the dtype of x\), got i32"):
+        fuseops.layernorm_fn(x, w.int(), None)
     # flags are bools, eps a number finite in fp32, group_size an int (numpy ints too)
     for kwargs, name in (({"is_rms_norm": "False"}, "is_rms_norm"), ({"norm_before_gate": "False"}, "norm_before_gate"),
                          ({"eps": "1e-3"}, "eps"), ({"eps": True}, "eps"), ({"eps": None}, "eps")):
@@ -127,3 +131,32 @@ def test_out_that_requires_grad_is_refused():
     x, w = torch.randn(2, 8), torch.ones(8)
     with pytest.raises(ValueError, match=r"^layer_norm_fwd: out: expected a tensor that does not require grad"):
         fuseops.layer_norm_fwd(x, w, out=torch.empty(2, 8, requires_grad=True))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fla_functions_copy_views_the_op_does_not_take(device):
+    # FLA's LayerNormFn reads any view (input_guard makes it contiguous); rmsnorm_fn / layernorm_fn take those as a
+    # contiguous copy: the same bytes as the contiguous call. layer_norm_fwd keeps FLA's layer_norm_fwd rule.
+    w = randn((128,), torch.float32, device) * 0.1 + 1
+    base = randn((2, 7, 131), torch.bfloat16, device)
+    views = {
+        "leading dims": base[:, :3, :128],                                    # rows 131 apart, planes 917: no one stride
+        "innermost": randn((128, 5), torch.bfloat16, device).t(),
+        "expanded": randn((1, 128), torch.bfloat16, device).expand(5, -1),  # overlapping rows
+    }
+    for name, x in views.items():
+        z = torch.flip(x.contiguous(), [0])
+        for fn, kwargs in ((fuseops.rmsnorm_fn, {}), (fuseops.layernorm_fn, {"norm_before_gate": False})):
+            got = fn(x, w, None, z=z, group_size=64, **kwargs)
+            want = fn(x.contiguous(), w, None, z=z, group_size=64, **kwargs)
+            assert got.shape == x.shape and got.is_contiguous() and torch.equal(got, want), name
+            assert torch.equal(fn(z, w, None, z=x, **kwargs), fn(z, w, None, z=x.contiguous(), **kwargs)), name
+        with pytest.raises(ValueError, match="^layer_norm_fwd: x: "):
+            fuseops.layer_norm_fwd(x, w, is_rms_norm=True)
+    x = randn((5, 64), torch.bfloat16, device)
+    wide = randn((128,), torch.float32, device)
+    assert torch.equal(fuseops.rmsnorm_fn(x, wide[::2], wide[1::2]),
+                       fuseops.rmsnorm_fn(x, wide[::2].contiguous(), wide[1::2].contiguous()))
+    # rows of a wider buffer are read in place (no copy needed): the same bytes
+    rows = base.reshape(14, 131)[:, :128]
+    assert torch.equal(fuseops.rmsnorm_fn(rows, w, None), fuseops.rmsnorm_fn(rows.contiguous(), w, None))
