@@ -175,8 +175,9 @@ void fused_recurrent_gated_delta_rule(TensorView o, TensorView* final_state, Ten
                                       Stream stream = {});
 
 /// The serving form of vLLM's `fused_recurrent_gated_delta_rule` (inplace_final_state): the states live in a pool
-/// state_pool [S, HV, K, V] (f32 or bf16), updated in place: each slot's [HV, K, V] contiguous, the slots stride(0) >=
-/// HV K V elements apart (vLLM's pools are views into padded pages, torch.as_strided with stride(0) the page's
+/// state_pool [S, HV, K, V] (f32, bf16 or f16: the choices of vLLM's --mamba-ssm-cache-dtype; read as f32, rounded
+/// to its dtype where written), updated in place: each slot's [HV, K, V] contiguous, the slots stride(0) >= HV K V
+/// elements apart (vLLM's pools are views into padded pages, torch.as_strided with stride(0) the page's
 /// elements); Error naming state_pool for a slot that is not contiguous or slots that overlap (stride(0) < HV K V,
 /// S > 1). The padding between slots is neither read nor written. ssm_state_indices (i32 / i64, contiguous):
 ///  - [N]: sequence n reads and, after its last token, writes slot ssm_state_indices[n];

@@ -498,7 +498,7 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
 
     FLA form: ``initial_state`` [N, HV, K, V] is read-only; returns (o [B, T, HV, V] in v.dtype, final_state float32
     or None). vLLM serving form (``ssm_state_indices`` given): ``initial_state`` is the state pool [S, HV, K, V]
-    (float32 / bfloat16) updated in place, as vLLM's ``inplace_final_state=True`` (its default); each slot [HV, K, V]
+    (float32 / bfloat16 / float16, as vLLM's mamba_ssm_cache_dtype) updated in place, as vLLM's ``inplace_final_state=True`` (its default); each slot [HV, K, V]
     contiguous, the slots at least HV * K * V elements apart (vLLM's pools in padded pages, stride(0) the page's
     elements, are taken as they are; overlapping slots are a ValueError); ``ssm_state_indices``
     [N'] or [N', Tmax] (with ``num_accepted_tokens`` [N'']), N', N'' >= N: rows past the N sequences are not read (vLLM's
@@ -518,6 +518,12 @@ def fused_recurrent_gated_delta_rule(q, k, v, g=None, beta=None, scale=None, ini
     forward_only(op, q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state, ssm_state_indices=ssm_state_indices,
                  num_accepted_tokens=num_accepted_tokens,
                  optional=("g", "beta", "initial_state", "ssm_state_indices", "num_accepted_tokens"))
+    if isinstance(initial_state, torch.Tensor) and initial_state.dim() == 3:
+        # a gate's shape [B, T, HV] where a state belongs: FLA's positional order (gk, gv before beta) puts beta here
+        raise ValueError(f"{op}: initial_state: expected [N, HV, K, V] (or the pool [S, HV, K, V]), got rank 3 "
+                         f"{list(initial_state.shape)}: FLA's positional order (q, k, v, g, gk, gv, beta, scale, "
+                         "initial_state, ...) puts beta there; fuseops takes vLLM's (q, k, v, g, beta, scale, "
+                         "initial_state, ...): pass beta, scale and initial_state by keyword")
     cu_seqlens = _check_cu(op, cu_seqlens)
     output_final_state = bool_arg(op, "output_final_state", output_final_state)
     use_qk_l2norm_in_kernel = bool_arg(op, "use_qk_l2norm_in_kernel", use_qk_l2norm_in_kernel)

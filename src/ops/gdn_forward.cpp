@@ -769,7 +769,7 @@ constexpr PoolNames kSourceNames{"initial_state_source", "initial_state_indices"
 void check_pool(const char* op, const PoolNames& names, const TensorView& pool, const TensorView& idx,
                 const TensorView* acc, const Device& device, DecodeArgs& a) {
   check_layouts(op, {{names.pool, &pool}, {names.indices, &idx}, {"num_accepted_tokens", acc}});
-  check_dtype(op, names.pool, pool, {DType::f32, DType::bf16});
+  check_dtype(op, names.pool, pool, {DType::f32, DType::bf16, DType::f16});  // vLLM's mamba_ssm_cache_dtype choices
   if (pool.rank != 4 || pool.shape[1] != a.geo.HV || pool.shape[2] != a.geo.K || pool.shape[3] != a.V) {
     // S is the pool's own slot count: shown as the letter where the rank is wrong
     const std::string hkv = dims({a.geo.HV, a.geo.K, a.V});

@@ -19,7 +19,7 @@ namespace {
 
 namespace ref = fuseops::reference;
 using gdn::Placed;
-constexpr DType f32 = DType::f32, bf16 = DType::bf16;
+constexpr DType f32 = DType::f32, bf16 = DType::bf16, f16 = DType::f16;
 
 class GdnDecode : public ::testing::TestWithParam<Where> {};
 
@@ -219,11 +219,11 @@ void run_pool_case(Where where, const PoolCase& pc, std::mt19937_64& rng) {
   }
 }
 
-// One token per sequence (the decode step) and multi-token sequences, padding slots, f32 / bf16 pools.
+// One token per sequence (the decode step) and multi-token sequences, padding slots, f32 / bf16 / f16 pools.
 TEST_P(GdnDecode, PoolPerSequence) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  for (DType pd : {f32, bf16}) {
+  for (DType pd : {f32, bf16, f16}) {  // f16: vLLM's --mamba-ssm-cache-dtype float16
     for (DType dt : {f32, bf16}) {
       PoolCase pc;
       pc.s = fixed(5, 1, 2, 4, 64, 64, dt);
@@ -401,11 +401,11 @@ TEST_P(GdnDecode, KernelVariantsFlaForm) {
 
 // The pool forms on both kernels: aligned q, k, v, o (16-byte loads) at K = V = 128 with l2 normalisation and at
 // K = 256 with multi-token sequences, per-token writes at K = 128, fused gating at K = 64 (fast); K = 100 and a
-// misaligned pool (fallback); f32 and bf16 pools.
+// misaligned pool (fallback); f32, bf16 and f16 pools.
 TEST_P(GdnDecode, PoolKernelVariants) {
   FUSEOPS_SKIP_UNLESS_RUNNABLE(GetParam());
   std::mt19937_64 rng = test_rng();
-  for (DType pd : {f32, bf16}) {
+  for (DType pd : {f32, bf16, f16}) {
     PoolCase step;
     step.s = fixed(4, 1, 2, 4, 128, 128, bf16);
     step.s.l2norm = true;

@@ -421,7 +421,7 @@ TEST(GdnForwardErrors, Decode) {
   const char* up = "fused_recurrent_gated_delta_rule_update";
   EXPECT_NO_THROW(fuseops::fused_recurrent_gated_delta_rule_update(x.o.view(), x.pool.view(), x.q.view(), x.k.view(),
                                                                    x.v.view(), &g, &beta, std::nullopt, x.idx.view()));
-  HostTensor pool_bad(DType::f16, {4, 2, 16, 8}), pool_shape(f32, {4, 2, 8, 16}), idx_bad(i32, {0}), idx2(i32, {1, 8}),
+  HostTensor pool_bad(i32, {4, 2, 16, 8}), pool_shape(f32, {4, 2, 8, 16}), idx_bad(i32, {0}), idx2(i32, {1, 8}),
       idx_short(i32, {1, 3}), idxf(f32, {1}), acc(i32, {1}), acc_bad(i32, {0}), idx_more(i32, {3}), idx2_more(i32, {3, 8});
   const HostTensor acc_more = ft::index_tensor(i32, {3}, {1, 1, 1});
   const TensorView accv = acc.view(), accb = acc_bad.view();

@@ -111,6 +111,15 @@ def test_prefill_then_decode_and_pool(device):
                                                       initial_state=pool2,
                                                       ssm_state_indices=torch.tensor([1], device=device))
     assert p3 is pool2 and torch.equal(o3, o2) and torch.equal(pool2[1], pool[1])
+    # 16-bit pools (vLLM's --mamba-ssm-cache-dtype bfloat16 / float16): read as f32, the new state rounded to the pool
+    for dtype, tol in ((torch.float16, 2e-3), (torch.bfloat16, 1e-2)):
+        p16 = torch.full((3, 2, 32, 32), float("nan"), dtype=dtype, device=device)
+        p16[1] = ht[0].to(dtype)
+        o4, _ = fuseops.fused_recurrent_gated_delta_rule(q[:, 40:], k[:, 40:], v[:, 40:], g[:, 40:], beta[:, 40:],
+                                                         initial_state=p16,
+                                                         ssm_state_indices=torch.tensor([1], device=device))
+        assert p16.dtype == dtype and rel_rms(o4, ro[:, 40:]) <= tol and rel_rms(p16[1:2].float(), rht) <= tol
+        assert torch.isnan(p16[0]).all() and torch.isnan(p16[2]).all()
     # inplace_final_state=False with ssm_state_indices (vLLM: per-token states in a new tensor) is refused by name,
     # before anything is written; True without ssm_state_indices too
     before = pool2.clone()
@@ -313,6 +322,29 @@ def test_sigmoid_gating_decode(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_sigmoid_gating_decode_from_a_packed_projection(device):
+    # vLLM's packed decode takes mixed_qkv [N, 2 H K + HV V] (one token per sequence): its q, k, v are views of it
+    # (rows of the packed width, innermost stride 1), read in place by the op; the same bytes as contiguous copies
+    # (docs/ops/gdn.md, "vLLM's packed decode")
+    N, H, HV, K, V = 5, 2, 4, 32, 16
+    gen = torch.Generator().manual_seed(3)
+    mixed = torch.randn(N, 2 * H * K + HV * V, generator=gen).bfloat16().to(device)
+    a, b = torch.randn(N, HV, generator=gen).to(device), torch.randn(N, HV, generator=gen).to(device)
+    A_log, dt_bias = torch.randn(HV, generator=gen).to(device), torch.randn(HV, generator=gen).to(device)
+    q, k, v = (t.view(N, 1, -1, d) for t, d in zip(mixed.split([H * K, H * K, HV * V], dim=-1), (K, K, V)))
+    assert q.data_ptr() == mixed.data_ptr() and q.stride()[0] == mixed.shape[1] and q.stride()[2:] == (K, 1)
+    pool = torch.randn(7, HV, K, V, generator=gen).to(device)
+    idx = torch.tensor([6, 0, -1, 3, 2], device=device)
+    pool_c = pool.clone()
+    o = fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, 1.0, 20.0, q, k, v, b, pool, idx,
+                                                       use_qk_l2norm_in_kernel=True)
+    o_c = fuseops.fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, 1.0, 20.0, q.contiguous(),
+                                                         k.contiguous(), v.contiguous(), b, pool_c, idx,
+                                                         use_qk_l2norm_in_kernel=True)
+    assert torch.equal(o, o_c) and torch.equal(pool, pool_c)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_decode_per_channel_beta(device, dtype):
     # FLA's per-channel beta [B, T, HV, V]: v'[j] = beta[j] (v[j] - (S^T k)[j]) (the reference's beta[b, t, h] is then
@@ -403,6 +435,21 @@ def test_fla_order_points_to_the_vllm_order_for_states():
                                              "fuseops.chunk_gated_delta_rule .*fuseops.compat.vllm.chunk_gated_delta_"
                                              "rule takes it"):
             fuseops.chunk_gated_delta_rule(q, k, v, g, beta, return_intermediate_states=value)
+
+
+def test_fla_positional_order_of_the_recurrence_is_named():
+    # FLA's fused_recurrent_gated_delta_rule(q, k, v, g, gk, gv, beta, scale, initial_state, ...): positionally its
+    # beta lands in our initial_state, whose error says so (before the flags its later arguments land in)
+    q, k, v, g, beta, h0 = inputs(1, 8, 1, 2, 16, 16, torch.float32, "cpu")
+    hint = (r"^fused_recurrent_gated_delta_rule: initial_state: expected \[N, HV, K, V\] .*got rank 3 \[1, 8, 2\]: "
+            r"FLA's positional order .*pass beta, scale and initial_state by keyword")
+    for extra in ((), (0.25,), (0.25, h0, True)):
+        with pytest.raises(ValueError, match=hint):
+            fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, None, None, beta, *extra)
+    # the keyword call in either library's terms runs
+    o, ht = fuseops.fused_recurrent_gated_delta_rule(q, k, v, g, beta=beta, scale=0.25, initial_state=h0,
+                                                     output_final_state=True)
+    assert o.shape == v.shape and ht.shape == h0.shape
 
 
 def test_use_exp2_false_is_natural_log_g():
