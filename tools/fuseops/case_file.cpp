@@ -112,13 +112,14 @@ class EntryReader {
 
  private:
   /// integer_of under the parameter's key, within the parameter's range.
-  int64_t integer(const YAML::Node& n) const {
-    const int64_t v = integer_of(n, key_);
+  int64_t integer(const YAML::Node& n) const { return within_bounds(integer_of(n, key_), n.Mark()); }
+
+  /// v itself when the parameter takes it, else an error at `mark` ("value V outside [min, max] (help)").
+  int64_t within_bounds(int64_t v, const YAML::Mark& mark, const std::string& what = "value") const {
     if (v < spec_.min || v > spec_.max) {
       const std::string range =
           "[" + std::to_string(spec_.min) + ", " + (spec_.max == INT64_MAX ? "inf" : std::to_string(spec_.max)) + "]";
-      fail(path_, n.Mark(), key_,
-           "value " + std::to_string(v) + " outside " + range + " (" + spec_.help + ")");
+      fail(path_, mark, key_, what + " " + std::to_string(v) + " outside " + range + " (" + spec_.help + ")");
     }
     return v;
   }
@@ -206,6 +207,7 @@ class EntryReader {
   }
 
   /// {from: A, to: B, step: S} or {from: A, to: B, mul: M}: A, A+S, ... <= B or A, A*M, ... <= B; neither: step 1.
+  /// A and every value reached must be ones the parameter takes; B need not be (it is only the bound).
   std::vector<ParamValue> range(const YAML::Node& n) const {
     const YAML::Node from = n["from"], to = n["to"], step = n["step"], mul = n["mul"];  // undefined when absent
     for (const auto& [k, mark] : keys_of(path_, n)) {
@@ -215,7 +217,8 @@ class EntryReader {
     }
     if (!from.IsDefined() || !to.IsDefined()) fail(path_, n.Mark(), key_, "a range needs from and to");
     if (step.IsDefined() && mul.IsDefined()) fail(path_, n.Mark(), key_, "a range takes step or mul, not both");
-    const int64_t a = integer(from), b = integer(to);
+    // to is a bound, not a value: only the values the range reaches must be ones the parameter takes
+    const int64_t a = integer(from), b = integer_of(to, key_ + ".to");
     if (a > b) fail(path_, to.Mark(), key_ + ".to", "to (" + std::to_string(b) + ") is below from (" + std::to_string(a) + ")");
     // step and mul read as every integer of the file (integer_of: decimal only, 010 is 10)
     int64_t s = 1, m = 0;
@@ -228,7 +231,7 @@ class EntryReader {
     if (m >= 2 && a < 1) fail(path_, from.Mark(), key_ + ".from", "a multiplicative range starts at 1 or more");
     std::vector<ParamValue> out;
     for (int64_t v = a; v <= b;) {
-      out.push_back(v);
+      out.push_back(within_bounds(v, to.Mark(), "the range reaches"));
       if (out.size() > kMaxCasesPerFile) fail(path_, n.Mark(), key_, "the range has more than " + std::to_string(kMaxCasesPerFile) + " values");
       // the next value; one past INT64_MAX is past b too (b - s, the old bound, overflowed for b near INT64_MIN)
       if (m >= 2 ? __builtin_mul_overflow(v, m, &v) : __builtin_add_overflow(v, s, &v)) break;

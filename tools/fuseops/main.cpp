@@ -19,10 +19,11 @@ namespace {
 constexpr const char* kSeedHelp =
     "random seed, decimal 0 .. 2^64-1 (default: FUSEOPS_SEED, unless empty, else the clock)";
 
-/// `fuseops bogus`: CLI11 reports only "A subcommand is required"; name the word and the subcommands instead.
-bool unknown_subcommand(const CLI::App& app) {
+/// `fuseops bogus`: CLI11 reports only "A subcommand is required" (and `fuseops bogus --help` printed the main help
+/// and exited 0); name the word and the subcommands instead. `words`: the words CLI11 left, or the command line's.
+bool unknown_subcommand(const CLI::App& app, const std::vector<std::string>& words) {
   if (!app.get_subcommands().empty()) return false;
-  for (const std::string& word : app.remaining()) {
+  for (const std::string& word : words) {
     if (word.empty() || word[0] == '-') continue;
     std::string known;
     for (const CLI::App* s : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + s->get_name();
@@ -171,8 +172,10 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
+    if (unknown_subcommand(app, given)) return 2;
     return flushed(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
+    if (unknown_subcommand(app, given)) return 2;
     return flushed(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
     // printed here, not by app.exit: its std::endl flushes at once, and a failed flush there leaves flushed() an
@@ -180,7 +183,7 @@ int main(int argc, char** argv) {
     std::printf("%s\n", e.what());
     return flushed(e.get_exit_code());
   } catch (const CLI::ParseError& e) {
-    if (!unknown_subcommand(app)) app.exit(e);
+    if (!unknown_subcommand(app, app.remaining())) app.exit(e);
     return 2;
   }
   check_opts.json_given = check_json->count() > 0;

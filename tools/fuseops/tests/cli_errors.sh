@@ -27,6 +27,10 @@ expect() {
 # an unknown subcommand is named, with the valid ones (CLI11 said only "A subcommand is required")
 expect 2 'unknown subcommand "bogus" (valid: list, check, bench, chart, model' -- "$fuseops" bogus
 expect 2 'A subcommand is required' -- "$fuseops"
+# also before or after --help (it printed the main help and exited 0: `X --help` seemed to say X exists)
+expect 2 'unknown subcommand "info" (valid: list' -- "$fuseops" info --help
+expect 2 'unknown subcommand "chekc"' -- "$fuseops" --help chekc
+expect 0 'run cases on a backend' -- "$fuseops" check --help
 # model --list NAME lists that model only; an unknown NAME is an error
 out=$("$fuseops" model --list llama3-8b)
 if [[ "$out" != *llama3-8b* ]] || [[ "$out" == *deepseek-v3* ]]; then echo "FAIL: model --list llama3-8b: $out"; failed=1; fi

@@ -308,6 +308,12 @@ TEST(CaseFile, BadValues) {
                     "outside [1, 256]");
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: {from: 8, to: 4}\n    d: 8\n", "f.yaml:3:27",
                     "tokens.to", "below from");
+  // a range's to is its bound: the values it reaches must be in the parameter's range, to itself need not be
+  const std::string kkt = "cases:\n  - op: kkt_solve\n    seq_len: 64\n    num_heads: 1\n    head_k_dim: ";
+  EXPECT_EQ(parse(kkt + "{from: 56, to: 300, step: 100}\n").make_cases().size(), 3u);  // 56, 156, 256
+  EXPECT_EQ(parse(kkt + "{from: 1, to: 1000, mul: 16}\n").make_cases().size(), 3u);    // 1, 16, 256
+  EXPECT_CASE_ERROR(kkt + "{from: 56, to: 400, step: 100}\n", "f.yaml:5:32", "head_k_dim",
+                    "the range reaches 356 outside [1, 256]");
   EXPECT_CASE_ERROR("cases:\n  - op: silu_and_mul\n    tokens: []\n    d: 8\n", "f.yaml:3:13", "tokens", "empty list");
   EXPECT_CASE_ERROR("cases:\n  - op: kkt_solve\n    seqlens: 5\n    num_heads: 1\n", "f.yaml:3:14", "seqlens",
                     "expected a list of integers");
