@@ -12,7 +12,8 @@
 // Common rules for every function here:
 //  - dtypes: f32, f16 or bf16; all tensors of one call have the same dtype.
 //  - shapes: [..., d] with any number of leading dims (rank >= 1); leading dims are flattened into rows and
-//    must be expressible with a single row stride. Zero rows is valid (nothing is launched;
+//    must be expressible with a single row stride. d >= 1 for the fused [..., 2*d] input (its last dim even and
+//    >= 2); the two-tensor forms also take d = 0 (nothing to do). Zero rows is valid (nothing is launched;
 //    the device is still checked: a CUDA tensor without a CUDA build or device is `unsupported`).
 //  - strides: the innermost stride of every tensor must be 1; rows may be further apart than their width
 //    (a view into a wider fused buffer).

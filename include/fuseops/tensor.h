@@ -64,9 +64,11 @@ struct TensorView {
   /// A strided view; `strides` must have as many entries as `shape`.
   TensorView(void* data, DType dtype, Device device, std::initializer_list<int64_t> shape,
              std::initializer_list<int64_t> strides);
-  /// Same, from arrays of `rank` entries (for bindings).
+  /// Same, from arrays of `rank` entries (for bindings, or a shape held in a std::vector: pass `v.data()`); a null
+  /// `strides` gives the contiguous (row-major) strides, as the first constructor. Throws fuseops::Error as the
+  /// constructors do, and for a null `shape` with rank > 0.
   static TensorView from_arrays(void* data, DType dtype, Device device, int32_t rank, const int64_t* shape,
-                                const int64_t* strides);
+                                const int64_t* strides = nullptr);
 
   /// Number of elements (1 for rank 0).
   int64_t numel() const;
