@@ -29,8 +29,8 @@
 //  - weight, bias: [N], stride 1, f32 or x's dtype (both the same dtype), read as f32. weight is required.
 //  - group_size: 0 means N (one group per row); otherwise 1 <= G, N % G == 0. G <= 16384 (a group is held in registers).
 //  - eps: >= 0, finite in fp32 (where it is used) and not a nonzero value that rounds to 0 there (|eps| <= 7e-46).
-//    With eps = 0 a group of zero variance (LayerNorm: a constant group; RMSNorm: an all-zero one) has rstd = inf
-//    and y = NaN (0 * inf), as in FLA: nothing is raised, the values are the arithmetic's.
+//    With eps = 0 a group whose computed variance is exactly 0 (RMSNorm: an all-zero group; LayerNorm: a constant
+//    group whose fp32 mean is exact) has rstd = inf and y = NaN (0 * inf), as in FLA: nothing is raised.
 //  - mean, rstd: f32, rank 1, [N / G * M], contiguous; mean must be null for RMSNorm (it has no mean).
 //  - all tensors on one device (CPU or one CUDA device); the work runs there, on `stream`, without synchronising.
 //  - out must not overlap x, z, weight, bias; mean and rstd must not overlap anything.

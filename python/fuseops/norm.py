@@ -73,34 +73,46 @@ def layer_norm_fwd(x, weight, bias=None, eps=1e-6, z=None, out=None, group_size=
 def _as_fp32_affine(x, weight, bias):
     """weight / bias as the op takes them (float32 or x's dtype, both one dtype), converted to float32 (exactly, for
     16-bit ones) where FLA's kernel, which loads them as float32 whatever their dtype, would take them and the op
-    would not; anything else as it is, for the op's own errors."""
+    would not; anything else (a weight or bias that is not a float tensor) leaves both as they are, for the op's own
+    errors about the user's tensors."""
     def floating(t):
         return isinstance(t, torch.Tensor) and t.is_floating_point()
 
-    if not floating(weight) or not isinstance(x, torch.Tensor):
+    if not floating(weight) or not isinstance(x, torch.Tensor) or not (bias is None or floating(bias)):
         return weight, bias
     accepted = (torch.float32, x.dtype)
-    if weight.dtype not in accepted or (floating(bias) and (bias.dtype not in accepted or bias.dtype != weight.dtype)):
+    if weight.dtype not in accepted or (bias is not None and (bias.dtype not in accepted or bias.dtype != weight.dtype)):
         weight = weight.float()
-        if floating(bias):
-            bias = bias.float()
+        bias = None if bias is None else bias.float()
     return weight, bias
+
+
+def _takes_rows(t):
+    """Whether the op takes t's layout as it is, by the rule of its row check (as_row_matrix, src/core/validate.cpp):
+    innermost stride 1 (N > 1), the leading dims other than size-1 ones nested (stride[i] = stride[i+1] * size[i+1]),
+    and rows at least N apart. Strides only, no view attempt, so it traces as it runs (fake tensors included)."""
+    n = t.shape[-1]
+    if n > 1 and t.stride(-1) != 1:
+        return False
+    row_stride, extent = None, 0
+    for size, stride in zip(reversed(t.shape[:-1]), reversed(t.stride()[:-1])):
+        if size == 1:
+            continue
+        if row_stride is None:
+            row_stride = stride
+        elif stride != extent:
+            return False
+        extent = stride * size
+    return row_stride is None or row_stride >= n
 
 
 def _as_rows(t):
     """A tensor the FLA functions only read, as LayerNormFn reads it (its input_guard makes every input contiguous):
-    as it is where the op takes its layout (leading dims that flatten into rows of one stride >= N, innermost stride
-    1), else a contiguous copy; anything else (None, meta, empty) as it is."""
+    as it is where the op takes its layout (_takes_rows), else a contiguous copy; anything else (None, a rank-0 or
+    empty tensor, meta) as it is, for the op's own checks."""
     if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.dim() == 0 or t.numel() == 0:
         return t
-    n = t.shape[-1]
-    try:
-        rows = t.view(-1, n)  # fails where the leading dims do not flatten with one stride
-    except RuntimeError:
-        return t.contiguous()
-    if (n > 1 and rows.stride(1) != 1) or (rows.shape[0] > 1 and rows.stride(0) < n):
-        return t.contiguous()
-    return t
+    return t if _takes_rows(t) else t.contiguous()
 
 
 def _norm_fn(op, x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm):

@@ -918,7 +918,8 @@ void fused_recurrent_gated_delta_rule(const DecodeArgs& a, int device, void* str
     DecodeParams prm{};
     prm.vblocks = (a.V + kBV - 1) / kBV;
     prm.units = a.geo.N * a.geo.HV * prm.vblocks;
-    // (4-element vectors: 16 bytes of an f32 state, 8 of a bf16 one; the slots a whole number of vectors apart)
+    // (4-element vectors: 16 bytes of an f32 state, 8 of a bf16 one; an f16 state takes load4 / store4's scalar
+    // path; the slots a whole number of vectors apart)
     prm.vec = a.V % 4 == 0 && aligned16(a.pool) && a.pool_stride_s % 4 == 0 && aligned16(a.h0) && aligned16(a.ht);
     prm.errors = cuda_error_record(device);
     launch_kernel(decode_kernel, dim3(gdn::grid_x(prm.units)), dim3(kThreads), 0, s, device, a, prm);

@@ -245,3 +245,12 @@ def test_gated_norm(device):
         return out, mean, rstd, y, fuseops.layernorm_fn(x, w, b)
 
     _compiled_matches_eager(device, f, x, z)
+
+    # views the op does not take (leading dims that do not flatten, overlapping rows), which the FLA functions copy,
+    # and a 16-bit weight read as f32: the layout test is on strides, so it traces as it runs
+    def views(wide, row):
+        return (fuseops.rmsnorm_fn(wide[:, :3, :64], w.bfloat16(), None, z=wide[:, 1:4, :64]),
+                fuseops.layernorm_fn(row.expand(4, -1), w, b.half()))
+
+    _compiled_matches_eager(device, views, torch.randn(2, 7, 70, device=device, dtype=torch.bfloat16),
+                            torch.randn(1, 64, device=device, dtype=torch.bfloat16))

@@ -134,7 +134,7 @@ def test_out_that_requires_grad_is_refused():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_fla_functions_copy_views_the_op_does_not_take(device):
+def test_fla_functions_copy_views_the_op_does_not_take(device, monkeypatch):
     # FLA's LayerNormFn reads any view (input_guard makes it contiguous); rmsnorm_fn / layernorm_fn take those as a
     # contiguous copy: the same bytes as the contiguous call. layer_norm_fwd keeps FLA's layer_norm_fwd rule.
     w = randn((128,), torch.float32, device) * 0.1 + 1
@@ -157,6 +157,10 @@ def test_fla_functions_copy_views_the_op_does_not_take(device):
     wide = randn((128,), torch.float32, device)
     assert torch.equal(fuseops.rmsnorm_fn(x, wide[::2], wide[1::2]),
                        fuseops.rmsnorm_fn(x, wide[::2].contiguous(), wide[1::2].contiguous()))
-    # rows of a wider buffer are read in place (no copy needed): the same bytes
-    rows = base.reshape(14, 131)[:, :128]
-    assert torch.equal(fuseops.rmsnorm_fn(rows, w, None), fuseops.rmsnorm_fn(rows.contiguous(), w, None))
+    # rows of a wider buffer (and size-1 dims of any stride) are read in place, not copied: the same bytes
+    seen = []
+    op = fuseops.norm._layer_norm_fwd
+    monkeypatch.setattr(fuseops.norm, "_layer_norm_fwd", lambda *args: seen.append(args[3].data_ptr()) or op(*args))
+    for rows in (base.reshape(14, 131)[:, :128], base.reshape(14, 131)[:, None, 3:131].transpose(0, 1)):
+        assert torch.equal(fuseops.rmsnorm_fn(rows, w, None), fuseops.rmsnorm_fn(rows.contiguous(), w, None))
+        assert seen[-2] == rows.data_ptr() and seen[-1] != rows.data_ptr()

@@ -24,6 +24,7 @@ constexpr const char* kSeedHelp =
 bool unknown_subcommand(const CLI::App& app, const std::vector<std::string>& words) {
   if (!app.get_subcommands().empty()) return false;
   for (const std::string& word : words) {
+    if (word == "--") break;  // what follows is not the command line's options or subcommand
     if (word.empty() || word[0] == '-') continue;
     std::string known;
     for (const CLI::App* s : app.get_subcommands({})) known += (known.empty() ? "" : ", ") + s->get_name();

@@ -31,6 +31,7 @@ expect 2 'A subcommand is required' -- "$fuseops"
 expect 2 'unknown subcommand "info" (valid: list' -- "$fuseops" info --help
 expect 2 'unknown subcommand "chekc"' -- "$fuseops" --help chekc
 expect 0 'run cases on a backend' -- "$fuseops" check --help
+expect 0 'fused LLM operators' -- "$fuseops" --help -- check   # past "--" no word is a subcommand
 # model --list NAME lists that model only; an unknown NAME is an error
 out=$("$fuseops" model --list llama3-8b)
 if [[ "$out" != *llama3-8b* ]] || [[ "$out" == *deepseek-v3* ]]; then echo "FAIL: model --list llama3-8b: $out"; failed=1; fi
