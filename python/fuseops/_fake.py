@@ -1,6 +1,7 @@
 """Fake kernels, so that FakeTensor tracing (``torch.compile(fullgraph=True)``, ``torch.library.opcheck``) passes
 through every op. Each op writes caller-given outputs and returns ``()``, so each fake checks only what the ops check
-before any shape: that the tensors share one device, cpu or cuda (the C++ ops' rule, with their message). A fake is
+before any shape: that the tensors share one device, cpu or cuda (the C++ ops' rule, with their message); the
+activations' functional overloads, which allocate their output, also check the input shape they size it from. A fake is
 also the op's Meta kernel, which a call with a meta tensor reaches instead of the C++ op (FakeTensors report the device
 they stand for, never meta): there the device check is the error naming the first meta tensor. Without it the call
 would return outputs never written (torch >= 2.4) or torch's dispatcher error (older torch)."""
@@ -50,8 +51,19 @@ OPS = (
 )
 
 
-def _half_width(input, *args):
-    return input.new_empty(input.shape[:-1] + (input.shape[-1] // 2,))
+def _half_width(op):
+    """The fake of op's functional overload: out [..., d] of input [..., 2 d]. It checks the shape it derives that
+    from, with the op's messages, so that a traced call raises the op's ValueError (a rank-0 input was an IndexError
+    here, an odd width traced to a wrong shape); its other checks happen when the op runs."""
+    def fake(input, *args):
+        if input.dim() == 0:
+            raise ValueError(f"{op}: input: expected rank >= 1 [..., 2*d], got rank 0")
+        two_d = input.shape[-1]
+        if two_d < 2 or two_d % 2:
+            shape = "[" + ", ".join(str(n) for n in input.shape) + "]"
+            raise ValueError(f"{op}: input: expected an even last dim 2*d >= 2, got {two_d} in {shape}")
+        return input.new_empty(input.shape[:-1] + (two_d // 2,))
+    return fake
 
 
 def _like_gate(gate, up, *args):
@@ -60,9 +72,9 @@ def _like_gate(gate, up, *args):
 
 # The functional overloads, which allocate their output.
 FUNCTIONAL = {
-    "silu_and_mul.functional": _half_width,
-    "gelu_and_mul.functional": _half_width,
-    "gelu_tanh_and_mul.functional": _half_width,
+    "silu_and_mul.functional": _half_width("silu_and_mul"),
+    "gelu_and_mul.functional": _half_width("gelu_and_mul"),
+    "gelu_tanh_and_mul.functional": _half_width("gelu_tanh_and_mul"),
     "silu_and_mul_split.functional": _like_gate,
     "gelu_and_mul_split.functional": _like_gate,
 }

@@ -46,13 +46,16 @@ def _reject_positional(op, extra, signature, vllm_name=None):
     )
 
 
-def _check_approximate(op, approximate, vllm_name=None):
+def _check_approximate(op, approximate, vllm_name=None, outputs="out"):
+    """approximate by name; a tensor in its place is an output passed positionally (`outputs`: the keyword-only
+    outputs of op, e.g. "dgate, dup" for the backward)."""
     if isinstance(approximate, str) and approximate in _APPROXIMATE:
         return
     if isinstance(approximate, torch.Tensor):
+        keywords = ", ".join(f"{name}=..." for name in outputs.split(", "))
         raise ValueError(
-            f'{op}: approximate: expected "none" | "tanh", got a Tensor; out is keyword-only (out=...)'
-            + _vllm_hint(vllm_name)
+            f'{op}: approximate: expected "none" | "tanh", got a Tensor; {outputs} '
+            f'{"is" if "," not in outputs else "are"} keyword-only ({keywords})' + _vllm_hint(vllm_name)
         )
     raise ValueError(f'{op}: approximate: expected "none" | "tanh", got {approximate!r}')
 
@@ -313,7 +316,7 @@ def gelu_and_mul_backward(dout, gate, up, approximate="none", *, dgate=None, dup
     As FlagGems (erf form, approximate="none") and Liger / FlagGems (tanh form). Shapes, dtypes and errors as
     :func:`silu_and_mul_backward`; ``approximate`` is "none" or "tanh".
     """
-    _check_approximate("gelu_and_mul_backward", approximate)
+    _check_approximate("gelu_and_mul_backward", approximate, outputs="dgate, dup")
     return _backward_call("gelu_and_mul_backward", dout, gate, up, approximate, dgate, dup)
 
 

@@ -216,7 +216,8 @@ def moe_align_block_size(topk_ids, block_size, num_experts, expert_map=None, pad
                          ignore_invalid_experts=True):
     """The block schedule of the fused-MoE GEMM, with vLLM's wrapper signature and outputs.
 
-    ``topk_ids``: int32 / int64 of any shape (its flat indices; vLLM and FlagGems read it by numel), e.g. [T, k].
+    ``topk_ids``: int32 / int64 of any shape (its flat row-major indices; vLLM and FlagGems read contiguous ids by
+    numel, in memory order), e.g. [T, k].
     Region e of ``sorted_token_ids`` lists the flat indices of ``topk_ids`` routed to expert e in ascending order
     (deterministic), padded with numel to a multiple of block_size; ``expert_ids`` gives each block's expert (-1 past
     the end); ``num_tokens_post_pad`` [1] is the end of the last region. Ids -1 are padding.

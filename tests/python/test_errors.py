@@ -1,6 +1,8 @@
 """Bad arguments raise ValueError naming the op and the argument (README: bad arguments are a
 ValueError), and never write into anything."""
 
+import re
+
 import pytest
 from common import DEVICES, poisoned, randn, requires_cuda, torch
 
@@ -91,6 +93,10 @@ def test_out_positional(device):
         fuseops.gelu_and_mul_split(x[:, :8], x[:, 8:], y)
     with pytest.raises(ValueError, match=r"silu_and_mul_backward: dgate: expected keyword arguments"):
         fuseops.silu_and_mul_backward(y, y, y, y)
+    # the backward's outputs are dgate and dup (it has no out)
+    with pytest.raises(ValueError, match=r"^gelu_and_mul_backward: approximate: .*got a Tensor; dgate, dup are "
+                                         r"keyword-only \(dgate=..., dup=...\)$"):
+        fuseops.gelu_and_mul_backward(y, y, y, y)
     assert torch.isnan(y).all(), "the positional tensor was written"
 
 
@@ -287,3 +293,17 @@ def test_public_names_are_the_ops():
     star = {}
     exec("from fuseops.compat import *", star)
     assert star["vllm"] is vllm and star["flaggems"] is flaggems
+
+
+def test_functional_fakes_raise_the_ops_shape_errors():
+    # under tracing the functional overloads' fakes size the output: they raise the op's ValueError for the shapes
+    # they cannot size from (a rank-0 input was an IndexError there, an odd width traced to a wrong shape)
+    from fuseops import _fake
+    for op in ("silu_and_mul", "gelu_and_mul", "gelu_tanh_and_mul"):
+        fake = _fake.FUNCTIONAL[f"{op}.functional"]
+        for x in (torch.tensor(1.0), torch.randn(3, 7), torch.randn(3, 0)):
+            with pytest.raises(ValueError) as eager:
+                getattr(fuseops, op)(x)
+            with pytest.raises(ValueError, match=f"^{re.escape(str(eager.value))}$"):
+                fake(x)
+        assert fake(torch.randn(2, 5, 8)).shape == (2, 5, 4)

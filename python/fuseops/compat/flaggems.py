@@ -5,8 +5,9 @@ Rotary: ``apply_rotary_pos_emb`` and ``mrope`` as in ``src/flag_gems/fused/rotar
 
 As ``flag_gems.silu_and_mul(A, B)``, ``flag_gems.silu_and_mul_out(A, B, out)`` and
 ``flag_gems.gelu_and_mul(x, y, approximate="none")`` (FlagGems ``src/flag_gems/fused/``): ``act(gate) * up`` on two
-tensors of the same shape [..., d]. Unlike FlagGems, no broadcasting: gate and up must have the same shape
-(ValueError otherwise). dtypes float32 / float16 / bfloat16; numerics as FlagGems (fp32, one rounding).
+tensors of the same shape [..., d]. Unlike FlagGems, no broadcasting and no dtype promotion: gate and up must have
+the same shape and the same dtype (ValueError otherwise; FlagGems' pointwise_dynamic promotes mixed dtypes: cast
+first). dtypes float32 / float16 / bfloat16; numerics as FlagGems (fp32, one rounding).
 """
 
 import operator
