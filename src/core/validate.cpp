@@ -289,7 +289,10 @@ void check_shape_like(const char* op, const char* name, const TensorView& v, con
   if (!ok) {
     std::string expected = "shape [";
     for (int i = 0; i < ref.rank - 1; ++i) expected += std::to_string(ref.shape[i]) + ", ";
-    expected += std::to_string(expected_last) + "] (leading dims of " + std::string(ref_name) + ")";
+    // the whole shape of ref where the last dims agree, else ref's leading dims and the width the op derives
+    const bool whole = ref.rank >= 1 && ref.shape[ref.rank - 1] == expected_last;
+    expected += std::to_string(expected_last) + "] (" + std::string(ref_name) +
+                (whole ? "'s shape)" : "'s leading dims, last dim " + std::to_string(expected_last) + ")");
     fail_argument(op, name, expected, v.shape_str());
   }
 }

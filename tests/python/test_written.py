@@ -184,7 +184,7 @@ def test_compat_functions_name_their_own_arguments():
     cases = [
         (RuntimeError, r"^silu_and_mul_out: out: an in-place write to an inference tensor",
          lambda: flaggems.silu_and_mul_out(x[:, :4], x[:, 4:8], frozen)),
-        (ValueError, r"^silu_and_mul: B: expected shape \[4, 4\] \(leading dims of A\)",
+        (ValueError, r"^silu_and_mul: B: expected shape \[4, 4\] \(A's shape\)",
          lambda: flaggems.silu_and_mul(x[:, :4], x[:, 4:9])),
         (ValueError, r"^gelu_and_mul: y: ", lambda: flaggems.gelu_and_mul(x[:, :4], x[:, 4:9])),
         (ValueError, r"^topk_softmax: topk_indices: expected dtype",
