@@ -151,6 +151,26 @@ def dense(t):
     return t.contiguous() if t.numel() else t.new_empty(t.shape)
 
 
+def takes_rows(t):
+    """Whether the ops take t's layout as rows as it is, by the rule of their row check (as_row_matrix,
+    src/core/validate.cpp): innermost stride 1 (N > 1), the leading dims other than size-1 ones nested (stride[i] =
+    stride[i+1] * size[i+1]), and rows at least N apart. Strides only, no view attempt, so it traces as it runs
+    (fake tensors included). Used to decide which read-only views the FLA / vLLM-style functions copy."""
+    n = t.shape[-1]
+    if n > 1 and t.stride(-1) != 1:
+        return False
+    row_stride, extent = None, 0
+    for size, stride in zip(reversed(t.shape[:-1]), reversed(t.stride()[:-1])):
+        if size == 1:
+            continue
+        if row_stride is None:
+            row_stride = stride
+        elif stride != extent:
+            return False
+        extent = stride * size
+    return row_stride is None or row_stride >= n
+
+
 def unit_innermost(t):
     """A tensor the ops only read, as a contiguous copy where its innermost stride is not 1 (an expanded or transposed
     view: the C++ API refuses that layout by name), else as it is; anything else (None, meta, empty) as it is."""

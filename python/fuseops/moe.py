@@ -16,7 +16,7 @@ import math
 
 import torch
 
-from ._args import INT32_MAX, bool_arg, float_arg, forward_only, int_arg, tensor_arg
+from ._args import INT32_MAX, bool_arg, float_arg, forward_only, int_arg, takes_rows, tensor_arg
 from ._ops import ops
 
 _SCORING = ("softmax", "sigmoid")
@@ -78,10 +78,12 @@ def read_rows(t, any_innermost=False):
     Anything else (None, not rank 2, meta, empty) as it is."""
     if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.dim() != 2 or t.numel() == 0:
         return t
+    if any_innermost:  # every layout the row check refuses
+        return t if takes_rows(t) else t.contiguous()
     rows, cols = t.shape
     unit = cols == 1 or t.stride(1) == 1
     overlap = (cols > 1 and t.stride(1) == 0) or (rows > 1 and (t.stride(0) == 0 or (unit and t.stride(0) < cols)))
-    return t.contiguous() if overlap or (any_innermost and not unit) else t
+    return t.contiguous() if overlap else t
 
 
 def topk_softmax(gating_output, topk, renormalize=False, correction_bias=None, indices_dtype=torch.int32):

@@ -25,7 +25,7 @@ Errors: ValueError naming the argument; RuntimeError when an input requires grad
 
 import torch
 
-from ._args import bool_arg, float_arg, forward_only, int_arg, tensor_arg, written_arg
+from ._args import bool_arg, float_arg, forward_only, int_arg, takes_rows, tensor_arg, written_arg
 from ._ops import ops
 
 _layer_norm_fwd = ops.layer_norm_fwd.default
@@ -87,32 +87,13 @@ def _as_fp32_affine(x, weight, bias):
     return weight, bias
 
 
-def _takes_rows(t):
-    """Whether the op takes t's layout as it is, by the rule of its row check (as_row_matrix, src/core/validate.cpp):
-    innermost stride 1 (N > 1), the leading dims other than size-1 ones nested (stride[i] = stride[i+1] * size[i+1]),
-    and rows at least N apart. Strides only, no view attempt, so it traces as it runs (fake tensors included)."""
-    n = t.shape[-1]
-    if n > 1 and t.stride(-1) != 1:
-        return False
-    row_stride, extent = None, 0
-    for size, stride in zip(reversed(t.shape[:-1]), reversed(t.stride()[:-1])):
-        if size == 1:
-            continue
-        if row_stride is None:
-            row_stride = stride
-        elif stride != extent:
-            return False
-        extent = stride * size
-    return row_stride is None or row_stride >= n
-
-
 def _as_rows(t):
     """A tensor the FLA functions only read, as LayerNormFn reads it (its input_guard makes every input contiguous):
-    as it is where the op takes its layout (_takes_rows), else a contiguous copy; anything else (None, a rank-0 or
-    empty tensor, meta) as it is, for the op's own checks."""
+    as it is where the op takes its layout (:func:`takes_rows`), else a contiguous copy; anything else (None, a rank-0
+    or empty tensor, meta) as it is, for the op's own checks."""
     if not isinstance(t, torch.Tensor) or t.device.type == "meta" or t.dim() == 0 or t.numel() == 0:
         return t
-    return t if _takes_rows(t) else t.contiguous()
+    return t if takes_rows(t) else t.contiguous()
 
 
 def _norm_fn(op, x, weight, bias, z, eps, group_size, norm_before_gate, is_rms_norm):
