@@ -151,6 +151,22 @@ def dense(t):
     return t.contiguous() if t.numel() else t.new_empty(t.shape)
 
 
+def one_stride(sizes, strides):
+    """(ok, stride): whether dims of these sizes and strides step with one stride when flattened (size-1 dims
+    ignored; stride[i] = stride[i+1] * size[i+1]), as the ops' token-dim and row checks require, and that stride
+    (None without a dim of size > 1)."""
+    stride, extent = None, 0
+    for size, st in zip(reversed(sizes), reversed(strides)):
+        if size == 1:
+            continue
+        if stride is None:
+            stride = st
+        elif st != extent:
+            return False, None
+        extent = st * size
+    return True, stride
+
+
 def takes_rows(t):
     """Whether the ops take t's layout as rows as it is, by the rule of their row check (as_row_matrix,
     src/core/validate.cpp): innermost stride 1 (N > 1), the leading dims other than size-1 ones nested (stride[i] =
@@ -159,16 +175,8 @@ def takes_rows(t):
     n = t.shape[-1]
     if n > 1 and t.stride(-1) != 1:
         return False
-    row_stride, extent = None, 0
-    for size, stride in zip(reversed(t.shape[:-1]), reversed(t.stride()[:-1])):
-        if size == 1:
-            continue
-        if row_stride is None:
-            row_stride = stride
-        elif stride != extent:
-            return False
-        extent = stride * size
-    return row_stride is None or row_stride >= n
+    ok, row_stride = one_stride(t.shape[:-1], t.stride()[:-1])
+    return ok and (row_stride is None or row_stride >= n)
 
 
 def unit_innermost(t):

@@ -15,7 +15,7 @@ naming the argument.
 
 import torch
 
-from ._args import bool_arg as _flag, dense, forward_only, int_arg as _int, named_as, not_dual, tensor_arg
+from ._args import bool_arg as _flag, dense, forward_only, int_arg as _int, named_as, not_dual, one_stride, tensor_arg
 from ._ops import ops
 
 _LAYOUTS = ("chunked", "interleaved", "interleaved_glm")
@@ -94,6 +94,7 @@ class _ApplyRotaryPosEmb(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, cos, sin, position_ids, rotary_interleaved, inverse):
+        q, k = _heads_read(q), _heads_read(k)  # only read: a layout the op does not take is copied (FlagGems views)
         q_out, k_out = torch.empty_like(q), torch.empty_like(k)
         ops.apply_rotary_pos_emb(q_out, k_out, q, k, cos, sin, position_ids, rotary_interleaved, inverse)
         ctx.save_for_backward(cos, sin, position_ids)
@@ -106,11 +107,22 @@ class _ApplyRotaryPosEmb(torch.autograd.Function):
         cos, sin, position_ids = ctx.saved_tensors
         for name, g in (("grad_q", grad_q), ("grad_k", grad_k)):  # a dual incoming gradient: refused by name, as
             not_dual("apply_rotary_pos_emb_backward", name, g)    # _check_tables refuses a dual input
-        # Incoming gradients may have any layout (.sum() gives an expanded one, all strides 0, also when empty); the
-        # op needs innermost stride 1.
-        dq, dk = _ApplyRotaryPosEmb.apply(dense(grad_q), dense(grad_k), cos, sin, position_ids,
+        # Incoming gradients may have any layout (.sum() gives an expanded one, all strides 0, also when empty);
+        # forward copies what the op cannot read as it is.
+        dq, dk = _ApplyRotaryPosEmb.apply(grad_q, grad_k, cos, sin, position_ids,
                                           ctx.rotary_interleaved, not ctx.inverse)
         return dq, dk, None, None, None, None, None
+
+
+def _heads_read(t):
+    """t ([tokens..., H, D], only read) as it is where the op takes its layout (innermost stride 1, the token dims
+    flattening to one stride; the head stride free), else a contiguous copy (e.g. HF's [B, H, S, D].transpose(1, 2)
+    at B > 1, or an expanded gradient). By strides only, so it traces under torch.compile."""
+    if t.dim() < 2:
+        return t  # refused by the op, by name
+    if (t.shape[-1] > 1 and t.stride(-1) != 1) or not one_stride(t.shape[:-2], t.stride()[:-2])[0]:
+        return dense(t)
+    return t
 
 
 def apply_rotary_pos_emb(q, k, cos, sin, position_ids=None, rotary_interleaved=False, inplace=False):

@@ -116,7 +116,7 @@ bool rope_heads_overlap(const void* da, int64_t na, int64_t ta, int64_t hsa, con
                         static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(da));
   const auto span = [&](int64_t n, int64_t ts, int64_t hs) { return ((tokens - 1) * ts + (n - 1) * hs) * e + w; };
   if (delta >= span(na, ta, hsa) || -delta >= span(nb, tb, hsb)) return false;  // disjoint extents
-  if (ta != tb) return true;  // conservative
+  if (ta != tb && tokens > 1) return true;  // conservative (one token: the token strides are never used)
   // b's part (token t + dt, head g) starts x = delta + g HB - h HA + dt TS bytes after a's (token t, head h); they
   // meet iff -w < x < w for some head g in [0, nb) and token offset dt in [-dmax, dmax]. Per head h of a, the shorter
   // of the two ranges is walked and the other solved for: the first value past -w, then whether it is below w.
@@ -149,7 +149,13 @@ void check_heads_disjoint(const char* op, const char* a_name, const void* da, in
                           const char* b_name, const void* db, int64_t nb, int64_t tb, int64_t hsb, int64_t tokens,
                           int64_t r, DType dtype) {
   if (rope_heads_overlap(da, na, ta, hsa, db, nb, tb, hsb, tokens, r, dtype)) {
-    fail_argument(op, a_name, std::string("no overlap with ") + b_name, "overlapping memory");
+    // proven where the rule is exact (equal token strides, or one token); else only the address ranges meet
+    const bool proven = ta == tb || tokens <= 1;
+    fail_argument(op, a_name, std::string("no overlap with ") + b_name,
+                  proven ? std::string("overlapping memory")
+                         : "overlapping address ranges (token strides " + std::to_string(ta) + " (" + a_name + ") and " +
+                               std::to_string(tb) + " (" + b_name + ") elements; the test is exact for equal " +
+                               "token strides, conservative otherwise)");
   }
 }
 

@@ -121,8 +121,8 @@ inline bool rope_group_kernel_size(int64_t tokens, int64_t heads, int64_t lanes,
 
 /// Whether the rotated parts of two head sets share an element (the q / k overlap rule of the rope validators): a =
 /// [tokens, na heads, r elements] at token stride ta and head stride hsa (elements of `dtype`) from `da`, b likewise.
-/// Exact when the token strides are equal, in O(na x min(nb, 2 tokens - 1)) steps; otherwise overlapping extents count
-/// as an overlap (conservative). Strides are non-negative (validated before).
+/// Exact when the token strides are equal or there is one token, in O(na x min(nb, 2 tokens - 1)) steps; otherwise
+/// overlapping extents count as an overlap (conservative). Strides are non-negative (validated before).
 bool rope_heads_overlap(const void* da, int64_t na, int64_t ta, int64_t hsa, const void* db, int64_t nb, int64_t tb,
                         int64_t hsb, int64_t tokens, int64_t r, DType dtype);
 

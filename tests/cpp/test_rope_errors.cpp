@@ -116,6 +116,18 @@ TEST_F(RopeErrors, RotaryEmbeddingArguments) {
   const TensorView k_rot(b1 + 16, f32, cpu, {4, 1, 128}, {256, 128, 1});
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q_wide, &k_rot, 128, v(3, {16, 32}), true), re, "key",
                    "no overlap");
+  // Unequal token strides: the q / k rule is conservative, and the message says it compared address ranges. q's
+  // tokens at elements [0, 64) and [256, 320), k's (token stride 128) at [64, 128) and [192, 256): no shared element.
+  const TensorView q_far(b1, f32, cpu, {2, 64}, {256, 1});
+  const TensorView k_near(b1 + 64, f32, cpu, {2, 64}, {128, 1});
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(0, {2}, i64), q_far, &k_near, 64, cache(), true), re, "key",
+                   "no overlap with query", "overlapping address ranges (token strides 128 (key) and 256 (query) elements");
+  // One token: the token strides are never used, and the rule is exact.
+  const TensorView q_one(b1, f32, cpu, {1, 64}, {256, 1}), k_one(b1 + 64, f32, cpu, {1, 64}, {128, 1});
+  EXPECT_NO_THROW(fuseops::rotary_embedding(v(0, {1}, i64), q_one, &k_one, 64, cache(), true));
+  const TensorView k_into(b1 + 32, f32, cpu, {1, 64}, {128, 1});
+  EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(0, {1}, i64), q_one, &k_into, 64, cache(), true), re, "key",
+                   "overlapping memory");
   // The cache and the positions are read while query / key are written: no overlap with them either.
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(pos(), q(), &kv, 64, v(1, {16, 64}), true), re, "query",
                    "no overlap with cos_sin_cache");
@@ -283,8 +295,8 @@ TEST_F(RopeErrors, OutOfPlaceInputsMayOverlap) {
 }
 
 // The q / k overlap rule (rope_heads_overlap, which walks the shorter of the head and token-offset ranges and solves
-// for the other) against every pair of rotated parts, on random small layouts: equal token strides exact, unequal ones
-// never missing an overlap.
+// for the other) against every pair of rotated parts, on random small layouts: equal token strides (or one token)
+// exact, unequal ones never missing an overlap.
 TEST(RopeHeadsOverlap, MatchesEveryPairOfParts) {
   std::mt19937_64 rng(test_rng()());
   static char buffer[1 << 12];
@@ -313,7 +325,7 @@ TEST(RopeHeadsOverlap, MatchesEveryPairOfParts) {
                  std::to_string(ta) + " / " + std::to_string(hsa) + "; b: " + std::to_string(nb) + " heads, strides " +
                  std::to_string(tb) + " / " + std::to_string(hsb) + ", offset " + std::to_string(delta) + "; r " +
                  std::to_string(r));
-    if (ta == tb) {
+    if (ta == tb || tokens == 1) {
       ASSERT_EQ(got, any);
       ++exact;
     } else if (any) {

@@ -136,6 +136,10 @@ def test_vllm_rotary_embedding_rope_dim_offset_errors():
             vllm.rotary_embedding(pos, q.clone(), None, 64, cache, True, bad)
     with pytest.raises(ValueError, match=r"^rotary_embedding: rope_dim_offset: expected an int"):
         vllm.rotary_embedding(pos, q.clone(), None, 64, cache, True, 8.5)
+    for head_size in (0, 16):  # no offset could fit rotary_dim 32: head_size is named
+        with pytest.raises(ValueError, match=r"^rotary_embedding: head_size: expected head_size >= rope_dim_offset \+ "
+                                             rf"rotary_dim = 8 \+ 32, got {head_size}$"):
+            vllm.rotary_embedding(pos, q.clone(), None, head_size, cache, True, 8)
     with pytest.raises(ValueError, match=r"^rotary_embedding: query: expected \[tokens..., H \* head_size\]"):
         vllm.rotary_embedding(pos, torch.randn(4, 96), None, 64, cache, True, 16)
     # what the op refuses on the heads' views is told with the offset and the caller's head_size
@@ -280,10 +284,49 @@ def test_apply_rotary_pos_emb_backward_errors_name_the_gradient():
     cache = cache_of(8, 64, torch.float32, "cpu")
     cos, sin = cache[:, :32].contiguous(), cache[:, 32:].contiguous()
     g = torch.randn(1, 4, 2, 64)
-    with pytest.raises(ValueError, match="apply_rotary_pos_emb_backward: grad_q: expected innermost stride 1"):
-        fuseops.apply_rotary_pos_emb_backward(torch.randn(1, 4, 2, 128)[..., ::2], g, cos, sin)
+    with pytest.raises(ValueError, match="apply_rotary_pos_emb_backward: grad_q: expected dtype"):
+        fuseops.apply_rotary_pos_emb_backward(torch.zeros(1, 4, 2, 64, dtype=torch.int32), g, cos, sin)
     with pytest.raises(ValueError, match="apply_rotary_pos_emb_backward: grad_k"):
         fuseops.apply_rotary_pos_emb_backward(g, torch.randn(1, 3, 2, 64), cos, sin)
+
+
+def test_apply_rotary_pos_emb_reads_any_layout(monkeypatch):
+    # The out-of-place forms only read q and k: a layout the op does not take is copied (the same bytes as from a
+    # contiguous copy), one it takes is read as it is (no copy).
+    B, S, H, D = 2, 5, 3, 16
+    cache = cache_of(8, D, torch.float32, "cpu")
+    cos, sin = cache[:, :D // 2].contiguous(), cache[:, D // 2:].contiguous()
+    ids = torch.randint(0, 8, (B, S))
+    base = torch.randn(B, H, S, 2 * D)
+    views = {
+        "HF [B, H, S, D].transpose(1, 2)": base[..., :D].contiguous().transpose(1, 2),
+        "innermost stride 2": base.transpose(1, 2)[..., ::2],
+        "expanded": torch.randn(1, 1, 1, D).expand(B, S, H, D),
+        "empty expanded": torch.randn(1, 1, 1, D).expand(B, 0, H, D),
+    }
+    for name, q in views.items():
+        k = torch.randn(B, q.shape[1], 1, D)
+        for with_ids in (False, True):
+            p = ids[:, :q.shape[1]] if with_ids else None
+            for f in (fuseops.apply_rotary_pos_emb, fuseops.apply_rotary_pos_emb_backward):
+                got = f(q, k, cos, sin, p)
+                want = f(q.contiguous(), k, cos, sin, p)
+                assert all(torch.equal(a, b) for a, b in zip(got, want)), (name, with_ids, f.__name__)
+    seen, real = [], fuseops.rope.ops
+
+    class Spy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def apply_rotary_pos_emb(self, *args):
+            seen.append(args[2].data_ptr())
+            return real.apply_rotary_pos_emb(*args)
+
+    monkeypatch.setattr(fuseops.rope, "ops", Spy())
+    qkv = torch.randn(B, S, 3 * H, D)  # q: the first H heads of a fused buffer, read in place
+    fuseops.apply_rotary_pos_emb(qkv[:, :, :H], qkv[:, :, H:H + 1], cos, sin)
+    fuseops.apply_rotary_pos_emb(qkv[:, :, :H].transpose(0, 1), qkv[:, :, H:H + 1].transpose(0, 1), cos, sin)
+    assert seen == [qkv.data_ptr(), seen[1]] and seen[1] != qkv.data_ptr()
 
 
 @pytest.mark.parametrize("device", DEVICES)

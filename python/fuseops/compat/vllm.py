@@ -152,6 +152,9 @@ def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox, r
     tensor_arg(op, "key", key, optional=True)
     tensor_arg(op, "cos_sin_cache", cos_sin_cache)
     rotary_dim = cos_sin_cache.shape[-1] if cos_sin_cache.dim() == 2 else 0
+    if 0 < offset and head_size < rotary_dim:  # no offset could fit: the head size is what is wrong
+        raise ValueError(f"{op}: head_size: expected head_size >= rope_dim_offset + rotary_dim = {offset} + "
+                         f"{rotary_dim}, got {head_size}")
     if not 0 < offset <= head_size - rotary_dim:
         raise ValueError(f"{op}: rope_dim_offset: expected 0 <= rope_dim_offset <= head_size - rotary_dim = "
                          f"{head_size} - {rotary_dim}, got {offset}")
