@@ -95,7 +95,9 @@ class _ApplyRotaryPosEmb(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, cos, sin, position_ids, rotary_interleaved, inverse):
         q, k = _heads_read(q), _heads_read(k)  # only read: a layout the op does not take is copied (FlagGems views)
-        q_out, k_out = torch.empty_like(q), torch.empty_like(k)
+        # contiguous outputs: empty_like keeps the dim order of a q with gaps or overlaps, a layout the op may refuse
+        q_out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        k_out = torch.empty(k.shape, dtype=k.dtype, device=k.device)
         ops.apply_rotary_pos_emb(q_out, k_out, q, k, cos, sin, position_ids, rotary_interleaved, inverse)
         ctx.save_for_backward(cos, sin, position_ids)
         ctx.rotary_interleaved = rotary_interleaved

@@ -153,9 +153,10 @@ void check_heads_disjoint(const char* op, const char* a_name, const void* da, in
     const bool proven = ta == tb || tokens <= 1;
     fail_argument(op, a_name, std::string("no overlap with ") + b_name,
                   proven ? std::string("overlapping memory")
-                         : "overlapping address ranges (token strides " + std::to_string(ta) + " (" + a_name + ") and " +
-                               std::to_string(tb) + " (" + b_name + ") elements; the test is exact for equal " +
-                               "token strides, conservative otherwise)");
+                         : "overlapping address ranges (token strides of " + std::to_string(ta) + " elements (" + a_name +
+                               ") and " + std::to_string(tb) + " (" + b_name + "); the test is exact for equal " +
+                               "token strides or one token, conservative otherwise: use views with equal token " +
+                               "strides, or separate buffers)");
   }
 }
 

@@ -121,7 +121,7 @@ TEST_F(RopeErrors, RotaryEmbeddingArguments) {
   const TensorView q_far(b1, f32, cpu, {2, 64}, {256, 1});
   const TensorView k_near(b1 + 64, f32, cpu, {2, 64}, {128, 1});
   EXPECT_ARG_ERROR(fuseops::rotary_embedding(v(0, {2}, i64), q_far, &k_near, 64, cache(), true), re, "key",
-                   "no overlap with query", "overlapping address ranges (token strides 128 (key) and 256 (query) elements");
+                   "no overlap with query", "overlapping address ranges (token strides of 128 elements (key) and 256 (query)");
   // One token: the token strides are never used, and the rule is exact.
   const TensorView q_one(b1, f32, cpu, {1, 64}, {256, 1}), k_one(b1 + 64, f32, cpu, {1, 64}, {128, 1});
   EXPECT_NO_THROW(fuseops::rotary_embedding(v(0, {1}, i64), q_one, &k_one, 64, cache(), true));

@@ -303,15 +303,31 @@ def test_apply_rotary_pos_emb_reads_any_layout(monkeypatch):
         "innermost stride 2": base.transpose(1, 2)[..., ::2],
         "expanded": torch.randn(1, 1, 1, D).expand(B, S, H, D),
         "empty expanded": torch.randn(1, 1, 1, D).expand(B, 0, H, D),
+        # layouts with gaps or overlaps, for which empty_like would give outputs the op refuses
+        "overlapping heads": torch.randn(B, S, H + D - 1).unfold(-1, D, 1),
+        "expanded heads, size-1 dim of stride 1": torch.randn(S, D, 1).permute(2, 0, 1).unsqueeze(2).expand(1, S, H, D),
     }
     for name, q in views.items():
-        k = torch.randn(B, q.shape[1], 1, D)
+        k = torch.randn(*q.shape[:2], 1, D)
         for with_ids in (False, True):
-            p = ids[:, :q.shape[1]] if with_ids else None
+            p = ids[:q.shape[0], :q.shape[1]] if with_ids else None
             for f in (fuseops.apply_rotary_pos_emb, fuseops.apply_rotary_pos_emb_backward):
                 got = f(q, k, cos, sin, p)
                 want = f(q.contiguous(), k, cos, sin, p)
                 assert all(torch.equal(a, b) for a, b in zip(got, want)), (name, with_ids, f.__name__)
+    # token dims that flatten only after a copy (rank 5)
+    q5 = torch.randn(200)[:100].as_strided((1, 2, 2, 2, D), (100, 24, 12, 16, 1))
+    got = fuseops.apply_rotary_pos_emb(q5, torch.randn(1, 2, 2, 1, D), cos, sin, ids[:1, :4].reshape(1, 2, 2))
+    want = fuseops.apply_rotary_pos_emb(q5.contiguous(), torch.randn(1, 2, 2, 1, D), cos, sin,
+                                        ids[:1, :4].reshape(1, 2, 2))
+    assert torch.equal(got[0], want[0])
+    # an incoming gradient of such a layout in the autograd backward (its strides (1, S D, 0, 1) after sum(2) ... )
+    q = torch.randn(1, S, H, D, requires_grad=True)
+    qe, _ = fuseops.apply_rotary_pos_emb(q, torch.randn(1, S, 1, D), cos, sin)
+    w = torch.randn(S, D, 1)
+    (qe.sum(2).permute(1, 2, 0) * w).sum().backward()
+    g = w.permute(2, 0, 1).unsqueeze(2).expand(1, S, H, D).contiguous()
+    assert torch.equal(q.grad, fuseops.apply_rotary_pos_emb_backward(g, torch.zeros(1, S, 1, D), cos, sin)[0])
     seen, real = [], fuseops.rope.ops
 
     class Spy:
