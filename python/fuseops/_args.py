@@ -31,10 +31,11 @@ INT32_MAX = 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-def int_arg(op, name, v, lo=None, hi=None):
+def int_arg(op, name, v, lo=None, hi=None, hi_is=None):
     """An int (or numpy / torch integer scalar: a 0-dim tensor) within [lo, hi] where given, and within int64 (what the
     ops' schemas take: a larger one failed in torch's argument parser as "expected int, found int"); bools, floats and
-    tensors with dims (torch.tensor([4]) is a list of one) or on meta (no value to read) are errors."""
+    tensors with dims (torch.tensor([4]) is a list of one) or on meta (no value to read) are errors. ``hi_is``: what
+    the bound hi is, for the message (e.g. "min(E, 32), E = 16 experts")."""
     not_dual(op, name, v, number=True)
     value = None
     if not is_bool(v) and not (isinstance(v, torch.Tensor) and
@@ -45,6 +46,7 @@ def int_arg(op, name, v, lo=None, hi=None):
             value = None
     if value is None or (lo is not None and value < lo) or (hi is not None and value > hi):
         rng = "" if lo is None else f" >= {lo}" if hi is None else f" in [{lo}, {hi}]"
+        rng += f" ({hi} = {hi_is})" if hi is not None and hi_is else ""
         raise ValueError(f"{op}: {name}: expected an int{rng}, got {shown(v)}")
     if not INT64_MIN <= value <= INT64_MAX:
         low = "-2**63" if lo is None else lo

@@ -38,7 +38,7 @@ def _check_groups(op, n_group, topk_group, renormalize, routed_scaling_factor):
 
 def _check_topk(op, topk, E):
     """k in [1, min(E, 32)], named as the caller passed it (the op itself can only name topk_weights' shape)."""
-    return int_arg(op, "topk", topk, 1, min(E, 32) if E >= 1 else None)
+    return int_arg(op, "topk", topk, 1, min(E, 32) if E >= 1 else None, f"min(E, 32), E = {E} experts")
 
 
 @contextlib.contextmanager

@@ -161,9 +161,11 @@ def test_errors():
     with pytest.raises(ValueError, match="grouped_topk: n_group"):
         fuseops.grouped_topk(torch.randn(2, 256), 7, 4, 8, True)
     # The arguments the user passed: topk (not the topk_weights the wrapper allocates), correction_bias.
-    with pytest.raises(ValueError, match=r"topk_softmax: topk: expected an int in \[1, 8\], got 9"):
+    with pytest.raises(ValueError, match=r"topk_softmax: topk: expected an int in \[1, 8\] "
+                                         r"\(8 = min\(E, 32\), E = 8 experts\), got 9$"):
         fuseops.topk_softmax(torch.randn(2, 8), 9)
-    with pytest.raises(ValueError, match=r"topk_softmax: topk: expected an int in \[1, 16\], got 17"):
+    with pytest.raises(ValueError, match=r"topk_softmax: topk: expected an int in \[1, 16\] "
+                                         r"\(16 = min\(E, 32\), E = 16 experts\), got 17$"):
         fuseops.topk_softmax(torch.randn(2, 16), 17)
     with pytest.raises(ValueError, match="topk_softmax: correction_bias: "):
         fuseops.topk_softmax(torch.randn(2, 16), 2, correction_bias=torch.randn(15))
