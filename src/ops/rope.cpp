@@ -105,6 +105,10 @@ void check_self_overlap(const char* op, const char* name, int64_t tokens, int64_
 /// Smallest integer >= a / b for b > 0.
 int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -((-a) / b); }
 
+/// Whether rope_heads_overlap decides exactly for these token strides: equal ones, or one token (its token strides
+/// are never used); otherwise overlapping extents count as an overlap.
+bool overlap_rule_exact(int64_t ta, int64_t tb, int64_t tokens) { return ta == tb || tokens <= 1; }
+
 }  // namespace
 
 bool rope_heads_overlap(const void* da, int64_t na, int64_t ta, int64_t hsa, const void* db, int64_t nb, int64_t tb,
@@ -116,7 +120,7 @@ bool rope_heads_overlap(const void* da, int64_t na, int64_t ta, int64_t hsa, con
                         static_cast<int64_t>(reinterpret_cast<std::uintptr_t>(da));
   const auto span = [&](int64_t n, int64_t ts, int64_t hs) { return ((tokens - 1) * ts + (n - 1) * hs) * e + w; };
   if (delta >= span(na, ta, hsa) || -delta >= span(nb, tb, hsb)) return false;  // disjoint extents
-  if (ta != tb && tokens > 1) return true;  // conservative (one token: the token strides are never used)
+  if (!overlap_rule_exact(ta, tb, tokens)) return true;  // conservative
   // b's part (token t + dt, head g) starts x = delta + g HB - h HA + dt TS bytes after a's (token t, head h); they
   // meet iff -w < x < w for some head g in [0, nb) and token offset dt in [-dmax, dmax]. Per head h of a, the shorter
   // of the two ranges is walked and the other solved for: the first value past -w, then whether it is below w.
@@ -149,10 +153,9 @@ void check_heads_disjoint(const char* op, const char* a_name, const void* da, in
                           const char* b_name, const void* db, int64_t nb, int64_t tb, int64_t hsb, int64_t tokens,
                           int64_t r, DType dtype) {
   if (rope_heads_overlap(da, na, ta, hsa, db, nb, tb, hsb, tokens, r, dtype)) {
-    // proven where the rule is exact (equal token strides, or one token); else only the address ranges meet
-    const bool proven = ta == tb || tokens <= 1;
+    // proven where the rule is exact; else only the address ranges meet
     fail_argument(op, a_name, std::string("no overlap with ") + b_name,
-                  proven ? std::string("overlapping memory")
+                  overlap_rule_exact(ta, tb, tokens) ? std::string("overlapping memory")
                          : "overlapping address ranges (token strides of " + std::to_string(ta) + " elements (" + a_name +
                                ") and " + std::to_string(tb) + " (" + b_name + "); the test is exact for equal " +
                                "token strides or one token, conservative otherwise: use views with equal token " +
