@@ -1,4 +1,4 @@
-// Plan of the wide variant of the CUDA schedule of moe_align_block_size (docs/ops/moe.md, "moe_align_block_size:
+// Plan of the wide variant of the CUDA schedule of moe_align_block_size (docs/ops/moe-log.md, "moe_align_block_size:
 // wide variant"), shared with the tests, which size their cases on both sides of every switch.
 #pragma once
 

@@ -177,13 +177,13 @@ struct MoeAlignPlan {
   int replicas = 0;
 };
 
-/// The small variant of the schedule (docs/ops/moe.md, "moe_align_block_size: small variant") runs up to this many
+/// The small variant of the schedule (docs/ops/moe-log.md, "moe_align_block_size: small variant") runs up to this many
 /// ids (and up to kMoeAlignSmallMaxExperts experts): the one dispatch threshold to move for an A/B (0 turns the
 /// variant off; the environment variable FUSEOPS_MOE_ALIGN_SMALL=0 does the same at run time).
 constexpr int64_t kMoeAlignSmallMaxIds = 1024;
 constexpr int64_t kMoeAlignSmallMaxExperts = 1024;
 /// Warps per block of the small variant (16: two rounds of 32 ids per warp at most; measured faster than 8 and 32 at
-/// every size, docs/ops/moe.md), ids per lane (kMoeAlignSmallMaxIds / (32 * warps)), most blocks, the experts and
+/// every size, docs/ops/moe-log.md), ids per lane (kMoeAlignSmallMaxIds / (32 * warps)), most blocks, the experts and
 /// the output words (sorted_token_ids + expert_ids) one block takes before another block is added.
 constexpr int kMoeAlignSmallWarps = 16;
 constexpr int kMoeAlignSmallRounds = 2;

@@ -7,7 +7,7 @@
 //
 // A bandwidth problem: per (sequence, value head) the fp32 state is read once and written once.
 //
-// Fast kernel (decode_warp_kernel, docs/ops/gdn.md "decode kernel"): a unit is (sequence, value head, slice of
+// Fast kernel (decode_warp_kernel, docs/ops/gdn-log.md "decode kernel"): a unit is (sequence, value head, slice of
 // 128 / KG state columns), done by one warp without barriers; persistent warps (a grid that stays resident) walk the
 // units (blocks of 2 or 4 independent warps), and while a warp computes one unit the state of its next one is copied
 // into the warp's shared buffer (cp.async: bytes in flight that hold no registers), with its first token's q / k rows
@@ -740,7 +740,7 @@ __global__ void __launch_bounds__(WB * 32, 12 / WB) decode_warp_kernel(const Dec
   // The next kernel launches once each block has a warp done here, not at this kernel's start: launched early (in
   // the bench, the next decode step's grid, one wave of warps like this one), its blocks wait on the SMs this grid
   // frees first, and the decode measured 1.02-1.03x slower on the four gdn-decode cases (bench/results/h200/gdn.md,
-  // thirty-fifth session; docs/ops/gdn.md, "Where the intra kernels release fwd_h"). The next kernel's wait for this
+  // thirty-fifth session; docs/ops/gdn-log.md, "Where the intra kernels release fwd_h"). The next kernel's wait for this
   // grid's completion and its memory is the same either way.
   pdl_release();
   asm volatile("cp.async.wait_all;" ::: "memory");  // no copy outlives the kernel (the last ones are empty)

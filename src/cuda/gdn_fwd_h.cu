@@ -23,7 +23,7 @@
 // once per row, during the previous chunk, by the BT threads that loaded g); after barrier A the w S mma are
 // issued first and the g loads, the h stores and (NS > 2) the cp.async of a later chunk run in their shadow (with
 // NS = 2 the next chunk's cp.async go first, to have the whole step to land). Instructions per warp and chunk step
-// (sm_90a SASS of bf16, K = V = 128, BT = 64, BV = 16, NS = 4, by source step; docs/ops/gdn.md "fwd_h and
+// (sm_90a SASS of bf16, K = V = 128, BT = 64, BV = 16, NS = 4, by source step; docs/ops/gdn-log.md "fwd_h and
 // recompute_w_u kernels" for the method; estimates): tile loads ~560 -> ~145, h store and its slot ~140 -> ~15, gates
 // ~30 -> ~10 (~60 in the two warps holding the rows), S to shared memory ~17 -> ~9, w S ~100 -> ~45, v_new epilogue
 // ~140 -> ~62, k^T v_new ~115 -> ~120 (unchanged), loop ~50 -> ~50: ~1150 -> ~460.
@@ -36,11 +36,11 @@
 // 64) (the same rows its warps own as mma.sync accumulators, so S's registers need no reshuffle). The S tile for h is
 // written by stmatrix. Every thread fences the
 // generic and async proxies before the barrier that precedes a wgmma reading what it wrote (S^T, v_new^T, and a last
-// chunk's w rows copied by cp.async). Measured 0.87-0.94x the mma.sync TMA kernel's whole forward (docs/ops/gdn.md).
+// chunk's w rows copied by cp.async). Measured 0.87-0.94x the mma.sync TMA kernel's whole forward (docs/ops/gdn-log.md).
 //
 // Intra-first variant of the wgmma kernel (RDY; chunk_gated_delta_rule_intra_first_blocks says where): launched while
 // the intra-chunk kernel is still producing w and u, it waits per chunk for that chunk's ready flag instead of for the
-// whole previous grid (docs/ops/gdn.md, "the intra-first form"). Same arithmetic, same bytes. With FwdHArgs::o_ready
+// whole previous grid (docs/ops/gdn-log.md, "the intra-first form"). Same arithmetic, same bytes. With FwdHArgs::o_ready
 // (the output-beside form) it also counts each chunk's stored h and v_new rows, 8 chunks per fence, for chunk_fwd_o
 // running beside it; the counters are indexed by the chunk within the sequence, chunk_fwd_o's chunk slot in this form
 // (B = 1, no cu_seqlens).

@@ -1,5 +1,5 @@
 // Warp-specialised kernel of the GDN forward's fused-output form (chunk_gated_delta_rule_fwd_h_o; FLA
-// `chunk_gated_delta_rule_fwd_h` + `chunk_fwd_o`, docs/ops/gdn.md "The warp-specialised fused-output kernel").
+// `chunk_gated_delta_rule_fwd_h` + `chunk_fwd_o`, docs/ops/gdn-log.md "The warp-specialised fused-output kernel").
 //
 // One block per (sequence, value head, 64 columns of V), 384 threads in three roles:
 // - warpgroup 0 (warps 0-3), the chain: the state slice S^T [64 columns][K = 128] stays in its fp32 accumulators
@@ -15,7 +15,7 @@
 //   memory by cp.async one chunk ahead) and the w, k, q, u tiles (128-byte-swizzled boxes of 64 columns:
 //   tensor-map copies for whole chunks; 16-byte loads, zero past the chunk, for a sequence's last partial chunk), three
 //   buffers ahead. Warps 9-11 leave; setmaxnreg gives registers 240 / 168 / 80 to the three warpgroups.
-// The step is bound by the tiles' arrival, not by the chain (docs/ops/gdn.md, ncu source counters at 2/8 [8 x 1024]).
+// The step is bound by the tiles' arrival, not by the chain (docs/ops/gdn-log.md, ncu source counters at 2/8 [8 x 1024]).
 // Synchronisation by mbarriers only: full / empty per tile buffer, full / empty per hand-off slot. The roles walk the
 // same units and chunks in the same order, so one chunk counter gives every buffer's and slot's phase.
 #include "cuda/gdn_fwd_h_ws.h"
@@ -146,7 +146,7 @@ __device__ __forceinline__ WsUnit ws_unit(const FwdHArgs& a, int64_t unit, int64
 /// only: nothing is read into the SM, so a value written before the wait is still read as written. The unit's bounds
 /// read cu_seqlens, an input of the forward that every kernel before this one has finished writing (the intra kernel
 /// waits for the prologue, which waits for the kernel before the forward). Measured 0.985x the forward's time at 2/8
-/// [8 x 1024] on an H100, 0.992-0.996x on the other cases of this kernel (docs/ops/gdn.md, fifty-ninth session).
+/// [8 x 1024] on an H100, 0.992-0.996x on the other cases of this kernel (docs/ops/gdn-log.md, fifty-ninth session).
 __device__ __forceinline__ void prefetch_first_unit(const FwdHArgs& a, int64_t vblocks, int64_t units, int warp,
                                                     int lane, const CUtensorMap* map_k, const CUtensorMap* map_q) {
   if (blockIdx.x >= units || !(warp < 4 || warp == 8)) return;

@@ -1,5 +1,5 @@
 // CUDA backend of chunk_fwd_o, tensor-core variant for f16 / bf16 inputs (q, k, v_new and h of one 16-bit dtype TK;
-// docs/ops/gdn.md "chunk_fwd_o kernel"):
+// docs/ops/gdn-log.md "chunk_fwd_o kernel"):
 //   o_i = scale (exp(g_i) q_i^T h[chunk] + sum_{j <= i} (q_i . k_j) exp(g_i - g_j) v_new_j).
 // One block of BV / 16 warps per (chunk slot, value head, block of BV columns of V): BV = 128 (8 warps) when V > 64
 // and K <= 128, else 64 (4 warps; V <= 64, or K > 128 where the tiles would hold one block per SM). Work items are

@@ -1,6 +1,6 @@
 // CUDA backend of chunk_fwd_o, warpgroup (wgmma, sm_90a) variant for the main shapes: q, k, v_new and h of one
 // 16-bit dtype, chunk 64, K = 128, V a multiple of 128, every input a tensor map can describe (16-byte rows, no
-// batch-broadcast view); docs/ops/gdn.md "chunk_fwd_o kernel". Everything else takes gdn_fwd_o_mma.cu.
+// batch-broadcast view); docs/ops/gdn-log.md "chunk_fwd_o kernel". Everything else takes gdn_fwd_o_mma.cu.
 //   o_i = scale (exp(g_i) q_i^T h[chunk] + sum_{j <= i} (q_i . k_j) exp(g_i - g_j) v_new_j).
 // Work items as the mma.sync kernel: (chunk slot, key head, part, block of 128 columns of V), each walking value heads
 // [hv_begin, hv_end) of its key head. One block of two warpgroups per item, two blocks per SM. Tiles arrive by
@@ -16,7 +16,7 @@
 //   o = scale O, stored from registers (rows < len).
 // The next value head's h and v_new are copied into the single tile buffer as soon as every warp is done with the
 // current one (a block barrier), so the copy overlaps the o stores and the next head's gating.
-// Output-beside form (FwdOArgs::h_ready, docs/ops/gdn.md "The output-beside form"): launched while the intra-first
+// Output-beside form (FwdOArgs::h_ready, docs/ops/gdn-log.md "The output-beside form"): launched while the intra-first
 // form's fwd_h still runs; thread 0 polls an item's counter (ld.acquire.gpu) before copying its h and v_new, and only
 // block 0 waits for fwd_h's grid, at its end. The counters are per chunk of the sequence, which is the chunk slot here
 // (the intra-first form: B = 1, no cu_seqlens).

@@ -45,7 +45,7 @@ using gdn::kWarps;
 /// kLatencyBlocks = 2 (128 registers, no spills: each block finishes sooner) for grids that fit in one wave of 2
 /// blocks per SM. solve_tril always uses the first cap. The fused kernel and
 /// solve_tril also come in an FFMA-inverse and a tensor-core-inverse variant (kTc, by output dtype), so neither holds
-/// the registers of both; docs/ops/gdn.md "Performance" lists registers and spills of each.
+/// the registers of both; docs/ops/gdn-log.md "Intra-chunk stage" lists registers and spills of each.
 constexpr int kThroughputBlocks = 4;
 constexpr int kLatencyBlocks = 2;
 

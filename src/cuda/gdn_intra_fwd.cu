@@ -78,7 +78,7 @@ __host__ __device__ std::size_t bulk_tile_bytes(int ld) {
 /// Dynamic shared memory. kBulk = false: ks, Xv[2] [BT][ld] (16-bit), Aw, Au [BT][kLdA], the fp32 tile and the merge
 /// scratch (90.5 KB at BT = 64, K = V = 128: two blocks per SM). kBulk: the same with the merge scratch first and two
 /// tile slots (bulk_tile_bytes) after it (107.5 KB there, still two blocks per SM). Registers bounded for two blocks
-/// per SM: three (80 registers, ~100 bytes spilled) measured 10-17% slower on the H200 (docs/ops/gdn.md).
+/// per SM: three (80 registers, ~100 bytes spilled) measured 10-17% slower on the H200 (docs/ops/gdn-log.md).
 template <int BT, bool kBulk>
 std::size_t intra_smem_bytes(int ld) {
   const std::size_t tiles16 =

@@ -3,7 +3,7 @@
 //
 // Why: the block kernels (gdn_intra.cu) spread a unit over 8 warps that meet at block barriers, and most of their
 // steps (the diagonal blocks, the level-16 merges) run on 2 of the 8; their profile is issue- and barrier-bound (~10k
-// warp instructions per unit, docs/ops/gdn.md "Performance"). Here each warp runs the whole chain alone, and the
+// warp instructions per unit, docs/ops/gdn-log.md "Intra-chunk stage"). Here each warp runs the whole chain alone, and the
 // A fragments that the 8 warps of a block merge each loaded again are loaded once. Many independent warps per SM (12:
 // 17.9 KB of shared memory each) hide each other's latencies. Where the units are few per SM (at most 8), each SM
 // runs only a few such chains: there the two warps of a 64-thread block take a unit together (kkt_solve_pair_kernel,

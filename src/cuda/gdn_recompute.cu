@@ -181,7 +181,7 @@ __host__ __device__ constexpr int prologue_cumsum_heads(int BT) { return 128 / B
 /// The forward's prologue in one launch: blocks [0, cumsum_blocks) run chunk_local_cumsum's units (gdn_cumsum.cuh),
 /// the others l2norm_vec_rows over q and k. Neither reads what the other writes; each part's values are those of its
 /// own kernel (the same routines). Two kernels in a row cost the second one's launch and ramp after the first one's
-/// tail (docs/ops/gdn.md, "The forward's prologue in one launch").
+/// tail (docs/ops/gdn-log.md, "The forward's prologue in one launch").
 template <typename T, int L, int NV, int BT>
 __global__ void __launch_bounds__(kThreads, kL2NormBlocks)
     l2norm_cumsum_kernel(const L2NormArgs a, int rows, int total, const CumsumArgs c, int64_t units, int64_t groups,

@@ -52,7 +52,7 @@ __device__ void scale_inverse_columns(Inverse&& inverse, TK* Aw, TK* Au, const f
 /// One 16 x 32 item of lower_times: acc[t] := rows [16 MI, 16 MI + 16) x columns [n0 + 8 t, n0 + 8 t + 8) of A X,
 /// summed over the k blocks 0 .. MI in ascending order (A is zero above the diagonal). a_ptr / b_ptr: this lane's
 /// ldmatrix rows of A's row block MI and of X's columns n0 at k = 0. MI is a template parameter so that the k loop is
-/// unrolled (over a run-time bound its control took more instructions than its mma: docs/ops/gdn.md, fused intra-chunk
+/// unrolled (over a run-time bound its control took more instructions than its mma: docs/ops/gdn-log.md, fused intra-chunk
 /// kernel).
 template <typename TK, int BT, int MI>
 __device__ __forceinline__ void lower_item(const TK* a_ptr, const TK* b_ptr, int ld, float (&acc)[4][4]) {

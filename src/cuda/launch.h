@@ -149,7 +149,7 @@ void launch_kernel(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, std::si
 /// the next kernel in the stream start launching at once (its blocks then do their own work up to their wait while
 /// this kernel runs); pdl_wait() first and pdl_release() at the end, by a grid of one wave, launches the next kernel
 /// only once each block has a thread there (the GDN forward's intra kernels and the decode warp kernel: launched
-/// earlier, the next grid's blocks waited on the SMs this grid freed first and ran slower; docs/ops/gdn.md, "Where
+/// earlier, the next grid's blocks waited on the SMs this grid freed first and ran slower; docs/ops/gdn-log.md, "Where
 /// the intra kernels release fwd_h"). pdl_release() takes effect for a block at the first of its threads to run it;
 /// a block that exits without it counts as released. No-ops before sm_90.
 __device__ __forceinline__ void pdl_release() {

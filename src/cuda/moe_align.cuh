@@ -444,7 +444,7 @@ inline __device__ void align_schedule(const AlignParams& p, int lo, int hi, int*
   cluster_wait(cl);  // no block leaves while another may still read its block totals
 }
 
-/// Where align_small writes sorted_token_ids and expert_ids (docs/ops/moe.md, "moe_align_block_size: small
+/// Where align_small writes sorted_token_ids and expert_ids (docs/ops/moe-log.md, "moe_align_block_size: small
 /// variant"):
 /// - kPrefilled: block `part` owns a contiguous chunk of sorted_token_ids and of expert_ids (AlignOwnedChunk), which
 ///   the caller has filled with numel / -1 (align_small_prefill) before the PDL wait (align_small_after_route_kernel:

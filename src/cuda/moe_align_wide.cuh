@@ -1,4 +1,4 @@
-// Device code of the wide variant of moe_align_block_size (plan: common/moe_align_wide.h; docs/ops/moe.md,
+// Device code of the wide variant of moe_align_block_size (plan: common/moe_align_wide.h; docs/ops/moe-log.md,
 // "moe_align_block_size: wide variant"): C independent thread block clusters of CL blocks (C divides CL), G = C * CL
 // blocks in all. Block b = c * CL + r (cluster c, rank r) owns the slice [b S, (b + 1) S) of the flat ids; block r
 // of every cluster also counts chunk r = [r C S, (r + 1) C S), so that the CL chunks of one cluster are all the ids

@@ -11,7 +11,7 @@
 // Every path runs the same device code as topk_softmax / grouped_topk and moe_align_block_size, so the results are
 // identical. (Tried and removed, measured slower than the two launches at 1-64 tokens on every model: blocks that
 // each route every token into shared memory and compute the whole schedule, and a cluster routing one token per
-// block with the group-warps router; docs/ops/moe.md, "Decode targets, second pass".)
+// block with the group-warps router; docs/ops/moe-log.md, "Decode targets, second pass".)
 #include <algorithm>
 
 #include "cuda/moe_group_warps.cuh"

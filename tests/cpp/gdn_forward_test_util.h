@@ -26,7 +26,7 @@ struct Spec {
   bool l2norm = false;  ///< then q, k are raw normal vectors, else k is unit-norm
   bool padded = false;  ///< q, k, v rows padded (non-contiguous)
   /// Every tensor starts 16-byte aligned (guards, and padding when `padded`, of 8 elements): the 16-byte vector
-  /// paths of the CUDA kernels (the decode fast kernel needs aligned states, docs/ops/gdn.md "decode kernel");
+  /// paths of the CUDA kernels (the decode fast kernel needs aligned states, docs/ops/gdn-log.md "decode kernel");
   /// otherwise guards of 5 elements (and padding of 3 / 5 / 2) keep rows misaligned.
   bool aligned = false;
   /// Guard elements before o where >= 0 (else as the others): e.g. 2 puts a 16-bit o's rows at 4-byte alignment only

@@ -361,7 +361,7 @@ TEST_P(GdnDecode, IndicesBelowMinusOneAreRecorded) {
   }
 }
 
-// The two CUDA decode kernels (docs/ops/gdn.md "decode kernel"), FLA form: the fast one (K 64 / 128 / 256, V % 4 == 0,
+// The two CUDA decode kernels (docs/ops/gdn-log.md "decode kernel"), FLA form: the fast one (K 64 / 128 / 256, V % 4 == 0,
 // 16-byte aligned states; q, k, v, o at any alignment or stride, 16-byte q / k loads only where they allow) and the
 // fallback (other K, V % 4 != 0, a misaligned state). Per shape: one token per sequence; several tokens, varlen with
 // an empty sequence and no initial state; l2 normalisation in the kernel with a bf16 initial state and padded q, k, v

@@ -1,4 +1,4 @@
-// Edges of the warpgroup-MMA (wgmma, sm_90a) paths of the GDN chunked forward (docs/ops/gdn.md, "Warpgroup (wgmma)
+// Edges of the warpgroup-MMA (wgmma, sm_90a) paths of the GDN chunked forward (docs/ops/gdn-log.md, "Warpgroup (wgmma)
 // variant" of fwd_h and "Warpgroup (wgmma) kernel" of chunk_fwd_o), taken on CUDA where q, k, v (and the stages'
 // intermediates) are one 16-bit dtype, chunk 64, K = 128 and every row 16-byte aligned; the CPU backend runs the same
 // specs on its one path. Inputs the other GdnForward tests do not give these kernels: varlen batches of sequences

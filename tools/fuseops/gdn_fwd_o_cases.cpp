@@ -1,4 +1,4 @@
-// Case set `gdn-fwd-o`: the output stage chunk_fwd_o on its own (docs/ops/gdn.md "chunk_fwd_o kernel") on anchor
+// Case set `gdn-fwd-o`: the output stage chunk_fwd_o on its own (docs/ops/gdn-log.md "chunk_fwd_o kernel") on anchor
 // shapes of `gdn-prefill` (K = V = 128, bf16, chunk 64), so that the stage's time can be set against its floors.
 // check() compares o with the stage's float64 golden (reference::fwd_o_golden) from the same stored inputs, on at
 // most kCheckTokens tokens; bench() counts the bytes the stage must move (q and k once per key head, v_new, the h of
@@ -132,7 +132,7 @@ class FwdOBench : public BenchProblem {
     return tok * (2.0 * s_.H * s_.K * es + 2.0 * s_.HV * s_.V * es + 4.0 * s_.HV) +
            static_cast<double>(s_.chunks() * s_.HV * s_.K * s_.V) * es;
   }
-  double flops() const override {  // docs/ops/gdn.md "chunk_fwd_o kernel": 2 ((BT + 1) / 2 (K + V) + K V)
+  double flops() const override {  // docs/ops/gdn-log.md "chunk_fwd_o kernel": 2 ((BT + 1) / 2 (K + V) + K V)
     const double K = static_cast<double>(s_.K), V = static_cast<double>(s_.V), BT = static_cast<double>(s_.BT);
     return static_cast<double>(s_.B * s_.T) * s_.HV * 2.0 * ((BT + 1.0) / 2.0 * (K + V) + K * V);
   }
