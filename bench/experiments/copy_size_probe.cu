@@ -9,7 +9,7 @@
 // copy of rope_prefill_probe.cu), in one pass or on a grid of 8 or 16 blocks per SM stepping over the rest; each
 // form's time is printed, then the best. "MB moved" counts read + written bytes, as the rope rows count theirs.
 // Build and run: nvcc -O3 -std=c++17 -arch=sm_90a bench/experiments/copy_size_probe.cu -o /tmp/copyp && /tmp/copyp
-// Results and what they showed: docs/ops/rope.md, "What a copy of the same bytes takes (thirty-second session)".
+// Results and what they showed: docs/ops/rope-log.md, "What a copy of the same bytes takes (thirty-second session)".
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -18,7 +18,7 @@
 // Standalone: nvcc -O3 -std=c++17 -arch=sm_90a bench/experiments/rope_prefill_probe.cu -o /tmp/probe && /tmp/probe
 // With the library's op: nvcc -O3 -std=c++17 -arch=sm_90a -DFUSEOPS_PROBE_LIB -Iinclude
 //   bench/experiments/rope_prefill_probe.cu build-carry/libfuseops.a -o /tmp/probe (after scripts/build-carry.sh)
-// Results and what they showed: docs/ops/rope.md, "The group kernel's address arithmetic (thirtieth session)".
+// Results and what they showed: docs/ops/rope-log.md, "The group kernel's address arithmetic (thirtieth session)".
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

@@ -22,10 +22,10 @@
 //   or lane_row M-RoPE; rope_walk_ahead_size) it issues each next head's loads before rotating the current one
 //   (AHEAD).
 // - group (rope_group_kernel): 1-D positions, vector path, when the walk kernel would give every thread 8 heads
-//   (>= 7 heads per resident thread): 4 consecutive heads of q or of k per thread, addressed from one base and the
-//   head stride (no per-head address arithmetic between the loads), all 8 loads issued before the position -> angle
+//   (more than 7 heads per resident thread): 4 consecutive heads of q or of k per thread, addressed from one base and
+//   the head stride (no per-head address arithmetic between the loads), all 8 loads issued before the position -> angle
 //   chain; in-place and out-of-place variants. Measured faster there (DeepSeek-V3 q_pe, Llama 16384 tokens, FlagOS
-//   8192-token shapes) and slower everywhere else (docs/ops/rope.md, Performance).
+//   8192-token shapes) and slower everywhere else (docs/ops/rope-log.md, third session).
 // M-RoPE: a lane's P pairs take their axes from one 32-bit word of the parameters (2 bits per pair), read once per
 // thread before the wait; lanes whose pairs share an axis (chunked sections) read one row with vector loads, the
 // others one value per pair from its own row, all issued at once. The decode and walk kernels come in three angle
@@ -416,7 +416,7 @@ __device__ __forceinline__ void anchor_before_wait(uint32_t v) {
 /// in the pair_rows variant every lane loads its vectors of all three rows and merges them with per-word masks formed
 /// before the wait (zero for a lane on one axis), instead of one scalar load per pair; with GPT-J pairs the masks are
 /// anchored there (anchor_before_wait; with NeoX pairs measured slower so). The inverse flips sin's sign bits (one xor
-/// per word). Measured on the H200 only for tiny problems (docs/ops/rope.md, Performance, sixth, ninth and tenth
+/// per word). Measured on the H200 only for tiny problems (docs/ops/rope-log.md, sixth, ninth and tenth
 /// sessions).
 template <typename T, typename C, int P, bool NEOX, Angles A>
 __global__ void __launch_bounds__(kThreads)
@@ -627,7 +627,7 @@ __global__ void __launch_bounds__(kThreads, kGroupMinBlocksPerSm)
   const int64_t j0 = static_cast<int64_t>(threadIdx.x) * P;  // the lane's first element (NeoX: its first pair)
   // Both pairings: x[j0..] and x[h + j0..], so that each load and store instruction of a warp covers whole 32-byte
   // sectors (GPT-J's x[2 j0..] and x[2 j0 + P..] had each cover half of twice as many: FlagOS (4, 2048, 32, 128)
-  // GPT-J took 79.97 us against NeoX's 68.27, now 68.22; docs/ops/rope.md, thirty-first session).
+  // GPT-J took 79.97 us against NeoX's 68.27, now 68.22; docs/ops/rope-log.md, thirty-first session).
   const int64_t offA = j0;
   const int64_t offB = h + j0;
   constexpr Angles kAngles = NEOX ? Angles::rope : Angles::rope_halves;

@@ -69,7 +69,7 @@ void rope(const char* op, const RopeArgs& args, int device, void* stream);
 
 /// Resident threads per SM that the CUDA launch plans count on: the hardware's 2048, not what each kernel holds (the
 /// walk kernel's variants hold 1024-1280, so e.g. Llama-3 4096 tokens runs 1.94 waves); the heads-per-thread rule
-/// below was measured against one-wave grids of longer threads and won (docs/ops/rope.md, thirty-second session).
+/// below was measured against one-wave grids of longer threads and won (docs/ops/rope-log.md, thirty-second session).
 constexpr int64_t kRopeResidentThreadsPerSm = 2048;
 
 /// Which CUDA kernel serves a problem of `tokens` x `heads` (query + key) heads with `lanes` threads per head
@@ -106,7 +106,7 @@ inline int64_t rope_walk_heads_walked(int64_t tokens, int64_t heads, int64_t lan
 
 /// From this many heads walked per thread the walk kernel loads one head ahead (16-bit data and cache, 16-byte
 /// lanes, 1-D positions or M-RoPE lanes on one axis): measured faster at 4-8 heads per thread and slower at 2; 3 not
-/// measured (docs/ops/rope.md, thirty-first session).
+/// measured (docs/ops/rope-log.md, thirty-first session).
 constexpr int64_t kRopeWalkAheadMinHeads = 4;
 inline bool rope_walk_ahead_size(int64_t tokens, int64_t heads, int64_t lanes, int sms) {
   return rope_walk_heads_walked(tokens, heads, lanes, sms) >= kRopeWalkAheadMinHeads;
