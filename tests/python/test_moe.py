@@ -423,6 +423,44 @@ def test_vllm_topk_softmax_is_padding(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_vllm_topk_softmax_e_score_correction_bias(device):
+    """vLLM's keyword name e_score_correction_bias gives what bias= (and the sixth positional argument) gives; the
+    bias changes the selection here, so a dropped keyword would show; passing both names is a ValueError naming both,
+    raised before anything is written."""
+    T, E, k = 9, 32, 4
+    x = torch.randn(T, E, device=device)
+    bias = torch.zeros(E, device=device)
+    bias[E - k:] = 2.0  # above any softmax probability: experts E-k..E-1 win every row
+
+    def outputs():
+        return (torch.empty(T, k, device=device), torch.empty(T, k, dtype=torch.int32, device=device),
+                torch.empty(T, k, dtype=torch.int32, device=device))
+
+    results = []
+    for call in (lambda *o: vllm_compat.topk_softmax(*o, x, True, bias=bias),
+                 lambda *o: vllm_compat.topk_softmax(*o, x, True, bias),
+                 lambda *o: vllm_compat.topk_softmax(*o, x, True, e_score_correction_bias=bias),
+                 lambda *o: vllm_compat.topk_softmax(*o, x, renormalize=True, bias=None, e_score_correction_bias=bias)):
+        out = outputs()
+        call(*out)
+        results.append(out)
+    for got in results[1:]:
+        assert all(torch.equal(a, b) for a, b in zip(got, results[0]))
+    assert sorted(results[0][1][0].tolist()) == list(range(E - k, E))
+    nw, nids, nsrc = fuseops.topk_softmax(x, k, renormalize=True, correction_bias=bias)
+    assert torch.equal(results[0][0], nw) and torch.equal(results[0][1], nids)
+    w, i, s = outputs()
+    i.fill_(7)
+    with pytest.raises(ValueError, match=r"^topk_softmax: bias, e_score_correction_bias: expected at most one"):
+        vllm_compat.topk_softmax(w, i, s, x, True, bias, e_score_correction_bias=bias)
+    with pytest.raises(ValueError, match=r"^topk_softmax: bias, e_score_correction_bias: .*got both"):
+        vllm_compat.topk_softmax(w, i, s, x, True, bias=bias, e_score_correction_bias=bias.clone())
+    assert (i == 7).all()
+    with pytest.raises(ValueError, match=r"^topk_softmax: e_score_correction_bias: "):  # errors use the name passed
+        vllm_compat.topk_softmax(w, i, s, x, True, e_score_correction_bias=torch.zeros(E + 1, device=device))
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_moe_align_block_size_reads_ids_of_any_rank(device):
     """topk_ids are read by numel, as vLLM's and FlagGems' wrappers read them: 0-D, 1-D and 3-D ids give the schedule
     of the same ids as [T, k]."""

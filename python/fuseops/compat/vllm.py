@@ -51,14 +51,28 @@ def gelu_tanh_and_mul(out, input):
 
 
 def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False, bias=None,
-                 is_padding=None):
-    """As ``torch.ops._moe_C.topk_softmax``: fills topk_weights, topk_indices (int32/int64), token_expert_indices.
+                 is_padding=None, *, e_score_correction_bias=None):
+    """As ``torch.ops._moe_C.topk_softmax``: fills topk_weights [T, k] float32, topk_indices [T, k] (int32/int64) and
+    token_expert_indices [T, k] int32 (j*T + t) from gating_output [T, E]; returns None.
+
+    ``bias`` / ``e_score_correction_bias``: one optional [E] float32 / float16 / bfloat16 correction bias, added to
+    the softmax probabilities for selection only (the weights are the unbiased probabilities). The sixth positional
+    argument, as in vLLM; by keyword, ``e_score_correction_bias`` is vLLM's name (its platform op
+    ``topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output, renormalize=False,
+    e_score_correction_bias=None)``) and ``bias`` the name this function had first (kept). Passing both (neither
+    None) is a ValueError naming both.
 
     ``is_padding`` (newer vLLM, ``VLLM_MOE_SKIP_PADDING``): None, or a bool [T] mask of padding rows, whose
     topk_indices are set to -1 (the id the schedule skips as padding; their weights are computed as for any row)."""
     op = "topk_softmax"
+    bias_name = "bias"
+    if e_score_correction_bias is not None:
+        if bias is not None:
+            raise ValueError(f"{op}: bias, e_score_correction_bias: expected at most one of them (two names of the one "
+                             f"correction bias: e_score_correction_bias is vLLM's, bias the older one), got both")
+        bias, bias_name = e_score_correction_bias, "e_score_correction_bias"
     renormalize = bool_arg(op, "renormalize", renormalize)
-    forward_only(op, gating_output=gating_output, bias=bias, optional=("bias",))
+    forward_only(op, gating_output=gating_output, **{bias_name: bias}, optional=(bias_name,))
     written_arg(op, "topk_weights", topk_weights, optional=False)
     written_arg(op, "topk_indices", topk_indices, optional=False)
     written_arg(op, "token_expert_indices", token_expert_indices, optional=False)
@@ -76,7 +90,7 @@ def topk_softmax(topk_weights, topk_indices, token_expert_indices, gating_output
         is_padding = is_padding.detach().clone()
     from ..moe import read_rows
 
-    with named_as(op, op, {"topk_ids": "topk_indices", "correction_bias": "bias"}):
+    with named_as(op, op, {"topk_ids": "topk_indices", "correction_bias": bias_name}):
         ops.topk_softmax.default(topk_weights, topk_indices, token_expert_indices, read_rows(gating_output),
                                  renormalize, bias)
     if is_padding is not None:
@@ -113,10 +127,17 @@ def grouped_topk(scores, n_group, topk_group, topk, renormalize, routed_scaling_
 
 def moe_align_block_size(topk_ids, num_experts, block_size, sorted_token_ids, experts_ids, num_tokens_post_pad,
                          expert_map=None):
-    """As ``torch.ops._moe_C.moe_align_block_size`` (outputs preallocated by the caller). A given ``expert_map`` is
-    applied in the kernel, as vLLM's op applies one (its wrapper passes it only with ``ignore_invalid_experts=True``):
-    ids of other ranks' experts are dropped, no -1 blocks; for the wrapper's default flow (False) call this without the
-    map and map ``experts_ids`` afterwards, or use ``fuseops.moe_align_block_size(..., ignore_invalid_experts=False)``.
+    """As ``torch.ops._moe_C.moe_align_block_size`` (outputs preallocated by the caller). **num_experts comes before
+    block_size**, as in that op; :func:`fuseops.moe_align_block_size` and vLLM's Python wrapper take ``(topk_ids,
+    block_size, num_experts, ...)``. Swapped ints are not refused (both are in range): into buffers of the lengths the
+    wrapper allocates for the intended ints the swapped schedule does not fit (a ValueError naming the buffer); into
+    longer ones ids >= the swapped num_experts are skipped and reported by :func:`fuseops.check_errors`, and the
+    schedule is silently another (docs/ops/moe.md, "Python entry points").
+
+    A given ``expert_map`` is applied in the kernel, as vLLM's op applies one (its wrapper passes it only with
+    ``ignore_invalid_experts=True``): ids of other ranks' experts are dropped, no -1 blocks; for the wrapper's default
+    flow (False) call this without the map and map ``experts_ids`` afterwards, or use
+    ``fuseops.moe_align_block_size(..., ignore_invalid_experts=False)``.
     """
     from ..moe import _check_align_args, id_rows
 
