@@ -21,7 +21,7 @@
 // Where more blocks than one wave would run (many rows) and the groups take 16-byte vectors with no gate before the
 // norm, the row-pipelined kernel (layer_norm_fwd_pipelined_kernel) runs instead: a persistent grid copying each
 // segment's next item into shared memory while it normalises the current one. Measured 0.66-0.95x the time of the
-// per-item kernels (docs/ops/norm.md).
+// per-item kernels (docs/ops/norm-log.md, "Row-pipelined kernel and staged weights (twenty-eighth session)").
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(BLOCK, BLOCK == kMaxThreads ? 1 : wide_min_blo
 /// registers while in flight. The sums, their order and the output arithmetic are layer_norm_fwd_kernel's: the same
 /// bytes (test NormPipelined.SameBytesWhereTaken). Shared memory per block (launch_pipelined): per thread, NV x
 /// (1 + bias) weight vectors, then 2 stages x (1 + gate) x NV 16-byte vectors of x (and z). Three stages measured no
-/// better where they fit (docs/ops/norm.md).
+/// better where they fit (docs/ops/norm-log.md, "Row-pipelined kernel and staged weights").
 template <typename T, typename W, int NV>
 __global__ void __launch_bounds__(kWideThreads, 4) layer_norm_fwd_pipelined_kernel(const NormParams<T, W> p) {
   constexpr int VEC = static_cast<int>(16 / sizeof(T));
