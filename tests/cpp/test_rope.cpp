@@ -126,6 +126,23 @@ std::vector<RopeSpec> mrope_specs(DType dtype) {
     v.push_back(s);
     s.tokens = 0;
     v.push_back(s);
+    // GLM-4.1V at decode sizes (Hq 32, Hk 2, rotary 64 of 128: the tiny decode kernel on CUDA, whose 8-pair lane 2
+    // spans axes H and W in the chunked map), both layouts, with both caches, the inverse, and a bad position (axis H
+    // of token 1).
+    for (MropeLayout layout : {MropeLayout::chunked, MropeLayout::interleaved_glm}) {
+      s = rope_spec(RopeOp::mrope, dtype, neox, 1, 32, 2, 128, 64);
+      s.layout = layout;
+      s.section = {8, 12, 12};
+      v.push_back(s);
+      s.cache_dtype = dtype == DType::f32 ? DType::bf16 : DType::f32;
+      s.inverse = true;
+      v.push_back(s);
+      s.cache_dtype = dtype;
+      s.inverse = false;
+      s.tokens = 2;
+      s.bad_tokens = {1};
+      v.push_back(s);
+    }
   }
   return v;
 }
