@@ -58,8 +58,8 @@ void solve_tril(TensorView Ai, TensorView A, const TensorView* cu_seqlens = null
 /// The fused intra-chunk stage in one launch: Ai = solve_tril(chunk_scaled_dot_kkt_fwd(k, g, beta)), with no
 /// intermediate in device memory. Same arguments as chunk_scaled_dot_kkt_fwd; Ai: [B, T, HV, BT]. On one device and
 /// dispatch path, the result is bitwise identical to solve_tril(chunk_scaled_dot_kkt_fwd(..., A in f32)) with the
-/// same output dtype. As FLA `chunk_gated_delta_rule_fwd_kkt_solve` (the fused kernel of
-/// `chunk_gated_delta_rule_fwd_intra`).
+/// same output dtype. As the fused kkt + solve kernel of FLA's `chunk_gated_delta_rule_fwd_intra`
+/// (`chunk_gated_delta_rule_fwd_kkt_solve_kernel`; FLA has no function of this name).
 void chunk_gated_delta_rule_fwd_kkt_solve(TensorView Ai, TensorView k, const TensorView* g, const TensorView* beta,
                                           int64_t chunk_size = 64, const TensorView* cu_seqlens = nullptr,
                                           Stream stream = {});

@@ -1,4 +1,7 @@
-"""Gated DeltaNet (GDN): the intra-chunk stage, the chunked forward (prefill) and the decode, with flash-linear-attention's (FLA 0.5.2) names and signatures.
+"""Gated DeltaNet (GDN): the intra-chunk stage, the chunked forward (prefill) and the decode.
+
+Names and signatures are flash-linear-attention's (FLA): release 0.5.2's, and for chunk_local_cumsum those of FLA
+after it (docs/ops/gdn.md).
 
 Notation: B batch, T tokens, H key heads, HV value heads (a multiple of H; value head h reads key head h // (HV // H)),
 K head dim (1..256), BT chunk size (16, 32 or 64). With ``cu_seqlens`` ([N+1] int32/int64 on the tensors' device),
